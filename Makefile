@@ -1,0 +1,35 @@
+# redco - `make demo` sets up, builds and runs the main job; `make test` runs every test.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+
+.PHONY: all setup build demo test sanitize bench clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+$(BUILD)/Makefile: CMakeLists.txt
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+
+build: setup $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	OMP_NUM_THREADS=$(JOBS) $(BUILD)/tiny_lm
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j 1
+
+# The tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+sanitize: setup
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DREDCO_SANITIZE=ON >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1
+
+bench: build
+	@for b in $(BUILD)/bench_*; do OMP_NUM_THREADS=$(JOBS) $$b || exit 1; done
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

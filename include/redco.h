@@ -1,0 +1,337 @@
+/* redco.h - the public interface of libredco.
+ *
+ * A quick tour.
+ *
+ * Everything starts with a graph. Ops record nodes into it; nothing runs until
+ * an executor plan built from the graph is run:
+ *
+ *     rc_graph *g = rc_graph_new();
+ *     int64_t xs[2] = {4, 8}, ws[2] = {8, 3};
+ *     rc_tensor *x = rc_input(g, "x", RC_F32, 2, xs);
+ *     rc_tensor *w = rc_param(g, "w", RC_F32, 2, ws);
+ *     rc_tensor *loss = rc_mean_all(g, rc_tanh(g, rc_matmul(g, x, w, 0, 0)));
+ *     rc_tensor *dw;
+ *     rc_backward(g, loss, &w, 1, &dw);          // adds the backward graph
+ *     if (rc_graph_error(g)) { fprintf(stderr, "%s\n", rc_graph_error(g)); ... }
+ *     rc_tensor_bind(x, x_data);                  // leaves point at your memory
+ *     rc_tensor_bind(w, w_data);
+ *     rc_tensor *outs[2] = {loss, dw};
+ *     rc_plan *p = rc_plan_new(g, outs, 2, &err);  // memory planned here
+ *     rc_plan_run(p, &err);                        // no allocation in here
+ *     float l = *(float *)rc_tensor_data(loss);
+ *
+ * Errors never abort. A graph-building call that fails records the first error
+ * in the graph and returns NULL; every later call given a NULL input returns
+ * NULL too, so a whole model can be built and checked once at the end with
+ * rc_graph_error(). Plans and runs report errors through an rc_error.
+ *
+ * Shapes are given outermost first (row-major, C order). Axis arguments may be
+ * negative (counted from the end).
+ */
+#ifndef REDCO_H
+#define REDCO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define REDCO_VERSION "0.1.0"
+
+enum { RC_MAX_DIMS = 6, RC_MAX_SRC = 8, RC_MAX_IPARAM = 8, RC_MAX_FPARAM = 4 };
+
+/* Element types. bf16 and f16 are reserved storage types: loaders convert
+ * them; kernels run in f32 (or f64 for reference checks). */
+typedef enum {
+    RC_F32 = 0,
+    RC_F64,
+    RC_I32,
+    RC_BF16,
+    RC_F16,
+    RC_DTYPE_COUNT
+} rc_dtype;
+
+/* The op of a node. Each op's inputs (src) and parameters are listed beside it. */
+typedef enum {
+    RC_OP_LEAF = 0,      /* input or parameter: data bound by the user */
+    RC_OP_FULL,          /* constant: every element = fparam[0] */
+    RC_OP_ADD,           /* src0 + src1, numpy broadcasting */
+    RC_OP_SUB,           /* src0 - src1 */
+    RC_OP_MUL,           /* src0 * src1 */
+    RC_OP_DIV,           /* src0 / src1 */
+    RC_OP_AFFINE,        /* src0 * fparam[0] + fparam[1] (scale, neg, add scalar) */
+    RC_OP_EXP,
+    RC_OP_LOG,
+    RC_OP_SQRT,
+    RC_OP_RSQRT,
+    RC_OP_TANH,
+    RC_OP_ACT,           /* activation iparam[0] = rc_act_kind, derivative order iparam[1] (0, 1, 2) */
+    RC_OP_MATMUL,        /* src0 [..., M, K] @ src1 [..., K, N]; iparam[0] transposes src0
+                            (stored [..., K, M]), iparam[1] src1 (stored [..., N, K]).
+                            src1 may be 2-D and shared by every batch of src0. */
+    RC_OP_SOFTMAX,       /* softmax over the last axis of src0 * fparam[0] + src1 (optional
+                            additive mask, broadcast); iparam[0] = 1: causal (query i sees keys
+                            j <= i + (keys - queries)) */
+    RC_OP_LAYER_NORM,    /* over the last axis: (x - mean) / sqrt(var + fparam[0]) * src1 + src2;
+                            src1 (weight) and src2 (bias) optional */
+    RC_OP_RMS_NORM,      /* x / sqrt(mean(x^2) + fparam[0]) * (src1 + fparam[1]) */
+    RC_OP_EMBEDDING,     /* rows of src0 [V, C] picked by ids src1 (i32 [...]) -> [..., C] */
+    RC_OP_EMBEDDING_GRAD,/* scatter-add of src1 [..., C] into zeros [iparam[0], C] at ids src0 */
+    RC_OP_ROPE,          /* src0 [..., T, H, D] rotated by positions src1 (i32 [T]);
+                            iparam[0] = rotary dims (even, <= D), iparam[1] = rc_rope_mode,
+                            iparam[2] = 1 for the inverse rotation; fparam[0] = theta */
+    RC_OP_RESHAPE,       /* view */
+    RC_OP_PERMUTE,       /* out axis i = src axis iparam[i] */
+    RC_OP_SLICE,         /* src0 along axis iparam[0], [iparam[1], iparam[2]) */
+    RC_OP_PAD,           /* src0 placed at offset iparam[1] along axis iparam[0] in zeros of
+                            this node's shape (the gradient of SLICE) */
+    RC_OP_CONCAT,        /* src0..src{n-1} joined along axis iparam[0] */
+    RC_OP_SUM,           /* sum over axis iparam[0]; iparam[1] = keepdim */
+    RC_OP_MAX,           /* max over axis iparam[0]; iparam[1] = keepdim */
+    RC_OP_EXPAND,        /* src0 broadcast to this node's shape */
+    RC_OP_SUM_TO,        /* src0 summed down to this node's (broadcast-compatible) shape */
+    RC_OP_CROSS_ENTROPY, /* mean over targets != iparam[0] of -log softmax(src0)[target];
+                            src0 [..., V] logits, src1 i32 [...] targets; scalar out */
+    RC_OP_ONE_HOT,       /* src0 i32 [...] -> [..., iparam[0]]; ids equal to iparam[1] give zero rows */
+    RC_OP_DROPOUT,       /* src0 * keep / (1 - fparam[0]); keep drawn from the key in iparam[0..3] */
+    RC_OP_WHERE,         /* src0 != 0 ? src1 : src2, broadcast */
+    RC_OP_CAST,          /* src0 converted to this node's dtype */
+    RC_OP_EQUAL,         /* 1 where src0 == src1 else 0, broadcast; no gradient */
+    RC_OP_COUNT
+} rc_op;
+
+/* Activations for RC_OP_ACT. */
+typedef enum {
+    RC_ACT_RELU = 0,
+    RC_ACT_GELU_TANH,    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's "gelu_new" */
+    RC_ACT_GELU_ERF,     /* 0.5 x (1 + erf(x / sqrt(2))) */
+    RC_ACT_SILU,         /* x * sigmoid(x) */
+    RC_ACT_SIGMOID,
+    RC_ACT_COUNT
+} rc_act_kind;
+
+/* Rotary position embedding conventions. */
+typedef enum {
+    RC_ROPE_INTERLEAVED = 0, /* pairs (0,1), (2,3), ... as GPT-J */
+    RC_ROPE_HALF = 1         /* pairs (i, i + rot/2) as LLaMA / GPT-NeoX */
+} rc_rope_mode;
+
+enum {
+    RC_FLAG_INPUT = 1,   /* a leaf the user feeds each step */
+    RC_FLAG_PARAM = 2,   /* a trainable leaf */
+    RC_FLAG_OUTPUT = 4   /* kept alive by the plan (set by rc_plan_new) */
+};
+
+/* An RNG key: a counter-based generator, deterministic across runs and ranks. */
+typedef struct {
+    uint64_t key;
+    uint64_t counter;
+} rc_rng;
+
+typedef struct rc_graph rc_graph;
+typedef struct rc_tensor rc_tensor;
+
+/* A node of a graph. Read the fields; change them only through the API. */
+struct rc_tensor {
+    int id;                       /* index in its graph */
+    rc_op op;
+    rc_dtype dtype;
+    int ndim;
+    int64_t shape[RC_MAX_DIMS];
+    int nsrc;
+    rc_tensor *src[RC_MAX_SRC];
+    int32_t iparam[RC_MAX_IPARAM];
+    double fparam[RC_MAX_FPARAM];
+    int flags;
+    char name[64];
+    void *data;                   /* leaves: the user's memory; others: set by a plan */
+    rc_tensor *view_src;          /* views (reshape, leading slices) alias this node ... */
+    int64_t view_offset;          /* ... at this byte offset */
+};
+
+/* ---- errors ---------------------------------------------------------------- */
+
+typedef struct {
+    int code;                     /* 0: no error */
+    char msg[512];
+} rc_error;
+
+enum {
+    RC_OK = 0,
+    RC_ERR_SHAPE,
+    RC_ERR_DTYPE,
+    RC_ERR_ARG,
+    RC_ERR_INDEX,
+    RC_ERR_MEMORY,
+    RC_ERR_UNSUPPORTED,
+    RC_ERR_IO,
+    RC_ERR_FORMAT
+};
+
+/* ---- tensors ------------------------------------------------------------------ */
+
+size_t rc_dtype_size(rc_dtype t);
+const char *rc_dtype_name(rc_dtype t);
+int rc_dtype_is_float(rc_dtype t);
+int64_t rc_tensor_numel(const rc_tensor *t);
+size_t rc_tensor_nbytes(const rc_tensor *t);
+/* Writes e.g. "[4, 8]" into buf; returns buf. */
+char *rc_shape_str(const rc_tensor *t, char *buf, size_t size);
+/* Points a leaf at caller-owned memory of rc_tensor_nbytes(t) bytes. */
+void rc_tensor_bind(rc_tensor *t, void *data);
+/* The node's values, valid after a plan that contains it has run. */
+void *rc_tensor_data(const rc_tensor *t);
+const char *rc_op_name(rc_op op);
+
+/* ---- graphs ------------------------------------------------------------------- */
+
+rc_graph *rc_graph_new(void);
+void rc_graph_free(rc_graph *g);
+/* NULL while no call has failed; otherwise the first failure's message. */
+const char *rc_graph_error(const rc_graph *g);
+int rc_graph_error_code(const rc_graph *g);
+int rc_graph_size(const rc_graph *g);
+rc_tensor *rc_graph_node(const rc_graph *g, int i);
+
+/* ---- leaves and constants ------------------------------------------------------ */
+
+rc_tensor *rc_input(rc_graph *g, const char *name, rc_dtype t, int ndim, const int64_t *shape);
+rc_tensor *rc_param(rc_graph *g, const char *name, rc_dtype t, int ndim, const int64_t *shape);
+rc_tensor *rc_full(rc_graph *g, rc_dtype t, int ndim, const int64_t *shape, double value);
+rc_tensor *rc_scalar(rc_graph *g, rc_dtype t, double value);
+
+/* ---- element-wise ------------------------------------------------------------ */
+
+rc_tensor *rc_add(rc_graph *g, rc_tensor *a, rc_tensor *b);
+rc_tensor *rc_sub(rc_graph *g, rc_tensor *a, rc_tensor *b);
+rc_tensor *rc_mul(rc_graph *g, rc_tensor *a, rc_tensor *b);
+rc_tensor *rc_div(rc_graph *g, rc_tensor *a, rc_tensor *b);
+rc_tensor *rc_affine(rc_graph *g, rc_tensor *a, double scale, double shift);
+rc_tensor *rc_scale(rc_graph *g, rc_tensor *a, double s);
+rc_tensor *rc_add_scalar(rc_graph *g, rc_tensor *a, double c);
+rc_tensor *rc_neg(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_exp(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_log(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_sqrt(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_rsqrt(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_tanh(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_relu(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_gelu(rc_graph *g, rc_tensor *a);      /* tanh form */
+rc_tensor *rc_gelu_erf(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_silu(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_sigmoid(rc_graph *g, rc_tensor *a);
+/* Activation `act`, or its first or second derivative (order 1, 2). */
+rc_tensor *rc_act(rc_graph *g, rc_tensor *a, rc_act_kind act, int order);
+rc_tensor *rc_where(rc_graph *g, rc_tensor *cond, rc_tensor *a, rc_tensor *b);
+rc_tensor *rc_equal(rc_graph *g, rc_tensor *a, rc_tensor *b);
+rc_tensor *rc_cast(rc_graph *g, rc_tensor *a, rc_dtype t);
+rc_tensor *rc_dropout(rc_graph *g, rc_tensor *a, double p, rc_rng key);
+
+/* ---- linear algebra ----------------------------------------------------------- */
+
+/* a [..., M, K] @ b [..., K, N] -> [..., M, N]; trans_a / trans_b read the operand
+ * as stored transposed ([..., K, M] / [..., N, K]) with no copy. b may be 2-D. */
+rc_tensor *rc_matmul(rc_graph *g, rc_tensor *a, rc_tensor *b, int trans_a, int trans_b);
+
+/* ---- neural-network ops -------------------------------------------------------- */
+
+/* softmax over the last axis of a * scale + mask; mask may be NULL; causal 0/1. */
+rc_tensor *rc_softmax(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_softmax_ext(rc_graph *g, rc_tensor *a, rc_tensor *mask, double scale, int causal);
+/* layer norm over the last axis; weight and bias [C] may be NULL */
+rc_tensor *rc_layer_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, rc_tensor *bias, double eps);
+/* RMS norm over the last axis times (weight + offset): offset 0 for T5 and LLaMA */
+rc_tensor *rc_rms_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, double eps, double offset);
+/* table [V, C], ids i32 [...] -> [..., C]; an id outside [0, V) is a run-time error */
+rc_tensor *rc_embedding(rc_graph *g, rc_tensor *table, rc_tensor *ids);
+rc_tensor *rc_embedding_grad(rc_graph *g, rc_tensor *ids, rc_tensor *grad, int64_t vocab);
+/* x [..., T, H, D], positions i32 [T]: rotates the first rot_dims of each head */
+rc_tensor *rc_rope(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_dims, rc_rope_mode mode,
+                   double theta);
+rc_tensor *rc_rope_inverse(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_dims,
+                           rc_rope_mode mode, double theta);
+/* logits [..., V], targets i32 [...] -> scalar mean over targets != ignore_index */
+rc_tensor *rc_cross_entropy(rc_graph *g, rc_tensor *logits, rc_tensor *targets, int ignore_index);
+rc_tensor *rc_one_hot(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_index, rc_dtype t);
+
+/* ---- shapes ------------------------------------------------------------------- */
+
+rc_tensor *rc_reshape(rc_graph *g, rc_tensor *a, int ndim, const int64_t *shape);
+rc_tensor *rc_permute(rc_graph *g, rc_tensor *a, const int *perm);
+rc_tensor *rc_transpose(rc_graph *g, rc_tensor *a, int axis0, int axis1);
+rc_tensor *rc_slice(rc_graph *g, rc_tensor *a, int axis, int64_t start, int64_t end);
+rc_tensor *rc_pad(rc_graph *g, rc_tensor *a, int axis, int64_t before, int64_t size);
+rc_tensor *rc_concat(rc_graph *g, rc_tensor *const *parts, int n, int axis);
+/* n equal parts along axis, written to out[0..n-1]; returns 0 or -1 */
+int rc_split(rc_graph *g, rc_tensor *a, int axis, int n, rc_tensor **out);
+rc_tensor *rc_sum(rc_graph *g, rc_tensor *a, int axis, int keepdim);
+rc_tensor *rc_mean(rc_graph *g, rc_tensor *a, int axis, int keepdim);
+rc_tensor *rc_max(rc_graph *g, rc_tensor *a, int axis, int keepdim);
+rc_tensor *rc_sum_all(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_mean_all(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_expand(rc_graph *g, rc_tensor *a, int ndim, const int64_t *shape);
+rc_tensor *rc_sum_to(rc_graph *g, rc_tensor *a, int ndim, const int64_t *shape);
+
+/* ---- autodiff ------------------------------------------------------------------ */
+
+/* Adds to g the nodes computing d(loss)/d(wrt[i]) into grads[i], for a scalar loss.
+ * The new nodes are ordinary ops, so they can be differentiated again. A wrt tensor
+ * that loss does not depend on gets a zero tensor. Returns 0, or -1 with the
+ * graph's error set. */
+int rc_backward(rc_graph *g, rc_tensor *loss, rc_tensor *const *wrt, int n, rc_tensor **grads);
+
+/* ---- execution ---------------------------------------------------------------- */
+
+typedef struct rc_plan rc_plan;
+
+typedef struct {
+    int64_t nodes;            /* nodes executed per run */
+    size_t peak_bytes;        /* size of the planned arena: intermediates at their peak */
+    size_t naive_bytes;       /* what giving every intermediate its own buffer would take */
+    double last_run_s;        /* wall time of the last run */
+    double last_kernel_s;     /* of which inside kernels (BLAS included) */
+} rc_plan_stats;
+
+/* Plans the execution of everything `outputs` depend on: order, liveness, and
+ * one arena for all intermediates. Leaves must be bound before rc_plan_run. */
+rc_plan *rc_plan_new(rc_graph *g, rc_tensor *const *outputs, int n, rc_error *err);
+int rc_plan_run(rc_plan *p, rc_error *err);
+void rc_plan_free(rc_plan *p);
+rc_plan_stats rc_plan_get_stats(const rc_plan *p);
+/* Times each kernel when on (for benchmarks); off by default. */
+void rc_plan_set_timing(rc_plan *p, int on);
+
+/* Threads for the kernels and BLAS (0: the OpenMP default). */
+void rc_set_threads(int n);
+int rc_get_threads(void);
+
+/* ---- random numbers -------------------------------------------------------------- */
+
+rc_rng rc_rng_new(uint64_t seed);
+/* a new independent key from (key, data): per step, per rank, per layer */
+rc_rng rc_rng_fold(rc_rng r, uint64_t data);
+uint64_t rc_rng_next_u64(rc_rng *r);
+double rc_rng_uniform(rc_rng *r);          /* [0, 1) */
+double rc_rng_normal(rc_rng *r);           /* standard normal */
+/* the element-wise stream used by dropout: uniform [0, 1) for element i */
+double rc_rng_uniform_at(uint64_t key, uint64_t i);
+
+/* ---- optimizers (host-side updates of f32 parameter buffers) --------------------- */
+
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step;             /* updates done so far */
+} rc_adam;
+
+void rc_sgd_update(float *w, const float *grad, int64_t n, double lr);
+/* AdamW with decoupled weight decay; m and v hold the moments, step counts from 1 */
+void rc_adamw_update(float *w, const float *grad, float *m, float *v, int64_t n,
+                     const rc_adam *opt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

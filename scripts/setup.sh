@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build and test redco.
+# Only Debian packages; runs apt-get only when something is missing.
+set -euo pipefail
+
+packages="build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev python3-venv"
+
+missing=""
+for p in $packages; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing="$missing $p"
+  fi
+done
+
+if [ -z "$missing" ]; then
+  exit 0
+fi
+
+echo "setup: installing$missing" >&2
+sudo=""
+if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null

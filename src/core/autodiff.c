@@ -1,0 +1,73 @@
+/* autodiff.c - reverse-mode differentiation: walks the graph from the loss back to the
+ * requested tensors, adding gradient nodes built from ordinary ops. */
+#include "internal.h"
+
+#include <stdlib.h>
+
+/* needs[i] = 1 when node i depends on any of the wrt tensors. */
+static char *dependents(const rc_graph *g, int last, rc_tensor *const *wrt, int n)
+{
+    char *needs = calloc((size_t)last + 1, 1);
+    if (!needs)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        if (wrt[i]->id <= last)
+            needs[wrt[i]->id] = 1;
+    for (int i = 0; i <= last; i++) {
+        const rc_tensor *t = g->nodes[i];
+        for (int s = 0; s < t->nsrc && !needs[i]; s++)
+            if (t->src[s] && needs[t->src[s]->id])
+                needs[i] = 1;
+    }
+    return needs;
+}
+
+static void accumulate(rc_graph *g, rc_tensor **grad, rc_tensor *t, rc_tensor *gt)
+{
+    grad[t->id] = grad[t->id] ? rc_add(g, grad[t->id], gt) : gt;
+}
+
+int rc_backward(rc_graph *g, rc_tensor *loss, rc_tensor *const *wrt, int n, rc_tensor **grads)
+{
+    if (rc_inputs_bad(g, 1, &loss) || (n > 0 && (!wrt || !grads)))
+        return -1;
+    if (rc_inputs_bad(g, n, wrt))
+        return -1;
+    if (rc_tensor_numel(loss) != 1 || !rc_dtype_is_float(loss->dtype)) {
+        char s[96];
+        rc_fail(g, RC_ERR_SHAPE, "backward: the loss must be a float scalar, not %s %s",
+                rc_shape_str(loss, s, sizeof s), rc_dtype_name(loss->dtype));
+        return -1;
+    }
+    int last = loss->id;
+    char *needs = dependents(g, last, wrt, n);
+    rc_tensor **grad = calloc((size_t)last + 1, sizeof *grad);
+    if (!needs || !grad) {
+        free(needs);
+        free(grad);
+        rc_fail(g, RC_ERR_MEMORY, "backward: out of memory for %d nodes", last + 1);
+        return -1;
+    }
+    grad[last] = rc_full(g, loss->dtype, loss->ndim, loss->shape, 1.0);
+    for (int i = last; i >= 0 && !g->err_code; i--) {
+        rc_tensor *y = g->nodes[i];
+        if (!grad[i] || !needs[i] || y->op == RC_OP_LEAF)
+            continue;
+        rc_tensor *gs[RC_MAX_SRC];
+        if (rc_grad_node(g, y, grad[i], gs))
+            break;
+        for (int s = 0; s < y->nsrc; s++)
+            if (gs[s] && y->src[s] && needs[y->src[s]->id])
+                accumulate(g, grad, y->src[s], gs[s]);
+    }
+    for (int i = 0; i < n && !g->err_code; i++) {
+        rc_tensor *w = wrt[i];
+        grads[i] = w->id <= last ? grad[w->id] : NULL;
+        if (!grads[i])
+            grads[i] = rc_full(g, rc_dtype_is_float(w->dtype) ? w->dtype : loss->dtype, w->ndim,
+                               w->shape, 0.0);
+    }
+    free(needs);
+    free(grad);
+    return g->err_code ? -1 : 0;
+}

@@ -1,0 +1,297 @@
+/* grad.c - the gradient rule of every op, built from ordinary ops so that the
+ * backward graph can itself be differentiated (gradients of gradients). */
+#include "internal.h"
+
+/* Reduces a broadcast gradient back to the shape of the input it flows into. */
+static rc_tensor *to_shape_of(rc_graph *g, rc_tensor *grad, const rc_tensor *like)
+{
+    return rc_sum_to(g, grad, like->ndim, like->shape);
+}
+
+static int grad_binary(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+{
+    rc_tensor *a = y->src[0], *b = y->src[1];
+    switch (y->op) {
+    case RC_OP_ADD:
+        gs[0] = to_shape_of(g, G, a);
+        gs[1] = to_shape_of(g, G, b);
+        break;
+    case RC_OP_SUB:
+        gs[0] = to_shape_of(g, G, a);
+        gs[1] = to_shape_of(g, rc_neg(g, G), b);
+        break;
+    case RC_OP_MUL:
+        gs[0] = to_shape_of(g, rc_mul(g, G, b), a);
+        gs[1] = to_shape_of(g, rc_mul(g, G, a), b);
+        break;
+    default: /* DIV: d(a/b)/db = -y / b */
+        gs[0] = to_shape_of(g, rc_div(g, G, b), a);
+        gs[1] = to_shape_of(g, rc_neg(g, rc_div(g, rc_mul(g, G, y), b)), b);
+        break;
+    }
+    return 0;
+}
+
+static rc_tensor *grad_unary(rc_graph *g, rc_tensor *y, rc_tensor *G)
+{
+    rc_tensor *a = y->src[0];
+    switch (y->op) {
+    case RC_OP_AFFINE:
+        return rc_scale(g, G, y->fparam[0]);
+    case RC_OP_EXP:
+        return rc_mul(g, G, y);
+    case RC_OP_LOG:
+        return rc_div(g, G, a);
+    case RC_OP_SQRT: /* 0.5 / sqrt(a) */
+        return rc_div(g, rc_scale(g, G, 0.5), y);
+    case RC_OP_RSQRT: /* -0.5 a^-3/2 = -0.5 y^3 */
+        return rc_mul(g, G, rc_scale(g, rc_mul(g, y, rc_mul(g, y, y)), -0.5));
+    case RC_OP_TANH: /* 1 - y^2 */
+        return rc_mul(g, G, rc_affine(g, rc_mul(g, y, y), -1.0, 1.0));
+    default: /* ACT: the next derivative, computed by the same op */
+        if (y->iparam[1] >= 2)
+            return rc_fail(g, RC_ERR_UNSUPPORTED,
+                           "act: no gradient for the second derivative of activation %d (third order)",
+                           y->iparam[0]);
+        return rc_mul(g, G, rc_act(g, a, (rc_act_kind)y->iparam[0], y->iparam[1] + 1));
+    }
+}
+
+/* C = op(A) op(B). Gradients of the operands as stored, with no transpose copies. */
+static int grad_matmul(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+{
+    rc_tensor *A = y->src[0], *B = y->src[1];
+    int ta = y->iparam[0], tb = y->iparam[1];
+    if (B->ndim == 2 && A->ndim > 2 && !ta) {
+        /* shared weight: fold the batch into rows and use the 2-D rules */
+        int64_t k = A->shape[A->ndim - 1], n = G->shape[G->ndim - 1];
+        rc_tensor *A2 = rc_reshape(g, A, 2, (int64_t[]){-1, k});
+        rc_tensor *G2 = rc_reshape(g, G, 2, (int64_t[]){-1, n});
+        gs[0] = rc_reshape(g, rc_matmul(g, G2, B, 0, !tb), A->ndim, A->shape);
+        gs[1] = tb ? rc_matmul(g, G2, A2, 1, 0) : rc_matmul(g, A2, G2, 1, 0);
+        return 0;
+    }
+    if (B->ndim == 2 && A->ndim > 2) {
+        /* A stored transposed and batched, B shared: dA^T = G op(B)^T, dB summed over batch */
+        rc_tensor *dAt = rc_matmul(g, G, B, 0, !tb);
+        gs[0] = rc_transpose(g, dAt, -1, -2);
+        rc_tensor *dB = tb ? rc_matmul(g, G, A, 1, 1) : rc_matmul(g, A, G, 0, 0);
+        gs[1] = to_shape_of(g, dB, B);
+        return 0;
+    }
+    if (!ta && !tb) {
+        gs[0] = rc_matmul(g, G, B, 0, 1);
+        gs[1] = rc_matmul(g, A, G, 1, 0);
+    } else if (!ta && tb) {
+        gs[0] = rc_matmul(g, G, B, 0, 0);
+        gs[1] = rc_matmul(g, G, A, 1, 0);
+    } else if (ta && !tb) {
+        gs[0] = rc_matmul(g, B, G, 0, 1);
+        gs[1] = rc_matmul(g, A, G, 0, 0);
+    } else {
+        gs[0] = rc_matmul(g, B, G, 1, 1);
+        gs[1] = rc_matmul(g, G, A, 1, 1);
+    }
+    return 0;
+}
+
+static int grad_softmax(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+{
+    /* dz = y * (G - sum(G y)) for z = x * scale + mask */
+    rc_tensor *dz = rc_mul(g, y, rc_sub(g, G, rc_sum(g, rc_mul(g, G, y), -1, 1)));
+    gs[0] = rc_scale(g, dz, y->fparam[0]);
+    if (y->src[1])
+        gs[1] = to_shape_of(g, dz, y->src[1]);
+    return 0;
+}
+
+/* The normalised input xhat and 1/sigma, recomputed from ops (nothing is saved). */
+static rc_tensor *norm_stats(rc_graph *g, rc_tensor *y, rc_tensor **rstd)
+{
+    rc_tensor *x = y->src[0];
+    rc_tensor *xc = x;
+    if (y->op == RC_OP_LAYER_NORM)
+        xc = rc_sub(g, x, rc_mean(g, x, -1, 1));
+    rc_tensor *var = rc_mean(g, rc_mul(g, xc, xc), -1, 1);
+    *rstd = rc_rsqrt(g, rc_add_scalar(g, var, y->fparam[0]));
+    return rc_mul(g, xc, *rstd);
+}
+
+static int grad_norm(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+{
+    rc_tensor *w = y->src[1], *rstd;
+    rc_tensor *xhat = norm_stats(g, y, &rstd);
+    rc_tensor *gxh = G;
+    if (y->op == RC_OP_RMS_NORM && w)
+        gxh = rc_mul(g, G, rc_add_scalar(g, w, y->fparam[1]));
+    else if (y->op == RC_OP_LAYER_NORM && w)
+        gxh = rc_mul(g, G, w);
+    /* dx = rstd (gxh - [mean(gxh)] - xhat mean(gxh xhat)); the bracket only for layer norm */
+    rc_tensor *inner = rc_sub(g, gxh, rc_mul(g, xhat, rc_mean(g, rc_mul(g, gxh, xhat), -1, 1)));
+    if (y->op == RC_OP_LAYER_NORM)
+        inner = rc_sub(g, inner, rc_mean(g, gxh, -1, 1));
+    gs[0] = rc_mul(g, rstd, inner);
+    if (w)
+        gs[1] = to_shape_of(g, rc_mul(g, G, xhat), w);
+    if (y->op == RC_OP_LAYER_NORM && y->src[2])
+        gs[2] = to_shape_of(g, G, y->src[2]);
+    return 0;
+}
+
+static int grad_cross_entropy(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+{
+    /* d/dx = (softmax(x) * valid - onehot) * G / count, count = number of valid targets */
+    rc_tensor *x = y->src[0], *t = y->src[1];
+    int64_t v = x->shape[x->ndim - 1];
+    rc_tensor *oh = rc_one_hot(g, t, v, y->iparam[0], x->dtype);
+    rc_tensor *valid = rc_sum(g, oh, -1, 1);
+    rc_tensor *count = rc_sum_all(g, valid);
+    rc_tensor *denom = rc_add(g, count, rc_equal(g, count, rc_scalar(g, x->dtype, 0.0)));
+    rc_tensor *d = rc_sub(g, rc_mul(g, rc_softmax(g, x), valid), oh);
+    gs[0] = rc_mul(g, d, rc_div(g, G, denom));
+    return 0;
+}
+
+static int grad_reduce(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+{
+    rc_tensor *a = y->src[0];
+    int ax = y->iparam[0];
+    rc_tensor *Gk = G, *yk = y;
+    if (!y->iparam[1]) {
+        int64_t shape[RC_MAX_DIMS];
+        for (int i = 0; i < a->ndim; i++)
+            shape[i] = i == ax ? 1 : a->shape[i];
+        Gk = rc_reshape(g, G, a->ndim, shape);
+        yk = rc_reshape(g, y, a->ndim, shape);
+    }
+    rc_tensor *Ge = rc_expand(g, Gk, a->ndim, a->shape);
+    if (y->op == RC_OP_SUM)
+        gs[0] = Ge;
+    else /* MAX: the gradient goes to the maxima */
+        gs[0] = rc_mul(g, Ge, rc_equal(g, a, yk));
+    return 0;
+}
+
+static int grad_move(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+{
+    rc_tensor *a = y->src[0];
+    switch (y->op) {
+    case RC_OP_RESHAPE:
+        gs[0] = rc_reshape(g, G, a->ndim, a->shape);
+        break;
+    case RC_OP_PERMUTE: {
+        int inv[RC_MAX_DIMS];
+        for (int i = 0; i < y->ndim; i++)
+            inv[y->iparam[i]] = i;
+        gs[0] = rc_permute(g, G, inv);
+        break;
+    }
+    case RC_OP_SLICE:
+        gs[0] = rc_pad(g, G, y->iparam[0], y->iparam[1], a->shape[y->iparam[0]]);
+        break;
+    case RC_OP_PAD:
+        gs[0] = rc_slice(g, G, y->iparam[0], y->iparam[1], y->iparam[1] + a->shape[y->iparam[0]]);
+        break;
+    case RC_OP_CONCAT: {
+        int64_t off = 0;
+        for (int i = 0; i < y->nsrc; i++) {
+            int64_t len = y->src[i]->shape[y->iparam[0]];
+            gs[i] = rc_slice(g, G, y->iparam[0], off, off + len);
+            off += len;
+        }
+        break;
+    }
+    case RC_OP_EXPAND:
+        gs[0] = to_shape_of(g, G, a);
+        break;
+    default: /* SUM_TO */
+        gs[0] = rc_expand(g, G, a->ndim, a->shape);
+        break;
+    }
+    return 0;
+}
+
+/* The same dropout mask applied to the gradient: a copy of the node's parameters. */
+static rc_tensor *grad_dropout(rc_graph *g, rc_tensor *y, rc_tensor *G)
+{
+    rc_tensor *d = rc_node_new(g, RC_OP_DROPOUT, G->dtype, G->ndim, G->shape, 1, &G);
+    if (d) {
+        d->iparam[0] = y->iparam[0];
+        d->iparam[1] = y->iparam[1];
+        d->fparam[0] = y->fparam[0];
+    }
+    return d;
+}
+
+int rc_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+{
+    for (int i = 0; i < y->nsrc; i++)
+        gs[i] = NULL;
+    switch (y->op) {
+    case RC_OP_LEAF:
+    case RC_OP_FULL:
+    case RC_OP_ONE_HOT:
+    case RC_OP_EQUAL:
+        return 0;
+    case RC_OP_ADD:
+    case RC_OP_SUB:
+    case RC_OP_MUL:
+    case RC_OP_DIV:
+        return grad_binary(g, y, G, gs);
+    case RC_OP_AFFINE:
+    case RC_OP_EXP:
+    case RC_OP_LOG:
+    case RC_OP_SQRT:
+    case RC_OP_RSQRT:
+    case RC_OP_TANH:
+    case RC_OP_ACT:
+        gs[0] = grad_unary(g, y, G);
+        return 0;
+    case RC_OP_MATMUL:
+        return grad_matmul(g, y, G, gs);
+    case RC_OP_SOFTMAX:
+        return grad_softmax(g, y, G, gs);
+    case RC_OP_LAYER_NORM:
+    case RC_OP_RMS_NORM:
+        return grad_norm(g, y, G, gs);
+    case RC_OP_EMBEDDING:
+        gs[0] = rc_embedding_grad(g, y->src[1], G, y->src[0]->shape[0]);
+        return 0;
+    case RC_OP_EMBEDDING_GRAD:
+        gs[1] = rc_embedding(g, G, y->src[0]);
+        return 0;
+    case RC_OP_ROPE:
+        gs[0] = (y->iparam[2] ? rc_rope : rc_rope_inverse)(g, G, y->src[1], y->iparam[0],
+                                                           (rc_rope_mode)y->iparam[1], y->fparam[0]);
+        return 0;
+    case RC_OP_RESHAPE:
+    case RC_OP_PERMUTE:
+    case RC_OP_SLICE:
+    case RC_OP_PAD:
+    case RC_OP_CONCAT:
+    case RC_OP_EXPAND:
+    case RC_OP_SUM_TO:
+        return grad_move(g, y, G, gs);
+    case RC_OP_SUM:
+    case RC_OP_MAX:
+        return grad_reduce(g, y, G, gs);
+    case RC_OP_CROSS_ENTROPY:
+        return grad_cross_entropy(g, y, G, gs);
+    case RC_OP_DROPOUT:
+        gs[0] = grad_dropout(g, y, G);
+        return 0;
+    case RC_OP_WHERE: {
+        rc_tensor *zero = rc_scalar(g, G->dtype, 0.0);
+        gs[1] = to_shape_of(g, rc_where(g, y->src[0], G, zero), y->src[1]);
+        gs[2] = to_shape_of(g, rc_where(g, y->src[0], zero, G), y->src[2]);
+        return 0;
+    }
+    case RC_OP_CAST:
+        if (rc_dtype_is_float(y->src[0]->dtype))
+            gs[0] = rc_cast(g, G, y->src[0]->dtype);
+        return 0;
+    default:
+        rc_fail(g, RC_ERR_UNSUPPORTED, "backward: op %s has no gradient rule", rc_op_name(y->op));
+        return -1;
+    }
+}

@@ -1,0 +1,50 @@
+/* rng.c - counter-based random numbers: a key is a seed and a counter, every draw a
+ * hash of both, so streams are reproducible and can be split (folded) per step, per
+ * data-parallel rank or per layer without any shared state. */
+#include "internal.h"
+
+#include <math.h>
+
+/* splitmix64's finaliser: a bijective 64-bit mix with good avalanche. */
+uint64_t rc_hash64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+rc_rng rc_rng_new(uint64_t seed)
+{
+    rc_rng r = {rc_hash64(seed), 0};
+    return r;
+}
+
+rc_rng rc_rng_fold(rc_rng r, uint64_t data)
+{
+    rc_rng out = {rc_hash64(r.key ^ rc_hash64(data + 0x632BE59BD9B4E019ull) ^ rc_hash64(r.counter)), 0};
+    return out;
+}
+
+uint64_t rc_rng_next_u64(rc_rng *r)
+{
+    return rc_hash64(r->key ^ rc_hash64(r->counter++));
+}
+
+double rc_rng_uniform(rc_rng *r)
+{
+    return (double)(rc_rng_next_u64(r) >> 11) * 0x1.0p-53;
+}
+
+double rc_rng_normal(rc_rng *r)
+{
+    /* Box-Muller; u1 in (0, 1] keeps the log finite */
+    double u1 = 1.0 - rc_rng_uniform(r);
+    double u2 = rc_rng_uniform(r);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+double rc_rng_uniform_at(uint64_t key, uint64_t i)
+{
+    return (double)(rc_hash64(key ^ rc_hash64(i)) >> 11) * 0x1.0p-53;
+}

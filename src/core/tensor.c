@@ -1,0 +1,115 @@
+/* tensor.c - dtypes, sizes, shape helpers and error recording. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    size_t size;
+    int is_float;
+} dtype_info[RC_DTYPE_COUNT] = {
+    [RC_F32] = {"f32", 4, 1},
+    [RC_F64] = {"f64", 8, 1},
+    [RC_I32] = {"i32", 4, 0},
+    [RC_BF16] = {"bf16", 2, 1},
+    [RC_F16] = {"f16", 2, 1},
+};
+
+size_t rc_dtype_size(rc_dtype t)
+{
+    return (unsigned)t < RC_DTYPE_COUNT ? dtype_info[t].size : 0;
+}
+
+const char *rc_dtype_name(rc_dtype t)
+{
+    return (unsigned)t < RC_DTYPE_COUNT ? dtype_info[t].name : "?";
+}
+
+int rc_dtype_is_float(rc_dtype t)
+{
+    return (unsigned)t < RC_DTYPE_COUNT && dtype_info[t].is_float;
+}
+
+int64_t rc_shape_numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
+    return n;
+}
+
+int64_t rc_tensor_numel(const rc_tensor *t)
+{
+    return rc_shape_numel(t->ndim, t->shape);
+}
+
+size_t rc_tensor_nbytes(const rc_tensor *t)
+{
+    return (size_t)rc_tensor_numel(t) * rc_dtype_size(t->dtype);
+}
+
+int rc_same_shape(const rc_tensor *a, const rc_tensor *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i])
+            return 0;
+    return 1;
+}
+
+char *rc_shape_str(const rc_tensor *t, char *buf, size_t size)
+{
+    size_t used = 0;
+    used += (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < t->ndim && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "",
+                                 (long long)t->shape[i]);
+    if (used < size)
+        snprintf(buf + used, size - used, "]");
+    return buf;
+}
+
+void rc_tensor_bind(rc_tensor *t, void *data)
+{
+    if (t)
+        t->data = data;
+}
+
+void *rc_tensor_data(const rc_tensor *t)
+{
+    return t ? t->data : NULL;
+}
+
+static const char *op_names[RC_OP_COUNT] = {
+    [RC_OP_LEAF] = "leaf", [RC_OP_FULL] = "full", [RC_OP_ADD] = "add", [RC_OP_SUB] = "sub",
+    [RC_OP_MUL] = "mul", [RC_OP_DIV] = "div", [RC_OP_AFFINE] = "affine", [RC_OP_EXP] = "exp",
+    [RC_OP_LOG] = "log", [RC_OP_SQRT] = "sqrt", [RC_OP_RSQRT] = "rsqrt", [RC_OP_TANH] = "tanh",
+    [RC_OP_ACT] = "act", [RC_OP_MATMUL] = "matmul", [RC_OP_SOFTMAX] = "softmax",
+    [RC_OP_LAYER_NORM] = "layer_norm", [RC_OP_RMS_NORM] = "rms_norm",
+    [RC_OP_EMBEDDING] = "embedding", [RC_OP_EMBEDDING_GRAD] = "embedding_grad",
+    [RC_OP_ROPE] = "rope", [RC_OP_RESHAPE] = "reshape", [RC_OP_PERMUTE] = "permute",
+    [RC_OP_SLICE] = "slice", [RC_OP_PAD] = "pad", [RC_OP_CONCAT] = "concat", [RC_OP_SUM] = "sum",
+    [RC_OP_MAX] = "max", [RC_OP_EXPAND] = "expand", [RC_OP_SUM_TO] = "sum_to",
+    [RC_OP_CROSS_ENTROPY] = "cross_entropy", [RC_OP_ONE_HOT] = "one_hot",
+    [RC_OP_DROPOUT] = "dropout", [RC_OP_WHERE] = "where", [RC_OP_CAST] = "cast",
+    [RC_OP_EQUAL] = "equal",
+};
+
+const char *rc_op_name(rc_op op)
+{
+    return (unsigned)op < RC_OP_COUNT && op_names[op] ? op_names[op] : "unknown-op";
+}
+
+int rc_error_set(rc_error *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}

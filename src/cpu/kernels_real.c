@@ -1,0 +1,1167 @@
+/* kernels_real.c - the arithmetic CPU kernels, written once over `real`.
+ *
+ * CMake compiles this file twice: with RC_REAL=float, RC_KERNEL_FN=rc_cpu_kernel_f32, and
+ * (through kernels_real_f64.c) with RC_REAL=double, RC_KERNEL_FN=rc_cpu_kernel_f64. Only
+ * RC_KERNEL_FN is exported; everything else is static.
+ *
+ * The contract is in internal.h: tensors are contiguous row-major, node->data is
+ * uninitialised and never overlaps an input, and errors are reported, never aborted on.
+ * Loops are plain `for` loops over contiguous `real *restrict` so the compiler vectorises
+ * them; OpenMP threads start only when a kernel has more than PAR_MIN elements of work.
+ * <tgmath.h> makes exp, tanh, ... pick the float functions for float arguments.
+ */
+#include "internal.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <omp.h>
+#include <string.h>
+#include <tgmath.h>
+
+#ifndef RC_REAL
+#error "compile kernels_real.c with -DRC_REAL=float or -DRC_REAL=double"
+#endif
+#ifndef RC_KERNEL_FN
+#error "compile kernels_real.c with -DRC_KERNEL_FN=<name of the entry point>"
+#endif
+
+typedef RC_REAL real;
+
+enum {
+    PAR_MIN = 32768,   /* elements of work below which a kernel runs on one thread */
+    CHUNK_MIN = 4096,  /* the shortest piece a long row is split into for threads */
+    COL_BLOCK = 256,   /* columns reduced together by sum / max / sum_to */
+    ROPE_BLOCK = 64    /* rotary pairs whose cos / sin are computed together */
+};
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static rc_dtype real_dtype(void)
+{
+    return sizeof(real) == sizeof(double) ? RC_F64 : RC_F32;
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+static const char *op_name(const rc_tensor *node)
+{
+    return rc_op_name(node->op);
+}
+
+/* src[k] must be present (not NULL) and of dtype t. */
+static int need_src(const rc_tensor *node, int k, rc_dtype t, rc_error *err)
+{
+    const rc_tensor *s = k < node->nsrc ? node->src[k] : NULL;
+    if (!s)
+        return rc_error_set(err, RC_ERR_ARG, "%s: input %d is missing", op_name(node), k);
+    if (s->dtype != t)
+        return rc_error_set(err, RC_ERR_DTYPE, "%s: input %d has dtype %s, expected %s",
+                            op_name(node), k, rc_dtype_name(s->dtype), rc_dtype_name(t));
+    return 0;
+}
+
+/* src[k] is optional: NULL is fine, otherwise it must be [C] of the node's dtype. */
+static int optional_vector(const rc_tensor *node, int k, int64_t c, rc_error *err)
+{
+    const rc_tensor *s = k < node->nsrc ? node->src[k] : NULL;
+    if (!s)
+        return 0;
+    if (s->dtype != real_dtype() || rc_tensor_numel(s) != c)
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: input %d must be [%lld] %s", op_name(node), k,
+                            (long long)c, rc_dtype_name(real_dtype()));
+    return 0;
+}
+
+static const real *src_data(const rc_tensor *node, int k)
+{
+    return k < node->nsrc && node->src[k] ? (const real *)node->src[k]->data : NULL;
+}
+
+/* The size of the last axis (1 for a scalar) and the number of rows before it. */
+static int64_t last_dim(const rc_tensor *t)
+{
+    return t->ndim ? t->shape[t->ndim - 1] : 1;
+}
+
+static int64_t lead_rows(const rc_tensor *t)
+{
+    int64_t r = 1;
+    for (int i = 0; i + 1 < t->ndim; i++)
+        r *= t->shape[i];
+    return r;
+}
+
+/* Rows of n elements are cut into pieces of this length so that a few long rows (one
+ * row when shapes are identical) still spread over every thread. */
+static int64_t row_chunk(int64_t rows, int64_t n)
+{
+    if (rows * n <= PAR_MIN)
+        return n;
+    int64_t want = 4 * (int64_t)omp_get_max_threads();
+    if (rows >= want)
+        return n;
+    int64_t per_row = (want + rows - 1) / rows;
+    int64_t len = (n + per_row - 1) / per_row;
+    if (len < CHUNK_MIN)
+        len = CHUNK_MIN;
+    return len < n ? len : n;
+}
+
+/* ---- broadcasting ------------------------------------------------------------------------
+ * The inputs of an element-wise op are described by their element strides along the
+ * node's axes (0 on a broadcast axis). Size-1 axes are dropped and neighbouring axes that
+ * continue each other in every input are merged, so identical shapes become one axis of
+ * stride 1, a bias [C] on [N, C] becomes [N, C] with strides (0, 1), a scalar stride 0. */
+
+typedef struct {
+    int nd;                          /* merged axes, >= 1 */
+    int64_t shape[RC_MAX_DIMS];
+    int64_t st[3][RC_MAX_DIMS];      /* element strides of input k along each merged axis */
+} bcast;
+
+/* Strides of t's elements along the axes of shape[nd] (right-aligned); -1 if t does not
+ * broadcast to it. */
+static int bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64_t *st)
+{
+    int off = nd - t->ndim;
+    if (off < 0)
+        return -1;
+    int64_t s = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        int j = i - off;
+        if (j < 0) {
+            st[i] = 0;
+            continue;
+        }
+        if (t->shape[j] == shape[i])
+            st[i] = shape[i] == 1 ? 0 : s;
+        else if (t->shape[j] == 1)
+            st[i] = 0;
+        else
+            return -1;
+        s *= t->shape[j];
+    }
+    return 0;
+}
+
+static int bcast_init(bcast *b, const rc_tensor *node, int nin, rc_tensor *const *in)
+{
+    int64_t st[3][RC_MAX_DIMS];
+    for (int k = 0; k < nin; k++)
+        if (bcast_strides(in[k], node->ndim, node->shape, st[k]))
+            return -1;
+    b->nd = 0;
+    for (int i = 0; i < node->ndim; i++) {
+        int64_t n = node->shape[i];
+        if (n == 1)
+            continue;
+        int d = b->nd, merge = d > 0;
+        for (int k = 0; merge && k < nin; k++)
+            merge = b->st[k][d - 1] == st[k][i] * n;
+        if (merge) {
+            b->shape[d - 1] *= n;
+            for (int k = 0; k < nin; k++)
+                b->st[k][d - 1] = st[k][i];
+            continue;
+        }
+        b->shape[d] = n;
+        for (int k = 0; k < nin; k++)
+            b->st[k][d] = st[k][i];
+        b->nd++;
+    }
+    if (b->nd == 0) {
+        b->nd = 1;
+        b->shape[0] = 1;
+        for (int k = 0; k < nin; k++)
+            b->st[k][0] = 0;
+    }
+    return 0;
+}
+
+/* Element offsets of the inputs at the start of row r (rows: all merged axes but the last). */
+static void bcast_row(const bcast *b, int nin, int64_t r, int64_t *off)
+{
+    for (int k = 0; k < nin; k++)
+        off[k] = 0;
+    for (int i = b->nd - 2; i >= 0; i--) {
+        int64_t idx = r % b->shape[i];
+        r /= b->shape[i];
+        for (int k = 0; k < nin; k++)
+            off[k] += idx * b->st[k][i];
+    }
+}
+
+static int bcast_error(const rc_tensor *node, rc_error *err)
+{
+    char so[96];
+    return rc_error_set(err, RC_ERR_SHAPE, "%s: inputs do not broadcast to the output %s",
+                        op_name(node), rc_shape_str(node, so, sizeof so));
+}
+
+/* ---- fill, unary, activations ------------------------------------------------------------ */
+
+static int k_full(rc_tensor *node)
+{
+    real *restrict o = node->data;
+    real v = (real)node->fparam[0];
+    int64_t n = rc_tensor_numel(node);
+    #pragma omp parallel for if(n > PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        o[i] = v;
+    return 0;
+}
+
+static int k_unary(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err))
+        return -1;
+    if (rc_tensor_numel(node->src[0]) != rc_tensor_numel(node))
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: input and output sizes differ", op_name(node));
+    const real *restrict x = src_data(node, 0);
+    real *restrict o = node->data;
+    int64_t n = rc_tensor_numel(node);
+    real s = (real)node->fparam[0], c = (real)node->fparam[1];
+    switch (node->op) {
+    case RC_OP_AFFINE:
+        #pragma omp parallel for if(n > PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = x[i] * s + c;
+        break;
+    case RC_OP_EXP:
+        #pragma omp parallel for if(n > PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = exp(x[i]);
+        break;
+    case RC_OP_LOG:
+        #pragma omp parallel for if(n > PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = log(x[i]);
+        break;
+    case RC_OP_SQRT:
+        #pragma omp parallel for if(n > PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = sqrt(x[i]);
+        break;
+    case RC_OP_RSQRT:
+        #pragma omp parallel for if(n > PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = 1 / sqrt(x[i]);
+        break;
+    case RC_OP_TANH:
+        #pragma omp parallel for if(n > PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = tanh(x[i]);
+        break;
+    default:
+        return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: not a unary op", op_name(node));
+    }
+    return 0;
+}
+
+/* sigmoid without overflow: exp of a non-positive number only */
+static inline real sigmoid(real x)
+{
+    if (x >= 0)
+        return 1 / (1 + exp(-x));
+    real e = exp(x);
+    return e / (1 + e);
+}
+
+/* 0.5 x (1 + tanh(u)), u = k (x + a x^3), and its derivatives. */
+static inline real act_gelu_tanh(real x, int order)
+{
+    const real k = (real)0.7978845608028654, a = (real)0.044715;
+    real u = k * (x + a * x * x * x), t = tanh(u);
+    if (order == 0)
+        return (real)0.5 * x * (1 + t);
+    real s = 1 - t * t, u1 = k * (1 + 3 * a * x * x);
+    if (order == 1)
+        return (real)0.5 * (1 + t) + (real)0.5 * x * s * u1;
+    real u2 = 6 * a * k * x;
+    return s * u1 + (real)0.5 * x * s * (u2 - 2 * t * u1 * u1);
+}
+
+/* x Phi(x) and its derivatives. */
+static inline real act_gelu_erf(real x, int order)
+{
+    real cdf = (real)0.5 * (1 + erf(x * (real)0.7071067811865476));
+    if (order == 0)
+        return x * cdf;
+    real pdf = exp((real)-0.5 * x * x) * (real)0.3989422804014327;
+    if (order == 1)
+        return cdf + x * pdf;
+    return pdf * (2 - x * x);
+}
+
+static inline real act_silu(real x, int order)
+{
+    real sg = sigmoid(x);
+    if (order == 0)
+        return x * sg;
+    if (order == 1)
+        return sg * (1 + x * (1 - sg));
+    return sg * (1 - sg) * (2 + x * (1 - 2 * sg));
+}
+
+static inline real act_sigmoid(real x, int order)
+{
+    real sg = sigmoid(x);
+    if (order == 0)
+        return sg;
+    if (order == 1)
+        return sg * (1 - sg);
+    return sg * (1 - sg) * (1 - 2 * sg);
+}
+
+static int k_act(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err))
+        return -1;
+    int kind = node->iparam[0], order = node->iparam[1];
+    if (kind < 0 || kind >= RC_ACT_COUNT || order < 0 || order > 2)
+        return rc_error_set(err, RC_ERR_ARG, "act: activation %d, derivative order %d", kind, order);
+    const real *restrict x = src_data(node, 0);
+    real *restrict o = node->data;
+    int64_t n = rc_tensor_numel(node);
+    switch (kind) {
+    case RC_ACT_RELU:
+        if (order == 0) {
+            #pragma omp parallel for if(n > PAR_MIN) schedule(static)
+            for (int64_t i = 0; i < n; i++)
+                o[i] = x[i] > 0 ? x[i] : 0;
+        } else if (order == 1) {
+            #pragma omp parallel for if(n > PAR_MIN) schedule(static)
+            for (int64_t i = 0; i < n; i++)
+                o[i] = x[i] > 0 ? 1 : 0;
+        } else {
+            memset(o, 0, (size_t)n * sizeof(real));
+        }
+        break;
+    case RC_ACT_GELU_TANH:
+        #pragma omp parallel for if(n > PAR_MIN / 8) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = act_gelu_tanh(x[i], order);
+        break;
+    case RC_ACT_GELU_ERF:
+        #pragma omp parallel for if(n > PAR_MIN / 8) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = act_gelu_erf(x[i], order);
+        break;
+    case RC_ACT_SILU:
+        #pragma omp parallel for if(n > PAR_MIN / 8) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = act_silu(x[i], order);
+        break;
+    default: /* RC_ACT_SIGMOID */
+        #pragma omp parallel for if(n > PAR_MIN / 8) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = act_sigmoid(x[i], order);
+        break;
+    }
+    return 0;
+}
+
+/* ---- broadcast binary ops ------------------------------------------------------------------ */
+
+/* o[i] = a[i * sa] op b[i * sb]: strides 1 and 0 get their own loops so they vectorise. */
+static void binary_row(rc_op op, real *restrict o, const real *restrict a, int64_t sa,
+                       const real *restrict b, int64_t sb, int64_t n)
+{
+    if (sa == 1 && sb == 1) {
+        switch (op) {
+        case RC_OP_ADD: for (int64_t i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
+        case RC_OP_SUB: for (int64_t i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
+        case RC_OP_MUL: for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
+        default:        for (int64_t i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
+        }
+    } else if (sa == 1 && sb == 0) {
+        real y = b[0];
+        switch (op) {
+        case RC_OP_ADD: for (int64_t i = 0; i < n; i++) o[i] = a[i] + y; break;
+        case RC_OP_SUB: for (int64_t i = 0; i < n; i++) o[i] = a[i] - y; break;
+        case RC_OP_MUL: for (int64_t i = 0; i < n; i++) o[i] = a[i] * y; break;
+        default:        for (int64_t i = 0; i < n; i++) o[i] = a[i] / y; break;
+        }
+    } else if (sa == 0 && sb == 1) {
+        real x = a[0];
+        switch (op) {
+        case RC_OP_ADD: for (int64_t i = 0; i < n; i++) o[i] = x + b[i]; break;
+        case RC_OP_SUB: for (int64_t i = 0; i < n; i++) o[i] = x - b[i]; break;
+        case RC_OP_MUL: for (int64_t i = 0; i < n; i++) o[i] = x * b[i]; break;
+        default:        for (int64_t i = 0; i < n; i++) o[i] = x / b[i]; break;
+        }
+    } else {
+        switch (op) {
+        case RC_OP_ADD: for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] + b[i * sb]; break;
+        case RC_OP_SUB: for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] - b[i * sb]; break;
+        case RC_OP_MUL: for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] * b[i * sb]; break;
+        default:        for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] / b[i * sb]; break;
+        }
+    }
+}
+
+static int k_binary(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, real_dtype(), err))
+        return -1;
+    bcast b;
+    if (bcast_init(&b, node, 2, node->src))
+        return bcast_error(node, err);
+    const real *x = src_data(node, 0), *y = src_data(node, 1);
+    real *o = node->data;
+    int nd = b.nd;
+    int64_t n = b.shape[nd - 1], total = rc_tensor_numel(node), rows = total / n;
+    int64_t sx = b.st[0][nd - 1], sy = b.st[1][nd - 1];
+    int64_t len = row_chunk(rows, n), pieces = (n + len - 1) / len, tasks = rows * pieces;
+    rc_op op = node->op;
+    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t r = t / pieces, j0 = (t % pieces) * len, off[2];
+        bcast_row(&b, 2, r, off);
+        binary_row(op, o + r * n + j0, x + off[0] + j0 * sx, sx, y + off[1] + j0 * sy, sy,
+                   min64(len, n - j0));
+    }
+    return 0;
+}
+
+/* where: src0 cond (node's dtype or i32, nonzero = true), src1 a, src2 b, all broadcast. */
+static int k_where(rc_tensor *node, rc_error *err)
+{
+    if (node->nsrc < 3 || !node->src[0])
+        return rc_error_set(err, RC_ERR_ARG, "where: needs a condition and two inputs");
+    int cond_i32 = node->src[0]->dtype == RC_I32;
+    if ((!cond_i32 && need_src(node, 0, real_dtype(), err)) ||
+        need_src(node, 1, real_dtype(), err) || need_src(node, 2, real_dtype(), err))
+        return -1;
+    bcast b;
+    if (bcast_init(&b, node, 3, node->src))
+        return bcast_error(node, err);
+    const int32_t *ci = node->src[0]->data;
+    const real *cr = src_data(node, 0), *x = src_data(node, 1), *y = src_data(node, 2);
+    real *o = node->data;
+    int nd = b.nd;
+    int64_t n = b.shape[nd - 1], total = rc_tensor_numel(node), rows = total / n;
+    int64_t sc = b.st[0][nd - 1], sx = b.st[1][nd - 1], sy = b.st[2][nd - 1];
+    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off[3];
+        bcast_row(&b, 3, r, off);
+        real *restrict orow = o + r * n;
+        const real *xr = x + off[1], *yr = y + off[2];
+        if (cond_i32) {
+            const int32_t *c = ci + off[0];
+            for (int64_t i = 0; i < n; i++)
+                orow[i] = c[i * sc] != 0 ? xr[i * sx] : yr[i * sy];
+        } else {
+            const real *c = cr + off[0];
+            for (int64_t i = 0; i < n; i++)
+                orow[i] = c[i * sc] != 0 ? xr[i * sx] : yr[i * sy];
+        }
+    }
+    return 0;
+}
+
+/* equal: src0 and src1 of the node's dtype, or both i32; 1 where equal else 0. */
+static int k_equal(rc_tensor *node, rc_error *err)
+{
+    if (node->nsrc < 2 || !node->src[0] || !node->src[1])
+        return rc_error_set(err, RC_ERR_ARG, "equal: needs two inputs");
+    rc_dtype t = node->src[0]->dtype;
+    if (t != RC_I32)
+        t = real_dtype();
+    if (need_src(node, 0, t, err) || need_src(node, 1, t, err))
+        return -1;
+    bcast b;
+    if (bcast_init(&b, node, 2, node->src))
+        return bcast_error(node, err);
+    int is_i32 = t == RC_I32;
+    const int32_t *xi = node->src[0]->data, *yi = node->src[1]->data;
+    const real *xr = src_data(node, 0), *yr = src_data(node, 1);
+    real *o = node->data;
+    int nd = b.nd;
+    int64_t n = b.shape[nd - 1], total = rc_tensor_numel(node), rows = total / n;
+    int64_t sx = b.st[0][nd - 1], sy = b.st[1][nd - 1];
+    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off[2];
+        bcast_row(&b, 2, r, off);
+        real *restrict orow = o + r * n;
+        if (is_i32) {
+            const int32_t *a = xi + off[0], *c = yi + off[1];
+            for (int64_t i = 0; i < n; i++)
+                orow[i] = a[i * sx] == c[i * sy] ? 1 : 0;
+        } else {
+            const real *a = xr + off[0], *c = yr + off[1];
+            for (int64_t i = 0; i < n; i++)
+                orow[i] = a[i * sx] == c[i * sy] ? 1 : 0;
+        }
+    }
+    return 0;
+}
+
+/* ---- matmul ---------------------------------------------------------------------------------- */
+
+/* C[m, n] = op(A) op(B), row-major; the sizeof test is folded by the compiler. */
+static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const real *a, int64_t lda,
+                 const real *b, int64_t ldb, real *c, int64_t ldc)
+{
+    enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE opb = tb ? CblasTrans : CblasNoTrans;
+    if (sizeof(real) == sizeof(double))
+        cblas_dgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, 1.0,
+                    (const double *)(const void *)a, (blasint)lda, (const double *)(const void *)b,
+                    (blasint)ldb, 0.0, (double *)(void *)c, (blasint)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, 1.0f,
+                    (const float *)(const void *)a, (blasint)lda, (const float *)(const void *)b,
+                    (blasint)ldb, 0.0f, (float *)(void *)c, (blasint)ldc);
+}
+
+/* src0 a [..., M, K] (stored [..., K, M] when iparam[0]), src1 b [..., K, N] (stored
+ * [..., N, K] when iparam[1]) -> [..., M, N]. Either operand may be shared by every batch
+ * (one batch only, e.g. a 2-D weight). */
+static int k_matmul(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, real_dtype(), err))
+        return -1;
+    const rc_tensor *A = node->src[0], *B = node->src[1];
+    int ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
+    if (A->ndim < 2 || B->ndim < 2 || node->ndim < 2)
+        return rc_error_set(err, RC_ERR_SHAPE, "matmul: operands must have at least 2 dimensions");
+    int64_t m = A->shape[A->ndim - (ta ? 1 : 2)], k = A->shape[A->ndim - (ta ? 2 : 1)];
+    int64_t kb = B->shape[B->ndim - (tb ? 1 : 2)], n = B->shape[B->ndim - (tb ? 2 : 1)];
+    if (k != kb || node->shape[node->ndim - 2] != m || node->shape[node->ndim - 1] != n)
+        return rc_error_set(err, RC_ERR_SHAPE, "matmul: [%lld, %lld] @ [%lld, %lld] -> [%lld, %lld]",
+                            (long long)m, (long long)k, (long long)kb, (long long)n,
+                            (long long)node->shape[node->ndim - 2],
+                            (long long)node->shape[node->ndim - 1]);
+    real *c = node->data;
+    if (k == 0) {
+        memset(c, 0, rc_tensor_nbytes(node));
+        return 0;
+    }
+    int64_t batch = rc_tensor_numel(node) / (m * n);
+    int64_t ba = rc_tensor_numel(A) / (m * k), bb = rc_tensor_numel(B) / (k * n);
+    if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
+        return rc_error_set(err, RC_ERR_SHAPE, "matmul: batches %lld @ %lld -> %lld do not match",
+                            (long long)ba, (long long)bb, (long long)batch);
+    if (batch * m > INT_MAX || n > INT_MAX || k > INT_MAX)
+        return rc_error_set(err, RC_ERR_SHAPE, "matmul: extents %lld x %lld x %lld exceed the BLAS",
+                            (long long)(batch * m), (long long)k, (long long)n);
+    const real *a = A->data, *b = B->data;
+    int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    if (batch == 1 || (bb == 1 && ba == batch && !ta)) {
+        /* one gemm: the batches of a stacked into its rows */
+        gemm(ta, tb, batch * m, n, k, a, lda, b, ldb, c, n);
+        return 0;
+    }
+    int64_t sa = ba == 1 ? 0 : m * k, sb = bb == 1 ? 0 : k * n;
+    int threads = omp_get_max_threads();
+    /* many small gemms: one per thread (the BLAS runs single-threaded inside a parallel region) */
+    #pragma omp parallel for if(threads > 1 && batch >= threads) schedule(static)
+    for (int64_t i = 0; i < batch; i++)
+        gemm(ta, tb, m, n, k, a + i * sa, lda, b + i * sb, ldb, c + i * m * n, n);
+    return 0;
+}
+
+/* ---- softmax and norms ------------------------------------------------------------------------ */
+
+/* softmax over the last axis of z = x * scale + mask; iparam[0]: causal. */
+static int k_softmax(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err))
+        return -1;
+    const rc_tensor *mt = node->nsrc > 1 ? node->src[1] : NULL;
+    int nd = node->ndim;
+    int64_t mst[RC_MAX_DIMS];
+    if (mt && (need_src(node, 1, real_dtype(), err)))
+        return -1;
+    if (mt && bcast_strides(mt, nd, node->shape, mst))
+        return bcast_error(node, err);
+    const real *x = src_data(node, 0), *mask = src_data(node, 1);
+    real *out = node->data;
+    int64_t c = last_dim(node), total = rc_tensor_numel(node), rows = total / c;
+    int64_t tq = nd >= 2 ? node->shape[nd - 2] : 1;
+    int causal = node->iparam[0] != 0;
+    real scale = (real)node->fparam[0];
+    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const real *restrict xr = x + r * c;
+        real *restrict o = out + r * c;
+        int64_t cnt = c;   /* the visible keys: [0, cnt) */
+        if (causal) {
+            int64_t lim = r % tq + (c - tq) + 1;
+            cnt = lim < 0 ? 0 : lim > c ? c : lim;
+        }
+        for (int64_t j = 0; j < cnt; j++)
+            o[j] = xr[j] * scale;
+        if (mask) {
+            int64_t moff = 0, rr = r;
+            for (int i = nd - 2; i >= 0; i--) {
+                moff += (rr % node->shape[i]) * mst[i];
+                rr /= node->shape[i];
+            }
+            const real *mr = mask + moff;
+            int64_t ms = nd ? mst[nd - 1] : 0;
+            for (int64_t j = 0; j < cnt; j++)
+                o[j] += mr[j * ms];
+        }
+        real mx = -INFINITY;
+        for (int64_t j = 0; j < cnt; j++)
+            mx = o[j] > mx ? o[j] : mx;
+        if (mx == -INFINITY) {
+            /* nothing visible: zeros rather than 0/0 */
+            for (int64_t j = 0; j < c; j++)
+                o[j] = 0;
+            continue;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < cnt; j++) {
+            o[j] = exp(o[j] - mx);
+            sum += o[j];
+        }
+        real inv = (real)(1 / sum);
+        for (int64_t j = 0; j < cnt; j++)
+            o[j] *= inv;
+        for (int64_t j = cnt; j < c; j++)
+            o[j] = 0;
+    }
+    return 0;
+}
+
+/* (x - mean) / sqrt(var + eps) * w + b over the last axis; w, b optional. */
+static int k_layer_norm(rc_tensor *node, rc_error *err)
+{
+    int64_t c = last_dim(node), total = rc_tensor_numel(node), rows = total / c;
+    if (need_src(node, 0, real_dtype(), err) || optional_vector(node, 1, c, err) ||
+        optional_vector(node, 2, c, err))
+        return -1;
+    const real *x = src_data(node, 0), *w = src_data(node, 1), *b = src_data(node, 2);
+    real *out = node->data;
+    double eps = node->fparam[0];
+    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const real *restrict xr = x + r * c;
+        real *restrict o = out + r * c;
+        double mean = 0, var = 0;
+        for (int64_t j = 0; j < c; j++)
+            mean += xr[j];
+        mean /= (double)c;
+        for (int64_t j = 0; j < c; j++) {
+            double d = xr[j] - mean;
+            var += d * d;
+        }
+        var /= (double)c;
+        real mu = (real)mean, rstd = (real)(1 / sqrt(var + eps));
+        for (int64_t j = 0; j < c; j++)
+            o[j] = (xr[j] - mu) * rstd;
+        if (w)
+            for (int64_t j = 0; j < c; j++)
+                o[j] *= w[j];
+        if (b)
+            for (int64_t j = 0; j < c; j++)
+                o[j] += b[j];
+    }
+    return 0;
+}
+
+/* x / sqrt(mean(x^2) + eps) * (w + offset) over the last axis; no w: times 1. */
+static int k_rms_norm(rc_tensor *node, rc_error *err)
+{
+    int64_t c = last_dim(node), total = rc_tensor_numel(node), rows = total / c;
+    if (need_src(node, 0, real_dtype(), err) || optional_vector(node, 1, c, err))
+        return -1;
+    const real *x = src_data(node, 0), *w = src_data(node, 1);
+    real *out = node->data;
+    double eps = node->fparam[0];
+    real offset = (real)node->fparam[1];
+    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const real *restrict xr = x + r * c;
+        real *restrict o = out + r * c;
+        double ss = 0;
+        for (int64_t j = 0; j < c; j++)
+            ss += (double)xr[j] * xr[j];
+        real rs = (real)(1 / sqrt(ss / (double)c + eps));
+        if (w)
+            for (int64_t j = 0; j < c; j++)
+                o[j] = xr[j] * rs * (w[j] + offset);
+        else
+            for (int64_t j = 0; j < c; j++)
+                o[j] = xr[j] * rs;
+    }
+    return 0;
+}
+
+/* ---- embedding, one-hot, cross-entropy ------------------------------------------------------- */
+
+/* The first id outside [0, n) that is not `ignore` (pass a value no id has to check all);
+ * -1 if none. */
+static int64_t bad_id(const int32_t *ids, int64_t count, int64_t n, int64_t ignore)
+{
+    for (int64_t i = 0; i < count; i++)
+        if (ids[i] != ignore && (ids[i] < 0 || ids[i] >= n))
+            return i;
+    return -1;
+}
+
+/* table src0 [V, C], ids src1 i32 [...] -> [..., C] */
+static int k_embedding(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, RC_I32, err))
+        return -1;
+    const rc_tensor *tab = node->src[0];
+    int64_t c = last_dim(node), count = rc_tensor_numel(node->src[1]);
+    if (tab->ndim != 2 || tab->shape[1] != c || count * c != rc_tensor_numel(node))
+        return rc_error_set(err, RC_ERR_SHAPE, "embedding: table, ids and output do not fit");
+    int64_t v = tab->shape[0];
+    const int32_t *ids = node->src[1]->data;
+    int64_t bad = bad_id(ids, count, v, INT64_MIN);
+    if (bad >= 0)
+        return rc_error_set(err, RC_ERR_INDEX, "embedding: id %d at position %lld is outside [0, %lld)",
+                            ids[bad], (long long)bad, (long long)v);
+    const real *t = tab->data;
+    real *o = node->data;
+    #pragma omp parallel for if(count * c > PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < count; i++)
+        memcpy(o + i * c, t + (int64_t)ids[i] * c, (size_t)c * sizeof(real));
+    return 0;
+}
+
+/* ids src0 i32 [...], grad src1 [..., C] -> [V, C]: zeros, then out[ids[i]] += grad[i].
+ * Threads own blocks of columns, so the sums are deterministic. */
+static int k_embedding_grad(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, RC_I32, err) || need_src(node, 1, real_dtype(), err))
+        return -1;
+    if (node->ndim != 2)
+        return rc_error_set(err, RC_ERR_SHAPE, "embedding_grad: output must be [vocab, dim]");
+    int64_t v = node->shape[0], c = node->shape[1], count = rc_tensor_numel(node->src[0]);
+    if (count * c != rc_tensor_numel(node->src[1]))
+        return rc_error_set(err, RC_ERR_SHAPE, "embedding_grad: ids and gradient do not fit");
+    const int32_t *ids = node->src[0]->data;
+    int64_t bad = bad_id(ids, count, v, INT64_MIN);
+    if (bad >= 0)
+        return rc_error_set(err, RC_ERR_INDEX,
+                            "embedding_grad: id %d at position %lld is outside [0, %lld)", ids[bad],
+                            (long long)bad, (long long)v);
+    const real *g = src_data(node, 1);
+    real *out = node->data;
+    memset(out, 0, rc_tensor_nbytes(node));
+    int par = count * c > PAR_MIN;
+    int64_t threads = par ? omp_get_max_threads() : 1;
+    int64_t bw = (c + threads - 1) / threads;
+    bw = (bw + 15) / 16 * 16;
+    int64_t blocks = (c + bw - 1) / bw;
+    #pragma omp parallel for if(par && blocks > 1) schedule(static)
+    for (int64_t blk = 0; blk < blocks; blk++) {
+        int64_t j0 = blk * bw, len = min64(bw, c - j0);
+        for (int64_t i = 0; i < count; i++) {
+            real *restrict o = out + (int64_t)ids[i] * c + j0;
+            const real *restrict gi = g + i * c + j0;
+            for (int64_t j = 0; j < len; j++)
+                o[j] += gi[j];
+        }
+    }
+    return 0;
+}
+
+/* ids src0 i32 [...] -> [..., depth]; ids equal to iparam[1] give zero rows. */
+static int k_one_hot(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, RC_I32, err))
+        return -1;
+    int64_t depth = last_dim(node), count = rc_tensor_numel(node->src[0]);
+    if (count * depth != rc_tensor_numel(node))
+        return rc_error_set(err, RC_ERR_SHAPE, "one_hot: ids and output do not fit");
+    const int32_t *ids = node->src[0]->data;
+    int32_t ignore = node->iparam[1];
+    int64_t bad = bad_id(ids, count, depth, ignore);
+    if (bad >= 0)
+        return rc_error_set(err, RC_ERR_INDEX, "one_hot: id %d at position %lld is outside [0, %lld)",
+                            ids[bad], (long long)bad, (long long)depth);
+    real *out = node->data;
+    #pragma omp parallel for if(count * depth > PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < count; i++) {
+        real *restrict o = out + i * depth;
+        for (int64_t j = 0; j < depth; j++)
+            o[j] = 0;
+        if (ids[i] != ignore)
+            o[ids[i]] = 1;
+    }
+    return 0;
+}
+
+/* logits src0 [..., V], targets src1 i32 [...] -> scalar: the mean over targets != iparam[0]
+ * of logsumexp(row) - row[target]; 0 when every target is ignored. */
+static int k_cross_entropy(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, RC_I32, err))
+        return -1;
+    const rc_tensor *lt = node->src[0];
+    int64_t v = last_dim(lt), rows = lead_rows(lt);
+    if (lt->ndim < 1 || rc_tensor_numel(node->src[1]) != rows)
+        return rc_error_set(err, RC_ERR_SHAPE, "cross_entropy: %lld targets for %lld rows",
+                            (long long)rc_tensor_numel(node->src[1]), (long long)rows);
+    const int32_t *tg = node->src[1]->data;
+    int32_t ignore = node->iparam[0];
+    int64_t bad = bad_id(tg, rows, v, ignore);
+    if (bad >= 0)
+        return rc_error_set(err, RC_ERR_INDEX,
+                            "cross_entropy: target %d at position %lld is outside [0, %lld)", tg[bad],
+                            (long long)bad, (long long)v);
+    const real *x = lt->data;
+    double loss = 0;
+    int64_t count = 0;
+    #pragma omp parallel for if(rows * v > PAR_MIN) reduction(+ : loss, count) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        if (tg[r] == ignore)
+            continue;
+        const real *restrict xr = x + r * v;
+        real mx = -INFINITY;
+        for (int64_t j = 0; j < v; j++)
+            mx = xr[j] > mx ? xr[j] : mx;
+        double s = 0;
+        for (int64_t j = 0; j < v; j++)
+            s += exp(xr[j] - mx);
+        loss += (double)mx + log(s) - (double)xr[tg[r]];
+        count++;
+    }
+    real *o = node->data;
+    o[0] = count ? (real)(loss / (double)count) : 0;
+    return 0;
+}
+
+/* ---- rope ---------------------------------------------------------------------------------------- */
+
+/* x src0 [..., T, H, D], positions src1 i32 (P values, row r uses pos[r % P]);
+ * iparam: rot, mode, inverse; fparam[0] theta. Angles in double. */
+static int k_rope(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, RC_I32, err))
+        return -1;
+    int nd = node->ndim;
+    int64_t rot = node->iparam[0], np = rc_tensor_numel(node->src[1]);
+    int mode = node->iparam[1], inverse = node->iparam[2] != 0;
+    double theta = node->fparam[0];
+    if (nd < 3 || rc_tensor_numel(node->src[0]) != rc_tensor_numel(node))
+        return rc_error_set(err, RC_ERR_SHAPE, "rope: input must be [..., T, heads, head_dim]");
+    int64_t d = node->shape[nd - 1], h = node->shape[nd - 2];
+    int64_t total = rc_tensor_numel(node), rows = total / (h * d);
+    if (rot < 0 || rot % 2 || rot > d || (mode != RC_ROPE_INTERLEAVED && mode != RC_ROPE_HALF))
+        return rc_error_set(err, RC_ERR_ARG, "rope: rotary dims %lld, mode %d for head dim %lld",
+                            (long long)rot, mode, (long long)d);
+    if (np == 0)
+        return rc_error_set(err, RC_ERR_SHAPE, "rope: no positions");
+    const real *x = src_data(node, 0);
+    const int32_t *pos = node->src[1]->data;
+    real *out = node->data;
+    int64_t half = rot / 2;
+    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        double p = pos[r % np];
+        real cs[ROPE_BLOCK], sn[ROPE_BLOCK];
+        for (int64_t q0 = 0; q0 < half; q0 += ROPE_BLOCK) {
+            int64_t nq = min64(ROPE_BLOCK, half - q0);
+            for (int64_t q = 0; q < nq; q++) {
+                double ang = p * pow(theta, -2.0 * (double)(q0 + q) / (double)rot);
+                if (inverse)
+                    ang = -ang;
+                cs[q] = (real)cos(ang);
+                sn[q] = (real)sin(ang);
+            }
+            for (int64_t hh = 0; hh < h; hh++) {
+                const real *restrict xr = x + (r * h + hh) * d;
+                real *restrict o = out + (r * h + hh) * d;
+                for (int64_t q = 0; q < nq; q++) {
+                    int64_t ia, ib;
+                    if (mode == RC_ROPE_INTERLEAVED) {
+                        ia = 2 * (q0 + q);
+                        ib = ia + 1;
+                    } else {
+                        ia = q0 + q;
+                        ib = ia + half;
+                    }
+                    real xa = xr[ia], xb = xr[ib];
+                    o[ia] = xa * cs[q] - xb * sn[q];
+                    o[ib] = xb * cs[q] + xa * sn[q];
+                }
+            }
+        }
+        if (rot < d)
+            for (int64_t hh = 0; hh < h; hh++)
+                memcpy(out + (r * h + hh) * d + rot, x + (r * h + hh) * d + rot,
+                       (size_t)(d - rot) * sizeof(real));
+    }
+    return 0;
+}
+
+/* ---- reductions -------------------------------------------------------------------------------- */
+
+static double row_sum(const real *restrict x, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
+    return s;
+}
+
+static real row_max(const real *restrict x, int64_t n)
+{
+    real m = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* the same over all threads, for a single long row */
+static double row_sum_par(const real *restrict x, int64_t n)
+{
+    double s = 0;
+    #pragma omp parallel for reduction(+ : s) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
+    return s;
+}
+
+static real row_max_par(const real *restrict x, int64_t n)
+{
+    real m = -INFINITY;
+    #pragma omp parallel for reduction(max : m) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* o[j] = sum over k of x[k * stride + j], j < len; accumulated in double. */
+static void col_sum(real *restrict o, const real *restrict x, int64_t n, int64_t stride, int64_t len)
+{
+    double acc[COL_BLOCK];
+    for (int64_t j = 0; j < len; j++)
+        acc[j] = 0;
+    for (int64_t k = 0; k < n; k++) {
+        const real *restrict xk = x + k * stride;
+        for (int64_t j = 0; j < len; j++)
+            acc[j] += xk[j];
+    }
+    for (int64_t j = 0; j < len; j++)
+        o[j] = (real)acc[j];
+}
+
+static void col_max(real *restrict o, const real *restrict x, int64_t n, int64_t stride, int64_t len)
+{
+    for (int64_t j = 0; j < len; j++)
+        o[j] = -INFINITY;
+    for (int64_t k = 0; k < n; k++) {
+        const real *restrict xk = x + k * stride;
+        for (int64_t j = 0; j < len; j++)
+            o[j] = xk[j] > o[j] ? xk[j] : o[j];
+    }
+}
+
+/* x [outer, n, inner] -> out [outer, inner]: the sum (or max) over the middle axis. */
+static void reduce3(real *out, const real *x, int64_t outer, int64_t n, int64_t inner, int is_max)
+{
+    int par = outer * n * inner > PAR_MIN;
+    if (inner == 1) {
+        if (par && outer < omp_get_max_threads()) {
+            for (int64_t o = 0; o < outer; o++)
+                out[o] = is_max ? row_max_par(x + o * n, n) : (real)row_sum_par(x + o * n, n);
+            return;
+        }
+        #pragma omp parallel for if(par) schedule(static)
+        for (int64_t o = 0; o < outer; o++)
+            out[o] = is_max ? row_max(x + o * n, n) : (real)row_sum(x + o * n, n);
+        return;
+    }
+    int64_t blocks = (inner + COL_BLOCK - 1) / COL_BLOCK, tasks = outer * blocks;
+    #pragma omp parallel for if(par && tasks > 1) schedule(static)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t o = t / blocks, j0 = (t % blocks) * COL_BLOCK, len = min64(COL_BLOCK, inner - j0);
+        real *dst = out + o * inner + j0;
+        const real *src = x + o * n * inner + j0;
+        if (is_max)
+            col_max(dst, src, n, inner, len);
+        else
+            col_sum(dst, src, n, inner, len);
+    }
+}
+
+/* sum / max over axis iparam[0] of src0 (keepdim is already in the node's shape) */
+static int k_reduce(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err))
+        return -1;
+    const rc_tensor *s = node->src[0];
+    int axis = node->iparam[0];
+    if (axis < 0 || axis >= s->ndim)
+        return rc_error_set(err, RC_ERR_ARG, "%s: axis %d of a %d-D input", op_name(node), axis,
+                            s->ndim);
+    int64_t outer = 1, inner = 1, n = s->shape[axis];
+    for (int i = 0; i < axis; i++)
+        outer *= s->shape[i];
+    for (int i = axis + 1; i < s->ndim; i++)
+        inner *= s->shape[i];
+    if (outer * inner != rc_tensor_numel(node))
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: output size does not match", op_name(node));
+    reduce3(node->data, s->data, outer, n, inner, node->op == RC_OP_MAX);
+    return 0;
+}
+
+/* src0 summed down to the node's shape (right-aligned, size-1 or missing axes summed). */
+static int k_sum_to(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err))
+        return -1;
+    const rc_tensor *s = node->src[0];
+    const real *x = s->data;
+    real *out = node->data;
+    int sd = s->ndim;
+    int64_t os[RC_MAX_DIMS];   /* output strides along the input's axes, 0 where summed */
+    if (node->ndim > sd || bcast_strides(node, sd, s->shape, os)) {
+        char a[96], b[96];
+        return rc_error_set(err, RC_ERR_SHAPE, "sum_to: %s cannot be summed to %s",
+                            rc_shape_str(s, a, sizeof a), rc_shape_str(node, b, sizeof b));
+    }
+    int64_t total = rc_tensor_numel(s);
+    if (total == rc_tensor_numel(node)) {
+        memcpy(out, x, rc_tensor_nbytes(node));
+        return 0;
+    }
+    if (total == 0) {
+        memset(out, 0, rc_tensor_nbytes(node));
+        return 0;
+    }
+    /* merge the input's axes into alternating summed / kept runs */
+    int nd = 0;
+    int64_t shape[RC_MAX_DIMS], st[RC_MAX_DIMS];
+    for (int i = 0; i < sd; i++) {
+        if (s->shape[i] == 1)
+            continue;
+        if (nd > 0 && st[nd - 1] == os[i] * s->shape[i]) {
+            shape[nd - 1] *= s->shape[i];
+            st[nd - 1] = os[i];
+            continue;
+        }
+        shape[nd] = s->shape[i];
+        st[nd] = os[i];
+        nd++;
+    }
+    if (nd == 1) {
+        reduce3(out, x, 1, shape[0], 1, 0);                 /* everything */
+    } else if (nd == 2 && st[0] == 0) {
+        reduce3(out, x, 1, shape[0], shape[1], 0);          /* leading rows (bias gradient) */
+    } else if (nd == 2) {
+        reduce3(out, x, shape[0], shape[1], 1, 0);          /* trailing columns */
+    } else if (nd == 3 && st[1] == 0) {
+        reduce3(out, x, shape[0], shape[1], shape[2], 0);   /* a middle run */
+    } else {
+        /* general: walk the input once, adding into the output */
+        memset(out, 0, rc_tensor_nbytes(node));
+        int64_t idx[RC_MAX_DIMS] = {0}, off = 0;
+        for (int64_t i = 0; i < total; i++) {
+            out[off] += x[i];
+            for (int k = nd - 1; k >= 0; k--) {
+                off += st[k];
+                if (++idx[k] < shape[k])
+                    break;
+                off -= st[k] * shape[k];
+                idx[k] = 0;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- dropout --------------------------------------------------------------------------------------- */
+
+/* element i kept iff uniform_at(key, i) >= p, kept values scaled by 1 / (1 - p) */
+static int k_dropout(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err))
+        return -1;
+    const real *restrict x = src_data(node, 0);
+    real *restrict o = node->data;
+    int64_t n = rc_tensor_numel(node);
+    double p = node->fparam[0];
+    if (rc_tensor_numel(node->src[0]) != n)
+        return rc_error_set(err, RC_ERR_SHAPE, "dropout: input and output sizes differ");
+    if (p == 0) {
+        memcpy(o, x, rc_tensor_nbytes(node));
+        return 0;
+    }
+    uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
+    real scale = p < 1 ? (real)(1 / (1 - p)) : 0;
+    #pragma omp parallel for if(n > PAR_MIN / 4) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        o[i] = rc_rng_uniform_at(key, (uint64_t)i) >= p ? x[i] * scale : 0;
+    return 0;
+}
+
+/* ---- dispatch --------------------------------------------------------------------------------------- */
+
+int RC_KERNEL_FN(rc_tensor *node, rc_error *err)
+{
+    if (node->dtype != real_dtype())
+        return rc_error_set(err, RC_ERR_DTYPE, "%s: output dtype %s given to the %s kernels",
+                            op_name(node), rc_dtype_name(node->dtype), rc_dtype_name(real_dtype()));
+    if (rc_tensor_numel(node) == 0)
+        return 0;
+    switch (node->op) {
+    case RC_OP_FULL:
+        return k_full(node);
+    case RC_OP_ADD:
+    case RC_OP_SUB:
+    case RC_OP_MUL:
+    case RC_OP_DIV:
+        return k_binary(node, err);
+    case RC_OP_AFFINE:
+    case RC_OP_EXP:
+    case RC_OP_LOG:
+    case RC_OP_SQRT:
+    case RC_OP_RSQRT:
+    case RC_OP_TANH:
+        return k_unary(node, err);
+    case RC_OP_ACT:
+        return k_act(node, err);
+    case RC_OP_MATMUL:
+        return k_matmul(node, err);
+    case RC_OP_SOFTMAX:
+        return k_softmax(node, err);
+    case RC_OP_LAYER_NORM:
+        return k_layer_norm(node, err);
+    case RC_OP_RMS_NORM:
+        return k_rms_norm(node, err);
+    case RC_OP_EMBEDDING:
+        return k_embedding(node, err);
+    case RC_OP_EMBEDDING_GRAD:
+        return k_embedding_grad(node, err);
+    case RC_OP_ROPE:
+        return k_rope(node, err);
+    case RC_OP_SUM:
+    case RC_OP_MAX:
+        return k_reduce(node, err);
+    case RC_OP_SUM_TO:
+        return k_sum_to(node, err);
+    case RC_OP_CROSS_ENTROPY:
+        return k_cross_entropy(node, err);
+    case RC_OP_ONE_HOT:
+        return k_one_hot(node, err);
+    case RC_OP_DROPOUT:
+        return k_dropout(node, err);
+    case RC_OP_WHERE:
+        return k_where(node, err);
+    case RC_OP_EQUAL:
+        return k_equal(node, err);
+    case RC_OP_LEAF:
+    case RC_OP_RESHAPE:
+        return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: leaves and views have no kernel",
+                            op_name(node));
+    default:
+        return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: no %s CPU kernel", op_name(node),
+                            rc_dtype_name(real_dtype()));
+    }
+}

@@ -1,0 +1,58 @@
+/* weights.c - the flat parameter buffer and its table. */
+#include "nn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t *shape)
+{
+    if (ndim < 1 || ndim > 4 || w->data)
+        return -1;
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 64;
+        nn_param *p = realloc(w->p, (size_t)cap * sizeof *p);
+        if (!p)
+            return -1;
+        w->p = p;
+        w->cap = cap;
+    }
+    nn_param *p = &w->p[w->n++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        p->shape[i] = shape[i];
+        p->numel *= shape[i];
+    }
+    p->offset = w->numel;
+    w->numel += p->numel;
+    return 0;
+}
+
+int nn_weights_alloc(nn_weights *w)
+{
+    w->data = calloc((size_t)(w->numel ? w->numel : 1), sizeof *w->data);
+    return w->data ? 0 : -1;
+}
+
+void nn_weights_free(nn_weights *w)
+{
+    free(w->p);
+    free(w->data);
+    memset(w, 0, sizeof *w);
+}
+
+float *nn_weights_get(const nn_weights *w, int i)
+{
+    return w->data + w->p[i].offset;
+}
+
+rc_tensor *nn_weights_leaf(rc_graph *g, const nn_weights *w, int i)
+{
+    const nn_param *p = &w->p[i];
+    rc_tensor *t = rc_param(g, p->name, RC_F32, p->ndim, p->shape);
+    rc_tensor_bind(t, w->data ? nn_weights_get(w, i) : NULL);
+    return t;
+}

@@ -1,0 +1,18 @@
+/* check.h - the tests' tiny assertion kit. Each CHECK counts; a test program exits
+ * non-zero when any failed and prints "N passed, N failed". */
+#ifndef REDCO_CHECK_H
+#define REDCO_CHECK_H
+
+#include <stdio.h>
+
+extern int check_passed, check_failed;
+
+void check_report(int ok, const char *file, int line, const char *expr, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* prints the summary line; returns the process exit status */
+int check_summary(const char *suite);
+
+#define CHECK(cond) check_report(!!(cond), __FILE__, __LINE__, #cond, NULL)
+#define CHECKF(cond, ...) check_report(!!(cond), __FILE__, __LINE__, #cond, __VA_ARGS__)
+
+#endif
