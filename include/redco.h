@@ -291,7 +291,9 @@ typedef struct {
     size_t peak_bytes;        /* size of the planned arena: intermediates at their peak */
     size_t naive_bytes;       /* what giving every intermediate its own buffer would take */
     double last_run_s;        /* wall time of the last run */
-    double last_kernel_s;     /* of which inside kernels (BLAS included) */
+    double last_kernel_s;     /* of which inside kernels (BLAS included); with timing on */
+    double op_s[RC_OP_COUNT]; /* kernel time of the last run by op; with timing on */
+    int64_t op_count[RC_OP_COUNT]; /* kernels run per op in one run */
 } rc_plan_stats;
 
 /* Plans the execution of everything `outputs` depend on: order, liveness, and

@@ -4,7 +4,7 @@
 
 #include "redco.h"
 
-enum { GC_MAX_IN = 4 };
+enum { GC_MAX_IN = 8 };
 
 /* How one input of a checked function is made. */
 typedef struct {

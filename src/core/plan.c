@@ -127,6 +127,7 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout, rc_error
         rc_tensor *t = p->order[i];
         p->owns[i] = t->op != RC_OP_LEAF && !t->view_src;
         if (p->owns[i]) {
+            p->stats.op_count[t->op]++;
             size_t size = align_up(rc_tensor_nbytes(t) ? rc_tensor_nbytes(t) : 1);
             p->offset[i] = first_fit(live, &nlive, size, t->id, &peak);
             p->stats.naive_bytes += size;
@@ -250,6 +251,8 @@ int rc_plan_run(rc_plan *p, rc_error *err)
     double t0 = now_s(), kernel_s = 0;
     if (bind_memory(p, err))
         return -1;
+    if (p->timing)
+        memset(p->stats.op_s, 0, sizeof p->stats.op_s);
     for (int i = 0; i < p->n; i++) {
         rc_tensor *t = p->order[i];
         if (!p->owns[i])
@@ -265,8 +268,11 @@ int rc_plan_run(rc_plan *p, rc_error *err)
             }
             return -1;
         }
-        if (p->timing)
-            kernel_s += now_s() - k0;
+        if (p->timing) {
+            double dt = now_s() - k0;
+            kernel_s += dt;
+            p->stats.op_s[t->op] += dt;
+        }
     }
     p->stats.last_run_s = now_s() - t0;
     p->stats.last_kernel_s = kernel_s;

@@ -6,9 +6,13 @@
  *
  * The contract is in internal.h: tensors are contiguous row-major, node->data is
  * uninitialised and never overlaps an input, and errors are reported, never aborted on.
- * Loops are plain `for` loops over contiguous `real *restrict` so the compiler vectorises
- * them; OpenMP threads start only when a kernel has more than PAR_MIN elements of work.
- * <tgmath.h> makes exp, tanh, ... pick the float functions for float arguments.
+ *
+ * Each kernel checks its inputs, then hands a "range" function (rows or elements
+ * [i0, i1)) to par_range, which calls it once on this thread when the work is small and
+ * otherwise once per thread inside an OpenMP parallel loop: small ops never enter the
+ * OpenMP runtime. The inner loops are plain `for` loops over contiguous `real *restrict`
+ * so the compiler vectorises them. <tgmath.h> makes exp, tanh, ... pick the float
+ * functions for float arguments.
  */
 #include "internal.h"
 
@@ -29,6 +33,7 @@ typedef RC_REAL real;
 
 enum {
     PAR_MIN = 32768,   /* elements of work below which a kernel runs on one thread */
+    MAX_PARTS = 256,   /* most threads a kernel splits its work over */
     CHUNK_MIN = 4096,  /* the shortest piece a long row is split into for threads */
     COL_BLOCK = 256,   /* columns reduced together by sum / max / sum_to */
     ROPE_BLOCK = 64    /* rotary pairs whose cos / sin are computed together */
@@ -49,6 +54,27 @@ static int64_t min64(int64_t a, int64_t b)
 static const char *op_name(const rc_tensor *node)
 {
     return rc_op_name(node->op);
+}
+
+/* Work on [i0, i1) of something; `part` numbers the call (0 .. parts-1) for kernels that
+ * keep one partial result per part. */
+typedef void (*range_fn)(void *ctx, int64_t i0, int64_t i1, int part);
+
+/* Runs fn over [0, n): in one call on this thread when work <= PAR_MIN elements (or there
+ * is one thread), else in one contiguous part per thread. Returns the number of parts. */
+static int par_range(range_fn fn, void *ctx, int64_t n, int64_t work)
+{
+    int64_t parts = omp_get_max_threads();
+    parts = parts < MAX_PARTS ? parts : MAX_PARTS;
+    parts = parts < n ? parts : n;
+    if (work <= PAR_MIN || parts < 2 || omp_in_parallel()) {
+        fn(ctx, 0, n, 0);
+        return 1;
+    }
+    #pragma omp parallel for schedule(static) num_threads((int)parts)
+    for (int64_t p = 0; p < parts; p++)
+        fn(ctx, n * p / parts, n * (p + 1) / parts, (int)p);
+    return (int)parts;
 }
 
 /* src[k] must be present (not NULL) and of dtype t. */
@@ -75,6 +101,13 @@ static int optional_vector(const rc_tensor *node, int k, int64_t c, rc_error *er
     return 0;
 }
 
+static int same_size(const rc_tensor *node, rc_error *err)
+{
+    if (rc_tensor_numel(node->src[0]) != rc_tensor_numel(node))
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: input and output sizes differ", op_name(node));
+    return 0;
+}
+
 static const real *src_data(const rc_tensor *node, int k)
 {
     return k < node->nsrc && node->src[k] ? (const real *)node->src[k]->data : NULL;
@@ -94,32 +127,19 @@ static int64_t lead_rows(const rc_tensor *t)
     return r;
 }
 
-/* Rows of n elements are cut into pieces of this length so that a few long rows (one
- * row when shapes are identical) still spread over every thread. */
-static int64_t row_chunk(int64_t rows, int64_t n)
-{
-    if (rows * n <= PAR_MIN)
-        return n;
-    int64_t want = 4 * (int64_t)omp_get_max_threads();
-    if (rows >= want)
-        return n;
-    int64_t per_row = (want + rows - 1) / rows;
-    int64_t len = (n + per_row - 1) / per_row;
-    if (len < CHUNK_MIN)
-        len = CHUNK_MIN;
-    return len < n ? len : n;
-}
-
 /* ---- broadcasting ------------------------------------------------------------------------
  * The inputs of an element-wise op are described by their element strides along the
  * node's axes (0 on a broadcast axis). Size-1 axes are dropped and neighbouring axes that
  * continue each other in every input are merged, so identical shapes become one axis of
- * stride 1, a bias [C] on [N, C] becomes [N, C] with strides (0, 1), a scalar stride 0. */
+ * stride 1, a bias [C] on [N, C] becomes [N, C] with strides (0, 1), a scalar stride 0.
+ * The work is then rows of the last merged axis, long rows cut into pieces for threads. */
 
 typedef struct {
+    const rc_tensor *node;
     int nd;                          /* merged axes, >= 1 */
     int64_t shape[RC_MAX_DIMS];
     int64_t st[3][RC_MAX_DIMS];      /* element strides of input k along each merged axis */
+    int64_t n, len, pieces;          /* row length, piece length, pieces per row */
 } bcast;
 
 /* Strides of t's elements along the axes of shape[nd] (right-aligned); -1 if t does not
@@ -153,6 +173,7 @@ static int bcast_init(bcast *b, const rc_tensor *node, int nin, rc_tensor *const
     for (int k = 0; k < nin; k++)
         if (bcast_strides(in[k], node->ndim, node->shape, st[k]))
             return -1;
+    b->node = node;
     b->nd = 0;
     for (int i = 0; i < node->ndim; i++) {
         int64_t n = node->shape[i];
@@ -178,6 +199,18 @@ static int bcast_init(bcast *b, const rc_tensor *node, int nin, rc_tensor *const
         for (int k = 0; k < nin; k++)
             b->st[k][0] = 0;
     }
+    /* a few long rows (one row when shapes are identical) still spread over every thread */
+    int64_t n = b->shape[b->nd - 1], rows = rc_tensor_numel(node) / n;
+    int64_t want = 4 * (int64_t)omp_get_max_threads();
+    b->n = n;
+    b->len = n;
+    if (rows * n > PAR_MIN && rows < want) {
+        int64_t per_row = (want + rows - 1) / rows;
+        int64_t len = (n + per_row - 1) / per_row;
+        len = len < CHUNK_MIN ? CHUNK_MIN : len;
+        b->len = len < n ? len : n;
+    }
+    b->pieces = (n + b->len - 1) / b->len;
     return 0;
 }
 
@@ -201,65 +234,71 @@ static int bcast_error(const rc_tensor *node, rc_error *err)
                         op_name(node), rc_shape_str(node, so, sizeof so));
 }
 
-/* ---- fill, unary, activations ------------------------------------------------------------ */
+/* ---- fill, unary ----------------------------------------------------------------------------- */
+
+static void full_range(void *ctx, int64_t i0, int64_t i1, int part)
+{
+    const rc_tensor *node = ctx;
+    real *restrict o = node->data;
+    real v = (real)node->fparam[0];
+    (void)part;
+    for (int64_t i = i0; i < i1; i++)
+        o[i] = v;
+}
 
 static int k_full(rc_tensor *node)
 {
-    real *restrict o = node->data;
-    real v = (real)node->fparam[0];
     int64_t n = rc_tensor_numel(node);
-    #pragma omp parallel for if(n > PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        o[i] = v;
+    par_range(full_range, node, n, n);
     return 0;
+}
+
+static void unary_range(void *ctx, int64_t i0, int64_t i1, int part)
+{
+    const rc_tensor *node = ctx;
+    const real *restrict x = src_data(node, 0);
+    real *restrict o = node->data;
+    real s = (real)node->fparam[0], c = (real)node->fparam[1];
+    (void)part;
+    switch (node->op) {
+    case RC_OP_AFFINE:
+        for (int64_t i = i0; i < i1; i++)
+            o[i] = x[i] * s + c;
+        break;
+    case RC_OP_EXP:
+        for (int64_t i = i0; i < i1; i++)
+            o[i] = exp(x[i]);
+        break;
+    case RC_OP_LOG:
+        for (int64_t i = i0; i < i1; i++)
+            o[i] = log(x[i]);
+        break;
+    case RC_OP_SQRT:
+        for (int64_t i = i0; i < i1; i++)
+            o[i] = sqrt(x[i]);
+        break;
+    case RC_OP_RSQRT:
+        for (int64_t i = i0; i < i1; i++)
+            o[i] = 1 / sqrt(x[i]);
+        break;
+    default: /* RC_OP_TANH */
+        for (int64_t i = i0; i < i1; i++)
+            o[i] = tanh(x[i]);
+        break;
+    }
 }
 
 static int k_unary(rc_tensor *node, rc_error *err)
 {
-    if (need_src(node, 0, real_dtype(), err))
+    if (need_src(node, 0, real_dtype(), err) || same_size(node, err))
         return -1;
-    if (rc_tensor_numel(node->src[0]) != rc_tensor_numel(node))
-        return rc_error_set(err, RC_ERR_SHAPE, "%s: input and output sizes differ", op_name(node));
-    const real *restrict x = src_data(node, 0);
-    real *restrict o = node->data;
     int64_t n = rc_tensor_numel(node);
-    real s = (real)node->fparam[0], c = (real)node->fparam[1];
-    switch (node->op) {
-    case RC_OP_AFFINE:
-        #pragma omp parallel for if(n > PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            o[i] = x[i] * s + c;
-        break;
-    case RC_OP_EXP:
-        #pragma omp parallel for if(n > PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            o[i] = exp(x[i]);
-        break;
-    case RC_OP_LOG:
-        #pragma omp parallel for if(n > PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            o[i] = log(x[i]);
-        break;
-    case RC_OP_SQRT:
-        #pragma omp parallel for if(n > PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            o[i] = sqrt(x[i]);
-        break;
-    case RC_OP_RSQRT:
-        #pragma omp parallel for if(n > PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            o[i] = 1 / sqrt(x[i]);
-        break;
-    case RC_OP_TANH:
-        #pragma omp parallel for if(n > PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            o[i] = tanh(x[i]);
-        break;
-    default:
-        return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: not a unary op", op_name(node));
-    }
+    /* the transcendental ones are worth threads sooner */
+    par_range(unary_range, node, n, node->op == RC_OP_AFFINE ? n : 8 * n);
     return 0;
 }
+
+/* ---- activations ------------------------------------------------------------------------------ */
 
 /* sigmoid without overflow: exp of a non-positive number only */
 static inline real sigmoid(real x)
@@ -270,11 +309,19 @@ static inline real sigmoid(real x)
     return e / (1 + e);
 }
 
+/* tanh through one exp (the libm tanhf is several times slower than expf); accurate to
+ * a few ulp of 1, which is what gelu needs. */
+static inline real tanh_exp(real u)
+{
+    real e = exp(-2 * fabs(u)), t = (1 - e) / (1 + e);
+    return u < 0 ? -t : t;
+}
+
 /* 0.5 x (1 + tanh(u)), u = k (x + a x^3), and its derivatives. */
 static inline real act_gelu_tanh(real x, int order)
 {
     const real k = (real)0.7978845608028654, a = (real)0.044715;
-    real u = k * (x + a * x * x * x), t = tanh(u);
+    real u = k * (x + a * x * x * x), t = tanh_exp(u);
     if (order == 0)
         return (real)0.5 * x * (1 + t);
     real s = 1 - t * t, u1 = k * (1 + 3 * a * x * x);
@@ -316,55 +363,57 @@ static inline real act_sigmoid(real x, int order)
     return sg * (1 - sg) * (1 - 2 * sg);
 }
 
+static void act_range(void *ctx, int64_t i0, int64_t i1, int part)
+{
+    const rc_tensor *node = ctx;
+    const real *restrict x = src_data(node, 0);
+    real *restrict o = node->data;
+    int order = node->iparam[1];
+    (void)part;
+    switch (node->iparam[0]) {
+    case RC_ACT_RELU:
+        if (order == 0)
+            for (int64_t i = i0; i < i1; i++)
+                o[i] = x[i] > 0 ? x[i] : 0;
+        else if (order == 1)
+            for (int64_t i = i0; i < i1; i++)
+                o[i] = x[i] > 0 ? 1 : 0;
+        else
+            for (int64_t i = i0; i < i1; i++)
+                o[i] = 0;
+        break;
+    case RC_ACT_GELU_TANH:
+        for (int64_t i = i0; i < i1; i++)
+            o[i] = act_gelu_tanh(x[i], order);
+        break;
+    case RC_ACT_GELU_ERF:
+        for (int64_t i = i0; i < i1; i++)
+            o[i] = act_gelu_erf(x[i], order);
+        break;
+    case RC_ACT_SILU:
+        for (int64_t i = i0; i < i1; i++)
+            o[i] = act_silu(x[i], order);
+        break;
+    default: /* RC_ACT_SIGMOID */
+        for (int64_t i = i0; i < i1; i++)
+            o[i] = act_sigmoid(x[i], order);
+        break;
+    }
+}
+
 static int k_act(rc_tensor *node, rc_error *err)
 {
-    if (need_src(node, 0, real_dtype(), err))
+    if (need_src(node, 0, real_dtype(), err) || same_size(node, err))
         return -1;
     int kind = node->iparam[0], order = node->iparam[1];
     if (kind < 0 || kind >= RC_ACT_COUNT || order < 0 || order > 2)
         return rc_error_set(err, RC_ERR_ARG, "act: activation %d, derivative order %d", kind, order);
-    const real *restrict x = src_data(node, 0);
-    real *restrict o = node->data;
     int64_t n = rc_tensor_numel(node);
-    switch (kind) {
-    case RC_ACT_RELU:
-        if (order == 0) {
-            #pragma omp parallel for if(n > PAR_MIN) schedule(static)
-            for (int64_t i = 0; i < n; i++)
-                o[i] = x[i] > 0 ? x[i] : 0;
-        } else if (order == 1) {
-            #pragma omp parallel for if(n > PAR_MIN) schedule(static)
-            for (int64_t i = 0; i < n; i++)
-                o[i] = x[i] > 0 ? 1 : 0;
-        } else {
-            memset(o, 0, (size_t)n * sizeof(real));
-        }
-        break;
-    case RC_ACT_GELU_TANH:
-        #pragma omp parallel for if(n > PAR_MIN / 8) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            o[i] = act_gelu_tanh(x[i], order);
-        break;
-    case RC_ACT_GELU_ERF:
-        #pragma omp parallel for if(n > PAR_MIN / 8) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            o[i] = act_gelu_erf(x[i], order);
-        break;
-    case RC_ACT_SILU:
-        #pragma omp parallel for if(n > PAR_MIN / 8) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            o[i] = act_silu(x[i], order);
-        break;
-    default: /* RC_ACT_SIGMOID */
-        #pragma omp parallel for if(n > PAR_MIN / 8) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            o[i] = act_sigmoid(x[i], order);
-        break;
-    }
+    par_range(act_range, node, n, kind == RC_ACT_RELU ? n : 8 * n);
     return 0;
 }
 
-/* ---- broadcast binary ops ------------------------------------------------------------------ */
+/* ---- broadcast binary ops, where, equal ------------------------------------------------------ */
 
 /* o[i] = a[i * sa] op b[i * sb]: strides 1 and 0 get their own loops so they vectorise. */
 static void binary_row(rc_op op, real *restrict o, const real *restrict a, int64_t sa,
@@ -403,6 +452,23 @@ static void binary_row(rc_op op, real *restrict o, const real *restrict a, int64
     }
 }
 
+/* pieces [t0, t1) of the rows of a broadcast binary op */
+static void binary_range(void *ctx, int64_t t0, int64_t t1, int part)
+{
+    const bcast *b = ctx;
+    const rc_tensor *node = b->node;
+    const real *x = src_data(node, 0), *y = src_data(node, 1);
+    real *o = node->data;
+    int64_t n = b->n, len = b->len, sx = b->st[0][b->nd - 1], sy = b->st[1][b->nd - 1];
+    (void)part;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t r = t / b->pieces, j0 = (t % b->pieces) * len, off[2];
+        bcast_row(b, 2, r, off);
+        binary_row(node->op, o + r * n + j0, x + off[0] + j0 * sx, sx, y + off[1] + j0 * sy, sy,
+                   min64(len, n - j0));
+    }
+}
+
 static int k_binary(rc_tensor *node, rc_error *err)
 {
     if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, real_dtype(), err))
@@ -410,45 +476,25 @@ static int k_binary(rc_tensor *node, rc_error *err)
     bcast b;
     if (bcast_init(&b, node, 2, node->src))
         return bcast_error(node, err);
-    const real *x = src_data(node, 0), *y = src_data(node, 1);
-    real *o = node->data;
-    int nd = b.nd;
-    int64_t n = b.shape[nd - 1], total = rc_tensor_numel(node), rows = total / n;
-    int64_t sx = b.st[0][nd - 1], sy = b.st[1][nd - 1];
-    int64_t len = row_chunk(rows, n), pieces = (n + len - 1) / len, tasks = rows * pieces;
-    rc_op op = node->op;
-    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
-    for (int64_t t = 0; t < tasks; t++) {
-        int64_t r = t / pieces, j0 = (t % pieces) * len, off[2];
-        bcast_row(&b, 2, r, off);
-        binary_row(op, o + r * n + j0, x + off[0] + j0 * sx, sx, y + off[1] + j0 * sy, sy,
-                   min64(len, n - j0));
-    }
+    int64_t total = rc_tensor_numel(node);
+    par_range(binary_range, &b, total / b.n * b.pieces, total);
     return 0;
 }
 
-/* where: src0 cond (node's dtype or i32, nonzero = true), src1 a, src2 b, all broadcast. */
-static int k_where(rc_tensor *node, rc_error *err)
+/* where: src0 cond (node's dtype or i32, nonzero = true), src1 a, src2 b; rows [r0, r1) */
+static void where_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
-    if (node->nsrc < 3 || !node->src[0])
-        return rc_error_set(err, RC_ERR_ARG, "where: needs a condition and two inputs");
+    const bcast *b = ctx;
+    const rc_tensor *node = b->node;
     int cond_i32 = node->src[0]->dtype == RC_I32;
-    if ((!cond_i32 && need_src(node, 0, real_dtype(), err)) ||
-        need_src(node, 1, real_dtype(), err) || need_src(node, 2, real_dtype(), err))
-        return -1;
-    bcast b;
-    if (bcast_init(&b, node, 3, node->src))
-        return bcast_error(node, err);
     const int32_t *ci = node->src[0]->data;
     const real *cr = src_data(node, 0), *x = src_data(node, 1), *y = src_data(node, 2);
     real *o = node->data;
-    int nd = b.nd;
-    int64_t n = b.shape[nd - 1], total = rc_tensor_numel(node), rows = total / n;
-    int64_t sc = b.st[0][nd - 1], sx = b.st[1][nd - 1], sy = b.st[2][nd - 1];
-    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    int64_t n = b->n, sc = b->st[0][b->nd - 1], sx = b->st[1][b->nd - 1], sy = b->st[2][b->nd - 1];
+    (void)part;
+    for (int64_t r = r0; r < r1; r++) {
         int64_t off[3];
-        bcast_row(&b, 3, r, off);
+        bcast_row(b, 3, r, off);
         real *restrict orow = o + r * n;
         const real *xr = x + off[1], *yr = y + off[2];
         if (cond_i32) {
@@ -461,33 +507,38 @@ static int k_where(rc_tensor *node, rc_error *err)
                 orow[i] = c[i * sc] != 0 ? xr[i * sx] : yr[i * sy];
         }
     }
+}
+
+static int k_where(rc_tensor *node, rc_error *err)
+{
+    if (node->nsrc < 3 || !node->src[0])
+        return rc_error_set(err, RC_ERR_ARG, "where: needs a condition and two inputs");
+    int cond_i32 = node->src[0]->dtype == RC_I32;
+    if ((!cond_i32 && need_src(node, 0, real_dtype(), err)) ||
+        need_src(node, 1, real_dtype(), err) || need_src(node, 2, real_dtype(), err))
+        return -1;
+    bcast b;
+    if (bcast_init(&b, node, 3, node->src))
+        return bcast_error(node, err);
+    int64_t total = rc_tensor_numel(node);
+    par_range(where_range, &b, total / b.n, total);
     return 0;
 }
 
-/* equal: src0 and src1 of the node's dtype, or both i32; 1 where equal else 0. */
-static int k_equal(rc_tensor *node, rc_error *err)
+/* equal: src0 and src1 of the node's dtype, or both i32; rows [r0, r1) */
+static void equal_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
-    if (node->nsrc < 2 || !node->src[0] || !node->src[1])
-        return rc_error_set(err, RC_ERR_ARG, "equal: needs two inputs");
-    rc_dtype t = node->src[0]->dtype;
-    if (t != RC_I32)
-        t = real_dtype();
-    if (need_src(node, 0, t, err) || need_src(node, 1, t, err))
-        return -1;
-    bcast b;
-    if (bcast_init(&b, node, 2, node->src))
-        return bcast_error(node, err);
-    int is_i32 = t == RC_I32;
+    const bcast *b = ctx;
+    const rc_tensor *node = b->node;
+    int is_i32 = node->src[0]->dtype == RC_I32;
     const int32_t *xi = node->src[0]->data, *yi = node->src[1]->data;
     const real *xr = src_data(node, 0), *yr = src_data(node, 1);
     real *o = node->data;
-    int nd = b.nd;
-    int64_t n = b.shape[nd - 1], total = rc_tensor_numel(node), rows = total / n;
-    int64_t sx = b.st[0][nd - 1], sy = b.st[1][nd - 1];
-    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    int64_t n = b->n, sx = b->st[0][b->nd - 1], sy = b->st[1][b->nd - 1];
+    (void)part;
+    for (int64_t r = r0; r < r1; r++) {
         int64_t off[2];
-        bcast_row(&b, 2, r, off);
+        bcast_row(b, 2, r, off);
         real *restrict orow = o + r * n;
         if (is_i32) {
             const int32_t *a = xi + off[0], *c = yi + off[1];
@@ -499,6 +550,20 @@ static int k_equal(rc_tensor *node, rc_error *err)
                 orow[i] = a[i * sx] == c[i * sy] ? 1 : 0;
         }
     }
+}
+
+static int k_equal(rc_tensor *node, rc_error *err)
+{
+    if (node->nsrc < 2 || !node->src[0] || !node->src[1])
+        return rc_error_set(err, RC_ERR_ARG, "equal: needs two inputs");
+    rc_dtype t = node->src[0]->dtype == RC_I32 ? RC_I32 : real_dtype();
+    if (need_src(node, 0, t, err) || need_src(node, 1, t, err))
+        return -1;
+    bcast b;
+    if (bcast_init(&b, node, 2, node->src))
+        return bcast_error(node, err);
+    int64_t total = rc_tensor_numel(node);
+    par_range(equal_range, &b, total / b.n, total);
     return 0;
 }
 
@@ -520,6 +585,23 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const real *a,
                     (blasint)ldb, 0.0f, (float *)(void *)c, (blasint)ldc);
 }
 
+typedef struct {
+    const real *a, *b;
+    real *c;
+    int ta, tb;
+    int64_t m, n, k, lda, ldb, sa, sb;   /* sa, sb: batch strides, 0 for a shared operand */
+} matmul_args;
+
+/* batches [z0, z1), one gemm each (single-threaded BLAS inside a parallel region) */
+static void matmul_range(void *ctx, int64_t z0, int64_t z1, int part)
+{
+    const matmul_args *g = ctx;
+    (void)part;
+    for (int64_t z = z0; z < z1; z++)
+        gemm(g->ta, g->tb, g->m, g->n, g->k, g->a + z * g->sa, g->lda, g->b + z * g->sb, g->ldb,
+             g->c + z * g->m * g->n, g->n);
+}
+
 /* src0 a [..., M, K] (stored [..., K, M] when iparam[0]), src1 b [..., K, N] (stored
  * [..., N, K] when iparam[1]) -> [..., M, N]. Either operand may be shared by every batch
  * (one batch only, e.g. a 2-D weight). */
@@ -538,9 +620,8 @@ static int k_matmul(rc_tensor *node, rc_error *err)
                             (long long)m, (long long)k, (long long)kb, (long long)n,
                             (long long)node->shape[node->ndim - 2],
                             (long long)node->shape[node->ndim - 1]);
-    real *c = node->data;
     if (k == 0) {
-        memset(c, 0, rc_tensor_nbytes(node));
+        memset(node->data, 0, rc_tensor_nbytes(node));
         return 0;
     }
     int64_t batch = rc_tensor_numel(node) / (m * n);
@@ -551,44 +632,41 @@ static int k_matmul(rc_tensor *node, rc_error *err)
     if (batch * m > INT_MAX || n > INT_MAX || k > INT_MAX)
         return rc_error_set(err, RC_ERR_SHAPE, "matmul: extents %lld x %lld x %lld exceed the BLAS",
                             (long long)(batch * m), (long long)k, (long long)n);
-    const real *a = A->data, *b = B->data;
-    int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    matmul_args g = {A->data, B->data, node->data, ta, tb, m, n, k, ta ? m : k, tb ? k : n,
+                     ba == 1 ? 0 : m * k, bb == 1 ? 0 : k * n};
     if (batch == 1 || (bb == 1 && ba == batch && !ta)) {
         /* one gemm: the batches of a stacked into its rows */
-        gemm(ta, tb, batch * m, n, k, a, lda, b, ldb, c, n);
+        g.m = batch * m;
+        matmul_range(&g, 0, 1, 0);
         return 0;
     }
-    int64_t sa = ba == 1 ? 0 : m * k, sb = bb == 1 ? 0 : k * n;
+    /* many gemms: one thread each when there are enough of them, else a threaded BLAS */
     int threads = omp_get_max_threads();
-    /* many small gemms: one per thread (the BLAS runs single-threaded inside a parallel region) */
-    #pragma omp parallel for if(threads > 1 && batch >= threads) schedule(static)
-    for (int64_t i = 0; i < batch; i++)
-        gemm(ta, tb, m, n, k, a + i * sa, lda, b + i * sb, ldb, c + i * m * n, n);
+    par_range(matmul_range, &g, batch, threads > 1 && batch >= threads ? INT64_MAX : 0);
     return 0;
 }
 
 /* ---- softmax and norms ------------------------------------------------------------------------ */
 
-/* softmax over the last axis of z = x * scale + mask; iparam[0]: causal. */
-static int k_softmax(rc_tensor *node, rc_error *err)
+typedef struct {
+    const rc_tensor *node;
+    int64_t mst[RC_MAX_DIMS];   /* mask strides along the node's axes */
+} softmax_args;
+
+/* softmax over the last axis of z = x * scale + mask, causal when iparam[0]; rows [r0, r1) */
+static void softmax_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
-    if (need_src(node, 0, real_dtype(), err))
-        return -1;
-    const rc_tensor *mt = node->nsrc > 1 ? node->src[1] : NULL;
-    int nd = node->ndim;
-    int64_t mst[RC_MAX_DIMS];
-    if (mt && (need_src(node, 1, real_dtype(), err)))
-        return -1;
-    if (mt && bcast_strides(mt, nd, node->shape, mst))
-        return bcast_error(node, err);
+    const softmax_args *s = ctx;
+    const rc_tensor *node = s->node;
     const real *x = src_data(node, 0), *mask = src_data(node, 1);
     real *out = node->data;
-    int64_t c = last_dim(node), total = rc_tensor_numel(node), rows = total / c;
-    int64_t tq = nd >= 2 ? node->shape[nd - 2] : 1;
+    int nd = node->ndim;
+    int64_t c = last_dim(node), tq = nd >= 2 ? node->shape[nd - 2] : 1;
+    int64_t ms = nd ? s->mst[nd - 1] : 0;
     int causal = node->iparam[0] != 0;
     real scale = (real)node->fparam[0];
-    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    (void)part;
+    for (int64_t r = r0; r < r1; r++) {
         const real *restrict xr = x + r * c;
         real *restrict o = out + r * c;
         int64_t cnt = c;   /* the visible keys: [0, cnt) */
@@ -601,13 +679,16 @@ static int k_softmax(rc_tensor *node, rc_error *err)
         if (mask) {
             int64_t moff = 0, rr = r;
             for (int i = nd - 2; i >= 0; i--) {
-                moff += (rr % node->shape[i]) * mst[i];
+                moff += (rr % node->shape[i]) * s->mst[i];
                 rr /= node->shape[i];
             }
             const real *mr = mask + moff;
-            int64_t ms = nd ? mst[nd - 1] : 0;
-            for (int64_t j = 0; j < cnt; j++)
-                o[j] += mr[j * ms];
+            if (ms == 1)
+                for (int64_t j = 0; j < cnt; j++)
+                    o[j] += mr[j];
+            else
+                for (int64_t j = 0; j < cnt; j++)
+                    o[j] += mr[j * ms];
         }
         real mx = -INFINITY;
         for (int64_t j = 0; j < cnt; j++)
@@ -629,21 +710,33 @@ static int k_softmax(rc_tensor *node, rc_error *err)
         for (int64_t j = cnt; j < c; j++)
             o[j] = 0;
     }
+}
+
+static int k_softmax(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err) || same_size(node, err))
+        return -1;
+    softmax_args s = {node, {0}};
+    const rc_tensor *mask = node->nsrc > 1 ? node->src[1] : NULL;
+    if (mask && need_src(node, 1, real_dtype(), err))
+        return -1;
+    if (mask && bcast_strides(mask, node->ndim, node->shape, s.mst))
+        return bcast_error(node, err);
+    int64_t total = rc_tensor_numel(node);
+    par_range(softmax_range, &s, total / last_dim(node), 8 * total);
     return 0;
 }
 
-/* (x - mean) / sqrt(var + eps) * w + b over the last axis; w, b optional. */
-static int k_layer_norm(rc_tensor *node, rc_error *err)
+/* (x - mean) / sqrt(var + eps) * w + b over the last axis, w and b optional; rows [r0, r1) */
+static void layer_norm_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
-    int64_t c = last_dim(node), total = rc_tensor_numel(node), rows = total / c;
-    if (need_src(node, 0, real_dtype(), err) || optional_vector(node, 1, c, err) ||
-        optional_vector(node, 2, c, err))
-        return -1;
+    const rc_tensor *node = ctx;
     const real *x = src_data(node, 0), *w = src_data(node, 1), *b = src_data(node, 2);
     real *out = node->data;
+    int64_t c = last_dim(node);
     double eps = node->fparam[0];
-    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    (void)part;
+    for (int64_t r = r0; r < r1; r++) {
         const real *restrict xr = x + r * c;
         real *restrict o = out + r * c;
         double mean = 0, var = 0;
@@ -665,21 +758,29 @@ static int k_layer_norm(rc_tensor *node, rc_error *err)
             for (int64_t j = 0; j < c; j++)
                 o[j] += b[j];
     }
+}
+
+static int k_layer_norm(rc_tensor *node, rc_error *err)
+{
+    int64_t c = last_dim(node), total = rc_tensor_numel(node);
+    if (need_src(node, 0, real_dtype(), err) || same_size(node, err) ||
+        optional_vector(node, 1, c, err) || optional_vector(node, 2, c, err))
+        return -1;
+    par_range(layer_norm_range, node, total / c, 2 * total);
     return 0;
 }
 
-/* x / sqrt(mean(x^2) + eps) * (w + offset) over the last axis; no w: times 1. */
-static int k_rms_norm(rc_tensor *node, rc_error *err)
+/* x / sqrt(mean(x^2) + eps) * (w + offset) over the last axis, no w: times 1; rows [r0, r1) */
+static void rms_norm_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
-    int64_t c = last_dim(node), total = rc_tensor_numel(node), rows = total / c;
-    if (need_src(node, 0, real_dtype(), err) || optional_vector(node, 1, c, err))
-        return -1;
+    const rc_tensor *node = ctx;
     const real *x = src_data(node, 0), *w = src_data(node, 1);
     real *out = node->data;
+    int64_t c = last_dim(node);
     double eps = node->fparam[0];
     real offset = (real)node->fparam[1];
-    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    (void)part;
+    for (int64_t r = r0; r < r1; r++) {
         const real *restrict xr = x + r * c;
         real *restrict o = out + r * c;
         double ss = 0;
@@ -693,6 +794,15 @@ static int k_rms_norm(rc_tensor *node, rc_error *err)
             for (int64_t j = 0; j < c; j++)
                 o[j] = xr[j] * rs;
     }
+}
+
+static int k_rms_norm(rc_tensor *node, rc_error *err)
+{
+    int64_t c = last_dim(node), total = rc_tensor_numel(node);
+    if (need_src(node, 0, real_dtype(), err) || same_size(node, err) ||
+        optional_vector(node, 1, c, err))
+        return -1;
+    par_range(rms_norm_range, node, total / c, 2 * total);
     return 0;
 }
 
@@ -706,6 +816,19 @@ static int64_t bad_id(const int32_t *ids, int64_t count, int64_t n, int64_t igno
         if (ids[i] != ignore && (ids[i] < 0 || ids[i] >= n))
             return i;
     return -1;
+}
+
+/* out row i = table row ids[i]; rows [i0, i1) */
+static void embedding_range(void *ctx, int64_t i0, int64_t i1, int part)
+{
+    const rc_tensor *node = ctx;
+    const real *t = src_data(node, 0);
+    const int32_t *ids = node->src[1]->data;
+    real *o = node->data;
+    int64_t c = last_dim(node);
+    (void)part;
+    for (int64_t i = i0; i < i1; i++)
+        memcpy(o + i * c, t + (int64_t)ids[i] * c, (size_t)c * sizeof(real));
 }
 
 /* table src0 [V, C], ids src1 i32 [...] -> [..., C] */
@@ -723,12 +846,25 @@ static int k_embedding(rc_tensor *node, rc_error *err)
     if (bad >= 0)
         return rc_error_set(err, RC_ERR_INDEX, "embedding: id %d at position %lld is outside [0, %lld)",
                             ids[bad], (long long)bad, (long long)v);
-    const real *t = tab->data;
-    real *o = node->data;
-    #pragma omp parallel for if(count * c > PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < count; i++)
-        memcpy(o + i * c, t + (int64_t)ids[i] * c, (size_t)c * sizeof(real));
+    par_range(embedding_range, node, count, count * c);
     return 0;
+}
+
+/* columns [j0, j1) of out[ids[i]] += grad[i] over every i, so each column has one writer */
+static void embedding_grad_range(void *ctx, int64_t j0, int64_t j1, int part)
+{
+    const rc_tensor *node = ctx;
+    const int32_t *ids = node->src[0]->data;
+    const real *g = src_data(node, 1);
+    real *out = node->data;
+    int64_t c = node->shape[1], count = rc_tensor_numel(node->src[0]);
+    (void)part;
+    for (int64_t i = 0; i < count; i++) {
+        real *restrict o = out + (int64_t)ids[i] * c;
+        const real *restrict gi = g + i * c;
+        for (int64_t j = j0; j < j1; j++)
+            o[j] += gi[j];
+    }
 }
 
 /* ids src0 i32 [...], grad src1 [..., C] -> [V, C]: zeros, then out[ids[i]] += grad[i].
@@ -748,25 +884,27 @@ static int k_embedding_grad(rc_tensor *node, rc_error *err)
         return rc_error_set(err, RC_ERR_INDEX,
                             "embedding_grad: id %d at position %lld is outside [0, %lld)", ids[bad],
                             (long long)bad, (long long)v);
-    const real *g = src_data(node, 1);
-    real *out = node->data;
-    memset(out, 0, rc_tensor_nbytes(node));
-    int par = count * c > PAR_MIN;
-    int64_t threads = par ? omp_get_max_threads() : 1;
-    int64_t bw = (c + threads - 1) / threads;
-    bw = (bw + 15) / 16 * 16;
-    int64_t blocks = (c + bw - 1) / bw;
-    #pragma omp parallel for if(par && blocks > 1) schedule(static)
-    for (int64_t blk = 0; blk < blocks; blk++) {
-        int64_t j0 = blk * bw, len = min64(bw, c - j0);
-        for (int64_t i = 0; i < count; i++) {
-            real *restrict o = out + (int64_t)ids[i] * c + j0;
-            const real *restrict gi = g + i * c + j0;
-            for (int64_t j = 0; j < len; j++)
-                o[j] += gi[j];
-        }
-    }
+    memset(node->data, 0, rc_tensor_nbytes(node));
+    par_range(embedding_grad_range, node, c, count * c);
     return 0;
+}
+
+/* rows [i0, i1) of the one-hot output */
+static void one_hot_range(void *ctx, int64_t i0, int64_t i1, int part)
+{
+    const rc_tensor *node = ctx;
+    const int32_t *ids = node->src[0]->data;
+    real *out = node->data;
+    int64_t depth = last_dim(node);
+    int32_t ignore = node->iparam[1];
+    (void)part;
+    for (int64_t i = i0; i < i1; i++) {
+        real *restrict o = out + i * depth;
+        for (int64_t j = 0; j < depth; j++)
+            o[j] = 0;
+        if (ids[i] != ignore)
+            o[ids[i]] = 1;
+    }
 }
 
 /* ids src0 i32 [...] -> [..., depth]; ids equal to iparam[1] give zero rows. */
@@ -778,21 +916,45 @@ static int k_one_hot(rc_tensor *node, rc_error *err)
     if (count * depth != rc_tensor_numel(node))
         return rc_error_set(err, RC_ERR_SHAPE, "one_hot: ids and output do not fit");
     const int32_t *ids = node->src[0]->data;
-    int32_t ignore = node->iparam[1];
-    int64_t bad = bad_id(ids, count, depth, ignore);
+    int64_t bad = bad_id(ids, count, depth, node->iparam[1]);
     if (bad >= 0)
         return rc_error_set(err, RC_ERR_INDEX, "one_hot: id %d at position %lld is outside [0, %lld)",
                             ids[bad], (long long)bad, (long long)depth);
-    real *out = node->data;
-    #pragma omp parallel for if(count * depth > PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < count; i++) {
-        real *restrict o = out + i * depth;
-        for (int64_t j = 0; j < depth; j++)
-            o[j] = 0;
-        if (ids[i] != ignore)
-            o[ids[i]] = 1;
-    }
+    par_range(one_hot_range, node, count, count * depth);
     return 0;
+}
+
+typedef struct {
+    const rc_tensor *node;
+    double loss[MAX_PARTS];
+    int64_t count[MAX_PARTS];
+} ce_args;
+
+/* rows [r0, r1): the sum of logsumexp(row) - row[target] over targets not ignored */
+static void cross_entropy_range(void *ctx, int64_t r0, int64_t r1, int part)
+{
+    ce_args *a = ctx;
+    const rc_tensor *lt = a->node->src[0];
+    const int32_t *tg = a->node->src[1]->data;
+    const real *x = lt->data;
+    int64_t v = last_dim(lt), count = 0;
+    int32_t ignore = a->node->iparam[0];
+    double loss = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        if (tg[r] == ignore)
+            continue;
+        const real *restrict xr = x + r * v;
+        real mx = -INFINITY;
+        for (int64_t j = 0; j < v; j++)
+            mx = xr[j] > mx ? xr[j] : mx;
+        double s = 0;
+        for (int64_t j = 0; j < v; j++)
+            s += exp(xr[j] - mx);
+        loss += (double)mx + log(s) - (double)xr[tg[r]];
+        count++;
+    }
+    a->loss[part] = loss;
+    a->count[part] = count;
 }
 
 /* logits src0 [..., V], targets src1 i32 [...] -> scalar: the mean over targets != iparam[0]
@@ -807,28 +969,19 @@ static int k_cross_entropy(rc_tensor *node, rc_error *err)
         return rc_error_set(err, RC_ERR_SHAPE, "cross_entropy: %lld targets for %lld rows",
                             (long long)rc_tensor_numel(node->src[1]), (long long)rows);
     const int32_t *tg = node->src[1]->data;
-    int32_t ignore = node->iparam[0];
-    int64_t bad = bad_id(tg, rows, v, ignore);
+    int64_t bad = bad_id(tg, rows, v, node->iparam[0]);
     if (bad >= 0)
         return rc_error_set(err, RC_ERR_INDEX,
                             "cross_entropy: target %d at position %lld is outside [0, %lld)", tg[bad],
                             (long long)bad, (long long)v);
-    const real *x = lt->data;
+    ce_args a;
+    a.node = node;
+    int parts = par_range(cross_entropy_range, &a, rows, 8 * rows * v);
     double loss = 0;
     int64_t count = 0;
-    #pragma omp parallel for if(rows * v > PAR_MIN) reduction(+ : loss, count) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        if (tg[r] == ignore)
-            continue;
-        const real *restrict xr = x + r * v;
-        real mx = -INFINITY;
-        for (int64_t j = 0; j < v; j++)
-            mx = xr[j] > mx ? xr[j] : mx;
-        double s = 0;
-        for (int64_t j = 0; j < v; j++)
-            s += exp(xr[j] - mx);
-        loss += (double)mx + log(s) - (double)xr[tg[r]];
-        count++;
+    for (int p = 0; p < parts; p++) {
+        loss += a.loss[p];
+        count += a.count[p];
     }
     real *o = node->data;
     o[0] = count ? (real)(loss / (double)count) : 0;
@@ -837,31 +990,21 @@ static int k_cross_entropy(rc_tensor *node, rc_error *err)
 
 /* ---- rope ---------------------------------------------------------------------------------------- */
 
-/* x src0 [..., T, H, D], positions src1 i32 (P values, row r uses pos[r % P]);
- * iparam: rot, mode, inverse; fparam[0] theta. Angles in double. */
-static int k_rope(rc_tensor *node, rc_error *err)
+/* rows [r0, r1) of x [rows, H, D]: pairs p < rot/2 rotated by pos[r % P] * theta^(-2p/rot),
+ * the rest copied. Angles and their cos / sin in double. */
+static void rope_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
-    if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, RC_I32, err))
-        return -1;
-    int nd = node->ndim;
-    int64_t rot = node->iparam[0], np = rc_tensor_numel(node->src[1]);
-    int mode = node->iparam[1], inverse = node->iparam[2] != 0;
-    double theta = node->fparam[0];
-    if (nd < 3 || rc_tensor_numel(node->src[0]) != rc_tensor_numel(node))
-        return rc_error_set(err, RC_ERR_SHAPE, "rope: input must be [..., T, heads, head_dim]");
-    int64_t d = node->shape[nd - 1], h = node->shape[nd - 2];
-    int64_t total = rc_tensor_numel(node), rows = total / (h * d);
-    if (rot < 0 || rot % 2 || rot > d || (mode != RC_ROPE_INTERLEAVED && mode != RC_ROPE_HALF))
-        return rc_error_set(err, RC_ERR_ARG, "rope: rotary dims %lld, mode %d for head dim %lld",
-                            (long long)rot, mode, (long long)d);
-    if (np == 0)
-        return rc_error_set(err, RC_ERR_SHAPE, "rope: no positions");
+    const rc_tensor *node = ctx;
     const real *x = src_data(node, 0);
     const int32_t *pos = node->src[1]->data;
     real *out = node->data;
-    int64_t half = rot / 2;
-    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    int nd = node->ndim;
+    int64_t d = node->shape[nd - 1], h = node->shape[nd - 2], np = rc_tensor_numel(node->src[1]);
+    int64_t rot = node->iparam[0], half = rot / 2;
+    int interleaved = node->iparam[1] == RC_ROPE_INTERLEAVED, inverse = node->iparam[2] != 0;
+    double theta = node->fparam[0];
+    (void)part;
+    for (int64_t r = r0; r < r1; r++) {
         double p = pos[r % np];
         real cs[ROPE_BLOCK], sn[ROPE_BLOCK];
         for (int64_t q0 = 0; q0 < half; q0 += ROPE_BLOCK) {
@@ -877,14 +1020,8 @@ static int k_rope(rc_tensor *node, rc_error *err)
                 const real *restrict xr = x + (r * h + hh) * d;
                 real *restrict o = out + (r * h + hh) * d;
                 for (int64_t q = 0; q < nq; q++) {
-                    int64_t ia, ib;
-                    if (mode == RC_ROPE_INTERLEAVED) {
-                        ia = 2 * (q0 + q);
-                        ib = ia + 1;
-                    } else {
-                        ia = q0 + q;
-                        ib = ia + half;
-                    }
+                    int64_t ia = interleaved ? 2 * (q0 + q) : q0 + q;
+                    int64_t ib = interleaved ? ia + 1 : ia + half;
                     real xa = xr[ia], xb = xr[ib];
                     o[ia] = xa * cs[q] - xb * sn[q];
                     o[ib] = xb * cs[q] + xa * sn[q];
@@ -896,45 +1033,42 @@ static int k_rope(rc_tensor *node, rc_error *err)
                 memcpy(out + (r * h + hh) * d + rot, x + (r * h + hh) * d + rot,
                        (size_t)(d - rot) * sizeof(real));
     }
+}
+
+/* x src0 [..., T, H, D], positions src1 i32 (P values, row r uses pos[r % P]);
+ * iparam: rot, mode, inverse; fparam[0] theta. */
+static int k_rope(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, RC_I32, err) ||
+        same_size(node, err))
+        return -1;
+    int nd = node->ndim, mode = node->iparam[1];
+    int64_t rot = node->iparam[0];
+    if (nd < 3)
+        return rc_error_set(err, RC_ERR_SHAPE, "rope: input must be [..., T, heads, head_dim]");
+    int64_t d = node->shape[nd - 1], h = node->shape[nd - 2], total = rc_tensor_numel(node);
+    if (rot < 0 || rot % 2 || rot > d || (mode != RC_ROPE_INTERLEAVED && mode != RC_ROPE_HALF))
+        return rc_error_set(err, RC_ERR_ARG, "rope: rotary dims %lld, mode %d for head dim %lld",
+                            (long long)rot, mode, (long long)d);
+    if (rc_tensor_numel(node->src[1]) == 0)
+        return rc_error_set(err, RC_ERR_SHAPE, "rope: no positions");
+    par_range(rope_range, node, total / (h * d), 4 * total);
     return 0;
 }
 
 /* ---- reductions -------------------------------------------------------------------------------- */
 
-static double row_sum(const real *restrict x, int64_t n)
-{
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += x[i];
-    return s;
-}
-
-static real row_max(const real *restrict x, int64_t n)
-{
-    real m = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        m = x[i] > m ? x[i] : m;
-    return m;
-}
-
-/* the same over all threads, for a single long row */
-static double row_sum_par(const real *restrict x, int64_t n)
-{
-    double s = 0;
-    #pragma omp parallel for reduction(+ : s) schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        s += x[i];
-    return s;
-}
-
-static real row_max_par(const real *restrict x, int64_t n)
-{
-    real m = -INFINITY;
-    #pragma omp parallel for reduction(max : m) schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        m = x[i] > m ? x[i] : m;
-    return m;
-}
+/* x [outer, n, inner] -> out [outer, inner]: the sum (or max) over the middle axis. Work is
+ * split into tasks of (outer index, block of COL_BLOCK columns) when inner > 1, of outer
+ * rows when inner == 1, and of pieces of the one row when a few long rows remain. */
+typedef struct {
+    real *out;
+    const real *x;
+    int64_t outer, n, inner, blocks;
+    int is_max;
+    double sum[MAX_PARTS];
+    real max[MAX_PARTS];
+} reduce_args;
 
 /* o[j] = sum over k of x[k * stride + j], j < len; accumulated in double. */
 static void col_sum(real *restrict o, const real *restrict x, int64_t n, int64_t stride, int64_t len)
@@ -962,31 +1096,88 @@ static void col_max(real *restrict o, const real *restrict x, int64_t n, int64_t
     }
 }
 
-/* x [outer, n, inner] -> out [outer, inner]: the sum (or max) over the middle axis. */
+static double row_sum(const real *restrict x, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
+    return s;
+}
+
+static real row_max(const real *restrict x, int64_t n)
+{
+    real m = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* tasks [t0, t1): (outer, column block) pairs */
+static void reduce_cols_range(void *ctx, int64_t t0, int64_t t1, int part)
+{
+    const reduce_args *a = ctx;
+    (void)part;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t o = t / a->blocks, j0 = (t % a->blocks) * COL_BLOCK;
+        int64_t len = min64(COL_BLOCK, a->inner - j0);
+        real *dst = a->out + o * a->inner + j0;
+        const real *src = a->x + o * a->n * a->inner + j0;
+        if (a->is_max)
+            col_max(dst, src, a->n, a->inner, len);
+        else
+            col_sum(dst, src, a->n, a->inner, len);
+    }
+}
+
+/* outer rows [o0, o1), inner == 1 */
+static void reduce_rows_range(void *ctx, int64_t o0, int64_t o1, int part)
+{
+    const reduce_args *a = ctx;
+    (void)part;
+    for (int64_t o = o0; o < o1; o++)
+        a->out[o] = a->is_max ? row_max(a->x + o * a->n, a->n) : (real)row_sum(a->x + o * a->n, a->n);
+}
+
+/* elements [i0, i1) of the single row a->x: one partial result per part */
+static void reduce_piece_range(void *ctx, int64_t i0, int64_t i1, int part)
+{
+    reduce_args *a = ctx;
+    if (a->is_max)
+        a->max[part] = row_max(a->x + i0, i1 - i0);
+    else
+        a->sum[part] = row_sum(a->x + i0, i1 - i0);
+}
+
 static void reduce3(real *out, const real *x, int64_t outer, int64_t n, int64_t inner, int is_max)
 {
-    int par = outer * n * inner > PAR_MIN;
-    if (inner == 1) {
-        if (par && outer < omp_get_max_threads()) {
-            for (int64_t o = 0; o < outer; o++)
-                out[o] = is_max ? row_max_par(x + o * n, n) : (real)row_sum_par(x + o * n, n);
-            return;
-        }
-        #pragma omp parallel for if(par) schedule(static)
-        for (int64_t o = 0; o < outer; o++)
-            out[o] = is_max ? row_max(x + o * n, n) : (real)row_sum(x + o * n, n);
+    reduce_args a;
+    a.out = out;
+    a.x = x;
+    a.outer = outer;
+    a.n = n;
+    a.inner = inner;
+    a.is_max = is_max;
+    a.blocks = (inner + COL_BLOCK - 1) / COL_BLOCK;
+    int64_t total = outer * n * inner;
+    if (inner > 1) {
+        par_range(reduce_cols_range, &a, outer * a.blocks, total);
         return;
     }
-    int64_t blocks = (inner + COL_BLOCK - 1) / COL_BLOCK, tasks = outer * blocks;
-    #pragma omp parallel for if(par && tasks > 1) schedule(static)
-    for (int64_t t = 0; t < tasks; t++) {
-        int64_t o = t / blocks, j0 = (t % blocks) * COL_BLOCK, len = min64(COL_BLOCK, inner - j0);
-        real *dst = out + o * inner + j0;
-        const real *src = x + o * n * inner + j0;
-        if (is_max)
-            col_max(dst, src, n, inner, len);
-        else
-            col_sum(dst, src, n, inner, len);
+    if (outer >= omp_get_max_threads() || total <= PAR_MIN) {
+        par_range(reduce_rows_range, &a, outer, total);
+        return;
+    }
+    /* a few long rows: each split over the threads, partials combined in order */
+    for (int64_t o = 0; o < outer; o++) {
+        a.x = x + o * n;
+        int parts = par_range(reduce_piece_range, &a, n, n);
+        double s = 0;
+        real m = -INFINITY;
+        for (int p = 0; p < parts; p++) {
+            s += a.sum[p];
+            m = a.max[p] > m ? a.max[p] : m;
+        }
+        out[o] = is_max ? m : (real)s;
     }
 }
 
@@ -1078,26 +1269,30 @@ static int k_sum_to(rc_tensor *node, rc_error *err)
 
 /* ---- dropout --------------------------------------------------------------------------------------- */
 
-/* element i kept iff uniform_at(key, i) >= p, kept values scaled by 1 / (1 - p) */
-static int k_dropout(rc_tensor *node, rc_error *err)
+/* elements [i0, i1): kept iff uniform_at(key, i) >= p, kept values scaled by 1 / (1 - p) */
+static void dropout_range(void *ctx, int64_t i0, int64_t i1, int part)
 {
-    if (need_src(node, 0, real_dtype(), err))
-        return -1;
+    const rc_tensor *node = ctx;
     const real *restrict x = src_data(node, 0);
     real *restrict o = node->data;
-    int64_t n = rc_tensor_numel(node);
     double p = node->fparam[0];
-    if (rc_tensor_numel(node->src[0]) != n)
-        return rc_error_set(err, RC_ERR_SHAPE, "dropout: input and output sizes differ");
-    if (p == 0) {
-        memcpy(o, x, rc_tensor_nbytes(node));
-        return 0;
-    }
     uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
     real scale = p < 1 ? (real)(1 / (1 - p)) : 0;
-    #pragma omp parallel for if(n > PAR_MIN / 4) schedule(static)
-    for (int64_t i = 0; i < n; i++)
+    (void)part;
+    for (int64_t i = i0; i < i1; i++)
         o[i] = rc_rng_uniform_at(key, (uint64_t)i) >= p ? x[i] * scale : 0;
+}
+
+static int k_dropout(rc_tensor *node, rc_error *err)
+{
+    if (need_src(node, 0, real_dtype(), err) || same_size(node, err))
+        return -1;
+    int64_t n = rc_tensor_numel(node);
+    if (node->fparam[0] == 0) {
+        memcpy(node->data, node->src[0]->data, rc_tensor_nbytes(node));
+        return 0;
+    }
+    par_range(dropout_range, node, n, 4 * n);
     return 0;
 }
 

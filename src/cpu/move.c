@@ -11,7 +11,8 @@
 
 enum {
     PAR_MIN = 32768,  /* elements below which a copy runs on one thread */
-    CHUNK_MIN = 4096  /* the shortest piece a long row is split into for threads */
+    CHUNK_MIN = 4096, /* the shortest piece a long row is split into for threads */
+    TILE = 32         /* side of the square tiles of a transposing copy */
 };
 
 static int64_t min64(int64_t a, int64_t b)
@@ -27,6 +28,24 @@ static void contiguous_strides(const rc_tensor *t, int64_t *st)
         st[i] = s;
         s *= t->shape[i];
     }
+}
+
+/* Work on [i0, i1) of something. */
+typedef void (*range_fn)(void *ctx, int64_t i0, int64_t i1);
+
+/* Runs fn over [0, n): in one call on this thread when work <= PAR_MIN elements (or there
+ * is one thread), else in one contiguous part per thread. */
+static void par_range(range_fn fn, void *ctx, int64_t n, int64_t work)
+{
+    int64_t parts = omp_get_max_threads();
+    parts = parts < n ? parts : n;
+    if (work <= PAR_MIN || parts < 2 || omp_in_parallel()) {
+        fn(ctx, 0, n);
+        return;
+    }
+    #pragma omp parallel for schedule(static) num_threads((int)parts)
+    for (int64_t p = 0; p < parts; p++)
+        fn(ctx, n * p / parts, n * (p + 1) / parts);
 }
 
 /* n elements of size es from src (element stride ss) to dst (element stride ds). */
@@ -55,62 +74,131 @@ static void copy_row(char *dst, int64_t ds, const char *src, int64_t ss, int64_t
     }
 }
 
-/* Copies the box shape[nd] from src (element strides ss) to dst (element strides ds). */
-static void copy_strided(char *dst, const int64_t *ds_in, const char *src, const int64_t *ss_in,
-                         int nd_in, const int64_t *shape_in, size_t es)
-{
-    int nd = 0;
+/* A strided copy after merging axes: rows of the last axis (long rows cut into pieces of
+ * len so that every thread gets work), or, for a transpose, square tiles of axis k (where
+ * the source is contiguous) and the last axis (where the destination is). */
+typedef struct {
+    char *dst;
+    const char *src;
+    size_t es;
+    int nd, k;
     int64_t shape[RC_MAX_DIMS], ds[RC_MAX_DIMS], ss[RC_MAX_DIMS];
+    int64_t len, pieces;   /* rows */
+    int64_t tk, tl;        /* tiles along axis k and the last axis */
+} copy_plan;
+
+/* pieces [t0, t1) of the rows */
+static void copy_rows_range(void *ctx, int64_t t0, int64_t t1)
+{
+    const copy_plan *c = ctx;
+    int l = c->nd - 1;
+    int64_t n = c->shape[l];
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t r = t / c->pieces, j0 = (t % c->pieces) * c->len, doff = j0 * c->ds[l];
+        int64_t soff = j0 * c->ss[l];
+        for (int i = l - 1; i >= 0; i--) {
+            int64_t idx = r % c->shape[i];
+            r /= c->shape[i];
+            doff += idx * c->ds[i];
+            soff += idx * c->ss[i];
+        }
+        copy_row(c->dst + doff * (int64_t)c->es, c->ds[l], c->src + soff * (int64_t)c->es, c->ss[l],
+                 min64(c->len, n - j0), c->es);
+    }
+}
+
+/* tiles [t0, t1) of a transposing copy of 4- or 8-byte elements: the source lines read for
+ * one tile stay in cache while its destination rows are written */
+static void copy_tiles_range(void *ctx, int64_t t0, int64_t t1)
+{
+    const copy_plan *c = ctx;
+    int k = c->k, l = c->nd - 1;
+    int64_t nk = c->shape[k], nl = c->shape[l], dk = c->ds[k], sl = c->ss[l];
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t r = t / (c->tk * c->tl), i0 = (t / c->tl % c->tk) * TILE, j0 = (t % c->tl) * TILE;
+        int64_t doff = 0, soff = 0;
+        for (int a = l - 1; a >= 0; a--) {
+            if (a == k)
+                continue;
+            int64_t idx = r % c->shape[a];
+            r /= c->shape[a];
+            doff += idx * c->ds[a];
+            soff += idx * c->ss[a];
+        }
+        int64_t i1 = min64(i0 + TILE, nk), j1 = min64(j0 + TILE, nl);
+        if (c->es == 4) {
+            uint32_t *restrict d = (uint32_t *)(void *)c->dst + doff;
+            const uint32_t *restrict s = (const uint32_t *)(const void *)c->src + soff;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++)
+                    d[i * dk + j] = s[i + j * sl];
+        } else {
+            uint64_t *restrict d = (uint64_t *)(void *)c->dst + doff;
+            const uint64_t *restrict s = (const uint64_t *)(const void *)c->src + soff;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++)
+                    d[i * dk + j] = s[i + j * sl];
+        }
+    }
+}
+
+/* Copies the box shape[nd] from src (element strides ss) to dst (element strides ds). */
+static void copy_strided(char *dst, const int64_t *ds, const char *src, const int64_t *ss, int nd,
+                         const int64_t *shape, size_t es)
+{
+    copy_plan c;
+    c.dst = dst;
+    c.src = src;
+    c.es = es;
+    c.nd = 0;
     int64_t total = 1;
-    for (int i = 0; i < nd_in; i++) {
-        int64_t n = shape_in[i];
+    for (int i = 0; i < nd; i++) {
+        int64_t n = shape[i];
         total *= n;
         if (n == 1)
             continue;
-        if (nd > 0 && ds[nd - 1] == ds_in[i] * n && ss[nd - 1] == ss_in[i] * n) {
-            shape[nd - 1] *= n;
-            ds[nd - 1] = ds_in[i];
-            ss[nd - 1] = ss_in[i];
+        int d = c.nd;
+        if (d > 0 && c.ds[d - 1] == ds[i] * n && c.ss[d - 1] == ss[i] * n) {
+            c.shape[d - 1] *= n;
+            c.ds[d - 1] = ds[i];
+            c.ss[d - 1] = ss[i];
             continue;
         }
-        shape[nd] = n;
-        ds[nd] = ds_in[i];
-        ss[nd] = ss_in[i];
-        nd++;
+        c.shape[d] = n;
+        c.ds[d] = ds[i];
+        c.ss[d] = ss[i];
+        c.nd++;
     }
     if (total == 0)
         return;
-    if (nd == 0) {
+    if (c.nd == 0) {
         memcpy(dst, src, es);
         return;
     }
-    /* rows of the last merged axis, long rows cut into pieces so every thread gets work */
-    int64_t n = shape[nd - 1], rows = total / n, len = n;
-    if (total > PAR_MIN) {
-        int64_t want = 4 * (int64_t)omp_get_max_threads();
-        if (rows < want) {
-            int64_t per_row = (want + rows - 1) / rows;
-            len = (n + per_row - 1) / per_row;
-            len = len < CHUNK_MIN ? CHUNK_MIN : len;
-            len = len < n ? len : n;
-        }
+    int l = c.nd - 1;
+    c.k = -1;
+    if (c.ds[l] == 1 && c.ss[l] > 1 && (es == 4 || es == 8))
+        for (int i = l - 1; i >= 0 && c.k < 0; i--)
+            if (c.ss[i] == 1)
+                c.k = i;
+    if (c.k >= 0) {
+        c.tk = (c.shape[c.k] + TILE - 1) / TILE;
+        c.tl = (c.shape[l] + TILE - 1) / TILE;
+        int64_t tiles = total / (c.shape[c.k] * c.shape[l]) * c.tk * c.tl;
+        par_range(copy_tiles_range, &c, tiles, total);
+        return;
     }
-    int64_t pieces = (n + len - 1) / len, tasks = rows * pieces;
-    int64_t dsi = ds[nd - 1], ssi = ss[nd - 1];
-    #pragma omp parallel for if(total > PAR_MIN) schedule(static)
-    for (int64_t t = 0; t < tasks; t++) {
-        int64_t r = t / pieces, j0 = (t % pieces) * len, doff = 0, soff = 0;
-        for (int i = nd - 2; i >= 0; i--) {
-            int64_t idx = r % shape[i];
-            r /= shape[i];
-            doff += idx * ds[i];
-            soff += idx * ss[i];
-        }
-        doff += j0 * dsi;
-        soff += j0 * ssi;
-        copy_row(dst + doff * (int64_t)es, dsi, src + soff * (int64_t)es, ssi, min64(len, n - j0),
-                 es);
+    int64_t n = c.shape[l], rows = total / n;
+    int64_t want = 4 * (int64_t)omp_get_max_threads();
+    c.len = n;
+    if (total > PAR_MIN && rows < want) {
+        int64_t per_row = (want + rows - 1) / rows;
+        int64_t len = (n + per_row - 1) / per_row;
+        len = len < CHUNK_MIN ? CHUNK_MIN : len;
+        c.len = len < n ? len : n;
     }
+    c.pieces = (n + c.len - 1) / c.len;
+    par_range(copy_rows_range, &c, rows * c.pieces, total);
 }
 
 static int bad_shape(const rc_tensor *node, rc_error *err)
@@ -252,58 +340,65 @@ static int32_t to_i32(double v)
     return (int32_t)v;
 }
 
+/* elements [i0, i1) of a cast; the node's src0 holds the input */
+static void cast_range(void *ctx, int64_t i0, int64_t i1)
+{
+    const rc_tensor *node = ctx;
+    const void *x = node->src[0]->data;
+    void *y = node->data;
+    rc_dtype from = node->src[0]->dtype, to = node->dtype;
+    if (from == RC_F32 && to == RC_F64) {
+        const float *restrict a = x;
+        double *restrict b = y;
+        for (int64_t i = i0; i < i1; i++)
+            b[i] = a[i];
+    } else if (from == RC_F64 && to == RC_F32) {
+        const double *restrict a = x;
+        float *restrict b = y;
+        for (int64_t i = i0; i < i1; i++)
+            b[i] = (float)a[i];
+    } else if (from == RC_I32 && to == RC_F32) {
+        const int32_t *restrict a = x;
+        float *restrict b = y;
+        for (int64_t i = i0; i < i1; i++)
+            b[i] = (float)a[i];
+    } else if (from == RC_I32 && to == RC_F64) {
+        const int32_t *restrict a = x;
+        double *restrict b = y;
+        for (int64_t i = i0; i < i1; i++)
+            b[i] = a[i];
+    } else if (from == RC_F32 && to == RC_I32) {
+        const float *restrict a = x;
+        int32_t *restrict b = y;
+        for (int64_t i = i0; i < i1; i++)
+            b[i] = to_i32(a[i]);
+    } else { /* f64 -> i32 */
+        const double *restrict a = x;
+        int32_t *restrict b = y;
+        for (int64_t i = i0; i < i1; i++)
+            b[i] = to_i32(a[i]);
+    }
+}
+
+static int cast_supported(rc_dtype t)
+{
+    return t == RC_F32 || t == RC_F64 || t == RC_I32;
+}
+
 static int move_cast(rc_tensor *node, rc_error *err)
 {
     const rc_tensor *s = node->src[0];
-    rc_dtype from = s->dtype, to = node->dtype;
     int64_t n = rc_tensor_numel(node);
     if (rc_tensor_numel(s) != n)
         return bad_shape(node, err);
-    if (from == to) {
+    if (s->dtype == node->dtype) {
         memcpy(node->data, s->data, rc_tensor_nbytes(node));
         return 0;
     }
-    int par = n > PAR_MIN;
-    if (from == RC_F32 && to == RC_F64) {
-        const float *restrict x = s->data;
-        double *restrict y = node->data;
-        #pragma omp parallel for if(par) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i];
-    } else if (from == RC_F64 && to == RC_F32) {
-        const double *restrict x = s->data;
-        float *restrict y = node->data;
-        #pragma omp parallel for if(par) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            y[i] = (float)x[i];
-    } else if (from == RC_I32 && to == RC_F32) {
-        const int32_t *restrict x = s->data;
-        float *restrict y = node->data;
-        #pragma omp parallel for if(par) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            y[i] = (float)x[i];
-    } else if (from == RC_I32 && to == RC_F64) {
-        const int32_t *restrict x = s->data;
-        double *restrict y = node->data;
-        #pragma omp parallel for if(par) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i];
-    } else if (from == RC_F32 && to == RC_I32) {
-        const float *restrict x = s->data;
-        int32_t *restrict y = node->data;
-        #pragma omp parallel for if(par) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            y[i] = to_i32(x[i]);
-    } else if (from == RC_F64 && to == RC_I32) {
-        const double *restrict x = s->data;
-        int32_t *restrict y = node->data;
-        #pragma omp parallel for if(par) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            y[i] = to_i32(x[i]);
-    } else {
+    if (!cast_supported(s->dtype) || !cast_supported(node->dtype))
         return rc_error_set(err, RC_ERR_UNSUPPORTED, "cast: %s to %s is not supported",
-                            rc_dtype_name(from), rc_dtype_name(to));
-    }
+                            rc_dtype_name(s->dtype), rc_dtype_name(node->dtype));
+    par_range(cast_range, node, n, n);
     return 0;
 }
 
