@@ -20,10 +20,12 @@ demo: build
 	OMP_NUM_THREADS=$(JOBS) $(BUILD)/tiny_lm
 
 test: build
+	@bash scripts/pyref.sh
 	cd $(BUILD) && ctest --output-on-failure -j 1
 
 # The tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize: setup
+	@bash scripts/pyref.sh
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DREDCO_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Creates the Python environment of the reference implementations the tests compare
+# against (Hugging Face transformers on PyTorch, tokenizers, safetensors, sentencepiece).
+# PyTorch comes from Debian (python3-torch 1.13, CPU); the rest from PyPI at versions that
+# support it. Idempotent: does nothing when the environment is complete.
+#   scripts/pyref.sh [DIR]   (default .venv/pyref); prints nothing on success
+set -euo pipefail
+dir="${1:-.venv/pyref}"
+stamp="$dir/.complete-v1"
+[ -f "$stamp" ] && exit 0
+
+debs="python3-torch python3-numpy python3-venv python3-pip"
+missing=""
+for p in $debs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "pyref: installing$missing" >&2
+  sudo=""; [ "$(id -u)" != "0" ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+echo "pyref: creating $dir" >&2
+rm -rf "$dir"
+/usr/bin/python3 -m venv --system-site-packages "$dir"
+"$dir/bin/pip" install -q --disable-pip-version-check \
+  "transformers==4.36.2" "tokenizers==0.15.2" "safetensors==0.4.5" "sentencepiece==0.2.0" \
+  "tensorboard==2.15.2" "protobuf<5" >&2
+"$dir/bin/python" -c "import torch, transformers, tokenizers, safetensors, sentencepiece; print('pyref: torch', torch.__version__, 'transformers', transformers.__version__)" >&2
+touch "$stamp"
