@@ -35,20 +35,21 @@ int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 3;
     const int B = 4, T = 64;
-    nn_gpt_config cfg = {.vocab = 50257, .max_seq = 1024, .n_layer = 12, .n_head = 12, .d_model = 768};
+    rc_model_config cfg = nn_gpt2_config(50257, 1024, 12, 12, 768);
     rc_set_threads(0);
     nn_weights w = {0};
-    if (nn_gpt_weights(&cfg, &w) || nn_weights_alloc(&w))
+    rc_error err = {0};
+    if (nn_model_weights(&cfg, &w, &err) || nn_weights_alloc(&w))
         return 1;
-    nn_gpt_init(&cfg, &w, 1);
+    nn_model_init(&cfg, &w, 1);
 
     rc_graph *g = rc_graph_new();
     rc_tensor **p = malloc((size_t)w.n * sizeof *p), **outs = malloc((size_t)(w.n + 1) * sizeof *outs);
-    for (int i = 0; i < w.n; i++)
-        p[i] = nn_weights_leaf(g, &w, i);
+    nn_model_leaves(g, &w, p);
     rc_tensor *ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *tg = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, T});
-    outs[0] = rc_cross_entropy(g, nn_gpt_logits(g, &cfg, p, ids), tg, -100);
+    nn_inputs in = {.ids = ids};
+    outs[0] = rc_cross_entropy(g, nn_model_logits(g, &cfg, &w, p, &in), tg, -100);
     rc_backward(g, outs[0], p, w.n, outs + 1);
     if (rc_graph_error(g)) {
         fprintf(stderr, "bench_gpt2: %s\n", rc_graph_error(g));
@@ -62,7 +63,6 @@ int main(int argc, char **argv)
     }
     rc_tensor_bind(ids, xb);
     rc_tensor_bind(tg, yb);
-    rc_error err = {0};
     double t0 = now_s();
     rc_plan *plan = rc_plan_new(g, outs, w.n + 1, &err);
     double plan_s = now_s() - t0;

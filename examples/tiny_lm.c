@@ -31,7 +31,7 @@ int main(int argc, char **argv)
     int steps = argc > 2 ? atoi(argv[2]) : 300;
     long size = 0;
     unsigned char *text = read_file(path, &size);
-    nn_gpt_config cfg = {.vocab = 256, .max_seq = 64, .n_layer = 2, .n_head = 4, .d_model = 128};
+    rc_model_config cfg = nn_gpt2_config(256, 64, 2, 4, 128);
     const int B = 16, T = 64;
     if (!text || size < T + 1) {
         fprintf(stderr, "tiny_lm: cannot read a corpus of at least %d bytes from %s\n", T + 1, path);
@@ -39,19 +39,20 @@ int main(int argc, char **argv)
     }
 
     nn_weights w = {0};
-    if (nn_gpt_weights(&cfg, &w) || nn_weights_alloc(&w)) {
-        fprintf(stderr, "tiny_lm: out of memory\n");
+    rc_error err = {0};
+    if (nn_model_weights(&cfg, &w, &err) || nn_weights_alloc(&w)) {
+        fprintf(stderr, "tiny_lm: %s\n", err.code ? err.msg : "out of memory");
         return 1;
     }
-    nn_gpt_init(&cfg, &w, 42);
+    nn_model_init(&cfg, &w, 42);
 
     rc_graph *g = rc_graph_new();
     rc_tensor **p = malloc((size_t)w.n * sizeof *p), **grads = malloc((size_t)w.n * sizeof *grads);
-    for (int i = 0; i < w.n; i++)
-        p[i] = nn_weights_leaf(g, &w, i);
+    nn_model_leaves(g, &w, p);
     rc_tensor *ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *targets = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, T});
-    rc_tensor *loss = rc_cross_entropy(g, nn_gpt_logits(g, &cfg, p, ids), targets, -100);
+    nn_inputs in = {.ids = ids};
+    rc_tensor *loss = rc_cross_entropy(g, nn_model_logits(g, &cfg, &w, p, &in), targets, -100);
     rc_backward(g, loss, p, w.n, grads);
     if (rc_graph_error(g)) {
         fprintf(stderr, "tiny_lm: %s\n", rc_graph_error(g));
@@ -63,7 +64,6 @@ int main(int argc, char **argv)
     rc_tensor **outs = malloc((size_t)(w.n + 1) * sizeof *outs);
     outs[0] = loss;
     memcpy(outs + 1, grads, (size_t)w.n * sizeof *grads);
-    rc_error err = {0};
     rc_plan *plan = rc_plan_new(g, outs, w.n + 1, &err);
     if (!plan) {
         fprintf(stderr, "tiny_lm: %s\n", err.msg);

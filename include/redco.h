@@ -76,7 +76,8 @@ typedef enum {
                             j <= i + (keys - queries)) */
     RC_OP_LAYER_NORM,    /* over the last axis: (x - mean) / sqrt(var + fparam[0]) * src1 + src2;
                             src1 (weight) and src2 (bias) optional */
-    RC_OP_RMS_NORM,      /* x / sqrt(mean(x^2) + fparam[0]) * (src1 + fparam[1]) */
+    RC_OP_RMS_NORM,      /* x / sqrt(mean(x^2) + fparam[0]) * (src1 + fparam[1]); without src1 (NULL)
+                            the normalised x itself (the offset is ignored) */
     RC_OP_EMBEDDING,     /* rows of src0 [V, C] picked by ids src1 (i32 [...]) -> [..., C] */
     RC_OP_EMBEDDING_GRAD,/* scatter-add of src1 [..., C] into zeros [iparam[0], C] at ids src0 */
     RC_OP_ROPE,          /* src0 [..., T, H, D] rotated by positions src1 (i32 [T]);
@@ -95,7 +96,7 @@ typedef enum {
     RC_OP_CROSS_ENTROPY, /* mean over targets != iparam[0] of -log softmax(src0)[target];
                             src0 [..., V] logits, src1 i32 [...] targets; scalar out */
     RC_OP_ONE_HOT,       /* src0 i32 [...] -> [..., iparam[0]]; ids equal to iparam[1] give zero rows */
-    RC_OP_DROPOUT,       /* src0 * keep / (1 - fparam[0]); keep drawn from the key in iparam[0..3] */
+    RC_OP_DROPOUT,       /* src0 * keep / (1 - fparam[0]); keep drawn from the 64-bit key in iparam[0..1] */
     RC_OP_WHERE,         /* src0 != 0 ? src1 : src2, broadcast */
     RC_OP_CAST,          /* src0 converted to this node's dtype */
     RC_OP_EQUAL,         /* 1 where src0 == src1 else 0, broadcast; no gradient */
@@ -201,6 +202,10 @@ rc_tensor *rc_input(rc_graph *g, const char *name, rc_dtype t, int ndim, const i
 rc_tensor *rc_param(rc_graph *g, const char *name, rc_dtype t, int ndim, const int64_t *shape);
 rc_tensor *rc_full(rc_graph *g, rc_dtype t, int ndim, const int64_t *shape, double value);
 rc_tensor *rc_scalar(rc_graph *g, rc_dtype t, double value);
+/* A leaf holding a copy of `values` (numel elements of t), owned by the graph: position
+ * ids, relative-position buckets, masks known when the graph is built. */
+rc_tensor *rc_const(rc_graph *g, const char *name, rc_dtype t, int ndim, const int64_t *shape,
+                    const void *values);
 
 /* ---- element-wise ------------------------------------------------------------ */
 
@@ -305,7 +310,7 @@ rc_plan_stats rc_plan_get_stats(const rc_plan *p);
 /* Times each kernel when on (for benchmarks); off by default. */
 void rc_plan_set_timing(rc_plan *p, int on);
 
-/* Threads for the kernels and BLAS (0: the OpenMP default). */
+/* Threads for the kernels and BLAS (n <= 0: one per processor). */
 void rc_set_threads(int n);
 int rc_get_threads(void);
 

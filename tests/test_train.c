@@ -77,8 +77,7 @@ static void test_mlp_sgd(void)
     }
     trainer t = {.g = rc_graph_new()};
     t.p = calloc(4, sizeof *t.p);
-    for (int i = 0; i < 4; i++)
-        t.p[i] = nn_weights_leaf(t.g, &w, i);
+    nn_model_leaves(t.g, &w, t.p);
     rc_tensor *xi = rc_input(t.g, "x", RC_F32, 2, (int64_t[]){N, IN});
     rc_tensor *yi = rc_input(t.g, "y", RC_F32, 2, (int64_t[]){N, 1});
     rc_tensor *h = rc_tanh(t.g, rc_add(t.g, rc_matmul(t.g, xi, t.p[0], 0, 0), t.p[1]));
@@ -111,17 +110,18 @@ static void test_mlp_sgd(void)
 static void test_transformer_adamw(void)
 {
     enum { V = 16, B = 8, T = 16 };
-    nn_gpt_config cfg = {.vocab = V, .max_seq = T, .n_layer = 2, .n_head = 2, .d_model = 32};
+    rc_model_config cfg = nn_gpt2_config(V, T, 2, 2, 32);
     nn_weights w = {0};
-    CHECK(nn_gpt_weights(&cfg, &w) == 0 && nn_weights_alloc(&w) == 0);
-    nn_gpt_init(&cfg, &w, 11);
+    rc_error err = {0};
+    CHECK(nn_model_weights(&cfg, &w, &err) == 0 && nn_weights_alloc(&w) == 0);
+    nn_model_init(&cfg, &w, 11);
     trainer t = {.g = rc_graph_new()};
     t.p = calloc((size_t)w.n, sizeof *t.p);
-    for (int i = 0; i < w.n; i++)
-        t.p[i] = nn_weights_leaf(t.g, &w, i);
+    nn_model_leaves(t.g, &w, t.p);
     rc_tensor *ids = rc_input(t.g, "ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *tg = rc_input(t.g, "targets", RC_I32, 2, (int64_t[]){B, T});
-    t.loss = rc_cross_entropy(t.g, nn_gpt_logits(t.g, &cfg, t.p, ids), tg, -100);
+    nn_inputs in = {.ids = ids};
+    t.loss = rc_cross_entropy(t.g, nn_model_logits(t.g, &cfg, &w, t.p, &in), tg, -100);
     CHECK(trainer_plan(&t, &w) == 0);
     int32_t perm[V], xb[B * T], yb[B * T];
     rc_rng rng = rc_rng_new(5);
@@ -137,7 +137,6 @@ static void test_transformer_adamw(void)
     float *m = calloc((size_t)w.numel, sizeof *m), *v = calloc((size_t)w.numel, sizeof *v);
     rc_adam opt = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.01};
     float first = 0, last = 0;
-    rc_error err = {0};
     for (int step = 1; step <= 150 && t.plan; step++) {
         for (int b = 0; b < B; b++) {
             int32_t tok = (int32_t)(rc_rng_next_u64(&rng) % V);

@@ -16,6 +16,9 @@ void rc_graph_free(rc_graph *g)
         return;
     for (int i = 0; i < g->n; i++)
         free(g->nodes[i]);
+    for (int i = 0; i < g->nowned; i++)
+        free(g->owned[i]);
+    free(g->owned);
     free(g->nodes);
     free(g);
 }
@@ -188,4 +191,31 @@ rc_tensor *rc_full(rc_graph *g, rc_dtype t, int ndim, const int64_t *shape, doub
 rc_tensor *rc_scalar(rc_graph *g, rc_dtype t, double value)
 {
     return rc_full(g, t, 0, NULL, value);
+}
+
+rc_tensor *rc_const(rc_graph *g, const char *name, rc_dtype t, int ndim, const int64_t *shape,
+                    const void *values)
+{
+    rc_tensor *x = leaf_new(g, name, t, ndim, shape, 0);
+    if (!x)
+        return NULL;
+    size_t bytes = rc_tensor_nbytes(x);
+    if (g->nowned == g->owned_cap) {
+        int cap = g->owned_cap ? 2 * g->owned_cap : 16;
+        void **owned = realloc(g->owned, (size_t)cap * sizeof *owned);
+        if (!owned)
+            return rc_fail(g, RC_ERR_MEMORY, "const '%s': out of memory", x->name);
+        g->owned = owned;
+        g->owned_cap = cap;
+    }
+    void *data = malloc(bytes ? bytes : 1);
+    if (!data)
+        return rc_fail(g, RC_ERR_MEMORY, "const '%s': out of memory for %zu bytes", x->name, bytes);
+    if (values)
+        memcpy(data, values, bytes);
+    else
+        memset(data, 0, bytes);
+    g->owned[g->nowned++] = data;
+    x->data = data;
+    return x;
 }

@@ -11,6 +11,8 @@ struct rc_graph {
     int n, cap;
     int err_code;
     char err[512];
+    void **owned;                 /* buffers of constants, freed with the graph */
+    int nowned, owned_cap;
 };
 
 /* Records the first error of a graph; returns NULL so builders can `return rc_fail(...)`. */

@@ -1,10 +1,11 @@
-/* nn.h - parameter tables and the model builders made of graph ops. */
+/* nn.h - parameter tables and the model families, built from graph ops. */
 #ifndef REDCO_NN_H
 #define REDCO_NN_H
 
 #include "redco.h"
+#include "redco/model.h"
 
-/* One parameter: its name (Hugging Face's), shape and place in the flat buffer. */
+/* One parameter: its Hugging Face name, shape and place in the flat buffer. */
 typedef struct {
     char name[96];
     int ndim;
@@ -26,21 +27,52 @@ int nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t *sha
 int nn_weights_alloc(nn_weights *w);
 void nn_weights_free(nn_weights *w);
 float *nn_weights_get(const nn_weights *w, int i);
-/* A parameter leaf of graph g bound to parameter i's memory. */
-rc_tensor *nn_weights_leaf(rc_graph *g, const nn_weights *w, int i);
+/* index of a parameter by name, -1 when absent */
+int nn_weights_find(const nn_weights *w, const char *name);
 
-/* A GPT-2 shaped decoder: learned positions, pre-LN blocks, gelu (tanh form) MLP,
- * causal attention, LM head tied to the token embedding. */
+/* ---- the model families ---------------------------------------------------------------
+ * Every family is a table of parameters (Hugging Face names and layouts of its
+ * *ForCausalLM / ForConditionalGeneration class) and a function that records the
+ * forward pass into a graph. */
+
+/* A GPT-2 configuration of the given sizes with GPT-2's defaults (gelu_new, eps 1e-5,
+ * tied head, d_ff = 4 d_model). */
+rc_model_config nn_gpt2_config(int vocab, int positions, int layers, int heads, int d_model);
+/* Fills w's table with the parameters of the model described by c (validated by
+ * rc_config_load or rc_config_preset). */
+int nn_model_weights(const rc_model_config *c, nn_weights *w, rc_error *err);
+/* Random initialisation: N(0, 0.02) matrices and embeddings, norm weights 1, biases 0,
+ * residual output projections of GPT-2 scaled by 1/sqrt(2 layers). */
+void nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed);
+
+/* The inputs of one forward pass, in global shapes. */
 typedef struct {
-    int vocab, max_seq, n_layer, n_head, d_model;
-} nn_gpt_config;
+    rc_tensor *ids;               /* i32 [B, T]: tokens (T5: decoder input tokens) */
+    rc_tensor *enc_ids;           /* T5 only: i32 [B, S] encoder tokens */
+    rc_tensor *mask;              /* optional f32 [B, Tk]: 1 for keys to attend to, 0 for padding
+                                     (decoder-only: past + new keys; T5: encoder tokens) */
+    int past;                     /* decoder-only: length of the key/value cache */
+    rc_tensor *const *past_kv;    /* optional: per layer k then v, each [B, KV heads, past, D] */
+    rc_tensor **new_kv;           /* optional out: per layer k then v, [B, KV heads, past + T, D] */
+} nn_inputs;
 
-/* Fills the table with GPT-2's parameters (HF names, Conv1D weights stored (in, out)). */
-int nn_gpt_weights(const nn_gpt_config *c, nn_weights *w);
-/* GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 layers),
- * layer-norm weights 1, biases 0. */
-void nn_gpt_init(const nn_gpt_config *c, nn_weights *w, uint64_t seed);
-/* logits [B, T, vocab] for ids [B, T] (i32); p[i] are the leaves of the table's params */
-rc_tensor *nn_gpt_logits(rc_graph *g, const nn_gpt_config *c, rc_tensor *const *p, rc_tensor *ids);
+/* Records the forward pass; p[i] must be leaves for w's parameters (nn_model_leaves).
+ * Returns the logits [B, T, vocab], NULL with the graph's error set on failure. */
+rc_tensor *nn_model_logits(rc_graph *g, const rc_model_config *c, const nn_weights *w,
+                           rc_tensor *const *p, const nn_inputs *in);
+/* Parameter leaves of graph g bound to w's memory (or unbound when w->data is NULL). */
+int nn_model_leaves(rc_graph *g, const nn_weights *w, rc_tensor **p);
+
+/* ---- model directories (Hugging Face layout) ----------------------------------------- */
+
+/* Loads DIR/config.json and the weights of DIR (model.safetensors or a sharded index,
+ * f32/f16/bf16 converted to f32) into c and a newly allocated w. A parameter missing from
+ * the checkpoint, a tensor of the wrong shape, or a checkpoint tensor the model does not
+ * use (other than known buffers such as GPT-2's attn.bias) is an error naming the tensor
+ * and the file. */
+int nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_error *err);
+/* Writes DIR/config.json and DIR/model.safetensors (f32, Hugging Face names), creating
+ * DIR; each file is written to a temporary name and renamed. */
+int nn_model_save(const char *dir, const rc_model_config *c, const nn_weights *w, rc_error *err);
 
 #endif

@@ -49,10 +49,10 @@ float *nn_weights_get(const nn_weights *w, int i)
     return w->data + w->p[i].offset;
 }
 
-rc_tensor *nn_weights_leaf(rc_graph *g, const nn_weights *w, int i)
+int nn_weights_find(const nn_weights *w, const char *name)
 {
-    const nn_param *p = &w->p[i];
-    rc_tensor *t = rc_param(g, p->name, RC_F32, p->ndim, p->shape);
-    rc_tensor_bind(t, w->data ? nn_weights_get(w, i) : NULL);
-    return t;
+    for (int i = 0; i < w->n; i++)
+        if (!strcmp(w->p[i].name, name))
+            return i;
+    return -1;
 }

@@ -1,0 +1,117 @@
+/* model_io.c - model directories: config.json plus safetensors weights, read and written
+ * with Hugging Face names and layouts. */
+#include "internal.h"
+#include "nn.h"
+#include "redco/safetensors.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Tensors a checkpoint may carry that alias a parameter of the table (tied embeddings). */
+static const char *const tied_aliases[] = {
+    "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight", NULL};
+
+static int shapes_equal(const rc_st_tensor *t, const nn_param *p)
+{
+    if (t->ndim != p->ndim)
+        return 0;
+    for (int i = 0; i < p->ndim; i++)
+        if (t->shape[i] != p->shape[i])
+            return 0;
+    return 1;
+}
+
+static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size)
+{
+    rc_tensor t = {.ndim = ndim};
+    for (int i = 0; i < ndim && i < RC_MAX_DIMS; i++)
+        t.shape[i] = shape[i];
+    rc_shape_str(&t, buf, size);
+}
+
+static int load_param(rc_checkpoint *ck, const nn_weights *w, int i, rc_error *err)
+{
+    const nn_param *p = &w->p[i];
+    rc_safetensors *f;
+    int idx;
+    if (rc_checkpoint_find(ck, p->name, &f, &idx) < 0)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: parameter '%s' is missing", rc_checkpoint_path(ck),
+                            p->name);
+    const rc_st_tensor *t = rc_safetensors_info(f, idx);
+    if (!shapes_equal(t, p)) {
+        char have[96], want[96];
+        shape_text(t->ndim, t->shape, have, sizeof have);
+        shape_text(p->ndim, p->shape, want, sizeof want);
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: tensor '%s' has shape %s, the model needs %s",
+                            rc_safetensors_path(f), t->name, have, want);
+    }
+    return rc_safetensors_read_f32(f, idx, nn_weights_get(w, i), p->numel, err);
+}
+
+int nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_error *err)
+{
+    memset(w, 0, sizeof *w);
+    if (rc_config_load(dir, c, err) || nn_model_weights(c, w, err))
+        return -1;
+    if (nn_weights_alloc(w)) {
+        nn_weights_free(w);
+        return rc_error_set(err, RC_ERR_MEMORY, "%s: cannot allocate %lld parameters", dir,
+                            (long long)w->numel);
+    }
+    rc_checkpoint *ck = rc_checkpoint_open(dir, err);
+    int rc = ck ? 0 : -1;
+    for (int i = 0; !rc && i < w->n; i++)
+        rc = load_param(ck, w, i, err);
+    for (int k = 0; !rc && tied_aliases[k]; k++)
+        if (nn_weights_find(w, tied_aliases[k]) < 0)
+            rc_checkpoint_find(ck, tied_aliases[k], NULL, NULL); /* a tied copy: accept it */
+    if (!rc && rc_checkpoint_check_unused(ck, err) > 0)
+        rc = -1;
+    rc_checkpoint_close(ck);
+    if (rc)
+        nn_weights_free(w);
+    return rc;
+}
+
+static int make_dir(const char *dir, rc_error *err)
+{
+    if (mkdir(dir, 0777) == 0 || errno == EEXIST)
+        return 0;
+    return rc_error_set(err, RC_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
+}
+
+int nn_model_save(const char *dir, const rc_model_config *c, const nn_weights *w, rc_error *err)
+{
+    char path[4096];
+    if (make_dir(dir, err))
+        return -1;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (rc_config_save(path, c, err))
+        return -1;
+    const char **names = malloc((size_t)w->n * sizeof *names);
+    int *ndims = malloc((size_t)w->n * sizeof *ndims);
+    const int64_t **shapes = malloc((size_t)w->n * sizeof *shapes);
+    const float **data = malloc((size_t)w->n * sizeof *data);
+    int rc = -1;
+    if (names && ndims && shapes && data) {
+        for (int i = 0; i < w->n; i++) {
+            names[i] = w->p[i].name;
+            ndims[i] = w->p[i].ndim;
+            shapes[i] = w->p[i].shape;
+            data[i] = nn_weights_get(w, i);
+        }
+        const char *meta[2] = {"format", "pt"};
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = rc_safetensors_write(path, w->n, names, ndims, shapes, data, 1, meta, err);
+    } else {
+        rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", dir);
+    }
+    free(names);
+    free(ndims);
+    free(shapes);
+    free(data);
+    return rc;
+}
