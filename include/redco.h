@@ -337,6 +337,24 @@ void rc_sgd_update(float *w, const float *grad, int64_t n, double lr);
 void rc_adamw_update(float *w, const float *grad, float *m, float *v, int64_t n,
                      const rc_adam *opt);
 
+/* ---- learning-rate schedules (counted in optimizer steps) ------------------------------ */
+
+typedef enum {
+    RC_SCHEDULE_CONSTANT = 0,
+    RC_SCHEDULE_LINEAR,      /* warmup, then linear decay to min_lr at `total` */
+    RC_SCHEDULE_COSINE       /* warmup, then half a cosine down to min_lr at `total` */
+} rc_schedule_kind;
+
+typedef struct {
+    rc_schedule_kind kind;
+    double lr, min_lr;
+    int64_t warmup;           /* optimizer steps of linear warmup: lr (k+1)/warmup at step k */
+    int64_t total;            /* optimizer steps in the run */
+} rc_schedule;
+
+/* The learning rate of optimizer step `step` (0-based). */
+double rc_schedule_lr(const rc_schedule *s, int64_t step);
+
 #ifdef __cplusplus
 }
 #endif
