@@ -78,8 +78,10 @@ typedef enum {
                             src1 (weight) and src2 (bias) optional */
     RC_OP_RMS_NORM,      /* x / sqrt(mean(x^2) + fparam[0]) * (src1 + fparam[1]); without src1 (NULL)
                             the normalised x itself (the offset is ignored) */
-    RC_OP_EMBEDDING,     /* rows of src0 [V, C] picked by ids src1 (i32 [...]) -> [..., C] */
-    RC_OP_EMBEDDING_GRAD,/* scatter-add of src1 [..., C] into zeros [iparam[0], C] at ids src0 */
+    RC_OP_EMBEDDING,     /* rows of src0 [V, C] picked by ids src1 (i32 [...]) -> [..., C];
+                            iparam[0] = padding id whose row gets no gradient (-1: none) */
+    RC_OP_EMBEDDING_GRAD,/* scatter-add of src1 [..., C] into zeros [iparam[0], C] at ids src0,
+                            skipping ids equal to iparam[1] (-1: none) */
     RC_OP_ROPE,          /* src0 [..., T, H, D] rotated by positions src1 (i32 [T]);
                             iparam[0] = rotary dims (even, <= D), iparam[1] = rc_rope_mode,
                             iparam[2] = 1 for the inverse rotation; fparam[0] = theta */
@@ -251,7 +253,11 @@ rc_tensor *rc_layer_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, rc_tensor
 rc_tensor *rc_rms_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, double eps, double offset);
 /* table [V, C], ids i32 [...] -> [..., C]; an id outside [0, V) is a run-time error */
 rc_tensor *rc_embedding(rc_graph *g, rc_tensor *table, rc_tensor *ids);
-rc_tensor *rc_embedding_grad(rc_graph *g, rc_tensor *ids, rc_tensor *grad, int64_t vocab);
+/* the same, with torch's padding_idx: lookups of that id give the table row no gradient */
+rc_tensor *rc_embedding_pad(rc_graph *g, rc_tensor *table, rc_tensor *ids, int padding_idx);
+/* scatter-add of grad [..., C] into [vocab, C] at ids, skipping padding_idx (-1: none) */
+rc_tensor *rc_embedding_grad(rc_graph *g, rc_tensor *ids, rc_tensor *grad, int64_t vocab,
+                             int padding_idx);
 /* x [..., T, H, D], positions i32 [T]: rotates the first rot_dims of each head */
 rc_tensor *rc_rope(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_dims, rc_rope_mode mode,
                    double theta);

@@ -43,7 +43,8 @@ static rc_tensor *b_rms_norm(rc_graph *g, rc_tensor **x) { return rc_rms_norm(g,
 static rc_tensor *b_rms_norm_offset(rc_graph *g, rc_tensor **x) { return rc_rms_norm(g, x[0], x[1], 1e-6, 1.0); }
 static rc_tensor *b_rms_norm_plain(rc_graph *g, rc_tensor **x) { return rc_rms_norm(g, x[0], NULL, 1e-6, 0.0); }
 static rc_tensor *b_embedding(rc_graph *g, rc_tensor **x) { return rc_embedding(g, x[0], x[1]); }
-static rc_tensor *b_embedding_grad(rc_graph *g, rc_tensor **x) { return rc_embedding_grad(g, x[1], x[0], 7); }
+static rc_tensor *b_embedding_grad(rc_graph *g, rc_tensor **x) { return rc_embedding_grad(g, x[1], x[0], 7, -1); }
+static rc_tensor *b_embedding_grad_pad(rc_graph *g, rc_tensor **x) { return rc_embedding_grad(g, x[1], x[0], 7, 3); }
 static rc_tensor *b_rope_gptj(rc_graph *g, rc_tensor **x) { return rc_rope(g, x[0], x[1], 4, RC_ROPE_INTERLEAVED, 10000.0); }
 static rc_tensor *b_rope_llama(rc_graph *g, rc_tensor **x) { return rc_rope(g, x[0], x[1], 6, RC_ROPE_HALF, 500.0); }
 static rc_tensor *b_rope_inverse(rc_graph *g, rc_tensor **x) { return rc_rope_inverse(g, x[0], x[1], 4, RC_ROPE_HALF, 100.0); }
@@ -126,6 +127,7 @@ static const gc_case cases[] = {
     {"rms norm plain", 1, {F64(4, 5)}, b_rms_norm_plain, 1, 0, 0},
     {"embedding", 2, {F64(7, 3), IDS(7, 2, 4)}, b_embedding, 1, 0, 0},
     {"embedding grad", 2, {F64(2, 4, 3), IDS(7, 2, 4)}, b_embedding_grad, 1, 0, 0},
+    {"embedding grad skipping padding", 2, {F64(2, 4, 3), IDS(7, 2, 4)}, b_embedding_grad_pad, 1, 0, 0},
     {"rope interleaved partial", 2, {F64(2, 3, 2, 6), IDS(50, 3)}, b_rope_gptj, 1, 0, 0},
     {"rope half", 2, {F64(1, 4, 2, 6), IDS(50, 4)}, b_rope_llama, 1, 0, 0},
     {"rope inverse", 2, {F64(2, 3, 1, 4), IDS(50, 2, 3)}, b_rope_inverse, 1, 0, 0},
@@ -155,8 +157,30 @@ static const gc_case cases[] = {
     {"full", 1, {F64(2, 3)}, b_full, 1, 0, 0},
 };
 
+/* torch's padding_idx: lookups of the padding id give its row no gradient */
+static void test_embedding_padding(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *table = rc_param(g, "table", RC_F64, 2, (int64_t[]){5, 2});
+    rc_tensor *ids = rc_const(g, "ids", RC_I32, 1, (int64_t[]){4}, (int32_t[]){0, 3, 3, 1});
+    rc_tensor *loss = rc_sum_all(g, rc_embedding_pad(g, table, ids, 3)), *grad;
+    rc_backward(g, loss, &table, 1, &grad);
+    double tdata[10] = {0};
+    rc_tensor_bind(table, tdata);
+    rc_error err = {0};
+    rc_plan *p = rc_plan_new(g, &grad, 1, &err);
+    CHECK(p && rc_plan_run(p, &err) == 0);
+    const double *d = p ? rc_tensor_data(grad) : tdata;
+    double want[10] = {1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 10; i++)
+        CHECKF(d[i] == want[i], "row %d: %g", i / 2, d[i]);
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
 int main(void)
 {
+    test_embedding_padding();
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
         const gc_case *c = &cases[i];

@@ -596,6 +596,7 @@ static void check_embedding_grad(rc_dtype t, int64_t v, int64_t c, int nd, const
     rc_tensor *g = rnd(t, nd + 1, gshape, -1, 1);
     rc_tensor *y = node(RC_OP_EMBEDDING_GRAD, t, 2, S(v, c), 2, ids, g, NULL);
     y->iparam[0] = (int32_t)v;
+    y->iparam[1] = -1; /* no padding id */
     if (run(y))
         return;
     double *ref = ref_buf(y);
@@ -626,6 +627,7 @@ static void test_embedding(rc_dtype t)
     rc_tensor *g = rnd(t, 2, S(6, 4), -1, 1);
     y = node(RC_OP_EMBEDDING_GRAD, t, 2, S(10, 4), 2, ids, g, NULL);
     y->iparam[0] = 10;
+    y->iparam[1] = -1;
     run_fails(y, RC_ERR_INDEX, "id 50300 at position 4");
     free_all();
 }

@@ -211,6 +211,22 @@ static int grad_move(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
     return 0;
 }
 
+/* The rows of G at ids, zero where the id is the skipped padding id. */
+static rc_tensor *grad_embedding_grad(rc_graph *g, rc_tensor *y, rc_tensor *G)
+{
+    rc_tensor *ids = y->src[0], *rows = rc_embedding(g, G, ids);
+    if (y->iparam[1] < 0)
+        return rows;
+    int32_t pad = y->iparam[1];
+    rc_tensor *is_pad = rc_cast(g, rc_equal(g, ids, rc_const(g, "padding_idx", RC_I32, 0, NULL, &pad)), G->dtype);
+    int64_t shape[RC_MAX_DIMS];
+    for (int i = 0; i < ids->ndim; i++)
+        shape[i] = ids->shape[i];
+    shape[ids->ndim] = 1;
+    rc_tensor *keep = rc_affine(g, rc_reshape(g, is_pad, ids->ndim + 1, shape), -1.0, 1.0);
+    return rc_mul(g, rows, keep);
+}
+
 /* The same dropout mask applied to the gradient: a copy of the node's parameters. */
 static rc_tensor *grad_dropout(rc_graph *g, rc_tensor *y, rc_tensor *G)
 {
@@ -255,10 +271,10 @@ int rc_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
     case RC_OP_RMS_NORM:
         return grad_norm(g, y, G, gs);
     case RC_OP_EMBEDDING:
-        gs[0] = rc_embedding_grad(g, y->src[1], G, y->src[0]->shape[0]);
+        gs[0] = rc_embedding_grad(g, y->src[1], G, y->src[0]->shape[0], y->iparam[0]);
         return 0;
     case RC_OP_EMBEDDING_GRAD:
-        gs[1] = rc_embedding(g, G, y->src[0]);
+        gs[1] = grad_embedding_grad(g, y, G);
         return 0;
     case RC_OP_ROPE:
         gs[0] = (y->iparam[2] ? rc_rope : rc_rope_inverse)(g, G, y->src[1], y->iparam[0],

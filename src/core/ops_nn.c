@@ -107,6 +107,11 @@ rc_tensor *rc_rms_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, double eps,
 
 rc_tensor *rc_embedding(rc_graph *g, rc_tensor *table, rc_tensor *ids)
 {
+    return rc_embedding_pad(g, table, ids, -1);
+}
+
+rc_tensor *rc_embedding_pad(rc_graph *g, rc_tensor *table, rc_tensor *ids, int padding_idx)
+{
     rc_tensor *src[2] = {table, ids};
     if (rc_inputs_bad(g, 2, src) || float_input(g, "embedding", table) ||
         ids_input(g, "embedding", ids))
@@ -122,10 +127,14 @@ rc_tensor *rc_embedding(rc_graph *g, rc_tensor *table, rc_tensor *ids)
     for (int i = 0; i < ids->ndim; i++)
         shape[i] = ids->shape[i];
     shape[ids->ndim] = table->shape[1];
-    return rc_node_new(g, RC_OP_EMBEDDING, table->dtype, ids->ndim + 1, shape, 2, src);
+    rc_tensor *y = rc_node_new(g, RC_OP_EMBEDDING, table->dtype, ids->ndim + 1, shape, 2, src);
+    if (y)
+        y->iparam[0] = padding_idx < 0 ? -1 : padding_idx;
+    return y;
 }
 
-rc_tensor *rc_embedding_grad(rc_graph *g, rc_tensor *ids, rc_tensor *grad, int64_t vocab)
+rc_tensor *rc_embedding_grad(rc_graph *g, rc_tensor *ids, rc_tensor *grad, int64_t vocab,
+                             int padding_idx)
 {
     rc_tensor *src[2] = {ids, grad};
     if (rc_inputs_bad(g, 2, src) || ids_input(g, "embedding_grad", ids) ||
@@ -142,8 +151,10 @@ rc_tensor *rc_embedding_grad(rc_graph *g, rc_tensor *ids, rc_tensor *grad, int64
     }
     int64_t shape[2] = {vocab, grad->shape[grad->ndim - 1]};
     rc_tensor *y = rc_node_new(g, RC_OP_EMBEDDING_GRAD, grad->dtype, 2, shape, 2, src);
-    if (y)
+    if (y) {
         y->iparam[0] = (int32_t)vocab;
+        y->iparam[1] = padding_idx < 0 ? -1 : padding_idx;
+    }
     return y;
 }
 

@@ -882,8 +882,11 @@ static void embedding_grad_range(void *ctx, int64_t j0, int64_t j1, int part)
     const real *g = src_data(node, 1);
     real *out = node->data;
     int64_t c = node->shape[1], count = rc_tensor_numel(node->src[0]);
+    int32_t skip = node->iparam[1]; /* the padding id, -1 for none */
     (void)part;
     for (int64_t i = 0; i < count; i++) {
+        if (ids[i] == skip)
+            continue;
         real *restrict o = out + (int64_t)ids[i] * c;
         const real *restrict gi = g + i * c;
         for (int64_t j = j0; j < j1; j++)

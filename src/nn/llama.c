@@ -84,7 +84,7 @@ rc_tensor *nn_llama_logits(nn_ctx *x)
     double eps = x->c->norm_eps;
     rc_tensor *pos = nn_positions(x, x->in->ids->shape[1]);
     rc_tensor *emb = nn_p(x, "model.embed_tokens.weight");
-    rc_tensor *h = rc_embedding(g, emb, x->in->ids);
+    rc_tensor *h = rc_embedding_pad(g, emb, x->in->ids, x->c->pad_token_id); /* torch padding_idx */
     for (int l = 0; l < x->c->n_layer; l++) {
         rc_tensor *a = rc_rms_norm(g, h, nn_p(x, "model.layers.%d.input_layernorm.weight", l), eps, 0.0);
         h = rc_add(g, h, attention(x, l, a, pos));

@@ -97,7 +97,7 @@ rc_tensor *nn_opt_logits(nn_ctx *x)
     rc_graph *g = x->g;
     int pre = x->c->do_layer_norm_before, project = x->c->word_embed_proj_dim != x->c->d_model;
     rc_tensor *emb = nn_p(x, "model.decoder.embed_tokens.weight");
-    rc_tensor *h = rc_embedding(g, emb, x->in->ids);
+    rc_tensor *h = rc_embedding_pad(g, emb, x->in->ids, x->c->pad_token_id); /* torch padding_idx */
     if (project)
         h = nn_linear(g, h, nn_p(x, "model.decoder.project_in.weight"), NULL);
     rc_tensor *pos = positions(x, x->in->ids->shape[1]);
