@@ -1,0 +1,54 @@
+/* redco/dist.h - processes, the device mesh and collectives over MPI.
+ *
+ * Ranks form a mesh of dp x mp: consecutive ranks make one model-parallel group, so rank
+ * r sits at data-parallel index r / mp and model-parallel index r % mp. A program started
+ * without a launcher (no mpirun, srun) runs as a world of one without initialising MPI.
+ * Every collective reports errors through rc_error; none aborts. */
+#ifndef REDCO_DIST_H
+#define REDCO_DIST_H
+
+#include "redco.h"
+
+typedef struct rc_comm rc_comm;
+
+typedef struct {
+    int rank, size;               /* in the world */
+    int dp, mp;                   /* mesh shape: size = dp * mp */
+    int dp_rank, mp_rank;         /* this rank's coordinates */
+    rc_comm *world;
+    rc_comm *dp_comm;             /* ranks with the same mp_rank (gradient averaging) */
+    rc_comm *mp_comm;             /* ranks with the same dp_rank (tensor parallelism) */
+} rc_mesh;
+
+/* Starts MPI when a launcher started this process (mpirun, mpiexec, srun). Safe to call
+ * more than once. */
+int rc_dist_init(int *argc, char ***argv, rc_error *err);
+/* 1 when a launcher started this process. */
+int rc_dist_launched(void);
+void rc_dist_finalize(void);
+
+/* The mesh of all ranks with mp model shards; mp must divide the world size (the error
+ * says which mp values would work). */
+int rc_mesh_init(rc_mesh *m, int mp, rc_error *err);
+void rc_mesh_free(rc_mesh *m);
+
+int rc_comm_rank(const rc_comm *c);
+int rc_comm_size(const rc_comm *c);
+/* In-place sum over the ranks of c. */
+int rc_comm_allreduce_sum_f32(rc_comm *c, float *data, int64_t n, rc_error *err);
+int rc_comm_allreduce_sum_f64(rc_comm *c, double *data, int64_t n, rc_error *err);
+int rc_comm_allreduce_max_f64(rc_comm *c, double *data, int64_t n, rc_error *err);
+/* In-place mean over the ranks, in buckets of at most bucket floats (0: one bucket). */
+int rc_comm_allreduce_mean_f32(rc_comm *c, float *data, int64_t n, int64_t bucket, rc_error *err);
+int rc_comm_bcast(rc_comm *c, void *data, size_t bytes, int root, rc_error *err);
+int rc_comm_barrier(rc_comm *c, rc_error *err);
+/* Gathers each rank's bytes to root: *out (malloc'ed on root) holds rank 0's bytes, then
+ * rank 1's, ...; counts[r] (root only, size entries) the byte count of rank r. */
+int rc_comm_gather(rc_comm *c, const void *data, size_t bytes, int root, void **out,
+                   size_t *counts, rc_error *err);
+/* Agreement on failure: every rank calls it with its own status (0 or -1 and its err).
+ * Returns 0 when all succeeded; otherwise -1 on every rank, with err holding the message
+ * of the lowest failing rank, prefixed "rank R: " when there is more than one rank. */
+int rc_comm_agree(rc_comm *c, int status, rc_error *err);
+
+#endif

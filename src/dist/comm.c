@@ -1,0 +1,290 @@
+/* comm.c - the mesh and collectives over MPI, and the world of one without a launcher. */
+#include "internal.h"
+#include "redco/dist.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct rc_comm {
+    MPI_Comm comm;                /* MPI_COMM_NULL in a world of one */
+    int rank, size;
+};
+
+static int launched = -1;
+
+int rc_dist_launched(void)
+{
+    if (launched < 0) {
+        const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"};
+        launched = 0;
+        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+            if (getenv(vars[i]))
+                launched = 1;
+    }
+    return launched;
+}
+
+static int mpi_fail(rc_error *err, const char *what, int code)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, msg, &len);
+    return rc_error_set(err, RC_ERR_IO, "mpi: %s failed: %s", what, msg);
+}
+
+int rc_dist_init(int *argc, char ***argv, rc_error *err)
+{
+    int started = 0;
+    if (!rc_dist_launched())
+        return 0;
+    MPI_Initialized(&started);
+    if (started)
+        return 0;
+    int provided, rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, "MPI_Init_thread", rc);
+    /* errors come back as codes: we turn them into messages, never abort */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    return 0;
+}
+
+void rc_dist_finalize(void)
+{
+    int started = 0, finished = 0;
+    if (!rc_dist_launched())
+        return;
+    MPI_Initialized(&started);
+    MPI_Finalized(&finished);
+    if (started && !finished)
+        MPI_Finalize();
+}
+
+static rc_comm *comm_new(MPI_Comm comm)
+{
+    rc_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->comm = comm;
+    c->rank = 0;
+    c->size = 1;
+    if (comm != MPI_COMM_NULL) {
+        MPI_Comm_rank(comm, &c->rank);
+        MPI_Comm_size(comm, &c->size);
+    }
+    return c;
+}
+
+static void comm_free(rc_comm *c)
+{
+    if (!c)
+        return;
+    if (c->comm != MPI_COMM_NULL && c->comm != MPI_COMM_WORLD)
+        MPI_Comm_free(&c->comm);
+    free(c);
+}
+
+/* "1, 2, 4" : the model-shard counts that divide n */
+static void divisors(int n, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    for (int d = 1; d <= n && used < size; d++)
+        if (n % d == 0)
+            used += (size_t)snprintf(buf + used, size - used, "%s%d", used ? ", " : "", d);
+}
+
+int rc_mesh_init(rc_mesh *m, int mp, rc_error *err)
+{
+    memset(m, 0, sizeof *m);
+    int on = rc_dist_launched();
+    if (on) {
+        int started = 0;
+        MPI_Initialized(&started);
+        if (!started)
+            return rc_error_set(err, RC_ERR_ARG, "mesh: call rc_dist_init first");
+    }
+    m->world = comm_new(on ? MPI_COMM_WORLD : MPI_COMM_NULL);
+    if (!m->world)
+        return rc_error_set(err, RC_ERR_MEMORY, "mesh: out of memory");
+    m->rank = m->world->rank;
+    m->size = m->world->size;
+    if (mp < 1 || m->size % mp) {
+        char ok[256];
+        divisors(m->size, ok, sizeof ok);
+        rc_mesh_free(m);
+        return rc_error_set(err, RC_ERR_ARG,
+                            "mesh: %d model shards do not divide %d processes (possible: %s)", mp,
+                            m->size, ok);
+    }
+    m->mp = mp;
+    m->dp = m->size / mp;
+    m->dp_rank = m->rank / mp;
+    m->mp_rank = m->rank % mp;
+    MPI_Comm dp = MPI_COMM_NULL, mpc = MPI_COMM_NULL;
+    if (on) {
+        if (MPI_Comm_split(MPI_COMM_WORLD, m->mp_rank, m->dp_rank, &dp) != MPI_SUCCESS ||
+            MPI_Comm_split(MPI_COMM_WORLD, m->dp_rank, m->mp_rank, &mpc) != MPI_SUCCESS) {
+            rc_mesh_free(m);
+            return rc_error_set(err, RC_ERR_IO, "mesh: MPI_Comm_split failed");
+        }
+    }
+    m->dp_comm = comm_new(dp);
+    m->mp_comm = comm_new(mpc);
+    if (!m->dp_comm || !m->mp_comm) {
+        rc_mesh_free(m);
+        return rc_error_set(err, RC_ERR_MEMORY, "mesh: out of memory");
+    }
+    return 0;
+}
+
+void rc_mesh_free(rc_mesh *m)
+{
+    comm_free(m->world);
+    comm_free(m->dp_comm);
+    comm_free(m->mp_comm);
+    memset(m, 0, sizeof *m);
+}
+
+int rc_comm_rank(const rc_comm *c)
+{
+    return c ? c->rank : 0;
+}
+
+int rc_comm_size(const rc_comm *c)
+{
+    return c ? c->size : 1;
+}
+
+/* MPI counts are ints: large buffers go in pieces */
+enum { MAX_PIECE = 1 << 28 };
+
+static int allreduce(rc_comm *c, void *data, int64_t n, MPI_Datatype t, size_t elem, MPI_Op op,
+                     rc_error *err)
+{
+    if (!c || c->size == 1 || n == 0)
+        return 0;
+    for (int64_t at = 0; at < n; at += MAX_PIECE) {
+        int count = (int)(n - at < MAX_PIECE ? n - at : MAX_PIECE);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)data + at * elem, count, t, op, c->comm);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, "MPI_Allreduce", rc);
+    }
+    return 0;
+}
+
+int rc_comm_allreduce_sum_f32(rc_comm *c, float *data, int64_t n, rc_error *err)
+{
+    return allreduce(c, data, n, MPI_FLOAT, sizeof(float), MPI_SUM, err);
+}
+
+int rc_comm_allreduce_sum_f64(rc_comm *c, double *data, int64_t n, rc_error *err)
+{
+    return allreduce(c, data, n, MPI_DOUBLE, sizeof(double), MPI_SUM, err);
+}
+
+int rc_comm_allreduce_max_f64(rc_comm *c, double *data, int64_t n, rc_error *err)
+{
+    return allreduce(c, data, n, MPI_DOUBLE, sizeof(double), MPI_MAX, err);
+}
+
+int rc_comm_allreduce_mean_f32(rc_comm *c, float *data, int64_t n, int64_t bucket, rc_error *err)
+{
+    if (!c || c->size == 1)
+        return 0;
+    if (bucket <= 0)
+        bucket = n;
+    float inv = 1.0f / (float)c->size;
+    for (int64_t at = 0; at < n; at += bucket) {
+        int64_t len = n - at < bucket ? n - at : bucket;
+        if (rc_comm_allreduce_sum_f32(c, data + at, len, err))
+            return -1;
+        for (int64_t i = 0; i < len; i++)
+            data[at + i] *= inv;
+    }
+    return 0;
+}
+
+int rc_comm_bcast(rc_comm *c, void *data, size_t bytes, int root, rc_error *err)
+{
+    if (!c || c->size == 1)
+        return 0;
+    for (size_t at = 0; at < bytes; at += MAX_PIECE) {
+        int count = (int)(bytes - at < MAX_PIECE ? bytes - at : MAX_PIECE);
+        int rc = MPI_Bcast((char *)data + at, count, MPI_BYTE, root, c->comm);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, "MPI_Bcast", rc);
+    }
+    return 0;
+}
+
+int rc_comm_barrier(rc_comm *c, rc_error *err)
+{
+    if (!c || c->size == 1)
+        return 0;
+    int rc = MPI_Barrier(c->comm);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Barrier", rc);
+}
+
+int rc_comm_gather(rc_comm *c, const void *data, size_t bytes, int root, void **out,
+                   size_t *counts, rc_error *err)
+{
+    int size = rc_comm_size(c), rank = rc_comm_rank(c);
+    if (bytes > (size_t)MAX_PIECE)
+        return rc_error_set(err, RC_ERR_ARG, "gather: %zu bytes from one rank (at most %d)", bytes, MAX_PIECE);
+    if (size == 1) {
+        *out = malloc(bytes ? bytes : 1);
+        if (!*out)
+            return rc_error_set(err, RC_ERR_MEMORY, "gather: out of memory");
+        memcpy(*out, data, bytes);
+        counts[0] = bytes;
+        return 0;
+    }
+    int mine = (int)bytes, *all = rank == root ? malloc((size_t)size * sizeof *all) : NULL;
+    int *displ = rank == root ? malloc((size_t)size * sizeof *displ) : NULL;
+    int rc = MPI_Gather(&mine, 1, MPI_INT, all, 1, MPI_INT, root, c->comm);
+    if (rc != MPI_SUCCESS) {
+        free(all);
+        free(displ);
+        return mpi_fail(err, "MPI_Gather", rc);
+    }
+    int64_t total = 0;
+    if (rank == root) {
+        for (int r = 0; r < size; r++) {
+            displ[r] = (int)total;
+            counts[r] = (size_t)all[r];
+            total += all[r];
+        }
+        *out = malloc(total ? (size_t)total : 1);
+    }
+    rc = MPI_Gatherv(data, mine, MPI_BYTE, rank == root ? *out : NULL, all, displ, MPI_BYTE, root,
+                     c->comm);
+    free(all);
+    free(displ);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Gatherv", rc);
+}
+
+int rc_comm_agree(rc_comm *c, int status, rc_error *err)
+{
+    if (!c || c->size == 1)
+        return status ? -1 : 0;
+    /* the lowest failing rank (size when none failed) ... */
+    int mine = status ? c->rank : c->size, first;
+    if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->comm) != MPI_SUCCESS)
+        return rc_error_set(err, RC_ERR_IO, "mpi: agreement on failure failed");
+    if (first == c->size)
+        return 0;
+    /* ... tells everyone its message */
+    rc_error msg = {0};
+    if (c->rank == first && err)
+        msg = *err;
+    MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, first, c->comm);
+    if (err) {
+        char text[sizeof err->msg];
+        snprintf(text, sizeof text, "rank %d: %.490s", first, msg.msg);
+        err->code = msg.code ? msg.code : RC_ERR_IO;
+        memcpy(err->msg, text, sizeof err->msg);
+    }
+    return -1;
+}
