@@ -98,7 +98,8 @@ typedef enum {
     RC_OP_CROSS_ENTROPY, /* mean over targets != iparam[0] of -log softmax(src0)[target];
                             src0 [..., V] logits, src1 i32 [...] targets; scalar out */
     RC_OP_ONE_HOT,       /* src0 i32 [...] -> [..., iparam[0]]; ids equal to iparam[1] give zero rows */
-    RC_OP_DROPOUT,       /* src0 * keep / (1 - fparam[0]); keep drawn from the 64-bit key in iparam[0..1] */
+    RC_OP_DROPOUT,       /* src0 * keep / (1 - fparam[0]); keep drawn from the 64-bit key in iparam[0..1]
+                            mixed with the plan's per-run key, which the plan writes to iparam[2..3] */
     RC_OP_WHERE,         /* src0 != 0 ? src1 : src2, broadcast */
     RC_OP_CAST,          /* src0 converted to this node's dtype */
     RC_OP_EQUAL,         /* 1 where src0 == src1 else 0, broadcast; no gradient */
@@ -313,6 +314,9 @@ rc_plan *rc_plan_new(rc_graph *g, rc_tensor *const *outputs, int n, rc_error *er
 int rc_plan_run(rc_plan *p, rc_error *err);
 void rc_plan_free(rc_plan *p);
 rc_plan_stats rc_plan_get_stats(const rc_plan *p);
+/* The key mixed into every dropout mask of the next runs (trainers set one per step and
+ * data-parallel rank); the forward and backward of one run always share their masks. */
+void rc_plan_set_rng(rc_plan *p, rc_rng key);
 /* Times each kernel when on (for benchmarks); off by default. */
 void rc_plan_set_timing(rc_plan *p, int on);
 

@@ -18,6 +18,7 @@ struct rc_plan {
     char *arena;
     rc_plan_stats stats;
     int timing;
+    uint64_t run_key;             /* mixed into dropout masks (rc_plan_set_rng) */
 };
 
 static double now_s(void)
@@ -216,6 +217,12 @@ rc_plan_stats rc_plan_get_stats(const rc_plan *p)
     return p ? p->stats : none;
 }
 
+void rc_plan_set_rng(rc_plan *p, rc_rng key)
+{
+    if (p)
+        p->run_key = rc_hash64(key.key ^ rc_hash64(key.counter));
+}
+
 void rc_plan_set_timing(rc_plan *p, int on)
 {
     if (p)
@@ -240,6 +247,10 @@ static int bind_memory(rc_plan *p, rc_error *err)
         rc_tensor *t = p->order[i];
         if (t->view_src)
             t->data = (char *)t->view_src->data + t->view_offset;
+        if (t->op == RC_OP_DROPOUT) {
+            t->iparam[2] = (int32_t)(uint32_t)(p->run_key & 0xffffffffu);
+            t->iparam[3] = (int32_t)(uint32_t)(p->run_key >> 32);
+        }
     }
     return 0;
 }

@@ -1296,6 +1296,8 @@ static void dropout_range(void *ctx, int64_t i0, int64_t i1, int part)
     real *restrict o = node->data;
     double p = node->fparam[0];
     uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
+    uint64_t run = (uint64_t)(uint32_t)node->iparam[2] | ((uint64_t)(uint32_t)node->iparam[3] << 32);
+    key ^= rc_hash64(run); /* the plan's per-run key: a new mask every step */
     real scale = p < 1 ? (real)(1 / (1 - p)) : 0;
     (void)part;
     for (int64_t i = i0; i < i1; i++)
