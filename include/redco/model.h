@@ -23,12 +23,13 @@ typedef struct {
     int n_layer;                /* n_layer | num_hidden_layers | num_layers (T5: encoder) */
     int n_decoder_layer;        /* T5: num_decoder_layers (default num_layers) */
     int n_head;                 /* n_head | num_attention_heads | num_heads */
-    int n_kv_head;              /* num_key_value_heads (default n_head) */
+    int n_kv_head;              /* num_key_value_heads (default n_head; Mistral 8); = n_head in
+                                   the families without key/value head groups */
     int head_dim;               /* d_kv (T5) | head_dim; default d_model / n_head */
     int d_ff;                   /* n_inner | intermediate_size | ffn_dim | d_ff; default 4 d_model */
     int max_positions;          /* n_positions | max_position_embeddings (0: none, T5) */
     double norm_eps;            /* layer_norm_epsilon | rms_norm_eps | layer_norm_eps */
-    double rope_theta;          /* rope_theta (default 10000) */
+    double rope_theta;          /* rope_theta (LLaMA, default 10000); GPT-J: 10000 (fixed) */
     int rotary_dim;             /* GPT-J rotary_dim (absent: 64 as GPTJConfig; null: head_dim);
                                    LLaMA: head_dim (rotary over the whole head) */
     int tie_word_embeddings;    /* tie_word_embeddings (family default) */

@@ -73,6 +73,10 @@ rc_tensor *nn_model_logits(rc_graph *g, const rc_model_config *c, const nn_weigh
     if (c->max_positions && in->past + in->ids->shape[1] > c->max_positions)
         return rc_fail(g, RC_ERR_SHAPE, "model: %lld positions exceed the model's %d",
                        (long long)(in->past + in->ids->shape[1]), c->max_positions);
+    if (c->sliding_window > 0 && in->past + in->ids->shape[1] > c->sliding_window)
+        return rc_fail(g, RC_ERR_UNSUPPORTED,
+                       "model %s: %lld positions exceed sliding_window %d, which redco does not implement",
+                       c->model_type, (long long)(in->past + in->ids->shape[1]), c->sliding_window);
     nn_ctx x = {g, c, w, p, in};
     switch (c->type) {
     case RC_MODEL_GPT2: return nn_gpt2_logits(&x);

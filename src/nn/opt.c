@@ -22,7 +22,7 @@ int nn_opt_weights(const rc_model_config *c, nn_weights *w)
         rc |= nn_weights_add(w, "model.decoder.project_out.weight", 2, (int64_t[]){P, C});
         rc |= nn_weights_add(w, "model.decoder.project_in.weight", 2, (int64_t[]){C, P});
     }
-    if (c->do_layer_norm_before) {
+    if (c->do_layer_norm_before && !c->remove_final_layer_norm && c->layer_norm_affine) {
         rc |= nn_weights_add(w, "model.decoder.final_layer_norm.weight", 1, (int64_t[]){C});
         rc |= nn_weights_add(w, "model.decoder.final_layer_norm.bias", 1, (int64_t[]){C});
     }
@@ -41,7 +41,7 @@ int nn_opt_weights(const rc_model_config *c, nn_weights *w)
             }
         }
         const char *norms[2] = {"self_attn_layer_norm", "final_layer_norm"};
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 2 && c->layer_norm_affine; k++) {
             snprintf(name, sizeof name, OPT_L "%s.weight", l, norms[k]);
             rc |= nn_weights_add(w, name, 1, (int64_t[]){C});
             snprintf(name, sizeof name, OPT_L "%s.bias", l, norms[k]);
@@ -59,8 +59,11 @@ static rc_tensor *proj(nn_ctx *x, int l, const char *mod, rc_tensor *h)
     return nn_linear(x->g, h, nn_p(x, OPT_L "%s.weight", l, mod), b);
 }
 
+/* layer norm of layer l's module `mod`; without parameters when layer_norm_affine is 0 */
 static rc_tensor *norm(nn_ctx *x, int l, const char *mod, rc_tensor *h)
 {
+    if (!x->c->layer_norm_affine)
+        return rc_layer_norm(x->g, h, NULL, NULL, x->c->norm_eps);
     return rc_layer_norm(x->g, h, nn_p(x, OPT_L "%s.weight", l, mod), nn_p(x, OPT_L "%s.bias", l, mod),
                          x->c->norm_eps);
 }
@@ -112,9 +115,11 @@ rc_tensor *nn_opt_logits(nn_ctx *x)
         if (!pre)
             h = norm(x, l, "final_layer_norm", h);
     }
-    if (pre)
-        h = rc_layer_norm(g, h, nn_p(x, "model.decoder.final_layer_norm.weight"),
-                          nn_p(x, "model.decoder.final_layer_norm.bias"), x->c->norm_eps);
+    if (pre && !x->c->remove_final_layer_norm)
+        h = x->c->layer_norm_affine
+                ? rc_layer_norm(g, h, nn_p(x, "model.decoder.final_layer_norm.weight"),
+                                nn_p(x, "model.decoder.final_layer_norm.bias"), x->c->norm_eps)
+                : rc_layer_norm(g, h, NULL, NULL, x->c->norm_eps);
     if (project)
         h = nn_linear(g, h, nn_p(x, "model.decoder.project_out.weight"), NULL);
     rc_tensor *head = x->c->tie_word_embeddings ? emb : nn_p(x, "lm_head.weight");

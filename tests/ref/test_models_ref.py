@@ -45,6 +45,10 @@ def cases():
     yield "opt-post-ln-proj", T.OPTForCausalLM(T.OPTConfig(
         vocab_size=99, hidden_size=32, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
         max_position_embeddings=16, word_embed_proj_dim=16, do_layer_norm_before=False))
+    yield "opt-no-affine-no-final-ln", T.OPTForCausalLM(T.OPTConfig(
+        vocab_size=99, hidden_size=32, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=16, layer_norm_elementwise_affine=False,
+        _remove_final_layer_norm=True))
     yield "gptj-partial-rotary", T.GPTJForCausalLM(T.GPTJConfig(
         vocab_size=103, n_positions=16, n_embd=32, n_layer=2, n_head=4, rotary_dim=4))
     yield "t5-gated-gelu", T.T5ForConditionalGeneration(T.T5Config(
