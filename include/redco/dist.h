@@ -30,6 +30,8 @@ void rc_dist_finalize(void);
 /* The mesh of all ranks with mp model shards; mp must divide the world size (the error
  * says which mp values would work). */
 int rc_mesh_init(rc_mesh *m, int mp, rc_error *err);
+/* A mesh of this process alone (1 x 1), whatever launched it. */
+int rc_mesh_init_local(rc_mesh *m, rc_error *err);
 void rc_mesh_free(rc_mesh *m);
 
 int rc_comm_rank(const rc_comm *c);

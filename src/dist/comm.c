@@ -139,6 +139,20 @@ int rc_mesh_init(rc_mesh *m, int mp, rc_error *err)
     return 0;
 }
 
+int rc_mesh_init_local(rc_mesh *m, rc_error *err)
+{
+    memset(m, 0, sizeof *m);
+    m->world = comm_new(MPI_COMM_NULL);
+    m->dp_comm = comm_new(MPI_COMM_NULL);
+    m->mp_comm = comm_new(MPI_COMM_NULL);
+    if (!m->world || !m->dp_comm || !m->mp_comm) {
+        rc_mesh_free(m);
+        return rc_error_set(err, RC_ERR_MEMORY, "mesh: out of memory");
+    }
+    m->size = m->dp = m->mp = 1;
+    return 0;
+}
+
 void rc_mesh_free(rc_mesh *m)
 {
     comm_free(m->world);

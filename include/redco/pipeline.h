@@ -1,0 +1,165 @@
+/* redco/pipeline.h - the three functions, and the Deployer, Trainer and Predictor built
+ * from them.
+ *
+ * A user writes:
+ *   collate  turns n examples into one batch of named host arrays;
+ *   loss     records the scalar training loss of a batch into a graph, in global shapes;
+ *   predict  records the outputs of a batch (logits, generated ids, labels ...);
+ * and redco differentiates, shards, plans and runs them on every rank.
+ *
+ * Examples are indices. C has no generic example type, and upstream's example lists are
+ * only ever read by index; so the trainer orders, shuffles, shards, pads and resumes over
+ * the indices 0 .. count-1 and the collate function reads example i from the user's own
+ * data. */
+#ifndef REDCO_PIPELINE_H
+#define REDCO_PIPELINE_H
+
+#include "redco.h"
+#include "redco/dist.h"
+#include "redco/model.h"
+
+/* ---- batches ------------------------------------------------------------------------ */
+
+enum { RC_BATCH_MAX = 16 };
+
+/* One named array of a batch; the leading dimension is the batch. */
+typedef struct {
+    char name[32];
+    rc_dtype dtype;               /* RC_I32 or RC_F32 */
+    int ndim;
+    int64_t shape[RC_MAX_DIMS];
+    void *data;                   /* owned by the batch */
+} rc_array;
+
+typedef struct {
+    int n;
+    rc_array a[RC_BATCH_MAX];
+} rc_batch;
+
+/* Adds a zeroed array and returns its data (NULL when the batch is full, the name is
+ * taken or memory runs out). */
+void *rc_batch_add(rc_batch *b, const char *name, rc_dtype t, int ndim, const int64_t *shape);
+const rc_array *rc_batch_get(const rc_batch *b, const char *name);
+void rc_batch_free(rc_batch *b);
+/* The graph input of array `name`: an input leaf bound to the batch's data. The trainer
+ * rebinds it to each new batch of the same shapes. Sets the graph's error when the batch
+ * has no such array. */
+rc_tensor *rc_batch_input(rc_graph *g, const rc_batch *b, const char *name);
+
+/* ---- parameters ---------------------------------------------------------------------- */
+
+/* Named f32 tensors in one flat buffer (Hugging Face names for the built-in models). */
+typedef struct rc_params rc_params;
+
+rc_params *rc_params_new(void);
+void rc_params_free(rc_params *p);
+/* Declares a parameter; all are declared before the first rc_params_get or _data. */
+int rc_params_add(rc_params *p, const char *name, int ndim, const int64_t *shape);
+/* Initialises every parameter declared so far: N(0, std) for 2-D and larger, `fill`
+ * for 1-D (norm weights 1, biases 0 are the caller's choice via rc_params_set). */
+int rc_params_init_normal(rc_params *p, double std, uint64_t seed);
+int rc_params_count(const rc_params *p);
+const char *rc_params_name(const rc_params *p, int i);
+int64_t rc_params_numel(const rc_params *p);
+/* the flat buffer (numel floats) and parameter i's slice of it */
+float *rc_params_data(rc_params *p);
+float *rc_params_tensor(rc_params *p, int i, int *ndim, const int64_t **shape);
+int rc_params_find(const rc_params *p, const char *name);
+/* The parameter leaf of `name` in graph g (one leaf per parameter per graph). */
+rc_tensor *rc_params_get(rc_graph *g, rc_params *p, const char *name);
+
+/* ---- built-in models -------------------------------------------------------------- */
+
+typedef struct {
+    rc_model_config config;
+    rc_params *params;
+    char dir[4096];               /* where it was loaded from ("" for presets) */
+} rc_model;
+
+/* A preset architecture with random weights, or a Hugging Face model directory. */
+rc_model *rc_model_create(const char *preset_or_dir, uint64_t seed, rc_error *err);
+void rc_model_free(rc_model *m);
+/* config.json + model.safetensors (+ the tokenizer files of tokenizer_dir, if given) */
+int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir, rc_error *err);
+/* logits [B, T, vocab] of ids i32 [B, T] (T5: enc_ids [B, S] encoder input, ids the
+ * decoder input); mask f32 [B, T] or NULL */
+rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *enc_ids,
+                           rc_tensor *mask);
+
+/* ---- the three functions ---------------------------------------------------------------- */
+
+typedef int (*rc_collate_fn)(rc_batch *out, const int64_t *examples, int n, void *user);
+typedef rc_tensor *(*rc_loss_fn)(rc_graph *g, rc_params *params, const rc_batch *batch,
+                                 rc_rng rng, void *user);
+typedef rc_tensor *(*rc_predict_fn)(rc_graph *g, rc_params *params, const rc_batch *batch,
+                                    rc_rng rng, void *user);
+/* turns the prediction rows of one batch (valid examples only) into per-example results:
+ * called with the predict output's data for example `example` (row `row` of the batch) */
+typedef int (*rc_output_fn)(int64_t example, const float *row, int64_t row_len, void *user);
+
+/* ---- deployer: processes, mesh, randomness, workdir, logging ------------------------------ */
+
+typedef struct {
+    uint64_t seed;
+    int mp;                       /* model shards (1 until tensor parallelism) */
+    const char *workdir;          /* NULL: no files */
+    int verbose;                  /* progress on rank 0's stderr */
+    int json;                     /* quiet human output (for --json runs) */
+    int local;                    /* a world of one even under a launcher (reference runs) */
+} rc_deployer_options;
+
+typedef struct rc_deployer rc_deployer;
+
+rc_deployer *rc_deployer_new(int *argc, char ***argv, const rc_deployer_options *o, rc_error *err);
+void rc_deployer_free(rc_deployer *d);
+const rc_mesh *rc_deployer_mesh(const rc_deployer *d);
+int rc_deployer_is_main(const rc_deployer *d);
+/* the key of optimizer step `step` for this data-parallel replica */
+rc_rng rc_deployer_step_rng(const rc_deployer *d, int64_t step);
+/* Agreement on failure across ranks (see rc_comm_agree). */
+int rc_deployer_agree(rc_deployer *d, int status, rc_error *err);
+
+/* ---- trainer ------------------------------------------------------------------------ */
+
+typedef struct {
+    int64_t (*count)(int epoch, void *user); /* examples in an epoch (may change per epoch) */
+    void *user;
+} rc_examples;
+
+typedef struct {
+    int64_t steps;                /* optimizer steps in total (0: from epochs) */
+    int epochs;                   /* when steps is 0 */
+    int batch_size;               /* per data-parallel replica */
+    int grad_accum;               /* micro-batches per optimizer step (>= 1) */
+    int shuffle;                  /* shuffle examples each epoch from the seed */
+    const char *optimizer;        /* "adamw" or "sgd" */
+    double lr, weight_decay, beta1, beta2, eps, grad_clip; /* grad_clip 0: none */
+    rc_schedule_kind schedule;
+    int64_t warmup;
+    int decay_norms_and_biases;   /* 0 (default): no weight decay on 1-D parameters */
+    int64_t log_every, eval_every, save_every; /* 0: never (eval and save also at the end) */
+    int resume;                   /* continue from the workdir's last complete checkpoint */
+    const char *tokenizer_dir;    /* copied into checkpoints and final/ */
+} rc_train_options;
+
+typedef struct {
+    int64_t step;                 /* optimizer steps done */
+    double loss;                  /* mean training loss of the last step */
+    double eval_loss;             /* last evaluation (NaN when none) */
+    int64_t eval_tokens;
+    double lr;
+} rc_train_result;
+
+typedef struct rc_trainer rc_trainer;
+
+rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn loss, void *user,
+                           rc_params *params, const rc_model *model, rc_error *err);
+void rc_trainer_free(rc_trainer *t);
+int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
+                   const rc_examples *eval, rc_train_result *out, rc_error *err);
+/* mean loss over the examples weighted by predicted tokens (cross-entropy targets that are
+ * not ignored), or by examples when the loss has no cross-entropy */
+int rc_trainer_eval(rc_trainer *t, rc_examples ex, int batch_size, double *loss, int64_t *tokens,
+                    rc_error *err);
+
+#endif

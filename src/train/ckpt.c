@@ -1,0 +1,330 @@
+/* ckpt.c - training checkpoints and the final model directory.
+ *
+ * workdir/checkpoint-STEP/  config.json (built-in models), model.safetensors (full
+ *                           tensors, HF names), optimizer.safetensors (exp_avg.NAME,
+ *                           exp_avg_sq.NAME), trainer_state.json, tokenizer files
+ * workdir/last_checkpoint   the name of the last complete checkpoint
+ * workdir/best/, final/     the best by eval loss, and the final model
+ *
+ * Every directory is written under a temporary name and renamed when complete, and the
+ * pointer is replaced by rename after that: a run killed at any moment leaves the previous
+ * checkpoint as the last valid one. Rank 0 writes; all ranks agree on the outcome. */
+#include "trainer_internal.h"
+#include "redco/safetensors.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const tokenizer_files[] = {
+    "tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model", "tokenizer_config.json",
+    "special_tokens_map.json", NULL};
+
+/* dir + "/" + name into out; -1 when it does not fit */
+static __attribute__((noinline)) int join(char *out, size_t size, const char *dir, const char *name)
+{
+    int n = snprintf(out, size, "%s/%s", dir, name);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+static int copy_file(const char *from, const char *to, rc_error *err)
+{
+    FILE *in = fopen(from, "rb");
+    if (!in)
+        return 0; /* absent files are simply not copied */
+    FILE *out = fopen(to, "wb");
+    int rc = out ? 0 : rc_error_set(err, RC_ERR_IO, "%s: cannot create: %s", to, strerror(errno));
+    char buf[65536];
+    size_t n;
+    while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n)
+            rc = rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", to, strerror(errno));
+    fclose(in);
+    if (out && fclose(out) && !rc)
+        rc = rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", to, strerror(errno));
+    return rc;
+}
+
+static int remove_tree(const char *dir)
+{
+    char cmd[4300];
+    if (strchr(dir, '\''))
+        return -1;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Writes the model weights (with the config when the trainer has a built-in model). */
+static int write_model(rc_trainer *t, const char *dir, rc_error *err)
+{
+    nn_weights *w = rc_params_weights(t->params);
+    if (t->model)
+        return nn_model_save(dir, &t->model->config, w, err);
+    if (mkdir(dir, 0777) && errno != EEXIST)
+        return rc_error_set(err, RC_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
+    const char **names = malloc((size_t)w->n * sizeof *names);
+    int *ndims = malloc((size_t)w->n * sizeof *ndims);
+    const int64_t **shapes = malloc((size_t)w->n * sizeof *shapes);
+    const float **data = malloc((size_t)w->n * sizeof *data);
+    int rc = names && ndims && shapes && data ? 0 : rc_error_set(err, RC_ERR_MEMORY, "checkpoint: out of memory");
+    for (int i = 0; !rc && i < w->n; i++) {
+        names[i] = w->p[i].name;
+        ndims[i] = w->p[i].ndim;
+        shapes[i] = w->p[i].shape;
+        data[i] = nn_weights_get(w, i);
+    }
+    char path[4200];
+    const char *meta[2] = {"format", "pt"};
+    join(path, sizeof path, dir, "model.safetensors");
+    if (!rc)
+        rc = rc_safetensors_write(path, w->n, names, ndims, shapes, data, 1, meta, err);
+    free(names), free(ndims), free(shapes), free(data);
+    return rc;
+}
+
+/* exp_avg.NAME and exp_avg_sq.NAME for every parameter */
+static int write_optimizer(rc_trainer *t, const char *dir, rc_error *err)
+{
+    nn_weights *w = rc_params_weights(t->params);
+    int n = 2 * w->n;
+    char (*names)[128] = malloc((size_t)n * sizeof *names);
+    const char **np = malloc((size_t)n * sizeof *np);
+    int *ndims = malloc((size_t)n * sizeof *ndims);
+    const int64_t **shapes = malloc((size_t)n * sizeof *shapes);
+    const float **data = malloc((size_t)n * sizeof *data);
+    int rc = names && np && ndims && shapes && data ? 0 : rc_error_set(err, RC_ERR_MEMORY, "checkpoint: out of memory");
+    for (int i = 0; !rc && i < w->n; i++)
+        for (int k = 0; k < 2; k++) {
+            int j = 2 * i + k;
+            snprintf(names[j], sizeof names[j], "%s.%s", k ? "exp_avg_sq" : "exp_avg", w->p[i].name);
+            np[j] = names[j];
+            ndims[j] = w->p[i].ndim;
+            shapes[j] = w->p[i].shape;
+            data[j] = (k ? t->v : t->m) + w->p[i].offset;
+        }
+    char path[4200];
+    join(path, sizeof path, dir, "optimizer.safetensors");
+    if (!rc)
+        rc = rc_safetensors_write(path, n, np, ndims, shapes, data, 0, NULL, err);
+    free(names), free(np), free(ndims), free(shapes), free(data);
+    return rc;
+}
+
+static int write_state(rc_trainer *t, const rc_train_options *o, const char *dir, rc_error *err)
+{
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    json_t *s = json_pack("{s:I, s:I, s:i, s:I, s:I, s:i, s:i, s:i, s:b, s:f}", "step", (json_int_t)t->step,
+                          "optimizer_step", (json_int_t)t->opt_step, "epoch", t->epoch, "epoch_step",
+                          (json_int_t)t->epoch_step, "seed", (json_int_t)t->seed, "batch_size",
+                          o->batch_size, "data_parallel", m->dp, "grad_accum",
+                          o->grad_accum > 0 ? o->grad_accum : 1, "shuffle", o->shuffle,
+                          "best_eval_loss", isfinite(t->best_eval) ? t->best_eval : -1.0);
+    char path[4200];
+    join(path, sizeof path, dir, "trainer_state.json");
+    int rc = s && json_dump_file(s, path, JSON_INDENT(2)) == 0
+                 ? 0 : rc_error_set(err, RC_ERR_IO, "%s: cannot write", path);
+    json_decref(s);
+    return rc;
+}
+
+static int write_tokenizer(const rc_train_options *o, const char *dir, rc_error *err)
+{
+    char from[4200], to[4200];
+    for (int i = 0; o->tokenizer_dir && tokenizer_files[i]; i++) {
+        if (join(from, sizeof from, o->tokenizer_dir, tokenizer_files[i]) ||
+            join(to, sizeof to, dir, tokenizer_files[i]))
+            return rc_error_set(err, RC_ERR_ARG, "%s: path too long", dir);
+        if (copy_file(from, to, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* Replaces workdir/name by the complete directory tmp. */
+static int publish(const char *tmp, const char *final, rc_error *err)
+{
+    char old[4200];
+    if (snprintf(old, sizeof old, "%s.old", final) >= (int)sizeof old)
+        return rc_error_set(err, RC_ERR_ARG, "%s: path too long", final);
+    remove_tree(old);
+    if (rename(final, old) && errno != ENOENT)
+        return rc_error_set(err, RC_ERR_IO, "%s: cannot replace: %s", final, strerror(errno));
+    if (rename(tmp, final))
+        return rc_error_set(err, RC_ERR_IO, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+    remove_tree(old);
+    return 0;
+}
+
+static int set_pointer(const char *workdir, const char *name, rc_error *err)
+{
+    char tmp[4200], path[4200];
+    join(tmp, sizeof tmp, workdir, "last_checkpoint.tmp");
+    join(path, sizeof path, workdir, "last_checkpoint");
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%s\n", name) < 0 || fflush(f) || fsync(fileno(f)) || fclose(f)) {
+        if (f)
+            fclose(f);
+        return rc_error_set(err, RC_ERR_IO, "%s: cannot write", tmp);
+    }
+    if (rename(tmp, path))
+        return rc_error_set(err, RC_ERR_IO, "%s: cannot rename: %s", path, strerror(errno));
+    return 0;
+}
+
+/* One directory, written whole under a temporary name then renamed. */
+static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, int full, rc_error *err)
+{
+    const char *wd = rc_deployer_workdir(t->d);
+    char tmp[4200], final[4200], hidden[300];
+    snprintf(hidden, sizeof hidden, ".tmp-%.250s", name);
+    if (join(tmp, sizeof tmp, wd, hidden) || join(final, sizeof final, wd, name))
+        return rc_error_set(err, RC_ERR_ARG, "%s: path too long", wd);
+    remove_tree(tmp);
+    int rc = write_model(t, tmp, err);
+    if (!rc && full)
+        rc = write_optimizer(t, tmp, err);
+    if (!rc && full)
+        rc = write_state(t, o, tmp, err);
+    if (!rc)
+        rc = write_tokenizer(o, tmp, err);
+    if (!rc)
+        rc = publish(tmp, final, err);
+    return rc;
+}
+
+int rc_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, rc_error *err)
+{
+    if (!rc_deployer_workdir(t->d))
+        return 0;
+    char ck[64];
+    snprintf(ck, sizeof ck, "checkpoint-%lld", (long long)t->step);
+    int rc = 0;
+    if (rc_deployer_is_main(t->d)) {
+        rc = save_dir(t, o, name ? name : ck, 1, err);
+        if (!rc && !name)
+            rc = set_pointer(rc_deployer_workdir(t->d), ck, err);
+    }
+    if (rc_deployer_agree(t->d, rc, err))
+        return -1;
+    if (!name)
+        snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", ck);
+    return 0;
+}
+
+int rc_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *err)
+{
+    if (!rc_deployer_workdir(t->d))
+        return 0;
+    int rc = rc_deployer_is_main(t->d) ? save_dir(t, o, "final", 0, err) : 0;
+    return rc_deployer_agree(t->d, rc, err);
+}
+
+/* ---- resume ---------------------------------------------------------------------------- */
+
+static int read_pointer(const char *workdir, char *name, size_t size)
+{
+    char path[4200];
+    join(path, sizeof path, workdir, "last_checkpoint");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int ok = fgets(name, (int)size, f) != NULL;
+    fclose(f);
+    name[strcspn(name, "\r\n")] = 0;
+    return ok && name[0] ? 0 : -1;
+}
+
+/* reads n floats of tensor `name` of checkpoint ck into dst */
+static int read_tensor(rc_checkpoint *ck, const char *name, float *dst, int64_t n, rc_error *err)
+{
+    rc_safetensors *f;
+    int i;
+    if (rc_checkpoint_find(ck, name, &f, &i) < 0)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: tensor '%s' is missing", rc_checkpoint_path(ck), name);
+    return rc_safetensors_read_f32(f, i, dst, n, err);
+}
+
+static int load_tensors(rc_trainer *t, const char *dir, rc_error *err)
+{
+    nn_weights *w = rc_params_weights(t->params);
+    char path[4200], name[160];
+    join(path, sizeof path, dir, "model.safetensors");
+    rc_checkpoint *ck = rc_checkpoint_open(path, err);
+    int rc = ck ? 0 : -1;
+    for (int i = 0; !rc && i < w->n; i++)
+        rc = read_tensor(ck, w->p[i].name, nn_weights_get(w, i), w->p[i].numel, err);
+    rc_checkpoint_close(ck);
+    join(path, sizeof path, dir, "optimizer.safetensors");
+    ck = rc ? NULL : rc_checkpoint_open(path, err);
+    rc = rc || !ck ? -1 : 0;
+    for (int i = 0; !rc && i < w->n; i++) {
+        snprintf(name, sizeof name, "exp_avg.%s", w->p[i].name);
+        rc = read_tensor(ck, name, t->m + w->p[i].offset, w->p[i].numel, err);
+        snprintf(name, sizeof name, "exp_avg_sq.%s", w->p[i].name);
+        if (!rc)
+            rc = read_tensor(ck, name, t->v + w->p[i].offset, w->p[i].numel, err);
+    }
+    rc_checkpoint_close(ck);
+    return rc;
+}
+
+static int load_state(rc_trainer *t, const rc_train_options *o, const char *dir, rc_error *err)
+{
+    char path[4200];
+    join(path, sizeof path, dir, "trainer_state.json");
+    json_error_t je;
+    json_t *s = json_load_file(path, 0, &je);
+    if (!s)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: line %d: %s", path, je.line, je.text);
+    json_int_t step = -1, opt_step = -1, epoch_step = -1, seed = 0;
+    int epoch = -1, batch = 0, dp = 0, accum = 0;
+    double best = -1;
+    int bad = json_unpack_ex(s, &je, 0, "{s:I, s:I, s:i, s:I, s:I, s:i, s:i, s:i, s:F}", "step", &step,
+                             "optimizer_step", &opt_step, "epoch", &epoch, "epoch_step", &epoch_step,
+                             "seed", &seed, "batch_size", &batch, "data_parallel", &dp, "grad_accum",
+                             &accum, "best_eval_loss", &best);
+    json_decref(s);
+    if (bad)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: %s", path, je.text);
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    int64_t was = (int64_t)batch * dp * accum, now = (int64_t)o->batch_size * m->dp * (o->grad_accum > 0 ? o->grad_accum : 1);
+    if (was != now)
+        return rc_error_set(err, RC_ERR_ARG,
+                            "%s: saved with a global batch of %lld examples, resumed with %lld: resume with the same batch size x processes x accumulation",
+                            path, (long long)was, (long long)now);
+    if ((uint64_t)seed != t->seed)
+        return rc_error_set(err, RC_ERR_ARG, "%s: saved with seed %llu, resumed with %llu", path,
+                            (unsigned long long)seed, (unsigned long long)t->seed);
+    t->step = step;
+    t->opt_step = opt_step;
+    t->epoch = epoch;
+    t->epoch_step = epoch_step;
+    t->best_eval = best >= 0 ? best : INFINITY;
+    return 0;
+}
+
+int rc_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err)
+{
+    const char *wd = rc_deployer_workdir(t->d);
+    char name[256], dir[4400];
+    if (!wd || read_pointer(wd, name, sizeof name)) {
+        rc_deployer_note(t->d, "resume: no complete checkpoint in %s; starting at step 0", wd ? wd : "(no workdir)");
+        return 0;
+    }
+    if (join(dir, sizeof dir, wd, name))
+        return rc_error_set(err, RC_ERR_ARG, "%s: path too long", wd);
+    /* every rank reads the same files (the workdir is shared, as a checkpoint directory is) */
+    int rc = load_tensors(t, dir, err);
+    if (!rc)
+        rc = load_state(t, o, dir, err);
+    if (rc_deployer_agree(t->d, rc, err))
+        return -1;
+    snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", name);
+    rc_deployer_note(t->d, "resume: continuing from %s (step %lld)", dir, (long long)t->step);
+    return 0;
+}

@@ -1,0 +1,199 @@
+/* deployer.c - processes and mesh, the seed and its per-step keys, the workdir, and
+ * rank 0's logging: a progress bar (plain lines when not a terminal), log.jsonl and
+ * TensorBoard event files. */
+#include "trainer_internal.h"
+#include "redco/tboard.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct rc_deployer {
+    rc_mesh mesh;
+    uint64_t seed;
+    char workdir[4096];
+    int verbose, json, tty;
+    FILE *log;                    /* log.jsonl, rank 0 */
+    rc_tboard *tb;                /* rank 0 */
+    double t0;                    /* start of the run, for the ETA */
+    int64_t step0;                /* first step of this process (resumed runs) */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int make_dir(const char *dir, rc_error *err)
+{
+    if (mkdir(dir, 0777) == 0 || errno == EEXIST)
+        return 0;
+    return rc_error_set(err, RC_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
+}
+
+/* rank 0 opens the workdir's logs; everyone learns whether that worked */
+static int open_logs(rc_deployer *d, rc_error *err)
+{
+    int rc = 0;
+    if (d->mesh.rank == 0 && d->workdir[0]) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/log.jsonl", d->workdir);
+        rc = make_dir(d->workdir, err);
+        if (!rc && !(d->log = fopen(path, "a")))
+            rc = rc_error_set(err, RC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        if (!rc && !(d->tb = rc_tboard_open(d->workdir, err)))
+            rc = -1;
+    }
+    return rc_comm_agree(d->mesh.world, rc, err);
+}
+
+rc_deployer *rc_deployer_new(int *argc, char ***argv, const rc_deployer_options *o, rc_error *err)
+{
+    rc_deployer *d = calloc(1, sizeof *d);
+    if (!d) {
+        rc_error_set(err, RC_ERR_MEMORY, "deployer: out of memory");
+        return NULL;
+    }
+    int rc = rc_dist_init(argc, argv, err);
+    if (!rc)
+        rc = o->local ? rc_mesh_init_local(&d->mesh, err) : rc_mesh_init(&d->mesh, o->mp > 0 ? o->mp : 1, err);
+    if (rc) {
+        free(d);
+        return NULL;
+    }
+    d->seed = o->seed;
+    d->verbose = o->verbose;
+    d->json = o->json;
+    d->tty = isatty(2);
+    d->t0 = now_s();
+    d->step0 = -1;
+    if (o->workdir)
+        snprintf(d->workdir, sizeof d->workdir, "%s", o->workdir);
+    if (open_logs(d, err)) {
+        rc_deployer_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void rc_deployer_free(rc_deployer *d)
+{
+    if (!d)
+        return;
+    if (d->log)
+        fclose(d->log);
+    rc_tboard_close(d->tb);
+    rc_mesh_free(&d->mesh);
+    free(d);
+}
+
+const rc_mesh *rc_deployer_mesh(const rc_deployer *d)
+{
+    return &d->mesh;
+}
+
+int rc_deployer_is_main(const rc_deployer *d)
+{
+    return d->mesh.rank == 0;
+}
+
+const char *rc_deployer_workdir(const rc_deployer *d)
+{
+    return d->workdir[0] ? d->workdir : NULL;
+}
+
+int rc_deployer_verbose(const rc_deployer *d)
+{
+    return d->verbose && !d->json && d->mesh.rank == 0;
+}
+
+rc_rng rc_deployer_step_rng(const rc_deployer *d, int64_t step)
+{
+    /* one key per step, folded with the data-parallel index: dropout differs across data
+     * replicas and agrees across the model shards of one replica */
+    return rc_rng_fold(rc_rng_fold(rc_rng_new(d->seed), (uint64_t)step), (uint64_t)d->mesh.dp_rank);
+}
+
+int rc_deployer_agree(rc_deployer *d, int status, rc_error *err)
+{
+    return rc_comm_agree(d->mesh.world, status, err);
+}
+
+int rc_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values,
+                    int n, rc_error *err)
+{
+    if (d->mesh.rank != 0 || !d->log)
+        return 0;
+    fprintf(d->log, "{\"step\": %lld", (long long)step);
+    for (int i = 0; i < n; i++) {
+        if (isfinite(values[i]))
+            fprintf(d->log, ", \"%s\": %.8g", keys[i], values[i]);
+        else
+            fprintf(d->log, ", \"%s\": null", keys[i]);
+    }
+    fprintf(d->log, "}\n");
+    if (fflush(d->log))
+        return rc_error_set(err, RC_ERR_IO, "%s/log.jsonl: write failed: %s", d->workdir, strerror(errno));
+    for (int i = 0; i < n; i++)
+        if (isfinite(values[i]) && rc_tboard_scalar(d->tb, keys[i], values[i], step, err))
+            return -1;
+    return 0;
+}
+
+static void clock_text(double s, char *buf, size_t size)
+{
+    long t = s > 0 && s < 1e8 ? (long)(s + 0.5) : 0;
+    snprintf(buf, size, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+}
+
+void rc_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,
+                          double tokens_per_s, int final)
+{
+    if (!rc_deployer_verbose(d))
+        return;
+    if (d->step0 < 0)
+        d->step0 = step - 1, d->t0 = now_s();
+    double done = (double)(step - d->step0), left = (double)(total - step);
+    char eta[32];
+    clock_text(done > 0 ? (now_s() - d->t0) / done * left : 0, eta, sizeof eta);
+    if (d->tty) {
+        enum { WIDTH = 24 };
+        int fill = total > 0 ? (int)(WIDTH * step / total) : WIDTH;
+        char bar[WIDTH + 1];
+        for (int i = 0; i < WIDTH; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[WIDTH] = 0;
+        fprintf(stderr, "\r[%s] step %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  ETA %s%s", bar,
+                (long long)step, (long long)total, loss, lr, tokens_per_s, eta, final ? "\n" : "");
+    } else {
+        fprintf(stderr, "step %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  ETA %s\n", (long long)step,
+                (long long)total, loss, lr, tokens_per_s, eta);
+    }
+    fflush(stderr);
+}
+
+void rc_deployer_note(rc_deployer *d, const char *fmt, ...)
+{
+    if (!rc_deployer_verbose(d))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (d->tty)
+        fputc('\n', stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+uint64_t rc_deployer_seed(const rc_deployer *d)
+{
+    return d->seed;
+}

@@ -1,0 +1,198 @@
+/* params.c - named parameters in one flat buffer, their graph leaves, and the built-in
+ * models as parameters plus a configuration. */
+#include "internal.h"
+#include "nn.h"
+#include "redco/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct rc_params {
+    nn_weights w;
+    rc_graph *g;                  /* the graph the cached leaves belong to */
+    rc_tensor **leaves;           /* [w.n], created on first use in g */
+};
+
+rc_params *rc_params_new(void)
+{
+    return calloc(1, sizeof(rc_params));
+}
+
+void rc_params_free(rc_params *p)
+{
+    if (!p)
+        return;
+    nn_weights_free(&p->w);
+    free(p->leaves);
+    free(p);
+}
+
+int rc_params_add(rc_params *p, const char *name, int ndim, const int64_t *shape)
+{
+    if (p->w.data || nn_weights_find(&p->w, name) >= 0)
+        return -1;
+    return nn_weights_add(&p->w, name, ndim, shape);
+}
+
+/* the buffer, allocated on first use */
+static int ready(rc_params *p)
+{
+    return p->w.data || nn_weights_alloc(&p->w) == 0 ? 0 : -1;
+}
+
+int rc_params_init_normal(rc_params *p, double std, uint64_t seed)
+{
+    if (ready(p))
+        return -1;
+    rc_rng r = rc_rng_new(seed);
+    for (int i = 0; i < p->w.n; i++) {
+        float *x = nn_weights_get(&p->w, i);
+        for (int64_t j = 0; j < p->w.p[i].numel; j++)
+            x[j] = p->w.p[i].ndim >= 2 ? (float)(std * rc_rng_normal(&r)) : 0.0f;
+    }
+    return 0;
+}
+
+int rc_params_count(const rc_params *p)
+{
+    return p->w.n;
+}
+
+const char *rc_params_name(const rc_params *p, int i)
+{
+    return i >= 0 && i < p->w.n ? p->w.p[i].name : NULL;
+}
+
+int64_t rc_params_numel(const rc_params *p)
+{
+    return p->w.numel;
+}
+
+float *rc_params_data(rc_params *p)
+{
+    return ready(p) ? NULL : p->w.data;
+}
+
+float *rc_params_tensor(rc_params *p, int i, int *ndim, const int64_t **shape)
+{
+    if (i < 0 || i >= p->w.n || ready(p))
+        return NULL;
+    if (ndim)
+        *ndim = p->w.p[i].ndim;
+    if (shape)
+        *shape = p->w.p[i].shape;
+    return nn_weights_get(&p->w, i);
+}
+
+int rc_params_find(const rc_params *p, const char *name)
+{
+    return nn_weights_find(&p->w, name);
+}
+
+/* The leaf of parameter i in g, created on first use. */
+static rc_tensor *leaf(rc_graph *g, rc_params *p, int i)
+{
+    if (p->g != g || !p->leaves) {
+        free(p->leaves);
+        p->leaves = calloc((size_t)p->w.n + 1, sizeof *p->leaves);
+        p->g = g;
+        if (!p->leaves)
+            return rc_fail(g, RC_ERR_MEMORY, "params: out of memory");
+    }
+    if (!p->leaves[i]) {
+        const nn_param *q = &p->w.p[i];
+        p->leaves[i] = rc_param(g, q->name, RC_F32, q->ndim, q->shape);
+        rc_tensor_bind(p->leaves[i], nn_weights_get(&p->w, i));
+    }
+    return p->leaves[i];
+}
+
+rc_tensor *rc_params_get(rc_graph *g, rc_params *p, const char *name)
+{
+    if (!g || rc_graph_error(g))
+        return NULL;
+    int i = nn_weights_find(&p->w, name);
+    if (i < 0)
+        return rc_fail(g, RC_ERR_ARG, "params: no parameter '%s'", name);
+    if (ready(p))
+        return rc_fail(g, RC_ERR_MEMORY, "params: cannot allocate %lld floats", (long long)p->w.numel);
+    return leaf(g, p, i);
+}
+
+/* Every parameter's leaf in g, in table order (the families index them). */
+static rc_tensor **all_leaves(rc_graph *g, rc_params *p)
+{
+    for (int i = 0; i < p->w.n; i++)
+        if (!rc_params_get(g, p, p->w.p[i].name))
+            return NULL;
+    return p->leaves;
+}
+
+/* ---- built-in models ------------------------------------------------------------------ */
+
+/* a model directory: it has a config.json */
+static int has_config(const char *path)
+{
+    char cfg[4200];
+    FILE *f;
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    f = fopen(cfg, "r");
+    if (f)
+        fclose(f);
+    return f != NULL;
+}
+
+rc_model *rc_model_create(const char *preset_or_dir, uint64_t seed, rc_error *err)
+{
+    rc_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->params = rc_params_new())) {
+        free(m);
+        rc_error_set(err, RC_ERR_MEMORY, "model: out of memory");
+        return NULL;
+    }
+    nn_weights *w = &m->params->w;
+    int rc;
+    if (has_config(preset_or_dir)) {
+        rc = nn_model_load(preset_or_dir, &m->config, w, err);
+        snprintf(m->dir, sizeof m->dir, "%s", preset_or_dir);
+    } else {
+        rc = rc_config_preset(preset_or_dir, &m->config, err);
+        if (!rc)
+            rc = nn_model_weights(&m->config, w, err);
+        if (!rc && nn_weights_alloc(w))
+            rc = rc_error_set(err, RC_ERR_MEMORY, "model %s: cannot allocate %lld parameters",
+                              preset_or_dir, (long long)w->numel);
+        if (!rc)
+            nn_model_init(&m->config, w, seed);
+    }
+    if (rc) {
+        rc_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void rc_model_free(rc_model *m)
+{
+    if (!m)
+        return;
+    rc_params_free(m->params);
+    free(m);
+}
+
+rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *enc_ids,
+                           rc_tensor *mask)
+{
+    rc_tensor **p = all_leaves(g, m->params);
+    if (!p)
+        return NULL;
+    nn_inputs in = {.ids = ids, .enc_ids = enc_ids, .mask = mask};
+    return nn_model_logits(g, &m->config, &m->params->w, p, &in);
+}
+
+/* the nn view of a params object, for the modules that share the flat buffer */
+nn_weights *rc_params_weights(rc_params *p)
+{
+    return ready(p) ? NULL : &p->w;
+}

@@ -1,0 +1,23 @@
+/* train_internal.h - what the pipeline's modules share. */
+#ifndef REDCO_TRAIN_INTERNAL_H
+#define REDCO_TRAIN_INTERNAL_H
+
+#include "internal.h"
+#include "nn.h"
+#include "redco/pipeline.h"
+
+/* the flat table behind a params object (allocated) */
+nn_weights *rc_params_weights(rc_params *p);
+
+/* ---- deployer internals ---------------------------------------------------------------- */
+const char *rc_deployer_workdir(const rc_deployer *d);
+int rc_deployer_verbose(const rc_deployer *d);
+/* log.jsonl (one record per call) and TensorBoard scalars, rank 0 only */
+int rc_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values,
+                    int n, rc_error *err);
+/* progress line on rank 0's stderr: a bar on a terminal, plain lines otherwise */
+void rc_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,
+                          double tokens_per_s, int final);
+void rc_deployer_note(rc_deployer *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

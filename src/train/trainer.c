@@ -1,0 +1,455 @@
+/* trainer.c - fit: the order of examples per epoch, data-parallel micro-batches, gradient
+ * accumulation, averaging over the data axis, clipping, the optimizer and its schedule,
+ * evaluation, checkpoints and exact resume. */
+#include "train_internal.h"
+#include "trainer_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { GRAD_BUCKET = 1 << 22 }; /* floats per all-reduce */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- compiled steps ----------------------------------------------------------------------- */
+
+void rc_step_free(rc_step *s)
+{
+    rc_plan_free(s->plan);
+    rc_graph_free(s->g);
+    free(s->grads);
+    memset(s, 0, sizeof *s);
+}
+
+/* Records the user's loss for batches shaped like b, and (with_grads) its gradients. */
+int rc_step_compile(rc_step *s, rc_trainer *t, const rc_batch *b, int with_grads, rc_error *err)
+{
+    memset(s, 0, sizeof *s);
+    s->g = rc_graph_new();
+    if (!s->g)
+        return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    rc_graph *g = s->g;
+    s->loss = t->loss_fn(g, t->params, b, rc_rng_new(t->seed), t->user);
+    if (!rc_graph_error(g) && !s->loss)
+        rc_fail(g, RC_ERR_ARG, "loss function returned no tensor");
+    if (!rc_graph_error(g) && rc_tensor_numel(s->loss) != 1)
+        rc_fail(g, RC_ERR_SHAPE, "loss function returned %lld values, not a scalar",
+                (long long)rc_tensor_numel(s->loss));
+    int np = rc_params_count(t->params);
+    rc_tensor **leaves = calloc((size_t)np + 1, sizeof *leaves);
+    s->grads = calloc((size_t)np + 1, sizeof *s->grads);
+    for (int i = 0; leaves && i < np && !rc_graph_error(g); i++)
+        leaves[i] = rc_params_get(g, t->params, rc_params_name(t->params, i));
+    if (with_grads && !rc_graph_error(g))
+        rc_backward(g, s->loss, leaves, np, s->grads);
+    free(leaves);
+    if (rc_graph_error(g)) {
+        rc_error_set(err, rc_graph_error_code(g), "loss: %s", rc_graph_error(g));
+        rc_step_free(s);
+        return -1;
+    }
+    /* the batch inputs, rebound every step, and the cross-entropies that count tokens */
+    for (int i = 0; i < rc_graph_size(g); i++) {
+        rc_tensor *n = rc_graph_node(g, i);
+        if (n->op == RC_OP_LEAF && (n->flags & RC_FLAG_INPUT) && s->ninputs < RC_BATCH_MAX)
+            s->inputs[s->ninputs++] = n;
+        if (n->op == RC_OP_CROSS_ENTROPY && !s->ce)
+            s->ce = n;
+    }
+    rc_tensor **outs = calloc((size_t)np + 1, sizeof *outs);
+    if (!outs) {
+        rc_step_free(s);
+        return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    }
+    outs[0] = s->loss;
+    if (with_grads)
+        memcpy(outs + 1, s->grads, (size_t)np * sizeof *outs);
+    s->plan = rc_plan_new(g, outs, with_grads ? np + 1 : 1, err);
+    free(outs);
+    if (!s->plan) {
+        rc_step_free(s);
+        return -1;
+    }
+    s->batch_rows = b->n ? b->a[0].shape[0] : 0;
+    return 0;
+}
+
+/* Points the step's inputs at batch b; shapes must be those it was compiled for. */
+static int step_bind(rc_step *s, const rc_batch *b, rc_error *err)
+{
+    for (int i = 0; i < s->ninputs; i++) {
+        rc_tensor *x = s->inputs[i];
+        const rc_array *a = rc_batch_get(b, x->name);
+        int same = a && a->dtype == x->dtype && a->ndim == x->ndim;
+        for (int k = 0; same && k < a->ndim; k++)
+            same = a->shape[k] == x->shape[k];
+        if (!same) {
+            char want[96];
+            return rc_error_set(err, RC_ERR_SHAPE, "collate: array '%s' %s; the step was built for %s %s",
+                                x->name, a ? "changed shape or dtype" : "is missing",
+                                rc_shape_str(x, want, sizeof want), rc_dtype_name(x->dtype));
+        }
+        rc_tensor_bind(x, a->data);
+    }
+    return 0;
+}
+
+/* predicted tokens of the last run: targets of the first cross-entropy not ignored, or
+ * the batch's rows when the loss has none */
+static int64_t step_tokens(const rc_step *s)
+{
+    if (!s->ce || !s->ce->src[1]->data)
+        return s->batch_rows;
+    const rc_tensor *tg = s->ce->src[1];
+    const int32_t *ids = tg->data;
+    int64_t n = 0, count = rc_tensor_numel(tg);
+    for (int64_t i = 0; i < count; i++)
+        n += ids[i] != s->ce->iparam[0];
+    return n;
+}
+
+int rc_step_run(rc_step *s, const rc_batch *b, rc_rng key, double *loss, int64_t *tokens, rc_error *err)
+{
+    if (step_bind(s, b, err))
+        return -1;
+    rc_plan_set_rng(s->plan, key);
+    if (rc_plan_run(s->plan, err))
+        return -1;
+    *loss = *(const float *)rc_tensor_data(s->loss);
+    *tokens = step_tokens(s);
+    return 0;
+}
+
+/* ---- examples: epoch order and shards ------------------------------------------------- */
+
+/* The order of epoch e: 0..n-1, shuffled from (seed, epoch) when asked. */
+static int64_t *epoch_order(uint64_t seed, int epoch, int64_t n, int shuffle)
+{
+    int64_t *o = malloc((size_t)(n ? n : 1) * sizeof *o);
+    if (!o)
+        return NULL;
+    for (int64_t i = 0; i < n; i++)
+        o[i] = i;
+    if (shuffle) {
+        rc_rng r = rc_rng_fold(rc_rng_fold(rc_rng_new(seed), 0x5EED), (uint64_t)epoch);
+        for (int64_t i = n - 1; i > 0; i--) {
+            int64_t j = (int64_t)(rc_rng_next_u64(&r) % (uint64_t)(i + 1)), tmp = o[i];
+            o[i] = o[j];
+            o[j] = tmp;
+        }
+    }
+    return o;
+}
+
+/* ---- trainer ------------------------------------------------------------------------------ */
+
+rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn loss, void *user,
+                           rc_params *params, const rc_model *model, rc_error *err)
+{
+    if (!d || !collate || !loss || !params) {
+        rc_error_set(err, RC_ERR_ARG, "trainer: deployer, collate, loss and params are required");
+        return NULL;
+    }
+    rc_trainer *t = calloc(1, sizeof *t);
+    int64_t n = rc_params_numel(params);
+    if (t) {
+        t->grad = calloc((size_t)(n ? n : 1), sizeof *t->grad);
+        t->m = calloc((size_t)(n ? n : 1), sizeof *t->m);
+        t->v = calloc((size_t)(n ? n : 1), sizeof *t->v);
+    }
+    if (!t || !t->grad || !t->m || !t->v || !rc_params_data(params)) {
+        rc_trainer_free(t);
+        rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate state for %lld parameters", (long long)n);
+        return NULL;
+    }
+    t->d = d;
+    t->collate = collate;
+    t->loss_fn = loss;
+    t->user = user;
+    t->params = params;
+    t->model = model;
+    t->eval_loss = NAN;
+    t->best_eval = INFINITY;
+    return t;
+}
+
+void rc_trainer_free(rc_trainer *t)
+{
+    if (!t)
+        return;
+    rc_step_free(&t->train);
+    rc_step_free(&t->eval);
+    rc_step_free(&t->eval_tail);
+    free(t->grad);
+    free(t->m);
+    free(t->v);
+    free(t);
+}
+
+/* Collates the examples at order[at .. at + n) into b. */
+static int collate(rc_trainer *t, rc_batch *b, const int64_t *order, int n, rc_error *err)
+{
+    memset(b, 0, sizeof *b);
+    if (t->collate(b, order, n, t->user)) {
+        rc_batch_free(b);
+        return rc_error_set(err, RC_ERR_ARG, "collate failed for %d examples starting at example %lld", n,
+                            (long long)order[0]);
+    }
+    return 0;
+}
+
+/* grad += gradients of the last run of the train step (scaled) */
+static void add_grads(rc_trainer *t, float scale)
+{
+    nn_weights *w = rc_params_weights(t->params);
+    for (int i = 0; i < w->n; i++) {
+        const float *g = rc_tensor_data(t->train.grads[i]);
+        float *acc = t->grad + w->p[i].offset;
+        for (int64_t j = 0; j < w->p[i].numel; j++)
+            acc[j] += scale * g[j];
+    }
+}
+
+static double grad_norm(const rc_trainer *t, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)t->grad[i] * t->grad[i];
+    return sqrt(s);
+}
+
+static void optimizer_update(rc_trainer *t, const rc_train_options *o, double lr)
+{
+    nn_weights *w = rc_params_weights(t->params);
+    int adamw = !o->optimizer || !strcmp(o->optimizer, "adamw");
+    t->opt_step++;
+    for (int i = 0; i < w->n; i++) {
+        int64_t off = w->p[i].offset, n = w->p[i].numel;
+        int decay = w->p[i].ndim >= 2 || o->decay_norms_and_biases;
+        double wd = decay ? o->weight_decay : 0.0;
+        if (adamw) {
+            rc_adam opt = {lr, o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
+                           o->eps > 0 ? o->eps : 1e-8, wd, t->opt_step};
+            rc_adamw_update(w->data + off, t->grad + off, t->m + off, t->v + off, n, &opt);
+        } else {
+            if (wd > 0)
+                for (int64_t j = 0; j < n; j++)
+                    w->data[off + j] *= (float)(1.0 - lr * wd);
+            rc_sgd_update(w->data + off, t->grad + off, n, lr);
+        }
+    }
+}
+
+/* One optimizer step: grad_accum micro-batches per replica, averaged over the data axis. */
+static int train_step(rc_trainer *t, const rc_train_options *o, const int64_t *order, int64_t base,
+                      double lr, double *loss_out, int64_t *tokens_out, double *norm_out, rc_error *err)
+{
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    int B = o->batch_size, k = o->grad_accum > 0 ? o->grad_accum : 1;
+    int64_t n = rc_params_numel(t->params);
+    memset(t->grad, 0, (size_t)n * sizeof *t->grad);
+    double sums[2] = {0, 0}; /* loss, tokens */
+    int rc = 0;
+    for (int j = 0; j < k && !rc; j++) {
+        rc_batch b;
+        int64_t at = base + (int64_t)j * B * m->dp + (int64_t)m->dp_rank * B;
+        rc = collate(t, &b, order + at, B, err);
+        if (!rc && !t->train.plan)
+            rc = rc_step_compile(&t->train, t, &b, 1, err);
+        double loss = 0;
+        int64_t tokens = 0;
+        rc_rng key = rc_rng_fold(rc_deployer_step_rng(t->d, t->step), (uint64_t)j);
+        if (!rc)
+            rc = rc_step_run(&t->train, &b, key, &loss, &tokens, err);
+        if (!rc) {
+            add_grads(t, 1.0f / (float)k);
+            sums[0] += loss / k;
+            sums[1] += (double)tokens;
+        }
+        rc_batch_free(&b);
+    }
+    if (rc_deployer_agree(t->d, rc, err))
+        return -1;
+    if (rc_comm_allreduce_mean_f32(m->dp_comm, t->grad, n, GRAD_BUCKET, err) ||
+        rc_comm_allreduce_sum_f64(m->dp_comm, sums, 2, err))
+        return -1;
+    *loss_out = sums[0] / m->dp;
+    *tokens_out = (int64_t)sums[1];
+    if (!isfinite(*loss_out))
+        return rc_error_set(err, RC_ERR_ARG, "step %lld: the loss is %s; stopping (the last complete checkpoint is %s)",
+                            (long long)t->step + 1, isnan(*loss_out) ? "NaN" : "infinite",
+                            t->last_ckpt[0] ? t->last_ckpt : "none");
+    *norm_out = grad_norm(t, n);
+    if (o->grad_clip > 0 && *norm_out > o->grad_clip) {
+        float scale = (float)(o->grad_clip / (*norm_out + 1e-6));
+        for (int64_t i = 0; i < n; i++)
+            t->grad[i] *= scale;
+    }
+    optimizer_update(t, o, lr);
+    return 0;
+}
+
+/* ---- evaluation ------------------------------------------------------------------------ */
+
+/* Each replica takes a contiguous slice of the examples, in full batches and one smaller
+ * tail batch; the sums of loss x tokens and tokens meet on every rank. */
+int rc_trainer_eval(rc_trainer *t, rc_examples ex, int batch_size, double *loss, int64_t *tokens,
+                    rc_error *err)
+{
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    int64_t n = ex.count(0, ex.user), per = (n + m->dp - 1) / m->dp;
+    int64_t lo = m->dp_rank * per, hi = lo + per < n ? lo + per : n;
+    int64_t *order = epoch_order(0, 0, n, 0);
+    double sums[2] = {0, 0};
+    int rc = order ? 0 : rc_error_set(err, RC_ERR_MEMORY, "eval: out of memory");
+    for (int64_t at = lo; !rc && at < hi; at += batch_size) {
+        int count = (int)(hi - at < batch_size ? hi - at : batch_size);
+        rc_step *s = count == batch_size ? &t->eval : &t->eval_tail;
+        rc_batch b;
+        rc = collate(t, &b, order + at, count, err);
+        if (!rc && s->plan && s->batch_rows != count)
+            rc_step_free(s);
+        if (!rc && !s->plan)
+            rc = rc_step_compile(s, t, &b, 0, err);
+        double l = 0;
+        int64_t tk = 0;
+        if (!rc)
+            rc = rc_step_run(s, &b, rc_rng_new(t->seed), &l, &tk, err);
+        if (!rc) {
+            sums[0] += l * (double)tk;
+            sums[1] += (double)tk;
+        }
+        rc_batch_free(&b);
+    }
+    free(order);
+    if (rc_deployer_agree(t->d, rc, err) || rc_comm_allreduce_sum_f64(m->dp_comm, sums, 2, err))
+        return -1;
+    *tokens = (int64_t)sums[1];
+    *loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    return 0;
+}
+
+/* ---- fit -------------------------------------------------------------------------------- */
+
+static int64_t steps_in_epoch(const rc_trainer *t, const rc_train_options *o, rc_examples ex, int epoch)
+{
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    int64_t per_step = (int64_t)o->batch_size * m->dp * (o->grad_accum > 0 ? o->grad_accum : 1);
+    return ex.count(epoch, ex.user) / per_step;
+}
+
+static int check_options(const rc_trainer *t, const rc_train_options *o, rc_examples ex, rc_error *err)
+{
+    if (o->batch_size < 1)
+        return rc_error_set(err, RC_ERR_ARG, "train: batch size %d (at least 1)", o->batch_size);
+    if (o->optimizer && strcmp(o->optimizer, "adamw") && strcmp(o->optimizer, "sgd"))
+        return rc_error_set(err, RC_ERR_ARG, "train: optimizer '%s' (adamw or sgd)", o->optimizer);
+    if (o->steps <= 0 && o->epochs <= 0)
+        return rc_error_set(err, RC_ERR_ARG, "train: give a number of steps or epochs");
+    if (steps_in_epoch(t, o, ex, 0) < 1) {
+        const rc_mesh *m = rc_deployer_mesh(t->d);
+        return rc_error_set(err, RC_ERR_ARG,
+                            "train: %lld examples do not fill one step of %d x %d replicas x %d accumulation",
+                            (long long)ex.count(0, ex.user), o->batch_size, m->dp,
+                            o->grad_accum > 0 ? o->grad_accum : 1);
+    }
+    return 0;
+}
+
+static int evaluate_and_log(rc_trainer *t, const rc_train_options *o, const rc_examples *eval,
+                            rc_error *err)
+{
+    if (!eval)
+        return 0;
+    if (rc_trainer_eval(t, *eval, o->batch_size, &t->eval_loss, &t->eval_tokens, err))
+        return -1;
+    const char *keys[3] = {"eval/loss", "eval/ppl", "eval/tokens"};
+    double vals[3] = {t->eval_loss, exp(t->eval_loss), (double)t->eval_tokens};
+    rc_deployer_note(t->d, "step %lld: eval loss %.4f (ppl %.2f) over %lld tokens", (long long)t->step,
+                     t->eval_loss, exp(t->eval_loss), (long long)t->eval_tokens);
+    if (rc_deployer_log(t->d, t->step, keys, vals, 3, err))
+        return -1;
+    if (t->eval_loss < t->best_eval) {
+        t->best_eval = t->eval_loss;
+        return rc_trainer_save(t, o, "best", err);
+    }
+    return 0;
+}
+
+int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
+                   const rc_examples *eval, rc_train_result *out, rc_error *err)
+{
+    if (check_options(t, o, train, err))
+        return -1;
+    t->seed = rc_deployer_seed(t->d);
+    t->shuffle = o->shuffle;
+    if (o->resume && rc_trainer_resume(t, o, err))
+        return -1;
+    int64_t total = o->steps > 0 ? o->steps : o->epochs * steps_in_epoch(t, o, train, 0);
+    rc_schedule sched = {o->schedule, o->lr, 0.0, o->warmup, total};
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    int64_t per_step = (int64_t)o->batch_size * m->dp * (o->grad_accum > 0 ? o->grad_accum : 1);
+    int64_t *order = NULL;
+    int order_epoch = -1, rc = 0;
+    double loss = NAN, lr = o->lr, t_last = now_s();
+    while (!rc && t->step < total) {
+        int64_t in_epoch = steps_in_epoch(t, o, train, t->epoch);
+        if (t->epoch_step >= in_epoch) {
+            t->epoch++;
+            t->epoch_step = 0;
+            continue;
+        }
+        if (order_epoch != t->epoch) {
+            free(order);
+            int64_t n = train.count(t->epoch, train.user);
+            order = epoch_order(t->seed, t->epoch, n, o->shuffle);
+            order_epoch = t->epoch;
+            if (n % per_step)
+                rc_deployer_note(t->d, "epoch %d: %lld examples do not fill a step; they wait for a later epoch's order",
+                                 t->epoch, (long long)(n % per_step));
+        }
+        lr = rc_schedule_lr(&sched, t->step);
+        int64_t tokens = 0;
+        double norm = 0;
+        rc = train_step(t, o, order, t->epoch_step * per_step, lr, &loss, &tokens, &norm, err);
+        if (rc)
+            break;
+        t->step++;
+        t->epoch_step++;
+        double now = now_s(), tps = tokens / fmax(now - t_last, 1e-9);
+        t_last = now;
+        if (o->log_every > 0 && (t->step % o->log_every == 0 || t->step == total)) {
+            const char *keys[5] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/epoch"};
+            double vals[5] = {loss, lr, norm, tps, (double)t->epoch};
+            rc = rc_deployer_log(t->d, t->step, keys, vals, 5, err);
+        }
+        rc_deployer_progress(t->d, t->step, total, loss, lr, tps, t->step == total);
+        if (!rc && o->eval_every > 0 && t->step % o->eval_every == 0 && t->step < total)
+            rc = evaluate_and_log(t, o, eval, err);
+        if (!rc && o->save_every > 0 && t->step % o->save_every == 0 && t->step < total)
+            rc = rc_trainer_save(t, o, NULL, err);
+    }
+    free(order);
+    if (!rc)
+        rc = evaluate_and_log(t, o, eval, err);
+    if (!rc)
+        rc = rc_trainer_save(t, o, NULL, err);
+    if (!rc)
+        rc = rc_trainer_save_final(t, o, err);
+    if (out) {
+        out->step = t->step;
+        out->loss = loss;
+        out->eval_loss = t->eval_loss;
+        out->eval_tokens = t->eval_tokens;
+        out->lr = lr;
+    }
+    return rc;
+}

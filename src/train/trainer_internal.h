@@ -1,0 +1,51 @@
+/* trainer_internal.h - the trainer's state, shared by trainer.c and ckpt.c. */
+#ifndef REDCO_TRAINER_INTERNAL_H
+#define REDCO_TRAINER_INTERNAL_H
+
+#include "train_internal.h"
+
+/* A compiled step: the user's loss (and gradients) for one batch shape, planned once. */
+typedef struct {
+    rc_graph *g;
+    rc_plan *plan;
+    rc_tensor *loss;
+    rc_tensor **grads;            /* per parameter, or NULL entries for loss-only steps */
+    rc_tensor *inputs[RC_BATCH_MAX];
+    int ninputs;
+    rc_tensor *ce;                /* the first cross-entropy: its targets count tokens */
+    int64_t batch_rows;
+} rc_step;
+
+int rc_step_compile(rc_step *s, rc_trainer *t, const rc_batch *b, int with_grads, rc_error *err);
+int rc_step_run(rc_step *s, const rc_batch *b, rc_rng key, double *loss, int64_t *tokens, rc_error *err);
+void rc_step_free(rc_step *s);
+
+struct rc_trainer {
+    rc_deployer *d;
+    rc_collate_fn collate;
+    rc_loss_fn loss_fn;
+    void *user;
+    rc_params *params;
+    const rc_model *model;
+    uint64_t seed;
+    int shuffle;
+    rc_step train, eval, eval_tail;
+    float *grad, *m, *v;          /* flat, like the parameters */
+    int64_t step, opt_step;       /* optimizer steps done (opt_step counts AdamW's bias terms) */
+    int epoch;
+    int64_t epoch_step;           /* steps done in the current epoch */
+    double eval_loss, best_eval;
+    int64_t eval_tokens;
+    char last_ckpt[256];          /* name of the last complete checkpoint */
+};
+
+/* checkpoint-STEP (name NULL) or a named one ("best"), written atomically; rank 0 writes */
+int rc_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, rc_error *err);
+/* the final model directory workdir/final */
+int rc_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *err);
+/* loads the workdir's last complete checkpoint, if any */
+int rc_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err);
+
+uint64_t rc_deployer_seed(const rc_deployer *d);
+
+#endif

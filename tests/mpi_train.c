@@ -1,0 +1,157 @@
+/* mpi_train.c - the trainer over MPI: with P processes of batch 4/P, the weights after 5
+ * steps equal one process with batch 4 to float rounding (SGD relative 1e-5; AdamW 1e-4,
+ * see below), with and without shuffling;
+ * gradient accumulation of 2 x 2 equals one batch of 4; stopping at step 5 and resuming
+ * to 10 gives the same weights as 10 steps straight (bitwise). */
+#include "check.h"
+#include "redco/pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { T = 8, NTOK = 2000 };
+
+typedef struct {
+    int32_t tok[NTOK];
+    rc_model *model;
+} task;
+
+static int64_t count(int epoch, void *user)
+{
+    (void)epoch, (void)user;
+    return (NTOK - 1) / T;
+}
+
+static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
+{
+    task *k = user;
+    int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
+    int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
+    if (!ids || !tg)
+        return -1;
+    for (int i = 0; i < n; i++)
+        for (int t = 0; t < T; t++) {
+            ids[i * T + t] = k->tok[ex[i] * T + t];
+            tg[i * T + t] = k->tok[ex[i] * T + t + 1];
+        }
+    return 0;
+}
+
+static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+{
+    task *k = user;
+    (void)p, (void)rng;
+    rc_tensor *logits = rc_model_logits(g, k->model, rc_batch_input(g, b, "ids"), NULL, NULL);
+    return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), -100);
+}
+
+/* trains a fresh tiny-gpt2; returns its weights (malloc'ed) and numel */
+static float *train(task *k, int local, int batch, int accum, const char *opt, int shuffle,
+                    int64_t steps, const char *workdir, int resume, rc_schedule_kind sched, int64_t *numel)
+{
+    rc_error err = {0};
+    rc_deployer_options dopt = {.seed = 3, .mp = 1, .workdir = workdir, .local = local};
+    rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
+    k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
+    rc_trainer *t = k->model ? rc_trainer_new(d, collate, loss, k, k->model->params, k->model, &err) : NULL;
+    rc_train_options o = {.steps = steps, .batch_size = batch, .grad_accum = accum, .shuffle = shuffle,
+                          .optimizer = opt, .lr = !strcmp(opt, "sgd") ? 0.5 : 1e-2, .weight_decay = 0.01,
+                          .grad_clip = 1.0, .schedule = sched, .warmup = 2, .resume = resume};
+    rc_examples ex = {count, k};
+    float *w = NULL;
+    if (t && rc_trainer_fit(t, &o, ex, NULL, NULL, &err) == 0) {
+        *numel = rc_params_numel(k->model->params);
+        w = malloc((size_t)*numel * sizeof *w);
+        memcpy(w, rc_params_data(k->model->params), (size_t)*numel * sizeof *w);
+    }
+    CHECKF(w != NULL, "train: %s", err.msg);
+    rc_trainer_free(t);
+    rc_model_free(k->model);
+    rc_deployer_free(d);
+    return w;
+}
+
+static double rel_diff(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num = fmax(num, fabs((double)a[i] - b[i]));
+        den = fmax(den, fabs((double)b[i]));
+    }
+    return num / (den > 0 ? den : 1);
+}
+
+int main(int argc, char **argv)
+{
+    rc_error err = {0};
+    rc_dist_init(&argc, &argv, &err);
+    rc_mesh world;
+    rc_mesh_init(&world, 1, &err);
+    int P = world.size, rank = world.rank;
+    task *k = calloc(1, sizeof *k);
+    rc_rng r = rc_rng_new(11);
+    for (int i = 0; i < NTOK; i++) /* a learnable stream: mostly +1, sometimes random */
+        k->tok[i] = i && rc_rng_uniform(&r) < 0.8 ? (k->tok[i - 1] + 1) % 200 : (int32_t)(rc_rng_next_u64(&r) % 200);
+    const char *opts[2] = {"sgd", "adamw"};
+    for (int o = 0; o < 2; o++)
+        for (int shuffle = 0; shuffle < 2; shuffle++) {
+            if (4 % P)
+                break;
+            int64_t n1 = 0, n2 = 0;
+            float *ref = train(k, 1, 4, 1, opts[o], shuffle, 5, NULL, 0, RC_SCHEDULE_COSINE, &n1);
+            float *dist = train(k, 0, 4 / P, 1, opts[o], shuffle, 5, NULL, 0, RC_SCHEDULE_COSINE, &n2);
+            /* SGD shows the rounding of the summation order; AdamW divides each gradient by
+             * its own running scale, so rounding in near-zero gradients shows more */
+            double e = ref && dist && n1 == n2 ? rel_diff(dist, ref, n1) : INFINITY, tol = o ? 1e-4 : 1e-5;
+            CHECKF(e < tol, "%s shuffle %d: %d processes x batch %d vs 1 x 4: relative difference %.3g",
+                   opts[o], shuffle, P, 4 / P, e);
+            if (rank == 0)
+                printf("%s%s: %d x batch %d vs 1 x batch 4 after 5 steps: max rel diff %.2e\n", opts[o],
+                       shuffle ? " shuffled" : "", P, 4 / P, e);
+            free(ref);
+            free(dist);
+        }
+    /* accumulation: 2 micro-batches of 2 = one batch of 4 (AdamW divides by the gradient's
+     * own scale, so its rounding shows more) */
+    for (int o = 0; o < 2; o++) {
+        int64_t n1 = 0, n2 = 0;
+        float *one = train(k, 1, 4, 1, opts[o], 1, 5, NULL, 0, RC_SCHEDULE_LINEAR, &n1);
+        float *acc = train(k, 1, 2, 2, opts[o], 1, 5, NULL, 0, RC_SCHEDULE_LINEAR, &n2);
+        double e = one && acc ? rel_diff(acc, one, n1) : INFINITY, tol = o ? 1e-4 : 1e-5;
+        CHECKF(e < tol, "%s accumulation 2 x 2 vs 4: %.3g", opts[o], e);
+        if (rank == 0)
+            printf("%s: 2 micro-batches of 2 vs one batch of 4: max rel diff %.2e\n", opts[o], e);
+        free(one);
+        free(acc);
+    }
+    /* resume: 10 straight vs 5 then resume to 10, on this mesh */
+    char dir[64] = "/tmp/redco-resume-XXXXXX";
+    if (rank == 0 && !mkdtemp(dir))
+        CHECK(0);
+    rc_comm_bcast(world.world, dir, sizeof dir, 0, &err);
+    int64_t n1 = 0, n2 = 0, n3 = 0;
+    int b = 4 % P ? 1 : 4 / P; /* a constant schedule: a 5-step run is the first half of 10 */
+    float *straight = train(k, 0, b, 1, "adamw", 1, 10, NULL, 0, RC_SCHEDULE_CONSTANT, &n1);
+    float *half = train(k, 0, b, 1, "adamw", 1, 5, dir, 0, RC_SCHEDULE_CONSTANT, &n2);
+    float *resumed = train(k, 0, b, 1, "adamw", 1, 10, dir, 1, RC_SCHEDULE_CONSTANT, &n3);
+    CHECKF(straight && resumed && n1 == n3 && !memcmp(straight, resumed, (size_t)n1 * sizeof *straight),
+           "resumed run differs from the straight run (rel %.3g)",
+           straight && resumed ? rel_diff(resumed, straight, n1) : INFINITY);
+    free(straight), free(half), free(resumed);
+    rc_comm_barrier(world.world, &err);
+    if (rank == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        CHECK(system(cmd) == 0);
+    }
+    free(k);
+    char name[64];
+    snprintf(name, sizeof name, "mpi_train rank %d/%d", rank, P);
+    int status = check_summary(name);
+    rc_mesh_free(&world);
+    rc_dist_finalize();
+    return status;
+}
