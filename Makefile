@@ -17,7 +17,7 @@ build: setup $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	OMP_NUM_THREADS=$(JOBS) $(BUILD)/tiny_lm
+	bash scripts/demo.sh
 
 test: build
 	@bash scripts/pyref.sh

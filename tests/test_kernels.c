@@ -868,12 +868,15 @@ static void test_dropout(rc_dtype t)
         y->iparam[0] = (int32_t)(uint32_t)(key & 0xffffffffu);
         y->iparam[1] = (int32_t)(uint32_t)(key >> 32);
         y->fparam[0] = 0.3;
+        uint64_t run_key = 0x1122334455667788ull; /* the plan's per-run key, mixed in */
+        y->iparam[2] = (int32_t)(uint32_t)(run_key & 0xffffffffu);
+        y->iparam[3] = (int32_t)(uint32_t)(run_key >> 32);
         if (run(y))
             continue;
         double *ref = ref_buf(y);
         int64_t kept = 0;
         for (int64_t i = 0; i < sizes[s]; i++) {
-            int keep = rc_rng_uniform_at(key, (uint64_t)i) >= 0.3;
+            int keep = rc_rng_uniform_at(key ^ rc_hash64(run_key), (uint64_t)i) >= 0.3;
             ref[i] = keep ? get(x, i) / 0.7 : 0;
             kept += keep;
         }

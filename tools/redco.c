@@ -1,5 +1,5 @@
-/* redco - the command line. */
-#include "redco.h"
+/* redco - the command line: train, eval, generate, tokenize. */
+#include "cli.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -9,26 +9,42 @@ static void usage(FILE *f)
     fprintf(f,
             "redco %s - distributed training and inference of language models\n"
             "\n"
-            "usage: redco <command> [options]\n"
+            "usage: redco <command> [options]      (redco <command> --help for its options)\n"
             "\n"
             "commands:\n"
+            "  train      train a preset or a Hugging Face model directory on text or tokens\n"
+            "  eval       loss and perplexity of a model on data\n"
+            "  generate   continue a prompt with a model\n"
+            "  tokenize   text -> token ids, or ids -> text (--decode)\n"
             "  version    print the version\n"
-            "  help       print this message\n"
             "\n"
-            "train, eval, generate, plan and tokenize arrive with the next milestones.\n",
+            "Distributed runs: mpirun -np P redco train ..., or redco train --nproc P ...\n",
             REDCO_VERSION);
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(stdout);
-        return argc < 2 ? 1 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
     }
-    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("redco %s\n", REDCO_VERSION);
         return 0;
     }
-    fprintf(stderr, "redco: unknown command '%s' (see 'redco help')\n", argv[1]);
+    if (!strcmp(cmd, "train"))
+        return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval"))
+        return cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate"))
+        return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize"))
+        return cmd_tokenize(argc - 1, argv + 1);
+    fprintf(stderr, "redco: unknown command '%s' (see 'redco help')\n", cmd);
     return 2;
 }

@@ -25,6 +25,8 @@ typedef struct {
 int rc_dist_init(int *argc, char ***argv, rc_error *err);
 /* 1 when a launcher started this process. */
 int rc_dist_launched(void);
+/* This process's rank in the world (0 without a launcher or before rc_dist_init). */
+int rc_dist_rank(void);
 void rc_dist_finalize(void);
 
 /* The mesh of all ranks with mp model shards; mp must divide the world size (the error

@@ -78,6 +78,9 @@ typedef struct {
 
 /* A preset architecture with random weights, or a Hugging Face model directory. */
 rc_model *rc_model_create(const char *preset_or_dir, uint64_t seed, rc_error *err);
+/* A model of the given configuration (e.g. a preset with another vocabulary), random
+ * weights; the configuration is validated. */
+rc_model *rc_model_from_config(const rc_model_config *c, uint64_t seed, rc_error *err);
 void rc_model_free(rc_model *m);
 /* config.json + model.safetensors (+ the tokenizer files of tokenizer_dir, if given) */
 int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir, rc_error *err);
@@ -161,5 +164,24 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
  * not ignored), or by examples when the loss has no cross-entropy */
 int rc_trainer_eval(rc_trainer *t, rc_examples ex, int batch_size, double *loss, int64_t *tokens,
                     rc_error *err);
+
+/* ---- built-in tasks: the three functions for a built-in model and a dataset ------------ */
+
+struct rc_dataset;
+
+/* Language modelling (token windows), instruction tuning (prompt masked out of the loss)
+ * and, for T5, sequence to sequence, on a dataset from redco/data.h. */
+typedef struct {
+    rc_model *model;
+    struct rc_dataset *data;
+    int64_t seq_len;              /* tokens per example (T5: source and target each) */
+    int32_t pad;                  /* padding id for inputs */
+    rc_error err;                 /* why the last collate failed */
+} rc_task;
+
+int rc_task_init(rc_task *t, rc_model *m, struct rc_dataset *data, int64_t seq_len, rc_error *err);
+int64_t rc_task_count(int epoch, void *task);
+int rc_task_collate(rc_batch *out, const int64_t *examples, int n, void *task);
+rc_tensor *rc_task_loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *task);
 
 #endif

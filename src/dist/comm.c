@@ -26,6 +26,17 @@ int rc_dist_launched(void)
     return launched;
 }
 
+int rc_dist_rank(void)
+{
+    int started = 0, rank = 0;
+    if (!rc_dist_launched())
+        return 0;
+    MPI_Initialized(&started);
+    if (started)
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank;
+}
+
 static int mpi_fail(rc_error *err, const char *what, int code)
 {
     char msg[MPI_MAX_ERROR_STRING];

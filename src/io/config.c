@@ -846,6 +846,8 @@ static const preset presets[] = {
     {.name = "gpt2-medium", .type = RC_MODEL_GPT2, 50257, 1024, 24, 16, 4096, 1024},
     {.name = "gpt2-large", .type = RC_MODEL_GPT2, 50257, 1280, 36, 20, 5120, 1024},
     {.name = "gpt2-xl", .type = RC_MODEL_GPT2, 50257, 1600, 48, 25, 6400, 1024},
+    /* a GPT-2 of 7.3M parameters with the real vocabulary: the demo trains it on 2 cores */
+    {.name = "gpt2-mini", .type = RC_MODEL_GPT2, 50257, 128, 4, 4, 512, 256},
     {.name = "opt-125m", .type = RC_MODEL_OPT, 50272, 768, 12, 12, 3072, 2048},
     {.name = "opt-350m", .type = RC_MODEL_OPT, 50272, 1024, 24, 16, 4096, 2048,
      .word_proj = 512, .post_norm = 1},

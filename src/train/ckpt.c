@@ -13,6 +13,7 @@
 #include "redco/safetensors.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -176,6 +177,15 @@ static int set_pointer(const char *workdir, const char *name, rc_error *err)
     return 0;
 }
 
+/* Fault injection for the kill test: REDCO_FAULT_KILL_IN_SAVE=STEP makes the process
+ * kill itself in the middle of writing the checkpoint of that step, as a crash would. */
+static void fault_point(const rc_trainer *t)
+{
+    const char *at = getenv("REDCO_FAULT_KILL_IN_SAVE");
+    if (at && atoll(at) == t->step)
+        raise(SIGKILL);
+}
+
 /* One directory, written whole under a temporary name then renamed. */
 static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, int full, rc_error *err)
 {
@@ -186,6 +196,8 @@ static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, 
         return rc_error_set(err, RC_ERR_ARG, "%s: path too long", wd);
     remove_tree(tmp);
     int rc = write_model(t, tmp, err);
+    if (!rc && full)
+        fault_point(t);
     if (!rc && full)
         rc = write_optimizer(t, tmp, err);
     if (!rc && full)

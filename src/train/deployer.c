@@ -155,12 +155,13 @@ static void clock_text(double s, char *buf, size_t size)
 }
 
 void rc_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,
-                          double tokens_per_s, int final)
+                          double tokens_per_s, int tick)
 {
-    if (!rc_deployer_verbose(d))
-        return;
-    if (d->step0 < 0)
+    if (d->step0 < 0) /* the ETA counts from this process's first step */
         d->step0 = step - 1, d->t0 = now_s();
+    if (!rc_deployer_verbose(d) || (!d->tty && !tick))
+        return;
+    int final = step == total;
     double done = (double)(step - d->step0), left = (double)(total - step);
     char eta[32];
     clock_text(done > 0 ? (now_s() - d->t0) / done * left : 0, eta, sizeof eta);

@@ -173,6 +173,28 @@ rc_model *rc_model_create(const char *preset_or_dir, uint64_t seed, rc_error *er
     return m;
 }
 
+rc_model *rc_model_from_config(const rc_model_config *c, uint64_t seed, rc_error *err)
+{
+    if (rc_config_validate(c, err))
+        return NULL;
+    rc_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->params = rc_params_new())) {
+        free(m);
+        rc_error_set(err, RC_ERR_MEMORY, "model: out of memory");
+        return NULL;
+    }
+    m->config = *c;
+    nn_weights *w = &m->params->w;
+    if (nn_model_weights(c, w, err) || nn_weights_alloc(w)) {
+        if (!err || !err->code)
+            rc_error_set(err, RC_ERR_MEMORY, "model: cannot allocate %lld parameters", (long long)w->numel);
+        rc_model_free(m);
+        return NULL;
+    }
+    nn_model_init(c, w, seed);
+    return m;
+}
+
 void rc_model_free(rc_model *m)
 {
     if (!m)

@@ -15,9 +15,10 @@ int rc_deployer_verbose(const rc_deployer *d);
 /* log.jsonl (one record per call) and TensorBoard scalars, rank 0 only */
 int rc_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values,
                     int n, rc_error *err);
-/* progress line on rank 0's stderr: a bar on a terminal, plain lines otherwise */
+/* progress on rank 0's stderr: a bar redrawn every step on a terminal; otherwise a plain
+ * line on the steps marked `tick` (the logging steps and the last) */
 void rc_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,
-                          double tokens_per_s, int final);
+                          double tokens_per_s, int tick);
 void rc_deployer_note(rc_deployer *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -1,8 +1,8 @@
 /* trainer.c - fit: the order of examples per epoch, data-parallel micro-batches, gradient
  * accumulation, averaging over the data axis, clipping, the optimizer and its schedule,
  * evaluation, checkpoints and exact resume. */
-#include "train_internal.h"
 #include "trainer_internal.h"
+#include "redco/data.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -130,22 +130,12 @@ int rc_step_run(rc_step *s, const rc_batch *b, rc_rng key, double *loss, int64_t
 
 /* ---- examples: epoch order and shards ------------------------------------------------- */
 
-/* The order of epoch e: 0..n-1, shuffled from (seed, epoch) when asked. */
+/* The order of epoch e (rc_epoch_order: one definition for trainer, data and tests). */
 static int64_t *epoch_order(uint64_t seed, int epoch, int64_t n, int shuffle)
 {
     int64_t *o = malloc((size_t)(n ? n : 1) * sizeof *o);
-    if (!o)
-        return NULL;
-    for (int64_t i = 0; i < n; i++)
-        o[i] = i;
-    if (shuffle) {
-        rc_rng r = rc_rng_fold(rc_rng_fold(rc_rng_new(seed), 0x5EED), (uint64_t)epoch);
-        for (int64_t i = n - 1; i > 0; i--) {
-            int64_t j = (int64_t)(rc_rng_next_u64(&r) % (uint64_t)(i + 1)), tmp = o[i];
-            o[i] = o[j];
-            o[j] = tmp;
-        }
-    }
+    if (o)
+        rc_epoch_order(n, seed, (uint64_t)epoch, shuffle, o);
     return o;
 }
 
@@ -194,14 +184,14 @@ void rc_trainer_free(rc_trainer *t)
     free(t);
 }
 
-/* Collates the examples at order[at .. at + n) into b. */
-static int collate(rc_trainer *t, rc_batch *b, const int64_t *order, int n, rc_error *err)
+/* Collates the n examples idx[0..n) into b. */
+static int collate(rc_trainer *t, rc_batch *b, const int64_t *idx, int n, rc_error *err)
 {
     memset(b, 0, sizeof *b);
-    if (t->collate(b, order, n, t->user)) {
+    if (t->collate(b, idx, n, t->user)) {
         rc_batch_free(b);
         return rc_error_set(err, RC_ERR_ARG, "collate failed for %d examples starting at example %lld", n,
-                            (long long)order[0]);
+                            (long long)idx[0]);
     }
     return 0;
 }
@@ -249,19 +239,21 @@ static void optimizer_update(rc_trainer *t, const rc_train_options *o, double lr
 }
 
 /* One optimizer step: grad_accum micro-batches per replica, averaged over the data axis. */
-static int train_step(rc_trainer *t, const rc_train_options *o, const int64_t *order, int64_t base,
+static int train_step(rc_trainer *t, const rc_train_options *o, const rc_shard *sh, const int64_t *order,
                       double lr, double *loss_out, int64_t *tokens_out, double *norm_out, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
     int B = o->batch_size, k = o->grad_accum > 0 ? o->grad_accum : 1;
+    int64_t *idx = malloc((size_t)B * sizeof *idx);
     int64_t n = rc_params_numel(t->params);
     memset(t->grad, 0, (size_t)n * sizeof *t->grad);
     double sums[2] = {0, 0}; /* loss, tokens */
-    int rc = 0;
+    int rc = idx ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     for (int j = 0; j < k && !rc; j++) {
         rc_batch b;
-        int64_t at = base + (int64_t)j * B * m->dp + (int64_t)m->dp_rank * B;
-        rc = collate(t, &b, order + at, B, err);
+        rc = rc_shard_batch(sh, order, m->dp_rank, t->epoch_step * k + j, idx, err);
+        if (!rc)
+            rc = collate(t, &b, idx, B, err);
         if (!rc && !t->train.plan)
             rc = rc_step_compile(&t->train, t, &b, 1, err);
         double loss = 0;
@@ -276,6 +268,7 @@ static int train_step(rc_trainer *t, const rc_train_options *o, const int64_t *o
         }
         rc_batch_free(&b);
     }
+    free(idx);
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
     if (rc_comm_allreduce_mean_f32(m->dp_comm, t->grad, n, GRAD_BUCKET, err) ||
@@ -398,6 +391,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     const rc_mesh *m = rc_deployer_mesh(t->d);
     int64_t per_step = (int64_t)o->batch_size * m->dp * (o->grad_accum > 0 ? o->grad_accum : 1);
     int64_t *order = NULL;
+    rc_shard sh;
     int order_epoch = -1, rc = 0;
     double loss = NAN, lr = o->lr, t_last = now_s();
     while (!rc && t->step < total) {
@@ -412,26 +406,32 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
             int64_t n = train.count(t->epoch, train.user);
             order = epoch_order(t->seed, t->epoch, n, o->shuffle);
             order_epoch = t->epoch;
-            if (n % per_step)
-                rc_deployer_note(t->d, "epoch %d: %lld examples do not fill a step; they wait for a later epoch's order",
-                                 t->epoch, (long long)(n % per_step));
+            rc = order ? rc_shard_init(&sh, n, o->batch_size, m->dp, o->grad_accum > 0 ? o->grad_accum : 1,
+                                       RC_TAIL_DROP, err)
+                       : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+            if (rc)
+                break;
+            if (sh.dropped && !t->tail_noted++)
+                rc_deployer_note(t->d, "epoch %d: the last %lld of %lld examples do not fill a step of %lld; they are left out this epoch (and in later epochs, from their own order)",
+                                 t->epoch, (long long)sh.dropped, (long long)n, (long long)per_step);
         }
         lr = rc_schedule_lr(&sched, t->step);
         int64_t tokens = 0;
         double norm = 0;
-        rc = train_step(t, o, order, t->epoch_step * per_step, lr, &loss, &tokens, &norm, err);
+        rc = train_step(t, o, &sh, order, lr, &loss, &tokens, &norm, err);
         if (rc)
             break;
         t->step++;
         t->epoch_step++;
         double now = now_s(), tps = tokens / fmax(now - t_last, 1e-9);
         t_last = now;
-        if (o->log_every > 0 && (t->step % o->log_every == 0 || t->step == total)) {
+        int tick = t->step == total || (o->log_every > 0 && t->step % o->log_every == 0);
+        if (tick && o->log_every > 0) {
             const char *keys[5] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/epoch"};
             double vals[5] = {loss, lr, norm, tps, (double)t->epoch};
             rc = rc_deployer_log(t->d, t->step, keys, vals, 5, err);
         }
-        rc_deployer_progress(t->d, t->step, total, loss, lr, tps, t->step == total);
+        rc_deployer_progress(t->d, t->step, total, loss, lr, tps, tick);
         if (!rc && o->eval_every > 0 && t->step % o->eval_every == 0 && t->step < total)
             rc = evaluate_and_log(t, o, eval, err);
         if (!rc && o->save_every > 0 && t->step % o->save_every == 0 && t->step < total)

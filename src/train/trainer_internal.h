@@ -37,6 +37,7 @@ struct rc_trainer {
     double eval_loss, best_eval;
     int64_t eval_tokens;
     char last_ckpt[256];          /* name of the last complete checkpoint */
+    int tail_noted;               /* the epoch-tail note was printed */
 };
 
 /* checkpoint-STEP (name NULL) or a named one ("best"), written atomically; rank 0 writes */

@@ -1,0 +1,306 @@
+/* predictor.c - the Predictor: the user's predict function compiled per batch signature,
+ * run over the data-parallel replicas in rounds of one global batch, the valid rows
+ * gathered to rank 0 and handed to the output function in input order. See
+ * redco/predict.h for the contract. */
+#include "train_internal.h"
+#include "trainer_internal.h"
+#include "redco/predict.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PRED_CACHE = 2 };          /* compiled graphs kept: the full and the tail batch */
+
+/* A compiled predict function for one batch signature. */
+typedef struct {
+    rc_graph *g;
+    rc_plan *plan;
+    rc_tensor *out;
+    rc_tensor *inputs[RC_BATCH_MAX];
+    int ninputs;
+    rc_batch sig;                 /* the arrays' names, dtypes and shapes (no data) */
+    uint64_t used;                /* last use, for eviction */
+} pred_step;
+
+struct rc_predictor {
+    rc_deployer *d;
+    rc_collate_fn collate;
+    rc_predict_fn predict;
+    rc_output_fn output;
+    void *user;
+    rc_params *params;
+    pred_step steps[PRED_CACHE];
+    uint64_t clock;
+    float *rows;                  /* this replica's valid rows of the current round */
+    size_t rows_cap;              /* floats */
+};
+
+static void step_free(pred_step *s)
+{
+    rc_plan_free(s->plan);
+    rc_graph_free(s->g);
+    memset(s, 0, sizeof *s);
+}
+
+static int same_signature(const rc_batch *a, const rc_batch *b)
+{
+    if (a->n != b->n)
+        return 0;
+    for (int i = 0; i < a->n; i++) {
+        const rc_array *x = &a->a[i], *y = &b->a[i];
+        if (strcmp(x->name, y->name) || x->dtype != y->dtype || x->ndim != y->ndim)
+            return 0;
+        for (int k = 0; k < x->ndim; k++)
+            if (x->shape[k] != y->shape[k])
+                return 0;
+    }
+    return 1;
+}
+
+/* Records the user's predict function for batches shaped like b and plans it. */
+static int step_compile(rc_predictor *p, pred_step *s, const rc_batch *b, rc_error *err)
+{
+    memset(s, 0, sizeof *s);
+    /* rc_params caches parameter leaves by graph address; a graph freed earlier (ours, or
+     * the user's) may share the new graph's address and leave stale leaves behind. Pointing
+     * the cache at a live throwaway graph first makes the new graph's lookups fresh. */
+    rc_graph *guard = rc_params_count(p->params) > 0 ? rc_graph_new() : NULL;
+    if (guard)
+        rc_params_get(guard, p->params, rc_params_name(p->params, 0));
+    s->g = rc_graph_new();
+    rc_graph_free(guard);
+    if (!s->g)
+        return rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory");
+    rc_graph *g = s->g;
+    rc_rng key = rc_rng_fold(rc_rng_new(rc_deployer_seed(p->d)), 0x9ED1C7);
+    s->out = p->predict(g, p->params, b, key, p->user);
+    if (!rc_graph_error(g) && !s->out)
+        rc_fail(g, RC_ERR_ARG, "predict function returned no tensor");
+    int64_t rows = b->n ? b->a[0].shape[0] : 0;
+    if (!rc_graph_error(g) && (s->out->ndim < 1 || s->out->shape[0] != rows)) {
+        char sh[96];
+        rc_fail(g, RC_ERR_SHAPE, "predict output %s: its leading dimension must be the batch's %lld rows",
+                rc_shape_str(s->out, sh, sizeof sh), (long long)rows);
+    }
+    if (!rc_graph_error(g) && s->out->dtype != RC_F32 && s->out->dtype != RC_I32 && s->out->dtype != RC_F64)
+        rc_fail(g, RC_ERR_DTYPE, "predict output is %s (f32, f64 or i32)", rc_dtype_name(s->out->dtype));
+    if (rc_graph_error(g)) {
+        rc_error_set(err, rc_graph_error_code(g), "predict: %s", rc_graph_error(g));
+        step_free(s);
+        return -1;
+    }
+    for (int i = 0; i < rc_graph_size(g); i++) {
+        rc_tensor *n = rc_graph_node(g, i);
+        if (n->op == RC_OP_LEAF && (n->flags & RC_FLAG_INPUT) && s->ninputs < RC_BATCH_MAX)
+            s->inputs[s->ninputs++] = n;
+    }
+    if (!(s->plan = rc_plan_new(g, &s->out, 1, err))) {
+        step_free(s);
+        return -1;
+    }
+    s->sig = *b;
+    for (int i = 0; i < s->sig.n; i++)
+        s->sig.a[i].data = NULL;
+    return 0;
+}
+
+/* The compiled step for b's signature: a cached one, or a new one in the least recently
+ * used slot. */
+static pred_step *step_for(rc_predictor *p, const rc_batch *b, rc_error *err)
+{
+    pred_step *lru = &p->steps[0];
+    for (int i = 0; i < PRED_CACHE; i++) {
+        pred_step *s = &p->steps[i];
+        if (s->plan && same_signature(&s->sig, b)) {
+            s->used = ++p->clock;
+            return s;
+        }
+        if (!s->plan || (lru->plan && s->used < lru->used))
+            lru = s;
+    }
+    /* compiled before the evicted graph is freed, so the new graph cannot take its address
+     * (rc_params caches parameter leaves by graph) */
+    pred_step fresh;
+    if (step_compile(p, &fresh, b, err))
+        return NULL;
+    step_free(lru);
+    *lru = fresh;
+    lru->used = ++p->clock;
+    return lru;
+}
+
+static int step_bind(pred_step *s, const rc_batch *b, rc_error *err)
+{
+    for (int i = 0; i < s->ninputs; i++) {
+        const rc_array *a = rc_batch_get(b, s->inputs[i]->name);
+        if (!a)
+            return rc_error_set(err, RC_ERR_ARG, "predict: graph input '%s' is not an array of the batch",
+                                s->inputs[i]->name);
+        rc_tensor_bind(s->inputs[i], a->data);
+    }
+    return 0;
+}
+
+rc_predictor *rc_predictor_new(rc_deployer *d, rc_collate_fn collate, rc_predict_fn predict,
+                               rc_output_fn output, void *user, rc_params *params, rc_error *err)
+{
+    if (!d || !collate || !predict || !params) {
+        rc_error_set(err, RC_ERR_ARG, "predictor: deployer, collate, predict and params are required");
+        return NULL;
+    }
+    rc_predictor *p = calloc(1, sizeof *p);
+    if (!p) {
+        rc_error_set(err, RC_ERR_MEMORY, "predictor: out of memory");
+        return NULL;
+    }
+    p->d = d;
+    p->collate = collate;
+    p->predict = predict;
+    p->output = output;
+    p->user = user;
+    p->params = params;
+    return p;
+}
+
+void rc_predictor_free(rc_predictor *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < PRED_CACHE; i++)
+        step_free(&p->steps[i]);
+    free(p->rows);
+    free(p);
+}
+
+/* valid (non-padding) rows of replica q in the round starting at `start` with b rows each */
+static int64_t replica_valid(int64_t n, int64_t start, int64_t b, int q)
+{
+    int64_t first = start + (int64_t)q * b, v = n - first;
+    return v < 0 ? 0 : v > b ? b : v;
+}
+
+/* Runs this replica's batch of the round: examples first .. first + b - 1 (padded with
+ * n - 1); leaves its valid rows in p->rows and their length in *row_len. */
+static int run_local(rc_predictor *p, int64_t n, int64_t first, int b, int64_t valid, int64_t *row_len,
+                     rc_error *err)
+{
+    int64_t *idx = malloc((size_t)b * sizeof *idx);
+    if (!idx)
+        return rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory");
+    for (int i = 0; i < b; i++)
+        idx[i] = first + i < n ? first + i : n - 1;
+    rc_batch batch;
+    memset(&batch, 0, sizeof batch);
+    int rc = 0;
+    if (p->collate(&batch, idx, b, p->user))
+        rc = rc_error_set(err, RC_ERR_ARG, "predict: collate failed for %d examples starting at example %lld",
+                          b, (long long)first);
+    if (!rc && (batch.n < 1 || batch.a[0].shape[0] != b))
+        rc = rc_error_set(err, RC_ERR_SHAPE, "predict: collate of %d examples made %s", b,
+                          batch.n < 1 ? "no arrays" : "arrays whose leading dimension is not the example count");
+    pred_step *s = rc ? NULL : step_for(p, &batch, err);
+    if (!rc && (!s || step_bind(s, &batch, err)))
+        rc = -1;
+    if (!rc) {
+        rc_plan_set_rng(s->plan, rc_rng_fold(rc_rng_fold(rc_rng_new(rc_deployer_seed(p->d)), 0x9ED1C7), (uint64_t)first));
+        rc = rc_plan_run(s->plan, err);
+    }
+    if (!rc) {
+        const rc_tensor *o = s->out;
+        *row_len = rc_tensor_numel(o) / b;
+        size_t need = (size_t)(valid * *row_len);
+        if (need > p->rows_cap) {
+            float *r = realloc(p->rows, need * sizeof *r);
+            if (!r)
+                rc = rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory for %zu floats", need);
+            else
+                p->rows = r, p->rows_cap = need;
+        }
+        const void *src = rc_tensor_data(o);
+        for (size_t i = 0; !rc && i < need; i++)
+            p->rows[i] = o->dtype == RC_F32 ? ((const float *)src)[i]
+                         : o->dtype == RC_I32 ? (float)((const int32_t *)src)[i]
+                                              : (float)((const double *)src)[i];
+    }
+    rc_batch_free(&batch);
+    free(idx);
+    return rc;
+}
+
+/* Rank 0: checks the gathered rows of the round and hands them to the output function. */
+static int emit_round(rc_predictor *p, const rc_mesh *m, int64_t n, int64_t start, int64_t b,
+                      const float *all, const size_t *counts, rc_error *err)
+{
+    int64_t row_len = -1;
+    size_t at = 0; /* bytes into `all` */
+    for (int q = 0; q < m->dp; q++) {
+        int64_t valid = replica_valid(n, start, b, q);
+        size_t bytes = counts[q * m->mp];
+        if (valid == 0)
+            continue;
+        if (bytes % (sizeof(float) * (size_t)valid) ||
+            (row_len >= 0 && (int64_t)(bytes / sizeof(float) / (size_t)valid) != row_len))
+            return rc_error_set(err, RC_ERR_SHAPE, "predict: replica %d sent %zu bytes for %lld rows; rows of %lld floats expected",
+                                q, bytes, (long long)valid, (long long)row_len);
+        row_len = (int64_t)(bytes / sizeof(float) / (size_t)valid);
+        const float *rows = (const float *)((const char *)all + at);
+        for (int64_t i = 0; p->output && i < valid; i++) {
+            int64_t ex = start + (int64_t)q * b + i;
+            if (p->output(ex, rows + i * row_len, row_len, p->user))
+                return rc_error_set(err, RC_ERR_ARG, "predict: the output function failed for example %lld", (long long)ex);
+        }
+        at += bytes;
+    }
+    return 0;
+}
+
+int rc_predictor_run(rc_predictor *p, int64_t n_examples, int batch_size, rc_error *err)
+{
+    if (!p)
+        return rc_error_set(err, RC_ERR_ARG, "predict: NULL predictor");
+    if (n_examples < 0 || batch_size < 1) /* the same arguments on every rank: all fail here */
+        return rc_error_set(err, RC_ERR_ARG, "predict: %lld examples in batches of %d (batch size at least 1)",
+                            (long long)n_examples, batch_size);
+    const rc_mesh *m = rc_deployer_mesh(p->d);
+    int64_t n = n_examples, global = (int64_t)batch_size * m->dp;
+    /* rank 0's failures (memory, the output function) wait for the next agreement */
+    int pending = 0;
+    rc_error pending_err = {0};
+    size_t *counts = m->rank == 0 ? calloc((size_t)m->size, sizeof *counts) : NULL;
+    if (m->rank == 0 && !counts) {
+        rc_error_set(&pending_err, RC_ERR_MEMORY, "predict: out of memory");
+        pending = 1;
+    }
+    float none = 0;
+    for (int64_t start = 0; start < n; start += global) {
+        int64_t left = n - start, b = left >= global ? batch_size : (left + m->dp - 1) / m->dp;
+        int64_t valid = replica_valid(n, start, b, m->dp_rank), row_len = 0;
+        int st = valid > 0 ? run_local(p, n, start + (int64_t)m->dp_rank * b, (int)b, valid, &row_len, err) : 0;
+        if (!st && pending) {
+            *err = pending_err;
+            st = -1;
+        }
+        if (rc_deployer_agree(p->d, st, err)) {
+            free(counts);
+            return -1;
+        }
+        /* one copy per replica: its model-parallel rank 0 sends */
+        size_t bytes = m->mp_rank == 0 ? (size_t)(valid * row_len) * sizeof(float) : 0;
+        void *all = NULL;
+        if (rc_comm_gather(m->world, p->rows ? (const void *)p->rows : &none, bytes, 0, &all, counts, err)) {
+            free(counts);
+            return -1; /* a failed collective fails on every rank */
+        }
+        if (m->rank == 0 && emit_round(p, m, n, start, b, all, counts, &pending_err))
+            pending = 1;
+        free(all);
+    }
+    free(counts);
+    int st = 0;
+    if (pending) {
+        *err = pending_err;
+        st = -1;
+    }
+    return rc_deployer_agree(p->d, st, err);
+}

@@ -1,0 +1,162 @@
+"""`redco train` and `redco eval` end to end, as a user runs them:
+- 1 process with batch 4, and 2 and 4 MPI processes with batch 2 and 1 (same global batch,
+  --no-shuffle, SGD and AdamW): the weights after 5 steps agree to float rounding;
+- 10 steps straight vs 5 then --resume to 10: identical losses and weights (final/);
+- a run killed while writing a checkpoint leaves the previous one as the last valid, and
+  --resume continues from it to the same weights;
+- --grad-accum 2 with batch 2 equals batch 4, and the logged lr follows optimizer steps;
+- eval --json prints loss, ppl and tokens; the TensorBoard files hold the logged scalars;
+- bad flags, missing files and a mesh that does not fit: one line and a non-zero exit.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from safetensors.numpy import load_file
+
+FAILED = []
+PASSED = [0]
+
+
+def check(ok, what):
+    if ok:
+        PASSED[0] += 1
+    else:
+        FAILED.append(what)
+        print("FAIL", what)
+
+
+def run(redco, *args, env=None, expect=0):
+    e = dict(os.environ)
+    e.update(env or {})
+    r = subprocess.run([redco, *args], capture_output=True, text=True, env=e)
+    if expect is not None and r.returncode != expect:
+        print(f"command {' '.join(args)} exited {r.returncode}:\n{r.stderr[-2000:]}")
+    return r
+
+
+def weights(workdir, sub="final"):
+    return load_file(os.path.join(workdir, sub, "model.safetensors"))
+
+
+def rel_diff(a, b):
+    num = max(float(np.max(np.abs(a[k] - b[k]))) for k in b)
+    den = max(float(np.max(np.abs(b[k]))) for k in b)
+    return num / den
+
+
+def log(workdir):
+    with open(os.path.join(workdir, "log.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for a in ("--redco", "--build", "--source", "--shared"):
+        ap.add_argument(a)
+    args = ap.parse_args()
+    redco = args.redco
+    tmp = tempfile.mkdtemp(prefix="redco-cli-")
+    data = os.path.join(tmp, "ids.npy")
+    rng = np.random.default_rng(0)
+    stream = np.cumsum(rng.integers(1, 4, size=6000)) % 250
+    np.save(data, stream.astype(np.int32))
+    base = ["--model", "tiny-gpt2", "--data", data, "--seq-len", "16", "--log-every", "1"]
+
+    # data parallelism: same global batch on 1, 2 and 4 processes
+    for opt, tol in (("sgd", 1e-5), ("adamw", 1e-4)):
+        ref_dir = os.path.join(tmp, f"dp-{opt}-1")
+        run(redco, "train", *base, "--workdir", ref_dir, "--steps", "5", "--batch-size", "4",
+            "--no-shuffle", "--optimizer", opt, "--lr", "0.05" if opt == "sgd" else "0.003")
+        ref = weights(ref_dir)
+        for nproc, batch in ((2, 2), (4, 1)):
+            d = os.path.join(tmp, f"dp-{opt}-{nproc}")
+            run(redco, "train", *base, "--workdir", d, "--steps", "5", "--batch-size", str(batch),
+                "--no-shuffle", "--optimizer", opt, "--lr", "0.05" if opt == "sgd" else "0.003",
+                "--nproc", str(nproc))
+            e = rel_diff(weights(d), ref)
+            print(f"{opt}: {nproc} processes x batch {batch} vs 1 x 4: max rel diff {e:.2e}")
+            check(e < tol, f"{opt} {nproc} processes: {e}")
+
+    # resume: 10 straight vs 5 + resume to 10
+    straight = os.path.join(tmp, "straight")
+    run(redco, "train", *base, "--workdir", straight, "--steps", "10", "--save-every", "5")
+    half = os.path.join(tmp, "half")
+    run(redco, "train", *base, "--workdir", half, "--steps", "5")
+    r = run(redco, "train", *base, "--workdir", half, "--steps", "10", "--resume")
+    a, b = weights(straight), weights(half)
+    check(all(np.array_equal(a[k], b[k]) for k in a), "resumed weights equal the straight run's")
+    la = {x["step"]: x["train/loss"] for x in log(straight)}
+    lb = {x["step"]: x["train/loss"] for x in log(half)}
+    check(sorted(lb) == list(range(1, 11)) and all(la[s] == lb[s] for s in la),
+          f"resumed losses equal: {la} vs {lb}")
+
+    # kill during the checkpoint write of step 10: step 5 stays the last valid one
+    killed = os.path.join(tmp, "killed")
+    r = run(redco, "train", *base, "--workdir", killed, "--steps", "10", "--save-every", "5",
+            env={"REDCO_FAULT_KILL_IN_SAVE": "10"}, expect=None)
+    check(r.returncode != 0, "the faulty run died")
+    with open(os.path.join(killed, "last_checkpoint")) as f:
+        pointer = f.read().strip()
+    check(pointer == "checkpoint-5", f"last_checkpoint after the kill: {pointer}")
+    check(not os.path.exists(os.path.join(killed, "checkpoint-10")), "no half checkpoint-10")
+    run(redco, "train", *base, "--workdir", killed, "--steps", "10", "--save-every", "5", "--resume")
+    c = weights(killed)
+    check(all(np.array_equal(a[k], c[k]) for k in a), "resumed after the kill equals the straight run")
+
+    # accumulation: 2 x 2 = 4, and lr counted in optimizer steps
+    one = os.path.join(tmp, "acc1")
+    two = os.path.join(tmp, "acc2")
+    sched = ["--optimizer", "sgd", "--lr", "0.1", "--schedule", "linear", "--warmup", "3", "--steps", "8",
+             "--no-shuffle"]
+    run(redco, "train", *base, "--workdir", one, "--batch-size", "4", *sched)
+    run(redco, "train", *base, "--workdir", two, "--batch-size", "2", "--grad-accum", "2", *sched)
+    e = rel_diff(weights(two), weights(one))
+    check(e < 1e-5, f"accumulation 2 x 2 vs 4: {e}")
+    lrs = [x["train/lr"] for x in log(two)]
+    want = [0.1 * (k + 1) / 3 if k < 3 else 0.1 * (1 - (k - 3) / 5) for k in range(8)]
+    check(len(lrs) == 8 and all(abs(x - y) < 1e-9 for x, y in zip(lrs, want)), f"logged lr {lrs} vs {want}")
+    print(f"accumulation: rel diff {e:.2e}; lr by optimizer step {['%.4f' % x for x in lrs]}")
+
+    # eval --json
+    r = run(redco, "eval", "--model", os.path.join(straight, "final"), "--data", data, "--seq-len", "16", "--json")
+    out = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
+    windows = (len(stream) - 1) // 16
+    check(set(out) == {"loss", "ppl", "tokens"} and out["tokens"] == windows * 16 and
+          abs(out["ppl"] - math.exp(out["loss"])) < 1e-3 * out["ppl"], f"eval --json: {out}")
+    print("eval:", out)
+
+    # TensorBoard
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(straight)
+    acc.Reload()
+    steps = [e.step for e in acc.Scalars("train/loss")]
+    check(steps == list(range(1, 11)), f"tensorboard train/loss steps {steps}")
+
+    # errors: one clear line, non-zero exit
+    bad = [
+        (["train", *base, "--workdir", os.path.join(tmp, "x"), "--steps", "two"], "--steps"),
+        (["train", "--model", "tiny-gpt2", "--data", os.path.join(tmp, "missing.npy"),
+          "--workdir", os.path.join(tmp, "x"), "--steps", "1"], "missing.npy"),
+        (["train", *base, "--workdir", os.path.join(tmp, "x"), "--steps", "1", "--nproc", "4", "--mp", "3"], "3"),
+        (["train", "--model", "no-such-preset", "--data", data, "--workdir", os.path.join(tmp, "x"),
+          "--steps", "1"], "no-such-preset"),
+        (["eval", "--model", os.path.join(tmp, "nowhere"), "--data", data], "nowhere"),
+        (["train", *base, "--workdir", os.path.join(tmp, "x"), "--steps", "1", "--frobnicate"], "--frobnicate"),
+    ]
+    for argv, word in bad:
+        r = run(redco, *argv, expect=None)
+        lines = [x for x in r.stderr.splitlines() if x.startswith("redco ")]
+        check(r.returncode != 0 and len(lines) == 1 and word in lines[0],
+              f"{argv[-2:]}: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+    print(f"test_cli_train: {PASSED[0]} passed, {len(FAILED)} failed")
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
