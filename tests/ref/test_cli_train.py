@@ -3,7 +3,7 @@
   --no-shuffle, SGD and AdamW): the weights after 5 steps agree to float rounding;
 - 10 steps straight vs 5 then --resume to 10: identical losses and weights (final/);
 - a run killed while writing a checkpoint leaves the previous one as the last valid, and
-  --resume continues from it to the same weights;
+  --resume continues from it to the same weights; a diverging run stops at the NaN step;
 - --grad-accum 2 with batch 2 equals batch 4, and the logged lr follows optimizer steps;
 - eval --json prints loss, ppl and tokens; the TensorBoard files hold the logged scalars;
 - bad flags, missing files and a mesh that does not fit: one line and a non-zero exit.
@@ -108,6 +108,21 @@ def main():
     run(redco, "train", *base, "--workdir", killed, "--steps", "10", "--save-every", "5", "--resume")
     c = weights(killed)
     check(all(np.array_equal(a[k], c[k]) for k in a), "resumed after the kill equals the straight run")
+
+    # a diverging run stops at the NaN/Inf step naming it, the last checkpoint intact
+    nan = os.path.join(tmp, "nan")
+    run(redco, "train", *base, "--workdir", nan, "--steps", "2")
+    r = run(redco, "train", *base, "--workdir", nan, "--steps", "40", "--resume", "--optimizer", "sgd",
+            "--lr", "1000", "--grad-clip", "0", expect=None)
+    with open(os.path.join(nan, "last_checkpoint")) as f:
+        pointer = f.read().strip()
+    lines = [x for x in r.stderr.splitlines() if x.startswith("redco ")]
+    check(r.returncode != 0 and len(lines) == 1 and "step" in lines[0] and
+          ("NaN" in lines[0] or "infinite" in lines[0]) and "checkpoint-2" in lines[0],
+          f"diverging run: exit {r.returncode}, {lines}")
+    check(pointer == "checkpoint-2" and os.path.exists(os.path.join(nan, "checkpoint-2", "model.safetensors")),
+          f"last checkpoint after the NaN stop: {pointer}")
+    print("diverging run:", lines[0] if lines else r.stderr[-300:])
 
     # accumulation: 2 x 2 = 4, and lr counted in optimizer steps
     one = os.path.join(tmp, "acc1")
