@@ -1,8 +1,132 @@
-/* cmd_generate.c - `redco generate` (placeholder until the generation module lands). */
+/* cmd_generate.c - `redco generate`: continue a prompt with a model directory's model and
+ * tokenizer (greedy, sampling with temperature / top-k / top-p and a seed, or beam search). */
 #include "cli.h"
+#include "redco/predict.h"
+#include "redco/tokenizer.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *help =
+    "usage: redco generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
+    "                      [--top-k K] [--top-p P] [--num-beams B] [--seed S] [--tokenizer DIR]\n"
+    "                      [--json]\n"
+    "\n"
+    "Continues the prompt with the model (a Hugging Face model directory, e.g. a workdir's\n"
+    "final/) and prints the prompt and the new text. Temperature 0 (the default) is greedy;\n"
+    "with a temperature the same seed gives the same text. Generation stops at the model's\n"
+    "end-of-sequence token or after --max-new-tokens (default 40). For T5 the prompt is the\n"
+    "encoder's input. With --json the last line of stdout is\n"
+    "{\"prompt\": ..., \"text\": ..., \"ids\": [...], \"prompt_ids\": [...]}.\n";
+
+typedef struct {
+    const char *model, *prompt, *tokenizer;
+    int64_t max_new, top_k, beams, seed;
+    double temperature, top_p;
+    int json;
+} options;
+
+static int parse(const char *cmd, int argc, char **argv, options *o)
+{
+    *o = (options){.max_new = 40, .top_p = 1.0, .beams = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(help, stdout);
+            return -1;
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2))
+            return cli_usage(cmd, "unexpected argument '%s'", a);
+        if (!(v = cli_value(cmd, argc, argv, &i)))
+            return 2;
+        int bad = 0;
+        if (!strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
+        else if (!strcmp(a, "--max-new-tokens")) bad = cli_int64(cmd, a, v, 1, 1 << 20, &o->max_new);
+        else if (!strcmp(a, "--top-k")) bad = cli_int64(cmd, a, v, 0, 1 << 30, &o->top_k);
+        else if (!strcmp(a, "--num-beams")) bad = cli_int64(cmd, a, v, 1, 64, &o->beams);
+        else if (!strcmp(a, "--seed")) bad = cli_int64(cmd, a, v, 0, INT64_MAX, &o->seed);
+        else if (!strcmp(a, "--temperature")) bad = cli_double(cmd, a, v, 0, 1e3, &o->temperature);
+        else if (!strcmp(a, "--top-p")) bad = cli_double(cmd, a, v, 0, 1, &o->top_p);
+        else return cli_usage(cmd, "unknown flag '%s'", a);
+        if (bad)
+            return 2;
+    }
+    if (!o->model || !o->prompt)
+        return cli_usage(cmd, "--model and --prompt are required");
+    if (o->beams > 1 && o->temperature > 0)
+        return cli_usage(cmd, "--num-beams with --temperature: beam search is deterministic");
+    return 0;
+}
+
+static void print_json(const options *o, const char *text, const int32_t *ids, int64_t n,
+                       const int32_t *prompt, int64_t np)
+{
+    json_t *out = json_object(), *a = json_array(), *p = json_array();
+    for (int64_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(ids[i]));
+    for (int64_t i = 0; i < np; i++)
+        json_array_append_new(p, json_integer(prompt[i]));
+    json_object_set_new(out, "prompt", json_string(o->prompt));
+    json_object_set_new(out, "text", json_string(text));
+    json_object_set_new(out, "ids", a);
+    json_object_set_new(out, "prompt_ids", p);
+    char *s = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (s)
+        printf("%s\n", s);
+    free(s);
+    json_decref(out);
+}
 
 int cmd_generate(int argc, char **argv)
 {
-    (void)argc, (void)argv;
-    return cli_fail("generate", "not available in this build yet");
+    const char *cmd = "generate";
+    options o;
+    int rc = parse(cmd, argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    rc_error err = {0};
+    rc_model *m = rc_model_create(o.model, 0, &err);
+    if (!m)
+        return cli_fail(cmd, "%s", err.msg);
+    rc_tokenizer *tok = rc_tokenizer_load(o.tokenizer ? o.tokenizer : o.model, &err);
+    int32_t *prompt = NULL, *ids = NULL;
+    int64_t np = 0, n = 0;
+    char *text = NULL;
+    size_t len = 0;
+    rc = tok ? 0 : -1;
+    if (!rc)
+        rc = rc_tokenizer_encode(tok, o.prompt, strlen(o.prompt), 1, &prompt, &np, &err);
+    rc_generate_options g = rc_generate_defaults(m);
+    g.max_new_tokens = (int)o.max_new;
+    g.temperature = o.temperature;
+    g.top_k = (int)o.top_k;
+    g.top_p = o.top_p;
+    g.seed = (uint64_t)o.seed;
+    g.num_beams = (int)o.beams;
+    if (!rc)
+        rc = rc_generate(m, prompt, np, &g, &ids, &n, &err);
+    if (!rc)
+        rc = rc_tokenizer_decode(tok, ids, n, 1, &text, &len, &err);
+    if (rc) {
+        cli_fail(cmd, "%s", err.msg);
+    } else if (o.json) {
+        print_json(&o, text, ids, n, prompt, np);
+    } else {
+        /* a decoder continues the prompt; T5's output stands on its own */
+        printf("%s%s\n", m->config.type == RC_MODEL_T5 ? "" : o.prompt, text);
+    }
+    free(text);
+    free(ids);
+    free(prompt);
+    rc_tokenizer_free(tok);
+    rc_model_free(m);
+    return rc ? 1 : 0;
 }

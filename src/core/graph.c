@@ -7,7 +7,11 @@
 
 rc_graph *rc_graph_new(void)
 {
-    return calloc(1, sizeof(rc_graph));
+    static uint64_t graphs;
+    rc_graph *g = calloc(1, sizeof(rc_graph));
+    if (g)
+        g->serial = ++graphs;
+    return g;
 }
 
 void rc_graph_free(rc_graph *g)
@@ -108,6 +112,16 @@ rc_tensor *rc_node_new(rc_graph *g, rc_op op, rc_dtype t, int ndim, const int64_
         node->src[i] = src[i];
     g->nodes[g->n++] = node;
     return node;
+}
+
+int rc_float_input(rc_graph *g, const char *op, const rc_tensor *t)
+{
+    if (t->dtype == RC_F32 || t->dtype == RC_F64)
+        return 0;
+    char s[96];
+    rc_fail(g, RC_ERR_DTYPE, "%s: input %s has dtype %s (f32 or f64)", op,
+            rc_shape_str(t, s, sizeof s), rc_dtype_name(t->dtype));
+    return -1;
 }
 
 int rc_axis_check(rc_graph *g, const char *op, const rc_tensor *t, int axis)

@@ -13,6 +13,8 @@ struct rc_graph {
     char err[512];
     void **owned;                 /* buffers of constants, freed with the graph */
     int nowned, owned_cap;
+    uint64_t serial;              /* unique per graph ever made: caches keyed on a graph use it,
+                                     since a new graph may reuse a freed one's address */
 };
 
 /* Records the first error of a graph; returns NULL so builders can `return rc_fail(...)`. */
@@ -33,6 +35,8 @@ int rc_axis_check(rc_graph *g, const char *op, const rc_tensor *t, int axis);
 int rc_broadcast_shapes(rc_graph *g, const char *op, const rc_tensor *a, const rc_tensor *b,
                         int *ndim, int64_t *shape);
 int rc_same_shape(const rc_tensor *a, const rc_tensor *b);
+/* 0 when t is f32 or f64 (what kernels compute in); else -1 with the graph's error set. */
+int rc_float_input(rc_graph *g, const char *op, const rc_tensor *t);
 int64_t rc_shape_numel(int ndim, const int64_t *shape);
 
 /* Gradient rule of one node: given the gradient of its output, add the nodes for the

@@ -4,21 +4,10 @@
 
 #include <math.h>
 
-/* f32 and f64 are the dtypes kernels compute in. */
-static int compute_dtype(rc_graph *g, const char *op, const rc_tensor *t)
-{
-    if (t->dtype == RC_F32 || t->dtype == RC_F64)
-        return 0;
-    char s[96];
-    rc_fail(g, RC_ERR_DTYPE, "%s: input %s of dtype %s; this op computes in f32 or f64", op,
-            rc_shape_str(t, s, sizeof s), rc_dtype_name(t->dtype));
-    return -1;
-}
-
 static rc_tensor *binary(rc_graph *g, rc_op op, rc_tensor *a, rc_tensor *b)
 {
     rc_tensor *src[2] = {a, b};
-    if (rc_inputs_bad(g, 2, src) || compute_dtype(g, rc_op_name(op), a))
+    if (rc_inputs_bad(g, 2, src) || rc_float_input(g, rc_op_name(op), a))
         return NULL;
     if (a->dtype != b->dtype)
         return rc_fail(g, RC_ERR_DTYPE, "%s: dtypes %s and %s differ", rc_op_name(op),
@@ -37,7 +26,7 @@ rc_tensor *rc_div(rc_graph *g, rc_tensor *a, rc_tensor *b) { return binary(g, RC
 
 static rc_tensor *unary(rc_graph *g, rc_op op, rc_tensor *a)
 {
-    if (rc_inputs_bad(g, 1, &a) || compute_dtype(g, rc_op_name(op), a))
+    if (rc_inputs_bad(g, 1, &a) || rc_float_input(g, rc_op_name(op), a))
         return NULL;
     return rc_node_new(g, op, a->dtype, a->ndim, a->shape, 1, &a);
 }
@@ -86,7 +75,7 @@ rc_tensor *rc_sigmoid(rc_graph *g, rc_tensor *a) { return rc_act(g, a, RC_ACT_SI
 rc_tensor *rc_where(rc_graph *g, rc_tensor *cond, rc_tensor *a, rc_tensor *b)
 {
     rc_tensor *src[3] = {cond, a, b};
-    if (rc_inputs_bad(g, 3, src) || compute_dtype(g, "where", a))
+    if (rc_inputs_bad(g, 3, src) || rc_float_input(g, "where", a))
         return NULL;
     if (a->dtype != b->dtype)
         return rc_fail(g, RC_ERR_DTYPE, "where: branch dtypes %s and %s differ",
@@ -114,7 +103,7 @@ rc_tensor *rc_equal(rc_graph *g, rc_tensor *a, rc_tensor *b)
     if (a->dtype != b->dtype)
         return rc_fail(g, RC_ERR_DTYPE, "equal: dtypes %s and %s differ",
                        rc_dtype_name(a->dtype), rc_dtype_name(b->dtype));
-    if (a->dtype != RC_I32 && compute_dtype(g, "equal", a))
+    if (a->dtype != RC_I32 && rc_float_input(g, "equal", a))
         return NULL;
     int ndim;
     int64_t shape[RC_MAX_DIMS];

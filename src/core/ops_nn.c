@@ -2,16 +2,6 @@
  * rotary position embedding, cross-entropy and one-hot. */
 #include "internal.h"
 
-static int float_input(rc_graph *g, const char *op, const rc_tensor *t)
-{
-    if (t->dtype == RC_F32 || t->dtype == RC_F64)
-        return 0;
-    char s[96];
-    rc_fail(g, RC_ERR_DTYPE, "%s: input %s has dtype %s (f32 or f64)", op,
-            rc_shape_str(t, s, sizeof s), rc_dtype_name(t->dtype));
-    return -1;
-}
-
 static int ids_input(rc_graph *g, const char *op, const rc_tensor *t)
 {
     if (t->dtype == RC_I32)
@@ -45,7 +35,7 @@ rc_tensor *rc_softmax(rc_graph *g, rc_tensor *a)
 
 rc_tensor *rc_softmax_ext(rc_graph *g, rc_tensor *a, rc_tensor *mask, double scale, int causal)
 {
-    if (rc_inputs_bad(g, 1, &a) || float_input(g, "softmax", a))
+    if (rc_inputs_bad(g, 1, &a) || rc_float_input(g, "softmax", a))
         return NULL;
     if (a->ndim < 1)
         return rc_fail(g, RC_ERR_SHAPE, "softmax: input is a scalar");
@@ -74,7 +64,7 @@ rc_tensor *rc_softmax_ext(rc_graph *g, rc_tensor *a, rc_tensor *mask, double sca
 
 rc_tensor *rc_layer_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, rc_tensor *bias, double eps)
 {
-    if (rc_inputs_bad(g, 1, &x) || float_input(g, "layer_norm", x))
+    if (rc_inputs_bad(g, 1, &x) || rc_float_input(g, "layer_norm", x))
         return NULL;
     if (x->ndim < 1)
         return rc_fail(g, RC_ERR_SHAPE, "layer_norm: input is a scalar");
@@ -90,7 +80,7 @@ rc_tensor *rc_layer_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, rc_tensor
 
 rc_tensor *rc_rms_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, double eps, double offset)
 {
-    if (rc_inputs_bad(g, 1, &x) || float_input(g, "rms_norm", x))
+    if (rc_inputs_bad(g, 1, &x) || rc_float_input(g, "rms_norm", x))
         return NULL;
     if (x->ndim < 1)
         return rc_fail(g, RC_ERR_SHAPE, "rms_norm: input is a scalar");
@@ -113,7 +103,7 @@ rc_tensor *rc_embedding(rc_graph *g, rc_tensor *table, rc_tensor *ids)
 rc_tensor *rc_embedding_pad(rc_graph *g, rc_tensor *table, rc_tensor *ids, int padding_idx)
 {
     rc_tensor *src[2] = {table, ids};
-    if (rc_inputs_bad(g, 2, src) || float_input(g, "embedding", table) ||
+    if (rc_inputs_bad(g, 2, src) || rc_float_input(g, "embedding", table) ||
         ids_input(g, "embedding", ids))
         return NULL;
     if (table->ndim != 2) {
@@ -138,7 +128,7 @@ rc_tensor *rc_embedding_grad(rc_graph *g, rc_tensor *ids, rc_tensor *grad, int64
 {
     rc_tensor *src[2] = {ids, grad};
     if (rc_inputs_bad(g, 2, src) || ids_input(g, "embedding_grad", ids) ||
-        float_input(g, "embedding_grad", grad))
+        rc_float_input(g, "embedding_grad", grad))
         return NULL;
     int ok = grad->ndim == ids->ndim + 1;
     for (int i = 0; ok && i < ids->ndim; i++)
@@ -162,7 +152,7 @@ static rc_tensor *rope(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_dims, 
                        double theta, int inverse)
 {
     rc_tensor *src[2] = {x, pos};
-    if (rc_inputs_bad(g, 2, src) || float_input(g, "rope", x) || ids_input(g, "rope", pos))
+    if (rc_inputs_bad(g, 2, src) || rc_float_input(g, "rope", x) || ids_input(g, "rope", pos))
         return NULL;
     char sx[96], sp[96];
     rc_shape_str(x, sx, sizeof sx);
@@ -208,7 +198,7 @@ rc_tensor *rc_rope_inverse(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_di
 rc_tensor *rc_cross_entropy(rc_graph *g, rc_tensor *logits, rc_tensor *targets, int ignore_index)
 {
     rc_tensor *src[2] = {logits, targets};
-    if (rc_inputs_bad(g, 2, src) || float_input(g, "cross_entropy", logits) ||
+    if (rc_inputs_bad(g, 2, src) || rc_float_input(g, "cross_entropy", logits) ||
         ids_input(g, "cross_entropy", targets))
         return NULL;
     int ok = logits->ndim >= 1 && targets->ndim == logits->ndim - 1;

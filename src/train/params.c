@@ -10,7 +10,7 @@
 
 struct rc_params {
     nn_weights w;
-    rc_graph *g;                  /* the graph the cached leaves belong to */
+    uint64_t graph;               /* serial of the graph the cached leaves belong to */
     rc_tensor **leaves;           /* [w.n], created on first use in g */
 };
 
@@ -93,10 +93,10 @@ int rc_params_find(const rc_params *p, const char *name)
 /* The leaf of parameter i in g, created on first use. */
 static rc_tensor *leaf(rc_graph *g, rc_params *p, int i)
 {
-    if (p->g != g || !p->leaves) {
+    if (p->graph != g->serial || !p->leaves) {
         free(p->leaves);
         p->leaves = calloc((size_t)p->w.n + 1, sizeof *p->leaves);
-        p->g = g;
+        p->graph = g->serial;
         if (!p->leaves)
             return rc_fail(g, RC_ERR_MEMORY, "params: out of memory");
     }

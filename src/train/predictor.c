@@ -62,14 +62,7 @@ static int same_signature(const rc_batch *a, const rc_batch *b)
 static int step_compile(rc_predictor *p, pred_step *s, const rc_batch *b, rc_error *err)
 {
     memset(s, 0, sizeof *s);
-    /* rc_params caches parameter leaves by graph address; a graph freed earlier (ours, or
-     * the user's) may share the new graph's address and leave stale leaves behind. Pointing
-     * the cache at a live throwaway graph first makes the new graph's lookups fresh. */
-    rc_graph *guard = rc_params_count(p->params) > 0 ? rc_graph_new() : NULL;
-    if (guard)
-        rc_params_get(guard, p->params, rc_params_name(p->params, 0));
     s->g = rc_graph_new();
-    rc_graph_free(guard);
     if (!s->g)
         return rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory");
     rc_graph *g = s->g;

@@ -5,7 +5,8 @@
 - a run killed while writing a checkpoint leaves the previous one as the last valid, and
   --resume continues from it to the same weights; a diverging run stops at the NaN step;
 - --grad-accum 2 with batch 2 equals batch 4, and the logged lr follows optimizer steps;
-- eval --json prints loss, ppl and tokens; the TensorBoard files hold the logged scalars;
+- eval --json prints loss, ppl and tokens; generate --json prints text and ids, the same
+  seed giving the same text; the TensorBoard files hold the logged scalars;
 - bad flags, missing files and a mesh that does not fit: one line and a non-zero exit.
 """
 import argparse
@@ -145,6 +146,26 @@ def main():
     check(set(out) == {"loss", "ppl", "tokens"} and out["tokens"] == windows * 16 and
           abs(out["ppl"] - math.exp(out["loss"])) < 1e-3 * out["ppl"], f"eval --json: {out}")
     print("eval:", out)
+
+    # generate --json: text and ids; the same seed gives the same text
+    textrun = os.path.join(tmp, "text")
+    corpus = os.path.join(tmp, "corpus.txt")
+    with open(os.path.join(args.source, "data", "moby_dick.txt")) as f, open(corpus, "w") as g:
+        g.write(f.read(20000))
+    run(redco, "train", "--model", "gpt2-mini", "--data", corpus, "--tokenizer",
+        os.path.join(args.source, "data", "gpt2"), "--workdir", textrun, "--steps", "2",
+        "--batch-size", "2", "--seq-len", "16")
+    gen = ["generate", "--model", os.path.join(textrun, "final"), "--prompt", "The whale",
+           "--max-new-tokens", "6", "--temperature", "0.9", "--json"]
+    outs = []
+    for seed in ("5", "5", "6"):
+        r = run(redco, *gen, "--seed", seed)
+        outs.append(json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {})
+    check(all(set(o) == {"prompt", "text", "ids", "prompt_ids"} and len(o["ids"]) == 6 for o in outs),
+          f"generate --json fields: {outs}")
+    check(outs[0] == outs[1], "the same seed gives the same text")
+    check(outs[0].get("ids") != outs[2].get("ids"), "another seed gives other tokens")
+    print("generate:", outs[0])
 
     # TensorBoard
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -199,7 +199,10 @@ def test_spm(r, shared):
 def test_spm_variants(r, shared, tmp):
     """The models with user-defined pieces (matched whole) and pieces marked UNUSED."""
     import sentencepiece as spm
-    from sentencepiece import sentencepiece_model_pb2 as pb
+    # the protobuf module transformers' converter uses too (two modules registering
+    # sentencepiece_model.proto clash)
+    from transformers.convert_slow_tokenizer import import_protobuf
+    pb = import_protobuf()
     kind = pb.ModelProto.SentencePiece
     lines = spm_lines(shared)[:2000] + ["a<sep>b Mr. Darcy<sep><sep>", "the thing and nothing", "Mr.Mr. x<sep", STRESS]
     lines = [l for text in lines for l in text.split("\n")]

@@ -1,0 +1,257 @@
+/* mpi_predict.c - the Predictor over 1, 2 and 4 processes (and mp = 2 where it divides).
+ *
+ * A toy predict function computes, for example i, the row (i + 0.5, i^2 - 1) through a
+ * matmul with a parameter, over example counts that do not divide batch x replicas: rank 0
+ * must receive every example exactly once, in input order, with its values; collate never
+ * sees an index outside [0, n) (padding repeats n - 1); one graph is compiled per batch
+ * shape and reused by the next run. A tiny-gpt2 predictor (last-position logits) gives the
+ * same rows on this mesh as one local process. Failures of collate on one rank, of the
+ * output function on rank 0, and a predict output of the wrong shape stop every rank with
+ * the same error, so none hangs. An f64 output arrives as float rows. */
+#include "check.h"
+#include "redco/predict.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t n;                    /* examples of the current run */
+    int compiles;                 /* predict function calls (one per compiled graph) */
+    int64_t fail_collate_at;      /* collate fails for a batch holding this example (-1: never) */
+    int64_t fail_output_at;       /* output fails at this example (-1: never) */
+    int bad_shape;                /* predict returns a tensor without the batch dimension */
+    int as_f64;                   /* predict returns f64 (converted to float rows) */
+    int64_t next;                 /* rank 0: the next example expected */
+    int64_t seen, wrong;          /* rank 0: outputs received; out of order or wrong values */
+    rc_model *model;              /* the model predictor */
+    float *rows;                  /* the model predictor's rows (rank 0), [n, row_len] */
+    int64_t row_len;
+} toy;
+
+static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
+{
+    toy *t = user;
+    float *x = rc_batch_add(out, "x", RC_F32, 2, (int64_t[]){n, 3});
+    if (!x)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (ex[i] < 0 || ex[i] >= t->n || ex[i] == t->fail_collate_at)
+            return -1;
+        double v = (double)ex[i];
+        x[3 * i] = (float)v;
+        x[3 * i + 1] = (float)(v * v);
+        x[3 * i + 2] = 1.0f;
+    }
+    return 0;
+}
+
+/* x [n, 3] @ W [3, 2], W = ((1, 0), (0, 1), (0.5, -1)): (i + 0.5, i^2 - 1) */
+static rc_tensor *predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+{
+    toy *t = user;
+    (void)rng;
+    t->compiles++;
+    rc_tensor *y = rc_matmul(g, rc_batch_input(g, b, "x"), rc_params_get(g, p, "W"), 0, 0);
+    if (t->as_f64)
+        return rc_cast(g, y, RC_F64);
+    return t->bad_shape ? rc_sum_all(g, y) : y;
+}
+
+static int output(int64_t example, const float *row, int64_t row_len, void *user)
+{
+    toy *t = user;
+    if (example == t->fail_output_at)
+        return -1;
+    double v = (double)example;
+    int ok = example == t->next && row_len == 2 && row[0] == (float)(v + 0.5) && row[1] == (float)(v * v - 1);
+    if (!ok && t->wrong < 5)
+        fprintf(stderr, "example %lld (expected %lld): row_len %lld values %g %g\n", (long long)example,
+                (long long)t->next, (long long)row_len, row_len > 0 ? row[0] : NAN, row_len > 1 ? row[1] : NAN);
+    t->wrong += !ok;
+    t->next = example + 1;
+    t->seen++;
+    return 0;
+}
+
+static rc_params *toy_params(void)
+{
+    rc_params *p = rc_params_new();
+    rc_params_add(p, "W", 2, (int64_t[]){3, 2});
+    float *w = rc_params_data(p);
+    const float v[6] = {1, 0, 0, 1, 0.5f, -1};
+    memcpy(w, v, sizeof v);
+    return p;
+}
+
+static void run_toy(rc_deployer *d, const char *what)
+{
+    const rc_mesh *m = rc_deployer_mesh(d);
+    rc_error err = {0};
+    rc_params *params = toy_params();
+    toy t = {.fail_collate_at = -1, .fail_output_at = -1};
+    rc_predictor *p = rc_predictor_new(d, collate, predict, output, &t, params, &err);
+    CHECKF(p, "%s: %s", what, err.msg);
+    const int64_t counts[] = {0, 1, 7, 23, 37};
+    const int batches[] = {1, 3, 4};
+    for (size_t bi = 0; p && bi < sizeof batches / sizeof batches[0]; bi++)
+        for (size_t ni = 0; ni < sizeof counts / sizeof counts[0]; ni++) {
+            t.n = counts[ni];
+            t.next = t.seen = t.wrong = 0;
+            t.compiles = 0;
+            int rc = rc_predictor_run(p, t.n, batches[bi], &err);
+            CHECKF(rc == 0, "%s: n %lld batch %d: %s", what, (long long)t.n, batches[bi], err.msg);
+            if (m->rank == 0)
+                CHECKF(t.seen == t.n && t.wrong == 0, "%s: n %lld batch %d: %lld of %lld outputs, %lld wrong", what,
+                       (long long)t.n, batches[bi], (long long)t.seen, (long long)t.n, (long long)t.wrong);
+            else
+                CHECKF(t.seen == 0, "%s: rank %d received outputs", what, m->rank);
+            CHECKF(t.compiles <= 2, "%s: n %lld batch %d: %d graphs compiled (full and tail at most)", what,
+                   (long long)t.n, batches[bi], t.compiles);
+            /* the same run again: both shapes are cached */
+            t.next = t.seen = t.wrong = 0;
+            t.compiles = 0;
+            rc = rc_predictor_run(p, t.n, batches[bi], &err);
+            CHECKF(rc == 0 && t.compiles == 0, "%s: n %lld batch %d again: rc %d, %d new graphs", what,
+                   (long long)t.n, batches[bi], rc, t.compiles);
+            if (m->rank == 0)
+                CHECK(t.seen == t.n && t.wrong == 0);
+        }
+    /* failures agree on every rank: collate (on whichever rank holds example 9), the output
+     * function on rank 0, a predict output without the batch dimension */
+    if (p) {
+        t.n = 23;
+        t.next = 0;
+        t.fail_collate_at = 9;
+        err = (rc_error){0};
+        CHECKF(rc_predictor_run(p, t.n, 2, &err) == -1 && strstr(err.msg, "collate failed"), "%s: collate failure: %s",
+               what, err.msg);
+        t.fail_collate_at = -1;
+        t.fail_output_at = 13;
+        t.next = 0;
+        err = (rc_error){0};
+        CHECKF(rc_predictor_run(p, t.n, 2, &err) == -1 && strstr(err.msg, "output function failed for example 13"),
+               "%s: output failure: %s", what, err.msg);
+        t.fail_output_at = -1;
+        err = (rc_error){0};
+        CHECKF(rc_predictor_run(p, t.n, 0, &err) == -1 && strstr(err.msg, "batch size"), "%s: batch 0: %s", what, err.msg);
+    }
+    rc_predictor_free(p);
+    /* an f64 output reaches the output function as float rows */
+    t = (toy){.fail_collate_at = -1, .fail_output_at = -1, .as_f64 = 1, .n = 13};
+    p = rc_predictor_new(d, collate, predict, output, &t, params, &err);
+    CHECKF(p && rc_predictor_run(p, t.n, 3, &err) == 0, "%s: f64 output: %s", what, err.msg);
+    if (m->rank == 0)
+        CHECKF(t.seen == t.n && t.wrong == 0, "%s: f64 output: %lld of %lld, %lld wrong", what, (long long)t.seen,
+               (long long)t.n, (long long)t.wrong);
+    rc_predictor_free(p);
+    t = (toy){.fail_collate_at = -1, .fail_output_at = -1, .bad_shape = 1, .n = 10};
+    p = rc_predictor_new(d, collate, predict, output, &t, params, &err);
+    err = (rc_error){0};
+    CHECKF(p && rc_predictor_run(p, t.n, 2, &err) == -1 && strstr(err.msg, "leading dimension"),
+           "%s: bad output shape: %s", what, err.msg);
+    rc_predictor_free(p);
+    rc_params_free(params);
+}
+
+/* ---- a model predictor: the last position's logits of tiny-gpt2 ---------------------------- */
+
+enum { T = 6 };
+
+static int lm_collate(rc_batch *out, const int64_t *ex, int n, void *user)
+{
+    (void)user;
+    int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
+    if (!ids)
+        return -1;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < T; k++)
+            ids[i * T + k] = (int32_t)((ex[i] * 31 + k * 7) % 256);
+    return 0;
+}
+
+static rc_tensor *lm_predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+{
+    toy *t = user;
+    (void)p, (void)rng;
+    rc_tensor *l = rc_model_logits(g, t->model, rc_batch_input(g, b, "ids"), NULL, NULL);
+    return l ? rc_slice(g, l, 1, T - 1, T) : NULL; /* [n, 1, vocab] */
+}
+
+static int lm_output(int64_t example, const float *row, int64_t row_len, void *user)
+{
+    toy *t = user;
+    if (example != t->next || example >= t->n)
+        return -1;
+    t->row_len = row_len;
+    memcpy(t->rows + example * row_len, row, (size_t)row_len * sizeof *row);
+    t->next++;
+    return 0;
+}
+
+/* the rows of n examples on deployer d (rank 0; NULL elsewhere or on failure) */
+static float *lm_rows(rc_deployer *d, rc_model *model, int64_t n, int batch)
+{
+    rc_error err = {0};
+    toy t = {.n = n, .model = model};
+    t.rows = calloc((size_t)n * 256, sizeof *t.rows);
+    rc_predictor *p = rc_predictor_new(d, lm_collate, lm_predict, lm_output, &t, model->params, &err);
+    int rc = p ? rc_predictor_run(p, n, batch, &err) : -1;
+    CHECKF(rc == 0, "model predictor: %s", err.msg);
+    rc_predictor_free(p);
+    if (rc || !rc_deployer_is_main(d) || t.next != n || t.row_len != 256) {
+        CHECK(!rc_deployer_is_main(d) || (t.next == n && t.row_len == 256));
+        free(t.rows);
+        return NULL;
+    }
+    return t.rows;
+}
+
+int main(int argc, char **argv)
+{
+    rc_error err = {0};
+    rc_deployer_options o = {.seed = 5, .mp = 1};
+    rc_deployer *d = rc_deployer_new(&argc, &argv, &o, &err);
+    if (!d) {
+        fprintf(stderr, "deployer: %s\n", err.msg);
+        return 1;
+    }
+    const rc_mesh *m = rc_deployer_mesh(d);
+    int rank = m->rank, P = m->size;
+    run_toy(d, "dp");
+    /* the model predictor on this mesh equals one local process */
+    rc_model *model = rc_model_create("tiny-gpt2", 4, &err);
+    CHECKF(model, "%s", err.msg);
+    if (model) {
+        float *dist = lm_rows(d, model, 11, 2);
+        rc_deployer_options lo = {.seed = 5, .mp = 1, .local = 1};
+        rc_deployer *local = rank == 0 ? rc_deployer_new(NULL, NULL, &lo, &err) : NULL;
+        float *ref = local ? lm_rows(local, model, 11, 5) : NULL;
+        if (rank == 0) {
+            double e = 0;
+            for (int64_t i = 0; dist && ref && i < 11 * 256; i++)
+                e = fmax(e, fabs((double)dist[i] - ref[i]));
+            CHECKF(dist && ref && e < 1e-5, "model rows on %d processes differ from one process by %.3g", P, e);
+        }
+        free(dist);
+        free(ref);
+        rc_deployer_free(local);
+        rc_model_free(model);
+    }
+    rc_deployer_free(d);
+    /* two model shards per replica: only each replica's first rank sends its rows */
+    if (P % 2 == 0) {
+        rc_deployer_options o2 = {.seed = 5, .mp = 2};
+        rc_deployer *d2 = rc_deployer_new(NULL, NULL, &o2, &err);
+        CHECKF(d2, "mp 2: %s", err.msg);
+        if (d2)
+            run_toy(d2, "dp x mp 2");
+        rc_deployer_free(d2);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "mpi_predict rank %d/%d", rank, P);
+    int status = check_summary(name);
+    rc_dist_finalize();
+    return status;
+}
