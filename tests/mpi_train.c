@@ -17,6 +17,8 @@ enum { T = 8, NTOK = 2000 };
 typedef struct {
     int32_t tok[NTOK];
     rc_model *model;
+    int64_t seen, correct, last;  /* eval metric: next-token accuracy at the last position */
+    int in_order;
 } task;
 
 static int64_t count(int epoch, void *user)
@@ -46,6 +48,73 @@ static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng,
     (void)p, (void)rng;
     rc_tensor *logits = rc_model_logits(g, k->model, rc_batch_input(g, b, "ids"), NULL, NULL);
     return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), -100);
+}
+
+/* eval predictor: logits of the last position [n, V] */
+static rc_tensor *predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+{
+    task *k = user;
+    (void)p, (void)rng;
+    rc_tensor *logits = rc_model_logits(g, k->model, rc_batch_input(g, b, "ids"), NULL, NULL);
+    rc_tensor *last = rc_slice(g, logits, 1, T - 1, T);
+    return rc_reshape(g, last, 2, (int64_t[]){logits->shape[0], logits->shape[2]});
+}
+
+static int output(int64_t example, const float *row, int64_t len, void *user)
+{
+    task *k = user;
+    int64_t best = 0;
+    for (int64_t v = 1; v < len; v++)
+        best = row[v] > row[best] ? v : best;
+    k->in_order &= example == k->last + 1;
+    k->last = example;
+    k->seen++;
+    k->correct += best == k->tok[example * T + T];
+    return 0;
+}
+
+static double accuracy(void *user)
+{
+    task *k = user;
+    double a = k->seen ? (double)k->correct / (double)k->seen : 0.0;
+    k->seen = k->correct = 0;
+    k->last = -1;
+    return a;
+}
+
+/* trains with an eval predictor and metric; the metric is logged, best/ kept by it */
+static void test_eval_metric(task *k, const char *dir, int rank)
+{
+    rc_error err = {0};
+    rc_deployer_options dopt = {.seed = 3, .mp = 1, .workdir = dir};
+    rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
+    k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
+    rc_trainer *t = k->model ? rc_trainer_new(d, collate, loss, k, k->model->params, k->model, &err) : NULL;
+    rc_train_options o = {.steps = 6, .batch_size = 2, .optimizer = "adamw", .lr = 1e-2, .log_every = 3,
+                          .eval_every = 3, .eval_predict = predict, .eval_output = output,
+                          .eval_metric = accuracy, .metric_name = "accuracy", .metric_higher_is_better = 1};
+    rc_examples ex = {count, k};
+    k->last = -1;
+    k->in_order = 1;
+    rc_train_result r = {0};
+    CHECKF(t && rc_trainer_fit(t, &o, ex, &ex, &r, &err) == 0, "fit with a metric: %s", err.msg);
+    if (rank == 0) {
+        char path[300], line[512];
+        snprintf(path, sizeof path, "%s/log.jsonl", dir);
+        FILE *f = fopen(path, "r");
+        int metrics = 0;
+        while (f && fgets(line, sizeof line, f))
+            metrics += strstr(line, "\"eval/accuracy\"") != NULL;
+        if (f)
+            fclose(f);
+        CHECKF(metrics == 2, "%d eval/accuracy records in log.jsonl", metrics);
+        snprintf(path, sizeof path, "%s/best/model.safetensors", dir);
+        CHECK(access(path, R_OK) == 0);
+        CHECK(k->in_order);
+    }
+    rc_trainer_free(t);
+    rc_model_free(k->model);
+    rc_deployer_free(d);
 }
 
 /* trains a fresh tiny-gpt2; returns its weights (malloc'ed) and numel */
@@ -141,6 +210,9 @@ int main(int argc, char **argv)
            "resumed run differs from the straight run (rel %.3g)",
            straight && resumed ? rel_diff(resumed, straight, n1) : INFINITY);
     free(straight), free(half), free(resumed);
+    char metric_dir[128];
+    snprintf(metric_dir, sizeof metric_dir, "%s/metric", dir);
+    test_eval_metric(k, metric_dir, rank);
     rc_comm_barrier(world.world, &err);
     if (rank == 0) {
         char cmd[128];

@@ -143,6 +143,16 @@ typedef struct {
     int64_t log_every, eval_every, save_every; /* 0: never (eval and save also at the end) */
     int resume;                   /* continue from the workdir's last complete checkpoint */
     const char *tokenizer_dir;    /* copied into checkpoints and final/ */
+    /* optional eval predictor and metric, as upstream's eval_predictor / eval_metric_fn: at
+     * each evaluation the predict function runs over the eval examples (a Predictor), rank 0
+     * receives the rows in order through eval_output, then eval_metric returns the score,
+     * logged as eval/<metric_name>; best/ then keeps the best score instead of the lowest
+     * eval loss */
+    rc_predict_fn eval_predict;
+    rc_output_fn eval_output;
+    double (*eval_metric)(void *user);
+    const char *metric_name;      /* default "metric" */
+    int metric_higher_is_better;
 } rc_train_options;
 
 typedef struct {

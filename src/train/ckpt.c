@@ -119,12 +119,14 @@ static int write_optimizer(rc_trainer *t, const char *dir, rc_error *err)
 static int write_state(rc_trainer *t, const rc_train_options *o, const char *dir, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
-    json_t *s = json_pack("{s:I, s:I, s:i, s:I, s:I, s:i, s:i, s:i, s:b, s:f}", "step", (json_int_t)t->step,
+    /* best_score: what best/ was kept by (eval loss, or the metric negated when higher is
+     * better); null before the first evaluation */
+    json_t *s = json_pack("{s:I, s:I, s:i, s:I, s:I, s:i, s:i, s:i, s:b, s:o}", "step", (json_int_t)t->step,
                           "optimizer_step", (json_int_t)t->opt_step, "epoch", t->epoch, "epoch_step",
                           (json_int_t)t->epoch_step, "seed", (json_int_t)t->seed, "batch_size",
                           o->batch_size, "data_parallel", m->dp, "grad_accum",
                           o->grad_accum > 0 ? o->grad_accum : 1, "shuffle", o->shuffle,
-                          "best_eval_loss", isfinite(t->best_eval) ? t->best_eval : -1.0);
+                          "best_score", isfinite(t->best_eval) ? json_real(t->best_eval) : json_null());
     char path[4200];
     join(path, sizeof path, dir, "trainer_state.json");
     int rc = s && json_dump_file(s, path, JSON_INDENT(2)) == 0
@@ -295,11 +297,12 @@ static int load_state(rc_trainer *t, const rc_train_options *o, const char *dir,
         return rc_error_set(err, RC_ERR_FORMAT, "%s: line %d: %s", path, je.line, je.text);
     json_int_t step = -1, opt_step = -1, epoch_step = -1, seed = 0;
     int epoch = -1, batch = 0, dp = 0, accum = 0;
-    double best = -1;
-    int bad = json_unpack_ex(s, &je, 0, "{s:I, s:I, s:i, s:I, s:I, s:i, s:i, s:i, s:F}", "step", &step,
+    json_t *best = NULL;
+    int bad = json_unpack_ex(s, &je, 0, "{s:I, s:I, s:i, s:I, s:I, s:i, s:i, s:i, s:o}", "step", &step,
                              "optimizer_step", &opt_step, "epoch", &epoch, "epoch_step", &epoch_step,
                              "seed", &seed, "batch_size", &batch, "data_parallel", &dp, "grad_accum",
-                             &accum, "best_eval_loss", &best);
+                             &accum, "best_score", &best);
+    double best_score = best && json_is_number(best) ? json_number_value(best) : INFINITY;
     json_decref(s);
     if (bad)
         return rc_error_set(err, RC_ERR_FORMAT, "%s: %s", path, je.text);
@@ -316,7 +319,7 @@ static int load_state(rc_trainer *t, const rc_train_options *o, const char *dir,
     t->opt_step = opt_step;
     t->epoch = epoch;
     t->epoch_step = epoch_step;
-    t->best_eval = best >= 0 ? best : INFINITY;
+    t->best_eval = best_score;
     return 0;
 }
 

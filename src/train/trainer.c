@@ -3,6 +3,7 @@
  * evaluation, checkpoints and exact resume. */
 #include "trainer_internal.h"
 #include "redco/data.h"
+#include "redco/predict.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -178,6 +179,7 @@ void rc_trainer_free(rc_trainer *t)
     rc_step_free(&t->train);
     rc_step_free(&t->eval);
     rc_step_free(&t->eval_tail);
+    rc_predictor_free(t->eval_predictor);
     free(t->grad);
     free(t->m);
     free(t->v);
@@ -357,6 +359,20 @@ static int check_options(const rc_trainer *t, const rc_train_options *o, rc_exam
     return 0;
 }
 
+/* The eval predictor over the eval examples, then the metric (rank 0's, shared). */
+static int eval_metric(rc_trainer *t, const rc_train_options *o, rc_examples ex, double *score,
+                       rc_error *err)
+{
+    if (!t->eval_predictor &&
+        !(t->eval_predictor = rc_predictor_new(t->d, t->collate, o->eval_predict, o->eval_output, t->user,
+                                                t->params, err)))
+        return -1;
+    if (rc_predictor_run(t->eval_predictor, ex.count(0, ex.user), o->batch_size, err))
+        return -1;
+    *score = rc_deployer_is_main(t->d) ? o->eval_metric(t->user) : 0.0;
+    return rc_comm_bcast(rc_deployer_mesh(t->d)->world, score, sizeof *score, 0, err);
+}
+
 static int evaluate_and_log(rc_trainer *t, const rc_train_options *o, const rc_examples *eval,
                             rc_error *err)
 {
@@ -364,14 +380,23 @@ static int evaluate_and_log(rc_trainer *t, const rc_train_options *o, const rc_e
         return 0;
     if (rc_trainer_eval(t, *eval, o->batch_size, &t->eval_loss, &t->eval_tokens, err))
         return -1;
-    const char *keys[3] = {"eval/loss", "eval/ppl", "eval/tokens"};
-    double vals[3] = {t->eval_loss, exp(t->eval_loss), (double)t->eval_tokens};
+    char metric_key[64];
+    snprintf(metric_key, sizeof metric_key, "eval/%.50s", o->metric_name ? o->metric_name : "metric");
+    const char *keys[4] = {"eval/loss", "eval/ppl", "eval/tokens", metric_key};
+    double vals[4] = {t->eval_loss, exp(t->eval_loss), (double)t->eval_tokens, NAN};
+    int with_metric = o->eval_predict && o->eval_metric;
+    if (with_metric && eval_metric(t, o, *eval, &vals[3], err))
+        return -1;
     rc_deployer_note(t->d, "step %lld: eval loss %.4f (ppl %.2f) over %lld tokens", (long long)t->step,
                      t->eval_loss, exp(t->eval_loss), (long long)t->eval_tokens);
-    if (rc_deployer_log(t->d, t->step, keys, vals, 3, err))
+    if (with_metric)
+        rc_deployer_note(t->d, "step %lld: %s %.6g", (long long)t->step, metric_key, vals[3]);
+    if (rc_deployer_log(t->d, t->step, keys, vals, with_metric ? 4 : 3, err))
         return -1;
-    if (t->eval_loss < t->best_eval) {
-        t->best_eval = t->eval_loss;
+    /* best/: by the metric when there is one (its direction given), else by eval loss */
+    double score = with_metric ? (o->metric_higher_is_better ? -vals[3] : vals[3]) : t->eval_loss;
+    if (score < t->best_eval) {
+        t->best_eval = score;
         return rc_trainer_save(t, o, "best", err);
     }
     return 0;

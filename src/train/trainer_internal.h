@@ -38,6 +38,7 @@ struct rc_trainer {
     int64_t eval_tokens;
     char last_ckpt[256];          /* name of the last complete checkpoint */
     int tail_noted;               /* the epoch-tail note was printed */
+    struct rc_predictor *eval_predictor; /* made at the first evaluation with a metric */
 };
 
 /* checkpoint-STEP (name NULL) or a named one ("best"), written atomically; rank 0 writes */
