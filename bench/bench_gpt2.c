@@ -33,9 +33,15 @@ static double matmul_flop(const rc_graph *g)
 
 int main(int argc, char **argv)
 {
+    /* bench_gpt2 [REPS [PRESET B T]]: GPT-2 124M at B=4, T=64 unless another preset is named */
     int reps = argc > 1 ? atoi(argv[1]) : 3;
-    const int B = 4, T = 64;
+    int B = argc > 4 ? atoi(argv[3]) : 4, T = argc > 4 ? atoi(argv[4]) : 64;
     rc_model_config cfg = nn_gpt2_config(50257, 1024, 12, 12, 768);
+    rc_error cerr = {0};
+    if (argc > 4 && rc_config_preset(argv[2], &cfg, &cerr)) {
+        fprintf(stderr, "bench_gpt2: %s\n", cerr.msg);
+        return 1;
+    }
     rc_set_threads(0);
     nn_weights w = {0};
     rc_error err = {0};
@@ -55,11 +61,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_gpt2: %s\n", rc_graph_error(g));
         return 1;
     }
-    int32_t xb[4 * 64], yb[4 * 64];
+    int32_t *xb = malloc(sizeof(int32_t) * B * T), *yb = malloc(sizeof(int32_t) * B * T);
     rc_rng r = rc_rng_new(2);
     for (int i = 0; i < B * T; i++) {
-        xb[i] = (int32_t)(rc_rng_next_u64(&r) % 50257);
-        yb[i] = (int32_t)(rc_rng_next_u64(&r) % 50257);
+        xb[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)cfg.vocab_size);
+        yb[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)cfg.vocab_size);
     }
     rc_tensor_bind(ids, xb);
     rc_tensor_bind(tg, yb);
@@ -121,6 +127,6 @@ int main(int argc, char **argv)
     rc_plan_free(plan);
     rc_graph_free(g);
     nn_weights_free(&w);
-    free(p), free(outs), free(m), free(v);
+    free(p), free(outs), free(m), free(v), free(xb), free(yb);
     return 0;
 }

@@ -103,6 +103,8 @@ typedef enum {
     RC_OP_WHERE,         /* src0 != 0 ? src1 : src2, broadcast */
     RC_OP_CAST,          /* src0 converted to this node's dtype */
     RC_OP_EQUAL,         /* 1 where src0 == src1 else 0, broadcast; no gradient */
+    RC_OP_CROSS_ENTROPY_GRAD, /* the gradient of CROSS_ENTROPY in one pass: src0 logits, src1
+                            targets, src2 the scalar upstream gradient; ignore id iparam[0] */
     RC_OP_COUNT
 } rc_op;
 
@@ -267,6 +269,9 @@ rc_tensor *rc_rope_inverse(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_di
 /* logits [..., V], targets i32 [...] -> scalar mean over targets != ignore_index */
 rc_tensor *rc_cross_entropy(rc_graph *g, rc_tensor *logits, rc_tensor *targets, int ignore_index);
 rc_tensor *rc_one_hot(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_index, rc_dtype t);
+/* d(cross_entropy)/d(logits) scaled by the scalar upstream gradient g_out, fused */
+rc_tensor *rc_cross_entropy_grad(rc_graph *g, rc_tensor *logits, rc_tensor *targets,
+                                 rc_tensor *g_out, int ignore_index);
 
 /* ---- shapes ------------------------------------------------------------------- */
 

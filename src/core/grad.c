@@ -140,15 +140,26 @@ static int grad_norm(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 
 static int grad_cross_entropy(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 {
-    /* d/dx = (softmax(x) * valid - onehot) * G / count, count = number of valid targets */
-    rc_tensor *x = y->src[0], *t = y->src[1];
+    /* d/dx = (softmax(x) - onehot) * G / count over valid rows: one fused pass */
+    gs[0] = rc_cross_entropy_grad(g, y->src[0], y->src[1], G, y->iparam[0]);
+    return 0;
+}
+
+/* The gradient of CROSS_ENTROPY_GRAD d = (p * valid - onehot) * c, c = G / count, written
+ * with ops so third derivatives of the loss exist: for upstream H,
+ *   d/dx = c * valid * p * (H - sum(H p)),   d/dG = sum(H * (p * valid - onehot)) / count. */
+static int grad_cross_entropy_grad(rc_graph *g, rc_tensor *y, rc_tensor *H, rc_tensor **gs)
+{
+    rc_tensor *x = y->src[0], *t = y->src[1], *G = y->src[2];
     int64_t v = x->shape[x->ndim - 1];
     rc_tensor *oh = rc_one_hot(g, t, v, y->iparam[0], x->dtype);
     rc_tensor *valid = rc_sum(g, oh, -1, 1);
     rc_tensor *count = rc_sum_all(g, valid);
     rc_tensor *denom = rc_add(g, count, rc_equal(g, count, rc_scalar(g, x->dtype, 0.0)));
-    rc_tensor *d = rc_sub(g, rc_mul(g, rc_softmax(g, x), valid), oh);
-    gs[0] = rc_mul(g, d, rc_div(g, G, denom));
+    rc_tensor *p = rc_softmax(g, x);
+    rc_tensor *jac = rc_mul(g, p, rc_sub(g, H, rc_sum(g, rc_mul(g, H, p), -1, 1)));
+    gs[0] = rc_mul(g, rc_mul(g, jac, valid), rc_div(g, G, denom));
+    gs[2] = rc_div(g, rc_sum_all(g, rc_mul(g, H, rc_sub(g, rc_mul(g, p, valid), oh))), denom);
     return 0;
 }
 
@@ -293,6 +304,8 @@ int rc_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
         return grad_reduce(g, y, G, gs);
     case RC_OP_CROSS_ENTROPY:
         return grad_cross_entropy(g, y, G, gs);
+    case RC_OP_CROSS_ENTROPY_GRAD:
+        return grad_cross_entropy_grad(g, y, G, gs);
     case RC_OP_DROPOUT:
         gs[0] = grad_dropout(g, y, G);
         return 0;

@@ -215,6 +215,24 @@ rc_tensor *rc_cross_entropy(rc_graph *g, rc_tensor *logits, rc_tensor *targets, 
     return y;
 }
 
+rc_tensor *rc_cross_entropy_grad(rc_graph *g, rc_tensor *logits, rc_tensor *targets,
+                                 rc_tensor *g_out, int ignore_index)
+{
+    rc_tensor *src[3] = {logits, targets, g_out};
+    if (rc_inputs_bad(g, 3, src))
+        return NULL;
+    rc_tensor *check = rc_cross_entropy(g, logits, targets, ignore_index); /* validates shapes */
+    if (!check)
+        return NULL;
+    if (rc_tensor_numel(g_out) != 1 || g_out->dtype != logits->dtype)
+        return rc_fail(g, RC_ERR_SHAPE, "cross_entropy_grad: the upstream gradient must be a %s scalar",
+                       rc_dtype_name(logits->dtype));
+    rc_tensor *y = rc_node_new(g, RC_OP_CROSS_ENTROPY_GRAD, logits->dtype, logits->ndim, logits->shape, 3, src);
+    if (y)
+        y->iparam[0] = ignore_index;
+    return y;
+}
+
 rc_tensor *rc_one_hot(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_index, rc_dtype t)
 {
     if (rc_inputs_bad(g, 1, &ids) || ids_input(g, "one_hot", ids))

@@ -94,7 +94,7 @@ static const char *op_names[RC_OP_COUNT] = {
     [RC_OP_MAX] = "max", [RC_OP_EXPAND] = "expand", [RC_OP_SUM_TO] = "sum_to",
     [RC_OP_CROSS_ENTROPY] = "cross_entropy", [RC_OP_ONE_HOT] = "one_hot",
     [RC_OP_DROPOUT] = "dropout", [RC_OP_WHERE] = "where", [RC_OP_CAST] = "cast",
-    [RC_OP_EQUAL] = "equal",
+    [RC_OP_EQUAL] = "equal", [RC_OP_CROSS_ENTROPY_GRAD] = "cross_entropy_grad",
 };
 
 const char *rc_op_name(rc_op op)
