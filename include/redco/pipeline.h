@@ -124,8 +124,12 @@ int rc_deployer_agree(rc_deployer *d, int status, rc_error *err);
 
 /* ---- trainer ------------------------------------------------------------------------ */
 
+/* A set of examples: count(epoch, user) of them in an epoch (the set may change per epoch,
+ * as MAML's tasks do). collate and loss receive this user for these examples (the
+ * trainer's own user when it is NULL), so training and evaluation sets can be different
+ * data behind the same functions. */
 typedef struct {
-    int64_t (*count)(int epoch, void *user); /* examples in an epoch (may change per epoch) */
+    int64_t (*count)(int epoch, void *user);
     void *user;
 } rc_examples;
 

@@ -31,14 +31,14 @@ void rc_step_free(rc_step *s)
 }
 
 /* Records the user's loss for batches shaped like b, and (with_grads) its gradients. */
-int rc_step_compile(rc_step *s, rc_trainer *t, const rc_batch *b, int with_grads, rc_error *err)
+int rc_step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, int with_grads, rc_error *err)
 {
     memset(s, 0, sizeof *s);
     s->g = rc_graph_new();
     if (!s->g)
         return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     rc_graph *g = s->g;
-    s->loss = t->loss_fn(g, t->params, b, rc_rng_new(t->seed), t->user);
+    s->loss = t->loss_fn(g, t->params, b, rc_rng_new(t->seed), user);
     if (!rc_graph_error(g) && !s->loss)
         rc_fail(g, RC_ERR_ARG, "loss function returned no tensor");
     if (!rc_graph_error(g) && rc_tensor_numel(s->loss) != 1)
@@ -186,11 +186,17 @@ void rc_trainer_free(rc_trainer *t)
     free(t);
 }
 
+/* the user the functions get for examples of set ex */
+static void *user_of(const rc_trainer *t, rc_examples ex)
+{
+    return ex.user ? ex.user : t->user;
+}
+
 /* Collates the n examples idx[0..n) into b. */
-static int collate(rc_trainer *t, rc_batch *b, const int64_t *idx, int n, rc_error *err)
+static int collate(rc_trainer *t, void *user, rc_batch *b, const int64_t *idx, int n, rc_error *err)
 {
     memset(b, 0, sizeof *b);
-    if (t->collate(b, idx, n, t->user)) {
+    if (t->collate(b, idx, n, user)) {
         rc_batch_free(b);
         return rc_error_set(err, RC_ERR_ARG, "collate failed for %d examples starting at example %lld", n,
                             (long long)idx[0]);
@@ -241,8 +247,9 @@ static void optimizer_update(rc_trainer *t, const rc_train_options *o, double lr
 }
 
 /* One optimizer step: grad_accum micro-batches per replica, averaged over the data axis. */
-static int train_step(rc_trainer *t, const rc_train_options *o, const rc_shard *sh, const int64_t *order,
-                      double lr, double *loss_out, int64_t *tokens_out, double *norm_out, rc_error *err)
+static int train_step(rc_trainer *t, const rc_train_options *o, void *user, const rc_shard *sh,
+                      const int64_t *order, double lr, double *loss_out, int64_t *tokens_out,
+                      double *norm_out, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
     int B = o->batch_size, k = o->grad_accum > 0 ? o->grad_accum : 1;
@@ -255,9 +262,9 @@ static int train_step(rc_trainer *t, const rc_train_options *o, const rc_shard *
         rc_batch b;
         rc = rc_shard_batch(sh, order, m->dp_rank, t->epoch_step * k + j, idx, err);
         if (!rc)
-            rc = collate(t, &b, idx, B, err);
+            rc = collate(t, user, &b, idx, B, err);
         if (!rc && !t->train.plan)
-            rc = rc_step_compile(&t->train, t, &b, 1, err);
+            rc = rc_step_compile(&t->train, t, user, &b, 1, err);
         double loss = 0;
         int64_t tokens = 0;
         rc_rng key = rc_rng_fold(rc_deployer_step_rng(t->d, t->step), (uint64_t)j);
@@ -309,11 +316,11 @@ int rc_trainer_eval(rc_trainer *t, rc_examples ex, int batch_size, double *loss,
         int count = (int)(hi - at < batch_size ? hi - at : batch_size);
         rc_step *s = count == batch_size ? &t->eval : &t->eval_tail;
         rc_batch b;
-        rc = collate(t, &b, order + at, count, err);
+        rc = collate(t, user_of(t, ex), &b, order + at, count, err);
         if (!rc && s->plan && s->batch_rows != count)
             rc_step_free(s);
         if (!rc && !s->plan)
-            rc = rc_step_compile(s, t, &b, 0, err);
+            rc = rc_step_compile(s, t, user_of(t, ex), &b, 0, err);
         double l = 0;
         int64_t tk = 0;
         if (!rc)
@@ -364,12 +371,12 @@ static int eval_metric(rc_trainer *t, const rc_train_options *o, rc_examples ex,
                        rc_error *err)
 {
     if (!t->eval_predictor &&
-        !(t->eval_predictor = rc_predictor_new(t->d, t->collate, o->eval_predict, o->eval_output, t->user,
-                                                t->params, err)))
+        !(t->eval_predictor = rc_predictor_new(t->d, t->collate, o->eval_predict, o->eval_output,
+                                                user_of(t, ex), t->params, err)))
         return -1;
     if (rc_predictor_run(t->eval_predictor, ex.count(0, ex.user), o->batch_size, err))
         return -1;
-    *score = rc_deployer_is_main(t->d) ? o->eval_metric(t->user) : 0.0;
+    *score = rc_deployer_is_main(t->d) ? o->eval_metric(user_of(t, ex)) : 0.0;
     return rc_comm_bcast(rc_deployer_mesh(t->d)->world, score, sizeof *score, 0, err);
 }
 
@@ -443,7 +450,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         lr = rc_schedule_lr(&sched, t->step);
         int64_t tokens = 0;
         double norm = 0;
-        rc = train_step(t, o, &sh, order, lr, &loss, &tokens, &norm, err);
+        rc = train_step(t, o, user_of(t, train), &sh, order, lr, &loss, &tokens, &norm, err);
         if (rc)
             break;
         t->step++;

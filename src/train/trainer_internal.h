@@ -16,7 +16,7 @@ typedef struct {
     int64_t batch_rows;
 } rc_step;
 
-int rc_step_compile(rc_step *s, rc_trainer *t, const rc_batch *b, int with_grads, rc_error *err);
+int rc_step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, int with_grads, rc_error *err);
 int rc_step_run(rc_step *s, const rc_batch *b, rc_rng key, double *loss, int64_t *tokens, rc_error *err);
 void rc_step_free(rc_step *s);
 

@@ -139,6 +139,14 @@ def main():
     check(len(lrs) == 8 and all(abs(x - y) < 1e-9 for x, y in zip(lrs, want)), f"logged lr {lrs} vs {want}")
     print(f"accumulation: rel diff {e:.2e}; lr by optimizer step {['%.4f' % x for x in lrs]}")
 
+    # --eval-data is read from its own file: the eval token count is that file's
+    other = os.path.join(tmp, "other.npy")
+    np.save(other, (np.arange(801) % 250).astype(np.int32))
+    ev = os.path.join(tmp, "evalrun")
+    run(redco, "train", *base, "--workdir", ev, "--steps", "2", "--eval-data", other)
+    tokens = [x["eval/tokens"] for x in log(ev) if "eval/tokens" in x]
+    check(tokens == [(801 - 1) // 16 * 16], f"eval over --eval-data counts its tokens: {tokens}")
+
     # eval --json
     r = run(redco, "eval", "--model", os.path.join(straight, "final"), "--data", data, "--seq-len", "16", "--json")
     out = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
