@@ -1,6 +1,10 @@
 #include "check.h"
 
+#include <dirent.h>
 #include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int check_passed, check_failed;
 
@@ -26,4 +30,32 @@ int check_summary(const char *suite)
 {
     printf("%s: %d passed, %d failed\n", suite, check_passed, check_failed);
     return check_failed ? 1 : 0;
+}
+
+int check_has(const char *msg, const char *part)
+{
+    return msg && strstr(msg, part) != NULL;
+}
+
+void check_rm_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return;
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char sub[4096];
+            if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) < (int)sizeof sub)
+                check_rm_tree(sub);
+        }
+        if (d)
+            closedir(d);
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
 }

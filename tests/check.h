@@ -12,6 +12,11 @@ void check_report(int ok, const char *file, int line, const char *expr, const ch
 /* prints the summary line; returns the process exit status */
 int check_summary(const char *suite);
 
+/* 1 when msg contains part (NULL msg: 0) */
+int check_has(const char *msg, const char *part);
+/* removes a file or a directory tree (tests' temporary directories) */
+void check_rm_tree(const char *path);
+
 #define CHECK(cond) check_report(!!(cond), __FILE__, __LINE__, #cond, NULL)
 #define CHECKF(cond, ...) check_report(!!(cond), __FILE__, __LINE__, #cond, __VA_ARGS__)
 

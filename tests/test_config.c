@@ -23,11 +23,6 @@
 
 static char tmpdir[64];
 
-static int has(const char *msg, const char *part)
-{
-    return msg && strstr(msg, part) != NULL;
-}
-
 static const char *tmp_path(const char *name)
 {
     static char buf[4][256];
@@ -35,29 +30,6 @@ static const char *tmp_path(const char *name)
     char *p = buf[next++ % 4];
     snprintf(p, 256, "%s/%s", tmpdir, name);
     return p;
-}
-
-static void rm_tree(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char sub[512];
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            rm_tree(sub);
-        }
-        if (d)
-            closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
 }
 
 static void write_text(const char *path, const char *text)
@@ -86,7 +58,7 @@ static int load_text(const char *text, rc_model_config *c, rc_error *err)
         rc_error e_;                                                                            \
         CHECKF(load_text(text, &c_, &e_) == -1 && e_.code != 0, "loaded: %s", text);            \
         for (size_t i_ = 0; i_ < sizeof parts_ / sizeof parts_[0]; i_++)                        \
-            CHECKF(has(e_.msg, parts_[i_]), "'%s' not in: %s", parts_[i_], e_.msg);             \
+            CHECKF(check_has(e_.msg, parts_[i_]), "'%s' not in: %s", parts_[i_], e_.msg);             \
     } while (0)
 
 /* Field-by-field equality; names the first field that differs. */
@@ -439,7 +411,7 @@ static void test_errors(void)
             } else {
                 char want[80];
                 snprintf(want, sizeof want, "missing required key \"%s\"", req[f].keys[skip]);
-                CHECKF(rc == -1 && has(err.msg, want) && has(err.msg, "config.json"),
+                CHECKF(rc == -1 && check_has(err.msg, want) && check_has(err.msg, "config.json"),
                        "%s without %s: %s", req[f].type, req[f].keys[skip], err.msg);
             }
         }
@@ -492,13 +464,13 @@ static void test_errors(void)
     rc_model_config c;
     rc_error err = {0};
     CHECK(rc_config_load(tmp_path("nope.json"), &c, &err) == -1);
-    CHECKF(err.code == RC_ERR_IO && has(err.msg, "nope.json") && has(err.msg, "cannot read"),
+    CHECKF(err.code == RC_ERR_IO && check_has(err.msg, "nope.json") && check_has(err.msg, "cannot read"),
            "%s", err.msg);
     char dir[256];
     snprintf(dir, sizeof dir, "%s/model", tmpdir);
     mkdir(dir, 0755);
     err = (rc_error){0};
-    CHECK(rc_config_load(dir, &c, &err) == -1 && has(err.msg, "model/config.json"));
+    CHECK(rc_config_load(dir, &c, &err) == -1 && check_has(err.msg, "model/config.json"));
     char path[300];
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_text(path, "{\"model_type\": \"gpt2\", \"vocab_size\": 100, \"n_embd\": 32, "
@@ -510,14 +482,14 @@ static void test_errors(void)
     c.n_kv_head = 3;
     err = (rc_error){0};
     CHECK(rc_config_validate(&c, &err) == -1);
-    CHECKF(has(err.msg, "llama config: num_key_value_heads 3 does not divide "
+    CHECKF(check_has(err.msg, "llama config: num_key_value_heads 3 does not divide "
                         "num_attention_heads 4"), "%s", err.msg);
     rc_config_preset("tiny-t5", &c, &err);
     c.head_dim = 0;
-    CHECK(rc_config_validate(&c, &err) == -1 && has(err.msg, "d_kv must be positive"));
+    CHECK(rc_config_validate(&c, &err) == -1 && check_has(err.msg, "d_kv must be positive"));
     rc_config_preset("tiny-gpt2", &c, &err);
     c.n_kv_head = 2;
-    CHECK(rc_config_validate(&c, &err) == -1 && has(err.msg, "key/value head groups"));
+    CHECK(rc_config_validate(&c, &err) == -1 && check_has(err.msg, "key/value head groups"));
     c.n_kv_head = 0;  /* unused fields may stay 0 */
     CHECK(rc_config_validate(&c, &err) == 0);
     c.type = RC_MODEL_TYPE_COUNT;
@@ -606,21 +578,21 @@ static void test_save(void)
         text[got] = 0;
         fclose(f);
     }
-    CHECKF(has(text, "\"architectures\": [\n    \"GPT2LMHeadModel\"\n  ]"), "%s", text);
-    CHECK(has(text, "\"model_type\": \"gpt2\"") && has(text, "\"n_embd\": 768") &&
-          has(text, "\"layer_norm_epsilon\": 1e-5") && has(text, "\"resid_pdrop\": 0.1,") &&
-          has(text, "\"pad_token_id\": null") && !has(text, "hidden_size"));
+    CHECKF(check_has(text, "\"architectures\": [\n    \"GPT2LMHeadModel\"\n  ]"), "%s", text);
+    CHECK(check_has(text, "\"model_type\": \"gpt2\"") && check_has(text, "\"n_embd\": 768") &&
+          check_has(text, "\"layer_norm_epsilon\": 1e-5") && check_has(text, "\"resid_pdrop\": 0.1,") &&
+          check_has(text, "\"pad_token_id\": null") && !check_has(text, "hidden_size"));
 
     /* errors: an invalid config is not written; an unwritable place */
     a.n_head = 5;
     err = (rc_error){0};
     snprintf(path, sizeof path, "%s/bad.json", dir);
-    CHECK(rc_config_save(path, &a, &err) == -1 && has(err.msg, "n_head 5 does not divide"));
+    CHECK(rc_config_save(path, &a, &err) == -1 && check_has(err.msg, "n_head 5 does not divide"));
     CHECK(access(path, F_OK) != 0);
     a.n_head = 12;
     err = (rc_error){0};
     CHECK(rc_config_save(tmp_path("no/such/dir/config.json"), &a, &err) == -1);
-    CHECKF(err.code == RC_ERR_IO && has(err.msg, "no/such/dir"), "%s", err.msg);
+    CHECKF(err.code == RC_ERR_IO && check_has(err.msg, "no/such/dir"), "%s", err.msg);
     CHECK(tmp_files_left(dir) == 0);
 }
 
@@ -675,8 +647,8 @@ static void test_presets(void)
     CHECK(c.gated_ffn && strcmp(c.activation, "gelu_new") == 0 && !c.tie_word_embeddings);
     err = (rc_error){0};
     CHECK(rc_config_preset("gpt5", &c, &err) == -1);
-    CHECKF(err.code == RC_ERR_ARG && has(err.msg, "unknown preset 'gpt5'") &&
-           has(err.msg, "gpt2-xl") && has(err.msg, "tiny-t5"), "%s", err.msg);
+    CHECKF(err.code == RC_ERR_ARG && check_has(err.msg, "unknown preset 'gpt5'") &&
+           check_has(err.msg, "gpt2-xl") && check_has(err.msg, "tiny-t5"), "%s", err.msg);
 }
 
 int main(int argc, char **argv)
@@ -707,6 +679,6 @@ int main(int argc, char **argv)
     test_errors();
     test_save();
     test_presets();
-    rm_tree(tmpdir);
+    check_rm_tree(tmpdir);
     return check_summary("config");
 }

@@ -92,29 +92,6 @@ static void write_npy_raw(const char *path, int major, const char *dict, const v
     free(buf);
 }
 
-static void rm_tree(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                continue;
-            char sub[2048];
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            rm_tree(sub);
-        }
-        if (d)
-            closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
 static int32_t *encode(const char *text, size_t len, int add_special, int64_t *n)
 {
     int32_t *ids = NULL;
@@ -1128,6 +1105,6 @@ int main(int argc, char **argv)
         test_sentencepiece();
     }
     rc_tokenizer_free(tok);
-    rm_tree(tmpdir);
+    check_rm_tree(tmpdir);
     return check_summary("dataset");
 }

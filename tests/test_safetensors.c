@@ -28,11 +28,6 @@
 
 static char tmpdir[64];
 
-static int has(const char *msg, const char *part)
-{
-    return msg && strstr(msg, part) != NULL;
-}
-
 static const char *tmp_path(const char *name)
 {
     static char buf[4][256];
@@ -40,29 +35,6 @@ static const char *tmp_path(const char *name)
     char *p = buf[next++ % 4];
     snprintf(p, 256, "%s/%s", tmpdir, name);
     return p;
-}
-
-static void rm_tree(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char sub[512];
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            rm_tree(sub);
-        }
-        if (d)
-            closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
 }
 
 static void write_bytes(const char *path, const void *p, size_t n)
@@ -130,7 +102,7 @@ static uint32_t f32_bits(float x)
         rc_safetensors *f_ = rc_safetensors_open(path, &err_);                                  \
         CHECKF(f_ == NULL && err_.code != 0, "opened %s", path);                                \
         for (size_t i_ = 0; i_ < sizeof parts_ / sizeof parts_[0]; i_++)                        \
-            CHECKF(has(err_.msg, parts_[i_]), "'%s' not in: %s", parts_[i_], err_.msg);         \
+            CHECKF(check_has(err_.msg, parts_[i_]), "'%s' not in: %s", parts_[i_], err_.msg);         \
         rc_safetensors_close(f_);                                                               \
     } while (0)
 
@@ -141,7 +113,7 @@ static uint32_t f32_bits(float x)
         rc_checkpoint *c_ = rc_checkpoint_open(path, &err_);                                    \
         CHECKF(c_ == NULL && err_.code != 0, "opened %s", path);                                \
         for (size_t i_ = 0; i_ < sizeof parts_ / sizeof parts_[0]; i_++)                        \
-            CHECKF(has(err_.msg, parts_[i_]), "'%s' not in: %s", parts_[i_], err_.msg);         \
+            CHECKF(check_has(err_.msg, parts_[i_]), "'%s' not in: %s", parts_[i_], err_.msg);         \
         rc_checkpoint_close(c_);                                                                \
     } while (0)
 
@@ -272,7 +244,7 @@ static void test_round_trip(void)
         hlen |= (uint64_t)raw[k] << (8 * k);
     CHECKF(hlen % 8 == 0, "header length %llu not padded to 8", (unsigned long long)hlen);
     CHECK(raw[8] == '{' && (raw[8 + hlen - 1] == ' ' || raw[8 + hlen - 1] == '}'));
-    CHECK(has((const char *)raw + 8, "\"__metadata__\":{\"format\":\"pt\""));
+    CHECK(check_has((const char *)raw + 8, "\"__metadata__\":{\"format\":\"pt\""));
     size_t data_bytes = 6 * 4 + 4 + 0 + 5 * 4 + 4 * 2 + 3 * 2;
     CHECKF(size == 8 + hlen + data_bytes, "size %zu", size);
 
@@ -340,7 +312,7 @@ static void test_round_trip(void)
     /* wrong element count names the tensor and both counts */
     err = (rc_error){0};
     CHECK(rc_safetensors_read_f32(f, 0, got, 5, &err) == -1);
-    CHECKF(has(err.msg, "layer.0.weight") && has(err.msg, "6 elements") && has(err.msg, "[2, 3]"),
+    CHECKF(check_has(err.msg, "layer.0.weight") && check_has(err.msg, "6 elements") && check_has(err.msg, "[2, 3]"),
            "%s", err.msg);
     err = (rc_error){0};
     CHECK(rc_safetensors_read_f32(f, 9, got, 5, &err) == -1 && err.code == RC_ERR_INDEX);
@@ -373,16 +345,16 @@ static void test_round_trip(void)
     const char *dup[2] = {"x", "x"};
     err = (rc_error){0};
     CHECK(rc_safetensors_write(tmp_path("dup.safetensors"), 2, dup, wd, ws, wv, 0, NULL, &err));
-    CHECKF(has(err.msg, "'x'") && has(err.msg, "repeated"), "%s", err.msg);
+    CHECKF(check_has(err.msg, "'x'") && check_has(err.msg, "repeated"), "%s", err.msg);
     CHECK(access(tmp_path("dup.safetensors"), F_OK) != 0);
     rc_st_entry bad = {"w", "F7", 1, s1, w1};
     err = (rc_error){0};
     CHECK(rc_safetensors_write_entries(tmp_path("bad.safetensors"), 1, &bad, 0, NULL, &err));
-    CHECKF(has(err.msg, "'w'") && has(err.msg, "unknown dtype 'F7'"), "%s", err.msg);
+    CHECKF(check_has(err.msg, "'w'") && check_has(err.msg, "unknown dtype 'F7'"), "%s", err.msg);
     err = (rc_error){0};
     CHECK(rc_safetensors_write(tmp_path("no/such/dir.safetensors"), 2, wn, wd, ws, wv, 0, NULL,
                                &err) == -1);
-    CHECKF(err.code == RC_ERR_IO && has(err.msg, "no/such/dir"), "%s", err.msg);
+    CHECKF(err.code == RC_ERR_IO && check_has(err.msg, "no/such/dir"), "%s", err.msg);
 }
 
 /* ---- conversions ---------------------------------------------------------------------- */
@@ -473,10 +445,10 @@ static void test_conversions(void)
     CHECKF(bad == 0, "%d of 8 doubles rounded wrongly", bad);
     err = (rc_error){0};
     CHECK(rc_safetensors_read_f32(f, 1, got, 2, &err) == -1);
-    CHECKF(err.code == RC_ERR_DTYPE && has(err.msg, "'i'") && has(err.msg, "I64") &&
-           has(err.msg, "f64.safetensors"), "%s", err.msg);
+    CHECKF(err.code == RC_ERR_DTYPE && check_has(err.msg, "'i'") && check_has(err.msg, "I64") &&
+           check_has(err.msg, "f64.safetensors"), "%s", err.msg);
     err = (rc_error){0};
-    CHECK(rc_safetensors_read_f32(f, 2, got, 2, &err) == -1 && has(err.msg, "I32"));
+    CHECK(rc_safetensors_read_f32(f, 2, got, 2, &err) == -1 && check_has(err.msg, "I32"));
     rc_safetensors_close(f);
     CHECK(rc_st_dtype_size("BF16") == 2 && rc_st_dtype_size("I64") == 8 &&
           rc_st_dtype_size("BOOL") == 1 && rc_st_dtype_size("F17") == 0);
@@ -543,7 +515,7 @@ static void test_truncated(void)
         free(m);
         err = (rc_error){0};
         rc_safetensors *f = rc_safetensors_open(cut, &err);
-        silent += !f && (err.code == 0 || !has(err.msg, "cut.safetensors"));
+        silent += !f && (err.code == 0 || !check_has(err.msg, "cut.safetensors"));
         rc_safetensors_close(f);
     }
     CHECKF(silent == 0, "%d corrupt files failed without a message naming the file", silent);
@@ -714,7 +686,7 @@ static void test_sharded(void)
     int kc = rc_checkpoint_find(ck, "transformer.wte.weight", &fc, &ic);
     CHECK(ka >= 0 && kb >= 0 && kc >= 0);
     CHECK(fa == fb && fa != fc);  /* each shard opened once */
-    CHECK(has(rc_safetensors_path(fa), "model-00002-of-00002.safetensors"));
+    CHECK(check_has(rc_safetensors_path(fa), "model-00002-of-00002.safetensors"));
     float got[2];
     CHECK(rc_safetensors_read_f32(fa, ia, got, 2, &err) == 0 && got[0] == 8 && got[1] == 9);
     CHECK(rc_safetensors_read_f32(fc, ic, got, 2, &err) == 0 && got[0] == 0 && got[1] == 1);
@@ -736,9 +708,9 @@ static void test_sharded(void)
         err = (rc_error){0};
         /* unused: ln_f, lm_head, c_attn.weight (attn.bias is a known buffer) */
         CHECK(rc_checkpoint_check_unused(ck, &err) == 3);
-        CHECKF(err.code == RC_ERR_FORMAT && has(err.msg, "3 tensors not used by the model") &&
-               has(err.msg, "'lm_head.weight'") && has(err.msg, "'transformer.ln_f.weight'") &&
-               !has(err.msg, "attn.bias'"), "%s", err.msg);
+        CHECKF(err.code == RC_ERR_FORMAT && check_has(err.msg, "3 tensors not used by the model") &&
+               check_has(err.msg, "'lm_head.weight'") && check_has(err.msg, "'transformer.ln_f.weight'") &&
+               !check_has(err.msg, "attn.bias'"), "%s", err.msg);
     }
     rc_checkpoint_close(ck);
 
@@ -900,6 +872,6 @@ int main(int argc, char **argv)
     test_malformed();
     test_sharded();
     test_prefixes();
-    rm_tree(tmpdir);
+    check_rm_tree(tmpdir);
     return check_summary("safetensors");
 }

@@ -55,15 +55,6 @@ static int vec_reserve(void **p, int64_t *cap, int64_t need, size_t es)
     return 0;
 }
 
-static char *str_dup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 static int has_suffix(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
@@ -663,7 +654,7 @@ rc_dataset *rc_dataset_open(const char *path, const rc_dataset_opts *opts, rc_er
         return NULL;
     }
     rc_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds || !(ds->path = str_dup(path))) {
+    if (!ds || !(ds->path = strdup(path))) {
         free(ds);
         rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", path);
         return NULL;

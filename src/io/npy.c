@@ -305,15 +305,6 @@ static void npy_header(uint8_t *h, rc_npy_dtype dtype, int64_t n)
     h[NPY_WRITER_HEADER - 1] = '\n';
 }
 
-static char *str_dup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 static void writer_free(rc_npy_writer *w)
 {
     free(w->path);
@@ -326,7 +317,7 @@ int rc_npy_writer_open(rc_npy_writer *w, const char *path, rc_npy_dtype dtype, r
 {
     memset(w, 0, sizeof *w);
     w->dtype = dtype;
-    w->path = str_dup(path);
+    w->path = strdup(path);
     size_t cap = strlen(path) + 32;
     w->tmp = malloc(cap);
     if (!w->path || !w->tmp) {
