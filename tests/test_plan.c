@@ -110,6 +110,25 @@ static void test_no_allocation_in_run(void)
     rc_graph_free(g);
 }
 
+/* the vectorised f32 exp at its edges: underflow to 0, overflow to infinity, NaN kept */
+static void test_exp_edges(void)
+{
+    enum { N = 9 };
+    float x[N] = {-1000.0f, -88.0f, -80.0f, -1.0f, 0.0f, 1.0f, 80.0f, 89.0f, NAN};
+    rc_graph *g = rc_graph_new();
+    rc_tensor *in = rc_input(g, "x", RC_F32, 1, (int64_t[]){N}), *y = rc_exp(g, in);
+    rc_tensor_bind(in, x);
+    rc_error err = {0};
+    rc_plan *p = rc_plan_new(g, &y, 1, &err);
+    CHECK(p && rc_plan_run(p, &err) == 0);
+    const float *e = p ? rc_tensor_data(y) : x;
+    CHECK(e[0] == 0.0f && e[1] == 0.0f && isinf(e[7]) && isnan(e[8]));
+    for (int i = 2; i < 7; i++)
+        CHECKF(fabs(e[i] / exp((double)x[i]) - 1) < 3e-7, "exp(%g) = %.9g", x[i], e[i]);
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
 static void test_threads(void)
 {
     rc_set_threads(1);
@@ -123,6 +142,7 @@ int main(void)
     test_liveness_reuse();
     test_views_and_outputs();
     test_no_allocation_in_run();
+    test_exp_edges();
     test_threads();
     return check_summary("test_plan");
 }

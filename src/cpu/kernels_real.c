@@ -130,20 +130,22 @@ static int64_t lead_rows(const rc_tensor *t)
 /* exp that vectorises: for float, 2^k p(r) with r = x - k ln2 (Cody-Waite split of ln2),
  * |r| <= ln2 / 2, p the degree-6 Taylor polynomial: relative error below 2e-7, no calls
  * and no branches, so loops over it run 8 lanes wide (libm's expf is a scalar call).
- * Below -87.3 (where expf is subnormal) it gives 0. Double uses libm's exp. */
+ * Below -87.3 (where expf is subnormal) it gives 0, above 88.7 infinity; NaN gives NaN. Double uses libm's exp. */
 static inline real fexp(real x)
 {
     if (sizeof(real) == sizeof(double))
         return exp(x);
     float xf = (float)x;
-    float c = xf < -87.3f ? -87.3f : xf > 88.7f ? 88.7f : xf;
+    /* clamped so the exponent bits stay in range; NaN lands on -87.3 here and is passed
+     * through at the end */
+    float c = xf > -87.3f ? (xf < 88.7f ? xf : 88.7f) : -87.3f;
     float k = floorf(c * 1.44269504f + 0.5f);
     float r = c - k * 0.693145752f - k * 1.42860677e-6f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
     int32_t bits = ((int32_t)k + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return xf < -87.3f ? 0.0f : p * scale;
+    return xf != xf ? xf : xf < -87.3f ? 0.0f : xf > 88.7f ? INFINITY : p * scale;
 }
 
 /* The sum of x[0, n) in double, kept in 8 interleaved partial sums so that the loop
