@@ -317,6 +317,9 @@ typedef struct {
  * one arena for all intermediates. Leaves must be bound before rc_plan_run. */
 rc_plan *rc_plan_new(rc_graph *g, rc_tensor *const *outputs, int n, rc_error *err);
 int rc_plan_run(rc_plan *p, rc_error *err);
+/* The figures of a plan (peak bytes, nodes) without allocating its arena: what a model
+ * would need, for models too large to run here. */
+int rc_plan_estimate(rc_graph *g, rc_tensor *const *outputs, int n, rc_plan_stats *stats, rc_error *err);
 void rc_plan_free(rc_plan *p);
 rc_plan_stats rc_plan_get_stats(const rc_plan *p);
 /* The key mixed into every dropout mask of the next runs (trainers set one per step and

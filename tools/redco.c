@@ -15,6 +15,7 @@ static void usage(FILE *f)
             "  train      train a preset or a Hugging Face model directory on text or tokens\n"
             "  eval       loss and perplexity of a model on data\n"
             "  generate   continue a prompt with a model\n"
+            "  plan       the tensor-parallel plan of a model over N shards (no weights allocated)\n"
             "  tokenize   text -> token ids, or ids -> text (--decode)\n"
             "  version    print the version\n"
             "\n"
@@ -43,6 +44,8 @@ int main(int argc, char **argv)
         return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate"))
         return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan"))
+        return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize"))
         return cmd_tokenize(argc - 1, argv + 1);
     fprintf(stderr, "redco: unknown command '%s' (see 'redco help')\n", cmd);

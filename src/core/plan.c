@@ -18,6 +18,7 @@ struct rc_plan {
     char *arena;
     rc_plan_stats stats;
     int timing;
+    int dry;                      /* planned for the figures only: no arena */
     uint64_t run_key;             /* mixed into dropout masks (rc_plan_set_rng) */
 };
 
@@ -146,13 +147,32 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout, rc_error
     free(pos_of);
     free(live);
     p->stats.peak_bytes = peak;
+    if (p->dry)
+        return 0;
     p->arena = peak ? aligned_alloc(ARENA_ALIGN, align_up(peak)) : NULL;
     if (peak && !p->arena)
         return rc_error_set(err, RC_ERR_MEMORY, "plan: cannot allocate the %zu-byte arena", peak);
     return 0;
 }
 
+static rc_plan *plan_new(rc_graph *g, rc_tensor *const *outputs, int n, int dry, rc_error *err);
+
 rc_plan *rc_plan_new(rc_graph *g, rc_tensor *const *outputs, int n, rc_error *err)
+{
+    return plan_new(g, outputs, n, 0, err);
+}
+
+int rc_plan_estimate(rc_graph *g, rc_tensor *const *outputs, int n, rc_plan_stats *stats, rc_error *err)
+{
+    rc_plan *p = plan_new(g, outputs, n, 1, err);
+    if (!p)
+        return -1;
+    *stats = p->stats;
+    rc_plan_free(p);
+    return 0;
+}
+
+static rc_plan *plan_new(rc_graph *g, rc_tensor *const *outputs, int n, int dry, rc_error *err)
 {
     if (!g || rc_graph_error(g)) {
         rc_error_set(err, g ? g->err_code : RC_ERR_ARG, "plan: the graph has an error: %s",
@@ -173,6 +193,7 @@ rc_plan *rc_plan_new(rc_graph *g, rc_tensor *const *outputs, int n, rc_error *er
     if (!p || !needed)
         goto oom;
     p->g = g;
+    p->dry = dry;
     for (int i = 0; i < g->n; i++)
         p->n += needed[i];
     p->order = malloc((size_t)p->n * sizeof *p->order);
@@ -257,8 +278,8 @@ static int bind_memory(rc_plan *p, rc_error *err)
 
 int rc_plan_run(rc_plan *p, rc_error *err)
 {
-    if (!p)
-        return rc_error_set(err, RC_ERR_ARG, "run: NULL plan");
+    if (!p || p->dry)
+        return rc_error_set(err, RC_ERR_ARG, "run: %s plan", p ? "an estimate-only" : "NULL");
     double t0 = now_s(), kernel_s = 0;
     if (bind_memory(p, err))
         return -1;

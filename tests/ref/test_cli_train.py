@@ -175,6 +175,17 @@ def main():
     check(outs[0].get("ids") != outs[2].get("ids"), "another seed gives other tokens")
     print("generate:", outs[0])
 
+    # plan: llama-65b over 64 shards without allocating it; a shard count that divides nothing
+    r = run(redco, "plan", "--model", "llama-65b", "--mp", "64", "--dp", "2", "--json")
+    plan = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
+    roles = {p["name"].split(".")[-2]: p["split"] for p in plan.get("params", [])}
+    check(plan.get("parameters", 0) > 6.5e10 and roles.get("q_proj") == "column" and
+          roles.get("o_proj") == "row" and roles.get("down_proj") == "row" and
+          plan["collectives"]["model_allreduce_forward"] == 2 * 80 + 1 + 3, f"plan llama-65b: {str(plan)[:300]}")
+    r = run(redco, "plan", "--model", "tiny-gpt2", "--mp", "3", expect=None)
+    lines = [x for x in r.stderr.splitlines() if x.startswith("redco ")]
+    check(r.returncode != 0 and len(lines) == 1 and "would: 1, 2, 4" in lines[0], f"plan mp 3: {r.stderr!r}")
+
     # TensorBoard
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     acc = EventAccumulator(straight)

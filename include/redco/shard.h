@@ -1,0 +1,62 @@
+/* redco/shard.h - the tensor-parallel plan: how each parameter is split over the model
+ * axis, derived from the graph (never from parameter names or layouts).
+ *
+ * The paper's two rules, stated on dataflow: a linear layer (a matmul whose right operand
+ * is a parameter) fed a replicated activation splits its output features (column
+ * parallel); the split travels through element-wise ops, reshapes and permutes; where it
+ * meets attention (a matmul between activations) it lands on the head axis, so q, k and v
+ * keep whole heads; a linear fed a feature-split activation splits its input features
+ * (row parallel) and its output is a partial sum, all-reduced before it is needed whole.
+ * Embeddings looked up by the token inputs, and heads tied to them, split the vocabulary;
+ * norms and the biases of row-parallel layers stay replicated; the biases of column
+ * parallel layers split with their outputs.
+ *
+ * This is the analysis and its report (`redco plan`); executing the split graph is the
+ * partitioner's job. */
+#ifndef REDCO_SHARD_H
+#define REDCO_SHARD_H
+
+#include "redco.h"
+
+typedef enum {
+    RC_SHARD_REPLICATED = 0,
+    RC_SHARD_COLUMN,             /* a linear's output features */
+    RC_SHARD_ROW,                /* a linear's input features; output all-reduced */
+    RC_SHARD_VOCAB,              /* embedding rows / LM head vocabulary */
+    RC_SHARD_BIAS                /* a column-parallel layer's bias */
+} rc_shard_role;
+
+/* How one parameter is split. Its axis `axis` is viewed as [outer, groups, inner] and the
+ * groups are dealt out to the model shards in contiguous runs: GPT-2's c_attn [C, 3C] is
+ * axis 1 viewed as [3, heads, head_dim] split on heads, so each shard has whole heads of q,
+ * k and v. A vocabulary the shard count does not divide is padded to padded_groups. */
+typedef struct {
+    rc_shard_role role;
+    int axis;                    /* -1 when replicated */
+    int64_t outer, groups, inner;
+    int64_t padded_groups;       /* groups rounded up to a multiple of mp (vocabulary only) */
+    char note[160];              /* why a parameter that could split stays replicated */
+} rc_shard_spec;
+
+/* What the plan implies for one training step, counted on the forward graph: the
+ * all-reduces of partial sums forward (the row-parallel outputs, the vocabulary-parallel
+ * embedding and cross-entropy) and, by Megatron's symmetry, the all-reduces of the input
+ * gradients of column-parallel layers backward. */
+typedef struct {
+    int64_t allreduce_fwd, allreduce_bwd;
+    double bytes_fwd, bytes_bwd;   /* f32 bytes reduced per rank */
+    int64_t allgather_fwd;         /* splits an op could not use (0 for the built-in models) */
+} rc_shard_comm;
+
+/* Derives the split of every parameter in params[0..n) from the graph that computes
+ * `out` (a loss or logits) for mp model shards. A dimension mp does not divide is an error
+ * listing the offending tensors and the shard counts that would work, unless
+ * allow_replicate, which replicates those weights and says so in their notes. */
+int rc_shard_plan(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp,
+                  int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, rc_error *err);
+
+/* The shape of parameter `param` on one shard (the padded vocabulary included). */
+void rc_shard_local_shape(const rc_shard_spec *s, const rc_tensor *param, int mp, int64_t *shape);
+const char *rc_shard_role_name(rc_shard_role r);
+
+#endif
