@@ -3,6 +3,7 @@
 #include "redco/dist.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -76,6 +77,15 @@ int cli_double(const char *cmd, const char *flag, const char *text, double lo, d
     }
     *out = v;
     return 0;
+}
+
+void cli_print_json(json_t *obj)
+{
+    char *text = obj ? json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    json_decref(obj);
 }
 
 int cli_relaunch(const char *cmd, int nproc, int argc, char **argv)

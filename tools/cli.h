@@ -22,6 +22,10 @@ int cli_double(const char *cmd, const char *flag, const char *text, double lo, d
  * exit status, or -1 when no relaunch is needed. */
 int cli_relaunch(const char *cmd, int nproc, int argc, char **argv);
 
+/* Prints a JSON object as one line of stdout (the --json contract) and releases it. */
+struct json_t;
+void cli_print_json(struct json_t *obj);
+
 /* The command implementations: argv[0] is the command's name. */
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -78,11 +78,7 @@ static void print_json(const options *o, const char *text, const int32_t *ids, i
     json_object_set_new(out, "text", json_string(text));
     json_object_set_new(out, "ids", a);
     json_object_set_new(out, "prompt_ids", p);
-    char *s = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII);
-    if (s)
-        printf("%s\n", s);
-    free(s);
-    json_decref(out);
+    cli_print_json(out);
 }
 
 int cmd_generate(int argc, char **argv)

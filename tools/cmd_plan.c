@@ -195,11 +195,7 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                             (json_int_t)comm->allreduce_bwd, "model_bytes_forward", comm->bytes_fwd,
                             "model_bytes_backward", comm->bytes_bwd, "data_allreduce", (json_int_t)buckets,
                             "model_allgather", (json_int_t)comm->allgather_fwd);
-    char *text = json_dumps(out, JSON_COMPACT);
-    if (text)
-        printf("%s\n", text);
-    free(text);
-    json_decref(out);
+    cli_print_json(out);
 }
 
 int cmd_plan(int argc, char **argv)
