@@ -12,7 +12,6 @@
  *   build/seq2seq_t5 [--steps 300] [--symbols 8] [--max-len 8] [--batch 16] [--lr 3e-3]
  *                    [--workdir DIR]
  */
-#include "redco/data.h" /* RC_IGNORE_INDEX */
 #include "redco/pipeline.h"
 #include "redco/predict.h"
 

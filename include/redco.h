@@ -41,6 +41,7 @@ extern "C" {
 #define REDCO_VERSION "0.1.0"
 
 enum { RC_MAX_DIMS = 6, RC_MAX_SRC = 8, RC_MAX_IPARAM = 8, RC_MAX_FPARAM = 4 };
+enum { RC_IGNORE_INDEX = -100 };  /* the target id losses skip (as torch's ignore_index) */
 
 /* Element types. bf16 and f16 are reserved storage types: loaders convert
  * them; kernels run in f32 (or f64 for reference checks). */
@@ -105,6 +106,7 @@ typedef enum {
     RC_OP_EQUAL,         /* 1 where src0 == src1 else 0, broadcast; no gradient */
     RC_OP_CROSS_ENTROPY_GRAD, /* the gradient of CROSS_ENTROPY in one pass: src0 logits, src1
                             targets, src2 the scalar upstream gradient; ignore id iparam[0] */
+    RC_OP_STOP_GRADIENT, /* src0 itself (a view); no gradient flows through it */
     RC_OP_COUNT
 } rc_op;
 
@@ -176,6 +178,10 @@ enum {
     RC_ERR_FORMAT
 };
 
+/* Fills err (when not NULL) with a code and a printf-style message; returns -1. For user
+ * code too: a collate or output function can report why it failed. */
+int rc_error_set(rc_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* ---- tensors ------------------------------------------------------------------ */
 
 size_t rc_dtype_size(rc_dtype t);
@@ -237,6 +243,8 @@ rc_tensor *rc_act(rc_graph *g, rc_tensor *a, rc_act_kind act, int order);
 rc_tensor *rc_where(rc_graph *g, rc_tensor *cond, rc_tensor *a, rc_tensor *b);
 rc_tensor *rc_equal(rc_graph *g, rc_tensor *a, rc_tensor *b);
 rc_tensor *rc_cast(rc_graph *g, rc_tensor *a, rc_dtype t);
+/* a as a constant for differentiation (first-order MAML, targets built from outputs) */
+rc_tensor *rc_stop_gradient(rc_graph *g, rc_tensor *a);
 rc_tensor *rc_dropout(rc_graph *g, rc_tensor *a, double p, rc_rng key);
 
 /* ---- linear algebra ----------------------------------------------------------- */

@@ -178,9 +178,28 @@ static void test_embedding_padding(void)
     rc_graph_free(g);
 }
 
+/* d/dx sum(x * stop_gradient(x)) is x, not 2x: nothing flows through the stopped factor */
+static void test_stop_gradient(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = rc_param(g, "x", RC_F64, 1, (int64_t[]){3}), *dx;
+    rc_tensor *loss = rc_sum_all(g, rc_mul(g, x, rc_stop_gradient(g, x)));
+    rc_backward(g, loss, &x, 1, &dx);
+    double xd[3] = {1, -2, 3};
+    rc_tensor_bind(x, xd);
+    rc_error err = {0};
+    rc_plan *p = rc_plan_new(g, &dx, 1, &err);
+    CHECK(p && rc_plan_run(p, &err) == 0);
+    const double *d = p ? rc_tensor_data(dx) : xd;
+    CHECKF(d[0] == 1 && d[1] == -2 && d[2] == 3, "%g %g %g", d[0], d[1], d[2]);
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
 int main(void)
 {
     test_embedding_padding();
+    test_stop_gradient();
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
         const gc_case *c = &cases[i];

@@ -82,7 +82,6 @@
 extern "C" {
 #endif
 
-enum { RC_IGNORE_INDEX = -100 };   /* a target the loss skips (rc_cross_entropy's ignore) */
 
 /* ---- .npy token arrays ------------------------------------------------------------ */
 

@@ -259,6 +259,7 @@ int rc_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
     case RC_OP_FULL:
     case RC_OP_ONE_HOT:
     case RC_OP_EQUAL:
+    case RC_OP_STOP_GRADIENT:
         return 0;
     case RC_OP_ADD:
     case RC_OP_SUB:

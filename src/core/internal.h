@@ -20,9 +20,7 @@ struct rc_graph {
 /* Records the first error of a graph; returns NULL so builders can `return rc_fail(...)`. */
 rc_tensor *rc_fail(rc_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Sets an rc_error (when not NULL); returns -1. */
-int rc_error_set(rc_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+
 
 /* A new node with the given inputs; NULL (error set) when allocation fails. */
 rc_tensor *rc_node_new(rc_graph *g, rc_op op, rc_dtype t, int ndim, const int64_t *shape,

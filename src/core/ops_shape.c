@@ -50,6 +50,13 @@ rc_tensor *rc_reshape(rc_graph *g, rc_tensor *a, int ndim, const int64_t *shape)
     return as_view(rc_node_new(g, RC_OP_RESHAPE, a->dtype, ndim, s, 1, &a), a, 0);
 }
 
+rc_tensor *rc_stop_gradient(rc_graph *g, rc_tensor *a)
+{
+    if (rc_inputs_bad(g, 1, &a))
+        return NULL;
+    return as_view(rc_node_new(g, RC_OP_STOP_GRADIENT, a->dtype, a->ndim, a->shape, 1, &a), a, 0);
+}
+
 rc_tensor *rc_permute(rc_graph *g, rc_tensor *a, const int *perm)
 {
     if (rc_inputs_bad(g, 1, &a))
