@@ -139,10 +139,11 @@ static inline real fexp(real x)
     /* clamped so the exponent bits stay in range; NaN lands on -87.3 here and is passed
      * through at the end */
     float c = xf > -87.3f ? (xf < 88.7f ? xf : 88.7f) : -87.3f;
-    float k = floorf(c * 1.44269504f + 0.5f);
+    int32_t ki = (int32_t)(c * 1.44269504f + 128.5f) - 128; /* round to nearest: the sum is positive */
+    float k = (float)ki;
     float r = c - k * 0.693145752f - k * 1.42860677e-6f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    int32_t bits = ((int32_t)k + 127) << 23;
+    int32_t bits = (ki + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return xf != xf ? xf : xf < -87.3f ? 0.0f : xf > 88.7f ? INFINITY : p * scale;
