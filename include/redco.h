@@ -107,6 +107,10 @@ typedef enum {
     RC_OP_CROSS_ENTROPY_GRAD, /* the gradient of CROSS_ENTROPY in one pass: src0 logits, src1
                             targets, src2 the scalar upstream gradient; ignore id iparam[0] */
     RC_OP_STOP_GRADIENT, /* src0 itself (a view); no gradient flows through it */
+    RC_OP_MP_ENTER,      /* src0 itself (a view) entering model-parallel work; its gradient is
+                            all-reduced over the model axis (Megatron's f) */
+    RC_OP_MP_REDUCE,     /* src0 summed over the model axis (Megatron's g); gradient: MP_ENTER */
+    RC_OP_MP_MAX,        /* src0's elementwise maximum over the model axis; no gradient */
     RC_OP_COUNT
 } rc_op;
 
@@ -245,6 +249,13 @@ rc_tensor *rc_equal(rc_graph *g, rc_tensor *a, rc_tensor *b);
 rc_tensor *rc_cast(rc_graph *g, rc_tensor *a, rc_dtype t);
 /* a as a constant for differentiation (first-order MAML, targets built from outputs) */
 rc_tensor *rc_stop_gradient(rc_graph *g, rc_tensor *a);
+/* Model-parallel collectives, run by the plan's collective callback (without one, a world
+ * of one shard: identities). enter: identity forward, all-reduced gradient; reduce: sum
+ * over the model shards, gradient passed as it is; max: the shards' maximum, no gradient
+ * (for stabilising constants such as a softmax's row maximum). */
+rc_tensor *rc_mp_enter(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_mp_reduce(rc_graph *g, rc_tensor *a);
+rc_tensor *rc_mp_max(rc_graph *g, rc_tensor *a);
 rc_tensor *rc_dropout(rc_graph *g, rc_tensor *a, double p, rc_rng key);
 
 /* ---- linear algebra ----------------------------------------------------------- */
@@ -333,6 +344,10 @@ rc_plan_stats rc_plan_get_stats(const rc_plan *p);
 /* The key mixed into every dropout mask of the next runs (trainers set one per step and
  * data-parallel rank); the forward and backward of one run always share their masks. */
 void rc_plan_set_rng(rc_plan *p, rc_rng key);
+/* The collective the plan runs for MP_REDUCE (op 0: sum) and MP_MAX (op 1: max) over the
+ * model axis, in place on n elements of dtype t; returns 0 or -1 with err set. */
+typedef int (*rc_collective_fn)(void *ctx, void *data, int64_t n, rc_dtype t, int op, rc_error *err);
+void rc_plan_set_collective(rc_plan *p, rc_collective_fn fn, void *ctx);
 /* Times each kernel when on (for benchmarks); off by default. */
 void rc_plan_set_timing(rc_plan *p, int on);
 

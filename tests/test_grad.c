@@ -81,6 +81,11 @@ static rc_tensor *b_equal_mask(rc_graph *g, rc_tensor **x)
     /* equal has no gradient; multiplying by it must pass the gradient through the other factor */
     return rc_mul(g, x[0], rc_equal(g, x[1], rc_scalar(g, RC_F64, 1.0)));
 }
+static rc_tensor *b_mp(rc_graph *g, rc_tensor **x)
+{
+    /* one shard: enter and reduce are identities, and their gradients each other */
+    return rc_tanh(g, rc_mp_reduce(g, rc_mul(g, rc_mp_enter(g, x[0]), x[1])));
+}
 static rc_tensor *b_full(rc_graph *g, rc_tensor **x) { return rc_add(g, x[0], rc_full(g, RC_F64, 1, (int64_t[]){3}, 2.5)); }
 
 static const gc_case cases[] = {
@@ -154,6 +159,7 @@ static const gc_case cases[] = {
     {"where", 3, {MASK(3, 1), F64(3, 4), F64(4)}, b_where, 1, 0, 0},
     {"cast f32 round trip", 2, {F64(3, 4), F64(4)}, b_cast, 1, 1e-2, 1e-4},
     {"equal (no gradient)", 2, {F64(3, 4), MASK(3, 4)}, b_equal_mask, 1, 0, 0},
+    {"model-parallel enter/reduce", 2, {F64(3, 4), F64(4)}, b_mp, 1, 0, 0},
     {"full", 1, {F64(2, 3)}, b_full, 1, 0, 0},
 };
 

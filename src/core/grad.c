@@ -260,6 +260,13 @@ int rc_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
     case RC_OP_ONE_HOT:
     case RC_OP_EQUAL:
     case RC_OP_STOP_GRADIENT:
+    case RC_OP_MP_MAX:
+        return 0;
+    case RC_OP_MP_ENTER:
+        gs[0] = rc_mp_reduce(g, G);
+        return 0;
+    case RC_OP_MP_REDUCE:
+        gs[0] = rc_mp_enter(g, G);
         return 0;
     case RC_OP_ADD:
     case RC_OP_SUB:

@@ -57,6 +57,30 @@ rc_tensor *rc_stop_gradient(rc_graph *g, rc_tensor *a)
     return as_view(rc_node_new(g, RC_OP_STOP_GRADIENT, a->dtype, a->ndim, a->shape, 1, &a), a, 0);
 }
 
+rc_tensor *rc_mp_enter(rc_graph *g, rc_tensor *a)
+{
+    if (rc_inputs_bad(g, 1, &a) || rc_float_input(g, "mp_enter", a))
+        return NULL;
+    return as_view(rc_node_new(g, RC_OP_MP_ENTER, a->dtype, a->ndim, a->shape, 1, &a), a, 0);
+}
+
+static rc_tensor *collective(rc_graph *g, rc_op op, rc_tensor *a)
+{
+    if (rc_inputs_bad(g, 1, &a) || rc_float_input(g, rc_op_name(op), a))
+        return NULL;
+    return rc_node_new(g, op, a->dtype, a->ndim, a->shape, 1, &a);
+}
+
+rc_tensor *rc_mp_reduce(rc_graph *g, rc_tensor *a)
+{
+    return collective(g, RC_OP_MP_REDUCE, a);
+}
+
+rc_tensor *rc_mp_max(rc_graph *g, rc_tensor *a)
+{
+    return collective(g, RC_OP_MP_MAX, a);
+}
+
 rc_tensor *rc_permute(rc_graph *g, rc_tensor *a, const int *perm)
 {
     if (rc_inputs_bad(g, 1, &a))

@@ -20,6 +20,8 @@ struct rc_plan {
     int timing;
     int dry;                      /* planned for the figures only: no arena */
     uint64_t run_key;             /* mixed into dropout masks (rc_plan_set_rng) */
+    rc_collective_fn collective;  /* model-axis all-reduces; NULL: one shard */
+    void *collective_ctx;
 };
 
 static double now_s(void)
@@ -244,6 +246,24 @@ void rc_plan_set_rng(rc_plan *p, rc_rng key)
         p->run_key = rc_hash64(key.key ^ rc_hash64(key.counter));
 }
 
+void rc_plan_set_collective(rc_plan *p, rc_collective_fn fn, void *ctx)
+{
+    if (p) {
+        p->collective = fn;
+        p->collective_ctx = ctx;
+    }
+}
+
+/* MP_REDUCE / MP_MAX: the input copied, then combined across the model shards */
+static int run_collective(rc_plan *p, rc_tensor *t, rc_error *err)
+{
+    memcpy(t->data, t->src[0]->data, rc_tensor_nbytes(t));
+    if (!p->collective)
+        return 0;
+    return p->collective(p->collective_ctx, t->data, rc_tensor_numel(t), t->dtype,
+                         t->op == RC_OP_MP_MAX, err);
+}
+
 void rc_plan_set_timing(rc_plan *p, int on)
 {
     if (p)
@@ -290,7 +310,8 @@ int rc_plan_run(rc_plan *p, rc_error *err)
         if (!p->owns[i])
             continue;
         double k0 = p->timing ? now_s() : 0;
-        if (rc_cpu_run(t, err)) {
+        int is_collective = t->op == RC_OP_MP_REDUCE || t->op == RC_OP_MP_MAX;
+        if (is_collective ? run_collective(p, t, err) : rc_cpu_run(t, err)) {
             char s[96], msg[sizeof err->msg + 192];
             if (err) {
                 snprintf(msg, sizeof msg, "%s (node %d, %s %s)", err->msg, t->id, rc_op_name(t->op),
