@@ -80,9 +80,11 @@ typedef enum {
     RC_OP_RMS_NORM,      /* x / sqrt(mean(x^2) + fparam[0]) * (src1 + fparam[1]); without src1 (NULL)
                             the normalised x itself (the offset is ignored) */
     RC_OP_EMBEDDING,     /* rows of src0 [V, C] picked by ids src1 (i32 [...]) -> [..., C];
-                            iparam[0] = padding id whose row gets no gradient (-1: none) */
+                            iparam[0] = padding id whose row gets no gradient (-1: none);
+                            shard mode (iparam[2] = 1): src0 holds rows [iparam[3], iparam[3] + V)
+                            of an iparam[4]-row vocabulary, other ids give zero rows */
     RC_OP_EMBEDDING_GRAD,/* scatter-add of src1 [..., C] into zeros [iparam[0], C] at ids src0,
-                            skipping ids equal to iparam[1] (-1: none) */
+                            skipping ids equal to iparam[1] (-1: none); shard mode as EMBEDDING */
     RC_OP_ROPE,          /* src0 [..., T, H, D] rotated by positions src1 (i32 [T]);
                             iparam[0] = rotary dims (even, <= D), iparam[1] = rc_rope_mode,
                             iparam[2] = 1 for the inverse rotation; fparam[0] = theta */
@@ -98,7 +100,8 @@ typedef enum {
     RC_OP_SUM_TO,        /* src0 summed down to this node's (broadcast-compatible) shape */
     RC_OP_CROSS_ENTROPY, /* mean over targets != iparam[0] of -log softmax(src0)[target];
                             src0 [..., V] logits, src1 i32 [...] targets; scalar out */
-    RC_OP_ONE_HOT,       /* src0 i32 [...] -> [..., iparam[0]]; ids equal to iparam[1] give zero rows */
+    RC_OP_ONE_HOT,       /* src0 i32 [...] -> [..., iparam[0]]; ids equal to iparam[1] give zero rows;
+                            shard mode as EMBEDDING (columns [iparam[3], ...) of iparam[4]) */
     RC_OP_DROPOUT,       /* src0 * keep / (1 - fparam[0]); keep drawn from the 64-bit key in iparam[0..1]
                             mixed with the plan's per-run key, which the plan writes to iparam[2..3] */
     RC_OP_WHERE,         /* src0 != 0 ? src1 : src2, broadcast */
@@ -288,6 +291,11 @@ rc_tensor *rc_rope_inverse(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_di
 /* logits [..., V], targets i32 [...] -> scalar mean over targets != ignore_index */
 rc_tensor *rc_cross_entropy(rc_graph *g, rc_tensor *logits, rc_tensor *targets, int ignore_index);
 rc_tensor *rc_one_hot(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_index, rc_dtype t);
+/* Vocabulary shards: the table (or one-hot columns) covers ids [first, first + rows) of a
+ * vocabulary of `vocab` ids; other ids give zero rows and no gradient. */
+rc_tensor *rc_embedding_shard(rc_graph *g, rc_tensor *table, rc_tensor *ids, int64_t first, int64_t vocab);
+rc_tensor *rc_one_hot_shard(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_index, rc_dtype t,
+                            int64_t first, int64_t vocab);
 /* d(cross_entropy)/d(logits) scaled by the scalar upstream gradient g_out, fused */
 rc_tensor *rc_cross_entropy_grad(rc_graph *g, rc_tensor *logits, rc_tensor *targets,
                                  rc_tensor *g_out, int ignore_index);

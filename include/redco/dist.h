@@ -42,6 +42,10 @@ int rc_comm_size(const rc_comm *c);
 int rc_comm_allreduce_sum_f32(rc_comm *c, float *data, int64_t n, rc_error *err);
 int rc_comm_allreduce_sum_f64(rc_comm *c, double *data, int64_t n, rc_error *err);
 int rc_comm_allreduce_max_f64(rc_comm *c, double *data, int64_t n, rc_error *err);
+int rc_comm_allreduce_max_f32(rc_comm *c, float *data, int64_t n, rc_error *err);
+/* A plan's collective callback (rc_plan_set_collective) over communicator ctx: sums and
+ * maxima of f32 and f64 tensors in place. */
+int rc_comm_collective(void *ctx, void *data, int64_t n, rc_dtype t, int op, rc_error *err);
 /* In-place mean over the ranks, in buckets of at most bucket floats (0: one bucket). */
 int rc_comm_allreduce_mean_f32(rc_comm *c, float *data, int64_t n, int64_t bucket, rc_error *err);
 int rc_comm_bcast(rc_comm *c, void *data, size_t bytes, int root, rc_error *err);

@@ -55,6 +55,28 @@ typedef struct {
 int rc_shard_plan(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp,
                   int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, rc_error *err);
 
+/* ---- the partitioner: one rank's share of the graph --------------------------------------- */
+
+typedef struct {
+    rc_graph *g;                 /* the rank's local graph */
+    rc_tensor *out;              /* the counterpart of the global output (whole on every rank) */
+    rc_tensor **params;          /* [n] the local parameter leaves (shards), unbound */
+} rc_shard_graph;
+
+/* Plans (as rc_shard_plan) and builds rank `rank`'s graph of the global graph computing
+ * `out`. Inputs keep their names and global shapes; parameters become their shards. The
+ * model-parallel ops need the plan's collective callback (rc_plan_set_collective) over the
+ * model axis when the local graph runs. Differentiate the local graph with rc_backward:
+ * the gradients are the shards' gradients. */
+int rc_shard_partition(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp, int rank,
+                       int allow_replicate, rc_shard_spec *specs, rc_shard_graph *local, rc_error *err);
+void rc_shard_graph_free(rc_shard_graph *local);
+/* parameter `param`'s shard for `rank` copied out of its full tensor, and back into one */
+void rc_shard_take(const rc_shard_spec *s, const rc_tensor *param, int mp, int rank, const float *full,
+                   float *local_data);
+void rc_shard_put(const rc_shard_spec *s, const rc_tensor *param, int mp, int rank, const float *local_data,
+                  float *full);
+
 /* The shape of parameter `param` on one shard (the padded vocabulary included). */
 void rc_shard_local_shape(const rc_shard_spec *s, const rc_tensor *param, int mp, int64_t *shape);
 const char *rc_shard_role_name(rc_shard_role r);

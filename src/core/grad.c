@@ -2,6 +2,8 @@
  * backward graph can itself be differentiated (gradients of gradients). */
 #include "internal.h"
 
+#include <string.h>
+
 /* Reduces a broadcast gradient back to the shape of the input it flows into. */
 static rc_tensor *to_shape_of(rc_graph *g, rc_tensor *grad, const rc_tensor *like)
 {
@@ -291,6 +293,8 @@ int rc_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
         return grad_norm(g, y, G, gs);
     case RC_OP_EMBEDDING:
         gs[0] = rc_embedding_grad(g, y->src[1], G, y->src[0]->shape[0], y->iparam[0]);
+        if (gs[0] && y->iparam[2]) /* a vocabulary shard: the same rows */
+            memcpy(gs[0]->iparam + 2, y->iparam + 2, 3 * sizeof *y->iparam);
         return 0;
     case RC_OP_EMBEDDING_GRAD:
         gs[1] = grad_embedding_grad(g, y, G);

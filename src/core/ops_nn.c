@@ -215,6 +215,30 @@ rc_tensor *rc_cross_entropy(rc_graph *g, rc_tensor *logits, rc_tensor *targets, 
     return y;
 }
 
+static rc_tensor *shard_mode(rc_graph *g, rc_tensor *y, int64_t first, int64_t vocab, const char *op)
+{
+    if (!y)
+        return NULL;
+    if (first < 0 || vocab <= 0 || vocab > INT32_MAX || first > INT32_MAX)
+        return rc_fail(g, RC_ERR_ARG, "%s: shard at %lld of a %lld-id vocabulary", op, (long long)first,
+                       (long long)vocab);
+    y->iparam[2] = 1;
+    y->iparam[3] = (int32_t)first;
+    y->iparam[4] = (int32_t)vocab;
+    return y;
+}
+
+rc_tensor *rc_embedding_shard(rc_graph *g, rc_tensor *table, rc_tensor *ids, int64_t first, int64_t vocab)
+{
+    return shard_mode(g, rc_embedding(g, table, ids), first, vocab, "embedding");
+}
+
+rc_tensor *rc_one_hot_shard(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_index, rc_dtype t,
+                            int64_t first, int64_t vocab)
+{
+    return shard_mode(g, rc_one_hot(g, ids, depth, ignore_index, t), first, vocab, "one_hot");
+}
+
 rc_tensor *rc_cross_entropy_grad(rc_graph *g, rc_tensor *logits, rc_tensor *targets,
                                  rc_tensor *g_out, int ignore_index)
 {

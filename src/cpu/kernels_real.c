@@ -868,10 +868,16 @@ static void embedding_range(void *ctx, int64_t i0, int64_t i1, int part)
     const real *t = src_data(node, 0);
     const int32_t *ids = node->src[1]->data;
     real *o = node->data;
-    int64_t c = last_dim(node);
+    int64_t c = last_dim(node), rows = node->src[0]->shape[0];
+    int64_t offset = node->iparam[2] ? node->iparam[3] : 0; /* a vocabulary shard's first id */
     (void)part;
-    for (int64_t i = i0; i < i1; i++)
-        memcpy(o + i * c, t + (int64_t)ids[i] * c, (size_t)c * sizeof(real));
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t r = (int64_t)ids[i] - offset;
+        if (r >= 0 && r < rows)
+            memcpy(o + i * c, t + r * c, (size_t)c * sizeof(real));
+        else /* another shard's id (shard mode only: ids were checked) */
+            memset(o + i * c, 0, (size_t)c * sizeof(real));
+    }
 }
 
 /* table src0 [V, C], ids src1 i32 [...] -> [..., C] */
@@ -883,7 +889,7 @@ static int k_embedding(rc_tensor *node, rc_error *err)
     int64_t c = last_dim(node), count = rc_tensor_numel(node->src[1]);
     if (tab->ndim != 2 || tab->shape[1] != c || count * c != rc_tensor_numel(node))
         return rc_error_set(err, RC_ERR_SHAPE, "embedding: table, ids and output do not fit");
-    int64_t v = tab->shape[0];
+    int64_t v = node->iparam[2] ? node->iparam[4] : tab->shape[0]; /* shard mode: the whole vocabulary */
     const int32_t *ids = node->src[1]->data;
     int64_t bad = bad_id(ids, count, v, INT64_MIN);
     if (bad >= 0)
@@ -900,13 +906,15 @@ static void embedding_grad_range(void *ctx, int64_t j0, int64_t j1, int part)
     const int32_t *ids = node->src[0]->data;
     const real *g = src_data(node, 1);
     real *out = node->data;
-    int64_t c = node->shape[1], count = rc_tensor_numel(node->src[0]);
+    int64_t c = node->shape[1], count = rc_tensor_numel(node->src[0]), rows = node->shape[0];
     int32_t skip = node->iparam[1]; /* the padding id, -1 for none */
+    int64_t offset = node->iparam[2] ? node->iparam[3] : 0;
     (void)part;
     for (int64_t i = 0; i < count; i++) {
-        if (ids[i] == skip)
+        int64_t r = (int64_t)ids[i] - offset;
+        if (ids[i] == skip || r < 0 || r >= rows)
             continue;
-        real *restrict o = out + (int64_t)ids[i] * c;
+        real *restrict o = out + r * c;
         const real *restrict gi = g + i * c;
         for (int64_t j = j0; j < j1; j++)
             o[j] += gi[j];
@@ -921,7 +929,8 @@ static int k_embedding_grad(rc_tensor *node, rc_error *err)
         return -1;
     if (node->ndim != 2)
         return rc_error_set(err, RC_ERR_SHAPE, "embedding_grad: output must be [vocab, dim]");
-    int64_t v = node->shape[0], c = node->shape[1], count = rc_tensor_numel(node->src[0]);
+    int64_t v = node->iparam[2] ? node->iparam[4] : node->shape[0], c = node->shape[1];
+    int64_t count = rc_tensor_numel(node->src[0]);
     if (count * c != rc_tensor_numel(node->src[1]))
         return rc_error_set(err, RC_ERR_SHAPE, "embedding_grad: ids and gradient do not fit");
     const int32_t *ids = node->src[0]->data;
@@ -942,14 +951,16 @@ static void one_hot_range(void *ctx, int64_t i0, int64_t i1, int part)
     const int32_t *ids = node->src[0]->data;
     real *out = node->data;
     int64_t depth = last_dim(node);
+    int64_t offset = node->iparam[2] ? node->iparam[3] : 0; /* a vocabulary shard's first id */
     int32_t ignore = node->iparam[1];
     (void)part;
     for (int64_t i = i0; i < i1; i++) {
         real *restrict o = out + i * depth;
         for (int64_t j = 0; j < depth; j++)
             o[j] = 0;
-        if (ids[i] != ignore)
-            o[ids[i]] = 1;
+        int64_t r = (int64_t)ids[i] - offset;
+        if (ids[i] != ignore && r >= 0 && r < depth)
+            o[r] = 1;
     }
 }
 
@@ -962,7 +973,7 @@ static int k_one_hot(rc_tensor *node, rc_error *err)
     if (count * depth != rc_tensor_numel(node))
         return rc_error_set(err, RC_ERR_SHAPE, "one_hot: ids and output do not fit");
     const int32_t *ids = node->src[0]->data;
-    int64_t bad = bad_id(ids, count, depth, node->iparam[1]);
+    int64_t bad = bad_id(ids, count, node->iparam[2] ? node->iparam[4] : depth, node->iparam[1]);
     if (bad >= 0)
         return rc_error_set(err, RC_ERR_INDEX, "one_hot: id %d at position %lld is outside [0, %lld)",
                             ids[bad], (long long)bad, (long long)depth);

@@ -214,6 +214,20 @@ int rc_comm_allreduce_max_f64(rc_comm *c, double *data, int64_t n, rc_error *err
     return allreduce(c, data, n, MPI_DOUBLE, sizeof(double), MPI_MAX, err);
 }
 
+int rc_comm_allreduce_max_f32(rc_comm *c, float *data, int64_t n, rc_error *err)
+{
+    return allreduce(c, data, n, MPI_FLOAT, sizeof(float), MPI_MAX, err);
+}
+
+int rc_comm_collective(void *ctx, void *data, int64_t n, rc_dtype t, int op, rc_error *err)
+{
+    rc_comm *c = ctx;
+    MPI_Datatype mt = t == RC_F64 ? MPI_DOUBLE : MPI_FLOAT;
+    if (t != RC_F32 && t != RC_F64)
+        return rc_error_set(err, RC_ERR_DTYPE, "collective: dtype %s", rc_dtype_name(t));
+    return allreduce(c, data, n, mt, rc_dtype_size(t), op ? MPI_MAX : MPI_SUM, err);
+}
+
 int rc_comm_allreduce_mean_f32(rc_comm *c, float *data, int64_t n, int64_t bucket, rc_error *err)
 {
     if (!c || c->size == 1)

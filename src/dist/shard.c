@@ -8,57 +8,11 @@
  * output features ([o_outer, groups, o_inner]). The first op that needs a choice makes it:
  * attention picks a batch axis (the heads), a linear contracting over the features picks
  * the whole axis, norms / softmax / rotary rule out their inner axis. */
-#include "internal.h"
-#include "redco/shard.h"
+#include "shard_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { MAX_CAND = 6, MAX_ORIG = 4, MAX_BIAS = 4 };
-
-typedef struct {
-    int axis;
-    int64_t c_outer, groups, c_inner;  /* in the current tensor's axis */
-    int64_t o_outer, o_inner;          /* in the origin linear's output features */
-} cand;
-
-typedef enum { ST_R = 0, ST_P, ST_A, ST_S } st_kind;
-
-typedef struct {
-    st_kind kind;
-    int ncand;                   /* A: the candidates; S: 1, the split */
-    cand c[MAX_CAND];
-    int norig;
-    int orig[MAX_ORIG];          /* the column-parallel linears the split comes from */
-} state;
-
-/* A column-parallel linear: its weight, output axis, and how the split was resolved. */
-typedef struct {
-    int param, axis;
-    int resolved, vocab;
-    int64_t outer, groups, inner;
-    int nbias;
-    int bias[MAX_BIAS], bias_axis[MAX_BIAS];
-} origin;
-
-typedef struct {
-    rc_graph *g;
-    int mp, n;
-    rc_tensor *const *params;
-    int *param_of;               /* node id -> parameter index, or -1 */
-    state *st;                   /* per node id */
-    origin *orig;
-    int norig, cap_orig;
-    rc_shard_spec *spec;
-    const char *forced;          /* parameters to keep replicated (notes already written) */
-    int fail_param;              /* first parameter a split did not divide, or -1 */
-    int64_t fail_groups;
-    int gqa_param;               /* a key/value projection shared by query groups that does
-                                    not divide: replicated by the rules, with a note */
-    rc_shard_comm comm;
-    char *col_input;             /* node id -> 1 when it feeds a column-parallel linear */
-} plan;
 
 static int64_t numel_bytes(const rc_tensor *t)
 {
@@ -71,13 +25,19 @@ static void allreduce(plan *p, const rc_tensor *t)
     p->comm.bytes_fwd += (double)numel_bytes(t);
 }
 
-/* A partial sum becomes whole: one all-reduce. */
-static void make_whole(plan *p, state *s, const rc_tensor *t)
+/* Input i of y, a partial sum, is made whole: one all-reduce per tensor, however many
+ * consumers need it whole. */
+static void make_whole(plan *p, state *s, const rc_tensor *y, int i)
 {
-    if (s->kind == ST_P) {
+    if (s->kind != ST_P)
+        return;
+    const rc_tensor *t = y->src[i];
+    if (!p->reduced[t->id]) {
+        p->reduced[t->id] = 1;
         allreduce(p, t);
-        s->kind = ST_R;
     }
+    p->act[y->id * RC_MAX_SRC + i] |= ACT_REDUCE;
+    s->kind = ST_R;
 }
 
 /* A split that an op cannot work with is gathered (not part of the Megatron pattern). */
@@ -271,7 +231,7 @@ static void linear(plan *p, rc_tensor *y, state *out)
     state xs = p->st[x->id];
     int wi = p->param_of[w->id], tb = y->iparam[1];
     int out_axis = tb ? 0 : 1, in_axis = tb ? 1 : 0, last = x->ndim - 1;
-    make_whole(p, &xs, x);
+    make_whole(p, &xs, y, 0);
     memset(out, 0, sizeof *out);
     if (xs.kind == ST_A && find_cand(&xs, last) >= 0)
         choose(p, &xs, find_cand(&xs, last), 0);
@@ -287,7 +247,6 @@ static void linear(plan *p, rc_tensor *y, state *out)
         *out = xs;
         return;
     }
-    p->col_input[x->id] = 1;
     const rc_shard_spec *ws = &p->spec[wi];
     if (p->forced[wi])
         return;
@@ -358,7 +317,7 @@ static void elementwise(plan *p, rc_tensor *y, state *out)
         for (int i = 0; i < y->nsrc; i++)
             if (y->src[i] && p->st[y->src[i]->id].kind == ST_P) {
                 state s = p->st[y->src[i]->id];
-                make_whole(p, &s, y->src[i]);
+                make_whole(p, &s, y, i);
             }
         if (lead < 0)
             return;
@@ -372,8 +331,10 @@ static void elementwise(plan *p, rc_tensor *y, state *out)
         if (!o || i == lead)
             continue;
         state *os = &p->st[o->id];
-        if (os->kind == ST_R)
+        if (os->kind == ST_R || os->kind == ST_P) {
             follow(p, &s, lt, y, o);
+            p->act[y->id * RC_MAX_SRC + i] |= ACT_SLICE; /* a parameter: already its shard */
+        }
         else if (os->kind == ST_A && s.kind == ST_A && s.norig + os->norig <= MAX_ORIG)
             for (int k = 0; k < os->norig; k++)
                 s.orig[s.norig++] = os->orig[k]; /* gate * up: resolved together */
@@ -390,7 +351,7 @@ static void batched(plan *p, rc_tensor *y, state *out)
     memset(out, 0, sizeof *out);
     for (int i = 0; i < 2; i++) {
         s[i] = p->st[y->src[i]->id];
-        make_whole(p, &s[i], y->src[i]);
+        make_whole(p, &s[i], y, i);
         int nb = y->src[i]->ndim - 2;
         if (s[i].kind == ST_A) {
             int k = -1;
@@ -422,6 +383,8 @@ static void batched(plan *p, rc_tensor *y, state *out)
     }
     for (int i = 0; i < 2; i++)
         if (s[i].kind == ST_S && s[i].c[0].axis < y->ndim - 2) {
+            if (s[!i].kind == ST_R) /* e.g. a GQA key replicated: this shard's heads of it */
+                p->act[y->id * RC_MAX_SRC + !i] |= ACT_SLICE;
             *out = s[i];
             out->norig = 0;
             return;
@@ -447,17 +410,22 @@ static void step(plan *p, rc_tensor *y)
     case RC_OP_AFFINE:
         *out = in;
         if (in.kind == ST_P && y->fparam[1] != 0)
-            make_whole(p, out, a);
+            make_whole(p, out, y, 0);
         return;
     case RC_OP_EXP: case RC_OP_LOG: case RC_OP_SQRT: case RC_OP_RSQRT: case RC_OP_TANH:
     case RC_OP_ACT: case RC_OP_DROPOUT: case RC_OP_CAST:
         *out = in;
-        make_whole(p, out, a);
+        make_whole(p, out, y, 0);
         return;
     case RC_OP_SOFTMAX: case RC_OP_LAYER_NORM: case RC_OP_RMS_NORM: case RC_OP_ROPE:
         *out = in;
-        make_whole(p, out, a);
+        make_whole(p, out, y, 0);
         forbid_axis(p, out, a->ndim - 1);
+        if (y->op == RC_OP_SOFTMAX && y->src[1] && (out->kind == ST_S || out->kind == ST_A)) {
+            state mask = p->st[y->src[1]->id];
+            make_whole(p, &mask, y, 1);
+            p->act[y->id * RC_MAX_SRC + 1] |= ACT_SLICE; /* T5's position bias: this shard's heads */
+        }
         return;
     case RC_OP_RESHAPE:
         *out = in;
@@ -478,7 +446,7 @@ static void step(plan *p, rc_tensor *y)
         return;
     case RC_OP_SUM: case RC_OP_MAX:
         *out = in;
-        make_whole(p, out, a);
+        make_whole(p, out, y, 0);
         forbid_axis(p, out, y->iparam[0]);
         for (int k = 0; !y->iparam[1] && k < out->ncand; k++)
             out->c[k].axis -= out->c[k].axis > y->iparam[0];
@@ -502,7 +470,7 @@ static void step(plan *p, rc_tensor *y)
         for (int i = 0; i < y->nsrc; i++)
             if (y->src[i] && p->st[y->src[i]->id].kind == ST_P) {
                 state s = p->st[y->src[i]->id];
-                make_whole(p, &s, y->src[i]);
+                make_whole(p, &s, y, i);
             }
         return;
     }
@@ -522,10 +490,32 @@ static void workable(const int64_t *groups, int n, char *buf, size_t size)
     }
 }
 
+/* The inputs of linears whose weight ended up split on its outputs (column parallel or a
+ * vocabulary head): Megatron's f, mp_enter in the partitioned graph. Decided once the
+ * plan is complete, since a split-any may end unresolved (its weight then replicated). */
+static void mark_column_inputs(plan *p, const rc_tensor *out)
+{
+    for (int i = 0; i <= out->id; i++) {
+        const rc_tensor *y = rc_graph_node(p->g, i);
+        if (y->op != RC_OP_MATMUL || !is_param(p, y->src[1]) || y->src[1]->ndim != 2 || y->iparam[0])
+            continue;
+        const rc_shard_spec *ws = &p->spec[p->param_of[y->src[1]->id]];
+        int out_axis = y->iparam[1] ? 0 : 1;
+        const state *xs = &p->st[y->src[0]->id];
+        int whole_input = xs->kind == ST_R || (xs->kind == ST_P && (p->act[y->id * RC_MAX_SRC] & ACT_REDUCE));
+        if (ws->axis == out_axis && (ws->role == RC_SHARD_COLUMN || ws->role == RC_SHARD_VOCAB) && whole_input) {
+            p->col_input[y->src[0]->id] = 1;
+            p->act[y->id * RC_MAX_SRC] |= ACT_ENTER;
+        }
+    }
+}
+
 static int analyse(plan *p, rc_tensor *out)
 {
     memset(p->st, 0, (size_t)rc_graph_size(p->g) * sizeof *p->st);
     memset(p->col_input, 0, (size_t)rc_graph_size(p->g));
+    memset(p->reduced, 0, (size_t)rc_graph_size(p->g));
+    memset(p->act, 0, (size_t)rc_graph_size(p->g) * RC_MAX_SRC);
     for (int i = 0; i < p->n; i++)
         if (!p->forced[i])
             p->spec[i] = (rc_shard_spec){RC_SHARD_REPLICATED, -1, 1, 1, 1, 1, ""};
@@ -539,6 +529,7 @@ static int analyse(plan *p, rc_tensor *out)
     state *last = &p->st[out->id];
     if (last->kind == ST_A && find_cand(last, out->ndim - 1) >= 0)
         choose(p, last, find_cand(last, out->ndim - 1), 1);
+    mark_column_inputs(p, out);
     for (int i = 0; i < rc_graph_size(p->g); i++)
         if (p->col_input[i]) { /* Megatron's f: the input gradient of column layers */
             p->comm.allreduce_bwd++;
@@ -547,49 +538,94 @@ static int analyse(plan *p, rc_tensor *out)
     return p->gqa_param >= 0 ? p->gqa_param : p->fail_param;
 }
 
-int rc_shard_plan(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp,
-                  int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, rc_error *err)
+/* A split-any state made concrete by its origin's resolution: the candidate the
+ * resolution refines, seen in this tensor; replicated when the origin never resolved. */
+static void finalize_state(plan *p, state *s)
+{
+    if (s->kind != ST_A)
+        return;
+    const origin *o = s->norig ? &p->orig[s->orig[0]] : NULL;
+    for (int k = 0; o && o->resolved && k < s->ncand; k++) {
+        const cand *c = &s->c[k];
+        if (o->outer % c->o_outer || o->inner % c->o_inner)
+            continue;
+        int64_t a = o->outer / c->o_outer, b = o->inner / c->o_inner;
+        if (a * o->groups * b != c->groups)
+            continue;
+        cand r = {c->axis, c->c_outer * a, o->groups, c->c_inner * b, o->outer, o->inner};
+        *s = (state){.kind = ST_S, .ncand = 1};
+        s->c[0] = r;
+        return;
+    }
+    memset(s, 0, sizeof *s);
+}
+
+void shard_plan_free(plan *p)
+{
+    if (!p)
+        return;
+    free(p->param_of);
+    free(p->st);
+    free(p->col_input);
+    free(p->reduced);
+    free(p->act);
+    free(p->orig);
+    free((char *)p->forced);
+    free(p);
+}
+
+int shard_plan_run(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp,
+                   int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, plan **keep,
+                   rc_error *err)
 {
     if (!g || rc_graph_error(g) || !out || mp < 1 || n < 0)
         return rc_error_set(err, RC_ERR_ARG, "plan: a graph without errors, an output and mp >= 1 are needed%s%s",
                             g && rc_graph_error(g) ? ": " : "", g && rc_graph_error(g) ? rc_graph_error(g) : "");
     int size = rc_graph_size(g);
-    plan p = {.g = g, .mp = mp, .n = n, .params = params, .spec = specs};
-    p.param_of = malloc((size_t)size * sizeof *p.param_of);
-    p.st = malloc((size_t)size * sizeof *p.st);
-    p.col_input = malloc((size_t)size);
+    plan *p = calloc(1, sizeof *p);
     char *forced = calloc((size_t)n + 1, 1);
-    p.forced = forced;
-    int rc = p.param_of && p.st && p.col_input && forced ? 0 : rc_error_set(err, RC_ERR_MEMORY, "plan: out of memory");
+    if (!p || !forced) {
+        free(p);
+        free(forced);
+        return rc_error_set(err, RC_ERR_MEMORY, "plan: out of memory");
+    }
+    *p = (plan){.g = g, .mp = mp, .n = n, .params = params, .spec = specs, .forced = forced};
+    p->param_of = malloc((size_t)size * sizeof *p->param_of);
+    p->st = malloc((size_t)size * sizeof *p->st);
+    p->col_input = malloc((size_t)size);
+    p->reduced = malloc((size_t)size);
+    p->act = malloc((size_t)size * RC_MAX_SRC);
+    int rc = p->param_of && p->st && p->col_input && p->reduced && p->act
+                 ? 0 : rc_error_set(err, RC_ERR_MEMORY, "plan: out of memory");
     for (int i = 0; !rc && i < size; i++)
-        p.param_of[i] = -1;
+        p->param_of[i] = -1;
     for (int i = 0; !rc && i < n; i++)
-        p.param_of[params[i]->id] = i;
+        p->param_of[params[i]->id] = i;
     int64_t failed[64];
     int nfailed = 0;
     char names[400] = "";
     size_t used = 0;
     for (int round = 0; !rc && round <= n; round++) {
-        int bad = analyse(&p, out);
+        int bad = analyse(p, out);
         if (bad < 0)
             break;
-        if (p.gqa_param >= 0) {
+        if (p->gqa_param >= 0) {
             forced[bad] = 1;
             specs[bad] = (rc_shard_spec){RC_SHARD_REPLICATED, -1, 1, 1, 1, 1, ""};
             snprintf(specs[bad].note, sizeof specs[bad].note,
                      "%lld key/value heads shared by the query heads do not divide into %d shards: replicated",
-                     (long long)p.fail_groups, mp);
+                     (long long)p->fail_groups, mp);
             continue;
         }
         if (nfailed < 64)
-            failed[nfailed++] = p.fail_groups;
+            failed[nfailed++] = p->fail_groups;
         used += (size_t)snprintf(names + used, used < sizeof names ? sizeof names - used : 0, "%s%s (%lld groups)",
-                                 used ? ", " : "", params[bad]->name, (long long)p.fail_groups);
+                                 used ? ", " : "", params[bad]->name, (long long)p->fail_groups);
         /* replicate it (noted) and look again: downstream layers may change role */
         forced[bad] = 1;
         specs[bad] = (rc_shard_spec){RC_SHARD_REPLICATED, -1, 1, 1, 1, 1, ""};
         snprintf(specs[bad].note, sizeof specs[bad].note,
-                 "%lld groups do not divide into %d shards: replicated", (long long)p.fail_groups, mp);
+                 "%lld groups do not divide into %d shards: replicated", (long long)p->fail_groups, mp);
     }
     if (!rc && nfailed && !allow_replicate) {
         char ok[256];
@@ -599,13 +635,21 @@ int rc_shard_plan(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, 
                           "(or allow replicating those weights: --allow-replicate)", mp, names, ok);
     }
     if (!rc && comm)
-        *comm = p.comm;
-    free(p.param_of);
-    free(p.st);
-    free(p.col_input);
-    free(p.orig);
-    free(forced);
+        *comm = p->comm;
+    if (!rc && keep) {
+        for (int i = 0; i <= out->id; i++)
+            finalize_state(p, &p->st[i]);
+        *keep = p;
+        return 0;
+    }
+    shard_plan_free(p);
     return rc ? -1 : 0;
+}
+
+int rc_shard_plan(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp,
+                  int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, rc_error *err)
+{
+    return shard_plan_run(g, out, params, n, mp, allow_replicate, specs, comm, NULL, err);
 }
 
 void rc_shard_local_shape(const rc_shard_spec *s, const rc_tensor *param, int mp, int64_t *shape)

@@ -1,0 +1,346 @@
+/* partition.c - a rank's share of a global graph: every node rebuilt through the ordinary
+ * builders from its local inputs, with the shapes that name a split axis divided by the
+ * shard count, and the model-parallel ops where the plan needs them:
+ *   mp_enter   before column-parallel linears (their input gradient is all-reduced);
+ *   mp_reduce  where a partial sum must be whole (one per tensor);
+ *   a slice    of a replicated input meeting a split one (through mp_enter, so the
+ *              replicated tensor's gradient is whole on every rank);
+ *   vocabulary shards for embeddings and the cross-entropy. */
+#include "shard_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const plan *p;
+    rc_graph *lg;
+    int mp, rank;
+    rc_tensor **map;             /* global node id -> its local node */
+    rc_tensor **whole;           /* global node id -> mp_reduce of its local node */
+    rc_tensor **entered;         /* global node id -> mp_enter of its local node */
+    const rc_shard_spec *spec;
+} local;
+
+/* the extent of a split axis on one shard (vocabularies round up) */
+static int64_t shard_len(const cand *c, int mp)
+{
+    return c->c_outer * ((c->groups + mp - 1) / mp) * c->c_inner;
+}
+
+static void local_shape(const local *l, const rc_tensor *y, int64_t *shape)
+{
+    for (int i = 0; i < y->ndim; i++)
+        shape[i] = y->shape[i];
+    const state *s = &l->p->st[y->id];
+    if (s->kind == ST_S)
+        shape[s->c[0].axis] = shard_len(&s->c[0], l->mp);
+}
+
+/* x (replicated, full along the consumer's split axis) cut to this shard's part */
+static rc_tensor *slice_for(local *l, const rc_tensor *y, const rc_tensor *gx, rc_tensor *x)
+{
+    const state *s = &l->p->st[y->id];
+    if (s->kind != ST_S || !x)
+        return x;
+    const cand *c = &s->c[0];
+    int ax = c->axis - (y->ndim - gx->ndim);
+    int64_t full = c->c_outer * c->groups * c->c_inner;
+    if (ax < 0 || x->shape[ax] != full || full == shard_len(c, l->mp))
+        return x; /* broadcast along the axis, or already a shard */
+    rc_graph *g = l->lg;
+    int64_t per = c->groups / l->mp * c->c_inner, first = l->rank * per;
+    rc_tensor *e = rc_mp_enter(g, x);
+    if (c->c_outer == 1)
+        return rc_slice(g, e, ax, first, first + per);
+    int64_t shape[RC_MAX_DIMS], back[RC_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        back[i] = x->shape[i];
+        if (i == ax) {
+            shape[nd++] = c->c_outer;
+            shape[nd++] = c->groups * c->c_inner;
+        } else {
+            shape[nd++] = x->shape[i];
+        }
+    }
+    back[ax] = c->c_outer * per;
+    rc_tensor *r = rc_slice(g, rc_reshape(g, e, nd, shape), ax + 1, first, first + per);
+    return rc_reshape(g, r, x->ndim, back);
+}
+
+static rc_tensor *input(local *l, const rc_tensor *y, int i)
+{
+    const rc_tensor *gx = y->src[i];
+    if (!gx)
+        return NULL;
+    rc_tensor *x = l->map[gx->id];
+    unsigned a = l->p->act[y->id * RC_MAX_SRC + i];
+    if (a & ACT_REDUCE) {
+        if (!l->whole[gx->id])
+            l->whole[gx->id] = rc_mp_reduce(l->lg, x);
+        x = l->whole[gx->id];
+    }
+    if (a & ACT_ENTER) {
+        if (!l->entered[gx->id])
+            l->entered[gx->id] = rc_mp_enter(l->lg, x);
+        x = l->entered[gx->id];
+    }
+    if (a & ACT_SLICE)
+        x = slice_for(l, y, gx, x);
+    return x;
+}
+
+/* mean cross-entropy over vocabulary shards: the row maximum, the sum of exponentials and
+ * the target logit all-reduced; padding columns of the last shard masked out */
+static rc_tensor *cross_entropy_shards(local *l, const rc_tensor *y, rc_tensor *z, rc_tensor *targets)
+{
+    rc_graph *g = l->lg;
+    const cand *c = &l->p->st[y->src[0]->id].c[0];
+    int64_t V = c->groups, Vl = shard_len(c, l->mp), first = l->rank * Vl;
+    int ignore = y->iparam[0];
+    rc_tensor *zm = z;
+    if (first + Vl > V) {
+        float *pad = calloc((size_t)Vl, sizeof *pad);
+        for (int64_t j = 0; pad && j < Vl; j++)
+            pad[j] = first + j < V ? 0.0f : -1e30f;
+        zm = rc_add(g, z, rc_const(g, "vocab_padding", z->dtype, 1, &Vl, pad));
+        free(pad);
+    }
+    rc_tensor *m = rc_mp_max(g, rc_max(g, zm, -1, 1));
+    rc_tensor *s = rc_mp_reduce(g, rc_sum(g, rc_exp(g, rc_sub(g, zm, m)), -1, 1));
+    rc_tensor *lse = rc_add(g, rc_log(g, s), m);
+    rc_tensor *oh = rc_one_hot_shard(g, targets, Vl, ignore, z->dtype, first, V);
+    rc_tensor *tl = rc_mp_reduce(g, rc_sum(g, rc_mul(g, z, oh), -1, 1));
+    rc_tensor *valid = rc_mp_reduce(g, rc_sum(g, oh, -1, 1));
+    rc_tensor *count = rc_sum_all(g, valid);
+    rc_tensor *denom = rc_add(g, count, rc_equal(g, count, rc_scalar(g, z->dtype, 0.0)));
+    return rc_div(g, rc_sum_all(g, rc_mul(g, rc_sub(g, lse, tl), valid)), denom);
+}
+
+static rc_tensor *unary(rc_graph *g, rc_op op, rc_tensor *x)
+{
+    switch (op) {
+    case RC_OP_EXP: return rc_exp(g, x);
+    case RC_OP_LOG: return rc_log(g, x);
+    case RC_OP_SQRT: return rc_sqrt(g, x);
+    case RC_OP_RSQRT: return rc_rsqrt(g, x);
+    default: return rc_tanh(g, x);
+    }
+}
+
+static rc_tensor *binary(rc_graph *g, rc_op op, rc_tensor *a, rc_tensor *b)
+{
+    switch (op) {
+    case RC_OP_ADD: return rc_add(g, a, b);
+    case RC_OP_SUB: return rc_sub(g, a, b);
+    case RC_OP_MUL: return rc_mul(g, a, b);
+    default: return rc_div(g, a, b);
+    }
+}
+
+/* the global node y rebuilt from local inputs x[] with local shape `shape` */
+static rc_tensor *rebuild(local *l, const rc_tensor *y, rc_tensor **x, const int64_t *shape)
+{
+    rc_graph *g = l->lg;
+    const int32_t *ip = y->iparam;
+    const double *fp = y->fparam;
+    switch (y->op) {
+    case RC_OP_FULL: return rc_full(g, y->dtype, y->ndim, shape, fp[0]);
+    case RC_OP_ADD: case RC_OP_SUB: case RC_OP_MUL: case RC_OP_DIV: return binary(g, y->op, x[0], x[1]);
+    case RC_OP_AFFINE: return rc_affine(g, x[0], fp[0], fp[1]);
+    case RC_OP_EXP: case RC_OP_LOG: case RC_OP_SQRT: case RC_OP_RSQRT: case RC_OP_TANH:
+        return unary(g, y->op, x[0]);
+    case RC_OP_ACT: return rc_act(g, x[0], (rc_act_kind)ip[0], ip[1]);
+    case RC_OP_MATMUL: return rc_matmul(g, x[0], x[1], ip[0], ip[1]);
+    case RC_OP_SOFTMAX: return rc_softmax_ext(g, x[0], x[1], fp[0], ip[0]);
+    case RC_OP_LAYER_NORM: return rc_layer_norm(g, x[0], x[1], x[2], fp[0]);
+    case RC_OP_RMS_NORM: return rc_rms_norm(g, x[0], x[1], fp[0], fp[1]);
+    case RC_OP_EMBEDDING: {
+        int pi = l->p->param_of[y->src[0]->id];
+        if (pi >= 0 && l->spec[pi].role == RC_SHARD_VOCAB) {
+            int64_t rows = x[0]->shape[0];
+            rc_tensor *e = rc_embedding_shard(g, x[0], x[1], l->rank * rows, y->src[0]->shape[0]);
+            if (e)
+                e->iparam[0] = ip[0]; /* padding id: global ids are compared */
+            return e;
+        }
+        return rc_embedding_pad(g, x[0], x[1], ip[0]);
+    }
+    case RC_OP_ROPE:
+        return (ip[2] ? rc_rope_inverse : rc_rope)(g, x[0], x[1], ip[0], (rc_rope_mode)ip[1], fp[0]);
+    case RC_OP_RESHAPE: return rc_reshape(g, x[0], y->ndim, shape);
+    case RC_OP_PERMUTE: return rc_permute(g, x[0], ip);
+    case RC_OP_SLICE: return rc_slice(g, x[0], ip[0], ip[1], ip[2]);
+    case RC_OP_PAD: return rc_pad(g, x[0], ip[0], ip[1], shape[ip[0]]);
+    case RC_OP_CONCAT: return rc_concat(g, x, y->nsrc, ip[0]);
+    case RC_OP_SUM: return rc_sum(g, x[0], ip[0], ip[1]);
+    case RC_OP_MAX: return rc_max(g, x[0], ip[0], ip[1]);
+    case RC_OP_EXPAND: return rc_expand(g, x[0], y->ndim, shape);
+    case RC_OP_SUM_TO: return rc_sum_to(g, x[0], y->ndim, shape);
+    case RC_OP_CROSS_ENTROPY:
+        if (l->p->st[y->src[0]->id].kind == ST_S &&
+            l->p->st[y->src[0]->id].c[0].axis == y->src[0]->ndim - 1)
+            return cross_entropy_shards(l, y, x[0], x[1]);
+        return rc_cross_entropy(g, x[0], x[1], ip[0]);
+    case RC_OP_ONE_HOT: return rc_one_hot(g, x[0], ip[0], ip[1], y->dtype);
+    case RC_OP_WHERE: return rc_where(g, x[0], x[1], x[2]);
+    case RC_OP_EQUAL: return rc_equal(g, x[0], x[1]);
+    case RC_OP_CAST: return rc_cast(g, x[0], y->dtype);
+    case RC_OP_STOP_GRADIENT: return rc_stop_gradient(g, x[0]);
+    case RC_OP_MP_ENTER: return rc_mp_enter(g, x[0]);
+    case RC_OP_MP_REDUCE: return rc_mp_reduce(g, x[0]);
+    case RC_OP_MP_MAX: return rc_mp_max(g, x[0]);
+    case RC_OP_DROPOUT: {
+        rc_tensor *d = rc_node_new(g, RC_OP_DROPOUT, x[0]->dtype, x[0]->ndim, x[0]->shape, 1, x);
+        if (d)
+            memcpy(d->iparam, ip, sizeof d->iparam), memcpy(d->fparam, fp, sizeof d->fparam);
+        return d;
+    }
+    default:
+        return rc_fail(g, RC_ERR_UNSUPPORTED, "partition: op %s in a model-parallel graph", rc_op_name(y->op));
+    }
+}
+
+/* one global node: its local counterpart, checked against the plan's local shape */
+static int localize(local *l, const rc_tensor *y, rc_error *err)
+{
+    rc_graph *g = l->lg;
+    int64_t shape[RC_MAX_DIMS];
+    local_shape(l, y, shape);
+    rc_tensor *out;
+    if (y->op == RC_OP_LEAF) {
+        int pi = l->p->param_of[y->id];
+        out = pi >= 0 ? rc_param(g, y->name, y->dtype, y->ndim, shape)
+                      : rc_input(g, y->name, y->dtype, y->ndim, y->shape);
+        if (out && pi < 0) {
+            out->flags = y->flags;
+            out->data = y->data; /* constants keep their values; inputs are bound later */
+        }
+        if (out && pi >= 0 && l->spec[pi].axis >= 0) {
+            rc_shard_local_shape(&l->spec[pi], y, l->mp, shape);
+            memcpy(out->shape, shape, sizeof(int64_t) * (size_t)y->ndim);
+        }
+    } else {
+        rc_tensor *x[RC_MAX_SRC] = {0};
+        for (int i = 0; i < y->nsrc; i++)
+            x[i] = input(l, y, i);
+        out = rebuild(l, y, x, shape);
+    }
+    if (!out)
+        return rc_error_set(err, RC_ERR_SHAPE, "partition: node %d (%s): %s", y->id, rc_op_name(y->op),
+                            rc_graph_error(g) ? rc_graph_error(g) : "no local node");
+    if (y->op != RC_OP_LEAF && y->op != RC_OP_CROSS_ENTROPY) {
+        int same = out->ndim == y->ndim;
+        for (int i = 0; same && i < y->ndim; i++)
+            same = out->shape[i] == shape[i];
+        if (!same) {
+            char have[96], want[96];
+            rc_tensor w = {.ndim = y->ndim};
+            memcpy(w.shape, shape, sizeof(int64_t) * (size_t)y->ndim);
+            return rc_error_set(err, RC_ERR_SHAPE, "partition: node %d (%s) is %s on a shard, the plan says %s",
+                                y->id, rc_op_name(y->op), rc_shape_str(out, have, sizeof have),
+                                rc_shape_str(&w, want, sizeof want));
+        }
+    }
+    l->map[y->id] = out;
+    return 0;
+}
+
+int rc_shard_partition(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp, int rank,
+                       int allow_replicate, rc_shard_spec *specs, rc_shard_graph *sg, rc_error *err)
+{
+    memset(sg, 0, sizeof *sg);
+    plan *p = NULL;
+    if (rank < 0 || rank >= mp)
+        return rc_error_set(err, RC_ERR_ARG, "partition: rank %d of %d shards", rank, mp);
+    if (shard_plan_run(g, out, params, n, mp, allow_replicate, specs, NULL, &p, err))
+        return -1;
+    int size = out->id + 1;
+    local l = {.p = p, .mp = mp, .rank = rank, .spec = specs, .lg = rc_graph_new()};
+    l.map = calloc((size_t)size, sizeof *l.map);
+    l.whole = calloc((size_t)size, sizeof *l.whole);
+    l.entered = calloc((size_t)size, sizeof *l.entered);
+    sg->params = calloc((size_t)n + 1, sizeof *sg->params);
+    int rc = l.lg && l.map && l.whole && l.entered && sg->params
+                 ? 0 : rc_error_set(err, RC_ERR_MEMORY, "partition: out of memory");
+    for (int i = 0; !rc && i < size; i++) {
+        const rc_tensor *y = rc_graph_node(g, i);
+        /* only what the output needs (the plan's backward nodes, if any, are rebuilt by autodiff) */
+        if (y->id <= out->id)
+            rc = localize(&l, y, err);
+    }
+    for (int i = 0; !rc && i < n; i++)
+        sg->params[i] = l.map[params[i]->id];
+    if (!rc) {
+        sg->g = l.lg;
+        sg->out = l.map[out->id];
+    } else {
+        rc_graph_free(l.lg);
+        free(sg->params);
+        sg->params = NULL;
+    }
+    free(l.map);
+    free(l.whole);
+    free(l.entered);
+    shard_plan_free(p);
+    return rc ? -1 : 0;
+}
+
+void rc_shard_graph_free(rc_shard_graph *sg)
+{
+    if (!sg)
+        return;
+    rc_graph_free(sg->g);
+    free(sg->params);
+    memset(sg, 0, sizeof *sg);
+}
+
+/* Copies between a full tensor and one shard: the split axis viewed as [outer, groups,
+ * inner], the shard taking groups [rank * gl, rank * gl + gl) of each outer block (padded
+ * groups past the end are zeros). to_local picks the direction. */
+static void shard_copy(const rc_shard_spec *s, const rc_tensor *param, int mp, int rank, float *full,
+                       float *loc, int to_local)
+{
+    int ax = s->axis;
+    int64_t before = 1, after = 1;
+    for (int i = 0; i < ax; i++)
+        before *= param->shape[i];
+    for (int i = ax + 1; i < param->ndim; i++)
+        after *= param->shape[i];
+    int64_t gl = s->padded_groups / mp, run = gl * s->inner * after;
+    for (int64_t b = 0; b < before; b++)
+        for (int64_t o = 0; o < s->outer; o++) {
+            int64_t fbase = ((b * s->outer + o) * s->groups + rank * gl) * s->inner * after;
+            int64_t lbase = (b * s->outer + o) * run;
+            int64_t valid = s->groups - rank * gl; /* groups of this shard inside the tensor */
+            valid = valid < 0 ? 0 : valid > gl ? gl : valid;
+            int64_t n = valid * s->inner * after;
+            if (to_local) {
+                memcpy(loc + lbase, full + fbase, (size_t)n * sizeof *loc);
+                memset(loc + lbase + n, 0, (size_t)(run - n) * sizeof *loc);
+            } else {
+                memcpy(full + fbase, loc + lbase, (size_t)n * sizeof *loc);
+            }
+        }
+}
+
+void rc_shard_take(const rc_shard_spec *s, const rc_tensor *param, int mp, int rank, const float *full,
+                   float *local_data)
+{
+    if (s->axis < 0) {
+        memcpy(local_data, full, rc_tensor_nbytes(param));
+        return;
+    }
+    shard_copy(s, param, mp, rank, (float *)full, local_data, 1);
+}
+
+void rc_shard_put(const rc_shard_spec *s, const rc_tensor *param, int mp, int rank, const float *local_data,
+                  float *full)
+{
+    if (s->axis < 0) {
+        memcpy(full, local_data, rc_tensor_nbytes(param));
+        return;
+    }
+    shard_copy(s, param, mp, rank, full, (float *)local_data, 0);
+}

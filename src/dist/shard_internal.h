@@ -1,0 +1,70 @@
+/* shard_internal.h - the propagation states of the tensor-parallel plan, shared by the
+ * analysis (shard.c) and the partitioner (partition.c). */
+#ifndef REDCO_SHARD_INTERNAL_H
+#define REDCO_SHARD_INTERNAL_H
+
+#include "internal.h"
+#include "redco/shard.h"
+
+enum { MAX_CAND = 6, MAX_ORIG = 4, MAX_BIAS = 4 };
+
+typedef struct {
+    int axis;
+    int64_t c_outer, groups, c_inner;  /* in the current tensor's axis */
+    int64_t o_outer, o_inner;          /* in the origin linear's output features */
+} cand;
+
+typedef enum { ST_R = 0, ST_P, ST_A, ST_S } st_kind;
+
+typedef struct {
+    st_kind kind;
+    int ncand;                   /* A: the candidates; S: 1, the split */
+    cand c[MAX_CAND];
+    int norig;
+    int orig[MAX_ORIG];          /* the column-parallel linears the split comes from */
+} state;
+
+/* A column-parallel linear: its weight, output axis, and how the split was resolved. */
+typedef struct {
+    int param, axis;
+    int resolved, vocab;
+    int64_t outer, groups, inner;
+    int nbias;
+    int bias[MAX_BIAS], bias_axis[MAX_BIAS];
+} origin;
+
+typedef struct {
+    rc_graph *g;
+    int mp, n;
+    rc_tensor *const *params;
+    int *param_of;               /* node id -> parameter index, or -1 */
+    state *st;                   /* per node id */
+    origin *orig;
+    int norig, cap_orig;
+    rc_shard_spec *spec;
+    const char *forced;          /* parameters to keep replicated (notes already written) */
+    int fail_param;              /* first parameter a split did not divide, or -1 */
+    int64_t fail_groups;
+    int gqa_param;               /* a key/value projection shared by query groups that does
+                                    not divide: replicated by the rules, with a note */
+    rc_shard_comm comm;
+    char *col_input;             /* node id -> 1 when it feeds a column-parallel linear */
+    char *reduced;               /* node id -> 1 once its partial sum has been made whole */
+    unsigned char *act;          /* [node id * RC_MAX_SRC + input]: ACT_* for the partitioner */
+} plan;
+
+/* What the partitioner does to input i of a node (bits). */
+enum {
+    ACT_REDUCE = 1,              /* use the input's whole (all-reduced) version */
+    ACT_ENTER = 2,               /* through mp_enter: a column-parallel linear's input */
+    ACT_SLICE = 4                /* a replicated input sliced to this shard's part */
+};
+
+/* Runs the analysis; with keep, hands over the plan with every node's final state
+ * (split-any states resolved) for the partitioner. */
+int shard_plan_run(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp,
+                   int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, plan **keep,
+                   rc_error *err);
+void shard_plan_free(plan *p);
+
+#endif
