@@ -171,9 +171,6 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
     cli_rank = rc_dist_rank(); /* only rank 0 prints errors: every rank agrees on them first */
     if (!(s->d = rc_deployer_new(argc, argv, &dopt, &err)))
         return cli_fail(cmd, "%s", err.msg);
-    if (o->mp > 1)
-        return cli_fail(cmd, "--mp %lld: tensor parallelism is not implemented yet; run with --mp 1",
-                        (long long)o->mp);
     int main = rc_deployer_is_main(s->d);
     int ok = (s->model = rc_model_create(o->model, (uint64_t)o->seed, &err)) != NULL;
     if (!ok)

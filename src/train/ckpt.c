@@ -88,8 +88,57 @@ static int write_model(rc_trainer *t, const char *dir, rc_error *err)
     return rc;
 }
 
-/* exp_avg.NAME and exp_avg_sq.NAME for every parameter */
-static int write_optimizer(rc_trainer *t, const char *dir, rc_error *err)
+/* ---- model shards: the full tensors on disk ----------------------------------------- */
+
+/* the parameter table's entry i as a tensor header (for its shape) */
+static rc_tensor param_header(const nn_weights *w, int i)
+{
+    rc_tensor h = {.dtype = RC_F32, .ndim = w->p[i].ndim};
+    for (int k = 0; k < h.ndim; k++)
+        h.shape[k] = w->p[i].shape[k];
+    return h;
+}
+
+/* Assembles each tensor of the shard buffer `local` (trainer layout) into `full`
+ * (parameter layout) on the model axis's first rank, one tensor at a time. */
+static int gather_shards(rc_trainer *t, const float *local, float *full, rc_error *err)
+{
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    nn_weights *w = rc_params_weights(t->params);
+    for (int i = 0; i < w->n; i++) {
+        rc_tensor h = param_header(w, i);
+        const float *mine = local + t->loff[i];
+        if (t->specs[i].axis < 0) {
+            if (m->mp_rank == 0)
+                memcpy(full + w->p[i].offset, mine, (size_t)w->p[i].numel * sizeof *full);
+            continue;
+        }
+        void *all = NULL;
+        size_t counts[4096];
+        if (m->mp > 4096)
+            return rc_error_set(err, RC_ERR_ARG, "checkpoint: %d model shards", m->mp);
+        if (rc_comm_gather(m->mp_comm, mine, (size_t)t->lnum[i] * sizeof *mine, 0, &all, counts, err))
+            return -1;
+        for (int r = 0; m->mp_rank == 0 && r < m->mp; r++)
+            rc_shard_put(&t->specs[i], &h, m->mp, r, (const float *)all + r * t->lnum[i], full + w->p[i].offset);
+        free(all);
+    }
+    return 0;
+}
+
+/* The other way: each rank takes its shards out of full tensors read from disk. */
+static void take_shards(rc_trainer *t, const float *full, float *local)
+{
+    nn_weights *w = rc_params_weights(t->params);
+    int rank = rc_deployer_mesh(t->d)->mp_rank;
+    for (int i = 0; i < w->n; i++) {
+        rc_tensor h = param_header(w, i);
+        rc_shard_take(&t->specs[i], &h, t->mp, rank, full + w->p[i].offset, local + t->loff[i]);
+    }
+}
+
+/* exp_avg.NAME and exp_avg_sq.NAME for every parameter, from full-layout moments */
+static int write_optimizer(rc_trainer *t, const float *mom1, const float *mom2, const char *dir, rc_error *err)
 {
     nn_weights *w = rc_params_weights(t->params);
     int n = 2 * w->n;
@@ -106,7 +155,7 @@ static int write_optimizer(rc_trainer *t, const char *dir, rc_error *err)
             np[j] = names[j];
             ndims[j] = w->p[i].ndim;
             shapes[j] = w->p[i].shape;
-            data[j] = (k ? t->v : t->m) + w->p[i].offset;
+            data[j] = (k ? mom2 : mom1) + w->p[i].offset;
         }
     char path[4200];
     join(path, sizeof path, dir, "optimizer.safetensors");
@@ -188,8 +237,10 @@ static void fault_point(const rc_trainer *t)
         raise(SIGKILL);
 }
 
-/* One directory, written whole under a temporary name then renamed. */
-static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, int full, rc_error *err)
+/* One directory, written whole under a temporary name then renamed; mom1 / mom2 are the
+ * moments in the parameters' layout. */
+static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, int full,
+                    const float *mom1, const float *mom2, rc_error *err)
 {
     const char *wd = rc_deployer_workdir(t->d);
     char tmp[4200], final[4200], hidden[300];
@@ -201,7 +252,7 @@ static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, 
     if (!rc && full)
         fault_point(t);
     if (!rc && full)
-        rc = write_optimizer(t, tmp, err);
+        rc = write_optimizer(t, mom1, mom2, tmp, err);
     if (!rc && full)
         rc = write_state(t, o, tmp, err);
     if (!rc)
@@ -211,17 +262,62 @@ static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, 
     return rc;
 }
 
+/* With model shards: the parameters assembled into their full buffer, and (moments) the
+ * moments into full-layout buffers on rank 0 that the caller frees. */
+static int gather_all(rc_trainer *t, int moments, float **mom1, float **mom2, rc_error *err)
+{
+    *mom1 = t->m;
+    *mom2 = t->v;
+    if (t->mp == 1)
+        return 0;
+    nn_weights *w = rc_params_weights(t->params);
+    int main = rc_deployer_is_main(t->d);
+    *mom1 = *mom2 = NULL;
+    if (moments && main) {
+        *mom1 = calloc((size_t)w->numel, sizeof **mom1);
+        *mom2 = calloc((size_t)w->numel, sizeof **mom2);
+    }
+    /* everyone takes part in every gather; the buffers matter on rank 0 only */
+    float *scratch = main ? NULL : calloc((size_t)w->numel, sizeof *scratch);
+    int rc = main || scratch ? 0 : rc_error_set(err, RC_ERR_MEMORY, "checkpoint: out of memory");
+    if (!rc)
+        rc = gather_shards(t, t->local, main ? w->data : scratch, err);
+    if (!rc && moments) {
+        rc = gather_shards(t, t->m, main ? *mom1 : scratch, err);
+        if (!rc)
+            rc = gather_shards(t, t->v, main ? *mom2 : scratch, err);
+    }
+    free(scratch);
+    return rc;
+}
+
+int rc_trainer_sync_params(rc_trainer *t, rc_error *err)
+{
+    if (t->mp == 1)
+        return 0;
+    nn_weights *w = rc_params_weights(t->params);
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    if (gather_shards(t, t->local, w->data, err))
+        return -1;
+    return rc_comm_bcast(m->mp_comm, w->data, (size_t)w->numel * sizeof *w->data, 0, err);
+}
+
 int rc_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, rc_error *err)
 {
     if (!rc_deployer_workdir(t->d))
         return 0;
     char ck[64];
     snprintf(ck, sizeof ck, "checkpoint-%lld", (long long)t->step);
-    int rc = 0;
-    if (rc_deployer_is_main(t->d)) {
-        rc = save_dir(t, o, name ? name : ck, 1, err);
+    float *mom1, *mom2;
+    int rc = gather_all(t, 1, &mom1, &mom2, err);
+    if (!rc && rc_deployer_is_main(t->d)) {
+        rc = save_dir(t, o, name ? name : ck, 1, mom1, mom2, err);
         if (!rc && !name)
             rc = set_pointer(rc_deployer_workdir(t->d), ck, err);
+    }
+    if (t->mp > 1) {
+        free(mom1);
+        free(mom2);
     }
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
@@ -234,7 +330,10 @@ int rc_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *er
 {
     if (!rc_deployer_workdir(t->d))
         return 0;
-    int rc = rc_deployer_is_main(t->d) ? save_dir(t, o, "final", 0, err) : 0;
+    float *mom1, *mom2;
+    int rc = gather_all(t, 0, &mom1, &mom2, err);
+    if (!rc && rc_deployer_is_main(t->d))
+        rc = save_dir(t, o, "final", 0, NULL, NULL, err);
     return rc_deployer_agree(t->d, rc, err);
 }
 
@@ -276,14 +375,30 @@ static int load_tensors(rc_trainer *t, const char *dir, rc_error *err)
     join(path, sizeof path, dir, "optimizer.safetensors");
     ck = rc ? NULL : rc_checkpoint_open(path, err);
     rc = rc || !ck ? -1 : 0;
+    /* the moments on disk are full tensors: with model shards read whole, then cut */
+    float *mom1 = t->m, *mom2 = t->v;
+    if (!rc && t->mp > 1) {
+        mom1 = calloc((size_t)w->numel, sizeof *mom1);
+        mom2 = calloc((size_t)w->numel, sizeof *mom2);
+        rc = mom1 && mom2 ? 0 : rc_error_set(err, RC_ERR_MEMORY, "resume: out of memory");
+    }
     for (int i = 0; !rc && i < w->n; i++) {
         snprintf(name, sizeof name, "exp_avg.%s", w->p[i].name);
-        rc = read_tensor(ck, name, t->m + w->p[i].offset, w->p[i].numel, err);
+        rc = read_tensor(ck, name, mom1 + w->p[i].offset, w->p[i].numel, err);
         snprintf(name, sizeof name, "exp_avg_sq.%s", w->p[i].name);
         if (!rc)
-            rc = read_tensor(ck, name, t->v + w->p[i].offset, w->p[i].numel, err);
+            rc = read_tensor(ck, name, mom2 + w->p[i].offset, w->p[i].numel, err);
     }
     rc_checkpoint_close(ck);
+    if (t->mp > 1) {
+        if (!rc) {
+            take_shards(t, w->data, t->local);
+            take_shards(t, mom1, t->m);
+            take_shards(t, mom2, t->v);
+        }
+        free(mom1);
+        free(mom2);
+    }
     return rc;
 }
 

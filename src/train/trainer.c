@@ -25,12 +25,67 @@ static double now_s(void)
 void rc_step_free(rc_step *s)
 {
     rc_plan_free(s->plan);
+    rc_shard_graph_free(&s->local);
     rc_graph_free(s->g);
     free(s->grads);
     memset(s, 0, sizeof *s);
 }
 
-/* Records the user's loss for batches shaped like b, and (with_grads) its gradients. */
+/* mp > 1, once: the plan's splits, and shard buffers for parameters, gradients, moments */
+static int shard_state(rc_trainer *t, const rc_shard_spec *specs, rc_tensor *const *leaves, rc_error *err)
+{
+    nn_weights *w = rc_params_weights(t->params);
+    int mp_rank = rc_deployer_mesh(t->d)->mp_rank;
+    t->specs = malloc((size_t)w->n * sizeof *t->specs);
+    t->local_numel = 0;
+    for (int i = 0; t->specs && i < w->n; i++) {
+        int64_t shape[4], n = 1;
+        t->specs[i] = specs[i];
+        rc_shard_local_shape(&specs[i], leaves[i], t->mp, shape);
+        for (int k = 0; k < w->p[i].ndim; k++)
+            n *= shape[k];
+        t->loff[i] = t->local_numel;
+        t->lnum[i] = n;
+        t->local_numel += n;
+    }
+    size_t bytes = (size_t)(t->local_numel ? t->local_numel : 1) * sizeof(float);
+    t->local = malloc(bytes);
+    t->grad = calloc(1, bytes);
+    t->m = calloc(1, bytes);
+    t->v = calloc(1, bytes);
+    if (!t->specs || !t->local || !t->grad || !t->m || !t->v)
+        return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld shard floats", (long long)t->local_numel);
+    for (int i = 0; i < w->n; i++)
+        rc_shard_take(&specs[i], leaves[i], t->mp, mp_rank, nn_weights_get(w, i), t->local + t->loff[i]);
+    return 0;
+}
+
+/* mp > 1: the global record partitioned; this rank's graph, its gradients, its plan */
+static int compile_sharded(rc_step *s, rc_trainer *t, rc_tensor **leaves, int with_grads, rc_error *err)
+{
+    const rc_mesh *mesh = rc_deployer_mesh(t->d);
+    int np = rc_params_count(t->params);
+    rc_shard_spec *specs = calloc((size_t)np + 1, sizeof *specs);
+    int rc = specs ? rc_shard_partition(s->g, s->loss, leaves, np, t->mp, mesh->mp_rank, 0, specs, &s->local, err)
+                   : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    if (!rc && !t->specs)
+        rc = shard_state(t, specs, leaves, err);
+    free(specs);
+    if (rc)
+        return -1;
+    rc_graph *lg = s->local.g;
+    for (int i = 0; i < np; i++)
+        rc_tensor_bind(s->local.params[i], t->local + t->loff[i]);
+    if (with_grads)
+        rc_backward(lg, s->local.out, s->local.params, np, s->grads);
+    if (rc_graph_error(lg))
+        return rc_error_set(err, rc_graph_error_code(lg), "loss on the model shards: %s", rc_graph_error(lg));
+    s->loss = s->local.out;
+    return 0;
+}
+
+/* Records the user's loss for batches shaped like b, and (with_grads) its gradients; with
+ * model shards, the record is partitioned and this rank runs its share. */
 int rc_step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, int with_grads, rc_error *err)
 {
     memset(s, 0, sizeof *s);
@@ -49,21 +104,35 @@ int rc_step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, in
     s->grads = calloc((size_t)np + 1, sizeof *s->grads);
     for (int i = 0; leaves && i < np && !rc_graph_error(g); i++)
         leaves[i] = rc_params_get(g, t->params, rc_params_name(t->params, i));
-    if (with_grads && !rc_graph_error(g))
-        rc_backward(g, s->loss, leaves, np, s->grads);
+    /* the first cross-entropy's targets count the tokens */
+    for (int i = 0; !rc_graph_error(g) && i < rc_graph_size(g) && !s->targets; i++) {
+        rc_tensor *n = rc_graph_node(g, i);
+        if (n->op == RC_OP_CROSS_ENTROPY) {
+            s->targets = n->src[1];
+            s->ignore = n->iparam[0];
+        }
+    }
+    int rc = 0;
+    if (rc_graph_error(g))
+        rc = rc_error_set(err, rc_graph_error_code(g), "loss: %s", rc_graph_error(g));
+    else if (t->mp > 1)
+        rc = compile_sharded(s, t, leaves, with_grads, err);
+    else if (with_grads && rc_backward(g, s->loss, leaves, np, s->grads))
+        rc = rc_error_set(err, rc_graph_error_code(g), "loss: %s", rc_graph_error(g));
     free(leaves);
-    if (rc_graph_error(g)) {
-        rc_error_set(err, rc_graph_error_code(g), "loss: %s", rc_graph_error(g));
+    if (rc) {
         rc_step_free(s);
         return -1;
     }
-    /* the batch inputs, rebound every step, and the cross-entropies that count tokens */
-    for (int i = 0; i < rc_graph_size(g); i++) {
-        rc_tensor *n = rc_graph_node(g, i);
-        if (n->op == RC_OP_LEAF && (n->flags & RC_FLAG_INPUT) && s->ninputs < RC_BATCH_MAX)
+    /* the batch inputs, rebound every step */
+    rc_graph *run = t->mp > 1 ? s->local.g : g;
+    for (int i = 0; i < rc_graph_size(run); i++) {
+        rc_tensor *n = rc_graph_node(run, i);
+        if (n->op == RC_OP_LEAF && (n->flags & RC_FLAG_INPUT) && s->ninputs < RC_BATCH_MAX) {
             s->inputs[s->ninputs++] = n;
-        if (n->op == RC_OP_CROSS_ENTROPY && !s->ce)
-            s->ce = n;
+            if (s->targets && !strcmp(n->name, s->targets->name))
+                s->targets = n;
+        }
     }
     rc_tensor **outs = calloc((size_t)np + 1, sizeof *outs);
     if (!outs) {
@@ -73,12 +142,14 @@ int rc_step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, in
     outs[0] = s->loss;
     if (with_grads)
         memcpy(outs + 1, s->grads, (size_t)np * sizeof *outs);
-    s->plan = rc_plan_new(g, outs, with_grads ? np + 1 : 1, err);
+    s->plan = rc_plan_new(run, outs, with_grads ? np + 1 : 1, err);
     free(outs);
     if (!s->plan) {
         rc_step_free(s);
         return -1;
     }
+    if (t->mp > 1)
+        rc_plan_set_collective(s->plan, rc_comm_collective, rc_deployer_mesh(t->d)->mp_comm);
     s->batch_rows = b->n ? b->a[0].shape[0] : 0;
     return 0;
 }
@@ -107,13 +178,12 @@ static int step_bind(rc_step *s, const rc_batch *b, rc_error *err)
  * the batch's rows when the loss has none */
 static int64_t step_tokens(const rc_step *s)
 {
-    if (!s->ce || !s->ce->src[1]->data)
+    if (!s->targets || !s->targets->data || s->targets->dtype != RC_I32)
         return s->batch_rows;
-    const rc_tensor *tg = s->ce->src[1];
-    const int32_t *ids = tg->data;
-    int64_t n = 0, count = rc_tensor_numel(tg);
+    const int32_t *ids = s->targets->data;
+    int64_t n = 0, count = rc_tensor_numel(s->targets);
     for (int64_t i = 0; i < count; i++)
-        n += ids[i] != s->ce->iparam[0];
+        n += ids[i] != s->ignore;
     return n;
 }
 
@@ -151,12 +221,27 @@ rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn los
     }
     rc_trainer *t = calloc(1, sizeof *t);
     int64_t n = rc_params_numel(params);
+    int np = rc_params_count(params);
     if (t) {
+        t->mp = rc_deployer_mesh(d)->mp;
+        t->loff = calloc((size_t)np + 1, sizeof *t->loff);
+        t->lnum = calloc((size_t)np + 1, sizeof *t->lnum);
+    }
+    /* one shard: the state is the parameters' own layout; with shards it is made once the
+     * plan is known (the first compiled step) */
+    if (t && t->mp == 1 && rc_params_data(params)) {
+        nn_weights *w = rc_params_weights(params);
+        t->local = w->data;
+        t->local_numel = n;
+        for (int i = 0; t->loff && t->lnum && i < np; i++) {
+            t->loff[i] = w->p[i].offset;
+            t->lnum[i] = w->p[i].numel;
+        }
         t->grad = calloc((size_t)(n ? n : 1), sizeof *t->grad);
         t->m = calloc((size_t)(n ? n : 1), sizeof *t->m);
         t->v = calloc((size_t)(n ? n : 1), sizeof *t->v);
     }
-    if (!t || !t->grad || !t->m || !t->v || !rc_params_data(params)) {
+    if (!t || !t->loff || !t->lnum || !rc_params_data(params) || (t->mp == 1 && (!t->grad || !t->m || !t->v))) {
         rc_trainer_free(t);
         rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate state for %lld parameters", (long long)n);
         return NULL;
@@ -183,6 +268,11 @@ void rc_trainer_free(rc_trainer *t)
     free(t->grad);
     free(t->m);
     free(t->v);
+    if (t->mp > 1)
+        free(t->local);
+    free(t->specs);
+    free(t->loff);
+    free(t->lnum);
     free(t);
 }
 
@@ -207,41 +297,50 @@ static int collate(rc_trainer *t, void *user, rc_batch *b, const int64_t *idx, i
 /* grad += gradients of the last run of the train step (scaled) */
 static void add_grads(rc_trainer *t, float scale)
 {
-    nn_weights *w = rc_params_weights(t->params);
-    for (int i = 0; i < w->n; i++) {
+    int np = rc_params_count(t->params);
+    for (int i = 0; i < np; i++) {
         const float *g = rc_tensor_data(t->train.grads[i]);
-        float *acc = t->grad + w->p[i].offset;
-        for (int64_t j = 0; j < w->p[i].numel; j++)
+        float *acc = t->grad + t->loff[i];
+        for (int64_t j = 0; j < t->lnum[i]; j++)
             acc[j] += scale * g[j];
     }
 }
 
-static double grad_norm(const rc_trainer *t, int64_t n)
+/* the global norm: split parameters summed over the model shards, replicated ones once */
+static double grad_norm(const rc_trainer *t, rc_error *err)
 {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)t->grad[i] * t->grad[i];
-    return sqrt(s);
+    double sq[2] = {0, 0}; /* split, replicated */
+    int np = rc_params_count(t->params);
+    for (int i = 0; i < np; i++) {
+        double s = 0;
+        for (int64_t j = 0; j < t->lnum[i]; j++)
+            s += (double)t->grad[t->loff[i] + j] * t->grad[t->loff[i] + j];
+        sq[t->mp > 1 && t->specs[i].axis >= 0 ? 0 : 1] += s;
+    }
+    if (t->mp > 1)
+        rc_comm_allreduce_sum_f64(rc_deployer_mesh(t->d)->mp_comm, sq, 1, err);
+    return sqrt(sq[0] + sq[1]);
 }
 
 static void optimizer_update(rc_trainer *t, const rc_train_options *o, double lr)
 {
     nn_weights *w = rc_params_weights(t->params);
     int adamw = !o->optimizer || !strcmp(o->optimizer, "adamw");
+    float *data = t->local;
     t->opt_step++;
     for (int i = 0; i < w->n; i++) {
-        int64_t off = w->p[i].offset, n = w->p[i].numel;
+        int64_t off = t->loff[i], n = t->lnum[i];
         int decay = w->p[i].ndim >= 2 || o->decay_norms_and_biases;
         double wd = decay ? o->weight_decay : 0.0;
         if (adamw) {
             rc_adam opt = {lr, o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
                            o->eps > 0 ? o->eps : 1e-8, wd, t->opt_step};
-            rc_adamw_update(w->data + off, t->grad + off, t->m + off, t->v + off, n, &opt);
+            rc_adamw_update(data + off, t->grad + off, t->m + off, t->v + off, n, &opt);
         } else {
             if (wd > 0)
                 for (int64_t j = 0; j < n; j++)
-                    w->data[off + j] *= (float)(1.0 - lr * wd);
-            rc_sgd_update(w->data + off, t->grad + off, n, lr);
+                    data[off + j] *= (float)(1.0 - lr * wd);
+            rc_sgd_update(data + off, t->grad + off, n, lr);
         }
     }
 }
@@ -254,8 +353,6 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user, cons
     const rc_mesh *m = rc_deployer_mesh(t->d);
     int B = o->batch_size, k = o->grad_accum > 0 ? o->grad_accum : 1;
     int64_t *idx = malloc((size_t)B * sizeof *idx);
-    int64_t n = rc_params_numel(t->params);
-    memset(t->grad, 0, (size_t)n * sizeof *t->grad);
     double sums[2] = {0, 0}; /* loss, tokens */
     int rc = idx ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     for (int j = 0; j < k && !rc; j++) {
@@ -265,6 +362,8 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user, cons
             rc = collate(t, user, &b, idx, B, err);
         if (!rc && !t->train.plan)
             rc = rc_step_compile(&t->train, t, user, &b, 1, err);
+        if (!rc && j == 0) /* the state exists once the step is compiled */
+            memset(t->grad, 0, (size_t)t->local_numel * sizeof *t->grad);
         double loss = 0;
         int64_t tokens = 0;
         rc_rng key = rc_rng_fold(rc_deployer_step_rng(t->d, t->step), (uint64_t)j);
@@ -280,7 +379,7 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user, cons
     free(idx);
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
-    if (rc_comm_allreduce_mean_f32(m->dp_comm, t->grad, n, GRAD_BUCKET, err) ||
+    if (rc_comm_allreduce_mean_f32(m->dp_comm, t->grad, t->local_numel, GRAD_BUCKET, err) ||
         rc_comm_allreduce_sum_f64(m->dp_comm, sums, 2, err))
         return -1;
     *loss_out = sums[0] / m->dp;
@@ -289,10 +388,10 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user, cons
         return rc_error_set(err, RC_ERR_ARG, "step %lld: the loss is %s; stopping (the last complete checkpoint is %s)",
                             (long long)t->step + 1, isnan(*loss_out) ? "NaN" : "infinite",
                             t->last_ckpt[0] ? t->last_ckpt : "none");
-    *norm_out = grad_norm(t, n);
+    *norm_out = grad_norm(t, err);
     if (o->grad_clip > 0 && *norm_out > o->grad_clip) {
         float scale = (float)(o->grad_clip / (*norm_out + 1e-6));
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; i < t->local_numel; i++)
             t->grad[i] *= scale;
     }
     optimizer_update(t, o, lr);
@@ -348,6 +447,26 @@ static int64_t steps_in_epoch(const rc_trainer *t, const rc_train_options *o, rc
     return ex.count(epoch, ex.user) / per_step;
 }
 
+/* With model shards the state (shards of parameters and moments) follows from the plan of
+ * the train step: compiled before anything (a resume) needs it. */
+static int compile_first(rc_trainer *t, const rc_train_options *o, rc_examples train, rc_error *err)
+{
+    int B = o->batch_size;
+    int64_t *idx = malloc((size_t)B * sizeof *idx);
+    rc_batch b;
+    int rc = idx ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    for (int i = 0; !rc && i < B; i++)
+        idx[i] = i;
+    if (!rc)
+        rc = collate(t, user_of(t, train), &b, idx, B, err);
+    if (!rc) {
+        rc = rc_step_compile(&t->train, t, user_of(t, train), &b, 1, err);
+        rc_batch_free(&b);
+    }
+    free(idx);
+    return rc_deployer_agree(t->d, rc, err);
+}
+
 static int check_options(const rc_trainer *t, const rc_train_options *o, rc_examples ex, rc_error *err)
 {
     if (o->batch_size < 1)
@@ -356,6 +475,9 @@ static int check_options(const rc_trainer *t, const rc_train_options *o, rc_exam
         return rc_error_set(err, RC_ERR_ARG, "train: optimizer '%s' (adamw or sgd)", o->optimizer);
     if (o->steps <= 0 && o->epochs <= 0)
         return rc_error_set(err, RC_ERR_ARG, "train: give a number of steps or epochs");
+    if (t->mp > 1 && o->eval_predict)
+        return rc_error_set(err, RC_ERR_UNSUPPORTED,
+                            "train: an eval predictor with %d model shards is not supported yet", t->mp);
     if (steps_in_epoch(t, o, ex, 0) < 1) {
         const rc_mesh *m = rc_deployer_mesh(t->d);
         return rc_error_set(err, RC_ERR_ARG,
@@ -416,6 +538,8 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         return -1;
     t->seed = rc_deployer_seed(t->d);
     t->shuffle = o->shuffle;
+    if (t->mp > 1 && !t->train.plan && compile_first(t, o, train, err))
+        return -1;
     if (o->resume && rc_trainer_resume(t, o, err))
         return -1;
     int64_t total = o->steps > 0 ? o->steps : o->epochs * steps_in_epoch(t, o, train, 0);
@@ -476,6 +600,8 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         rc = rc_trainer_save(t, o, NULL, err);
     if (!rc)
         rc = rc_trainer_save_final(t, o, err);
+    if (!rc)
+        rc = rc_trainer_sync_params(t, err);
     if (out) {
         out->step = t->step;
         out->loss = loss;

@@ -3,6 +3,7 @@
 #define REDCO_TRAINER_INTERNAL_H
 
 #include "train_internal.h"
+#include "redco/shard.h"
 
 /* A compiled step: the user's loss (and gradients) for one batch shape, planned once. */
 typedef struct {
@@ -12,8 +13,10 @@ typedef struct {
     rc_tensor **grads;            /* per parameter, or NULL entries for loss-only steps */
     rc_tensor *inputs[RC_BATCH_MAX];
     int ninputs;
-    rc_tensor *ce;                /* the first cross-entropy: its targets count tokens */
+    rc_tensor *targets;           /* the first cross-entropy's targets: they count tokens */
+    int ignore;                   /* ... except this id */
     int64_t batch_rows;
+    rc_shard_graph local;         /* mp > 1: this rank's share; g is then the global record */
 } rc_step;
 
 int rc_step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, int with_grads, rc_error *err);
@@ -30,7 +33,12 @@ struct rc_trainer {
     uint64_t seed;
     int shuffle;
     rc_step train, eval, eval_tail;
-    float *grad, *m, *v;          /* flat, like the parameters */
+    int mp;                       /* model shards (1: the plain data-parallel path) */
+    rc_shard_spec *specs;         /* mp > 1: how each parameter splits (the train step's plan) */
+    float *local;                 /* each parameter's shard, flat (mp 1: the parameters' buffer) */
+    int64_t *loff, *lnum;         /* per parameter: offset and size in local, grad, m, v */
+    int64_t local_numel;
+    float *grad, *m, *v;          /* flat, like local */
     int64_t step, opt_step;       /* optimizer steps done (opt_step counts AdamW's bias terms) */
     int epoch;
     int64_t epoch_step;           /* steps done in the current epoch */
@@ -43,6 +51,8 @@ struct rc_trainer {
 
 /* checkpoint-STEP (name NULL) or a named one ("best"), written atomically; rank 0 writes */
 int rc_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, rc_error *err);
+/* with model shards: every rank's parameters buffer made whole again (the end of fit) */
+int rc_trainer_sync_params(rc_trainer *t, rc_error *err);
 /* the final model directory workdir/final */
 int rc_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *err);
 /* loads the workdir's last complete checkpoint, if any */
