@@ -23,6 +23,15 @@ static double rel_err(const float *a, const float *b, int64_t n, double floor)
     return num / (den > 0 ? den : 1);
 }
 
+/* the collective callback, counting what the runtime actually runs */
+static int64_t collectives_run;
+
+static int counting_collective(void *ctx, void *data, int64_t n, rc_dtype t, int op, rc_error *err)
+{
+    collectives_run++;
+    return rc_comm_collective(ctx, data, n, t, op, err);
+}
+
 static rc_tensor *find_input(rc_graph *g, const char *name)
 {
     for (int i = 0; i < rc_graph_size(g); i++) {
@@ -33,39 +42,21 @@ static rc_tensor *find_input(rc_graph *g, const char *name)
     return NULL;
 }
 
-static void check_family(const char *preset, rc_mesh *m)
+/* The whole model's loss and gradients on this process, against this rank's share with
+ * mp = world size: equal losses, each shard's gradient equal to its cut of the whole's,
+ * and the collectives the runtime runs equal to the plan's counts. Global inputs must be
+ * bound; the local graph's inputs take their data by name. */
+static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc_tensor **p, nn_weights *wp,
+                            rc_mesh *m)
 {
-    rc_model_config c;
-    nn_weights w = {0};
+    nn_weights w = *wp;
     rc_error err = {0};
     int mp = m->size, rank = m->rank;
-    CHECK(rc_config_preset(preset, &c, &err) == 0 && nn_model_weights(&c, &w, &err) == 0 &&
-          nn_weights_alloc(&w) == 0);
-    nn_model_init(&c, &w, 5);
-    rc_rng r = rc_rng_new(9);
-    for (int64_t i = 0; i < w.numel; i++) /* away from the initialisation: every term counts */
-        w.data[i] += (float)(0.05 * rc_rng_normal(&r));
-    int32_t ids[B * T], tg[B * T], enc[B * T];
-    for (int i = 0; i < B * T; i++) {
-        ids[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)c.vocab_size);
-        tg[i] = i == 3 ? -100 : (int32_t)(rc_rng_next_u64(&r) % (uint64_t)c.vocab_size);
-        enc[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)c.vocab_size);
-    }
-    /* the whole model on this process */
-    rc_graph *g = rc_graph_new();
-    rc_tensor **p = calloc((size_t)w.n, sizeof *p), **grads = calloc((size_t)w.n + 1, sizeof *grads);
-    nn_model_leaves(g, &w, p);
-    nn_inputs in = {.ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, T})};
-    if (c.type == RC_MODEL_T5)
-        in.enc_ids = rc_input(g, "enc_ids", RC_I32, 2, (int64_t[]){B, T});
-    rc_tensor *targets = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, T});
-    rc_tensor *loss = rc_cross_entropy(g, nn_model_logits(g, &c, &w, p, &in), targets, -100);
-    rc_tensor_bind(in.ids, ids);
-    rc_tensor_bind(targets, tg);
-    if (in.enc_ids)
-        rc_tensor_bind(in.enc_ids, enc);
+    rc_tensor **grads = calloc((size_t)w.n + 1, sizeof *grads);
     /* its shards, before the whole model's backward is added to the graph */
     rc_shard_spec *specs = calloc((size_t)w.n, sizeof *specs);
+    rc_shard_comm comm = {0};
+    rc_shard_plan(g, loss, p, w.n, mp, 1, specs, &comm, &err);
     rc_shard_graph sg;
     int prc = rc_shard_partition(g, loss, p, w.n, mp, rank, 1, specs, &sg, &err);
     CHECKF(prc == 0, "%s: partition: %s", preset, err.msg);
@@ -76,8 +67,7 @@ static void check_family(const char *preset, rc_mesh *m)
     if (prc) {
         rc_plan_free(pg);
         rc_graph_free(g);
-        free(p), free(grads), free(specs);
-        nn_weights_free(&w);
+        free(grads), free(specs);
         return;
     }
     /* the local graph: shards bound, inputs bound by name, collectives over the world */
@@ -87,18 +77,33 @@ static void check_family(const char *preset, rc_mesh *m)
         rc_shard_take(&specs[i], p[i], mp, rank, nn_weights_get(&w, i), shards[i]);
         rc_tensor_bind(sg.params[i], shards[i]);
     }
-    rc_tensor_bind(find_input(sg.g, "ids"), ids);
-    rc_tensor_bind(find_input(sg.g, "targets"), tg);
-    if (in.enc_ids)
-        rc_tensor_bind(find_input(sg.g, "enc_ids"), enc);
+    for (int i = 0; i < rc_graph_size(sg.g); i++) {
+        rc_tensor *x = rc_graph_node(sg.g, i);
+        rc_tensor *gx = x->op == RC_OP_LEAF && (x->flags & RC_FLAG_INPUT) ? find_input(g, x->name) : NULL;
+        if (gx)
+            rc_tensor_bind(x, rc_tensor_data(gx));
+    }
+    /* the forward alone: the collectives it runs */
+    rc_plan *pf = rc_plan_new(sg.g, &sg.out, 1, &err);
+    collectives_run = 0;
+    if (pf)
+        rc_plan_set_collective(pf, counting_collective, m->world);
+    CHECKF(pf && rc_plan_run(pf, &err) == 0, "%s: forward on shards: %s", preset, err.msg);
+    int64_t run_fwd = collectives_run;
+    rc_plan_free(pf);
     rc_tensor **lgrads = calloc((size_t)w.n + 1, sizeof *lgrads);
     rc_backward(sg.g, sg.out, sg.params, w.n, lgrads + 1);
     lgrads[0] = sg.out;
     CHECKF(!rc_graph_error(sg.g), "%s: %s", preset, rc_graph_error(sg.g));
     rc_plan *pl = rc_graph_error(sg.g) ? NULL : rc_plan_new(sg.g, lgrads, w.n + 1, &err);
     if (pl)
-        rc_plan_set_collective(pl, rc_comm_collective, m->world);
+        rc_plan_set_collective(pl, counting_collective, m->world);
+    collectives_run = 0;
     CHECKF(pl && rc_plan_run(pl, &err) == 0, "%s: shards: %s", preset, err.msg);
+    /* the plan's counts are what the runtime runs: forward, then backward */
+    CHECKF(run_fwd == comm.allreduce_fwd && collectives_run - run_fwd == comm.allreduce_bwd,
+           "%s: plan %lld + %lld collectives, runtime %lld + %lld", preset, (long long)comm.allreduce_fwd,
+           (long long)comm.allreduce_bwd, (long long)run_fwd, (long long)(collectives_run - run_fwd));
     if (pl) {
         float want = *(float *)rc_tensor_data(loss), got = *(float *)rc_tensor_data(sg.out);
         CHECKF(fabsf(got - want) <= 1e-5f * fabsf(want), "%s: loss %.7f on %d shards, %.7f whole", preset, got, mp,
@@ -120,7 +125,8 @@ static void check_family(const char *preset, rc_mesh *m)
         (void)scale;
         CHECKF(worst < 1e-4, "%s: gradient of %s differs by %.3g", preset, worst_name, worst);
         if (rank == 0)
-            printf("%-10s mp %d: loss %.6f, worst gradient rel err %.2e (%s)\n", preset, mp, got, worst, worst_name);
+            printf("%-10s mp %d: loss %.6f, worst gradient rel err %.2e (%s), all-reduces %lld + %lld\n", preset, mp,
+                   got, worst, worst_name, (long long)comm.allreduce_fwd, (long long)comm.allreduce_bwd);
     }
     rc_plan_free(pl);
     rc_plan_free(pg);
@@ -129,7 +135,137 @@ static void check_family(const char *preset, rc_mesh *m)
     free(shards), free(lgrads);
     rc_shard_graph_free(&sg);
     rc_graph_free(g);
-    free(p), free(grads), free(specs);
+    free(grads), free(specs);
+}
+
+
+static void check_family(const char *preset, rc_mesh *m)
+{
+    rc_model_config c;
+    nn_weights w = {0};
+    rc_error err = {0};
+    CHECK(rc_config_preset(preset, &c, &err) == 0 && nn_model_weights(&c, &w, &err) == 0 &&
+          nn_weights_alloc(&w) == 0);
+    nn_model_init(&c, &w, 5);
+    rc_rng r = rc_rng_new(9);
+    for (int64_t i = 0; i < w.numel; i++) /* away from the initialisation: every term counts */
+        w.data[i] += (float)(0.05 * rc_rng_normal(&r));
+    int32_t ids[B * T], tg[B * T], enc[B * T];
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)c.vocab_size);
+        tg[i] = i == 3 ? -100 : (int32_t)(rc_rng_next_u64(&r) % (uint64_t)c.vocab_size);
+        enc[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)c.vocab_size);
+    }
+    /* the whole model on this process */
+    rc_graph *g = rc_graph_new();
+    rc_tensor **p = calloc((size_t)w.n, sizeof *p);
+    nn_model_leaves(g, &w, p);
+    nn_inputs in = {.ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, T})};
+    if (c.type == RC_MODEL_T5)
+        in.enc_ids = rc_input(g, "enc_ids", RC_I32, 2, (int64_t[]){B, T});
+    rc_tensor *targets = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, T});
+    rc_tensor *loss = rc_cross_entropy(g, nn_model_logits(g, &c, &w, p, &in), targets, -100);
+    rc_tensor_bind(in.ids, ids);
+    rc_tensor_bind(targets, tg);
+    if (in.enc_ids)
+        rc_tensor_bind(in.enc_ids, enc);
+    compare_sharded(preset, g, loss, p, &w, m);
+    free(p);
+    nn_weights_free(&w);
+}
+
+/* a user's parameter table: random values, norms at 1 */
+static void user_weights(nn_weights *w, const char *const *names, const int64_t (*shapes)[3], int n)
+{
+    for (int i = 0; i < n; i++)
+        nn_weights_add(w, names[i], shapes[i][2] ? 3 : shapes[i][1] ? 2 : 1, shapes[i]);
+    nn_weights_alloc(w);
+    rc_rng r = rc_rng_new(21);
+    for (int i = 0; i < w->n; i++) {
+        float *x = nn_weights_get(w, i);
+        for (int64_t j = 0; j < w->p[i].numel; j++)
+            x[j] = strstr(w->p[i].name, "norm") ? 1.0f + 0.1f * (float)rc_rng_normal(&r) : 0.2f * (float)rc_rng_normal(&r);
+    }
+}
+
+/* a user-defined MLP written with graph ops: 3 linear layers, a 4-class cross-entropy */
+static void check_mlp(rc_mesh *m)
+{
+    static const char *names[] = {"a", "b", "c"};
+    static const int64_t shapes[][3] = {{16, 32}, {32, 16}, {16, 4}};
+    nn_weights w = {0};
+    user_weights(&w, names, shapes, 3);
+    rc_graph *g = rc_graph_new();
+    rc_tensor *p[3];
+    nn_model_leaves(g, &w, p);
+    static float x[8 * 16];
+    static int32_t y[8];
+    rc_rng r = rc_rng_new(3);
+    for (int i = 0; i < 8 * 16; i++)
+        x[i] = (float)rc_rng_normal(&r);
+    for (int i = 0; i < 8; i++)
+        y[i] = (int32_t)(rc_rng_next_u64(&r) % 4);
+    rc_tensor *xi = rc_input(g, "x", RC_F32, 2, (int64_t[]){8, 16}), *yi = rc_input(g, "y", RC_I32, 1, (int64_t[]){8});
+    rc_tensor_bind(xi, x);
+    rc_tensor_bind(yi, y);
+    rc_tensor *h = rc_relu(g, rc_matmul(g, rc_relu(g, rc_matmul(g, xi, p[0], 0, 0)), p[1], 0, 0));
+    rc_tensor *loss = rc_cross_entropy(g, rc_matmul(g, h, p[2], 0, 0), yi, -100);
+    compare_sharded("user MLP", g, loss, p, &w, m);
+    nn_weights_free(&w);
+}
+
+/* image to text: 4x4 patches of an 8x8 RGB image embedded by a linear layer and put before
+ * the text tokens; one pre-LN decoder block with separate q/k/v (stored (out, in)); an
+ * untied head; the loss on the text positions */
+static void check_image_to_text(rc_mesh *m)
+{
+    enum { C = 32, H = 4, V = 40, TT = 6, NP = 4, PD = 48, FF = 64 };
+    static const char *names[] = {"patch", "patch_bias", "pos", "tok", "norm1", "wq", "wk", "wv", "wo",
+                                  "norm2", "up", "down", "normf", "head"};
+    static const int64_t shapes[][3] = {{PD, C}, {C}, {NP + TT, C}, {V, C}, {C}, {C, C}, {C, C}, {C, C},
+                                        {C, C}, {C}, {FF, C}, {C, FF}, {C}, {V, C}};
+    nn_weights w = {0};
+    user_weights(&w, names, shapes, 14);
+    rc_graph *g = rc_graph_new();
+    rc_tensor *p[14];
+    nn_model_leaves(g, &w, p);
+    static float img[B * 3 * 8 * 8];
+    static int32_t ids[B * TT], tg[B * TT], pos[NP + TT];
+    rc_rng r = rc_rng_new(4);
+    for (int i = 0; i < B * 3 * 64; i++)
+        img[i] = (float)rc_rng_normal(&r);
+    for (int i = 0; i < B * TT; i++) {
+        ids[i] = (int32_t)(rc_rng_next_u64(&r) % V);
+        tg[i] = (int32_t)(rc_rng_next_u64(&r) % V);
+    }
+    for (int i = 0; i < NP + TT; i++)
+        pos[i] = i;
+    rc_tensor *im = rc_input(g, "image", RC_F32, 4, (int64_t[]){B, 3, 8, 8});
+    rc_tensor *ti = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, TT});
+    rc_tensor *tt = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, TT});
+    rc_tensor_bind(im, img), rc_tensor_bind(ti, ids), rc_tensor_bind(tt, tg);
+    /* [B, 3, 2, 4, 2, 4] -> [B, 2, 2, 3, 4, 4] -> [B, 4 patches, 48] */
+    rc_tensor *pt = rc_reshape(g, im, 6, (int64_t[]){B, 3, 2, 4, 2, 4});
+    pt = rc_reshape(g, rc_permute(g, pt, (int[]){0, 2, 4, 1, 3, 5}), 3, (int64_t[]){B, NP, PD});
+    rc_tensor *pe = rc_add(g, rc_matmul(g, pt, p[0], 0, 0), p[1]);
+    rc_tensor *x = rc_concat(g, (rc_tensor *[]){pe, rc_embedding(g, p[3], ti)}, 2, 1);
+    x = rc_add(g, x, rc_embedding(g, p[2], rc_const(g, "pos", RC_I32, 1, (int64_t[]){NP + TT}, pos)));
+    rc_tensor *a = rc_layer_norm(g, x, p[4], NULL, 1e-5);
+    rc_tensor *qkv[3];
+    for (int k = 0; k < 3; k++) {
+        rc_tensor *t = rc_reshape(g, rc_matmul(g, a, p[5 + k], 0, 1), 4, (int64_t[]){B, NP + TT, H, C / H});
+        qkv[k] = rc_permute(g, t, (int[]){0, 2, 1, 3});
+    }
+    rc_tensor *att = rc_softmax_ext(g, rc_matmul(g, qkv[0], qkv[1], 0, 1), NULL, 0.5, 1);
+    rc_tensor *o = rc_reshape(g, rc_permute(g, rc_matmul(g, att, qkv[2], 0, 0), (int[]){0, 2, 1, 3}), 3,
+                              (int64_t[]){B, NP + TT, C});
+    x = rc_add(g, x, rc_matmul(g, o, p[8], 0, 1));
+    rc_tensor *f = rc_layer_norm(g, x, p[9], NULL, 1e-5);
+    x = rc_add(g, x, rc_matmul(g, rc_gelu(g, rc_matmul(g, f, p[10], 0, 1)), p[11], 0, 1));
+    x = rc_slice(g, rc_layer_norm(g, x, p[12], NULL, 1e-5), 1, NP, NP + TT);
+    rc_tensor *loss = rc_cross_entropy(g, rc_matmul(g, x, p[13], 0, 1), tt, -100);
+    CHECKF(!rc_graph_error(g), "image to text: %s", rc_graph_error(g));
+    compare_sharded("image2text", g, loss, p, &w, m);
     nn_weights_free(&w);
 }
 
@@ -142,6 +278,8 @@ int main(int argc, char **argv)
     const char *presets[] = {"tiny-gpt2", "tiny-llama", "tiny-opt", "tiny-gptj", "tiny-t5"};
     for (int i = 0; i < 5; i++)
         check_family(presets[i], &m);
+    check_mlp(&m);
+    check_image_to_text(&m);
     char name[64];
     snprintf(name, sizeof name, "mpi_shard rank %d/%d", m.rank, m.size);
     int status = check_summary(name);

@@ -19,6 +19,8 @@ typedef struct {
     rc_tensor **map;             /* global node id -> its local node */
     rc_tensor **whole;           /* global node id -> mp_reduce of its local node */
     rc_tensor **entered;         /* global node id -> mp_enter of its local node */
+    rc_tensor **sliced;          /* global node id -> its shard cut (one per tensor: every layer
+                                    slicing T5's position bias shares it) */
     const rc_shard_spec *spec;
 } local;
 
@@ -86,8 +88,15 @@ static rc_tensor *input(local *l, const rc_tensor *y, int i)
             l->entered[gx->id] = rc_mp_enter(l->lg, x);
         x = l->entered[gx->id];
     }
-    if (a & ACT_SLICE)
-        x = slice_for(l, y, gx, x);
+    if (a & ACT_SLICE) {
+        if (!l->sliced[gx->id]) {
+            rc_tensor *cut = slice_for(l, y, gx, x);
+            if (cut == x)
+                return x; /* nothing to cut: a shard already, or broadcast */
+            l->sliced[gx->id] = cut;
+        }
+        x = l->sliced[gx->id];
+    }
     return x;
 }
 
@@ -112,7 +121,15 @@ static rc_tensor *cross_entropy_shards(local *l, const rc_tensor *y, rc_tensor *
     rc_tensor *lse = rc_add(g, rc_log(g, s), m);
     rc_tensor *oh = rc_one_hot_shard(g, targets, Vl, ignore, z->dtype, first, V);
     rc_tensor *tl = rc_mp_reduce(g, rc_sum(g, rc_mul(g, z, oh), -1, 1));
-    rc_tensor *valid = rc_mp_reduce(g, rc_sum(g, oh, -1, 1));
+    /* valid rows from the (replicated) targets themselves: no collective */
+    int32_t ign = ignore;
+    rc_tensor *is_ignored = rc_equal(g, targets, rc_const(g, "ignore_index", RC_I32, 0, NULL, &ign));
+    int64_t vshape[RC_MAX_DIMS];
+    for (int i = 0; i < targets->ndim; i++)
+        vshape[i] = targets->shape[i];
+    vshape[targets->ndim] = 1;
+    rc_tensor *valid = rc_reshape(g, rc_affine(g, rc_cast(g, is_ignored, z->dtype), -1.0, 1.0),
+                                  targets->ndim + 1, vshape);
     rc_tensor *count = rc_sum_all(g, valid);
     rc_tensor *denom = rc_add(g, count, rc_equal(g, count, rc_scalar(g, z->dtype, 0.0)));
     return rc_div(g, rc_sum_all(g, rc_mul(g, rc_sub(g, lse, tl), valid)), denom);
@@ -261,8 +278,9 @@ int rc_shard_partition(rc_graph *g, rc_tensor *out, rc_tensor *const *params, in
     l.map = calloc((size_t)size, sizeof *l.map);
     l.whole = calloc((size_t)size, sizeof *l.whole);
     l.entered = calloc((size_t)size, sizeof *l.entered);
+    l.sliced = calloc((size_t)size, sizeof *l.sliced);
     sg->params = calloc((size_t)n + 1, sizeof *sg->params);
-    int rc = l.lg && l.map && l.whole && l.entered && sg->params
+    int rc = l.lg && l.map && l.whole && l.entered && l.sliced && sg->params
                  ? 0 : rc_error_set(err, RC_ERR_MEMORY, "partition: out of memory");
     for (int i = 0; !rc && i < size; i++) {
         const rc_tensor *y = rc_graph_node(g, i);
@@ -283,6 +301,7 @@ int rc_shard_partition(rc_graph *g, rc_tensor *out, rc_tensor *const *params, in
     free(l.map);
     free(l.whole);
     free(l.entered);
+    free(l.sliced);
     shard_plan_free(p);
     return rc ? -1 : 0;
 }

@@ -508,6 +508,20 @@ static void mark_column_inputs(plan *p, const rc_tensor *out)
             p->act[y->id * RC_MAX_SRC] |= ACT_ENTER;
         }
     }
+    /* replicated activations cut to a shard (GQA keys, T5's position bias) enter too: their
+     * gradients are all-reduced backward */
+    for (int i = 0; i <= out->id; i++) {
+        const rc_tensor *y = rc_graph_node(p->g, i);
+        const state *ys = &p->st[i];
+        for (int k = 0; k < y->nsrc && ys->kind == ST_S; k++) {
+            const rc_tensor *x = y->src[k];
+            if (!x || !(p->act[i * RC_MAX_SRC + k] & ACT_SLICE) || is_param(p, x))
+                continue;
+            int ax = ys->c[0].axis - (y->ndim - x->ndim);
+            if (p->mp > 1 && ax >= 0 && x->shape[ax] == y->shape[ys->c[0].axis])
+                p->col_input[x->id] = 1;
+        }
+    }
 }
 
 static int analyse(plan *p, rc_tensor *out)
@@ -530,11 +544,20 @@ static int analyse(plan *p, rc_tensor *out)
     if (last->kind == ST_A && find_cand(last, out->ndim - 1) >= 0)
         choose(p, last, find_cand(last, out->ndim - 1), 1);
     mark_column_inputs(p, out);
-    for (int i = 0; i < rc_graph_size(p->g); i++)
-        if (p->col_input[i]) { /* Megatron's f: the input gradient of column layers */
+    /* a backward all-reduce only where a gradient flows: inputs that depend on parameters */
+    char *grads = calloc((size_t)out->id + 1, 1);
+    for (int i = 0; grads && i <= out->id; i++) {
+        const rc_tensor *t = rc_graph_node(p->g, i);
+        grads[i] = p->param_of[i] >= 0;
+        for (int k = 0; k < t->nsrc && !grads[i]; k++)
+            grads[i] = t->src[k] && grads[t->src[k]->id];
+    }
+    for (int i = 0; grads && i <= out->id; i++)
+        if (p->col_input[i] && grads[i]) { /* Megatron's f: the input gradient of column layers */
             p->comm.allreduce_bwd++;
             p->comm.bytes_bwd += (double)numel_bytes(rc_graph_node(p->g, i));
         }
+    free(grads);
     return p->gqa_param >= 0 ? p->gqa_param : p->fail_param;
 }
 
