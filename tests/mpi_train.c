@@ -5,6 +5,7 @@
  * to 10 gives the same weights as 10 steps straight (bitwise). */
 #include "check.h"
 #include "redco/pipeline.h"
+#include "redco/shard.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -153,6 +154,50 @@ static double rel_diff(const float *a, const float *b, int64_t n)
     return num / (den > 0 ? den : 1);
 }
 
+/* With every process a model shard (mp = world size), the trainer's memory per rank is the
+ * shards: within 5% of split parameters / mp + replicated ones, for the parameters,
+ * gradients and both AdamW moments; and no full copy of the weights during the steps. */
+static void test_memory(task *k, int P, int rank)
+{
+    rc_error err = {0};
+    rc_deployer_options dopt = {.seed = 3, .mp = P};
+    rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
+    k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
+    rc_trainer *t = k->model ? rc_trainer_new(d, collate, loss, k, k->model->params, k->model, &err) : NULL;
+    /* the expected figure, from the plan of the same loss */
+    double expect = 0;
+    if (t) {
+        rc_graph *g = rc_graph_new();
+        rc_batch b = {0};
+        collate(&b, (int64_t[]){0, 1}, 2, k);
+        rc_tensor *l = loss(g, k->model->params, &b, rc_rng_new(1), k);
+        int n = rc_params_count(k->model->params);
+        rc_tensor **p = calloc((size_t)n, sizeof *p);
+        rc_shard_spec *s = calloc((size_t)n, sizeof *s);
+        for (int i = 0; i < n; i++)
+            p[i] = rc_params_get(g, k->model->params, rc_params_name(k->model->params, i));
+        CHECK(rc_shard_plan(g, l, p, n, P, 0, s, NULL, &err) == 0);
+        for (int i = 0; i < n; i++)
+            expect += (double)rc_tensor_numel(p[i]) / (s[i].axis >= 0 ? P : 1);
+        expect *= 4 * sizeof(float); /* parameters, gradients, two moments */
+        free(p), free(s);
+        rc_batch_free(&b);
+        rc_graph_free(g);
+    }
+    rc_train_options o = {.steps = 2, .batch_size = 2, .optimizer = "adamw", .lr = 1e-3};
+    rc_train_result r = {0};
+    CHECKF(t && rc_trainer_fit(t, &o, (rc_examples){count, k}, NULL, &r, &err) == 0, "mp %d: %s", P, err.msg);
+    CHECKF(r.state_bytes > 0 && fabs((double)r.state_bytes / expect - 1) < 0.05 && r.full_weight_bytes == 0,
+           "mp %d: state %lld bytes, expected %.0f; full copy %lld", P, (long long)r.state_bytes, expect,
+           (long long)r.full_weight_bytes);
+    if (rank == 0)
+        printf("mp %d: trainer state %lld bytes per rank (expected %.0f), full weights kept %lld bytes\n", P,
+               (long long)r.state_bytes, expect, (long long)r.full_weight_bytes);
+    rc_trainer_free(t);
+    rc_model_free(k->model);
+    rc_deployer_free(d);
+}
+
 int main(int argc, char **argv)
 {
     rc_error err = {0};
@@ -213,6 +258,8 @@ int main(int argc, char **argv)
     char metric_dir[128];
     snprintf(metric_dir, sizeof metric_dir, "%s/metric", dir);
     test_eval_metric(k, metric_dir, rank);
+    if (P > 1)
+        test_memory(k, P, rank);
     rc_comm_barrier(world.world, &err);
     if (rank == 0) {
         char cmd[128];

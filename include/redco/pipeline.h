@@ -165,6 +165,10 @@ typedef struct {
     double eval_loss;             /* last evaluation (NaN when none) */
     int64_t eval_tokens;
     double lr;
+    /* memory of this rank during the steps, measured on the trainer's buffers: parameter
+     * shards, gradients and AdamW moments; and any full copy of the weights kept beside
+     * them (0 with model shards: the full buffer is given up and made again at the end) */
+    int64_t state_bytes, full_weight_bytes;
 } rc_train_result;
 
 typedef struct rc_trainer rc_trainer;

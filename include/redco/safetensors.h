@@ -94,6 +94,13 @@ typedef struct {
  * (meta may be NULL when n_meta is 0). Names must be unique and not "__metadata__". */
 int rc_safetensors_write_entries(const char *path, int n, const rc_st_entry *t, int n_meta,
                                  const char *const *meta, rc_error *err);
+/* Writes like rc_safetensors_write_entries, but an entry whose data is NULL gets its bytes
+ * from source(ctx, i, &data, err) just before they are written (tensor by tensor: model
+ * shards gathered one tensor at a time); the pointer must stay valid until the next call.
+ * A source that fails (-1 with err set) abandons the file. */
+typedef int (*rc_st_source)(void *ctx, int i, const void **data, rc_error *err);
+int rc_safetensors_write_from(const char *path, int n, const rc_st_entry *t, int n_meta,
+                              const char *const *meta, rc_st_source source, void *ctx, rc_error *err);
 /* The common case: n F32 tensors, tensor k named names[k] with shape shapes[k][0..ndims[k]). */
 int rc_safetensors_write(const char *path, int n, const char *const *names, const int *ndims,
                          const int64_t *const *shapes, const float *const *data, int n_meta,

@@ -472,8 +472,9 @@ int rc_safetensors_read_f32(const rc_safetensors *f, int i, float *dst, int64_t 
 
 /* The header JSON (compact, __metadata__ first, tensors in the given order with
  * consecutive offsets), padded with spaces to a multiple of 8 bytes. */
+/* the header of n entries; an entry's data may be missing only when sourced (streamed) */
 static char *header_build(const char *path, int n, const rc_st_entry *t, int n_meta,
-                          const char *const *meta, size_t *len, rc_error *err)
+                          const char *const *meta, int sourced, size_t *len, rc_error *err)
 {
     json_t *root = json_object();
     if (!root) {
@@ -518,7 +519,7 @@ static char *header_build(const char *path, int n, const rc_st_entry *t, int n_m
         if (t[i].ndim < 0 || (t[i].ndim > 0 && !t[i].shape))
             rc = rc_error_set(err, RC_ERR_SHAPE, "%s: tensor '%s': bad ndim %d", path, name,
                               t[i].ndim);
-        if (numel && !t[i].data)
+        if (numel && !t[i].data && !sourced)
             rc = rc_error_set(err, RC_ERR_ARG, "%s: tensor '%s': no data", path, name);
         json_t *e = json_object();
         json_object_set_new(e, "dtype", json_string(t[i].dtype_name));
@@ -557,8 +558,14 @@ static int write_all(FILE *fp, const void *p, size_t n)
 int rc_safetensors_write_entries(const char *path, int n, const rc_st_entry *t, int n_meta,
                                  const char *const *meta, rc_error *err)
 {
+    return rc_safetensors_write_from(path, n, t, n_meta, meta, NULL, NULL, err);
+}
+
+int rc_safetensors_write_from(const char *path, int n, const rc_st_entry *t, int n_meta,
+                              const char *const *meta, rc_st_source source, void *ctx, rc_error *err)
+{
     size_t hlen;
-    char *header = header_build(path, n, t, n_meta, meta, &hlen, err);
+    char *header = header_build(path, n, t, n_meta, meta, source != NULL, &hlen, err);
     if (!header)
         return -1;
     size_t plen = strlen(path) + 32;
@@ -577,12 +584,17 @@ int rc_safetensors_write_entries(const char *path, int n, const rc_st_entry *t, 
     uint8_t len8[8];
     for (int k = 0; k < 8; k++)
         len8[k] = (uint8_t)((uint64_t)hlen >> (8 * k));
-    int bad = write_all(fp, len8, 8) || write_all(fp, header, hlen);
+    int bad = write_all(fp, len8, 8) || write_all(fp, header, hlen), failed = 0;
     for (int i = 0; i < n && !bad; i++) {
         size_t numel = 1;
         for (int a = 0; a < t[i].ndim; a++)
             numel *= (size_t)t[i].shape[a];
-        bad = write_all(fp, t[i].data, numel * rc_st_dtype_size(t[i].dtype_name));
+        const void *data = t[i].data;
+        if (!data && source && source(ctx, i, &data, err)) { /* the source said why */
+            bad = failed = 1;
+            break;
+        }
+        bad = !data || write_all(fp, data, numel * rc_st_dtype_size(t[i].dtype_name));
     }
     bad = fflush(fp) != 0 || fsync(fileno(fp)) != 0 || bad;
     int saved = errno;
@@ -593,7 +605,8 @@ int rc_safetensors_write_entries(const char *path, int n, const rc_st_entry *t, 
     }
     if (bad) {
         unlink(tmp);
-        rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", path, strerror(saved));
+        if (!failed)
+            rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", path, strerror(saved));
     }
     free(tmp);
     free(header);

@@ -99,42 +99,28 @@ static rc_tensor param_header(const nn_weights *w, int i)
     return h;
 }
 
-/* Assembles each tensor of the shard buffer `local` (trainer layout) into `full`
- * (parameter layout) on the model axis's first rank, one tensor at a time. */
-static int gather_shards(rc_trainer *t, const float *local, float *full, rc_error *err)
+/* Assembles tensor i of the shard buffer `local` (trainer layout) into `full` (that
+ * tensor alone) on the model axis's first rank: a collective over the model axis. */
+static int gather_tensor(rc_trainer *t, int i, const float *local, float *full, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
     nn_weights *w = rc_params_weights(t->params);
-    for (int i = 0; i < w->n; i++) {
-        rc_tensor h = param_header(w, i);
-        const float *mine = local + t->loff[i];
-        if (t->specs[i].axis < 0) {
-            if (m->mp_rank == 0)
-                memcpy(full + w->p[i].offset, mine, (size_t)w->p[i].numel * sizeof *full);
-            continue;
-        }
-        void *all = NULL;
-        size_t counts[4096];
-        if (m->mp > 4096)
-            return rc_error_set(err, RC_ERR_ARG, "checkpoint: %d model shards", m->mp);
-        if (rc_comm_gather(m->mp_comm, mine, (size_t)t->lnum[i] * sizeof *mine, 0, &all, counts, err))
-            return -1;
-        for (int r = 0; m->mp_rank == 0 && r < m->mp; r++)
-            rc_shard_put(&t->specs[i], &h, m->mp, r, (const float *)all + r * t->lnum[i], full + w->p[i].offset);
-        free(all);
+    const float *mine = local + t->loff[i];
+    if (t->specs[i].axis < 0) {
+        memcpy(full, mine, (size_t)w->p[i].numel * sizeof *full);
+        return 0;
     }
+    void *all = NULL;
+    size_t counts[4096];
+    if (m->mp > 4096)
+        return rc_error_set(err, RC_ERR_ARG, "checkpoint: %d model shards", m->mp);
+    if (rc_comm_gather(m->mp_comm, mine, (size_t)t->lnum[i] * sizeof *mine, 0, &all, counts, err))
+        return -1;
+    rc_tensor h = param_header(w, i);
+    for (int r = 0; m->mp_rank == 0 && r < m->mp; r++)
+        rc_shard_put(&t->specs[i], &h, m->mp, r, (const float *)all + r * t->lnum[i], full);
+    free(all);
     return 0;
-}
-
-/* The other way: each rank takes its shards out of full tensors read from disk. */
-static void take_shards(rc_trainer *t, const float *full, float *local)
-{
-    nn_weights *w = rc_params_weights(t->params);
-    int rank = rc_deployer_mesh(t->d)->mp_rank;
-    for (int i = 0; i < w->n; i++) {
-        rc_tensor h = param_header(w, i);
-        rc_shard_take(&t->specs[i], &h, t->mp, rank, full + w->p[i].offset, local + t->loff[i]);
-    }
 }
 
 /* exp_avg.NAME and exp_avg_sq.NAME for every parameter, from full-layout moments */
@@ -262,32 +248,98 @@ static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, 
     return rc;
 }
 
-/* With model shards: the parameters assembled into their full buffer, and (moments) the
- * moments into full-layout buffers on rank 0 that the caller frees. */
-static int gather_all(rc_trainer *t, int moments, float **mom1, float **mom2, rc_error *err)
+/* ---- model shards: full tensors written one at a time ----------------------------------- */
+
+/* A file of full tensors assembled from the shards tensor by tensor: the parameters, or
+ * the moments (entry 2i: exp_avg of parameter i, 2i + 1: exp_avg_sq). */
+typedef struct {
+    rc_trainer *t;
+    int moments;
+    int done;                     /* gathers run so far: every rank runs all of them */
+    float *buf;                   /* one full tensor, on the model axis's first rank */
+} stream;
+
+static int stream_gather(stream *s, int k, rc_error *err)
 {
-    *mom1 = t->m;
-    *mom2 = t->v;
-    if (t->mp == 1)
-        return 0;
+    rc_trainer *t = s->t;
+    int i = s->moments ? k / 2 : k;
+    const float *src = s->moments ? (k % 2 ? t->v : t->m) : t->local;
+    s->done++;
+    return gather_tensor(t, i, src, s->buf, err);
+}
+
+static int stream_source(void *ctx, int k, const void **data, rc_error *err)
+{
+    stream *s = ctx;
+    if (stream_gather(s, k, err))
+        return -1;
+    *data = s->buf;
+    return 0;
+}
+
+/* Every rank: the gathers of one file; the writer (rank 0, when `write`) writes it as they
+ * come. A writer that fails still runs the remaining gathers, so no rank waits forever. */
+static int stream_file(rc_trainer *t, const char *path, int moments, int write, rc_error *err)
+{
     nn_weights *w = rc_params_weights(t->params);
-    int main = rc_deployer_is_main(t->d);
-    *mom1 = *mom2 = NULL;
-    if (moments && main) {
-        *mom1 = calloc((size_t)w->numel, sizeof **mom1);
-        *mom2 = calloc((size_t)w->numel, sizeof **mom2);
+    int n = moments ? 2 * w->n : w->n;
+    int64_t biggest = 1;
+    for (int i = 0; i < w->n; i++)
+        biggest = w->p[i].numel > biggest ? w->p[i].numel : biggest;
+    stream s = {t, moments, 0, malloc((size_t)biggest * sizeof(float))};
+    rc_st_entry *e = write ? calloc((size_t)n, sizeof *e) : NULL;
+    char (*names)[160] = write ? calloc((size_t)n, sizeof *names) : NULL;
+    int rc = s.buf && (!write || (e && names)) ? 0 : rc_error_set(err, RC_ERR_MEMORY, "checkpoint: out of memory");
+    for (int k = 0; !rc && write && k < n; k++) {
+        int i = moments ? k / 2 : k;
+        if (moments)
+            snprintf(names[k], sizeof names[k], "%s.%s", k % 2 ? "exp_avg_sq" : "exp_avg", w->p[i].name);
+        e[k] = (rc_st_entry){moments ? names[k] : w->p[i].name, "F32", w->p[i].ndim, w->p[i].shape, NULL};
     }
-    /* everyone takes part in every gather; the buffers matter on rank 0 only */
-    float *scratch = main ? NULL : calloc((size_t)w->numel, sizeof *scratch);
-    int rc = main || scratch ? 0 : rc_error_set(err, RC_ERR_MEMORY, "checkpoint: out of memory");
-    if (!rc)
-        rc = gather_shards(t, t->local, main ? w->data : scratch, err);
-    if (!rc && moments) {
-        rc = gather_shards(t, t->m, main ? *mom1 : scratch, err);
-        if (!rc)
-            rc = gather_shards(t, t->v, main ? *mom2 : scratch, err);
+    const char *meta[2] = {"format", "pt"};
+    if (!rc && write)
+        rc = rc_safetensors_write_from(path, n, e, moments ? 0 : 1, moments ? NULL : meta, stream_source, &s, err);
+    rc_error drain = {0};
+    while (s.done < n && s.buf)
+        stream_gather(&s, s.done, rc ? &drain : err);
+    free(s.buf);
+    free(e);
+    free(names);
+    return rc;
+}
+
+/* The checkpoint (or final/) of a sharded model: rank 0 writes while all ranks gather. */
+static int save_sharded(rc_trainer *t, const rc_train_options *o, const char *name, int full, rc_error *err)
+{
+    const char *wd = rc_deployer_workdir(t->d);
+    int main = rc_deployer_is_main(t->d), rc = 0;
+    char tmp[4200], final[4200], hidden[300], path[4300];
+    snprintf(hidden, sizeof hidden, ".tmp-%.250s", name);
+    if (join(tmp, sizeof tmp, wd, hidden) || join(final, sizeof final, wd, name))
+        rc = rc_error_set(err, RC_ERR_ARG, "%s: path too long", wd);
+    if (main && !rc) {
+        remove_tree(tmp);
+        if (mkdir(tmp, 0777))
+            rc = rc_error_set(err, RC_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        if (!rc && t->model && !join(path, sizeof path, tmp, "config.json"))
+            rc = rc_config_save(path, &t->model->config, err);
     }
-    free(scratch);
+    join(path, sizeof path, tmp, "model.safetensors");
+    int r2 = stream_file(t, path, 0, main && !rc, err);
+    rc = rc ? rc : r2;
+    if (main && !rc && full)
+        fault_point(t);
+    if (full) {
+        join(path, sizeof path, tmp, "optimizer.safetensors");
+        r2 = stream_file(t, path, 1, main && !rc, err);
+        rc = rc ? rc : r2;
+    }
+    if (main && !rc && full)
+        rc = write_state(t, o, tmp, err);
+    if (main && !rc)
+        rc = write_tokenizer(o, tmp, err);
+    if (main && !rc)
+        rc = publish(tmp, final, err);
     return rc;
 }
 
@@ -297,8 +349,11 @@ int rc_trainer_sync_params(rc_trainer *t, rc_error *err)
         return 0;
     nn_weights *w = rc_params_weights(t->params);
     const rc_mesh *m = rc_deployer_mesh(t->d);
-    if (gather_shards(t, t->local, w->data, err))
-        return -1;
+    if (rc_params_restore(t->params))
+        return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld parameters", (long long)w->numel);
+    for (int i = 0; i < w->n; i++)
+        if (gather_tensor(t, i, t->local, w->data + w->p[i].offset, err))
+            return -1;
     return rc_comm_bcast(m->mp_comm, w->data, (size_t)w->numel * sizeof *w->data, 0, err);
 }
 
@@ -308,17 +363,13 @@ int rc_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, 
         return 0;
     char ck[64];
     snprintf(ck, sizeof ck, "checkpoint-%lld", (long long)t->step);
-    float *mom1, *mom2;
-    int rc = gather_all(t, 1, &mom1, &mom2, err);
-    if (!rc && rc_deployer_is_main(t->d)) {
-        rc = save_dir(t, o, name ? name : ck, 1, mom1, mom2, err);
-        if (!rc && !name)
-            rc = set_pointer(rc_deployer_workdir(t->d), ck, err);
-    }
-    if (t->mp > 1) {
-        free(mom1);
-        free(mom2);
-    }
+    int rc = 0;
+    if (t->mp > 1)
+        rc = save_sharded(t, o, name ? name : ck, 1, err);
+    else if (rc_deployer_is_main(t->d))
+        rc = save_dir(t, o, name ? name : ck, 1, t->m, t->v, err);
+    if (!rc && !name && rc_deployer_is_main(t->d))
+        rc = set_pointer(rc_deployer_workdir(t->d), ck, err);
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
     if (!name)
@@ -330,9 +381,10 @@ int rc_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *er
 {
     if (!rc_deployer_workdir(t->d))
         return 0;
-    float *mom1, *mom2;
-    int rc = gather_all(t, 0, &mom1, &mom2, err);
-    if (!rc && rc_deployer_is_main(t->d))
+    int rc = 0;
+    if (t->mp > 1)
+        rc = save_sharded(t, o, "final", 0, err);
+    else if (rc_deployer_is_main(t->d))
         rc = save_dir(t, o, "final", 0, NULL, NULL, err);
     return rc_deployer_agree(t->d, rc, err);
 }
@@ -362,43 +414,50 @@ static int read_tensor(rc_checkpoint *ck, const char *name, float *dst, int64_t 
     return rc_safetensors_read_f32(f, i, dst, n, err);
 }
 
+/* reads tensor `name` into the trainer layout buffer `dst` (a shard of it with model
+ * shards: read whole into tmp, then cut) */
+static int load_one(rc_trainer *t, rc_checkpoint *ck, const char *name, int i, float *tmp, float *dst,
+                    rc_error *err)
+{
+    nn_weights *w = rc_params_weights(t->params);
+    if (t->mp == 1)
+        return read_tensor(ck, name, dst + t->loff[i], w->p[i].numel, err);
+    if (read_tensor(ck, name, tmp, w->p[i].numel, err))
+        return -1;
+    rc_tensor h = param_header(w, i);
+    rc_shard_take(&t->specs[i], &h, t->mp, rc_deployer_mesh(t->d)->mp_rank, tmp, dst + t->loff[i]);
+    return 0;
+}
+
+/* parameters and moments, tensor by tensor, into this rank's buffers */
 static int load_tensors(rc_trainer *t, const char *dir, rc_error *err)
 {
     nn_weights *w = rc_params_weights(t->params);
     char path[4200], name[160];
+    int64_t biggest = 1;
+    for (int i = 0; i < w->n; i++)
+        biggest = w->p[i].numel > biggest ? w->p[i].numel : biggest;
+    float *tmp = t->mp > 1 ? malloc((size_t)biggest * sizeof *tmp) : NULL;
+    if (t->mp > 1 && !tmp)
+        return rc_error_set(err, RC_ERR_MEMORY, "resume: out of memory");
     join(path, sizeof path, dir, "model.safetensors");
     rc_checkpoint *ck = rc_checkpoint_open(path, err);
     int rc = ck ? 0 : -1;
     for (int i = 0; !rc && i < w->n; i++)
-        rc = read_tensor(ck, w->p[i].name, nn_weights_get(w, i), w->p[i].numel, err);
+        rc = load_one(t, ck, w->p[i].name, i, tmp, t->local, err);
     rc_checkpoint_close(ck);
     join(path, sizeof path, dir, "optimizer.safetensors");
     ck = rc ? NULL : rc_checkpoint_open(path, err);
     rc = rc || !ck ? -1 : 0;
-    /* the moments on disk are full tensors: with model shards read whole, then cut */
-    float *mom1 = t->m, *mom2 = t->v;
-    if (!rc && t->mp > 1) {
-        mom1 = calloc((size_t)w->numel, sizeof *mom1);
-        mom2 = calloc((size_t)w->numel, sizeof *mom2);
-        rc = mom1 && mom2 ? 0 : rc_error_set(err, RC_ERR_MEMORY, "resume: out of memory");
-    }
     for (int i = 0; !rc && i < w->n; i++) {
         snprintf(name, sizeof name, "exp_avg.%s", w->p[i].name);
-        rc = read_tensor(ck, name, mom1 + w->p[i].offset, w->p[i].numel, err);
+        rc = load_one(t, ck, name, i, tmp, t->m, err);
         snprintf(name, sizeof name, "exp_avg_sq.%s", w->p[i].name);
         if (!rc)
-            rc = read_tensor(ck, name, mom2 + w->p[i].offset, w->p[i].numel, err);
+            rc = load_one(t, ck, name, i, tmp, t->v, err);
     }
     rc_checkpoint_close(ck);
-    if (t->mp > 1) {
-        if (!rc) {
-            take_shards(t, w->data, t->local);
-            take_shards(t, mom1, t->m);
-            take_shards(t, mom2, t->v);
-        }
-        free(mom1);
-        free(mom2);
-    }
+    free(tmp);
     return rc;
 }
 

@@ -11,6 +11,7 @@
 struct rc_params {
     nn_weights w;
     uint64_t graph;               /* serial of the graph the cached leaves belong to */
+    int released;                 /* the full buffer was given up (model shards hold the values) */
     rc_tensor **leaves;           /* [w.n], created on first use in g */
 };
 
@@ -38,7 +39,22 @@ int rc_params_add(rc_params *p, const char *name, int ndim, const int64_t *shape
 /* the buffer, allocated on first use */
 static int ready(rc_params *p)
 {
+    if (p->released)
+        return 0; /* no buffer while shards hold the values: leaves stay unbound */
     return p->w.data || nn_weights_alloc(&p->w) == 0 ? 0 : -1;
+}
+
+void rc_params_release(rc_params *p)
+{
+    free(p->w.data);
+    p->w.data = NULL;
+    p->released = 1;
+}
+
+int rc_params_restore(rc_params *p)
+{
+    p->released = 0;
+    return ready(p);
 }
 
 int rc_params_init_normal(rc_params *p, double std, uint64_t seed)
@@ -103,7 +119,7 @@ static rc_tensor *leaf(rc_graph *g, rc_params *p, int i)
     if (!p->leaves[i]) {
         const nn_param *q = &p->w.p[i];
         p->leaves[i] = rc_param(g, q->name, RC_F32, q->ndim, q->shape);
-        rc_tensor_bind(p->leaves[i], nn_weights_get(&p->w, i));
+        rc_tensor_bind(p->leaves[i], p->w.data ? nn_weights_get(&p->w, i) : NULL);
     }
     return p->leaves[i];
 }

@@ -6,8 +6,12 @@
 #include "nn.h"
 #include "redco/pipeline.h"
 
-/* the flat table behind a params object (allocated) */
+/* the flat table behind a params object (allocated, unless released) */
 nn_weights *rc_params_weights(rc_params *p);
+/* Frees the full buffer while model shards hold the values (leaves then unbound), and
+ * gets a zeroed one back for them to be gathered into. */
+void rc_params_release(rc_params *p);
+int rc_params_restore(rc_params *p);
 
 /* ---- deployer internals ---------------------------------------------------------------- */
 const char *rc_deployer_workdir(const rc_deployer *d);

@@ -57,6 +57,8 @@ static int shard_state(rc_trainer *t, const rc_shard_spec *specs, rc_tensor *con
         return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld shard floats", (long long)t->local_numel);
     for (int i = 0; i < w->n; i++)
         rc_shard_take(&specs[i], leaves[i], t->mp, mp_rank, nn_weights_get(w, i), t->local + t->loff[i]);
+    /* the shards hold the values now: the full copy goes until the end of fit */
+    rc_params_release(t->params);
     return 0;
 }
 
@@ -600,9 +602,13 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         rc = rc_trainer_save(t, o, NULL, err);
     if (!rc)
         rc = rc_trainer_save_final(t, o, err);
+    nn_weights *w = rc_params_weights(t->params);
+    int64_t held = w && w->data ? w->numel * (int64_t)sizeof(float) : 0;
     if (!rc)
         rc = rc_trainer_sync_params(t, err);
     if (out) {
+        out->state_bytes = 4 * t->local_numel * (int64_t)sizeof(float);
+        out->full_weight_bytes = t->mp > 1 ? held : 0;
         out->step = t->step;
         out->loss = loss;
         out->eval_loss = t->eval_loss;
