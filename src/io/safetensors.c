@@ -471,8 +471,8 @@ int rc_safetensors_read_f32(const rc_safetensors *f, int i, float *dst, int64_t 
 /* ---- writing ------------------------------------------------------------------------ */
 
 /* The header JSON (compact, __metadata__ first, tensors in the given order with
- * consecutive offsets), padded with spaces to a multiple of 8 bytes. */
-/* the header of n entries; an entry's data may be missing only when sourced (streamed) */
+ * consecutive offsets), padded with spaces to a multiple of 8 bytes. An entry's data may
+ * be missing only when `sourced` (given by a source as the file is written). */
 static char *header_build(const char *path, int n, const rc_st_entry *t, int n_meta,
                           const char *const *meta, int sourced, size_t *len, rc_error *err)
 {

@@ -60,97 +60,6 @@ static int remove_tree(const char *dir)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* Writes the model weights (with the config when the trainer has a built-in model). */
-static int write_model(rc_trainer *t, const char *dir, rc_error *err)
-{
-    nn_weights *w = rc_params_weights(t->params);
-    if (t->model)
-        return nn_model_save(dir, &t->model->config, w, err);
-    if (mkdir(dir, 0777) && errno != EEXIST)
-        return rc_error_set(err, RC_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
-    const char **names = malloc((size_t)w->n * sizeof *names);
-    int *ndims = malloc((size_t)w->n * sizeof *ndims);
-    const int64_t **shapes = malloc((size_t)w->n * sizeof *shapes);
-    const float **data = malloc((size_t)w->n * sizeof *data);
-    int rc = names && ndims && shapes && data ? 0 : rc_error_set(err, RC_ERR_MEMORY, "checkpoint: out of memory");
-    for (int i = 0; !rc && i < w->n; i++) {
-        names[i] = w->p[i].name;
-        ndims[i] = w->p[i].ndim;
-        shapes[i] = w->p[i].shape;
-        data[i] = nn_weights_get(w, i);
-    }
-    char path[4200];
-    const char *meta[2] = {"format", "pt"};
-    join(path, sizeof path, dir, "model.safetensors");
-    if (!rc)
-        rc = rc_safetensors_write(path, w->n, names, ndims, shapes, data, 1, meta, err);
-    free(names), free(ndims), free(shapes), free(data);
-    return rc;
-}
-
-/* ---- model shards: the full tensors on disk ----------------------------------------- */
-
-/* the parameter table's entry i as a tensor header (for its shape) */
-static rc_tensor param_header(const nn_weights *w, int i)
-{
-    rc_tensor h = {.dtype = RC_F32, .ndim = w->p[i].ndim};
-    for (int k = 0; k < h.ndim; k++)
-        h.shape[k] = w->p[i].shape[k];
-    return h;
-}
-
-/* Assembles tensor i of the shard buffer `local` (trainer layout) into `full` (that
- * tensor alone) on the model axis's first rank: a collective over the model axis. */
-static int gather_tensor(rc_trainer *t, int i, const float *local, float *full, rc_error *err)
-{
-    const rc_mesh *m = rc_deployer_mesh(t->d);
-    nn_weights *w = rc_params_weights(t->params);
-    const float *mine = local + t->loff[i];
-    if (t->specs[i].axis < 0) {
-        memcpy(full, mine, (size_t)w->p[i].numel * sizeof *full);
-        return 0;
-    }
-    void *all = NULL;
-    size_t counts[4096];
-    if (m->mp > 4096)
-        return rc_error_set(err, RC_ERR_ARG, "checkpoint: %d model shards", m->mp);
-    if (rc_comm_gather(m->mp_comm, mine, (size_t)t->lnum[i] * sizeof *mine, 0, &all, counts, err))
-        return -1;
-    rc_tensor h = param_header(w, i);
-    for (int r = 0; m->mp_rank == 0 && r < m->mp; r++)
-        rc_shard_put(&t->specs[i], &h, m->mp, r, (const float *)all + r * t->lnum[i], full);
-    free(all);
-    return 0;
-}
-
-/* exp_avg.NAME and exp_avg_sq.NAME for every parameter, from full-layout moments */
-static int write_optimizer(rc_trainer *t, const float *mom1, const float *mom2, const char *dir, rc_error *err)
-{
-    nn_weights *w = rc_params_weights(t->params);
-    int n = 2 * w->n;
-    char (*names)[128] = malloc((size_t)n * sizeof *names);
-    const char **np = malloc((size_t)n * sizeof *np);
-    int *ndims = malloc((size_t)n * sizeof *ndims);
-    const int64_t **shapes = malloc((size_t)n * sizeof *shapes);
-    const float **data = malloc((size_t)n * sizeof *data);
-    int rc = names && np && ndims && shapes && data ? 0 : rc_error_set(err, RC_ERR_MEMORY, "checkpoint: out of memory");
-    for (int i = 0; !rc && i < w->n; i++)
-        for (int k = 0; k < 2; k++) {
-            int j = 2 * i + k;
-            snprintf(names[j], sizeof names[j], "%s.%s", k ? "exp_avg_sq" : "exp_avg", w->p[i].name);
-            np[j] = names[j];
-            ndims[j] = w->p[i].ndim;
-            shapes[j] = w->p[i].shape;
-            data[j] = (k ? mom2 : mom1) + w->p[i].offset;
-        }
-    char path[4200];
-    join(path, sizeof path, dir, "optimizer.safetensors");
-    if (!rc)
-        rc = rc_safetensors_write(path, n, np, ndims, shapes, data, 0, NULL, err);
-    free(names), free(np), free(ndims), free(shapes), free(data);
-    return rc;
-}
-
 static int write_state(rc_trainer *t, const rc_train_options *o, const char *dir, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
@@ -223,73 +132,88 @@ static void fault_point(const rc_trainer *t)
         raise(SIGKILL);
 }
 
-/* One directory, written whole under a temporary name then renamed; mom1 / mom2 are the
- * moments in the parameters' layout. */
-static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, int full,
-                    const float *mom1, const float *mom2, rc_error *err)
+/* ---- the files of a directory: full tensors written one at a time -------------------- */
+
+/* the parameter table's entry i as a tensor header (for its shape) */
+static rc_tensor param_header(const nn_weights *w, int i)
 {
-    const char *wd = rc_deployer_workdir(t->d);
-    char tmp[4200], final[4200], hidden[300];
-    snprintf(hidden, sizeof hidden, ".tmp-%.250s", name);
-    if (join(tmp, sizeof tmp, wd, hidden) || join(final, sizeof final, wd, name))
-        return rc_error_set(err, RC_ERR_ARG, "%s: path too long", wd);
-    remove_tree(tmp);
-    int rc = write_model(t, tmp, err);
-    if (!rc && full)
-        fault_point(t);
-    if (!rc && full)
-        rc = write_optimizer(t, mom1, mom2, tmp, err);
-    if (!rc && full)
-        rc = write_state(t, o, tmp, err);
-    if (!rc)
-        rc = write_tokenizer(o, tmp, err);
-    if (!rc)
-        rc = publish(tmp, final, err);
-    return rc;
+    rc_tensor h = {.dtype = RC_F32, .ndim = w->p[i].ndim};
+    for (int k = 0; k < h.ndim; k++)
+        h.shape[k] = w->p[i].shape[k];
+    return h;
 }
 
-/* ---- model shards: full tensors written one at a time ----------------------------------- */
+/* Assembles tensor i of the shard buffer `local` (trainer layout) into `full` (that
+ * tensor alone) on the model axis's first rank: a collective over the model axis. */
+static int gather_tensor(rc_trainer *t, int i, const float *local, float *full, rc_error *err)
+{
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    nn_weights *w = rc_params_weights(t->params);
+    const float *mine = local + t->loff[i];
+    if (t->specs[i].axis < 0) {
+        memcpy(full, mine, (size_t)w->p[i].numel * sizeof *full);
+        return 0;
+    }
+    void *all = NULL;
+    size_t counts[4096];
+    if (m->mp > 4096)
+        return rc_error_set(err, RC_ERR_ARG, "checkpoint: %d model shards", m->mp);
+    if (rc_comm_gather(m->mp_comm, mine, (size_t)t->lnum[i] * sizeof *mine, 0, &all, counts, err))
+        return -1;
+    rc_tensor h = param_header(w, i);
+    for (int r = 0; m->mp_rank == 0 && r < m->mp; r++)
+        rc_shard_put(&t->specs[i], &h, m->mp, r, (const float *)all + r * t->lnum[i], full);
+    free(all);
+    return 0;
+}
 
-/* A file of full tensors assembled from the shards tensor by tensor: the parameters, or
- * the moments (entry 2i: exp_avg of parameter i, 2i + 1: exp_avg_sq). */
+/* the element count of the largest parameter (at least 1) */
+static int64_t largest_param(const nn_weights *w)
+{
+    int64_t biggest = 1;
+    for (int i = 0; i < w->n; i++)
+        biggest = w->p[i].numel > biggest ? w->p[i].numel : biggest;
+    return biggest;
+}
+
+/* A file of full tensors taken from the trainer's buffers tensor by tensor: the
+ * parameters, or the moments (entry 2i: exp_avg of parameter i, 2i + 1: exp_avg_sq). */
 typedef struct {
     rc_trainer *t;
     int moments;
-    int done;                     /* gathers run so far: every rank runs all of them */
-    float *buf;                   /* one full tensor, on the model axis's first rank */
+    int done;                     /* entries taken so far: every rank takes all of them */
+    float *buf;                   /* one full tensor gathered from model shards (mp > 1) */
 } stream;
 
-static int stream_gather(stream *s, int k, rc_error *err)
+/* entry k: straight from the buffer with one shard, else gathered into buf (a collective
+ * over the model axis) */
+static int stream_source(void *ctx, int k, const void **data, rc_error *err)
 {
+    stream *s = ctx;
     rc_trainer *t = s->t;
     int i = s->moments ? k / 2 : k;
     const float *src = s->moments ? (k % 2 ? t->v : t->m) : t->local;
     s->done++;
+    if (t->mp == 1) {
+        *data = src + t->loff[i];
+        return 0;
+    }
+    *data = s->buf;
     return gather_tensor(t, i, src, s->buf, err);
 }
 
-static int stream_source(void *ctx, int k, const void **data, rc_error *err)
-{
-    stream *s = ctx;
-    if (stream_gather(s, k, err))
-        return -1;
-    *data = s->buf;
-    return 0;
-}
-
-/* Every rank: the gathers of one file; the writer (rank 0, when `write`) writes it as they
- * come. A writer that fails still runs the remaining gathers, so no rank waits forever. */
-static int stream_file(rc_trainer *t, const char *path, int moments, int write, rc_error *err)
+/* Every rank: the entries of one file; the writer (rank 0, when `write`) writes them as
+ * they come. A writer that fails still takes the remaining entries, so no rank waits
+ * forever in a gather. */
+static int write_tensors(rc_trainer *t, const char *path, int moments, int write, rc_error *err)
 {
     nn_weights *w = rc_params_weights(t->params);
     int n = moments ? 2 * w->n : w->n;
-    int64_t biggest = 1;
-    for (int i = 0; i < w->n; i++)
-        biggest = w->p[i].numel > biggest ? w->p[i].numel : biggest;
-    stream s = {t, moments, 0, malloc((size_t)biggest * sizeof(float))};
+    stream s = {t, moments, 0, t->mp > 1 ? malloc((size_t)largest_param(w) * sizeof(float)) : NULL};
     rc_st_entry *e = write ? calloc((size_t)n, sizeof *e) : NULL;
     char (*names)[160] = write ? calloc((size_t)n, sizeof *names) : NULL;
-    int rc = s.buf && (!write || (e && names)) ? 0 : rc_error_set(err, RC_ERR_MEMORY, "checkpoint: out of memory");
+    int rc = (t->mp == 1 || s.buf) && (!write || (e && names))
+                 ? 0 : rc_error_set(err, RC_ERR_MEMORY, "checkpoint: out of memory");
     for (int k = 0; !rc && write && k < n; k++) {
         int i = moments ? k / 2 : k;
         if (moments)
@@ -300,16 +224,19 @@ static int stream_file(rc_trainer *t, const char *path, int moments, int write, 
     if (!rc && write)
         rc = rc_safetensors_write_from(path, n, e, moments ? 0 : 1, moments ? NULL : meta, stream_source, &s, err);
     rc_error drain = {0};
+    const void *unused;
     while (s.done < n && s.buf)
-        stream_gather(&s, s.done, rc ? &drain : err);
+        stream_source(&s, s.done, &unused, rc ? &drain : err);
     free(s.buf);
     free(e);
     free(names);
     return rc;
 }
 
-/* The checkpoint (or final/) of a sharded model: rank 0 writes while all ranks gather. */
-static int save_sharded(rc_trainer *t, const rc_train_options *o, const char *name, int full, rc_error *err)
+/* One directory (a checkpoint, best/ or final/), written whole under a temporary name then
+ * renamed. Every rank calls it: rank 0 writes, and with model shards all ranks take part
+ * in the gathers of each tensor. */
+static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, int full, rc_error *err)
 {
     const char *wd = rc_deployer_workdir(t->d);
     int main = rc_deployer_is_main(t->d), rc = 0;
@@ -325,13 +252,13 @@ static int save_sharded(rc_trainer *t, const rc_train_options *o, const char *na
             rc = rc_config_save(path, &t->model->config, err);
     }
     join(path, sizeof path, tmp, "model.safetensors");
-    int r2 = stream_file(t, path, 0, main && !rc, err);
+    int r2 = write_tensors(t, path, 0, main && !rc, err);
     rc = rc ? rc : r2;
     if (main && !rc && full)
         fault_point(t);
     if (full) {
         join(path, sizeof path, tmp, "optimizer.safetensors");
-        r2 = stream_file(t, path, 1, main && !rc, err);
+        r2 = write_tensors(t, path, 1, main && !rc, err);
         rc = rc ? rc : r2;
     }
     if (main && !rc && full)
@@ -363,11 +290,7 @@ int rc_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, 
         return 0;
     char ck[64];
     snprintf(ck, sizeof ck, "checkpoint-%lld", (long long)t->step);
-    int rc = 0;
-    if (t->mp > 1)
-        rc = save_sharded(t, o, name ? name : ck, 1, err);
-    else if (rc_deployer_is_main(t->d))
-        rc = save_dir(t, o, name ? name : ck, 1, t->m, t->v, err);
+    int rc = save_dir(t, o, name ? name : ck, 1, err);
     if (!rc && !name && rc_deployer_is_main(t->d))
         rc = set_pointer(rc_deployer_workdir(t->d), ck, err);
     if (rc_deployer_agree(t->d, rc, err))
@@ -381,12 +304,7 @@ int rc_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *er
 {
     if (!rc_deployer_workdir(t->d))
         return 0;
-    int rc = 0;
-    if (t->mp > 1)
-        rc = save_sharded(t, o, "final", 0, err);
-    else if (rc_deployer_is_main(t->d))
-        rc = save_dir(t, o, "final", 0, NULL, NULL, err);
-    return rc_deployer_agree(t->d, rc, err);
+    return rc_deployer_agree(t->d, save_dir(t, o, "final", 0, err), err);
 }
 
 /* ---- resume ---------------------------------------------------------------------------- */
@@ -434,10 +352,7 @@ static int load_tensors(rc_trainer *t, const char *dir, rc_error *err)
 {
     nn_weights *w = rc_params_weights(t->params);
     char path[4200], name[160];
-    int64_t biggest = 1;
-    for (int i = 0; i < w->n; i++)
-        biggest = w->p[i].numel > biggest ? w->p[i].numel : biggest;
-    float *tmp = t->mp > 1 ? malloc((size_t)biggest * sizeof *tmp) : NULL;
+    float *tmp = t->mp > 1 ? malloc((size_t)largest_param(w) * sizeof *tmp) : NULL;
     if (t->mp > 1 && !tmp)
         return rc_error_set(err, RC_ERR_MEMORY, "resume: out of memory");
     join(path, sizeof path, dir, "model.safetensors");
