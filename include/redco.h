@@ -136,7 +136,9 @@ typedef enum {
 enum {
     RC_FLAG_INPUT = 1,   /* a leaf the user feeds each step */
     RC_FLAG_PARAM = 2,   /* a trainable leaf */
-    RC_FLAG_OUTPUT = 4   /* kept alive by the plan (set by rc_plan_new) */
+    RC_FLAG_OUTPUT = 4,  /* kept alive by the plan (set by rc_plan_new) */
+    RC_FLAG_SPLITTABLE = 8 /* an input the tensor-parallel partitioner may hand each model
+                            shard as its part (a key/value cache split by heads; see shard.h) */
 };
 
 /* An RNG key: a counter-based generator, deterministic across runs and ranks. */

@@ -212,6 +212,7 @@ static void test_names_and_layouts(void)
     const char *hf[4] = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"};
     const char *odd[4] = {"zz_last", "aa_first", "dense", "dense_2"}; /* names that say nothing */
     rc_shard_spec s[4][4];
+    memset(s, 0, sizeof s);
     for (int v = 0; v < 4; v++) {
         rc_graph *g = rc_graph_new();
         rc_tensor *p[4], *loss;

@@ -36,6 +36,8 @@ typedef struct {
     int64_t outer, groups, inner;
     int64_t padded_groups;       /* groups rounded up to a multiple of mp (vocabulary only) */
     char note[160];              /* why a parameter that could split stays replicated */
+    int fixed;                   /* set by the caller: an override the plan must follow
+                                    (rc_shard_fix), not a split the rules derive */
 } rc_shard_spec;
 
 /* What the plan implies for one training step, counted on the forward graph: the
@@ -51,7 +53,11 @@ typedef struct {
 /* Derives the split of every parameter in params[0..n) from the graph that computes
  * `out` (a loss or logits) for mp model shards. A dimension mp does not divide is an error
  * listing the offending tensors and the shard counts that would work, unless
- * allow_replicate, which replicates those weights and says so in their notes. */
+ * allow_replicate, which replicates those weights and says so in their notes.
+ * Entries of specs with `fixed` set are overrides: the plan takes them as given and fits
+ * the rest around them (a fixed split a linear's output features gives a column-parallel
+ * layer, its input features a row-parallel one; activations that arrive in another form
+ * are gathered or cut, never silently wrong). Every other entry is written. */
 int rc_shard_plan(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp,
                   int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, rc_error *err);
 
@@ -59,7 +65,10 @@ int rc_shard_plan(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, 
 
 typedef struct {
     rc_graph *g;                 /* the rank's local graph */
-    rc_tensor *out;              /* the counterpart of the global output (whole on every rank) */
+    rc_tensor *out;              /* outs[0] */
+    rc_tensor **outs;            /* [nout] the outputs' counterparts: whole on every rank, or
+                                    this rank's part where the caller keeps the split */
+    int nout;
     rc_tensor **params;          /* [n] the local parameter leaves (shards), unbound */
 } rc_shard_graph;
 
@@ -70,12 +79,28 @@ typedef struct {
  * the gradients are the shards' gradients. */
 int rc_shard_partition(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp, int rank,
                        int allow_replicate, rc_shard_spec *specs, rc_shard_graph *local, rc_error *err);
+/* Several outputs (a step of generation: the logits and the new key/value cache). An
+ * output the plan splits is gathered whole unless keep_split[k] (keep_split may be NULL);
+ * a kept split is this rank's part, of the shape its local node has. Inputs flagged
+ * RC_FLAG_SPLITTABLE that only meet a split through a concatenation (a cache joined to the
+ * new keys) become leaves of this rank's part: bind the part a kept output gave. */
+int rc_shard_partition_outputs(rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
+                               rc_tensor *const *params, int n, int mp, int rank, int allow_replicate,
+                               rc_shard_spec *specs, rc_shard_graph *local, rc_error *err);
 void rc_shard_graph_free(rc_shard_graph *local);
 /* parameter `param`'s shard for `rank` copied out of its full tensor, and back into one */
 void rc_shard_take(const rc_shard_spec *s, const rc_tensor *param, int mp, int rank, const float *full,
                    float *local_data);
 void rc_shard_put(const rc_shard_spec *s, const rc_tensor *param, int mp, int rank, const float *local_data,
                   float *full);
+
+/* An override for one parameter: axis -1 keeps it replicated; otherwise it splits `axis`
+ * into `groups` contiguous runs per shard (0: the axis's whole extent, i.e. features;
+ * heads when the axis holds heads of head_dim). The axis's extent must be a multiple of
+ * groups and groups of mp (a 0-D or 1-D parameter splits like a bias). Returns 0, or -1
+ * with err naming the parameter and the extent at fault. The role (column, row,
+ * vocabulary, bias) follows from how the graph uses it. */
+int rc_shard_fix(rc_shard_spec *s, const rc_tensor *param, int axis, int64_t groups, int mp, rc_error *err);
 
 /* The shape of parameter `param` on one shard (the padded vocabulary included). */
 void rc_shard_local_shape(const rc_shard_spec *s, const rc_tensor *param, int mp, int64_t *shape);

@@ -5,7 +5,12 @@
  *   mp_reduce  where a partial sum must be whole (one per tensor);
  *   a slice    of a replicated input meeting a split one (through mp_enter, so the
  *              replicated tensor's gradient is whole on every rank);
- *   vocabulary shards for embeddings and the cross-entropy. */
+ *   a gather   where an op needs a split tensor whole, and for split outputs: each shard's
+ *              part padded with zeros to the whole and summed over the model axis (exact:
+ *              one term per element is non-zero; one collective kind, and the gradient is
+ *              the shard's cut of the whole gradient);
+ *   vocabulary shards for embeddings and the cross-entropy.
+ * Splittable inputs (a key/value cache) become leaves of this shard's shape. */
 #include "shard_internal.h"
 
 #include <stdio.h>
@@ -21,6 +26,7 @@ typedef struct {
     rc_tensor **entered;         /* global node id -> mp_enter of its local node */
     rc_tensor **sliced;          /* global node id -> its shard cut (one per tensor: every layer
                                     slicing T5's position bias shares it) */
+    rc_tensor **gathered;        /* global node id -> its local node made whole */
     const rc_shard_spec *spec;
 } local;
 
@@ -39,6 +45,61 @@ static void local_shape(const local *l, const rc_tensor *y, int64_t *shape)
         shape[s->c[0].axis] = shard_len(&s->c[0], l->mp);
 }
 
+/* Views axis ax of x as [outer, rest] (a no-op reshape when outer is 1): the axis to cut
+ * or pad is then ax + (outer > 1). */
+static rc_tensor *split_view(rc_graph *g, rc_tensor *x, int ax, int64_t outer)
+{
+    if (outer == 1)
+        return x;
+    int64_t shape[RC_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        if (i == ax) {
+            shape[nd++] = outer;
+            shape[nd++] = x->shape[i] / outer;
+        } else {
+            shape[nd++] = x->shape[i];
+        }
+    }
+    return rc_reshape(g, x, nd, shape);
+}
+
+static rc_tensor *merge_view(rc_graph *g, rc_tensor *x, int ax, int64_t outer)
+{
+    if (outer == 1)
+        return x;
+    int64_t shape[RC_MAX_DIMS];
+    for (int i = 0, j = 0; i < x->ndim; i++, j++) {
+        shape[j] = x->shape[i];
+        if (i == ax)
+            shape[j] *= x->shape[++i];
+    }
+    return rc_reshape(g, x, x->ndim - 1, shape);
+}
+
+/* x, replicated, cut along axis ax to this shard's part of the split c (through mp_enter,
+ * so x's gradient is all-reduced whole) */
+static rc_tensor *cut(local *l, rc_tensor *x, int ax, const cand *c)
+{
+    rc_graph *g = l->lg;
+    int64_t per = c->groups / l->mp * c->c_inner, first = l->rank * per;
+    rc_tensor *v = split_view(g, rc_mp_enter(g, x), ax, c->c_outer);
+    return merge_view(g, rc_slice(g, v, ax + (c->c_outer > 1), first, first + per), ax, c->c_outer);
+}
+
+/* x, this shard's part of a tensor split on axis ax as c, made whole on every rank: placed
+ * in zeros at its offset and summed over the model axis; vocabulary padding cut off */
+static rc_tensor *gather(local *l, rc_tensor *x, int ax, const cand *c)
+{
+    rc_graph *g = l->lg;
+    int64_t run = shard_len(c, l->mp) / c->c_outer, whole = run * l->mp;
+    int sub = ax + (c->c_outer > 1);
+    rc_tensor *v = rc_pad(g, split_view(g, x, ax, c->c_outer), sub, l->rank * run, whole);
+    rc_tensor *r = rc_mp_reduce(g, merge_view(g, v, ax, c->c_outer));
+    int64_t full = c->c_outer * c->groups * c->c_inner;
+    return r && r->shape[ax] != full ? rc_slice(g, r, ax, 0, full) : r;
+}
+
 /* x (replicated, full along the consumer's split axis) cut to this shard's part */
 static rc_tensor *slice_for(local *l, const rc_tensor *y, const rc_tensor *gx, rc_tensor *x)
 {
@@ -50,25 +111,16 @@ static rc_tensor *slice_for(local *l, const rc_tensor *y, const rc_tensor *gx, r
     int64_t full = c->c_outer * c->groups * c->c_inner;
     if (ax < 0 || x->shape[ax] != full || full == shard_len(c, l->mp))
         return x; /* broadcast along the axis, or already a shard */
-    rc_graph *g = l->lg;
-    int64_t per = c->groups / l->mp * c->c_inner, first = l->rank * per;
-    rc_tensor *e = rc_mp_enter(g, x);
-    if (c->c_outer == 1)
-        return rc_slice(g, e, ax, first, first + per);
-    int64_t shape[RC_MAX_DIMS], back[RC_MAX_DIMS];
-    int nd = 0;
-    for (int i = 0; i < x->ndim; i++) {
-        back[i] = x->shape[i];
-        if (i == ax) {
-            shape[nd++] = c->c_outer;
-            shape[nd++] = c->groups * c->c_inner;
-        } else {
-            shape[nd++] = x->shape[i];
-        }
-    }
-    back[ax] = c->c_outer * per;
-    rc_tensor *r = rc_slice(g, rc_reshape(g, e, nd, shape), ax + 1, first, first + per);
-    return rc_reshape(g, r, x->ndim, back);
+    return cut(l, x, ax, c);
+}
+
+/* a replicated input of a row-parallel linear cut to the features of its weight's shard */
+static rc_tensor *row_cut(local *l, const rc_tensor *y, rc_tensor *x)
+{
+    int wi = l->p->param_of[y->src[1]->id];
+    const rc_shard_spec *s = &l->spec[wi];
+    cand c = {x->ndim - 1, s->outer, s->groups, s->inner, s->outer, s->inner};
+    return cut(l, x, x->ndim - 1, &c);
 }
 
 static rc_tensor *input(local *l, const rc_tensor *y, int i)
@@ -82,6 +134,12 @@ static rc_tensor *input(local *l, const rc_tensor *y, int i)
         if (!l->whole[gx->id])
             l->whole[gx->id] = rc_mp_reduce(l->lg, x);
         x = l->whole[gx->id];
+    }
+    const state *gs = &l->p->st[gx->id];
+    if ((a & ACT_GATHER) && gs->kind == ST_S) {
+        if (!l->gathered[gx->id])
+            l->gathered[gx->id] = gather(l, x, gs->c[0].axis, &gs->c[0]);
+        x = l->gathered[gx->id];
     }
     if (a & ACT_ENTER) {
         if (!l->entered[gx->id])
@@ -97,6 +155,8 @@ static rc_tensor *input(local *l, const rc_tensor *y, int i)
         }
         x = l->sliced[gx->id];
     }
+    if (a & ACT_ROWCUT)
+        x = row_cut(l, y, x);
     return x;
 }
 
@@ -229,7 +289,7 @@ static int localize(local *l, const rc_tensor *y, rc_error *err)
     if (y->op == RC_OP_LEAF) {
         int pi = l->p->param_of[y->id];
         out = pi >= 0 ? rc_param(g, y->name, y->dtype, y->ndim, shape)
-                      : rc_input(g, y->name, y->dtype, y->ndim, y->shape);
+                      : rc_input(g, y->name, y->dtype, y->ndim, shape);
         if (out && pi < 0) {
             out->flags = y->flags;
             out->data = y->data; /* constants keep their values; inputs are bound later */
@@ -264,46 +324,78 @@ static int localize(local *l, const rc_tensor *y, rc_error *err)
     return 0;
 }
 
-int rc_shard_partition(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp, int rank,
-                       int allow_replicate, rc_shard_spec *specs, rc_shard_graph *sg, rc_error *err)
+/* output k's local node: whole on every rank (a partial sum reduced, a split gathered),
+ * or this rank's part of a split the caller keeps */
+static rc_tensor *local_output(local *l, const rc_tensor *y, int keep_split)
+{
+    rc_tensor *x = l->map[y->id];
+    const state *s = &l->p->st[y->id];
+    if (s->kind == ST_P) {
+        if (!l->whole[y->id])
+            l->whole[y->id] = rc_mp_reduce(l->lg, x);
+        return l->whole[y->id];
+    }
+    if (s->kind == ST_S && !keep_split) {
+        if (!l->gathered[y->id])
+            l->gathered[y->id] = gather(l, x, s->c[0].axis, &s->c[0]);
+        return l->gathered[y->id];
+    }
+    return x;
+}
+
+int rc_shard_partition_outputs(rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
+                               rc_tensor *const *params, int n, int mp, int rank, int allow_replicate,
+                               rc_shard_spec *specs, rc_shard_graph *sg, rc_error *err)
 {
     memset(sg, 0, sizeof *sg);
     plan *p = NULL;
     if (rank < 0 || rank >= mp)
         return rc_error_set(err, RC_ERR_ARG, "partition: rank %d of %d shards", rank, mp);
-    if (shard_plan_run(g, out, params, n, mp, allow_replicate, specs, NULL, &p, err))
+    if (shard_plan_run(g, outs, nout, params, n, mp, allow_replicate, specs, NULL, &p, err))
         return -1;
-    int size = out->id + 1;
+    int size = p->last + 1;
     local l = {.p = p, .mp = mp, .rank = rank, .spec = specs, .lg = rc_graph_new()};
     l.map = calloc((size_t)size, sizeof *l.map);
     l.whole = calloc((size_t)size, sizeof *l.whole);
     l.entered = calloc((size_t)size, sizeof *l.entered);
     l.sliced = calloc((size_t)size, sizeof *l.sliced);
+    l.gathered = calloc((size_t)size, sizeof *l.gathered);
     sg->params = calloc((size_t)n + 1, sizeof *sg->params);
-    int rc = l.lg && l.map && l.whole && l.entered && l.sliced && sg->params
+    sg->outs = calloc((size_t)nout, sizeof *sg->outs);
+    int rc = l.lg && l.map && l.whole && l.entered && l.sliced && l.gathered && sg->params && sg->outs
                  ? 0 : rc_error_set(err, RC_ERR_MEMORY, "partition: out of memory");
-    for (int i = 0; !rc && i < size; i++) {
-        const rc_tensor *y = rc_graph_node(g, i);
-        /* only what the output needs (the plan's backward nodes, if any, are rebuilt by autodiff) */
-        if (y->id <= out->id)
-            rc = localize(&l, y, err);
-    }
+    /* only what the outputs need (the plan's backward nodes, if any, are rebuilt by autodiff) */
+    for (int i = 0; !rc && i < size; i++)
+        rc = localize(&l, rc_graph_node(g, i), err);
     for (int i = 0; !rc && i < n; i++)
         sg->params[i] = l.map[params[i]->id];
+    for (int k = 0; !rc && k < nout; k++)
+        if (!(sg->outs[k] = local_output(&l, outs[k], keep_split && keep_split[k])))
+            rc = rc_error_set(err, RC_ERR_SHAPE, "partition: output %d: %s", k,
+                              rc_graph_error(l.lg) ? rc_graph_error(l.lg) : "no local node");
     if (!rc) {
         sg->g = l.lg;
-        sg->out = l.map[out->id];
+        sg->out = sg->outs[0];
+        sg->nout = nout;
     } else {
         rc_graph_free(l.lg);
         free(sg->params);
-        sg->params = NULL;
+        free(sg->outs);
+        memset(sg, 0, sizeof *sg);
     }
     free(l.map);
     free(l.whole);
     free(l.entered);
     free(l.sliced);
+    free(l.gathered);
     shard_plan_free(p);
     return rc ? -1 : 0;
+}
+
+int rc_shard_partition(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp, int rank,
+                       int allow_replicate, rc_shard_spec *specs, rc_shard_graph *sg, rc_error *err)
+{
+    return rc_shard_partition_outputs(g, &out, 1, NULL, params, n, mp, rank, allow_replicate, specs, sg, err);
 }
 
 void rc_shard_graph_free(rc_shard_graph *sg)
@@ -312,6 +404,7 @@ void rc_shard_graph_free(rc_shard_graph *sg)
         return;
     rc_graph_free(sg->g);
     free(sg->params);
+    free(sg->outs);
     memset(sg, 0, sizeof *sg);
 }
 

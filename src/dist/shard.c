@@ -40,17 +40,37 @@ static void make_whole(plan *p, state *s, const rc_tensor *y, int i)
     s->kind = ST_R;
 }
 
-/* A split that an op cannot work with is gathered (not part of the Megatron pattern). */
-static void gather(plan *p, state *s)
+/* Input i of y, whose split y cannot work with, is made whole: all-gathered if it ends up
+ * split (not part of the Megatron pattern; a split-any may still end replicated). */
+static void drop(plan *p, state *s, const rc_tensor *y, int i)
 {
     if (s->kind == ST_S)
         p->comm.allgather_fwd++;
+    if (s->kind == ST_S || s->kind == ST_A)
+        p->act[y->id * RC_MAX_SRC + i] |= ACT_GATHER;
     memset(s, 0, sizeof *s);
+}
+
+/* 1 when two splits of one axis give every shard the same elements */
+static int same_cut(int64_t outer_a, int64_t groups_a, int64_t inner_a, int64_t outer_b, int64_t groups_b,
+                    int64_t inner_b, int mp)
+{
+    return outer_a == outer_b && groups_a * inner_a == groups_b * inner_b &&
+           (groups_a + mp - 1) / mp * inner_a == (groups_b + mp - 1) / mp * inner_b;
+}
+
+/* A fixed split whose role is left to the graph takes the one its use gives it. */
+static void fixed_role(plan *p, int param, rc_shard_role role)
+{
+    if (param >= 0 && p->forced[param] && p->spec[param].axis >= 0 && p->spec[param].role == RC_SHARD_REPLICATED)
+        p->spec[param].role = role;
 }
 
 static int set_spec(plan *p, int param, rc_shard_role role, int axis, int64_t outer, int64_t groups,
                     int64_t inner, int vocab)
 {
+    if (param >= 0 && p->forced[param] && p->spec[param].axis == axis)
+        fixed_role(p, param, role);
     if (param < 0 || p->forced[param])
         return 0;
     rc_shard_spec *s = &p->spec[param];
@@ -67,7 +87,7 @@ static int set_spec(plan *p, int param, rc_shard_role role, int axis, int64_t ou
         }
         padded = (groups + p->mp - 1) / p->mp * p->mp;
     }
-    *s = (rc_shard_spec){role, axis, outer, groups, inner, padded, ""};
+    *s = (rc_shard_spec){role, axis, outer, groups, inner, padded, "", 0};
     return 0;
 }
 
@@ -108,22 +128,22 @@ static int find_cand(const state *s, int axis)
     return -1;
 }
 
-/* Drops the candidates on `axis` (an op reduces over it); a split there is gathered. */
-static void forbid_axis(plan *p, state *s, int axis)
+/* Drops the candidates on `axis` (y reduces over it, input i); a split there is gathered. */
+static void forbid_axis(plan *p, state *s, int axis, const rc_tensor *y, int i)
 {
     if (s->kind == ST_S && s->c[0].axis == axis) {
-        gather(p, s);
+        drop(p, s, y, i);
         return;
     }
     if (s->kind != ST_A)
         return;
     int k = 0;
-    for (int i = 0; i < s->ncand; i++)
-        if (s->c[i].axis != axis)
-            s->c[k++] = s->c[i];
+    for (int c = 0; c < s->ncand; c++)
+        if (s->c[c].axis != axis)
+            s->c[k++] = s->c[c];
     s->ncand = k;
-    if (!k)
-        memset(s, 0, sizeof *s); /* nothing left to split: the linear stays replicated */
+    if (!k) /* nothing left to split: the linear stays replicated (gathered if split elsewhere) */
+        drop(p, s, y, i);
 }
 
 /* ---- moving states through shape ops ------------------------------------------------------ */
@@ -163,18 +183,15 @@ static int reshape_cand(const cand *c, const rc_tensor *in, const rc_tensor *out
 
 static void through_reshape(plan *p, state *s, const rc_tensor *in, const rc_tensor *out)
 {
+    /* out is the reshape node, its input 0 is in */
     if (s->kind != ST_A && s->kind != ST_S)
         return;
     state r = *s;
     r.ncand = 0;
     for (int k = 0; k < s->ncand; k++)
         r.ncand += reshape_cand(&s->c[k], in, out, r.c + r.ncand, MAX_CAND - r.ncand);
-    if (s->kind == ST_S && r.ncand != 1) {
-        gather(p, s);
-        return;
-    }
-    if (!r.ncand) {
-        memset(s, 0, sizeof *s);
+    if ((s->kind == ST_S && r.ncand != 1) || !r.ncand) {
+        drop(p, s, out, 0);
         return;
     }
     *s = r;
@@ -224,6 +241,38 @@ static int new_origin(plan *p, int param, int axis)
     return p->norig++;
 }
 
+/* matmul(x, W) with W a parameter whose split is fixed (an override): the input is brought
+ * to the form the split needs, the output takes the split's form */
+static void linear_fixed(plan *p, rc_tensor *y, state *xs, state *out, int in_axis)
+{
+    int wi = p->param_of[y->src[1]->id], last = y->src[0]->ndim - 1;
+    const rc_shard_spec *ws = &p->spec[wi];
+    int row_in = xs->kind == ST_S && xs->c[0].axis == last;
+    if (ws->axis == in_axis && row_in &&
+        same_cut(xs->c[0].c_outer, xs->c[0].groups, xs->c[0].c_inner, ws->outer, ws->groups, ws->inner, p->mp)) {
+        fixed_role(p, wi, RC_SHARD_ROW);
+        out->kind = ST_P;
+        return;
+    }
+    if (xs->kind == ST_S && (row_in || ws->axis >= 0))
+        drop(p, xs, y, 0); /* a split the weight cannot take: whole first */
+    if (xs->kind != ST_R) {  /* split on a batch axis, W replicated: local */
+        *out = *xs;
+        return;
+    }
+    if (ws->axis < 0)
+        return;
+    if (ws->axis == in_axis) { /* a whole input cut to the shard's features */
+        fixed_role(p, wi, RC_SHARD_ROW);
+        p->act[y->id * RC_MAX_SRC] |= ACT_ROWCUT;
+        out->kind = ST_P;
+        return;
+    }
+    fixed_role(p, wi, RC_SHARD_COLUMN);
+    *out = (state){.kind = ST_S, .ncand = 1};
+    out->c[0] = (cand){y->ndim - 1, ws->outer, ws->groups, ws->inner, ws->outer, ws->inner};
+}
+
 /* matmul(x, W) with W a parameter: column or row parallel */
 static void linear(plan *p, rc_tensor *y, state *out)
 {
@@ -233,14 +282,23 @@ static void linear(plan *p, rc_tensor *y, state *out)
     int out_axis = tb ? 0 : 1, in_axis = tb ? 1 : 0, last = x->ndim - 1;
     make_whole(p, &xs, y, 0);
     memset(out, 0, sizeof *out);
+    if (p->forced[wi]) {
+        if (xs.kind == ST_A && find_cand(&xs, last) >= 0 && p->spec[wi].axis == in_axis)
+            choose(p, &xs, find_cand(&xs, last), 0);
+        else
+            forbid_axis(p, &xs, last, y, 0); /* the contracted features cannot stay split */
+        linear_fixed(p, y, &xs, out, in_axis);
+        return;
+    }
     if (xs.kind == ST_A && find_cand(&xs, last) >= 0)
         choose(p, &xs, find_cand(&xs, last), 0);
     if (xs.kind == ST_S && xs.c[0].axis == last) { /* row parallel */
         const cand *c = &xs.c[0];
-        if (set_spec(p, wi, RC_SHARD_ROW, in_axis, c->c_outer, c->groups, c->c_inner, 0) == 0)
-            out->kind = p->forced[wi] ? ST_R : ST_P;
-        if (p->forced[wi])
-            p->comm.allgather_fwd++;
+        if (set_spec(p, wi, RC_SHARD_ROW, in_axis, c->c_outer, c->groups, c->c_inner, 0) == 0) {
+            out->kind = ST_P;
+            return;
+        }
+        drop(p, &xs, y, 0); /* a count that does not divide: the next analysis round replicates W */
         return;
     }
     if (xs.kind != ST_R) { /* split on a batch axis: the linear is local, W replicated */
@@ -248,8 +306,6 @@ static void linear(plan *p, rc_tensor *y, state *out)
         return;
     }
     const rc_shard_spec *ws = &p->spec[wi];
-    if (p->forced[wi])
-        return;
     if (ws->role == RC_SHARD_VOCAB && ws->axis == out_axis) { /* a head tied to the table */
         out->kind = ST_S;
         out->ncand = 1;
@@ -293,6 +349,28 @@ static void follow(plan *p, const state *lead, const rc_tensor *lead_t, const rc
     }
 }
 
+/* Operand o of y, split (or split-any) while the leading operand has the concrete split
+ * lead: 1 when o's split can agree with it (a split-any is resolved to match). */
+static int split_agrees(plan *p, const state *lead, const rc_tensor *lead_t, const rc_tensor *o, const rc_tensor *y)
+{
+    state *os = &p->st[o->id];
+    if (lead->kind != ST_S)
+        return 0;
+    const cand *c = &lead->c[0];
+    int ax = c->axis + (y->ndim - lead_t->ndim) - (y->ndim - o->ndim);
+    for (int k = 0; k < os->ncand; k++) {
+        const cand *d = &os->c[k];
+        if (d->axis == ax && same_cut(c->c_outer, c->groups, c->c_inner, d->c_outer, d->groups, d->c_inner, p->mp)) {
+            if (os->kind == ST_A) {
+                state r = *os;
+                choose(p, &r, k, 0);
+            }
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void elementwise(plan *p, rc_tensor *y, state *out)
 {
     int lead = -1, partial = 0;
@@ -300,7 +378,9 @@ static void elementwise(plan *p, rc_tensor *y, state *out)
         const state *s = y->src[i] ? &p->st[y->src[i]->id] : NULL;
         if (s && s->kind == ST_P)
             partial = 1;
-        if (s && (s->kind == ST_A || s->kind == ST_S) && lead < 0)
+        if (s && s->kind == ST_S && (lead < 0 || p->st[y->src[lead]->id].kind != ST_S))
+            lead = i; /* a concrete split leads over a split-any */
+        if (s && s->kind == ST_A && lead < 0)
             lead = i;
     }
     memset(out, 0, sizeof *out);
@@ -338,6 +418,8 @@ static void elementwise(plan *p, rc_tensor *y, state *out)
         else if (os->kind == ST_A && s.kind == ST_A && s.norig + os->norig <= MAX_ORIG)
             for (int k = 0; k < os->norig; k++)
                 s.orig[s.norig++] = os->orig[k]; /* gate * up: resolved together */
+        else if (!split_agrees(p, &s, lt, o, y))
+            p->act[y->id * RC_MAX_SRC + i] |= ACT_GATHER | ACT_SLICE; /* another split: whole, then cut */
     }
     *out = s;
     for (int k = 0; k < out->ncand; k++)
@@ -373,22 +455,121 @@ static void batched(plan *p, rc_tensor *y, state *out)
                         p->fail_groups = s[i].c[k].groups;
                     }
                 }
-                memset(&s[i], 0, sizeof s[i]);
+                drop(p, &s[i], y, i);
             } else if (k >= 0) {
                 choose(p, &s[i], k, 0);
             } else {
-                memset(&s[i], 0, sizeof s[i]);
+                drop(p, &s[i], y, i);
             }
         }
+        if (s[i].kind == ST_S && s[i].c[0].axis >= nb)
+            drop(p, &s[i], y, i); /* split on a contracted or row axis: whole first */
     }
-    for (int i = 0; i < 2; i++)
-        if (s[i].kind == ST_S && s[i].c[0].axis < y->ndim - 2) {
-            if (s[!i].kind == ST_R) /* e.g. a GQA key replicated: this shard's heads of it */
-                p->act[y->id * RC_MAX_SRC + !i] |= ACT_SLICE;
-            *out = s[i];
-            out->norig = 0;
-            return;
+    int lead = s[0].kind == ST_S ? 0 : s[1].kind == ST_S ? 1 : -1;
+    if (lead < 0)
+        return;
+    int other = !lead, ax = s[lead].c[0].axis + (y->ndim - y->src[lead]->ndim);
+    int ax_o = ax - (y->ndim - y->src[other]->ndim);
+    const cand *c = &s[lead].c[0], *d = &s[other].c[0];
+    if (s[other].kind == ST_R) /* e.g. a GQA key replicated: this shard's heads of it */
+        p->act[y->id * RC_MAX_SRC + other] |= ACT_SLICE;
+    else if (d->axis != ax_o || !same_cut(c->c_outer, c->groups, c->c_inner, d->c_outer, d->groups, d->c_inner, p->mp))
+        p->act[y->id * RC_MAX_SRC + other] |= ACT_GATHER | ACT_SLICE;
+    *out = s[lead];
+    out->c[0].axis = ax;
+    out->norig = 0;
+}
+
+/* the additive mask of a softmax (T5's position bias, a padding mask) meets the scores'
+ * split: a replicated mask is cut to this shard's heads */
+static void softmax_mask(plan *p, rc_tensor *y, const state *out)
+{
+    rc_tensor *m = y->src[1];
+    state mask = p->st[m->id];
+    make_whole(p, &mask, y, 1);
+    if (out->kind != ST_S && out->kind != ST_A)
+        drop(p, &mask, y, 1);
+    else if (mask.kind == ST_R)
+        p->act[y->id * RC_MAX_SRC + 1] |= ACT_SLICE;
+    else if (!split_agrees(p, out, y, m, y))
+        p->act[y->id * RC_MAX_SRC + 1] |= ACT_GATHER | ACT_SLICE;
+}
+
+/* rows of a table by token ids: a table of parameters splits the vocabulary (a fixed split
+ * of its columns splits the output features instead) */
+static void embedding(plan *p, rc_tensor *y, state *out)
+{
+    rc_tensor *table = y->src[0], *ids = y->src[1];
+    state ts = p->st[table->id], is = p->st[ids->id];
+    drop(p, &is, y, 1);
+    if (!is_param(p, table)) {
+        make_whole(p, &ts, y, 0);
+        drop(p, &ts, y, 0);
+        return;
+    }
+    int ti = p->param_of[table->id];
+    const rc_shard_spec *s = &p->spec[ti];
+    if (p->forced[ti] && s->axis == 1) {
+        fixed_role(p, ti, RC_SHARD_COLUMN);
+        *out = (state){.kind = ST_S, .ncand = 1};
+        out->c[0] = (cand){y->ndim - 1, s->outer, s->groups, s->inner, s->outer, s->inner};
+        return;
+    }
+    if (p->forced[ti] ? s->axis == 0 : from_input(ids) && set_spec(p, ti, RC_SHARD_VOCAB, 0, 1, table->shape[0], 1, 1) == 0) {
+        fixed_role(p, ti, RC_SHARD_VOCAB);
+        out->kind = ST_P; /* masked lookup on each shard, summed */
+    }
+}
+
+/* 1 when t is consumed by exactly one node of the graph up to `last` */
+static int single_use(const plan *p, const rc_tensor *t, int last)
+{
+    int uses = 0;
+    for (int i = t->id + 1; i <= last && uses < 2; i++) {
+        const rc_tensor *y = rc_graph_node(p->g, i);
+        for (int k = 0; k < y->nsrc; k++)
+            uses += y->src[k] == t;
+    }
+    return uses == 1;
+}
+
+/* concat: a split along another axis carries through; replicated operands are cut to the
+ * shard, except a splittable input (a key/value cache) used only here, which arrives as
+ * this shard's part */
+static void concat(plan *p, rc_tensor *y, state *out)
+{
+    int ax = y->iparam[0], lead = -1;
+    state s[RC_MAX_SRC];
+    for (int i = 0; i < y->nsrc; i++) {
+        s[i] = p->st[y->src[i]->id];
+        make_whole(p, &s[i], y, i);
+        forbid_axis(p, &s[i], ax, y, i);
+        if (s[i].kind == ST_S && (lead < 0 || s[lead].kind != ST_S))
+            lead = i;
+        if (s[i].kind == ST_A && lead < 0)
+            lead = i;
+    }
+    memset(out, 0, sizeof *out);
+    if (lead < 0)
+        return;
+    *out = s[lead];
+    for (int i = 0; i < y->nsrc; i++) {
+        rc_tensor *o = y->src[i];
+        if (i == lead)
+            continue;
+        if (s[i].kind == ST_R) {
+            if (o->op == RC_OP_LEAF && (o->flags & RC_FLAG_SPLITTABLE) && !is_param(p, o) &&
+                p->follow[o->id] < 0 && single_use(p, o, p->last))
+                p->follow[o->id] = y->id;
+            else
+                p->act[y->id * RC_MAX_SRC + i] |= ACT_SLICE;
+        } else if (s[i].kind == ST_A && out->kind == ST_A && out->norig + s[i].norig <= MAX_ORIG) {
+            for (int k = 0; k < s[i].norig; k++)
+                out->orig[out->norig++] = s[i].orig[k];
+        } else if (!split_agrees(p, out, y->src[lead], o, y)) {
+            p->act[y->id * RC_MAX_SRC + i] |= ACT_GATHER | ACT_SLICE;
         }
+    }
 }
 
 static void step(plan *p, rc_tensor *y)
@@ -420,12 +601,9 @@ static void step(plan *p, rc_tensor *y)
     case RC_OP_SOFTMAX: case RC_OP_LAYER_NORM: case RC_OP_RMS_NORM: case RC_OP_ROPE:
         *out = in;
         make_whole(p, out, y, 0);
-        forbid_axis(p, out, a->ndim - 1);
-        if (y->op == RC_OP_SOFTMAX && y->src[1] && (out->kind == ST_S || out->kind == ST_A)) {
-            state mask = p->st[y->src[1]->id];
-            make_whole(p, &mask, y, 1);
-            p->act[y->id * RC_MAX_SRC + 1] |= ACT_SLICE; /* T5's position bias: this shard's heads */
-        }
+        forbid_axis(p, out, a->ndim - 1, y, 0);
+        if (y->op == RC_OP_SOFTMAX && y->src[1])
+            softmax_mask(p, y, out);
         return;
     case RC_OP_RESHAPE:
         *out = in;
@@ -435,9 +613,15 @@ static void step(plan *p, rc_tensor *y)
         *out = in;
         through_permute(out, y);
         return;
-    case RC_OP_SLICE:
+    case RC_OP_SLICE: case RC_OP_PAD:
         *out = in;
-        forbid_axis(p, out, y->iparam[0]);
+        forbid_axis(p, out, y->iparam[0], y, 0);
+        return;
+    case RC_OP_STOP_GRADIENT:
+        *out = in;
+        return;
+    case RC_OP_CONCAT:
+        concat(p, y, out);
         return;
     case RC_OP_EXPAND:
         *out = in;
@@ -447,30 +631,31 @@ static void step(plan *p, rc_tensor *y)
     case RC_OP_SUM: case RC_OP_MAX:
         *out = in;
         make_whole(p, out, y, 0);
-        forbid_axis(p, out, y->iparam[0]);
+        forbid_axis(p, out, y->iparam[0], y, 0);
         for (int k = 0; !y->iparam[1] && k < out->ncand; k++)
             out->c[k].axis -= out->c[k].axis > y->iparam[0];
         return;
     case RC_OP_EMBEDDING:
-        if (is_param(p, a) && from_input(y->src[1]) &&
-            set_spec(p, p->param_of[a->id], RC_SHARD_VOCAB, 0, 1, a->shape[0], 1, 1) == 0 &&
-            !p->forced[p->param_of[a->id]])
-            out->kind = ST_P; /* masked lookup on each shard, summed */
+        embedding(p, y, out);
         return;
     case RC_OP_CROSS_ENTROPY:
+        make_whole(p, &in, y, 0);
         if (in.kind == ST_A && find_cand(&in, a->ndim - 1) >= 0)
             choose(p, &in, find_cand(&in, a->ndim - 1), 1);
-        if (in.kind == ST_S && in.c[0].axis == a->ndim - 1) { /* vocabulary-parallel */
-            int64_t rows = rc_tensor_numel(a) / a->shape[a->ndim - 1];
+        if (in.kind == ST_S && in.c[0].axis == a->ndim - 1 && in.c[0].c_outer == 1 && in.c[0].c_inner == 1) {
+            int64_t rows = rc_tensor_numel(a) / a->shape[a->ndim - 1]; /* vocabulary-parallel */
             p->comm.allreduce_fwd += 3; /* row max, sum of exp, target logit */
             p->comm.bytes_fwd += 3.0 * (double)rows * 4;
+        } else {
+            drop(p, &in, y, 0);
         }
         return;
-    default:
+    default: /* an op the rules do not know: its inputs whole */
         for (int i = 0; i < y->nsrc; i++)
-            if (y->src[i] && p->st[y->src[i]->id].kind == ST_P) {
+            if (y->src[i]) {
                 state s = p->st[y->src[i]->id];
                 make_whole(p, &s, y, i);
+                drop(p, &s, y, i);
             }
         return;
     }
@@ -502,7 +687,8 @@ static void mark_column_inputs(plan *p, const rc_tensor *out)
         const rc_shard_spec *ws = &p->spec[p->param_of[y->src[1]->id]];
         int out_axis = y->iparam[1] ? 0 : 1;
         const state *xs = &p->st[y->src[0]->id];
-        int whole_input = xs->kind == ST_R || (xs->kind == ST_P && (p->act[y->id * RC_MAX_SRC] & ACT_REDUCE));
+        unsigned a = p->act[y->id * RC_MAX_SRC];
+        int whole_input = xs->kind == ST_R || (xs->kind == ST_P && (a & ACT_REDUCE)) || (a & ACT_GATHER);
         if (ws->axis == out_axis && (ws->role == RC_SHARD_COLUMN || ws->role == RC_SHARD_VOCAB) && whole_input) {
             p->col_input[y->src[0]->id] = 1;
             p->act[y->id * RC_MAX_SRC] |= ACT_ENTER;
@@ -524,25 +710,40 @@ static void mark_column_inputs(plan *p, const rc_tensor *out)
     }
 }
 
-static int analyse(plan *p, rc_tensor *out)
+/* 1 when some origin of the split-any s is already decided */
+static int any_resolved(const plan *p, const state *s)
 {
+    for (int k = 0; k < s->norig; k++)
+        if (p->orig[s->orig[k]].resolved)
+            return 1;
+    return 0;
+}
+
+static int analyse(plan *p)
+{
+    const rc_tensor *out = rc_graph_node(p->g, p->last);
     memset(p->st, 0, (size_t)rc_graph_size(p->g) * sizeof *p->st);
     memset(p->col_input, 0, (size_t)rc_graph_size(p->g));
     memset(p->reduced, 0, (size_t)rc_graph_size(p->g));
     memset(p->act, 0, (size_t)rc_graph_size(p->g) * RC_MAX_SRC);
     for (int i = 0; i < p->n; i++)
         if (!p->forced[i])
-            p->spec[i] = (rc_shard_spec){RC_SHARD_REPLICATED, -1, 1, 1, 1, 1, ""};
+            p->spec[i] = (rc_shard_spec){RC_SHARD_REPLICATED, -1, 1, 1, 1, 1, "", 0};
     p->norig = 0;
     p->fail_param = -1;
     p->gqa_param = -1;
     memset(&p->comm, 0, sizeof p->comm);
+    for (int i = 0; i < rc_graph_size(p->g); i++)
+        p->follow[i] = -1;
     for (int i = 0; i <= out->id; i++)
         step(p, rc_graph_node(p->g, i));
     /* splits nothing resolved (the logits as output): the whole axis, a vocabulary */
-    state *last = &p->st[out->id];
-    if (last->kind == ST_A && find_cand(last, out->ndim - 1) >= 0)
-        choose(p, last, find_cand(last, out->ndim - 1), 1);
+    for (int k = 0; k < p->nout; k++) {
+        state *last = &p->st[p->outs[k]->id];
+        int c = last->kind == ST_A ? find_cand(last, p->outs[k]->ndim - 1) : -1;
+        if (c >= 0 && !any_resolved(p, last))
+            choose(p, last, c, 1);
+    }
     mark_column_inputs(p, out);
     /* a backward all-reduce only where a gradient flows: inputs that depend on parameters */
     char *grads = calloc((size_t)out->id + 1, 1);
@@ -592,16 +793,38 @@ void shard_plan_free(plan *p)
     free(p->col_input);
     free(p->reduced);
     free(p->act);
+    free(p->follow);
     free(p->orig);
     free((char *)p->forced);
     free(p);
 }
 
-int shard_plan_run(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp,
+/* a caller's override: in range and dividing (vocabularies may pad) */
+static int check_fixed(rc_shard_spec *s, const rc_tensor *param, int mp, rc_error *err)
+{
+    if (s->axis < 0) {
+        *s = (rc_shard_spec){RC_SHARD_REPLICATED, -1, 1, 1, 1, 1, "", 1};
+        return 0;
+    }
+    if (s->axis >= param->ndim || s->outer < 1 || s->groups < 1 || s->inner < 1 ||
+        s->outer * s->groups * s->inner != param->shape[s->axis])
+        return rc_error_set(err, RC_ERR_ARG, "plan: the override of %s (axis %d, %lld x %lld x %lld) does not fit its shape",
+                            param->name, s->axis, (long long)s->outer, (long long)s->groups, (long long)s->inner);
+    if (s->groups % mp && s->role != RC_SHARD_VOCAB)
+        return rc_error_set(err, RC_ERR_SHAPE, "plan: the override of %s splits %lld groups, which %d shards do not divide",
+                            param->name, (long long)s->groups, mp);
+    s->padded_groups = (s->groups + mp - 1) / mp * mp;
+    return 0;
+}
+
+int shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *const *params, int n, int mp,
                    int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, plan **keep,
                    rc_error *err)
 {
-    if (!g || rc_graph_error(g) || !out || mp < 1 || n < 0)
+    int ok_outs = outs && nout >= 1;
+    for (int k = 0; ok_outs && k < nout; k++)
+        ok_outs = outs[k] != NULL;
+    if (!g || rc_graph_error(g) || !ok_outs || mp < 1 || n < 0)
         return rc_error_set(err, RC_ERR_ARG, "plan: a graph without errors, an output and mp >= 1 are needed%s%s",
                             g && rc_graph_error(g) ? ": " : "", g && rc_graph_error(g) ? rc_graph_error(g) : "");
     int size = rc_graph_size(g);
@@ -612,29 +835,38 @@ int shard_plan_run(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n,
         free(forced);
         return rc_error_set(err, RC_ERR_MEMORY, "plan: out of memory");
     }
-    *p = (plan){.g = g, .mp = mp, .n = n, .params = params, .spec = specs, .forced = forced};
+    *p = (plan){.g = g, .mp = mp, .n = n, .params = params, .spec = specs, .forced = forced,
+                .outs = outs, .nout = nout};
+    for (int k = 0; k < nout; k++)
+        p->last = outs[k]->id > p->last ? outs[k]->id : p->last;
     p->param_of = malloc((size_t)size * sizeof *p->param_of);
     p->st = malloc((size_t)size * sizeof *p->st);
     p->col_input = malloc((size_t)size);
     p->reduced = malloc((size_t)size);
     p->act = malloc((size_t)size * RC_MAX_SRC);
-    int rc = p->param_of && p->st && p->col_input && p->reduced && p->act
+    p->follow = malloc((size_t)size * sizeof *p->follow);
+    int rc = p->param_of && p->st && p->col_input && p->reduced && p->act && p->follow
                  ? 0 : rc_error_set(err, RC_ERR_MEMORY, "plan: out of memory");
     for (int i = 0; !rc && i < size; i++)
         p->param_of[i] = -1;
-    for (int i = 0; !rc && i < n; i++)
+    for (int i = 0; !rc && i < n; i++) {
         p->param_of[params[i]->id] = i;
+        if (specs[i].fixed) {
+            forced[i] = 1;
+            rc = check_fixed(&specs[i], params[i], mp, err);
+        }
+    }
     int64_t failed[64];
     int nfailed = 0;
     char names[400] = "";
     size_t used = 0;
     for (int round = 0; !rc && round <= n; round++) {
-        int bad = analyse(p, out);
+        int bad = analyse(p);
         if (bad < 0)
             break;
         if (p->gqa_param >= 0) {
             forced[bad] = 1;
-            specs[bad] = (rc_shard_spec){RC_SHARD_REPLICATED, -1, 1, 1, 1, 1, ""};
+            specs[bad] = (rc_shard_spec){RC_SHARD_REPLICATED, -1, 1, 1, 1, 1, "", 0};
             snprintf(specs[bad].note, sizeof specs[bad].note,
                      "%lld key/value heads shared by the query heads do not divide into %d shards: replicated",
                      (long long)p->fail_groups, mp);
@@ -646,7 +878,7 @@ int shard_plan_run(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n,
                                  used ? ", " : "", params[bad]->name, (long long)p->fail_groups);
         /* replicate it (noted) and look again: downstream layers may change role */
         forced[bad] = 1;
-        specs[bad] = (rc_shard_spec){RC_SHARD_REPLICATED, -1, 1, 1, 1, 1, ""};
+        specs[bad] = (rc_shard_spec){RC_SHARD_REPLICATED, -1, 1, 1, 1, 1, "", 0};
         snprintf(specs[bad].note, sizeof specs[bad].note,
                  "%lld groups do not divide into %d shards: replicated", (long long)p->fail_groups, mp);
     }
@@ -660,8 +892,11 @@ int shard_plan_run(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n,
     if (!rc && comm)
         *comm = p->comm;
     if (!rc && keep) {
-        for (int i = 0; i <= out->id; i++)
+        for (int i = 0; i <= p->last; i++)
             finalize_state(p, &p->st[i]);
+        for (int i = 0; i <= p->last; i++) /* splittable inputs take their consumer's split */
+            if (p->follow[i] >= 0 && p->st[p->follow[i]].kind == ST_S)
+                p->st[i] = p->st[p->follow[i]];
         *keep = p;
         return 0;
     }
@@ -672,7 +907,28 @@ int shard_plan_run(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n,
 int rc_shard_plan(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp,
                   int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, rc_error *err)
 {
-    return shard_plan_run(g, out, params, n, mp, allow_replicate, specs, comm, NULL, err);
+    return shard_plan_run(g, &out, 1, params, n, mp, allow_replicate, specs, comm, NULL, err);
+}
+
+int rc_shard_fix(rc_shard_spec *s, const rc_tensor *param, int axis, int64_t groups, int mp, rc_error *err)
+{
+    if (!s || !param)
+        return rc_error_set(err, RC_ERR_ARG, "plan: an override needs a spec and its parameter");
+    memset(s, 0, sizeof *s);
+    s->fixed = 1;
+    s->axis = axis < 0 ? -1 : axis;
+    if (axis >= param->ndim)
+        return rc_error_set(err, RC_ERR_ARG, "plan: %s has %d axes; no axis %d to split", param->name, param->ndim, axis);
+    if (axis >= 0) {
+        int64_t ext = param->shape[axis];
+        s->groups = groups > 0 ? groups : ext;
+        if (ext % s->groups)
+            return rc_error_set(err, RC_ERR_ARG, "plan: axis %d of %s (%lld) is not a multiple of %lld groups",
+                                axis, param->name, (long long)ext, (long long)s->groups);
+        s->outer = 1;
+        s->inner = ext / s->groups;
+    }
+    return check_fixed(s, param, mp, err);
 }
 
 void rc_shard_local_shape(const rc_shard_spec *s, const rc_tensor *param, int mp, int64_t *shape)

@@ -35,6 +35,8 @@ typedef struct {
 
 typedef struct {
     rc_graph *g;
+    rc_tensor *const *outs;      /* the outputs the plan serves */
+    int nout, last;              /* last: the highest output node id */
     int mp, n;
     rc_tensor *const *params;
     int *param_of;               /* node id -> parameter index, or -1 */
@@ -51,18 +53,22 @@ typedef struct {
     char *col_input;             /* node id -> 1 when it feeds a column-parallel linear */
     char *reduced;               /* node id -> 1 once its partial sum has been made whole */
     unsigned char *act;          /* [node id * RC_MAX_SRC + input]: ACT_* for the partitioner */
+    int *follow;                 /* node id -> the node whose split a splittable input takes, or -1 */
 } plan;
 
 /* What the partitioner does to input i of a node (bits). */
 enum {
     ACT_REDUCE = 1,              /* use the input's whole (all-reduced) version */
     ACT_ENTER = 2,               /* through mp_enter: a column-parallel linear's input */
-    ACT_SLICE = 4                /* a replicated input sliced to this shard's part */
+    ACT_SLICE = 4,               /* a replicated input sliced to this shard's part */
+    ACT_GATHER = 8,              /* the input made whole (all-gathered) if it ends up split */
+    ACT_ROWCUT = 16              /* a replicated input of a row-parallel linear cut on its
+                                    features (a fixed row split fed a whole activation) */
 };
 
 /* Runs the analysis; with keep, hands over the plan with every node's final state
  * (split-any states resolved) for the partitioner. */
-int shard_plan_run(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp,
+int shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *const *params, int n, int mp,
                    int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, plan **keep,
                    rc_error *err);
 void shard_plan_free(plan *p);
