@@ -1,6 +1,7 @@
 /* cmd_generate.c - `redco generate`: continue a prompt with a model directory's model and
  * tokenizer (greedy, sampling with temperature / top-k / top-p and a seed, or beam search). */
 #include "cli.h"
+#include "redco/dist.h"
 #include "redco/predict.h"
 #include "redco/tokenizer.h"
 
@@ -12,20 +13,24 @@
 static const char *help =
     "usage: redco generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
     "                      [--top-k K] [--top-p P] [--num-beams B] [--seed S] [--tokenizer DIR]\n"
-    "                      [--json]\n"
+    "                      [--mp N] [--allow-replicate] [--nproc P] [--json]\n"
     "\n"
     "Continues the prompt with the model (a Hugging Face model directory, e.g. a workdir's\n"
     "final/) and prints the prompt and the new text. Temperature 0 (the default) is greedy;\n"
     "with a temperature the same seed gives the same text. Generation stops at the model's\n"
     "end-of-sequence token or after --max-new-tokens (default 40). For T5 the prompt is the\n"
     "encoder's input. With --json the last line of stdout is\n"
-    "{\"prompt\": ..., \"text\": ..., \"ids\": [...], \"prompt_ids\": [...]}.\n";
+    "{\"prompt\": ..., \"text\": ..., \"ids\": [...], \"prompt_ids\": [...]}.\n"
+    "\n"
+    "Under a launcher (mpirun -np P, or --nproc P) the model is split over --mp N processes\n"
+    "(default: all of them) by the same plan as training: each holds its shards of the\n"
+    "weights and its heads of the key/value cache, and the text is the one process's.\n";
 
 typedef struct {
     const char *model, *prompt, *tokenizer;
-    int64_t max_new, top_k, beams, seed;
+    int64_t max_new, top_k, beams, seed, mp, nproc;
     double temperature, top_p;
-    int json;
+    int json, allow_replicate;
 } options;
 
 static int parse(const char *cmd, int argc, char **argv, options *o)
@@ -37,8 +42,8 @@ static int parse(const char *cmd, int argc, char **argv, options *o)
             fputs(help, stdout);
             return -1;
         }
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
+        if (!strcmp(a, "--json") || !strcmp(a, "--allow-replicate")) {
+            *(a[2] == 'j' ? &o->json : &o->allow_replicate) = 1;
             continue;
         }
         if (strncmp(a, "--", 2))
@@ -55,6 +60,8 @@ static int parse(const char *cmd, int argc, char **argv, options *o)
         else if (!strcmp(a, "--seed")) bad = cli_int64(cmd, a, v, 0, INT64_MAX, &o->seed);
         else if (!strcmp(a, "--temperature")) bad = cli_double(cmd, a, v, 0, 1e3, &o->temperature);
         else if (!strcmp(a, "--top-p")) bad = cli_double(cmd, a, v, 0, 1, &o->top_p);
+        else if (!strcmp(a, "--mp")) bad = cli_int64(cmd, a, v, 1, 4096, &o->mp);
+        else if (!strcmp(a, "--nproc")) bad = cli_int64(cmd, a, v, 1, 4096, &o->nproc);
         else return cli_usage(cmd, "unknown flag '%s'", a);
         if (bad)
             return 2;
@@ -81,6 +88,28 @@ static void print_json(const options *o, const char *text, const int32_t *ids, i
     cli_print_json(out);
 }
 
+/* The prompt continued by the model; 0 or -1 with err set. */
+static int generate_text(const options *o, rc_deployer *d, rc_model *m, rc_tokenizer **tok, char **text,
+                         int32_t **prompt, int64_t *np, int32_t **ids, int64_t *n, rc_error *err)
+{
+    size_t len = 0;
+    if (!(*tok = rc_tokenizer_load(o->tokenizer ? o->tokenizer : o->model, err)) ||
+        rc_tokenizer_encode(*tok, o->prompt, strlen(o->prompt), 1, prompt, np, err))
+        return -1;
+    rc_generate_options g = rc_generate_defaults(m);
+    g.max_new_tokens = (int)o->max_new;
+    g.temperature = o->temperature;
+    g.top_k = (int)o->top_k;
+    g.top_p = o->top_p;
+    g.seed = (uint64_t)o->seed;
+    g.num_beams = (int)o->beams;
+    g.deployer = d;
+    g.allow_replicate = o->allow_replicate;
+    if (rc_generate(m, *prompt, *np, &g, ids, n, err))
+        return -1;
+    return rc_tokenizer_decode(*tok, *ids, *n, 1, text, &len, err);
+}
+
 int cmd_generate(int argc, char **argv)
 {
     const char *cmd = "generate";
@@ -88,34 +117,31 @@ int cmd_generate(int argc, char **argv)
     int rc = parse(cmd, argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
+    if ((rc = cli_relaunch(cmd, (int)o.nproc, argc, argv)) >= 0)
+        return rc;
     rc_error err = {0};
-    rc_model *m = rc_model_create(o.model, 0, &err);
-    if (!m)
-        return cli_fail(cmd, "%s", err.msg);
-    rc_tokenizer *tok = rc_tokenizer_load(o.tokenizer ? o.tokenizer : o.model, &err);
+    rc_deployer *d = NULL;
+    rc_model *m = NULL;
+    rc_tokenizer *tok = NULL;
     int32_t *prompt = NULL, *ids = NULL;
     int64_t np = 0, n = 0;
     char *text = NULL;
-    size_t len = 0;
-    rc = tok ? 0 : -1;
+    rc = rc_dist_init(&argc, &argv, &err);
+    cli_rank = rc_dist_rank(); /* only rank 0 prints */
+    rc_deployer_options dopt = {.seed = (uint64_t)o.seed, .mp = o.mp ? (int)o.mp : rc_dist_size(), .json = o.json};
+    if (!rc && !(d = rc_deployer_new(&argc, &argv, &dopt, &err)))
+        rc = -1;
+    if (!rc && !(m = rc_model_create(o.model, 0, &err)))
+        rc = -1;
     if (!rc)
-        rc = rc_tokenizer_encode(tok, o.prompt, strlen(o.prompt), 1, &prompt, &np, &err);
-    rc_generate_options g = rc_generate_defaults(m);
-    g.max_new_tokens = (int)o.max_new;
-    g.temperature = o.temperature;
-    g.top_k = (int)o.top_k;
-    g.top_p = o.top_p;
-    g.seed = (uint64_t)o.seed;
-    g.num_beams = (int)o.beams;
-    if (!rc)
-        rc = rc_generate(m, prompt, np, &g, &ids, &n, &err);
-    if (!rc)
-        rc = rc_tokenizer_decode(tok, ids, n, 1, &text, &len, &err);
+        rc = generate_text(&o, d, m, &tok, &text, &prompt, &np, &ids, &n, &err);
+    if (d)
+        rc = rc_deployer_agree(d, rc, &err);
     if (rc) {
         cli_fail(cmd, "%s", err.msg);
-    } else if (o.json) {
+    } else if (rc_deployer_is_main(d) && o.json) {
         print_json(&o, text, ids, n, prompt, np);
-    } else {
+    } else if (rc_deployer_is_main(d)) {
         /* a decoder continues the prompt; T5's output stands on its own */
         printf("%s%s\n", m->config.type == RC_MODEL_T5 ? "" : o.prompt, text);
     }
@@ -124,5 +150,7 @@ int cmd_generate(int argc, char **argv)
     free(prompt);
     rc_tokenizer_free(tok);
     rc_model_free(m);
+    rc_deployer_free(d);
+    rc_dist_finalize();
     return rc ? 1 : 0;
 }

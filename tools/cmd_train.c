@@ -30,11 +30,12 @@ static const char *train_help =
 
 static const char *eval_help =
     "usage: redco eval --model DIR --data PATH [--tokenizer DIR] [--seq-len N] [--batch-size N]\n"
-    "                  [--nproc P] [--json]\n"
+    "                  [--mp N] [--nproc P] [--json]\n"
     "\n"
     "Mean cross-entropy of the model over every predicted token of the data (language-model\n"
     "windows as in training), its perplexity, and the token count. With --json the last line\n"
-    "of stdout is {\"loss\": ..., \"ppl\": ..., \"tokens\": N}.\n";
+    "of stdout is {\"loss\": ..., \"ppl\": ..., \"tokens\": N}. Processes split the data,\n"
+    "and with --mp N the model too (the training plan).\n";
 
 typedef struct {
     const char *model, *data, *tokenizer, *workdir, *eval_data, *optimizer, *schedule;
@@ -68,6 +69,7 @@ static int parse(const char *cmd, int argc, char **argv, options *o, int is_trai
         else if (!strcmp(a, "--seq-len")) bad = cli_int64(cmd, a, v, 1, 1 << 20, &o->seq_len);
         else if (!strcmp(a, "--batch-size")) bad = cli_int64(cmd, a, v, 1, 1 << 20, &o->batch);
         else if (!strcmp(a, "--nproc")) bad = cli_int64(cmd, a, v, 1, 4096, &o->nproc);
+        else if (!strcmp(a, "--mp")) bad = cli_int64(cmd, a, v, 1, 4096, &o->mp);
         else if (!is_train) return cli_usage(cmd, "unknown flag '%s'", a);
         else if (!strcmp(a, "--workdir")) o->workdir = v;
         else if (!strcmp(a, "--eval-data")) o->eval_data = v;
@@ -81,7 +83,6 @@ static int parse(const char *cmd, int argc, char **argv, options *o, int is_trai
         else if (!strcmp(a, "--eval-every")) bad = cli_int64(cmd, a, v, 0, big, &o->eval_every);
         else if (!strcmp(a, "--save-every")) bad = cli_int64(cmd, a, v, 0, big, &o->save_every);
         else if (!strcmp(a, "--log-every")) bad = cli_int64(cmd, a, v, 0, big, &o->log_every);
-        else if (!strcmp(a, "--mp")) bad = cli_int64(cmd, a, v, 1, 4096, &o->mp);
         else if (!strcmp(a, "--lr")) bad = cli_double(cmd, a, v, 0, 1e3, &o->lr);
         else if (!strcmp(a, "--weight-decay")) bad = cli_double(cmd, a, v, 0, 1e3, &o->wd);
         else if (!strcmp(a, "--grad-clip")) bad = cli_double(cmd, a, v, 0, 1e9, &o->clip);

@@ -27,6 +27,8 @@ int rc_dist_init(int *argc, char ***argv, rc_error *err);
 int rc_dist_launched(void);
 /* This process's rank in the world (0 without a launcher or before rc_dist_init). */
 int rc_dist_rank(void);
+/* The number of processes in the world (1 without a launcher or before rc_dist_init). */
+int rc_dist_size(void);
 void rc_dist_finalize(void);
 
 /* The mesh of all ranks with mp model shards; mp must divide the world size (the error

@@ -43,7 +43,8 @@
  *
  * Costs, honestly: each decoding step records and plans a new graph (the cache grows by one
  * position per step), about as much host work as a small forward; the cache is copied once
- * per step. T5 has no decoder cache in nn yet: every step re-runs the encoder and the
+ * per step. With model shards each step's graph is also partitioned, and each rank keeps
+ * the caller's full weights beside its shards for the duration of the call. T5 has no decoder cache in nn yet: every step re-runs the encoder and the
  * decoder over the whole prefix (quadratic in the output length). */
 #ifndef REDCO_PREDICT_H
 #define REDCO_PREDICT_H
@@ -80,7 +81,23 @@ typedef struct {
      * best hypothesis's tokens once it is known); non-zero stops that row */
     int (*on_token)(int row, int32_t id, void *user);
     void *user;
+    /* optional: a deployer with model shards (mp > 1) runs the model split over each model
+     * group, every rank of a group calling with the same arguments and getting the same
+     * tokens. The weights split by the plan training would use (derived once per call from
+     * the first step's graph), the key/value cache by heads (a rank keeps kv_heads / mp of
+     * them), and the logits are gathered whole for the choice of each token. NULL or mp 1:
+     * the whole model in this process. */
+    rc_deployer *deployer;
+    int allow_replicate;          /* with shards: replicate weights the count does not divide */
+    struct rc_generate_stats *stats; /* optional out: what this rank held */
 } rc_generate_options;
+
+/* Memory of one rank in a generation call (the largest over a batch's beam searches). */
+typedef struct rc_generate_stats {
+    int64_t cache_bytes;          /* key/value cache buffers */
+    int64_t shard_bytes;          /* weight shards (0 without model shards) */
+    int64_t kv_heads;             /* key/value heads cached per layer on this rank */
+} rc_generate_stats;
 
 /* max_new_tokens 20, greedy, top_p 1, seed 0, eos_id from the model's config (-1 when it
  * has none), one beam, no callback. Start from these: a zeroed struct has eos_id 0. */

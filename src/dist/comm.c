@@ -37,6 +37,17 @@ int rc_dist_rank(void)
     return rank;
 }
 
+int rc_dist_size(void)
+{
+    int started = 0, size = 1;
+    if (!rc_dist_launched())
+        return 1;
+    MPI_Initialized(&started);
+    if (started)
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return size;
+}
+
 static int mpi_fail(rc_error *err, const char *what, int code)
 {
     char msg[MPI_MAX_ERROR_STRING];

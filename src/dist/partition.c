@@ -367,8 +367,8 @@ int rc_shard_partition_outputs(rc_graph *g, rc_tensor *const *outs, int nout, co
     /* only what the outputs need (the plan's backward nodes, if any, are rebuilt by autodiff) */
     for (int i = 0; !rc && i < size; i++)
         rc = localize(&l, rc_graph_node(g, i), err);
-    for (int i = 0; !rc && i < n; i++)
-        sg->params[i] = l.map[params[i]->id];
+    for (int i = 0; !rc && i < n; i++) /* NULL: a parameter the outputs do not use */
+        sg->params[i] = params[i] && params[i]->id <= p->last ? l.map[params[i]->id] : NULL;
     for (int k = 0; !rc && k < nout; k++)
         if (!(sg->outs[k] = local_output(&l, outs[k], keep_split && keep_split[k])))
             rc = rc_error_set(err, RC_ERR_SHAPE, "partition: output %d: %s", k,

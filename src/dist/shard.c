@@ -850,6 +850,8 @@ int shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *con
     for (int i = 0; !rc && i < size; i++)
         p->param_of[i] = -1;
     for (int i = 0; !rc && i < n; i++) {
+        if (!params[i]) /* a parameter the graph does not use */
+            continue;
         p->param_of[params[i]->id] = i;
         if (specs[i].fixed) {
             forced[i] = 1;

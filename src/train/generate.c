@@ -2,7 +2,7 @@
  * runs one graph per step (decoder-only models keep their key/value cache in host buffers
  * between steps; T5 re-runs the whole prefix), greedy and sampled token choice, and beam
  * search as transformers 4.36 does it. See redco/predict.h for the exact semantics. */
-#include "train_internal.h"
+#include "sharded.h"
 #include "redco/predict.h"
 
 #include <math.h>
@@ -21,15 +21,28 @@ typedef struct {
     int64_t len;                  /* decoder positions so far: cached (decoder-only) or fed (T5) */
     int64_t cap;                  /* positions the buffers have room for */
     int nkv;                      /* decoder-only: 2 n_layer cache tensors (k, v per layer) */
-    int64_t kv_heads, head_dim;
-    float **kv;                   /* each [rows, KV, len, D] packed, room for max_rows x cap */
+    int64_t kv_heads, head_dim;   /* the model's key/value heads (the global graph's shapes) */
+    int64_t kv_local;             /* the heads this rank caches (kv_heads / model shards when
+                                     they divide; 0 until the first step) */
+    float **kv;                   /* each [rows, kv_local, len, D] packed, room for max_rows x cap */
     rc_tensor **past, **fresh;    /* per graph: cache inputs and new_kv outputs */
     void *scratch;                /* reordering rows: one cache tensor or the T5 history */
     int32_t *hist;                /* T5: decoder tokens [rows, len] packed, room for max_rows x cap */
     int32_t *enc;                 /* T5: encoder tokens [max_rows, n_enc], every row the prompt */
     int64_t n_enc;
     float *logits;                /* [rows, vocab] at the last position */
+    rc_sharded *shards;           /* model shards (NULL: the whole model here) */
 } decoder;
+
+/* the decoder's cache memory, noted in the caller's stats before it goes */
+static void decoder_note(const decoder *d, rc_generate_stats *st)
+{
+    int64_t bytes = (int64_t)d->nkv * d->max_rows * d->kv_local * d->cap * d->head_dim * (int64_t)sizeof(float);
+    if (st && bytes >= st->cache_bytes) {
+        st->cache_bytes = bytes;
+        st->kv_heads = d->kv_local;
+    }
+}
 
 static void decoder_free(decoder *d)
 {
@@ -49,9 +62,10 @@ static void decoder_free(decoder *d)
 /* Room for max_rows rows of cap decoder positions; T5 also keeps the encoder prompts enc
  * [n_given, n_enc], repeated to fill the rows (beam search: one prompt for every beam). */
 static int decoder_init(decoder *d, rc_model *m, int max_rows, int64_t cap, const int32_t *enc,
-                        int n_given, int64_t n_enc, rc_error *err)
+                        int n_given, int64_t n_enc, rc_sharded *shards, rc_error *err)
 {
     memset(d, 0, sizeof *d);
+    d->shards = shards;
     d->c = &m->config;
     d->w = rc_params_weights(m->params);
     d->t5 = m->config.type == RC_MODEL_T5;
@@ -71,12 +85,9 @@ static int decoder_init(decoder *d, rc_model *m, int max_rows, int64_t cap, cons
         d->nkv = 2 * d->c->n_layer;
         d->kv_heads = d->c->n_kv_head > 0 ? d->c->n_kv_head : d->c->n_head;
         d->head_dim = d->c->head_dim;
-        size_t bytes = (size_t)max_rows * (size_t)(d->kv_heads * cap * d->head_dim) * sizeof(float);
         ok = (d->kv = calloc((size_t)d->nkv + 1, sizeof *d->kv)) &&
              (d->past = calloc((size_t)d->nkv + 1, sizeof *d->past)) &&
-             (d->fresh = calloc((size_t)d->nkv + 1, sizeof *d->fresh)) && (d->scratch = malloc(bytes));
-        for (int i = 0; ok && i < d->nkv; i++)
-            ok = (d->kv[i] = malloc(bytes)) != NULL;
+             (d->fresh = calloc((size_t)d->nkv + 1, sizeof *d->fresh));
     }
     if (!ok) {
         decoder_free(d);
@@ -116,7 +127,10 @@ static rc_tensor *decoder_graph(decoder *d, rc_graph *g, int32_t *ids, int64_t T
             char name[32];
             snprintf(name, sizeof name, "past.%d.%s", i / 2, i % 2 ? "v" : "k");
             d->past[i] = rc_input(g, name, RC_F32, 4, (int64_t[]){R, d->kv_heads, d->len, d->head_dim});
-            rc_tensor_bind(d->past[i], d->kv[i]);
+            if (d->past[i])
+                d->past[i]->flags |= RC_FLAG_SPLITTABLE; /* model shards keep their heads of it */
+            if (!d->shards)
+                rc_tensor_bind(d->past[i], d->kv[i]);
         }
         in.past = (int)d->len;
         in.past_kv = d->len > 0 ? d->past : NULL;
@@ -129,12 +143,29 @@ static rc_tensor *decoder_graph(decoder *d, rc_graph *g, int32_t *ids, int64_t T
     return rc_slice(g, logits, 1, Tl - 1, Tl);
 }
 
-/* keeps the new cache [rows, KV, len + T, D] of the run that just finished */
-static int keep_cache(decoder *d, int64_t T, rc_error *err)
+/* the cache buffers, once the first step says how many heads this rank keeps */
+static int cache_alloc(decoder *d, int64_t heads, rc_error *err)
 {
+    size_t bytes = (size_t)d->max_rows * (size_t)(heads * d->cap * d->head_dim) * sizeof(float);
+    int ok = (d->scratch = malloc(bytes)) != NULL;
+    for (int i = 0; ok && i < d->nkv; i++)
+        ok = (d->kv[i] = malloc(bytes)) != NULL;
+    if (!ok)
+        return rc_error_set(err, RC_ERR_MEMORY, "generate: out of memory for the key/value cache of %d rows, %lld heads, %lld positions",
+                            d->max_rows, (long long)heads, (long long)d->cap);
+    d->kv_local = heads;
+    return 0;
+}
+
+/* keeps the new cache [rows, kv_local, len + T, D] of the run that just finished (fresh:
+ * this rank's heads of it) */
+static int keep_cache(decoder *d, rc_tensor *const *fresh, int64_t T, rc_error *err)
+{
+    if (d->nkv && !d->kv_local && cache_alloc(d, fresh[0] ? fresh[0]->shape[1] : 0, err))
+        return -1;
     for (int i = 0; i < d->nkv; i++) {
-        const rc_tensor *k = d->fresh[i];
-        int64_t want[4] = {d->rows, d->kv_heads, d->len + T, d->head_dim};
+        const rc_tensor *k = fresh[i];
+        int64_t want[4] = {d->rows, d->kv_local, d->len + T, d->head_dim};
         int same = k && k->ndim == 4 && k->dtype == RC_F32;
         for (int a = 0; same && a < 4; a++)
             same = k->shape[a] == want[a];
@@ -146,6 +177,50 @@ static int keep_cache(decoder *d, int64_t T, rc_error *err)
         }
         memcpy(d->kv[i], rc_tensor_data(k), rc_tensor_nbytes(k));
     }
+    return 0;
+}
+
+/* With model shards: the local graph's inputs bound by name to the step's data, this
+ * rank's part of the cache included */
+static void bind_local_inputs(decoder *d, rc_graph *lg, int32_t *ids)
+{
+    for (int i = 0; i < rc_graph_size(lg); i++) {
+        rc_tensor *t = rc_graph_node(lg, i);
+        int layer;
+        char kind;
+        if (t->op != RC_OP_LEAF || !(t->flags & RC_FLAG_INPUT))
+            continue;
+        if (!strcmp(t->name, "ids"))
+            rc_tensor_bind(t, ids);
+        else if (!strcmp(t->name, "decoder_ids"))
+            rc_tensor_bind(t, d->hist);
+        else if (!strcmp(t->name, "encoder_ids"))
+            rc_tensor_bind(t, d->enc);
+        else if (sscanf(t->name, "past.%d.%c", &layer, &kind) == 2 && layer >= 0 && layer < d->c->n_layer)
+            rc_tensor_bind(t, d->kv[2 * layer + (kind == 'v')]);
+    }
+}
+
+/* This step's runnable graph: the recorded one (outs: the last logits, then the new cache),
+ * or with model shards this rank's part of it, whose logits are whole and whose cache
+ * outputs are this rank's heads. */
+static int step_compile(decoder *d, rc_graph *g, rc_tensor **outs, int32_t *ids, rc_shard_graph *sg,
+                        rc_plan **plan, rc_error *err)
+{
+    int nout = d->nkv + 1;
+    if (!d->shards)
+        return (*plan = rc_plan_new(g, outs, nout, err)) ? 0 : -1;
+    int *keep = calloc((size_t)nout, sizeof *keep);
+    if (!keep)
+        return rc_error_set(err, RC_ERR_MEMORY, "generate: out of memory");
+    for (int i = 1; i < nout; i++)
+        keep[i] = 1;
+    int rc = rc_sharded_compile(d->shards, g, outs, nout, keep, d->leaves, sg, plan, err);
+    free(keep);
+    if (rc)
+        return -1;
+    bind_local_inputs(d, sg->g, ids);
+    memcpy(outs, sg->outs, (size_t)nout * sizeof *outs);
     return 0;
 }
 
@@ -174,20 +249,22 @@ static int decoder_step(decoder *d, int32_t *ids, int64_t T, rc_error *err)
         for (int i = 0; i < d->nkv; i++)
             outs[1 + i] = d->fresh[i];
     }
-    rc_plan *plan = rc ? NULL : rc_plan_new(g, outs, d->nkv + 1, err);
-    free(outs);
-    if (!rc && (!plan || rc_plan_run(plan, err)))
+    rc_shard_graph sg = {0};
+    rc_plan *plan = NULL;
+    if (!rc && (step_compile(d, g, outs, ids, &sg, &plan, err) || rc_plan_run(plan, err)))
         rc = -1;
     if (!rc) {
-        memcpy(d->logits, rc_tensor_data(last), (size_t)d->rows * (size_t)d->c->vocab_size * sizeof(float));
-        rc = keep_cache(d, T, err);
+        memcpy(d->logits, rc_tensor_data(outs[0]), (size_t)d->rows * (size_t)d->c->vocab_size * sizeof(float));
+        rc = keep_cache(d, outs + 1, T, err);
     }
     if (!rc)
         d->len += T;
     else if (d->t5) /* undo the history append: keep the state consistent */
         for (int r = 0; r < d->rows; r++)
             memmove(d->hist + r * d->len, d->hist + r * (d->len + T), (size_t)d->len * sizeof *d->hist);
+    free(outs);
     rc_plan_free(plan);
+    rc_shard_graph_free(&sg);
     rc_graph_free(g);
     return rc;
 }
@@ -203,7 +280,7 @@ static void decoder_reorder(decoder *d, const int *src)
             memcpy(tmp + r * L, d->hist + src[r] * L, (size_t)L * sizeof *tmp);
         memcpy(d->hist, tmp, (size_t)d->rows * (size_t)L * sizeof *tmp);
     }
-    int64_t block = d->kv_heads * d->len * d->head_dim;
+    int64_t block = d->kv_local * d->len * d->head_dim;
     float *tmp = d->scratch;
     for (int i = 0; i < d->nkv; i++) {
         for (int r = 0; r < d->rows; r++)
@@ -215,7 +292,7 @@ static void decoder_reorder(decoder *d, const int *src)
 /* One row (after the prompt) becomes `rows` identical rows. */
 static void decoder_expand(decoder *d, int rows)
 {
-    int64_t V = d->c->vocab_size, block = d->kv_heads * d->len * d->head_dim;
+    int64_t V = d->c->vocab_size, block = d->kv_local * d->len * d->head_dim;
     for (int r = 1; r < rows; r++) {
         memcpy(d->logits + r * V, d->logits, (size_t)V * sizeof *d->logits);
         for (int i = 0; i < d->nkv; i++)
@@ -624,20 +701,32 @@ int rc_generate_batch(rc_model *m, const int32_t *prompts, int n_batch, int64_t 
     int64_t cap = decoder_cap(m, n_prompt, M);
     decoder d;
     int rc = 0;
+    rc_sharded shards, *sh = NULL;
+    if (o->stats)
+        memset(o->stats, 0, sizeof *o->stats);
+    if (o->deployer && rc_deployer_mesh(o->deployer)->mp > 1) {
+        rc_sharded_init(&shards, rc_deployer_mesh(o->deployer), m->params, o->allow_replicate);
+        sh = &shards;
+    }
     if (!beams) {
-        rc = decoder_init(&d, m, n_batch, cap, prompts, n_batch, n_prompt, err);
+        rc = decoder_init(&d, m, n_batch, cap, prompts, n_batch, n_prompt, sh, err);
         if (!rc)
             rc = run_sampling(&d, prompts, n_prompt, o, res, n_out, err);
+        decoder_note(&d, o->stats);
         decoder_free(&d); /* a no-op after a failed init, which leaves it zeroed */
     }
     for (int b = 0; beams && !rc && b < n_batch; b++) {
         const int32_t *p = prompts + (int64_t)b * n_prompt;
-        rc = decoder_init(&d, m, o->num_beams, cap, p, 1, n_prompt, err);
+        rc = decoder_init(&d, m, o->num_beams, cap, p, 1, n_prompt, sh, err);
         if (!rc) {
             rc = run_beams(&d, p, n_prompt, o, res + (int64_t)b * M, &n_out[b], err);
+            decoder_note(&d, o->stats);
             decoder_free(&d);
         }
     }
+    if (o->stats && sh)
+        o->stats->shard_bytes = sh->bytes;
+    rc_sharded_free(sh);
     if (rc) {
         free(res);
         return -1;

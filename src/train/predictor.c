@@ -2,7 +2,7 @@
  * run over the data-parallel replicas in rounds of one global batch, the valid rows
  * gathered to rank 0 and handed to the output function in input order. See
  * redco/predict.h for the contract. */
-#include "train_internal.h"
+#include "sharded.h"
 #include "trainer_internal.h"
 #include "redco/predict.h"
 
@@ -21,6 +21,8 @@ typedef struct {
     int ninputs;
     rc_batch sig;                 /* the arrays' names, dtypes and shapes (no data) */
     uint64_t used;                /* last use, for eviction */
+    rc_graph *global;             /* with model shards: the global record (g is the local one) */
+    rc_shard_graph local;
 } pred_step;
 
 struct rc_predictor {
@@ -34,12 +36,19 @@ struct rc_predictor {
     uint64_t clock;
     float *rows;                  /* this replica's valid rows of the current round */
     size_t rows_cap;              /* floats */
+    int mp;                       /* model shards */
+    rc_sharded shards;            /* mp > 1: the plan and this rank's shards */
 };
 
 static void step_free(pred_step *s)
 {
     rc_plan_free(s->plan);
-    rc_graph_free(s->g);
+    if (s->global) {
+        rc_shard_graph_free(&s->local); /* g is the local graph */
+        rc_graph_free(s->global);
+    } else {
+        rc_graph_free(s->g);
+    }
     memset(s, 0, sizeof *s);
 }
 
@@ -56,6 +65,29 @@ static int same_signature(const rc_batch *a, const rc_batch *b)
                 return 0;
     }
     return 1;
+}
+
+/* mp > 1: the recorded graph partitioned; s->g becomes this rank's graph, whose output is
+ * the whole prediction on every rank */
+static int compile_sharded(rc_predictor *p, pred_step *s, rc_error *err)
+{
+    int n = rc_params_count(p->params);
+    rc_tensor **leaves = calloc((size_t)n + 1, sizeof *leaves);
+    if (!leaves)
+        return rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory");
+    for (int i = 0; i < n; i++) /* the leaves the function used (a new one is unused) */
+        leaves[i] = rc_params_get(s->g, p->params, rc_params_name(p->params, i));
+    s->global = s->g;
+    int rc = rc_sharded_compile(&p->shards, s->global, &s->out, 1, NULL, leaves, &s->local, &s->plan, err);
+    free(leaves);
+    if (rc) {
+        s->g = NULL; /* freed as the global record */
+        rc_error why = *err;
+        return rc_error_set(err, why.code, "predict on %d model shards: %s", p->mp, why.msg);
+    }
+    s->g = s->local.g;
+    s->out = s->local.out;
+    return 0;
 }
 
 /* Records the user's predict function for batches shaped like b and plans it. */
@@ -83,12 +115,17 @@ static int step_compile(rc_predictor *p, pred_step *s, const rc_batch *b, rc_err
         step_free(s);
         return -1;
     }
+    if (p->mp > 1 && compile_sharded(p, s, err)) {
+        step_free(s);
+        return -1;
+    }
+    g = s->g;
     for (int i = 0; i < rc_graph_size(g); i++) {
         rc_tensor *n = rc_graph_node(g, i);
         if (n->op == RC_OP_LEAF && (n->flags & RC_FLAG_INPUT) && s->ninputs < RC_BATCH_MAX)
             s->inputs[s->ninputs++] = n;
     }
-    if (!(s->plan = rc_plan_new(g, &s->out, 1, err))) {
+    if (!s->plan && !(s->plan = rc_plan_new(g, &s->out, 1, err))) {
         step_free(s);
         return -1;
     }
@@ -153,7 +190,16 @@ rc_predictor *rc_predictor_new(rc_deployer *d, rc_collate_fn collate, rc_predict
     p->output = output;
     p->user = user;
     p->params = params;
+    p->mp = rc_deployer_mesh(d)->mp;
+    if (p->mp > 1)
+        rc_sharded_init(&p->shards, rc_deployer_mesh(d), params, 0);
     return p;
+}
+
+void rc_predictor_use_shards(rc_predictor *p, const rc_shard_spec *specs, float *local, const int64_t *off)
+{
+    if (p && p->mp > 1)
+        rc_sharded_use(&p->shards, specs, local, off);
 }
 
 void rc_predictor_free(rc_predictor *p)
@@ -162,6 +208,7 @@ void rc_predictor_free(rc_predictor *p)
         return;
     for (int i = 0; i < PRED_CACHE; i++)
         step_free(&p->steps[i]);
+    rc_sharded_free(&p->shards);
     free(p->rows);
     free(p);
 }

@@ -68,6 +68,10 @@ static int compile_sharded(rc_step *s, rc_trainer *t, rc_tensor **leaves, int wi
     const rc_mesh *mesh = rc_deployer_mesh(t->d);
     int np = rc_params_count(t->params);
     rc_shard_spec *specs = calloc((size_t)np + 1, sizeof *specs);
+    for (int i = 0; specs && t->specs && i < np; i++) {
+        specs[i] = t->specs[i]; /* later steps (evaluation, the tail batch) keep the first plan */
+        specs[i].fixed = 1;
+    }
     int rc = specs ? rc_shard_partition(s->g, s->loss, leaves, np, t->mp, mesh->mp_rank, 0, specs, &s->local, err)
                    : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     if (!rc && !t->specs)
@@ -77,7 +81,8 @@ static int compile_sharded(rc_step *s, rc_trainer *t, rc_tensor **leaves, int wi
         return -1;
     rc_graph *lg = s->local.g;
     for (int i = 0; i < np; i++)
-        rc_tensor_bind(s->local.params[i], t->local + t->loff[i]);
+        if (s->local.params[i])
+            rc_tensor_bind(s->local.params[i], t->local + t->loff[i]);
     if (with_grads)
         rc_backward(lg, s->local.out, s->local.params, np, s->grads);
     if (rc_graph_error(lg))
@@ -477,9 +482,6 @@ static int check_options(const rc_trainer *t, const rc_train_options *o, rc_exam
         return rc_error_set(err, RC_ERR_ARG, "train: optimizer '%s' (adamw or sgd)", o->optimizer);
     if (o->steps <= 0 && o->epochs <= 0)
         return rc_error_set(err, RC_ERR_ARG, "train: give a number of steps or epochs");
-    if (t->mp > 1 && o->eval_predict)
-        return rc_error_set(err, RC_ERR_UNSUPPORTED,
-                            "train: an eval predictor with %d model shards is not supported yet", t->mp);
     if (steps_in_epoch(t, o, ex, 0) < 1) {
         const rc_mesh *m = rc_deployer_mesh(t->d);
         return rc_error_set(err, RC_ERR_ARG,
@@ -498,6 +500,8 @@ static int eval_metric(rc_trainer *t, const rc_train_options *o, rc_examples ex,
         !(t->eval_predictor = rc_predictor_new(t->d, t->collate, o->eval_predict, o->eval_output,
                                                 user_of(t, ex), t->params, err)))
         return -1;
+    if (t->mp > 1) /* the trainer's plan and shards: no full weights needed */
+        rc_predictor_use_shards(t->eval_predictor, t->specs, t->local, t->loff);
     if (rc_predictor_run(t->eval_predictor, ex.count(0, ex.user), o->batch_size, err))
         return -1;
     *score = rc_deployer_is_main(t->d) ? o->eval_metric(user_of(t, ex)) : 0.0;

@@ -59,5 +59,7 @@ int rc_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *er
 int rc_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err);
 
 uint64_t rc_deployer_seed(const rc_deployer *d);
+/* the eval predictor runs on the trainer's plan and shards */
+void rc_predictor_use_shards(struct rc_predictor *p, const rc_shard_spec *specs, float *local, const int64_t *off);
 
 #endif

@@ -1,0 +1,107 @@
+/* sharded.c - a graph run over the model shards outside the training step (the Predictor,
+ * generation): the global record partitioned for this rank under one plan, fixed at the
+ * first graph so that every later graph (another batch shape, the next decoding step)
+ * splits the weights the same way, with the shards taken once from the full weights or
+ * lent by a trainer. */
+#include "sharded.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void rc_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int allow_replicate)
+{
+    memset(s, 0, sizeof *s);
+    s->mesh = mesh;
+    s->params = params;
+    s->allow_replicate = allow_replicate;
+}
+
+void rc_sharded_use(rc_sharded *s, const rc_shard_spec *specs, float *local, const int64_t *off)
+{
+    if (s->owned) {
+        free(s->specs);
+        free(s->local);
+        free(s->off);
+    }
+    s->specs = (rc_shard_spec *)specs;
+    s->local = local;
+    s->off = (int64_t *)off;
+    s->owned = 0;
+}
+
+void rc_sharded_free(rc_sharded *s)
+{
+    if (s && s->owned) {
+        free(s->specs);
+        free(s->local);
+        free(s->off);
+    }
+    if (s)
+        memset(s, 0, sizeof *s);
+}
+
+/* the first graph's plan kept: shard buffers filled from the full weights */
+static int take_shards(rc_sharded *s, rc_shard_spec *specs, rc_error *err)
+{
+    nn_weights *w = rc_params_weights(s->params);
+    int n = w->n, mp = s->mesh->mp;
+    if (!w->data)
+        return rc_error_set(err, RC_ERR_ARG, "model shards: the full weights are not in memory to take shards from");
+    s->off = calloc((size_t)n + 1, sizeof *s->off);
+    int64_t total = 0;
+    for (int i = 0; s->off && i < n; i++) {
+        int64_t shape[RC_MAX_DIMS], k = 1;
+        rc_tensor whole = {.ndim = w->p[i].ndim};
+        memcpy(whole.shape, w->p[i].shape, sizeof(int64_t) * (size_t)whole.ndim);
+        rc_shard_local_shape(&specs[i], &whole, mp, shape);
+        for (int a = 0; a < whole.ndim; a++)
+            k *= shape[a];
+        s->off[i] = total;
+        total += k;
+    }
+    s->local = s->off ? malloc((size_t)(total ? total : 1) * sizeof *s->local) : NULL;
+    s->specs = specs;
+    s->owned = 1;
+    s->bytes = total * (int64_t)sizeof(float);
+    if (!s->local)
+        return rc_error_set(err, RC_ERR_MEMORY, "model shards: cannot allocate %lld floats", (long long)total);
+    for (int i = 0; i < n; i++) {
+        rc_tensor whole = {.ndim = w->p[i].ndim, .dtype = RC_F32};
+        memcpy(whole.shape, w->p[i].shape, sizeof(int64_t) * (size_t)whole.ndim);
+        rc_shard_take(&specs[i], &whole, mp, s->mesh->mp_rank, nn_weights_get(w, i), s->local + s->off[i]);
+    }
+    return 0;
+}
+
+int rc_sharded_compile(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
+                       rc_tensor *const *leaves, rc_shard_graph *sg, rc_plan **plan, rc_error *err)
+{
+    int n = rc_params_count(s->params);
+    *plan = NULL;
+    rc_shard_spec *specs = calloc((size_t)n + 1, sizeof *specs);
+    if (!specs)
+        return rc_error_set(err, RC_ERR_MEMORY, "model shards: out of memory");
+    for (int i = 0; s->specs && i < n; i++) {
+        specs[i] = s->specs[i];
+        specs[i].fixed = 1; /* the plan of the first graph (or the trainer's) holds */
+    }
+    int rc = rc_shard_partition_outputs(g, outs, nout, keep_split, leaves, n, s->mesh->mp, s->mesh->mp_rank,
+                                        s->allow_replicate, specs, sg, err);
+    if (!rc && !s->specs) {
+        rc = take_shards(s, specs, err);
+        specs = NULL; /* kept */
+    }
+    free(specs);
+    if (rc)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (sg->params[i])
+            rc_tensor_bind(sg->params[i], s->local + s->off[i]);
+    *plan = rc_plan_new(sg->g, sg->outs, sg->nout, err);
+    if (!*plan) {
+        rc_shard_graph_free(sg);
+        return -1;
+    }
+    rc_plan_set_collective(*plan, rc_comm_collective, s->mesh->mp_comm);
+    return 0;
+}

@@ -1,0 +1,34 @@
+/* sharded.h - running graphs over the model shards outside the training step: the
+ * Predictor and generation (sharded.c). */
+#ifndef REDCO_SHARDED_H
+#define REDCO_SHARDED_H
+
+#include "train_internal.h"
+#include "redco/dist.h"
+#include "redco/shard.h"
+
+typedef struct {
+    const rc_mesh *mesh;          /* the model axis: mesh->mp shards, this rank mesh->mp_rank */
+    rc_params *params;
+    int allow_replicate;
+    rc_shard_spec *specs;         /* [n] the plan; NULL until the first graph */
+    float *local;                 /* the shards, flat */
+    int64_t *off;                 /* parameter i's shard at local + off[i] */
+    int64_t bytes;                /* the shards' bytes (taken here) */
+    int owned;                    /* specs, local and off are this object's (not a trainer's) */
+} rc_sharded;
+
+void rc_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int allow_replicate);
+/* Runs on a trainer's plan and shards (which stay the trainer's and must outlive s). */
+void rc_sharded_use(rc_sharded *s, const rc_shard_spec *specs, float *local, const int64_t *off);
+void rc_sharded_free(rc_sharded *s);
+
+/* This rank's graph of the global graph g computing outs (see rc_shard_partition_outputs),
+ * with leaves[i] the leaf of parameter i in g (NULL or a leaf the outputs do not use when
+ * unused): the first call plans and takes the shards from the full weights, later calls
+ * follow that plan. The local parameters are bound, the plan made with the model-axis
+ * collective; the caller binds the inputs (by name) and frees sg and plan. */
+int rc_sharded_compile(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
+                       rc_tensor *const *leaves, rc_shard_graph *sg, rc_plan **plan, rc_error *err);
+
+#endif

@@ -1,0 +1,106 @@
+/* mpi_generate.c - generation on model shards: with the model split over every process
+ * (mp = world size), each family's greedy, sampled and beam-searched tokens equal the
+ * whole model's in one process, every rank returns the same tokens, each rank caches only
+ * its key/value heads (kv_heads / mp when they divide; GQA heads that do not divide stay
+ * whole, as the plan replicates their projections) and holds shards of the weights. */
+#include "check.h"
+#include "redco/predict.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { NP = 5, NEW = 8 };
+
+/* the tokens of one request; *stats filled */
+static int32_t *generate(rc_model *m, rc_deployer *d, const int32_t *prompt, double temp, int beams,
+                         int64_t *n, rc_generate_stats *stats, const char *what)
+{
+    rc_error err = {0};
+    rc_generate_options o = rc_generate_defaults(m);
+    o.max_new_tokens = NEW;
+    o.eos_id = -1; /* the whole length: every step compared */
+    o.temperature = temp;
+    o.top_k = temp > 0 ? 20 : 0;
+    o.seed = 7;
+    o.num_beams = beams;
+    o.deployer = d;
+    o.stats = stats;
+    int32_t *out = NULL;
+    CHECKF(rc_generate(m, prompt, NP, &o, &out, n, &err) == 0, "%s: %s", what, err.msg);
+    return out;
+}
+
+static void check_family(const char *preset, rc_deployer *d)
+{
+    const rc_mesh *mesh = rc_deployer_mesh(d);
+    int mp = mesh->mp;
+    rc_error err = {0};
+    rc_model *m = rc_model_create(preset, 3, &err);
+    CHECKF(m, "%s: %s", preset, err.msg);
+    if (!m)
+        return;
+    int32_t prompt[NP] = {5, 17, 42, 9, 100};
+    const double temps[3] = {0, 0.8, 0};
+    const int beams[3] = {1, 1, 3};
+    const char *kinds[3] = {"greedy", "sampling", "beam search"};
+    int t5 = m->config.type == RC_MODEL_T5;
+    int64_t kv = m->config.n_kv_head > 0 ? m->config.n_kv_head : m->config.n_head;
+    for (int k = 0; k < 3; k++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s %s on %d shards", preset, kinds[k], mp);
+        int64_t n_whole = 0, n_split = 0;
+        rc_generate_stats whole = {0}, split = {0};
+        int32_t *ref = generate(m, NULL, prompt, temps[k], beams[k], &n_whole, &whole, what);
+        int32_t *got = generate(m, d, prompt, temps[k], beams[k], &n_split, &split, what);
+        CHECKF(ref && got && n_whole == n_split && !memcmp(ref, got, (size_t)n_whole * sizeof *ref),
+               "%s: tokens differ from the whole model's", what);
+        /* every rank of the group returns the same tokens */
+        int32_t first[NEW] = {0};
+        memcpy(first, got ? got : first, (size_t)(got ? n_split : 0) * sizeof *first);
+        rc_comm_bcast(mesh->mp_comm, first, sizeof first, 0, &err);
+        CHECKF(got && !memcmp(first, got, (size_t)n_split * sizeof *got), "%s: rank %d's tokens differ from rank 0's",
+               what, mesh->rank);
+        if (!t5 && mp > 1) {
+            int64_t heads = kv % mp ? kv : kv / mp;
+            CHECKF(split.kv_heads == heads && split.cache_bytes * kv == whole.cache_bytes * heads,
+                   "%s: %lld heads, %lld cache bytes cached; %lld heads, %lld bytes expected", what,
+                   (long long)split.kv_heads, (long long)split.cache_bytes, (long long)heads,
+                   (long long)(whole.cache_bytes / kv * heads));
+        }
+        if (mp > 1)
+            CHECKF(split.shard_bytes > 0 && split.shard_bytes < rc_params_numel(m->params) * 4,
+                   "%s: %lld bytes of weight shards for %lld bytes of weights", what, (long long)split.shard_bytes,
+                   (long long)rc_params_numel(m->params) * 4);
+        if (mesh->rank == 0 && k == 0)
+            printf("%-10s mp %d: %lld tokens equal the whole model's; cache %lld of %lld bytes (%lld of %lld heads), "
+                   "weight shards %lld of %lld bytes\n", preset, mp, (long long)n_split, (long long)split.cache_bytes,
+                   (long long)whole.cache_bytes, (long long)split.kv_heads, (long long)whole.kv_heads,
+                   (long long)split.shard_bytes, (long long)rc_params_numel(m->params) * 4);
+        free(ref);
+        free(got);
+    }
+    rc_model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    rc_error err = {0};
+    rc_dist_init(&argc, &argv, &err);
+    rc_mesh world;
+    CHECK(rc_mesh_init(&world, 1, &err) == 0);
+    int P = world.size, rank = world.rank;
+    rc_mesh_free(&world);
+    rc_deployer_options o = {.seed = 1, .mp = P};
+    rc_deployer *d = rc_deployer_new(NULL, NULL, &o, &err);
+    CHECKF(d, "deployer mp %d: %s", P, err.msg);
+    const char *presets[] = {"tiny-gpt2", "tiny-llama", "tiny-opt", "tiny-gptj", "tiny-t5"};
+    for (int i = 0; d && i < 5; i++)
+        check_family(presets[i], d);
+    rc_deployer_free(d);
+    char name[64];
+    snprintf(name, sizeof name, "mpi_generate rank %d/%d", rank, P);
+    int status = check_summary(name);
+    rc_dist_finalize();
+    return status;
+}
