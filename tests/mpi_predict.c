@@ -5,7 +5,9 @@
  * must receive every example exactly once, in input order, with its values; collate never
  * sees an index outside [0, n) (padding repeats n - 1); one graph is compiled per batch
  * shape and reused by the next run. A tiny-gpt2 predictor (last-position logits) gives the
- * same rows on this mesh as one local process. Failures of collate on one rank, of the
+ * same rows on this mesh as one local process, also with the model split over every
+ * process (mp = world size; its vocabulary-split logits gathered whole, and a softmax over
+ * the vocabulary inside the predict graph gathered where it needs them). Failures of collate on one rank, of the
  * output function on rank 0, and a predict output of the wrong shape stop every rank with
  * the same error, so none hangs. An f64 output arrives as float rows. */
 #include "check.h"
@@ -26,6 +28,7 @@ typedef struct {
     int64_t next;                 /* rank 0: the next example expected */
     int64_t seen, wrong;          /* rank 0: outputs received; out of order or wrong values */
     rc_model *model;              /* the model predictor */
+    int softmax;                  /* the model predictor returns probabilities */
     float *rows;                  /* the model predictor's rows (rank 0), [n, row_len] */
     int64_t row_len;
 } toy;
@@ -176,7 +179,8 @@ static rc_tensor *lm_predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rn
     toy *t = user;
     (void)p, (void)rng;
     rc_tensor *l = rc_model_logits(g, t->model, rc_batch_input(g, b, "ids"), NULL, NULL);
-    return l ? rc_slice(g, l, 1, T - 1, T) : NULL; /* [n, 1, vocab] */
+    l = l ? rc_slice(g, l, 1, T - 1, T) : NULL; /* [n, 1, vocab] */
+    return t->softmax && l ? rc_softmax(g, l) : l;
 }
 
 static int lm_output(int64_t example, const float *row, int64_t row_len, void *user)
@@ -191,10 +195,10 @@ static int lm_output(int64_t example, const float *row, int64_t row_len, void *u
 }
 
 /* the rows of n examples on deployer d (rank 0; NULL elsewhere or on failure) */
-static float *lm_rows(rc_deployer *d, rc_model *model, int64_t n, int batch)
+static float *lm_rows(rc_deployer *d, rc_model *model, int64_t n, int batch, int softmax)
 {
     rc_error err = {0};
-    toy t = {.n = n, .model = model};
+    toy t = {.n = n, .model = model, .softmax = softmax};
     t.rows = calloc((size_t)n * 256, sizeof *t.rows);
     rc_predictor *p = rc_predictor_new(d, lm_collate, lm_predict, lm_output, &t, model->params, &err);
     int rc = p ? rc_predictor_run(p, n, batch, &err) : -1;
@@ -223,22 +227,33 @@ int main(int argc, char **argv)
     /* the model predictor on this mesh equals one local process */
     rc_model *model = rc_model_create("tiny-gpt2", 4, &err);
     CHECKF(model, "%s", err.msg);
-    if (model) {
-        float *dist = lm_rows(d, model, 11, 2);
+    for (int softmax = 0; model && softmax < 2; softmax++) {
+        float *dist = lm_rows(d, model, 11, 2, softmax);
+        rc_deployer_options so = {.seed = 5, .mp = P};
+        rc_deployer *sd = rc_deployer_new(NULL, NULL, &so, &err);
+        float *split = sd ? lm_rows(sd, model, 11, 3, softmax) : NULL;
         rc_deployer_options lo = {.seed = 5, .mp = 1, .local = 1};
         rc_deployer *local = rank == 0 ? rc_deployer_new(NULL, NULL, &lo, &err) : NULL;
-        float *ref = local ? lm_rows(local, model, 11, 5) : NULL;
+        float *ref = local ? lm_rows(local, model, 11, 5, softmax) : NULL;
         if (rank == 0) {
-            double e = 0;
-            for (int64_t i = 0; dist && ref && i < 11 * 256; i++)
+            double e = 0, es = 0;
+            for (int64_t i = 0; dist && ref && split && i < 11 * 256; i++) {
                 e = fmax(e, fabs((double)dist[i] - ref[i]));
+                es = fmax(es, fabs((double)split[i] - ref[i]));
+            }
             CHECKF(dist && ref && e < 1e-5, "model rows on %d processes differ from one process by %.3g", P, e);
+            CHECKF(split && ref && es < 1e-5, "%s on %d model shards differ from one process by %.3g",
+                   softmax ? "probabilities" : "logits", P, es);
+            printf("tiny-gpt2 %s: %d replicas differ by %.2e, %d model shards by %.2e from one process\n",
+                   softmax ? "probabilities" : "logits", P, e, P, es);
         }
         free(dist);
+        free(split);
         free(ref);
+        rc_deployer_free(sd);
         rc_deployer_free(local);
-        rc_model_free(model);
     }
+    rc_model_free(model);
     rc_deployer_free(d);
     /* two model shards per replica: only each replica's first rank sends its rows */
     if (P % 2 == 0) {

@@ -5,6 +5,7 @@
 #include "nn.h"
 #include "redco/dist.h"
 #include "redco/shard.h"
+#include "user_models.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -191,79 +192,47 @@ static void user_weights(nn_weights *w, const char *const *names, const int64_t 
 /* a user-defined MLP written with graph ops: 3 linear layers, a 4-class cross-entropy */
 static void check_mlp(rc_mesh *m)
 {
-    static const char *names[] = {"a", "b", "c"};
-    static const int64_t shapes[][3] = {{16, 32}, {32, 16}, {16, 4}};
     nn_weights w = {0};
-    user_weights(&w, names, shapes, 3);
+    user_weights(&w, um_mlp_names, um_mlp_shapes, UM_MLP_N);
     rc_graph *g = rc_graph_new();
-    rc_tensor *p[3];
+    rc_tensor *p[UM_MLP_N];
     nn_model_leaves(g, &w, p);
-    static float x[8 * 16];
+    static float x[8 * UM_MLP_IN];
     static int32_t y[8];
     rc_rng r = rc_rng_new(3);
-    for (int i = 0; i < 8 * 16; i++)
+    for (int i = 0; i < 8 * UM_MLP_IN; i++)
         x[i] = (float)rc_rng_normal(&r);
     for (int i = 0; i < 8; i++)
-        y[i] = (int32_t)(rc_rng_next_u64(&r) % 4);
-    rc_tensor *xi = rc_input(g, "x", RC_F32, 2, (int64_t[]){8, 16}), *yi = rc_input(g, "y", RC_I32, 1, (int64_t[]){8});
+        y[i] = (int32_t)(rc_rng_next_u64(&r) % UM_MLP_CLASSES);
+    rc_tensor *xi = rc_input(g, "x", RC_F32, 2, (int64_t[]){8, UM_MLP_IN}), *yi = rc_input(g, "y", RC_I32, 1, (int64_t[]){8});
     rc_tensor_bind(xi, x);
     rc_tensor_bind(yi, y);
-    rc_tensor *h = rc_relu(g, rc_matmul(g, rc_relu(g, rc_matmul(g, xi, p[0], 0, 0)), p[1], 0, 0));
-    rc_tensor *loss = rc_cross_entropy(g, rc_matmul(g, h, p[2], 0, 0), yi, -100);
-    compare_sharded("user MLP", g, loss, p, &w, m);
+    compare_sharded("user MLP", g, um_mlp_loss(g, p, xi, yi), p, &w, m);
     nn_weights_free(&w);
 }
 
-/* image to text: 4x4 patches of an 8x8 RGB image embedded by a linear layer and put before
- * the text tokens; one pre-LN decoder block with separate q/k/v (stored (out, in)); an
- * untied head; the loss on the text positions */
+/* image to text (user_models.h): patch embedding, one decoder block, an untied head */
 static void check_image_to_text(rc_mesh *m)
 {
-    enum { C = 32, H = 4, V = 40, TT = 6, NP = 4, PD = 48, FF = 64 };
-    static const char *names[] = {"patch", "patch_bias", "pos", "tok", "norm1", "wq", "wk", "wv", "wo",
-                                  "norm2", "up", "down", "normf", "head"};
-    static const int64_t shapes[][3] = {{PD, C}, {C}, {NP + TT, C}, {V, C}, {C}, {C, C}, {C, C}, {C, C},
-                                        {C, C}, {C}, {FF, C}, {C, FF}, {C}, {V, C}};
     nn_weights w = {0};
-    user_weights(&w, names, shapes, 14);
+    user_weights(&w, um_i2t_names, um_i2t_shapes, UM_I2T_N);
     rc_graph *g = rc_graph_new();
-    rc_tensor *p[14];
+    rc_tensor *p[UM_I2T_N];
     nn_model_leaves(g, &w, p);
     static float img[B * 3 * 8 * 8];
-    static int32_t ids[B * TT], tg[B * TT], pos[NP + TT];
+    static int32_t ids[B * UM_TT], tg[B * UM_TT];
     rc_rng r = rc_rng_new(4);
     for (int i = 0; i < B * 3 * 64; i++)
         img[i] = (float)rc_rng_normal(&r);
-    for (int i = 0; i < B * TT; i++) {
-        ids[i] = (int32_t)(rc_rng_next_u64(&r) % V);
-        tg[i] = (int32_t)(rc_rng_next_u64(&r) % V);
+    for (int i = 0; i < B * UM_TT; i++) {
+        ids[i] = (int32_t)(rc_rng_next_u64(&r) % UM_V);
+        tg[i] = (int32_t)(rc_rng_next_u64(&r) % UM_V);
     }
-    for (int i = 0; i < NP + TT; i++)
-        pos[i] = i;
     rc_tensor *im = rc_input(g, "image", RC_F32, 4, (int64_t[]){B, 3, 8, 8});
-    rc_tensor *ti = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, TT});
-    rc_tensor *tt = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, TT});
+    rc_tensor *ti = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, UM_TT});
+    rc_tensor *tt = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, UM_TT});
     rc_tensor_bind(im, img), rc_tensor_bind(ti, ids), rc_tensor_bind(tt, tg);
-    /* [B, 3, 2, 4, 2, 4] -> [B, 2, 2, 3, 4, 4] -> [B, 4 patches, 48] */
-    rc_tensor *pt = rc_reshape(g, im, 6, (int64_t[]){B, 3, 2, 4, 2, 4});
-    pt = rc_reshape(g, rc_permute(g, pt, (int[]){0, 2, 4, 1, 3, 5}), 3, (int64_t[]){B, NP, PD});
-    rc_tensor *pe = rc_add(g, rc_matmul(g, pt, p[0], 0, 0), p[1]);
-    rc_tensor *x = rc_concat(g, (rc_tensor *[]){pe, rc_embedding(g, p[3], ti)}, 2, 1);
-    x = rc_add(g, x, rc_embedding(g, p[2], rc_const(g, "pos", RC_I32, 1, (int64_t[]){NP + TT}, pos)));
-    rc_tensor *a = rc_layer_norm(g, x, p[4], NULL, 1e-5);
-    rc_tensor *qkv[3];
-    for (int k = 0; k < 3; k++) {
-        rc_tensor *t = rc_reshape(g, rc_matmul(g, a, p[5 + k], 0, 1), 4, (int64_t[]){B, NP + TT, H, C / H});
-        qkv[k] = rc_permute(g, t, (int[]){0, 2, 1, 3});
-    }
-    rc_tensor *att = rc_softmax_ext(g, rc_matmul(g, qkv[0], qkv[1], 0, 1), NULL, 0.5, 1);
-    rc_tensor *o = rc_reshape(g, rc_permute(g, rc_matmul(g, att, qkv[2], 0, 0), (int[]){0, 2, 1, 3}), 3,
-                              (int64_t[]){B, NP + TT, C});
-    x = rc_add(g, x, rc_matmul(g, o, p[8], 0, 1));
-    rc_tensor *f = rc_layer_norm(g, x, p[9], NULL, 1e-5);
-    x = rc_add(g, x, rc_matmul(g, rc_gelu(g, rc_matmul(g, f, p[10], 0, 1)), p[11], 0, 1));
-    x = rc_slice(g, rc_layer_norm(g, x, p[12], NULL, 1e-5), 1, NP, NP + TT);
-    rc_tensor *loss = rc_cross_entropy(g, rc_matmul(g, x, p[13], 0, 1), tt, -100);
+    rc_tensor *loss = um_i2t_loss(g, p, im, ti, tt);
     CHECKF(!rc_graph_error(g), "image to text: %s", rc_graph_error(g));
     compare_sharded("image2text", g, loss, p, &w, m);
     nn_weights_free(&w);

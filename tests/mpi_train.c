@@ -83,15 +83,17 @@ static double accuracy(void *user)
     return a;
 }
 
-/* trains with an eval predictor and metric; the metric is logged, best/ kept by it */
-static void test_eval_metric(task *k, const char *dir, int rank)
+/* trains with an eval predictor and metric on mp model shards; the metric is logged,
+ * best/ kept by it; returns the logged metrics (rank 0) */
+static void test_eval_metric(task *k, const char *dir, int rank, int mp, double *metric)
 {
     rc_error err = {0};
-    rc_deployer_options dopt = {.seed = 3, .mp = 1, .workdir = dir};
+    rc_deployer_options dopt = {.seed = 3, .mp = mp, .workdir = dir};
     rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
     k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
     rc_trainer *t = k->model ? rc_trainer_new(d, collate, loss, k, k->model->params, k->model, &err) : NULL;
-    rc_train_options o = {.steps = 6, .batch_size = 2, .optimizer = "adamw", .lr = 1e-2, .log_every = 3,
+    int dp = d ? rc_deployer_mesh(d)->dp : 1;
+    rc_train_options o = {.steps = 6, .batch_size = 4 % dp ? 2 : 4 / dp, .optimizer = "adamw", .lr = 1e-2, .log_every = 3,
                           .eval_every = 3, .eval_predict = predict, .eval_output = output,
                           .eval_metric = accuracy, .metric_name = "accuracy", .metric_higher_is_better = 1};
     rc_examples ex = {count, k};
@@ -104,8 +106,12 @@ static void test_eval_metric(task *k, const char *dir, int rank)
         snprintf(path, sizeof path, "%s/log.jsonl", dir);
         FILE *f = fopen(path, "r");
         int metrics = 0;
-        while (f && fgets(line, sizeof line, f))
-            metrics += strstr(line, "\"eval/accuracy\"") != NULL;
+        while (f && fgets(line, sizeof line, f)) {
+            const char *at = strstr(line, "\"eval/accuracy\"");
+            if (at && metrics < 2)
+                metric[metrics] = atof(strchr(at, ':') + 1);
+            metrics += at != NULL;
+        }
         if (f)
             fclose(f);
         CHECKF(metrics == 2, "%d eval/accuracy records in log.jsonl", metrics);
@@ -257,7 +263,17 @@ int main(int argc, char **argv)
     free(straight), free(half), free(resumed);
     char metric_dir[128];
     snprintf(metric_dir, sizeof metric_dir, "%s/metric", dir);
-    test_eval_metric(k, metric_dir, rank);
+    double acc1[2] = {0}, accp[2] = {-1, -1};
+    test_eval_metric(k, metric_dir, rank, 1, acc1);
+    if (P > 1) { /* the eval predictor on P model shards sees the same predictions */
+        snprintf(metric_dir, sizeof metric_dir, "%s/metric-mp", dir);
+        test_eval_metric(k, metric_dir, rank, P, accp);
+        if (rank == 0)
+            printf("eval accuracy at steps 3 and 6: %.4f %.4f on one shard, %.4f %.4f on %d\n", acc1[0], acc1[1],
+                   accp[0], accp[1], P);
+        CHECKF(rank || (fabs(acc1[0] - accp[0]) < 1e-9 && fabs(acc1[1] - accp[1]) < 1e-9),
+               "eval accuracy %g %g on one shard, %g %g on %d", acc1[0], acc1[1], accp[0], accp[1], P);
+    }
     if (P > 1)
         test_memory(k, P, rank);
     rc_comm_barrier(world.world, &err);
