@@ -48,7 +48,7 @@ static rc_tensor *find_input(rc_graph *g, const char *name)
  * and the collectives the runtime runs equal to the plan's counts. Global inputs must be
  * bound; the local graph's inputs take their data by name. */
 static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc_tensor **p, nn_weights *wp,
-                            rc_mesh *m)
+                            rc_mesh *m, const rc_shard_override *ov, int n_ov)
 {
     nn_weights w = *wp;
     rc_error err = {0};
@@ -57,6 +57,7 @@ static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc
     /* its shards, before the whole model's backward is added to the graph */
     rc_shard_spec *specs = calloc((size_t)w.n, sizeof *specs);
     rc_shard_comm comm = {0};
+    CHECKF(rc_shard_apply(specs, p, w.n, ov, n_ov, mp, &err) == 0, "%s: %s", preset, err.msg);
     rc_shard_plan(g, loss, p, w.n, mp, 1, specs, &comm, &err);
     rc_shard_graph sg;
     int prc = rc_shard_partition(g, loss, p, w.n, mp, rank, 1, specs, &sg, &err);
@@ -102,7 +103,7 @@ static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc
     collectives_run = 0;
     CHECKF(pl && rc_plan_run(pl, &err) == 0, "%s: shards: %s", preset, err.msg);
     /* the plan's counts are what the runtime runs: forward, then backward */
-    CHECKF(run_fwd == comm.allreduce_fwd && collectives_run - run_fwd == comm.allreduce_bwd,
+    CHECKF(run_fwd == comm.allreduce_fwd + comm.allgather_fwd && collectives_run - run_fwd == comm.allreduce_bwd,
            "%s: plan %lld + %lld collectives, runtime %lld + %lld", preset, (long long)comm.allreduce_fwd,
            (long long)comm.allreduce_bwd, (long long)run_fwd, (long long)(collectives_run - run_fwd));
     if (pl) {
@@ -126,8 +127,9 @@ static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc
         (void)scale;
         CHECKF(worst < 1e-4, "%s: gradient of %s differs by %.3g", preset, worst_name, worst);
         if (rank == 0)
-            printf("%-10s mp %d: loss %.6f, worst gradient rel err %.2e (%s), all-reduces %lld + %lld\n", preset, mp,
-                   got, worst, worst_name, (long long)comm.allreduce_fwd, (long long)comm.allreduce_bwd);
+            printf("%-10s mp %d: loss %.6f, worst gradient rel err %.2e (%s), all-reduces %lld + %lld, gathers %lld\n",
+                   preset, mp, got, worst, worst_name, (long long)comm.allreduce_fwd, (long long)comm.allreduce_bwd,
+                   (long long)comm.allgather_fwd);
     }
     rc_plan_free(pl);
     rc_plan_free(pg);
@@ -140,7 +142,7 @@ static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc
 }
 
 
-static void check_family(const char *preset, rc_mesh *m)
+static void check_family(const char *preset, rc_mesh *m, int overrides)
 {
     rc_model_config c;
     nn_weights w = {0};
@@ -170,7 +172,13 @@ static void check_family(const char *preset, rc_mesh *m)
     rc_tensor_bind(targets, tg);
     if (in.enc_ids)
         rc_tensor_bind(in.enc_ids, enc);
-    compare_sharded(preset, g, loss, p, &w, m);
+    /* the user's overrides: an MLP input layer kept whole, an output projection split on
+     * its outputs instead of its inputs, the tied embedding kept whole */
+    static const rc_shard_override ov[] = {{"transformer.h.0.mlp.c_fc.weight", -1, 0},
+                                           {"transformer.h.1.mlp.c_proj.weight", 1, 0},
+                                           {"transformer.wte.weight", -1, 0}};
+    int n_ov = overrides && c.type == RC_MODEL_GPT2 ? 3 : 0;
+    compare_sharded(n_ov ? "gpt2+override" : preset, g, loss, p, &w, m, ov, n_ov);
     free(p);
     nn_weights_free(&w);
 }
@@ -207,7 +215,7 @@ static void check_mlp(rc_mesh *m)
     rc_tensor *xi = rc_input(g, "x", RC_F32, 2, (int64_t[]){8, UM_MLP_IN}), *yi = rc_input(g, "y", RC_I32, 1, (int64_t[]){8});
     rc_tensor_bind(xi, x);
     rc_tensor_bind(yi, y);
-    compare_sharded("user MLP", g, um_mlp_loss(g, p, xi, yi), p, &w, m);
+    compare_sharded("user MLP", g, um_mlp_loss(g, p, xi, yi), p, &w, m, NULL, 0);
     nn_weights_free(&w);
 }
 
@@ -234,7 +242,7 @@ static void check_image_to_text(rc_mesh *m)
     rc_tensor_bind(im, img), rc_tensor_bind(ti, ids), rc_tensor_bind(tt, tg);
     rc_tensor *loss = um_i2t_loss(g, p, im, ti, tt);
     CHECKF(!rc_graph_error(g), "image to text: %s", rc_graph_error(g));
-    compare_sharded("image2text", g, loss, p, &w, m);
+    compare_sharded("image2text", g, loss, p, &w, m, NULL, 0);
     nn_weights_free(&w);
 }
 
@@ -246,7 +254,8 @@ int main(int argc, char **argv)
     CHECK(rc_mesh_init(&m, 1, &err) == 0);
     const char *presets[] = {"tiny-gpt2", "tiny-llama", "tiny-opt", "tiny-gptj", "tiny-t5"};
     for (int i = 0; i < 5; i++)
-        check_family(presets[i], &m);
+        check_family(presets[i], &m, 0);
+    check_family("tiny-gpt2", &m, 1);
     check_mlp(&m);
     check_image_to_text(&m);
     char name[64];

@@ -207,6 +207,38 @@ static void user_block(rc_graph *g, int out_in, const char *const *names, rc_ten
     *loss = rc_mean_all(g, rc_mul(g, x, x));
 }
 
+/* overrides: followed as given, the rest of the plan fitted around them; bad ones refused */
+static void test_overrides(void)
+{
+    built b;
+    CHECK(build(&b, "tiny-gpt2", 2, 8) == 0);
+    rc_shard_spec *s = calloc((size_t)b.w.n, sizeof *s);
+    rc_shard_comm comm;
+    rc_error err = {0};
+    const rc_shard_override ov[] = {{"transformer.h.0.mlp.c_fc.weight", -1, 0},
+                                    {"transformer.h.0.attn.c_attn.weight", 1, 6}, /* q, k, v in 3 x 2 */
+                                    {"transformer.h.1.mlp.c_proj.weight", 1, 0}};
+    CHECKF(rc_shard_apply(s, b.p, b.w.n, ov, 3, 2, &err) == 0, "%s", err.msg);
+    CHECKF(rc_shard_plan(b.g, b.loss, b.p, b.w.n, 2, 0, s, &comm, &err) == 0, "%s", err.msg);
+    int64_t C = b.c.d_model;
+    expect(&b, s, "transformer.h.0.mlp.c_fc.weight", RC_SHARD_REPLICATED, -1, 0, 0, 0);
+    expect(&b, s, "transformer.h.0.attn.c_attn.weight", RC_SHARD_COLUMN, 1, 1, 6, 3 * C / 6);
+    expect(&b, s, "transformer.h.1.mlp.c_proj.weight", RC_SHARD_COLUMN, 1, 1, C, 1);
+    /* a column split where the rules would split rows: the input is gathered first */
+    CHECKF(comm.allgather_fwd > 0, "%lld gathers", (long long)comm.allgather_fwd);
+    const rc_shard_override bad[] = {{"no.such.weight", 0, 0}, {"transformer.h.0.mlp.c_fc.weight", 2, 0},
+                                     {"transformer.h.0.mlp.c_fc.weight", 1, 3}, {"transformer.h.0.ln_1.weight", 0, 3}};
+    const char *why[] = {"no parameter", "no axis 2", "multiple of 3 groups", "3 groups"};
+    for (int i = 0; i < 4; i++) {
+        memset(s, 0, (size_t)b.w.n * sizeof *s);
+        err = (rc_error){0};
+        CHECKF(rc_shard_apply(s, b.p, b.w.n, &bad[i], 1, 2, &err) == -1 && check_has(err.msg, why[i]),
+               "override %d: %s", i, err.msg);
+    }
+    free(s);
+    unbuild(&b);
+}
+
 static void test_names_and_layouts(void)
 {
     const char *hf[4] = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"};
@@ -242,5 +274,6 @@ int main(void)
     test_families();
     test_vocab_padding();
     test_names_and_layouts();
+    test_overrides();
     return check_summary("test_shard");
 }

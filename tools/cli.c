@@ -79,6 +79,33 @@ int cli_double(const char *cmd, const char *flag, const char *text, double lo, d
     return 0;
 }
 
+int cli_shard(const char *cmd, const char *text, cli_shards *s)
+{
+    const char *eq = strrchr(text, '=');
+    size_t len = eq ? (size_t)(eq - text) : 0;
+    if (!eq || !len || len >= sizeof s->names[0] || s->n == CLI_MAX_SHARD) {
+        cli_usage(cmd, "--shard '%s': NAME=AXIS[:GROUPS] or NAME=replicated (at most %d)", text, CLI_MAX_SHARD);
+        return -1;
+    }
+    rc_shard_override *o = &s->o[s->n];
+    memcpy(s->names[s->n], text, len);
+    s->names[s->n][len] = 0;
+    *o = (rc_shard_override){s->names[s->n], -1, 0};
+    if (strcmp(eq + 1, "replicated")) {
+        char *end;
+        long axis = strtol(eq + 1, &end, 10);
+        long long groups = *end == ':' ? strtoll(end + 1, &end, 10) : 0;
+        if (end == eq + 1 || *end || axis < 0 || axis >= RC_MAX_DIMS || groups < 0) {
+            cli_usage(cmd, "--shard '%s': the axis (and groups) must be whole numbers, or 'replicated'", text);
+            return -1;
+        }
+        o->axis = (int)axis;
+        o->groups = groups;
+    }
+    s->n++;
+    return 0;
+}
+
 void cli_print_json(json_t *obj)
 {
     char *text = obj ? json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;

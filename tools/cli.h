@@ -3,6 +3,7 @@
 #define REDCO_CLI_H
 
 #include "redco.h"
+#include "redco/shard.h"
 
 /* This process's rank: only rank 0 prints errors (all ranks agree on them first). */
 extern int cli_rank;
@@ -21,6 +22,17 @@ int cli_double(const char *cmd, const char *flag, const char *text, double lo, d
  * allowed in containers) unless a launcher already started us. Returns the launcher's
  * exit status, or -1 when no relaunch is needed. */
 int cli_relaunch(const char *cmd, int nproc, int argc, char **argv);
+
+/* Overrides of the tensor-parallel plan from --shard NAME=AXIS[:GROUPS] or NAME=replicated
+ * (repeatable). */
+enum { CLI_MAX_SHARD = 64 };
+typedef struct {
+    int n;
+    char names[CLI_MAX_SHARD][128];
+    rc_shard_override o[CLI_MAX_SHARD];
+} cli_shards;
+/* adds one --shard value; -1 with a usage error printed */
+int cli_shard(const char *cmd, const char *text, cli_shards *s);
 
 /* Prints a JSON object as one line of stdout (the --json contract) and releases it. */
 struct json_t;

@@ -13,7 +13,7 @@
 
 static const char *help =
     "usage: redco plan --model PRESET|DIR --mp N [--dp N] [--batch-size B] [--seq-len T]\n"
-    "                  [--allow-replicate] [--json]\n"
+    "                  [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--allow-replicate] [--json]\n"
     "\n"
     "Derives from the model's graph how each parameter splits over N model shards (whole\n"
     "heads for attention, alternating column/row splits for linear chains, the vocabulary\n"
@@ -23,12 +23,15 @@ static const char *help =
     "of partial sums forward and of input gradients backward; data axis: the gradient\n"
     "all-reduce). No weight is allocated: large presets plan in well under a second.\n"
     "A shard count that divides nothing is an error naming the tensors and the counts that\n"
-    "would work; --allow-replicate keeps those weights whole instead, noted per weight.\n";
+    "would work; --allow-replicate keeps those weights whole instead, noted per weight.\n"
+    "--shard overrides one parameter's split (repeatable): split axis AXIS into GROUPS runs\n"
+    "(default: its extent), or keep it replicated; the rest of the plan fits around it.\n";
 
 typedef struct {
     const char *model;
     int64_t mp, dp, batch, seq_len;
     int allow, json;
+    cli_shards shards;
 } options;
 
 static int parse(int argc, char **argv, options *o)
@@ -55,6 +58,7 @@ static int parse(int argc, char **argv, options *o)
         else if (!strcmp(a, "--dp")) bad = cli_int64(cmd, a, v, 1, 1 << 16, &o->dp);
         else if (!strcmp(a, "--batch-size")) bad = cli_int64(cmd, a, v, 1, 1 << 16, &o->batch);
         else if (!strcmp(a, "--seq-len")) bad = cli_int64(cmd, a, v, 1, 1 << 20, &o->seq_len);
+        else if (!strcmp(a, "--shard")) bad = cli_shard(cmd, v, &o->shards);
         else return cli_usage(cmd, "unknown flag '%s'", a);
         if (bad)
             return 2;
@@ -161,6 +165,9 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
     printf("\ncollectives per training step and rank:\n");
     printf("  model axis  all-reduce forward   %4lld  (%.1f MiB)\n", (long long)comm->allreduce_fwd,
            comm->bytes_fwd / (1 << 20));
+    if (comm->allgather_fwd)
+        printf("  model axis  gathers forward      %4lld  (splits an op needed whole)\n",
+               (long long)comm->allgather_fwd);
     printf("  model axis  all-reduce backward  %4lld  (%.1f MiB)\n", (long long)comm->allreduce_bwd,
            comm->bytes_bwd / (1 << 20));
     if (o->dp > 1)
@@ -215,7 +222,9 @@ int cmd_plan(int argc, char **argv)
     rc_shard_spec *s = calloc((size_t)m.w.n, sizeof *s);
     rc_shard_comm comm = {0};
     rc_plan_stats act = {0};
-    rc = s ? rc_shard_plan(m.g, m.loss, m.p, m.w.n, (int)o.mp, o.allow, s, &comm, &err) : -1;
+    rc = s ? rc_shard_apply(s, m.p, m.w.n, o.shards.o, o.shards.n, (int)o.mp, &err) : -1;
+    if (!rc)
+        rc = rc_shard_plan(m.g, m.loss, m.p, m.w.n, (int)o.mp, o.allow, s, &comm, &err);
     memory mem = {0};
     for (int i = 0; !rc && i < m.w.n; i++) {
         int64_t local[4], n = 1;

@@ -18,12 +18,15 @@ static const char *train_help =
     "                   [--schedule constant|linear|cosine] [--grad-accum K] [--seed S]\n"
     "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--log-every N]\n"
     "                   [--resume] [--no-shuffle] [--nproc P] [--json]\n"
+    "                   [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...]\n"
     "\n"
     "Trains a model on .txt, .jsonl ({\"text\"}, {\"prompt\",\"completion\"}, {\"source\",\"target\"})\n"
     "or .npy token data. --batch-size is per data-parallel process; the global batch is\n"
     "batch-size x processes x grad-accum. --steps counts optimizer steps; with --resume the\n"
     "run continues from the workdir's last complete checkpoint until step N. --nproc P\n"
     "starts P processes with mpiexec (or run the command under mpirun/srun yourself).\n"
+    "--mp N splits the model over N of them (the plan of `redco plan`; --shard overrides\n"
+    "one parameter's split).\n"
     "Writes checkpoint-STEP/, last_checkpoint, best/, final/, log.jsonl and TensorBoard\n"
     "event files into the workdir. Defaults: --batch-size 8 --seq-len 64 --lr 3e-4\n"
     "--optimizer adamw --weight-decay 0.01 --grad-clip 1 --schedule constant --seed 0.\n";
@@ -43,6 +46,7 @@ typedef struct {
         mp, nproc;
     double lr, wd, clip;
     int resume, no_shuffle, json;
+    cli_shards shards;
 } options;
 
 /* Parses the flags of train (is_train) or eval; 0, or the exit status of a bad flag. */
@@ -83,6 +87,7 @@ static int parse(const char *cmd, int argc, char **argv, options *o, int is_trai
         else if (!strcmp(a, "--eval-every")) bad = cli_int64(cmd, a, v, 0, big, &o->eval_every);
         else if (!strcmp(a, "--save-every")) bad = cli_int64(cmd, a, v, 0, big, &o->save_every);
         else if (!strcmp(a, "--log-every")) bad = cli_int64(cmd, a, v, 0, big, &o->log_every);
+        else if (!strcmp(a, "--shard")) bad = cli_shard(cmd, v, &o->shards);
         else if (!strcmp(a, "--lr")) bad = cli_double(cmd, a, v, 0, 1e3, &o->lr);
         else if (!strcmp(a, "--weight-decay")) bad = cli_double(cmd, a, v, 0, 1e3, &o->wd);
         else if (!strcmp(a, "--grad-clip")) bad = cli_double(cmd, a, v, 0, 1e9, &o->clip);
@@ -233,6 +238,7 @@ int cmd_train(int argc, char **argv)
                                        : !strcmp(o.schedule, "cosine") ? RC_SCHEDULE_COSINE
                                                                         : RC_SCHEDULE_CONSTANT,
                            .log_every = o.log_every, .eval_every = o.eval_every, .save_every = o.save_every,
+                           .shard_overrides = o.shards.o, .n_shard_overrides = o.shards.n,
                            .resume = o.resume, .tokenizer_dir = o.tokenizer ? o.tokenizer : s.model->dir[0] ? s.model->dir : NULL};
     rc_examples train = {rc_task_count, &s.task}, eval = {rc_task_count, &s.eval_task};
     rc_train_result res = {0};

@@ -17,6 +17,7 @@
 #include "redco.h"
 #include "redco/dist.h"
 #include "redco/model.h"
+#include "redco/shard.h"
 
 /* ---- batches ------------------------------------------------------------------------ */
 
@@ -157,6 +158,10 @@ typedef struct {
     double (*eval_metric)(void *user);
     const char *metric_name;      /* default "metric" */
     int metric_higher_is_better;
+    /* with model shards: splits the plan must take for these parameters instead of its own
+     * (the rest of the plan fits around them) */
+    const rc_shard_override *shard_overrides;
+    int n_shard_overrides;
 } rc_train_options;
 
 typedef struct {

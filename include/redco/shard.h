@@ -47,7 +47,9 @@ typedef struct {
 typedef struct {
     int64_t allreduce_fwd, allreduce_bwd;
     double bytes_fwd, bytes_bwd;   /* f32 bytes reduced per rank */
-    int64_t allgather_fwd;         /* splits an op could not use (0 for the built-in models) */
+    int64_t allgather_fwd;         /* tensors gathered whole because an op could not use their
+                                      split (0 for the built-in models' training; each is a
+                                      sum of zero-padded shards, its bytes in bytes_fwd) */
 } rc_shard_comm;
 
 /* Derives the split of every parameter in params[0..n) from the graph that computes
@@ -101,6 +103,18 @@ void rc_shard_put(const rc_shard_spec *s, const rc_tensor *param, int mp, int ra
  * with err naming the parameter and the extent at fault. The role (column, row,
  * vocabulary, bias) follows from how the graph uses it. */
 int rc_shard_fix(rc_shard_spec *s, const rc_tensor *param, int axis, int64_t groups, int mp, rc_error *err);
+
+/* A user's override of one parameter's split, by name (rc_train_options, `--shard`). */
+typedef struct {
+    const char *param;            /* the parameter's name */
+    int axis;                     /* the axis to split; -1 keeps it replicated */
+    int64_t groups;               /* the runs the axis is dealt in (0: its extent) */
+} rc_shard_override;
+
+/* rc_shard_fix for each override, on the spec of the parameter leaf of that name among
+ * params[0..n); an unknown name is an error listing none of the rest. */
+int rc_shard_apply(rc_shard_spec *specs, rc_tensor *const *params, int n, const rc_shard_override *o,
+                   int n_overrides, int mp, rc_error *err);
 
 /* The shape of parameter `param` on one shard (the padded vocabulary included). */
 void rc_shard_local_shape(const rc_shard_spec *s, const rc_tensor *param, int mp, int64_t *shape);

@@ -44,8 +44,6 @@ static void make_whole(plan *p, state *s, const rc_tensor *y, int i)
  * split (not part of the Megatron pattern; a split-any may still end replicated). */
 static void drop(plan *p, state *s, const rc_tensor *y, int i)
 {
-    if (s->kind == ST_S)
-        p->comm.allgather_fwd++;
     if (s->kind == ST_S || s->kind == ST_A)
         p->act[y->id * RC_MAX_SRC + i] |= ACT_GATHER;
     memset(s, 0, sizeof *s);
@@ -675,6 +673,28 @@ static void workable(const int64_t *groups, int n, char *buf, size_t size)
     }
 }
 
+/* A split-any state made concrete by its origin's resolution: the candidate the
+ * resolution refines, seen in this tensor; replicated when the origin never resolved. */
+static void finalize_state(plan *p, state *s)
+{
+    if (s->kind != ST_A)
+        return;
+    const origin *o = s->norig ? &p->orig[s->orig[0]] : NULL;
+    for (int k = 0; o && o->resolved && k < s->ncand; k++) {
+        const cand *c = &s->c[k];
+        if (o->outer % c->o_outer || o->inner % c->o_inner)
+            continue;
+        int64_t a = o->outer / c->o_outer, b = o->inner / c->o_inner;
+        if (a * o->groups * b != c->groups)
+            continue;
+        cand r = {c->axis, c->c_outer * a, o->groups, c->c_inner * b, o->outer, o->inner};
+        *s = (state){.kind = ST_S, .ncand = 1};
+        s->c[0] = r;
+        return;
+    }
+    memset(s, 0, sizeof *s);
+}
+
 /* The inputs of linears whose weight ended up split on its outputs (column parallel or a
  * vocabulary head): Megatron's f, mp_enter in the partitioned graph. Decided once the
  * plan is complete, since a split-any may end unresolved (its weight then replicated). */
@@ -698,7 +718,9 @@ static void mark_column_inputs(plan *p, const rc_tensor *out)
      * gradients are all-reduced backward */
     for (int i = 0; i <= out->id; i++) {
         const rc_tensor *y = rc_graph_node(p->g, i);
-        const state *ys = &p->st[i];
+        state fin = p->st[i];
+        const state *ys = &fin;
+        finalize_state(p, &fin); /* a split-any resolved later is split here too */
         for (int k = 0; k < y->nsrc && ys->kind == ST_S; k++) {
             const rc_tensor *x = y->src[k];
             if (!x || !(p->act[i * RC_MAX_SRC + k] & ACT_SLICE) || is_param(p, x))
@@ -708,6 +730,29 @@ static void mark_column_inputs(plan *p, const rc_tensor *out)
                 p->col_input[x->id] = 1;
         }
     }
+}
+
+/* The gathers the partitioner will run: tensors that end up split where a consumer needs
+ * them whole (counted once per tensor, as the partitioner gathers once). */
+static void count_gathers(plan *p)
+{
+    char *seen = calloc((size_t)p->last + 1, 1);
+    for (int i = 0; seen && i <= p->last; i++) {
+        const rc_tensor *y = rc_graph_node(p->g, i);
+        for (int k = 0; k < y->nsrc; k++) {
+            const rc_tensor *x = y->src[k];
+            if (!x || !(p->act[i * RC_MAX_SRC + k] & ACT_GATHER) || seen[x->id])
+                continue;
+            state s = p->st[x->id];
+            finalize_state(p, &s);
+            if (s.kind == ST_S) {
+                seen[x->id] = 1;
+                p->comm.allgather_fwd++;
+                p->comm.bytes_fwd += (double)numel_bytes(x);
+            }
+        }
+    }
+    free(seen);
 }
 
 /* 1 when some origin of the split-any s is already decided */
@@ -745,6 +790,7 @@ static int analyse(plan *p)
             choose(p, last, c, 1);
     }
     mark_column_inputs(p, out);
+    count_gathers(p);
     /* a backward all-reduce only where a gradient flows: inputs that depend on parameters */
     char *grads = calloc((size_t)out->id + 1, 1);
     for (int i = 0; grads && i <= out->id; i++) {
@@ -760,28 +806,6 @@ static int analyse(plan *p)
         }
     free(grads);
     return p->gqa_param >= 0 ? p->gqa_param : p->fail_param;
-}
-
-/* A split-any state made concrete by its origin's resolution: the candidate the
- * resolution refines, seen in this tensor; replicated when the origin never resolved. */
-static void finalize_state(plan *p, state *s)
-{
-    if (s->kind != ST_A)
-        return;
-    const origin *o = s->norig ? &p->orig[s->orig[0]] : NULL;
-    for (int k = 0; o && o->resolved && k < s->ncand; k++) {
-        const cand *c = &s->c[k];
-        if (o->outer % c->o_outer || o->inner % c->o_inner)
-            continue;
-        int64_t a = o->outer / c->o_outer, b = o->inner / c->o_inner;
-        if (a * o->groups * b != c->groups)
-            continue;
-        cand r = {c->axis, c->c_outer * a, o->groups, c->c_inner * b, o->outer, o->inner};
-        *s = (state){.kind = ST_S, .ncand = 1};
-        s->c[0] = r;
-        return;
-    }
-    memset(s, 0, sizeof *s);
 }
 
 void shard_plan_free(plan *p)
@@ -931,6 +955,22 @@ int rc_shard_fix(rc_shard_spec *s, const rc_tensor *param, int axis, int64_t gro
         s->inner = ext / s->groups;
     }
     return check_fixed(s, param, mp, err);
+}
+
+int rc_shard_apply(rc_shard_spec *specs, rc_tensor *const *params, int n, const rc_shard_override *o,
+                   int n_overrides, int mp, rc_error *err)
+{
+    for (int k = 0; k < n_overrides; k++) {
+        int i = 0;
+        while (i < n && !(params[i] && o[k].param && !strcmp(params[i]->name, o[k].param)))
+            i++;
+        if (i == n)
+            return rc_error_set(err, RC_ERR_ARG, "plan: the override names '%s', which is no parameter the graph uses",
+                                o[k].param ? o[k].param : "(null)");
+        if (rc_shard_fix(&specs[i], params[i], o[k].axis, o[k].groups, mp, err))
+            return -1;
+    }
+    return 0;
 }
 
 void rc_shard_local_shape(const rc_shard_spec *s, const rc_tensor *param, int mp, int64_t *shape)

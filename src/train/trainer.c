@@ -72,8 +72,11 @@ static int compile_sharded(rc_step *s, rc_trainer *t, rc_tensor **leaves, int wi
         specs[i] = t->specs[i]; /* later steps (evaluation, the tail batch) keep the first plan */
         specs[i].fixed = 1;
     }
-    int rc = specs ? rc_shard_partition(s->g, s->loss, leaves, np, t->mp, mesh->mp_rank, 0, specs, &s->local, err)
-                   : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    int rc = specs ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    if (!rc && !t->specs)
+        rc = rc_shard_apply(specs, leaves, np, t->overrides, t->n_overrides, t->mp, err);
+    if (!rc)
+        rc = rc_shard_partition(s->g, s->loss, leaves, np, t->mp, mesh->mp_rank, 0, specs, &s->local, err);
     if (!rc && !t->specs)
         rc = shard_state(t, specs, leaves, err);
     free(specs);
@@ -544,6 +547,8 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         return -1;
     t->seed = rc_deployer_seed(t->d);
     t->shuffle = o->shuffle;
+    t->overrides = o->shard_overrides;
+    t->n_overrides = o->n_shard_overrides;
     if (t->mp > 1 && !t->train.plan && compile_first(t, o, train, err))
         return -1;
     if (o->resume && rc_trainer_resume(t, o, err))

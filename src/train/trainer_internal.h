@@ -34,6 +34,8 @@ struct rc_trainer {
     int shuffle;
     rc_step train, eval, eval_tail;
     int mp;                       /* model shards (1: the plain data-parallel path) */
+    const rc_shard_override *overrides; /* the fit's overrides of the plan */
+    int n_overrides;
     rc_shard_spec *specs;         /* mp > 1: how each parameter splits (the train step's plan) */
     float *local;                 /* each parameter's shard, flat (mp 1: the parameters' buffer) */
     int64_t *loff, *lnum;         /* per parameter: offset and size in local, grad, m, v */
