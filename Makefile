@@ -30,8 +30,11 @@ sanitize: setup
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1
 
+# bench_tp also runs on 2 processes: data parallelism (mp 1) against tensor parallelism (mp 2).
+MPIRUN = OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpiexec --oversubscribe -n 2
 bench: build
 	@for b in $(BUILD)/bench_*; do OMP_NUM_THREADS=$(JOBS) $$b || exit 1; done
+	@$(MPIRUN) $(BUILD)/bench_tp --mp 1 && $(MPIRUN) $(BUILD)/bench_tp --mp 2
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
