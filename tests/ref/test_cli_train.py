@@ -90,9 +90,9 @@ def main():
             check(e < tol, f"{opt} {nproc} processes: {e}")
 
     # tensor parallelism: (dp, mp) meshes against one process, same global batch, for the
-    # decoder families (T5 is covered at the graph level by mpi_shard)
+    # decoder families, 5 SGD steps (T5 and the graph-op models: mpi_tp_train)
     for preset in ("tiny-gpt2", "tiny-llama", "tiny-opt", "tiny-gptj"):
-        common = ["--model", preset, "--data", data, "--seq-len", "16", "--steps", "4", "--no-shuffle",
+        common = ["--model", preset, "--data", data, "--seq-len", "16", "--steps", "5", "--no-shuffle",
                   "--optimizer", "sgd", "--lr", "0.05"]
         ref_dir = os.path.join(tmp, f"tp-{preset}-1x1")
         run(redco, "train", *common, "--workdir", ref_dir, "--batch-size", "4")
@@ -232,7 +232,7 @@ def main():
     splits = {p["name"]: p["split"] for p in plan.get("params", [])}
     check(splits.get("transformer.h.0.mlp.c_fc.weight") == "replicated" and
           splits.get("transformer.h.1.mlp.c_proj.weight") == "column", f"plan with --shard: {splits}")
-    common = ["--model", "tiny-gpt2", "--data", data, "--seq-len", "16", "--steps", "4", "--no-shuffle",
+    common = ["--model", "tiny-gpt2", "--data", data, "--seq-len", "16", "--steps", "5", "--no-shuffle",
               "--optimizer", "sgd", "--lr", "0.05", "--batch-size", "4"]
     over = os.path.join(tmp, "override")
     run(redco, "train", *common, "--workdir", over, "--nproc", "2", "--mp", "2", *shard)
