@@ -1,5 +1,7 @@
 #include "check.h"
 
+#include <math.h>
+
 #include <dirent.h>
 #include <stdarg.h>
 #include <string.h>
@@ -58,4 +60,14 @@ void check_rm_tree(const char *path)
     } else {
         unlink(path);
     }
+}
+
+double check_rel_diff(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num = fmax(num, fabs((double)a[i] - b[i]));
+        den = fmax(den, fabs((double)b[i]));
+    }
+    return num / (den > 0 ? den : 1);
 }

@@ -3,6 +3,7 @@
 #ifndef REDCO_CHECK_H
 #define REDCO_CHECK_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 extern int check_passed, check_failed;
@@ -14,6 +15,9 @@ int check_summary(const char *suite);
 
 /* 1 when msg contains part (NULL msg: 0) */
 int check_has(const char *msg, const char *part);
+/* max |a - b| over max |b| (1 when b is all zeros): how far a run's weights are from a
+ * reference run's */
+double check_rel_diff(const float *a, const float *b, int64_t n);
 /* removes a file or a directory tree (tests' temporary directories) */
 void check_rm_tree(const char *path);
 

@@ -154,16 +154,6 @@ static float *train(int kind, int mp, int local, int64_t *numel, double *last_lo
     return w;
 }
 
-static double rel_diff(const float *a, const float *b, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num = fmax(num, fabs((double)a[i] - b[i]));
-        den = fmax(den, fabs((double)b[i]));
-    }
-    return num / (den > 0 ? den : 1);
-}
-
 int main(int argc, char **argv)
 {
     rc_error err = {0};
@@ -185,7 +175,7 @@ int main(int argc, char **argv)
             int64_t n = 0;
             double l = 0;
             float *w = train(kind, mp, 0, &n, &l);
-            double e = ref && w && n == n_ref ? rel_diff(w, ref, n) : INFINITY;
+            double e = ref && w && n == n_ref ? check_rel_diff(w, ref, n) : INFINITY;
             double el = fabs(l - loss_ref) / fabs(loss_ref);
             CHECKF(e < 1e-5 && el < 1e-5, "%s on dp %d x mp %d: weights differ by %.3g, loss %.7f vs %.7f",
                    names[kind], dp, mp, e, l, loss_ref);

@@ -150,16 +150,6 @@ static float *train(task *k, int local, int batch, int accum, const char *opt, i
     return w;
 }
 
-static double rel_diff(const float *a, const float *b, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num = fmax(num, fabs((double)a[i] - b[i]));
-        den = fmax(den, fabs((double)b[i]));
-    }
-    return num / (den > 0 ? den : 1);
-}
-
 /* With every process a model shard (mp = world size), the trainer's memory per rank is the
  * shards: within 5% of split parameters / mp + replicated ones, for the parameters,
  * gradients and both AdamW moments; and no full copy of the weights during the steps. */
@@ -225,7 +215,7 @@ int main(int argc, char **argv)
             float *dist = train(k, 0, 4 / P, 1, opts[o], shuffle, 5, NULL, 0, RC_SCHEDULE_COSINE, &n2);
             /* SGD shows the rounding of the summation order; AdamW divides each gradient by
              * its own running scale, so rounding in near-zero gradients shows more */
-            double e = ref && dist && n1 == n2 ? rel_diff(dist, ref, n1) : INFINITY, tol = o ? 1e-4 : 1e-5;
+            double e = ref && dist && n1 == n2 ? check_rel_diff(dist, ref, n1) : INFINITY, tol = o ? 1e-4 : 1e-5;
             CHECKF(e < tol, "%s shuffle %d: %d processes x batch %d vs 1 x 4: relative difference %.3g",
                    opts[o], shuffle, P, 4 / P, e);
             if (rank == 0)
@@ -240,7 +230,7 @@ int main(int argc, char **argv)
         int64_t n1 = 0, n2 = 0;
         float *one = train(k, 1, 4, 1, opts[o], 1, 5, NULL, 0, RC_SCHEDULE_LINEAR, &n1);
         float *acc = train(k, 1, 2, 2, opts[o], 1, 5, NULL, 0, RC_SCHEDULE_LINEAR, &n2);
-        double e = one && acc ? rel_diff(acc, one, n1) : INFINITY, tol = o ? 1e-4 : 1e-5;
+        double e = one && acc ? check_rel_diff(acc, one, n1) : INFINITY, tol = o ? 1e-4 : 1e-5;
         CHECKF(e < tol, "%s accumulation 2 x 2 vs 4: %.3g", opts[o], e);
         if (rank == 0)
             printf("%s: 2 micro-batches of 2 vs one batch of 4: max rel diff %.2e\n", opts[o], e);
@@ -259,7 +249,7 @@ int main(int argc, char **argv)
     float *resumed = train(k, 0, b, 1, "adamw", 1, 10, dir, 1, RC_SCHEDULE_CONSTANT, &n3);
     CHECKF(straight && resumed && n1 == n3 && !memcmp(straight, resumed, (size_t)n1 * sizeof *straight),
            "resumed run differs from the straight run (rel %.3g)",
-           straight && resumed ? rel_diff(resumed, straight, n1) : INFINITY);
+           straight && resumed ? check_rel_diff(resumed, straight, n1) : INFINITY);
     free(straight), free(half), free(resumed);
     char metric_dir[128];
     snprintf(metric_dir, sizeof metric_dir, "%s/metric", dir);

@@ -40,36 +40,63 @@ void rc_sharded_free(rc_sharded *s)
         memset(s, 0, sizeof *s);
 }
 
+/* parameter i of w as a tensor header (shape only), for the shard helpers */
+static rc_tensor weight_header(const nn_weights *w, int i)
+{
+    rc_tensor t = {.ndim = w->p[i].ndim, .dtype = RC_F32};
+    memcpy(t.shape, w->p[i].shape, sizeof(int64_t) * (size_t)t.ndim);
+    return t;
+}
+
+int64_t rc_sharded_layout(const rc_shard_spec *specs, const nn_weights *w, int mp, int64_t *off, int64_t *num)
+{
+    int64_t total = 0;
+    for (int i = 0; i < w->n; i++) {
+        int64_t shape[RC_MAX_DIMS], k = 1;
+        rc_tensor whole = weight_header(w, i);
+        rc_shard_local_shape(&specs[i], &whole, mp, shape);
+        for (int a = 0; a < whole.ndim; a++)
+            k *= shape[a];
+        off[i] = total;
+        if (num)
+            num[i] = k;
+        total += k;
+    }
+    return total;
+}
+
+void rc_sharded_take(const rc_shard_spec *specs, const nn_weights *w, int mp, int rank, float *local,
+                     const int64_t *off)
+{
+    for (int i = 0; i < w->n; i++) {
+        rc_tensor whole = weight_header(w, i);
+        rc_shard_take(&specs[i], &whole, mp, rank, nn_weights_get(w, i), local + off[i]);
+    }
+}
+
+void rc_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n)
+{
+    for (int i = 0; i < n; i++) {
+        specs[i] = plan[i];
+        specs[i].fixed = 1;
+    }
+}
+
 /* the first graph's plan kept: shard buffers filled from the full weights */
 static int take_shards(rc_sharded *s, rc_shard_spec *specs, rc_error *err)
 {
     nn_weights *w = rc_params_weights(s->params);
-    int n = w->n, mp = s->mesh->mp;
     if (!w->data)
         return rc_error_set(err, RC_ERR_ARG, "model shards: the full weights are not in memory to take shards from");
-    s->off = calloc((size_t)n + 1, sizeof *s->off);
-    int64_t total = 0;
-    for (int i = 0; s->off && i < n; i++) {
-        int64_t shape[RC_MAX_DIMS], k = 1;
-        rc_tensor whole = {.ndim = w->p[i].ndim};
-        memcpy(whole.shape, w->p[i].shape, sizeof(int64_t) * (size_t)whole.ndim);
-        rc_shard_local_shape(&specs[i], &whole, mp, shape);
-        for (int a = 0; a < whole.ndim; a++)
-            k *= shape[a];
-        s->off[i] = total;
-        total += k;
-    }
+    s->off = calloc((size_t)w->n + 1, sizeof *s->off);
+    int64_t total = s->off ? rc_sharded_layout(specs, w, s->mesh->mp, s->off, NULL) : 0;
     s->local = s->off ? malloc((size_t)(total ? total : 1) * sizeof *s->local) : NULL;
     s->specs = specs;
     s->owned = 1;
     s->bytes = total * (int64_t)sizeof(float);
     if (!s->local)
         return rc_error_set(err, RC_ERR_MEMORY, "model shards: cannot allocate %lld floats", (long long)total);
-    for (int i = 0; i < n; i++) {
-        rc_tensor whole = {.ndim = w->p[i].ndim, .dtype = RC_F32};
-        memcpy(whole.shape, w->p[i].shape, sizeof(int64_t) * (size_t)whole.ndim);
-        rc_shard_take(&specs[i], &whole, mp, s->mesh->mp_rank, nn_weights_get(w, i), s->local + s->off[i]);
-    }
+    rc_sharded_take(specs, w, s->mesh->mp, s->mesh->mp_rank, s->local, s->off);
     return 0;
 }
 
@@ -81,10 +108,8 @@ int rc_sharded_compile(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int n
     rc_shard_spec *specs = calloc((size_t)n + 1, sizeof *specs);
     if (!specs)
         return rc_error_set(err, RC_ERR_MEMORY, "model shards: out of memory");
-    for (int i = 0; s->specs && i < n; i++) {
-        specs[i] = s->specs[i];
-        specs[i].fixed = 1; /* the plan of the first graph (or the trainer's) holds */
-    }
+    if (s->specs) /* the plan of the first graph (or the trainer's) holds */
+        rc_sharded_fix(specs, s->specs, n);
     int rc = rc_shard_partition_outputs(g, outs, nout, keep_split, leaves, n, s->mesh->mp, s->mesh->mp_rank,
                                         s->allow_replicate, specs, sg, err);
     if (!rc && !s->specs) {

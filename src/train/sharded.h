@@ -23,6 +23,15 @@ void rc_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int 
 void rc_sharded_use(rc_sharded *s, const rc_shard_spec *specs, float *local, const int64_t *off);
 void rc_sharded_free(rc_sharded *s);
 
+/* Shards of the weights w in one flat buffer: parameter i's at off[i], num[i] floats (num
+ * may be NULL); returns the total floats. */
+int64_t rc_sharded_layout(const rc_shard_spec *specs, const nn_weights *w, int mp, int64_t *off, int64_t *num);
+/* Every parameter's shard for `rank` copied from the full weights w into local (at off). */
+void rc_sharded_take(const rc_shard_spec *specs, const nn_weights *w, int mp, int rank, float *local,
+                     const int64_t *off);
+/* specs = plan, every entry fixed: a later graph follows the plan of the first. */
+void rc_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n);
+
 /* This rank's graph of the global graph g computing outs (see rc_shard_partition_outputs),
  * with leaves[i] the leaf of parameter i in g (NULL or a leaf the outputs do not use when
  * unused): the first call plans and takes the shards from the full weights, later calls

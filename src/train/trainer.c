@@ -1,6 +1,7 @@
 /* trainer.c - fit: the order of examples per epoch, data-parallel micro-batches, gradient
  * accumulation, averaging over the data axis, clipping, the optimizer and its schedule,
  * evaluation, checkpoints and exact resume. */
+#include "sharded.h"
 #include "trainer_internal.h"
 #include "redco/data.h"
 #include "redco/predict.h"
@@ -32,22 +33,14 @@ void rc_step_free(rc_step *s)
 }
 
 /* mp > 1, once: the plan's splits, and shard buffers for parameters, gradients, moments */
-static int shard_state(rc_trainer *t, const rc_shard_spec *specs, rc_tensor *const *leaves, rc_error *err)
+static int shard_state(rc_trainer *t, const rc_shard_spec *specs, rc_error *err)
 {
     nn_weights *w = rc_params_weights(t->params);
     int mp_rank = rc_deployer_mesh(t->d)->mp_rank;
     t->specs = malloc((size_t)w->n * sizeof *t->specs);
-    t->local_numel = 0;
-    for (int i = 0; t->specs && i < w->n; i++) {
-        int64_t shape[4], n = 1;
-        t->specs[i] = specs[i];
-        rc_shard_local_shape(&specs[i], leaves[i], t->mp, shape);
-        for (int k = 0; k < w->p[i].ndim; k++)
-            n *= shape[k];
-        t->loff[i] = t->local_numel;
-        t->lnum[i] = n;
-        t->local_numel += n;
-    }
+    if (t->specs)
+        memcpy(t->specs, specs, (size_t)w->n * sizeof *t->specs);
+    t->local_numel = rc_sharded_layout(specs, w, t->mp, t->loff, t->lnum);
     size_t bytes = (size_t)(t->local_numel ? t->local_numel : 1) * sizeof(float);
     t->local = malloc(bytes);
     t->grad = calloc(1, bytes);
@@ -55,8 +48,7 @@ static int shard_state(rc_trainer *t, const rc_shard_spec *specs, rc_tensor *con
     t->v = calloc(1, bytes);
     if (!t->specs || !t->local || !t->grad || !t->m || !t->v)
         return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld shard floats", (long long)t->local_numel);
-    for (int i = 0; i < w->n; i++)
-        rc_shard_take(&specs[i], leaves[i], t->mp, mp_rank, nn_weights_get(w, i), t->local + t->loff[i]);
+    rc_sharded_take(specs, w, t->mp, mp_rank, t->local, t->loff);
     /* the shards hold the values now: the full copy goes until the end of fit */
     rc_params_release(t->params);
     return 0;
@@ -68,17 +60,15 @@ static int compile_sharded(rc_step *s, rc_trainer *t, rc_tensor **leaves, int wi
     const rc_mesh *mesh = rc_deployer_mesh(t->d);
     int np = rc_params_count(t->params);
     rc_shard_spec *specs = calloc((size_t)np + 1, sizeof *specs);
-    for (int i = 0; specs && t->specs && i < np; i++) {
-        specs[i] = t->specs[i]; /* later steps (evaluation, the tail batch) keep the first plan */
-        specs[i].fixed = 1;
-    }
+    if (specs && t->specs) /* later steps (evaluation, the tail batch) keep the first plan */
+        rc_sharded_fix(specs, t->specs, np);
     int rc = specs ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     if (!rc && !t->specs)
         rc = rc_shard_apply(specs, leaves, np, t->overrides, t->n_overrides, t->mp, err);
     if (!rc)
         rc = rc_shard_partition(s->g, s->loss, leaves, np, t->mp, mesh->mp_rank, 0, specs, &s->local, err);
     if (!rc && !t->specs)
-        rc = shard_state(t, specs, leaves, err);
+        rc = shard_state(t, specs, err);
     free(specs);
     if (rc)
         return -1;
