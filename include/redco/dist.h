@@ -9,6 +9,10 @@
 
 #include "redco.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct rc_comm rc_comm;
 
 typedef struct {
@@ -60,5 +64,9 @@ int rc_comm_gather(rc_comm *c, const void *data, size_t bytes, int root, void **
  * Returns 0 when all succeeded; otherwise -1 on every rank, with err holding the message
  * of the lowest failing rank, prefixed "rank R: " when there is more than one rank. */
 int rc_comm_agree(rc_comm *c, int status, rc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

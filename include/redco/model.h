@@ -4,6 +4,10 @@
 
 #include "redco.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     RC_MODEL_GPT2 = 0,
     RC_MODEL_LLAMA,        /* also Mistral-style configs (model_type "mistral") */
@@ -92,5 +96,9 @@ const char *rc_config_architecture(const rc_model_config *c);
 /* Activation name (HF spelling) -> rc_act_kind: relu; gelu (erf); gelu_new, gelu_fast,
  * gelu_pytorch_tanh (tanh form); silu, swish; sigmoid. -1 when unknown. */
 int rc_config_activation(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

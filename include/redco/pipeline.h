@@ -19,6 +19,10 @@
 #include "redco/model.h"
 #include "redco/shard.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- batches ------------------------------------------------------------------------ */
 
 enum { RC_BATCH_MAX = 16 };
@@ -206,5 +210,9 @@ int rc_task_init(rc_task *t, rc_model *m, struct rc_dataset *data, int64_t seq_l
 int64_t rc_task_count(int epoch, void *task);
 int rc_task_collate(rc_batch *out, const int64_t *examples, int n, void *task);
 rc_tensor *rc_task_loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *task);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -51,6 +51,10 @@
 
 #include "redco/pipeline.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- predictor ------------------------------------------------------------------------- */
 
 typedef struct rc_predictor rc_predictor;
@@ -119,5 +123,9 @@ int rc_generate(rc_model *m, const int32_t *prompt, int64_t n_prompt, const rc_g
  * position range per batch, so left padding would shift positions). */
 int rc_generate_batch(rc_model *m, const int32_t *prompts, int n_batch, int64_t n_prompt,
                       const rc_generate_options *o, int32_t **out, int64_t *n_out, rc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -40,6 +40,10 @@
 
 #include "redco.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- single files ------------------------------------------------------------------- */
 
 typedef struct rc_safetensors rc_safetensors;
@@ -155,5 +159,9 @@ int rc_checkpoint_is_known_buffer(const char *name);
 int rc_checkpoint_check_unused(const rc_checkpoint *ck, rc_error *err);
 /* The directory or file the checkpoint was opened from. */
 const char *rc_checkpoint_path(const rc_checkpoint *ck);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -18,6 +18,10 @@
 
 #include "redco.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     RC_SHARD_REPLICATED = 0,
     RC_SHARD_COLUMN,             /* a linear's output features */
@@ -119,5 +123,9 @@ int rc_shard_apply(rc_shard_spec *specs, rc_tensor *const *params, int n, const 
 /* The shape of parameter `param` on one shard (the padded vocabulary included). */
 void rc_shard_local_shape(const rc_shard_spec *s, const rc_tensor *param, int mp, int64_t *shape);
 const char *rc_shard_role_name(rc_shard_role r);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,10 @@
 
 #include "redco.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct rc_tboard rc_tboard;
 
 /* Creates DIR/events.out.tfevents.<seconds>.<host>.<pid> and writes the file-version
@@ -18,5 +22,9 @@ void rc_tboard_close(rc_tboard *tb);
 /* CRC-32C (Castagnoli) of n bytes, and the masked form TFRecord stores. */
 uint32_t rc_crc32c(const void *data, size_t n);
 uint32_t rc_crc32c_masked(const void *data, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
