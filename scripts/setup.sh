@@ -3,7 +3,7 @@
 # Only Debian packages; runs apt-get only when something is missing.
 set -euo pipefail
 
-packages="build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev python3-venv"
+packages="build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev libutf8proc-dev python3-venv"
 
 missing=""
 for p in $packages; do

@@ -17,10 +17,6 @@
 /* ---- unicode.c ------------------------------------------------------------------------ */
 
 enum { UNI_OTHER = 0, UNI_LETTER = 1, UNI_NUMBER = 2, UNI_SPACE = 3 };
-enum {
-    GCB_OTHER = 0, GCB_CR, GCB_LF, GCB_CONTROL, GCB_EXTEND, GCB_ZWJ, GCB_RI, GCB_PREPEND,
-    GCB_SPACINGMARK, GCB_L, GCB_V, GCB_T, GCB_LV, GCB_LVT
-};
 
 /* Decodes one UTF-8 character at s[0..n): its length (1-4), or 0 when the bytes there are
  * not valid UTF-8 (overlong, surrogate, past U+10FFFF, truncated). */
@@ -33,9 +29,6 @@ int utf8_len(unsigned char c);
 int utf8_encode(uint32_t cp, char *out);
 /* The regex class (UNI_*) of a code point: \p{L}, \p{N}, White_Space, or other. */
 int uni_class(uint32_t cp);
-/* Grapheme cluster break property (GCB_*) and Extended_Pictographic. */
-int uni_gcb(uint32_t cp);
-int uni_pictographic(uint32_t cp);
 /* Length in bytes of the extended grapheme cluster (UAX #29) that starts s[0..n); s valid. */
 size_t uni_grapheme_len(const char *s, size_t n);
 

@@ -1,65 +1,10 @@
 /* unicode.c - UTF-8 decoding and the few Unicode properties the tokenizers need: the
  * classes of the GPT-2 pattern (\p{L}, \p{N}, \s = White_Space) and extended grapheme
- * clusters (UAX #29), from the ranges in unicode_table.h.
- *
- * unicode_table.h is generated with this Python 3 script from Debian's unicode-data
- * package (apt-get install unicode-data), run as `python3 gen.py > unicode_table.h`:
- *
- *   import re
- *   U = "/usr/share/unicode/"
- *   def ranges(path, want):
- *       for line in open(U + path, encoding="utf-8"):
- *           line = line.split("#")[0].strip()
- *           if not line:
- *               continue
- *           f = [x.strip() for x in line.split(";")]
- *           if f[1] != want:
- *               continue
- *           a, _, b = f[0].partition("..")
- *           yield int(a, 16), int(b or a, 16)
- *   N = 0x110000
- *   cat = bytearray(N)          # 1 letter, 2 number, 3 white space
- *   first = None
- *   for line in open(U + "UnicodeData.txt", encoding="utf-8"):
- *       f = line.split(";")
- *       cp, name, gc = int(f[0], 16), f[1], f[2]
- *       if name.endswith(", First>"):
- *           first = cp
- *           continue
- *       lo = first if name.endswith(", Last>") else cp
- *       first = None
- *       c = 1 if gc[0] == "L" else 2 if gc[0] == "N" else 0
- *       for x in range(lo, cp + 1):
- *           cat[x] = c
- *   for a, b in ranges("PropList.txt", "White_Space"):
- *       for x in range(a, b + 1):
- *           cat[x] = 3
- *   GCB = ["Other", "CR", "LF", "Control", "Extend", "ZWJ", "Regional_Indicator", "Prepend",
- *          "SpacingMark", "L", "V", "T", "LV", "LVT"]
- *   gcb = bytearray(N)
- *   for i, name in enumerate(GCB[1:], 1):
- *       for a, b in ranges("auxiliary/GraphemeBreakProperty.txt", name):
- *           for x in range(a, b + 1):
- *               gcb[x] = i
- *   pict = bytearray(N)
- *   for a, b in ranges("emoji/emoji-data.txt", "Extended_Pictographic"):
- *       for x in range(a, b + 1):
- *           pict[x] = 1
- *   val = [cat[x] | (gcb[x] << 2) | (pict[x] << 6) for x in range(N)]
- *   out, x = [], 0
- *   while x < N:
- *       y = x
- *       while y + 1 < N and val[y + 1] == val[x]:
- *           y += 1
- *       if val[x]:
- *           out.append((x, y, val[x]))
- *       x = y + 1
- *   # then print the header comment, UNI_NRANGES = len(out), and the three arrays
- *   # uni_range_lo, uni_range_hi (as 0x%05X, 8 a line) and uni_range_class (16 a line)
- *   # from out, as unicode_table.h shows them.
- */
+ * clusters (UAX #29). The data and the grapheme rules come from utf8proc (Debian
+ * libutf8proc-dev; 2.8.0 in Debian 12 carries Unicode 15.0). */
 #include "tokenizer_internal.h"
-#include "unicode_table.h"
+
+#include <utf8proc.h>
 
 int utf8_len(unsigned char c)
 {
@@ -70,34 +15,18 @@ int utf8_len(unsigned char c)
     return 1;
 }
 
-int utf8_decode(const char *str, size_t n, uint32_t *cp)
+int utf8_decode(const char *s, size_t n, uint32_t *cp)
 {
-    const unsigned char *s = (const unsigned char *)str;
     if (n == 0) return 0;
-    unsigned char c = s[0];
-    if (c < 0x80) {
-        *cp = c;
+    if ((unsigned char)s[0] < 0x80) {
+        *cp = (unsigned char)s[0];
         return 1;
     }
-    int len;
-    uint32_t v, min;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2; v = c & 0x1F; min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-        len = 3; v = c & 0x0F; min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4; v = c & 0x07; min = 0x10000;
-    } else {
-        return 0;
-    }
-    if ((size_t)len > n) return 0;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-    *cp = v;
-    return len;
+    utf8proc_int32_t c;
+    utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s, n < 4 ? (utf8proc_ssize_t)n : 4, &c);
+    if (l <= 0) return 0;
+    *cp = (uint32_t)c;
+    return (int)l;
 }
 
 size_t utf8_check(const char *s, size_t n)
@@ -118,45 +47,11 @@ size_t utf8_check(const char *s, size_t n)
 
 int utf8_encode(uint32_t cp, char *out)
 {
-    unsigned char *o = (unsigned char *)out;
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xC0 | (cp >> 6));
-        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xE0 | (cp >> 12));
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xF0 | (cp >> 18));
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
+    return (int)utf8proc_encode_char((utf8proc_int32_t)cp, (utf8proc_uint8_t *)out);
 }
 
-/* The class byte of cp (see unicode_table.h) by binary search over the ranges. */
-static int uni_lookup(uint32_t cp)
-{
-    int lo = 0, hi = UNI_NRANGES - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (cp < uni_range_lo[mid])
-            hi = mid - 1;
-        else if (cp > uni_range_hi[mid])
-            lo = mid + 1;
-        else
-            return uni_range_class[mid];
-    }
-    return 0;
-}
-
+/* White_Space is not a general category: it is Zs, Zl, Zp plus the controls TAB..CR and
+ * NEL (PropList.txt). */
 int uni_class(uint32_t cp)
 {
     if (cp < 0x80) {
@@ -165,65 +60,48 @@ int uni_class(uint32_t cp)
         if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return UNI_SPACE;
         return UNI_OTHER;
     }
-    return uni_lookup(cp) & 3;
+    if (cp == 0x85) return UNI_SPACE;
+    switch (utf8proc_category((utf8proc_int32_t)cp)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO:
+        return UNI_LETTER;
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+        return UNI_NUMBER;
+    case UTF8PROC_CATEGORY_ZS: case UTF8PROC_CATEGORY_ZL: case UTF8PROC_CATEGORY_ZP:
+        return UNI_SPACE;
+    default:
+        return UNI_OTHER;
+    }
 }
 
-int uni_gcb(uint32_t cp)
+/* utf8proc gives unassigned code points no grapheme property, but the UCD gives two kinds
+ * one (as the references' tables do): reserved default-ignorables are Control
+ * (GraphemeBreakProperty.txt) and the reserved emoji blocks are Extended_Pictographic
+ * (emoji-data.txt). An assigned stand-in of that property takes their place in the rules. */
+static uint32_t grapheme_stand_in(uint32_t cp)
 {
-    if (cp >= 0x20 && cp < 0x7F) return GCB_OTHER;
-    return (uni_lookup(cp) >> 2) & 15;
+    if (cp < 0x2065 || utf8proc_category((utf8proc_int32_t)cp) != UTF8PROC_CATEGORY_CN) return cp;
+    if (cp == 0x2065 || (cp >= 0xFFF0 && cp <= 0xFFF8) || (cp >= 0xE0000 && cp <= 0xE0FFF))
+        return 0x0001;                  /* a Control */
+    if ((cp >= 0x1F000 && cp <= 0x1FAFF) || (cp >= 0x1FC00 && cp <= 0x1FFFD))
+        return 0x00A9;                  /* (c), Extended_Pictographic */
+    return cp;
 }
 
-int uni_pictographic(uint32_t cp)
-{
-    return cp >= 0xA9 && (uni_lookup(cp) & 64);
-}
-
-/* UAX #29 extended grapheme clusters, rules GB3-GB13 (without 15.1's GB9c). */
 size_t uni_grapheme_len(const char *s, size_t n)
 {
-    uint32_t c;
-    int l = utf8_decode(s, n, &c);
+    uint32_t prev, c;
+    int l = utf8_decode(s, n, &prev);
     if (l == 0) return n ? 1 : 0;
-    int prev = uni_gcb(c);
-    int ri = prev == GCB_RI;              /* regional indicators in a row */
-    int emoji = uni_pictographic(c);      /* 1: after ExtPict Extend*, 2: then ZWJ */
+    prev = grapheme_stand_in(prev);
+    utf8proc_int32_t state = 0;
     size_t pos = (size_t)l;
     while (pos < n) {
         l = utf8_decode(s + pos, n - pos, &c);
         if (l == 0) break;
-        int g = uni_gcb(c), pict = uni_pictographic(c), join;
-        if (prev == GCB_CR && g == GCB_LF)
-            join = 1;
-        else if (prev == GCB_CR || prev == GCB_LF || prev == GCB_CONTROL)
-            join = 0;
-        else if (g == GCB_CR || g == GCB_LF || g == GCB_CONTROL)
-            join = 0;
-        else if (prev == GCB_L && (g == GCB_L || g == GCB_V || g == GCB_LV || g == GCB_LVT))
-            join = 1;
-        else if ((prev == GCB_LV || prev == GCB_V) && (g == GCB_V || g == GCB_T))
-            join = 1;
-        else if ((prev == GCB_LVT || prev == GCB_T) && g == GCB_T)
-            join = 1;
-        else if (g == GCB_EXTEND || g == GCB_ZWJ || g == GCB_SPACINGMARK)
-            join = 1;
-        else if (prev == GCB_PREPEND)
-            join = 1;
-        else if (prev == GCB_ZWJ && emoji == 2 && pict)
-            join = 1;
-        else if (prev == GCB_RI && g == GCB_RI && (ri & 1))
-            join = 1;
-        else
-            join = 0;
-        if (!join) break;
-        if (pict)
-            emoji = 1;
-        else if (g == GCB_ZWJ && emoji == 1)
-            emoji = 2;
-        else if (!(g == GCB_EXTEND && emoji == 1))
-            emoji = 0;
-        ri = g == GCB_RI ? ri + 1 : 0;
-        prev = g;
+        c = grapheme_stand_in(c);
+        if (utf8proc_grapheme_break_stateful((utf8proc_int32_t)prev, (utf8proc_int32_t)c, &state)) break;
+        prev = c;
         pos += (size_t)l;
     }
     return pos;
