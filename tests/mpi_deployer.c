@@ -21,6 +21,12 @@ int main(int argc, char **argv)
     MPI_Initialized(&started);
     CHECKF(started == launched, "MPI started: %d, launched: %d", started, launched);
     CHECK(rc_deployer_agree(d, 0, &err) == 0);
+    /* f32 sums and maxima over the world: of the ranks, and of -rank */
+    const rc_mesh *m = d ? rc_deployer_mesh(d) : NULL;
+    float s[2] = {(float)rank, -(float)rank}, x[2] = {(float)rank, -(float)rank};
+    CHECK(m && rc_comm_allreduce_sum_f32(m->world, s, 2, &err) == 0 &&
+          s[0] == (float)(size * (size - 1) / 2) && s[1] == -s[0]);
+    CHECK(m && rc_comm_allreduce_max_f32(m->world, x, 2, &err) == 0 && x[0] == (float)(size - 1) && x[1] == 0.0f);
     rc_deployer_free(d);
     MPI_Finalized(&finished);
     CHECKF(finished == launched, "MPI finalized after rc_deployer_free: %d (launched: %d)", finished, launched);

@@ -4,6 +4,7 @@
 #define _XOPEN_SOURCE 700 /* mkdtemp */
 #include "check.h"
 #include "user_models.h"
+#include "redco/data.h"
 #include "redco/pipeline.h"
 #include "../src/train/train_internal.h"
 
@@ -200,6 +201,67 @@ static void test_model_save(void)
     rc_model_free(m);
 }
 
+/* ---- the built-in language-modelling task and evaluation ------------------------------ */
+
+/* A preset with a 64-id vocabulary (rc_model_from_config) on a .npy token stream of the
+ * pattern i -> (5 i + 3) mod 64: its windows, batches and loss, and rc_trainer_eval's mean
+ * loss near ln 64 (weights N(0, 0.02): nearly uniform predictions), every token counted. */
+static void test_task_eval(void)
+{
+    enum { V = 64, N = 257, T = 16 };
+    rc_error err = {0};
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((5 * i + 3) % V);
+    char path[600];
+    snprintf(path, sizeof path, "%s/tokens.npy", tmp_root);
+    CHECKF(rc_npy_write(path, RC_NPY_I32, ids, N, &err) == 0, "%s", err.msg);
+    rc_dataset *ds = rc_dataset_open(path, NULL, &err);
+    CHECKF(ds, "%s", err.msg);
+    rc_model_config c;
+    CHECK(rc_config_preset("tiny-gpt2", &c, &err) == 0);
+    c.vocab_size = V;
+    rc_model *m = rc_model_from_config(&c, 9, &err);
+    CHECKF(m && m->config.vocab_size == V, "%s", err.msg);
+    c.vocab_size = 0;
+    CHECK(rc_model_from_config(&c, 9, &err) == NULL && err.code);
+    rc_task task;
+    CHECK(m && ds && rc_task_init(&task, m, ds, T, &err) == 0);
+    CHECK(m && ds && rc_task_count(0, &task) == (N - 1) / T);
+    CHECK(m && ds && rc_task_init(&task, m, ds, 1000, &err) == -1 && check_has(err.msg, "1000"));
+    if (!m || !ds || rc_task_init(&task, m, ds, T, &err)) {
+        rc_model_free(m);
+        rc_dataset_free(ds);
+        return;
+    }
+    rc_batch b = {0};
+    CHECK(rc_task_collate(&b, (int64_t[]){2, 0}, 2, &task) == 0);
+    const rc_array *in = rc_batch_get(&b, "ids"), *tg = rc_batch_get(&b, "targets");
+    CHECK(in && tg && in->ndim == 2 && in->shape[0] == 2 && in->shape[1] == T && rc_batch_get(&b, "x") == NULL);
+    CHECK(in && tg && ((int32_t *)in->data)[0] == ids[2 * T] && ((int32_t *)tg->data)[0] == ids[2 * T + 1] &&
+          ((int32_t *)in->data)[T] == ids[0]);
+    rc_graph *g = rc_graph_new();
+    rc_tensor *loss = rc_task_loss(g, m->params, &b, rc_rng_new(1), &task);
+    CHECKF(loss && loss->ndim == 0 && !rc_graph_error(g), "%s", rc_graph_error(g));
+    rc_graph_free(g);
+    rc_batch_free(&b);
+
+    rc_deployer_options o = {.seed = 1, .mp = 1};
+    rc_deployer *d = rc_deployer_new(NULL, NULL, &o, &err);
+    rc_trainer *t = d ? rc_trainer_new(d, rc_task_collate, rc_task_loss, &task, m->params, m, &err) : NULL;
+    CHECKF(t, "%s", err.msg);
+    double mean = NAN;
+    int64_t tokens = 0;
+    rc_examples ex = {rc_task_count, &task};
+    CHECKF(t && rc_trainer_eval(t, ex, 3, &mean, &tokens, &err) == 0, "%s", err.msg);
+    CHECKF(fabs(mean - log((double)V)) < 0.2 && tokens == (N - 1) / T * T,
+           "eval loss %g (ln %d = %g) over %lld tokens", mean, V, log((double)V), (long long)tokens);
+    rc_trainer_free(t);
+    rc_deployer_free(d);
+    rc_model_free(m);
+    rc_dataset_free(ds);
+}
+
 /* ---- the deployer in one process --------------------------------------------------- */
 
 static void test_mp_without_launcher(void)
@@ -227,6 +289,11 @@ static void test_mp_without_launcher(void)
     CHECK(rc_deployer_agree(d, 0, &err) == 0 && rc_deployer_agree(d, -1, &err) == -1);
     rc_deployer_free(d);
     rc_dist_finalize(); /* nothing to do without a launcher */
+    CHECK(rc_mesh_init_local(&m, &err) == 0 && m.size == 1 && m.dp == 1 && m.mp == 1 && m.rank == 0);
+    float x[2] = {1.5f, -2.0f};
+    CHECK(rc_comm_allreduce_sum_f32(m.world, x, 2, &err) == 0 && x[0] == 1.5f && x[1] == -2.0f);
+    CHECK(rc_comm_allreduce_max_f32(m.dp_comm, x, 2, &err) == 0 && x[0] == 1.5f && x[1] == -2.0f);
+    rc_mesh_free(&m);
 }
 
 /* every line of log.jsonl parses as JSON; returns the lines' objects (n of them) */
@@ -372,6 +439,7 @@ int main(void)
     test_params_init();
     test_user_model_gains();
     test_model_save();
+    test_task_eval();
     test_mp_without_launcher();
     test_log_non_finite();
     test_checkpoint_replace();
