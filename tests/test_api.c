@@ -191,6 +191,63 @@ static void test_shard_fix_put(void)
     rc_graph_free(g);
 }
 
+/* rc_shard_partition_outputs: y = x W with W [4, 6] split on its output features over 2
+ * shards; a kept output is the rank's columns of y (its local graph runs alone), an output
+ * not kept is whole. */
+static void test_partition_outputs(void)
+{
+    rc_error err = {0};
+    float x[2 * 4], w[4 * 6];
+    for (int k = 0; k < 8; k++)
+        x[k] = (float)(k - 3);
+    for (int k = 0; k < 24; k++)
+        w[k] = 0.5f * (float)k;
+    rc_graph *g = rc_graph_new();
+    rc_tensor *xi = rc_input(g, "x", RC_F32, 2, (int64_t[]){2, 4});
+    rc_tensor *wp = rc_param(g, "w", RC_F32, 2, (int64_t[]){4, 6});
+    rc_tensor *y = rc_matmul(g, xi, wp, 0, 0);
+    for (int rank = 0; rank < 2; rank++) {
+        for (int keep = 0; keep < 2; keep++) {
+            rc_shard_spec s = {0};
+            CHECKF(rc_shard_fix(&s, wp, 1, 0, 2, &err) == 0, "%s", err.msg);
+            rc_shard_graph local = {0};
+            int keep_split[1] = {keep};
+            CHECKF(rc_shard_partition_outputs(g, &y, 1, keep_split, &wp, 1, 2, rank, 0, &s, &local, &err) == 0,
+                   "%s", err.msg);
+            rc_tensor *out = local.outs ? local.outs[0] : NULL;
+            CHECKF(out && local.nout == 1 && out->shape[0] == 2 && out->shape[1] == (keep ? 3 : 6),
+                   "rank %d keep %d: output %lld columns", rank, keep, out ? (long long)out->shape[1] : -1LL);
+            CHECK(local.params && local.params[0]->shape[0] == 4 && local.params[0]->shape[1] == 3);
+            if (keep && out && local.params) {
+                float part[12];
+                rc_shard_take(&s, wp, 2, rank, w, part);
+                rc_tensor_bind(local.params[0], part);
+                int bound = 0;
+                for (int i = 0; i < rc_graph_size(local.g); i++) { /* the input keeps its name */
+                    rc_tensor *t = rc_graph_node(local.g, i);
+                    if (t->op == RC_OP_LEAF && !strcmp(t->name, "x"))
+                        rc_tensor_bind(t, x), bound++;
+                }
+                CHECK(bound == 1);
+                rc_plan *p = run(local.g, &out, 1);
+                const float *v = p ? rc_tensor_data(out) : NULL;
+                double e = v ? 0 : 1;
+                for (int r = 0; v && r < 2; r++)
+                    for (int c = 0; c < 3; c++) {
+                        double want = 0;
+                        for (int k = 0; k < 4; k++)
+                            want += (double)x[r * 4 + k] * w[k * 6 + rank * 3 + c];
+                        e = fmax(e, fabs(v[r * 3 + c] - want));
+                    }
+                CHECKF(e < 1e-4, "rank %d: kept columns differ by %g", rank, e);
+                rc_plan_free(p);
+            }
+            rc_shard_graph_free(&local);
+        }
+    }
+    rc_graph_free(g);
+}
+
 /* rc_safetensors_write_from: entries with data NULL come from the source, in order */
 static int source(void *ctx, int i, const void **data, rc_error *err)
 {
@@ -243,6 +300,7 @@ int main(void)
     test_cross_entropy_grad();
     test_plan_options();
     test_shard_fix_put();
+    test_partition_outputs();
     test_safetensors_from();
     return check_summary("test_api");
 }
