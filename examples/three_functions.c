@@ -69,6 +69,7 @@ int main(int argc, char **argv)
         printf("trained %lld steps, final loss %.3f\n", (long long)r.step, r.loss);
     rc_trainer_free(t);
     rc_model_free(data.model);
-    rc_deployer_free(d); /* and MPI, which it started when run under mpirun */
+    rc_deployer_free(d);
+    rc_dist_finalize();
     return 0;
 }
