@@ -225,11 +225,11 @@ typedef struct {
 } rc_data_split;
 
 int rc_data_split_init(rc_data_split *s, int64_t n, int batch, int world, int accum,
-                  rc_tail_policy tail, rc_error *err);
+                       rc_tail_policy tail, rc_error *err);
 /* out[batch] = the example indices (order[position], or -1 for padding) that RANK takes in
  * micro-batch STEP (0 <= step < s->steps). ORDER may be NULL: the identity. */
 int rc_data_split_batch(const rc_data_split *s, const int64_t *order, int rank, int64_t step,
-                   int64_t *out, rc_error *err);
+                        int64_t *out, rc_error *err);
 
 #ifdef __cplusplus
 }

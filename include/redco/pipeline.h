@@ -79,8 +79,8 @@ typedef struct {
 rc_params *rc_params_new(void);
 void rc_params_free(rc_params *p);
 /* Declares a parameter that starts as RC_INIT_AUTO; all are declared before the first
- * rc_params_get, _data, _tensor or _init_normal. -1 when the name is taken, the shape is
- * not 1 to 4 positive dimensions, or the buffer already exists. */
+ * rc_params_get, _data, _tensor or _init_normal. -1 when the name is taken or longer than
+ * 95 bytes, the shape is not 1 to 4 positive dimensions, or the buffer already exists. */
 int rc_params_add(rc_params *p, const char *name, int ndim, const int64_t *shape);
 /* Declares a parameter that starts as `init` says (NULL: RC_INIT_AUTO); e.g.
  *   rc_params_add_init(p, "ln.weight", 1, (int64_t[]){C}, &(rc_init){.kind = RC_INIT_ONES});

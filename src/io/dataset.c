@@ -806,7 +806,7 @@ void rc_epoch_order(int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64
 }
 
 int rc_data_split_init(rc_data_split *s, int64_t n, int batch, int world, int accum,
-                  rc_tail_policy tail, rc_error *err)
+                       rc_tail_policy tail, rc_error *err)
 {
     memset(s, 0, sizeof *s);
     if (n < 0 || batch < 1 || world < 1 || accum < 1)
@@ -833,7 +833,7 @@ int rc_data_split_init(rc_data_split *s, int64_t n, int batch, int world, int ac
 }
 
 int rc_data_split_batch(const rc_data_split *s, const int64_t *order, int rank, int64_t step,
-                   int64_t *out, rc_error *err)
+                        int64_t *out, rc_error *err)
 {
     if (rank < 0 || rank >= s->world || step < 0 || step >= s->steps)
         return rc_error_set(err, RC_ERR_INDEX, "data split: rank %d of %d, step %lld of %lld out of "
