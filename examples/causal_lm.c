@@ -212,8 +212,7 @@ int main(int argc, char **argv)
         rc = predict(d.model, tok, "Call me Ishmael. Some years ago");
     }
     rc_trainer_free(t);
-    rc_deployer_free(dep);
-    rc_dist_finalize(); /* the deployer started MPI when run under mpirun */
+    rc_deployer_free(dep); /* and MPI, which it started when run under mpirun */
     rc_model_free(d.model);
     rc_dataset_free(d.data);
     rc_tokenizer_free(tok);

@@ -327,27 +327,26 @@ static int parse_args(int argc, char **argv, args *a)
     return 0;
 }
 
-/* The MLP's parameters: N(0, 1) scaled by 1 / sqrt(fan in) for the matrices, zero biases. */
+/* The MLP's parameters, each declared with how it starts: the matrices N(0, 1 / fan in),
+ * the biases zero. */
 static rc_params *mlp_params(int hidden)
 {
     rc_params *p = rc_params_new();
     int64_t H = hidden;
     int64_t shapes[NW][2] = {{1, H}, {H, 0}, {H, H}, {H, 0}, {H, 1}, {1, 0}};
-    for (int i = 0; p && i < NW; i++)
-        if (rc_params_add(p, weight_names[i], shapes[i][1] ? 2 : 1, shapes[i])) {
+    for (int i = 0; p && i < NW; i++) {
+        int matrix = shapes[i][1] != 0;
+        rc_init init = {.kind = RC_INIT_ZEROS};
+        if (matrix)
+            init = (rc_init){.kind = RC_INIT_NORMAL, .std = 1.0 / sqrt((double)shapes[i][0])};
+        if (rc_params_add_init(p, weight_names[i], matrix ? 2 : 1, shapes[i], &init)) {
             rc_params_free(p);
             return NULL;
         }
+    }
     if (!p || rc_params_init_normal(p, 1.0, 42)) {
         rc_params_free(p);
         return NULL;
-    }
-    for (int i = 0; i < rc_params_count(p); i++) {
-        int ndim;
-        const int64_t *shape;
-        float *x = rc_params_tensor(p, i, &ndim, &shape);
-        for (int64_t j = 0; ndim == 2 && j < shape[0] * shape[1]; j++)
-            x[j] /= sqrtf((float)shape[0]);
     }
     return p;
 }
@@ -391,8 +390,7 @@ int main(int argc, char **argv)
     }
     rc_predictor_free(p);
     rc_trainer_free(t);
-    rc_deployer_free(dep);
-    rc_dist_finalize(); /* the deployer started MPI when run under mpirun */
+    rc_deployer_free(dep); /* and MPI, which it started when run under mpirun */
     rc_params_free(params);
     return rc ? 1 : 0;
 }

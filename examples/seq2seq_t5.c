@@ -274,8 +274,7 @@ int main(int argc, char **argv)
     }
     rc_predictor_free(p);
     rc_trainer_free(t);
-    rc_deployer_free(dep);
-    rc_dist_finalize(); /* the deployer started MPI when run under mpirun */
+    rc_deployer_free(dep); /* and MPI, which it started when run under mpirun */
     rc_model_free(d.model);
     return rc ? 1 : 0;
 }

@@ -215,8 +215,14 @@ static float *lm_rows(rc_deployer *d, rc_model *model, int64_t n, int batch, int
 int main(int argc, char **argv)
 {
     rc_error err = {0};
+    /* MPI started here outlives the deployers made one after another below (a deployer
+     * that starts MPI itself finalizes it when freed) */
+    if (rc_dist_init(&argc, &argv, &err)) {
+        fprintf(stderr, "mpi: %s\n", err.msg);
+        return 1;
+    }
     rc_deployer_options o = {.seed = 5, .mp = 1};
-    rc_deployer *d = rc_deployer_new(&argc, &argv, &o, &err);
+    rc_deployer *d = rc_deployer_new(NULL, NULL, &o, &err);
     if (!d) {
         fprintf(stderr, "deployer: %s\n", err.msg);
         return 1;

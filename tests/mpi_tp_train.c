@@ -101,24 +101,12 @@ static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng,
     return um_i2t_loss(g, leaves, input(g, b, "image"), input(g, b, "ids"), input(g, b, "targets"));
 }
 
-/* the user's parameters: N(0, 0.2), norm weights 1 */
+/* the user's parameters: N(0, 0.2), norm weights 1 (user_models.h) */
 static rc_params *user_params(int kind)
 {
-    int n = kind == KIND_MLP ? UM_MLP_N : UM_I2T_N;
-    const char *const *names = kind == KIND_MLP ? um_mlp_names : um_i2t_names;
-    const int64_t(*shapes)[3] = kind == KIND_MLP ? um_mlp_shapes : um_i2t_shapes;
-    rc_params *p = rc_params_new();
-    for (int i = 0; i < n; i++)
-        rc_params_add(p, names[i], shapes[i][2] ? 3 : shapes[i][1] ? 2 : 1, shapes[i]);
-    rc_params_init_normal(p, 0.2, 17);
-    for (int i = 0; i < n; i++) {
-        int nd;
-        const int64_t *shape;
-        float *x = rc_params_tensor(p, i, &nd, &shape);
-        for (int64_t k = 0; nd == 1 && strstr(names[i], "norm") && k < shape[0]; k++)
-            x[k] = 1.0f;
-    }
-    return p;
+    if (kind == KIND_MLP)
+        return um_params_new(UM_MLP_N, um_mlp_names, um_mlp_shapes, NULL, 0.2, 17);
+    return um_params_new(UM_I2T_N, um_i2t_names, um_i2t_shapes, um_i2t_init, 0.2, 17);
 }
 
 /* 5 SGD steps on a dp x mp mesh (local: one process alone) with a global batch of 4;

@@ -1,4 +1,4 @@
-/* test_dataset.c - token files, datasets, windows, epoch order, sharding and the token
+/* test_dataset.c - token files, datasets, windows, epoch order, its data split and the token
  * cache (include/redco/data.h), with the real GPT-2 tokenizer.
  *
  * Also a helper for tests/ref/test_dataset_ref.py:
@@ -399,7 +399,7 @@ static void test_windows(void)
     rc_dataset_free(ds);
 }
 
-/* ---- epoch order and sharding -------------------------------------------------------- */
+/* ---- epoch order and data split ------------------------------------------------------- */
 
 static int is_permutation(const int64_t *p, int64_t n)
 {
@@ -458,13 +458,13 @@ static void test_epoch_order(void)
            seen[4], seen[5]);
 }
 
-static void check_shard(int64_t n, int B, int W, int K, rc_tail_policy tail)
+static void check_split(int64_t n, int B, int W, int K, rc_tail_policy tail)
 {
     int64_t *order = malloc((size_t)(n + 1) * sizeof *order);
     rc_epoch_order(n, 7, 3, 1, order);
-    rc_shard s;
+    rc_data_split s;
     rc_error err = {0};
-    CHECK(rc_shard_init(&s, n, B, W, K, tail, &err) == 0);
+    CHECK(rc_data_split_init(&s, n, B, W, K, tail, &err) == 0);
     int64_t G = (int64_t)B * W * K, rem = n % G;
     int64_t *count = calloc((size_t)n + 1, sizeof *count);
     int64_t pads = 0, slots = 0;
@@ -472,7 +472,7 @@ static void check_shard(int64_t n, int B, int W, int K, rc_tail_policy tail)
     int64_t out[16];
     for (int64_t st = 0; st < s.steps; st++) {
         for (int r = 0; r < W; r++) {
-            ok &= rc_shard_batch(&s, order, r, st, out, &err) == 0;
+            ok &= rc_data_split_batch(&s, order, r, st, out, &err) == 0;
             for (int k = 0; k < B; k++) {
                 slots++;
                 int64_t pos = st * B * W + (int64_t)r * B + k;      /* rank r: [r*B, (r+1)*B) */
@@ -489,9 +489,9 @@ static void check_shard(int64_t n, int B, int W, int K, rc_tail_policy tail)
         if (tail != RC_TAIL_WRAP || n >= B * W) {
             for (int r = 0; r < W; r++) {
                 int64_t x[16], y[16];
-                rc_shard_batch(&s, order, r, st, x, &err);
+                rc_data_split_batch(&s, order, r, st, x, &err);
                 for (int q = r + 1; q < W; q++) {
-                    rc_shard_batch(&s, order, q, st, y, &err);
+                    rc_data_split_batch(&s, order, q, st, y, &err);
                     for (int i = 0; i < B; i++)
                         for (int j = 0; j < B; j++)
                             disjoint &= x[i] < 0 || x[i] != y[j];
@@ -529,7 +529,7 @@ static void check_shard(int64_t n, int B, int W, int K, rc_tail_policy tail)
     free(count);
 }
 
-static void test_sharding(void)
+static void test_data_split(void)
 {
     const int64_t ns[] = {0, 1, 5, 16, 37, 64, 100};
     const int worlds[] = {1, 2, 4};
@@ -538,24 +538,24 @@ static void test_sharding(void)
             for (int B = 1; B <= 3; B++)
                 for (int K = 1; K <= 2; K++)
                     for (int t = 0; t < 3; t++)
-                        check_shard(ns[a], B, worlds[w], K, (rc_tail_policy)t);
+                        check_split(ns[a], B, worlds[w], K, (rc_tail_policy)t);
     /* one concrete layout: 10 examples, B 2, world 2, identity order, pad */
-    rc_shard s;
+    rc_data_split s;
     rc_error err = {0};
-    CHECK(rc_shard_init(&s, 10, 2, 2, 1, RC_TAIL_PAD, &err) == 0 && s.steps == 3 &&
+    CHECK(rc_data_split_init(&s, 10, 2, 2, 1, RC_TAIL_PAD, &err) == 0 && s.steps == 3 &&
           s.filled == 2);
     int64_t out[2];
-    CHECK(rc_shard_batch(&s, NULL, 1, 0, out, &err) == 0 && out[0] == 2 && out[1] == 3);
-    CHECK(rc_shard_batch(&s, NULL, 0, 2, out, &err) == 0 && out[0] == 8 && out[1] == 9);
-    CHECK(rc_shard_batch(&s, NULL, 1, 2, out, &err) == 0 && out[0] == -1 && out[1] == -1);
-    CHECK(rc_shard_batch(&s, NULL, 2, 0, out, &err) == -1 && has(err.msg, "rank 2 of 2"));
-    CHECK(rc_shard_batch(&s, NULL, 0, 3, out, &err) == -1 && has(err.msg, "step 3 of 3"));
-    CHECK(rc_shard_init(&s, 10, 0, 2, 1, RC_TAIL_DROP, &err) == -1 && err.code == RC_ERR_ARG);
-    CHECK(rc_shard_init(&s, 10, 2, 2, 1, (rc_tail_policy)9, &err) == -1);
+    CHECK(rc_data_split_batch(&s, NULL, 1, 0, out, &err) == 0 && out[0] == 2 && out[1] == 3);
+    CHECK(rc_data_split_batch(&s, NULL, 0, 2, out, &err) == 0 && out[0] == 8 && out[1] == 9);
+    CHECK(rc_data_split_batch(&s, NULL, 1, 2, out, &err) == 0 && out[0] == -1 && out[1] == -1);
+    CHECK(rc_data_split_batch(&s, NULL, 2, 0, out, &err) == -1 && has(err.msg, "rank 2 of 2"));
+    CHECK(rc_data_split_batch(&s, NULL, 0, 3, out, &err) == -1 && has(err.msg, "step 3 of 3"));
+    CHECK(rc_data_split_init(&s, 10, 0, 2, 1, RC_TAIL_DROP, &err) == -1 && err.code == RC_ERR_ARG);
+    CHECK(rc_data_split_init(&s, 10, 2, 2, 1, (rc_tail_policy)9, &err) == -1);
     /* wrap: the last global batch is completed from the start of the order */
-    CHECK(rc_shard_init(&s, 5, 2, 2, 1, RC_TAIL_WRAP, &err) == 0 && s.steps == 2 && s.filled == 3);
-    CHECK(rc_shard_batch(&s, NULL, 0, 1, out, &err) == 0 && out[0] == 4 && out[1] == 0);
-    CHECK(rc_shard_batch(&s, NULL, 1, 1, out, &err) == 0 && out[0] == 1 && out[1] == 2);
+    CHECK(rc_data_split_init(&s, 5, 2, 2, 1, RC_TAIL_WRAP, &err) == 0 && s.steps == 2 && s.filled == 3);
+    CHECK(rc_data_split_batch(&s, NULL, 0, 1, out, &err) == 0 && out[0] == 4 && out[1] == 0);
+    CHECK(rc_data_split_batch(&s, NULL, 1, 1, out, &err) == 0 && out[0] == 1 && out[1] == 2);
 }
 
 /* ---- text and jsonl with the GPT-2 tokenizer ----------------------------------------- */
@@ -1095,7 +1095,7 @@ int main(int argc, char **argv)
     test_npy_malformed();
     test_npy_write();
     test_epoch_order();
-    test_sharding();
+    test_data_split();
     if (tok) {
         test_windows();
         test_txt_streaming();

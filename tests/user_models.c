@@ -1,6 +1,25 @@
 /* user_models.c - see user_models.h. */
 #include "user_models.h"
 
+rc_params *um_params_new(int n, const char *const *names, const int64_t (*shapes)[3],
+                         const rc_init_kind *init, double std, uint64_t seed)
+{
+    rc_params *p = rc_params_new();
+    for (int i = 0; p && i < n; i++) {
+        int ndim = shapes[i][2] ? 3 : shapes[i][1] ? 2 : 1;
+        rc_init in = {init ? init[i] : RC_INIT_AUTO, std, NULL, NULL};
+        if (rc_params_add_init(p, names[i], ndim, shapes[i], &in)) {
+            rc_params_free(p);
+            return NULL;
+        }
+    }
+    if (p && rc_params_init_normal(p, std, seed)) {
+        rc_params_free(p);
+        return NULL;
+    }
+    return p;
+}
+
 const char *const um_mlp_names[UM_MLP_N] = {"a", "b", "c"};
 const int64_t um_mlp_shapes[UM_MLP_N][3] = {{16, 32}, {32, 16}, {16, 4}};
 
@@ -16,6 +35,10 @@ const int64_t um_i2t_shapes[UM_I2T_N][3] = {{UM_PD, UM_C}, {UM_C}, {UM_NP + UM_T
                                             {UM_C}, {UM_C, UM_C}, {UM_C, UM_C}, {UM_C, UM_C},
                                             {UM_C, UM_C}, {UM_C}, {UM_FF, UM_C}, {UM_C, UM_FF},
                                             {UM_C}, {UM_V, UM_C}};
+const rc_init_kind um_i2t_init[UM_I2T_N] = {
+    RC_INIT_NORMAL, RC_INIT_ZEROS,  RC_INIT_NORMAL, RC_INIT_NORMAL, RC_INIT_ONES,
+    RC_INIT_NORMAL, RC_INIT_NORMAL, RC_INIT_NORMAL, RC_INIT_NORMAL, RC_INIT_ONES,
+    RC_INIT_NORMAL, RC_INIT_NORMAL, RC_INIT_ONES,   RC_INIT_NORMAL};
 
 rc_tensor *um_i2t_loss(rc_graph *g, rc_tensor *const *p, rc_tensor *image, rc_tensor *ids, rc_tensor *targets)
 {

@@ -1,4 +1,5 @@
-/* redco/data.h - training data: token files, datasets, epoch order and sharding.
+/* redco/data.h - training data: token files, datasets, epoch order and its split over
+ * data-parallel ranks.
  *
  * A quick tour.
  *
@@ -7,11 +8,11 @@
  *     int64_t T = 64, n = rc_dataset_windows(ds, T);      // floor((N - 1) / T)
  *     int64_t *order = malloc(n * sizeof *order);
  *     rc_epoch_order(n, seed, epoch, 1, order);           // a permutation of 0..n-1
- *     rc_shard sh;
- *     rc_shard_init(&sh, n, B, world, accum, RC_TAIL_DROP, &err);
+ *     rc_data_split sp;
+ *     rc_data_split_init(&sp, n, B, world, accum, RC_TAIL_DROP, &err);
  *     int64_t idx[B];
- *     for (int64_t s = 0; s < sh.steps; s++) {
- *         rc_shard_batch(&sh, order, rank, s, idx, &err); // this rank's B windows
+ *     for (int64_t s = 0; s < sp.steps; s++) {
+ *         rc_data_split_batch(&sp, order, rank, s, idx, &err); // rank's B windows
  *         for (int b = 0; b < B; b++)
  *             rc_dataset_window(ds, T, idx[b], inputs + b * T, targets + b * T, &err);
  *     }
@@ -67,7 +68,8 @@
  * not (SentencePiece adds a "▁" prefix to every encode call) the .txt is tokenized whole
  * and info.chunks is 1.
  *
- * Epoch order and sharding: see rc_epoch_order and rc_shard below.
+ * Epoch order and its split over data-parallel ranks: see rc_epoch_order and rc_data_split
+ * below. (A tensor's split over model shards is another thing: redco/shard.h.)
  *
  * Errors never abort: functions return -1 (or NULL) and fill an rc_error naming the file,
  * line, field, index or id at fault.
@@ -189,7 +191,7 @@ int rc_dataset_example(const rc_dataset *ds, int64_t i, rc_data_example *ex, rc_
 int64_t rc_data_example_pack(const rc_data_example *ex, int64_t T, int32_t pad,
                              int32_t *inputs, int32_t *targets);
 
-/* ---- epoch order and sharding ------------------------------------------------------ */
+/* ---- epoch order and its split over data-parallel ranks ---------------------------- */
 
 /* order[n] = a permutation of 0..n-1 for EPOCH. With shuffle, Fisher-Yates driven by
  * r = rc_rng_fold(rc_rng_new(seed), epoch): start from the identity; for i = n-1 down to 1,
@@ -220,14 +222,14 @@ typedef struct {
     int64_t steps;      /* micro-batch steps per epoch, a multiple of accum */
     int64_t dropped;    /* examples left out (RC_TAIL_DROP) */
     int64_t filled;     /* slots past the end: repeats (RC_TAIL_WRAP) or -1 (RC_TAIL_PAD) */
-} rc_shard;
+} rc_data_split;
 
-int rc_shard_init(rc_shard *s, int64_t n, int batch, int world, int accum,
-                  rc_tail_policy tail, rc_error *err);
+int rc_data_split_init(rc_data_split *s, int64_t n, int batch, int world, int accum,
+                       rc_tail_policy tail, rc_error *err);
 /* out[batch] = the example indices (order[position], or -1 for padding) that RANK takes in
  * micro-batch STEP (0 <= step < s->steps). ORDER may be NULL: the identity. */
-int rc_shard_batch(const rc_shard *s, const int64_t *order, int rank, int64_t step,
-                   int64_t *out, rc_error *err);
+int rc_data_split_batch(const rc_data_split *s, const int64_t *order, int rank, int64_t step,
+                        int64_t *out, rc_error *err);
 
 #ifdef __cplusplus
 }

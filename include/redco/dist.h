@@ -25,14 +25,18 @@ typedef struct {
 } rc_mesh;
 
 /* Starts MPI when a launcher started this process (mpirun, mpiexec, srun). Safe to call
- * more than once. */
+ * more than once; an error once MPI was finalized (it cannot start again). */
 int rc_dist_init(int *argc, char ***argv, rc_error *err);
 /* 1 when a launcher started this process. */
 int rc_dist_launched(void);
-/* This process's rank in the world (0 without a launcher or before rc_dist_init). */
+/* This process's rank in the world (0 without a launcher, before rc_dist_init or after
+ * finalizing). */
 int rc_dist_rank(void);
-/* The number of processes in the world (1 without a launcher or before rc_dist_init). */
+/* The number of processes in the world (1 without a launcher, before rc_dist_init or
+ * after finalizing). */
 int rc_dist_size(void);
+/* Finalizes MPI when it is running; does nothing otherwise (no launcher, or finalized
+ * already, e.g. by rc_deployer_free). */
 void rc_dist_finalize(void);
 
 /* The mesh of all ranks with mp model shards; mp must divide the world size (the error

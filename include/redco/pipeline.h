@@ -56,12 +56,45 @@ rc_tensor *rc_batch_input(rc_graph *g, const rc_batch *b, const char *name);
 /* Named f32 tensors in one flat buffer (Hugging Face names for the built-in models). */
 typedef struct rc_params rc_params;
 
+/* How a parameter starts. */
+typedef enum {
+    RC_INIT_AUTO = 0,             /* rc_params_add's: N(0, std of rc_params_init_normal) for
+                                     2-D and larger, 0 for 1-D (biases). A norm gain
+                                     (LayerNorm, RMSNorm weight) must say RC_INIT_ONES */
+    RC_INIT_NORMAL,               /* N(0, std) with the std given here */
+    RC_INIT_ZEROS,
+    RC_INIT_ONES,
+    RC_INIT_FILL                  /* the user's fill */
+} rc_init_kind;
+
+/* A user fill: writes the numel values of a parameter of shape[ndim] into x, drawing any
+ * randomness from rng (a key of its own per parameter: rc_rng_fold(rc_rng_new(seed), i)
+ * for parameter i). Returns 0, or -1 to make rc_params_init_normal fail. */
+typedef int (*rc_fill_fn)(float *x, int64_t numel, int ndim, const int64_t *shape, rc_rng rng,
+                          void *user);
+
+typedef struct {
+    rc_init_kind kind;
+    double std;                   /* RC_INIT_NORMAL */
+    rc_fill_fn fill;              /* RC_INIT_FILL */
+    void *user;                   /* passed to fill */
+} rc_init;
+
 rc_params *rc_params_new(void);
 void rc_params_free(rc_params *p);
-/* Declares a parameter; all are declared before the first rc_params_get or _data. */
+/* Declares a parameter that starts as RC_INIT_AUTO; all are declared before the first
+ * rc_params_get, _data, _tensor or _init_normal. -1 when the name is taken or longer than
+ * 95 bytes, the shape is not 1 to 4 positive dimensions, or the buffer already exists. */
 int rc_params_add(rc_params *p, const char *name, int ndim, const int64_t *shape);
-/* Initialises every parameter declared so far: N(0, std) for 2-D and larger, `fill`
- * for 1-D (norm weights 1, biases 0 are the caller's choice via rc_params_set). */
+/* Declares a parameter that starts as `init` says (NULL: RC_INIT_AUTO); e.g.
+ *   rc_params_add_init(p, "ln.weight", 1, (int64_t[]){C}, &(rc_init){.kind = RC_INIT_ONES});
+ * -1 also for an unknown kind, a negative or non-finite std, or RC_INIT_FILL without fill. */
+int rc_params_add_init(rc_params *p, const char *name, int ndim, const int64_t *shape,
+                       const rc_init *init);
+/* Initialises every parameter declared so far as it was declared. The normal draws of
+ * RC_INIT_AUTO and RC_INIT_NORMAL come from one stream of `seed`, parameter after parameter
+ * in declaration order; `std` is the std of RC_INIT_AUTO. -1 when the buffer cannot be
+ * allocated or a fill fails. */
 int rc_params_init_normal(rc_params *p, double std, uint64_t seed);
 int rc_params_count(const rc_params *p);
 const char *rc_params_name(const rc_params *p, int i);
@@ -87,7 +120,11 @@ rc_model *rc_model_create(const char *preset_or_dir, uint64_t seed, rc_error *er
  * weights; the configuration is validated. */
 rc_model *rc_model_from_config(const rc_model_config *c, uint64_t seed, rc_error *err);
 void rc_model_free(rc_model *m);
-/* config.json + model.safetensors (+ the tokenizer files of tokenizer_dir, if given) */
+/* DIR/config.json and DIR/model.safetensors (f32, Hugging Face names; DIR is created,
+ * each file written under a temporary name and renamed), plus the tokenizer files of
+ * tokenizer_dir (tokenizer.json, vocab.json, merges.txt, tokenizer.model,
+ * tokenizer_config.json, special_tokens_map.json: those that exist) when it is not NULL.
+ * rc_model_create(dir) loads it back. */
 int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir, rc_error *err);
 /* logits [B, T, vocab] of ids i32 [B, T] (T5: enc_ids [B, S] encoder input, ids the
  * decoder input); mask f32 [B, T] or NULL */
@@ -110,7 +147,9 @@ typedef int (*rc_output_fn)(int64_t example, const float *row, int64_t row_len, 
 typedef struct {
     uint64_t seed;
     int mp;                       /* model shards (1 until tensor parallelism) */
-    const char *workdir;          /* NULL: no files */
+    const char *workdir;          /* NULL: no files. Rank 0 appends log.jsonl there: one JSON
+                                     object per line, {"step": S, "train/loss": x, ...}, a
+                                     NaN or infinite value written as null */
     int verbose;                  /* progress on rank 0's stderr */
     int json;                     /* quiet human output (for --json runs) */
     int local;                    /* a world of one even under a launcher (reference runs) */
@@ -118,7 +157,13 @@ typedef struct {
 
 typedef struct rc_deployer rc_deployer;
 
+/* Under a launcher, starts MPI (rc_dist_init) unless it is running already. The mesh has
+ * o->mp model shards per replica; without a launcher the world is this one process, so
+ * mp > 1 is an error saying how to start more (--nproc N, mpirun -np N). */
 rc_deployer *rc_deployer_new(int *argc, char ***argv, const rc_deployer_options *o, rc_error *err);
+/* Frees the deployer; when this deployer started MPI, finalizes it too (MPI cannot start
+ * again: a program that makes deployers one after another calls rc_dist_init first, and
+ * rc_dist_finalize at its end). rc_dist_finalize afterwards does nothing. */
 void rc_deployer_free(rc_deployer *d);
 const rc_mesh *rc_deployer_mesh(const rc_deployer *d);
 int rc_deployer_is_main(const rc_deployer *d);

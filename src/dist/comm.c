@@ -26,24 +26,32 @@ int rc_dist_launched(void)
     return launched;
 }
 
-int rc_dist_rank(void)
+/* MPI is running: initialised and not yet finalized */
+static int mpi_running(void)
 {
-    int started = 0, rank = 0;
-    if (!rc_dist_launched())
-        return 0;
+    int started = 0, finished = 0;
     MPI_Initialized(&started);
     if (started)
+        MPI_Finalized(&finished);
+    return started && !finished;
+}
+
+int rc_dist_rank(void)
+{
+    int rank = 0;
+    if (!rc_dist_launched())
+        return 0;
+    if (mpi_running())
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     return rank;
 }
 
 int rc_dist_size(void)
 {
-    int started = 0, size = 1;
+    int size = 1;
     if (!rc_dist_launched())
         return 1;
-    MPI_Initialized(&started);
-    if (started)
+    if (mpi_running())
         MPI_Comm_size(MPI_COMM_WORLD, &size);
     return size;
 }
@@ -58,10 +66,16 @@ static int mpi_fail(rc_error *err, const char *what, int code)
 
 int rc_dist_init(int *argc, char ***argv, rc_error *err)
 {
-    int started = 0;
+    int started = 0, finished = 0;
     if (!rc_dist_launched())
         return 0;
     MPI_Initialized(&started);
+    if (started)
+        MPI_Finalized(&finished);
+    if (finished)
+        return rc_error_set(err, RC_ERR_ARG, "mpi: already finalized (rc_dist_finalize, or "
+                            "rc_deployer_free of the deployer that started it); MPI cannot start "
+                            "twice: call rc_dist_init before the first deployer to keep it running");
     if (started)
         return 0;
     int provided, rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
@@ -74,12 +88,7 @@ int rc_dist_init(int *argc, char ***argv, rc_error *err)
 
 void rc_dist_finalize(void)
 {
-    int started = 0, finished = 0;
-    if (!rc_dist_launched())
-        return;
-    MPI_Initialized(&started);
-    MPI_Finalized(&finished);
-    if (started && !finished)
+    if (rc_dist_launched() && mpi_running())
         MPI_Finalize();
 }
 
@@ -121,24 +130,29 @@ int rc_mesh_init(rc_mesh *m, int mp, rc_error *err)
 {
     memset(m, 0, sizeof *m);
     int on = rc_dist_launched();
-    if (on) {
-        int started = 0;
-        MPI_Initialized(&started);
-        if (!started)
-            return rc_error_set(err, RC_ERR_ARG, "mesh: call rc_dist_init first");
-    }
+    if (on && !mpi_running())
+        return rc_error_set(err, RC_ERR_ARG, "mesh: MPI is not running: call rc_dist_init first "
+                            "(and rc_dist_finalize only after the last mesh)");
     m->world = comm_new(on ? MPI_COMM_WORLD : MPI_COMM_NULL);
     if (!m->world)
         return rc_error_set(err, RC_ERR_MEMORY, "mesh: out of memory");
     m->rank = m->world->rank;
     m->size = m->world->size;
-    if (mp < 1 || m->size % mp) {
+    int size = m->size;
+    if (mp < 1 || size % mp) {
         char ok[256];
-        divisors(m->size, ok, sizeof ok);
+        divisors(size, ok, sizeof ok);
         rc_mesh_free(m);
+        if (mp < 1)
+            return rc_error_set(err, RC_ERR_ARG, "mesh: %d model shards: need at least 1", mp);
+        if (size == 1)
+            return rc_error_set(err, RC_ERR_ARG,
+                                "mesh: %d model shards need %d processes, and this is 1 process%s: "
+                                "start %d with --nproc %d (redco's commands) or mpirun -np %d",
+                                mp, mp, on ? "" : " (no launcher)", mp, mp, mp);
         return rc_error_set(err, RC_ERR_ARG,
                             "mesh: %d model shards do not divide %d processes (possible: %s)", mp,
-                            m->size, ok);
+                            size, ok);
     }
     m->mp = mp;
     m->dp = m->size / mp;

@@ -805,16 +805,16 @@ void rc_epoch_order(int64_t n, uint64_t seed, uint64_t epoch, int shuffle, int64
     }
 }
 
-int rc_shard_init(rc_shard *s, int64_t n, int batch, int world, int accum,
-                  rc_tail_policy tail, rc_error *err)
+int rc_data_split_init(rc_data_split *s, int64_t n, int batch, int world, int accum,
+                       rc_tail_policy tail, rc_error *err)
 {
     memset(s, 0, sizeof *s);
     if (n < 0 || batch < 1 || world < 1 || accum < 1)
-        return rc_error_set(err, RC_ERR_ARG, "shard: need n >= 0, batch, world and accum >= 1 "
+        return rc_error_set(err, RC_ERR_ARG, "data split: need n >= 0, batch, world and accum >= 1 "
                             "(got n %lld, batch %d, world %d, accum %d)", (long long)n, batch,
                             world, accum);
     if (tail != RC_TAIL_DROP && tail != RC_TAIL_WRAP && tail != RC_TAIL_PAD)
-        return rc_error_set(err, RC_ERR_ARG, "shard: unknown tail policy %d", (int)tail);
+        return rc_error_set(err, RC_ERR_ARG, "data split: unknown tail policy %d", (int)tail);
     int64_t per_step = (int64_t)batch * world * accum;    /* examples per optimizer step */
     int64_t full = n / per_step, rem = n % per_step;
     s->n = n;
@@ -832,11 +832,11 @@ int rc_shard_init(rc_shard *s, int64_t n, int batch, int world, int accum,
     return 0;
 }
 
-int rc_shard_batch(const rc_shard *s, const int64_t *order, int rank, int64_t step,
-                   int64_t *out, rc_error *err)
+int rc_data_split_batch(const rc_data_split *s, const int64_t *order, int rank, int64_t step,
+                        int64_t *out, rc_error *err)
 {
     if (rank < 0 || rank >= s->world || step < 0 || step >= s->steps)
-        return rc_error_set(err, RC_ERR_INDEX, "shard: rank %d of %d, step %lld of %lld out of "
+        return rc_error_set(err, RC_ERR_INDEX, "data split: rank %d of %d, step %lld of %lld out of "
                             "range", rank, s->world, (long long)step, (long long)s->steps);
     int64_t base = step * s->batch * s->world + (int64_t)rank * s->batch;
     for (int k = 0; k < s->batch; k++) {

@@ -9,10 +9,12 @@
  * Every directory is written under a temporary name and renamed when complete, and the
  * pointer is replaced by rename after that: a run killed at any moment leaves the previous
  * checkpoint as the last valid one. Rank 0 writes; all ranks agree on the outcome. */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "trainer_internal.h"
 #include "redco/safetensors.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <signal.h>
 #include <jansson.h>
 #include <math.h>
@@ -51,13 +53,20 @@ static int copy_file(const char *from, const char *to, rc_error *err)
     return rc;
 }
 
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path) ? -1 : 0;
+}
+
+/* Removes dir and everything under it (depth first, never following links); an absent
+ * dir is not an error. */
 static int remove_tree(const char *dir)
 {
-    char cmd[4300];
-    if (strchr(dir, '\''))
-        return -1;
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    struct stat st;
+    if (lstat(dir, &st) && errno == ENOENT)
+        return 0;
+    return nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) ? -1 : 0;
 }
 
 static int write_state(rc_trainer *t, const rc_train_options *o, const char *dir, rc_error *err)
@@ -103,7 +112,8 @@ static int publish(const char *tmp, const char *final, rc_error *err)
         return rc_error_set(err, RC_ERR_IO, "%s: cannot replace: %s", final, strerror(errno));
     if (rename(tmp, final))
         return rc_error_set(err, RC_ERR_IO, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
-    remove_tree(old);
+    if (remove_tree(old))
+        return rc_error_set(err, RC_ERR_IO, "%s: cannot remove the replaced directory: %s", old, strerror(errno));
     return 0;
 }
 
@@ -305,6 +315,17 @@ int rc_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *er
     if (!rc_deployer_workdir(t->d))
         return 0;
     return rc_deployer_agree(t->d, save_dir(t, o, "final", 0, err), err);
+}
+
+int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir, rc_error *err)
+{
+    nn_weights *w = m && m->params ? rc_params_weights(m->params) : NULL;
+    if (!m || !dir || !w)
+        return rc_error_set(err, RC_ERR_ARG, "model save: %s", !m ? "no model" : !dir ? "no directory" : "the weights are not allocated");
+    if (nn_model_save(dir, &m->config, w, err))
+        return -1;
+    rc_train_options o = {.tokenizer_dir = tokenizer_dir};
+    return write_tokenizer(&o, dir, err);
 }
 
 /* ---- resume ---------------------------------------------------------------------------- */

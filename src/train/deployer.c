@@ -5,7 +5,9 @@
 #include "redco/tboard.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
+#include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@ struct rc_deployer {
     rc_tboard *tb;                /* rank 0 */
     double t0;                    /* start of the run, for the ETA */
     int64_t step0;                /* first step of this process (resumed runs) */
+    int owns_mpi;                 /* this deployer started MPI: rc_deployer_free finalizes it */
 };
 
 static double now_s(void)
@@ -62,10 +65,16 @@ rc_deployer *rc_deployer_new(int *argc, char ***argv, const rc_deployer_options 
         rc_error_set(err, RC_ERR_MEMORY, "deployer: out of memory");
         return NULL;
     }
+    int before = 0;
+    if (rc_dist_launched())
+        MPI_Initialized(&before);
     int rc = rc_dist_init(argc, argv, err);
+    d->owns_mpi = !rc && rc_dist_launched() && !before;
     if (!rc)
         rc = o->local ? rc_mesh_init_local(&d->mesh, err) : rc_mesh_init(&d->mesh, o->mp > 0 ? o->mp : 1, err);
     if (rc) {
+        if (d->owns_mpi)
+            rc_dist_finalize();
         free(d);
         return NULL;
     }
@@ -92,6 +101,8 @@ void rc_deployer_free(rc_deployer *d)
         fclose(d->log);
     rc_tboard_close(d->tb);
     rc_mesh_free(&d->mesh);
+    if (d->owns_mpi)
+        rc_dist_finalize();
     free(d);
 }
 
@@ -132,15 +143,20 @@ int rc_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const
 {
     if (d->mesh.rank != 0 || !d->log)
         return 0;
-    fprintf(d->log, "{\"step\": %lld", (long long)step);
-    for (int i = 0; i < n; i++) {
-        if (isfinite(values[i]))
-            fprintf(d->log, ", \"%s\": %.8g", keys[i], values[i]);
-        else
-            fprintf(d->log, ", \"%s\": null", keys[i]);
-    }
-    fprintf(d->log, "}\n");
-    if (fflush(d->log))
+    /* {"step": S, "key": value, ...} on one line, values to 9 significant digits (every
+     * float's digits); a non-finite value is null */
+    json_t *line = json_object();
+    int bad = !line || json_object_set_new(line, "step", json_integer((json_int_t)step));
+    for (int i = 0; !bad && i < n; i++)
+        bad = json_object_set_new(line, keys[i], isfinite(values[i]) ? json_real(values[i]) : json_null());
+    char *text = bad ? NULL : json_dumps(line, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    json_decref(line);
+    if (!text)
+        return rc_error_set(err, RC_ERR_ARG, "%s/log.jsonl: cannot encode the record of step %lld "
+                            "(a key that is not UTF-8, or out of memory)", d->workdir, (long long)step);
+    int failed = fprintf(d->log, "%s\n", text) < 0;
+    free(text);
+    if (failed || fflush(d->log))
         return rc_error_set(err, RC_ERR_IO, "%s/log.jsonl: write failed: %s", d->workdir, strerror(errno));
     for (int i = 0; i < n; i++)
         if (isfinite(values[i]) && rc_tboard_scalar(d->tb, keys[i], values[i], step, err))

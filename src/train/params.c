@@ -4,6 +4,7 @@
 #include "nn.h"
 #include "redco/pipeline.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,8 @@ struct rc_params {
     uint64_t graph;               /* serial of the graph the cached leaves belong to */
     int released;                 /* the full buffer was given up (model shards hold the values) */
     rc_tensor **leaves;           /* [w.n], created on first use in g */
+    rc_init *inits;               /* [w.n] how each parameter starts */
+    int init_cap;
 };
 
 rc_params *rc_params_new(void)
@@ -26,14 +29,50 @@ void rc_params_free(rc_params *p)
         return;
     nn_weights_free(&p->w);
     free(p->leaves);
+    free(p->inits);
     free(p);
+}
+
+static int init_valid(const rc_init *in)
+{
+    switch (in->kind) {
+    case RC_INIT_AUTO: case RC_INIT_ZEROS: case RC_INIT_ONES:
+        return 1;
+    case RC_INIT_NORMAL:
+        return isfinite(in->std) && in->std >= 0;
+    case RC_INIT_FILL:
+        return in->fill != NULL;
+    }
+    return 0;
+}
+
+int rc_params_add_init(rc_params *p, const char *name, int ndim, const int64_t *shape,
+                       const rc_init *init)
+{
+    rc_init in = init ? *init : (rc_init){RC_INIT_AUTO, 0, NULL, NULL};
+    if (!p || !name || strlen(name) >= sizeof p->w.p[0].name || p->w.data || p->released ||
+        nn_weights_find(&p->w, name) >= 0 || ndim < 1 || ndim > 4 || !shape || !init_valid(&in))
+        return -1;
+    for (int k = 0; k < ndim; k++)
+        if (shape[k] < 1)
+            return -1;
+    if (p->w.n == p->init_cap) {
+        int cap = p->init_cap ? 2 * p->init_cap : 64;
+        rc_init *grown = realloc(p->inits, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return -1;
+        p->inits = grown;
+        p->init_cap = cap;
+    }
+    if (nn_weights_add(&p->w, name, ndim, shape))
+        return -1;
+    p->inits[p->w.n - 1] = in;
+    return 0;
 }
 
 int rc_params_add(rc_params *p, const char *name, int ndim, const int64_t *shape)
 {
-    if (p->w.data || nn_weights_find(&p->w, name) >= 0)
-        return -1;
-    return nn_weights_add(&p->w, name, ndim, shape);
+    return rc_params_add_init(p, name, ndim, shape, NULL);
 }
 
 /* the buffer, allocated on first use */
@@ -57,16 +96,32 @@ int rc_params_restore(rc_params *p)
     return ready(p);
 }
 
+/* Parameter i's values as its rule says; normal draws come from the shared stream r. */
+static int init_one(rc_params *p, int i, double std, uint64_t seed, rc_rng *r)
+{
+    const nn_param *q = &p->w.p[i];
+    static const rc_init automatic = {RC_INIT_AUTO, 0, NULL, NULL};
+    const rc_init *in = p->inits ? &p->inits[i] : &automatic; /* built-in models: none */
+    float *x = nn_weights_get(&p->w, i);
+    if (in->kind == RC_INIT_FILL)
+        return in->fill(x, q->numel, q->ndim, q->shape, rc_rng_fold(rc_rng_new(seed), (uint64_t)i),
+                        in->user) ? -1 : 0;
+    int normal = in->kind == RC_INIT_NORMAL || (in->kind == RC_INIT_AUTO && q->ndim >= 2);
+    double s = in->kind == RC_INIT_NORMAL ? in->std : std;
+    float c = in->kind == RC_INIT_ONES ? 1.0f : 0.0f;
+    for (int64_t j = 0; j < q->numel; j++)
+        x[j] = normal ? (float)(s * rc_rng_normal(r)) : c;
+    return 0;
+}
+
 int rc_params_init_normal(rc_params *p, double std, uint64_t seed)
 {
-    if (ready(p))
+    if (!p || ready(p) || p->released)
         return -1;
     rc_rng r = rc_rng_new(seed);
-    for (int i = 0; i < p->w.n; i++) {
-        float *x = nn_weights_get(&p->w, i);
-        for (int64_t j = 0; j < p->w.p[i].numel; j++)
-            x[j] = p->w.p[i].ndim >= 2 ? (float)(std * rc_rng_normal(&r)) : 0.0f;
-    }
+    for (int i = 0; i < p->w.n; i++)
+        if (init_one(p, i, std, seed, &r))
+            return -1;
     return 0;
 }
 

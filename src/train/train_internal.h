@@ -16,7 +16,9 @@ int rc_params_restore(rc_params *p);
 /* ---- deployer internals ---------------------------------------------------------------- */
 const char *rc_deployer_workdir(const rc_deployer *d);
 int rc_deployer_verbose(const rc_deployer *d);
-/* log.jsonl (one record per call) and TensorBoard scalars, rank 0 only */
+/* log.jsonl (one record per call, written with jansson: {"step": S, "key": value, ...}, a
+ * non-finite value written as null) and TensorBoard scalars (finite values only), rank 0
+ * only */
 int rc_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values,
                     int n, rc_error *err);
 /* progress on rank 0's stderr: a bar redrawn every step on a terminal; otherwise a plain

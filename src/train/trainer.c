@@ -346,9 +346,9 @@ static void optimizer_update(rc_trainer *t, const rc_train_options *o, double lr
 }
 
 /* One optimizer step: grad_accum micro-batches per replica, averaged over the data axis. */
-static int train_step(rc_trainer *t, const rc_train_options *o, void *user, const rc_shard *sh,
-                      const int64_t *order, double lr, double *loss_out, int64_t *tokens_out,
-                      double *norm_out, rc_error *err)
+static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
+                      const rc_data_split *split, const int64_t *order, double lr, double *loss_out,
+                      int64_t *tokens_out, double *norm_out, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
     int B = o->batch_size, k = o->grad_accum > 0 ? o->grad_accum : 1;
@@ -357,7 +357,7 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user, cons
     int rc = idx ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     for (int j = 0; j < k && !rc; j++) {
         rc_batch b;
-        rc = rc_shard_batch(sh, order, m->dp_rank, t->epoch_step * k + j, idx, err);
+        rc = rc_data_split_batch(split, order, m->dp_rank, t->epoch_step * k + j, idx, err);
         if (!rc)
             rc = collate(t, user, &b, idx, B, err);
         if (!rc && !t->train.plan)
@@ -548,7 +548,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     const rc_mesh *m = rc_deployer_mesh(t->d);
     int64_t per_step = (int64_t)o->batch_size * m->dp * (o->grad_accum > 0 ? o->grad_accum : 1);
     int64_t *order = NULL;
-    rc_shard sh;
+    rc_data_split split;
     int order_epoch = -1, rc = 0;
     double loss = NAN, lr = o->lr, t_last = now_s();
     while (!rc && t->step < total) {
@@ -563,19 +563,19 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
             int64_t n = train.count(t->epoch, train.user);
             order = epoch_order(t->seed, t->epoch, n, o->shuffle);
             order_epoch = t->epoch;
-            rc = order ? rc_shard_init(&sh, n, o->batch_size, m->dp, o->grad_accum > 0 ? o->grad_accum : 1,
-                                       RC_TAIL_DROP, err)
+            rc = order ? rc_data_split_init(&split, n, o->batch_size, m->dp,
+                                            o->grad_accum > 0 ? o->grad_accum : 1, RC_TAIL_DROP, err)
                        : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
             if (rc)
                 break;
-            if (sh.dropped && !t->tail_noted++)
+            if (split.dropped && !t->tail_noted++)
                 rc_deployer_note(t->d, "epoch %d: the last %lld of %lld examples do not fill a step of %lld; they are left out this epoch (and in later epochs, from their own order)",
-                                 t->epoch, (long long)sh.dropped, (long long)n, (long long)per_step);
+                                 t->epoch, (long long)split.dropped, (long long)n, (long long)per_step);
         }
         lr = rc_schedule_lr(&sched, t->step);
         int64_t tokens = 0;
         double norm = 0;
-        rc = train_step(t, o, user_of(t, train), &sh, order, lr, &loss, &tokens, &norm, err);
+        rc = train_step(t, o, user_of(t, train), &split, order, lr, &loss, &tokens, &norm, err);
         if (rc)
             break;
         t->step++;

@@ -1,0 +1,306 @@
+/* test_api.c - public functions of redco.h, shard.h and safetensors.h that no other test
+ * calls: dtype helpers, rc_shape_str, rc_add_scalar, one-hot and the vocabulary-shard ops,
+ * the fused cross-entropy gradient, rc_mp_max in a world of one, plan estimates, per-run
+ * dropout keys and kernel timing, shard take/put with rc_shard_fix, and streamed
+ * safetensors writing. */
+#define _XOPEN_SOURCE 700 /* mkdtemp */
+#include "check.h"
+#include "redco.h"
+#include "redco/safetensors.h"
+#include "redco/shard.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* runs out[n] of g (leaves bound); the plan (it holds the outputs) or NULL */
+static rc_plan *run(rc_graph *g, rc_tensor **out, int n)
+{
+    rc_error err = {0};
+    rc_plan *p = rc_plan_new(g, out, n, &err);
+    int rc = p ? rc_plan_run(p, &err) : -1;
+    CHECKF(rc == 0, "%s", err.msg[0] ? err.msg : rc_graph_error(g));
+    if (rc)
+        rc_plan_free(p);
+    return rc ? NULL : p;
+}
+
+static void test_dtypes_and_shapes(void)
+{
+    CHECK(rc_dtype_size(RC_F32) == 4 && rc_dtype_size(RC_F64) == 8 && rc_dtype_size(RC_I32) == 4);
+    CHECK(rc_dtype_is_float(RC_F32) && rc_dtype_is_float(RC_F64) && !rc_dtype_is_float(RC_I32));
+    rc_graph *g = rc_graph_new();
+    rc_tensor *a = rc_input(g, "a", RC_F32, 2, (int64_t[]){4, 8});
+    char buf[64];
+    CHECKF(!strcmp(rc_shape_str(a, buf, sizeof buf), "[4, 8]"), "%s", buf);
+    rc_tensor *s = rc_sum_all(g, a);
+    CHECKF(!strcmp(rc_shape_str(s, buf, sizeof buf), "[]"), "scalar: %s", buf);
+    rc_graph_free(g);
+}
+
+static void test_scalar_and_one_hot(void)
+{
+    rc_graph *g = rc_graph_new();
+    float x[3] = {1, -2, 0.5f};
+    int32_t ids[4] = {2, 0, -100, 3};
+    rc_tensor *a = rc_input(g, "x", RC_F32, 1, (int64_t[]){3});
+    rc_tensor *i = rc_input(g, "ids", RC_I32, 1, (int64_t[]){4});
+    rc_tensor *y = rc_add_scalar(g, a, 2.5);
+    rc_tensor *oh = rc_one_hot(g, i, 4, -100, RC_F32);
+    /* a shard of the vocabulary: ids [1, 3) of 4 */
+    rc_tensor *ohs = rc_one_hot_shard(g, i, 2, -100, RC_F32, 1, 4);
+    float table[2][3] = {{1, 2, 3}, {4, 5, 6}};
+    rc_tensor *tb = rc_input(g, "table", RC_F32, 2, (int64_t[]){2, 3});
+    rc_tensor *i2 = rc_input(g, "ids2", RC_I32, 1, (int64_t[]){3});
+    rc_tensor *emb = rc_embedding_shard(g, tb, i2, 1, 4);
+    int32_t ids2[3] = {2, 0, 1};
+    rc_tensor_bind(a, x);
+    rc_tensor_bind(i, ids);
+    rc_tensor_bind(tb, table);
+    rc_tensor_bind(i2, ids2);
+    rc_tensor *outs[4] = {y, oh, ohs, emb};
+    rc_plan *p = run(g, outs, 4);
+    if (p) {
+        const float *v = rc_tensor_data(y), *o = rc_tensor_data(oh), *os = rc_tensor_data(ohs);
+        const float *e = rc_tensor_data(emb);
+        CHECKF(v[0] == 3.5f && v[1] == 0.5f && v[2] == 3.0f, "x + 2.5 = %g %g %g", v[0], v[1], v[2]);
+        float want[4][4] = {{0, 0, 1, 0}, {1, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 1}};
+        CHECK(oh->ndim == 2 && oh->shape[1] == 4 && !memcmp(o, want, sizeof want));
+        float want_s[4][2] = {{0, 1}, {0, 0}, {0, 0}, {0, 0}};
+        CHECK(ohs->shape[1] == 2 && !memcmp(os, want_s, sizeof want_s));
+        float want_e[3][3] = {{4, 5, 6}, {0, 0, 0}, {1, 2, 3}};
+        CHECK(emb->ndim == 2 && !memcmp(e, want_e, sizeof want_e));
+    }
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
+/* rc_cross_entropy_grad equals g_out times the gradient autodiff finds for rc_cross_entropy */
+static void test_cross_entropy_grad(void)
+{
+    enum { N = 5, V = 7 };
+    float logits[N * V], gout = 0.75f;
+    int32_t tg[N] = {3, -100, 0, 6, 2};
+    rc_rng r = rc_rng_new(3);
+    for (int k = 0; k < N * V; k++)
+        logits[k] = (float)rc_rng_normal(&r);
+    rc_graph *g = rc_graph_new();
+    rc_tensor *l = rc_param(g, "logits", RC_F32, 2, (int64_t[]){N, V});
+    rc_tensor *t = rc_input(g, "targets", RC_I32, 1, (int64_t[]){N});
+    rc_tensor *go = rc_input(g, "gout", RC_F32, 0, NULL);
+    rc_tensor *loss = rc_scale(g, rc_cross_entropy(g, l, t, -100), gout);
+    rc_tensor *grad;
+    CHECK(rc_backward(g, loss, &l, 1, &grad) == 0);
+    rc_tensor *fused = rc_cross_entropy_grad(g, l, t, go, -100);
+    rc_tensor_bind(l, logits);
+    rc_tensor_bind(t, tg);
+    rc_tensor_bind(go, &gout);
+    rc_tensor *outs[2] = {grad, fused};
+    rc_plan *p = run(g, outs, 2);
+    if (p) {
+        const float *a = rc_tensor_data(grad), *b = rc_tensor_data(fused);
+        double e = 0;
+        for (int k = 0; k < N * V; k++)
+            e = fmax(e, fabs((double)a[k] - b[k]));
+        CHECKF(e < 1e-6, "fused cross-entropy gradient differs by %g", e);
+        CHECK(b[1 * V + 3] == 0.0f); /* the ignored row */
+    }
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
+/* A plan's dropout masks follow rc_plan_set_rng; rc_mp_max is the identity in a world of
+ * one; timing fills op_s only when on; rc_plan_estimate gives the plan's own figures. */
+static void test_plan_options(void)
+{
+    enum { N = 256 };
+    float x[N];
+    for (int k = 0; k < N; k++)
+        x[k] = 1.0f + (float)k;
+    rc_graph *g = rc_graph_new();
+    rc_tensor *a = rc_input(g, "x", RC_F32, 1, (int64_t[]){N});
+    rc_tensor *d = rc_dropout(g, rc_mp_max(g, a), 0.5, rc_rng_new(1));
+    rc_tensor *m = rc_mp_max(g, a);
+    rc_tensor_bind(a, x);
+    rc_tensor *outs[2] = {d, m};
+    rc_error err = {0};
+    rc_plan_stats est;
+    CHECKF(rc_plan_estimate(g, outs, 2, &est, &err) == 0, "%s", err.msg);
+    rc_plan *p = rc_plan_new(g, outs, 2, &err);
+    CHECKF(p, "%s", err.msg);
+    if (!p) {
+        rc_graph_free(g);
+        return;
+    }
+    rc_plan_stats st = rc_plan_get_stats(p);
+    CHECKF(est.nodes == st.nodes && est.peak_bytes == st.peak_bytes, "estimate %lld nodes %zu bytes, plan %lld %zu",
+           (long long)est.nodes, est.peak_bytes, (long long)st.nodes, st.peak_bytes);
+    float m1[N], m2[N], m3[N];
+    rc_plan_set_rng(p, rc_rng_new(10));
+    CHECK(rc_plan_run(p, &err) == 0);
+    memcpy(m1, rc_tensor_data(d), sizeof m1);
+    CHECK(!memcmp(rc_tensor_data(m), x, sizeof x));
+    st = rc_plan_get_stats(p);
+    double op_sum = 0;
+    for (int k = 0; k < RC_OP_COUNT; k++)
+        op_sum += st.op_s[k];
+    CHECK(op_sum == 0 && st.last_kernel_s == 0); /* timing is off by default */
+    rc_plan_set_rng(p, rc_rng_new(11));
+    rc_plan_set_timing(p, 1);
+    CHECK(rc_plan_run(p, &err) == 0);
+    memcpy(m2, rc_tensor_data(d), sizeof m2);
+    st = rc_plan_get_stats(p);
+    for (int k = 0; k < RC_OP_COUNT; k++)
+        op_sum += st.op_s[k];
+    CHECKF(fabs(op_sum - st.last_kernel_s) <= 1e-9 * fmax(1, st.last_kernel_s) && st.last_kernel_s <= st.last_run_s,
+           "timing: ops sum to %g s, kernels %g s, run %g s", op_sum, st.last_kernel_s, st.last_run_s);
+    rc_plan_set_rng(p, rc_rng_new(10));
+    CHECK(rc_plan_run(p, &err) == 0);
+    memcpy(m3, rc_tensor_data(d), sizeof m3);
+    int zeros = 0;
+    for (int k = 0; k < N; k++)
+        zeros += m1[k] == 0.0f;
+    CHECKF(zeros > N / 4 && zeros < 3 * N / 4, "%d of %d dropped at p = 0.5", zeros, N);
+    CHECK(memcmp(m1, m2, sizeof m1) != 0); /* another key, another mask */
+    CHECK(memcmp(m1, m3, sizeof m1) == 0); /* the same key, the same mask */
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
+/* rc_shard_fix splits a [6, 4] parameter's rows over 2 shards; take then put gives the
+ * whole tensor back; a split the shard count does not divide is refused by name. */
+static void test_shard_fix_put(void)
+{
+    rc_error err = {0};
+    rc_graph *g = rc_graph_new();
+    rc_tensor *w = rc_param(g, "w", RC_F32, 2, (int64_t[]){6, 4});
+    float full[24], back[24] = {0}, part[12];
+    for (int k = 0; k < 24; k++)
+        full[k] = (float)k;
+    rc_shard_spec s = {0};
+    CHECKF(rc_shard_fix(&s, w, 0, 0, 2, &err) == 0, "%s", err.msg);
+    CHECK(s.fixed && s.axis == 0);
+    for (int r = 0; r < 2; r++) {
+        rc_shard_take(&s, w, 2, r, full, part);
+        CHECK(part[0] == (float)(12 * r)); /* rows 3r .. 3r + 2 */
+        rc_shard_put(&s, w, 2, r, part, back);
+    }
+    CHECK(!memcmp(full, back, sizeof full));
+    CHECKF(rc_shard_fix(&s, w, 1, 0, 3, &err) == -1 && check_has(err.msg, "w"), "%s", err.msg);
+    rc_graph_free(g);
+}
+
+/* rc_shard_partition_outputs: y = x W with W [4, 6] split on its output features over 2
+ * shards; a kept output is the rank's columns of y (its local graph runs alone), an output
+ * not kept is whole. */
+static void test_partition_outputs(void)
+{
+    rc_error err = {0};
+    float x[2 * 4], w[4 * 6];
+    for (int k = 0; k < 8; k++)
+        x[k] = (float)(k - 3);
+    for (int k = 0; k < 24; k++)
+        w[k] = 0.5f * (float)k;
+    rc_graph *g = rc_graph_new();
+    rc_tensor *xi = rc_input(g, "x", RC_F32, 2, (int64_t[]){2, 4});
+    rc_tensor *wp = rc_param(g, "w", RC_F32, 2, (int64_t[]){4, 6});
+    rc_tensor *y = rc_matmul(g, xi, wp, 0, 0);
+    for (int rank = 0; rank < 2; rank++) {
+        for (int keep = 0; keep < 2; keep++) {
+            rc_shard_spec s = {0};
+            CHECKF(rc_shard_fix(&s, wp, 1, 0, 2, &err) == 0, "%s", err.msg);
+            rc_shard_graph local = {0};
+            int keep_split[1] = {keep};
+            CHECKF(rc_shard_partition_outputs(g, &y, 1, keep_split, &wp, 1, 2, rank, 0, &s, &local, &err) == 0,
+                   "%s", err.msg);
+            rc_tensor *out = local.outs ? local.outs[0] : NULL;
+            CHECKF(out && local.nout == 1 && out->shape[0] == 2 && out->shape[1] == (keep ? 3 : 6),
+                   "rank %d keep %d: output %lld columns", rank, keep, out ? (long long)out->shape[1] : -1LL);
+            CHECK(local.params && local.params[0]->shape[0] == 4 && local.params[0]->shape[1] == 3);
+            if (keep && out && local.params) {
+                float part[12];
+                rc_shard_take(&s, wp, 2, rank, w, part);
+                rc_tensor_bind(local.params[0], part);
+                int bound = 0;
+                for (int i = 0; i < rc_graph_size(local.g); i++) { /* the input keeps its name */
+                    rc_tensor *t = rc_graph_node(local.g, i);
+                    if (t->op == RC_OP_LEAF && !strcmp(t->name, "x"))
+                        rc_tensor_bind(t, x), bound++;
+                }
+                CHECK(bound == 1);
+                rc_plan *p = run(local.g, &out, 1);
+                const float *v = p ? rc_tensor_data(out) : NULL;
+                double e = v ? 0 : 1;
+                for (int r = 0; v && r < 2; r++)
+                    for (int c = 0; c < 3; c++) {
+                        double want = 0;
+                        for (int k = 0; k < 4; k++)
+                            want += (double)x[r * 4 + k] * w[k * 6 + rank * 3 + c];
+                        e = fmax(e, fabs(v[r * 3 + c] - want));
+                    }
+                CHECKF(e < 1e-4, "rank %d: kept columns differ by %g", rank, e);
+                rc_plan_free(p);
+            }
+            rc_shard_graph_free(&local);
+        }
+    }
+    rc_graph_free(g);
+}
+
+/* rc_safetensors_write_from: entries with data NULL come from the source, in order */
+static int source(void *ctx, int i, const void **data, rc_error *err)
+{
+    static float t1[3];
+    int *calls = ctx;
+    (*calls)++;
+    if (i != 1)
+        return rc_error_set(err, RC_ERR_ARG, "source asked for entry %d", i);
+    for (int k = 0; k < 3; k++)
+        t1[k] = 10.0f + (float)k;
+    *data = t1;
+    return 0;
+}
+
+static int failing_source(void *ctx, int i, const void **data, rc_error *err)
+{
+    (void)ctx, (void)data;
+    return rc_error_set(err, RC_ERR_IO, "no data for entry %d", i);
+}
+
+static void test_safetensors_from(void)
+{
+    char dir[] = "/tmp/redco_test_api_XXXXXX", path[128];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/s.safetensors", dir);
+    float t0[2] = {1, 2};
+    int64_t s0[1] = {2}, s1[1] = {3};
+    rc_st_entry e[2] = {{"a", "F32", 1, s0, t0}, {"b", "F32", 1, s1, NULL}};
+    const char *meta[2] = {"format", "pt"};
+    rc_error err = {0};
+    int calls = 0;
+    CHECKF(rc_safetensors_write_from(path, 2, e, 1, meta, source, &calls, &err) == 0, "%s", err.msg);
+    CHECK(calls == 1);
+    rc_safetensors *f = rc_safetensors_open(path, &err);
+    CHECKF(f, "%s", err.msg);
+    float b[3] = {0};
+    CHECK(f && rc_safetensors_count(f) == 2 && rc_safetensors_read_f32(f, rc_safetensors_find(f, "b"), b, 3, &err) == 0 &&
+          b[0] == 10 && b[2] == 12 && !strcmp(rc_safetensors_metadata(f, "format"), "pt"));
+    rc_safetensors_close(f);
+    snprintf(path, sizeof path, "%s/bad.safetensors", dir);
+    CHECK(rc_safetensors_write_from(path, 2, e, 0, NULL, failing_source, NULL, &err) == -1 &&
+          check_has(err.msg, "no data for entry 1"));
+    check_rm_tree(dir);
+}
+
+int main(void)
+{
+    test_dtypes_and_shapes();
+    test_scalar_and_one_hot();
+    test_cross_entropy_grad();
+    test_plan_options();
+    test_shard_fix_put();
+    test_partition_outputs();
+    test_safetensors_from();
+    return check_summary("test_api");
+}
