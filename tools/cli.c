@@ -1,4 +1,4 @@
-/* cli.c - flag parsing, error lines and the --nproc relaunch shared by the commands. */
+/* cli.c - flag reading (getopt_long), error lines and the --nproc relaunch shared by the commands. */
 #include "cli.h"
 #include "redco/dist.h"
 
@@ -14,12 +14,14 @@
 
 int cli_rank;
 
-static void vline(const char *cmd, const char *fmt, va_list ap)
+static void vline(const char *cmd, const char *fmt, va_list ap, int usage)
 {
     if (cli_rank != 0)
         return;
     fprintf(stderr, "redco %s: ", cmd);
     vfprintf(stderr, fmt, ap);
+    if (usage)
+        fprintf(stderr, " (see 'redco %s --help')", cmd);
     fputc('\n', stderr);
 }
 
@@ -27,7 +29,7 @@ int cli_fail(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vline(cmd, fmt, ap);
+    vline(cmd, fmt, ap, 0);
     va_end(ap);
     return 1;
 }
@@ -36,20 +38,98 @@ int cli_usage(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vline(cmd, fmt, ap);
+    vline(cmd, fmt, ap, 1);
     va_end(ap);
-    if (cli_rank == 0)
-        fprintf(stderr, "(see 'redco %s --help')\n", cmd);
     return 2;
 }
 
-const char *cli_value(const char *cmd, int argc, char **argv, int *i)
+static void args_start(cli_args *a, const char *cmd, const struct option *flags)
 {
-    if (*i + 1 >= argc) {
-        cli_usage(cmd, "%s needs a value", argv[*i]);
-        return NULL;
+    *a = (cli_args){.cmd = cmd, .flags = flags};
+    optind = 0; /* glibc: start afresh, reading the "-" of the option string again */
+    opterr = 0; /* our own error lines, not getopt's */
+}
+
+static const struct option *flag_of(const struct option *flags, int val)
+{
+    for (; flags->name; flags++)
+        if (flags->val == val)
+            return flags;
+    return NULL;
+}
+
+/* Is the argument written (--name or --name=VALUE) this flag's whole name? */
+static int whole_name(const char *written, const char *name)
+{
+    size_t n = strlen(name);
+    return !strncmp(written, "--", 2) && !strncmp(written + 2, name, n) && (!written[2 + n] || written[2 + n] == '=');
+}
+
+/* The flag getopt_long returned as c (index: its entry, -1 if none): c, or CLI_BAD after
+ * the usage error of an unknown flag (abbreviations included), a missing value or a value
+ * given to a flag that takes none. */
+static int check_flag(cli_args *a, int c, int index, char **argv)
+{
+    if (c == CLI_ARG || (c == CLI_HELP && index < 0)) /* a positional argument, or -h */
+        return c;
+    if (c == '?' && optopt > 0 && optopt < CLI_FLAG0 && optopt != CLI_HELP) {
+        cli_usage(a->cmd, "unknown flag '-%c'", optopt);
+        return CLI_BAD;
     }
-    return argv[++*i];
+    /* the argument that named the flag: the one before its value when that came apart */
+    const char *written = argv[optind - 1];
+    if (c != '?' && c != ':' && optarg == argv[optind - 1] && optind >= 2)
+        written = argv[optind - 2];
+    const struct option *f = index >= 0 ? &a->flags[index] : flag_of(a->flags, c == '?' || c == ':' ? optopt : c);
+    if (!f || !whole_name(written, f->name)) {
+        cli_usage(a->cmd, "unknown flag '%.*s'", (int)strcspn(written, "="), written);
+        return CLI_BAD;
+    }
+    snprintf(a->flag, sizeof a->flag, "--%s", f->name);
+    if (c == ':' || c == '?') {
+        cli_usage(a->cmd, c == ':' ? "%s needs a value" : "%s takes no value", a->flag);
+        return CLI_BAD;
+    }
+    return c;
+}
+
+/* The next flag's val, CLI_ARG, CLI_END when argv is done, or CLI_BAD after a usage error. */
+static int args_next(cli_args *a, int argc, char **argv)
+{
+    /* "-": positional arguments come back in order as 1; ":": a missing value is ':' */
+    int index = -1;
+    a->flag[0] = 0;
+    if (!a->rest) {
+        optarg = NULL;
+        int c = getopt_long(argc, argv, "-:h", a->flags, &index);
+        a->value = optarg;
+        if (c != -1)
+            return check_flag(a, c, index, argv);
+        a->rest = 1; /* getopt is done (and must not be asked again): past "--" all is positional */
+    }
+    if (optind >= argc)
+        return CLI_END;
+    a->value = argv[optind++];
+    return CLI_ARG;
+}
+
+int cli_parse(const char *cmd, int argc, char **argv, const struct option *flags, const char *help, cli_take take,
+              void *user)
+{
+    cli_args a;
+    args_start(&a, cmd, flags);
+    int c, rc;
+    while ((c = args_next(&a, argc, argv)) != CLI_END) {
+        if (c == CLI_BAD)
+            return 2;
+        if (c == CLI_HELP) {
+            fputs(help, stdout);
+            return -1;
+        }
+        if ((rc = take(cmd, c, &a, user)))
+            return rc;
+    }
+    return 0;
 }
 
 int cli_int64(const char *cmd, const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out)
@@ -58,9 +138,8 @@ int cli_int64(const char *cmd, const char *flag, const char *text, int64_t lo, i
     errno = 0;
     long long v = strtoll(text, &end, 10);
     if (errno || end == text || *end || v < lo || v > hi) {
-        cli_usage(cmd, "%s: '%s' is not a whole number in [%lld, %lld]", flag, text, (long long)lo,
-                  (long long)hi);
-        return -1;
+        return cli_usage(cmd, "%s: '%s' is not a whole number in [%lld, %lld]", flag, text, (long long)lo,
+                         (long long)hi);
     }
     *out = v;
     return 0;
@@ -72,8 +151,7 @@ int cli_double(const char *cmd, const char *flag, const char *text, double lo, d
     errno = 0;
     double v = strtod(text, &end);
     if (errno || end == text || *end || !isfinite(v) || v < lo || v > hi) {
-        cli_usage(cmd, "%s: '%s' is not a number in [%g, %g]", flag, text, lo, hi);
-        return -1;
+        return cli_usage(cmd, "%s: '%s' is not a number in [%g, %g]", flag, text, lo, hi);
     }
     *out = v;
     return 0;
@@ -84,8 +162,8 @@ int cli_shard(const char *cmd, const char *text, cli_shards *s)
     const char *eq = strrchr(text, '=');
     size_t len = eq ? (size_t)(eq - text) : 0;
     if (!eq || !len || len >= sizeof s->names[0] || s->n == CLI_MAX_SHARD) {
-        cli_usage(cmd, "--shard '%s': NAME=AXIS[:GROUPS] or NAME=replicated (at most %d)", text, CLI_MAX_SHARD);
-        return -1;
+        return cli_usage(cmd, "--shard '%s': NAME=AXIS[:GROUPS] or NAME=replicated (at most %d)", text,
+                         CLI_MAX_SHARD);
     }
     rc_shard_override *o = &s->o[s->n];
     memcpy(s->names[s->n], text, len);
@@ -96,14 +174,19 @@ int cli_shard(const char *cmd, const char *text, cli_shards *s)
         long axis = strtol(eq + 1, &end, 10);
         long long groups = *end == ':' ? strtoll(end + 1, &end, 10) : 0;
         if (end == eq + 1 || *end || axis < 0 || axis >= RC_MAX_DIMS || groups < 0) {
-            cli_usage(cmd, "--shard '%s': the axis (and groups) must be whole numbers, or 'replicated'", text);
-            return -1;
+            return cli_usage(cmd, "--shard '%s': the axis (and groups) must be whole numbers, or 'replicated'",
+                             text);
         }
         o->axis = (int)axis;
         o->groups = groups;
     }
     s->n++;
     return 0;
+}
+
+json_t *cli_json_real(double x)
+{
+    return isfinite(x) ? json_real(x) : json_null();
 }
 
 void cli_print_json(json_t *obj)
@@ -135,11 +218,15 @@ int cli_relaunch(const char *cmd, int nproc, int argc, char **argv)
     args[k++] = "-n";
     args[k++] = np;
     args[k++] = self;
+    int flags = 1;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--nproc")) {
+        flags = flags && strcmp(argv[i], "--");
+        if (flags && !strcmp(argv[i], "--nproc")) {
             i++; /* drop the flag and its value */
             continue;
         }
+        if (flags && !strncmp(argv[i], "--nproc=", 8))
+            continue;
         args[k++] = argv[i];
     }
     /* more processes than cores, and root in containers, are normal for us */

@@ -5,22 +5,45 @@
 #include "redco.h"
 #include "redco/shard.h"
 
+#include <getopt.h>
+
 /* This process's rank: only rank 0 prints errors (all ranks agree on them first). */
 extern int cli_rank;
 
-/* Prints "redco CMD: message" on stderr; returns 1 (2 for usage errors via cli_usage). */
+/* Prints the one line "redco CMD: message" on stderr and returns 1; cli_usage adds
+ * "(see 'redco CMD --help')" to the line and returns 2, the exit status of usage errors. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* The value after argv[*i] (advancing *i), or NULL with a usage error printed. */
-const char *cli_value(const char *cmd, int argc, char **argv, int *i);
-/* Whole numbers and reals with range checks; -1 with a usage error printed. */
+/* Reading a command's flags with getopt_long: in argv's order (argv is never permuted, so
+ * cli_relaunch sees it as given), --flag VALUE and --flag=VALUE alike, whole flag names
+ * only (no abbreviations), -h for --help, and everything after "--" positional. Each
+ * entry of a command's flag table gives its val (>= CLI_FLAG0, or CLI_HELP for help) and
+ * has_arg; the table ends with a zero entry. */
+enum { CLI_END = -1, CLI_BAD = -2, CLI_ARG = 1, CLI_HELP = 'h', CLI_FLAG0 = 256 };
+typedef struct {
+    const char *cmd;
+    const struct option *flags;
+    const char *value; /* the flag's value, or the positional argument */
+    char flag[64];     /* "--name" of the flag just read, for messages */
+    int rest;          /* getopt_long is done: what is left of argv is positional */
+} cli_args;
+/* Reads all of argv: prints help on stdout for --help or -h, and gives every other flag's
+ * val (CLI_ARG for a positional argument) to take, which returns 0 or the exit status of a
+ * bad value. An unknown flag, a missing value or a value given to a flag that takes none
+ * is a usage error. Returns 0, -1 after the help, or the exit status of the first error. */
+typedef int (*cli_take)(const char *cmd, int c, const cli_args *a, void *user);
+int cli_parse(const char *cmd, int argc, char **argv, const struct option *flags, const char *help, cli_take take,
+              void *user);
+
+/* Whole numbers and reals with range checks; 0, or 2 (the exit status) with a usage error printed. */
 int cli_int64(const char *cmd, const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out);
 int cli_double(const char *cmd, const char *flag, const char *text, double lo, double hi, double *out);
 
 /* --nproc P: re-runs this command under `mpiexec -n P` (with oversubscription, and root
- * allowed in containers) unless a launcher already started us. Returns the launcher's
- * exit status, or -1 when no relaunch is needed. */
+ * allowed in containers) unless a launcher already started us: argv as given, less
+ * --nproc P (or --nproc=P). Returns the launcher's exit status, or -1 when no relaunch is
+ * needed. */
 int cli_relaunch(const char *cmd, int nproc, int argc, char **argv);
 
 /* Overrides of the tensor-parallel plan from --shard NAME=AXIS[:GROUPS] or NAME=replicated
@@ -31,12 +54,14 @@ typedef struct {
     char names[CLI_MAX_SHARD][128];
     rc_shard_override o[CLI_MAX_SHARD];
 } cli_shards;
-/* adds one --shard value; -1 with a usage error printed */
+/* adds one --shard value; 0, or 2 (the exit status) with a usage error printed */
 int cli_shard(const char *cmd, const char *text, cli_shards *s);
 
 /* Prints a JSON object as one line of stdout (the --json contract) and releases it. */
 struct json_t;
 void cli_print_json(struct json_t *obj);
+/* A JSON number, or null when x is NaN or infinite (JSON has no such numbers). */
+struct json_t *cli_json_real(double x);
 
 /* The command implementations: argv[0] is the command's name. */
 int cmd_train(int argc, char **argv);

@@ -33,39 +33,59 @@ typedef struct {
     int json, allow_replicate;
 } options;
 
+enum {
+    F_MODEL = CLI_FLAG0, F_PROMPT, F_TOKENIZER, F_MAX_NEW, F_TOP_K, F_BEAMS, F_SEED, F_TEMPERATURE, F_TOP_P,
+    F_MP, F_NPROC, F_JSON, F_ALLOW_REPLICATE
+};
+
+static const struct option flags[] = {
+    {"help", no_argument, NULL, CLI_HELP},
+    {"model", required_argument, NULL, F_MODEL},
+    {"prompt", required_argument, NULL, F_PROMPT},
+    {"tokenizer", required_argument, NULL, F_TOKENIZER},
+    {"max-new-tokens", required_argument, NULL, F_MAX_NEW},
+    {"top-k", required_argument, NULL, F_TOP_K},
+    {"num-beams", required_argument, NULL, F_BEAMS},
+    {"seed", required_argument, NULL, F_SEED},
+    {"temperature", required_argument, NULL, F_TEMPERATURE},
+    {"top-p", required_argument, NULL, F_TOP_P},
+    {"mp", required_argument, NULL, F_MP},
+    {"nproc", required_argument, NULL, F_NPROC},
+    {"json", no_argument, NULL, F_JSON},
+    {"allow-replicate", no_argument, NULL, F_ALLOW_REPLICATE},
+    {NULL, 0, NULL, 0},
+};
+
+/* Reads one flag into o; 0, or 2 after a usage error. */
+static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
+{
+    options *o = user;
+    const char *f = a->flag, *v = a->value;
+    switch (c) {
+    case F_MODEL: o->model = v; return 0;
+    case F_PROMPT: o->prompt = v; return 0;
+    case F_TOKENIZER: o->tokenizer = v; return 0;
+    case F_JSON: o->json = 1; return 0;
+    case F_ALLOW_REPLICATE: o->allow_replicate = 1; return 0;
+    case F_MAX_NEW: return cli_int64(cmd, f, v, 1, 1 << 20, &o->max_new);
+    case F_TOP_K: return cli_int64(cmd, f, v, 0, 1 << 30, &o->top_k);
+    case F_BEAMS: return cli_int64(cmd, f, v, 1, 64, &o->beams);
+    case F_SEED: return cli_int64(cmd, f, v, 0, INT64_MAX, &o->seed);
+    case F_TEMPERATURE: return cli_double(cmd, f, v, 0, 1e3, &o->temperature);
+    case F_TOP_P: return cli_double(cmd, f, v, 0, 1, &o->top_p);
+    case F_MP: return cli_int64(cmd, f, v, 1, 4096, &o->mp);
+    case F_NPROC: return cli_int64(cmd, f, v, 1, 4096, &o->nproc);
+    default: /* CLI_ARG */ return cli_usage(cmd, "unexpected argument '%s'", v);
+    }
+}
+
+/* 0, -1 after --help, or the exit status of a bad flag */
 static int parse(const char *cmd, int argc, char **argv, options *o)
 {
     *o = (options){.max_new = 40, .top_p = 1.0, .beams = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(help, stdout);
-            return -1;
-        }
-        if (!strcmp(a, "--json") || !strcmp(a, "--allow-replicate")) {
-            *(a[2] == 'j' ? &o->json : &o->allow_replicate) = 1;
-            continue;
-        }
-        if (strncmp(a, "--", 2))
-            return cli_usage(cmd, "unexpected argument '%s'", a);
-        if (!(v = cli_value(cmd, argc, argv, &i)))
-            return 2;
-        int bad = 0;
-        if (!strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--prompt")) o->prompt = v;
-        else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
-        else if (!strcmp(a, "--max-new-tokens")) bad = cli_int64(cmd, a, v, 1, 1 << 20, &o->max_new);
-        else if (!strcmp(a, "--top-k")) bad = cli_int64(cmd, a, v, 0, 1 << 30, &o->top_k);
-        else if (!strcmp(a, "--num-beams")) bad = cli_int64(cmd, a, v, 1, 64, &o->beams);
-        else if (!strcmp(a, "--seed")) bad = cli_int64(cmd, a, v, 0, INT64_MAX, &o->seed);
-        else if (!strcmp(a, "--temperature")) bad = cli_double(cmd, a, v, 0, 1e3, &o->temperature);
-        else if (!strcmp(a, "--top-p")) bad = cli_double(cmd, a, v, 0, 1, &o->top_p);
-        else if (!strcmp(a, "--mp")) bad = cli_int64(cmd, a, v, 1, 4096, &o->mp);
-        else if (!strcmp(a, "--nproc")) bad = cli_int64(cmd, a, v, 1, 4096, &o->nproc);
-        else return cli_usage(cmd, "unknown flag '%s'", a);
-        if (bad)
-            return 2;
-    }
+    int rc = cli_parse(cmd, argc, argv, flags, help, take_flag, o);
+    if (rc)
+        return rc;
     if (!o->model || !o->prompt)
         return cli_usage(cmd, "--model and --prompt are required");
     if (o->beams > 1 && o->temperature > 0)

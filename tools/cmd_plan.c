@@ -34,35 +34,47 @@ typedef struct {
     cli_shards shards;
 } options;
 
+enum { F_MODEL = CLI_FLAG0, F_MP, F_DP, F_BATCH, F_SEQ_LEN, F_SHARD, F_ALLOW_REPLICATE, F_JSON };
+
+static const struct option flags[] = {
+    {"help", no_argument, NULL, CLI_HELP},
+    {"model", required_argument, NULL, F_MODEL},
+    {"mp", required_argument, NULL, F_MP},
+    {"dp", required_argument, NULL, F_DP},
+    {"batch-size", required_argument, NULL, F_BATCH},
+    {"seq-len", required_argument, NULL, F_SEQ_LEN},
+    {"shard", required_argument, NULL, F_SHARD},
+    {"allow-replicate", no_argument, NULL, F_ALLOW_REPLICATE},
+    {"json", no_argument, NULL, F_JSON},
+    {NULL, 0, NULL, 0},
+};
+
+/* Reads one flag into o; 0, or 2 after a usage error. */
+static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
+{
+    options *o = user;
+    const char *f = a->flag, *v = a->value;
+    switch (c) {
+    case F_MODEL: o->model = v; return 0;
+    case F_ALLOW_REPLICATE: o->allow = 1; return 0;
+    case F_JSON: o->json = 1; return 0;
+    case F_MP: return cli_int64(cmd, f, v, 1, 1 << 16, &o->mp);
+    case F_DP: return cli_int64(cmd, f, v, 1, 1 << 16, &o->dp);
+    case F_BATCH: return cli_int64(cmd, f, v, 1, 1 << 16, &o->batch);
+    case F_SEQ_LEN: return cli_int64(cmd, f, v, 1, 1 << 20, &o->seq_len);
+    case F_SHARD: return cli_shard(cmd, v, &o->shards);
+    default: /* CLI_ARG */ return cli_usage(cmd, "unexpected argument '%s'", v);
+    }
+}
+
+/* 0, -1 after --help, or the exit status of a bad flag */
 static int parse(int argc, char **argv, options *o)
 {
     const char *cmd = "plan";
     *o = (options){.mp = 1, .dp = 1, .batch = 1, .seq_len = 64};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(help, stdout);
-            return -1;
-        }
-        if (!strcmp(a, "--json") || !strcmp(a, "--allow-replicate")) {
-            *(a[2] == 'j' ? &o->json : &o->allow) = 1;
-            continue;
-        }
-        if (strncmp(a, "--", 2))
-            return cli_usage(cmd, "unexpected argument '%s'", a);
-        if (!(v = cli_value(cmd, argc, argv, &i)))
-            return 2;
-        int bad = 0;
-        if (!strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--mp")) bad = cli_int64(cmd, a, v, 1, 1 << 16, &o->mp);
-        else if (!strcmp(a, "--dp")) bad = cli_int64(cmd, a, v, 1, 1 << 16, &o->dp);
-        else if (!strcmp(a, "--batch-size")) bad = cli_int64(cmd, a, v, 1, 1 << 16, &o->batch);
-        else if (!strcmp(a, "--seq-len")) bad = cli_int64(cmd, a, v, 1, 1 << 20, &o->seq_len);
-        else if (!strcmp(a, "--shard")) bad = cli_shard(cmd, v, &o->shards);
-        else return cli_usage(cmd, "unknown flag '%s'", a);
-        if (bad)
-            return 2;
-    }
+    int rc = cli_parse(cmd, argc, argv, flags, help, take_flag, o);
+    if (rc)
+        return rc;
     if (!o->model)
         return cli_usage(cmd, "--model is required");
     return 0;

@@ -1,5 +1,5 @@
 /* cmd_tokenize.c - `redco tokenize`: text -> token ids, or ids -> text with --decode. */
-#include "redco.h"
+#include "cli.h"
 #include "redco/tokenizer.h"
 
 #include <errno.h>
@@ -7,24 +7,55 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void tokenize_usage(FILE *f)
+static const char *help =
+    "usage: redco tokenize --tokenizer DIR [--decode] [--no-special] [--lines] [TEXT]\n"
+    "\n"
+    "Encodes TEXT (or all of standard input when TEXT is absent) and prints the token\n"
+    "ids on one line, separated by spaces. DIR holds tokenizer.json, or vocab.json +\n"
+    "merges.txt, or tokenizer.model; it may also name one of those files. A TEXT that\n"
+    "begins with '-' goes after '--' (redco tokenize --tokenizer DIR -- -TEXT).\n"
+    "\n"
+    "  --decode      read token ids (TEXT or standard input, separated by white space)\n"
+    "                and print their text exactly, with no newline added\n"
+    "  --no-special  encoding: do not add the BOS/EOS tokens the tokenizer's family adds\n"
+    "                (GPT-2 none, OPT </s> first, LLaMA <s> first, T5 </s> last);\n"
+    "                decoding: drop BOS/EOS/pad and other special tokens\n"
+    "  --lines       treat each input line on its own: one line of ids per line of text\n"
+    "                (the newline itself is not encoded), or one line of text per line\n"
+    "                of ids with --decode\n"
+    "  --help        print this message\n";
+
+enum { F_TOKENIZER = CLI_FLAG0, F_DECODE, F_NO_SPECIAL, F_LINES };
+
+static const struct option flags[] = {
+    {"help", no_argument, NULL, CLI_HELP},
+    {"tokenizer", required_argument, NULL, F_TOKENIZER},
+    {"decode", no_argument, NULL, F_DECODE},
+    {"no-special", no_argument, NULL, F_NO_SPECIAL},
+    {"lines", no_argument, NULL, F_LINES},
+    {NULL, 0, NULL, 0},
+};
+
+typedef struct {
+    const char *dir, *text;
+    int decode, special, lines;
+} options;
+
+/* Reads one flag or the TEXT into o; 0, or 2 after a usage error. */
+static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
 {
-    fprintf(f,
-            "usage: redco tokenize --tokenizer DIR [--decode] [--no-special] [--lines] [TEXT]\n"
-            "\n"
-            "Encodes TEXT (or all of standard input when TEXT is absent) and prints the token\n"
-            "ids on one line, separated by spaces. DIR holds tokenizer.json, or vocab.json +\n"
-            "merges.txt, or tokenizer.model; it may also name one of those files.\n"
-            "\n"
-            "  --decode      read token ids (TEXT or standard input, separated by white space)\n"
-            "                and print their text exactly, with no newline added\n"
-            "  --no-special  encoding: do not add the BOS/EOS tokens the tokenizer's family adds\n"
-            "                (GPT-2 none, OPT </s> first, LLaMA <s> first, T5 </s> last);\n"
-            "                decoding: drop BOS/EOS/pad and other special tokens\n"
-            "  --lines       treat each input line on its own: one line of ids per line of text\n"
-            "                (the newline itself is not encoded), or one line of text per line\n"
-            "                of ids with --decode\n"
-            "  --help        print this message\n");
+    options *o = user;
+    switch (c) {
+    case F_TOKENIZER: o->dir = a->value; return 0;
+    case F_DECODE: o->decode = 1; return 0;
+    case F_NO_SPECIAL: o->special = 0; return 0;
+    case F_LINES: o->lines = 1; return 0;
+    default: /* CLI_ARG */
+        if (o->text)
+            return cli_usage(cmd, "more than one TEXT argument (quote the text)");
+        o->text = a->value;
+        return 0;
+    }
 }
 
 static int is_space(char c)
@@ -66,7 +97,7 @@ static int encode_one(const rc_tokenizer *t, const char *s, size_t n, int add_sp
     int64_t count;
     rc_error err = {0};
     if (rc_tokenizer_encode(t, s, n, add_special, &ids, &count, &err)) {
-        fprintf(stderr, "redco tokenize: %s\n", err.msg);
+        cli_fail("tokenize", "%s", err.msg);
         return -1;
     }
     for (int64_t i = 0; i < count; i++) printf(i ? " %d" : "%d", (int)ids[i]);
@@ -81,7 +112,7 @@ static int decode_one(const rc_tokenizer *t, const char *s, size_t n, int skip_s
     int64_t count = 0, cap = 256;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     if (!ids) {
-        fprintf(stderr, "redco tokenize: out of memory\n");
+        cli_fail("tokenize", "out of memory");
         return -1;
     }
     size_t i = 0;
@@ -101,7 +132,7 @@ static int decode_one(const rc_tokenizer *t, const char *s, size_t n, int skip_s
             v = strtol(word, &end, 10);
         }
         if (len >= sizeof word || end != word + len || errno || v < INT32_MIN || v > INT32_MAX) {
-            fprintf(stderr, "redco tokenize: '%.*s' is not a token id\n", (int)(len > 40 ? 40 : len), s + start);
+            cli_fail("tokenize", "'%.*s' is not a token id", (int)(len > 40 ? 40 : len), s + start);
             free(ids);
             return -1;
         }
@@ -109,7 +140,7 @@ static int decode_one(const rc_tokenizer *t, const char *s, size_t n, int skip_s
             int32_t *p = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
             if (!p) {
                 free(ids);
-                fprintf(stderr, "redco tokenize: out of memory\n");
+                cli_fail("tokenize", "out of memory");
                 return -1;
             }
             ids = p;
@@ -122,7 +153,7 @@ static int decode_one(const rc_tokenizer *t, const char *s, size_t n, int skip_s
     int rc = rc_tokenizer_decode(t, ids, count, skip_special, &text, &len, &err);
     free(ids);
     if (rc) {
-        fprintf(stderr, "redco tokenize: %s\n", err.msg);
+        cli_fail("tokenize", "%s", err.msg);
         return -1;
     }
     fwrite(text, 1, len, stdout);
@@ -133,73 +164,42 @@ static int decode_one(const rc_tokenizer *t, const char *s, size_t n, int skip_s
 
 int cmd_tokenize(int argc, char **argv)
 {
-    const char *dir = NULL, *text = NULL;
-    int decode = 0, special = 1, lines = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            tokenize_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--tokenizer")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "redco tokenize: --tokenizer needs a directory\n");
-                return 2;
-            }
-            dir = argv[++i];
-        } else if (!strncmp(a, "--tokenizer=", 12)) {
-            dir = a + 12;
-        } else if (!strcmp(a, "--decode")) {
-            decode = 1;
-        } else if (!strcmp(a, "--no-special")) {
-            special = 0;
-        } else if (!strcmp(a, "--lines")) {
-            lines = 1;
-        } else if (a[0] == '-' && a[1] == '-' && a[2]) {
-            fprintf(stderr, "redco tokenize: unknown option '%s' (see 'redco tokenize --help')\n", a);
-            return 2;
-        } else if (text) {
-            fprintf(stderr, "redco tokenize: more than one TEXT argument (quote the text)\n");
-            return 2;
-        } else {
-            text = a;
-        }
-    }
-    if (!dir) {
-        fprintf(stderr, "redco tokenize: --tokenizer DIR is required (see 'redco tokenize --help')\n");
-        return 2;
-    }
+    const char *cmd = "tokenize";
+    options o = {.special = 1};
+    int rc = cli_parse(cmd, argc, argv, flags, help, take_flag, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (!o.dir)
+        return cli_usage(cmd, "--tokenizer DIR is required");
     rc_error err = {0};
-    rc_tokenizer *t = rc_tokenizer_load(dir, &err);
-    if (!t) {
-        fprintf(stderr, "redco tokenize: %s\n", err.msg);
-        return 1;
-    }
+    rc_tokenizer *t = rc_tokenizer_load(o.dir, &err);
+    if (!t)
+        return cli_fail(cmd, "%s", err.msg);
     char *data = NULL;
     size_t len;
-    if (text) {
-        len = strlen(text);
+    if (o.text) {
+        len = strlen(o.text);
     } else if (read_all(stdin, &data, &len)) {
-        fprintf(stderr, "redco tokenize: cannot read standard input\n");
+        cli_fail(cmd, "cannot read standard input");
         rc_tokenizer_free(t);
         return 1;
     }
-    const char *s = text ? text : data;
-    int rc = 0;
-    if (!lines) {
-        rc = decode ? decode_one(t, s, len, !special, 0) : encode_one(t, s, len, special);
+    const char *s = o.text ? o.text : data;
+    if (!o.lines) {
+        rc = o.decode ? decode_one(t, s, len, !o.special, 0) : encode_one(t, s, len, o.special);
     } else {
         size_t pos = 0;
         while (pos < len && !rc) {
             const char *nl = memchr(s + pos, '\n', len - pos);
             size_t n = nl ? (size_t)(nl - (s + pos)) : len - pos;
-            rc = decode ? decode_one(t, s + pos, n, !special, 1) : encode_one(t, s + pos, n, special);
+            rc = o.decode ? decode_one(t, s + pos, n, !o.special, 1) : encode_one(t, s + pos, n, o.special);
             pos += n + 1;
         }
     }
     free(data);
     rc_tokenizer_free(t);
     if (fflush(stdout) && !rc) {
-        fprintf(stderr, "redco tokenize: cannot write standard output\n");
+        cli_fail(cmd, "cannot write standard output");
         rc = -1;
     }
     return rc ? 1 : 0;

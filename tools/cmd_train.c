@@ -5,6 +5,7 @@
 #include "redco/pipeline.h"
 #include "redco/tokenizer.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,10 @@ static const char *train_help =
     "--mp N splits the model over N of them (the plan of `redco plan`; --shard overrides\n"
     "one parameter's split).\n"
     "Writes checkpoint-STEP/, last_checkpoint, best/, final/, log.jsonl and TensorBoard\n"
-    "event files into the workdir. Defaults: --batch-size 8 --seq-len 64 --lr 3e-4\n"
+    "event files into the workdir. With --json the last line of stdout is\n"
+    "{\"step\": N, \"loss\": ..., \"eval_loss\": ..., \"lr\": ...} (loss: the last step's; eval_loss:\n"
+    "the last evaluation's); a value that is NaN or infinite, or eval_loss with no\n"
+    "--eval-data, is null. Defaults: --batch-size 8 --seq-len 64 --lr 3e-4\n"
     "--optimizer adamw --weight-decay 0.01 --grad-clip 1 --schedule constant --seed 0.\n";
 
 static const char *eval_help =
@@ -37,8 +41,9 @@ static const char *eval_help =
     "\n"
     "Mean cross-entropy of the model over every predicted token of the data (language-model\n"
     "windows as in training), its perplexity, and the token count. With --json the last line\n"
-    "of stdout is {\"loss\": ..., \"ppl\": ..., \"tokens\": N}. Processes split the data,\n"
-    "and with --mp N the model too (the training plan).\n";
+    "of stdout is {\"loss\": ..., \"ppl\": ..., \"tokens\": N}; a loss or perplexity that is NaN\n"
+    "or infinite is null. Processes split the data, and with --mp N the model too (the\n"
+    "training plan).\n";
 
 typedef struct {
     const char *model, *data, *tokenizer, *workdir, *eval_data, *optimizer, *schedule;
@@ -49,52 +54,102 @@ typedef struct {
     cli_shards shards;
 } options;
 
-/* Parses the flags of train (is_train) or eval; 0, or the exit status of a bad flag. */
+enum {
+    F_MODEL = CLI_FLAG0, F_DATA, F_TOKENIZER, F_SEQ_LEN, F_BATCH, F_NPROC, F_MP, F_JSON, F_WORKDIR,
+    F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
+    F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE
+};
+
+static const struct option eval_flags[] = {
+    {"help", no_argument, NULL, CLI_HELP},
+    {"model", required_argument, NULL, F_MODEL},
+    {"data", required_argument, NULL, F_DATA},
+    {"tokenizer", required_argument, NULL, F_TOKENIZER},
+    {"seq-len", required_argument, NULL, F_SEQ_LEN},
+    {"batch-size", required_argument, NULL, F_BATCH},
+    {"nproc", required_argument, NULL, F_NPROC},
+    {"mp", required_argument, NULL, F_MP},
+    {"json", no_argument, NULL, F_JSON},
+    {NULL, 0, NULL, 0},
+};
+
+static const struct option train_flags[] = {
+    {"help", no_argument, NULL, CLI_HELP},
+    {"model", required_argument, NULL, F_MODEL},
+    {"data", required_argument, NULL, F_DATA},
+    {"tokenizer", required_argument, NULL, F_TOKENIZER},
+    {"seq-len", required_argument, NULL, F_SEQ_LEN},
+    {"batch-size", required_argument, NULL, F_BATCH},
+    {"nproc", required_argument, NULL, F_NPROC},
+    {"mp", required_argument, NULL, F_MP},
+    {"json", no_argument, NULL, F_JSON},
+    {"workdir", required_argument, NULL, F_WORKDIR},
+    {"eval-data", required_argument, NULL, F_EVAL_DATA},
+    {"optimizer", required_argument, NULL, F_OPTIMIZER},
+    {"schedule", required_argument, NULL, F_SCHEDULE},
+    {"steps", required_argument, NULL, F_STEPS},
+    {"epochs", required_argument, NULL, F_EPOCHS},
+    {"warmup", required_argument, NULL, F_WARMUP},
+    {"grad-accum", required_argument, NULL, F_ACCUM},
+    {"seed", required_argument, NULL, F_SEED},
+    {"eval-every", required_argument, NULL, F_EVAL_EVERY},
+    {"save-every", required_argument, NULL, F_SAVE_EVERY},
+    {"log-every", required_argument, NULL, F_LOG_EVERY},
+    {"shard", required_argument, NULL, F_SHARD},
+    {"lr", required_argument, NULL, F_LR},
+    {"weight-decay", required_argument, NULL, F_WD},
+    {"grad-clip", required_argument, NULL, F_CLIP},
+    {"resume", no_argument, NULL, F_RESUME},
+    {"no-shuffle", no_argument, NULL, F_NO_SHUFFLE},
+    {NULL, 0, NULL, 0},
+};
+
+/* Reads one flag into o; 0, or 2 after a usage error. */
+static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
+{
+    options *o = user;
+    const char *f = a->flag, *v = a->value;
+    int64_t big = INT64_C(1) << 40;
+    switch (c) {
+    case F_MODEL: o->model = v; return 0;
+    case F_DATA: o->data = v; return 0;
+    case F_TOKENIZER: o->tokenizer = v; return 0;
+    case F_WORKDIR: o->workdir = v; return 0;
+    case F_EVAL_DATA: o->eval_data = v; return 0;
+    case F_OPTIMIZER: o->optimizer = v; return 0;
+    case F_SCHEDULE: o->schedule = v; return 0;
+    case F_JSON: o->json = 1; return 0;
+    case F_RESUME: o->resume = 1; return 0;
+    case F_NO_SHUFFLE: o->no_shuffle = 1; return 0;
+    case F_SEQ_LEN: return cli_int64(cmd, f, v, 1, 1 << 20, &o->seq_len);
+    case F_BATCH: return cli_int64(cmd, f, v, 1, 1 << 20, &o->batch);
+    case F_NPROC: return cli_int64(cmd, f, v, 1, 4096, &o->nproc);
+    case F_MP: return cli_int64(cmd, f, v, 1, 4096, &o->mp);
+    case F_STEPS: return cli_int64(cmd, f, v, 1, big, &o->steps);
+    case F_EPOCHS: return cli_int64(cmd, f, v, 1, 1 << 20, &o->epochs);
+    case F_WARMUP: return cli_int64(cmd, f, v, 0, big, &o->warmup);
+    case F_ACCUM: return cli_int64(cmd, f, v, 1, 1 << 16, &o->accum);
+    case F_SEED: return cli_int64(cmd, f, v, 0, INT64_MAX, &o->seed);
+    case F_EVAL_EVERY: return cli_int64(cmd, f, v, 0, big, &o->eval_every);
+    case F_SAVE_EVERY: return cli_int64(cmd, f, v, 0, big, &o->save_every);
+    case F_LOG_EVERY: return cli_int64(cmd, f, v, 0, big, &o->log_every);
+    case F_SHARD: return cli_shard(cmd, v, &o->shards);
+    case F_LR: return cli_double(cmd, f, v, 0, 1e3, &o->lr);
+    case F_WD: return cli_double(cmd, f, v, 0, 1e3, &o->wd);
+    case F_CLIP: return cli_double(cmd, f, v, 0, 1e9, &o->clip);
+    default: /* CLI_ARG */ return cli_usage(cmd, "unexpected argument '%s'", v);
+    }
+}
+
+/* Parses the flags of train (is_train) or eval; 0, -1 after --help, or the exit status of
+ * a bad flag. */
 static int parse(const char *cmd, int argc, char **argv, options *o, int is_train)
 {
     *o = (options){.optimizer = "adamw", .schedule = "constant", .batch = 8, .seq_len = 64,
                    .accum = 1, .lr = 3e-4, .wd = 0.01, .clip = 1.0, .log_every = 10, .mp = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        int64_t big = INT64_C(1) << 40;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(is_train ? train_help : eval_help, stdout);
-            return -1;
-        }
-        if (!strcmp(a, "--json")) { o->json = 1; continue; }
-        if (is_train && !strcmp(a, "--resume")) { o->resume = 1; continue; }
-        if (is_train && !strcmp(a, "--no-shuffle")) { o->no_shuffle = 1; continue; }
-        if (strncmp(a, "--", 2) || !(v = cli_value(cmd, argc, argv, &i)))
-            return v || strncmp(a, "--", 2) ? cli_usage(cmd, "unexpected argument '%s'", a) : 2;
-        int bad = 0;
-        if (!strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
-        else if (!strcmp(a, "--seq-len")) bad = cli_int64(cmd, a, v, 1, 1 << 20, &o->seq_len);
-        else if (!strcmp(a, "--batch-size")) bad = cli_int64(cmd, a, v, 1, 1 << 20, &o->batch);
-        else if (!strcmp(a, "--nproc")) bad = cli_int64(cmd, a, v, 1, 4096, &o->nproc);
-        else if (!strcmp(a, "--mp")) bad = cli_int64(cmd, a, v, 1, 4096, &o->mp);
-        else if (!is_train) return cli_usage(cmd, "unknown flag '%s'", a);
-        else if (!strcmp(a, "--workdir")) o->workdir = v;
-        else if (!strcmp(a, "--eval-data")) o->eval_data = v;
-        else if (!strcmp(a, "--optimizer")) o->optimizer = v;
-        else if (!strcmp(a, "--schedule")) o->schedule = v;
-        else if (!strcmp(a, "--steps")) bad = cli_int64(cmd, a, v, 1, big, &o->steps);
-        else if (!strcmp(a, "--epochs")) bad = cli_int64(cmd, a, v, 1, 1 << 20, &o->epochs);
-        else if (!strcmp(a, "--warmup")) bad = cli_int64(cmd, a, v, 0, big, &o->warmup);
-        else if (!strcmp(a, "--grad-accum")) bad = cli_int64(cmd, a, v, 1, 1 << 16, &o->accum);
-        else if (!strcmp(a, "--seed")) bad = cli_int64(cmd, a, v, 0, INT64_MAX, &o->seed);
-        else if (!strcmp(a, "--eval-every")) bad = cli_int64(cmd, a, v, 0, big, &o->eval_every);
-        else if (!strcmp(a, "--save-every")) bad = cli_int64(cmd, a, v, 0, big, &o->save_every);
-        else if (!strcmp(a, "--log-every")) bad = cli_int64(cmd, a, v, 0, big, &o->log_every);
-        else if (!strcmp(a, "--shard")) bad = cli_shard(cmd, v, &o->shards);
-        else if (!strcmp(a, "--lr")) bad = cli_double(cmd, a, v, 0, 1e3, &o->lr);
-        else if (!strcmp(a, "--weight-decay")) bad = cli_double(cmd, a, v, 0, 1e3, &o->wd);
-        else if (!strcmp(a, "--grad-clip")) bad = cli_double(cmd, a, v, 0, 1e9, &o->clip);
-        else return cli_usage(cmd, "unknown flag '%s'", a);
-        if (bad)
-            return 2;
-    }
+    int rc = cli_parse(cmd, argc, argv, is_train ? train_flags : eval_flags, is_train ? train_help : eval_help, take_flag, o);
+    if (rc)
+        return rc;
     if (!o->model || !o->data)
         return cli_usage(cmd, "--model and --data are required");
     if (is_train && !o->workdir)
@@ -245,13 +300,10 @@ int cmd_train(int argc, char **argv)
     rc = t ? rc_trainer_fit(t, &to, train, s.eval ? &eval : NULL, &res, &err) : -1;
     if (rc)
         cli_fail(cmd, "%s", reason(&s, &err));
-    else if (o.json && rc_deployer_is_main(s.d)) {
-        char eval_loss[32] = "null";
-        if (isfinite(res.eval_loss))
-            snprintf(eval_loss, sizeof eval_loss, "%.6f", res.eval_loss);
-        printf("{\"step\": %lld, \"loss\": %.6f, \"eval_loss\": %s, \"lr\": %.6g}\n", (long long)res.step,
-               res.loss, eval_loss, res.lr);
-    }
+    else if (o.json && rc_deployer_is_main(s.d))
+        cli_print_json(json_pack("{s:I, s:o, s:o, s:o}", "step", (json_int_t)res.step, "loss",
+                                 cli_json_real(res.loss), "eval_loss", cli_json_real(res.eval_loss), "lr",
+                                 cli_json_real(res.lr)));
     rc_trainer_free(t);
     session_free(&s);
     rc_dist_finalize();
@@ -282,7 +334,8 @@ int cmd_eval(int argc, char **argv)
         cli_fail(cmd, "%s", reason(&s, &err));
     } else if (rc_deployer_is_main(s.d)) {
         if (o.json)
-            printf("{\"loss\": %.6f, \"ppl\": %.6f, \"tokens\": %lld}\n", loss, exp(loss), (long long)tokens);
+            cli_print_json(json_pack("{s:o, s:o, s:I}", "loss", cli_json_real(loss), "ppl", cli_json_real(exp(loss)),
+                                     "tokens", (json_int_t)tokens));
         else
             printf("loss %.4f  ppl %.2f  tokens %lld\n", loss, exp(loss), (long long)tokens);
     }
