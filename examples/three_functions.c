@@ -69,7 +69,6 @@ int main(int argc, char **argv)
         printf("trained %lld steps, final loss %.3f\n", (long long)r.step, r.loss);
     rc_trainer_free(t);
     rc_model_free(data.model);
-    rc_deployer_free(d);
-    rc_dist_finalize();
+    rc_deployer_free(d);          /* finalizes MPI if the Deployer started it */
     return 0;
 }
