@@ -32,9 +32,13 @@ int check_weights_add(check_weights *w, const char *prefix, const char *name, co
 int check_weights_add_params(check_weights *w, const char *prefix, struct rc_params *p, double tol);
 void check_weights_free(check_weights *w);
 /* How far a run's weights are from a reference run's: the largest over tensors of
- * ||a - ref|| / ||ref|| (L2 norms; 0 when equal, INFINITY when ref is 0 and a is not, or
- * when the two do not hold the same names and sizes). The worst tensor's name goes to
- * worst (when not NULL) and its tolerance (ref's) to *tol (when not NULL). */
+ * ||a - ref|| / max(||ref||, CHECK_ZERO_RMS sqrt(numel)) (L2 norms; 0 when equal; INFINITY
+ * with a NaN, or when the two do not hold the same names and sizes). The floor only
+ * matters for a tensor of RMS below 1e-6, far below any initial weight (std 0.02, norms
+ * 1): rounding residue of zero, such as a bias without gradient (a key bias: softmax
+ * ignores it). The worst tensor's name goes to worst (when not NULL) and its tolerance
+ * (ref's) to *tol (when not NULL). */
+#define CHECK_ZERO_RMS 1e-6
 double check_weights_diff(const check_weights *a, const check_weights *ref, char *worst, size_t size,
                           double *tol);
 /* a dump file: 0, or -1 with a message on stderr */
