@@ -1,6 +1,9 @@
 #include "check.h"
 
+#include "redco/pipeline.h"
+
 #include <math.h>
+#include <stdlib.h>
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -62,12 +65,167 @@ void check_rm_tree(const char *path)
     }
 }
 
-double check_rel_diff(const float *a, const float *b, int64_t n)
+int check_weights_add(check_weights *w, const char *prefix, const char *name, const float *x, int64_t n,
+                      double tol)
 {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num = fmax(num, fabs((double)a[i] - b[i]));
-        den = fmax(den, fabs((double)b[i]));
+    int k = w->n;
+    char **names = realloc(w->names, (size_t)(k + 1) * sizeof *names);
+    if (names)
+        w->names = names;
+    int64_t *numel = realloc(w->numel, (size_t)(k + 1) * sizeof *numel);
+    if (numel)
+        w->numel = numel;
+    float **data = realloc(w->data, (size_t)(k + 1) * sizeof *data);
+    if (data)
+        w->data = data;
+    double *tols = realloc(w->tol, (size_t)(k + 1) * sizeof *tols);
+    if (tols)
+        w->tol = tols;
+    size_t len = strlen(prefix) + strlen(name) + 1;
+    char *full = malloc(len);
+    float *copy = malloc((size_t)(n > 0 ? n : 1) * sizeof *copy);
+    if (!names || !numel || !data || !tols || !full || !copy) {
+        free(full), free(copy);
+        return -1;
     }
-    return num / (den > 0 ? den : 1);
+    snprintf(full, len, "%s%s", prefix, name);
+    memcpy(copy, x, (size_t)n * sizeof *copy);
+    w->names[k] = full;
+    w->numel[k] = n;
+    w->data[k] = copy;
+    w->tol[k] = tol;
+    w->n = k + 1;
+    return 0;
+}
+
+int check_weights_add_params(check_weights *w, const char *prefix, rc_params *p, double tol)
+{
+    for (int i = 0; i < rc_params_count(p); i++) {
+        int nd;
+        const int64_t *shape;
+        const float *x = rc_params_tensor(p, i, &nd, &shape);
+        int64_t n = 1;
+        for (int d = 0; d < nd; d++)
+            n *= shape[d];
+        if (!x || check_weights_add(w, prefix, rc_params_name(p, i), x, n, tol))
+            return -1;
+    }
+    return 0;
+}
+
+void check_weights_free(check_weights *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        free(w->names[i]);
+        free(w->data[i]);
+    }
+    free(w->names), free(w->numel), free(w->data), free(w->tol);
+    *w = (check_weights){0};
+}
+
+static void name_worst(char *worst, size_t size, const char *name)
+{
+    if (worst && size)
+        snprintf(worst, size, "%s", name);
+}
+
+double check_weights_diff(const check_weights *a, const check_weights *ref, char *worst, size_t size,
+                          double *tol)
+{
+    name_worst(worst, size, "(no tensors)");
+    if (tol)
+        *tol = 0;
+    if (a->n != ref->n || ref->n == 0) {
+        name_worst(worst, size, "(different tensor counts)");
+        return INFINITY;
+    }
+    double e = 0;
+    for (int i = 0; i < ref->n; i++) {
+        if (strcmp(a->names[i], ref->names[i]) || a->numel[i] != ref->numel[i]) {
+            name_worst(worst, size, ref->names[i]);
+            return INFINITY;
+        }
+        double num = 0, den = 0;
+        for (int64_t k = 0; k < ref->numel[i]; k++) {
+            double d = (double)a->data[i][k] - ref->data[i][k];
+            num += d * d;
+            den += (double)ref->data[i][k] * ref->data[i][k];
+        }
+        /* a tensor whose values are rounding residue of zero (a bias with no gradient)
+         * is measured against an RMS of CHECK_ZERO_RMS; NaN compares false, so a NaN
+         * anywhere makes the tensor the worst */
+        double floor = CHECK_ZERO_RMS * sqrt((double)ref->numel[i]);
+        double r = num == 0 ? 0 : sqrt(num) / fmax(sqrt(den), floor);
+        if (!(r <= e) || i == 0) {
+            e = r == r ? r : INFINITY;
+            name_worst(worst, size, ref->names[i]);
+            if (tol)
+                *tol = ref->tol[i];
+        }
+    }
+    return e;
+}
+
+/* dump file: "RCWT1\n", int32 n, then per tensor int32 name length, the name, int64
+ * numel, double tol, numel floats (this machine's byte order) */
+static const char dump_magic[6] = "RCWT1\n";
+
+int check_weights_save(const check_weights *w, const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    int ok = f != NULL;
+    int32_t n = w->n;
+    ok = ok && fwrite(dump_magic, 1, 6, f) == 6 && fwrite(&n, sizeof n, 1, f) == 1;
+    for (int i = 0; ok && i < w->n; i++) {
+        int32_t len = (int32_t)strlen(w->names[i]);
+        ok = fwrite(&len, sizeof len, 1, f) == 1 && fwrite(w->names[i], 1, (size_t)len, f) == (size_t)len &&
+             fwrite(&w->numel[i], sizeof w->numel[i], 1, f) == 1 && fwrite(&w->tol[i], sizeof w->tol[i], 1, f) == 1 &&
+             fwrite(w->data[i], sizeof(float), (size_t)w->numel[i], f) == (size_t)w->numel[i];
+    }
+    if (f && fclose(f))
+        ok = 0;
+    if (!ok)
+        fprintf(stderr, "%s: cannot write the weights dump\n", path);
+    return ok ? 0 : -1;
+}
+
+int check_weights_load(check_weights *w, const char *path)
+{
+    *w = (check_weights){0};
+    FILE *f = fopen(path, "rb");
+    char magic[6];
+    int32_t n = 0;
+    int ok = f && fread(magic, 1, 6, f) == 6 && !memcmp(magic, dump_magic, 6) && fread(&n, sizeof n, 1, f) == 1 &&
+             n >= 0 && n < 1000000;
+    for (int i = 0; ok && i < n; i++) {
+        int32_t len = 0;
+        int64_t numel = 0;
+        double tol = 0;
+        char name[4096];
+        ok = fread(&len, sizeof len, 1, f) == 1 && len >= 0 && len < (int32_t)sizeof name &&
+             fread(name, 1, (size_t)len, f) == (size_t)len && fread(&numel, sizeof numel, 1, f) == 1 &&
+             numel >= 0 && numel < ((int64_t)1 << 32) && fread(&tol, sizeof tol, 1, f) == 1;
+        float *x = ok ? malloc((size_t)(numel > 0 ? numel : 1) * sizeof *x) : NULL;
+        if (ok) {
+            name[len] = 0;
+            ok = x && fread(x, sizeof *x, (size_t)numel, f) == (size_t)numel &&
+                 check_weights_add(w, "", name, x, numel, tol) == 0;
+        }
+        free(x);
+    }
+    if (f)
+        fclose(f);
+    if (!ok) {
+        fprintf(stderr, "%s: %s\n", path, f ? "not a whole weights dump" : "cannot open the weights dump");
+        check_weights_free(w);
+    }
+    return ok ? 0 : -1;
+}
+
+const char *check_dump_path(int argc, char **argv)
+{
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--dump"))
+            return argv[i + 1];
+    return NULL;
 }

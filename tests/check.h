@@ -15,9 +15,37 @@ int check_summary(const char *suite);
 
 /* 1 when msg contains part (NULL msg: 0) */
 int check_has(const char *msg, const char *part);
-/* max |a - b| over max |b| (1 when b is all zeros): how far a run's weights are from a
- * reference run's */
-double check_rel_diff(const float *a, const float *b, int64_t n);
+/* Weights copied tensor by tensor, each with the tolerance a comparison claims for it. */
+typedef struct {
+    int n;            /* tensors */
+    char **names;     /* [n] */
+    int64_t *numel;   /* [n] */
+    float **data;     /* [n][numel[i]] */
+    double *tol;      /* [n]: the largest relative difference claimed equal */
+} check_weights;
+
+struct rc_params;
+/* appends one tensor (its name prefixed); 0 or -1 (out of memory) */
+int check_weights_add(check_weights *w, const char *prefix, const char *name, const float *x, int64_t n,
+                      double tol);
+/* appends every tensor of p, named prefix + its name */
+int check_weights_add_params(check_weights *w, const char *prefix, struct rc_params *p, double tol);
+void check_weights_free(check_weights *w);
+/* How far a run's weights are from a reference run's: the largest over tensors of
+ * ||a - ref|| / max(||ref||, CHECK_ZERO_RMS sqrt(numel)) (L2 norms; 0 when equal; INFINITY
+ * with a NaN, or when the two do not hold the same names and sizes). The floor only
+ * matters for a tensor of RMS below 1e-6, far below any initial weight (std 0.02, norms
+ * 1): rounding residue of zero, such as a bias without gradient (a key bias: softmax
+ * ignores it). The worst tensor's name goes to worst (when not NULL) and its tolerance
+ * (ref's) to *tol (when not NULL). */
+#define CHECK_ZERO_RMS 1e-6
+double check_weights_diff(const check_weights *a, const check_weights *ref, char *worst, size_t size,
+                          double *tol);
+/* a dump file: 0, or -1 with a message on stderr */
+int check_weights_save(const check_weights *w, const char *path);
+int check_weights_load(check_weights *w, const char *path);
+/* the value of "--dump PATH" in argv (NULL when absent) */
+const char *check_dump_path(int argc, char **argv);
 /* removes a file or a directory tree (tests' temporary directories) */
 void check_rm_tree(const char *path);
 

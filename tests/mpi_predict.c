@@ -5,9 +5,11 @@
  * must receive every example exactly once, in input order, with its values; collate never
  * sees an index outside [0, n) (padding repeats n - 1); one graph is compiled per batch
  * shape and reused by the next run. A tiny-gpt2 predictor (last-position logits) gives the
- * same rows on this mesh as one local process, also with the model split over every
- * process (mp = world size; its vocabulary-split logits gathered whole, and a softmax over
- * the vocabulary inside the predict graph gathered where it needs them). Failures of collate on one rank, of the
+ * same rows on P > 1 processes as one local process, also with the model split over every
+ * process (mp = P; its vocabulary-split logits gathered whole, and a softmax over
+ * the vocabulary inside the predict graph gathered where it needs them); with --dump PATH
+ * rank 0 writes those rows so that runs without a launcher and under mpiexec -n 1, 2, 4
+ * are compared with each other (CTest mpi_predict_launcher). Failures of collate on one rank, of the
  * output function on rank 0, and a predict output of the wrong shape stop every rank with
  * the same error, so none hangs. An f64 output arrives as float rows. */
 #include "check.h"
@@ -229,6 +231,10 @@ int main(int argc, char **argv)
     }
     const rc_mesh *m = rc_deployer_mesh(d);
     int rank = m->rank, P = m->size;
+    const char *dump = check_dump_path(argc, argv);
+    if (dump && rank == 0)
+        remove(dump); /* a failed run leaves no dump behind */
+    check_weights dumped = {0};
     run_toy(d, "dp");
     /* the model predictor on this mesh equals one local process */
     rc_model *model = rc_model_create("tiny-gpt2", 4, &err);
@@ -239,9 +245,17 @@ int main(int argc, char **argv)
         rc_deployer *sd = rc_deployer_new(NULL, NULL, &so, &err);
         float *split = sd ? lm_rows(sd, model, 11, 3, softmax) : NULL;
         rc_deployer_options lo = {.seed = 5, .mp = 1, .local = 1};
-        rc_deployer *local = rank == 0 ? rc_deployer_new(NULL, NULL, &lo, &err) : NULL;
-        float *ref = local ? lm_rows(local, model, 11, 5, softmax) : NULL;
+        rc_deployer *local = rank == 0 && P > 1 ? rc_deployer_new(NULL, NULL, &lo, &err) : NULL;
+        float *ref = local && P > 1 ? lm_rows(local, model, 11, 5, softmax) : NULL;
+        const char *what = softmax ? "probabilities" : "logits";
         if (rank == 0) {
+            CHECK(dist && split);
+            if (dist)
+                check_weights_add(&dumped, what, " over replicas", dist, 11 * 256, 1e-5);
+            if (split)
+                check_weights_add(&dumped, what, " over model shards", split, 11 * 256, 1e-5);
+        }
+        if (rank == 0 && P > 1) { /* on one process, these would be the same run */
             double e = 0, es = 0;
             for (int64_t i = 0; dist && ref && split && i < 11 * 256; i++) {
                 e = fmax(e, fabs((double)dist[i] - ref[i]));
@@ -261,6 +275,9 @@ int main(int argc, char **argv)
     }
     rc_model_free(model);
     rc_deployer_free(d);
+    if (dump && rank == 0)
+        CHECK(check_weights_save(&dumped, dump) == 0);
+    check_weights_free(&dumped);
     /* two model shards per replica: only each replica's first rank sends its rows */
     if (P % 2 == 0) {
         rc_deployer_options o2 = {.seed = 5, .mp = 2};

@@ -2,9 +2,12 @@
  * encoder-decoder through rc_model_logits) and for two models written with graph ops
  * alone (user_models.h: an MLP and an image-to-text model), 5 SGD steps with the same
  * global batch of 4 on every mesh (dp, mp) in {(1,1), (2,1), (1,2), (2,2), (1,4)} whose
- * size is this world's give the same last loss and the same weights as one local process,
- * to float rounding (relative 1e-5). The decoder families are covered the same way through
- * the command line (tests/ref/test_cli_train.py). */
+ * size is this world's, other than one process, give the same last loss and the same
+ * weights as one local process, to float rounding (relative 1e-5, weights per tensor by
+ * L2 norm). With --dump PATH, rank 0 writes the weights of the first such mesh ((1,1) on
+ * one process) so that runs without a launcher and under mpiexec -n 1, 2, 4 are compared
+ * with each other (CTest mpi_tp_train_launcher). The decoder families are covered the same
+ * way through the command line (tests/ref/test_cli_train.py). */
 #include "check.h"
 #include "redco/pipeline.h"
 #include "user_models.h"
@@ -110,8 +113,9 @@ static rc_params *user_params(int kind)
 }
 
 /* 5 SGD steps on a dp x mp mesh (local: one process alone) with a global batch of 4;
- * returns the weights (malloc'ed) and the last step's loss */
-static float *train(int kind, int mp, int local, int64_t *numel, double *last_loss)
+ * appends the weights to *w (names prefixed) and returns the last step's loss (NAN on
+ * failure) */
+static double train(int kind, int mp, int local, check_weights *w, const char *prefix)
 {
     rc_error err = {0};
     rc_deployer_options dopt = {.seed = 2, .mp = mp, .local = local};
@@ -127,19 +131,15 @@ static float *train(int kind, int mp, int local, int64_t *numel, double *last_lo
     rc_trainer *t = params ? rc_trainer_new(d, collate, loss, &j, params, j.t5, &err) : NULL;
     rc_train_options o = {.steps = 5, .batch_size = 4 / dp, .optimizer = "sgd", .lr = 0.1};
     rc_train_result r = {0};
-    float *w = NULL;
-    if (t && rc_trainer_fit(t, &o, (rc_examples){count, &j}, NULL, &r, &err) == 0) {
-        *numel = rc_params_numel(params);
-        *last_loss = r.loss;
-        w = malloc((size_t)*numel * sizeof *w);
-        memcpy(w, rc_params_data(params), (size_t)*numel * sizeof *w);
-    }
-    CHECKF(w != NULL, "train kind %d mp %d: %s", kind, mp, err.msg);
+    int ok = t && rc_trainer_fit(t, &o, (rc_examples){count, &j}, NULL, &r, &err) == 0;
+    CHECKF(ok, "train kind %d mp %d: %s", kind, mp, err.msg);
+    if (ok)
+        CHECK(check_weights_add_params(w, prefix, params, 1e-5) == 0);
     rc_trainer_free(t);
     rc_model_free(j.t5);
     rc_params_free(own);
     rc_deployer_free(d);
-    return w;
+    return ok ? r.loss : NAN;
 }
 
 int main(int argc, char **argv)
@@ -150,30 +150,50 @@ int main(int argc, char **argv)
     CHECK(rc_mesh_init(&world, 1, &err) == 0);
     int P = world.size, rank = world.rank;
     rc_mesh_free(&world);
+    const char *dump = check_dump_path(argc, argv);
+    if (dump && rank == 0)
+        remove(dump); /* a failed run leaves no dump behind */
     const char *names[3] = {"tiny-t5", "user MLP", "image-to-text"};
     static const int meshes[5][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {1, 4}};
+    check_weights dumped = {0}; /* the first mesh of this world's size, per kind (--dump) */
     for (int kind = 0; kind < 3; kind++) {
-        int64_t n_ref = 0;
-        double loss_ref = 0;
-        float *ref = train(kind, 1, 1, &n_ref, &loss_ref);
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "%s/", names[kind]);
+        check_weights ref = {0};
+        double loss_ref = P > 1 ? train(kind, 1, 1, &ref, prefix) : 0;
+        int first = 1;
         for (int m = 0; m < 5; m++) {
             int dp = meshes[m][0], mp = meshes[m][1];
             if (dp * mp != P)
                 continue;
-            int64_t n = 0;
-            double l = 0;
-            float *w = train(kind, mp, 0, &n, &l);
-            double e = ref && w && n == n_ref ? check_rel_diff(w, ref, n) : INFINITY;
+            check_weights w = {0};
+            double l = train(kind, mp, 0, &w, prefix);
+            if (first) {
+                float lf = (float)l;
+                for (int i = 0; i < w.n; i++)
+                    check_weights_add(&dumped, "", w.names[i], w.data[i], w.numel[i], w.tol[i]);
+                check_weights_add(&dumped, prefix, "last loss", &lf, 1, 1e-5);
+            }
+            first = 0;
+            if (P == 1) { /* one process: the same run as the reference; compared across launchers by --dump */
+                check_weights_free(&w);
+                continue;
+            }
+            char worst[256];
+            double e = check_weights_diff(&w, &ref, worst, sizeof worst, NULL);
             double el = fabs(l - loss_ref) / fabs(loss_ref);
-            CHECKF(e < 1e-5 && el < 1e-5, "%s on dp %d x mp %d: weights differ by %.3g, loss %.7f vs %.7f",
-                   names[kind], dp, mp, e, l, loss_ref);
+            CHECKF(e < 1e-5 && el < 1e-5, "%s on dp %d x mp %d: tensor %s differs by %.3g, loss %.7f vs %.7f",
+                   names[kind], dp, mp, worst, e, l, loss_ref);
             if (rank == 0)
-                printf("%-13s dp %d x mp %d: loss after 5 steps %.6f (one process %.6f), weights max rel diff %.2e\n",
-                       names[kind], dp, mp, l, loss_ref, e);
-            free(w);
+                printf("%-13s dp %d x mp %d: loss after 5 steps %.6f (one process %.6f), worst tensor %s, "
+                       "rel L2 diff %.2e\n", names[kind], dp, mp, l, loss_ref, worst, e);
+            check_weights_free(&w);
         }
-        free(ref);
+        check_weights_free(&ref);
     }
+    if (dump && rank == 0)
+        CHECK(check_weights_save(&dumped, dump) == 0);
+    check_weights_free(&dumped);
     char name[64];
     snprintf(name, sizeof name, "mpi_tp_train rank %d/%d", rank, P);
     int status = check_summary(name);

@@ -564,7 +564,7 @@ static void test_txt_streaming(void)
 {
     size_t len;
     char path[4200];
-    join(path, sizeof path, gpt2_dir, "/../text/moby_dick.txt", NULL);
+    join(path, sizeof path, gpt2_dir, "/../moby_dick.txt", NULL);
     char *moby = read_file(path, &len);
     CHECKF(moby != NULL, "cannot read %s", path);
     if (!moby)
@@ -898,7 +898,7 @@ static void test_sentencepiece(void)
 {
     const char *models[] = {"austen_bpe4k.model", "austen_unigram4k.model"};
     char text_path[1200];
-    join(text_path, sizeof text_path, gpt2_dir, "/../text/jane_austen_6novels.txt", NULL);
+    join(text_path, sizeof text_path, gpt2_dir, "/../austen_excerpt.txt", NULL);
     size_t len;
     char *austen = read_file(text_path, &len);
     CHECKF(austen && len > 120000, "cannot read %s", text_path);
@@ -1051,22 +1051,10 @@ static int cache_mode(const char *data, const char *tokdir, size_t chunk)
     return 0;
 }
 
-/* the GPT-2 tokenizer: $REDCO_SHARED/data/gpt2, else ../shared/data/gpt2 beside the repo */
+/* the GPT-2 tokenizer: the repository's data/gpt2 (REDCO_DATA_DIR, set by CMakeLists.txt) */
 static int find_gpt2(void)
 {
-    const char *env = getenv("REDCO_SHARED");
-    char root[4096];
-    snprintf(root, sizeof root, "%s", __FILE__);
-    char *slash = strrchr(root, '/');
-    if (slash)
-        *slash = 0;
-    slash = strrchr(root, '/');
-    if (slash)
-        *slash = 0;                                 /* the repository root */
-    if (env)
-        join(gpt2_dir, sizeof gpt2_dir, env, "/data/gpt2", NULL);
-    else
-        join(gpt2_dir, sizeof gpt2_dir, root, "/../shared/data/gpt2", NULL);
+    join(gpt2_dir, sizeof gpt2_dir, REDCO_DATA_DIR, "/gpt2", NULL);
     char probe[4200];
     join(probe, sizeof probe, gpt2_dir, "/vocab.json", NULL);
     return access(probe, R_OK) == 0;
@@ -1086,7 +1074,7 @@ int main(int argc, char **argv)
         perror("mkdtemp");
         return 2;
     }
-    CHECKF(find_gpt2(), "GPT-2 tokenizer not found at %s (set REDCO_SHARED)", gpt2_dir);
+    CHECKF(find_gpt2(), "GPT-2 tokenizer not found at %s", gpt2_dir);
     rc_error err = {0};
     tok = rc_tokenizer_load(gpt2_dir, &err);
     CHECKF(tok != NULL, "%s", err.msg);

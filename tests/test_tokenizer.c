@@ -3,9 +3,9 @@
  * files written here byte by byte), decode round trips, and every malformed input the
  * loaders and coders must refuse with a clear error: bad or truncated JSON, missing
  * fields, bad merges, truncated or corrupted protobuf, invalid UTF-8, ids past the
- * vocabulary. The real GPT-2 and SentencePiece files of ../shared/data are used when
- * present (REDCO_SHARED overrides where shared/ is). The comparisons with the reference
- * libraries are in tests/ref/test_tokenizer_ref.py. */
+ * vocabulary. The real GPT-2 and SentencePiece files are the repository's own data/
+ * (REDCO_DATA_DIR, set by CMakeLists.txt); a missing file fails the test. The comparisons
+ * with the reference libraries are in tests/ref/test_tokenizer_ref.py. */
 #include "check.h"
 #include "redco.h"
 #include "redco/tokenizer.h"
@@ -670,25 +670,6 @@ static void test_spm_malformed(void)
 
 /* ---- the real files ------------------------------------------------------------------------ */
 
-static int find_shared(char *out, size_t size)
-{
-    const char *env = getenv("REDCO_SHARED");
-    if (env) {
-        snprintf(out, size, "%s/data", env);
-    } else {
-        char root[900];
-        snprintf(root, sizeof root, "%s", __FILE__);
-        for (int i = 0; i < 2; i++) {
-            char *slash = strrchr(root, '/');
-            if (slash) *slash = 0;
-        }
-        snprintf(out, size, "%s/../shared/data", root);
-    }
-    char probe[1100];
-    snprintf(probe, sizeof probe, "%s/gpt2/tokenizer.json", out);
-    return access(probe, R_OK) == 0;
-}
-
 /* random text over a mix of scripts, spaces, digits, marks and emoji */
 static size_t random_text(char *out, size_t chars, uint64_t *rng)
 {
@@ -791,11 +772,14 @@ int main(void)
     test_spm_bpe();
     test_spm_unigram();
     test_spm_malformed();
-    char data[1024];
-    if (find_shared(data, sizeof data))
-        test_real(data);
-    else
-        printf("note: %s not found; the real tokenizer checks were skipped\n", data);
+    static const char *needed[] = {"gpt2/tokenizer.json", "gpt2/vocab.json", "gpt2/merges.txt",
+                                   "spm/austen_bpe4k.model", "spm/austen_unigram4k.model"};
+    for (size_t i = 0; i < sizeof needed / sizeof *needed; i++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s", REDCO_DATA_DIR, needed[i]);
+        CHECKF(access(path, R_OK) == 0, "%s: not found (the repository's data/ is incomplete)", path);
+    }
+    test_real(REDCO_DATA_DIR);
     for (int i = 0; i < n_created; i++) unlink(created[i]);
     rmdir(tmpdir);
     return check_summary("tokenizer");

@@ -335,7 +335,7 @@ def part_d(build, tmp):
 
 def main():
     ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source", "--shared"):
+    for a in ("--redco", "--build", "--source"):
         ap.add_argument(a)
     args = ap.parse_args()
     transformers.logging.set_verbosity_error()

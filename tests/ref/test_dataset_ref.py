@@ -104,10 +104,10 @@ def check_order(helper):
 
 # ---- 3. token caches against Hugging Face tokenizers --------------------------------------
 
-def check_caches(helper, tmp, shared):
-    gpt2 = os.path.join(shared, "data", "gpt2")
+def check_caches(helper, tmp, data):
+    gpt2 = os.path.join(data, "gpt2")
     hf = Tokenizer.from_file(os.path.join(gpt2, "tokenizer.json"))
-    with open(os.path.join(shared, "data", "text", "moby_dick.txt"), "rb") as f:
+    with open(os.path.join(data, "moby_dick.txt"), "rb") as f:
         raw = f.read()
     text = raw[300000:300000 + 60000].decode("utf-8", errors="ignore")
     txt = os.path.join(tmp, "corpus.txt")
@@ -129,10 +129,10 @@ def check_caches(helper, tmp, shared):
         rc, out, err = run(helper, "--cache", txt, gpt2, 2048)
         check(rc == 0 and out.split()[1] == "1", f"second open hits the cache: {out.strip()}")
 
-    with open(os.path.join(shared, "data", "text", "jane_austen_6novels.txt"), encoding="utf-8",
-              errors="ignore") as f:
+    with open(os.path.join(data, "austen_excerpt.txt"), encoding="utf-8", errors="ignore") as f:
         austen = f.read(40000)
     docs = [p.strip() for p in austen.split("\n\n") if p.strip()][:200]
+    check(len(austen) == 40000, "data/austen_excerpt.txt is shorter than 40000 characters")
     jl = os.path.join(tmp, "docs.jsonl")
     with open(jl, "w", encoding="utf-8") as f:
         for d in docs:
@@ -153,8 +153,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--redco")
     ap.add_argument("--build", required=True)
-    ap.add_argument("--source")
-    ap.add_argument("--shared", required=True)
+    ap.add_argument("--source", required=True)
     a = ap.parse_args()
     helper = os.path.join(a.build, "test_dataset")
     if not os.path.exists(helper):
@@ -163,7 +162,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         check_npy(helper, tmp)
         check_order(helper)
-        check_caches(helper, tmp, a.shared)
+        check_caches(helper, tmp, os.path.join(a.source, "data"))
     print(f"dataset ref: {len(failures)} failures")
     return 1 if failures else 0
 

@@ -7,6 +7,8 @@
   the held-out lines as Hugging Face `tokenizers` counts them (the prompt is masked out).
 - seq2seq_t5: reversing id sequences; the held-out loss falls by at least 50% and the
   teacher-forced token accuracy rises from chance to at least 0.6.
+- run() itself reports a program that prints the expected lines and then exits non-zero
+  (or dies by a signal) as failed: every program's exit status is checked.
 - maml: the meta-gradient through the inner step matches finite differences (relative
   error < 1e-6) while the first-order MAML gradient does not (> 1e-3): the second-order
   term is there; after meta-training the adapted query loss is below half the unadapted
@@ -36,16 +38,33 @@ def check(ok, what):
         print("FAIL", what)
 
 
-def run(build, name, *args):
-    """Runs build/<name> with args; returns (stdout, stderr), or None when it failed."""
-    path = os.path.join(build, name)
+def run(build, name, *args, argv=None):
+    """Runs build/<name> with args (or the command argv); returns (stdout, stderr), or None
+    with a failed check when it exited non-zero or died by a signal, whatever it printed."""
+    argv = argv or [os.path.join(build, name), *args]
     t0 = time.time()
-    r = subprocess.run([path, *args], capture_output=True, text=True)
+    r = subprocess.run(argv, capture_output=True, text=True)
     print(f"{name}: {time.time() - t0:.1f} s")
     if r.returncode != 0:
         check(False, f"{name} {' '.join(args)} exited {r.returncode}:\n{r.stderr[-2000:]}")
         return None
     return r.stdout, r.stderr
+
+
+def self_check_run():
+    """run() itself fails a program that prints what the checks look for and then exits
+    non-zero or crashes; a program that exits 0 passes."""
+    line = "held-out loss: before 10.8, after 5.0"
+    print("self-check of run(): the next two FAIL lines are expected")
+    failed_before = len(FAILED)
+    for code, script in ((3, f"echo '{line}'; exit 3"), (-11, f"echo '{line}'; kill -SEGV $$")):
+        out = run("", "self-check", argv=["sh", "-c", script])
+        caught = out is None and len(FAILED) == failed_before + 1 and f"exited {code}" in FAILED[-1]
+        if caught:
+            FAILED.pop()  # the failure was the expected outcome
+        check(caught, f"self-check: a program printing the line and exiting {code} was not reported as failed")
+    out = run("", "self-check", argv=["sh", "-c", f"echo '{line}'"])
+    check(out is not None and line in out[0], "self-check: a program exiting 0 was not accepted")
 
 
 def number(pattern, text, what):
@@ -179,9 +198,10 @@ def maml(build, tmp):
 
 def main():
     ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source", "--shared"):
+    for a in ("--redco", "--build", "--source"):
         ap.add_argument(a, required=True)
     args = ap.parse_args()
+    self_check_run()
     with tempfile.TemporaryDirectory() as tmp:
         causal_lm(args.build, args.source, tmp)
         instruction_tuning(args.build, args.source, tmp)

@@ -11,7 +11,7 @@ generated token ids must equal transformers' generate():
 redco prints the new tokens only; transformers returns the prompt (decoder-only) or the
 decoder start token (T5) first, which is cut before comparing.
 
-Run by CTest as: python test_generate_ref.py --redco R --build B --source S --shared D
+Run by CTest as: python test_generate_ref.py --redco R --build B --source S
 """
 import argparse
 import os
@@ -86,7 +86,7 @@ def first_fresh(tokens):
 
 def main():
     ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source", "--shared"):
+    for a in ("--redco", "--build", "--source"):
         ap.add_argument(a)
     args = ap.parse_args()
     tool = os.path.join(args.build, "test_generate")

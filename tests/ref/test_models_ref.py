@@ -4,7 +4,7 @@ loads it and must match the logits (relative error < 1e-5) and every parameter g
 of the LM loss (< 1e-4). Then redco saves the model again, and the file must load in the
 safetensors library and in transformers with identical tensors.
 
-Run by CTest as: python test_models_ref.py --redco R --build B --source S --shared D
+Run by CTest as: python test_models_ref.py --redco R --build B --source S
 """
 import argparse
 import os
@@ -98,7 +98,7 @@ def reference(name, model, out_dir, gen):
 
 def main():
     ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source", "--shared"):
+    for a in ("--redco", "--build", "--source"):
         ap.add_argument(a)
     args = ap.parse_args()
     tool = os.path.join(args.build, "test_models")

@@ -9,7 +9,7 @@ import torch
 
 def main():
     ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source", "--shared"):
+    for a in ("--redco", "--build", "--source"):
         ap.add_argument(a)
     args = ap.parse_args()
     out = subprocess.run([os.path.join(args.build, "test_optim"), "--adamw"], check=True,

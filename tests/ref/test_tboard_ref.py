@@ -10,7 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 def main():
     ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source", "--shared"):
+    for a in ("--redco", "--build", "--source"):
         ap.add_argument(a)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:

@@ -6,14 +6,15 @@
   vocab.json + merges.txt; decode(encode(text)) == text; post-processors (a RoBERTa one and
   an OPT-style template) written into copies of tokenizer.json add what tokenizers adds.
 - The SentencePiece models (BPE with byte fallback, unigram): ids equal the sentencepiece
-  library's on the first 300 KB of the Austen text, line by line, and on the stress text;
+  library's on the first 300 KB of the Austen text (data/austen_excerpt.txt), line by line,
+  and on the stress text;
   redco's decode equals sentencepiece's decode of those ids.
 - The same models as tokenizer.json (converted here by transformers into a temporary
   directory): ids equal the fast tokenizers' with and without special tokens; decode
   equals tokenizers' decode, with and without skip_special_tokens.
 - The CLI refuses bad input with one "redco tokenize: ..." line and a non-zero exit.
 
-Usage: test_tokenizer_ref.py --redco BUILD/redco --build BUILD --source REPO --shared SHARED
+Usage: test_tokenizer_ref.py --redco BUILD/redco --build BUILD --source REPO (data: REPO/data)
 """
 import argparse
 import json
@@ -104,11 +105,11 @@ def read_text(path, limit=None):
     return text[:limit] if limit else text
 
 
-def test_gpt2(r, shared, tmp):
+def test_gpt2(r, data, tmp):
     from tokenizers import Tokenizer
-    gdir = os.path.join(shared, "data", "gpt2")
+    gdir = os.path.join(data, "gpt2")
     ref = Tokenizer.from_file(os.path.join(gdir, "tokenizer.json"))
-    moby = read_text(os.path.join(shared, "data", "text", "moby_dick.txt"))
+    moby = read_text(os.path.join(data, "moby_dick.txt"))
     ref_moby = ref.encode(moby).ids
     ref_stress = ref.encode(STRESS).ids
     for form in [gdir, os.path.join(gdir, "vocab.json")]:
@@ -166,16 +167,17 @@ def test_gpt2(r, shared, tmp):
               "added tokens decode skipping specials: %r" % text[:40])
 
 
-def spm_lines(shared):
-    austen = read_text(os.path.join(shared, "data", "text", "jane_austen_6novels.txt"), 300000)
+def spm_lines(data):
+    austen = read_text(os.path.join(data, "austen_excerpt.txt"), 300000)
+    check(len(austen) == 300000, "data/austen_excerpt.txt holds fewer than 300000 characters")
     return austen.split("\n")
 
 
-def test_spm(r, shared):
+def test_spm(r, data):
     import sentencepiece as spm
-    lines = spm_lines(shared)
+    lines = spm_lines(data)
     for name, add in [("austen_bpe4k", "bos"), ("austen_unigram4k", "eos")]:
-        path = os.path.join(shared, "data", "spm", name + ".model")
+        path = os.path.join(data, "spm", name + ".model")
         sp = spm.SentencePieceProcessor(model_file=path)
         ref = [sp.encode(l) for l in lines]
         got = r.encode_lines(path, lines)
@@ -196,7 +198,7 @@ def test_spm(r, shared):
         check(r.encode(path, text, special=True) == want, name + ": add_special adds " + add.upper())
 
 
-def test_spm_variants(r, shared, tmp):
+def test_spm_variants(r, data, tmp):
     """The models with user-defined pieces (matched whole) and pieces marked UNUSED."""
     import sentencepiece as spm
     # the protobuf module transformers' converter uses too (two modules registering
@@ -204,11 +206,11 @@ def test_spm_variants(r, shared, tmp):
     from transformers.convert_slow_tokenizer import import_protobuf
     pb = import_protobuf()
     kind = pb.ModelProto.SentencePiece
-    lines = spm_lines(shared)[:2000] + ["a<sep>b Mr. Darcy<sep><sep>", "the thing and nothing", "Mr.Mr. x<sep", STRESS]
+    lines = spm_lines(data)[:2000] + ["a<sep>b Mr. Darcy<sep><sep>", "the thing and nothing", "Mr.Mr. x<sep", STRESS]
     lines = [l for text in lines for l in text.split("\n")]
     for name in ["austen_bpe4k", "austen_unigram4k"]:
         m = pb.ModelProto()
-        with open(os.path.join(shared, "data", "spm", name + ".model"), "rb") as f:
+        with open(os.path.join(data, "spm", name + ".model"), "rb") as f:
             m.ParseFromString(f.read())
         for text in ["<sep>", "Mr."]:
             p = m.pieces.add()
@@ -226,12 +228,12 @@ def test_spm_variants(r, shared, tmp):
             name, len(lines), len(bad), ", first %r" % lines[bad[0]] if bad else ""))
 
 
-def test_spm_json(r, shared, tmp):
+def test_spm_json(r, data, tmp):
     from tokenizers import Tokenizer
     from transformers import LlamaTokenizerFast, T5TokenizerFast
     from transformers.utils import logging
     logging.set_verbosity_error()
-    lines = spm_lines(shared)
+    lines = spm_lines(data)
     made = {
         "llama_json": lambda p: LlamaTokenizerFast(vocab_file=p),
         "t5_json": lambda p: T5TokenizerFast(vocab_file=p, extra_ids=0),
@@ -239,7 +241,7 @@ def test_spm_json(r, shared, tmp):
     models = {"llama_json": "austen_bpe4k", "t5_json": "austen_unigram4k"}
     for name, make in made.items():
         d = os.path.join(tmp, name)
-        make(os.path.join(shared, "data", "spm", models[name] + ".model")).save_pretrained(d)
+        make(os.path.join(data, "spm", models[name] + ".model")).save_pretrained(d)
         if os.path.exists(os.path.join(d, "tokenizer.model")):
             os.remove(os.path.join(d, "tokenizer.model"))  # redco must read tokenizer.json
         hf = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
@@ -266,8 +268,8 @@ def test_spm_json(r, shared, tmp):
         check(not bad, "%s: decode of Austen lines equals tokenizers' (%d differ)" % (name, len(bad)))
 
 
-def test_cli_errors(r, shared, tmp):
-    gdir = os.path.join(shared, "data", "gpt2")
+def test_cli_errors(r, data, tmp):
+    gdir = os.path.join(data, "gpt2")
 
     def fails(args, data, what):
         p = subprocess.run([r.exe, "tokenize"] + args, input=data, capture_output=True, timeout=60)
@@ -296,9 +298,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--redco", required=True)
     ap.add_argument("--build")
-    ap.add_argument("--source")
-    ap.add_argument("--shared", required=True)
+    ap.add_argument("--source", required=True)
     a = ap.parse_args()
+    data = os.path.join(a.source, "data")
     try:
         import sentencepiece  # noqa: F401
         import tokenizers  # noqa: F401
@@ -308,11 +310,11 @@ def main():
         return 1
     r = Redco(a.redco)
     with tempfile.TemporaryDirectory() as tmp:
-        test_gpt2(r, a.shared, tmp)
-        test_spm(r, a.shared)
-        test_spm_variants(r, a.shared, tmp)
-        test_spm_json(r, a.shared, tmp)
-        test_cli_errors(r, a.shared, tmp)
+        test_gpt2(r, data, tmp)
+        test_spm(r, data)
+        test_spm_variants(r, data, tmp)
+        test_spm_json(r, data, tmp)
+        test_cli_errors(r, data, tmp)
     if failures:
         print("tokenizer reference: %d check(s) failed" % len(failures))
         return 1
