@@ -187,7 +187,10 @@ static int hdr_dict(hdr_reader *r, rc_npy_dtype *dtype, int64_t *n, rc_error *er
     return 0;
 }
 
-int rc_npy_parse_header(const uint8_t *buf, size_t len, const char *name, rc_npy_dtype *dtype,
+/* Parses the header at the start of buf[len] (magic, version, header length, the dict).
+ * On success sets *dtype, *n (the 1-D shape), *version and *data_offset. NAME is used in
+ * messages. */
+static int npy_parse_header(const uint8_t *buf, size_t len, const char *name, rc_npy_dtype *dtype,
                         int64_t *n, int *version, size_t *data_offset, rc_error *err)
 {
     if (len < 8 || memcmp(buf, "\x93NUMPY", 6) != 0)
@@ -245,8 +248,8 @@ int rc_npy_open(rc_npy *a, const char *path, rc_error *err)
     close(fd);
     if (map == MAP_FAILED)
         return rc_error_set(err, RC_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
-    size_t off;
-    if (rc_npy_parse_header(map, len, path, &a->dtype, &a->n, &a->version, &off, err)) {
+    size_t off = 0;
+    if (npy_parse_header(map, len, path, &a->dtype, &a->n, &a->version, &off, err)) {
         munmap(map, len);
         return -1;
     }

@@ -7,12 +7,6 @@
 
 #include <stdio.h>
 
-/* Parses the header at the start of buf[len] (magic, version, header length, the dict).
- * On success sets *dtype, *n (the 1-D shape), *version and *data_offset. NAME is used in
- * messages. */
-int rc_npy_parse_header(const uint8_t *buf, size_t len, const char *name, rc_npy_dtype *dtype,
-                        int64_t *n, int *version, size_t *data_offset, rc_error *err);
-
 /* A .npy written as ids arrive: a fixed 128-byte header patched with the final shape at
  * commit, data appended. Written to "PATH.tmp.PID.TIME" and renamed over PATH at commit. */
 typedef struct {

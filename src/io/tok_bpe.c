@@ -195,7 +195,7 @@ static int push_pair(const rc_tokenizer *t, tok_work *w, const bpe_sym *sym, int
     return heap_push(w, e);
 }
 
-int bpe_merge_ids(const rc_tokenizer *t, tok_work *w, const int32_t *ids, int64_t n, tok_ids *out)
+static int bpe_merge_ids(const rc_tokenizer *t, tok_work *w, const int32_t *ids, int64_t n, tok_ids *out)
 {
     if (n == 1) return ids_put(out, ids[0]);
     if (sym_reserve(w, n, sizeof(bpe_sym))) return -1;
@@ -267,7 +267,9 @@ static int bpe_bytes(const rc_tokenizer *t, tok_work *w, const char *s, size_t n
 
 /* A word of text for a tokenizer.json BPE model: each char its token, else its <0xXX>
  * pieces (byte_fallback), else unk (runs fused with fuse_unk), then merges. */
-int bpe_word(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out)
+/* The whole tokenizer.json BPE model on one word of text (chars looked up in the vocab,
+ * byte fallback, unknowns), with a per-call cache. */
+static int bpe_word(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out)
 {
     if (n == 0) return 0;
     int hit = cache_get(w, s, n, out);

@@ -53,7 +53,7 @@ int ids_put(tok_ids *v, int32_t id)
 
 /* ---- hash tables ----------------------------------------------------------------------- */
 
-uint32_t tok_hash(const char *s, size_t n)
+static uint32_t tok_hash(const char *s, size_t n)
 {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
     size_t i = 0;
@@ -177,7 +177,7 @@ static uint64_t pair_hash(uint64_t k)
     return k;
 }
 
-int pairmap_set(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
+static int pairmap_set(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
 {
     if ((uint64_t)(m->n + 1) * 2 > m->nslot) {
         uint64_t nslot = m->nslot ? m->nslot * 2 : 1024;
@@ -231,7 +231,7 @@ int pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32
     return 0;
 }
 
-void pairmap_free(tok_pairmap *m)
+static void pairmap_free(tok_pairmap *m)
 {
     free(m->key);
     free(m->rank);

@@ -62,7 +62,6 @@ typedef struct {
     uint64_t nslot;
 } tok_strmap;
 
-uint32_t tok_hash(const char *s, size_t n);
 /* The value of key s[0..n), or -1 when absent. */
 int64_t strmap_get(const tok_strmap *m, const char *s, size_t n);
 /* Inserts or overwrites; -1 when out of memory. */
@@ -80,10 +79,8 @@ typedef struct {
     int64_t n;
 } tok_pairmap;
 
-int pairmap_set(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id);
 /* 1 and fills rank and id when the pair merges, else 0. */
 int pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id);
-void pairmap_free(tok_pairmap *m);
 
 /* ---- the tokenizer --------------------------------------------------------------------- */
 
@@ -214,11 +211,6 @@ void bytelevel_map(int unicode_of_byte[256]);
 typedef struct tok_work tok_work;
 tok_work *work_new(void);
 void work_free(tok_work *w);
-int bpe_merge_ids(const rc_tokenizer *t, tok_work *w, const int32_t *sym, int64_t n,
-                  tok_ids *out);
-/* The whole tokenizer.json BPE model on one word of text (chars looked up in the vocab,
- * byte fallback, unknowns), with a per-call cache. */
-int bpe_word(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out);
 /* Encodes one normalized segment with the pre-tokenizer and model of t. */
 int tok_encode_segment(const rc_tokenizer *t, tok_work *w, const char *s, size_t n,
                        int first, tok_ids *out, rc_error *err);

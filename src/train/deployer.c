@@ -121,7 +121,7 @@ const char *rc_deployer_workdir(const rc_deployer *d)
     return d->workdir[0] ? d->workdir : NULL;
 }
 
-int rc_deployer_verbose(const rc_deployer *d)
+static int deployer_verbose(const rc_deployer *d)
 {
     return d->verbose && !d->json && d->mesh.rank == 0;
 }
@@ -175,7 +175,7 @@ void rc_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double lo
 {
     if (d->step0 < 0) /* the ETA counts from this process's first step */
         d->step0 = step - 1, d->t0 = now_s();
-    if (!rc_deployer_verbose(d) || (!d->tty && !tick))
+    if (!deployer_verbose(d) || (!d->tty && !tick))
         return;
     int final = step == total;
     double done = (double)(step - d->step0), left = (double)(total - step);
@@ -199,7 +199,7 @@ void rc_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double lo
 
 void rc_deployer_note(rc_deployer *d, const char *fmt, ...)
 {
-    if (!rc_deployer_verbose(d))
+    if (!deployer_verbose(d))
         return;
     va_list ap;
     va_start(ap, fmt);

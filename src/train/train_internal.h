@@ -15,7 +15,6 @@ int rc_params_restore(rc_params *p);
 
 /* ---- deployer internals ---------------------------------------------------------------- */
 const char *rc_deployer_workdir(const rc_deployer *d);
-int rc_deployer_verbose(const rc_deployer *d);
 /* log.jsonl (one record per call, written with jansson: {"step": S, "key": value, ...}, a
  * non-finite value written as null) and TensorBoard scalars (finite values only), rank 0
  * only */
