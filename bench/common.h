@@ -22,14 +22,15 @@ int bench_print(json_t *o);
 
 /* A streaming copy of n floats between two arrays with the current OpenMP threads, to
  * set a figure against the machine's memory bandwidth: init (-1 when it cannot
- * allocate), run (seconds of one copy), gbs (bytes read + written per second). */
+ * allocate), run (seconds of `passes` copies, back and forth), gbs (bytes read + written
+ * per second). */
 typedef struct {
     float *a, *b;
     int64_t n;
 } bench_copy;
 int bench_copy_init(bench_copy *c, int64_t n);
-double bench_copy_run(bench_copy *c);
-double bench_copy_gbs(const bench_copy *c, double seconds);
+double bench_copy_run(bench_copy *c, int passes);
+double bench_copy_gbs(const bench_copy *c, int passes, double seconds);
 void bench_copy_free(bench_copy *c);
 
 #endif

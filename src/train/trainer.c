@@ -369,14 +369,16 @@ static double grad_norm(const rc_trainer *t, rc_error *err)
 
 /* One parameter's update over [off, off + n) of the state, gradient first multiplied by
  * clip (1: none). Block by block, so clipping, decay and update are one pass over memory;
- * the arithmetic per element is that of clipping the whole gradient, then updating. */
+ * the arithmetic per element is that of clipping the whole gradient, then updating. Called
+ * inside the update's parallel region: the blocks are shared among its threads, with no
+ * wait at the end (the region's end is the one barrier of the whole update). */
 static void update_param(rc_trainer *t, int64_t off, int64_t n, const rc_adam *adam, double lr, double wd,
                          float clip)
 {
     float *w = t->local + off, *g = t->grad + off;
     float keep = (float)(1.0 - lr * wd);
     int64_t nb = (n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
-#pragma omp parallel for schedule(static) if (nb > 1)
+#pragma omp for schedule(static) nowait
     for (int64_t b = 0; b < nb; b++) {
         int64_t lo = b * UPDATE_BLOCK, len = n - lo < UPDATE_BLOCK ? n - lo : UPDATE_BLOCK;
         if (clip != 1.0f)
@@ -397,12 +399,14 @@ static void optimizer_update(rc_trainer *t, const rc_train_options *o, double lr
 {
     nn_weights *w = rc_params_weights(t->params);
     int adamw = !o->optimizer || !strcmp(o->optimizer, "adamw");
-    t->opt_step++;
+    int64_t step = ++t->opt_step;
+    /* one parallel region for all parameters */
+#pragma omp parallel if (t->local_numel > UPDATE_BLOCK)
     for (int i = 0; i < w->n; i++) {
         int decay = w->p[i].ndim >= 2 || o->decay_norms_and_biases;
         double wd = decay ? o->weight_decay : 0.0;
         rc_adam opt = {lr, o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
-                       o->eps > 0 ? o->eps : 1e-8, wd, t->opt_step};
+                       o->eps > 0 ? o->eps : 1e-8, wd, step};
         update_param(t, t->loff[i], t->lnum[i], adamw ? &opt : NULL, lr, wd, clip);
     }
 }
