@@ -32,9 +32,10 @@ sanitize: setup
 
 # bench_tp also runs on 2 processes: data parallelism (mp 1) against tensor parallelism (mp 2).
 MPIRUN = OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpiexec --oversubscribe -n 2
+# Each bench prints JSON lines on stdout; a failure prints one line naming the call on stderr.
 bench: build
-	@for b in $(BUILD)/bench_*; do OMP_NUM_THREADS=$(JOBS) $$b || exit 1; done
-	@$(MPIRUN) $(BUILD)/bench_tp --mp 1 && $(MPIRUN) $(BUILD)/bench_tp --mp 2
+	@for b in $(BUILD)/bench_*; do OMP_NUM_THREADS=$(JOBS) $$b || { echo "make bench: $$b failed" >&2; exit 1; }; done
+	@for mp in 1 2; do $(MPIRUN) $(BUILD)/bench_tp --mp $$mp || { echo "make bench: bench_tp --mp $$mp on 2 processes failed" >&2; exit 1; }; done
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

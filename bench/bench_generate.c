@@ -1,37 +1,57 @@
 /* bench_generate.c - greedy decoding speed with the key/value cache: one JSON line per
  * model, tokens/s of the decode steps (prompt excluded) and the prompt's time.
- *   bench_generate [PRESET ...]      default: tiny-gpt2 gpt2 */
+ *   bench_generate [PRESET ...]      default: tiny-gpt2 gpt2
+ * The decode time is the span between the first and the last new token (stamped by the
+ * on_token callback) over the steps between them, best of 3 calls; the prompt time is the
+ * span from the call to the first token. Any failure prints one line and exits 1. */
+#include "common.h"
 #include "redco/predict.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
-static double now_s(void)
+enum { P = 8, NEW = 20 };
+
+typedef struct {
+    double stamp[NEW];
+    int n;
+} stamps;
+
+static int on_token(int row, int32_t id, void *user)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    stamps *s = user;
+    (void)row, (void)id;
+    if (s->n < NEW)
+        s->stamp[s->n] = bench_now();
+    s->n++;
+    return 0;
 }
 
-/* best of `reps` runs of max_new tokens */
-static double best_time(rc_model *m, const int32_t *prompt, int n, int max_new, int reps, rc_error *err)
+/* best of 3 calls: seconds per decode step and to the first token */
+static void time_decoding(const char *name, rc_model *m, const int32_t *prompt, double *step_s, double *prompt_s)
 {
     rc_generate_options o = rc_generate_defaults(m);
-    o.max_new_tokens = max_new;
+    o.max_new_tokens = NEW;
     o.eos_id = -1;
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
+    stamps s;
+    o.on_token = on_token;
+    o.user = &s;
+    *step_s = *prompt_s = 1e30;
+    for (int r = 0; r < 3; r++) {
         int32_t *out = NULL;
         int64_t n_out = 0;
-        double t0 = now_s();
-        if (rc_generate(m, prompt, n, &o, &out, &n_out, err))
-            return -1;
-        double dt = now_s() - t0;
-        best = dt < best ? dt : best;
+        rc_error err = {0};
+        s.n = 0;
+        double t0 = bench_now();
+        if (rc_generate(m, prompt, P, &o, &out, &n_out, &err))
+            bench_fail(name, "rc_generate", err.msg);
         free(out);
+        if (n_out != NEW || s.n != NEW)
+            bench_fail(name, "rc_generate", "fewer tokens or callbacks than asked for");
+        double step = (s.stamp[NEW - 1] - s.stamp[0]) / (NEW - 1), first = s.stamp[0] - t0;
+        *step_s = step < *step_s ? step : *step_s;
+        *prompt_s = first < *prompt_s ? first : *prompt_s;
     }
-    return best;
 }
 
 int main(int argc, char **argv)
@@ -39,26 +59,27 @@ int main(int argc, char **argv)
     const char *def[] = {"tiny-gpt2", "gpt2"};
     const char *const *names = argc > 1 ? (const char *const *)argv + 1 : def;
     int count = argc > 1 ? argc - 1 : 2;
-    enum { P = 8, NEW = 20 };
     int32_t prompt[P] = {464, 2068, 7586, 21831, 18045, 625, 262, 16931};
     for (int i = 0; i < count; i++) {
         rc_error err = {0};
         rc_model *m = rc_model_create(names[i], 1, &err);
-        if (!m) {
-            fprintf(stderr, "%s: %s\n", names[i], err.msg);
-            return 1;
-        }
+        if (!m)
+            bench_fail(names[i], "rc_model_create", err.msg);
         int32_t p[P];
         for (int k = 0; k < P; k++)
             p[k] = prompt[k] % m->config.vocab_size;
-        double t1 = best_time(m, p, P, 1, 3, &err), tn = best_time(m, p, P, NEW + 1, 3, &err);
-        if (t1 < 0 || tn < 0) {
-            fprintf(stderr, "%s: %s\n", names[i], err.msg);
-            return 1;
-        }
-        printf("{\"bench\": \"generate_greedy\", \"model\": \"%s\", \"prompt\": %d, \"new_tokens\": %d, "
-               "\"tokens_per_s\": %.1f, \"ms_per_token\": %.3f, \"prompt_ms\": %.3f, \"threads\": %d}\n",
-               names[i], P, NEW, NEW / (tn - t1), 1e3 * (tn - t1) / NEW, 1e3 * t1, rc_get_threads());
+        double step_s, prompt_s;
+        time_decoding(names[i], m, p, &step_s, &prompt_s);
+        json_t *o = bench_line("generate_greedy");
+        bench_set_str(o, "model", names[i]);
+        bench_set_int(o, "prompt", P);
+        bench_set_int(o, "new_tokens", NEW);
+        bench_set_num(o, "tokens_per_s", 1.0 / step_s);
+        bench_set_num(o, "ms_per_token", 1e3 * step_s);
+        bench_set_num(o, "prompt_ms", 1e3 * prompt_s);
+        bench_set_int(o, "threads", rc_get_threads());
+        if (bench_print(o))
+            bench_fail(names[i], "writing a JSON line", "jansson or stdout failed");
         rc_model_free(m);
     }
     return 0;

@@ -1,20 +1,17 @@
 /* bench_gpt2.c - one forward+backward step of a GPT-2 124M shaped transformer
- * (B=4, T=64, fp32): time, achieved GFLOP/s, memory, and the executor's own overhead.
- * One JSON line per figure. */
+ * (B=4, T=64, fp32): time, achieved GFLOP/s, memory, the executor's own overhead, and
+ * the AdamW update against the machine's memory bandwidth. One JSON line per figure.
+ *   bench_gpt2 [REPS [PRESET B T]]   GPT-2 124M at B=4, T=64 unless a preset is named
+ * Any failing call prints one line naming it and exits 1. */
+#include "common.h"
 #include "nn.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static const char *NAME = "bench_gpt2";
 
 /* 2 M N K over the matmuls of the graph */
 static double matmul_flop(const rc_graph *g)
@@ -31,37 +28,59 @@ static double matmul_flop(const rc_graph *g)
     return f;
 }
 
+static void *alloc_or_fail(size_t bytes, const char *what)
+{
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p)
+        bench_fail(NAME, what, "out of memory");
+    return p;
+}
+
+/* seconds of one AdamW update over all parameters, held flat as a trainer holds them
+ * (parameters, gradient, moments: one array each) */
+static double time_adamw(nn_weights *w, const float *grad, float *m, float *v, int64_t step)
+{
+    rc_adam opt = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1, .step = step};
+    double t0 = bench_now();
+    rc_adamw_update(w->data, grad, m, v, w->numel, &opt);
+    return bench_now() - t0;
+}
+
 int main(int argc, char **argv)
 {
-    /* bench_gpt2 [REPS [PRESET B T]]: GPT-2 124M at B=4, T=64 unless another preset is named */
     int reps = argc > 1 ? atoi(argv[1]) : 3;
     int B = argc > 4 ? atoi(argv[3]) : 4, T = argc > 4 ? atoi(argv[4]) : 64;
+    if (reps < 1 || B < 1 || T < 1)
+        bench_fail(NAME, "arguments", "usage: bench_gpt2 [REPS [PRESET B T]] with REPS, B, T >= 1");
     rc_model_config cfg = nn_gpt2_config(50257, 1024, 12, 12, 768);
-    rc_error cerr = {0};
-    if (argc > 4 && rc_config_preset(argv[2], &cfg, &cerr)) {
-        fprintf(stderr, "bench_gpt2: %s\n", cerr.msg);
-        return 1;
-    }
+    rc_error err = {0};
+    if (argc > 4 && rc_config_preset(argv[2], &cfg, &err))
+        bench_fail(NAME, "rc_config_preset", err.msg);
     rc_set_threads(0);
     nn_weights w = {0};
-    rc_error err = {0};
-    if (nn_model_weights(&cfg, &w, &err) || nn_weights_alloc(&w))
-        return 1;
+    if (nn_model_weights(&cfg, &w, &err))
+        bench_fail(NAME, "nn_model_weights", err.msg);
+    if (nn_weights_alloc(&w))
+        bench_fail(NAME, "nn_weights_alloc", "cannot allocate the parameters");
     nn_model_init(&cfg, &w, 1);
 
     rc_graph *g = rc_graph_new();
-    rc_tensor **p = malloc((size_t)w.n * sizeof *p), **outs = malloc((size_t)(w.n + 1) * sizeof *outs);
-    nn_model_leaves(g, &w, p);
+    if (!g)
+        bench_fail(NAME, "rc_graph_new", "out of memory");
+    rc_tensor **p = alloc_or_fail((size_t)w.n * sizeof *p, "parameter leaves");
+    rc_tensor **outs = alloc_or_fail((size_t)(w.n + 1) * sizeof *outs, "outputs");
+    if (nn_model_leaves(g, &w, p))
+        bench_fail(NAME, "nn_model_leaves", rc_graph_error(g));
     rc_tensor *ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *tg = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, T});
     nn_inputs in = {.ids = ids};
     outs[0] = rc_cross_entropy(g, nn_model_logits(g, &cfg, &w, p, &in), tg, -100);
-    rc_backward(g, outs[0], p, w.n, outs + 1);
-    if (rc_graph_error(g)) {
-        fprintf(stderr, "bench_gpt2: %s\n", rc_graph_error(g));
-        return 1;
-    }
-    int32_t *xb = malloc(sizeof(int32_t) * B * T), *yb = malloc(sizeof(int32_t) * B * T);
+    if (!rc_graph_error(g))
+        rc_backward(g, outs[0], p, w.n, outs + 1);
+    if (rc_graph_error(g))
+        bench_fail(NAME, "recording the step", rc_graph_error(g));
+    int32_t *xb = alloc_or_fail(sizeof(int32_t) * B * T, "batch");
+    int32_t *yb = alloc_or_fail(sizeof(int32_t) * B * T, "batch");
     rc_rng r = rc_rng_new(2);
     for (int i = 0; i < B * T; i++) {
         xb[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)cfg.vocab_size);
@@ -69,57 +88,107 @@ int main(int argc, char **argv)
     }
     rc_tensor_bind(ids, xb);
     rc_tensor_bind(tg, yb);
-    double t0 = now_s();
+    double t0 = bench_now();
     rc_plan *plan = rc_plan_new(g, outs, w.n + 1, &err);
-    double plan_s = now_s() - t0;
-    if (!plan || rc_plan_run(plan, &err)) { /* the first run warms caches and pages */
-        fprintf(stderr, "bench_gpt2: %s\n", err.msg);
-        return 1;
-    }
+    double plan_s = bench_now() - t0;
+    if (!plan)
+        bench_fail(NAME, "rc_plan_new", err.msg);
+    if (rc_plan_run(plan, &err)) /* the first run warms caches and pages */
+        bench_fail(NAME, "rc_plan_run (warm-up)", err.msg);
     double best = 1e30;
     for (int i = 0; i < reps; i++) {
-        t0 = now_s();
-        rc_plan_run(plan, &err);
-        double dt = now_s() - t0;
+        t0 = bench_now();
+        if (rc_plan_run(plan, &err))
+            bench_fail(NAME, "rc_plan_run", err.msg);
+        double dt = bench_now() - t0;
         best = dt < best ? dt : best;
     }
     /* the same step with per-kernel timing, for the breakdown */
     rc_plan_set_timing(plan, 1);
-    rc_plan_run(plan, &err);
+    if (rc_plan_run(plan, &err))
+        bench_fail(NAME, "rc_plan_run (timed kernels)", err.msg);
     rc_plan_stats st = rc_plan_get_stats(plan);
 
-    /* AdamW over all parameters, as a trainer would run after the step */
-    float *m = calloc((size_t)w.numel, sizeof *m), *v = calloc((size_t)w.numel, sizeof *v);
-    rc_adam opt = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0, .step = 1};
-    double adam_s = 1e30;
-    for (int r = 0; r < 2; r++) { /* the first pass also faults in the moments' pages */
-        t0 = now_s();
-        for (int i = 0; i < w.n; i++) {
-            int64_t o = w.p[i].offset;
-            rc_adamw_update(w.data + o, rc_tensor_data(outs[1 + i]), m + o, v + o, w.p[i].numel, &opt);
-        }
-        double dt = now_s() - t0;
-        adam_s = dt < adam_s ? dt : adam_s;
+    /* AdamW over all parameters: reads w, g, m, v and writes w, m, v (7 x 4 bytes per
+     * parameter); the first pass also faults in the moments' pages */
+    float *m = alloc_or_fail((size_t)w.numel * sizeof *m, "first moments");
+    float *v = alloc_or_fail((size_t)w.numel * sizeof *v, "second moments");
+    float *grad = alloc_or_fail((size_t)w.numel * sizeof *grad, "gradient");
+    for (int i = 0; i < w.n; i++)
+        memcpy(grad + w.p[i].offset, rc_tensor_data(outs[1 + i]), (size_t)w.p[i].numel * sizeof *grad);
+    /* against a streaming copy in the same run at the same threads: arrays as large as
+     * one of the update's (at least 256 MB), and as many passes as make about the update's
+     * bytes, so both take about as long; update and copy alternate, best of 5 each, so
+     * both see the same machine */
+    bench_copy copy;
+    int64_t copy_n = w.numel > (1 << 26) ? w.numel : (1 << 26);
+    int passes = (int)((28.0 * (double)w.numel) / (8.0 * (double)copy_n) + 0.5);
+    passes = passes < 1 ? 1 : passes;
+    if (bench_copy_init(&copy, copy_n))
+        bench_fail(NAME, "streaming copy", "cannot allocate its arrays");
+    time_adamw(&w, grad, m, v, 1);
+    bench_copy_run(&copy, passes);
+    double adam_s = 1e30, copy_s = 1e30;
+    for (int i = 0; i < 5; i++) {
+        double a = time_adamw(&w, grad, m, v, 2 + i), c = bench_copy_run(&copy, passes);
+        adam_s = a < adam_s ? a : adam_s;
+        copy_s = c < copy_s ? c : copy_s;
     }
+    double copy_gbs = bench_copy_gbs(&copy, passes, copy_s);
+    bench_copy_free(&copy);
+    double adam_gbs = 7.0 * 4.0 * (double)w.numel / adam_s * 1e-9;
 
     double flop = matmul_flop(g);
     double movement = st.op_s[RC_OP_PERMUTE] + st.op_s[RC_OP_SLICE] + st.op_s[RC_OP_PAD] +
                       st.op_s[RC_OP_CONCAT] + st.op_s[RC_OP_EXPAND] + st.op_s[RC_OP_CAST];
     double bookkeeping = st.last_run_s - st.last_kernel_s;
     struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("{\"bench\": \"gpt2_124m_fwd_bwd\", \"batch\": %d, \"seq\": %d, \"threads\": %d, \"params\": %lld, "
-           "\"step_s\": %.4f, \"matmul_gflop\": %.1f, \"gflops\": %.1f, \"nodes\": %lld, \"plan_s\": %.3f}\n",
-           B, T, rc_get_threads(), (long long)w.numel, best, flop * 1e-9, flop / best * 1e-9,
-           (long long)st.nodes, plan_s);
-    printf("{\"bench\": \"gpt2_124m_memory\", \"arena_peak_bytes\": %zu, \"arena_naive_bytes\": %zu, "
-           "\"param_bytes\": %lld, \"max_rss_bytes\": %lld}\n",
-           st.peak_bytes, st.naive_bytes, (long long)w.numel * 4, (long long)ru.ru_maxrss * 1024);
-    printf("{\"bench\": \"gpt2_124m_breakdown\", \"run_s\": %.4f, \"matmul_s\": %.4f, \"other_kernels_s\": %.4f, "
-           "\"data_movement_s\": %.4f, \"executor_bookkeeping_s\": %.6f, \"overhead_pct\": %.2f}\n",
-           st.last_run_s, st.op_s[RC_OP_MATMUL], st.last_kernel_s - st.op_s[RC_OP_MATMUL] - movement,
-           movement, bookkeeping, 100.0 * (bookkeeping + movement) / st.last_run_s);
-    printf("{\"bench\": \"gpt2_124m_adamw\", \"update_s\": %.4f, \"train_step_s\": %.4f}\n", adam_s, best + adam_s);
+    if (getrusage(RUSAGE_SELF, &ru))
+        bench_fail(NAME, "getrusage", "no resource usage");
+    const char *model = argc > 4 ? argv[2] : "gpt2_124m";
+
+    json_t *o = bench_line("gpt2_124m_fwd_bwd");
+    bench_set_str(o, "model", model);
+    bench_set_int(o, "batch", B);
+    bench_set_int(o, "seq", T);
+    bench_set_int(o, "threads", rc_get_threads());
+    bench_set_int(o, "params", (long long)w.numel);
+    bench_set_num(o, "step_s", best);
+    bench_set_num(o, "matmul_gflop", flop * 1e-9);
+    bench_set_num(o, "gflops", flop / best * 1e-9);
+    bench_set_int(o, "nodes", (long long)st.nodes);
+    bench_set_num(o, "plan_s", plan_s);
+    int bad = bench_print(o);
+
+    o = bench_line("gpt2_124m_memory");
+    bench_set_int(o, "arena_peak_bytes", (long long)st.peak_bytes);
+    bench_set_int(o, "arena_naive_bytes", (long long)st.naive_bytes);
+    bench_set_int(o, "param_bytes", (long long)w.numel * 4);
+    bench_set_int(o, "max_rss_bytes", (long long)ru.ru_maxrss * 1024);
+    bad |= bench_print(o);
+
+    o = bench_line("gpt2_124m_breakdown");
+    bench_set_num(o, "run_s", st.last_run_s);
+    bench_set_num(o, "matmul_s", st.op_s[RC_OP_MATMUL]);
+    bench_set_num(o, "other_kernels_s", st.last_kernel_s - st.op_s[RC_OP_MATMUL] - movement);
+    bench_set_num(o, "data_movement_s", movement);
+    bench_set_num(o, "executor_bookkeeping_s", bookkeeping);
+    bench_set_num(o, "overhead_pct", 100.0 * (bookkeeping + movement) / st.last_run_s);
+    bad |= bench_print(o);
+
+    /* bytes moved / time for both; copy_vs_update <= 1.5 is the goal */
+    o = bench_line("gpt2_124m_adamw");
+    bench_set_int(o, "threads", rc_get_threads());
+    bench_set_num(o, "update_s", adam_s);
+    bench_set_num(o, "update_gb", 7.0 * 4.0 * (double)w.numel * 1e-9);
+    bench_set_num(o, "update_gbs", adam_gbs);
+    bench_set_num(o, "copy_gbs", copy_gbs);
+    bench_set_num(o, "copy_vs_update", copy_gbs / adam_gbs);
+    bench_set_num(o, "train_step_s", best + adam_s);
+    bad |= bench_print(o);
+    if (bad)
+        bench_fail(NAME, "writing a JSON line", "jansson or stdout failed");
+
     for (int op = 0; op < RC_OP_COUNT; op++)
         if (st.op_count[op])
             fprintf(stderr, "  %-16s %4lld kernels %8.2f ms\n", rc_op_name((rc_op)op),
@@ -127,6 +196,6 @@ int main(int argc, char **argv)
     rc_plan_free(plan);
     rc_graph_free(g);
     nn_weights_free(&w);
-    free(p), free(outs), free(m), free(v), free(xb), free(yb);
+    free(p), free(outs), free(m), free(v), free(grad), free(xb), free(yb);
     return 0;
 }

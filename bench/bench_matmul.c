@@ -1,18 +1,14 @@
 /* bench_matmul.c - BLAS matmul through the executor vs cblas_sgemm called directly,
- * on the shapes of a GPT-2 small step. One JSON line per shape. */
+ * on the shapes of a GPT-2 small step. One JSON line per shape; any failing call prints one
+ * line naming it and exits 1. */
+#include "common.h"
 #include "redco.h"
 
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static const char *NAME = "bench_matmul";
 
 static void fill(float *x, int64_t n, rc_rng *r)
 {
@@ -24,18 +20,25 @@ static void fill(float *x, int64_t n, rc_rng *r)
 static double time_executor(int m, int k, int n, int ta, int tb, const float *a, const float *b, int reps)
 {
     rc_graph *g = rc_graph_new();
+    if (!g)
+        bench_fail(NAME, "rc_graph_new", "out of memory");
     int64_t sa[2] = {ta ? k : m, ta ? m : k}, sb[2] = {tb ? n : k, tb ? k : n};
     rc_tensor *x = rc_input(g, "a", RC_F32, 2, sa), *w = rc_input(g, "b", RC_F32, 2, sb);
     rc_tensor *y = rc_matmul(g, x, w, ta, tb);
+    if (rc_graph_error(g))
+        bench_fail(NAME, "rc_matmul", rc_graph_error(g));
     rc_tensor_bind(x, (void *)a);
     rc_tensor_bind(w, (void *)b);
     rc_error err = {0};
     rc_plan *p = rc_plan_new(g, &y, 1, &err);
+    if (!p)
+        bench_fail(NAME, "rc_plan_new", err.msg);
     double best = 1e30;
-    for (int r = 0; p && r < reps; r++) {
-        double t0 = now_s();
-        rc_plan_run(p, &err);
-        double dt = now_s() - t0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = bench_now();
+        if (rc_plan_run(p, &err))
+            bench_fail(NAME, "rc_plan_run", err.msg);
+        double dt = bench_now() - t0;
         best = dt < best ? dt : best;
     }
     rc_plan_free(p);
@@ -47,10 +50,10 @@ static double time_cblas(int m, int k, int n, int ta, int tb, const float *a, co
 {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = bench_now();
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k,
                     1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, c, n);
-        double dt = now_s() - t0;
+        double dt = bench_now() - t0;
         best = dt < best ? dt : best;
     }
     return best;
@@ -73,15 +76,26 @@ int main(void)
         int m = shapes[s][0], k = shapes[s][1], n = shapes[s][2], ta = shapes[s][3], tb = shapes[s][4];
         float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * k * n);
         float *c = malloc(sizeof(float) * m * n);
+        if (!a || !b || !c)
+            bench_fail(NAME, "malloc", "out of memory");
         fill(a, (int64_t)m * k, &r);
         fill(b, (int64_t)k * n, &r);
         int reps = 10;
         double flop = 2.0 * m * n * k;
         double tc = time_cblas(m, k, n, ta, tb, a, b, c, reps);
         double te = time_executor(m, k, n, ta, tb, a, b, reps);
-        printf("{\"bench\": \"matmul\", \"m\": %d, \"k\": %d, \"n\": %d, \"trans_a\": %d, \"trans_b\": %d, "
-               "\"threads\": %d, \"executor_gflops\": %.1f, \"cblas_gflops\": %.1f, \"executor_vs_cblas\": %.3f}\n",
-               m, k, n, ta, tb, rc_get_threads(), flop / te * 1e-9, flop / tc * 1e-9, tc / te);
+        json_t *o = bench_line("matmul");
+        bench_set_int(o, "m", m);
+        bench_set_int(o, "k", k);
+        bench_set_int(o, "n", n);
+        bench_set_int(o, "trans_a", ta);
+        bench_set_int(o, "trans_b", tb);
+        bench_set_int(o, "threads", rc_get_threads());
+        bench_set_num(o, "executor_gflops", flop / te * 1e-9);
+        bench_set_num(o, "cblas_gflops", flop / tc * 1e-9);
+        bench_set_num(o, "executor_vs_cblas", tc / te);
+        if (bench_print(o))
+            bench_fail(NAME, "writing a JSON line", "jansson or stdout failed");
         free(a);
         free(b);
         free(c);

@@ -2,13 +2,18 @@
  * GPT-2 byte-level BPE and the two SentencePiece models (BPE with byte fallback, unigram).
  *
  *   bench_tokenizer [TEXT [DATA_DIR]]
- *     TEXT      default ../shared/data/text/jane_austen_6novels.txt
- *     DATA_DIR  default ../shared/data (gpt2/, spm/austen_bpe4k.model, spm/austen_unigram4k.model)
+ *     TEXT      default: the Austen text, data/text/ or ../shared/data/text/
+ *               jane_austen_6novels.txt, else the bundled data/moby_dick.txt
+ *     DATA_DIR  default: data, else ../shared/data, per file (gpt2/, spm/austen_bpe4k.model,
+ *               spm/austen_unigram4k.model)
  *
- * One JSON line per tokenizer: {"bench":"tokenize","tokenizer":...,"bytes":...,"tokens":...,
- * "seconds":...,"mb_per_s":...,"peak_rss_bytes":...}. seconds is the best of 3 encodes of
- * the whole text (loading excluded; load_seconds reports it). Each tokenizer runs in its own
- * child process so peak_rss_bytes is its own (loaded tokenizer + text + ids + work areas). */
+ * One JSON line per tokenizer (jansson): {"bench":"tokenize","tokenizer":...,"text":...,
+ * "bytes":...,"tokens":...,"seconds":...,"mb_per_s":...,"load_seconds":...,"peak_rss_bytes":...}.
+ * seconds is the best of 3 encodes of the whole text (loading excluded; load_seconds
+ * reports it). Each tokenizer runs in its own child process so peak_rss_bytes is its own
+ * (loaded tokenizer + text + ids + work areas). A failure prints one line naming the call
+ * and the library's message, and the exit status is 1. */
+#include "common.h"
 #include "redco.h"
 #include "redco/tokenizer.h"
 
@@ -16,15 +21,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-static double now(void)
+static const char *NAME = "bench_tokenizer";
+
+/* the first of the paths that exists, or NULL */
+static const char *first_existing(const char *const *paths, int n)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    struct stat st;
+    for (int i = 0; i < n; i++)
+        if (paths[i] && stat(paths[i], &st) == 0)
+            return paths[i];
+    return NULL;
 }
 
 static char *read_file(const char *path, size_t *len)
@@ -44,77 +54,94 @@ static char *read_file(const char *path, size_t *len)
     return p;
 }
 
-static void json_error(const char *name, const char *msg)
-{
-    printf("{\"bench\":\"tokenize\",\"tokenizer\":\"%s\",\"error\":\"", name);
-    for (const char *c = msg; *c; c++) {
-        if (*c == '"' || *c == '\\') putchar('\\');
-        putchar((unsigned char)*c < 0x20 ? ' ' : *c);
-    }
-    printf("\"}\n");
-}
-
 /* Runs in a child: loads, encodes 3 times, prints the line. Exit status 0 when it worked. */
-static int bench_one(const char *name, const char *tok_path, const char *text, size_t len)
+static int bench_one(const char *name, const char *tok_path, const char *text_path, const char *text,
+                     size_t len)
 {
     rc_error err = {0};
-    double t0 = now();
+    char who[128];
+    snprintf(who, sizeof who, "%s %s", NAME, name);
+    double t0 = bench_now();
     rc_tokenizer *t = rc_tokenizer_load(tok_path, &err);
-    double load = now() - t0;
-    if (!t) {
-        json_error(name, err.msg);
-        return 1;
-    }
+    double load = bench_now() - t0;
+    if (!t)
+        bench_fail(who, "rc_tokenizer_load", err.msg);
     double best = 1e30;
     int64_t count = 0;
     for (int rep = 0; rep < 3; rep++) {
         int32_t *ids;
-        double s = now();
-        if (rc_tokenizer_encode(t, text, len, 0, &ids, &count, &err)) {
-            json_error(name, err.msg);
-            rc_tokenizer_free(t);
-            return 1;
-        }
-        double e = now() - s;
+        double s = bench_now();
+        if (rc_tokenizer_encode(t, text, len, 0, &ids, &count, &err))
+            bench_fail(who, "rc_tokenizer_encode", err.msg);
+        double e = bench_now() - s;
         if (e < best) best = e;
         free(ids);
     }
     struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("{\"bench\":\"tokenize\",\"tokenizer\":\"%s\",\"bytes\":%zu,\"tokens\":%lld,\"seconds\":%.4f,"
-           "\"mb_per_s\":%.2f,\"load_seconds\":%.4f,\"peak_rss_bytes\":%lld}\n",
-           name, len, (long long)count, best, (double)len / 1e6 / best, load, (long long)ru.ru_maxrss * 1024);
+    if (getrusage(RUSAGE_SELF, &ru))
+        bench_fail(who, "getrusage", "no resource usage");
+    json_t *o = bench_line("tokenize");
+    bench_set_str(o, "tokenizer", name);
+    bench_set_str(o, "text", text_path);
+    bench_set_int(o, "bytes", (long long)len);
+    bench_set_int(o, "tokens", (long long)count);
+    bench_set_num(o, "seconds", best);
+    bench_set_num(o, "mb_per_s", (double)len / 1e6 / best);
+    bench_set_num(o, "load_seconds", load);
+    bench_set_int(o, "peak_rss_bytes", (long long)ru.ru_maxrss * 1024);
+    if (bench_print(o))
+        bench_fail(who, "writing a JSON line", "jansson or stdout failed");
     rc_tokenizer_free(t);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    const char *text_path = argc > 1 ? argv[1] : "../shared/data/text/jane_austen_6novels.txt";
-    const char *data = argc > 2 ? argv[2] : "../shared/data";
+    static const char *texts[] = {"data/text/jane_austen_6novels.txt", "../shared/data/text/jane_austen_6novels.txt",
+                                  "data/moby_dick.txt"};
+    const char *text_path = argc > 1 ? argv[1] : first_existing(texts, 3);
+    if (!text_path)
+        bench_fail(NAME, "finding the text", "none of data/text/jane_austen_6novels.txt, "
+                   "../shared/data/text/jane_austen_6novels.txt, data/moby_dick.txt exists "
+                   "(give TEXT [DATA_DIR], or run from the repository root)");
     size_t len = 0;
     char *text = read_file(text_path, &len);
     if (!text) {
         char msg[600];
-        snprintf(msg, sizeof msg, "cannot read the text %s (give TEXT [DATA_DIR], or run from the repo root)", text_path);
-        json_error("all", msg);
-        return 1;
+        snprintf(msg, sizeof msg, "cannot read %s", text_path);
+        bench_fail(NAME, "reading the text", msg);
     }
     static const char *names[3] = {"gpt2", "spm_bpe4k", "spm_unigram4k"};
     static const char *files[3] = {"gpt2", "spm/austen_bpe4k.model", "spm/austen_unigram4k.model"};
     int failed = 0;
     for (int i = 0; i < 3; i++) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", data, files[i]);
+        char given[1024], local[1024], shared[1024];
+        snprintf(given, sizeof given, "%s/%s", argc > 2 ? argv[2] : "data", files[i]);
+        snprintf(local, sizeof local, "data/%s", files[i]);
+        snprintf(shared, sizeof shared, "../shared/data/%s", files[i]);
+        const char *paths[2] = {argc > 2 ? given : local, argc > 2 ? NULL : shared};
+        const char *path = first_existing(paths, 2);
+        if (!path) {
+            if (paths[1])
+                fprintf(stderr, "%s %s: finding the tokenizer failed: neither %s nor %s exists\n", NAME,
+                        names[i], paths[0], paths[1]);
+            else
+                fprintf(stderr, "%s %s: finding the tokenizer failed: %s does not exist\n", NAME, names[i],
+                        paths[0]);
+            failed = 1;
+            continue;
+        }
         fflush(stdout);
         pid_t pid = fork();
-        if (pid == 0) {
-            int rc = bench_one(names[i], path, text, len);
-            fflush(stdout);
-            _exit(rc);
-        }
+        if (pid == 0)
+            _exit(bench_one(names[i], path, text_path, text, len));
         int status = 0;
-        if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) failed = 1;
+        if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) {
+            if (pid < 0 || !WIFEXITED(status)) /* a child that exited with 1 has said why */
+                fprintf(stderr, "%s %s: the child process failed (%s)\n", NAME, names[i],
+                        pid < 0 ? "fork" : "killed by a signal");
+            failed = 1;
+        }
     }
     free(text);
     return failed;

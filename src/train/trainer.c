@@ -13,6 +13,10 @@
 #include <time.h>
 
 enum { GRAD_BUCKET = 1 << 22 }; /* floats per all-reduce */
+/* The update path works in blocks of this many floats: a block's gradient, parameters and
+ * moments stay in cache between clipping and the update, and the blocks are split over the
+ * OpenMP threads. Fixed, so the gradient norm sums in the same order at any thread count. */
+enum { UPDATE_BLOCK = 1 << 16 };
 
 static double now_s(void)
 {
@@ -294,16 +298,61 @@ static int collate(rc_trainer *t, void *user, rc_batch *b, const int64_t *idx, i
     return 0;
 }
 
-/* grad += gradients of the last run of the train step (scaled) */
-static void add_grads(rc_trainer *t, float scale)
+/* grad = (first ? 0 : grad) + scale x the gradients of the last run of the train step:
+ * the first micro-batch writes the sum, so no pass zeroes it first */
+static void add_grads(rc_trainer *t, float scale, int first)
 {
     int np = rc_params_count(t->params);
     for (int i = 0; i < np; i++) {
+        int64_t n = t->lnum[i];
+        if (n == 0)
+            continue;
         const float *g = rc_tensor_data(t->train.grads[i]);
         float *acc = t->grad + t->loff[i];
-        for (int64_t j = 0; j < t->lnum[i]; j++)
-            acc[j] += scale * g[j];
+        if (first) {
+#pragma omp parallel for simd schedule(static) if (n > UPDATE_BLOCK)
+            for (int64_t j = 0; j < n; j++)
+                acc[j] = scale * g[j];
+        } else {
+#pragma omp parallel for simd schedule(static) if (n > UPDATE_BLOCK)
+            for (int64_t j = 0; j < n; j++)
+                acc[j] += scale * g[j];
+        }
     }
+}
+
+/* sum of squares of g[lo..hi) in double, in 8 lanes (lane k takes every 8th element from
+ * k) added in a fixed order: vectorisable, and the same result every time */
+static double block_squares(const float *g, int64_t lo, int64_t hi)
+{
+    double lane[8] = {0};
+    int64_t j = lo;
+    for (; j + 8 <= hi; j += 8)
+        for (int k = 0; k < 8; k++)
+            lane[k] += (double)g[j + k] * g[j + k];
+    for (int k = 0; j < hi; j++, k++)
+        lane[k] += (double)g[j] * g[j];
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+/* sum of squares of g[0..n) in double: blocks of UPDATE_BLOCK over the threads, their sums
+ * added in order, so the result does not depend on the thread count */
+static double sum_squares(const float *g, int64_t n)
+{
+    enum { GROUP = 256 }; /* blocks per parallel pass */
+    int64_t nb = (n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
+    double total = 0, part[GROUP];
+    for (int64_t b0 = 0; b0 < nb; b0 += GROUP) {
+        int64_t count = nb - b0 < GROUP ? nb - b0 : GROUP;
+#pragma omp parallel for schedule(static) if (count > 1)
+        for (int64_t b = 0; b < count; b++) {
+            int64_t lo = (b0 + b) * UPDATE_BLOCK, hi = lo + UPDATE_BLOCK < n ? lo + UPDATE_BLOCK : n;
+            part[b] = block_squares(g, lo, hi);
+        }
+        for (int64_t b = 0; b < count; b++)
+            total += part[b];
+    }
+    return total;
 }
 
 /* the global norm: split parameters summed over the model shards, replicated ones once */
@@ -311,37 +360,54 @@ static double grad_norm(const rc_trainer *t, rc_error *err)
 {
     double sq[2] = {0, 0}; /* split, replicated */
     int np = rc_params_count(t->params);
-    for (int i = 0; i < np; i++) {
-        double s = 0;
-        for (int64_t j = 0; j < t->lnum[i]; j++)
-            s += (double)t->grad[t->loff[i] + j] * t->grad[t->loff[i] + j];
-        sq[t->mp > 1 && t->specs[i].axis >= 0 ? 0 : 1] += s;
-    }
+    for (int i = 0; i < np; i++)
+        sq[t->mp > 1 && t->specs[i].axis >= 0 ? 0 : 1] += sum_squares(t->grad + t->loff[i], t->lnum[i]);
     if (t->mp > 1)
         rc_comm_allreduce_sum_f64(rc_deployer_mesh(t->d)->mp_comm, sq, 1, err);
     return sqrt(sq[0] + sq[1]);
 }
 
-static void optimizer_update(rc_trainer *t, const rc_train_options *o, double lr)
+/* One parameter's update over [off, off + n) of the state, gradient first multiplied by
+ * clip (1: none). Block by block, so clipping, decay and update are one pass over memory;
+ * the arithmetic per element is that of clipping the whole gradient, then updating. Called
+ * inside the update's parallel region: the blocks are shared among its threads, with no
+ * wait at the end (the region's end is the one barrier of the whole update). */
+static void update_param(rc_trainer *t, int64_t off, int64_t n, const rc_adam *adam, double lr, double wd,
+                         float clip)
+{
+    float *w = t->local + off, *g = t->grad + off;
+    float keep = (float)(1.0 - lr * wd);
+    int64_t nb = (n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
+#pragma omp for schedule(static) nowait
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t lo = b * UPDATE_BLOCK, len = n - lo < UPDATE_BLOCK ? n - lo : UPDATE_BLOCK;
+        if (clip != 1.0f)
+            for (int64_t j = lo; j < lo + len; j++)
+                g[j] *= clip;
+        if (adam) {
+            rc_adamw_update(w + lo, g + lo, t->m + off + lo, t->v + off + lo, len, adam);
+        } else {
+            if (wd > 0)
+                for (int64_t j = lo; j < lo + len; j++)
+                    w[j] *= keep;
+            rc_sgd_update(w + lo, g + lo, len, lr);
+        }
+    }
+}
+
+static void optimizer_update(rc_trainer *t, const rc_train_options *o, double lr, float clip)
 {
     nn_weights *w = rc_params_weights(t->params);
     int adamw = !o->optimizer || !strcmp(o->optimizer, "adamw");
-    float *data = t->local;
-    t->opt_step++;
+    int64_t step = ++t->opt_step;
+    /* one parallel region for all parameters */
+#pragma omp parallel if (t->local_numel > UPDATE_BLOCK)
     for (int i = 0; i < w->n; i++) {
-        int64_t off = t->loff[i], n = t->lnum[i];
         int decay = w->p[i].ndim >= 2 || o->decay_norms_and_biases;
         double wd = decay ? o->weight_decay : 0.0;
-        if (adamw) {
-            rc_adam opt = {lr, o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
-                           o->eps > 0 ? o->eps : 1e-8, wd, t->opt_step};
-            rc_adamw_update(data + off, t->grad + off, t->m + off, t->v + off, n, &opt);
-        } else {
-            if (wd > 0)
-                for (int64_t j = 0; j < n; j++)
-                    data[off + j] *= (float)(1.0 - lr * wd);
-            rc_sgd_update(data + off, t->grad + off, n, lr);
-        }
+        rc_adam opt = {lr, o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
+                       o->eps > 0 ? o->eps : 1e-8, wd, step};
+        update_param(t, t->loff[i], t->lnum[i], adamw ? &opt : NULL, lr, wd, clip);
     }
 }
 
@@ -362,15 +428,13 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
             rc = collate(t, user, &b, idx, B, err);
         if (!rc && !t->train.plan)
             rc = rc_step_compile(&t->train, t, user, &b, 1, err);
-        if (!rc && j == 0) /* the state exists once the step is compiled */
-            memset(t->grad, 0, (size_t)t->local_numel * sizeof *t->grad);
         double loss = 0;
         int64_t tokens = 0;
         rc_rng key = rc_rng_fold(rc_deployer_step_rng(t->d, t->step), (uint64_t)j);
         if (!rc)
             rc = rc_step_run(&t->train, &b, key, &loss, &tokens, err);
         if (!rc) {
-            add_grads(t, 1.0f / (float)k);
+            add_grads(t, 1.0f / (float)k, j == 0);
             sums[0] += loss / k;
             sums[1] += (double)tokens;
         }
@@ -389,12 +453,9 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
                             (long long)t->step + 1, isnan(*loss_out) ? "NaN" : "infinite",
                             t->last_ckpt[0] ? t->last_ckpt : "none");
     *norm_out = grad_norm(t, err);
-    if (o->grad_clip > 0 && *norm_out > o->grad_clip) {
-        float scale = (float)(o->grad_clip / (*norm_out + 1e-6));
-        for (int64_t i = 0; i < t->local_numel; i++)
-            t->grad[i] *= scale;
-    }
-    optimizer_update(t, o, lr);
+    /* clipping is applied inside the update's pass */
+    float clip = o->grad_clip > 0 && *norm_out > o->grad_clip ? (float)(o->grad_clip / (*norm_out + 1e-6)) : 1.0f;
+    optimizer_update(t, o, lr, clip);
     return 0;
 }
 

@@ -1,0 +1,107 @@
+/* common.c - the benchmarks' shared helpers (see common.h). */
+#include "common.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void bench_fail(const char *name, const char *what, const char *msg)
+{
+    fflush(stdout);
+    fprintf(stderr, "%s: %s failed: %s\n", name, what, msg && msg[0] ? msg : "(no message)");
+    exit(1);
+}
+
+json_t *bench_line(const char *name)
+{
+    json_t *o = json_object();
+    bench_set_str(o, "bench", name);
+    return o;
+}
+
+void bench_set_num(json_t *o, const char *key, double v)
+{
+    json_object_set_new(o, key, isfinite(v) ? json_real(v) : json_null());
+}
+
+void bench_set_int(json_t *o, const char *key, long long v)
+{
+    json_object_set_new(o, key, json_integer(v));
+}
+
+void bench_set_str(json_t *o, const char *key, const char *v)
+{
+    json_object_set_new(o, key, v ? json_string(v) : json_null());
+}
+
+int bench_print(json_t *o)
+{
+    char *text = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)) : NULL;
+    json_decref(o);
+    if (!text)
+        return -1;
+    int rc = printf("%s\n", text) < 0 ? -1 : 0;
+    free(text);
+    fflush(stdout);
+    return rc;
+}
+
+int bench_copy_init(bench_copy *c, int64_t n)
+{
+    c->n = n;
+    c->a = malloc((size_t)n * sizeof *c->a);
+    c->b = malloc((size_t)n * sizeof *c->b);
+    if (!c->a || !c->b) {
+        bench_copy_free(c);
+        return -1;
+    }
+    /* the pages are touched by the threads that copy them */
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        for (int64_t i = n * id / nt; i < n * (id + 1) / nt; i++) {
+            c->a[i] = (float)(i & 1023);
+            c->b[i] = 0.0f;
+        }
+    }
+    return 0;
+}
+
+double bench_copy_run(bench_copy *c, int passes)
+{
+    double t0 = bench_now();
+#pragma omp parallel
+    {
+        /* each thread copies the part it touched, with the C library's copy, a to b then
+         * b to a and so on */
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int64_t lo = c->n * id / nt, hi = c->n * (id + 1) / nt;
+        for (int p = 0; p < passes; p++) {
+            float *to = p % 2 ? c->a : c->b, *from = p % 2 ? c->b : c->a;
+            memcpy(to + lo, from + lo, (size_t)(hi - lo) * sizeof *to);
+        }
+    }
+    return bench_now() - t0;
+}
+
+double bench_copy_gbs(const bench_copy *c, int passes, double seconds)
+{
+    return 2.0 * (double)passes * (double)c->n * sizeof(float) / seconds * 1e-9;
+}
+
+void bench_copy_free(bench_copy *c)
+{
+    free(c->a);
+    free(c->b);
+    c->a = c->b = NULL;
+}

@@ -1,0 +1,36 @@
+/* common.h - what every benchmark shares: a clock, the one-line failure, JSON lines
+ * written with jansson (a non-finite number becomes null), and a streaming copy that
+ * measures the machine's memory bandwidth. */
+#ifndef BENCH_COMMON_H
+#define BENCH_COMMON_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+double bench_now(void);
+
+/* Prints "NAME: WHAT failed: MSG" on stderr and exits 1. */
+void bench_fail(const char *name, const char *what, const char *msg);
+
+/* {"bench": NAME}: add fields with the setters, print with bench_print */
+json_t *bench_line(const char *name);
+void bench_set_num(json_t *o, const char *key, double v); /* non-finite: null */
+void bench_set_int(json_t *o, const char *key, long long v);
+void bench_set_str(json_t *o, const char *key, const char *v);
+/* one line on stdout, fields in the order they were set; frees o. -1 when it cannot */
+int bench_print(json_t *o);
+
+/* A streaming copy of n floats between two arrays with the current OpenMP threads, to
+ * set a figure against the machine's memory bandwidth: init (-1 when it cannot
+ * allocate), run (seconds of `passes` copies, back and forth), gbs (bytes read + written
+ * per second). */
+typedef struct {
+    float *a, *b;
+    int64_t n;
+} bench_copy;
+int bench_copy_init(bench_copy *c, int64_t n);
+double bench_copy_run(bench_copy *c, int passes);
+double bench_copy_gbs(const bench_copy *c, int passes, double seconds);
+void bench_copy_free(bench_copy *c);
+
+#endif
