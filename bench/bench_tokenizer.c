@@ -1,11 +1,9 @@
-/* bench_tokenizer.c - tokenizing speed on one core: the 4 MB Austen text through the
+/* bench_tokenizer.c - tokenizing speed on one core: the bundled 1 MB Austen text through the
  * GPT-2 byte-level BPE and the two SentencePiece models (BPE with byte fallback, unigram).
  *
  *   bench_tokenizer [TEXT [DATA_DIR]]
- *     TEXT      default: the Austen text, data/text/ or ../shared/data/text/
- *               jane_austen_6novels.txt, else the bundled data/moby_dick.txt
- *     DATA_DIR  default: data, else ../shared/data, per file (gpt2/, spm/austen_bpe4k.model,
- *               spm/austen_unigram4k.model)
+ *     TEXT      default: data/austen_excerpt.txt (run from the repository root)
+ *     DATA_DIR  default: data (gpt2/, spm/austen_bpe4k.model, spm/austen_unigram4k.model)
  *
  * One JSON line per tokenizer (jansson): {"bench":"tokenize","tokenizer":...,"text":...,
  * "bytes":...,"tokens":...,"seconds":...,"mb_per_s":...,"load_seconds":...,"peak_rss_bytes":...}.
@@ -26,16 +24,6 @@
 #include <unistd.h>
 
 static const char *NAME = "bench_tokenizer";
-
-/* the first of the paths that exists, or NULL */
-static const char *first_existing(const char *const *paths, int n)
-{
-    struct stat st;
-    for (int i = 0; i < n; i++)
-        if (paths[i] && stat(paths[i], &st) == 0)
-            return paths[i];
-    return NULL;
-}
 
 static char *read_file(const char *path, size_t *len)
 {
@@ -97,13 +85,7 @@ static int bench_one(const char *name, const char *tok_path, const char *text_pa
 
 int main(int argc, char **argv)
 {
-    static const char *texts[] = {"data/text/jane_austen_6novels.txt", "../shared/data/text/jane_austen_6novels.txt",
-                                  "data/moby_dick.txt"};
-    const char *text_path = argc > 1 ? argv[1] : first_existing(texts, 3);
-    if (!text_path)
-        bench_fail(NAME, "finding the text", "none of data/text/jane_austen_6novels.txt, "
-                   "../shared/data/text/jane_austen_6novels.txt, data/moby_dick.txt exists "
-                   "(give TEXT [DATA_DIR], or run from the repository root)");
+    const char *text_path = argc > 1 ? argv[1] : "data/austen_excerpt.txt";
     size_t len = 0;
     char *text = read_file(text_path, &len);
     if (!text) {
@@ -115,19 +97,11 @@ int main(int argc, char **argv)
     static const char *files[3] = {"gpt2", "spm/austen_bpe4k.model", "spm/austen_unigram4k.model"};
     int failed = 0;
     for (int i = 0; i < 3; i++) {
-        char given[1024], local[1024], shared[1024];
-        snprintf(given, sizeof given, "%s/%s", argc > 2 ? argv[2] : "data", files[i]);
-        snprintf(local, sizeof local, "data/%s", files[i]);
-        snprintf(shared, sizeof shared, "../shared/data/%s", files[i]);
-        const char *paths[2] = {argc > 2 ? given : local, argc > 2 ? NULL : shared};
-        const char *path = first_existing(paths, 2);
-        if (!path) {
-            if (paths[1])
-                fprintf(stderr, "%s %s: finding the tokenizer failed: neither %s nor %s exists\n", NAME,
-                        names[i], paths[0], paths[1]);
-            else
-                fprintf(stderr, "%s %s: finding the tokenizer failed: %s does not exist\n", NAME, names[i],
-                        paths[0]);
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", argc > 2 ? argv[2] : "data", files[i]);
+        if (access(path, F_OK) != 0) {
+            fprintf(stderr, "%s %s: finding the tokenizer failed: %s does not exist (run from the "
+                    "repository root, or give TEXT DATA_DIR)\n", NAME, names[i], path);
             failed = 1;
             continue;
         }
