@@ -27,7 +27,7 @@ static double now_s(void)
 
 /* ---- compiled steps ----------------------------------------------------------------------- */
 
-void rc_step_free(rc_step *s)
+static void step_free(rc_step *s)
 {
     rc_plan_free(s->plan);
     rc_shard_graph_free(&s->local);
@@ -90,7 +90,7 @@ static int compile_sharded(rc_step *s, rc_trainer *t, rc_tensor **leaves, int wi
 
 /* Records the user's loss for batches shaped like b, and (with_grads) its gradients; with
  * model shards, the record is partitioned and this rank runs its share. */
-int rc_step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, int with_grads, rc_error *err)
+static int step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, int with_grads, rc_error *err)
 {
     memset(s, 0, sizeof *s);
     s->g = rc_graph_new();
@@ -125,7 +125,7 @@ int rc_step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, in
         rc = rc_error_set(err, rc_graph_error_code(g), "loss: %s", rc_graph_error(g));
     free(leaves);
     if (rc) {
-        rc_step_free(s);
+        step_free(s);
         return -1;
     }
     /* the batch inputs, rebound every step */
@@ -140,7 +140,7 @@ int rc_step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, in
     }
     rc_tensor **outs = calloc((size_t)np + 1, sizeof *outs);
     if (!outs) {
-        rc_step_free(s);
+        step_free(s);
         return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     }
     outs[0] = s->loss;
@@ -149,7 +149,7 @@ int rc_step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, in
     s->plan = rc_plan_new(run, outs, with_grads ? np + 1 : 1, err);
     free(outs);
     if (!s->plan) {
-        rc_step_free(s);
+        step_free(s);
         return -1;
     }
     if (t->mp > 1)
@@ -191,7 +191,7 @@ static int64_t step_tokens(const rc_step *s)
     return n;
 }
 
-int rc_step_run(rc_step *s, const rc_batch *b, rc_rng key, double *loss, int64_t *tokens, rc_error *err)
+static int step_run(rc_step *s, const rc_batch *b, rc_rng key, double *loss, int64_t *tokens, rc_error *err)
 {
     if (step_bind(s, b, err))
         return -1;
@@ -265,9 +265,9 @@ void rc_trainer_free(rc_trainer *t)
 {
     if (!t)
         return;
-    rc_step_free(&t->train);
-    rc_step_free(&t->eval);
-    rc_step_free(&t->eval_tail);
+    step_free(&t->train);
+    step_free(&t->eval);
+    step_free(&t->eval_tail);
     rc_predictor_free(t->eval_predictor);
     free(t->grad);
     free(t->m);
@@ -427,12 +427,12 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         if (!rc)
             rc = collate(t, user, &b, idx, B, err);
         if (!rc && !t->train.plan)
-            rc = rc_step_compile(&t->train, t, user, &b, 1, err);
+            rc = step_compile(&t->train, t, user, &b, 1, err);
         double loss = 0;
         int64_t tokens = 0;
         rc_rng key = rc_rng_fold(rc_deployer_step_rng(t->d, t->step), (uint64_t)j);
         if (!rc)
-            rc = rc_step_run(&t->train, &b, key, &loss, &tokens, err);
+            rc = step_run(&t->train, &b, key, &loss, &tokens, err);
         if (!rc) {
             add_grads(t, 1.0f / (float)k, j == 0);
             sums[0] += loss / k;
@@ -478,13 +478,13 @@ int rc_trainer_eval(rc_trainer *t, rc_examples ex, int batch_size, double *loss,
         rc_batch b;
         rc = collate(t, user_of(t, ex), &b, order + at, count, err);
         if (!rc && s->plan && s->batch_rows != count)
-            rc_step_free(s);
+            step_free(s);
         if (!rc && !s->plan)
-            rc = rc_step_compile(s, t, user_of(t, ex), &b, 0, err);
+            rc = step_compile(s, t, user_of(t, ex), &b, 0, err);
         double l = 0;
         int64_t tk = 0;
         if (!rc)
-            rc = rc_step_run(s, &b, rc_rng_new(t->seed), &l, &tk, err);
+            rc = step_run(s, &b, rc_rng_new(t->seed), &l, &tk, err);
         if (!rc) {
             sums[0] += l * (double)tk;
             sums[1] += (double)tk;
@@ -521,7 +521,7 @@ static int compile_first(rc_trainer *t, const rc_train_options *o, rc_examples t
     if (!rc)
         rc = collate(t, user_of(t, train), &b, idx, B, err);
     if (!rc) {
-        rc = rc_step_compile(&t->train, t, user_of(t, train), &b, 1, err);
+        rc = step_compile(&t->train, t, user_of(t, train), &b, 1, err);
         rc_batch_free(&b);
     }
     free(idx);

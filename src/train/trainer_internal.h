@@ -19,10 +19,6 @@ typedef struct {
     rc_shard_graph local;         /* mp > 1: this rank's share; g is then the global record */
 } rc_step;
 
-int rc_step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, int with_grads, rc_error *err);
-int rc_step_run(rc_step *s, const rc_batch *b, rc_rng key, double *loss, int64_t *tokens, rc_error *err);
-void rc_step_free(rc_step *s);
-
 struct rc_trainer {
     rc_deployer *d;
     rc_collate_fn collate;
