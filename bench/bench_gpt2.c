@@ -52,29 +52,29 @@ int main(int argc, char **argv)
     int B = argc > 4 ? atoi(argv[3]) : 4, T = argc > 4 ? atoi(argv[4]) : 64;
     if (reps < 1 || B < 1 || T < 1)
         bench_fail(NAME, "arguments", "usage: bench_gpt2 [REPS [PRESET B T]] with REPS, B, T >= 1");
-    rc_model_config cfg = nn_gpt2_config(50257, 1024, 12, 12, 768);
+    rc_model_config cfg = rci_nn_gpt2_config(50257, 1024, 12, 12, 768);
     rc_error err = {0};
     if (argc > 4 && rc_config_preset(argv[2], &cfg, &err))
         bench_fail(NAME, "rc_config_preset", err.msg);
     rc_set_threads(0);
     nn_weights w = {0};
-    if (nn_model_weights(&cfg, &w, &err))
-        bench_fail(NAME, "nn_model_weights", err.msg);
-    if (nn_weights_alloc(&w))
-        bench_fail(NAME, "nn_weights_alloc", "cannot allocate the parameters");
-    nn_model_init(&cfg, &w, 1);
+    if (rci_nn_model_weights(&cfg, &w, &err))
+        bench_fail(NAME, "rci_nn_model_weights", err.msg);
+    if (rci_nn_weights_alloc(&w))
+        bench_fail(NAME, "rci_nn_weights_alloc", "cannot allocate the parameters");
+    rci_nn_model_init(&cfg, &w, 1);
 
     rc_graph *g = rc_graph_new();
     if (!g)
         bench_fail(NAME, "rc_graph_new", "out of memory");
     rc_tensor **p = alloc_or_fail((size_t)w.n * sizeof *p, "parameter leaves");
     rc_tensor **outs = alloc_or_fail((size_t)(w.n + 1) * sizeof *outs, "outputs");
-    if (nn_model_leaves(g, &w, p))
-        bench_fail(NAME, "nn_model_leaves", rc_graph_error(g));
+    if (rci_nn_model_leaves(g, &w, p))
+        bench_fail(NAME, "rci_nn_model_leaves", rc_graph_error(g));
     rc_tensor *ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *tg = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, T});
     nn_inputs in = {.ids = ids};
-    outs[0] = rc_cross_entropy(g, nn_model_logits(g, &cfg, &w, p, &in), tg, -100);
+    outs[0] = rc_cross_entropy(g, rci_nn_model_logits(g, &cfg, &w, p, &in), tg, -100);
     if (!rc_graph_error(g))
         rc_backward(g, outs[0], p, w.n, outs + 1);
     if (rc_graph_error(g))
@@ -195,7 +195,7 @@ int main(int argc, char **argv)
                     (long long)st.op_count[op], 1e3 * st.op_s[op]);
     rc_plan_free(plan);
     rc_graph_free(g);
-    nn_weights_free(&w);
+    rci_nn_weights_free(&w);
     free(p), free(outs), free(m), free(v), free(grad), free(xb), free(yb);
     return 0;
 }

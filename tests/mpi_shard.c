@@ -76,7 +76,7 @@ static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc
     float **shards = calloc((size_t)w.n, sizeof *shards);
     for (int i = 0; i < w.n; i++) {
         shards[i] = malloc(rc_tensor_nbytes(sg.params[i]));
-        rc_shard_take(&specs[i], p[i], mp, rank, nn_weights_get(&w, i), shards[i]);
+        rc_shard_take(&specs[i], p[i], mp, rank, rci_nn_weights_get(&w, i), shards[i]);
         rc_tensor_bind(sg.params[i], shards[i]);
     }
     for (int i = 0; i < rc_graph_size(sg.g); i++) {
@@ -147,9 +147,9 @@ static void check_family(const char *preset, rc_mesh *m, int overrides)
     rc_model_config c;
     nn_weights w = {0};
     rc_error err = {0};
-    CHECK(rc_config_preset(preset, &c, &err) == 0 && nn_model_weights(&c, &w, &err) == 0 &&
-          nn_weights_alloc(&w) == 0);
-    nn_model_init(&c, &w, 5);
+    CHECK(rc_config_preset(preset, &c, &err) == 0 && rci_nn_model_weights(&c, &w, &err) == 0 &&
+          rci_nn_weights_alloc(&w) == 0);
+    rci_nn_model_init(&c, &w, 5);
     rc_rng r = rc_rng_new(9);
     for (int64_t i = 0; i < w.numel; i++) /* away from the initialisation: every term counts */
         w.data[i] += (float)(0.05 * rc_rng_normal(&r));
@@ -162,12 +162,12 @@ static void check_family(const char *preset, rc_mesh *m, int overrides)
     /* the whole model on this process */
     rc_graph *g = rc_graph_new();
     rc_tensor **p = calloc((size_t)w.n, sizeof *p);
-    nn_model_leaves(g, &w, p);
+    rci_nn_model_leaves(g, &w, p);
     nn_inputs in = {.ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, T})};
     if (c.type == RC_MODEL_T5)
         in.enc_ids = rc_input(g, "enc_ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *targets = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, T});
-    rc_tensor *loss = rc_cross_entropy(g, nn_model_logits(g, &c, &w, p, &in), targets, -100);
+    rc_tensor *loss = rc_cross_entropy(g, rci_nn_model_logits(g, &c, &w, p, &in), targets, -100);
     rc_tensor_bind(in.ids, ids);
     rc_tensor_bind(targets, tg);
     if (in.enc_ids)
@@ -180,18 +180,18 @@ static void check_family(const char *preset, rc_mesh *m, int overrides)
     int n_ov = overrides && c.type == RC_MODEL_GPT2 ? 3 : 0;
     compare_sharded(n_ov ? "gpt2+override" : preset, g, loss, p, &w, m, ov, n_ov);
     free(p);
-    nn_weights_free(&w);
+    rci_nn_weights_free(&w);
 }
 
 /* a user's parameter table: random values, norms at 1 */
 static void user_weights(nn_weights *w, const char *const *names, const int64_t (*shapes)[3], int n)
 {
     for (int i = 0; i < n; i++)
-        nn_weights_add(w, names[i], shapes[i][2] ? 3 : shapes[i][1] ? 2 : 1, shapes[i]);
-    nn_weights_alloc(w);
+        rci_nn_weights_add(w, names[i], shapes[i][2] ? 3 : shapes[i][1] ? 2 : 1, shapes[i]);
+    rci_nn_weights_alloc(w);
     rc_rng r = rc_rng_new(21);
     for (int i = 0; i < w->n; i++) {
-        float *x = nn_weights_get(w, i);
+        float *x = rci_nn_weights_get(w, i);
         for (int64_t j = 0; j < w->p[i].numel; j++)
             x[j] = strstr(w->p[i].name, "norm") ? 1.0f + 0.1f * (float)rc_rng_normal(&r) : 0.2f * (float)rc_rng_normal(&r);
     }
@@ -204,7 +204,7 @@ static void check_mlp(rc_mesh *m)
     user_weights(&w, um_mlp_names, um_mlp_shapes, UM_MLP_N);
     rc_graph *g = rc_graph_new();
     rc_tensor *p[UM_MLP_N];
-    nn_model_leaves(g, &w, p);
+    rci_nn_model_leaves(g, &w, p);
     static float x[8 * UM_MLP_IN];
     static int32_t y[8];
     rc_rng r = rc_rng_new(3);
@@ -216,7 +216,7 @@ static void check_mlp(rc_mesh *m)
     rc_tensor_bind(xi, x);
     rc_tensor_bind(yi, y);
     compare_sharded("user MLP", g, um_mlp_loss(g, p, xi, yi), p, &w, m, NULL, 0);
-    nn_weights_free(&w);
+    rci_nn_weights_free(&w);
 }
 
 /* image to text (user_models.h): patch embedding, one decoder block, an untied head */
@@ -226,7 +226,7 @@ static void check_image_to_text(rc_mesh *m)
     user_weights(&w, um_i2t_names, um_i2t_shapes, UM_I2T_N);
     rc_graph *g = rc_graph_new();
     rc_tensor *p[UM_I2T_N];
-    nn_model_leaves(g, &w, p);
+    rci_nn_model_leaves(g, &w, p);
     static float img[B * 3 * 8 * 8];
     static int32_t ids[B * UM_TT], tg[B * UM_TT];
     rc_rng r = rc_rng_new(4);
@@ -243,7 +243,7 @@ static void check_image_to_text(rc_mesh *m)
     rc_tensor *loss = um_i2t_loss(g, p, im, ti, tt);
     CHECKF(!rc_graph_error(g), "image to text: %s", rc_graph_error(g));
     compare_sharded("image2text", g, loss, p, &w, m, NULL, 0);
-    nn_weights_free(&w);
+    rci_nn_weights_free(&w);
 }
 
 int main(int argc, char **argv)

@@ -1,7 +1,7 @@
 /* test_kernels.c - the CPU kernels against naive reference loops.
  *
  * Nodes are built by hand (no graph): a zeroed rc_tensor with op, dtype, shape, src and
- * params set, data allocated here, then rc_cpu_run. References are computed in double
+ * params set, data allocated here, then rci_cpu_run. References are computed in double
  * from the same (rounded) input values. Every test runs in f32 and f64, and the whole
  * suite runs once on one thread and once on three, so both the serial and the threaded
  * paths are covered. */
@@ -100,7 +100,7 @@ static rc_tensor *rnd(rc_dtype t, int ndim, const int64_t *shape, double lo, dou
 static int run(rc_tensor *y)
 {
     memset(&err, 0, sizeof err);
-    int rc = rc_cpu_run(y, &err);
+    int rc = rci_cpu_run(y, &err);
     CHECKF(rc == 0, "%s %s failed: %s", rc_op_name(y->op), rc_dtype_name(y->dtype), err.msg);
     return rc;
 }
@@ -109,7 +109,7 @@ static int run(rc_tensor *y)
 static void run_fails(rc_tensor *y, int code, const char *needle)
 {
     memset(&err, 0, sizeof err);
-    int rc = rc_cpu_run(y, &err);
+    int rc = rci_cpu_run(y, &err);
     CHECKF(rc == -1 && err.code == code, "%s: rc %d code %d (%s)", rc_op_name(y->op), rc, err.code,
            err.msg);
     CHECKF(strstr(err.msg, rc_op_name(y->op)) != NULL, "message '%s' should name %s", err.msg,
@@ -210,7 +210,7 @@ static void test_binary(rc_dtype t)
         for (int64_t i = 0; i < rc_tensor_numel(b); i += 2)
             set(b, i, -get(b, i));
         /* the broadcast operands, expanded once */
-        int64_t n = rc_shape_numel(bc->no, bc->o);
+        int64_t n = rci_shape_numel(bc->no, bc->o);
         double *xa = calloc((size_t)n, sizeof(double)), *xb = calloc((size_t)n, sizeof(double));
         for (int64_t i = 0; i < n; i++) {
             xa[i] = get(a, bidx(a, bc->no, bc->o, i));
@@ -876,7 +876,7 @@ static void test_dropout(rc_dtype t)
         double *ref = ref_buf(y);
         int64_t kept = 0;
         for (int64_t i = 0; i < sizes[s]; i++) {
-            int keep = rc_rng_uniform_at(key ^ rc_hash64(run_key), (uint64_t)i) >= 0.3;
+            int keep = rc_rng_uniform_at(key ^ rci_hash64(run_key), (uint64_t)i) >= 0.3;
             ref[i] = keep ? get(x, i) / 0.7 : 0;
             kept += keep;
         }
@@ -1189,7 +1189,7 @@ static void test_errors(void)
     run_fails(y, RC_ERR_SHAPE, "[4]");
     y = node(RC_OP_COUNT, RC_F64, 1, S(4), 0, NULL, NULL, NULL);
     memset(&err, 0, sizeof err);
-    CHECK(rc_cpu_run(y, &err) == -1 && err.code == RC_ERR_UNSUPPORTED);
+    CHECK(rci_cpu_run(y, &err) == -1 && err.code == RC_ERR_UNSUPPORTED);
     free_all();
 }
 

@@ -73,7 +73,7 @@ static int compare(const char *dir)
     nn_weights w;
     rc_error err = {0};
     char path[4096];
-    if (nn_model_load(dir, &c, &w, &err)) {
+    if (rci_nn_model_load(dir, &c, &w, &err)) {
         fprintf(stderr, "load: %s\n", err.msg);
         return 1;
     }
@@ -84,10 +84,10 @@ static int compare(const char *dir)
         return check_summary("test_models --compare");
     rc_graph *g = rc_graph_new();
     rc_tensor **p = calloc((size_t)w.n, sizeof *p), **grads = calloc((size_t)w.n, sizeof *grads);
-    nn_model_leaves(g, &w, p);
+    rci_nn_model_leaves(g, &w, p);
     nn_inputs in = {.ids = ref_ids(g, ref, "input_ids"), .enc_ids = ref_ids(g, ref, "encoder_ids")};
     rc_tensor *labels = ref_ids(g, ref, "labels");
-    rc_tensor *logits = nn_model_logits(g, &c, &w, p, &in);
+    rc_tensor *logits = rci_nn_model_logits(g, &c, &w, p, &in);
     rc_tensor *loss = rc_cross_entropy(g, logits, labels, -100);
     rc_backward(g, loss, p, w.n, grads);
     CHECKF(!rc_graph_error(g), "%s", rc_graph_error(g));
@@ -137,7 +137,7 @@ static int compare(const char *dir)
     rc_plan_free(plan);
     rc_graph_free(g);
     rc_safetensors_close(ref);
-    nn_weights_free(&w);
+    rci_nn_weights_free(&w);
     free(p), free(grads), free(outs);
     return check_summary("test_models --compare");
 }
@@ -147,11 +147,11 @@ static int resave(const char *dir, const char *out)
     rc_model_config c;
     nn_weights w;
     rc_error err = {0};
-    if (nn_model_load(dir, &c, &w, &err) || nn_model_save(out, &c, &w, &err)) {
+    if (rci_nn_model_load(dir, &c, &w, &err) || rci_nn_model_save(out, &c, &w, &err)) {
         fprintf(stderr, "resave: %s\n", err.msg);
         return 1;
     }
-    nn_weights_free(&w);
+    rci_nn_weights_free(&w);
     return 0;
 }
 
@@ -162,11 +162,11 @@ static int make_model(const char *preset, rc_model_config *c, nn_weights *w)
 {
     rc_error err = {0};
     memset(w, 0, sizeof *w);
-    if (rc_config_preset(preset, c, &err) || nn_model_weights(c, w, &err) || nn_weights_alloc(w)) {
+    if (rc_config_preset(preset, c, &err) || rci_nn_model_weights(c, w, &err) || rci_nn_weights_alloc(w)) {
         CHECKF(0, "%s: %s", preset, err.msg);
         return -1;
     }
-    nn_model_init(c, w, 7);
+    rci_nn_model_init(c, w, 7);
     return 0;
 }
 
@@ -181,18 +181,18 @@ static void test_round_trip(const char *tmp)
         snprintf(dir, sizeof dir, "%s/%s", tmp, tiny[k]);
         if (make_model(tiny[k], &c, &w))
             continue;
-        CHECKF(nn_model_save(dir, &c, &w, &err) == 0, "%s", err.msg);
-        CHECKF(nn_model_load(dir, &c2, &w2, &err) == 0, "%s", err.msg);
+        CHECKF(rci_nn_model_save(dir, &c, &w, &err) == 0, "%s", err.msg);
+        CHECKF(rci_nn_model_load(dir, &c2, &w2, &err) == 0, "%s", err.msg);
         if (err.code) {
-            nn_weights_free(&w);
+            rci_nn_weights_free(&w);
             continue;
         }
         CHECK(c2.type == c.type && c2.d_model == c.d_model && c2.n_layer == c.n_layer &&
               c2.n_kv_head == c.n_kv_head && c2.vocab_size == c.vocab_size);
         CHECK(w2.n == w.n && w2.numel == w.numel &&
               !memcmp(w2.data, w.data, (size_t)w.numel * sizeof *w.data));
-        nn_weights_free(&w);
-        nn_weights_free(&w2);
+        rci_nn_weights_free(&w);
+        rci_nn_weights_free(&w2);
     }
 }
 
@@ -209,14 +209,14 @@ static void test_kv_cache(void)
         int32_t ids[T] = {5, 17, 3, 99, 42, 7};
         rc_graph *g = rc_graph_new();
         rc_tensor **p = calloc((size_t)w.n, sizeof *p), **kv = calloc(2 * (size_t)c.n_layer, sizeof *kv);
-        nn_model_leaves(g, &w, p);
+        rci_nn_model_leaves(g, &w, p);
         nn_inputs full = {.ids = rc_const(g, "ids", RC_I32, 2, (int64_t[]){1, T}, ids)};
-        rc_tensor *lf = nn_model_logits(g, &c, &w, p, &full);
+        rc_tensor *lf = rci_nn_model_logits(g, &c, &w, p, &full);
         nn_inputs prefix = {.ids = rc_const(g, "ids", RC_I32, 2, (int64_t[]){1, T - 1}, ids), .new_kv = kv};
-        nn_model_logits(g, &c, &w, p, &prefix);
+        rci_nn_model_logits(g, &c, &w, p, &prefix);
         nn_inputs step = {.ids = rc_const(g, "ids", RC_I32, 2, (int64_t[]){1, 1}, ids + T - 1),
                           .past = T - 1, .past_kv = kv};
-        rc_tensor *ls = nn_model_logits(g, &c, &w, p, &step);
+        rc_tensor *ls = rci_nn_model_logits(g, &c, &w, p, &step);
         CHECKF(!rc_graph_error(g), "%s: %s", tiny[k], rc_graph_error(g));
         rc_error err = {0};
         rc_tensor *outs[2] = {lf, ls};
@@ -232,7 +232,7 @@ static void test_kv_cache(void)
         rc_graph_free(g);
         free(p);
         free(kv);
-        nn_weights_free(&w);
+        rci_nn_weights_free(&w);
     }
 }
 
@@ -246,7 +246,7 @@ static void test_load_errors(const char *tmp)
     if (make_model("tiny-gpt2", &c, &w))
         return;
     snprintf(dir, sizeof dir, "%s/broken", tmp);
-    CHECK(nn_model_save(dir, &c, &w, &err) == 0);
+    CHECK(rci_nn_model_save(dir, &c, &w, &err) == 0);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const char *names[2] = {"transformer.wte.weight", "extra.weight"};
     int ndims[2] = {2, 1};
@@ -256,7 +256,7 @@ static void test_load_errors(const char *tmp)
     const float *data[2] = {zeros, zeros};
     /* only one tensor: everything else is missing */
     CHECK(rc_safetensors_write(path, 1, names, ndims, shapes, data, 0, NULL, &err) == 0);
-    CHECK(nn_model_load(dir, &c2, &w2, &err) == -1 && strstr(err.msg, "missing") &&
+    CHECK(rci_nn_model_load(dir, &c2, &w2, &err) == -1 && strstr(err.msg, "missing") &&
           strstr(err.msg, "wpe.weight"));
     /* a wrong shape */
     err = (rc_error){0};
@@ -266,27 +266,27 @@ static void test_load_errors(const char *tmp)
     wide.n_head = 1;
     wide.head_dim = wide.d_model;
     nn_weights ww = {0};
-    CHECK(nn_model_weights(&wide, &ww, &err) == 0 && nn_weights_alloc(&ww) == 0);
-    CHECK(nn_model_save(path, &c, &ww, &err) == 0); /* config of c, tensors of `wide` */
+    CHECK(rci_nn_model_weights(&wide, &ww, &err) == 0 && rci_nn_weights_alloc(&ww) == 0);
+    CHECK(rci_nn_model_save(path, &c, &ww, &err) == 0); /* config of c, tensors of `wide` */
     err = (rc_error){0};
-    CHECK(nn_model_load(path, &c2, &w2, &err) == -1 && strstr(err.msg, "shape") &&
+    CHECK(rci_nn_model_load(path, &c2, &w2, &err) == -1 && strstr(err.msg, "shape") &&
           strstr(err.msg, "transformer.wte.weight") && strstr(err.msg, "model.safetensors"));
     /* an extra tensor the model does not use */
     snprintf(path, sizeof path, "%s/extra", tmp);
-    CHECK(nn_model_save(path, &c, &w, &err) == 0);
+    CHECK(rci_nn_model_save(path, &c, &w, &err) == 0);
     nn_weights plus = w;
     plus.p = calloc((size_t)w.n + 1, sizeof *plus.p);
     memcpy(plus.p, w.p, (size_t)w.n * sizeof *plus.p);
     plus.p[w.n] = w.p[w.n - 1];
     snprintf(plus.p[w.n].name, sizeof plus.p[w.n].name, "transformer.h.9.mystery.weight");
     plus.n = w.n + 1;
-    CHECK(nn_model_save(path, &c, &plus, &err) == 0);
+    CHECK(rci_nn_model_save(path, &c, &plus, &err) == 0);
     err = (rc_error){0};
-    CHECK(nn_model_load(path, &c2, &w2, &err) == -1 && strstr(err.msg, "mystery"));
+    CHECK(rci_nn_model_load(path, &c2, &w2, &err) == -1 && strstr(err.msg, "mystery"));
     free(plus.p);
     free(zeros);
-    nn_weights_free(&ww);
-    nn_weights_free(&w);
+    rci_nn_weights_free(&ww);
+    rci_nn_weights_free(&w);
 }
 
 int main(int argc, char **argv)

@@ -22,17 +22,17 @@ static int build(built *b, const char *preset, int64_t B, int64_t T)
 {
     rc_error err = {0};
     memset(b, 0, sizeof *b);
-    if (rc_config_preset(preset, &b->c, &err) || nn_model_weights(&b->c, &b->w, &err))
+    if (rc_config_preset(preset, &b->c, &err) || rci_nn_model_weights(&b->c, &b->w, &err))
         return -1;
     b->g = rc_graph_new();
     b->p = calloc((size_t)b->w.n, sizeof *b->p);
-    nn_model_leaves(b->g, &b->w, b->p);
+    rci_nn_model_leaves(b->g, &b->w, b->p);
     rc_tensor *ids = rc_input(b->g, "ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *tg = rc_input(b->g, "targets", RC_I32, 2, (int64_t[]){B, T});
     nn_inputs in = {.ids = ids};
     if (b->c.type == RC_MODEL_T5)
         in.enc_ids = rc_input(b->g, "enc_ids", RC_I32, 2, (int64_t[]){B, T});
-    b->loss = rc_cross_entropy(b->g, nn_model_logits(b->g, &b->c, &b->w, b->p, &in), tg, -100);
+    b->loss = rc_cross_entropy(b->g, rci_nn_model_logits(b->g, &b->c, &b->w, b->p, &in), tg, -100);
     return rc_graph_error(b->g) ? -1 : 0;
 }
 
@@ -40,12 +40,12 @@ static void unbuild(built *b)
 {
     rc_graph_free(b->g);
     free(b->p);
-    nn_weights_free(&b->w);
+    rci_nn_weights_free(&b->w);
 }
 
 static const rc_shard_spec *spec_of(const built *b, const rc_shard_spec *s, const char *name)
 {
-    int i = nn_weights_find(&b->w, name);
+    int i = rci_nn_weights_find(&b->w, name);
     return i >= 0 ? &s[i] : NULL;
 }
 
@@ -176,7 +176,7 @@ static void test_vocab_padding(void)
     CHECKF(rc_shard_plan(b.g, b.loss, b.p, b.w.n, 2, 0, s, NULL, &err) == 0, "%s", err.msg);
     const rc_shard_spec *wte = spec_of(&b, s, "transformer.wte.weight");
     int64_t local[4];
-    rc_shard_local_shape(wte, b.p[nn_weights_find(&b.w, "transformer.wte.weight")], 2, local);
+    rc_shard_local_shape(wte, b.p[rci_nn_weights_find(&b.w, "transformer.wte.weight")], 2, local);
     CHECKF(wte && wte->role == RC_SHARD_VOCAB && wte->padded_groups == 50258 && local[0] == 25129,
            "wte: %s padded %lld local %lld", wte ? rc_shard_role_name(wte->role) : "?",
            wte ? (long long)wte->padded_groups : 0, (long long)local[0]);

@@ -50,11 +50,11 @@ static void test_mlp_sgd(void)
     const char *names[4] = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
     int64_t shapes[4][2] = {{IN, HID}, {HID}, {HID, 1}, {1}};
     for (int i = 0; i < 4; i++) {
-        nn_weights_add(&w, names[i], shapes[i][1] ? 2 : 1, shapes[i]);
-        nn_weights_add(&teacher, names[i], shapes[i][1] ? 2 : 1, shapes[i]);
+        rci_nn_weights_add(&w, names[i], shapes[i][1] ? 2 : 1, shapes[i]);
+        rci_nn_weights_add(&teacher, names[i], shapes[i][1] ? 2 : 1, shapes[i]);
     }
-    nn_weights_alloc(&w);
-    nn_weights_alloc(&teacher);
+    rci_nn_weights_alloc(&w);
+    rci_nn_weights_alloc(&teacher);
     rc_rng rng = rc_rng_new(3);
     for (int64_t i = 0; i < w.numel; i++) {
         w.data[i] = (float)(0.3 * rc_rng_normal(&rng));
@@ -64,8 +64,8 @@ static void test_mlp_sgd(void)
     for (int i = 0; i < N * IN; i++)
         x[i] = (float)rc_rng_normal(&rng);
     for (int n = 0; n < N; n++) { /* y = teacher(x) */
-        const float *w1 = nn_weights_get(&teacher, 0), *b1 = nn_weights_get(&teacher, 1);
-        const float *w2 = nn_weights_get(&teacher, 2), *b2 = nn_weights_get(&teacher, 3);
+        const float *w1 = rci_nn_weights_get(&teacher, 0), *b1 = rci_nn_weights_get(&teacher, 1);
+        const float *w2 = rci_nn_weights_get(&teacher, 2), *b2 = rci_nn_weights_get(&teacher, 3);
         double out = b2[0];
         for (int h = 0; h < HID; h++) {
             double a = b1[h];
@@ -77,7 +77,7 @@ static void test_mlp_sgd(void)
     }
     trainer t = {.g = rc_graph_new()};
     t.p = calloc(4, sizeof *t.p);
-    nn_model_leaves(t.g, &w, t.p);
+    rci_nn_model_leaves(t.g, &w, t.p);
     rc_tensor *xi = rc_input(t.g, "x", RC_F32, 2, (int64_t[]){N, IN});
     rc_tensor *yi = rc_input(t.g, "y", RC_F32, 2, (int64_t[]){N, 1});
     rc_tensor *h = rc_tanh(t.g, rc_add(t.g, rc_matmul(t.g, xi, t.p[0], 0, 0), t.p[1]));
@@ -95,14 +95,14 @@ static void test_mlp_sgd(void)
         if (step == 0)
             first = last;
         for (int i = 0; i < 4; i++)
-            rc_sgd_update(nn_weights_get(&w, i), rc_tensor_data(t.grads[i]), w.p[i].numel, 0.05);
+            rc_sgd_update(rci_nn_weights_get(&w, i), rc_tensor_data(t.grads[i]), w.p[i].numel, 0.05);
     }
     printf("mlp sgd: loss %.5f -> %.5f (%.1f%% lower)\n", first, last, 100 * (1 - last / first));
     CHECKF(err.code == 0, "%s", err.msg);
     CHECKF(first > 0 && last < 0.1f * first, "mlp loss %g -> %g", first, last);
     trainer_free(&t);
-    nn_weights_free(&w);
-    nn_weights_free(&teacher);
+    rci_nn_weights_free(&w);
+    rci_nn_weights_free(&teacher);
 }
 
 /* The tiny transformer learns sequences where each token follows from the previous one by
@@ -110,18 +110,18 @@ static void test_mlp_sgd(void)
 static void test_transformer_adamw(void)
 {
     enum { V = 16, B = 8, T = 16 };
-    rc_model_config cfg = nn_gpt2_config(V, T, 2, 2, 32);
+    rc_model_config cfg = rci_nn_gpt2_config(V, T, 2, 2, 32);
     nn_weights w = {0};
     rc_error err = {0};
-    CHECK(nn_model_weights(&cfg, &w, &err) == 0 && nn_weights_alloc(&w) == 0);
-    nn_model_init(&cfg, &w, 11);
+    CHECK(rci_nn_model_weights(&cfg, &w, &err) == 0 && rci_nn_weights_alloc(&w) == 0);
+    rci_nn_model_init(&cfg, &w, 11);
     trainer t = {.g = rc_graph_new()};
     t.p = calloc((size_t)w.n, sizeof *t.p);
-    nn_model_leaves(t.g, &w, t.p);
+    rci_nn_model_leaves(t.g, &w, t.p);
     rc_tensor *ids = rc_input(t.g, "ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *tg = rc_input(t.g, "targets", RC_I32, 2, (int64_t[]){B, T});
     nn_inputs in = {.ids = ids};
-    t.loss = rc_cross_entropy(t.g, nn_model_logits(t.g, &cfg, &w, t.p, &in), tg, -100);
+    t.loss = rc_cross_entropy(t.g, rci_nn_model_logits(t.g, &cfg, &w, t.p, &in), tg, -100);
     CHECK(trainer_plan(&t, &w) == 0);
     int32_t perm[V], xb[B * T], yb[B * T];
     rc_rng rng = rc_rng_new(5);
@@ -166,7 +166,7 @@ static void test_transformer_adamw(void)
     free(m);
     free(v);
     trainer_free(&t);
-    nn_weights_free(&w);
+    rci_nn_weights_free(&w);
 }
 
 int main(void)

@@ -100,19 +100,19 @@ typedef struct {
 static int build(const rc_model_config *c, const options *o, model_graph *m, rc_error *err)
 {
     memset(m, 0, sizeof *m);
-    if (nn_model_weights(c, &m->w, err))
+    if (rci_nn_model_weights(c, &m->w, err))
         return -1;
     m->g = rc_graph_new();
     m->p = calloc((size_t)m->w.n, sizeof *m->p);
     if (!m->g || !m->p)
         return rc_error_set(err, RC_ERR_MEMORY, "plan: out of memory");
-    nn_model_leaves(m->g, &m->w, m->p);
+    rci_nn_model_leaves(m->g, &m->w, m->p);
     int64_t shape[2] = {o->batch, o->seq_len};
     nn_inputs in = {.ids = rc_input(m->g, "ids", RC_I32, 2, shape)};
     if (c->type == RC_MODEL_T5)
         in.enc_ids = rc_input(m->g, "enc_ids", RC_I32, 2, shape);
     rc_tensor *tg = rc_input(m->g, "targets", RC_I32, 2, shape);
-    m->loss = rc_cross_entropy(m->g, nn_model_logits(m->g, c, &m->w, m->p, &in), tg, -100);
+    m->loss = rc_cross_entropy(m->g, rci_nn_model_logits(m->g, c, &m->w, m->p, &in), tg, -100);
     if (rc_graph_error(m->g))
         return rc_error_set(err, rc_graph_error_code(m->g), "%s", rc_graph_error(m->g));
     return 0;
@@ -122,7 +122,7 @@ static void free_graph(model_graph *m)
 {
     rc_graph_free(m->g);
     free(m->p);
-    nn_weights_free(&m->w);
+    rci_nn_weights_free(&m->w);
 }
 
 static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size)

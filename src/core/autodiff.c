@@ -29,13 +29,13 @@ static void accumulate(rc_graph *g, rc_tensor **grad, rc_tensor *t, rc_tensor *g
 
 int rc_backward(rc_graph *g, rc_tensor *loss, rc_tensor *const *wrt, int n, rc_tensor **grads)
 {
-    if (rc_inputs_bad(g, 1, &loss) || (n > 0 && (!wrt || !grads)))
+    if (rci_inputs_bad(g, 1, &loss) || (n > 0 && (!wrt || !grads)))
         return -1;
-    if (rc_inputs_bad(g, n, wrt))
+    if (rci_inputs_bad(g, n, wrt))
         return -1;
     if (rc_tensor_numel(loss) != 1 || !rc_dtype_is_float(loss->dtype)) {
         char s[96];
-        rc_fail(g, RC_ERR_SHAPE, "backward: the loss must be a float scalar, not %s %s",
+        rci_fail(g, RC_ERR_SHAPE, "backward: the loss must be a float scalar, not %s %s",
                 rc_shape_str(loss, s, sizeof s), rc_dtype_name(loss->dtype));
         return -1;
     }
@@ -45,7 +45,7 @@ int rc_backward(rc_graph *g, rc_tensor *loss, rc_tensor *const *wrt, int n, rc_t
     if (!needs || !grad) {
         free(needs);
         free(grad);
-        rc_fail(g, RC_ERR_MEMORY, "backward: out of memory for %d nodes", last + 1);
+        rci_fail(g, RC_ERR_MEMORY, "backward: out of memory for %d nodes", last + 1);
         return -1;
     }
     grad[last] = rc_full(g, loss->dtype, loss->ndim, loss->shape, 1.0);
@@ -54,7 +54,7 @@ int rc_backward(rc_graph *g, rc_tensor *loss, rc_tensor *const *wrt, int n, rc_t
         if (!grad[i] || !needs[i] || y->op == RC_OP_LEAF)
             continue;
         rc_tensor *gs[RC_MAX_SRC];
-        if (rc_grad_node(g, y, grad[i], gs))
+        if (rci_grad_node(g, y, grad[i], gs))
             break;
         for (int s = 0; s < y->nsrc; s++)
             if (gs[s] && y->src[s] && needs[y->src[s]->id])

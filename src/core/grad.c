@@ -52,7 +52,7 @@ static rc_tensor *grad_unary(rc_graph *g, rc_tensor *y, rc_tensor *G)
         return rc_mul(g, G, rc_affine(g, rc_mul(g, y, y), -1.0, 1.0));
     default: /* ACT: the next derivative, computed by the same op */
         if (y->iparam[1] >= 2)
-            return rc_fail(g, RC_ERR_UNSUPPORTED,
+            return rci_fail(g, RC_ERR_UNSUPPORTED,
                            "act: no gradient for the second derivative of activation %d (third order)",
                            y->iparam[0]);
         return rc_mul(g, G, rc_act(g, a, (rc_act_kind)y->iparam[0], y->iparam[1] + 1));
@@ -243,7 +243,7 @@ static rc_tensor *grad_embedding_grad(rc_graph *g, rc_tensor *y, rc_tensor *G)
 /* The same dropout mask applied to the gradient: a copy of the node's parameters. */
 static rc_tensor *grad_dropout(rc_graph *g, rc_tensor *y, rc_tensor *G)
 {
-    rc_tensor *d = rc_node_new(g, RC_OP_DROPOUT, G->dtype, G->ndim, G->shape, 1, &G);
+    rc_tensor *d = rci_node_new(g, RC_OP_DROPOUT, G->dtype, G->ndim, G->shape, 1, &G);
     if (d) {
         d->iparam[0] = y->iparam[0];
         d->iparam[1] = y->iparam[1];
@@ -252,7 +252,7 @@ static rc_tensor *grad_dropout(rc_graph *g, rc_tensor *y, rc_tensor *G)
     return d;
 }
 
-int rc_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+int rci_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 {
     for (int i = 0; i < y->nsrc; i++)
         gs[i] = NULL;
@@ -332,7 +332,7 @@ int rc_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
             gs[0] = rc_cast(g, G, y->src[0]->dtype);
         return 0;
     default:
-        rc_fail(g, RC_ERR_UNSUPPORTED, "backward: op %s has no gradient rule", rc_op_name(y->op));
+        rci_fail(g, RC_ERR_UNSUPPORTED, "backward: op %s has no gradient rule", rc_op_name(y->op));
         return -1;
     }
 }

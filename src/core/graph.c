@@ -49,7 +49,7 @@ rc_tensor *rc_graph_node(const rc_graph *g, int i)
     return g && i >= 0 && i < g->n ? g->nodes[i] : NULL;
 }
 
-rc_tensor *rc_fail(rc_graph *g, int code, const char *fmt, ...)
+rc_tensor *rci_fail(rc_graph *g, int code, const char *fmt, ...)
 {
     if (g && !g->err_code) {
         va_list ap;
@@ -61,46 +61,46 @@ rc_tensor *rc_fail(rc_graph *g, int code, const char *fmt, ...)
     return NULL;
 }
 
-int rc_inputs_bad(rc_graph *g, int n, rc_tensor *const *src)
+int rci_inputs_bad(rc_graph *g, int n, rc_tensor *const *src)
 {
     if (!g || g->err_code)
         return 1;
     for (int i = 0; i < n; i++)
         if (!src[i]) {
-            rc_fail(g, RC_ERR_ARG, "graph: an op was given a NULL input (input %d)", i);
+            rci_fail(g, RC_ERR_ARG, "graph: an op was given a NULL input (input %d)", i);
             return 1;
         }
     return 0;
 }
 
-rc_tensor *rc_node_new(rc_graph *g, rc_op op, rc_dtype t, int ndim, const int64_t *shape,
+rc_tensor *rci_node_new(rc_graph *g, rc_op op, rc_dtype t, int ndim, const int64_t *shape,
                        int nsrc, rc_tensor *const *src)
 {
     if (ndim < 0 || ndim > RC_MAX_DIMS)
-        return rc_fail(g, RC_ERR_SHAPE, "%s: %d dimensions (at most %d)", rc_op_name(op), ndim,
+        return rci_fail(g, RC_ERR_SHAPE, "%s: %d dimensions (at most %d)", rc_op_name(op), ndim,
                        RC_MAX_DIMS);
     if (nsrc > RC_MAX_SRC)
-        return rc_fail(g, RC_ERR_ARG, "%s: %d inputs (at most %d)", rc_op_name(op), nsrc,
+        return rci_fail(g, RC_ERR_ARG, "%s: %d inputs (at most %d)", rc_op_name(op), nsrc,
                        RC_MAX_SRC);
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0)
-            return rc_fail(g, RC_ERR_SHAPE, "%s: negative extent %lld in dimension %d",
+            return rci_fail(g, RC_ERR_SHAPE, "%s: negative extent %lld in dimension %d",
                            rc_op_name(op), (long long)shape[i], i);
     for (int i = 0; i < nsrc; i++)
         if (src[i] && src[i]->id >= g->n)
-            return rc_fail(g, RC_ERR_ARG, "%s: input %d belongs to another graph",
+            return rci_fail(g, RC_ERR_ARG, "%s: input %d belongs to another graph",
                            rc_op_name(op), i);
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 256;
         rc_tensor **nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
         if (!nodes)
-            return rc_fail(g, RC_ERR_MEMORY, "graph: out of memory at %d nodes", g->n);
+            return rci_fail(g, RC_ERR_MEMORY, "graph: out of memory at %d nodes", g->n);
         g->nodes = nodes;
         g->cap = cap;
     }
     rc_tensor *node = calloc(1, sizeof *node);
     if (!node)
-        return rc_fail(g, RC_ERR_MEMORY, "graph: out of memory at %d nodes", g->n);
+        return rci_fail(g, RC_ERR_MEMORY, "graph: out of memory at %d nodes", g->n);
     node->id = g->n;
     node->op = op;
     node->dtype = t;
@@ -114,29 +114,29 @@ rc_tensor *rc_node_new(rc_graph *g, rc_op op, rc_dtype t, int ndim, const int64_
     return node;
 }
 
-int rc_float_input(rc_graph *g, const char *op, const rc_tensor *t)
+int rci_float_input(rc_graph *g, const char *op, const rc_tensor *t)
 {
     if (t->dtype == RC_F32 || t->dtype == RC_F64)
         return 0;
     char s[96];
-    rc_fail(g, RC_ERR_DTYPE, "%s: input %s has dtype %s (f32 or f64)", op,
+    rci_fail(g, RC_ERR_DTYPE, "%s: input %s has dtype %s (f32 or f64)", op,
             rc_shape_str(t, s, sizeof s), rc_dtype_name(t->dtype));
     return -1;
 }
 
-int rc_axis_check(rc_graph *g, const char *op, const rc_tensor *t, int axis)
+int rci_axis_check(rc_graph *g, const char *op, const rc_tensor *t, int axis)
 {
     int a = axis < 0 ? axis + t->ndim : axis;
     if (a < 0 || a >= t->ndim) {
         char s[96];
-        rc_fail(g, RC_ERR_ARG, "%s: axis %d out of range for shape %s", op, axis,
+        rci_fail(g, RC_ERR_ARG, "%s: axis %d out of range for shape %s", op, axis,
                 rc_shape_str(t, s, sizeof s));
         return -1;
     }
     return a;
 }
 
-int rc_broadcast_shapes(rc_graph *g, const char *op, const rc_tensor *a, const rc_tensor *b,
+int rci_broadcast_shapes(rc_graph *g, const char *op, const rc_tensor *a, const rc_tensor *b,
                         int *ndim, int64_t *shape)
 {
     int n = a->ndim > b->ndim ? a->ndim : b->ndim;
@@ -146,7 +146,7 @@ int rc_broadcast_shapes(rc_graph *g, const char *op, const rc_tensor *a, const r
         int64_t db = ib >= 0 ? b->shape[ib] : 1;
         if (da != db && da != 1 && db != 1) {
             char sa[96], sb[96];
-            rc_fail(g, RC_ERR_SHAPE, "%s: shapes %s and %s do not broadcast (dimension %d: %lld vs %lld)",
+            rci_fail(g, RC_ERR_SHAPE, "%s: shapes %s and %s do not broadcast (dimension %d: %lld vs %lld)",
                     op, rc_shape_str(a, sa, sizeof sa), rc_shape_str(b, sb, sizeof sb), i,
                     (long long)da, (long long)db);
             return -1;
@@ -163,10 +163,10 @@ static rc_tensor *leaf_new(rc_graph *g, const char *name, rc_dtype t, int ndim,
     if (!g || g->err_code)
         return NULL;
     if ((unsigned)t >= RC_DTYPE_COUNT)
-        return rc_fail(g, RC_ERR_DTYPE, "leaf '%s': unknown dtype %d", name ? name : "", (int)t);
+        return rci_fail(g, RC_ERR_DTYPE, "leaf '%s': unknown dtype %d", name ? name : "", (int)t);
     if (ndim > 0 && !shape)
-        return rc_fail(g, RC_ERR_ARG, "leaf '%s': NULL shape", name ? name : "");
-    rc_tensor *x = rc_node_new(g, RC_OP_LEAF, t, ndim, shape, 0, NULL);
+        return rci_fail(g, RC_ERR_ARG, "leaf '%s': NULL shape", name ? name : "");
+    rc_tensor *x = rci_node_new(g, RC_OP_LEAF, t, ndim, shape, 0, NULL);
     if (!x)
         return NULL;
     x->flags = flags;
@@ -182,7 +182,7 @@ rc_tensor *rc_input(rc_graph *g, const char *name, rc_dtype t, int ndim, const i
 rc_tensor *rc_param(rc_graph *g, const char *name, rc_dtype t, int ndim, const int64_t *shape)
 {
     if (g && !g->err_code && !rc_dtype_is_float(t))
-        return rc_fail(g, RC_ERR_DTYPE, "param '%s': a parameter must be a float type, not %s",
+        return rci_fail(g, RC_ERR_DTYPE, "param '%s': a parameter must be a float type, not %s",
                        name ? name : "", rc_dtype_name(t));
     return leaf_new(g, name, t, ndim, shape, RC_FLAG_PARAM);
 }
@@ -192,11 +192,11 @@ rc_tensor *rc_full(rc_graph *g, rc_dtype t, int ndim, const int64_t *shape, doub
     if (!g || g->err_code)
         return NULL;
     if (ndim > 0 && !shape)
-        return rc_fail(g, RC_ERR_ARG, "full: NULL shape");
+        return rci_fail(g, RC_ERR_ARG, "full: NULL shape");
     if (!rc_dtype_is_float(t) || t == RC_BF16 || t == RC_F16)
-        return rc_fail(g, RC_ERR_DTYPE, "full: dtype %s is not computable (f32 or f64)",
+        return rci_fail(g, RC_ERR_DTYPE, "full: dtype %s is not computable (f32 or f64)",
                        rc_dtype_name(t));
-    rc_tensor *x = rc_node_new(g, RC_OP_FULL, t, ndim, shape, 0, NULL);
+    rc_tensor *x = rci_node_new(g, RC_OP_FULL, t, ndim, shape, 0, NULL);
     if (x)
         x->fparam[0] = value;
     return x;
@@ -218,13 +218,13 @@ rc_tensor *rc_const(rc_graph *g, const char *name, rc_dtype t, int ndim, const i
         int cap = g->owned_cap ? 2 * g->owned_cap : 16;
         void **owned = realloc(g->owned, (size_t)cap * sizeof *owned);
         if (!owned)
-            return rc_fail(g, RC_ERR_MEMORY, "const '%s': out of memory", x->name);
+            return rci_fail(g, RC_ERR_MEMORY, "const '%s': out of memory", x->name);
         g->owned = owned;
         g->owned_cap = cap;
     }
     void *data = malloc(bytes ? bytes : 1);
     if (!data)
-        return rc_fail(g, RC_ERR_MEMORY, "const '%s': out of memory for %zu bytes", x->name, bytes);
+        return rci_fail(g, RC_ERR_MEMORY, "const '%s': out of memory for %zu bytes", x->name, bytes);
     if (values)
         memcpy(data, values, bytes);
     else

@@ -17,29 +17,29 @@ struct rc_graph {
                                      since a new graph may reuse a freed one's address */
 };
 
-/* Records the first error of a graph; returns NULL so builders can `return rc_fail(...)`. */
-rc_tensor *rc_fail(rc_graph *g, int code, const char *fmt, ...)
+/* Records the first error of a graph; returns NULL so builders can `return rci_fail(...)`. */
+rc_tensor *rci_fail(rc_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 
 /* A new node with the given inputs; NULL (error set) when allocation fails. */
-rc_tensor *rc_node_new(rc_graph *g, rc_op op, rc_dtype t, int ndim, const int64_t *shape,
+rc_tensor *rci_node_new(rc_graph *g, rc_op op, rc_dtype t, int ndim, const int64_t *shape,
                        int nsrc, rc_tensor *const *src);
 /* 1 when g already failed or any of the n inputs is NULL: builders return NULL then. */
-int rc_inputs_bad(rc_graph *g, int n, rc_tensor *const *src);
+int rci_inputs_bad(rc_graph *g, int n, rc_tensor *const *src);
 /* Checks a node against an op name, returns an axis in [0, ndim) or -1 with the error set. */
-int rc_axis_check(rc_graph *g, const char *op, const rc_tensor *t, int axis);
+int rci_axis_check(rc_graph *g, const char *op, const rc_tensor *t, int axis);
 /* numpy broadcast of a and b into out; -1 (error set) when incompatible. */
-int rc_broadcast_shapes(rc_graph *g, const char *op, const rc_tensor *a, const rc_tensor *b,
+int rci_broadcast_shapes(rc_graph *g, const char *op, const rc_tensor *a, const rc_tensor *b,
                         int *ndim, int64_t *shape);
-int rc_same_shape(const rc_tensor *a, const rc_tensor *b);
+int rci_same_shape(const rc_tensor *a, const rc_tensor *b);
 /* 0 when t is f32 or f64 (what kernels compute in); else -1 with the graph's error set. */
-int rc_float_input(rc_graph *g, const char *op, const rc_tensor *t);
-int64_t rc_shape_numel(int ndim, const int64_t *shape);
+int rci_float_input(rc_graph *g, const char *op, const rc_tensor *t);
+int64_t rci_shape_numel(int ndim, const int64_t *shape);
 
 /* Gradient rule of one node: given the gradient of its output, add the nodes for the
  * gradients of its inputs into gsrc[i] (NULL where an input gets none). In grad.c. */
-int rc_grad_node(rc_graph *g, rc_tensor *node, rc_tensor *gout, rc_tensor **gsrc);
+int rci_grad_node(rc_graph *g, rc_tensor *node, rc_tensor *gout, rc_tensor **gsrc);
 
 /* ---- CPU kernels --------------------------------------------------------------------
  * Contract: the executor calls a kernel once per non-view, non-leaf node, after every
@@ -49,15 +49,15 @@ int rc_grad_node(rc_graph *g, rc_tensor *node, rc_tensor *gout, rc_tensor **gsrc
  * against the node's shape (shapes right-aligned, size-1 axes repeat). A kernel returns
  * 0, or -1 with err set naming the op and the offending value (e.g. an id out of range).
  * Kernels use OpenMP for threads and never allocate on the heap in their loops. */
-int rc_cpu_kernel_f32(rc_tensor *node, rc_error *err);  /* node dtype f32 (src may be i32) */
-int rc_cpu_kernel_f64(rc_tensor *node, rc_error *err);  /* node dtype f64 */
+int rci_cpu_kernel_f32(rc_tensor *node, rc_error *err);  /* node dtype f32 (src may be i32) */
+int rci_cpu_kernel_f64(rc_tensor *node, rc_error *err);  /* node dtype f64 */
 /* Dtype-agnostic data movement: PERMUTE, SLICE (copying form), PAD, CONCAT, EXPAND, CAST.
  * Returns 1 when it handled the op, 0 when the op is not one of its, -1 on error. */
-int rc_cpu_kernel_move(rc_tensor *node, rc_error *err);
+int rci_cpu_kernel_move(rc_tensor *node, rc_error *err);
 /* Dispatch by op and dtype. */
-int rc_cpu_run(rc_tensor *node, rc_error *err);
+int rci_cpu_run(rc_tensor *node, rc_error *err);
 
 /* The element-wise random stream of dropout (also in rng.c, used by kernels). */
-uint64_t rc_hash64(uint64_t x);
+uint64_t rci_hash64(uint64_t x);
 
 #endif

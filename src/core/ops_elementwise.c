@@ -7,16 +7,16 @@
 static rc_tensor *binary(rc_graph *g, rc_op op, rc_tensor *a, rc_tensor *b)
 {
     rc_tensor *src[2] = {a, b};
-    if (rc_inputs_bad(g, 2, src) || rc_float_input(g, rc_op_name(op), a))
+    if (rci_inputs_bad(g, 2, src) || rci_float_input(g, rc_op_name(op), a))
         return NULL;
     if (a->dtype != b->dtype)
-        return rc_fail(g, RC_ERR_DTYPE, "%s: dtypes %s and %s differ", rc_op_name(op),
+        return rci_fail(g, RC_ERR_DTYPE, "%s: dtypes %s and %s differ", rc_op_name(op),
                        rc_dtype_name(a->dtype), rc_dtype_name(b->dtype));
     int ndim;
     int64_t shape[RC_MAX_DIMS];
-    if (rc_broadcast_shapes(g, rc_op_name(op), a, b, &ndim, shape))
+    if (rci_broadcast_shapes(g, rc_op_name(op), a, b, &ndim, shape))
         return NULL;
-    return rc_node_new(g, op, a->dtype, ndim, shape, 2, src);
+    return rci_node_new(g, op, a->dtype, ndim, shape, 2, src);
 }
 
 rc_tensor *rc_add(rc_graph *g, rc_tensor *a, rc_tensor *b) { return binary(g, RC_OP_ADD, a, b); }
@@ -26,9 +26,9 @@ rc_tensor *rc_div(rc_graph *g, rc_tensor *a, rc_tensor *b) { return binary(g, RC
 
 static rc_tensor *unary(rc_graph *g, rc_op op, rc_tensor *a)
 {
-    if (rc_inputs_bad(g, 1, &a) || rc_float_input(g, rc_op_name(op), a))
+    if (rci_inputs_bad(g, 1, &a) || rci_float_input(g, rc_op_name(op), a))
         return NULL;
-    return rc_node_new(g, op, a->dtype, a->ndim, a->shape, 1, &a);
+    return rci_node_new(g, op, a->dtype, a->ndim, a->shape, 1, &a);
 }
 
 rc_tensor *rc_affine(rc_graph *g, rc_tensor *a, double scale, double shift)
@@ -53,9 +53,9 @@ rc_tensor *rc_tanh(rc_graph *g, rc_tensor *a) { return unary(g, RC_OP_TANH, a); 
 rc_tensor *rc_act(rc_graph *g, rc_tensor *a, rc_act_kind act, int order)
 {
     if ((unsigned)act >= RC_ACT_COUNT)
-        return rc_fail(g, RC_ERR_ARG, "act: unknown activation %d", (int)act);
+        return rci_fail(g, RC_ERR_ARG, "act: unknown activation %d", (int)act);
     if (order < 0 || order > 2)
-        return rc_fail(g, RC_ERR_UNSUPPORTED,
+        return rci_fail(g, RC_ERR_UNSUPPORTED,
                        "act: derivative order %d of activation %d (orders 0 to 2 exist)", order,
                        (int)act);
     rc_tensor *y = unary(g, RC_OP_ACT, a);
@@ -75,68 +75,68 @@ rc_tensor *rc_sigmoid(rc_graph *g, rc_tensor *a) { return rc_act(g, a, RC_ACT_SI
 rc_tensor *rc_where(rc_graph *g, rc_tensor *cond, rc_tensor *a, rc_tensor *b)
 {
     rc_tensor *src[3] = {cond, a, b};
-    if (rc_inputs_bad(g, 3, src) || rc_float_input(g, "where", a))
+    if (rci_inputs_bad(g, 3, src) || rci_float_input(g, "where", a))
         return NULL;
     if (a->dtype != b->dtype)
-        return rc_fail(g, RC_ERR_DTYPE, "where: branch dtypes %s and %s differ",
+        return rci_fail(g, RC_ERR_DTYPE, "where: branch dtypes %s and %s differ",
                        rc_dtype_name(a->dtype), rc_dtype_name(b->dtype));
     if (cond->dtype != a->dtype && cond->dtype != RC_I32)
-        return rc_fail(g, RC_ERR_DTYPE, "where: condition dtype %s (use i32 or %s)",
+        return rci_fail(g, RC_ERR_DTYPE, "where: condition dtype %s (use i32 or %s)",
                        rc_dtype_name(cond->dtype), rc_dtype_name(a->dtype));
     int n1, n2;
     int64_t s1[RC_MAX_DIMS], s2[RC_MAX_DIMS];
-    if (rc_broadcast_shapes(g, "where", a, b, &n1, s1))
+    if (rci_broadcast_shapes(g, "where", a, b, &n1, s1))
         return NULL;
     rc_tensor ab = {.ndim = n1};
     for (int i = 0; i < n1; i++)
         ab.shape[i] = s1[i];
-    if (rc_broadcast_shapes(g, "where", cond, &ab, &n2, s2))
+    if (rci_broadcast_shapes(g, "where", cond, &ab, &n2, s2))
         return NULL;
-    return rc_node_new(g, RC_OP_WHERE, a->dtype, n2, s2, 3, src);
+    return rci_node_new(g, RC_OP_WHERE, a->dtype, n2, s2, 3, src);
 }
 
 rc_tensor *rc_equal(rc_graph *g, rc_tensor *a, rc_tensor *b)
 {
     rc_tensor *src[2] = {a, b};
-    if (rc_inputs_bad(g, 2, src))
+    if (rci_inputs_bad(g, 2, src))
         return NULL;
     if (a->dtype != b->dtype)
-        return rc_fail(g, RC_ERR_DTYPE, "equal: dtypes %s and %s differ",
+        return rci_fail(g, RC_ERR_DTYPE, "equal: dtypes %s and %s differ",
                        rc_dtype_name(a->dtype), rc_dtype_name(b->dtype));
-    if (a->dtype != RC_I32 && rc_float_input(g, "equal", a))
+    if (a->dtype != RC_I32 && rci_float_input(g, "equal", a))
         return NULL;
     int ndim;
     int64_t shape[RC_MAX_DIMS];
-    if (rc_broadcast_shapes(g, "equal", a, b, &ndim, shape))
+    if (rci_broadcast_shapes(g, "equal", a, b, &ndim, shape))
         return NULL;
-    return rc_node_new(g, RC_OP_EQUAL, a->dtype == RC_I32 ? RC_F32 : a->dtype, ndim, shape, 2, src);
+    return rci_node_new(g, RC_OP_EQUAL, a->dtype == RC_I32 ? RC_F32 : a->dtype, ndim, shape, 2, src);
 }
 
 rc_tensor *rc_cast(rc_graph *g, rc_tensor *a, rc_dtype t)
 {
-    if (rc_inputs_bad(g, 1, &a))
+    if (rci_inputs_bad(g, 1, &a))
         return NULL;
     int ok_from = a->dtype == RC_F32 || a->dtype == RC_F64 || a->dtype == RC_I32;
     int ok_to = t == RC_F32 || t == RC_F64 || t == RC_I32;
     if (!ok_from || !ok_to)
-        return rc_fail(g, RC_ERR_DTYPE, "cast: %s to %s is not supported (f32, f64, i32)",
+        return rci_fail(g, RC_ERR_DTYPE, "cast: %s to %s is not supported (f32, f64, i32)",
                        rc_dtype_name(a->dtype), rc_dtype_name(t));
     if (a->dtype == t)
         return a;
-    return rc_node_new(g, RC_OP_CAST, t, a->ndim, a->shape, 1, &a);
+    return rci_node_new(g, RC_OP_CAST, t, a->ndim, a->shape, 1, &a);
 }
 
 rc_tensor *rc_dropout(rc_graph *g, rc_tensor *a, double p, rc_rng key)
 {
-    if (rc_inputs_bad(g, 1, &a))
+    if (rci_inputs_bad(g, 1, &a))
         return NULL;
     if (!(p >= 0.0 && p < 1.0))
-        return rc_fail(g, RC_ERR_ARG, "dropout: probability %g outside [0, 1)", p);
+        return rci_fail(g, RC_ERR_ARG, "dropout: probability %g outside [0, 1)", p);
     if (p == 0.0)
         return a;
     rc_tensor *y = unary(g, RC_OP_DROPOUT, a);
     if (y) {
-        uint64_t k = rc_hash64(key.key ^ rc_hash64(key.counter));
+        uint64_t k = rci_hash64(key.key ^ rci_hash64(key.counter));
         y->iparam[0] = (int32_t)(uint32_t)(k & 0xffffffffu);
         y->iparam[1] = (int32_t)(uint32_t)(k >> 32);
         y->fparam[0] = p;

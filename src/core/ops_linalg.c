@@ -5,23 +5,23 @@
 rc_tensor *rc_matmul(rc_graph *g, rc_tensor *a, rc_tensor *b, int trans_a, int trans_b)
 {
     rc_tensor *src[2] = {a, b};
-    if (rc_inputs_bad(g, 2, src))
+    if (rci_inputs_bad(g, 2, src))
         return NULL;
     char sa[96], sb[96];
     rc_shape_str(a, sa, sizeof sa);
     rc_shape_str(b, sb, sizeof sb);
     if (a->dtype != b->dtype || (a->dtype != RC_F32 && a->dtype != RC_F64))
-        return rc_fail(g, RC_ERR_DTYPE, "matmul: dtypes %s and %s (both f32 or both f64)",
+        return rci_fail(g, RC_ERR_DTYPE, "matmul: dtypes %s and %s (both f32 or both f64)",
                        rc_dtype_name(a->dtype), rc_dtype_name(b->dtype));
     if (a->ndim < 2 || b->ndim < 2)
-        return rc_fail(g, RC_ERR_SHAPE, "matmul: operands %s and %s need at least 2 dimensions",
+        return rci_fail(g, RC_ERR_SHAPE, "matmul: operands %s and %s need at least 2 dimensions",
                        sa, sb);
     int64_t m = trans_a ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2];
     int64_t k = trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
     int64_t kb = trans_b ? b->shape[b->ndim - 1] : b->shape[b->ndim - 2];
     int64_t n = trans_b ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
     if (k != kb)
-        return rc_fail(g, RC_ERR_SHAPE,
+        return rci_fail(g, RC_ERR_SHAPE,
                        "matmul: inner dimensions differ: %s%s @ %s%s (%lld vs %lld)", sa,
                        trans_a ? "^T" : "", sb, trans_b ? "^T" : "", (long long)k, (long long)kb);
     if (b->ndim != 2) {
@@ -29,7 +29,7 @@ rc_tensor *rc_matmul(rc_graph *g, rc_tensor *a, rc_tensor *b, int trans_a, int t
         for (int i = 0; same && i < a->ndim - 2; i++)
             same = a->shape[i] == b->shape[i];
         if (!same)
-            return rc_fail(g, RC_ERR_SHAPE,
+            return rci_fail(g, RC_ERR_SHAPE,
                            "matmul: batch dimensions of %s and %s differ (b must be 2-D or match a's batch)",
                            sa, sb);
     }
@@ -38,7 +38,7 @@ rc_tensor *rc_matmul(rc_graph *g, rc_tensor *a, rc_tensor *b, int trans_a, int t
         shape[i] = a->shape[i];
     shape[a->ndim - 2] = m;
     shape[a->ndim - 1] = n;
-    rc_tensor *y = rc_node_new(g, RC_OP_MATMUL, a->dtype, a->ndim, shape, 2, src);
+    rc_tensor *y = rci_node_new(g, RC_OP_MATMUL, a->dtype, a->ndim, shape, 2, src);
     if (y) {
         y->iparam[0] = !!trans_a;
         y->iparam[1] = !!trans_b;

@@ -7,7 +7,7 @@ static int ids_input(rc_graph *g, const char *op, const rc_tensor *t)
     if (t->dtype == RC_I32)
         return 0;
     char s[96];
-    rc_fail(g, RC_ERR_DTYPE, "%s: ids %s have dtype %s (must be i32)", op,
+    rci_fail(g, RC_ERR_DTYPE, "%s: ids %s have dtype %s (must be i32)", op,
             rc_shape_str(t, s, sizeof s), rc_dtype_name(t->dtype));
     return -1;
 }
@@ -22,7 +22,7 @@ static int feature_vector(rc_graph *g, const char *op, const char *what, const r
     if (v->ndim == 1 && v->shape[0] == c && v->dtype == x->dtype)
         return 0;
     char sv[96], sx[96];
-    rc_fail(g, RC_ERR_SHAPE, "%s: %s %s %s does not fit input %s (need [%lld] %s)", op, what,
+    rci_fail(g, RC_ERR_SHAPE, "%s: %s %s %s does not fit input %s (need [%lld] %s)", op, what,
             rc_shape_str(v, sv, sizeof sv), rc_dtype_name(v->dtype), rc_shape_str(x, sx, sizeof sx),
             (long long)c, rc_dtype_name(x->dtype));
     return -1;
@@ -35,26 +35,26 @@ rc_tensor *rc_softmax(rc_graph *g, rc_tensor *a)
 
 rc_tensor *rc_softmax_ext(rc_graph *g, rc_tensor *a, rc_tensor *mask, double scale, int causal)
 {
-    if (rc_inputs_bad(g, 1, &a) || rc_float_input(g, "softmax", a))
+    if (rci_inputs_bad(g, 1, &a) || rci_float_input(g, "softmax", a))
         return NULL;
     if (a->ndim < 1)
-        return rc_fail(g, RC_ERR_SHAPE, "softmax: input is a scalar");
+        return rci_fail(g, RC_ERR_SHAPE, "softmax: input is a scalar");
     if (mask) {
         int ndim;
         int64_t shape[RC_MAX_DIMS];
         if (mask->dtype != a->dtype)
-            return rc_fail(g, RC_ERR_DTYPE, "softmax: mask dtype %s differs from input %s",
+            return rci_fail(g, RC_ERR_DTYPE, "softmax: mask dtype %s differs from input %s",
                            rc_dtype_name(mask->dtype), rc_dtype_name(a->dtype));
-        if (rc_broadcast_shapes(g, "softmax mask", a, mask, &ndim, shape))
+        if (rci_broadcast_shapes(g, "softmax mask", a, mask, &ndim, shape))
             return NULL;
-        if (ndim != a->ndim || rc_shape_numel(ndim, shape) != rc_tensor_numel(a)) {
+        if (ndim != a->ndim || rci_shape_numel(ndim, shape) != rc_tensor_numel(a)) {
             char sa[96], sm[96];
-            return rc_fail(g, RC_ERR_SHAPE, "softmax: mask %s must broadcast to the input %s",
+            return rci_fail(g, RC_ERR_SHAPE, "softmax: mask %s must broadcast to the input %s",
                            rc_shape_str(mask, sm, sizeof sm), rc_shape_str(a, sa, sizeof sa));
         }
     }
     rc_tensor *src[2] = {a, mask};
-    rc_tensor *y = rc_node_new(g, RC_OP_SOFTMAX, a->dtype, a->ndim, a->shape, 2, src);
+    rc_tensor *y = rci_node_new(g, RC_OP_SOFTMAX, a->dtype, a->ndim, a->shape, 2, src);
     if (y) {
         y->fparam[0] = scale;
         y->iparam[0] = !!causal;
@@ -64,15 +64,15 @@ rc_tensor *rc_softmax_ext(rc_graph *g, rc_tensor *a, rc_tensor *mask, double sca
 
 rc_tensor *rc_layer_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, rc_tensor *bias, double eps)
 {
-    if (rc_inputs_bad(g, 1, &x) || rc_float_input(g, "layer_norm", x))
+    if (rci_inputs_bad(g, 1, &x) || rci_float_input(g, "layer_norm", x))
         return NULL;
     if (x->ndim < 1)
-        return rc_fail(g, RC_ERR_SHAPE, "layer_norm: input is a scalar");
+        return rci_fail(g, RC_ERR_SHAPE, "layer_norm: input is a scalar");
     if (feature_vector(g, "layer_norm", "weight", weight, x) ||
         feature_vector(g, "layer_norm", "bias", bias, x))
         return NULL;
     rc_tensor *src[3] = {x, weight, bias};
-    rc_tensor *y = rc_node_new(g, RC_OP_LAYER_NORM, x->dtype, x->ndim, x->shape, 3, src);
+    rc_tensor *y = rci_node_new(g, RC_OP_LAYER_NORM, x->dtype, x->ndim, x->shape, 3, src);
     if (y)
         y->fparam[0] = eps;
     return y;
@@ -80,14 +80,14 @@ rc_tensor *rc_layer_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, rc_tensor
 
 rc_tensor *rc_rms_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, double eps, double offset)
 {
-    if (rc_inputs_bad(g, 1, &x) || rc_float_input(g, "rms_norm", x))
+    if (rci_inputs_bad(g, 1, &x) || rci_float_input(g, "rms_norm", x))
         return NULL;
     if (x->ndim < 1)
-        return rc_fail(g, RC_ERR_SHAPE, "rms_norm: input is a scalar");
+        return rci_fail(g, RC_ERR_SHAPE, "rms_norm: input is a scalar");
     if (feature_vector(g, "rms_norm", "weight", weight, x))
         return NULL;
     rc_tensor *src[2] = {x, weight};
-    rc_tensor *y = rc_node_new(g, RC_OP_RMS_NORM, x->dtype, x->ndim, x->shape, 2, src);
+    rc_tensor *y = rci_node_new(g, RC_OP_RMS_NORM, x->dtype, x->ndim, x->shape, 2, src);
     if (y) {
         y->fparam[0] = eps;
         y->fparam[1] = offset;
@@ -103,21 +103,21 @@ rc_tensor *rc_embedding(rc_graph *g, rc_tensor *table, rc_tensor *ids)
 rc_tensor *rc_embedding_pad(rc_graph *g, rc_tensor *table, rc_tensor *ids, int padding_idx)
 {
     rc_tensor *src[2] = {table, ids};
-    if (rc_inputs_bad(g, 2, src) || rc_float_input(g, "embedding", table) ||
+    if (rci_inputs_bad(g, 2, src) || rci_float_input(g, "embedding", table) ||
         ids_input(g, "embedding", ids))
         return NULL;
     if (table->ndim != 2) {
         char s[96];
-        return rc_fail(g, RC_ERR_SHAPE, "embedding: table %s must be 2-D [vocab, dim]",
+        return rci_fail(g, RC_ERR_SHAPE, "embedding: table %s must be 2-D [vocab, dim]",
                        rc_shape_str(table, s, sizeof s));
     }
     if (ids->ndim + 1 > RC_MAX_DIMS)
-        return rc_fail(g, RC_ERR_SHAPE, "embedding: ids have too many dimensions (%d)", ids->ndim);
+        return rci_fail(g, RC_ERR_SHAPE, "embedding: ids have too many dimensions (%d)", ids->ndim);
     int64_t shape[RC_MAX_DIMS];
     for (int i = 0; i < ids->ndim; i++)
         shape[i] = ids->shape[i];
     shape[ids->ndim] = table->shape[1];
-    rc_tensor *y = rc_node_new(g, RC_OP_EMBEDDING, table->dtype, ids->ndim + 1, shape, 2, src);
+    rc_tensor *y = rci_node_new(g, RC_OP_EMBEDDING, table->dtype, ids->ndim + 1, shape, 2, src);
     if (y)
         y->iparam[0] = padding_idx < 0 ? -1 : padding_idx;
     return y;
@@ -127,20 +127,20 @@ rc_tensor *rc_embedding_grad(rc_graph *g, rc_tensor *ids, rc_tensor *grad, int64
                              int padding_idx)
 {
     rc_tensor *src[2] = {ids, grad};
-    if (rc_inputs_bad(g, 2, src) || ids_input(g, "embedding_grad", ids) ||
-        rc_float_input(g, "embedding_grad", grad))
+    if (rci_inputs_bad(g, 2, src) || ids_input(g, "embedding_grad", ids) ||
+        rci_float_input(g, "embedding_grad", grad))
         return NULL;
     int ok = grad->ndim == ids->ndim + 1;
     for (int i = 0; ok && i < ids->ndim; i++)
         ok = ids->shape[i] == grad->shape[i];
     if (!ok || vocab <= 0 || vocab > INT32_MAX) {
         char si[96], sg[96];
-        return rc_fail(g, RC_ERR_SHAPE, "embedding_grad: ids %s, gradient %s, vocab %lld do not fit",
+        return rci_fail(g, RC_ERR_SHAPE, "embedding_grad: ids %s, gradient %s, vocab %lld do not fit",
                        rc_shape_str(ids, si, sizeof si), rc_shape_str(grad, sg, sizeof sg),
                        (long long)vocab);
     }
     int64_t shape[2] = {vocab, grad->shape[grad->ndim - 1]};
-    rc_tensor *y = rc_node_new(g, RC_OP_EMBEDDING_GRAD, grad->dtype, 2, shape, 2, src);
+    rc_tensor *y = rci_node_new(g, RC_OP_EMBEDDING_GRAD, grad->dtype, 2, shape, 2, src);
     if (y) {
         y->iparam[0] = (int32_t)vocab;
         y->iparam[1] = padding_idx < 0 ? -1 : padding_idx;
@@ -152,28 +152,28 @@ static rc_tensor *rope(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_dims, 
                        double theta, int inverse)
 {
     rc_tensor *src[2] = {x, pos};
-    if (rc_inputs_bad(g, 2, src) || rc_float_input(g, "rope", x) || ids_input(g, "rope", pos))
+    if (rci_inputs_bad(g, 2, src) || rci_float_input(g, "rope", x) || ids_input(g, "rope", pos))
         return NULL;
     char sx[96], sp[96];
     rc_shape_str(x, sx, sizeof sx);
     rc_shape_str(pos, sp, sizeof sp);
     if (x->ndim < 3)
-        return rc_fail(g, RC_ERR_SHAPE, "rope: input %s must be [..., T, heads, head_dim]", sx);
+        return rci_fail(g, RC_ERR_SHAPE, "rope: input %s must be [..., T, heads, head_dim]", sx);
     int64_t d = x->shape[x->ndim - 1];
     if (rot_dims <= 0 || rot_dims % 2 || rot_dims > d)
-        return rc_fail(g, RC_ERR_ARG, "rope: rotary dims %d must be even and in (0, %lld] for input %s",
+        return rci_fail(g, RC_ERR_ARG, "rope: rotary dims %d must be even and in (0, %lld] for input %s",
                        rot_dims, (long long)d, sx);
     if (mode != RC_ROPE_INTERLEAVED && mode != RC_ROPE_HALF)
-        return rc_fail(g, RC_ERR_ARG, "rope: unknown mode %d", (int)mode);
-    int64_t rows = rc_shape_numel(x->ndim - 2, x->shape);
+        return rci_fail(g, RC_ERR_ARG, "rope: unknown mode %d", (int)mode);
+    int64_t rows = rci_shape_numel(x->ndim - 2, x->shape);
     int64_t np = rc_tensor_numel(pos);
     if (np == 0 || rows % np || np % x->shape[x->ndim - 3])
-        return rc_fail(g, RC_ERR_SHAPE,
+        return rci_fail(g, RC_ERR_SHAPE,
                        "rope: positions %s must cover the sequence axis of %s ([T] or [..., T])",
                        sp, sx);
     if (!(theta > 0))
-        return rc_fail(g, RC_ERR_ARG, "rope: theta %g must be positive", theta);
-    rc_tensor *y = rc_node_new(g, RC_OP_ROPE, x->dtype, x->ndim, x->shape, 2, src);
+        return rci_fail(g, RC_ERR_ARG, "rope: theta %g must be positive", theta);
+    rc_tensor *y = rci_node_new(g, RC_OP_ROPE, x->dtype, x->ndim, x->shape, 2, src);
     if (y) {
         y->iparam[0] = rot_dims;
         y->iparam[1] = (int32_t)mode;
@@ -198,7 +198,7 @@ rc_tensor *rc_rope_inverse(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_di
 rc_tensor *rc_cross_entropy(rc_graph *g, rc_tensor *logits, rc_tensor *targets, int ignore_index)
 {
     rc_tensor *src[2] = {logits, targets};
-    if (rc_inputs_bad(g, 2, src) || rc_float_input(g, "cross_entropy", logits) ||
+    if (rci_inputs_bad(g, 2, src) || rci_float_input(g, "cross_entropy", logits) ||
         ids_input(g, "cross_entropy", targets))
         return NULL;
     int ok = logits->ndim >= 1 && targets->ndim == logits->ndim - 1;
@@ -206,10 +206,10 @@ rc_tensor *rc_cross_entropy(rc_graph *g, rc_tensor *logits, rc_tensor *targets, 
         ok = targets->shape[i] == logits->shape[i];
     if (!ok) {
         char sl[96], st[96];
-        return rc_fail(g, RC_ERR_SHAPE, "cross_entropy: targets %s must be the logits %s without the last axis",
+        return rci_fail(g, RC_ERR_SHAPE, "cross_entropy: targets %s must be the logits %s without the last axis",
                        rc_shape_str(targets, st, sizeof st), rc_shape_str(logits, sl, sizeof sl));
     }
-    rc_tensor *y = rc_node_new(g, RC_OP_CROSS_ENTROPY, logits->dtype, 0, NULL, 2, src);
+    rc_tensor *y = rci_node_new(g, RC_OP_CROSS_ENTROPY, logits->dtype, 0, NULL, 2, src);
     if (y)
         y->iparam[0] = ignore_index;
     return y;
@@ -220,7 +220,7 @@ static rc_tensor *shard_mode(rc_graph *g, rc_tensor *y, int64_t first, int64_t v
     if (!y)
         return NULL;
     if (first < 0 || vocab <= 0 || vocab > INT32_MAX || first > INT32_MAX)
-        return rc_fail(g, RC_ERR_ARG, "%s: shard at %lld of a %lld-id vocabulary", op, (long long)first,
+        return rci_fail(g, RC_ERR_ARG, "%s: shard at %lld of a %lld-id vocabulary", op, (long long)first,
                        (long long)vocab);
     y->iparam[2] = 1;
     y->iparam[3] = (int32_t)first;
@@ -243,15 +243,15 @@ rc_tensor *rc_cross_entropy_grad(rc_graph *g, rc_tensor *logits, rc_tensor *targ
                                  rc_tensor *g_out, int ignore_index)
 {
     rc_tensor *src[3] = {logits, targets, g_out};
-    if (rc_inputs_bad(g, 3, src))
+    if (rci_inputs_bad(g, 3, src))
         return NULL;
     rc_tensor *check = rc_cross_entropy(g, logits, targets, ignore_index); /* validates shapes */
     if (!check)
         return NULL;
     if (rc_tensor_numel(g_out) != 1 || g_out->dtype != logits->dtype)
-        return rc_fail(g, RC_ERR_SHAPE, "cross_entropy_grad: the upstream gradient must be a %s scalar",
+        return rci_fail(g, RC_ERR_SHAPE, "cross_entropy_grad: the upstream gradient must be a %s scalar",
                        rc_dtype_name(logits->dtype));
-    rc_tensor *y = rc_node_new(g, RC_OP_CROSS_ENTROPY_GRAD, logits->dtype, logits->ndim, logits->shape, 3, src);
+    rc_tensor *y = rci_node_new(g, RC_OP_CROSS_ENTROPY_GRAD, logits->dtype, logits->ndim, logits->shape, 3, src);
     if (y)
         y->iparam[0] = ignore_index;
     return y;
@@ -259,18 +259,18 @@ rc_tensor *rc_cross_entropy_grad(rc_graph *g, rc_tensor *logits, rc_tensor *targ
 
 rc_tensor *rc_one_hot(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_index, rc_dtype t)
 {
-    if (rc_inputs_bad(g, 1, &ids) || ids_input(g, "one_hot", ids))
+    if (rci_inputs_bad(g, 1, &ids) || ids_input(g, "one_hot", ids))
         return NULL;
     if (t != RC_F32 && t != RC_F64)
-        return rc_fail(g, RC_ERR_DTYPE, "one_hot: output dtype %s (f32 or f64)", rc_dtype_name(t));
+        return rci_fail(g, RC_ERR_DTYPE, "one_hot: output dtype %s (f32 or f64)", rc_dtype_name(t));
     if (depth <= 0 || depth > INT32_MAX || ids->ndim + 1 > RC_MAX_DIMS)
-        return rc_fail(g, RC_ERR_ARG, "one_hot: depth %lld for ids of %d dimensions",
+        return rci_fail(g, RC_ERR_ARG, "one_hot: depth %lld for ids of %d dimensions",
                        (long long)depth, ids->ndim);
     int64_t shape[RC_MAX_DIMS];
     for (int i = 0; i < ids->ndim; i++)
         shape[i] = ids->shape[i];
     shape[ids->ndim] = depth;
-    rc_tensor *y = rc_node_new(g, RC_OP_ONE_HOT, t, ids->ndim + 1, shape, 1, &ids);
+    rc_tensor *y = rci_node_new(g, RC_OP_ONE_HOT, t, ids->ndim + 1, shape, 1, &ids);
     if (y) {
         y->iparam[0] = (int32_t)depth;
         y->iparam[1] = ignore_index;

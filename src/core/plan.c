@@ -243,7 +243,7 @@ rc_plan_stats rc_plan_get_stats(const rc_plan *p)
 void rc_plan_set_rng(rc_plan *p, rc_rng key)
 {
     if (p)
-        p->run_key = rc_hash64(key.key ^ rc_hash64(key.counter));
+        p->run_key = rci_hash64(key.key ^ rci_hash64(key.counter));
 }
 
 void rc_plan_set_collective(rc_plan *p, rc_collective_fn fn, void *ctx)
@@ -311,7 +311,7 @@ int rc_plan_run(rc_plan *p, rc_error *err)
             continue;
         double k0 = p->timing ? now_s() : 0;
         int is_collective = t->op == RC_OP_MP_REDUCE || t->op == RC_OP_MP_MAX;
-        if (is_collective ? run_collective(p, t, err) : rc_cpu_run(t, err)) {
+        if (is_collective ? run_collective(p, t, err) : rci_cpu_run(t, err)) {
             char s[96], msg[sizeof err->msg + 192];
             if (err) {
                 snprintf(msg, sizeof msg, "%s (node %d, %s %s)", err->msg, t->id, rc_op_name(t->op),

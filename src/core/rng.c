@@ -6,7 +6,7 @@
 #include <math.h>
 
 /* splitmix64's finaliser: a bijective 64-bit mix with good avalanche. */
-uint64_t rc_hash64(uint64_t x)
+uint64_t rci_hash64(uint64_t x)
 {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -16,19 +16,19 @@ uint64_t rc_hash64(uint64_t x)
 
 rc_rng rc_rng_new(uint64_t seed)
 {
-    rc_rng r = {rc_hash64(seed), 0};
+    rc_rng r = {rci_hash64(seed), 0};
     return r;
 }
 
 rc_rng rc_rng_fold(rc_rng r, uint64_t data)
 {
-    rc_rng out = {rc_hash64(r.key ^ rc_hash64(data + 0x632BE59BD9B4E019ull) ^ rc_hash64(r.counter)), 0};
+    rc_rng out = {rci_hash64(r.key ^ rci_hash64(data + 0x632BE59BD9B4E019ull) ^ rci_hash64(r.counter)), 0};
     return out;
 }
 
 uint64_t rc_rng_next_u64(rc_rng *r)
 {
-    return rc_hash64(r->key ^ rc_hash64(r->counter++));
+    return rci_hash64(r->key ^ rci_hash64(r->counter++));
 }
 
 double rc_rng_uniform(rc_rng *r)
@@ -46,5 +46,5 @@ double rc_rng_normal(rc_rng *r)
 
 double rc_rng_uniform_at(uint64_t key, uint64_t i)
 {
-    return (double)(rc_hash64(key ^ rc_hash64(i)) >> 11) * 0x1.0p-53;
+    return (double)(rci_hash64(key ^ rci_hash64(i)) >> 11) * 0x1.0p-53;
 }

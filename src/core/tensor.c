@@ -31,7 +31,7 @@ int rc_dtype_is_float(rc_dtype t)
     return (unsigned)t < RC_DTYPE_COUNT && dtype_info[t].is_float;
 }
 
-int64_t rc_shape_numel(int ndim, const int64_t *shape)
+int64_t rci_shape_numel(int ndim, const int64_t *shape)
 {
     int64_t n = 1;
     for (int i = 0; i < ndim; i++)
@@ -41,7 +41,7 @@ int64_t rc_shape_numel(int ndim, const int64_t *shape)
 
 int64_t rc_tensor_numel(const rc_tensor *t)
 {
-    return rc_shape_numel(t->ndim, t->shape);
+    return rci_shape_numel(t->ndim, t->shape);
 }
 
 size_t rc_tensor_nbytes(const rc_tensor *t)
@@ -49,7 +49,7 @@ size_t rc_tensor_nbytes(const rc_tensor *t)
     return (size_t)rc_tensor_numel(t) * rc_dtype_size(t->dtype);
 }
 
-int rc_same_shape(const rc_tensor *a, const rc_tensor *b)
+int rci_same_shape(const rc_tensor *a, const rc_tensor *b)
 {
     if (a->ndim != b->ndim)
         return 0;

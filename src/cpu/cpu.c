@@ -5,19 +5,19 @@
 #include <cblas.h>
 #include <omp.h>
 
-int rc_cpu_run(rc_tensor *node, rc_error *err)
+int rci_cpu_run(rc_tensor *node, rc_error *err)
 {
     if (node->op == RC_OP_LEAF || node->op == RC_OP_RESHAPE || node->view_src)
         return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: leaves and views have no kernel",
                             rc_op_name(node->op));
-    int r = rc_cpu_kernel_move(node, err);
+    int r = rci_cpu_kernel_move(node, err);
     if (r != 0)
         return r < 0 ? -1 : 0;
     switch (node->dtype) {
     case RC_F32:
-        return rc_cpu_kernel_f32(node, err);
+        return rci_cpu_kernel_f32(node, err);
     case RC_F64:
-        return rc_cpu_kernel_f64(node, err);
+        return rci_cpu_kernel_f64(node, err);
     default:
         return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s",
                             rc_op_name(node->op), rc_dtype_name(node->dtype));

@@ -1,7 +1,7 @@
 /* kernels_real.c - the arithmetic CPU kernels, written once over `real`.
  *
- * CMake compiles this file twice: with RC_REAL=float, RC_KERNEL_FN=rc_cpu_kernel_f32, and
- * (through kernels_real_f64.c) with RC_REAL=double, RC_KERNEL_FN=rc_cpu_kernel_f64. Only
+ * CMake compiles this file twice: with RC_REAL=float, RC_KERNEL_FN=rci_cpu_kernel_f32, and
+ * (through kernels_real_f64.c) with RC_REAL=double, RC_KERNEL_FN=rci_cpu_kernel_f64. Only
  * RC_KERNEL_FN is exported; everything else is static.
  *
  * The contract is in internal.h: tensors are contiguous row-major, node->data is
@@ -1393,7 +1393,7 @@ static void dropout_range(void *ctx, int64_t i0, int64_t i1, int part)
     double p = node->fparam[0];
     uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
     uint64_t run = (uint64_t)(uint32_t)node->iparam[2] | ((uint64_t)(uint32_t)node->iparam[3] << 32);
-    key ^= rc_hash64(run); /* the plan's per-run key: a new mask every step */
+    key ^= rci_hash64(run); /* the plan's per-run key: a new mask every step */
     real scale = p < 1 ? (real)(1 / (1 - p)) : 0;
     (void)part;
     for (int64_t i = i0; i < i1; i++)

@@ -402,7 +402,7 @@ static int move_cast(rc_tensor *node, rc_error *err)
     return 0;
 }
 
-int rc_cpu_kernel_move(rc_tensor *node, rc_error *err)
+int rci_cpu_kernel_move(rc_tensor *node, rc_error *err)
 {
     rc_op op = node->op;
     if (op != RC_OP_PERMUTE && op != RC_OP_SLICE && op != RC_OP_PAD && op != RC_OP_CONCAT &&

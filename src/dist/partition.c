@@ -269,13 +269,13 @@ static rc_tensor *rebuild(local *l, const rc_tensor *y, rc_tensor **x, const int
     case RC_OP_MP_REDUCE: return rc_mp_reduce(g, x[0]);
     case RC_OP_MP_MAX: return rc_mp_max(g, x[0]);
     case RC_OP_DROPOUT: {
-        rc_tensor *d = rc_node_new(g, RC_OP_DROPOUT, x[0]->dtype, x[0]->ndim, x[0]->shape, 1, x);
+        rc_tensor *d = rci_node_new(g, RC_OP_DROPOUT, x[0]->dtype, x[0]->ndim, x[0]->shape, 1, x);
         if (d)
             memcpy(d->iparam, ip, sizeof d->iparam), memcpy(d->fparam, fp, sizeof d->fparam);
         return d;
     }
     default:
-        return rc_fail(g, RC_ERR_UNSUPPORTED, "partition: op %s in a model-parallel graph", rc_op_name(y->op));
+        return rci_fail(g, RC_ERR_UNSUPPORTED, "partition: op %s in a model-parallel graph", rc_op_name(y->op));
     }
 }
 
@@ -351,7 +351,7 @@ int rc_shard_partition_outputs(rc_graph *g, rc_tensor *const *outs, int nout, co
     plan *p = NULL;
     if (rank < 0 || rank >= mp)
         return rc_error_set(err, RC_ERR_ARG, "partition: rank %d of %d shards", rank, mp);
-    if (shard_plan_run(g, outs, nout, params, n, mp, allow_replicate, specs, NULL, &p, err))
+    if (rci_shard_plan_run(g, outs, nout, params, n, mp, allow_replicate, specs, NULL, &p, err))
         return -1;
     int size = p->last + 1;
     local l = {.p = p, .mp = mp, .rank = rank, .spec = specs, .lg = rc_graph_new()};
@@ -388,7 +388,7 @@ int rc_shard_partition_outputs(rc_graph *g, rc_tensor *const *outs, int nout, co
     free(l.entered);
     free(l.sliced);
     free(l.gathered);
-    shard_plan_free(p);
+    rci_shard_plan_free(p);
     return rc ? -1 : 0;
 }
 

@@ -808,7 +808,7 @@ static int analyse(plan *p)
     return p->gqa_param >= 0 ? p->gqa_param : p->fail_param;
 }
 
-void shard_plan_free(plan *p)
+void rci_shard_plan_free(plan *p)
 {
     if (!p)
         return;
@@ -841,7 +841,7 @@ static int check_fixed(rc_shard_spec *s, const rc_tensor *param, int mp, rc_erro
     return 0;
 }
 
-int shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *const *params, int n, int mp,
+int rci_shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *const *params, int n, int mp,
                    int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, plan **keep,
                    rc_error *err)
 {
@@ -926,14 +926,14 @@ int shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *con
         *keep = p;
         return 0;
     }
-    shard_plan_free(p);
+    rci_shard_plan_free(p);
     return rc ? -1 : 0;
 }
 
 int rc_shard_plan(rc_graph *g, rc_tensor *out, rc_tensor *const *params, int n, int mp,
                   int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, rc_error *err)
 {
-    return shard_plan_run(g, &out, 1, params, n, mp, allow_replicate, specs, comm, NULL, err);
+    return rci_shard_plan_run(g, &out, 1, params, n, mp, allow_replicate, specs, comm, NULL, err);
 }
 
 int rc_shard_fix(rc_shard_spec *s, const rc_tensor *param, int axis, int64_t groups, int mp, rc_error *err)

@@ -68,9 +68,9 @@ enum {
 
 /* Runs the analysis; with keep, hands over the plan with every node's final state
  * (split-any states resolved) for the partitioner. */
-int shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *const *params, int n, int mp,
+int rci_shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *const *params, int n, int mp,
                    int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, plan **keep,
                    rc_error *err);
-void shard_plan_free(plan *p);
+void rci_shard_plan_free(plan *p);
 
 #endif

@@ -147,7 +147,7 @@ typedef struct {
 static int sink_put(tok_sink *s, const int32_t *ids, int64_t n, rc_error *err)
 {
     if (s->w) {
-        if (rc_npy_writer_append(s->w, ids, n, err))
+        if (rci_npy_writer_append(s->w, ids, n, err))
             return -1;
     } else if (n > 0) {
         if (vec_reserve((void **)&s->mem, &s->cap, s->n + n, sizeof *s->mem))
@@ -610,7 +610,7 @@ static int open_stream(rc_dataset *ds, const rc_dataset_opts *o, rc_error *err)
             ds->info.cache = RC_CACHE_HIT;
             return 0;
         }
-        if (rc_npy_writer_open(&w, ds->info.cache_path, dtype, NULL) == 0) {
+        if (rci_npy_writer_open(&w, ds->info.cache_path, dtype, NULL) == 0) {
             s.w = &w;
             ds->info.cache = RC_CACHE_WRITTEN;
         } else {
@@ -622,7 +622,7 @@ static int open_stream(rc_dataset *ds, const rc_dataset_opts *o, rc_error *err)
                  : jsonl_tokenize_lm(ds, tok, &s, err);
     if (rc) {
         if (s.w)
-            rc_npy_writer_abort(s.w);
+            rci_npy_writer_abort(s.w);
         free(s.mem);
         return -1;
     }
@@ -631,7 +631,7 @@ static int open_stream(rc_dataset *ds, const rc_dataset_opts *o, rc_error *err)
         ds->mem = s.mem;
         return 0;
     }
-    if (rc_npy_writer_commit(s.w, err) || rc_npy_open(&ds->npy, ds->info.cache_path, err))
+    if (rci_npy_writer_commit(s.w, err) || rc_npy_open(&ds->npy, ds->info.cache_path, err))
         return -1;
     ds->mapped = 1;
     return 0;

@@ -316,7 +316,7 @@ static void writer_free(rc_npy_writer *w)
     w->f = NULL;
 }
 
-int rc_npy_writer_open(rc_npy_writer *w, const char *path, rc_npy_dtype dtype, rc_error *err)
+int rci_npy_writer_open(rc_npy_writer *w, const char *path, rc_npy_dtype dtype, rc_error *err)
 {
     memset(w, 0, sizeof *w);
     w->dtype = dtype;
@@ -344,13 +344,13 @@ int rc_npy_writer_open(rc_npy_writer *w, const char *path, rc_npy_dtype dtype, r
     npy_header(h, dtype, 0);
     if (fwrite(h, 1, sizeof h, w->f) != sizeof h) {
         rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", w->tmp, strerror(errno));
-        rc_npy_writer_abort(w);
+        rci_npy_writer_abort(w);
         return -1;
     }
     return 0;
 }
 
-int rc_npy_writer_append(rc_npy_writer *w, const int32_t *ids, int64_t n, rc_error *err)
+int rci_npy_writer_append(rc_npy_writer *w, const int32_t *ids, int64_t n, rc_error *err)
 {
     uint8_t buf[4096];
     int es = (int)w->dtype;
@@ -373,7 +373,7 @@ int rc_npy_writer_append(rc_npy_writer *w, const int32_t *ids, int64_t n, rc_err
     return 0;
 }
 
-int rc_npy_writer_commit(rc_npy_writer *w, rc_error *err)
+int rci_npy_writer_commit(rc_npy_writer *w, rc_error *err)
 {
     uint8_t h[NPY_WRITER_HEADER];
     npy_header(h, w->dtype, w->n);
@@ -400,7 +400,7 @@ int rc_npy_writer_commit(rc_npy_writer *w, rc_error *err)
     return 0;
 }
 
-void rc_npy_writer_abort(rc_npy_writer *w)
+void rci_npy_writer_abort(rc_npy_writer *w)
 {
     if (w->f) {
         fclose(w->f);
@@ -413,11 +413,11 @@ int rc_npy_write(const char *path, rc_npy_dtype dtype, const int32_t *ids, int64
                  rc_error *err)
 {
     rc_npy_writer w;
-    if (rc_npy_writer_open(&w, path, dtype, err))
+    if (rci_npy_writer_open(&w, path, dtype, err))
         return -1;
-    if (rc_npy_writer_append(&w, ids, n, err)) {
-        rc_npy_writer_abort(&w);
+    if (rci_npy_writer_append(&w, ids, n, err)) {
+        rci_npy_writer_abort(&w);
         return -1;
     }
-    return rc_npy_writer_commit(&w, err);
+    return rci_npy_writer_commit(&w, err);
 }

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void bytelevel_map(int uni[256])
+void rci_bytelevel_map(int uni[256])
 {
     int next = 256;
     for (int b = 0; b < 256; b++) {
@@ -30,10 +30,10 @@ void bytelevel_map(int uni[256])
 static int class_at(const char *s, size_t n, size_t pos, size_t *len)
 {
     uint32_t cp = 0;
-    int l = utf8_decode(s + pos, n - pos, &cp);
+    int l = rci_utf8_decode(s + pos, n - pos, &cp);
     if (l == 0) l = 1;                    /* input was validated; keep moving anyway */
     *len = (size_t)l;
-    return uni_class(cp);
+    return rci_uni_class(cp);
 }
 
 /* End of the run of characters starting at pos whose class is (or, with invert, is not)
@@ -61,7 +61,7 @@ static size_t contraction(const char *s, size_t n, size_t pos)
     return 0;
 }
 
-int bytelevel_split(const char *s, size_t n, tok_piece_fn fn, void *ctx)
+int rci_bytelevel_split(const char *s, size_t n, tok_piece_fn fn, void *ctx)
 {
     const int L = 1 << UNI_LETTER, N = 1 << UNI_NUMBER, S = 1 << UNI_SPACE;
     size_t pos = 0;
@@ -112,18 +112,18 @@ typedef struct {
     int32_t id, prev, next;
 } bpe_sym;
 
-tok_work *work_new(void)
+tok_work *rci_work_new(void)
 {
     return calloc(1, sizeof(tok_work));
 }
 
-void work_free(tok_work *w)
+void rci_work_free(tok_work *w)
 {
     if (!w) return;
     free(w->sym);
     free(w->heap);
-    strmap_free(&w->cache);
-    strmap_free(&w->cache2);
+    rci_strmap_free(&w->cache);
+    rci_strmap_free(&w->cache2);
     free(w->cache_ids.p);
     free(w->tmp.p);
     free(w->norm.p);
@@ -137,7 +137,7 @@ static int heap_less(const tok_hent *a, const tok_hent *b)
     return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
 }
 
-int heap_push(tok_work *w, tok_hent e)
+int rci_heap_push(tok_work *w, tok_hent e)
 {
     if (w->heap_len == w->heap_cap) {
         int64_t cap = w->heap_cap ? w->heap_cap * 2 : 256;
@@ -158,7 +158,7 @@ int heap_push(tok_work *w, tok_hent e)
     return 0;
 }
 
-tok_hent heap_pop(tok_work *w)
+tok_hent rci_heap_pop(tok_work *w)
 {
     tok_hent *h = w->heap;
     tok_hent top = h[0], last = h[--w->heap_len];
@@ -190,14 +190,14 @@ static int sym_reserve(tok_work *w, int64_t n, size_t size)
 static int push_pair(const rc_tokenizer *t, tok_work *w, const bpe_sym *sym, int32_t left)
 {
     int32_t right = sym[left].next, rank, id;
-    if (right < 0 || !pairmap_get(&t->merges, sym[left].id, sym[right].id, &rank, &id)) return 0;
+    if (right < 0 || !rci_pairmap_get(&t->merges, sym[left].id, sym[right].id, &rank, &id)) return 0;
     tok_hent e = {rank, left, id, 0};
-    return heap_push(w, e);
+    return rci_heap_push(w, e);
 }
 
 static int bpe_merge_ids(const rc_tokenizer *t, tok_work *w, const int32_t *ids, int64_t n, tok_ids *out)
 {
-    if (n == 1) return ids_put(out, ids[0]);
+    if (n == 1) return rci_ids_put(out, ids[0]);
     if (sym_reserve(w, n, sizeof(bpe_sym))) return -1;
     bpe_sym *sym = w->sym;
     for (int64_t i = 0; i < n; i++) {
@@ -209,10 +209,10 @@ static int bpe_merge_ids(const rc_tokenizer *t, tok_work *w, const int32_t *ids,
     for (int64_t i = 0; i + 1 < n; i++)
         if (push_pair(t, w, sym, (int32_t)i)) return -1;
     while (w->heap_len) {
-        tok_hent e = heap_pop(w);
+        tok_hent e = rci_heap_pop(w);
         int32_t left = e.pos, right = sym[left].next, rank, id;
         if (sym[left].id < 0 || right < 0) continue;
-        if (!pairmap_get(&t->merges, sym[left].id, sym[right].id, &rank, &id) || id != e.a) continue;
+        if (!rci_pairmap_get(&t->merges, sym[left].id, sym[right].id, &rank, &id) || id != e.a) continue;
         sym[left].id = id;
         sym[right].id = -1;
         sym[left].next = sym[right].next;
@@ -221,7 +221,7 @@ static int bpe_merge_ids(const rc_tokenizer *t, tok_work *w, const int32_t *ids,
         if (push_pair(t, w, sym, left)) return -1;
     }
     for (int32_t i = 0; i >= 0; i = sym[i].next)
-        if (ids_put(out, sym[i].id)) return -1;
+        if (rci_ids_put(out, sym[i].id)) return -1;
     return 0;
 }
 
@@ -231,11 +231,11 @@ enum { CACHE_MAX_WORD = 256 };
 static int cache_get(tok_work *w, const char *s, size_t n, tok_ids *out)
 {
     if (n > CACHE_MAX_WORD) return 0;
-    int64_t v = strmap_get(&w->cache, s, n);
+    int64_t v = rci_strmap_get(&w->cache, s, n);
     if (v < 0) return 0;
     int64_t off = v >> 20, cnt = v & ((1 << 20) - 1);
     for (int64_t i = 0; i < cnt; i++)
-        if (ids_put(out, w->cache_ids.p[off + i])) return -1;
+        if (rci_ids_put(out, w->cache_ids.p[off + i])) return -1;
     return 1;
 }
 
@@ -244,8 +244,8 @@ static int cache_put(tok_work *w, const char *s, size_t n, const int32_t *ids, i
     if (n > CACHE_MAX_WORD || cnt >= (1 << 20)) return 0;
     int64_t off = w->cache_ids.len;
     for (int64_t i = 0; i < cnt; i++)
-        if (ids_put(&w->cache_ids, ids[i])) return -1;
-    return strmap_set(&w->cache, s, n, off << 20 | cnt);
+        if (rci_ids_put(&w->cache_ids, ids[i])) return -1;
+    return rci_strmap_set(&w->cache, s, n, off << 20 | cnt);
 }
 
 /* A byte-level word: raw bytes -> one-char tokens -> merges. */
@@ -257,7 +257,7 @@ static int bpe_bytes(const rc_tokenizer *t, tok_work *w, const char *s, size_t n
     for (size_t i = 0; i < n; i++) {
         int32_t id = t->byte_id[(unsigned char)s[i]];
         if (id < 0) id = t->unk_id;       /* a vocabulary without that byte */
-        if (id >= 0 && ids_put(&w->ids, id)) return -1;
+        if (id >= 0 && rci_ids_put(&w->ids, id)) return -1;
     }
     if (w->ids.len == 0) return 0;
     int64_t start = out->len;
@@ -278,21 +278,21 @@ static int bpe_word(const rc_tokenizer *t, tok_work *w, const char *s, size_t n,
     int in_unk = 0;
     size_t i = 0;
     while (i < n) {
-        size_t l = (size_t)utf8_len((unsigned char)s[i]);
+        size_t l = (size_t)rci_utf8_len((unsigned char)s[i]);
         if (l > n - i) l = n - i;
-        int64_t id = strmap_get(&t->vocab, s + i, l);
+        int64_t id = rci_strmap_get(&t->vocab, s + i, l);
         if (id >= 0) {
-            if (ids_put(&w->ids, (int32_t)id)) return -1;
+            if (rci_ids_put(&w->ids, (int32_t)id)) return -1;
             in_unk = 0;
         } else {
             int all = t->byte_fallback;
             for (size_t k = 0; all && k < l; k++) all = t->byte_piece[(unsigned char)s[i + k]] >= 0;
             if (all) {
                 for (size_t k = 0; k < l; k++)
-                    if (ids_put(&w->ids, t->byte_piece[(unsigned char)s[i + k]])) return -1;
+                    if (rci_ids_put(&w->ids, t->byte_piece[(unsigned char)s[i + k]])) return -1;
                 in_unk = 0;
             } else if (t->unk_id >= 0) {
-                if (!(in_unk && t->fuse_unk) && ids_put(&w->ids, t->unk_id)) return -1;
+                if (!(in_unk && t->fuse_unk) && rci_ids_put(&w->ids, t->unk_id)) return -1;
                 in_unk = 1;
             }
         }
@@ -316,7 +316,7 @@ typedef struct {
 
 static int model_word(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out)
 {
-    if (t->model == TOK_MODEL_UNIGRAM) return unigram_encode(t, w, s, n, out);
+    if (t->model == TOK_MODEL_UNIGRAM) return rci_unigram_encode(t, w, s, n, out);
     return bpe_word(t, w, s, n, out);
 }
 
@@ -326,12 +326,12 @@ static int on_bytelevel_piece(void *ctx, size_t start, size_t end)
     if (c->t->model == TOK_MODEL_BPE) return bpe_bytes(c->t, c->w, c->s + start, end - start, c->out);
     /* other models see the byte-level spelling of the piece */
     int uni[256];
-    bytelevel_map(uni);
+    rci_bytelevel_map(uni);
     tok_buf mapped = {0};
     int rc = 0;
     for (size_t i = start; i < end && !rc; i++) {
         char u[4];
-        rc = buf_put(&mapped, u, (size_t)utf8_encode((uint32_t)uni[(unsigned char)c->s[i]], u));
+        rc = rci_buf_put(&mapped, u, (size_t)rci_utf8_encode((uint32_t)uni[(unsigned char)c->s[i]], u));
     }
     if (!rc) rc = model_word(c->t, c->w, mapped.p, mapped.len, c->out);
     free(mapped.p);
@@ -352,7 +352,7 @@ static int meta_words(const rc_tokenizer *t, tok_work *w, const char *s, size_t 
 {
     size_t start = 0, i = 0;
     while (i < n) {
-        size_t l = (size_t)utf8_len((unsigned char)s[i]);
+        size_t l = (size_t)rci_utf8_len((unsigned char)s[i]);
         if (i > start && is_meta(s, n, i) && (split_all || !is_meta(s, n, i - 3))) {
             if (model_word(t, w, s + start, i - start, out)) return -1;
             start = i;
@@ -362,7 +362,7 @@ static int meta_words(const rc_tokenizer *t, tok_work *w, const char *s, size_t 
     return model_word(t, w, s + start, n - start, out);
 }
 
-int tok_encode_segment(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, int first,
+int rci_tok_encode_segment(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, int first,
                        tok_ids *out, rc_error *err)
 {
     int rc = 0;
@@ -370,7 +370,7 @@ int tok_encode_segment(const rc_tokenizer *t, tok_work *w, const char *s, size_t
     if (t->pre == TOK_PRE_BYTELEVEL) {
         tok_buf pre = {0};
         if (t->add_prefix_space && s[0] != ' ') {
-            if (buf_put(&pre, " ", 1) || buf_put(&pre, s, n)) {
+            if (rci_buf_put(&pre, " ", 1) || rci_buf_put(&pre, s, n)) {
                 free(pre.p);
                 return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
             }
@@ -378,13 +378,13 @@ int tok_encode_segment(const rc_tokenizer *t, tok_work *w, const char *s, size_t
             n = pre.len;
         }
         split_ctx c = {t, w, s, out};
-        rc = bytelevel_split(s, n, on_bytelevel_piece, &c);
+        rc = rci_bytelevel_split(s, n, on_bytelevel_piece, &c);
         free(pre.p);
     } else if (t->pre == TOK_PRE_METASPACE) {
         tok_buf m = {0};
         int prepend = t->prepend_scheme == TOK_PREPEND_ALWAYS || (t->prepend_scheme == TOK_PREPEND_FIRST && first);
-        if (prepend && s[0] != ' ' && !is_meta(s, n, 0)) rc = buf_put(&m, META, 3);
-        for (size_t i = 0; i < n && !rc; i++) rc = s[i] == ' ' ? buf_put(&m, META, 3) : buf_put(&m, s + i, 1);
+        if (prepend && s[0] != ' ' && !is_meta(s, n, 0)) rc = rci_buf_put(&m, META, 3);
+        for (size_t i = 0; i < n && !rc; i++) rc = s[i] == ' ' ? rci_buf_put(&m, META, 3) : rci_buf_put(&m, s + i, 1);
         if (!rc) rc = meta_words(t, w, m.p, m.len, t->meta_split, out);
         free(m.p);
     } else if (t->model == TOK_MODEL_BPE && t->split_meta) {

@@ -137,7 +137,7 @@ static int parse_piece(const char *path, pb_buf b, int64_t index, spm_piece *p, 
     if (r < 0) return pb_bad(path, &b, what, err);
     if (!has_piece || p->len == 0) return rc_error_set(err, RC_ERR_FORMAT, "%s: %s has no piece text", path, what);
     if (p->type < 1 || p->type > 6) return rc_error_set(err, RC_ERR_FORMAT, "%s: %s has unknown type %d", path, what, p->type);
-    if (utf8_check((const char *)p->piece, p->len) != p->len)
+    if (rci_utf8_check((const char *)p->piece, p->len) != p->len)
         return rc_error_set(err, RC_ERR_FORMAT, "%s: %s is not valid UTF-8", path, what);
     return 0;
 }
@@ -279,12 +279,12 @@ static int spm_ranks(rc_tokenizer *t, rc_error *err)
 static int build_prefixes(rc_tokenizer *t, rc_error *err)
 {
     for (int32_t id = 0; id < (int32_t)t->n_tokens; id++) {
-        if (strmap_get(&t->vocab, t->tok_arena + t->tok_off[id], (size_t)t->tok_len[id]) != id) continue;
+        if (rci_strmap_get(&t->vocab, t->tok_arena + t->tok_off[id], (size_t)t->tok_len[id]) != id) continue;
         const char *s = t->tok_arena + t->tok_off[id];
         size_t len = (size_t)t->tok_len[id];
         for (size_t k = 1; k < len; k++)
-            if (strmap_add(&t->prefixes, s, k, -2) == INT64_MIN) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
-        if (strmap_set(&t->prefixes, s, len, id)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
+            if (rci_strmap_add(&t->prefixes, s, k, -2) == INT64_MIN) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
+        if (rci_strmap_set(&t->prefixes, s, len, id)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     }
     return 0;
 }
@@ -296,7 +296,7 @@ static int fill_from_proto(rc_tokenizer *t, const spm_proto *m, rc_error *err)
                             t->path, m->model_type);
     if (m->ws_suffix)
         return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: treat_whitespace_as_suffix is not supported", t->path);
-    if (tok_alloc_ids(t, m->n, err)) return -1;
+    if (rci_tok_alloc_ids(t, m->n, err)) return -1;
     t->score_f = malloc((size_t)m->n * sizeof *t->score_f);
     if (!t->score_f) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     /* as sentencepiece: the max starts at FLT_MIN (the least positive float), so with the
@@ -306,14 +306,14 @@ static int fill_from_proto(rc_tokenizer *t, const spm_proto *m, rc_error *err)
     for (int32_t i = 0; i < (int32_t)m->n; i++) {
         const spm_piece *p = &m->pieces[i];
         const char *s = (const char *)p->piece;
-        if (tok_set_token(t, i, s, p->len, err)) return -1;
+        if (rci_tok_set_token(t, i, s, p->len, err)) return -1;
         t->score_f[i] = p->score;
         static const uint8_t flags[7] = {0, 0, TOKF_UNKNOWN, TOKF_CONTROL | TOKF_SPECIAL, TOKF_USER, TOKF_UNUSED, TOKF_BYTE};
         t->tok_flags[i] = flags[p->type];
         if (p->type == 1 || p->type == 4 || p->type == 5) {     /* sentencepiece's pieces_ */
-            if (strmap_get(&t->vocab, s, p->len) >= 0)
+            if (rci_strmap_get(&t->vocab, s, p->len) >= 0)
                 return rc_error_set(err, RC_ERR_FORMAT, "%s: piece '%.*s' (id %d) appears twice", t->path, (int)p->len, s, (int)i);
-            if (strmap_set(&t->vocab, s, p->len, i)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
+            if (rci_strmap_set(&t->vocab, s, p->len, i)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
         }
         if (p->type == 1) {
             if (p->score < t->min_score_f) t->min_score_f = p->score;
@@ -321,7 +321,7 @@ static int fill_from_proto(rc_tokenizer *t, const spm_proto *m, rc_error *err)
         }
         if (p->type == 2 && t->unk_id < 0) t->unk_id = i;
         if (p->type == 6) {
-            int b = tok_byte_value(t->tok_arena + t->tok_off[i], p->len);
+            int b = rci_tok_byte_value(t->tok_arena + t->tok_off[i], p->len);
             if (b < 0) return rc_error_set(err, RC_ERR_FORMAT, "%s: BYTE piece %d is not <0xXX>", t->path, (int)i);
             t->byte_piece[b] = i;
         }
@@ -363,39 +363,39 @@ static int spm_normalizer(rc_tokenizer *t, const spm_proto *m, rc_error *err)
     x->map_blob = malloc(m->charsmap_len);
     if (!x->map_blob) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     memcpy(x->map_blob, m->charsmap, m->charsmap_len);
-    return charsmap_init(&x->map, x->map_blob, m->charsmap_len, t->path, err);
+    return rci_charsmap_init(&x->map, x->map_blob, m->charsmap_len, t->path, err);
 }
 
-rc_tokenizer *spm_load(const char *path, rc_error *err)
+rc_tokenizer *rci_spm_load(const char *path, rc_error *err)
 {
     char *data;
     size_t len;
-    if (tok_read_file(path, &data, &len, err)) return NULL;
+    if (rci_tok_read_file(path, &data, &len, err)) return NULL;
     spm_proto m;
     memset(&m, 0, sizeof m);
     rc_tokenizer *t = NULL;
     if (parse_model(path, (const uint8_t *)data, len, &m, err)) goto fail;
-    t = tok_new(path, err);
+    t = rci_tok_new(path, err);
     if (!t || fill_from_proto(t, &m, err) || spm_normalizer(t, &m, err)) goto fail;
     if (t->model == TOK_MODEL_SPM_BPE ? spm_ranks(t, err) : build_prefixes(t, err)) goto fail;
-    meta_check_split(t);
+    rci_meta_check_split(t);
     char dir[1024];
     const char *slash = strrchr(path, '/');
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path + (slash == path)) : 1, slash ? path : ".");
     int add_bos, add_eos;
-    if (tok_read_configs(t, dir, &add_bos, &add_eos, err) < 0) goto fail;
+    if (rci_tok_read_configs(t, dir, &add_bos, &add_eos, err) < 0) goto fail;
     /* add_special: the family's own default (LLaMA's <s> for BPE models, T5's </s> for
      * unigram ones), unless tokenizer_config.json says add_bos_token / add_eos_token */
     if (add_bos < 0 && add_eos < 0) {
         add_bos = t->model == TOK_MODEL_SPM_BPE;
         add_eos = t->model == TOK_MODEL_SPM_UNIGRAM;
     }
-    if ((add_bos == 1 && t->bos >= 0 && tok_ids_append(&t->prefix_ids, &t->n_prefix, t->bos)) ||
-        (add_eos == 1 && t->eos >= 0 && tok_ids_append(&t->suffix_ids, &t->n_suffix, t->eos))) {
+    if ((add_bos == 1 && t->bos >= 0 && rci_tok_ids_append(&t->prefix_ids, &t->n_prefix, t->bos)) ||
+        (add_eos == 1 && t->eos >= 0 && rci_tok_ids_append(&t->suffix_ids, &t->n_suffix, t->eos))) {
         rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", path);
         goto fail;
     }
-    if (tok_finish(t, err)) goto fail;
+    if (rci_tok_finish(t, err)) goto fail;
     free(m.pieces);
     free(data);
     return t;
@@ -408,7 +408,7 @@ fail:
 
 /* ---- the charsmap (Darts-clone double array) ----------------------------------------------- */
 
-int charsmap_init(tok_charsmap *m, uint8_t *blob, size_t n, const char *path, rc_error *err)
+int rci_charsmap_init(tok_charsmap *m, uint8_t *blob, size_t n, const char *path, rc_error *err)
 {
     memset(m, 0, sizeof *m);
     if (n < 4) return rc_error_set(err, RC_ERR_FORMAT, "%s: precompiled_charsmap of %zu bytes is truncated", path, n);
@@ -490,7 +490,7 @@ static size_t spm_prefix(const rc_tokenizer *t, const tok_charsmap *m, const cha
         *out_len = rl[k - 1];
         return lens[k - 1];
     }
-    size_t l = (size_t)utf8_len((unsigned char)s[0]);
+    size_t l = (size_t)rci_utf8_len((unsigned char)s[0]);
     if (l > n) l = n;
     *out = s;
     *out_len = l;
@@ -499,10 +499,10 @@ static size_t spm_prefix(const rc_tokenizer *t, const tok_charsmap *m, const cha
 
 static int put_ws(tok_buf *out, int escape)
 {
-    return escape ? buf_put(out, META, 3) : buf_put(out, " ", 1);
+    return escape ? rci_buf_put(out, META, 3) : rci_buf_put(out, " ", 1);
 }
 
-int spm_normalize(const rc_tokenizer *t, const char *s, size_t n, tok_buf *out)
+int rci_spm_normalize(const rc_tokenizer *t, const char *s, size_t n, tok_buf *out)
 {
     const tok_charsmap *m = &t->norm[0].map;
     const char *r;
@@ -526,7 +526,7 @@ int spm_normalize(const rc_tokenizer *t, const char *s, size_t n, tok_buf *out)
         }
         if (rl > 0) {
             for (size_t i = 0; i < rl; i++) {
-                int rc = r[i] == ' ' && t->spm_escape_ws ? buf_put(out, META, 3) : buf_put(out, r + i, 1);
+                int rc = r[i] == ' ' && t->spm_escape_ws ? rci_buf_put(out, META, 3) : rci_buf_put(out, r + i, 1);
                 if (rc) return -1;
             }
             prev_space = r[rl - 1] == ' ';
@@ -546,24 +546,24 @@ int spm_normalize(const rc_tokenizer *t, const char *s, size_t n, tok_buf *out)
 
 /* tokenizers' Precompiled normalizer: per grapheme cluster shorter than 6 bytes, its first
  * (shortest) key prefix replaces the whole cluster; otherwise char by char. */
-int precompiled_normalize(const tok_charsmap *m, const char *s, size_t n, tok_buf *out)
+int rci_precompiled_normalize(const tok_charsmap *m, const char *s, size_t n, tok_buf *out)
 {
     size_t pos = 0, lens[1], rl[1];
     const char *r[1];
     while (pos < n) {
-        size_t g = uni_grapheme_len(s + pos, n - pos);
+        size_t g = rci_uni_grapheme_len(s + pos, n - pos);
         if (g == 0) g = 1;
         if (g < 6 && charsmap_prefixes(m, s + pos, g, lens, r, rl, 1) == 1) {
-            if (buf_put(out, r[0], rl[0])) return -1;
+            if (rci_buf_put(out, r[0], rl[0])) return -1;
             pos += g;
             continue;
         }
         size_t end = pos + g;
         while (pos < end) {
-            size_t l = (size_t)utf8_len((unsigned char)s[pos]);
+            size_t l = (size_t)rci_utf8_len((unsigned char)s[pos]);
             if (l > end - pos) l = end - pos;
             int k = charsmap_prefixes(m, s + pos, l, lens, r, rl, 1);
-            if (k == 1 ? buf_put(out, r[0], rl[0]) : buf_put(out, s + pos, l)) return -1;
+            if (k == 1 ? rci_buf_put(out, r[0], rl[0]) : rci_buf_put(out, s + pos, l)) return -1;
             pos += l;
         }
     }
@@ -583,13 +583,13 @@ static int spm_pair(const rc_tokenizer *t, tok_work *w, const char *s, const spm
     int32_t right = left >= 0 ? sym[left].next : -1;
     if (left < 0 || right < 0 || sym[left].freeze || sym[right].freeze) return 0;
     int32_t size = sym[left].len + sym[right].len;
-    int64_t id = strmap_get(&t->vocab, s + sym[left].start, (size_t)size);
+    int64_t id = rci_strmap_get(&t->vocab, s + sym[left].start, (size_t)size);
     if (id < 0) return 0;
     if ((t->tok_flags[id] & TOKF_UNUSED) &&
-        strmap_set(&w->cache2, s + sym[left].start, (size_t)size, sym[left].len))
+        rci_strmap_set(&w->cache2, s + sym[left].start, (size_t)size, sym[left].len))
         return -1;
     tok_hent e = {t->spm_rank[id], left, right, size};
-    return heap_push(w, e);
+    return rci_heap_push(w, e);
 }
 
 /* Appends the ids of piece s[0..n) (its id, or -1 to look it up): unused pieces split
@@ -598,9 +598,9 @@ static int spm_pair(const rc_tokenizer *t, tok_work *w, const char *s, const spm
 static int spm_emit(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, int64_t id, int *prev_unk,
                     tok_ids *out)
 {
-    if (id < 0) id = strmap_get(&t->vocab, s, n);
+    if (id < 0) id = rci_strmap_get(&t->vocab, s, n);
     if (id >= 0 && (t->tok_flags[id] & TOKF_UNUSED)) {
-        int64_t left = strmap_get(&w->cache2, s, n);
+        int64_t left = rci_strmap_get(&w->cache2, s, n);
         if (left > 0 && (size_t)left < n)
             return spm_emit(t, w, s, (size_t)left, -1, prev_unk, out) ||
                    spm_emit(t, w, s + left, n - (size_t)left, -1, prev_unk, out);
@@ -609,21 +609,21 @@ static int spm_emit(const rc_tokenizer *t, tok_work *w, const char *s, size_t n,
     if (id == t->unk_id && t->byte_fallback) {
         for (size_t i = 0; i < n; i++) {
             int32_t b = t->byte_piece[(unsigned char)s[i]];
-            if (ids_put(out, b >= 0 ? b : t->unk_id)) return -1;
+            if (rci_ids_put(out, b >= 0 ? b : t->unk_id)) return -1;
         }
         *prev_unk = 1;
         return 0;
     }
     if (id == t->unk_id && *prev_unk) return 0;   /* runs of unknowns read as one */
     *prev_unk = id == t->unk_id;
-    return ids_put(out, (int32_t)id);
+    return rci_ids_put(out, (int32_t)id);
 }
 
 static int spm_bpe_piece(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, int *prev_unk,
                          tok_ids *out)
 {
     int64_t cnt = 0;
-    for (size_t i = 0; i < n; i += (size_t)utf8_len((unsigned char)s[i])) cnt++;
+    for (size_t i = 0; i < n; i += (size_t)rci_utf8_len((unsigned char)s[i])) cnt++;
     if (cnt > INT32_MAX / 2) return -1;
     if (cnt > w->sym_cap) {
         void *p = realloc(w->sym, (size_t)cnt * sizeof(spm_sym));
@@ -640,7 +640,7 @@ static int spm_bpe_piece(const rc_tokenizer *t, tok_work *w, const char *s, size
             if (ul > l && ul <= n - i && !memcmp(s + i, t->user_pieces[u], ul)) l = ul;
         }
         sym[k].freeze = l > 0;
-        if (!l) l = (size_t)utf8_len((unsigned char)s[i]);
+        if (!l) l = (size_t)rci_utf8_len((unsigned char)s[i]);
         if (l > n - i) l = n - i;
         sym[k].start = (int32_t)i;
         sym[k].len = (int32_t)l;
@@ -653,7 +653,7 @@ static int spm_bpe_piece(const rc_tokenizer *t, tok_work *w, const char *s, size
     for (int32_t i = 0; i + 1 < k; i++)
         if (spm_pair(t, w, s, sym, i)) return -1;
     while (w->heap_len) {
-        tok_hent e = heap_pop(w);
+        tok_hent e = rci_heap_pop(w);
         int32_t left = e.pos, right = e.a;
         if (sym[left].len == 0 || sym[right].len == 0 || sym[left].len + sym[right].len != e.b) continue;
         sym[left].len += sym[right].len;
@@ -667,13 +667,13 @@ static int spm_bpe_piece(const rc_tokenizer *t, tok_work *w, const char *s, size
     return 0;
 }
 
-int spm_bpe_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out)
+int rci_spm_bpe_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out)
 {
     int prev_unk = 0;
     if (!t->split_meta) return spm_bpe_piece(t, w, s, n, &prev_unk, out);
     /* merges never cross a '▁' that follows another char: encode (and cache) the words */
     size_t start = 0;
-    for (size_t i = 0; i <= n; i += i < n ? (size_t)utf8_len((unsigned char)s[i]) : 1) {
+    for (size_t i = 0; i <= n; i += i < n ? (size_t)rci_utf8_len((unsigned char)s[i]) : 1) {
         int cut = i == n || (i > start && i + 3 <= n && !memcmp(s + i, META, 3) &&
                              !(i >= 3 && !memcmp(s + i - 3, META, 3)));
         if (!cut) continue;
@@ -682,11 +682,11 @@ int spm_bpe_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, 
         start = i;
         /* a word starts with a known '▁' piece, so no unknown run crosses into it */
         prev_unk = 0;
-        int64_t v = len <= 256 ? strmap_get(&w->cache, word, len) : -1;
+        int64_t v = len <= 256 ? rci_strmap_get(&w->cache, word, len) : -1;
         if (v >= 0) {
             int64_t off = v >> 20, cnt = v & ((1 << 20) - 1);
             for (int64_t j = 0; j < cnt; j++)
-                if (ids_put(out, w->cache_ids.p[off + j])) return -1;
+                if (rci_ids_put(out, w->cache_ids.p[off + j])) return -1;
             continue;
         }
         int64_t before = out->len;
@@ -694,8 +694,8 @@ int spm_bpe_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, 
         if (len <= 256 && out->len - before < (1 << 20)) {
             int64_t off = w->cache_ids.len;
             for (int64_t j = before; j < out->len; j++)
-                if (ids_put(&w->cache_ids, out->p[j])) return -1;
-            if (strmap_set(&w->cache, word, len, off << 20 | (out->len - before))) return -1;
+                if (rci_ids_put(&w->cache_ids, out->p[j])) return -1;
+            if (rci_strmap_set(&w->cache, word, len, off << 20 | (out->len - before))) return -1;
         }
     }
     return 0;
@@ -703,10 +703,10 @@ int spm_bpe_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, 
 
 /* Cutting before each '▁' that follows a non-'▁' char is exact when no piece holds such
  * a '▁' inside, and '▁' itself is a piece. */
-int meta_check_split(rc_tokenizer *t)
+int rci_meta_check_split(rc_tokenizer *t)
 {
     t->split_meta = 0;
-    if (strmap_get(&t->vocab, META, 3) < 0) return 0;
+    if (rci_strmap_get(&t->vocab, META, 3) < 0) return 0;
     for (int64_t e = 0; e < t->vocab.n; e++) {
         const char *s = t->vocab.arena + t->vocab.key_off[e];
         size_t n = t->vocab.key_len[e];
@@ -727,7 +727,7 @@ typedef struct {
 /* Viterbi over the pieces that match at each char (sentencepiece's EncodeOptimized; the
  * same walk as tokenizers' Unigram). SentencePiece sums scores in float, tokenizers in
  * double; an unknown char scores min_score - 10. */
-int unigram_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out)
+int rci_unigram_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out)
 {
     if (n == 0) return 0;
     if (n + 1 > (size_t)INT32_MAX) return -1;
@@ -747,13 +747,13 @@ int unigram_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, 
     double unk_score = spm ? (double)(float)(t->min_score_f - 10.0f) : t->min_score_d - 10.0;
     for (size_t start = 0; start < n;) {
         double base = lat[start].score;
-        size_t mblen = (size_t)utf8_len((unsigned char)s[start]);
+        size_t mblen = (size_t)rci_utf8_len((unsigned char)s[start]);
         if (mblen > n - start) mblen = n - start;
         int single = 0;
         for (size_t end = start; end < n;) {
-            end += (size_t)utf8_len((unsigned char)s[end]);
+            end += (size_t)rci_utf8_len((unsigned char)s[end]);
             if (end > n) end = n;
-            int64_t v = strmap_get(&t->prefixes, s + start, end - start);
+            int64_t v = rci_strmap_get(&t->prefixes, s + start, end - start);
             if (v == -1) break;
             if (v < 0) continue;
             if (spm && (t->tok_flags[v] & TOKF_UNUSED)) continue;
@@ -786,7 +786,7 @@ int unigram_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, 
     /* backtrack into w->ids as (start, id) pairs, last node first */
     w->ids.len = 0;
     for (int64_t end = (int64_t)n; end > 0; end = lat[end].start)
-        if (ids_put(&w->ids, lat[end].start) || ids_put(&w->ids, lat[end].id)) return -1;
+        if (rci_ids_put(&w->ids, lat[end].start) || rci_ids_put(&w->ids, lat[end].id)) return -1;
     int64_t m = w->ids.len / 2;
     const int32_t *bk = w->ids.p;
     int prev_unk = 0;
@@ -798,7 +798,7 @@ int unigram_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, 
             continue;
         }
         if (id != t->unk_id || id < 0) {
-            if (id >= 0 && ids_put(out, id)) return -1;
+            if (id >= 0 && rci_ids_put(out, id)) return -1;
             continue;
         }
         /* tokenizers fuses a run of unknowns, then looks its text up again */
@@ -806,17 +806,17 @@ int unigram_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, 
             i++;
             e = i + 1 < m ? (size_t)bk[2 * (m - 2 - i)] : n;
         }
-        int64_t v = strmap_get(&t->prefixes, s + st, e - (size_t)st);
+        int64_t v = rci_strmap_get(&t->prefixes, s + st, e - (size_t)st);
         if (v >= 0) {
-            if (ids_put(out, (int32_t)v)) return -1;
+            if (rci_ids_put(out, (int32_t)v)) return -1;
             continue;
         }
         int all = t->byte_fallback;
         for (size_t k = (size_t)st; all && k < e; k++) all = t->byte_piece[(unsigned char)s[k]] >= 0;
         if (all) {
             for (size_t k = (size_t)st; k < e; k++)
-                if (ids_put(out, t->byte_piece[(unsigned char)s[k]])) return -1;
-        } else if (ids_put(out, t->unk_id)) {
+                if (rci_ids_put(out, t->byte_piece[(unsigned char)s[k]])) return -1;
+        } else if (rci_ids_put(out, t->unk_id)) {
             return -1;
         }
     }

@@ -22,7 +22,7 @@
 
 /* ---- buffers ------------------------------------------------------------------------- */
 
-int buf_put(tok_buf *b, const void *s, size_t n)
+int rci_buf_put(tok_buf *b, const void *s, size_t n)
 {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
@@ -38,7 +38,7 @@ int buf_put(tok_buf *b, const void *s, size_t n)
     return 0;
 }
 
-int ids_put(tok_ids *v, int32_t id)
+int rci_ids_put(tok_ids *v, int32_t id)
 {
     if (v->len == v->cap) {
         int64_t cap = v->cap ? v->cap * 2 : 64;
@@ -83,7 +83,7 @@ static int64_t strmap_find(const tok_strmap *m, const char *s, size_t n, uint32_
     }
 }
 
-int64_t strmap_get(const tok_strmap *m, const char *s, size_t n)
+int64_t rci_strmap_get(const tok_strmap *m, const char *s, size_t n)
 {
     if (!m->nslot) return -1;
     int64_t e = strmap_find(m, s, n, tok_hash(s, n));
@@ -148,17 +148,17 @@ static int64_t strmap_insert(tok_strmap *m, const char *s, size_t n, int64_t val
     return val;
 }
 
-int strmap_set(tok_strmap *m, const char *s, size_t n, int64_t val)
+int rci_strmap_set(tok_strmap *m, const char *s, size_t n, int64_t val)
 {
     return strmap_insert(m, s, n, val, 1) == INT64_MIN ? -1 : 0;
 }
 
-int64_t strmap_add(tok_strmap *m, const char *s, size_t n, int64_t val)
+int64_t rci_strmap_add(tok_strmap *m, const char *s, size_t n, int64_t val)
 {
     return strmap_insert(m, s, n, val, 0);
 }
 
-void strmap_free(tok_strmap *m)
+void rci_strmap_free(tok_strmap *m)
 {
     free(m->arena);
     free(m->key_off);
@@ -215,7 +215,7 @@ static int pairmap_set(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32
     return 0;
 }
 
-int pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id)
+int rci_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id)
 {
     if (!m->nslot) return 0;
     uint64_t k = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
@@ -241,7 +241,7 @@ static void pairmap_free(tok_pairmap *m)
 
 /* ---- the token table ---------------------------------------------------------------------- */
 
-rc_tokenizer *tok_new(const char *path, rc_error *err)
+rc_tokenizer *rci_tok_new(const char *path, rc_error *err)
 {
     rc_tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
@@ -257,7 +257,7 @@ rc_tokenizer *tok_new(const char *path, rc_error *err)
 }
 
 /* Grows the per-id arrays to n entries (new ids have no token yet). */
-int tok_alloc_ids(rc_tokenizer *t, int64_t n, rc_error *err)
+int rci_tok_alloc_ids(rc_tokenizer *t, int64_t n, rc_error *err)
 {
     if (n <= t->n_tokens) return 0;
     if (n > INT32_MAX) return rc_error_set(err, RC_ERR_FORMAT, "%s: vocabulary of %lld ids is too large", t->path, (long long)n);
@@ -277,12 +277,12 @@ int tok_alloc_ids(rc_tokenizer *t, int64_t n, rc_error *err)
     return 0;
 }
 
-int tok_set_token(rc_tokenizer *t, int32_t id, const char *s, size_t n, rc_error *err)
+int rci_tok_set_token(rc_tokenizer *t, int32_t id, const char *s, size_t n, rc_error *err)
 {
     if (id < 0 || id >= t->n_tokens) return rc_error_set(err, RC_ERR_FORMAT, "%s: token id %d out of range", t->path, (int)id);
     if (n > (size_t)INT32_MAX) return rc_error_set(err, RC_ERR_FORMAT, "%s: token %d is too long", t->path, (int)id);
     tok_buf b = {t->tok_arena, t->tok_arena_len, t->tok_arena_cap};
-    if (buf_put(&b, s, n)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
+    if (rci_buf_put(&b, s, n)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     t->tok_arena = b.p;
     t->tok_arena_cap = b.cap;
     t->tok_off[id] = t->tok_arena_len;
@@ -297,7 +297,7 @@ static const char *tok_text(const rc_tokenizer *t, int32_t id)
 }
 
 /* <0xXX> -> XX, or -1 */
-int tok_byte_value(const char *s, size_t n)
+int rci_tok_byte_value(const char *s, size_t n)
 {
     static const char hex[] = "0123456789ABCDEF";
     if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return -1;
@@ -315,8 +315,8 @@ void rc_tokenizer_free(rc_tokenizer *t)
     free(t->tok_flags);
     free(t->score_f);
     free(t->score_d);
-    strmap_free(&t->vocab);
-    strmap_free(&t->prefixes);
+    rci_strmap_free(&t->vocab);
+    rci_strmap_free(&t->prefixes);
     pairmap_free(&t->merges);
     free(t->spm_rank);
     for (int i = 0; i < t->n_user; i++) free(t->user_pieces[i]);
@@ -337,7 +337,7 @@ void rc_tokenizer_free(rc_tokenizer *t)
 
 /* ---- files ---------------------------------------------------------------------------- */
 
-int tok_read_file(const char *path, char **data, size_t *len, rc_error *err)
+int rci_tok_read_file(const char *path, char **data, size_t *len, rc_error *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return rc_error_set(err, RC_ERR_IO, "%s: cannot open", path);
@@ -345,7 +345,7 @@ int tok_read_file(const char *path, char **data, size_t *len, rc_error *err)
     char chunk[65536];
     size_t got;
     while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (buf_put(&b, chunk, got)) {
+        if (rci_buf_put(&b, chunk, got)) {
             fclose(f);
             free(b.p);
             return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", path);
@@ -357,7 +357,7 @@ int tok_read_file(const char *path, char **data, size_t *len, rc_error *err)
         free(b.p);
         return rc_error_set(err, RC_ERR_IO, "%s: read error", path);
     }
-    if (!b.p && buf_put(&b, "", 0)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", path);
+    if (!b.p && rci_buf_put(&b, "", 0)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", path);
     *data = b.p;
     *len = b.len;
     return 0;
@@ -486,17 +486,17 @@ static int32_t find_token(const rc_tokenizer *t, const char *s)
     size_t n = strlen(s);
     for (int i = 0; i < t->n_added; i++)
         if (t->added[i].len == n && !memcmp(t->added[i].text, s, n)) return t->added[i].id;
-    int64_t id = strmap_get(&t->vocab, s, n);
+    int64_t id = rci_strmap_get(&t->vocab, s, n);
     return id >= 0 ? (int32_t)id : -1;
 }
 
 /* Marks specials, byte pieces, indexes added tokens and checks ids. */
-int tok_finish(rc_tokenizer *t, rc_error *err)
+int rci_tok_finish(rc_tokenizer *t, rc_error *err)
 {
     for (int64_t i = 0; i < t->n_tokens; i++) {
         if (t->tok_len[i] < 0) continue;
-        int b = tok_byte_value(tok_text(t, (int32_t)i), (size_t)t->tok_len[i]);
-        if (b >= 0 && t->byte_piece[b] < 0 && strmap_get(&t->vocab, tok_text(t, (int32_t)i), 6) == i)
+        int b = rci_tok_byte_value(tok_text(t, (int32_t)i), (size_t)t->tok_len[i]);
+        if (b >= 0 && t->byte_piece[b] < 0 && rci_strmap_get(&t->vocab, tok_text(t, (int32_t)i), 6) == i)
             t->byte_piece[b] = (int32_t)i;
     }
     for (int i = 0; i < t->n_added; i++) {
@@ -515,7 +515,7 @@ int tok_finish(rc_tokenizer *t, rc_error *err)
     return added_index(t, err);
 }
 
-int tok_ids_append(int32_t **arr, int *n, int32_t id)
+int rci_tok_ids_append(int32_t **arr, int *n, int32_t id)
 {
     int32_t *p = realloc(*arr, (size_t)(*n + 1) * sizeof *p);
     if (!p) return -1;
@@ -536,7 +536,7 @@ static const char *config_token_text(json_t *cfg, const char *key)
 
 /* Reads bos/eos/pad from the configs beside the tokenizer, when there are any. Returns 1
  * when a config named them, 0 when there is none. add_bos / add_eos: -1 when unset. */
-int tok_read_configs(rc_tokenizer *t, const char *dir, int *add_bos, int *add_eos, rc_error *err)
+int rci_tok_read_configs(rc_tokenizer *t, const char *dir, int *add_bos, int *add_eos, rc_error *err)
 {
     static const char *names[2] = {"tokenizer_config.json", "special_tokens_map.json"};
     static const char *keys[3] = {"bos_token", "eos_token", "pad_token"};
@@ -599,11 +599,11 @@ static int json_bool(json_t *o, const char *key, int dflt)
 static void bytelevel_ids(rc_tokenizer *t)
 {
     int uni[256];
-    bytelevel_map(uni);
+    rci_bytelevel_map(uni);
     for (int b = 0; b < 256; b++) {
         char s[8];
-        int l = utf8_encode((uint32_t)uni[b], s);
-        int64_t id = strmap_get(&t->vocab, s, (size_t)l);
+        int l = rci_utf8_encode((uint32_t)uni[b], s);
+        int64_t id = rci_strmap_get(&t->vocab, s, (size_t)l);
         t->byte_id[b] = id >= 0 ? (int32_t)id : -1;
     }
 }
@@ -611,7 +611,7 @@ static void bytelevel_ids(rc_tokenizer *t)
 static int add_merge(rc_tokenizer *t, const char *a, size_t na, const char *b, size_t nb,
                      int32_t rank, const char *where, long line, rc_error *err)
 {
-    int64_t ia = strmap_get(&t->vocab, a, na), ib = strmap_get(&t->vocab, b, nb);
+    int64_t ia = rci_strmap_get(&t->vocab, a, na), ib = rci_strmap_get(&t->vocab, b, nb);
     if (ia < 0 || ib < 0)
         return rc_error_set(err, RC_ERR_FORMAT, "%s: %s %ld: '%.*s' is not in the vocabulary", t->path, where, line,
                             (int)(ia < 0 ? na : nb), ia < 0 ? a : b);
@@ -620,7 +620,7 @@ static int add_merge(rc_tokenizer *t, const char *a, size_t na, const char *b, s
     if (!ab) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     memcpy(ab, a, na);
     memcpy(ab + na, b, nb);
-    int64_t id = strmap_get(&t->vocab, ab, na + nb);
+    int64_t id = rci_strmap_get(&t->vocab, ab, na + nb);
     if (ab != stack) free(ab);
     if (id < 0)
         return rc_error_set(err, RC_ERR_FORMAT, "%s: %s %ld: the merge of '%.*s' and '%.*s' is not in the vocabulary",
@@ -675,8 +675,8 @@ static int vocab_fill(rc_tokenizer *t, json_t *vocab, const char *where, rc_erro
         size_t n = strlen(key);
         if (t->tok_len[id] >= 0)
             return rc_error_set(err, RC_ERR_FORMAT, "%s: %s: id %d is given to two tokens", t->path, where, (int)id);
-        if (tok_set_token(t, id, key, n, err)) return -1;
-        if (strmap_set(&t->vocab, key, n, id)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
+        if (rci_tok_set_token(t, id, key, n, err)) return -1;
+        if (rci_strmap_set(&t->vocab, key, n, id)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     }
     return 0;
 }
@@ -714,9 +714,9 @@ static int load_added(rc_tokenizer *t, json_t *added, rc_error *err)
         const char *s = json_string_value(json_object_get(a, "content"));
         size_t n = json_string_length(json_object_get(a, "content"));
         /* as tokenizers: an added token spelled like a vocabulary token takes its id */
-        int64_t vid = strmap_get(&t->vocab, s, n);
+        int64_t vid = rci_strmap_get(&t->vocab, s, n);
         if (vid >= 0) id = (int32_t)vid;
-        if (t->tok_len[id] < 0 && tok_set_token(t, id, s, n, err)) return -1;
+        if (t->tok_len[id] < 0 && rci_tok_set_token(t, id, s, n, err)) return -1;
         if (added_push(t, id, s, n, json_bool(a, "special", 0), json_bool(a, "lstrip", 0), json_bool(a, "rstrip", 0),
                        json_bool(a, "single_word", 0), err))
             return -1;
@@ -741,14 +741,14 @@ static int load_bpe_model(rc_tokenizer *t, json_t *model, json_t *added, rc_erro
     if (max < -1 || amax < -1) return -1;
     int64_t entries = (int64_t)json_object_size(vocab) + (int64_t)json_array_size(added);
     if (ids_plausible(t, (max > amax ? max : amax) + 1, entries, err) ||
-        tok_alloc_ids(t, (max > amax ? max : amax) + 1, err) || vocab_fill(t, vocab, "model.vocab", err))
+        rci_tok_alloc_ids(t, (max > amax ? max : amax) + 1, err) || vocab_fill(t, vocab, "model.vocab", err))
         return -1;
     t->model = TOK_MODEL_BPE;
     t->byte_fallback = json_bool(model, "byte_fallback", 0);
     t->fuse_unk = json_bool(model, "fuse_unk", 0);
     const char *unk = json_string_value(json_object_get(model, "unk_token"));
     if (unk) {
-        int64_t id = strmap_get(&t->vocab, unk, strlen(unk));
+        int64_t id = rci_strmap_get(&t->vocab, unk, strlen(unk));
         if (id < 0) return rc_error_set(err, RC_ERR_FORMAT, "%s: model.unk_token '%s' is not in the vocabulary", t->path, unk);
         t->unk_id = (int32_t)id;
     }
@@ -780,7 +780,7 @@ static int load_unigram_model(rc_tokenizer *t, json_t *model, json_t *added, rc_
     if (amax < -1) return -1;
     if (n == 0) return rc_error_set(err, RC_ERR_FORMAT, "%s: model.vocab is empty", t->path);
     if (ids_plausible(t, amax + 1, (int64_t)(n + json_array_size(added)), err) ||
-        tok_alloc_ids(t, (int64_t)n > amax + 1 ? (int64_t)n : amax + 1, err))
+        rci_tok_alloc_ids(t, (int64_t)n > amax + 1 ? (int64_t)n : amax + 1, err))
         return -1;
     t->score_d = calloc((size_t)t->n_tokens, sizeof *t->score_d);
     if (!t->score_d) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
@@ -792,8 +792,8 @@ static int load_unigram_model(rc_tokenizer *t, json_t *model, json_t *added, rc_
         json_t *p = json_array_get(e, 0), *s = json_array_get(e, 1);
         if (!json_is_array(e) || json_array_size(e) != 2 || !json_is_string(p) || !json_is_number(s))
             return rc_error_set(err, RC_ERR_FORMAT, "%s: model.vocab[%zu]: expected [piece, score]", t->path, i);
-        if (tok_set_token(t, (int32_t)i, json_string_value(p), json_string_length(p), err)) return -1;
-        if (strmap_set(&t->vocab, json_string_value(p), json_string_length(p), (int64_t)i))
+        if (rci_tok_set_token(t, (int32_t)i, json_string_value(p), json_string_length(p), err)) return -1;
+        if (rci_strmap_set(&t->vocab, json_string_value(p), json_string_length(p), (int64_t)i))
             return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
         t->score_d[i] = json_number_value(s);
         if (t->score_d[i] < t->min_score_d) t->min_score_d = t->score_d[i];
@@ -812,8 +812,8 @@ static int load_unigram_model(rc_tokenizer *t, json_t *model, json_t *added, rc_
         const char *s = tok_text(t, id);
         size_t len = (size_t)t->tok_len[id];
         for (size_t k = 1; k < len; k++)
-            if (strmap_add(&t->prefixes, s, k, -2) == INT64_MIN) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
-        if (len && strmap_set(&t->prefixes, s, len, id)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
+            if (rci_strmap_add(&t->prefixes, s, k, -2) == INT64_MIN) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
+        if (len && rci_strmap_set(&t->prefixes, s, len, id)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     }
     return 0;
 }
@@ -898,7 +898,7 @@ static int parse_replace(rc_tokenizer *t, json_t *nj, tok_norm *x, rc_error *err
         x->pattern_len = strlen(s);
     } else if (re) {
         uint32_t cp;
-        int l = utf8_decode(re, strlen(re), &cp);
+        int l = rci_utf8_decode(re, strlen(re), &cp);
         int min = 0;
         if (l > 0 && cp != '\\' && cp != '.' && cp != '[' && cp != '(') {
             const char *rest = re + l;
@@ -964,7 +964,7 @@ static int parse_normalizer(rc_tokenizer *t, json_t *nj, int depth, rc_error *er
         size_t len;
         x->map_blob = base64_decode(json_string_value(m), json_string_length(m), &len);
         if (!x->map_blob) return rc_error_set(err, RC_ERR_FORMAT, "%s: precompiled_charsmap is not valid base64", t->path);
-        return charsmap_init(&x->map, x->map_blob, len, t->path, err);
+        return rci_charsmap_init(&x->map, x->map_blob, len, t->path, err);
     }
     return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: normalizer type '%s' is not supported", t->path, type);
 }
@@ -1011,7 +1011,7 @@ static int post_pair(rc_tokenizer *t, json_t *pair, int32_t **arr, int *n, rc_er
     json_t *id = json_array_get(pair, 1);
     if (!json_is_array(pair) || !json_is_integer(id))
         return rc_error_set(err, RC_ERR_FORMAT, "%s: post_processor: expected [token, id]", t->path);
-    if (tok_ids_append(arr, n, (int32_t)json_integer_value(id))) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
+    if (rci_tok_ids_append(arr, n, (int32_t)json_integer_value(id))) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     return 0;
 }
 
@@ -1036,8 +1036,8 @@ static int parse_template(rc_tokenizer *t, json_t *pj, rc_error *err)
         json_t *id;
         json_array_foreach(ids, k, id) {
             if (!json_is_integer(id)) return rc_error_set(err, RC_ERR_FORMAT, "%s: TemplateProcessing: bad id of '%s'", t->path, name);
-            int rc = seen_seq ? tok_ids_append(&t->suffix_ids, &t->n_suffix, (int32_t)json_integer_value(id))
-                              : tok_ids_append(&t->prefix_ids, &t->n_prefix, (int32_t)json_integer_value(id));
+            int rc = seen_seq ? rci_tok_ids_append(&t->suffix_ids, &t->n_suffix, (int32_t)json_integer_value(id))
+                              : rci_tok_ids_append(&t->prefix_ids, &t->n_prefix, (int32_t)json_integer_value(id));
             if (rc) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
         }
     }
@@ -1116,7 +1116,7 @@ static rc_tokenizer *load_tokenizer_json(const char *path, rc_error *err)
 {
     json_t *root = json_read(path, 0, err);
     if (!root) return NULL;
-    rc_tokenizer *t = tok_new(path, err);
+    rc_tokenizer *t = rci_tok_new(path, err);
     if (!t) goto fail;
     if (!json_is_object(root)) {
         rc_error_set(err, RC_ERR_FORMAT, "%s: the top level is not a JSON object", path);
@@ -1142,13 +1142,13 @@ static rc_tokenizer *load_tokenizer_json(const char *path, rc_error *err)
         parse_decoder(t, json_object_get(root, "decoder"), 0, err))
         goto fail;
     if (t->pre == TOK_PRE_BYTELEVEL) bytelevel_ids(t);
-    if (t->model == TOK_MODEL_BPE && t->pre != TOK_PRE_BYTELEVEL) meta_check_split(t);
+    if (t->model == TOK_MODEL_BPE && t->pre != TOK_PRE_BYTELEVEL) rci_meta_check_split(t);
     char dir[1024];
     path_dir(dir, sizeof dir, path);
-    int add_bos, add_eos, found = tok_read_configs(t, dir, &add_bos, &add_eos, err);
+    int add_bos, add_eos, found = rci_tok_read_configs(t, dir, &add_bos, &add_eos, err);
     if (found < 0) goto fail;
     if (!found) guess_specials(t);
-    if (tok_finish(t, err)) goto fail;
+    if (rci_tok_finish(t, err)) goto fail;
     json_decref(root);
     return t;
 fail:
@@ -1163,7 +1163,7 @@ static int load_merges_txt(rc_tokenizer *t, const char *path, rc_error *err)
 {
     char *data;
     size_t len;
-    if (tok_read_file(path, &data, &len, err)) return -1;
+    if (rci_tok_read_file(path, &data, &len, err)) return -1;
     size_t pos = 0;
     long line = 0;
     int32_t rank = 0;
@@ -1186,14 +1186,14 @@ static rc_tokenizer *load_vocab_merges(const char *vocab_path, const char *merge
 {
     json_t *vocab = json_read(vocab_path, 0, err);
     if (!vocab) return NULL;
-    rc_tokenizer *t = tok_new(vocab_path, err);
+    rc_tokenizer *t = rci_tok_new(vocab_path, err);
     if (!t) goto fail;
     if (!json_is_object(vocab)) {
         rc_error_set(err, RC_ERR_FORMAT, "%s: expected an object {token: id}", vocab_path);
         goto fail;
     }
     int64_t max = vocab_max_id(t, vocab, "vocab", err);
-    if (max < -1 || ids_plausible(t, max + 1, (int64_t)json_object_size(vocab), err) || tok_alloc_ids(t, max + 1, err) ||
+    if (max < -1 || ids_plausible(t, max + 1, (int64_t)json_object_size(vocab), err) || rci_tok_alloc_ids(t, max + 1, err) ||
         vocab_fill(t, vocab, "vocab", err))
         goto fail;
     snprintf(t->path, sizeof t->path, "%s", merges_path);
@@ -1207,17 +1207,17 @@ static rc_tokenizer *load_vocab_merges(const char *vocab_path, const char *merge
     /* the slow tokenizers never split these: they are special tokens */
     static const char *specials[] = {"<|endoftext|>", "<s>", "</s>", "<pad>", "<unk>", "<mask>", NULL};
     for (int i = 0; specials[i]; i++) {
-        int64_t id = strmap_get(&t->vocab, specials[i], strlen(specials[i]));
+        int64_t id = rci_strmap_get(&t->vocab, specials[i], strlen(specials[i]));
         if (id >= 0 && added_push(t, (int32_t)id, specials[i], strlen(specials[i]), 1, 0, 0, 0, err)) goto fail;
     }
     char dir[1024];
     path_dir(dir, sizeof dir, vocab_path);
-    int add_bos, add_eos, found = tok_read_configs(t, dir, &add_bos, &add_eos, err);
+    int add_bos, add_eos, found = rci_tok_read_configs(t, dir, &add_bos, &add_eos, err);
     if (found < 0) goto fail;
     if (!found) guess_specials(t);
-    if (add_bos == 1 && t->bos >= 0 && tok_ids_append(&t->prefix_ids, &t->n_prefix, t->bos)) goto oom;
-    if (add_eos == 1 && t->eos >= 0 && tok_ids_append(&t->suffix_ids, &t->n_suffix, t->eos)) goto oom;
-    if (tok_finish(t, err)) goto fail;
+    if (add_bos == 1 && t->bos >= 0 && rci_tok_ids_append(&t->prefix_ids, &t->n_prefix, t->bos)) goto oom;
+    if (add_eos == 1 && t->eos >= 0 && rci_tok_ids_append(&t->suffix_ids, &t->n_suffix, t->eos)) goto oom;
+    if (rci_tok_finish(t, err)) goto fail;
     json_decref(vocab);
     return t;
 oom:
@@ -1248,9 +1248,9 @@ rc_tokenizer *rc_tokenizer_load(const char *path, rc_error *err)
         path_join(b, sizeof b, path, "merges.txt");
         if (is_file(a) && is_file(b)) return load_vocab_merges(a, b, err);
         path_join(a, sizeof a, path, "tokenizer.model");
-        if (is_file(a)) return spm_load(a, err);
+        if (is_file(a)) return rci_spm_load(a, err);
         path_join(a, sizeof a, path, "spiece.model");
-        if (is_file(a)) return spm_load(a, err);
+        if (is_file(a)) return rci_spm_load(a, err);
         rc_error_set(err, RC_ERR_IO, "%s: no tokenizer.json, vocab.json + merges.txt or tokenizer.model in this directory", path);
         return NULL;
     }
@@ -1265,21 +1265,21 @@ rc_tokenizer *rc_tokenizer_load(const char *path, rc_error *err)
         path_join(b, sizeof b, dir, "merges.txt");
         return load_vocab_merges(ends_with(path, "vocab.json") ? path : a, ends_with(path, "merges.txt") ? path : b, err);
     }
-    if (ends_with(path, ".model")) return spm_load(path, err);
+    if (ends_with(path, ".model")) return rci_spm_load(path, err);
     if (ends_with(path, ".json")) return load_tokenizer_json(path, err);
     /* otherwise sniff: JSON starts with '{' */
     FILE *f = fopen(path, "rb");
     int c = f ? fgetc(f) : EOF;
     while (c == ' ' || c == '\n' || c == '\r' || c == '\t') c = fgetc(f);
     if (f) fclose(f);
-    return c == '{' ? load_tokenizer_json(path, err) : spm_load(path, err);
+    return c == '{' ? load_tokenizer_json(path, err) : rci_spm_load(path, err);
 }
 
 /* ---- encoding --------------------------------------------------------------------------- */
 
 static int is_word_char(uint32_t cp)
 {
-    return cp == '_' || uni_class(cp) == UNI_LETTER || uni_class(cp) == UNI_NUMBER;
+    return cp == '_' || rci_uni_class(cp) == UNI_LETTER || rci_uni_class(cp) == UNI_NUMBER;
 }
 
 /* The code point that ends just before s[pos] (s is valid UTF-8); 0 at the start. */
@@ -1289,7 +1289,7 @@ static uint32_t char_before(const char *s, size_t pos)
     size_t i = pos - 1;
     while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) i--;
     uint32_t cp = 0;
-    utf8_decode(s + i, pos - i, &cp);
+    rci_utf8_decode(s + i, pos - i, &cp);
     return cp;
 }
 
@@ -1306,21 +1306,21 @@ static int added_find(const rc_tokenizer *t, const char *s, size_t n, size_t fro
             size_t b = p, e = p + a->len;
             if (a->single_word) {
                 uint32_t after = 0;
-                if (e < n) utf8_decode(s + e, n - e, &after);
+                if (e < n) rci_utf8_decode(s + e, n - e, &after);
                 if (is_word_char(char_before(s, b)) || (e < n && is_word_char(after))) continue;
             }
             if (a->lstrip)
                 while (b > floor) {
                     uint32_t cp = char_before(s, b);
-                    if (uni_class(cp) != UNI_SPACE) break;
+                    if (rci_uni_class(cp) != UNI_SPACE) break;
                     char tmp[4];
-                    b -= (size_t)utf8_encode(cp, tmp);
+                    b -= (size_t)rci_utf8_encode(cp, tmp);
                 }
             if (a->rstrip)
                 while (e < n) {
                     uint32_t cp;
-                    int l = utf8_decode(s + e, n - e, &cp);
-                    if (l == 0 || uni_class(cp) != UNI_SPACE) break;
+                    int l = rci_utf8_decode(s + e, n - e, &cp);
+                    if (l == 0 || rci_uni_class(cp) != UNI_SPACE) break;
                     e += (size_t)l;
                 }
             *start = b;
@@ -1336,7 +1336,7 @@ static int added_find(const rc_tokenizer *t, const char *s, size_t n, size_t fro
 static int normalize_hf(const rc_tokenizer *t, const char *s, size_t n, tok_buf *out, tok_buf *tmp)
 {
     out->len = 0;
-    if (buf_put(out, s, n)) return -1;
+    if (rci_buf_put(out, s, n)) return -1;
     for (int i = 0; i < t->n_norm; i++) {
         const tok_norm *x = &t->norm[i];
         tmp->len = 0;
@@ -1344,15 +1344,15 @@ static int normalize_hf(const rc_tokenizer *t, const char *s, size_t n, tok_buf 
         size_t len = out->len;
         if (x->kind == NORM_PREPEND) {
             if (len == 0) continue;
-            if (buf_put(tmp, x->str, x->str_len) || buf_put(tmp, p, len)) return -1;
+            if (rci_buf_put(tmp, x->str, x->str_len) || rci_buf_put(tmp, p, len)) return -1;
         } else if (x->kind == NORM_REPLACE) {
             size_t k = 0;
             while (k < len) {
                 if (k + x->pattern_len <= len && !memcmp(p + k, x->pattern, x->pattern_len)) {
-                    if (buf_put(tmp, x->str, x->str_len)) return -1;
+                    if (rci_buf_put(tmp, x->str, x->str_len)) return -1;
                     k += x->pattern_len;
                 } else {
-                    if (buf_put(tmp, p + k, 1)) return -1;
+                    if (rci_buf_put(tmp, p + k, 1)) return -1;
                     k++;
                 }
             }
@@ -1366,13 +1366,13 @@ static int normalize_hf(const rc_tokenizer *t, const char *s, size_t n, tok_buf 
                     run++;
                 }
                 if (run >= x->min_run) {
-                    if (buf_put(tmp, x->str, x->str_len)) return -1;
+                    if (rci_buf_put(tmp, x->str, x->str_len)) return -1;
                     k = e;
                 } else if (run > 0) {
-                    if (buf_put(tmp, p + k, e - k)) return -1;
+                    if (rci_buf_put(tmp, p + k, e - k)) return -1;
                     k = e;
                 } else {
-                    if (buf_put(tmp, p + k, 1)) return -1;
+                    if (rci_buf_put(tmp, p + k, 1)) return -1;
                     k++;
                 }
             }
@@ -1380,19 +1380,19 @@ static int normalize_hf(const rc_tokenizer *t, const char *s, size_t n, tok_buf 
             size_t b = 0, e = len;
             while (x->left && b < e) {
                 uint32_t cp;
-                int l = utf8_decode(p + b, e - b, &cp);
-                if (!l || uni_class(cp) != UNI_SPACE) break;
+                int l = rci_utf8_decode(p + b, e - b, &cp);
+                if (!l || rci_uni_class(cp) != UNI_SPACE) break;
                 b += (size_t)l;
             }
             while (x->right && e > b) {
                 uint32_t cp = char_before(p, e);
-                if (uni_class(cp) != UNI_SPACE) break;
+                if (rci_uni_class(cp) != UNI_SPACE) break;
                 char u[4];
-                e -= (size_t)utf8_encode(cp, u);
+                e -= (size_t)rci_utf8_encode(cp, u);
             }
-            if (buf_put(tmp, p + b, e - b)) return -1;
+            if (rci_buf_put(tmp, p + b, e - b)) return -1;
         } else if (x->kind == NORM_PRECOMPILED) {
-            if (precompiled_normalize(&x->map, p, len, tmp)) return -1;
+            if (rci_precompiled_normalize(&x->map, p, len, tmp)) return -1;
         } else {
             continue;
         }
@@ -1409,16 +1409,16 @@ static int encode_text(const rc_tokenizer *t, tok_work *w, const char *s, size_t
     if (n == 0) return 0;
     if (t->model == TOK_MODEL_SPM_BPE || t->model == TOK_MODEL_SPM_UNIGRAM) {
         w->norm.len = 0;
-        if (spm_normalize(t, s, n, &w->norm)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
-        int rc = t->model == TOK_MODEL_SPM_BPE ? spm_bpe_encode(t, w, w->norm.p, w->norm.len, out)
-                                               : unigram_encode(t, w, w->norm.p, w->norm.len, out);
+        if (rci_spm_normalize(t, s, n, &w->norm)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
+        int rc = t->model == TOK_MODEL_SPM_BPE ? rci_spm_bpe_encode(t, w, w->norm.p, w->norm.len, out)
+                                               : rci_unigram_encode(t, w, w->norm.p, w->norm.len, out);
         return rc ? rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path) : 0;
     }
     if (t->n_norm) {
         if (normalize_hf(t, s, n, &w->norm, &w->tmp)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
-        return tok_encode_segment(t, w, w->norm.p, w->norm.len, first, out, err);
+        return rci_tok_encode_segment(t, w, w->norm.p, w->norm.len, first, out, err);
     }
-    return tok_encode_segment(t, w, s, n, first, out, err);
+    return rci_tok_encode_segment(t, w, s, n, first, out, err);
 }
 
 int rc_tokenizer_encode(const rc_tokenizer *t, const char *text, size_t len, int add_special,
@@ -1427,27 +1427,27 @@ int rc_tokenizer_encode(const rc_tokenizer *t, const char *text, size_t len, int
     if (!t || !ids || !n || (!text && len)) return rc_error_set(err, RC_ERR_ARG, "rc_tokenizer_encode: NULL argument");
     *ids = NULL;
     *n = 0;
-    size_t bad = utf8_check(text, len);
+    size_t bad = rci_utf8_check(text, len);
     if (bad < len)
         return rc_error_set(err, RC_ERR_ARG, "%s: input is not valid UTF-8 (byte 0x%02X at offset %zu)", t->path,
                             (unsigned char)text[bad], bad);
     tok_ids out = {0};
-    tok_work *w = work_new();
+    tok_work *w = rci_work_new();
     int rc = w ? 0 : rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     for (int i = 0; !rc && add_special && i < t->n_prefix; i++)
-        if (ids_put(&out, t->prefix_ids[i])) rc = rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
+        if (rci_ids_put(&out, t->prefix_ids[i])) rc = rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     size_t pos = 0;
     while (!rc && pos < len) {
         size_t b = len, e = len;
         int which = -1;
         if (!t->n_added || !added_find(t, text, len, pos, pos, &b, &e, &which)) b = e = len;
         rc = encode_text(t, w, text + pos, b - pos, pos == 0, &out, err);
-        if (!rc && which >= 0 && ids_put(&out, t->added[which].id)) rc = rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
+        if (!rc && which >= 0 && rci_ids_put(&out, t->added[which].id)) rc = rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
         pos = e;
     }
     for (int i = 0; !rc && add_special && i < t->n_suffix; i++)
-        if (ids_put(&out, t->suffix_ids[i])) rc = rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
-    work_free(w);
+        if (rci_ids_put(&out, t->suffix_ids[i])) rc = rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
+    rci_work_free(w);
     if (rc) {
         free(out.p);
         return -1;
@@ -1469,18 +1469,18 @@ static int put_lossy(tok_buf *out, const char *s, size_t n, int per_byte)
     size_t i = 0;
     while (i < n) {
         uint32_t cp;
-        int l = utf8_decode(s + i, n - i, &cp);
+        int l = rci_utf8_decode(s + i, n - i, &cp);
         if (l > 0) {
-            if (buf_put(out, s + i, (size_t)l)) return -1;
+            if (rci_buf_put(out, s + i, (size_t)l)) return -1;
             i += (size_t)l;
             continue;
         }
-        if (buf_put(out, rep, 3)) return -1;
+        if (rci_buf_put(out, rep, 3)) return -1;
         size_t skip = 1;
         if (!per_byte) {
             /* the longest prefix of a well-formed sequence counts as one */
             unsigned char c = (unsigned char)s[i];
-            int need = utf8_len(c);
+            int need = rci_utf8_len(c);
             unsigned char lo = 0x80, hi = 0xBF;
             if (c == 0xE0) lo = 0xA0;
             if (c == 0xED) hi = 0x9F;
@@ -1503,7 +1503,7 @@ static int put_lossy(tok_buf *out, const char *s, size_t n, int per_byte)
 static int decode_bytelevel(const rc_tokenizer *t, const int32_t *ids, int64_t n, int skip, tok_buf *out)
 {
     int uni[256], inv[512];
-    bytelevel_map(uni);
+    rci_bytelevel_map(uni);
     for (int i = 0; i < 512; i++) inv[i] = -1;
     for (int b = 0; b < 256; b++) inv[uni[b]] = b;
     tok_buf raw = {0};
@@ -1515,18 +1515,18 @@ static int decode_bytelevel(const rc_tokenizer *t, const int32_t *ids, int64_t n
         int mapped = 1;
         while (k < len && mapped) {
             uint32_t cp;
-            int l = utf8_decode(s + k, len - k, &cp);
+            int l = rci_utf8_decode(s + k, len - k, &cp);
             if (l == 0 || cp >= 512 || inv[cp] < 0) {
                 mapped = 0;
                 break;
             }
             char c = (char)inv[cp];
-            rc = buf_put(&raw, &c, 1);
+            rc = rci_buf_put(&raw, &c, 1);
             k += (size_t)l;
         }
         if (!mapped) {
             raw.len = start;
-            rc = buf_put(&raw, s, len);
+            rc = rci_buf_put(&raw, s, len);
         }
     }
     if (!rc) rc = put_lossy(out, raw.p ? raw.p : "", raw.len, 0);
@@ -1540,10 +1540,10 @@ static int put_meta(tok_buf *out, const char *s, size_t n, int drop)
     size_t k = 0;
     while (k < n) {
         if (k + 3 <= n && !memcmp(s + k, "\xE2\x96\x81", 3)) {
-            if (!drop && buf_put(out, " ", 1)) return -1;
+            if (!drop && rci_buf_put(out, " ", 1)) return -1;
             k += 3;
         } else {
-            if (buf_put(out, s + k, 1)) return -1;
+            if (rci_buf_put(out, s + k, 1)) return -1;
             k++;
         }
     }
@@ -1560,8 +1560,8 @@ static int decode_spm(const rc_tokenizer *t, const int32_t *ids, int64_t n, int 
     for (int64_t i = 0; i <= n && !rc; i++) {
         int f = i < n ? t->tok_flags[ids[i]] : 0;
         if (i < n && (f & TOKF_BYTE)) {
-            char c = (char)tok_byte_value(tok_text(t, ids[i]), (size_t)t->tok_len[ids[i]]);
-            rc = buf_put(&bytes, &c, 1);
+            char c = (char)rci_tok_byte_value(tok_text(t, ids[i]), (size_t)t->tok_len[ids[i]]);
+            rc = rci_buf_put(&bytes, &c, 1);
             continue;
         }
         if (bytes.len) {
@@ -1573,7 +1573,7 @@ static int decode_spm(const rc_tokenizer *t, const int32_t *ids, int64_t n, int 
         const char *s = tok_text(t, ids[i]);
         size_t len = (size_t)t->tok_len[ids[i]];
         if (f & TOKF_UNKNOWN) {
-            rc = buf_put(out, t->unk_surface, strlen(t->unk_surface));
+            rc = rci_buf_put(out, t->unk_surface, strlen(t->unk_surface));
             continue;
         }
         if (out->len == 0 && len >= 3 && !memcmp(s, "\xE2\x96\x81", 3)) {
@@ -1599,19 +1599,19 @@ static int decode_hf(const rc_tokenizer *t, const int32_t *ids, int64_t n, int s
         if (i < n && skip && (t->tok_flags[ids[i]] & TOKF_SPECIAL)) continue;
         const char *s = i < n ? tok_text(t, ids[i]) : "";
         size_t len = i < n ? (size_t)t->tok_len[ids[i]] : 0;
-        int b = i < n && t->dec == TOK_DEC_HF_FALLBACK ? tok_byte_value(s, len) : -1;
+        int b = i < n && t->dec == TOK_DEC_HF_FALLBACK ? rci_tok_byte_value(s, len) : -1;
         if (b >= 0) {
             char c = (char)b;
-            rc = buf_put(&bytes, &c, 1);
+            rc = rci_buf_put(&bytes, &c, 1);
             nbytes++;
             first = 0;
             continue;
         }
         if (nbytes) {
-            if (utf8_check(bytes.p, bytes.len) == bytes.len)
-                rc = buf_put(out, bytes.p, bytes.len);
+            if (rci_utf8_check(bytes.p, bytes.len) == bytes.len)
+                rc = rci_buf_put(out, bytes.p, bytes.len);
             else
-                for (int k = 0; k < nbytes && !rc; k++) rc = buf_put(out, "\xEF\xBF\xBD", 3);
+                for (int k = 0; k < nbytes && !rc; k++) rc = rci_buf_put(out, "\xEF\xBF\xBD", 3);
             bytes.len = 0;
             nbytes = 0;
         }
@@ -1641,7 +1641,7 @@ int rc_tokenizer_decode(const rc_tokenizer *t, const int32_t *ids, int64_t n, in
             return rc_error_set(err, RC_ERR_INDEX, "%s: token id %d (position %lld) is outside the vocabulary of %lld ids",
                                 t->path, (int)ids[i], (long long)i, (long long)t->n_tokens);
     tok_buf out = {0};
-    int rc = buf_put(&out, "", 0);
+    int rc = rci_buf_put(&out, "", 0);
     if (!rc) {
         if (t->dec == TOK_DEC_BYTELEVEL)
             rc = decode_bytelevel(t, ids, n, skip_special, &out);

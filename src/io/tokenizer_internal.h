@@ -20,17 +20,17 @@ enum { UNI_OTHER = 0, UNI_LETTER = 1, UNI_NUMBER = 2, UNI_SPACE = 3 };
 
 /* Decodes one UTF-8 character at s[0..n): its length (1-4), or 0 when the bytes there are
  * not valid UTF-8 (overlong, surrogate, past U+10FFFF, truncated). */
-int utf8_decode(const char *s, size_t n, uint32_t *cp);
+int rci_utf8_decode(const char *s, size_t n, uint32_t *cp);
 /* Byte offset of the first invalid UTF-8 sequence, or n when all of s is valid. */
-size_t utf8_check(const char *s, size_t n);
+size_t rci_utf8_check(const char *s, size_t n);
 /* Length of the UTF-8 character starting with byte c (1 for a stray byte). */
-int utf8_len(unsigned char c);
+int rci_utf8_len(unsigned char c);
 /* Writes cp as UTF-8 into out (4 bytes room); returns the length. */
-int utf8_encode(uint32_t cp, char *out);
+int rci_utf8_encode(uint32_t cp, char *out);
 /* The regex class (UNI_*) of a code point: \p{L}, \p{N}, White_Space, or other. */
-int uni_class(uint32_t cp);
+int rci_uni_class(uint32_t cp);
 /* Length in bytes of the extended grapheme cluster (UAX #29) that starts s[0..n); s valid. */
-size_t uni_grapheme_len(const char *s, size_t n);
+size_t rci_uni_grapheme_len(const char *s, size_t n);
 
 /* ---- growable byte and id buffers ------------------------------------------------------ */
 
@@ -44,8 +44,8 @@ typedef struct {
     int64_t len, cap;
 } tok_ids;
 
-int buf_put(tok_buf *b, const void *s, size_t n);     /* 0, or -1 when out of memory */
-int ids_put(tok_ids *v, int32_t id);
+int rci_buf_put(tok_buf *b, const void *s, size_t n);     /* 0, or -1 when out of memory */
+int rci_ids_put(tok_ids *v, int32_t id);
 
 /* ---- hash tables (tokenizer.c) --------------------------------------------------------- */
 
@@ -63,13 +63,13 @@ typedef struct {
 } tok_strmap;
 
 /* The value of key s[0..n), or -1 when absent. */
-int64_t strmap_get(const tok_strmap *m, const char *s, size_t n);
+int64_t rci_strmap_get(const tok_strmap *m, const char *s, size_t n);
 /* Inserts or overwrites; -1 when out of memory. */
-int strmap_set(tok_strmap *m, const char *s, size_t n, int64_t val);
+int rci_strmap_set(tok_strmap *m, const char *s, size_t n, int64_t val);
 /* Inserts only when absent (keeps the old value); returns the value now stored, or
  * INT64_MIN when out of memory. */
-int64_t strmap_add(tok_strmap *m, const char *s, size_t n, int64_t val);
-void strmap_free(tok_strmap *m);
+int64_t rci_strmap_add(tok_strmap *m, const char *s, size_t n, int64_t val);
+void rci_strmap_free(tok_strmap *m);
 
 /* (id, id) -> (rank, merged id) map for BPE merges. */
 typedef struct {
@@ -80,7 +80,7 @@ typedef struct {
 } tok_pairmap;
 
 /* 1 and fills rank and id when the pair merges, else 0. */
-int pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id);
+int rci_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id);
 
 /* ---- the tokenizer --------------------------------------------------------------------- */
 
@@ -188,50 +188,50 @@ struct rc_tokenizer {
 };
 
 /* tokenizer.c */
-int tok_alloc_ids(rc_tokenizer *t, int64_t n, rc_error *err);
-int tok_set_token(rc_tokenizer *t, int32_t id, const char *s, size_t n, rc_error *err);
-int tok_finish(rc_tokenizer *t, rc_error *err);
-rc_tokenizer *tok_new(const char *path, rc_error *err);
-int tok_read_file(const char *path, char **data, size_t *len, rc_error *err);
-int tok_ids_append(int32_t **arr, int *n, int32_t id);
+int rci_tok_alloc_ids(rc_tokenizer *t, int64_t n, rc_error *err);
+int rci_tok_set_token(rc_tokenizer *t, int32_t id, const char *s, size_t n, rc_error *err);
+int rci_tok_finish(rc_tokenizer *t, rc_error *err);
+rc_tokenizer *rci_tok_new(const char *path, rc_error *err);
+int rci_tok_read_file(const char *path, char **data, size_t *len, rc_error *err);
+int rci_tok_ids_append(int32_t **arr, int *n, int32_t id);
 /* The byte XX of a "<0xXX>" token (upper-case hex), else -1. */
-int tok_byte_value(const char *s, size_t n);
+int rci_tok_byte_value(const char *s, size_t n);
 /* bos/eos/pad from tokenizer_config.json / special_tokens_map.json in dir (when one
  * exists it decides: tokens it does not name are -1); add_bos_token / add_eos_token into
  * add_bos / add_eos (-1 when unset). Returns 1 when a config was read, 0 when there is
  * none, -1 (err set) when one is not a JSON object. */
-int tok_read_configs(rc_tokenizer *t, const char *dir, int *add_bos, int *add_eos, rc_error *err);
+int rci_tok_read_configs(rc_tokenizer *t, const char *dir, int *add_bos, int *add_eos, rc_error *err);
 
 /* tok_bpe.c: byte-level pre-tokenization and BPE merging */
 /* Calls fn(start, end) for every piece of the GPT-2 pattern over valid UTF-8 s[0..n). */
 typedef int (*tok_piece_fn)(void *ctx, size_t start, size_t end);
-int bytelevel_split(const char *s, size_t n, tok_piece_fn fn, void *ctx);
-void bytelevel_map(int unicode_of_byte[256]);
+int rci_bytelevel_split(const char *s, size_t n, tok_piece_fn fn, void *ctx);
+void rci_bytelevel_map(int unicode_of_byte[256]);
 /* BPE over one word of symbol ids (tokenizer.json / vocab.json semantics); ids appended. */
 typedef struct tok_work tok_work;
-tok_work *work_new(void);
-void work_free(tok_work *w);
+tok_work *rci_work_new(void);
+void rci_work_free(tok_work *w);
 /* Encodes one normalized segment with the pre-tokenizer and model of t. */
-int tok_encode_segment(const rc_tokenizer *t, tok_work *w, const char *s, size_t n,
+int rci_tok_encode_segment(const rc_tokenizer *t, tok_work *w, const char *s, size_t n,
                        int first, tok_ids *out, rc_error *err);
 
 /* tok_spm.c: SentencePiece models, normalizers, unigram */
-rc_tokenizer *spm_load(const char *path, rc_error *err);
-int charsmap_init(tok_charsmap *m, uint8_t *blob, size_t n, const char *path,
+rc_tokenizer *rci_spm_load(const char *path, rc_error *err);
+int rci_charsmap_init(tok_charsmap *m, uint8_t *blob, size_t n, const char *path,
                   rc_error *err);
-int spm_normalize(const rc_tokenizer *t, const char *s, size_t n, tok_buf *out);
-int precompiled_normalize(const tok_charsmap *m, const char *s, size_t n, tok_buf *out);
-int spm_bpe_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out);
-int unigram_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out);
-int meta_check_split(rc_tokenizer *t);
+int rci_spm_normalize(const rc_tokenizer *t, const char *s, size_t n, tok_buf *out);
+int rci_precompiled_normalize(const tok_charsmap *m, const char *s, size_t n, tok_buf *out);
+int rci_spm_bpe_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out);
+int rci_unigram_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out);
+int rci_meta_check_split(rc_tokenizer *t);
 
 /* a heap entry: ordered by (rank, pos); a, b are the caller's */
 typedef struct {
     int32_t rank, pos, a, b;
 } tok_hent;
 
-int heap_push(tok_work *w, tok_hent e);
-tok_hent heap_pop(tok_work *w);
+int rci_heap_push(tok_work *w, tok_hent e);
+tok_hent rci_heap_pop(tok_work *w);
 
 /* work areas reused across words of one encode call (never shared between calls, so
  * encoding with one tokenizer from several threads is safe) */

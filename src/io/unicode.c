@@ -6,7 +6,7 @@
 
 #include <utf8proc.h>
 
-int utf8_len(unsigned char c)
+int rci_utf8_len(unsigned char c)
 {
     if (c < 0x80) return 1;
     if ((c & 0xE0) == 0xC0) return 2;
@@ -15,7 +15,7 @@ int utf8_len(unsigned char c)
     return 1;
 }
 
-int utf8_decode(const char *s, size_t n, uint32_t *cp)
+int rci_utf8_decode(const char *s, size_t n, uint32_t *cp)
 {
     if (n == 0) return 0;
     if ((unsigned char)s[0] < 0x80) {
@@ -29,7 +29,7 @@ int utf8_decode(const char *s, size_t n, uint32_t *cp)
     return (int)l;
 }
 
-size_t utf8_check(const char *s, size_t n)
+size_t rci_utf8_check(const char *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -38,21 +38,21 @@ size_t utf8_check(const char *s, size_t n)
             continue;
         }
         uint32_t cp;
-        int l = utf8_decode(s + i, n - i, &cp);
+        int l = rci_utf8_decode(s + i, n - i, &cp);
         if (l == 0) return i;
         i += (size_t)l;
     }
     return n;
 }
 
-int utf8_encode(uint32_t cp, char *out)
+int rci_utf8_encode(uint32_t cp, char *out)
 {
     return (int)utf8proc_encode_char((utf8proc_int32_t)cp, (utf8proc_uint8_t *)out);
 }
 
 /* White_Space is not a general category: it is Zs, Zl, Zp plus the controls TAB..CR and
  * NEL (PropList.txt). */
-int uni_class(uint32_t cp)
+int rci_uni_class(uint32_t cp)
 {
     if (cp < 0x80) {
         if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return UNI_LETTER;
@@ -88,16 +88,16 @@ static uint32_t grapheme_stand_in(uint32_t cp)
     return cp;
 }
 
-size_t uni_grapheme_len(const char *s, size_t n)
+size_t rci_uni_grapheme_len(const char *s, size_t n)
 {
     uint32_t prev, c;
-    int l = utf8_decode(s, n, &prev);
+    int l = rci_utf8_decode(s, n, &prev);
     if (l == 0) return n ? 1 : 0;
     prev = grapheme_stand_in(prev);
     utf8proc_int32_t state = 0;
     size_t pos = (size_t)l;
     while (pos < n) {
-        l = utf8_decode(s + pos, n - pos, &c);
+        l = rci_utf8_decode(s + pos, n - pos, &c);
         if (l == 0) break;
         c = grapheme_stand_in(c);
         if (utf8proc_grapheme_break_stateful((utf8proc_int32_t)prev, (utf8proc_int32_t)c, &state)) break;

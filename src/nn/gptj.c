@@ -7,11 +7,11 @@
 #include <math.h>
 #include <stdio.h>
 
-int nn_gptj_weights(const rc_model_config *c, nn_weights *w)
+int rci_nn_gptj_weights(const rc_model_config *c, nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff;
     char name[96];
-    int rc = nn_weights_add(w, "transformer.wte.weight", 2, (int64_t[]){c->vocab_size, C});
+    int rc = rci_nn_weights_add(w, "transformer.wte.weight", 2, (int64_t[]){c->vocab_size, C});
     for (int l = 0; l < c->n_layer; l++) {
         const struct {
             const char *name;
@@ -24,13 +24,13 @@ int nn_gptj_weights(const rc_model_config *c, nn_weights *w)
                    {"mlp.fc_out.weight", 2, {C, F}}, {"mlp.fc_out.bias", 1, {C}}};
         for (int k = 0; k < 10; k++) {
             snprintf(name, sizeof name, "transformer.h.%d.%s", l, p[k].name);
-            rc |= nn_weights_add(w, name, p[k].ndim, p[k].shape);
+            rc |= rci_nn_weights_add(w, name, p[k].ndim, p[k].shape);
         }
     }
-    rc |= nn_weights_add(w, "transformer.ln_f.weight", 1, (int64_t[]){C});
-    rc |= nn_weights_add(w, "transformer.ln_f.bias", 1, (int64_t[]){C});
-    rc |= nn_weights_add(w, "lm_head.weight", 2, (int64_t[]){c->vocab_size, C});
-    rc |= nn_weights_add(w, "lm_head.bias", 1, (int64_t[]){c->vocab_size});
+    rc |= rci_nn_weights_add(w, "transformer.ln_f.weight", 1, (int64_t[]){C});
+    rc |= rci_nn_weights_add(w, "transformer.ln_f.bias", 1, (int64_t[]){C});
+    rc |= rci_nn_weights_add(w, "lm_head.weight", 2, (int64_t[]){c->vocab_size, C});
+    rc |= rci_nn_weights_add(w, "lm_head.bias", 1, (int64_t[]){c->vocab_size});
     return rc ? -1 : 0;
 }
 
@@ -48,33 +48,33 @@ static rc_tensor *heads(nn_ctx *x, rc_tensor *h, rc_tensor *pos, int rotate)
 static rc_tensor *attention(nn_ctx *x, int l, rc_tensor *h, rc_tensor *pos)
 {
     rc_graph *g = x->g;
-    rc_tensor *q = heads(x, nn_linear(g, h, nn_p(x, "transformer.h.%d.attn.q_proj.weight", l), NULL), pos, 1);
-    rc_tensor *k = heads(x, nn_linear(g, h, nn_p(x, "transformer.h.%d.attn.k_proj.weight", l), NULL), pos, 1);
-    rc_tensor *v = heads(x, nn_linear(g, h, nn_p(x, "transformer.h.%d.attn.v_proj.weight", l), NULL), pos, 0);
-    nn_cache(x, l, &k, &v);
-    rc_tensor *y = nn_attention(g, q, k, v, nn_mask_bias(x), 1.0 / sqrt((double)x->c->head_dim), 1);
-    return nn_linear(g, y, nn_p(x, "transformer.h.%d.attn.out_proj.weight", l), NULL);
+    rc_tensor *q = heads(x, rci_nn_linear(g, h, rci_nn_p(x, "transformer.h.%d.attn.q_proj.weight", l), NULL), pos, 1);
+    rc_tensor *k = heads(x, rci_nn_linear(g, h, rci_nn_p(x, "transformer.h.%d.attn.k_proj.weight", l), NULL), pos, 1);
+    rc_tensor *v = heads(x, rci_nn_linear(g, h, rci_nn_p(x, "transformer.h.%d.attn.v_proj.weight", l), NULL), pos, 0);
+    rci_nn_cache(x, l, &k, &v);
+    rc_tensor *y = rci_nn_attention(g, q, k, v, rci_nn_mask_bias(x), 1.0 / sqrt((double)x->c->head_dim), 1);
+    return rci_nn_linear(g, y, rci_nn_p(x, "transformer.h.%d.attn.out_proj.weight", l), NULL);
 }
 
 static rc_tensor *mlp(nn_ctx *x, int l, rc_tensor *h)
 {
     rc_graph *g = x->g;
-    h = nn_linear(g, h, nn_p(x, "transformer.h.%d.mlp.fc_in.weight", l), nn_p(x, "transformer.h.%d.mlp.fc_in.bias", l));
-    return nn_linear(g, nn_act(x, h), nn_p(x, "transformer.h.%d.mlp.fc_out.weight", l),
-                     nn_p(x, "transformer.h.%d.mlp.fc_out.bias", l));
+    h = rci_nn_linear(g, h, rci_nn_p(x, "transformer.h.%d.mlp.fc_in.weight", l), rci_nn_p(x, "transformer.h.%d.mlp.fc_in.bias", l));
+    return rci_nn_linear(g, rci_nn_act(x, h), rci_nn_p(x, "transformer.h.%d.mlp.fc_out.weight", l),
+                     rci_nn_p(x, "transformer.h.%d.mlp.fc_out.bias", l));
 }
 
-rc_tensor *nn_gptj_logits(nn_ctx *x)
+rc_tensor *rci_nn_gptj_logits(nn_ctx *x)
 {
     rc_graph *g = x->g;
     double eps = x->c->norm_eps;
-    rc_tensor *pos = nn_positions(x, x->in->ids->shape[1]);
-    rc_tensor *h = rc_embedding(g, nn_p(x, "transformer.wte.weight"), x->in->ids);
+    rc_tensor *pos = rci_nn_positions(x, x->in->ids->shape[1]);
+    rc_tensor *h = rc_embedding(g, rci_nn_p(x, "transformer.wte.weight"), x->in->ids);
     for (int l = 0; l < x->c->n_layer; l++) {
-        rc_tensor *a = rc_layer_norm(g, h, nn_p(x, "transformer.h.%d.ln_1.weight", l),
-                                     nn_p(x, "transformer.h.%d.ln_1.bias", l), eps);
+        rc_tensor *a = rc_layer_norm(g, h, rci_nn_p(x, "transformer.h.%d.ln_1.weight", l),
+                                     rci_nn_p(x, "transformer.h.%d.ln_1.bias", l), eps);
         h = rc_add(g, rc_add(g, h, attention(x, l, a, pos)), mlp(x, l, a));
     }
-    h = rc_layer_norm(g, h, nn_p(x, "transformer.ln_f.weight"), nn_p(x, "transformer.ln_f.bias"), eps);
-    return nn_linear(g, h, nn_p(x, "lm_head.weight"), nn_p(x, "lm_head.bias"));
+    h = rc_layer_norm(g, h, rci_nn_p(x, "transformer.ln_f.weight"), rci_nn_p(x, "transformer.ln_f.bias"), eps);
+    return rci_nn_linear(g, h, rci_nn_p(x, "lm_head.weight"), rci_nn_p(x, "lm_head.bias"));
 }

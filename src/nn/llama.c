@@ -7,12 +7,12 @@
 #include <math.h>
 #include <stdio.h>
 
-int nn_llama_weights(const rc_model_config *c, nn_weights *w)
+int rci_nn_llama_weights(const rc_model_config *c, nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff, D = c->head_dim;
     int64_t Q = c->n_head * D, KV = c->n_kv_head * D;
     char name[96];
-    int rc = nn_weights_add(w, "model.embed_tokens.weight", 2, (int64_t[]){c->vocab_size, C});
+    int rc = rci_nn_weights_add(w, "model.embed_tokens.weight", 2, (int64_t[]){c->vocab_size, C});
     for (int l = 0; l < c->n_layer; l++) {
         const struct {
             const char *name;
@@ -27,28 +27,28 @@ int nn_llama_weights(const rc_model_config *c, nn_weights *w)
                     {"mlp.down_proj", C, F, c->mlp_bias}};
         for (int k = 0; k < 7; k++) {
             snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, lin[k].name);
-            rc |= nn_weights_add(w, name, 2, (int64_t[]){lin[k].out, lin[k].in});
+            rc |= rci_nn_weights_add(w, name, 2, (int64_t[]){lin[k].out, lin[k].in});
             if (lin[k].bias) {
                 snprintf(name, sizeof name, "model.layers.%d.%s.bias", l, lin[k].name);
-                rc |= nn_weights_add(w, name, 1, (int64_t[]){lin[k].out});
+                rc |= rci_nn_weights_add(w, name, 1, (int64_t[]){lin[k].out});
             }
         }
         snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
-        rc |= nn_weights_add(w, name, 1, (int64_t[]){C});
+        rc |= rci_nn_weights_add(w, name, 1, (int64_t[]){C});
         snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
-        rc |= nn_weights_add(w, name, 1, (int64_t[]){C});
+        rc |= rci_nn_weights_add(w, name, 1, (int64_t[]){C});
     }
-    rc |= nn_weights_add(w, "model.norm.weight", 1, (int64_t[]){C});
+    rc |= rci_nn_weights_add(w, "model.norm.weight", 1, (int64_t[]){C});
     if (!c->tie_word_embeddings)
-        rc |= nn_weights_add(w, "lm_head.weight", 2, (int64_t[]){c->vocab_size, C});
+        rc |= rci_nn_weights_add(w, "lm_head.weight", 2, (int64_t[]){c->vocab_size, C});
     return rc ? -1 : 0;
 }
 
 /* torch Linear of layer l's module `mod`, with its bias when the table has one */
 static rc_tensor *proj(nn_ctx *x, int l, const char *mod, rc_tensor *h)
 {
-    rc_tensor *b = nn_has(x, "model.layers.%d.%s.bias", l, mod) ? nn_p(x, "model.layers.%d.%s.bias", l, mod) : NULL;
-    return nn_linear(x->g, h, nn_p(x, "model.layers.%d.%s.weight", l, mod), b);
+    rc_tensor *b = rci_nn_has(x, "model.layers.%d.%s.bias", l, mod) ? rci_nn_p(x, "model.layers.%d.%s.bias", l, mod) : NULL;
+    return rci_nn_linear(x->g, h, rci_nn_p(x, "model.layers.%d.%s.weight", l, mod), b);
 }
 
 /* [B, T, heads*D] -> rotated [B, heads, T, D] */
@@ -65,33 +65,33 @@ static rc_tensor *attention(nn_ctx *x, int l, rc_tensor *h, rc_tensor *pos)
 {
     rc_tensor *q = rotary_heads(x, proj(x, l, "self_attn.q_proj", h), x->c->n_head, pos);
     rc_tensor *k = rotary_heads(x, proj(x, l, "self_attn.k_proj", h), x->c->n_kv_head, pos);
-    rc_tensor *v = nn_heads(x->g, proj(x, l, "self_attn.v_proj", h), x->c->n_kv_head);
-    nn_cache(x, l, &k, &v);
-    rc_tensor *y = nn_attention(x->g, q, k, v, nn_mask_bias(x), 1.0 / sqrt((double)x->c->head_dim), 1);
+    rc_tensor *v = rci_nn_heads(x->g, proj(x, l, "self_attn.v_proj", h), x->c->n_kv_head);
+    rci_nn_cache(x, l, &k, &v);
+    rc_tensor *y = rci_nn_attention(x->g, q, k, v, rci_nn_mask_bias(x), 1.0 / sqrt((double)x->c->head_dim), 1);
     return proj(x, l, "self_attn.o_proj", y);
 }
 
 /* down(act(gate(h)) * up(h)) */
 static rc_tensor *mlp(nn_ctx *x, int l, rc_tensor *h)
 {
-    rc_tensor *gate = nn_act(x, proj(x, l, "mlp.gate_proj", h));
+    rc_tensor *gate = rci_nn_act(x, proj(x, l, "mlp.gate_proj", h));
     return proj(x, l, "mlp.down_proj", rc_mul(x->g, gate, proj(x, l, "mlp.up_proj", h)));
 }
 
-rc_tensor *nn_llama_logits(nn_ctx *x)
+rc_tensor *rci_nn_llama_logits(nn_ctx *x)
 {
     rc_graph *g = x->g;
     double eps = x->c->norm_eps;
-    rc_tensor *pos = nn_positions(x, x->in->ids->shape[1]);
-    rc_tensor *emb = nn_p(x, "model.embed_tokens.weight");
+    rc_tensor *pos = rci_nn_positions(x, x->in->ids->shape[1]);
+    rc_tensor *emb = rci_nn_p(x, "model.embed_tokens.weight");
     rc_tensor *h = rc_embedding_pad(g, emb, x->in->ids, x->c->pad_token_id); /* torch padding_idx */
     for (int l = 0; l < x->c->n_layer; l++) {
-        rc_tensor *a = rc_rms_norm(g, h, nn_p(x, "model.layers.%d.input_layernorm.weight", l), eps, 0.0);
+        rc_tensor *a = rc_rms_norm(g, h, rci_nn_p(x, "model.layers.%d.input_layernorm.weight", l), eps, 0.0);
         h = rc_add(g, h, attention(x, l, a, pos));
-        rc_tensor *m = rc_rms_norm(g, h, nn_p(x, "model.layers.%d.post_attention_layernorm.weight", l), eps, 0.0);
+        rc_tensor *m = rc_rms_norm(g, h, rci_nn_p(x, "model.layers.%d.post_attention_layernorm.weight", l), eps, 0.0);
         h = rc_add(g, h, mlp(x, l, m));
     }
-    h = rc_rms_norm(g, h, nn_p(x, "model.norm.weight"), eps, 0.0);
-    rc_tensor *head = x->c->tie_word_embeddings ? emb : nn_p(x, "lm_head.weight");
+    h = rc_rms_norm(g, h, rci_nn_p(x, "model.norm.weight"), eps, 0.0);
+    rc_tensor *head = x->c->tie_word_embeddings ? emb : rci_nn_p(x, "lm_head.weight");
     return rc_matmul(g, h, head, 0, 1);
 }

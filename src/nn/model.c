@@ -7,18 +7,18 @@
 #include <stdio.h>
 #include <string.h>
 
-int nn_model_weights(const rc_model_config *c, nn_weights *w, rc_error *err)
+int rci_nn_model_weights(const rc_model_config *c, nn_weights *w, rc_error *err)
 {
     if (c->vocab_size <= 0 || c->d_model <= 0 || c->n_head <= 0 || c->head_dim <= 0 || c->n_layer < 0)
         return rc_error_set(err, RC_ERR_ARG, "model %s: vocab %d, d_model %d, %d heads of %d: not a model",
                             c->model_type, c->vocab_size, c->d_model, c->n_head, c->head_dim);
     int rc;
     switch (c->type) {
-    case RC_MODEL_GPT2: rc = nn_gpt2_weights(c, w); break;
-    case RC_MODEL_LLAMA: rc = nn_llama_weights(c, w); break;
-    case RC_MODEL_OPT: rc = nn_opt_weights(c, w); break;
-    case RC_MODEL_GPTJ: rc = nn_gptj_weights(c, w); break;
-    case RC_MODEL_T5: rc = nn_t5_weights(c, w); break;
+    case RC_MODEL_GPT2: rc = rci_nn_gpt2_weights(c, w); break;
+    case RC_MODEL_LLAMA: rc = rci_nn_llama_weights(c, w); break;
+    case RC_MODEL_OPT: rc = rci_nn_opt_weights(c, w); break;
+    case RC_MODEL_GPTJ: rc = rci_nn_gptj_weights(c, w); break;
+    case RC_MODEL_T5: rc = rci_nn_t5_weights(c, w); break;
     default: return rc_error_set(err, RC_ERR_ARG, "model: unknown model type %d", (int)c->type);
     }
     if (rc)
@@ -32,13 +32,13 @@ static int ends_with(const char *s, const char *tail)
     return n >= m && !strcmp(s + n - m, tail);
 }
 
-void nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed)
+void rci_nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed)
 {
     rc_rng rng = rc_rng_new(seed);
     double resid = 0.02 / sqrt(2.0 * (c->n_layer > 0 ? c->n_layer : 1));
     for (int i = 0; i < w->n; i++) {
         const nn_param *p = &w->p[i];
-        float *x = nn_weights_get(w, i);
+        float *x = rci_nn_weights_get(w, i);
         int is_norm = strstr(p->name, "norm") || strstr(p->name, "ln_");
         double std = c->type == RC_MODEL_GPT2 && ends_with(p->name, "c_proj.weight") ? resid : 0.02;
         for (int64_t j = 0; j < p->numel; j++) {
@@ -50,51 +50,51 @@ void nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed)
     }
 }
 
-int nn_model_leaves(rc_graph *g, const nn_weights *w, rc_tensor **p)
+int rci_nn_model_leaves(rc_graph *g, const nn_weights *w, rc_tensor **p)
 {
     for (int i = 0; i < w->n; i++) {
         p[i] = rc_param(g, w->p[i].name, RC_F32, w->p[i].ndim, w->p[i].shape);
         if (!p[i])
             return -1;
-        rc_tensor_bind(p[i], w->data ? nn_weights_get(w, i) : NULL);
+        rc_tensor_bind(p[i], w->data ? rci_nn_weights_get(w, i) : NULL);
     }
     return 0;
 }
 
-rc_tensor *nn_model_logits(rc_graph *g, const rc_model_config *c, const nn_weights *w,
+rc_tensor *rci_nn_model_logits(rc_graph *g, const rc_model_config *c, const nn_weights *w,
                            rc_tensor *const *p, const nn_inputs *in)
 {
     if (!g || rc_graph_error(g))
         return NULL;
     if (!in || !in->ids || in->ids->ndim != 2 || in->ids->dtype != RC_I32)
-        return rc_fail(g, RC_ERR_ARG, "model: ids must be an i32 [batch, tokens] tensor");
+        return rci_fail(g, RC_ERR_ARG, "model: ids must be an i32 [batch, tokens] tensor");
     if (c->type == RC_MODEL_T5 && (!in->enc_ids || in->enc_ids->ndim != 2))
-        return rc_fail(g, RC_ERR_ARG, "model: t5 needs encoder ids [batch, tokens]");
+        return rci_fail(g, RC_ERR_ARG, "model: t5 needs encoder ids [batch, tokens]");
     if (c->max_positions && in->past + in->ids->shape[1] > c->max_positions)
-        return rc_fail(g, RC_ERR_SHAPE, "model: %lld positions exceed the model's %d",
+        return rci_fail(g, RC_ERR_SHAPE, "model: %lld positions exceed the model's %d",
                        (long long)(in->past + in->ids->shape[1]), c->max_positions);
     if (c->sliding_window > 0 && in->past + in->ids->shape[1] > c->sliding_window)
-        return rc_fail(g, RC_ERR_UNSUPPORTED,
+        return rci_fail(g, RC_ERR_UNSUPPORTED,
                        "model %s: %lld positions exceed sliding_window %d, which redco does not implement",
                        c->model_type, (long long)(in->past + in->ids->shape[1]), c->sliding_window);
     nn_ctx x = {g, c, w, p, in};
     switch (c->type) {
-    case RC_MODEL_GPT2: return nn_gpt2_logits(&x);
-    case RC_MODEL_LLAMA: return nn_llama_logits(&x);
-    case RC_MODEL_OPT: return nn_opt_logits(&x);
-    case RC_MODEL_GPTJ: return nn_gptj_logits(&x);
-    case RC_MODEL_T5: return nn_t5_logits(&x);
-    default: return rc_fail(g, RC_ERR_ARG, "model: unknown model type %d", (int)c->type);
+    case RC_MODEL_GPT2: return rci_nn_gpt2_logits(&x);
+    case RC_MODEL_LLAMA: return rci_nn_llama_logits(&x);
+    case RC_MODEL_OPT: return rci_nn_opt_logits(&x);
+    case RC_MODEL_GPTJ: return rci_nn_gptj_logits(&x);
+    case RC_MODEL_T5: return rci_nn_t5_logits(&x);
+    default: return rci_fail(g, RC_ERR_ARG, "model: unknown model type %d", (int)c->type);
     }
 }
 
 static int find_v(nn_ctx *x, const char *fmt, va_list ap, char *name, size_t size)
 {
     vsnprintf(name, size, fmt, ap);
-    return nn_weights_find(x->w, name);
+    return rci_nn_weights_find(x->w, name);
 }
 
-rc_tensor *nn_p(nn_ctx *x, const char *fmt, ...)
+rc_tensor *rci_nn_p(nn_ctx *x, const char *fmt, ...)
 {
     char name[128];
     va_list ap;
@@ -102,11 +102,11 @@ rc_tensor *nn_p(nn_ctx *x, const char *fmt, ...)
     int i = find_v(x, fmt, ap, name, sizeof name);
     va_end(ap);
     if (i < 0)
-        return rc_fail(x->g, RC_ERR_ARG, "model %s: no parameter '%s'", x->c->model_type, name);
+        return rci_fail(x->g, RC_ERR_ARG, "model %s: no parameter '%s'", x->c->model_type, name);
     return x->p[i];
 }
 
-int nn_has(nn_ctx *x, const char *fmt, ...)
+int rci_nn_has(nn_ctx *x, const char *fmt, ...)
 {
     char name[128];
     va_list ap;
@@ -116,19 +116,19 @@ int nn_has(nn_ctx *x, const char *fmt, ...)
     return i >= 0;
 }
 
-rc_tensor *nn_linear(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b)
+rc_tensor *rci_nn_linear(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b)
 {
     rc_tensor *y = rc_matmul(g, x, w, 0, 1);
     return b ? rc_add(g, y, b) : y;
 }
 
-rc_tensor *nn_conv1d(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b)
+rc_tensor *rci_nn_conv1d(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b)
 {
     rc_tensor *y = rc_matmul(g, x, w, 0, 0);
     return b ? rc_add(g, y, b) : y;
 }
 
-rc_tensor *nn_heads(rc_graph *g, rc_tensor *x, int heads)
+rc_tensor *rci_nn_heads(rc_graph *g, rc_tensor *x, int heads)
 {
     if (!x)
         return NULL;
@@ -148,15 +148,15 @@ static rc_tensor *repeat_kv(rc_graph *g, rc_tensor *k, int64_t heads)
     return rc_reshape(g, e, 4, (int64_t[]){B, heads, T, D});
 }
 
-rc_tensor *nn_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
+rc_tensor *rci_nn_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
                         double scale, int causal)
 {
     rc_tensor *src[3] = {q, k, v};
-    if (rc_inputs_bad(g, 3, src))
+    if (rci_inputs_bad(g, 3, src))
         return NULL;
     int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = q->shape[3];
     if (k->shape[1] == 0 || H % k->shape[1])
-        return rc_fail(g, RC_ERR_SHAPE, "attention: %lld key/value heads do not divide %lld heads",
+        return rci_fail(g, RC_ERR_SHAPE, "attention: %lld key/value heads do not divide %lld heads",
                        (long long)k->shape[1], (long long)H);
     k = repeat_kv(g, k, H);
     v = repeat_kv(g, v, H);
@@ -166,7 +166,7 @@ rc_tensor *nn_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, r
     return rc_reshape(g, y, 3, (int64_t[]){B, Tq, H * D});
 }
 
-void nn_cache(nn_ctx *x, int layer, rc_tensor **k, rc_tensor **v)
+void rci_nn_cache(nn_ctx *x, int layer, rc_tensor **k, rc_tensor **v)
 {
     if (x->in->past_kv && x->in->past > 0) {
         *k = rc_concat(x->g, (rc_tensor *[]){x->in->past_kv[2 * layer], *k}, 2, 2);
@@ -178,18 +178,18 @@ void nn_cache(nn_ctx *x, int layer, rc_tensor **k, rc_tensor **v)
     }
 }
 
-rc_tensor *nn_mask_bias(nn_ctx *x)
+rc_tensor *rci_nn_mask_bias(nn_ctx *x)
 {
     rc_tensor *m = x->in->mask;
     if (!m)
         return NULL;
     if (m->ndim != 2 || m->dtype != RC_F32)
-        return rc_fail(x->g, RC_ERR_SHAPE, "model: the attention mask must be f32 [batch, keys]");
+        return rci_fail(x->g, RC_ERR_SHAPE, "model: the attention mask must be f32 [batch, keys]");
     rc_tensor *b = rc_affine(x->g, m, 1e9, -1e9);                    /* 1 -> 0, 0 -> -1e9 */
     return rc_reshape(x->g, b, 4, (int64_t[]){m->shape[0], 1, 1, m->shape[1]});
 }
 
-rc_tensor *nn_positions(nn_ctx *x, int64_t T)
+rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T)
 {
     rc_tensor *pos = rc_const(x->g, "positions", RC_I32, 1, &T, NULL);
     int32_t *d = rc_tensor_data(pos);
@@ -198,7 +198,7 @@ rc_tensor *nn_positions(nn_ctx *x, int64_t T)
     return pos;
 }
 
-rc_tensor *nn_act(nn_ctx *x, rc_tensor *h)
+rc_tensor *rci_nn_act(nn_ctx *x, rc_tensor *h)
 {
     static const struct {
         const char *name;
@@ -211,6 +211,6 @@ rc_tensor *nn_act(nn_ctx *x, rc_tensor *h)
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
         if (!strcmp(x->c->activation, acts[i].name))
             return rc_act(x->g, h, acts[i].act, 0);
-    return rc_fail(x->g, RC_ERR_UNSUPPORTED, "model %s: activation '%s' is not supported",
+    return rci_fail(x->g, RC_ERR_UNSUPPORTED, "model %s: activation '%s' is not supported",
                    x->c->model_type, x->c->activation);
 }

@@ -48,16 +48,16 @@ static int load_param(rc_checkpoint *ck, const nn_weights *w, int i, rc_error *e
         return rc_error_set(err, RC_ERR_SHAPE, "%s: tensor '%s' has shape %s, the model needs %s",
                             rc_safetensors_path(f), t->name, have, want);
     }
-    return rc_safetensors_read_f32(f, idx, nn_weights_get(w, i), p->numel, err);
+    return rc_safetensors_read_f32(f, idx, rci_nn_weights_get(w, i), p->numel, err);
 }
 
-int nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_error *err)
+int rci_nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_error *err)
 {
     memset(w, 0, sizeof *w);
-    if (rc_config_load(dir, c, err) || nn_model_weights(c, w, err))
+    if (rc_config_load(dir, c, err) || rci_nn_model_weights(c, w, err))
         return -1;
-    if (nn_weights_alloc(w)) {
-        nn_weights_free(w);
+    if (rci_nn_weights_alloc(w)) {
+        rci_nn_weights_free(w);
         return rc_error_set(err, RC_ERR_MEMORY, "%s: cannot allocate %lld parameters", dir,
                             (long long)w->numel);
     }
@@ -66,13 +66,13 @@ int nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_error *
     for (int i = 0; !rc && i < w->n; i++)
         rc = load_param(ck, w, i, err);
     for (int k = 0; !rc && tied_aliases[k]; k++)
-        if (nn_weights_find(w, tied_aliases[k]) < 0)
+        if (rci_nn_weights_find(w, tied_aliases[k]) < 0)
             rc_checkpoint_find(ck, tied_aliases[k], NULL, NULL); /* a tied copy: accept it */
     if (!rc && rc_checkpoint_check_unused(ck, err) > 0)
         rc = -1;
     rc_checkpoint_close(ck);
     if (rc)
-        nn_weights_free(w);
+        rci_nn_weights_free(w);
     return rc;
 }
 
@@ -83,7 +83,7 @@ static int make_dir(const char *dir, rc_error *err)
     return rc_error_set(err, RC_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
 }
 
-int nn_model_save(const char *dir, const rc_model_config *c, const nn_weights *w, rc_error *err)
+int rci_nn_model_save(const char *dir, const rc_model_config *c, const nn_weights *w, rc_error *err)
 {
     char path[4096];
     if (make_dir(dir, err))
@@ -101,7 +101,7 @@ int nn_model_save(const char *dir, const rc_model_config *c, const nn_weights *w
             names[i] = w->p[i].name;
             ndims[i] = w->p[i].ndim;
             shapes[i] = w->p[i].shape;
-            data[i] = nn_weights_get(w, i);
+            data[i] = rci_nn_weights_get(w, i);
         }
         const char *meta[2] = {"format", "pt"};
         snprintf(path, sizeof path, "%s/model.safetensors", dir);

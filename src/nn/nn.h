@@ -19,16 +19,16 @@ typedef struct {
     int n, cap;
     nn_param *p;
     int64_t numel;
-    float *data;                  /* numel floats, after nn_weights_alloc */
+    float *data;                  /* numel floats, after rci_nn_weights_alloc */
 } nn_weights;
 
-int nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t *shape);
+int rci_nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t *shape);
 /* Allocates the zeroed buffer once the table is complete. */
-int nn_weights_alloc(nn_weights *w);
-void nn_weights_free(nn_weights *w);
-float *nn_weights_get(const nn_weights *w, int i);
+int rci_nn_weights_alloc(nn_weights *w);
+void rci_nn_weights_free(nn_weights *w);
+float *rci_nn_weights_get(const nn_weights *w, int i);
 /* index of a parameter by name, -1 when absent */
-int nn_weights_find(const nn_weights *w, const char *name);
+int rci_nn_weights_find(const nn_weights *w, const char *name);
 
 /* ---- the model families ---------------------------------------------------------------
  * Every family is a table of parameters (Hugging Face names and layouts of its
@@ -37,13 +37,13 @@ int nn_weights_find(const nn_weights *w, const char *name);
 
 /* A GPT-2 configuration of the given sizes with GPT-2's defaults (gelu_new, eps 1e-5,
  * tied head, d_ff = 4 d_model). */
-rc_model_config nn_gpt2_config(int vocab, int positions, int layers, int heads, int d_model);
+rc_model_config rci_nn_gpt2_config(int vocab, int positions, int layers, int heads, int d_model);
 /* Fills w's table with the parameters of the model described by c (validated by
  * rc_config_load or rc_config_preset). */
-int nn_model_weights(const rc_model_config *c, nn_weights *w, rc_error *err);
+int rci_nn_model_weights(const rc_model_config *c, nn_weights *w, rc_error *err);
 /* Random initialisation: N(0, 0.02) matrices and embeddings, norm weights 1, biases 0,
  * residual output projections of GPT-2 scaled by 1/sqrt(2 layers). */
-void nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed);
+void rci_nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed);
 
 /* The inputs of one forward pass, in global shapes. */
 typedef struct {
@@ -56,12 +56,12 @@ typedef struct {
     rc_tensor **new_kv;           /* optional out: per layer k then v, [B, KV heads, past + T, D] */
 } nn_inputs;
 
-/* Records the forward pass; p[i] must be leaves for w's parameters (nn_model_leaves).
+/* Records the forward pass; p[i] must be leaves for w's parameters (rci_nn_model_leaves).
  * Returns the logits [B, T, vocab], NULL with the graph's error set on failure. */
-rc_tensor *nn_model_logits(rc_graph *g, const rc_model_config *c, const nn_weights *w,
+rc_tensor *rci_nn_model_logits(rc_graph *g, const rc_model_config *c, const nn_weights *w,
                            rc_tensor *const *p, const nn_inputs *in);
 /* Parameter leaves of graph g bound to w's memory (or unbound when w->data is NULL). */
-int nn_model_leaves(rc_graph *g, const nn_weights *w, rc_tensor **p);
+int rci_nn_model_leaves(rc_graph *g, const nn_weights *w, rc_tensor **p);
 
 /* ---- model directories (Hugging Face layout) ----------------------------------------- */
 
@@ -70,9 +70,9 @@ int nn_model_leaves(rc_graph *g, const nn_weights *w, rc_tensor **p);
  * the checkpoint, a tensor of the wrong shape, or a checkpoint tensor the model does not
  * use (other than known buffers such as GPT-2's attn.bias) is an error naming the tensor
  * and the file. */
-int nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_error *err);
+int rci_nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_error *err);
 /* Writes DIR/config.json and DIR/model.safetensors (f32, Hugging Face names), creating
  * DIR; each file is written to a temporary name and renamed. */
-int nn_model_save(const char *dir, const rc_model_config *c, const nn_weights *w, rc_error *err);
+int rci_nn_model_save(const char *dir, const rc_model_config *c, const nn_weights *w, rc_error *err);
 
 #endif

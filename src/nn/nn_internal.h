@@ -15,41 +15,41 @@ typedef struct {
 
 /* The leaf of the parameter named by the printf-style format; NULL (graph error set) if
  * the table has no such parameter. */
-rc_tensor *nn_p(nn_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+rc_tensor *rci_nn_p(nn_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* 1 when the table has the named parameter (optional biases, heads) */
-int nn_has(nn_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int rci_nn_has(nn_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* x [..., in] @ w^T + b for a torch Linear weight [out, in]; b may be NULL */
-rc_tensor *nn_linear(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b);
+rc_tensor *rci_nn_linear(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b);
 /* x [..., in] @ w + b for GPT-2's Conv1D weight [in, out] */
-rc_tensor *nn_conv1d(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b);
+rc_tensor *rci_nn_conv1d(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b);
 /* [B, T, H*D] -> [B, H, T, D] */
-rc_tensor *nn_heads(rc_graph *g, rc_tensor *x, int heads);
+rc_tensor *rci_nn_heads(rc_graph *g, rc_tensor *x, int heads);
 /* Attention of q [B, H, Tq, D] over k, v [B, KV, Tk, D] (KV divides H: grouped queries);
  * bias is added to the scaled scores (broadcast to [B, H, Tq, Tk]) and may be NULL.
  * Returns [B, Tq, H*D]. */
-rc_tensor *nn_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
+rc_tensor *rci_nn_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
                         double scale, int causal);
 /* Joins the cache of layer l (if any) before k, v ([B, KV, T, D]) and stores the result in
  * the caller's new_kv (if asked). */
-void nn_cache(nn_ctx *x, int layer, rc_tensor **k, rc_tensor **v);
+void rci_nn_cache(nn_ctx *x, int layer, rc_tensor **k, rc_tensor **v);
 /* The additive attention bias [B, 1, 1, Tk] of in->mask (0 keep, -1e9 pad), or NULL. */
-rc_tensor *nn_mask_bias(nn_ctx *x);
+rc_tensor *rci_nn_mask_bias(nn_ctx *x);
 /* The activation named by a HF config (gelu_new, gelu, relu, silu, ...); NULL with the
  * graph's error set for a name redco does not know. */
-rc_tensor *nn_act(nn_ctx *x, rc_tensor *h);
+rc_tensor *rci_nn_act(nn_ctx *x, rc_tensor *h);
 /* positions past .. past + T - 1 as an i32 constant [T] */
-rc_tensor *nn_positions(nn_ctx *x, int64_t T);
+rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T);
 
-int nn_gpt2_weights(const rc_model_config *c, nn_weights *w);
-int nn_llama_weights(const rc_model_config *c, nn_weights *w);
-int nn_opt_weights(const rc_model_config *c, nn_weights *w);
-int nn_gptj_weights(const rc_model_config *c, nn_weights *w);
-int nn_t5_weights(const rc_model_config *c, nn_weights *w);
-rc_tensor *nn_gpt2_logits(nn_ctx *x);
-rc_tensor *nn_llama_logits(nn_ctx *x);
-rc_tensor *nn_opt_logits(nn_ctx *x);
-rc_tensor *nn_gptj_logits(nn_ctx *x);
-rc_tensor *nn_t5_logits(nn_ctx *x);
+int rci_nn_gpt2_weights(const rc_model_config *c, nn_weights *w);
+int rci_nn_llama_weights(const rc_model_config *c, nn_weights *w);
+int rci_nn_opt_weights(const rc_model_config *c, nn_weights *w);
+int rci_nn_gptj_weights(const rc_model_config *c, nn_weights *w);
+int rci_nn_t5_weights(const rc_model_config *c, nn_weights *w);
+rc_tensor *rci_nn_gpt2_logits(nn_ctx *x);
+rc_tensor *rci_nn_llama_logits(nn_ctx *x);
+rc_tensor *rci_nn_opt_logits(nn_ctx *x);
+rc_tensor *rci_nn_gptj_logits(nn_ctx *x);
+rc_tensor *rci_nn_t5_logits(nn_ctx *x);
 
 #endif

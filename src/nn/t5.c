@@ -9,11 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-int nn_t5_weights(const rc_model_config *c, nn_weights *w)
+int rci_nn_t5_weights(const rc_model_config *c, nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff, I = (int64_t)c->n_head * c->head_dim;
     char name[128];
-    int rc = nn_weights_add(w, "shared.weight", 2, (int64_t[]){c->vocab_size, C});
+    int rc = rci_nn_weights_add(w, "shared.weight", 2, (int64_t[]){c->vocab_size, C});
     for (int s = 0; s < 2; s++) {
         const char *stack = s ? "decoder" : "encoder";
         int layers = s ? c->n_decoder_layer : c->n_layer;
@@ -24,30 +24,30 @@ int nn_t5_weights(const rc_model_config *c, nn_weights *w)
                 const char *proj[4] = {"q", "k", "v", "o"};
                 for (int k = 0; k < 4; k++) {
                     snprintf(name, sizeof name, "%s.block.%d.layer.%d.%s.%s.weight", stack, l, a, kind, proj[k]);
-                    rc |= nn_weights_add(w, name, 2, k == 3 ? (int64_t[]){C, I} : (int64_t[]){I, C});
+                    rc |= rci_nn_weights_add(w, name, 2, k == 3 ? (int64_t[]){C, I} : (int64_t[]){I, C});
                 }
                 if (l == 0 && a == 0) {
                     snprintf(name, sizeof name, "%s.block.0.layer.0.SelfAttention.relative_attention_bias.weight", stack);
-                    rc |= nn_weights_add(w, name, 2, (int64_t[]){c->rel_buckets, c->n_head});
+                    rc |= rci_nn_weights_add(w, name, 2, (int64_t[]){c->rel_buckets, c->n_head});
                 }
                 snprintf(name, sizeof name, "%s.block.%d.layer.%d.layer_norm.weight", stack, l, a);
-                rc |= nn_weights_add(w, name, 1, (int64_t[]){C});
+                rc |= rci_nn_weights_add(w, name, 1, (int64_t[]){C});
             }
             const char *wi[3] = {"wi", "wi_0", "wi_1"};
             for (int k = c->gated_ffn ? 1 : 0; k < (c->gated_ffn ? 3 : 1); k++) {
                 snprintf(name, sizeof name, "%s.block.%d.layer.%d.DenseReluDense.%s.weight", stack, l, ff, wi[k]);
-                rc |= nn_weights_add(w, name, 2, (int64_t[]){F, C});
+                rc |= rci_nn_weights_add(w, name, 2, (int64_t[]){F, C});
             }
             snprintf(name, sizeof name, "%s.block.%d.layer.%d.DenseReluDense.wo.weight", stack, l, ff);
-            rc |= nn_weights_add(w, name, 2, (int64_t[]){C, F});
+            rc |= rci_nn_weights_add(w, name, 2, (int64_t[]){C, F});
             snprintf(name, sizeof name, "%s.block.%d.layer.%d.layer_norm.weight", stack, l, ff);
-            rc |= nn_weights_add(w, name, 1, (int64_t[]){C});
+            rc |= rci_nn_weights_add(w, name, 1, (int64_t[]){C});
         }
         snprintf(name, sizeof name, "%s.final_layer_norm.weight", stack);
-        rc |= nn_weights_add(w, name, 1, (int64_t[]){C});
+        rc |= rci_nn_weights_add(w, name, 1, (int64_t[]){C});
     }
     if (!c->tie_word_embeddings)
-        rc |= nn_weights_add(w, "lm_head.weight", 2, (int64_t[]){c->vocab_size, C});
+        rc |= rci_nn_weights_add(w, "lm_head.weight", 2, (int64_t[]){c->vocab_size, C});
     return rc ? -1 : 0;
 }
 
@@ -81,14 +81,14 @@ static rc_tensor *position_bias(nn_ctx *x, const char *stack, int64_t Tq, int64_
     for (int64_t i = 0; d && i < Tq; i++)
         for (int64_t j = 0; j < Tk; j++)
             d[i * Tk + j] = rel_bucket(j - (i + q0), bidir, x->c->rel_buckets, x->c->rel_max_distance);
-    rc_tensor *table = nn_p(x, "%s.block.0.layer.0.SelfAttention.relative_attention_bias.weight", stack);
+    rc_tensor *table = rci_nn_p(x, "%s.block.0.layer.0.SelfAttention.relative_attention_bias.weight", stack);
     rc_tensor *b = rc_permute(g, rc_embedding(g, table, ids), (int[]){2, 0, 1}); /* [H, Tq, Tk] */
     return rc_reshape(g, b, 4, (int64_t[]){1, x->c->n_head, Tq, Tk});
 }
 
 static rc_tensor *norm(nn_ctx *x, const char *stack, int l, int sub, rc_tensor *h)
 {
-    return rc_rms_norm(x->g, h, nn_p(x, "%s.block.%d.layer.%d.layer_norm.weight", stack, l, sub),
+    return rc_rms_norm(x->g, h, rci_nn_p(x, "%s.block.%d.layer.%d.layer_norm.weight", stack, l, sub),
                        x->c->norm_eps, 0.0);
 }
 
@@ -100,11 +100,11 @@ static rc_tensor *attention(nn_ctx *x, const char *stack, int l, int sub, rc_ten
     const char *kind = sub ? "EncDecAttention" : "SelfAttention";
     const char *pre = "%s.block.%d.layer.%d.%s.%s.weight";
     int H = x->c->n_head;
-    rc_tensor *q = nn_heads(g, nn_linear(g, h, nn_p(x, pre, stack, l, sub, kind, "q"), NULL), H);
-    rc_tensor *k = nn_heads(g, nn_linear(g, kv, nn_p(x, pre, stack, l, sub, kind, "k"), NULL), H);
-    rc_tensor *v = nn_heads(g, nn_linear(g, kv, nn_p(x, pre, stack, l, sub, kind, "v"), NULL), H);
-    rc_tensor *y = nn_attention(g, q, k, v, bias, 1.0, causal);
-    return nn_linear(g, y, nn_p(x, pre, stack, l, sub, kind, "o"), NULL);
+    rc_tensor *q = rci_nn_heads(g, rci_nn_linear(g, h, rci_nn_p(x, pre, stack, l, sub, kind, "q"), NULL), H);
+    rc_tensor *k = rci_nn_heads(g, rci_nn_linear(g, kv, rci_nn_p(x, pre, stack, l, sub, kind, "k"), NULL), H);
+    rc_tensor *v = rci_nn_heads(g, rci_nn_linear(g, kv, rci_nn_p(x, pre, stack, l, sub, kind, "v"), NULL), H);
+    rc_tensor *y = rci_nn_attention(g, q, k, v, bias, 1.0, causal);
+    return rci_nn_linear(g, y, rci_nn_p(x, pre, stack, l, sub, kind, "o"), NULL);
 }
 
 static rc_tensor *ffn(nn_ctx *x, const char *stack, int l, int sub, rc_tensor *h)
@@ -113,18 +113,18 @@ static rc_tensor *ffn(nn_ctx *x, const char *stack, int l, int sub, rc_tensor *h
     const char *pre = "%s.block.%d.layer.%d.DenseReluDense.%s.weight";
     rc_tensor *a;
     if (x->c->gated_ffn)
-        a = rc_mul(g, nn_act(x, nn_linear(g, h, nn_p(x, pre, stack, l, sub, "wi_0"), NULL)),
-                   nn_linear(g, h, nn_p(x, pre, stack, l, sub, "wi_1"), NULL));
+        a = rc_mul(g, rci_nn_act(x, rci_nn_linear(g, h, rci_nn_p(x, pre, stack, l, sub, "wi_0"), NULL)),
+                   rci_nn_linear(g, h, rci_nn_p(x, pre, stack, l, sub, "wi_1"), NULL));
     else
-        a = nn_act(x, nn_linear(g, h, nn_p(x, pre, stack, l, sub, "wi"), NULL));
-    return nn_linear(g, a, nn_p(x, pre, stack, l, sub, "wo"), NULL);
+        a = rci_nn_act(x, rci_nn_linear(g, h, rci_nn_p(x, pre, stack, l, sub, "wi"), NULL));
+    return rci_nn_linear(g, a, rci_nn_p(x, pre, stack, l, sub, "wo"), NULL);
 }
 
 static rc_tensor *encoder(nn_ctx *x, rc_tensor *mask_bias)
 {
     rc_graph *g = x->g;
     int64_t S = x->in->enc_ids->shape[1];
-    rc_tensor *h = rc_embedding(g, nn_p(x, "shared.weight"), x->in->enc_ids);
+    rc_tensor *h = rc_embedding(g, rci_nn_p(x, "shared.weight"), x->in->enc_ids);
     rc_tensor *bias = position_bias(x, "encoder", S, S, 0, 1);
     if (mask_bias)
         bias = rc_add(g, bias, mask_bias);
@@ -133,16 +133,16 @@ static rc_tensor *encoder(nn_ctx *x, rc_tensor *mask_bias)
         h = rc_add(g, h, attention(x, "encoder", l, 0, a, a, bias, 0));
         h = rc_add(g, h, ffn(x, "encoder", l, 1, norm(x, "encoder", l, 1, h)));
     }
-    return rc_rms_norm(g, h, nn_p(x, "encoder.final_layer_norm.weight"), x->c->norm_eps, 0.0);
+    return rc_rms_norm(g, h, rci_nn_p(x, "encoder.final_layer_norm.weight"), x->c->norm_eps, 0.0);
 }
 
-rc_tensor *nn_t5_logits(nn_ctx *x)
+rc_tensor *rci_nn_t5_logits(nn_ctx *x)
 {
     rc_graph *g = x->g;
-    rc_tensor *mask_bias = nn_mask_bias(x);
+    rc_tensor *mask_bias = rci_nn_mask_bias(x);
     rc_tensor *enc = encoder(x, mask_bias);
     int64_t T = x->in->ids->shape[1];
-    rc_tensor *shared = nn_p(x, "shared.weight");
+    rc_tensor *shared = rci_nn_p(x, "shared.weight");
     rc_tensor *h = rc_embedding(g, shared, x->in->ids);
     rc_tensor *bias = position_bias(x, "decoder", T, T, 0, 0);
     for (int l = 0; l < x->c->n_decoder_layer; l++) {
@@ -151,8 +151,8 @@ rc_tensor *nn_t5_logits(nn_ctx *x)
         h = rc_add(g, h, attention(x, "decoder", l, 1, norm(x, "decoder", l, 1, h), enc, mask_bias, 0));
         h = rc_add(g, h, ffn(x, "decoder", l, 2, norm(x, "decoder", l, 2, h)));
     }
-    h = rc_rms_norm(g, h, nn_p(x, "decoder.final_layer_norm.weight"), x->c->norm_eps, 0.0);
+    h = rc_rms_norm(g, h, rci_nn_p(x, "decoder.final_layer_norm.weight"), x->c->norm_eps, 0.0);
     if (x->c->tie_word_embeddings)
         return rc_matmul(g, rc_scale(g, h, 1.0 / sqrt((double)x->c->d_model)), shared, 0, 1);
-    return rc_matmul(g, h, nn_p(x, "lm_head.weight"), 0, 1);
+    return rc_matmul(g, h, rci_nn_p(x, "lm_head.weight"), 0, 1);
 }

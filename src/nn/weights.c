@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t *shape)
+int rci_nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t *shape)
 {
     if (ndim < 1 || ndim > 4 || w->data)
         return -1;
@@ -31,25 +31,25 @@ int nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t *sha
     return 0;
 }
 
-int nn_weights_alloc(nn_weights *w)
+int rci_nn_weights_alloc(nn_weights *w)
 {
     w->data = calloc((size_t)(w->numel ? w->numel : 1), sizeof *w->data);
     return w->data ? 0 : -1;
 }
 
-void nn_weights_free(nn_weights *w)
+void rci_nn_weights_free(nn_weights *w)
 {
     free(w->p);
     free(w->data);
     memset(w, 0, sizeof *w);
 }
 
-float *nn_weights_get(const nn_weights *w, int i)
+float *rci_nn_weights_get(const nn_weights *w, int i)
 {
     return w->data + w->p[i].offset;
 }
 
-int nn_weights_find(const nn_weights *w, const char *name)
+int rci_nn_weights_find(const nn_weights *w, const char *name)
 {
     for (int i = 0; i < w->n; i++)
         if (!strcmp(w->p[i].name, name))

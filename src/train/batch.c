@@ -46,7 +46,7 @@ rc_tensor *rc_batch_input(rc_graph *g, const rc_batch *b, const char *name)
         return NULL;
     const rc_array *a = rc_batch_get(b, name);
     if (!a)
-        return rc_fail(g, RC_ERR_ARG, "batch: no array '%s' (collate made %d arrays)", name, b->n);
+        return rci_fail(g, RC_ERR_ARG, "batch: no array '%s' (collate made %d arrays)", name, b->n);
     /* one leaf per array per graph: reuse it when asked again */
     for (int i = 0; i < rc_graph_size(g); i++) {
         rc_tensor *t = rc_graph_node(g, i);

@@ -158,7 +158,7 @@ static rc_tensor param_header(const nn_weights *w, int i)
 static int gather_tensor(rc_trainer *t, int i, const float *local, float *full, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
-    nn_weights *w = rc_params_weights(t->params);
+    nn_weights *w = rci_params_weights(t->params);
     const float *mine = local + t->loff[i];
     if (t->specs[i].axis < 0) {
         memcpy(full, mine, (size_t)w->p[i].numel * sizeof *full);
@@ -217,7 +217,7 @@ static int stream_source(void *ctx, int k, const void **data, rc_error *err)
  * forever in a gather. */
 static int write_tensors(rc_trainer *t, const char *path, int moments, int write, rc_error *err)
 {
-    nn_weights *w = rc_params_weights(t->params);
+    nn_weights *w = rci_params_weights(t->params);
     int n = moments ? 2 * w->n : w->n;
     stream s = {t, moments, 0, t->mp > 1 ? malloc((size_t)largest_param(w) * sizeof(float)) : NULL};
     rc_st_entry *e = write ? calloc((size_t)n, sizeof *e) : NULL;
@@ -248,7 +248,7 @@ static int write_tensors(rc_trainer *t, const char *path, int moments, int write
  * in the gathers of each tensor. */
 static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, int full, rc_error *err)
 {
-    const char *wd = rc_deployer_workdir(t->d);
+    const char *wd = rci_deployer_workdir(t->d);
     int main = rc_deployer_is_main(t->d), rc = 0;
     char tmp[4200], final[4200], hidden[300], path[4300];
     snprintf(hidden, sizeof hidden, ".tmp-%.250s", name);
@@ -280,13 +280,13 @@ static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, 
     return rc;
 }
 
-int rc_trainer_sync_params(rc_trainer *t, rc_error *err)
+int rci_trainer_sync_params(rc_trainer *t, rc_error *err)
 {
     if (t->mp == 1)
         return 0;
-    nn_weights *w = rc_params_weights(t->params);
+    nn_weights *w = rci_params_weights(t->params);
     const rc_mesh *m = rc_deployer_mesh(t->d);
-    if (rc_params_restore(t->params))
+    if (rci_params_restore(t->params))
         return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld parameters", (long long)w->numel);
     for (int i = 0; i < w->n; i++)
         if (gather_tensor(t, i, t->local, w->data + w->p[i].offset, err))
@@ -294,15 +294,15 @@ int rc_trainer_sync_params(rc_trainer *t, rc_error *err)
     return rc_comm_bcast(m->mp_comm, w->data, (size_t)w->numel * sizeof *w->data, 0, err);
 }
 
-int rc_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, rc_error *err)
+int rci_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, rc_error *err)
 {
-    if (!rc_deployer_workdir(t->d))
+    if (!rci_deployer_workdir(t->d))
         return 0;
     char ck[64];
     snprintf(ck, sizeof ck, "checkpoint-%lld", (long long)t->step);
     int rc = save_dir(t, o, name ? name : ck, 1, err);
     if (!rc && !name && rc_deployer_is_main(t->d))
-        rc = set_pointer(rc_deployer_workdir(t->d), ck, err);
+        rc = set_pointer(rci_deployer_workdir(t->d), ck, err);
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
     if (!name)
@@ -310,19 +310,19 @@ int rc_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, 
     return 0;
 }
 
-int rc_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *err)
+int rci_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *err)
 {
-    if (!rc_deployer_workdir(t->d))
+    if (!rci_deployer_workdir(t->d))
         return 0;
     return rc_deployer_agree(t->d, save_dir(t, o, "final", 0, err), err);
 }
 
 int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir, rc_error *err)
 {
-    nn_weights *w = m && m->params ? rc_params_weights(m->params) : NULL;
+    nn_weights *w = m && m->params ? rci_params_weights(m->params) : NULL;
     if (!m || !dir || !w)
         return rc_error_set(err, RC_ERR_ARG, "model save: %s", !m ? "no model" : !dir ? "no directory" : "the weights are not allocated");
-    if (nn_model_save(dir, &m->config, w, err))
+    if (rci_nn_model_save(dir, &m->config, w, err))
         return -1;
     rc_train_options o = {.tokenizer_dir = tokenizer_dir};
     return write_tokenizer(&o, dir, err);
@@ -358,7 +358,7 @@ static int read_tensor(rc_checkpoint *ck, const char *name, float *dst, int64_t 
 static int load_one(rc_trainer *t, rc_checkpoint *ck, const char *name, int i, float *tmp, float *dst,
                     rc_error *err)
 {
-    nn_weights *w = rc_params_weights(t->params);
+    nn_weights *w = rci_params_weights(t->params);
     if (t->mp == 1)
         return read_tensor(ck, name, dst + t->loff[i], w->p[i].numel, err);
     if (read_tensor(ck, name, tmp, w->p[i].numel, err))
@@ -371,7 +371,7 @@ static int load_one(rc_trainer *t, rc_checkpoint *ck, const char *name, int i, f
 /* parameters and moments, tensor by tensor, into this rank's buffers */
 static int load_tensors(rc_trainer *t, const char *dir, rc_error *err)
 {
-    nn_weights *w = rc_params_weights(t->params);
+    nn_weights *w = rci_params_weights(t->params);
     char path[4200], name[160];
     float *tmp = t->mp > 1 ? malloc((size_t)largest_param(w) * sizeof *tmp) : NULL;
     if (t->mp > 1 && !tmp)
@@ -433,12 +433,12 @@ static int load_state(rc_trainer *t, const rc_train_options *o, const char *dir,
     return 0;
 }
 
-int rc_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err)
+int rci_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err)
 {
-    const char *wd = rc_deployer_workdir(t->d);
+    const char *wd = rci_deployer_workdir(t->d);
     char name[256], dir[4400];
     if (!wd || read_pointer(wd, name, sizeof name)) {
-        rc_deployer_note(t->d, "resume: no complete checkpoint in %s; starting at step 0", wd ? wd : "(no workdir)");
+        rci_deployer_note(t->d, "resume: no complete checkpoint in %s; starting at step 0", wd ? wd : "(no workdir)");
         return 0;
     }
     if (join(dir, sizeof dir, wd, name))
@@ -450,6 +450,6 @@ int rc_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err)
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
     snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", name);
-    rc_deployer_note(t->d, "resume: continuing from %s (step %lld)", dir, (long long)t->step);
+    rci_deployer_note(t->d, "resume: continuing from %s (step %lld)", dir, (long long)t->step);
     return 0;
 }

@@ -116,7 +116,7 @@ int rc_deployer_is_main(const rc_deployer *d)
     return d->mesh.rank == 0;
 }
 
-const char *rc_deployer_workdir(const rc_deployer *d)
+const char *rci_deployer_workdir(const rc_deployer *d)
 {
     return d->workdir[0] ? d->workdir : NULL;
 }
@@ -138,7 +138,7 @@ int rc_deployer_agree(rc_deployer *d, int status, rc_error *err)
     return rc_comm_agree(d->mesh.world, status, err);
 }
 
-int rc_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values,
+int rci_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values,
                     int n, rc_error *err)
 {
     if (d->mesh.rank != 0 || !d->log)
@@ -170,7 +170,7 @@ static void clock_text(double s, char *buf, size_t size)
     snprintf(buf, size, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
 }
 
-void rc_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,
+void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,
                           double tokens_per_s, int tick)
 {
     if (d->step0 < 0) /* the ETA counts from this process's first step */
@@ -197,7 +197,7 @@ void rc_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double lo
     fflush(stderr);
 }
 
-void rc_deployer_note(rc_deployer *d, const char *fmt, ...)
+void rci_deployer_note(rc_deployer *d, const char *fmt, ...)
 {
     if (!deployer_verbose(d))
         return;
@@ -210,7 +210,7 @@ void rc_deployer_note(rc_deployer *d, const char *fmt, ...)
     va_end(ap);
 }
 
-uint64_t rc_deployer_seed(const rc_deployer *d)
+uint64_t rci_deployer_seed(const rc_deployer *d)
 {
     return d->seed;
 }

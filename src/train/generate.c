@@ -67,7 +67,7 @@ static int decoder_init(decoder *d, rc_model *m, int max_rows, int64_t cap, cons
     memset(d, 0, sizeof *d);
     d->shards = shards;
     d->c = &m->config;
-    d->w = rc_params_weights(m->params);
+    d->w = rci_params_weights(m->params);
     d->t5 = m->config.type == RC_MODEL_T5;
     d->max_rows = d->rows = max_rows;
     d->cap = cap;
@@ -112,7 +112,7 @@ static void history_append(decoder *d, const int32_t *ids, int64_t T)
 static rc_tensor *decoder_graph(decoder *d, rc_graph *g, int32_t *ids, int64_t T)
 {
     int64_t R = d->rows;
-    if (nn_model_leaves(g, d->w, d->leaves))
+    if (rci_nn_model_leaves(g, d->w, d->leaves))
         return NULL;
     nn_inputs in = {0};
     if (d->t5) {
@@ -136,7 +136,7 @@ static rc_tensor *decoder_graph(decoder *d, rc_graph *g, int32_t *ids, int64_t T
         in.past_kv = d->len > 0 ? d->past : NULL;
         in.new_kv = d->fresh;
     }
-    rc_tensor *logits = nn_model_logits(g, d->c, d->w, d->leaves, &in);
+    rc_tensor *logits = rci_nn_model_logits(g, d->c, d->w, d->leaves, &in);
     if (!logits)
         return NULL;
     int64_t Tl = logits->shape[1];
@@ -215,7 +215,7 @@ static int step_compile(decoder *d, rc_graph *g, rc_tensor **outs, int32_t *ids,
         return rc_error_set(err, RC_ERR_MEMORY, "generate: out of memory");
     for (int i = 1; i < nout; i++)
         keep[i] = 1;
-    int rc = rc_sharded_compile(d->shards, g, outs, nout, keep, d->leaves, sg, plan, err);
+    int rc = rci_sharded_compile(d->shards, g, outs, nout, keep, d->leaves, sg, plan, err);
     free(keep);
     if (rc)
         return -1;
@@ -705,7 +705,7 @@ int rc_generate_batch(rc_model *m, const int32_t *prompts, int n_batch, int64_t 
     if (o->stats)
         memset(o->stats, 0, sizeof *o->stats);
     if (o->deployer && rc_deployer_mesh(o->deployer)->mp > 1) {
-        rc_sharded_init(&shards, rc_deployer_mesh(o->deployer), m->params, o->allow_replicate);
+        rci_sharded_init(&shards, rc_deployer_mesh(o->deployer), m->params, o->allow_replicate);
         sh = &shards;
     }
     if (!beams) {
@@ -726,7 +726,7 @@ int rc_generate_batch(rc_model *m, const int32_t *prompts, int n_batch, int64_t 
     }
     if (o->stats && sh)
         o->stats->shard_bytes = sh->bytes;
-    rc_sharded_free(sh);
+    rci_sharded_free(sh);
     if (rc) {
         free(res);
         return -1;

@@ -27,7 +27,7 @@ void rc_params_free(rc_params *p)
 {
     if (!p)
         return;
-    nn_weights_free(&p->w);
+    rci_nn_weights_free(&p->w);
     free(p->leaves);
     free(p->inits);
     free(p);
@@ -51,7 +51,7 @@ int rc_params_add_init(rc_params *p, const char *name, int ndim, const int64_t *
 {
     rc_init in = init ? *init : (rc_init){RC_INIT_AUTO, 0, NULL, NULL};
     if (!p || !name || strlen(name) >= sizeof p->w.p[0].name || p->w.data || p->released ||
-        nn_weights_find(&p->w, name) >= 0 || ndim < 1 || ndim > 4 || !shape || !init_valid(&in))
+        rci_nn_weights_find(&p->w, name) >= 0 || ndim < 1 || ndim > 4 || !shape || !init_valid(&in))
         return -1;
     for (int k = 0; k < ndim; k++)
         if (shape[k] < 1)
@@ -64,7 +64,7 @@ int rc_params_add_init(rc_params *p, const char *name, int ndim, const int64_t *
         p->inits = grown;
         p->init_cap = cap;
     }
-    if (nn_weights_add(&p->w, name, ndim, shape))
+    if (rci_nn_weights_add(&p->w, name, ndim, shape))
         return -1;
     p->inits[p->w.n - 1] = in;
     return 0;
@@ -80,17 +80,17 @@ static int ready(rc_params *p)
 {
     if (p->released)
         return 0; /* no buffer while shards hold the values: leaves stay unbound */
-    return p->w.data || nn_weights_alloc(&p->w) == 0 ? 0 : -1;
+    return p->w.data || rci_nn_weights_alloc(&p->w) == 0 ? 0 : -1;
 }
 
-void rc_params_release(rc_params *p)
+void rci_params_release(rc_params *p)
 {
     free(p->w.data);
     p->w.data = NULL;
     p->released = 1;
 }
 
-int rc_params_restore(rc_params *p)
+int rci_params_restore(rc_params *p)
 {
     p->released = 0;
     return ready(p);
@@ -102,7 +102,7 @@ static int init_one(rc_params *p, int i, double std, uint64_t seed, rc_rng *r)
     const nn_param *q = &p->w.p[i];
     static const rc_init automatic = {RC_INIT_AUTO, 0, NULL, NULL};
     const rc_init *in = p->inits ? &p->inits[i] : &automatic; /* built-in models: none */
-    float *x = nn_weights_get(&p->w, i);
+    float *x = rci_nn_weights_get(&p->w, i);
     if (in->kind == RC_INIT_FILL)
         return in->fill(x, q->numel, q->ndim, q->shape, rc_rng_fold(rc_rng_new(seed), (uint64_t)i),
                         in->user) ? -1 : 0;
@@ -153,12 +153,12 @@ float *rc_params_tensor(rc_params *p, int i, int *ndim, const int64_t **shape)
         *ndim = p->w.p[i].ndim;
     if (shape)
         *shape = p->w.p[i].shape;
-    return nn_weights_get(&p->w, i);
+    return rci_nn_weights_get(&p->w, i);
 }
 
 int rc_params_find(const rc_params *p, const char *name)
 {
-    return nn_weights_find(&p->w, name);
+    return rci_nn_weights_find(&p->w, name);
 }
 
 /* The leaf of parameter i in g, created on first use. */
@@ -169,12 +169,12 @@ static rc_tensor *leaf(rc_graph *g, rc_params *p, int i)
         p->leaves = calloc((size_t)p->w.n + 1, sizeof *p->leaves);
         p->graph = g->serial;
         if (!p->leaves)
-            return rc_fail(g, RC_ERR_MEMORY, "params: out of memory");
+            return rci_fail(g, RC_ERR_MEMORY, "params: out of memory");
     }
     if (!p->leaves[i]) {
         const nn_param *q = &p->w.p[i];
         p->leaves[i] = rc_param(g, q->name, RC_F32, q->ndim, q->shape);
-        rc_tensor_bind(p->leaves[i], p->w.data ? nn_weights_get(&p->w, i) : NULL);
+        rc_tensor_bind(p->leaves[i], p->w.data ? rci_nn_weights_get(&p->w, i) : NULL);
     }
     return p->leaves[i];
 }
@@ -183,11 +183,11 @@ rc_tensor *rc_params_get(rc_graph *g, rc_params *p, const char *name)
 {
     if (!g || rc_graph_error(g))
         return NULL;
-    int i = nn_weights_find(&p->w, name);
+    int i = rci_nn_weights_find(&p->w, name);
     if (i < 0)
-        return rc_fail(g, RC_ERR_ARG, "params: no parameter '%s'", name);
+        return rci_fail(g, RC_ERR_ARG, "params: no parameter '%s'", name);
     if (ready(p))
-        return rc_fail(g, RC_ERR_MEMORY, "params: cannot allocate %lld floats", (long long)p->w.numel);
+        return rci_fail(g, RC_ERR_MEMORY, "params: cannot allocate %lld floats", (long long)p->w.numel);
     return leaf(g, p, i);
 }
 
@@ -225,17 +225,17 @@ rc_model *rc_model_create(const char *preset_or_dir, uint64_t seed, rc_error *er
     nn_weights *w = &m->params->w;
     int rc;
     if (has_config(preset_or_dir)) {
-        rc = nn_model_load(preset_or_dir, &m->config, w, err);
+        rc = rci_nn_model_load(preset_or_dir, &m->config, w, err);
         snprintf(m->dir, sizeof m->dir, "%s", preset_or_dir);
     } else {
         rc = rc_config_preset(preset_or_dir, &m->config, err);
         if (!rc)
-            rc = nn_model_weights(&m->config, w, err);
-        if (!rc && nn_weights_alloc(w))
+            rc = rci_nn_model_weights(&m->config, w, err);
+        if (!rc && rci_nn_weights_alloc(w))
             rc = rc_error_set(err, RC_ERR_MEMORY, "model %s: cannot allocate %lld parameters",
                               preset_or_dir, (long long)w->numel);
         if (!rc)
-            nn_model_init(&m->config, w, seed);
+            rci_nn_model_init(&m->config, w, seed);
     }
     if (rc) {
         rc_model_free(m);
@@ -256,13 +256,13 @@ rc_model *rc_model_from_config(const rc_model_config *c, uint64_t seed, rc_error
     }
     m->config = *c;
     nn_weights *w = &m->params->w;
-    if (nn_model_weights(c, w, err) || nn_weights_alloc(w)) {
+    if (rci_nn_model_weights(c, w, err) || rci_nn_weights_alloc(w)) {
         if (!err || !err->code)
             rc_error_set(err, RC_ERR_MEMORY, "model: cannot allocate %lld parameters", (long long)w->numel);
         rc_model_free(m);
         return NULL;
     }
-    nn_model_init(c, w, seed);
+    rci_nn_model_init(c, w, seed);
     return m;
 }
 
@@ -281,11 +281,11 @@ rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *
     if (!p)
         return NULL;
     nn_inputs in = {.ids = ids, .enc_ids = enc_ids, .mask = mask};
-    return nn_model_logits(g, &m->config, &m->params->w, p, &in);
+    return rci_nn_model_logits(g, &m->config, &m->params->w, p, &in);
 }
 
 /* the nn view of a params object, for the modules that share the flat buffer */
-nn_weights *rc_params_weights(rc_params *p)
+nn_weights *rci_params_weights(rc_params *p)
 {
     return ready(p) ? NULL : &p->w;
 }

@@ -78,7 +78,7 @@ static int compile_sharded(rc_predictor *p, pred_step *s, rc_error *err)
     for (int i = 0; i < n; i++) /* the leaves the function used (a new one is unused) */
         leaves[i] = rc_params_get(s->g, p->params, rc_params_name(p->params, i));
     s->global = s->g;
-    int rc = rc_sharded_compile(&p->shards, s->global, &s->out, 1, NULL, leaves, &s->local, &s->plan, err);
+    int rc = rci_sharded_compile(&p->shards, s->global, &s->out, 1, NULL, leaves, &s->local, &s->plan, err);
     free(leaves);
     if (rc) {
         s->g = NULL; /* freed as the global record */
@@ -98,18 +98,18 @@ static int step_compile(rc_predictor *p, pred_step *s, const rc_batch *b, rc_err
     if (!s->g)
         return rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory");
     rc_graph *g = s->g;
-    rc_rng key = rc_rng_fold(rc_rng_new(rc_deployer_seed(p->d)), 0x9ED1C7);
+    rc_rng key = rc_rng_fold(rc_rng_new(rci_deployer_seed(p->d)), 0x9ED1C7);
     s->out = p->predict(g, p->params, b, key, p->user);
     if (!rc_graph_error(g) && !s->out)
-        rc_fail(g, RC_ERR_ARG, "predict function returned no tensor");
+        rci_fail(g, RC_ERR_ARG, "predict function returned no tensor");
     int64_t rows = b->n ? b->a[0].shape[0] : 0;
     if (!rc_graph_error(g) && (s->out->ndim < 1 || s->out->shape[0] != rows)) {
         char sh[96];
-        rc_fail(g, RC_ERR_SHAPE, "predict output %s: its leading dimension must be the batch's %lld rows",
+        rci_fail(g, RC_ERR_SHAPE, "predict output %s: its leading dimension must be the batch's %lld rows",
                 rc_shape_str(s->out, sh, sizeof sh), (long long)rows);
     }
     if (!rc_graph_error(g) && s->out->dtype != RC_F32 && s->out->dtype != RC_I32 && s->out->dtype != RC_F64)
-        rc_fail(g, RC_ERR_DTYPE, "predict output is %s (f32, f64 or i32)", rc_dtype_name(s->out->dtype));
+        rci_fail(g, RC_ERR_DTYPE, "predict output is %s (f32, f64 or i32)", rc_dtype_name(s->out->dtype));
     if (rc_graph_error(g)) {
         rc_error_set(err, rc_graph_error_code(g), "predict: %s", rc_graph_error(g));
         step_free(s);
@@ -192,14 +192,14 @@ rc_predictor *rc_predictor_new(rc_deployer *d, rc_collate_fn collate, rc_predict
     p->params = params;
     p->mp = rc_deployer_mesh(d)->mp;
     if (p->mp > 1)
-        rc_sharded_init(&p->shards, rc_deployer_mesh(d), params, 0);
+        rci_sharded_init(&p->shards, rc_deployer_mesh(d), params, 0);
     return p;
 }
 
-void rc_predictor_use_shards(rc_predictor *p, const rc_shard_spec *specs, float *local, const int64_t *off)
+void rci_predictor_use_shards(rc_predictor *p, const rc_shard_spec *specs, float *local, const int64_t *off)
 {
     if (p && p->mp > 1)
-        rc_sharded_use(&p->shards, specs, local, off);
+        rci_sharded_use(&p->shards, specs, local, off);
 }
 
 void rc_predictor_free(rc_predictor *p)
@@ -208,7 +208,7 @@ void rc_predictor_free(rc_predictor *p)
         return;
     for (int i = 0; i < PRED_CACHE; i++)
         step_free(&p->steps[i]);
-    rc_sharded_free(&p->shards);
+    rci_sharded_free(&p->shards);
     free(p->rows);
     free(p);
 }
@@ -243,7 +243,7 @@ static int run_local(rc_predictor *p, int64_t n, int64_t first, int b, int64_t v
     if (!rc && (!s || step_bind(s, &batch, err)))
         rc = -1;
     if (!rc) {
-        rc_plan_set_rng(s->plan, rc_rng_fold(rc_rng_fold(rc_rng_new(rc_deployer_seed(p->d)), 0x9ED1C7), (uint64_t)first));
+        rc_plan_set_rng(s->plan, rc_rng_fold(rc_rng_fold(rc_rng_new(rci_deployer_seed(p->d)), 0x9ED1C7), (uint64_t)first));
         rc = rc_plan_run(s->plan, err);
     }
     if (!rc) {

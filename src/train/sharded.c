@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void rc_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int allow_replicate)
+void rci_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int allow_replicate)
 {
     memset(s, 0, sizeof *s);
     s->mesh = mesh;
@@ -16,7 +16,7 @@ void rc_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int 
     s->allow_replicate = allow_replicate;
 }
 
-void rc_sharded_use(rc_sharded *s, const rc_shard_spec *specs, float *local, const int64_t *off)
+void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, float *local, const int64_t *off)
 {
     if (s->owned) {
         free(s->specs);
@@ -29,7 +29,7 @@ void rc_sharded_use(rc_sharded *s, const rc_shard_spec *specs, float *local, con
     s->owned = 0;
 }
 
-void rc_sharded_free(rc_sharded *s)
+void rci_sharded_free(rc_sharded *s)
 {
     if (s && s->owned) {
         free(s->specs);
@@ -48,7 +48,7 @@ static rc_tensor weight_header(const nn_weights *w, int i)
     return t;
 }
 
-int64_t rc_sharded_layout(const rc_shard_spec *specs, const nn_weights *w, int mp, int64_t *off, int64_t *num)
+int64_t rci_sharded_layout(const rc_shard_spec *specs, const nn_weights *w, int mp, int64_t *off, int64_t *num)
 {
     int64_t total = 0;
     for (int i = 0; i < w->n; i++) {
@@ -65,16 +65,16 @@ int64_t rc_sharded_layout(const rc_shard_spec *specs, const nn_weights *w, int m
     return total;
 }
 
-void rc_sharded_take(const rc_shard_spec *specs, const nn_weights *w, int mp, int rank, float *local,
+void rci_sharded_take(const rc_shard_spec *specs, const nn_weights *w, int mp, int rank, float *local,
                      const int64_t *off)
 {
     for (int i = 0; i < w->n; i++) {
         rc_tensor whole = weight_header(w, i);
-        rc_shard_take(&specs[i], &whole, mp, rank, nn_weights_get(w, i), local + off[i]);
+        rc_shard_take(&specs[i], &whole, mp, rank, rci_nn_weights_get(w, i), local + off[i]);
     }
 }
 
-void rc_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n)
+void rci_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n)
 {
     for (int i = 0; i < n; i++) {
         specs[i] = plan[i];
@@ -85,22 +85,22 @@ void rc_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n)
 /* the first graph's plan kept: shard buffers filled from the full weights */
 static int take_shards(rc_sharded *s, rc_shard_spec *specs, rc_error *err)
 {
-    nn_weights *w = rc_params_weights(s->params);
+    nn_weights *w = rci_params_weights(s->params);
     if (!w->data)
         return rc_error_set(err, RC_ERR_ARG, "model shards: the full weights are not in memory to take shards from");
     s->off = calloc((size_t)w->n + 1, sizeof *s->off);
-    int64_t total = s->off ? rc_sharded_layout(specs, w, s->mesh->mp, s->off, NULL) : 0;
+    int64_t total = s->off ? rci_sharded_layout(specs, w, s->mesh->mp, s->off, NULL) : 0;
     s->local = s->off ? malloc((size_t)(total ? total : 1) * sizeof *s->local) : NULL;
     s->specs = specs;
     s->owned = 1;
     s->bytes = total * (int64_t)sizeof(float);
     if (!s->local)
         return rc_error_set(err, RC_ERR_MEMORY, "model shards: cannot allocate %lld floats", (long long)total);
-    rc_sharded_take(specs, w, s->mesh->mp, s->mesh->mp_rank, s->local, s->off);
+    rci_sharded_take(specs, w, s->mesh->mp, s->mesh->mp_rank, s->local, s->off);
     return 0;
 }
 
-int rc_sharded_compile(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
+int rci_sharded_compile(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
                        rc_tensor *const *leaves, rc_shard_graph *sg, rc_plan **plan, rc_error *err)
 {
     int n = rc_params_count(s->params);
@@ -109,7 +109,7 @@ int rc_sharded_compile(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int n
     if (!specs)
         return rc_error_set(err, RC_ERR_MEMORY, "model shards: out of memory");
     if (s->specs) /* the plan of the first graph (or the trainer's) holds */
-        rc_sharded_fix(specs, s->specs, n);
+        rci_sharded_fix(specs, s->specs, n);
     int rc = rc_shard_partition_outputs(g, outs, nout, keep_split, leaves, n, s->mesh->mp, s->mesh->mp_rank,
                                         s->allow_replicate, specs, sg, err);
     if (!rc && !s->specs) {

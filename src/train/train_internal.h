@@ -7,23 +7,23 @@
 #include "redco/pipeline.h"
 
 /* the flat table behind a params object (allocated, unless released) */
-nn_weights *rc_params_weights(rc_params *p);
+nn_weights *rci_params_weights(rc_params *p);
 /* Frees the full buffer while model shards hold the values (leaves then unbound), and
  * gets a zeroed one back for them to be gathered into. */
-void rc_params_release(rc_params *p);
-int rc_params_restore(rc_params *p);
+void rci_params_release(rc_params *p);
+int rci_params_restore(rc_params *p);
 
 /* ---- deployer internals ---------------------------------------------------------------- */
-const char *rc_deployer_workdir(const rc_deployer *d);
+const char *rci_deployer_workdir(const rc_deployer *d);
 /* log.jsonl (one record per call, written with jansson: {"step": S, "key": value, ...}, a
  * non-finite value written as null) and TensorBoard scalars (finite values only), rank 0
  * only */
-int rc_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values,
+int rci_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values,
                     int n, rc_error *err);
 /* progress on rank 0's stderr: a bar redrawn every step on a terminal; otherwise a plain
  * line on the steps marked `tick` (the logging steps and the last) */
-void rc_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,
+void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,
                           double tokens_per_s, int tick);
-void rc_deployer_note(rc_deployer *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rci_deployer_note(rc_deployer *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -39,12 +39,12 @@ static void step_free(rc_step *s)
 /* mp > 1, once: the plan's splits, and shard buffers for parameters, gradients, moments */
 static int shard_state(rc_trainer *t, const rc_shard_spec *specs, rc_error *err)
 {
-    nn_weights *w = rc_params_weights(t->params);
+    nn_weights *w = rci_params_weights(t->params);
     int mp_rank = rc_deployer_mesh(t->d)->mp_rank;
     t->specs = malloc((size_t)w->n * sizeof *t->specs);
     if (t->specs)
         memcpy(t->specs, specs, (size_t)w->n * sizeof *t->specs);
-    t->local_numel = rc_sharded_layout(specs, w, t->mp, t->loff, t->lnum);
+    t->local_numel = rci_sharded_layout(specs, w, t->mp, t->loff, t->lnum);
     size_t bytes = (size_t)(t->local_numel ? t->local_numel : 1) * sizeof(float);
     t->local = malloc(bytes);
     t->grad = calloc(1, bytes);
@@ -52,9 +52,9 @@ static int shard_state(rc_trainer *t, const rc_shard_spec *specs, rc_error *err)
     t->v = calloc(1, bytes);
     if (!t->specs || !t->local || !t->grad || !t->m || !t->v)
         return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld shard floats", (long long)t->local_numel);
-    rc_sharded_take(specs, w, t->mp, mp_rank, t->local, t->loff);
+    rci_sharded_take(specs, w, t->mp, mp_rank, t->local, t->loff);
     /* the shards hold the values now: the full copy goes until the end of fit */
-    rc_params_release(t->params);
+    rci_params_release(t->params);
     return 0;
 }
 
@@ -65,7 +65,7 @@ static int compile_sharded(rc_step *s, rc_trainer *t, rc_tensor **leaves, int wi
     int np = rc_params_count(t->params);
     rc_shard_spec *specs = calloc((size_t)np + 1, sizeof *specs);
     if (specs && t->specs) /* later steps (evaluation, the tail batch) keep the first plan */
-        rc_sharded_fix(specs, t->specs, np);
+        rci_sharded_fix(specs, t->specs, np);
     int rc = specs ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     if (!rc && !t->specs)
         rc = rc_shard_apply(specs, leaves, np, t->overrides, t->n_overrides, t->mp, err);
@@ -99,9 +99,9 @@ static int step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b
     rc_graph *g = s->g;
     s->loss = t->loss_fn(g, t->params, b, rc_rng_new(t->seed), user);
     if (!rc_graph_error(g) && !s->loss)
-        rc_fail(g, RC_ERR_ARG, "loss function returned no tensor");
+        rci_fail(g, RC_ERR_ARG, "loss function returned no tensor");
     if (!rc_graph_error(g) && rc_tensor_numel(s->loss) != 1)
-        rc_fail(g, RC_ERR_SHAPE, "loss function returned %lld values, not a scalar",
+        rci_fail(g, RC_ERR_SHAPE, "loss function returned %lld values, not a scalar",
                 (long long)rc_tensor_numel(s->loss));
     int np = rc_params_count(t->params);
     rc_tensor **leaves = calloc((size_t)np + 1, sizeof *leaves);
@@ -234,7 +234,7 @@ rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn los
     /* one shard: the state is the parameters' own layout; with shards it is made once the
      * plan is known (the first compiled step) */
     if (t && t->mp == 1 && rc_params_data(params)) {
-        nn_weights *w = rc_params_weights(params);
+        nn_weights *w = rci_params_weights(params);
         t->local = w->data;
         t->local_numel = n;
         for (int i = 0; t->loff && t->lnum && i < np; i++) {
@@ -397,7 +397,7 @@ static void update_param(rc_trainer *t, int64_t off, int64_t n, const rc_adam *a
 
 static void optimizer_update(rc_trainer *t, const rc_train_options *o, double lr, float clip)
 {
-    nn_weights *w = rc_params_weights(t->params);
+    nn_weights *w = rci_params_weights(t->params);
     int adamw = !o->optimizer || !strcmp(o->optimizer, "adamw");
     int64_t step = ++t->opt_step;
     /* one parallel region for all parameters */
@@ -555,7 +555,7 @@ static int eval_metric(rc_trainer *t, const rc_train_options *o, rc_examples ex,
                                                 user_of(t, ex), t->params, err)))
         return -1;
     if (t->mp > 1) /* the trainer's plan and shards: no full weights needed */
-        rc_predictor_use_shards(t->eval_predictor, t->specs, t->local, t->loff);
+        rci_predictor_use_shards(t->eval_predictor, t->specs, t->local, t->loff);
     if (rc_predictor_run(t->eval_predictor, ex.count(0, ex.user), o->batch_size, err))
         return -1;
     *score = rc_deployer_is_main(t->d) ? o->eval_metric(user_of(t, ex)) : 0.0;
@@ -576,17 +576,17 @@ static int evaluate_and_log(rc_trainer *t, const rc_train_options *o, const rc_e
     int with_metric = o->eval_predict && o->eval_metric;
     if (with_metric && eval_metric(t, o, *eval, &vals[3], err))
         return -1;
-    rc_deployer_note(t->d, "step %lld: eval loss %.4f (ppl %.2f) over %lld tokens", (long long)t->step,
+    rci_deployer_note(t->d, "step %lld: eval loss %.4f (ppl %.2f) over %lld tokens", (long long)t->step,
                      t->eval_loss, exp(t->eval_loss), (long long)t->eval_tokens);
     if (with_metric)
-        rc_deployer_note(t->d, "step %lld: %s %.6g", (long long)t->step, metric_key, vals[3]);
-    if (rc_deployer_log(t->d, t->step, keys, vals, with_metric ? 4 : 3, err))
+        rci_deployer_note(t->d, "step %lld: %s %.6g", (long long)t->step, metric_key, vals[3]);
+    if (rci_deployer_log(t->d, t->step, keys, vals, with_metric ? 4 : 3, err))
         return -1;
     /* best/: by the metric when there is one (its direction given), else by eval loss */
     double score = with_metric ? (o->metric_higher_is_better ? -vals[3] : vals[3]) : t->eval_loss;
     if (score < t->best_eval) {
         t->best_eval = score;
-        return rc_trainer_save(t, o, "best", err);
+        return rci_trainer_save(t, o, "best", err);
     }
     return 0;
 }
@@ -596,13 +596,13 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
 {
     if (check_options(t, o, train, err))
         return -1;
-    t->seed = rc_deployer_seed(t->d);
+    t->seed = rci_deployer_seed(t->d);
     t->shuffle = o->shuffle;
     t->overrides = o->shard_overrides;
     t->n_overrides = o->n_shard_overrides;
     if (t->mp > 1 && !t->train.plan && compile_first(t, o, train, err))
         return -1;
-    if (o->resume && rc_trainer_resume(t, o, err))
+    if (o->resume && rci_trainer_resume(t, o, err))
         return -1;
     int64_t total = o->steps > 0 ? o->steps : o->epochs * steps_in_epoch(t, o, train, 0);
     rc_schedule sched = {o->schedule, o->lr, 0.0, o->warmup, total};
@@ -630,7 +630,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
             if (rc)
                 break;
             if (split.dropped && !t->tail_noted++)
-                rc_deployer_note(t->d, "epoch %d: the last %lld of %lld examples do not fill a step of %lld; they are left out this epoch (and in later epochs, from their own order)",
+                rci_deployer_note(t->d, "epoch %d: the last %lld of %lld examples do not fill a step of %lld; they are left out this epoch (and in later epochs, from their own order)",
                                  t->epoch, (long long)split.dropped, (long long)n, (long long)per_step);
         }
         lr = rc_schedule_lr(&sched, t->step);
@@ -647,25 +647,25 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         if (tick && o->log_every > 0) {
             const char *keys[5] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/epoch"};
             double vals[5] = {loss, lr, norm, tps, (double)t->epoch};
-            rc = rc_deployer_log(t->d, t->step, keys, vals, 5, err);
+            rc = rci_deployer_log(t->d, t->step, keys, vals, 5, err);
         }
-        rc_deployer_progress(t->d, t->step, total, loss, lr, tps, tick);
+        rci_deployer_progress(t->d, t->step, total, loss, lr, tps, tick);
         if (!rc && o->eval_every > 0 && t->step % o->eval_every == 0 && t->step < total)
             rc = evaluate_and_log(t, o, eval, err);
         if (!rc && o->save_every > 0 && t->step % o->save_every == 0 && t->step < total)
-            rc = rc_trainer_save(t, o, NULL, err);
+            rc = rci_trainer_save(t, o, NULL, err);
     }
     free(order);
     if (!rc)
         rc = evaluate_and_log(t, o, eval, err);
     if (!rc)
-        rc = rc_trainer_save(t, o, NULL, err);
+        rc = rci_trainer_save(t, o, NULL, err);
     if (!rc)
-        rc = rc_trainer_save_final(t, o, err);
-    nn_weights *w = rc_params_weights(t->params);
+        rc = rci_trainer_save_final(t, o, err);
+    nn_weights *w = rci_params_weights(t->params);
     int64_t held = w && w->data ? w->numel * (int64_t)sizeof(float) : 0;
     if (!rc)
-        rc = rc_trainer_sync_params(t, err);
+        rc = rci_trainer_sync_params(t, err);
     if (out) {
         out->state_bytes = 4 * t->local_numel * (int64_t)sizeof(float);
         out->full_weight_bytes = t->mp > 1 ? held : 0;

@@ -48,16 +48,16 @@ struct rc_trainer {
 };
 
 /* checkpoint-STEP (name NULL) or a named one ("best"), written atomically; rank 0 writes */
-int rc_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, rc_error *err);
+int rci_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, rc_error *err);
 /* with model shards: every rank's parameters buffer made whole again (the end of fit) */
-int rc_trainer_sync_params(rc_trainer *t, rc_error *err);
+int rci_trainer_sync_params(rc_trainer *t, rc_error *err);
 /* the final model directory workdir/final */
-int rc_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *err);
+int rci_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *err);
 /* loads the workdir's last complete checkpoint, if any */
-int rc_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err);
+int rci_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err);
 
-uint64_t rc_deployer_seed(const rc_deployer *d);
+uint64_t rci_deployer_seed(const rc_deployer *d);
 /* the eval predictor runs on the trainer's plan and shards */
-void rc_predictor_use_shards(struct rc_predictor *p, const rc_shard_spec *specs, float *local, const int64_t *off);
+void rci_predictor_use_shards(struct rc_predictor *p, const rc_shard_spec *specs, float *local, const int64_t *off);
 
 #endif
