@@ -519,7 +519,7 @@ static void test_save(void)
     int n = 0;
     while (names[n])
         n++;
-    CHECKF(n == 27, "%d presets", n);
+    CHECKF(n == 28, "%d presets", n);
     char dir[256];
     snprintf(dir, sizeof dir, "%s/saved", tmpdir);
     mkdir(dir, 0755);

@@ -72,6 +72,23 @@ int32_t rc_tokenizer_bos(const rc_tokenizer *t);
 int32_t rc_tokenizer_eos(const rc_tokenizer *t);
 int32_t rc_tokenizer_pad(const rc_tokenizer *t);
 
+/* Training a byte-level BPE vocabulary (GPT-2 style) from text. */
+typedef struct {
+    int64_t vocab_size;      /* ids in all: 256 bytes + merges + <|endoftext|>; >= 257 */
+    int64_t min_frequency;   /* pairs seen fewer times are never merged (0: 2) */
+} rc_bpe_train_opts;
+
+/* Cuts UTF-8 text into words by the GPT-2 pattern, starts every word as its bytes, and
+ * repeatedly merges the adjacent pair seen most often over all words (ties: the pair of
+ * smaller ids, left id first) until vocab_size ids exist or no pair is seen min_frequency
+ * times. Writes DIR/vocab.json and DIR/merges.txt (DIR is created when missing), which
+ * rc_tokenizer_load reads: ids 0-255 are the bytes by value, then the merges in the order
+ * learned (a merge spelling an existing token reuses its id), then <|endoftext|> (BOS and
+ * EOS). Returns the number of ids written (<= vocab_size), or -1 with err naming the
+ * option, the byte offset of invalid UTF-8 or the file that could not be written. */
+int64_t rc_tokenizer_train_bpe(const char *text, size_t len, const rc_bpe_train_opts *opts,
+                               const char *dir, rc_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -838,6 +838,7 @@ typedef struct {
     int untie;          /* 1: tie_word_embeddings false where the family ties */
     int buckets, max_distance;  /* T5; 0 = 32 / 128 */
     int eos;            /* tiny GPT-2 / GPT-J: bos = eos inside the small vocab */
+    int no_dropout;     /* 1: no dropout (short runs that see the data a few times) */
 } preset;
 
 /* Published sizes: GPT-2 (OpenAI), OPT (facebook/opt-*), LLaMA-1, GPT-J-6B, T5 v1.0. */
@@ -848,6 +849,11 @@ static const preset presets[] = {
     {.name = "gpt2-xl", .type = RC_MODEL_GPT2, 50257, 1600, 48, 25, 6400, 1024},
     /* a GPT-2 of 7.3M parameters with the real vocabulary: the demo trains it on 2 cores */
     {.name = "gpt2-mini", .type = RC_MODEL_GPT2, 50257, 128, 4, 4, 512, 256},
+    /* the demo's GPT-2: 2.4M parameters over the 4096 ids of a BPE vocabulary learned from
+     * the demo's book (redco tokenizer-train), <|endoftext|> last; no dropout, since a
+     * 3-minute run sees the book only a few times */
+    {.name = "gpt2-demo", .type = RC_MODEL_GPT2, 4096, 192, 4, 6, 768, 256, .eos = 4095,
+     .no_dropout = 1},
     {.name = "opt-125m", .type = RC_MODEL_OPT, 50272, 768, 12, 12, 3072, 2048},
     {.name = "opt-350m", .type = RC_MODEL_OPT, 50272, 1024, 24, 16, 4096, 2048,
      .word_proj = 512, .post_norm = 1},
@@ -931,6 +937,8 @@ int rc_config_preset(const char *name, rc_model_config *c, rc_error *err)
         c->rel_buckets = p->buckets, c->rel_max_distance = p->max_distance;
     if (p->eos)
         c->bos_token_id = c->eos_token_id = p->eos;
+    if (p->no_dropout)
+        c->resid_dropout = c->embd_dropout = c->attn_dropout = 0;
     if (p->type == RC_MODEL_T5)
         c->decoder_start_token_id = 0;
     config_derive(c);

@@ -251,7 +251,7 @@ ARCH = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "opt": "OPTForCa
 def part_c(build, tmp):
     tc = os.path.join(build, "test_config")
     names = run([tc, "--presets"]).split()
-    check(len(names) == 27, f"(c) {len(names)} presets")
+    check(len(names) == 28, f"(c) {len(names)} presets")
     counted = 0
     for name in names:
         d = os.path.join(tmp, "preset-" + name)
