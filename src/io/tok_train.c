@@ -62,7 +62,7 @@ typedef struct {
 
 static void trainer_free(trainer *t)
 {
-    strmap_free(&t->words);
+    rci_strmap_free(&t->words);
     free(t->wcount);
     free(t->woff);
     free(t->wlen);
@@ -80,7 +80,7 @@ static void trainer_free(trainer *t)
     free(t->pstamp);
     free(t->touched);
     free(t->heap);
-    strmap_free(&t->tokens);
+    rci_strmap_free(&t->tokens);
     free(t->merges.p);
 }
 
@@ -286,7 +286,7 @@ static int count_word(void *ctx, size_t start, size_t end)
 {
     split_ctx *c = ctx;
     trainer *t = c->t;
-    int64_t w = strmap_add(&t->words, c->text + start, end - start, t->n_words);
+    int64_t w = rci_strmap_add(&t->words, c->text + start, end - start, t->n_words);
     if (w == INT64_MIN) return -1;
     if (w == t->n_words) {
         if ((t->n_words & (t->n_words - 1)) == 0) {
@@ -331,8 +331,8 @@ static int64_t merged_id(trainer *t, int32_t a, int32_t b, tok_buf *scratch)
     size_t na, nb;
     const char *sa = token_text(t, a, &na), *sb = token_text(t, b, &nb);
     scratch->len = 0;
-    if (buf_put(scratch, sa, na) || buf_put(scratch, sb, nb)) return INT64_MIN;
-    return strmap_add(&t->tokens, scratch->p, scratch->len, t->tokens.n);
+    if (rci_buf_put(scratch, sa, na) || rci_buf_put(scratch, sb, nb)) return INT64_MIN;
+    return rci_strmap_add(&t->tokens, scratch->p, scratch->len, t->tokens.n);
 }
 
 /* Merges (a, b) -> id in every word that holds the pair, keeping the pair counts. */
@@ -368,14 +368,14 @@ static int apply_merge(trainer *t, int64_t p, int32_t id, int64_t step)
 static int bytelevel_text(const char *s, size_t n, tok_buf *out)
 {
     int uni[256];
-    bytelevel_map(uni);
+    rci_bytelevel_map(uni);
     out->len = 0;
     for (size_t i = 0; i < n; i++) {
         char u[4];
-        int l = utf8_encode((uint32_t)uni[(unsigned char)s[i]], u);
-        if (buf_put(out, u, (size_t)l)) return -1;
+        int l = rci_utf8_encode((uint32_t)uni[(unsigned char)s[i]], u);
+        if (rci_buf_put(out, u, (size_t)l)) return -1;
     }
-    return buf_put(out, "", 1) ? -1 : 0;   /* NUL-terminated for jansson */
+    return rci_buf_put(out, "", 1) ? -1 : 0;   /* NUL-terminated for jansson */
 }
 
 static int write_vocab(const trainer *t, const char *path, rc_error *err)
@@ -441,10 +441,10 @@ static int learn(trainer *t, const char *text, size_t len, const rc_bpe_train_op
     int rc = 0;
     for (int c = 0; c < 256; c++) {
         char s = (char)c;
-        if (strmap_add(&t->tokens, &s, 1, c) == INT64_MIN) goto oom;
+        if (rci_strmap_add(&t->tokens, &s, 1, c) == INT64_MIN) goto oom;
     }
     split_ctx ctx = {t, text};
-    if (bytelevel_split(text, len, count_word, &ctx) || words_to_symbols(t)) goto oom;
+    if (rci_bytelevel_split(text, len, count_word, &ctx) || words_to_symbols(t)) goto oom;
     for (int64_t w = 0; w < t->n_words; w++)
         if (word_count_pairs(t, (int32_t)w, +1, -1, 0)) goto oom;
     if (push_touched(t, min_frequency)) goto oom;
@@ -453,7 +453,7 @@ static int learn(trainer *t, const char *text, size_t len, const rc_bpe_train_op
         if (p == -1) break;
         int64_t id = p < 0 ? INT64_MIN : merged_id(t, t->pa[p], t->pb[p], &scratch);
         int32_t ab[2] = {p < 0 ? 0 : t->pa[p], p < 0 ? 0 : t->pb[p]};
-        rc = id == INT64_MIN || buf_put(&t->merges, ab, sizeof ab) ||
+        rc = id == INT64_MIN || rci_buf_put(&t->merges, ab, sizeof ab) ||
              apply_merge(t, p, (int32_t)id, step) || push_touched(t, min_frequency);
     }
     if (!rc) {
@@ -478,7 +478,7 @@ int64_t rc_tokenizer_train_bpe(const char *text, size_t len, const rc_bpe_train_
                      (long long)opts->vocab_size, INT32_MAX, eot_text);
         return -1;
     }
-    size_t bad = utf8_check(text, len);
+    size_t bad = rci_utf8_check(text, len);
     if (bad < len) {
         rc_error_set(err, RC_ERR_FORMAT, "tokenizer training: the text is not valid UTF-8 at byte %zu", bad);
         return -1;
@@ -492,7 +492,7 @@ int64_t rc_tokenizer_train_bpe(const char *text, size_t len, const rc_bpe_train_
     snprintf(vocab_path, sizeof vocab_path, "%s/vocab.json", dir);
     snprintf(merges_path, sizeof merges_path, "%s/merges.txt", dir);
     int rc = learn(&t, text, len, opts, err);
-    if (!rc && strmap_get(&t.tokens, eot_text, strlen(eot_text)) >= 0)
+    if (!rc && rci_strmap_get(&t.tokens, eot_text, strlen(eot_text)) >= 0)
         rc = rc_error_set(err, RC_ERR_FORMAT, "tokenizer training: a merge spells %s, the special token", eot_text);
     if (!rc) rc = make_dir(dir, err) || write_vocab(&t, vocab_path, err) || write_merges(&t, merges_path, err);
     int64_t n = t.tokens.n + 1;
