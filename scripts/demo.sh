@@ -6,13 +6,14 @@
 #   4. held-out bits per byte next to a unigram model and a character bigram model, both
 #      estimated on the training text (bits per byte do not depend on the tokenizer);
 #   5. a sample, and the share of its words that are words of the book.
-#   scripts/demo.sh [STEPS]   (default 1000; run from the repository root after make)
+#   scripts/demo.sh [STEPS]   (default 5000; run from the repository root after make)
 set -euo pipefail
-steps="${1:-1000}"
+steps="${1:-5000}"
 redco=build/redco
 run=demo-run
 vocab=4096
 seq=64
+batch=8
 goal_bpb=2.0
 goal_words=80
 mkdir -p "$run"
@@ -36,7 +37,7 @@ echo "   first merges: $(sed -n '2,9p' "$run/tokenizer/merges.txt" | tr '\n' '|'
 
 echo
 echo "== 2. the tensor-parallel plan of gpt2-demo over 2 processes (layers 1-3 as layer 0)"
-$redco plan --model gpt2-demo --mp 2 --batch-size 16 --seq-len "$seq" |
+$redco plan --model gpt2-demo --mp 2 --batch-size "$batch" --seq-len "$seq" |
   grep -v '^transformer\.h\.[1-9]'
 
 echo
@@ -44,8 +45,8 @@ echo "== 3. training gpt2-demo on 2 processes (mp 2: each holds half of every sp
 rm -rf "$run/work"
 t_train=$(date +%s)
 $redco train --model gpt2-demo --data "$run/train.txt" --tokenizer "$run/tokenizer" \
-  --workdir "$run/work" --steps "$steps" --batch-size 16 --seq-len "$seq" --lr 1.5e-3 \
-  --warmup 20 --schedule cosine --weight-decay 0.01 --save-every 0 --log-every 50 \
+  --workdir "$run/work" --steps "$steps" --batch-size "$batch" --seq-len "$seq" --lr 3e-3 \
+  --warmup 100 --schedule cosine --weight-decay 0.3 --save-every 0 --log-every 250 \
   --mp 2 --nproc 2
 train_s=$(($(date +%s) - t_train))
 
