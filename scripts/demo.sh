@@ -6,9 +6,9 @@
 #   4. held-out bits per byte next to a unigram model and a character bigram model, both
 #      estimated on the training text (bits per byte do not depend on the tokenizer);
 #   5. a sample, and the share of its words that are words of the book.
-#   scripts/demo.sh [STEPS]   (default 5000; run from the repository root after make)
+#   scripts/demo.sh [STEPS]   (default 5500; run from the repository root after make)
 set -euo pipefail
-steps="${1:-5000}"
+steps="${1:-5500}"
 redco=build/redco
 run=demo-run
 vocab=4096
