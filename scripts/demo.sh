@@ -78,7 +78,7 @@ bigram_bpb=$(LC_ALL=C awk '
   END { printf "%.3f", bits / bytes }' "$run/train.txt" "$run/eval.txt")
 printf '   %-44s %s bits/byte\n' "unigram of the $vocab tokens" "$unigram_bpb" \
   "character bigram" "$bigram_bpb" \
-  "gpt2-demo (loss $loss nats over $eval_tokens tokens)" "$model_bpb"
+  "gpt2-demo (loss $(printf "%.3f" "$loss") nats over $eval_tokens tokens)" "$model_bpb"
 
 echo
 echo "== 5. a sample"
