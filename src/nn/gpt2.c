@@ -16,7 +16,7 @@ rc_model_config rci_nn_gpt2_config(int vocab, int positions, int layers, int hea
     return c;
 }
 
-int rci_nn_gpt2_weights(const rc_model_config *c, nn_weights *w)
+static int gpt2_weights(const rc_model_config *c, nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff;
     char name[96];
@@ -69,7 +69,7 @@ static rc_tensor *mlp(nn_ctx *x, int l, rc_tensor *h)
                      rci_nn_p(x, "transformer.h.%d.mlp.c_proj.bias", l));
 }
 
-rc_tensor *rci_nn_gpt2_logits(nn_ctx *x)
+static rc_tensor *gpt2_logits(nn_ctx *x)
 {
     rc_graph *g = x->g;
     double eps = x->c->norm_eps;
@@ -89,3 +89,5 @@ rc_tensor *rci_nn_gpt2_logits(nn_ctx *x)
     rc_tensor *head = x->c->tie_word_embeddings ? wte : rci_nn_p(x, "lm_head.weight");
     return rc_matmul(g, h, head, 0, 1);
 }
+
+const nn_family rci_nn_gpt2_family = {RC_MODEL_GPT2, gpt2_weights, gpt2_logits};

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 
-int rci_nn_gptj_weights(const rc_model_config *c, nn_weights *w)
+static int gptj_weights(const rc_model_config *c, nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff;
     char name[96];
@@ -64,7 +64,7 @@ static rc_tensor *mlp(nn_ctx *x, int l, rc_tensor *h)
                      rci_nn_p(x, "transformer.h.%d.mlp.fc_out.bias", l));
 }
 
-rc_tensor *rci_nn_gptj_logits(nn_ctx *x)
+static rc_tensor *gptj_logits(nn_ctx *x)
 {
     rc_graph *g = x->g;
     double eps = x->c->norm_eps;
@@ -78,3 +78,5 @@ rc_tensor *rci_nn_gptj_logits(nn_ctx *x)
     h = rc_layer_norm(g, h, rci_nn_p(x, "transformer.ln_f.weight"), rci_nn_p(x, "transformer.ln_f.bias"), eps);
     return rci_nn_linear(g, h, rci_nn_p(x, "lm_head.weight"), rci_nn_p(x, "lm_head.bias"));
 }
+
+const nn_family rci_nn_gptj_family = {RC_MODEL_GPTJ, gptj_weights, gptj_logits};

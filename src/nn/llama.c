@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 
-int rci_nn_llama_weights(const rc_model_config *c, nn_weights *w)
+static int llama_weights(const rc_model_config *c, nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff, D = c->head_dim;
     int64_t Q = c->n_head * D, KV = c->n_kv_head * D;
@@ -78,7 +78,7 @@ static rc_tensor *mlp(nn_ctx *x, int l, rc_tensor *h)
     return proj(x, l, "mlp.down_proj", rc_mul(x->g, gate, proj(x, l, "mlp.up_proj", h)));
 }
 
-rc_tensor *rci_nn_llama_logits(nn_ctx *x)
+static rc_tensor *llama_logits(nn_ctx *x)
 {
     rc_graph *g = x->g;
     double eps = x->c->norm_eps;
@@ -95,3 +95,5 @@ rc_tensor *rci_nn_llama_logits(nn_ctx *x)
     rc_tensor *head = x->c->tie_word_embeddings ? emb : rci_nn_p(x, "lm_head.weight");
     return rc_matmul(g, h, head, 0, 1);
 }
+
+const nn_family rci_nn_llama_family = {RC_MODEL_LLAMA, llama_weights, llama_logits};

@@ -1,27 +1,34 @@
-/* model.c - what every family shares: dispatch, initialisation, parameter lookup,
- * linear layers, attention, the key/value cache and masks. */
+/* model.c - a model from its family: each family file exports one table (nn_family) of
+ * its parameter table and forward pass, and this file picks from the tables; also
+ * initialisation and the parameter leaves. The layers the families share are layers.c. */
 #include "internal.h"
 #include "nn_internal.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
+
+static const nn_family *const families[] = {
+    &rci_nn_gpt2_family, &rci_nn_llama_family, &rci_nn_opt_family, &rci_nn_gptj_family, &rci_nn_t5_family,
+};
+
+/* the family of type, or NULL */
+static const nn_family *family_of(rc_model_type type)
+{
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
+        if (families[i]->type == type)
+            return families[i];
+    return NULL;
+}
 
 int rci_nn_model_weights(const rc_model_config *c, nn_weights *w, rc_error *err)
 {
     if (c->vocab_size <= 0 || c->d_model <= 0 || c->n_head <= 0 || c->head_dim <= 0 || c->n_layer < 0)
         return rc_error_set(err, RC_ERR_ARG, "model %s: vocab %d, d_model %d, %d heads of %d: not a model",
                             c->model_type, c->vocab_size, c->d_model, c->n_head, c->head_dim);
-    int rc;
-    switch (c->type) {
-    case RC_MODEL_GPT2: rc = rci_nn_gpt2_weights(c, w); break;
-    case RC_MODEL_LLAMA: rc = rci_nn_llama_weights(c, w); break;
-    case RC_MODEL_OPT: rc = rci_nn_opt_weights(c, w); break;
-    case RC_MODEL_GPTJ: rc = rci_nn_gptj_weights(c, w); break;
-    case RC_MODEL_T5: rc = rci_nn_t5_weights(c, w); break;
-    default: return rc_error_set(err, RC_ERR_ARG, "model: unknown model type %d", (int)c->type);
-    }
-    if (rc)
+    const nn_family *f = family_of(c->type);
+    if (!f)
+        return rc_error_set(err, RC_ERR_ARG, "model: unknown model type %d", (int)c->type);
+    if (f->weights(c, w))
         return rc_error_set(err, RC_ERR_MEMORY, "model: out of memory for the parameter table");
     return 0;
 }
@@ -77,140 +84,9 @@ rc_tensor *rci_nn_model_logits(rc_graph *g, const rc_model_config *c, const nn_w
         return rci_fail(g, RC_ERR_UNSUPPORTED,
                        "model %s: %lld positions exceed sliding_window %d, which redco does not implement",
                        c->model_type, (long long)(in->past + in->ids->shape[1]), c->sliding_window);
+    const nn_family *f = family_of(c->type);
+    if (!f)
+        return rci_fail(g, RC_ERR_ARG, "model: unknown model type %d", (int)c->type);
     nn_ctx x = {g, c, w, p, in};
-    switch (c->type) {
-    case RC_MODEL_GPT2: return rci_nn_gpt2_logits(&x);
-    case RC_MODEL_LLAMA: return rci_nn_llama_logits(&x);
-    case RC_MODEL_OPT: return rci_nn_opt_logits(&x);
-    case RC_MODEL_GPTJ: return rci_nn_gptj_logits(&x);
-    case RC_MODEL_T5: return rci_nn_t5_logits(&x);
-    default: return rci_fail(g, RC_ERR_ARG, "model: unknown model type %d", (int)c->type);
-    }
-}
-
-static int find_v(nn_ctx *x, const char *fmt, va_list ap, char *name, size_t size)
-{
-    vsnprintf(name, size, fmt, ap);
-    return rci_nn_weights_find(x->w, name);
-}
-
-rc_tensor *rci_nn_p(nn_ctx *x, const char *fmt, ...)
-{
-    char name[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int i = find_v(x, fmt, ap, name, sizeof name);
-    va_end(ap);
-    if (i < 0)
-        return rci_fail(x->g, RC_ERR_ARG, "model %s: no parameter '%s'", x->c->model_type, name);
-    return x->p[i];
-}
-
-int rci_nn_has(nn_ctx *x, const char *fmt, ...)
-{
-    char name[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int i = find_v(x, fmt, ap, name, sizeof name);
-    va_end(ap);
-    return i >= 0;
-}
-
-rc_tensor *rci_nn_linear(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b)
-{
-    rc_tensor *y = rc_matmul(g, x, w, 0, 1);
-    return b ? rc_add(g, y, b) : y;
-}
-
-rc_tensor *rci_nn_conv1d(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b)
-{
-    rc_tensor *y = rc_matmul(g, x, w, 0, 0);
-    return b ? rc_add(g, y, b) : y;
-}
-
-rc_tensor *rci_nn_heads(rc_graph *g, rc_tensor *x, int heads)
-{
-    if (!x)
-        return NULL;
-    int64_t B = x->shape[0], T = x->shape[1], D = x->shape[2] / heads;
-    rc_tensor *y = rc_reshape(g, x, 4, (int64_t[]){B, T, heads, D});
-    return rc_permute(g, y, (int[]){0, 2, 1, 3});
-}
-
-/* k [B, KV, T, D] repeated to [B, H, T, D]: query head h reads kv head h / (H / KV) */
-static rc_tensor *repeat_kv(rc_graph *g, rc_tensor *k, int64_t heads)
-{
-    int64_t B = k->shape[0], KV = k->shape[1], T = k->shape[2], D = k->shape[3];
-    if (KV == heads)
-        return k;
-    rc_tensor *e = rc_reshape(g, k, 5, (int64_t[]){B, KV, 1, T, D});
-    e = rc_expand(g, e, 5, (int64_t[]){B, KV, heads / KV, T, D});
-    return rc_reshape(g, e, 4, (int64_t[]){B, heads, T, D});
-}
-
-rc_tensor *rci_nn_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
-                        double scale, int causal)
-{
-    rc_tensor *src[3] = {q, k, v};
-    if (rci_inputs_bad(g, 3, src))
-        return NULL;
-    int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = q->shape[3];
-    if (k->shape[1] == 0 || H % k->shape[1])
-        return rci_fail(g, RC_ERR_SHAPE, "attention: %lld key/value heads do not divide %lld heads",
-                       (long long)k->shape[1], (long long)H);
-    k = repeat_kv(g, k, H);
-    v = repeat_kv(g, v, H);
-    rc_tensor *att = rc_softmax_ext(g, rc_matmul(g, q, k, 0, 1), bias, scale, causal);
-    rc_tensor *y = rc_matmul(g, att, v, 0, 0);                        /* [B, H, Tq, D] */
-    y = rc_permute(g, y, (int[]){0, 2, 1, 3});                        /* [B, Tq, H, D] */
-    return rc_reshape(g, y, 3, (int64_t[]){B, Tq, H * D});
-}
-
-void rci_nn_cache(nn_ctx *x, int layer, rc_tensor **k, rc_tensor **v)
-{
-    if (x->in->past_kv && x->in->past > 0) {
-        *k = rc_concat(x->g, (rc_tensor *[]){x->in->past_kv[2 * layer], *k}, 2, 2);
-        *v = rc_concat(x->g, (rc_tensor *[]){x->in->past_kv[2 * layer + 1], *v}, 2, 2);
-    }
-    if (x->in->new_kv) {
-        x->in->new_kv[2 * layer] = *k;
-        x->in->new_kv[2 * layer + 1] = *v;
-    }
-}
-
-rc_tensor *rci_nn_mask_bias(nn_ctx *x)
-{
-    rc_tensor *m = x->in->mask;
-    if (!m)
-        return NULL;
-    if (m->ndim != 2 || m->dtype != RC_F32)
-        return rci_fail(x->g, RC_ERR_SHAPE, "model: the attention mask must be f32 [batch, keys]");
-    rc_tensor *b = rc_affine(x->g, m, 1e9, -1e9);                    /* 1 -> 0, 0 -> -1e9 */
-    return rc_reshape(x->g, b, 4, (int64_t[]){m->shape[0], 1, 1, m->shape[1]});
-}
-
-rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T)
-{
-    rc_tensor *pos = rc_const(x->g, "positions", RC_I32, 1, &T, NULL);
-    int32_t *d = rc_tensor_data(pos);
-    for (int64_t t = 0; pos && t < T; t++)
-        d[t] = (int32_t)(x->in->past + t);
-    return pos;
-}
-
-rc_tensor *rci_nn_act(nn_ctx *x, rc_tensor *h)
-{
-    static const struct {
-        const char *name;
-        rc_act_kind act;
-    } acts[] = {
-        {"gelu_new", RC_ACT_GELU_TANH}, {"gelu_pytorch_tanh", RC_ACT_GELU_TANH},
-        {"gelu_fast", RC_ACT_GELU_TANH}, {"gelu", RC_ACT_GELU_ERF}, {"relu", RC_ACT_RELU},
-        {"silu", RC_ACT_SILU}, {"swish", RC_ACT_SILU}, {"sigmoid", RC_ACT_SIGMOID},
-    };
-    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
-        if (!strcmp(x->c->activation, acts[i].name))
-            return rc_act(x->g, h, acts[i].act, 0);
-    return rci_fail(x->g, RC_ERR_UNSUPPORTED, "model %s: activation '%s' is not supported",
-                   x->c->model_type, x->c->activation);
+    return f->logits(&x);
 }

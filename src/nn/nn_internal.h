@@ -41,15 +41,15 @@ rc_tensor *rci_nn_act(nn_ctx *x, rc_tensor *h);
 /* positions past .. past + T - 1 as an i32 constant [T] */
 rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T);
 
-int rci_nn_gpt2_weights(const rc_model_config *c, nn_weights *w);
-int rci_nn_llama_weights(const rc_model_config *c, nn_weights *w);
-int rci_nn_opt_weights(const rc_model_config *c, nn_weights *w);
-int rci_nn_gptj_weights(const rc_model_config *c, nn_weights *w);
-int rci_nn_t5_weights(const rc_model_config *c, nn_weights *w);
-rc_tensor *rci_nn_gpt2_logits(nn_ctx *x);
-rc_tensor *rci_nn_llama_logits(nn_ctx *x);
-rc_tensor *rci_nn_opt_logits(nn_ctx *x);
-rc_tensor *rci_nn_gptj_logits(nn_ctx *x);
-rc_tensor *rci_nn_t5_logits(nn_ctx *x);
+/* One model family: its Hugging Face parameter table and its forward pass. Each family
+ * file (gpt2.c, llama.c, opt.c, gptj.c, t5.c) exports one; model.c picks by type. */
+typedef struct {
+    rc_model_type type;
+    int (*weights)(const rc_model_config *c, nn_weights *w);   /* adds every parameter; -1: memory */
+    rc_tensor *(*logits)(nn_ctx *x);                          /* logits [B, T, vocab] */
+} nn_family;
+
+extern const nn_family rci_nn_gpt2_family, rci_nn_llama_family, rci_nn_opt_family, rci_nn_gptj_family,
+    rci_nn_t5_family;
 
 #endif

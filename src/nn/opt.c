@@ -11,7 +11,7 @@ enum { OPT_POS_OFFSET = 2 };
 
 #define OPT_L "model.decoder.layers.%d."
 
-int rci_nn_opt_weights(const rc_model_config *c, nn_weights *w)
+static int opt_weights(const rc_model_config *c, nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff, P = c->word_embed_proj_dim;
     char name[96];
@@ -95,7 +95,7 @@ static rc_tensor *positions(nn_ctx *x, int64_t T)
     return pos;
 }
 
-rc_tensor *rci_nn_opt_logits(nn_ctx *x)
+static rc_tensor *opt_logits(nn_ctx *x)
 {
     rc_graph *g = x->g;
     int pre = x->c->do_layer_norm_before, project = x->c->word_embed_proj_dim != x->c->d_model;
@@ -125,3 +125,5 @@ rc_tensor *rci_nn_opt_logits(nn_ctx *x)
     rc_tensor *head = x->c->tie_word_embeddings ? emb : rci_nn_p(x, "lm_head.weight");
     return rc_matmul(g, h, head, 0, 1);
 }
+
+const nn_family rci_nn_opt_family = {RC_MODEL_OPT, opt_weights, opt_logits};

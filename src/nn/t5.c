@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-int rci_nn_t5_weights(const rc_model_config *c, nn_weights *w)
+static int t5_weights(const rc_model_config *c, nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff, I = (int64_t)c->n_head * c->head_dim;
     char name[128];
@@ -136,7 +136,7 @@ static rc_tensor *encoder(nn_ctx *x, rc_tensor *mask_bias)
     return rc_rms_norm(g, h, rci_nn_p(x, "encoder.final_layer_norm.weight"), x->c->norm_eps, 0.0);
 }
 
-rc_tensor *rci_nn_t5_logits(nn_ctx *x)
+static rc_tensor *t5_logits(nn_ctx *x)
 {
     rc_graph *g = x->g;
     rc_tensor *mask_bias = rci_nn_mask_bias(x);
@@ -156,3 +156,5 @@ rc_tensor *rci_nn_t5_logits(nn_ctx *x)
         return rc_matmul(g, rc_scale(g, h, 1.0 / sqrt((double)x->c->d_model)), shared, 0, 1);
     return rc_matmul(g, h, rci_nn_p(x, "lm_head.weight"), 0, 1);
 }
+
+const nn_family rci_nn_t5_family = {RC_MODEL_T5, t5_weights, t5_logits};
