@@ -41,7 +41,7 @@ static void local_shape(const local *l, const rc_tensor *y, int64_t *shape)
     for (int i = 0; i < y->ndim; i++)
         shape[i] = y->shape[i];
     const state *s = &l->p->st[y->id];
-    if (s->kind == ST_S)
+    if (s->kind == ST_SPLIT)
         shape[s->c[0].axis] = shard_len(&s->c[0], l->mp);
 }
 
@@ -104,7 +104,7 @@ static rc_tensor *gather(local *l, rc_tensor *x, int ax, const cand *c)
 static rc_tensor *slice_for(local *l, const rc_tensor *y, const rc_tensor *gx, rc_tensor *x)
 {
     const state *s = &l->p->st[y->id];
-    if (s->kind != ST_S || !x)
+    if (s->kind != ST_SPLIT || !x)
         return x;
     const cand *c = &s->c[0];
     int ax = c->axis - (y->ndim - gx->ndim);
@@ -136,7 +136,7 @@ static rc_tensor *input(local *l, const rc_tensor *y, int i)
         x = l->whole[gx->id];
     }
     const state *gs = &l->p->st[gx->id];
-    if ((a & ACT_GATHER) && gs->kind == ST_S) {
+    if ((a & ACT_GATHER) && gs->kind == ST_SPLIT) {
         if (!l->gathered[gx->id])
             l->gathered[gx->id] = gather(l, x, gs->c[0].axis, &gs->c[0]);
         x = l->gathered[gx->id];
@@ -256,7 +256,7 @@ static rc_tensor *rebuild(local *l, const rc_tensor *y, rc_tensor **x, const int
     case RC_OP_EXPAND: return rc_expand(g, x[0], y->ndim, shape);
     case RC_OP_SUM_TO: return rc_sum_to(g, x[0], y->ndim, shape);
     case RC_OP_CROSS_ENTROPY:
-        if (l->p->st[y->src[0]->id].kind == ST_S &&
+        if (l->p->st[y->src[0]->id].kind == ST_SPLIT &&
             l->p->st[y->src[0]->id].c[0].axis == y->src[0]->ndim - 1)
             return cross_entropy_shards(l, y, x[0], x[1]);
         return rc_cross_entropy(g, x[0], x[1], ip[0]);
@@ -330,12 +330,12 @@ static rc_tensor *local_output(local *l, const rc_tensor *y, int keep_split)
 {
     rc_tensor *x = l->map[y->id];
     const state *s = &l->p->st[y->id];
-    if (s->kind == ST_P) {
+    if (s->kind == ST_PARTIAL) {
         if (!l->whole[y->id])
             l->whole[y->id] = rc_mp_reduce(l->lg, x);
         return l->whole[y->id];
     }
-    if (s->kind == ST_S && !keep_split) {
+    if (s->kind == ST_SPLIT && !keep_split) {
         if (!l->gathered[y->id])
             l->gathered[y->id] = gather(l, x, s->c[0].axis, &s->c[0]);
         return l->gathered[y->id];

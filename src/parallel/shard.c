@@ -29,7 +29,7 @@ static void allreduce(plan *p, const rc_tensor *t)
  * consumers need it whole. */
 static void make_whole(plan *p, state *s, const rc_tensor *y, int i)
 {
-    if (s->kind != ST_P)
+    if (s->kind != ST_PARTIAL)
         return;
     const rc_tensor *t = y->src[i];
     if (!p->reduced[t->id]) {
@@ -37,14 +37,14 @@ static void make_whole(plan *p, state *s, const rc_tensor *y, int i)
         allreduce(p, t);
     }
     p->act[y->id * RC_MAX_SRC + i] |= ACT_REDUCE;
-    s->kind = ST_R;
+    s->kind = ST_REPLICATED;
 }
 
 /* Input i of y, whose split y cannot work with, is made whole: all-gathered if it ends up
  * split (not part of the Megatron pattern; a split-any may still end replicated). */
 static void drop(plan *p, state *s, const rc_tensor *y, int i)
 {
-    if (s->kind == ST_S || s->kind == ST_A)
+    if (s->kind == ST_SPLIT || s->kind == ST_SPLIT_ANY)
         p->act[y->id * RC_MAX_SRC + i] |= ACT_GATHER;
     memset(s, 0, sizeof *s);
 }
@@ -113,7 +113,7 @@ static void choose(plan *p, state *s, int k, int vocab)
 {
     cand c = s->c[k];
     resolve(p, s, &c, vocab);
-    s->kind = ST_S;
+    s->kind = ST_SPLIT;
     s->ncand = 1;
     s->c[0] = c;
 }
@@ -129,11 +129,11 @@ static int find_cand(const state *s, int axis)
 /* Drops the candidates on `axis` (y reduces over it, input i); a split there is gathered. */
 static void forbid_axis(plan *p, state *s, int axis, const rc_tensor *y, int i)
 {
-    if (s->kind == ST_S && s->c[0].axis == axis) {
+    if (s->kind == ST_SPLIT && s->c[0].axis == axis) {
         drop(p, s, y, i);
         return;
     }
-    if (s->kind != ST_A)
+    if (s->kind != ST_SPLIT_ANY)
         return;
     int k = 0;
     for (int c = 0; c < s->ncand; c++)
@@ -182,13 +182,13 @@ static int reshape_cand(const cand *c, const rc_tensor *in, const rc_tensor *out
 static void through_reshape(plan *p, state *s, const rc_tensor *in, const rc_tensor *out)
 {
     /* out is the reshape node, its input 0 is in */
-    if (s->kind != ST_A && s->kind != ST_S)
+    if (s->kind != ST_SPLIT_ANY && s->kind != ST_SPLIT)
         return;
     state r = *s;
     r.ncand = 0;
     for (int k = 0; k < s->ncand; k++)
         r.ncand += reshape_cand(&s->c[k], in, out, r.c + r.ncand, MAX_CAND - r.ncand);
-    if ((s->kind == ST_S && r.ncand != 1) || !r.ncand) {
+    if ((s->kind == ST_SPLIT && r.ncand != 1) || !r.ncand) {
         drop(p, s, out, 0);
         return;
     }
@@ -245,16 +245,16 @@ static void linear_fixed(plan *p, rc_tensor *y, state *xs, state *out, int in_ax
 {
     int wi = p->param_of[y->src[1]->id], last = y->src[0]->ndim - 1;
     const rc_shard_spec *ws = &p->spec[wi];
-    int row_in = xs->kind == ST_S && xs->c[0].axis == last;
+    int row_in = xs->kind == ST_SPLIT && xs->c[0].axis == last;
     if (ws->axis == in_axis && row_in &&
         same_cut(xs->c[0].c_outer, xs->c[0].groups, xs->c[0].c_inner, ws->outer, ws->groups, ws->inner, p->mp)) {
         fixed_role(p, wi, RC_SHARD_ROW);
-        out->kind = ST_P;
+        out->kind = ST_PARTIAL;
         return;
     }
-    if (xs->kind == ST_S && (row_in || ws->axis >= 0))
+    if (xs->kind == ST_SPLIT && (row_in || ws->axis >= 0))
         drop(p, xs, y, 0); /* a split the weight cannot take: whole first */
-    if (xs->kind != ST_R) {  /* split on a batch axis, W replicated: local */
+    if (xs->kind != ST_REPLICATED) {  /* split on a batch axis, W replicated: local */
         *out = *xs;
         return;
     }
@@ -263,11 +263,11 @@ static void linear_fixed(plan *p, rc_tensor *y, state *xs, state *out, int in_ax
     if (ws->axis == in_axis) { /* a whole input cut to the shard's features */
         fixed_role(p, wi, RC_SHARD_ROW);
         p->act[y->id * RC_MAX_SRC] |= ACT_ROWCUT;
-        out->kind = ST_P;
+        out->kind = ST_PARTIAL;
         return;
     }
     fixed_role(p, wi, RC_SHARD_COLUMN);
-    *out = (state){.kind = ST_S, .ncand = 1};
+    *out = (state){.kind = ST_SPLIT, .ncand = 1};
     out->c[0] = (cand){y->ndim - 1, ws->outer, ws->groups, ws->inner, ws->outer, ws->inner};
 }
 
@@ -281,31 +281,31 @@ static void linear(plan *p, rc_tensor *y, state *out)
     make_whole(p, &xs, y, 0);
     memset(out, 0, sizeof *out);
     if (p->forced[wi]) {
-        if (xs.kind == ST_A && find_cand(&xs, last) >= 0 && p->spec[wi].axis == in_axis)
+        if (xs.kind == ST_SPLIT_ANY && find_cand(&xs, last) >= 0 && p->spec[wi].axis == in_axis)
             choose(p, &xs, find_cand(&xs, last), 0);
         else
             forbid_axis(p, &xs, last, y, 0); /* the contracted features cannot stay split */
         linear_fixed(p, y, &xs, out, in_axis);
         return;
     }
-    if (xs.kind == ST_A && find_cand(&xs, last) >= 0)
+    if (xs.kind == ST_SPLIT_ANY && find_cand(&xs, last) >= 0)
         choose(p, &xs, find_cand(&xs, last), 0);
-    if (xs.kind == ST_S && xs.c[0].axis == last) { /* row parallel */
+    if (xs.kind == ST_SPLIT && xs.c[0].axis == last) { /* row parallel */
         const cand *c = &xs.c[0];
         if (set_spec(p, wi, RC_SHARD_ROW, in_axis, c->c_outer, c->groups, c->c_inner, 0) == 0) {
-            out->kind = ST_P;
+            out->kind = ST_PARTIAL;
             return;
         }
         drop(p, &xs, y, 0); /* a count that does not divide: the next analysis round replicates W */
         return;
     }
-    if (xs.kind != ST_R) { /* split on a batch axis: the linear is local, W replicated */
+    if (xs.kind != ST_REPLICATED) { /* split on a batch axis: the linear is local, W replicated */
         *out = xs;
         return;
     }
     const rc_shard_spec *ws = &p->spec[wi];
     if (ws->role == RC_SHARD_VOCAB && ws->axis == out_axis) { /* a head tied to the table */
-        out->kind = ST_S;
+        out->kind = ST_SPLIT;
         out->ncand = 1;
         out->c[0] = (cand){y->ndim - 1, 1, ws->groups, 1, 1, 1};
         return;
@@ -314,7 +314,7 @@ static void linear(plan *p, rc_tensor *y, state *out)
     if (o < 0)
         return;
     int64_t N = w->shape[out_axis];
-    *out = (state){.kind = ST_A, .ncand = 1, .norig = 1};
+    *out = (state){.kind = ST_SPLIT_ANY, .ncand = 1, .norig = 1};
     out->c[0] = (cand){y->ndim - 1, 1, N, 1, 1, 1};
     out->orig[0] = o;
 }
@@ -331,7 +331,7 @@ static void follow(plan *p, const state *lead, const rc_tensor *lead_t, const rc
         int ax_r = ax_y - (y->ndim - r->ndim);
         if (ax_r < 0 || r->shape[ax_r] != y->shape[ax_y])
             continue;
-        if (lead->kind == ST_S) {
+        if (lead->kind == ST_SPLIT) {
             const cand *c = &lead->c[0];
             set_spec(p, bi, RC_SHARD_BIAS, ax_r, c->c_outer, c->groups, c->c_inner, 0);
             continue;
@@ -352,14 +352,14 @@ static void follow(plan *p, const state *lead, const rc_tensor *lead_t, const rc
 static int split_agrees(plan *p, const state *lead, const rc_tensor *lead_t, const rc_tensor *o, const rc_tensor *y)
 {
     state *os = &p->st[o->id];
-    if (lead->kind != ST_S)
+    if (lead->kind != ST_SPLIT)
         return 0;
     const cand *c = &lead->c[0];
     int ax = c->axis + (y->ndim - lead_t->ndim) - (y->ndim - o->ndim);
     for (int k = 0; k < os->ncand; k++) {
         const cand *d = &os->c[k];
         if (d->axis == ax && same_cut(c->c_outer, c->groups, c->c_inner, d->c_outer, d->groups, d->c_inner, p->mp)) {
-            if (os->kind == ST_A) {
+            if (os->kind == ST_SPLIT_ANY) {
                 state r = *os;
                 choose(p, &r, k, 0);
             }
@@ -374,26 +374,26 @@ static void elementwise(plan *p, rc_tensor *y, state *out)
     int lead = -1, partial = 0;
     for (int i = 0; i < y->nsrc; i++) {
         const state *s = y->src[i] ? &p->st[y->src[i]->id] : NULL;
-        if (s && s->kind == ST_P)
+        if (s && s->kind == ST_PARTIAL)
             partial = 1;
-        if (s && s->kind == ST_S && (lead < 0 || p->st[y->src[lead]->id].kind != ST_S))
+        if (s && s->kind == ST_SPLIT && (lead < 0 || p->st[y->src[lead]->id].kind != ST_SPLIT))
             lead = i; /* a concrete split leads over a split-any */
-        if (s && s->kind == ST_A && lead < 0)
+        if (s && s->kind == ST_SPLIT_ANY && lead < 0)
             lead = i;
     }
     memset(out, 0, sizeof *out);
     if (partial) {
         int linear_op = (y->op == RC_OP_ADD || y->op == RC_OP_SUB);
         for (int i = 0; i < y->nsrc; i++)
-            if (y->src[i] && p->st[y->src[i]->id].kind != ST_P)
+            if (y->src[i] && p->st[y->src[i]->id].kind != ST_PARTIAL)
                 linear_op = 0;
         if (linear_op) {
-            out->kind = ST_P;
+            out->kind = ST_PARTIAL;
             return;
         }
         /* a partial sum meets a bias or the residual stream: made whole first */
         for (int i = 0; i < y->nsrc; i++)
-            if (y->src[i] && p->st[y->src[i]->id].kind == ST_P) {
+            if (y->src[i] && p->st[y->src[i]->id].kind == ST_PARTIAL) {
                 state s = p->st[y->src[i]->id];
                 make_whole(p, &s, y, i);
             }
@@ -409,11 +409,11 @@ static void elementwise(plan *p, rc_tensor *y, state *out)
         if (!o || i == lead)
             continue;
         state *os = &p->st[o->id];
-        if (os->kind == ST_R || os->kind == ST_P) {
+        if (os->kind == ST_REPLICATED || os->kind == ST_PARTIAL) {
             follow(p, &s, lt, y, o);
             p->act[y->id * RC_MAX_SRC + i] |= ACT_SLICE; /* a parameter: already its shard */
         }
-        else if (os->kind == ST_A && s.kind == ST_A && s.norig + os->norig <= MAX_ORIG)
+        else if (os->kind == ST_SPLIT_ANY && s.kind == ST_SPLIT_ANY && s.norig + os->norig <= MAX_ORIG)
             for (int k = 0; k < os->norig; k++)
                 s.orig[s.norig++] = os->orig[k]; /* gate * up: resolved together */
         else if (!split_agrees(p, &s, lt, o, y))
@@ -433,7 +433,7 @@ static void batched(plan *p, rc_tensor *y, state *out)
         s[i] = p->st[y->src[i]->id];
         make_whole(p, &s[i], y, i);
         int nb = y->src[i]->ndim - 2;
-        if (s[i].kind == ST_A) {
+        if (s[i].kind == ST_SPLIT_ANY) {
             int k = -1;
             for (int c = 0; c < s[i].ncand && k < 0; c++)
                 if (s[i].c[c].axis < nb)
@@ -460,16 +460,16 @@ static void batched(plan *p, rc_tensor *y, state *out)
                 drop(p, &s[i], y, i);
             }
         }
-        if (s[i].kind == ST_S && s[i].c[0].axis >= nb)
+        if (s[i].kind == ST_SPLIT && s[i].c[0].axis >= nb)
             drop(p, &s[i], y, i); /* split on a contracted or row axis: whole first */
     }
-    int lead = s[0].kind == ST_S ? 0 : s[1].kind == ST_S ? 1 : -1;
+    int lead = s[0].kind == ST_SPLIT ? 0 : s[1].kind == ST_SPLIT ? 1 : -1;
     if (lead < 0)
         return;
     int other = !lead, ax = s[lead].c[0].axis + (y->ndim - y->src[lead]->ndim);
     int ax_o = ax - (y->ndim - y->src[other]->ndim);
     const cand *c = &s[lead].c[0], *d = &s[other].c[0];
-    if (s[other].kind == ST_R) /* e.g. a GQA key replicated: this shard's heads of it */
+    if (s[other].kind == ST_REPLICATED) /* e.g. a GQA key replicated: this shard's heads of it */
         p->act[y->id * RC_MAX_SRC + other] |= ACT_SLICE;
     else if (d->axis != ax_o || !same_cut(c->c_outer, c->groups, c->c_inner, d->c_outer, d->groups, d->c_inner, p->mp))
         p->act[y->id * RC_MAX_SRC + other] |= ACT_GATHER | ACT_SLICE;
@@ -485,9 +485,9 @@ static void softmax_mask(plan *p, rc_tensor *y, const state *out)
     rc_tensor *m = y->src[1];
     state mask = p->st[m->id];
     make_whole(p, &mask, y, 1);
-    if (out->kind != ST_S && out->kind != ST_A)
+    if (out->kind != ST_SPLIT && out->kind != ST_SPLIT_ANY)
         drop(p, &mask, y, 1);
-    else if (mask.kind == ST_R)
+    else if (mask.kind == ST_REPLICATED)
         p->act[y->id * RC_MAX_SRC + 1] |= ACT_SLICE;
     else if (!split_agrees(p, out, y, m, y))
         p->act[y->id * RC_MAX_SRC + 1] |= ACT_GATHER | ACT_SLICE;
@@ -509,13 +509,13 @@ static void embedding(plan *p, rc_tensor *y, state *out)
     const rc_shard_spec *s = &p->spec[ti];
     if (p->forced[ti] && s->axis == 1) {
         fixed_role(p, ti, RC_SHARD_COLUMN);
-        *out = (state){.kind = ST_S, .ncand = 1};
+        *out = (state){.kind = ST_SPLIT, .ncand = 1};
         out->c[0] = (cand){y->ndim - 1, s->outer, s->groups, s->inner, s->outer, s->inner};
         return;
     }
     if (p->forced[ti] ? s->axis == 0 : from_input(ids) && set_spec(p, ti, RC_SHARD_VOCAB, 0, 1, table->shape[0], 1, 1) == 0) {
         fixed_role(p, ti, RC_SHARD_VOCAB);
-        out->kind = ST_P; /* masked lookup on each shard, summed */
+        out->kind = ST_PARTIAL; /* masked lookup on each shard, summed */
     }
 }
 
@@ -542,9 +542,9 @@ static void concat(plan *p, rc_tensor *y, state *out)
         s[i] = p->st[y->src[i]->id];
         make_whole(p, &s[i], y, i);
         forbid_axis(p, &s[i], ax, y, i);
-        if (s[i].kind == ST_S && (lead < 0 || s[lead].kind != ST_S))
+        if (s[i].kind == ST_SPLIT && (lead < 0 || s[lead].kind != ST_SPLIT))
             lead = i;
-        if (s[i].kind == ST_A && lead < 0)
+        if (s[i].kind == ST_SPLIT_ANY && lead < 0)
             lead = i;
     }
     memset(out, 0, sizeof *out);
@@ -555,13 +555,13 @@ static void concat(plan *p, rc_tensor *y, state *out)
         rc_tensor *o = y->src[i];
         if (i == lead)
             continue;
-        if (s[i].kind == ST_R) {
+        if (s[i].kind == ST_REPLICATED) {
             if (o->op == RC_OP_LEAF && (o->flags & RC_FLAG_SPLITTABLE) && !is_param(p, o) &&
                 p->follow[o->id] < 0 && single_use(p, o, p->last))
                 p->follow[o->id] = y->id;
             else
                 p->act[y->id * RC_MAX_SRC + i] |= ACT_SLICE;
-        } else if (s[i].kind == ST_A && out->kind == ST_A && out->norig + s[i].norig <= MAX_ORIG) {
+        } else if (s[i].kind == ST_SPLIT_ANY && out->kind == ST_SPLIT_ANY && out->norig + s[i].norig <= MAX_ORIG) {
             for (int k = 0; k < s[i].norig; k++)
                 out->orig[out->norig++] = s[i].orig[k];
         } else if (!split_agrees(p, out, y->src[lead], o, y)) {
@@ -588,7 +588,7 @@ static void step(plan *p, rc_tensor *y)
         return;
     case RC_OP_AFFINE:
         *out = in;
-        if (in.kind == ST_P && y->fparam[1] != 0)
+        if (in.kind == ST_PARTIAL && y->fparam[1] != 0)
             make_whole(p, out, y, 0);
         return;
     case RC_OP_EXP: case RC_OP_LOG: case RC_OP_SQRT: case RC_OP_RSQRT: case RC_OP_TANH:
@@ -638,9 +638,9 @@ static void step(plan *p, rc_tensor *y)
         return;
     case RC_OP_CROSS_ENTROPY:
         make_whole(p, &in, y, 0);
-        if (in.kind == ST_A && find_cand(&in, a->ndim - 1) >= 0)
+        if (in.kind == ST_SPLIT_ANY && find_cand(&in, a->ndim - 1) >= 0)
             choose(p, &in, find_cand(&in, a->ndim - 1), 1);
-        if (in.kind == ST_S && in.c[0].axis == a->ndim - 1 && in.c[0].c_outer == 1 && in.c[0].c_inner == 1) {
+        if (in.kind == ST_SPLIT && in.c[0].axis == a->ndim - 1 && in.c[0].c_outer == 1 && in.c[0].c_inner == 1) {
             int64_t rows = rc_tensor_numel(a) / a->shape[a->ndim - 1]; /* vocabulary-parallel */
             p->comm.allreduce_fwd += 3; /* row max, sum of exp, target logit */
             p->comm.bytes_fwd += 3.0 * (double)rows * 4;
@@ -677,7 +677,7 @@ static void workable(const int64_t *groups, int n, char *buf, size_t size)
  * resolution refines, seen in this tensor; replicated when the origin never resolved. */
 static void finalize_state(plan *p, state *s)
 {
-    if (s->kind != ST_A)
+    if (s->kind != ST_SPLIT_ANY)
         return;
     const origin *o = s->norig ? &p->orig[s->orig[0]] : NULL;
     for (int k = 0; o && o->resolved && k < s->ncand; k++) {
@@ -688,7 +688,7 @@ static void finalize_state(plan *p, state *s)
         if (a * o->groups * b != c->groups)
             continue;
         cand r = {c->axis, c->c_outer * a, o->groups, c->c_inner * b, o->outer, o->inner};
-        *s = (state){.kind = ST_S, .ncand = 1};
+        *s = (state){.kind = ST_SPLIT, .ncand = 1};
         s->c[0] = r;
         return;
     }
@@ -708,7 +708,7 @@ static void mark_column_inputs(plan *p, const rc_tensor *out)
         int out_axis = y->iparam[1] ? 0 : 1;
         const state *xs = &p->st[y->src[0]->id];
         unsigned a = p->act[y->id * RC_MAX_SRC];
-        int whole_input = xs->kind == ST_R || (xs->kind == ST_P && (a & ACT_REDUCE)) || (a & ACT_GATHER);
+        int whole_input = xs->kind == ST_REPLICATED || (xs->kind == ST_PARTIAL && (a & ACT_REDUCE)) || (a & ACT_GATHER);
         if (ws->axis == out_axis && (ws->role == RC_SHARD_COLUMN || ws->role == RC_SHARD_VOCAB) && whole_input) {
             p->col_input[y->src[0]->id] = 1;
             p->act[y->id * RC_MAX_SRC] |= ACT_ENTER;
@@ -721,7 +721,7 @@ static void mark_column_inputs(plan *p, const rc_tensor *out)
         state fin = p->st[i];
         const state *ys = &fin;
         finalize_state(p, &fin); /* a split-any resolved later is split here too */
-        for (int k = 0; k < y->nsrc && ys->kind == ST_S; k++) {
+        for (int k = 0; k < y->nsrc && ys->kind == ST_SPLIT; k++) {
             const rc_tensor *x = y->src[k];
             if (!x || !(p->act[i * RC_MAX_SRC + k] & ACT_SLICE) || is_param(p, x))
                 continue;
@@ -745,7 +745,7 @@ static void count_gathers(plan *p)
                 continue;
             state s = p->st[x->id];
             finalize_state(p, &s);
-            if (s.kind == ST_S) {
+            if (s.kind == ST_SPLIT) {
                 seen[x->id] = 1;
                 p->comm.allgather_fwd++;
                 p->comm.bytes_fwd += (double)numel_bytes(x);
@@ -785,7 +785,7 @@ static int analyse(plan *p)
     /* splits nothing resolved (the logits as output): the whole axis, a vocabulary */
     for (int k = 0; k < p->nout; k++) {
         state *last = &p->st[p->outs[k]->id];
-        int c = last->kind == ST_A ? find_cand(last, p->outs[k]->ndim - 1) : -1;
+        int c = last->kind == ST_SPLIT_ANY ? find_cand(last, p->outs[k]->ndim - 1) : -1;
         if (c >= 0 && !any_resolved(p, last))
             choose(p, last, c, 1);
     }
@@ -921,7 +921,7 @@ int rci_shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor 
         for (int i = 0; i <= p->last; i++)
             finalize_state(p, &p->st[i]);
         for (int i = 0; i <= p->last; i++) /* splittable inputs take their consumer's split */
-            if (p->follow[i] >= 0 && p->st[p->follow[i]].kind == ST_S)
+            if (p->follow[i] >= 0 && p->st[p->follow[i]].kind == ST_SPLIT)
                 p->st[i] = p->st[p->follow[i]];
         *keep = p;
         return 0;

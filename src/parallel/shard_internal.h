@@ -14,11 +14,17 @@ typedef struct {
     int64_t o_outer, o_inner;          /* in the origin linear's output features */
 } cand;
 
-typedef enum { ST_R = 0, ST_P, ST_A, ST_S } st_kind;
+/* What an activation is on the model axis:
+ *   ST_REPLICATED  whole on every rank;
+ *   ST_PARTIAL     each rank holds a partial sum (a row-parallel linear's output);
+ *   ST_SPLIT_ANY   split by a column-parallel linear whose granularity is not chosen yet:
+ *                  the candidates c[] list the axes its features may be split on;
+ *   ST_SPLIT       split on one axis (c[0]). */
+typedef enum { ST_REPLICATED = 0, ST_PARTIAL, ST_SPLIT_ANY, ST_SPLIT } st_kind;
 
 typedef struct {
     st_kind kind;
-    int ncand;                   /* A: the candidates; S: 1, the split */
+    int ncand;                   /* ST_SPLIT_ANY: the candidates; ST_SPLIT: 1, the split */
     cand c[MAX_CAND];
     int norig;
     int orig[MAX_ORIG];          /* the column-parallel linears the split comes from */
