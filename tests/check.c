@@ -42,6 +42,27 @@ int check_has(const char *msg, const char *part)
     return msg && strstr(msg, part) != NULL;
 }
 
+char *check_read_file(const char *path, size_t *len)
+{
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *p = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (p = malloc((size_t)n + 1)) &&
+        fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (!p)
+        return NULL;
+    p[n] = 0;
+    *len = (size_t)n;
+    return p;
+}
+
 void check_rm_tree(const char *path)
 {
     struct stat st;

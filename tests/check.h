@@ -46,6 +46,9 @@ int check_weights_save(const check_weights *w, const char *path);
 int check_weights_load(check_weights *w, const char *path);
 /* the value of "--dump PATH" in argv (NULL when absent) */
 const char *check_dump_path(int argc, char **argv);
+/* The whole file at path, NUL-terminated (malloc'd; *len bytes before the NUL), or NULL
+ * (and *len 0) when it cannot be opened or read whole. */
+char *check_read_file(const char *path, size_t *len);
 /* removes a file or a directory tree (tests' temporary directories) */
 void check_rm_tree(const char *path);
 

@@ -55,21 +55,6 @@ static void write_file(const char *path, const void *data, size_t n)
     fclose(f);
 }
 
-static char *read_file(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    *n = fread(buf, 1, (size_t)len, f);
-    buf[*n] = 0;
-    fclose(f);
-    return buf;
-}
-
 /* A .npy made by hand: preamble of version MAJOR, the dict text padded with spaces and a
  * newline to a multiple of 64 bytes, then DATA. */
 static void write_npy_raw(const char *path, int major, const char *dict, const void *data,
@@ -243,7 +228,7 @@ static void expect_npy_dict_error(const char *what, int major, const char *dict,
     unsigned char data[64] = {0};
     write_npy_raw(tmp_path("bad.npy"), major, dict, data, data_bytes);
     size_t n;
-    char *bytes = read_file(tmp_path("bad.npy"), &n);
+    char *bytes = check_read_file(tmp_path("bad.npy"), &n);
     expect_npy_error(what, bytes, n, code, part);
     free(bytes);
 }
@@ -565,7 +550,7 @@ static void test_txt_streaming(void)
     size_t len;
     char path[4200];
     join(path, sizeof path, gpt2_dir, "/../moby_dick.txt", NULL);
-    char *moby = read_file(path, &len);
+    char *moby = check_read_file(path, &len);
     CHECKF(moby != NULL, "cannot read %s", path);
     if (!moby)
         return;
@@ -694,7 +679,7 @@ static void test_cache(void)
         join(src, sizeof src, gpt2_dir, "/", files[k]);
         join(dst, sizeof dst, copy_dir, "/", files[k]);
         size_t fl;
-        char *bytes = read_file(src, &fl);
+        char *bytes = check_read_file(src, &fl);
         if (bytes)
             write_file(dst, bytes, fl);
         free(bytes);
@@ -900,7 +885,7 @@ static void test_sentencepiece(void)
     char text_path[1200];
     join(text_path, sizeof text_path, gpt2_dir, "/../austen_excerpt.txt", NULL);
     size_t len;
-    char *austen = read_file(text_path, &len);
+    char *austen = check_read_file(text_path, &len);
     CHECKF(austen && len > 120000, "cannot read %s", text_path);
     if (!austen)
         return;

@@ -12,31 +12,13 @@
 
 static char tmp[256];
 
-static char *read_text(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    if (p) p[n] = 0;
-    *len = (size_t)n;
-    return p;
-}
-
 /* merges.txt of dir equals want (the lines after #version, joined by '\n') */
 static void check_merges(const char *dir, const char *want)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/merges.txt", dir);
     size_t n;
-    char *got = read_text(path, &n);
+    char *got = check_read_file(path, &n);
     CHECKF(got != NULL, "%s not written", path);
     if (!got) return;
     const char *body = strchr(got, '\n');
@@ -132,7 +114,7 @@ static void test_book(void)
     }
     strncat(path, "/data/moby_dick.txt", sizeof path - strlen(path) - 1);
     size_t len;
-    char *text = read_text(path, &len);
+    char *text = check_read_file(path, &len);
     CHECKF(text != NULL, "%s is missing", path);
     if (!text) return;
     if (len > 300000) len = 300000;

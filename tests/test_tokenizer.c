@@ -52,20 +52,6 @@ static void write_text(const char *name, const char *text)
     write_file(name, text, strlen(text));
 }
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (fread(p, 1, (size_t)n, f) != (size_t)n) n = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
-
 /* encode -> compare with want[0..nwant) */
 static int encodes_to(const rc_tokenizer *t, const char *text, int add_special, const int32_t *want, int64_t nwant)
 {
@@ -742,7 +728,7 @@ static void test_real(const char *data)
         rc_tokenizer_free(t);
         /* truncations of the real file */
         size_t len;
-        char *bytes = read_file(path, &len);
+        char *bytes = check_read_file(path, &len);
         int all_fail = 1;
         for (size_t cut = 0; bytes && cut < len && all_fail; cut += cut + 64 >= len ? 1 : 4093) {
             write_file("real_cut.model", bytes, cut);
