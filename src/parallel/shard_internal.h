@@ -1,5 +1,14 @@
-/* shard_internal.h - the propagation states of the tensor-parallel plan, shared by the
- * analysis (shard.c) and the partitioner (partition.c). */
+/* shard_internal.h - the data of the tensor-parallel plan: the layout states of
+ * activations, the column-parallel origins, the plan being built and the per-input
+ * actions it hands to the partitioner. Shared by the plan's parts and by partition.c.
+ *
+ * The parts, each calling only the ones listed after it (no circle):
+ *   shard.c            the public rc_shard_* entry points          -> analysis, layout
+ *   shard_analysis.c   rounds over the graph, the plan handed over -> propagate, report, layout
+ *   shard_propagate.c  how each op carries a layout to its output  -> report, layout
+ *   shard_report.c     the collectives the plan costs, and errors  -> layout
+ *   shard_layout.c     the layout rules: which parameter splits how
+ * partition.c uses the finished plan through rci_shard_plan_run. */
 #ifndef REDCO_SHARD_INTERNAL_H
 #define REDCO_SHARD_INTERNAL_H
 
@@ -50,7 +59,7 @@ typedef struct {
     origin *orig;
     int norig, cap_orig;
     rc_shard_spec *spec;
-    const char *forced;          /* parameters to keep replicated (notes already written) */
+    char *forced;                /* parameters to keep replicated (notes already written) */
     int fail_param;              /* first parameter a split did not divide, or -1 */
     int64_t fail_groups;
     int gqa_param;               /* a key/value projection shared by query groups that does
@@ -72,11 +81,11 @@ enum {
                                     features (a fixed row split fed a whole activation) */
 };
 
-/* Runs the analysis; with keep, hands over the plan with every node's final state
- * (split-any states resolved) for the partitioner. */
+/* Runs the analysis (shard_analysis.c); with keep, hands over the plan with every node's
+ * final state (split-any states resolved) for the partitioner. */
 int rci_shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *const *params, int n, int mp,
-                   int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, plan **keep,
-                   rc_error *err);
+                       int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, plan **keep,
+                       rc_error *err);
 void rci_shard_plan_free(plan *p);
 
 #endif
