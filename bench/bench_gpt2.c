@@ -36,13 +36,24 @@ static void *alloc_or_fail(size_t bytes, const char *what)
     return p;
 }
 
+static rc_buffer *buffer_or_fail(size_t bytes, const char *what)
+{
+    rc_error err = {0};
+    rc_buffer *b = rc_buffer_new(rc_backend_cpu(), bytes, &err);
+    if (!b)
+        bench_fail(NAME, what, err.msg);
+    return b;
+}
+
 /* seconds of one AdamW update over all parameters, held flat as a trainer holds them
- * (parameters, gradient, moments: one array each) */
-static double time_adamw(nn_weights *w, const float *grad, float *m, float *v, int64_t step)
+ * (parameters, gradient, moments: one buffer each) */
+static double time_adamw(nn_weights *w, rc_buffer *grad, rc_buffer *m, rc_buffer *v, int64_t step)
 {
     rc_adam opt = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1, .step = step};
+    rc_error err = {0};
     double t0 = bench_now();
-    rc_adamw_update(w->data, grad, m, v, w->numel, &opt);
+    if (rc_adamw_update(w->buf, grad, m, v, 0, w->numel, &opt, &err))
+        bench_fail(NAME, "rc_adamw_update", err.msg);
     return bench_now() - t0;
 }
 
@@ -60,9 +71,10 @@ int main(int argc, char **argv)
     nn_weights w = {0};
     if (rci_nn_model_weights(&cfg, &w, &err))
         bench_fail(NAME, "rci_nn_model_weights", err.msg);
-    if (rci_nn_weights_alloc(&w))
-        bench_fail(NAME, "rci_nn_weights_alloc", "cannot allocate the parameters");
-    rci_nn_model_init(&cfg, &w, 1);
+    if (rci_nn_weights_alloc(&w, rc_backend_cpu(), &err))
+        bench_fail(NAME, "rci_nn_weights_alloc", err.msg);
+    if (rci_nn_model_init(&cfg, &w, 1, &err))
+        bench_fail(NAME, "rci_nn_model_init", err.msg);
 
     rc_graph *g = rc_graph_new();
     if (!g)
@@ -86,13 +98,13 @@ int main(int argc, char **argv)
         xb[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)cfg.vocab_size);
         yb[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)cfg.vocab_size);
     }
-    rc_tensor_bind(ids, xb);
-    rc_tensor_bind(tg, yb);
     double t0 = bench_now();
     rc_plan *plan = rc_plan_new(g, outs, w.n + 1, &err);
     double plan_s = bench_now() - t0;
     if (!plan)
         bench_fail(NAME, "rc_plan_new", err.msg);
+    if (rc_plan_set_input(plan, ids, xb, &err) || rc_plan_set_input(plan, tg, yb, &err))
+        bench_fail(NAME, "rc_plan_set_input", err.msg);
     if (rc_plan_run(plan, &err)) /* the first run warms caches and pages */
         bench_fail(NAME, "rc_plan_run (warm-up)", err.msg);
     double best = 1e30;
@@ -111,11 +123,16 @@ int main(int argc, char **argv)
 
     /* AdamW over all parameters: reads w, g, m, v and writes w, m, v (7 x 4 bytes per
      * parameter); the first pass also faults in the moments' pages */
-    float *m = alloc_or_fail((size_t)w.numel * sizeof *m, "first moments");
-    float *v = alloc_or_fail((size_t)w.numel * sizeof *v, "second moments");
-    float *grad = alloc_or_fail((size_t)w.numel * sizeof *grad, "gradient");
-    for (int i = 0; i < w.n; i++)
-        memcpy(grad + w.p[i].offset, rc_tensor_data(outs[1 + i]), (size_t)w.p[i].numel * sizeof *grad);
+    size_t bytes = (size_t)w.numel * sizeof(float);
+    rc_buffer *m = buffer_or_fail(bytes, "first moments"), *v = buffer_or_fail(bytes, "second moments");
+    rc_buffer *grad = buffer_or_fail(bytes, "gradient");
+    for (int i = 0; i < w.n; i++) {
+        rc_buffer *from;
+        size_t at;
+        if (rc_plan_memory(plan, outs[1 + i], &from, &at) ||
+            rc_buffer_copy(grad, rci_nn_weights_offset(&w, i), from, at, (size_t)w.p[i].numel * sizeof(float), &err))
+            bench_fail(NAME, "copying the gradients", err.msg);
+    }
     /* against a streaming copy in the same run at the same threads: arrays as large as
      * one of the update's (at least 256 MB), and as many passes as make about the update's
      * bytes, so both take about as long; update and copy alternate, best of 5 each, so
@@ -196,6 +213,6 @@ int main(int argc, char **argv)
     rc_plan_free(plan);
     rc_graph_free(g);
     rci_nn_weights_free(&w);
-    free(p), free(outs), free(m), free(v), free(grad), free(xb), free(yb);
+    free(p), free(outs), rc_buffer_free(m), rc_buffer_free(v), rc_buffer_free(grad), free(xb), free(yb);
     return 0;
 }

@@ -229,11 +229,19 @@ static int check_second_order(double alpha)
     rc_graph *g = rc_graph_new();
     rc_tensor *w[NW], *adapted[NW], *full[NW], *first[NW], *pre = NULL, *post = NULL;
     rc_rng r = rc_rng_new(5);
+    rc_error err = {0};
+    /* the weights: one buffer of doubles, each tensor bound to its range */
+    rc_buffer *wbuf = rc_buffer_new(rc_backend_cpu(), sizeof wdata, &err);
+    if (!wbuf) {
+        fprintf(stderr, "maml: check: %s\n", err.msg);
+        rc_graph_free(g);
+        return -1;
+    }
     int64_t numel = 0;
     for (int i = 0; i < NW; i++) {
         int nd = shapes[i][1] ? 2 : 1;
         w[i] = rc_param(g, weight_names[i], RC_F64, nd, shapes[i]);
-        rc_tensor_bind(w[i], wdata + numel);
+        rc_graph_bind(g, w[i], wbuf, (size_t)numel * sizeof(double));
         for (int64_t j = 0; j < rc_tensor_numel(w[i]); j++)
             wdata[numel + j] = 0.7 * rc_rng_normal(&r);
         numel += rc_tensor_numel(w[i]);
@@ -250,33 +258,35 @@ static int check_second_order(double alpha)
     rc_tensor *outs[1 + 2 * NW] = {meta};
     memcpy(outs + 1, full, sizeof full);
     memcpy(outs + 1 + NW, first, sizeof first);
-    rc_error err = {0};
     rc_plan *plan = rc_graph_error(g) ? NULL : rc_plan_new(g, outs, 1 + 2 * NW, &err);
-    if (!plan || rc_plan_run(plan, &err)) {
+    double gfull[64], gfirst[64];
+    int rc = !plan || rc_buffer_upload(wbuf, 0, wdata, (size_t)numel * sizeof(double), &err) ||
+             rc_plan_run(plan, &err);
+    int64_t at = 0;
+    for (int i = 0; i < NW && !rc; i++) {
+        rc = rc_plan_read(plan, full[i], gfull + at, &err) || rc_plan_read(plan, first[i], gfirst + at, &err);
+        at += rc_tensor_numel(w[i]);
+    }
+    if (rc) {
         fprintf(stderr, "maml: check: %s\n", rc_graph_error(g) ? rc_graph_error(g) : err.msg);
         rc_plan_free(plan);
+        rc_buffer_free(wbuf);
         rc_graph_free(g);
         return -1;
     }
     double e_full = 0, e_first = 0, norm = 0;
-    int64_t at = 0;
-    double gfull[64], gfirst[64];
-    for (int i = 0; i < NW; i++)
-        for (int64_t j = 0; j < rc_tensor_numel(w[i]); j++, at++) {
-            gfull[at] = ((double *)rc_tensor_data(full[i]))[j];
-            gfirst[at] = ((double *)rc_tensor_data(first[i]))[j];
-        }
-    int rc = 0;
+    /* central differences: weight j moved by +-h in the buffer, the meta-loss read back */
     for (int64_t j = 0; j < numel && !rc; j++) {
         const double h = 1e-5, keep = wdata[j];
-        double lp, lm;
-        wdata[j] = keep + h;
-        rc |= rc_plan_run(plan, &err);
-        lp = *(double *)rc_tensor_data(meta);
-        wdata[j] = keep - h;
-        rc |= rc_plan_run(plan, &err);
-        lm = *(double *)rc_tensor_data(meta);
-        wdata[j] = keep;
+        double lp = 0, lm = 0, v;
+        size_t off = (size_t)j * sizeof(double);
+        v = keep + h;
+        rc |= rc_buffer_upload(wbuf, off, &v, sizeof v, &err) || rc_plan_run(plan, &err) ||
+              rc_plan_read(plan, meta, &lp, &err);
+        v = keep - h;
+        rc |= rc_buffer_upload(wbuf, off, &v, sizeof v, &err) || rc_plan_run(plan, &err) ||
+              rc_plan_read(plan, meta, &lm, &err);
+        rc |= rc_buffer_upload(wbuf, off, &keep, sizeof keep, &err);
         double fd = (lp - lm) / (2 * h);
         e_full += (gfull[j] - fd) * (gfull[j] - fd);
         e_first += (gfirst[j] - fd) * (gfirst[j] - fd);
@@ -289,6 +299,7 @@ static int check_second_order(double alpha)
                "second-order %.2e, first-order %.2e\n",
                (long long)numel, alpha, sqrt(e_full / norm), sqrt(e_first / norm));
     rc_plan_free(plan);
+    rc_buffer_free(wbuf);
     rc_graph_free(g);
     return rc;
 }

@@ -5,7 +5,7 @@
 
 int main(void)
 {
-    float x[8], y[8], w[1] = {0}, b[1] = {0};
+    float x[8], y[8];
     for (int i = 0; i < 8; i++) {
         x[i] = (float)i / 8;
         y[i] = 3 * x[i] - 1;
@@ -25,26 +25,34 @@ int main(void)
         fprintf(stderr, "%s\n", rc_graph_error(g));
         return 1;
     }
-    /* 3. bind memory, plan once, run many times */
-    rc_tensor_bind(xi, x);
-    rc_tensor_bind(yi, y);
-    rc_tensor_bind(wp, w);
-    rc_tensor_bind(bp, b);
-    rc_tensor *outs[3] = {loss, grads[0], grads[1]};
+    /* 3. the parameters live in a backend buffer (w, then b; zeroed), bound to the graph;
+     *    their gradients go to a buffer of the same layout for the optimizer */
     rc_error e = {0};
-    rc_plan *plan = rc_plan_new(g, outs, 3, &e);
-    for (int step = 0; plan && step < 500; step++) {
-        if (rc_plan_run(plan, &e))
-            break;
-        rc_sgd_update(w, rc_tensor_data(grads[0]), 1, 0.5);
-        rc_sgd_update(b, rc_tensor_data(grads[1]), 1, 0.5);
+    rc_buffer *wb = rc_buffer_new(rc_backend_cpu(), 2 * sizeof(float), &e);
+    rc_buffer *gb = rc_buffer_new(rc_backend_cpu(), 2 * sizeof(float), &e);
+    if (wb && gb) {
+        rc_graph_bind(g, wp, wb, 0);
+        rc_graph_bind(g, bp, wb, sizeof(float));
     }
-    if (e.code) {
+    /* 4. plan once, copy the data in, run many times */
+    rc_tensor *outs[3] = {loss, grads[0], grads[1]};
+    rc_plan *plan = wb && gb ? rc_plan_new(g, outs, 3, &e) : NULL;
+    int rc = !plan || rc_plan_set_input(plan, xi, x, &e) || rc_plan_set_input(plan, yi, y, &e);
+    for (int step = 0; !rc && step < 500; step++) {
+        float grad[2];
+        rc = rc_plan_run(plan, &e) || rc_plan_read(plan, grads[0], &grad[0], &e) ||
+             rc_plan_read(plan, grads[1], &grad[1], &e) || rc_buffer_upload(gb, 0, grad, sizeof grad, &e) ||
+             rc_sgd_update(wb, gb, 0, 2, 0.5, &e);   /* w -= 0.5 grad, run by the backend */
+    }
+    float w[2], l;
+    if (rc || rc_buffer_download(wb, 0, w, sizeof w, &e) || rc_plan_read(plan, loss, &l, &e)) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
-    printf("w = %.3f, b = %.3f, loss = %.2e\n", w[0], b[0], *(float *)rc_tensor_data(loss));
+    printf("w = %.3f, b = %.3f, loss = %.2e\n", w[0], w[1], l);
     rc_plan_free(plan);
+    rc_buffer_free(wb);
+    rc_buffer_free(gb);
     rc_graph_free(g);
     return 0;
 }

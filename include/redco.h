@@ -13,12 +13,18 @@
  *     rc_tensor *dw;
  *     rc_backward(g, loss, &w, 1, &dw);          // adds the backward graph
  *     if (rc_graph_error(g)) { fprintf(stderr, "%s\n", rc_graph_error(g)); ... }
- *     rc_tensor_bind(x, x_data);                  // leaves point at your memory
- *     rc_tensor_bind(w, w_data);
  *     rc_tensor *outs[2] = {loss, dw};
- *     rc_plan *p = rc_plan_new(g, outs, 2, &err);  // memory planned here
+ *     rc_plan *p = rc_plan_new(g, outs, 2, &err);  // memory planned here (CPU backend)
+ *     rc_plan_set_input(p, x, x_values, &err);     // copied into the plan's memory
+ *     rc_plan_set_input(p, w, w_values, &err);
  *     rc_plan_run(p, &err);                        // no allocation in here
- *     float l = *(float *)rc_tensor_data(loss);
+ *     float l;
+ *     rc_plan_read(p, loss, &l, &err);             // copied out to host memory
+ *
+ * Values live in backend buffers (rc_buffer), never in the graph: a plan owns the table
+ * from its nodes to memory, so several plans over one graph never collide. A leaf can
+ * also be bound to a buffer held elsewhere (rc_plan_bind, or rc_graph_bind for every
+ * plan of a graph): parameters are bound that way, without copies.
  *
  * Errors never abort. A graph-building call that fails records the first error
  * in the graph and returns NULL; every later call given a NULL input returns
@@ -103,7 +109,7 @@ typedef enum {
     RC_OP_ONE_HOT,       /* src0 i32 [...] -> [..., iparam[0]]; ids equal to iparam[1] give zero rows;
                             shard mode as EMBEDDING (columns [iparam[3], ...) of iparam[4]) */
     RC_OP_DROPOUT,       /* src0 * keep / (1 - fparam[0]); keep drawn from the 64-bit key in iparam[0..1]
-                            mixed with the plan's per-run key, which the plan writes to iparam[2..3] */
+                            mixed with the plan's per-run key (rc_plan_set_rng) */
     RC_OP_WHERE,         /* src0 != 0 ? src1 : src2, broadcast */
     RC_OP_CAST,          /* src0 converted to this node's dtype */
     RC_OP_EQUAL,         /* 1 where src0 == src1 else 0, broadcast; no gradient */
@@ -136,7 +142,6 @@ typedef enum {
 enum {
     RC_FLAG_INPUT = 1,   /* a leaf the user feeds each step */
     RC_FLAG_PARAM = 2,   /* a trainable leaf */
-    RC_FLAG_OUTPUT = 4,  /* kept alive by the plan (set by rc_plan_new) */
     RC_FLAG_SPLITTABLE = 8 /* an input the tensor-parallel partitioner may hand each model
                             shard as its part (a key/value cache split by heads; see shard.h) */
 };
@@ -163,7 +168,6 @@ struct rc_tensor {
     double fparam[RC_MAX_FPARAM];
     int flags;
     char name[64];
-    void *data;                   /* leaves: the user's memory; others: set by a plan */
     rc_tensor *view_src;          /* views (reshape, leading slices) alias this node ... */
     int64_t view_offset;          /* ... at this byte offset */
 };
@@ -200,11 +204,33 @@ int64_t rc_tensor_numel(const rc_tensor *t);
 size_t rc_tensor_nbytes(const rc_tensor *t);
 /* Writes e.g. "[4, 8]" into buf; returns buf. */
 char *rc_shape_str(const rc_tensor *t, char *buf, size_t size);
-/* Points a leaf at caller-owned memory of rc_tensor_nbytes(t) bytes. */
-void rc_tensor_bind(rc_tensor *t, void *data);
-/* The node's values, valid after a plan that contains it has run. */
-void *rc_tensor_data(const rc_tensor *t);
 const char *rc_op_name(rc_op op);
+
+/* ---- backends and buffers ---------------------------------------------------------
+ * A backend is a device that holds tensor memory and runs kernels; a buffer is a block of
+ * its memory. Host code reads and writes buffers only by copying (upload, download). */
+
+typedef struct rc_backend rc_backend;
+typedef struct rc_buffer rc_buffer;
+
+/* The CPU backend: buffers in host memory, kernels with OpenMP and OpenBLAS. */
+rc_backend *rc_backend_cpu(void);
+const char *rc_backend_name(const rc_backend *be);
+/* Bytes the device has (0: unknown), bytes held by redco's buffers now, and their peak. */
+void rc_backend_memory(const rc_backend *be, size_t *total, size_t *used, size_t *peak);
+/* Waits for the work queued on the backend. */
+int rc_backend_wait(rc_backend *be, rc_error *err);
+/* A zeroed buffer of `bytes` bytes. */
+rc_buffer *rc_buffer_new(rc_backend *be, size_t bytes, rc_error *err);
+void rc_buffer_free(rc_buffer *b);
+size_t rc_buffer_size(const rc_buffer *b);
+rc_backend *rc_buffer_backend(const rc_buffer *b);
+/* Copies between host memory and bytes [offset, offset + bytes) of the buffer, and
+ * between buffers of one backend; a range outside a buffer is an error. */
+int rc_buffer_upload(rc_buffer *b, size_t offset, const void *host, size_t bytes, rc_error *err);
+int rc_buffer_download(const rc_buffer *b, size_t offset, void *host, size_t bytes, rc_error *err);
+int rc_buffer_copy(rc_buffer *dst, size_t dst_offset, const rc_buffer *src, size_t src_offset,
+                   size_t bytes, rc_error *err);
 
 /* ---- graphs ------------------------------------------------------------------- */
 
@@ -215,6 +241,9 @@ const char *rc_graph_error(const rc_graph *g);
 int rc_graph_error_code(const rc_graph *g);
 int rc_graph_size(const rc_graph *g);
 rc_tensor *rc_graph_node(const rc_graph *g, int i);
+/* Binds a leaf of g to rc_tensor_nbytes(leaf) bytes at `offset` of buf for every plan of g
+ * (a plan's own rc_plan_bind takes precedence). buf stays the caller's. */
+int rc_graph_bind(rc_graph *g, const rc_tensor *leaf, rc_buffer *buf, size_t offset);
 
 /* ---- leaves and constants ------------------------------------------------------ */
 
@@ -342,9 +371,27 @@ typedef struct {
     int64_t op_count[RC_OP_COUNT]; /* kernels run per op in one run */
 } rc_plan_stats;
 
-/* Plans the execution of everything `outputs` depend on: order, liveness, and
- * one arena for all intermediates. Leaves must be bound before rc_plan_run. */
+/* Plans the execution of everything `outputs` depend on on the CPU backend: order,
+ * liveness, one arena for all intermediates, and the memory of every node. Every leaf
+ * must have values (rc_plan_set_input, rc_plan_bind or rc_graph_bind) before rc_plan_run. */
 rc_plan *rc_plan_new(rc_graph *g, rc_tensor *const *outputs, int n, rc_error *err);
+/* The same on backend be. An op or dtype the backend has no kernel for is an error here,
+ * naming the op, the dtype and the backend; nothing falls back to another backend. */
+rc_plan *rc_plan_new_on(rc_backend *be, rc_graph *g, rc_tensor *const *outputs, int n,
+                        rc_error *err);
+rc_backend *rc_plan_backend(const rc_plan *p);
+/* Binds leaf to rc_tensor_nbytes(leaf) bytes at `offset` of buf (of the plan's backend)
+ * for this plan's runs. */
+int rc_plan_bind(rc_plan *p, const rc_tensor *leaf, rc_buffer *buf, size_t offset, rc_error *err);
+/* Copies rc_tensor_nbytes(leaf) bytes of host memory into the leaf's memory: its bound
+ * buffer, or memory of the plan's own. */
+int rc_plan_set_input(rc_plan *p, const rc_tensor *leaf, const void *host, rc_error *err);
+/* Copies the values of t (an output, a leaf, or a view of one) into host memory:
+ * rc_tensor_nbytes(t) bytes, as of the last run. */
+int rc_plan_read(const rc_plan *p, const rc_tensor *t, void *host, rc_error *err);
+/* Where t's values are: its buffer and offset (an output, a leaf, or a view of one);
+ * -1 when t has no memory in this plan. */
+int rc_plan_memory(const rc_plan *p, const rc_tensor *t, rc_buffer **buf, size_t *offset);
 int rc_plan_run(rc_plan *p, rc_error *err);
 /* The figures of a plan (peak bytes, nodes) without allocating its arena: what a model
  * would need, for models too large to run here. */
@@ -355,8 +402,10 @@ rc_plan_stats rc_plan_get_stats(const rc_plan *p);
  * data-parallel rank); the forward and backward of one run always share their masks. */
 void rc_plan_set_rng(rc_plan *p, rc_rng key);
 /* The collective the plan runs for MP_REDUCE (op 0: sum) and MP_MAX (op 1: max) over the
- * model axis, in place on n elements of dtype t; returns 0 or -1 with err set. */
-typedef int (*rc_collective_fn)(void *ctx, void *data, int64_t n, rc_dtype t, int op, rc_error *err);
+ * model axis, in place on n elements of dtype t at byte `offset` of buf; returns 0 or -1
+ * with err set. */
+typedef int (*rc_collective_fn)(void *ctx, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t,
+                                int op, rc_error *err);
 void rc_plan_set_collective(rc_plan *p, rc_collective_fn fn, void *ctx);
 /* Times each kernel when on (for benchmarks); off by default. */
 void rc_plan_set_timing(rc_plan *p, int on);
@@ -376,17 +425,19 @@ double rc_rng_normal(rc_rng *r);           /* standard normal */
 /* the element-wise stream used by dropout: uniform [0, 1) for element i */
 double rc_rng_uniform_at(uint64_t key, uint64_t i);
 
-/* ---- optimizers (host-side updates of f32 parameter buffers) --------------------- */
+/* ---- optimizers (run by the buffers' backend) ------------------------------------- */
 
 typedef struct {
     double lr, beta1, beta2, eps, weight_decay;
-    int64_t step;             /* updates done so far */
+    int64_t step;             /* updates done so far, this one included (from 1) */
 } rc_adam;
 
-void rc_sgd_update(float *w, const float *grad, int64_t n, double lr);
-/* AdamW with decoupled weight decay; m and v hold the moments, step counts from 1 */
-void rc_adamw_update(float *w, const float *grad, float *m, float *v, int64_t n,
-                     const rc_adam *opt);
+/* w -= lr * grad over n f32 at element `at` of both buffers (one backend). */
+int rc_sgd_update(rc_buffer *w, rc_buffer *grad, int64_t at, int64_t n, double lr, rc_error *err);
+/* AdamW with decoupled weight decay (torch.optim.AdamW's arithmetic) over n f32 at element
+ * `at` of w, grad and the moments m and v. */
+int rc_adamw_update(rc_buffer *w, rc_buffer *grad, rc_buffer *m, rc_buffer *v, int64_t at, int64_t n,
+                    const rc_adam *opt, rc_error *err);
 
 /* ---- learning-rate schedules (counted in optimizer steps) ------------------------------ */
 

@@ -119,16 +119,26 @@ int check_weights_add(check_weights *w, const char *prefix, const char *name, co
     return 0;
 }
 
+float *check_params_flat(rc_params *p)
+{
+    int64_t n = rc_params_numel(p);
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof *x);
+    if (x && rc_params_read_all(p, x, NULL)) {
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
 int check_weights_add_params(check_weights *w, const char *prefix, rc_params *p, double tol)
 {
     for (int i = 0; i < rc_params_count(p); i++) {
-        int nd;
-        const int64_t *shape;
-        const float *x = rc_params_tensor(p, i, &nd, &shape);
-        int64_t n = 1;
-        for (int d = 0; d < nd; d++)
-            n *= shape[d];
-        if (!x || check_weights_add(w, prefix, rc_params_name(p, i), x, n, tol))
+        int64_t n = rc_params_tensor_numel(p, i);
+        float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof *x);
+        int bad = !x || rc_params_read(p, i, x, NULL) ||
+                  check_weights_add(w, prefix, rc_params_name(p, i), x, n, tol);
+        free(x);
+        if (bad)
             return -1;
     }
     return 0;

@@ -6,7 +6,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 static void fill(void *data, const gc_input *in, int64_t n, rc_rng *rng)
 {
@@ -61,14 +60,50 @@ static rc_tensor *checked_scalar(rc_graph *g, const gc_case *c, rc_tensor **in, 
     return loss;
 }
 
-static double eval_loss(rc_plan *p, rc_tensor *loss)
+/* used[id] = 1 for every node the n outputs depend on (a node's sources have lower ids).
+ * A plan holds only those nodes: a leaf an output does not need cannot be set in it. */
+static char *used_nodes(rc_graph *g, rc_tensor *const *outs, int n)
+{
+    int size = rc_graph_size(g);
+    char *used = calloc((size_t)size, 1);
+    if (!used)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        used[outs[i]->id] = 1;
+    for (int id = size - 1; id >= 0; id--) {
+        rc_tensor *t = rc_graph_node(g, id);
+        if (!used[id])
+            continue;
+        for (int s = 0; s < t->nsrc; s++)
+            if (t->src[s])
+                used[t->src[s]->id] = 1;
+        if (t->view_src)
+            used[t->view_src->id] = 1;
+    }
+    return used;
+}
+
+/* Copies the host values of the leaves t[0..n) (a NULL ends the list) that plan p uses. */
+static int set_inputs(rc_plan *p, const char *used, rc_tensor *const *t, void *const *data, int n,
+                      rc_error *err)
+{
+    for (int i = 0; i < n && t[i]; i++)
+        if (used[t[i]->id] && rc_plan_set_input(p, t[i], data[i], err))
+            return -1;
+    return 0;
+}
+
+/* The loss with leaf x set to the host values xd (x NULL: a leaf the loss does not use). */
+static double eval_loss(rc_plan *p, rc_tensor *loss, const rc_tensor *x, const double *xd)
 {
     rc_error err = {0};
-    if (rc_plan_run(p, &err)) {
+    double l;
+    if ((x && rc_plan_set_input(p, x, xd, &err)) || rc_plan_run(p, &err) ||
+        rc_plan_read(p, loss, &l, &err)) {
         fprintf(stderr, "gradcheck: run failed: %s\n", err.msg);
         return NAN;
     }
-    return *(double *)rc_tensor_data(loss);
+    return l;
 }
 
 double gc_run(const gc_case *c, int verbose)
@@ -80,12 +115,12 @@ double gc_run(const gc_case *c, int verbose)
     int nwrt = 0;
     double worst = -1;
     rc_plan *pg = NULL, *pl = NULL;
+    char *used_g = NULL, *used_l = NULL;  /* the nodes of pg and of pl */
     for (int i = 0; i < c->nin; i++) {
         const gc_input *ci = &c->in[i];
         in[i] = rc_input(g, "x", ci->dtype, ci->ndim, ci->shape);
         data[i] = malloc(rc_tensor_nbytes(in[i]) + 8);
         fill(data[i], ci, rc_tensor_numel(in[i]), &rng);
-        rc_tensor_bind(in[i], data[i]);
     }
     rc_tensor *loss = checked_scalar(g, c, in, r, grads, &nwrt, wrt);
     if (!loss) {
@@ -95,7 +130,6 @@ double gc_run(const gc_case *c, int verbose)
     for (int i = 0; i < 1 + GC_MAX_IN && r[i]; i++) {
         rdata[i] = malloc(rc_tensor_nbytes(r[i]) + 8);
         fill(rdata[i], &(gc_input){.dtype = RC_F64}, rc_tensor_numel(r[i]), &rng);
-        rc_tensor_bind(r[i], rdata[i]);
     }
     rc_tensor *outs[1 + GC_MAX_IN] = {loss};
     for (int i = 0; i < nwrt; i++)
@@ -103,7 +137,16 @@ double gc_run(const gc_case *c, int verbose)
     rc_error err = {0};
     pg = rc_plan_new(g, outs, 1 + nwrt, &err);
     pl = rc_plan_new(g, &loss, 1, &err);
-    if (!pg || !pl || rc_plan_run(pg, &err)) {
+    used_g = used_nodes(g, outs, 1 + nwrt);
+    used_l = used_nodes(g, &loss, 1);
+    if (!used_g || !used_l) {
+        fprintf(stderr, "gradcheck %s: out of memory\n", c->name);
+        goto done;
+    }
+    if (!pg || !pl || set_inputs(pg, used_g, in, data, c->nin, &err) ||
+        set_inputs(pg, used_g, r, rdata, 1 + GC_MAX_IN, &err) ||
+        set_inputs(pl, used_l, in, data, c->nin, &err) ||
+        set_inputs(pl, used_l, r, rdata, 1 + GC_MAX_IN, &err) || rc_plan_run(pg, &err)) {
         fprintf(stderr, "gradcheck %s: %s\n", c->name, err.msg);
         goto done;
     }
@@ -111,17 +154,26 @@ double gc_run(const gc_case *c, int verbose)
     worst = 0;
     for (int k = 0; k < nwrt; k++) {
         int64_t n = rc_tensor_numel(wrt[k]);
-        double *x = rc_tensor_data(wrt[k]);
+        double *x = NULL;
+        for (int i = 0; i < c->nin; i++)
+            if (in[i] == wrt[k])
+                x = data[i];
         double *an = malloc((size_t)n * sizeof *an), scale = 1.0;
-        memcpy(an, rc_tensor_data(grads[k]), (size_t)n * sizeof *an);
+        if (!an || rc_plan_read(pg, grads[k], an, &err)) {
+            fprintf(stderr, "gradcheck %s: %s\n", c->name, an ? err.msg : "out of memory");
+            free(an);
+            worst = -1;
+            goto done;
+        }
         for (int64_t i = 0; i < n; i++)
             scale = fmax(scale, fabs(an[i]));
+        const rc_tensor *xl = used_l[wrt[k]->id] ? wrt[k] : NULL;
         for (int64_t i = 0; i < n; i++) {
             double x0 = x[i];
             x[i] = x0 + h;
-            double lp = eval_loss(pl, loss);
+            double lp = eval_loss(pl, loss, xl, x);
             x[i] = x0 - h;
-            double lm = eval_loss(pl, loss);
+            double lm = eval_loss(pl, loss, xl, x);
             x[i] = x0;
             double fd = (lp - lm) / (2 * h);
             double e = fabs(fd - an[i]) / scale;
@@ -132,8 +184,16 @@ double gc_run(const gc_case *c, int verbose)
                         (long long)i, an[i], fd);
         }
         free(an);
+        /* the plan still holds the last point x - h: the next input is checked at x */
+        if (xl && rc_plan_set_input(pl, xl, x, &err)) {
+            fprintf(stderr, "gradcheck %s: %s\n", c->name, err.msg);
+            worst = -1;
+            goto done;
+        }
     }
 done:
+    free(used_g);
+    free(used_l);
     rc_plan_free(pg);
     rc_plan_free(pl);
     for (int i = 0; i < GC_MAX_IN; i++)

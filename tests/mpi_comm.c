@@ -41,8 +41,12 @@ static void test_collectives(rc_mesh *m)
     float *x = malloc(N * sizeof *x);
     for (int i = 0; i < N; i++)
         x[i] = (float)(m->rank + 1) * (float)i;
-    /* mean in buckets of 77: (sum over ranks of (r + 1)) / size * i */
-    CHECK(rc_comm_allreduce_mean_f32(m->world, x, N, 77, &err) == 0);
+    /* mean in buckets of 77 over a buffer, from element 3: (sum over ranks of (r + 1)) / size * i */
+    rc_buffer *buf = rc_buffer_new(rc_backend_cpu(), (N + 3) * sizeof *x, &err);
+    CHECK(buf && rc_buffer_upload(buf, 3 * sizeof *x, x, N * sizeof *x, &err) == 0);
+    CHECK(buf && rc_comm_allreduce_mean_f32(m->world, buf, 3 * sizeof *x, N, 77, &err) == 0);
+    CHECK(buf && rc_buffer_download(buf, 3 * sizeof *x, x, N * sizeof *x, &err) == 0);
+    rc_buffer_free(buf);
     float scale = (float)(m->size + 1) / 2.0f;
     int ok = 1;
     for (int i = 0; i < N; i++)

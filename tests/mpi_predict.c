@@ -84,9 +84,8 @@ static rc_params *toy_params(void)
 {
     rc_params *p = rc_params_new();
     rc_params_add(p, "W", 2, (int64_t[]){3, 2});
-    float *w = rc_params_data(p);
     const float v[6] = {1, 0, 0, 1, 0.5f, -1};
-    memcpy(w, v, sizeof v);
+    rc_params_write(p, 0, v, NULL);
     return p;
 }
 

@@ -27,20 +27,40 @@ static double rel_err(const float *a, const float *b, int64_t n, double floor)
 /* the collective callback, counting what the runtime actually runs */
 static int64_t collectives_run;
 
-static int counting_collective(void *ctx, void *data, int64_t n, rc_dtype t, int op, rc_error *err)
+static int counting_collective(void *ctx, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int op,
+                               rc_error *err)
 {
     collectives_run++;
-    return rc_comm_collective(ctx, data, n, t, op, err);
+    return rc_comm_collective(ctx, buf, offset, n, t, op, err);
 }
 
-static rc_tensor *find_input(rc_graph *g, const char *name)
+/* an input's values by name */
+typedef struct {
+    const char *name;
+    const void *data;
+} feed;
+
+/* every input leaf of g the plan needs gets the values of the feed of its name */
+static int set_inputs(rc_plan *pl, rc_graph *g, const feed *in, int nin, rc_error *err)
 {
     for (int i = 0; i < rc_graph_size(g); i++) {
         rc_tensor *t = rc_graph_node(g, i);
-        if (t->op == RC_OP_LEAF && (t->flags & RC_FLAG_INPUT) && !strcmp(t->name, name))
-            return t;
+        for (int k = 0; t->op == RC_OP_LEAF && (t->flags & RC_FLAG_INPUT) && k < nin; k++)
+            if (!strcmp(t->name, in[k].name) && rc_plan_set_input(pl, t, in[k].data, err))
+                return -1;
     }
-    return NULL;
+    return 0;
+}
+
+/* t's values after a run, copied out (malloc'ed) */
+static float *values(rc_plan *pl, const rc_tensor *t)
+{
+    float *x = malloc(rc_tensor_nbytes(t) ? rc_tensor_nbytes(t) : 1);
+    if (x && rc_plan_read(pl, t, x, NULL)) {
+        free(x);
+        return NULL;
+    }
+    return x;
 }
 
 /* The whole model's loss and gradients on this process, against this rank's share with
@@ -48,7 +68,7 @@ static rc_tensor *find_input(rc_graph *g, const char *name)
  * and the collectives the runtime runs equal to the plan's counts. Global inputs must be
  * bound; the local graph's inputs take their data by name. */
 static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc_tensor **p, nn_weights *wp,
-                            rc_mesh *m, const rc_shard_override *ov, int n_ov)
+                            rc_mesh *m, const rc_shard_override *ov, int n_ov, const feed *in, int nin)
 {
     nn_weights w = *wp;
     rc_error err = {0};
@@ -65,32 +85,35 @@ static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc
     rc_backward(g, loss, p, w.n, grads + 1);
     grads[0] = loss;
     rc_plan *pg = rc_plan_new(g, grads, w.n + 1, &err);
-    CHECKF(pg && rc_plan_run(pg, &err) == 0, "%s: whole model: %s", preset, err.msg);
+    CHECKF(pg && set_inputs(pg, g, in, nin, &err) == 0 && rc_plan_run(pg, &err) == 0, "%s: whole model: %s",
+           preset, err.msg);
     if (prc) {
         rc_plan_free(pg);
         rc_graph_free(g);
         free(grads), free(specs);
         return;
     }
-    /* the local graph: shards bound, inputs bound by name, collectives over the world */
-    float **shards = calloc((size_t)w.n, sizeof *shards);
+    /* the local graph: shards bound, inputs set by name, collectives over the world */
+    rc_buffer **shards = calloc((size_t)w.n, sizeof *shards);
     for (int i = 0; i < w.n; i++) {
-        shards[i] = malloc(rc_tensor_nbytes(sg.params[i]));
-        rc_shard_take(&specs[i], p[i], mp, rank, rci_nn_weights_get(&w, i), shards[i]);
-        rc_tensor_bind(sg.params[i], shards[i]);
-    }
-    for (int i = 0; i < rc_graph_size(sg.g); i++) {
-        rc_tensor *x = rc_graph_node(sg.g, i);
-        rc_tensor *gx = x->op == RC_OP_LEAF && (x->flags & RC_FLAG_INPUT) ? find_input(g, x->name) : NULL;
-        if (gx)
-            rc_tensor_bind(x, rc_tensor_data(gx));
+        float *whole = malloc((size_t)w.p[i].numel * sizeof *whole), *part = malloc(rc_tensor_nbytes(sg.params[i]));
+        shards[i] = rc_buffer_new(rc_backend_cpu(), rc_tensor_nbytes(sg.params[i]), &err);
+        int ok = whole && part && shards[i] && rci_nn_weights_read(&w, i, whole, &err) == 0;
+        if (ok)
+            rc_shard_take(&specs[i], p[i], mp, rank, whole, part);
+        ok = ok && rc_buffer_upload(shards[i], 0, part, rc_tensor_nbytes(sg.params[i]), &err) == 0 &&
+             rc_graph_bind(sg.g, sg.params[i], shards[i], 0) == 0;
+        CHECKF(ok, "%s: shard of %s: %s", preset, w.p[i].name, err.msg);
+        free(whole);
+        free(part);
     }
     /* the forward alone: the collectives it runs */
     rc_plan *pf = rc_plan_new(sg.g, &sg.out, 1, &err);
     collectives_run = 0;
     if (pf)
         rc_plan_set_collective(pf, counting_collective, m->world);
-    CHECKF(pf && rc_plan_run(pf, &err) == 0, "%s: forward on shards: %s", preset, err.msg);
+    CHECKF(pf && set_inputs(pf, sg.g, in, nin, &err) == 0 && rc_plan_run(pf, &err) == 0,
+           "%s: forward on shards: %s", preset, err.msg);
     int64_t run_fwd = collectives_run;
     rc_plan_free(pf);
     rc_tensor **lgrads = calloc((size_t)w.n + 1, sizeof *lgrads);
@@ -101,30 +124,33 @@ static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc
     if (pl)
         rc_plan_set_collective(pl, counting_collective, m->world);
     collectives_run = 0;
-    CHECKF(pl && rc_plan_run(pl, &err) == 0, "%s: shards: %s", preset, err.msg);
+    CHECKF(pl && set_inputs(pl, sg.g, in, nin, &err) == 0 && rc_plan_run(pl, &err) == 0, "%s: shards: %s",
+           preset, err.msg);
     /* the plan's counts are what the runtime runs: forward, then backward */
     CHECKF(run_fwd == comm.allreduce_fwd + comm.allgather_fwd && collectives_run - run_fwd == comm.allreduce_bwd,
            "%s: plan %lld + %lld collectives, runtime %lld + %lld", preset, (long long)comm.allreduce_fwd,
            (long long)comm.allreduce_bwd, (long long)run_fwd, (long long)(collectives_run - run_fwd));
-    if (pl) {
-        float want = *(float *)rc_tensor_data(loss), got = *(float *)rc_tensor_data(sg.out);
+    float want = 0, got = 0;
+    if (pl && pg && rc_plan_read(pg, loss, &want, &err) == 0 && rc_plan_read(pl, sg.out, &got, &err) == 0) {
         CHECKF(fabsf(got - want) <= 1e-5f * fabsf(want), "%s: loss %.7f on %d shards, %.7f whole", preset, got, mp,
                want);
-        double worst = 0, scale = 0;
-        for (int i = 0; i < w.n; i++)
-            scale = fmax(scale, rel_err(rc_tensor_data(grads[1 + i]), rc_tensor_data(grads[1 + i]), 0, 0) +
-                                    (double)fabsf(((float *)rc_tensor_data(grads[1 + i]))[0]));
+        double worst = 0;
         const char *worst_name = "";
         for (int i = 0; i < w.n; i++) {
             int64_t n = rc_tensor_numel(sg.params[i]);
             float *want_g = malloc((size_t)n * sizeof *want_g);
-            rc_shard_take(&specs[i], p[i], mp, rank, rc_tensor_data(grads[1 + i]), want_g);
-            double e = rel_err(rc_tensor_data(lgrads[1 + i]), want_g, n, 1e-4);
+            float *whole_g = values(pg, grads[1 + i]), *got_g = values(pl, lgrads[1 + i]);
+            double e = INFINITY;
+            if (want_g && whole_g && got_g) {
+                rc_shard_take(&specs[i], p[i], mp, rank, whole_g, want_g);
+                e = rel_err(got_g, want_g, n, 1e-4);
+            }
             if (e > worst)
                 worst = e, worst_name = w.p[i].name;
             free(want_g);
+            free(whole_g);
+            free(got_g);
         }
-        (void)scale;
         CHECKF(worst < 1e-4, "%s: gradient of %s differs by %.3g", preset, worst_name, worst);
         if (rank == 0)
             printf("%-10s mp %d: loss %.6f, worst gradient rel err %.2e (%s), all-reduces %lld + %lld, gathers %lld\n",
@@ -134,7 +160,7 @@ static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc
     rc_plan_free(pl);
     rc_plan_free(pg);
     for (int i = 0; i < w.n; i++)
-        free(shards[i]);
+        rc_buffer_free(shards[i]);
     free(shards), free(lgrads);
     rc_shard_graph_free(&sg);
     rc_graph_free(g);
@@ -148,11 +174,14 @@ static void check_family(const char *preset, rc_mesh *m, int overrides)
     nn_weights w = {0};
     rc_error err = {0};
     CHECK(rc_config_preset(preset, &c, &err) == 0 && rci_nn_model_weights(&c, &w, &err) == 0 &&
-          rci_nn_weights_alloc(&w) == 0);
-    rci_nn_model_init(&c, &w, 5);
+          rci_nn_weights_alloc(&w, rc_backend_cpu(), &err) == 0 && rci_nn_model_init(&c, &w, 5, &err) == 0);
     rc_rng r = rc_rng_new(9);
-    for (int64_t i = 0; i < w.numel; i++) /* away from the initialisation: every term counts */
-        w.data[i] += (float)(0.05 * rc_rng_normal(&r));
+    float *all = malloc((size_t)w.numel * sizeof *all);
+    CHECK(all && rc_buffer_download(w.buf, 0, all, (size_t)w.numel * sizeof *all, &err) == 0);
+    for (int64_t i = 0; all && i < w.numel; i++) /* away from the initialisation: every term counts */
+        all[i] += (float)(0.05 * rc_rng_normal(&r));
+    CHECK(all && rc_buffer_upload(w.buf, 0, all, (size_t)w.numel * sizeof *all, &err) == 0);
+    free(all);
     int32_t ids[B * T], tg[B * T], enc[B * T];
     for (int i = 0; i < B * T; i++) {
         ids[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)c.vocab_size);
@@ -168,17 +197,14 @@ static void check_family(const char *preset, rc_mesh *m, int overrides)
         in.enc_ids = rc_input(g, "enc_ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *targets = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *loss = rc_cross_entropy(g, rci_nn_model_logits(g, &c, &w, p, &in), targets, -100);
-    rc_tensor_bind(in.ids, ids);
-    rc_tensor_bind(targets, tg);
-    if (in.enc_ids)
-        rc_tensor_bind(in.enc_ids, enc);
+    const feed inputs[3] = {{"ids", ids}, {"targets", tg}, {"enc_ids", enc}};
     /* the user's overrides: an MLP input layer kept whole, an output projection split on
      * its outputs instead of its inputs, the tied embedding kept whole */
     static const rc_shard_override ov[] = {{"transformer.h.0.mlp.c_fc.weight", -1, 0},
                                            {"transformer.h.1.mlp.c_proj.weight", 1, 0},
                                            {"transformer.wte.weight", -1, 0}};
     int n_ov = overrides && c.type == RC_MODEL_GPT2 ? 3 : 0;
-    compare_sharded(n_ov ? "gpt2+override" : preset, g, loss, p, &w, m, ov, n_ov);
+    compare_sharded(n_ov ? "gpt2+override" : preset, g, loss, p, &w, m, ov, n_ov, inputs, 3);
     free(p);
     rci_nn_weights_free(&w);
 }
@@ -188,12 +214,14 @@ static void user_weights(nn_weights *w, const char *const *names, const int64_t 
 {
     for (int i = 0; i < n; i++)
         rci_nn_weights_add(w, names[i], shapes[i][2] ? 3 : shapes[i][1] ? 2 : 1, shapes[i]);
-    rci_nn_weights_alloc(w);
+    CHECK(rci_nn_weights_alloc(w, rc_backend_cpu(), NULL) == 0);
     rc_rng r = rc_rng_new(21);
     for (int i = 0; i < w->n; i++) {
-        float *x = rci_nn_weights_get(w, i);
-        for (int64_t j = 0; j < w->p[i].numel; j++)
+        float *x = malloc((size_t)w->p[i].numel * sizeof *x);
+        for (int64_t j = 0; x && j < w->p[i].numel; j++)
             x[j] = strstr(w->p[i].name, "norm") ? 1.0f + 0.1f * (float)rc_rng_normal(&r) : 0.2f * (float)rc_rng_normal(&r);
+        CHECK(x && rci_nn_weights_write(w, i, x, NULL) == 0);
+        free(x);
     }
 }
 
@@ -213,9 +241,8 @@ static void check_mlp(rc_mesh *m)
     for (int i = 0; i < 8; i++)
         y[i] = (int32_t)(rc_rng_next_u64(&r) % UM_MLP_CLASSES);
     rc_tensor *xi = rc_input(g, "x", RC_F32, 2, (int64_t[]){8, UM_MLP_IN}), *yi = rc_input(g, "y", RC_I32, 1, (int64_t[]){8});
-    rc_tensor_bind(xi, x);
-    rc_tensor_bind(yi, y);
-    compare_sharded("user MLP", g, um_mlp_loss(g, p, xi, yi), p, &w, m, NULL, 0);
+    const feed inputs[2] = {{"x", x}, {"y", y}};
+    compare_sharded("user MLP", g, um_mlp_loss(g, p, xi, yi), p, &w, m, NULL, 0, inputs, 2);
     rci_nn_weights_free(&w);
 }
 
@@ -239,10 +266,10 @@ static void check_image_to_text(rc_mesh *m)
     rc_tensor *im = rc_input(g, "image", RC_F32, 4, (int64_t[]){B, 3, 8, 8});
     rc_tensor *ti = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, UM_TT});
     rc_tensor *tt = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, UM_TT});
-    rc_tensor_bind(im, img), rc_tensor_bind(ti, ids), rc_tensor_bind(tt, tg);
+    const feed inputs[3] = {{"image", img}, {"ids", ids}, {"targets", tg}};
     rc_tensor *loss = um_i2t_loss(g, p, im, ti, tt);
     CHECKF(!rc_graph_error(g), "image to text: %s", rc_graph_error(g));
-    compare_sharded("image2text", g, loss, p, &w, m, NULL, 0);
+    compare_sharded("image2text", g, loss, p, &w, m, NULL, 0, inputs, 3);
     rci_nn_weights_free(&w);
 }
 

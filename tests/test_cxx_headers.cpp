@@ -41,17 +41,17 @@ int main()
     rc_tensor *dw = NULL;
     rc_backward(g, loss, &wp, 1, &dw);
     check(rc_graph_error(g) == NULL, "graph records without error");
-    rc_tensor_bind(xi, x);
-    rc_tensor_bind(yi, y);
-    rc_tensor_bind(wp, w);
     rc_tensor *outs[2] = {loss, dw};
     rc_error err = {};
     rc_plan *plan = rc_plan_new(g, outs, 2, &err);
-    check(plan && rc_plan_run(plan, &err) == 0, "plan runs");
+    check(plan && rc_plan_set_input(plan, xi, x, &err) == 0 && rc_plan_set_input(plan, yi, y, &err) == 0 &&
+              rc_plan_set_input(plan, wp, w, &err) == 0 && rc_plan_run(plan, &err) == 0,
+          "plan runs");
     // loss = mean((x - 2x)^2) = mean(x^2) = 7.5; dloss/dw = mean(2 (w - 2) x^2) = -15
+    float l = 0, g_w = 0;
     if (plan) {
-        check(std::fabs(*(float *)rc_tensor_data(loss) - 7.5f) < 1e-5f, "loss is 7.5");
-        check(std::fabs(*(float *)rc_tensor_data(dw) + 15.0f) < 1e-4f, "gradient is -15");
+        check(rc_plan_read(plan, loss, &l, &err) == 0 && std::fabs(l - 7.5f) < 1e-5f, "loss is 7.5");
+        check(rc_plan_read(plan, dw, &g_w, &err) == 0 && std::fabs(g_w + 15.0f) < 1e-4f, "gradient is -15");
     }
     rc_plan_free(plan);
     rc_graph_free(g);

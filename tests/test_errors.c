@@ -172,17 +172,21 @@ static void test_run_errors(void)
     rc_error err = {0};
     rc_plan *p = rc_plan_new(g, &y, 1, &err);
     CHECK(p != NULL);
-    /* an unbound leaf is named */
+    /* a leaf whose values were never set is named */
     CHECK(rc_plan_run(p, &err) == -1);
     CHECKF(check_has(err.msg, "'x'") && check_has(err.msg, "no data"), "%s", err.msg);
-    rc_tensor_bind(table, tdata);
-    rc_tensor_bind(ids, idata);
+    /* ... also when the other one was set */
     err = (rc_error){0};
+    CHECKF(p && rc_plan_set_input(p, ids, idata, &err) == 0, "%s", err.msg);
+    CHECK(rc_plan_run(p, &err) == -1);
+    CHECKF(check_has(err.msg, "'x'") && check_has(err.msg, "no data"), "%s", err.msg);
+    err = (rc_error){0};
+    CHECKF(p && rc_plan_set_input(p, table, tdata, &err) == 0, "%s", err.msg);
     CHECK(rc_plan_run(p, &err) == -1);
     CHECKF(err.code == RC_ERR_INDEX && check_has(err.msg, "embedding") && check_has(err.msg, "10"), "%s", err.msg);
     idata[1] = 4;
     err = (rc_error){0};
-    CHECKF(rc_plan_run(p, &err) == 0, "%s", err.msg);
+    CHECKF(p && rc_plan_set_input(p, ids, idata, &err) == 0 && rc_plan_run(p, &err) == 0, "%s", err.msg);
     rc_plan_free(p);
     rc_graph_free(g);
 
@@ -192,10 +196,10 @@ static void test_run_errors(void)
     rc_tensor *l = rc_cross_entropy(g, logits, t, -100);
     float ldata[6] = {0};
     int32_t tdat[2] = {0, 3};
-    rc_tensor_bind(logits, ldata);
-    rc_tensor_bind(t, tdat);
     p = rc_plan_new(g, &l, 1, &err);
     err = (rc_error){0};
+    CHECKF(p && rc_plan_set_input(p, logits, ldata, &err) == 0 && rc_plan_set_input(p, t, tdat, &err) == 0,
+           "%s", err.msg);
     CHECK(p && rc_plan_run(p, &err) == -1);
     CHECKF(err.code == RC_ERR_INDEX && check_has(err.msg, "cross_entropy") && check_has(err.msg, "3"), "%s", err.msg);
     rc_plan_free(p);

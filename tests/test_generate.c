@@ -41,12 +41,14 @@ static float *full_forward_last(rc_model *m, const int32_t *ids, int64_t n)
     rc_plan *p = rc_graph_error(g) ? NULL : rc_plan_new(g, &l, 1, &err);
     float *out = NULL;
     int64_t V = m->config.vocab_size;
-    if (p && rc_plan_run(p, &err) == 0) {
+    float *all = malloc((size_t)(n * V) * sizeof *all);
+    if (p && all && rc_plan_run(p, &err) == 0 && rc_plan_read(p, l, all, &err) == 0) {
         out = malloc((size_t)V * sizeof *out);
-        memcpy(out, (float *)rc_tensor_data(l) + (n - 1) * V, (size_t)V * sizeof *out);
+        memcpy(out, all + (n - 1) * V, (size_t)V * sizeof *out);
     } else {
         fprintf(stderr, "forward: %s %s\n", rc_graph_error(g) ? rc_graph_error(g) : "", err.msg);
     }
+    free(all);
     rc_plan_free(p);
     rc_graph_free(g); /* a new graph at the same address must not see stale leaves */
     return out;
@@ -59,10 +61,18 @@ static rc_model *make(const char *preset, uint64_t seed, rc_error *err)
     rc_model *m = rc_model_create(preset, seed, err);
     if (!m)
         return NULL;
-    float *w = rc_params_data(m->params);
+    float *w = check_params_flat(m->params);
+    size_t at;
+    rc_buffer *buf = rc_params_buffer(m->params, 0, &at);
     rc_rng r = rc_rng_new(seed + 1000);
-    for (int64_t i = 0; i < rc_params_numel(m->params); i++)
+    for (int64_t i = 0; w && i < rc_params_numel(m->params); i++)
         w[i] += (float)(0.15 * rc_rng_normal(&r));
+    if (!w || !buf || rc_buffer_upload(buf, at, w, (size_t)rc_params_numel(m->params) * sizeof *w, err)) {
+        free(w);
+        rc_model_free(m);
+        return NULL;
+    }
+    free(w);
     return m;
 }
 

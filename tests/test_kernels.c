@@ -1,12 +1,15 @@
 /* test_kernels.c - the CPU kernels against naive reference loops.
  *
  * Nodes are built by hand (no graph): a zeroed rc_tensor with op, dtype, shape, src and
- * params set, data allocated here, then rci_cpu_run. References are computed in double
- * from the same (rounded) input values. Every test runs in f32 and f64, and the whole
- * suite runs once on one thread and once on three, so both the serial and the threaded
- * paths are covered. */
+ * params set, its values in host memory kept beside it here. A run copies the inputs into
+ * CPU backend buffers, runs the node through the backend's run_node, and copies the output
+ * back (poisoned before the run: kernels must write every element). References are
+ * computed in double from the same (rounded) input values. Every test runs in f32 and
+ * f64, and the whole suite runs once on one thread and once on three, so both the serial
+ * and the threaded paths are covered. */
 #include "check.h"
 #include "internal.h"
+#include "backend.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -14,34 +17,43 @@
 
 /* ---- hand-built tensors ------------------------------------------------------------------ */
 
+/* Hand-built node live[i] (its id is i) and its host values live_data[i]. */
 enum { MAX_LIVE = 1024 };
 static rc_tensor *live[MAX_LIVE];
+static void *live_data[MAX_LIVE];
 static int nlive;
 static rc_error err;
 
 static void free_all(void)
 {
     for (int i = 0; i < nlive; i++) {
-        free(live[i]->data);
+        free(live_data[i]);
         free(live[i]);
     }
     nlive = 0;
 }
 
+/* The host values of hand-built tensor t. */
+static void *data_of(const rc_tensor *t)
+{
+    return live_data[t->id];
+}
+
 static rc_tensor *mk(rc_dtype t, int ndim, const int64_t *shape)
 {
+    if (nlive == MAX_LIVE) {
+        fprintf(stderr, "test_kernels: more than %d live tensors\n", MAX_LIVE);
+        exit(1);
+    }
     rc_tensor *x = calloc(1, sizeof *x);
+    x->id = nlive;
     x->dtype = t;
     x->ndim = ndim;
     for (int i = 0; i < ndim; i++)
         x->shape[i] = shape[i];
     size_t nb = rc_tensor_nbytes(x);
-    x->data = malloc(nb ? nb : 1);
-    if (nlive == MAX_LIVE) {
-        fprintf(stderr, "test_kernels: more than %d live tensors\n", MAX_LIVE);
-        exit(1);
-    }
-    live[nlive++] = x;
+    live[nlive] = x;
+    live_data[nlive++] = malloc(nb ? nb : 1);
     return x;
 }
 
@@ -56,25 +68,25 @@ static rc_tensor *node(rc_op op, rc_dtype t, int ndim, const int64_t *shape, int
     y->src[1] = b;
     y->src[2] = c;
     /* poison the output: kernels must write every element */
-    memset(y->data, 0x7f, rc_tensor_nbytes(y));
+    memset(data_of(y), 0x7f, rc_tensor_nbytes(y));
     return y;
 }
 
 static double get(const rc_tensor *t, int64_t i)
 {
     switch (t->dtype) {
-    case RC_F32: return ((const float *)t->data)[i];
-    case RC_F64: return ((const double *)t->data)[i];
-    default: return ((const int32_t *)t->data)[i];
+    case RC_F32: return ((const float *)data_of(t))[i];
+    case RC_F64: return ((const double *)data_of(t))[i];
+    default: return ((const int32_t *)data_of(t))[i];
     }
 }
 
 static void set(rc_tensor *t, int64_t i, double v)
 {
     switch (t->dtype) {
-    case RC_F32: ((float *)t->data)[i] = (float)v; break;
-    case RC_F64: ((double *)t->data)[i] = v; break;
-    default: ((int32_t *)t->data)[i] = (int32_t)v; break;
+    case RC_F32: ((float *)data_of(t))[i] = (float)v; break;
+    case RC_F64: ((double *)data_of(t))[i] = v; break;
+    default: ((int32_t *)data_of(t))[i] = (int32_t)v; break;
     }
 }
 
@@ -97,19 +109,63 @@ static rc_tensor *rnd(rc_dtype t, int ndim, const int64_t *shape, double lo, dou
     return x;
 }
 
-static int run(rc_tensor *y)
+/* A CPU buffer holding a copy of t's host values (NULL with e set on failure). */
+static rc_buffer *buffer_of(const rc_tensor *t, rc_error *e)
+{
+    size_t nb = rc_tensor_nbytes(t);
+    rc_buffer *b = rc_buffer_new(rc_backend_cpu(), nb ? nb : 1, e);
+    if (b && rc_buffer_upload(b, 0, data_of(t), nb, e)) {
+        rc_buffer_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* Runs node y on the CPU backend with the per-run key run_key (dropout's): its inputs'
+ * and its own (poisoned) values copied into buffers, its output copied back. */
+static int run_node(rc_tensor *y, uint64_t run_key, rc_error *e)
+{
+    rc_backend *be = rc_backend_cpu();
+    rc_buffer *bufs[1 + RC_MAX_SRC] = {0};
+    rci_node_run r = {.node = y, .run_key = run_key};
+    int rc = -1;
+    if (!(bufs[0] = buffer_of(y, e)))
+        goto done;
+    r.out = (rci_mem){bufs[0], 0};
+    for (int k = 0; k < y->nsrc; k++) {
+        if (!y->src[k])
+            continue;
+        if (!(bufs[1 + k] = buffer_of(y->src[k], e)))
+            goto done;
+        r.in[k] = (rci_mem){bufs[1 + k], 0};
+    }
+    rc = be->run_node(be, &r, e);
+    if (rc == 0)
+        rc = rc_buffer_download(bufs[0], 0, data_of(y), rc_tensor_nbytes(y), e);
+done:
+    for (int k = 0; k < 1 + RC_MAX_SRC; k++)
+        rc_buffer_free(bufs[k]);
+    return rc;
+}
+
+static int run_keyed(rc_tensor *y, uint64_t run_key)
 {
     memset(&err, 0, sizeof err);
-    int rc = rci_cpu_run(y, &err);
+    int rc = run_node(y, run_key, &err);
     CHECKF(rc == 0, "%s %s failed: %s", rc_op_name(y->op), rc_dtype_name(y->dtype), err.msg);
     return rc;
+}
+
+static int run(rc_tensor *y)
+{
+    return run_keyed(y, 0);
 }
 
 /* run y expecting failure with `code` and a message naming the op and `needle` */
 static void run_fails(rc_tensor *y, int code, const char *needle)
 {
     memset(&err, 0, sizeof err);
-    int rc = rci_cpu_run(y, &err);
+    int rc = run_node(y, 0, &err);
     CHECKF(rc == -1 && err.code == code, "%s: rc %d code %d (%s)", rc_op_name(y->op), rc, err.code,
            err.msg);
     CHECKF(strstr(err.msg, rc_op_name(y->op)) != NULL, "message '%s' should name %s", err.msg,
@@ -556,7 +612,7 @@ static void test_norms(rc_dtype t)
 static rc_tensor *ids_tensor(int nd, const int64_t *shape, const int32_t *v)
 {
     rc_tensor *x = mk(RC_I32, nd, shape);
-    memcpy(x->data, v, rc_tensor_nbytes(x));
+    memcpy(data_of(x), v, rc_tensor_nbytes(x));
     return x;
 }
 
@@ -564,7 +620,7 @@ static rc_tensor *rnd_ids(int nd, const int64_t *shape, int64_t n)
 {
     rc_tensor *x = mk(RC_I32, nd, shape);
     for (int64_t i = 0; i < rc_tensor_numel(x); i++)
-        ((int32_t *)x->data)[i] = (int32_t)urand(0, (double)n);
+        ((int32_t *)data_of(x))[i] = (int32_t)urand(0, (double)n);
     return x;
 }
 
@@ -869,9 +925,7 @@ static void test_dropout(rc_dtype t)
         y->iparam[1] = (int32_t)(uint32_t)(key >> 32);
         y->fparam[0] = 0.3;
         uint64_t run_key = 0x1122334455667788ull; /* the plan's per-run key, mixed in */
-        y->iparam[2] = (int32_t)(uint32_t)(run_key & 0xffffffffu);
-        y->iparam[3] = (int32_t)(uint32_t)(run_key >> 32);
-        if (run(y))
+        if (run_keyed(y, run_key))
             continue;
         double *ref = ref_buf(y);
         int64_t kept = 0;
@@ -1189,7 +1243,7 @@ static void test_errors(void)
     run_fails(y, RC_ERR_SHAPE, "[4]");
     y = node(RC_OP_COUNT, RC_F64, 1, S(4), 0, NULL, NULL, NULL);
     memset(&err, 0, sizeof err);
-    CHECK(rci_cpu_run(y, &err) == -1 && err.code == RC_ERR_UNSUPPORTED);
+    CHECK(run_node(y, 0, &err) == -1 && err.code == RC_ERR_UNSUPPORTED);
     free_all();
 }
 

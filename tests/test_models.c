@@ -67,13 +67,35 @@ static float *ref_f32(rc_safetensors *ref, const char *name, int64_t numel)
     return x;
 }
 
+/* t's values after a run, copied out (malloc'ed; NULL on failure) */
+static float *values(rc_plan *p, const rc_tensor *t)
+{
+    float *x = malloc(rc_tensor_nbytes(t) ? rc_tensor_nbytes(t) : 1);
+    if (x && rc_plan_read(p, t, x, NULL)) {
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
+/* every weight copied out, flat */
+static float *weights_flat(const nn_weights *w)
+{
+    float *x = malloc((size_t)(w->numel ? w->numel : 1) * sizeof *x);
+    if (x && rc_buffer_download(w->buf, 0, x, (size_t)w->numel * sizeof *x, NULL)) {
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
 static int compare(const char *dir)
 {
     rc_model_config c;
     nn_weights w;
     rc_error err = {0};
     char path[4096];
-    if (rci_nn_model_load(dir, &c, &w, &err)) {
+    if (rci_nn_model_load(dir, &c, &w, rc_backend_cpu(), &err)) {
         fprintf(stderr, "load: %s\n", err.msg);
         return 1;
     }
@@ -99,12 +121,15 @@ static int compare(const char *dir)
     if (plan && rc_plan_run(plan, &err) == 0) {
         int64_t n = rc_tensor_numel(logits);
         float *want = ref_f32(ref, "logits", n), *want_loss = ref_f32(ref, "loss", 1);
-        double e = want ? rel_err(rc_tensor_data(logits), want, n) : INFINITY;
-        double el = want_loss ? rel_err(rc_tensor_data(loss), want_loss, 1) : INFINITY;
+        float *got = values(plan, logits), *got_loss = values(plan, loss);
+        double e = want && got ? rel_err(got, want, n) : INFINITY;
+        double el = want_loss && got_loss ? rel_err(got_loss, want_loss, 1) : INFINITY;
         CHECKF(e < 1e-5, "%s logits: relative error %.3g", c.model_type, e);
         CHECKF(el < 1e-5, "%s loss: relative error %.3g", c.model_type, el);
         printf("%s: logits %s rel err %.2e, loss %.6f rel err %.2e\n", dir, c.model_type, e,
-               *(float *)rc_tensor_data(loss), el);
+               got_loss ? got_loss[0] : NAN, el);
+        free(got);
+        free(got_loss);
         double worst = 0, scale = 0;
         const char *worst_name = "";
         float **want_grads = calloc((size_t)w.n, sizeof *want_grads);
@@ -116,9 +141,9 @@ static int compare(const char *dir)
                 scale = fmax(scale, max_abs(want_grads[i], w.p[i].numel));
         }
         for (int i = 0; i < w.n; i++) {
-            float *gw = want_grads[i];
-            double eg = gw ? rel_err_floor(rc_tensor_data(grads[i]), gw, w.p[i].numel, 1e-3 * scale)
-                           : INFINITY;
+            float *gw = want_grads[i], *gg = values(plan, grads[i]);
+            double eg = gw && gg ? rel_err_floor(gg, gw, w.p[i].numel, 1e-3 * scale) : INFINITY;
+            free(gg);
             CHECKF(eg < 1e-4, "gradient of %s: relative error %.3g%s", w.p[i].name, eg,
                    gw ? "" : " (missing from the reference)");
             if (eg > worst) {
@@ -147,7 +172,7 @@ static int resave(const char *dir, const char *out)
     rc_model_config c;
     nn_weights w;
     rc_error err = {0};
-    if (rci_nn_model_load(dir, &c, &w, &err) || rci_nn_model_save(out, &c, &w, &err)) {
+    if (rci_nn_model_load(dir, &c, &w, rc_backend_cpu(), &err) || rci_nn_model_save(out, &c, &w, &err)) {
         fprintf(stderr, "resave: %s\n", err.msg);
         return 1;
     }
@@ -162,11 +187,11 @@ static int make_model(const char *preset, rc_model_config *c, nn_weights *w)
 {
     rc_error err = {0};
     memset(w, 0, sizeof *w);
-    if (rc_config_preset(preset, c, &err) || rci_nn_model_weights(c, w, &err) || rci_nn_weights_alloc(w)) {
+    if (rc_config_preset(preset, c, &err) || rci_nn_model_weights(c, w, &err) ||
+        rci_nn_weights_alloc(w, rc_backend_cpu(), &err) || rci_nn_model_init(c, w, 7, &err)) {
         CHECKF(0, "%s: %s", preset, err.msg);
         return -1;
     }
-    rci_nn_model_init(c, w, 7);
     return 0;
 }
 
@@ -182,15 +207,17 @@ static void test_round_trip(const char *tmp)
         if (make_model(tiny[k], &c, &w))
             continue;
         CHECKF(rci_nn_model_save(dir, &c, &w, &err) == 0, "%s", err.msg);
-        CHECKF(rci_nn_model_load(dir, &c2, &w2, &err) == 0, "%s", err.msg);
+        CHECKF(rci_nn_model_load(dir, &c2, &w2, rc_backend_cpu(), &err) == 0, "%s", err.msg);
         if (err.code) {
             rci_nn_weights_free(&w);
             continue;
         }
         CHECK(c2.type == c.type && c2.d_model == c.d_model && c2.n_layer == c.n_layer &&
               c2.n_kv_head == c.n_kv_head && c2.vocab_size == c.vocab_size);
-        CHECK(w2.n == w.n && w2.numel == w.numel &&
-              !memcmp(w2.data, w.data, (size_t)w.numel * sizeof *w.data));
+        float *a = weights_flat(&w), *b = weights_flat(&w2);
+        CHECK(a && b && w2.n == w.n && w2.numel == w.numel && !memcmp(a, b, (size_t)w.numel * sizeof *a));
+        free(a);
+        free(b);
         rci_nn_weights_free(&w);
         rci_nn_weights_free(&w2);
     }
@@ -223,7 +250,10 @@ static void test_kv_cache(void)
         rc_plan *plan = rc_graph_error(g) ? NULL : rc_plan_new(g, outs, 2, &err);
         if (plan && rc_plan_run(plan, &err) == 0) {
             int64_t v = c.vocab_size;
-            double e = rel_err((float *)rc_tensor_data(ls), (float *)rc_tensor_data(lf) + (T - 1) * v, v);
+            float *vs = values(plan, ls), *vf = values(plan, lf);
+            double e = vs && vf ? rel_err(vs, vf + (T - 1) * v, v) : INFINITY;
+            free(vs);
+            free(vf);
             CHECKF(e < 1e-5, "%s: cached decoding differs by %.3g", tiny[k], e);
         } else {
             CHECKF(0, "%s: %s", tiny[k], err.msg);
@@ -256,7 +286,7 @@ static void test_load_errors(const char *tmp)
     const float *data[2] = {zeros, zeros};
     /* only one tensor: everything else is missing */
     CHECK(rc_safetensors_write(path, 1, names, ndims, shapes, data, 0, NULL, &err) == 0);
-    CHECK(rci_nn_model_load(dir, &c2, &w2, &err) == -1 && strstr(err.msg, "missing") &&
+    CHECK(rci_nn_model_load(dir, &c2, &w2, rc_backend_cpu(), &err) == -1 && strstr(err.msg, "missing") &&
           strstr(err.msg, "wpe.weight"));
     /* a wrong shape */
     err = (rc_error){0};
@@ -266,10 +296,10 @@ static void test_load_errors(const char *tmp)
     wide.n_head = 1;
     wide.head_dim = wide.d_model;
     nn_weights ww = {0};
-    CHECK(rci_nn_model_weights(&wide, &ww, &err) == 0 && rci_nn_weights_alloc(&ww) == 0);
+    CHECK(rci_nn_model_weights(&wide, &ww, &err) == 0 && rci_nn_weights_alloc(&ww, rc_backend_cpu(), &err) == 0);
     CHECK(rci_nn_model_save(path, &c, &ww, &err) == 0); /* config of c, tensors of `wide` */
     err = (rc_error){0};
-    CHECK(rci_nn_model_load(path, &c2, &w2, &err) == -1 && strstr(err.msg, "shape") &&
+    CHECK(rci_nn_model_load(path, &c2, &w2, rc_backend_cpu(), &err) == -1 && strstr(err.msg, "shape") &&
           strstr(err.msg, "transformer.wte.weight") && strstr(err.msg, "model.safetensors"));
     /* an extra tensor the model does not use */
     snprintf(path, sizeof path, "%s/extra", tmp);
@@ -282,7 +312,7 @@ static void test_load_errors(const char *tmp)
     plus.n = w.n + 1;
     CHECK(rci_nn_model_save(path, &c, &plus, &err) == 0);
     err = (rc_error){0};
-    CHECK(rci_nn_model_load(path, &c2, &w2, &err) == -1 && strstr(err.msg, "mystery"));
+    CHECK(rci_nn_model_load(path, &c2, &w2, rc_backend_cpu(), &err) == -1 && strstr(err.msg, "mystery"));
     free(plus.p);
     free(zeros);
     rci_nn_weights_free(&ww);

@@ -1,5 +1,7 @@
 /* test_plan.c - the executor: liveness reuses memory, views alias without copies, outputs
- * survive, leaves rebind between runs, and a run allocates nothing. */
+ * survive, inputs are set between runs, a run allocates nothing, two plans over one graph
+ * keep their own memory, leaves bound to buffers, and the errors of reads, inputs and
+ * unsupported dtypes. */
 #include "check.h"
 #include "redco.h"
 
@@ -35,14 +37,16 @@ static void test_liveness_reuse(void)
     float *xd = malloc(N * sizeof(float));
     for (int i = 0; i < N; i++)
         xd[i] = (float)i / N;
-    rc_tensor_bind(x, xd);
-    CHECK(rc_plan_run(p, &err) == 0);
+    float *yd = malloc(N * sizeof(float));
+    CHECKF(p && rc_plan_set_input(p, x, xd, &err) == 0 && rc_plan_run(p, &err) == 0 &&
+           rc_plan_read(p, y, yd, &err) == 0, "%s", err.msg);
     double v = xd[N - 1];
     for (int i = 0; i < DEPTH; i++)
         v = tanh(0.9 * v + 0.01);
-    CHECKF(fabs(((float *)rc_tensor_data(y))[N - 1] - v) < 1e-5, "%g vs %g", ((float *)rc_tensor_data(y))[N - 1], v);
+    CHECKF(fabs(yd[N - 1] - v) < 1e-5, "%g vs %g", yd[N - 1], v);
     printf("chain of %d ops: arena %zu bytes, %zu without reuse\n", 2 * DEPTH, st.peak_bytes, st.naive_bytes);
     free(xd);
+    free(yd);
     rc_plan_free(p);
     rc_graph_free(g);
 }
@@ -63,21 +67,27 @@ static void test_views_and_outputs(void)
     float xd[24];
     for (int i = 0; i < 24; i++)
         xd[i] = 0.1f * (float)i;
-    rc_tensor_bind(x, xd);
-    CHECK(p && rc_plan_run(p, &err) == 0);
-    CHECK((char *)rc_tensor_data(s) == (char *)rc_tensor_data(e) + 12 * sizeof(float));
-    const float *ed = rc_tensor_data(e), *cd = rc_tensor_data(c);
+    CHECKF(p && rc_plan_set_input(p, x, xd, &err) == 0 && rc_plan_run(p, &err) == 0, "%s", err.msg);
+    /* the view is e's memory 12 floats in: the same buffer, no copy */
+    rc_buffer *sb = NULL, *eb = NULL;
+    size_t so = 0, eo = 0;
+    CHECK(rc_plan_memory(p, s, &sb, &so) == 0 && rc_plan_memory(p, e, &eb, &eo) == 0);
+    CHECK(sb && sb == eb && so == eo + 12 * sizeof(float));
+    float ed[24] = {0}, cd[8] = {0}, od = 0, sd[12] = {0};
+    CHECKF(rc_plan_read(p, e, ed, &err) == 0 && rc_plan_read(p, c, cd, &err) == 0 &&
+           rc_plan_read(p, out, &od, &err) == 0 && rc_plan_read(p, s, sd, &err) == 0, "%s", err.msg);
     double want = 0;
     for (int i = 12; i < 24; i++)
         want += tanh(exp(0.1 * i));
-    CHECKF(fabs(*(float *)rc_tensor_data(out) - want) < 1e-4, "%g vs %g", *(float *)rc_tensor_data(out), want);
+    CHECKF(fabs(od - want) < 1e-4, "%g vs %g", od, want);
     CHECK(fabsf(ed[5] - expf(0.5f)) < 1e-5f);          /* an intermediate kept as output */
     CHECK(cd[0] == xd[2] && cd[1] == xd[3] && cd[2] == xd[8]);
-    /* rebinding a leaf between runs */
+    CHECK(sd[0] == ed[12] && sd[11] == ed[23]);        /* a view of an output reads */
+    /* new input values between runs */
     float xd2[24] = {0};
-    rc_tensor_bind(x, xd2);
-    CHECK(rc_plan_run(p, &err) == 0);
-    CHECKF(fabs(*(float *)rc_tensor_data(out) - 12 * tanh(1.0)) < 1e-4, "%g", *(float *)rc_tensor_data(out));
+    CHECKF(rc_plan_set_input(p, x, xd2, &err) == 0 && rc_plan_run(p, &err) == 0 &&
+           rc_plan_read(p, out, &od, &err) == 0, "%s", err.msg);
+    CHECKF(fabs(od - 12 * tanh(1.0)) < 1e-4, "%g", od);
     rc_plan_free(p);
     rc_graph_free(g);
 }
@@ -97,12 +107,14 @@ static void test_no_allocation_in_run(void)
     float *xd = calloc(4 * 32 * 64, sizeof(float)), *wd = calloc(64 * 64, sizeof(float));
     for (int i = 0; i < 64 * 64; i++)
         wd[i] = 0.01f * (float)(i % 7);
-    rc_tensor_bind(x, xd);
-    rc_tensor_bind(w, wd);
-    CHECK(p && rc_plan_run(p, &err) == 0); /* warm-up: thread pools start here */
+    /* warm-up: thread pools start here, and the inputs get their memory */
+    CHECKF(p && rc_plan_set_input(p, x, xd, &err) == 0 && rc_plan_set_input(p, w, wd, &err) == 0 &&
+           rc_plan_run(p, &err) == 0, "%s", err.msg);
     long before = heap_calls;
-    for (int i = 0; i < 5; i++)
-        CHECK(rc_plan_run(p, &err) == 0);
+    float l = 0;
+    for (int i = 0; i < 5; i++) /* a training step's calls: inputs in, run, results out */
+        CHECK(rc_plan_set_input(p, x, xd, &err) == 0 && rc_plan_set_input(p, w, wd, &err) == 0 &&
+              rc_plan_run(p, &err) == 0 && rc_plan_read(p, loss, &l, &err) == 0);
     CHECKF(heap_calls == before, "%ld heap calls in 5 runs", heap_calls - before);
     free(xd);
     free(wd);
@@ -117,15 +129,251 @@ static void test_exp_edges(void)
     float x[N] = {-1000.0f, -88.0f, -80.0f, -1.0f, 0.0f, 1.0f, 80.0f, 89.0f, NAN};
     rc_graph *g = rc_graph_new();
     rc_tensor *in = rc_input(g, "x", RC_F32, 1, (int64_t[]){N}), *y = rc_exp(g, in);
-    rc_tensor_bind(in, x);
     rc_error err = {0};
     rc_plan *p = rc_plan_new(g, &y, 1, &err);
-    CHECK(p && rc_plan_run(p, &err) == 0);
-    const float *e = p ? rc_tensor_data(y) : x;
+    float e[N] = {0};
+    CHECKF(p && rc_plan_set_input(p, in, x, &err) == 0 && rc_plan_run(p, &err) == 0 &&
+           rc_plan_read(p, y, e, &err) == 0, "%s", err.msg);
     CHECK(e[0] == 0.0f && e[1] == 0.0f && isinf(e[7]) && isnan(e[8]));
     for (int i = 2; i < 7; i++)
         CHECKF(fabs(e[i] / exp((double)x[i]) - 1) < 3e-7, "exp(%g) = %.9g", x[i], e[i]);
     rc_plan_free(p);
+    rc_graph_free(g);
+}
+
+/* ---- two plans over one graph ------------------------------------------------------------ */
+
+enum { MN = 4, MD = 3, MH = 5, MO = 2 };             /* rows, inputs, hidden, outputs */
+enum { W1_AT = 0, B1_AT = MD * MH, W2_AT = MD * MH + MH, MLP_PARAMS = MD * MH + MH + MH * MO };
+
+/* The reference in double: logits o = tanh(x w1 + b1) w2 [MN, MO], loss = mean((o - y)^2) and
+ * its gradient g (laid out as the parameters w). y and g may be NULL (logits only). */
+static double mlp_ref(const float *w, const float *x, const float *y, double *o, double *g)
+{
+    double h[MN][MH], loss = 0, dout[MN][MO];
+    for (int n = 0; n < MN; n++)
+        for (int j = 0; j < MH; j++) {
+            double z = w[B1_AT + j];
+            for (int i = 0; i < MD; i++)
+                z += (double)x[n * MD + i] * w[W1_AT + i * MH + j];
+            h[n][j] = tanh(z);
+        }
+    for (int n = 0; n < MN; n++)
+        for (int k = 0; k < MO; k++) {
+            double v = 0;
+            for (int j = 0; j < MH; j++)
+                v += h[n][j] * w[W2_AT + j * MO + k];
+            o[n * MO + k] = v;
+            double d = y ? v - y[n * MO + k] : 0;
+            loss += d * d / (MN * MO);
+            dout[n][k] = 2 * d / (MN * MO);
+        }
+    if (!g || !y)
+        return loss;
+    for (int i = 0; i < MLP_PARAMS; i++)
+        g[i] = 0;
+    for (int n = 0; n < MN; n++)
+        for (int j = 0; j < MH; j++) {
+            double dh = 0;
+            for (int k = 0; k < MO; k++) {
+                g[W2_AT + j * MO + k] += h[n][j] * dout[n][k];
+                dh += dout[n][k] * w[W2_AT + j * MO + k];
+            }
+            double dz = dh * (1 - h[n][j] * h[n][j]);
+            g[B1_AT + j] += dz;
+            for (int i = 0; i < MD; i++)
+                g[W1_AT + i * MH + j] += x[n * MD + i] * dz;
+        }
+    return loss;
+}
+
+static void fill_uniform(float *v, int n, rc_rng *r)
+{
+    for (int i = 0; i < n; i++)
+        v[i] = (float)(2 * rc_rng_uniform(r) - 1);
+}
+
+/* the largest |a - ref| / (1 + |ref|) over n values */
+static double max_err(const float *a, const double *ref, int n)
+{
+    double e = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs(a[i] - ref[i]) / (1 + fabs(ref[i]));
+        e = d > e || isnan(d) ? d : e;
+    }
+    return e;
+}
+
+/* Plan A's results (loss and the gradients, read into one flat array laid out as the
+ * parameters) against the reference for parameters w and inputs x, y. */
+static void check_train(rc_plan *a, rc_tensor *loss, rc_tensor *const *grads, const float *w,
+                        const float *x, const float *y, const char *when)
+{
+    static const int at[3] = {W1_AT, B1_AT, W2_AT};
+    float l = 0, g[MLP_PARAMS] = {0};
+    double o[MN * MO], gref[MLP_PARAMS];
+    rc_error err = {0};
+    int rc = rc_plan_read(a, loss, &l, &err);
+    for (int i = 0; i < 3 && rc == 0; i++)
+        rc = rc_plan_read(a, grads[i], g + at[i], &err);
+    CHECKF(rc == 0, "%s: %s", when, err.msg);
+    double lref = mlp_ref(w, x, y, o, gref);
+    CHECKF(fabs(l - lref) <= 1e-5 * (1 + fabs(lref)), "%s: training plan's loss %.8g, expected %.8g",
+           when, l, lref);
+    double e = max_err(g, gref, MLP_PARAMS);
+    CHECKF(e <= 1e-5, "%s: training plan's gradients off by %.3g", when, e);
+}
+
+static void check_eval(rc_plan *b, rc_tensor *logits, const float *w, const float *x, const char *when)
+{
+    float o[MN * MO] = {0};
+    double oref[MN * MO];
+    rc_error err = {0};
+    CHECKF(rc_plan_read(b, logits, o, &err) == 0, "%s: %s", when, err.msg);
+    mlp_ref(w, x, NULL, oref, NULL);
+    double e = max_err(o, oref, MN * MO);
+    CHECKF(e <= 1e-5, "%s: evaluation plan's logits off by %.3g", when, e);
+}
+
+/* A training plan (loss and gradients) and an evaluation plan (logits) over one graph, run
+ * alternately with different inputs. The parameters are one buffer bound to the graph
+ * (rc_graph_bind): new values uploaded to it reach both plans' next runs with no
+ * rc_plan_set_input. After both plans have run, each one's results are checked against
+ * the host reference; then the training plan runs again without new inputs and both are
+ * checked once more: neither plan's inputs, intermediates or outputs are the other's. */
+static void test_two_plans(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = rc_input(g, "x", RC_F32, 2, (int64_t[]){MN, MD});
+    rc_tensor *y = rc_input(g, "y", RC_F32, 2, (int64_t[]){MN, MO});
+    rc_tensor *w[3] = {rc_param(g, "w1", RC_F32, 2, (int64_t[]){MD, MH}),
+                       rc_param(g, "b1", RC_F32, 1, (int64_t[]){MH}),
+                       rc_param(g, "w2", RC_F32, 2, (int64_t[]){MH, MO})};
+    rc_tensor *h = rc_tanh(g, rc_add(g, rc_matmul(g, x, w[0], 0, 0), w[1]));
+    rc_tensor *logits = rc_matmul(g, h, w[2], 0, 0);
+    rc_tensor *d = rc_sub(g, logits, y);
+    rc_tensor *loss = rc_mean_all(g, rc_mul(g, d, d)), *grads[3];
+    CHECKF(rc_backward(g, loss, w, 3, grads) == 0, "%s", rc_graph_error(g));
+    rc_error err = {0};
+    rc_buffer *params = rc_buffer_new(rc_backend_cpu(), MLP_PARAMS * sizeof(float), &err);
+    CHECKF(params, "%s", err.msg);
+    static const int at[3] = {W1_AT, B1_AT, W2_AT};
+    for (int i = 0; i < 3; i++)
+        CHECK(rc_graph_bind(g, w[i], params, at[i] * sizeof(float)) == 0);
+    rc_tensor *train_outs[4] = {loss, grads[0], grads[1], grads[2]};
+    rc_plan *a = rc_plan_new(g, train_outs, 4, &err);
+    CHECKF(a, "training plan: %s", err.msg);
+    rc_plan *b = rc_plan_new(g, &logits, 1, &err);
+    CHECKF(b, "evaluation plan: %s", err.msg);
+    if (!a || !b || !params)
+        goto done;
+    /* the parameters' memory is the bound buffer in both plans */
+    rc_buffer *mb = NULL;
+    size_t mo = 0;
+    CHECK(rc_plan_memory(a, w[1], &mb, &mo) == 0 && mb == params && mo == B1_AT * sizeof(float));
+    CHECK(rc_plan_memory(b, w[2], &mb, &mo) == 0 && mb == params && mo == W2_AT * sizeof(float));
+
+    rc_rng r = rc_rng_new(42);
+    for (int round = 0; round < 4; round++) {
+        float wv[MLP_PARAMS], xa[MN * MD], ya[MN * MO], xb[MN * MD];
+        fill_uniform(wv, MLP_PARAMS, &r);
+        fill_uniform(xa, MN * MD, &r);
+        fill_uniform(ya, MN * MO, &r);
+        fill_uniform(xb, MN * MD, &r);
+        char when[64];
+        CHECKF(rc_buffer_upload(params, 0, wv, sizeof wv, &err) == 0, "%s", err.msg);
+        CHECKF(rc_plan_set_input(a, x, xa, &err) == 0 && rc_plan_set_input(a, y, ya, &err) == 0 &&
+               rc_plan_run(a, &err) == 0, "round %d, training: %s", round, err.msg);
+        CHECKF(rc_plan_set_input(b, x, xb, &err) == 0 && rc_plan_run(b, &err) == 0,
+               "round %d, evaluation: %s", round, err.msg);
+        snprintf(when, sizeof when, "round %d, after both runs", round);
+        check_train(a, loss, grads, wv, xa, ya, when);
+        check_eval(b, logits, wv, xb, when);
+        /* the training plan again, on the inputs it was given (not the evaluation plan's) */
+        CHECKF(rc_plan_run(a, &err) == 0, "round %d, training again: %s", round, err.msg);
+        snprintf(when, sizeof when, "round %d, training run again", round);
+        check_train(a, loss, grads, wv, xa, ya, when);
+        check_eval(b, logits, wv, xb, when);
+    }
+
+    /* what a plan refuses: an intermediate (its memory is reused), a node of the graph that
+     * is not in the plan (to read or to set) */
+    float buf[MN * MH];
+    err = (rc_error){0};
+    CHECKF(rc_plan_read(a, h, buf, &err) == -1 && err.code == RC_ERR_ARG &&
+           check_has(err.msg, "not an output"), "read of an intermediate: %s", err.msg);
+    err = (rc_error){0};
+    CHECKF(rc_plan_read(b, loss, buf, &err) == -1 && check_has(err.msg, "not a node of this plan"),
+           "read of a node not in the plan: %s", err.msg);
+    err = (rc_error){0};
+    CHECKF(rc_plan_set_input(b, y, buf, &err) == -1 && check_has(err.msg, "y is not a node of this plan"),
+           "set_input on a leaf not in the plan: %s", err.msg);
+    err = (rc_error){0};
+    CHECKF(rc_plan_set_input(a, h, buf, &err) == -1 && check_has(err.msg, "not an input leaf"),
+           "set_input on an intermediate: %s", err.msg);
+done:
+    rc_plan_free(a);
+    rc_plan_free(b);
+    rc_buffer_free(params);
+    rc_graph_free(g);
+}
+
+/* A leaf bound to a buffer for every plan of its graph: values uploaded to the buffer are
+ * what the next run reads, with no rc_plan_set_input; a plan's own binding comes first. */
+static void test_graph_bind(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = rc_input(g, "x", RC_F32, 1, (int64_t[]){3});
+    rc_tensor *y = rc_scale(g, x, 2.0);
+    rc_error err = {0};
+    rc_buffer *xb = rc_buffer_new(rc_backend_cpu(), 8 * sizeof(float), &err);
+    rc_buffer *other = rc_buffer_new(rc_backend_cpu(), 3 * sizeof(float), &err);
+    CHECKF(xb && other, "%s", err.msg);
+    if (!xb || !other)
+        goto done;
+    CHECK(rc_graph_bind(g, x, xb, 4 * sizeof(float)) == 0);
+    CHECK(rc_graph_bind(g, x, xb, 6 * sizeof(float)) == -1); /* past the buffer's end */
+    rc_plan *p = rc_plan_new(g, &y, 1, &err);
+    CHECKF(p, "%s", err.msg);
+    float v1[3] = {1, 2, 3}, v2[3] = {-4, 0.5f, 10}, out[3] = {0};
+    CHECKF(p && rc_buffer_upload(xb, 4 * sizeof(float), v1, sizeof v1, &err) == 0 &&
+           rc_plan_run(p, &err) == 0 && rc_plan_read(p, y, out, &err) == 0, "%s", err.msg);
+    CHECKF(out[0] == 2 && out[1] == 4 && out[2] == 6, "%g %g %g", out[0], out[1], out[2]);
+    CHECKF(p && rc_buffer_upload(xb, 4 * sizeof(float), v2, sizeof v2, &err) == 0 &&
+           rc_plan_run(p, &err) == 0 && rc_plan_read(p, y, out, &err) == 0, "%s", err.msg);
+    CHECKF(out[0] == -8 && out[1] == 1 && out[2] == 20, "%g %g %g", out[0], out[1], out[2]);
+    /* rc_plan_set_input writes into the bound buffer */
+    CHECKF(p && rc_plan_set_input(p, x, v1, &err) == 0, "%s", err.msg);
+    float back[3] = {0};
+    CHECK(rc_buffer_download(xb, 4 * sizeof(float), back, sizeof back, &err) == 0 && back[2] == 3);
+    /* the plan's own binding takes precedence over the graph's */
+    CHECKF(p && rc_buffer_upload(other, 0, v2, sizeof v2, &err) == 0 &&
+           rc_plan_bind(p, x, other, 0, &err) == 0 &&
+           rc_plan_run(p, &err) == 0 && rc_plan_read(p, y, out, &err) == 0, "%s", err.msg);
+    CHECKF(out[0] == -8 && out[1] == 1 && out[2] == 20, "%g %g %g", out[0], out[1], out[2]);
+    rc_plan_free(p);
+done:
+    rc_buffer_free(xb);
+    rc_buffer_free(other);
+    rc_graph_free(g);
+}
+
+/* An op the backend has no kernel for at a dtype is refused when the plan is built,
+ * naming the op, the dtype and the backend. */
+static void test_unsupported_dtype(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = rc_input(g, "x", RC_BF16, 2, (int64_t[]){2, 3});
+    rc_tensor *y = rc_pad(g, x, 0, 1, 4);                  /* the graph accepts it */
+    CHECKF(y && !rc_graph_error(g), "%s", rc_graph_error(g));
+    rc_error err = {0};
+    CHECK(rc_plan_new(g, &y, 1, &err) == NULL);
+    CHECKF(err.code == RC_ERR_UNSUPPORTED && check_has(err.msg, "pad") && check_has(err.msg, "bf16") &&
+           check_has(err.msg, "cpu"), "code %d: %s", err.code, err.msg);
+    err = (rc_error){0};
+    CHECK(rc_plan_new_on(rc_backend_cpu(), g, &y, 1, &err) == NULL);
+    CHECKF(err.code == RC_ERR_UNSUPPORTED && check_has(err.msg, "pad") && check_has(err.msg, "bf16") &&
+           check_has(err.msg, "cpu"), "code %d: %s", err.code, err.msg);
     rc_graph_free(g);
 }
 
@@ -143,6 +391,9 @@ int main(void)
     test_views_and_outputs();
     test_no_allocation_in_run();
     test_exp_edges();
+    test_two_plans();
+    test_graph_bind();
+    test_unsupported_dtype();
     test_threads();
     return check_summary("test_plan");
 }

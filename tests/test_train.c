@@ -34,6 +34,18 @@ static int trainer_plan(trainer *t, const nn_weights *w)
     return t->plan ? 0 : -1;
 }
 
+/* The gradients of the last run copied into grad, laid out as w's buffer (the optimizers
+ * take parameters and gradients at the same element offsets). */
+static int trainer_grads(trainer *t, const nn_weights *w, rc_buffer *grad, float *host)
+{
+    for (int i = 0; i < w->n; i++)
+        if (rc_plan_read(t->plan, t->grads[i], host, NULL) ||
+            rc_buffer_upload(grad, rci_nn_weights_offset(w, i), host,
+                             (size_t)w->p[i].numel * sizeof *host, NULL))
+            return -1;
+    return 0;
+}
+
 static void trainer_free(trainer *t)
 {
     rc_plan_free(t->plan);
@@ -53,19 +65,21 @@ static void test_mlp_sgd(void)
         rci_nn_weights_add(&w, names[i], shapes[i][1] ? 2 : 1, shapes[i]);
         rci_nn_weights_add(&teacher, names[i], shapes[i][1] ? 2 : 1, shapes[i]);
     }
-    rci_nn_weights_alloc(&w);
-    rci_nn_weights_alloc(&teacher);
+    rc_error err = {0};
+    CHECK(rci_nn_weights_alloc(&w, rc_backend_cpu(), &err) == 0);
+    float *start = malloc((size_t)w.numel * sizeof *start), *tw = malloc((size_t)w.numel * sizeof *tw);
     rc_rng rng = rc_rng_new(3);
     for (int64_t i = 0; i < w.numel; i++) {
-        w.data[i] = (float)(0.3 * rc_rng_normal(&rng));
-        teacher.data[i] = (float)(0.8 * rc_rng_normal(&rng));
+        start[i] = (float)(0.3 * rc_rng_normal(&rng));
+        tw[i] = (float)(0.8 * rc_rng_normal(&rng));
     }
+    CHECK(rc_buffer_upload(w.buf, 0, start, (size_t)w.numel * sizeof *start, &err) == 0);
     float x[N * IN], y[N];
     for (int i = 0; i < N * IN; i++)
         x[i] = (float)rc_rng_normal(&rng);
     for (int n = 0; n < N; n++) { /* y = teacher(x) */
-        const float *w1 = rci_nn_weights_get(&teacher, 0), *b1 = rci_nn_weights_get(&teacher, 1);
-        const float *w2 = rci_nn_weights_get(&teacher, 2), *b2 = rci_nn_weights_get(&teacher, 3);
+        const float *w1 = tw + teacher.p[0].offset, *b1 = tw + teacher.p[1].offset;
+        const float *w2 = tw + teacher.p[2].offset, *b2 = tw + teacher.p[3].offset;
         double out = b2[0];
         for (int h = 0; h < HID; h++) {
             double a = b1[h];
@@ -83,24 +97,26 @@ static void test_mlp_sgd(void)
     rc_tensor *h = rc_tanh(t.g, rc_add(t.g, rc_matmul(t.g, xi, t.p[0], 0, 0), t.p[1]));
     rc_tensor *d = rc_sub(t.g, rc_add(t.g, rc_matmul(t.g, h, t.p[2], 0, 0), t.p[3]), yi);
     t.loss = rc_mean_all(t.g, rc_mul(t.g, d, d));
-    rc_tensor_bind(xi, x);
-    rc_tensor_bind(yi, y);
     CHECK(trainer_plan(&t, &w) == 0);
+    CHECK(t.plan && rc_plan_set_input(t.plan, xi, x, &err) == 0 && rc_plan_set_input(t.plan, yi, y, &err) == 0);
+    rc_buffer *grad = rc_buffer_new(rc_backend_cpu(), (size_t)w.numel * sizeof(float), &err);
     float first = 0, last = 0;
-    rc_error err = {0};
-    for (int step = 0; step < 2000 && t.plan; step++) {
-        if (rc_plan_run(t.plan, &err))
+    for (int step = 0; step < 2000 && t.plan && grad; step++) {
+        if (rc_plan_run(t.plan, &err) || rc_plan_read(t.plan, t.loss, &last, &err) ||
+            trainer_grads(&t, &w, grad, start))
             break;
-        last = *(float *)rc_tensor_data(t.loss);
         if (step == 0)
             first = last;
-        for (int i = 0; i < 4; i++)
-            rc_sgd_update(rci_nn_weights_get(&w, i), rc_tensor_data(t.grads[i]), w.p[i].numel, 0.05);
+        if (rc_sgd_update(w.buf, grad, 0, w.numel, 0.05, &err))
+            break;
     }
     printf("mlp sgd: loss %.5f -> %.5f (%.1f%% lower)\n", first, last, 100 * (1 - last / first));
     CHECKF(err.code == 0, "%s", err.msg);
     CHECKF(first > 0 && last < 0.1f * first, "mlp loss %g -> %g", first, last);
     trainer_free(&t);
+    rc_buffer_free(grad);
+    free(start);
+    free(tw);
     rci_nn_weights_free(&w);
     rci_nn_weights_free(&teacher);
 }
@@ -113,8 +129,8 @@ static void test_transformer_adamw(void)
     rc_model_config cfg = rci_nn_gpt2_config(V, T, 2, 2, 32);
     nn_weights w = {0};
     rc_error err = {0};
-    CHECK(rci_nn_model_weights(&cfg, &w, &err) == 0 && rci_nn_weights_alloc(&w) == 0);
-    rci_nn_model_init(&cfg, &w, 11);
+    CHECK(rci_nn_model_weights(&cfg, &w, &err) == 0 && rci_nn_weights_alloc(&w, rc_backend_cpu(), &err) == 0 &&
+          rci_nn_model_init(&cfg, &w, 11, &err) == 0);
     trainer t = {.g = rc_graph_new()};
     t.p = calloc((size_t)w.n, sizeof *t.p);
     rci_nn_model_leaves(t.g, &w, t.p);
@@ -132,9 +148,11 @@ static void test_transformer_adamw(void)
         perm[i] = perm[j];
         perm[j] = s;
     }
-    rc_tensor_bind(ids, xb);
-    rc_tensor_bind(tg, yb);
-    float *m = calloc((size_t)w.numel, sizeof *m), *v = calloc((size_t)w.numel, sizeof *v);
+    size_t bytes = (size_t)w.numel * sizeof(float);
+    rc_buffer *grad = rc_buffer_new(rc_backend_cpu(), bytes, &err), *m = rc_buffer_new(rc_backend_cpu(), bytes, &err);
+    rc_buffer *v = rc_buffer_new(rc_backend_cpu(), bytes, &err);
+    float *host = malloc(bytes);
+    CHECK(grad && m && v && host);
     rc_adam opt = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.01};
     float first = 0, last = 0;
     for (int step = 1; step <= 150 && t.plan; step++) {
@@ -146,16 +164,15 @@ static void test_transformer_adamw(void)
                 yb[b * T + i] = tok;
             }
         }
-        if (rc_plan_run(t.plan, &err))
+        if (!grad || !m || !v || !host || rc_plan_set_input(t.plan, ids, xb, &err) ||
+            rc_plan_set_input(t.plan, tg, yb, &err) || rc_plan_run(t.plan, &err) ||
+            rc_plan_read(t.plan, t.loss, &last, &err) || trainer_grads(&t, &w, grad, host))
             break;
-        last = *(float *)rc_tensor_data(t.loss);
         if (step == 1)
             first = last;
         opt.step = step;
-        for (int i = 0; i < w.n; i++) {
-            int64_t o = w.p[i].offset;
-            rc_adamw_update(w.data + o, rc_tensor_data(t.grads[i]), m + o, v + o, w.p[i].numel, &opt);
-        }
+        if (rc_adamw_update(w.buf, grad, m, v, 0, w.numel, &opt, &err))
+            break;
     }
     printf("transformer adamw: loss %.4f -> %.4f (%.1f%% lower), arena %zu bytes for %lld nodes\n",
            first, last, 100 * (1 - last / first), rc_plan_get_stats(t.plan).peak_bytes,
@@ -163,8 +180,10 @@ static void test_transformer_adamw(void)
     CHECKF(err.code == 0, "%s", err.msg);
     CHECKF(fabsf(first - logf(V)) < 0.5f, "initial loss %g should be near ln(%d)", first, V);
     CHECKF(last < 0.1f * first, "transformer loss %g -> %g", first, last);
-    free(m);
-    free(v);
+    rc_buffer_free(grad);
+    rc_buffer_free(m);
+    rc_buffer_free(v);
+    free(host);
     trainer_free(&t);
     rci_nn_weights_free(&w);
 }

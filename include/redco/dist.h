@@ -53,11 +53,20 @@ int rc_comm_allreduce_sum_f32(rc_comm *c, float *data, int64_t n, rc_error *err)
 int rc_comm_allreduce_sum_f64(rc_comm *c, double *data, int64_t n, rc_error *err);
 int rc_comm_allreduce_max_f64(rc_comm *c, double *data, int64_t n, rc_error *err);
 int rc_comm_allreduce_max_f32(rc_comm *c, float *data, int64_t n, rc_error *err);
-/* A plan's collective callback (rc_plan_set_collective) over communicator ctx: sums and
- * maxima of f32 and f64 tensors in place. */
-int rc_comm_collective(void *ctx, void *data, int64_t n, rc_dtype t, int op, rc_error *err);
-/* In-place mean over the ranks, in buckets of at most bucket floats (0: one bucket). */
-int rc_comm_allreduce_mean_f32(rc_comm *c, float *data, int64_t n, int64_t bucket, rc_error *err);
+/* Collectives on backend buffers: host memory (the CPU backend's) goes to MPI as it is;
+ * device memory is staged through host memory. n elements (bytes for bcast) at byte
+ * `offset` of buf, in place. */
+/* sum (op 0) or max (op 1) of f32 or f64 over the ranks of c */
+int rc_comm_allreduce_buffer(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int op,
+                             rc_error *err);
+/* A plan's collective callback (rc_plan_set_collective) over communicator ctx. */
+int rc_comm_collective(void *ctx, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int op,
+                       rc_error *err);
+/* The mean over the ranks of n f32, in buckets of at most bucket floats (0: one bucket). */
+int rc_comm_allreduce_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket,
+                               rc_error *err);
+int rc_comm_bcast_buffer(rc_comm *c, rc_buffer *buf, size_t offset, size_t bytes, int root,
+                         rc_error *err);
 int rc_comm_bcast(rc_comm *c, void *data, size_t bytes, int root, rc_error *err);
 int rc_comm_barrier(rc_comm *c, rc_error *err);
 /* Gathers each rank's bytes to root: *out (malloc'ed on root) holds rank 0's bytes, then

@@ -46,10 +46,13 @@ typedef struct {
 void *rc_batch_add(rc_batch *b, const char *name, rc_dtype t, int ndim, const int64_t *shape);
 const rc_array *rc_batch_get(const rc_batch *b, const char *name);
 void rc_batch_free(rc_batch *b);
-/* The graph input of array `name`: an input leaf bound to the batch's data. The trainer
- * rebinds it to each new batch of the same shapes. Sets the graph's error when the batch
- * has no such array. */
+/* The graph input of array `name`: an input leaf (named as the array) of its shape and
+ * dtype. Sets the graph's error when the batch has no such array. */
 rc_tensor *rc_batch_input(rc_graph *g, const rc_batch *b, const char *name);
+/* Copies each array of b into the plan's input leaf of the same name: every input leaf
+ * of the plan needs an array of its shape and dtype (the trainer and predictor feed each
+ * batch so). */
+int rc_batch_feed(const rc_batch *b, rc_plan *p, rc_error *err);
 
 /* ---- parameters ---------------------------------------------------------------------- */
 
@@ -83,7 +86,7 @@ typedef struct {
 rc_params *rc_params_new(void);
 void rc_params_free(rc_params *p);
 /* Declares a parameter that starts as RC_INIT_AUTO; all are declared before the first
- * rc_params_get, _data, _tensor or _init_normal. -1 when the name is taken or longer than
+ * rc_params_get, _read, _write, _buffer or _init_normal. -1 when the name is taken or longer than
  * 95 bytes, the shape is not 1 to 4 positive dimensions, or the buffer already exists. */
 int rc_params_add(rc_params *p, const char *name, int ndim, const int64_t *shape);
 /* Declares a parameter that starts as `init` says (NULL: RC_INIT_AUTO); e.g.
@@ -99,9 +102,17 @@ int rc_params_init_normal(rc_params *p, double std, uint64_t seed);
 int rc_params_count(const rc_params *p);
 const char *rc_params_name(const rc_params *p, int i);
 int64_t rc_params_numel(const rc_params *p);
-/* the flat buffer (numel floats) and parameter i's slice of it */
-float *rc_params_data(rc_params *p);
-float *rc_params_tensor(rc_params *p, int i, int *ndim, const int64_t **shape);
+/* parameter i's shape (-1 when there is no parameter i) and element count */
+int rc_params_shape(const rc_params *p, int i, int *ndim, const int64_t **shape);
+int64_t rc_params_tensor_numel(const rc_params *p, int i);
+/* The values live in a backend buffer; these copy parameter i (its numel floats), or all
+ * of them flat in declaration order (rc_params_numel floats), to or from host memory. */
+int rc_params_read(rc_params *p, int i, float *host, rc_error *err);
+int rc_params_write(rc_params *p, int i, const float *host, rc_error *err);
+int rc_params_read_all(rc_params *p, float *host, rc_error *err);
+/* The buffer holding the parameters and parameter i's byte offset in it (NULL when it
+ * cannot be allocated). */
+rc_buffer *rc_params_buffer(rc_params *p, int i, size_t *offset);
 int rc_params_find(const rc_params *p, const char *name);
 /* The parameter leaf of `name` in graph g (one leaf per parameter per graph). */
 rc_tensor *rc_params_get(rc_graph *g, rc_params *p, const char *name);

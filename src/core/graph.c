@@ -20,9 +20,9 @@ void rc_graph_free(rc_graph *g)
         return;
     for (int i = 0; i < g->n; i++)
         free(g->nodes[i]);
-    for (int i = 0; i < g->nowned; i++)
-        free(g->owned[i]);
-    free(g->owned);
+    for (int i = 0; i < g->sources_cap; i++)
+        free((void *)g->sources[i].host);
+    free(g->sources);
     free(g->nodes);
     free(g);
 }
@@ -207,6 +207,21 @@ rc_tensor *rc_scalar(rc_graph *g, rc_dtype t, double value)
     return rc_full(g, t, 0, NULL, value);
 }
 
+/* The source entry of node id, the table grown to hold it; NULL when memory runs out. */
+static rci_leaf_source *source_slot(rc_graph *g, int id)
+{
+    if (id >= g->sources_cap) {
+        int cap = g->cap > id ? g->cap : id + 1;
+        rci_leaf_source *grown = realloc(g->sources, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return NULL;
+        memset(grown + g->sources_cap, 0, (size_t)(cap - g->sources_cap) * sizeof *grown);
+        g->sources = grown;
+        g->sources_cap = cap;
+    }
+    return &g->sources[id];
+}
+
 rc_tensor *rc_const(rc_graph *g, const char *name, rc_dtype t, int ndim, const int64_t *shape,
                     const void *values)
 {
@@ -214,22 +229,34 @@ rc_tensor *rc_const(rc_graph *g, const char *name, rc_dtype t, int ndim, const i
     if (!x)
         return NULL;
     size_t bytes = rc_tensor_nbytes(x);
-    if (g->nowned == g->owned_cap) {
-        int cap = g->owned_cap ? 2 * g->owned_cap : 16;
-        void **owned = realloc(g->owned, (size_t)cap * sizeof *owned);
-        if (!owned)
-            return rci_fail(g, RC_ERR_MEMORY, "const '%s': out of memory", x->name);
-        g->owned = owned;
-        g->owned_cap = cap;
-    }
-    void *data = malloc(bytes ? bytes : 1);
+    rci_leaf_source *src = source_slot(g, x->id);
+    void *data = src ? malloc(bytes ? bytes : 1) : NULL;
     if (!data)
         return rci_fail(g, RC_ERR_MEMORY, "const '%s': out of memory for %zu bytes", x->name, bytes);
     if (values)
         memcpy(data, values, bytes);
     else
         memset(data, 0, bytes);
-    g->owned[g->nowned++] = data;
-    x->data = data;
+    src->host = data;
     return x;
+}
+
+int rc_graph_bind(rc_graph *g, const rc_tensor *leaf, rc_buffer *buf, size_t offset)
+{
+    if (!g || !leaf || leaf->id >= g->n || g->nodes[leaf->id] != leaf || leaf->op != RC_OP_LEAF)
+        return -1;
+    rci_leaf_source *src = source_slot(g, leaf->id);
+    if (!src || src->host || (buf && offset + rc_tensor_nbytes(leaf) > rc_buffer_size(buf)))
+        return -1;
+    src->buf = buf;
+    src->off = offset;
+    return 0;
+}
+
+const rci_leaf_source *rci_graph_source(const rc_graph *g, int id)
+{
+    if (id < 0 || id >= g->sources_cap)
+        return NULL;
+    const rci_leaf_source *s = &g->sources[id];
+    return s->host || s->buf ? s : NULL;
 }

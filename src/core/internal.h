@@ -6,16 +6,31 @@
 
 #include <stdarg.h>
 
+/* Where a leaf's values come from for every plan of its graph: a constant's host copy
+ * (uploaded by each plan), or a buffer bound with rc_graph_bind. */
+typedef struct {
+    const void *host;             /* constants: owned by the graph */
+    rc_buffer *buf;               /* bound leaves: the caller's buffer ... */
+    size_t off;                   /* ... at this byte offset */
+} rci_leaf_source;
+
 struct rc_graph {
     rc_tensor **nodes;            /* in creation order, which is a topological order */
     int n, cap;
     int err_code;
     char err[512];
-    void **owned;                 /* buffers of constants, freed with the graph */
-    int nowned, owned_cap;
+    rci_leaf_source *sources;     /* by node id, [sources_cap] (zero: none) */
+    int sources_cap;
     uint64_t serial;              /* unique per graph ever made: caches keyed on a graph use it,
                                      since a new graph may reuse a freed one's address */
 };
+
+/* The source of leaf `id` (NULL when it has none). */
+const rci_leaf_source *rci_graph_source(const rc_graph *g, int id);
+
+/* The graph a plan runs, and whether node t is one of the plan's nodes. */
+const rc_graph *rci_plan_graph(const rc_plan *p);
+int rci_plan_has(const rc_plan *p, const rc_tensor *t);
 
 /* Records the first error of a graph; returns NULL so builders can `return rci_fail(...)`. */
 rc_tensor *rci_fail(rc_graph *g, int code, const char *fmt, ...)
@@ -40,22 +55,6 @@ int64_t rci_shape_numel(int ndim, const int64_t *shape);
 /* Gradient rule of one node: given the gradient of its output, add the nodes for the
  * gradients of its inputs into gsrc[i] (NULL where an input gets none). In grad.c. */
 int rci_grad_node(rc_graph *g, rc_tensor *node, rc_tensor *gout, rc_tensor **gsrc);
-
-/* ---- CPU kernels --------------------------------------------------------------------
- * Contract: the executor calls a kernel once per non-view, non-leaf node, after every
- * src has its data. node->data points at rc_tensor_nbytes(node) bytes of uninitialised
- * memory (the kernel writes every element), never overlapping any src. All tensors are
- * contiguous row-major. Element-wise and where/equal inputs broadcast numpy-style
- * against the node's shape (shapes right-aligned, size-1 axes repeat). A kernel returns
- * 0, or -1 with err set naming the op and the offending value (e.g. an id out of range).
- * Kernels use OpenMP for threads and never allocate on the heap in their loops. */
-int rci_cpu_kernel_f32(rc_tensor *node, rc_error *err);  /* node dtype f32 (src may be i32) */
-int rci_cpu_kernel_f64(rc_tensor *node, rc_error *err);  /* node dtype f64 */
-/* Dtype-agnostic data movement: PERMUTE, SLICE (copying form), PAD, CONCAT, EXPAND, CAST.
- * Returns 1 when it handled the op, 0 when the op is not one of its, -1 on error. */
-int rci_cpu_kernel_move(rc_tensor *node, rc_error *err);
-/* Dispatch by op and dtype. */
-int rci_cpu_run(rc_tensor *node, rc_error *err);
 
 /* The element-wise random stream of dropout (also in rng.c, used by kernels). */
 uint64_t rci_hash64(uint64_t x);

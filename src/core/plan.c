@@ -1,6 +1,11 @@
 /* plan.c - the executor: orders the nodes the outputs need, plans one arena for all
- * intermediates by liveness (first fit), and runs the kernels with no allocation. */
+ * intermediates by liveness (first fit), keeps the table from each node to its memory
+ * (buffer, offset), and runs the nodes on its backend with no allocation.
+ *
+ * The table belongs to the plan, not to the graph: several plans over one graph (a
+ * training step and an evaluation step) each have their own memory. */
 #include "internal.h"
+#include "backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,11 +16,19 @@ enum { ARENA_ALIGN = 64 };
 
 struct rc_plan {
     rc_graph *g;
+    rc_backend *be;
     int n;                        /* nodes in execution order */
     rc_tensor **order;
     size_t *offset;               /* arena offset of node order[i] (owners only) */
     char *owns;                   /* 1 when order[i] has its own arena buffer */
-    char *arena;
+    rc_buffer *arena;
+    int gn;                       /* nodes of the graph when the plan was made */
+    int *pos;                     /* by node id: position in order, -1 when not in the plan */
+    char *is_output;              /* by node id */
+    rci_mem *mem;                 /* by node id: where the node's values are */
+    char *bound;                  /* by node id: a leaf bound with rc_plan_bind */
+    rc_buffer **leaf_own;         /* by node id: a leaf's memory held by the plan (constants,
+                                     inputs set by rc_plan_set_input) */
     rc_plan_stats stats;
     int timing;
     int dry;                      /* planned for the figures only: no arena */
@@ -151,22 +164,52 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout, rc_error
     p->stats.peak_bytes = peak;
     if (p->dry)
         return 0;
-    p->arena = peak ? aligned_alloc(ARENA_ALIGN, align_up(peak)) : NULL;
-    if (peak && !p->arena)
-        return rc_error_set(err, RC_ERR_MEMORY, "plan: cannot allocate the %zu-byte arena", peak);
+    p->arena = rc_buffer_new(p->be, peak ? align_up(peak) : ARENA_ALIGN, err);
+    if (!p->arena)
+        return rc_error_set(err, RC_ERR_MEMORY, "plan: cannot allocate the %zu-byte arena on %s: %s",
+                            peak, p->be->name, err ? err->msg : "");
+    for (int i = 0; i < p->n; i++)
+        if (p->owns[i])
+            p->mem[p->order[i]->id] = (rci_mem){p->arena, p->offset[i]};
     return 0;
 }
 
-static rc_plan *plan_new(rc_graph *g, rc_tensor *const *outputs, int n, int dry, rc_error *err);
+static rc_plan *plan_new(rc_backend *be, rc_graph *g, rc_tensor *const *outputs, int n, int dry,
+                         rc_error *err);
 
 rc_plan *rc_plan_new(rc_graph *g, rc_tensor *const *outputs, int n, rc_error *err)
 {
-    return plan_new(g, outputs, n, 0, err);
+    return plan_new(rci_backend_cpu(), g, outputs, n, 0, err);
+}
+
+rc_plan *rc_plan_new_on(rc_backend *be, rc_graph *g, rc_tensor *const *outputs, int n,
+                        rc_error *err)
+{
+    if (!be) {
+        rc_error_set(err, RC_ERR_ARG, "plan: no backend");
+        return NULL;
+    }
+    return plan_new(be, g, outputs, n, 0, err);
+}
+
+const rc_graph *rci_plan_graph(const rc_plan *p)
+{
+    return p ? p->g : NULL;
+}
+
+int rci_plan_has(const rc_plan *p, const rc_tensor *t)
+{
+    return p && t && t->id < p->gn && p->g->nodes[t->id] == t && p->pos[t->id] >= 0;
+}
+
+rc_backend *rc_plan_backend(const rc_plan *p)
+{
+    return p ? p->be : NULL;
 }
 
 int rc_plan_estimate(rc_graph *g, rc_tensor *const *outputs, int n, rc_plan_stats *stats, rc_error *err)
 {
-    rc_plan *p = plan_new(g, outputs, n, 1, err);
+    rc_plan *p = plan_new(rci_backend_cpu(), g, outputs, n, 1, err);
     if (!p)
         return -1;
     *stats = p->stats;
@@ -174,7 +217,60 @@ int rc_plan_estimate(rc_graph *g, rc_tensor *const *outputs, int n, rc_plan_stat
     return 0;
 }
 
-static rc_plan *plan_new(rc_graph *g, rc_tensor *const *outputs, int n, int dry, rc_error *err)
+/* Every node's op and dtype has a kernel on the plan's backend (the model-axis
+ * collectives are the plan's own work). */
+static int check_supported(rc_plan *p, rc_error *err)
+{
+    for (int i = 0; i < p->n; i++) {
+        rc_tensor *t = p->order[i];
+        int own = t->op == RC_OP_MP_REDUCE || t->op == RC_OP_MP_MAX;
+        if (p->owns[i] && !own && !p->be->supports(p->be, t->op, t->dtype)) {
+            char s[96];
+            return rc_error_set(err, RC_ERR_UNSUPPORTED,
+                                "plan: the %s backend has no %s kernel for dtype %s (node %d %s '%s')",
+                                p->be->name, rc_op_name(t->op), rc_dtype_name(t->dtype), t->id,
+                                rc_shape_str(t, s, sizeof s), t->name);
+        }
+    }
+    return 0;
+}
+
+/* Constants: each plan holds and uploads its own copy. */
+static int upload_constants(rc_plan *p, rc_error *err)
+{
+    for (int i = 0; i < p->n; i++) {
+        rc_tensor *t = p->order[i];
+        const rci_leaf_source *src = t->op == RC_OP_LEAF ? rci_graph_source(p->g, t->id) : NULL;
+        if (!src || !src->host)
+            continue;
+        size_t bytes = rc_tensor_nbytes(t);
+        p->leaf_own[t->id] = rc_buffer_new(p->be, bytes, err);
+        if (!p->leaf_own[t->id] || rc_buffer_upload(p->leaf_own[t->id], 0, src->host, bytes, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* The per-node tables, sized to the graph. */
+static int tables_new(rc_plan *p)
+{
+    size_t gn = (size_t)p->gn + 1;
+    p->pos = malloc(gn * sizeof *p->pos);
+    p->is_output = calloc(gn, 1);
+    p->mem = calloc(gn, sizeof *p->mem);
+    p->bound = calloc(gn, 1);
+    p->leaf_own = calloc(gn, sizeof *p->leaf_own);
+    if (!p->pos || !p->is_output || !p->mem || !p->bound || !p->leaf_own)
+        return -1;
+    for (int i = 0; i < p->gn; i++)
+        p->pos[i] = -1;
+    for (int i = 0; i < p->n; i++)
+        p->pos[p->order[i]->id] = i;
+    return 0;
+}
+
+static rc_plan *plan_new(rc_backend *be, rc_graph *g, rc_tensor *const *outputs, int n, int dry,
+                         rc_error *err)
 {
     if (!g || rc_graph_error(g)) {
         rc_error_set(err, g ? g->err_code : RC_ERR_ARG, "plan: the graph has an error: %s",
@@ -195,6 +291,8 @@ static rc_plan *plan_new(rc_graph *g, rc_tensor *const *outputs, int n, int dry,
     if (!p || !needed)
         goto oom;
     p->g = g;
+    p->be = be;
+    p->gn = g->n;
     p->dry = dry;
     for (int i = 0; i < g->n; i++)
         p->n += needed[i];
@@ -208,10 +306,13 @@ static rc_plan *plan_new(rc_graph *g, rc_tensor *const *outputs, int n, int dry,
             p->order[k++] = g->nodes[i];
     free(needed);
     needed = NULL;
+    if (tables_new(p))
+        goto oom;
     for (int i = 0; i < n; i++)
-        outputs[i]->flags |= RC_FLAG_OUTPUT;
+        p->is_output[outputs[i]->id] = 1;
     p->stats.nodes = p->n;
-    if (plan_memory(p, outputs, n, err)) {
+    if (plan_memory(p, outputs, n, err) || (!dry && check_supported(p, err)) ||
+        (!dry && upload_constants(p, err))) {
         rc_plan_free(p);
         return NULL;
     }
@@ -227,10 +328,18 @@ void rc_plan_free(rc_plan *p)
 {
     if (!p)
         return;
+    if (p->leaf_own)
+        for (int i = 0; i < p->gn; i++)
+            rc_buffer_free(p->leaf_own[i]);
+    free(p->leaf_own);
     free(p->order);
     free(p->offset);
     free(p->owns);
-    free(p->arena);
+    free(p->pos);
+    free(p->is_output);
+    free(p->mem);
+    free(p->bound);
+    rc_buffer_free(p->arena);
     free(p);
 }
 
@@ -255,12 +364,15 @@ void rc_plan_set_collective(rc_plan *p, rc_collective_fn fn, void *ctx)
 }
 
 /* MP_REDUCE / MP_MAX: the input copied, then combined across the model shards */
-static int run_collective(rc_plan *p, rc_tensor *t, rc_error *err)
+static int run_collective(rc_plan *p, const rci_node_run *r, rc_error *err)
 {
-    memcpy(t->data, t->src[0]->data, rc_tensor_nbytes(t));
+    const rc_tensor *t = r->node;
+    if (p->be->copy(p->be, r->out.buf, r->out.off, r->in[0].buf, r->in[0].off,
+                    rc_tensor_nbytes(t), err))
+        return -1;
     if (!p->collective)
         return 0;
-    return p->collective(p->collective_ctx, t->data, rc_tensor_numel(t), t->dtype,
+    return p->collective(p->collective_ctx, r->out.buf, r->out.off, rc_tensor_numel(t), t->dtype,
                          t->op == RC_OP_MP_MAX, err);
 }
 
@@ -270,30 +382,150 @@ void rc_plan_set_timing(rc_plan *p, int on)
         p->timing = on;
 }
 
-/* Points every node at its memory for this run: leaves are bound by the user,
- * owners live in the arena, views alias their storage. */
+/* A node of this plan (or NULL with err set). */
+static const rc_tensor *plan_node(const rc_plan *p, const rc_tensor *t, const char *what,
+                                  rc_error *err)
+{
+    if (!p || !t || t->id >= p->gn || p->g->nodes[t->id] != t || p->pos[t->id] < 0) {
+        rc_error_set(err, RC_ERR_ARG, "%s: %s is not a node of this plan", what,
+                     t ? t->name[0] ? t->name : rc_op_name(t->op) : "NULL");
+        return NULL;
+    }
+    return t;
+}
+
+/* Where leaf t's values are: a plan binding, the graph's binding, or the plan's own. */
+static rci_mem leaf_mem(const rc_plan *p, const rc_tensor *t)
+{
+    if (p->bound[t->id])
+        return p->mem[t->id];
+    const rci_leaf_source *src = rci_graph_source(p->g, t->id);
+    if (src && src->buf)
+        return (rci_mem){src->buf, src->off};
+    return (rci_mem){p->leaf_own[t->id], 0};
+}
+
+/* Where t's values are: leaves and views resolved now (bindings may change between runs). */
+static rci_mem node_mem(const rc_plan *p, const rc_tensor *t)
+{
+    if (t->view_src) {
+        rci_mem m = node_mem(p, t->view_src);
+        m.off += (size_t)t->view_offset;
+        return m;
+    }
+    return t->op == RC_OP_LEAF ? leaf_mem(p, t) : p->mem[t->id];
+}
+
+int rc_plan_bind(rc_plan *p, const rc_tensor *leaf, rc_buffer *buf, size_t offset, rc_error *err)
+{
+    if (!plan_node(p, leaf, "bind", err))
+        return -1;
+    if (leaf->op != RC_OP_LEAF)
+        return rc_error_set(err, RC_ERR_ARG, "bind: '%s' is a %s node, not a leaf", leaf->name,
+                            rc_op_name(leaf->op));
+    if (buf && buf->be != p->be)
+        return rc_error_set(err, RC_ERR_ARG, "bind: leaf '%s' given a %s buffer in a %s plan",
+                            leaf->name, buf->be->name, p->be->name);
+    if (buf && (offset > buf->size || rc_tensor_nbytes(leaf) > buf->size - offset))
+        return rc_error_set(err, RC_ERR_ARG, "bind: leaf '%s' needs %zu bytes at %zu of a %zu-byte buffer",
+                            leaf->name, rc_tensor_nbytes(leaf), offset, buf->size);
+    p->bound[leaf->id] = buf != NULL;
+    p->mem[leaf->id] = (rci_mem){buf, offset};
+    return 0;
+}
+
+int rc_plan_set_input(rc_plan *p, const rc_tensor *leaf, const void *host, rc_error *err)
+{
+    if (!plan_node(p, leaf, "set_input", err))
+        return -1;
+    const rci_leaf_source *src = rci_graph_source(p->g, leaf->id);
+    if (leaf->op != RC_OP_LEAF || (src && src->host))
+        return rc_error_set(err, RC_ERR_ARG, "set_input: '%s' is not an input leaf (%s)", leaf->name,
+                            leaf->op == RC_OP_LEAF ? "a constant" : rc_op_name(leaf->op));
+    size_t bytes = rc_tensor_nbytes(leaf);
+    rci_mem m = leaf_mem(p, leaf);
+    if (!m.buf) {
+        p->leaf_own[leaf->id] = rc_buffer_new(p->be, bytes, err);
+        if (!p->leaf_own[leaf->id])
+            return -1;
+        m = (rci_mem){p->leaf_own[leaf->id], 0};
+    }
+    return rc_buffer_upload(m.buf, m.off, host, bytes, err);
+}
+
+/* t's memory, when t holds values after a run: an output, a leaf, or a view of one. */
+static int readable_mem(const rc_plan *p, const rc_tensor *t, rci_mem *m, const char *what,
+                        rc_error *err)
+{
+    if (!plan_node(p, t, what, err))
+        return -1;
+    const rc_tensor *s = t->view_src ? t->view_src : t;
+    if (!p->is_output[t->id] && !p->is_output[s->id] && s->op != RC_OP_LEAF)
+        return rc_error_set(err, RC_ERR_ARG, "%s: node %d (%s '%s') is not an output of this plan: "
+                            "its memory is reused", what, t->id, rc_op_name(t->op), t->name);
+    *m = node_mem(p, t);
+    if (!m->buf && rc_tensor_nbytes(t) > 0)
+        return rc_error_set(err, RC_ERR_ARG, "%s: leaf '%s' has no values", what, t->name);
+    return 0;
+}
+
+int rc_plan_read(const rc_plan *p, const rc_tensor *t, void *host, rc_error *err)
+{
+    rci_mem m = {0};
+    if (p && p->dry)
+        return rc_error_set(err, RC_ERR_ARG, "read: an estimate-only plan has no memory");
+    if (readable_mem(p, t, &m, "read", err))
+        return -1;
+    return rc_buffer_download(m.buf, m.off, host, rc_tensor_nbytes(t), err);
+}
+
+int rc_plan_memory(const rc_plan *p, const rc_tensor *t, rc_buffer **buf, size_t *offset)
+{
+    rci_mem m = {0};
+    if (!p || p->dry || readable_mem(p, t, &m, "memory", NULL))
+        return -1;
+    *buf = m.buf;
+    *offset = m.off;
+    return m.buf ? 0 : -1;
+}
+
+/* Leaves and views get their memory for this run; a leaf without values is an error. */
 static int bind_memory(rc_plan *p, rc_error *err)
 {
     for (int i = 0; i < p->n; i++) {
         rc_tensor *t = p->order[i];
-        if (p->owns[i])
-            t->data = p->arena + p->offset[i];
-        else if (t->op == RC_OP_LEAF && !t->data && rc_tensor_numel(t) > 0) {
+        if (t->op == RC_OP_LEAF || t->view_src)
+            p->mem[t->id] = node_mem(p, t);
+        if (t->op == RC_OP_LEAF && !p->mem[t->id].buf && rc_tensor_numel(t) > 0) {
             char s[96];
             return rc_error_set(err, RC_ERR_ARG, "run: leaf '%s' %s %s has no data bound", t->name,
                                 rc_shape_str(t, s, sizeof s), rc_dtype_name(t->dtype));
         }
     }
-    for (int i = 0; i < p->n; i++) {
-        rc_tensor *t = p->order[i];
-        if (t->view_src)
-            t->data = (char *)t->view_src->data + t->view_offset;
-        if (t->op == RC_OP_DROPOUT) {
-            t->iparam[2] = (int32_t)(uint32_t)(p->run_key & 0xffffffffu);
-            t->iparam[3] = (int32_t)(uint32_t)(p->run_key >> 32);
-        }
-    }
     return 0;
+}
+
+/* The run of order[i]: its node and the memory of its output and inputs. */
+static rci_node_run node_run(const rc_plan *p, const rc_tensor *t)
+{
+    rci_node_run r = {t, p->mem[t->id], {{0}}, p->run_key};
+    for (int s = 0; s < t->nsrc; s++)
+        if (t->src[s])
+            r.in[s] = p->mem[t->src[s]->id];
+    return r;
+}
+
+/* The error of a node's run, with the node named. */
+static int node_failed(const rc_tensor *t, rc_error *err)
+{
+    char s[96], msg[sizeof err->msg + 192];
+    if (err) {
+        snprintf(msg, sizeof msg, "%s (node %d, %s %s)", err->msg, t->id, rc_op_name(t->op),
+                 rc_shape_str(t, s, sizeof s));
+        memcpy(err->msg, msg, sizeof err->msg - 1);
+        err->msg[sizeof err->msg - 1] = 0;
+    }
+    return -1;
 }
 
 int rc_plan_run(rc_plan *p, rc_error *err)
@@ -311,22 +543,19 @@ int rc_plan_run(rc_plan *p, rc_error *err)
             continue;
         double k0 = p->timing ? now_s() : 0;
         int is_collective = t->op == RC_OP_MP_REDUCE || t->op == RC_OP_MP_MAX;
-        if (is_collective ? run_collective(p, t, err) : rci_cpu_run(t, err)) {
-            char s[96], msg[sizeof err->msg + 192];
-            if (err) {
-                snprintf(msg, sizeof msg, "%s (node %d, %s %s)", err->msg, t->id, rc_op_name(t->op),
-                         rc_shape_str(t, s, sizeof s));
-                memcpy(err->msg, msg, sizeof err->msg - 1);
-                err->msg[sizeof err->msg - 1] = 0;
-            }
+        rci_node_run r = node_run(p, t);
+        if (is_collective ? run_collective(p, &r, err) : p->be->run_node(p->be, &r, err))
+            return node_failed(t, err);
+        if (p->timing && p->be->wait(p->be, err))
             return -1;
-        }
         if (p->timing) {
             double dt = now_s() - k0;
             kernel_s += dt;
             p->stats.op_s[t->op] += dt;
         }
     }
+    if (p->be->wait(p->be, err))
+        return -1;
     p->stats.last_run_s = now_s() - t0;
     p->stats.last_kernel_s = kernel_s;
     return 0;

@@ -71,17 +71,6 @@ char *rc_shape_str(const rc_tensor *t, char *buf, size_t size)
     return buf;
 }
 
-void rc_tensor_bind(rc_tensor *t, void *data)
-{
-    if (t)
-        t->data = data;
-}
-
-void *rc_tensor_data(const rc_tensor *t)
-{
-    return t ? t->data : NULL;
-}
-
 static const char *op_names[RC_OP_COUNT] = {
     [RC_OP_LEAF] = "leaf", [RC_OP_FULL] = "full", [RC_OP_ADD] = "add", [RC_OP_SUB] = "sub",
     [RC_OP_MUL] = "mul", [RC_OP_DIV] = "div", [RC_OP_AFFINE] = "affine", [RC_OP_EXP] = "exp",

@@ -75,7 +75,7 @@ static rc_tensor *gpt2_logits(nn_ctx *x)
     double eps = x->c->norm_eps;
     int64_t T = x->in->ids->shape[1];
     rc_tensor *wte = rci_nn_p(x, "transformer.wte.weight");
-    rc_tensor *pos = rc_embedding(g, rci_nn_p(x, "transformer.wpe.weight"), rci_nn_positions(x, T));
+    rc_tensor *pos = rc_embedding(g, rci_nn_p(x, "transformer.wpe.weight"), rci_nn_positions(x, T, 0));
     rc_tensor *h = rc_add(g, rc_embedding(g, wte, x->in->ids), pos);
     for (int l = 0; l < x->c->n_layer; l++) {
         rc_tensor *a = rc_layer_norm(g, h, rci_nn_p(x, "transformer.h.%d.ln_1.weight", l),

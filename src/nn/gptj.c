@@ -68,7 +68,7 @@ static rc_tensor *gptj_logits(nn_ctx *x)
 {
     rc_graph *g = x->g;
     double eps = x->c->norm_eps;
-    rc_tensor *pos = rci_nn_positions(x, x->in->ids->shape[1]);
+    rc_tensor *pos = rci_nn_positions(x, x->in->ids->shape[1], 0);
     rc_tensor *h = rc_embedding(g, rci_nn_p(x, "transformer.wte.weight"), x->in->ids);
     for (int l = 0; l < x->c->n_layer; l++) {
         rc_tensor *a = rc_layer_norm(g, h, rci_nn_p(x, "transformer.h.%d.ln_1.weight", l),

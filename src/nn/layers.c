@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int find_v(nn_ctx *x, const char *fmt, va_list ap, char *name, size_t size)
@@ -109,12 +110,15 @@ rc_tensor *rci_nn_mask_bias(nn_ctx *x)
     return rc_reshape(x->g, b, 4, (int64_t[]){m->shape[0], 1, 1, m->shape[1]});
 }
 
-rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T)
+rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T, int first)
 {
-    rc_tensor *pos = rc_const(x->g, "positions", RC_I32, 1, &T, NULL);
-    int32_t *d = rc_tensor_data(pos);
-    for (int64_t t = 0; pos && t < T; t++)
-        d[t] = (int32_t)(x->in->past + t);
+    int32_t *d = malloc((size_t)(T ? T : 1) * sizeof *d);
+    if (!d)
+        return rci_fail(x->g, RC_ERR_MEMORY, "model: out of memory for %lld positions", (long long)T);
+    for (int64_t t = 0; t < T; t++)
+        d[t] = (int32_t)(first + x->in->past + t);
+    rc_tensor *pos = rc_const(x->g, "positions", RC_I32, 1, &T, d);
+    free(d);
     return pos;
 }
 

@@ -82,7 +82,7 @@ static rc_tensor *llama_logits(nn_ctx *x)
 {
     rc_graph *g = x->g;
     double eps = x->c->norm_eps;
-    rc_tensor *pos = rci_nn_positions(x, x->in->ids->shape[1]);
+    rc_tensor *pos = rci_nn_positions(x, x->in->ids->shape[1], 0);
     rc_tensor *emb = rci_nn_p(x, "model.embed_tokens.weight");
     rc_tensor *h = rc_embedding_pad(g, emb, x->in->ids, x->c->pad_token_id); /* torch padding_idx */
     for (int l = 0; l < x->c->n_layer; l++) {

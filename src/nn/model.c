@@ -5,6 +5,7 @@
 #include "nn_internal.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const nn_family *const families[] = {
@@ -39,22 +40,36 @@ static int ends_with(const char *s, const char *tail)
     return n >= m && !strcmp(s + n - m, tail);
 }
 
-void rci_nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed)
+/* Parameter p's initial values into x (numel floats); normal draws come from rng. */
+static void init_values(const rc_model_config *c, const nn_param *p, float *x, rc_rng *rng)
+{
+    double resid = 0.02 / sqrt(2.0 * (c->n_layer > 0 ? c->n_layer : 1));
+    int is_norm = strstr(p->name, "norm") || strstr(p->name, "ln_");
+    double std = c->type == RC_MODEL_GPT2 && ends_with(p->name, "c_proj.weight") ? resid : 0.02;
+    for (int64_t j = 0; j < p->numel; j++) {
+        if (p->ndim == 1)
+            x[j] = is_norm && ends_with(p->name, "weight") ? 1.0f : 0.0f;
+        else
+            x[j] = (float)(std * rc_rng_normal(rng));
+    }
+}
+
+int rci_nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed, rc_error *err)
 {
     rc_rng rng = rc_rng_new(seed);
-    double resid = 0.02 / sqrt(2.0 * (c->n_layer > 0 ? c->n_layer : 1));
-    for (int i = 0; i < w->n; i++) {
-        const nn_param *p = &w->p[i];
-        float *x = rci_nn_weights_get(w, i);
-        int is_norm = strstr(p->name, "norm") || strstr(p->name, "ln_");
-        double std = c->type == RC_MODEL_GPT2 && ends_with(p->name, "c_proj.weight") ? resid : 0.02;
-        for (int64_t j = 0; j < p->numel; j++) {
-            if (p->ndim == 1)
-                x[j] = is_norm && ends_with(p->name, "weight") ? 1.0f : 0.0f;
-            else
-                x[j] = (float)(std * rc_rng_normal(&rng));
-        }
+    int64_t most = 1;
+    for (int i = 0; i < w->n; i++)
+        most = w->p[i].numel > most ? w->p[i].numel : most;
+    float *x = malloc((size_t)most * sizeof *x);
+    if (!x)
+        return rc_error_set(err, RC_ERR_MEMORY, "model: out of memory for %lld floats", (long long)most);
+    int rc = 0;
+    for (int i = 0; !rc && i < w->n; i++) {
+        init_values(c, &w->p[i], x, &rng);
+        rc = rci_nn_weights_write(w, i, x, err);
     }
+    free(x);
+    return rc;
 }
 
 int rci_nn_model_leaves(rc_graph *g, const nn_weights *w, rc_tensor **p)
@@ -63,7 +78,8 @@ int rci_nn_model_leaves(rc_graph *g, const nn_weights *w, rc_tensor **p)
         p[i] = rc_param(g, w->p[i].name, RC_F32, w->p[i].ndim, w->p[i].shape);
         if (!p[i])
             return -1;
-        rc_tensor_bind(p[i], w->data ? rci_nn_weights_get(w, i) : NULL);
+        if (w->buf)
+            rc_graph_bind(g, p[i], w->buf, rci_nn_weights_offset(w, i));
     }
     return 0;
 }

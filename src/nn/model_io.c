@@ -32,7 +32,7 @@ static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size)
     rc_shape_str(&t, buf, size);
 }
 
-static int load_param(rc_checkpoint *ck, const nn_weights *w, int i, rc_error *err)
+static int load_param(rc_checkpoint *ck, nn_weights *w, int i, rc_error *err)
 {
     const nn_param *p = &w->p[i];
     rc_safetensors *f;
@@ -48,15 +48,24 @@ static int load_param(rc_checkpoint *ck, const nn_weights *w, int i, rc_error *e
         return rc_error_set(err, RC_ERR_SHAPE, "%s: tensor '%s' has shape %s, the model needs %s",
                             rc_safetensors_path(f), t->name, have, want);
     }
-    return rc_safetensors_read_f32(f, idx, rci_nn_weights_get(w, i), p->numel, err);
+    float *x = malloc((size_t)(p->numel ? p->numel : 1) * sizeof *x);
+    if (!x)
+        return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory for '%s'", rc_safetensors_path(f),
+                            p->name);
+    int rc = rc_safetensors_read_f32(f, idx, x, p->numel, err);
+    if (!rc)
+        rc = rci_nn_weights_write(w, i, x, err);
+    free(x);
+    return rc;
 }
 
-int rci_nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_error *err)
+int rci_nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_backend *be,
+                      rc_error *err)
 {
     memset(w, 0, sizeof *w);
     if (rc_config_load(dir, c, err) || rci_nn_model_weights(c, w, err))
         return -1;
-    if (rci_nn_weights_alloc(w)) {
+    if (rci_nn_weights_alloc(w, be, err)) {
         rci_nn_weights_free(w);
         return rc_error_set(err, RC_ERR_MEMORY, "%s: cannot allocate %lld parameters", dir,
                             (long long)w->numel);
@@ -95,17 +104,20 @@ int rci_nn_model_save(const char *dir, const rc_model_config *c, const nn_weight
     int *ndims = malloc((size_t)w->n * sizeof *ndims);
     const int64_t **shapes = malloc((size_t)w->n * sizeof *shapes);
     const float **data = malloc((size_t)w->n * sizeof *data);
+    float *host = malloc((size_t)(w->numel ? w->numel : 1) * sizeof *host); /* the values, copied out */
     int rc = -1;
-    if (names && ndims && shapes && data) {
+    if (names && ndims && shapes && data && host) {
+        rc = rc_buffer_download(w->buf, 0, host, (size_t)w->numel * sizeof *host, err);
         for (int i = 0; i < w->n; i++) {
             names[i] = w->p[i].name;
             ndims[i] = w->p[i].ndim;
             shapes[i] = w->p[i].shape;
-            data[i] = rci_nn_weights_get(w, i);
+            data[i] = host + w->p[i].offset;
         }
         const char *meta[2] = {"format", "pt"};
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        rc = rc_safetensors_write(path, w->n, names, ndims, shapes, data, 1, meta, err);
+        if (!rc)
+            rc = rc_safetensors_write(path, w->n, names, ndims, shapes, data, 1, meta, err);
     } else {
         rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", dir);
     }
@@ -113,5 +125,6 @@ int rci_nn_model_save(const char *dir, const rc_model_config *c, const nn_weight
     free(ndims);
     free(shapes);
     free(data);
+    free(host);
     return rc;
 }

@@ -14,19 +14,24 @@ typedef struct {
     int64_t numel;
 } nn_param;
 
-/* All parameters of a model in one flat f32 buffer (as llm.c), described by a table. */
+/* All parameters of a model in one flat f32 backend buffer (as llm.c), described by a
+ * table. Host code reads and writes a parameter only by copying (read / write). */
 typedef struct {
     int n, cap;
     nn_param *p;
     int64_t numel;
-    float *data;                  /* numel floats, after rci_nn_weights_alloc */
+    rc_buffer *buf;               /* numel floats, after rci_nn_weights_alloc */
 } nn_weights;
 
 int rci_nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t *shape);
-/* Allocates the zeroed buffer once the table is complete. */
-int rci_nn_weights_alloc(nn_weights *w);
+/* Allocates the zeroed buffer on be once the table is complete. */
+int rci_nn_weights_alloc(nn_weights *w, rc_backend *be, rc_error *err);
 void rci_nn_weights_free(nn_weights *w);
-float *rci_nn_weights_get(const nn_weights *w, int i);
+/* Parameter i copied to / from numel floats of host memory. */
+int rci_nn_weights_read(const nn_weights *w, int i, float *host, rc_error *err);
+int rci_nn_weights_write(nn_weights *w, int i, const float *host, rc_error *err);
+/* Byte offset of parameter i in the buffer. */
+size_t rci_nn_weights_offset(const nn_weights *w, int i);
 /* index of a parameter by name, -1 when absent */
 int rci_nn_weights_find(const nn_weights *w, const char *name);
 
@@ -43,7 +48,7 @@ rc_model_config rci_nn_gpt2_config(int vocab, int positions, int layers, int hea
 int rci_nn_model_weights(const rc_model_config *c, nn_weights *w, rc_error *err);
 /* Random initialisation: N(0, 0.02) matrices and embeddings, norm weights 1, biases 0,
  * residual output projections of GPT-2 scaled by 1/sqrt(2 layers). */
-void rci_nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed);
+int rci_nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed, rc_error *err);
 
 /* The inputs of one forward pass, in global shapes. */
 typedef struct {
@@ -60,17 +65,18 @@ typedef struct {
  * Returns the logits [B, T, vocab], NULL with the graph's error set on failure. */
 rc_tensor *rci_nn_model_logits(rc_graph *g, const rc_model_config *c, const nn_weights *w,
                            rc_tensor *const *p, const nn_inputs *in);
-/* Parameter leaves of graph g bound to w's memory (or unbound when w->data is NULL). */
+/* Parameter leaves of graph g bound to w's buffer (or unbound when it has none). */
 int rci_nn_model_leaves(rc_graph *g, const nn_weights *w, rc_tensor **p);
 
 /* ---- model directories (Hugging Face layout) ----------------------------------------- */
 
 /* Loads DIR/config.json and the weights of DIR (model.safetensors or a sharded index,
- * f32/f16/bf16 converted to f32) into c and a newly allocated w. A parameter missing from
+ * f32/f16/bf16 converted to f32) into c and w, newly allocated on be. A parameter missing from
  * the checkpoint, a tensor of the wrong shape, or a checkpoint tensor the model does not
  * use (other than known buffers such as GPT-2's attn.bias) is an error naming the tensor
  * and the file. */
-int rci_nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_error *err);
+int rci_nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_backend *be,
+                      rc_error *err);
 /* Writes DIR/config.json and DIR/model.safetensors (f32, Hugging Face names), creating
  * DIR; each file is written to a temporary name and renamed. */
 int rci_nn_model_save(const char *dir, const rc_model_config *c, const nn_weights *w, rc_error *err);

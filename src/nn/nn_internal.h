@@ -38,8 +38,8 @@ rc_tensor *rci_nn_mask_bias(nn_ctx *x);
 /* The activation named by a HF config (gelu_new, gelu, relu, silu, ...); NULL with the
  * graph's error set for a name redco does not know. */
 rc_tensor *rci_nn_act(nn_ctx *x, rc_tensor *h);
-/* positions past .. past + T - 1 as an i32 constant [T] */
-rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T);
+/* positions first + past .. first + past + T - 1 as an i32 constant [T] */
+rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T, int first);
 
 /* One model family: its Hugging Face parameter table and its forward pass. Each family
  * file (gpt2.c, llama.c, opt.c, gptj.c, t5.c) exports one; model.c picks by type. */

@@ -88,11 +88,7 @@ static rc_tensor *mlp(nn_ctx *x, int l, rc_tensor *h)
  * tokens (cumsum of the mask), which equals this for left-aligned, unpadded prefixes */
 static rc_tensor *positions(nn_ctx *x, int64_t T)
 {
-    rc_tensor *pos = rci_nn_positions(x, T);
-    int32_t *d = rc_tensor_data(pos);
-    for (int64_t t = 0; pos && t < T; t++)
-        d[t] += OPT_POS_OFFSET;
-    return pos;
+    return rci_nn_positions(x, T, OPT_POS_OFFSET);
 }
 
 static rc_tensor *opt_logits(nn_ctx *x)

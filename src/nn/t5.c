@@ -76,11 +76,15 @@ static int32_t rel_bucket(int64_t rel, int bidirectional, int buckets, int max_d
 static rc_tensor *position_bias(nn_ctx *x, const char *stack, int64_t Tq, int64_t Tk, int64_t q0, int bidir)
 {
     rc_graph *g = x->g;
-    rc_tensor *ids = rc_const(g, "t5_buckets", RC_I32, 2, (int64_t[]){Tq, Tk}, NULL);
-    int32_t *d = rc_tensor_data(ids);
-    for (int64_t i = 0; d && i < Tq; i++)
+    int32_t *d = malloc((size_t)(Tq * Tk > 0 ? Tq * Tk : 1) * sizeof *d);
+    if (!d)
+        return rci_fail(g, RC_ERR_MEMORY, "t5: out of memory for [%lld, %lld] position buckets",
+                        (long long)Tq, (long long)Tk);
+    for (int64_t i = 0; i < Tq; i++)
         for (int64_t j = 0; j < Tk; j++)
             d[i * Tk + j] = rel_bucket(j - (i + q0), bidir, x->c->rel_buckets, x->c->rel_max_distance);
+    rc_tensor *ids = rc_const(g, "t5_buckets", RC_I32, 2, (int64_t[]){Tq, Tk}, d);
+    free(d);
     rc_tensor *table = rci_nn_p(x, "%s.block.0.layer.0.SelfAttention.relative_attention_bias.weight", stack);
     rc_tensor *b = rc_permute(g, rc_embedding(g, table, ids), (int[]){2, 0, 1}); /* [H, Tq, Tk] */
     return rc_reshape(g, b, 4, (int64_t[]){1, x->c->n_head, Tq, Tk});

@@ -1,4 +1,5 @@
-/* weights.c - the flat parameter buffer and its table. */
+/* weights.c - the flat parameter buffer and its table; values cross to the host only by
+ * copies. */
 #include "nn.h"
 
 #include <stdio.h>
@@ -7,7 +8,7 @@
 
 int rci_nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t *shape)
 {
-    if (ndim < 1 || ndim > 4 || w->data)
+    if (ndim < 1 || ndim > 4 || w->buf)
         return -1;
     if (w->n == w->cap) {
         int cap = w->cap ? 2 * w->cap : 64;
@@ -31,22 +32,38 @@ int rci_nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t 
     return 0;
 }
 
-int rci_nn_weights_alloc(nn_weights *w)
+int rci_nn_weights_alloc(nn_weights *w, rc_backend *be, rc_error *err)
 {
-    w->data = calloc((size_t)(w->numel ? w->numel : 1), sizeof *w->data);
-    return w->data ? 0 : -1;
+    w->buf = rc_buffer_new(be, (size_t)w->numel * sizeof(float), err);
+    return w->buf ? 0 : -1;
 }
 
 void rci_nn_weights_free(nn_weights *w)
 {
     free(w->p);
-    free(w->data);
+    rc_buffer_free(w->buf);
     memset(w, 0, sizeof *w);
 }
 
-float *rci_nn_weights_get(const nn_weights *w, int i)
+size_t rci_nn_weights_offset(const nn_weights *w, int i)
 {
-    return w->data + w->p[i].offset;
+    return (size_t)w->p[i].offset * sizeof(float);
+}
+
+int rci_nn_weights_read(const nn_weights *w, int i, float *host, rc_error *err)
+{
+    if (!w->buf)
+        return rc_error_set(err, RC_ERR_ARG, "weights: '%s' has no memory", w->p[i].name);
+    return rc_buffer_download(w->buf, rci_nn_weights_offset(w, i), host,
+                              (size_t)w->p[i].numel * sizeof(float), err);
+}
+
+int rci_nn_weights_write(nn_weights *w, int i, const float *host, rc_error *err)
+{
+    if (!w->buf)
+        return rc_error_set(err, RC_ERR_ARG, "weights: '%s' has no memory", w->p[i].name);
+    return rc_buffer_upload(w->buf, rci_nn_weights_offset(w, i), host,
+                            (size_t)w->p[i].numel * sizeof(float), err);
 }
 
 int rci_nn_weights_find(const nn_weights *w, const char *name)

@@ -1,5 +1,6 @@
 /* comm.c - the mesh and collectives over MPI, and the world of one without a launcher. */
 #include "internal.h"
+#include "backend.h"
 #include "redco/dist.h"
 
 #include <mpi.h>
@@ -244,16 +245,62 @@ int rc_comm_allreduce_max_f32(rc_comm *c, float *data, int64_t n, rc_error *err)
     return allreduce(c, data, n, MPI_FLOAT, sizeof(float), MPI_MAX, err);
 }
 
-int rc_comm_collective(void *ctx, void *data, int64_t n, rc_dtype t, int op, rc_error *err)
+/* ---- collectives on backend buffers: host memory handed to MPI as it is, device memory
+ * staged through a host copy ---------------------------------------------------------- */
+
+/* bytes at offset of buf as host memory: the buffer's own (the CPU) or *stage, downloaded */
+static void *host_view(rc_buffer *buf, size_t offset, size_t bytes, void **stage, rc_error *err)
 {
-    rc_comm *c = ctx;
-    MPI_Datatype mt = t == RC_F64 ? MPI_DOUBLE : MPI_FLOAT;
-    if (t != RC_F32 && t != RC_F64)
-        return rc_error_set(err, RC_ERR_DTYPE, "collective: dtype %s", rc_dtype_name(t));
-    return allreduce(c, data, n, mt, rc_dtype_size(t), op ? MPI_MAX : MPI_SUM, err);
+    void *h = rci_buffer_host(buf, offset);
+    *stage = NULL;
+    if (h)
+        return h;
+    *stage = malloc(bytes ? bytes : 1);
+    if (!*stage) {
+        rc_error_set(err, RC_ERR_MEMORY, "collective: cannot stage %zu bytes", bytes);
+        return NULL;
+    }
+    if (rc_buffer_download(buf, offset, *stage, bytes, err)) {
+        free(*stage);
+        *stage = NULL;
+        return NULL;
+    }
+    return *stage;
 }
 
-int rc_comm_allreduce_mean_f32(rc_comm *c, float *data, int64_t n, int64_t bucket, rc_error *err)
+/* the staged bytes back into the buffer (nothing to do for host memory) */
+static int host_done(rc_buffer *buf, size_t offset, size_t bytes, void *stage, int status, rc_error *err)
+{
+    if (stage && !status)
+        status = rc_buffer_upload(buf, offset, stage, bytes, err);
+    free(stage);
+    return status;
+}
+
+int rc_comm_allreduce_buffer(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int op,
+                             rc_error *err)
+{
+    if (t != RC_F32 && t != RC_F64)
+        return rc_error_set(err, RC_ERR_DTYPE, "collective: dtype %s", rc_dtype_name(t));
+    if (!c || c->size == 1)
+        return 0;
+    size_t bytes = (size_t)n * rc_dtype_size(t);
+    void *stage, *h = host_view(buf, offset, bytes, &stage, err);
+    if (!h)
+        return -1;
+    MPI_Datatype mt = t == RC_F64 ? MPI_DOUBLE : MPI_FLOAT;
+    int rc = allreduce(c, h, n, mt, rc_dtype_size(t), op ? MPI_MAX : MPI_SUM, err);
+    return host_done(buf, offset, bytes, stage, rc, err);
+}
+
+int rc_comm_collective(void *ctx, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int op,
+                       rc_error *err)
+{
+    return rc_comm_allreduce_buffer(ctx, buf, offset, n, t, op, err);
+}
+
+int rc_comm_allreduce_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket,
+                               rc_error *err)
 {
     if (!c || c->size == 1)
         return 0;
@@ -262,12 +309,29 @@ int rc_comm_allreduce_mean_f32(rc_comm *c, float *data, int64_t n, int64_t bucke
     float inv = 1.0f / (float)c->size;
     for (int64_t at = 0; at < n; at += bucket) {
         int64_t len = n - at < bucket ? n - at : bucket;
-        if (rc_comm_allreduce_sum_f32(c, data + at, len, err))
+        size_t off = offset + (size_t)at * sizeof(float), bytes = (size_t)len * sizeof(float);
+        void *stage;
+        float *h = host_view(buf, off, bytes, &stage, err);
+        if (!h)
             return -1;
-        for (int64_t i = 0; i < len; i++)
-            data[at + i] *= inv;
+        int rc = rc_comm_allreduce_sum_f32(c, h, len, err);
+        for (int64_t i = 0; !rc && i < len; i++)
+            h[i] *= inv;
+        if (host_done(buf, off, bytes, stage, rc, err))
+            return -1;
     }
     return 0;
+}
+
+int rc_comm_bcast_buffer(rc_comm *c, rc_buffer *buf, size_t offset, size_t bytes, int root,
+                         rc_error *err)
+{
+    if (!c || c->size == 1)
+        return 0;
+    void *stage, *h = host_view(buf, offset, bytes, &stage, err);
+    if (!h)
+        return -1;
+    return host_done(buf, offset, bytes, stage, rc_comm_bcast(c, h, bytes, root, err), err);
 }
 
 int rc_comm_bcast(rc_comm *c, void *data, size_t bytes, int root, rc_error *err)

@@ -288,12 +288,15 @@ static int localize(local *l, const rc_tensor *y, rc_error *err)
     rc_tensor *out;
     if (y->op == RC_OP_LEAF) {
         int pi = l->p->param_of[y->id];
-        out = pi >= 0 ? rc_param(g, y->name, y->dtype, y->ndim, shape)
-                      : rc_input(g, y->name, y->dtype, y->ndim, shape);
-        if (out && pi < 0) {
+        /* constants keep their values; inputs and parameters are bound later */
+        const rci_leaf_source *src = rci_graph_source(l->p->g, y->id);
+        if (pi < 0 && src && src->host)
+            out = rc_const(g, y->name, y->dtype, y->ndim, shape, src->host);
+        else
+            out = pi >= 0 ? rc_param(g, y->name, y->dtype, y->ndim, shape)
+                          : rc_input(g, y->name, y->dtype, y->ndim, shape);
+        if (out && pi < 0)
             out->flags = y->flags;
-            out->data = y->data; /* constants keep their values; inputs are bound later */
-        }
         if (out && pi >= 0 && l->spec[pi].axis >= 0) {
             rc_shard_local_shape(&l->spec[pi], y, l->mp, shape);
             memcpy(out->shape, shape, sizeof(int64_t) * (size_t)y->ndim);

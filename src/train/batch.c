@@ -53,7 +53,34 @@ rc_tensor *rc_batch_input(rc_graph *g, const rc_batch *b, const char *name)
         if (t->op == RC_OP_LEAF && (t->flags & RC_FLAG_INPUT) && !strcmp(t->name, a->name))
             return t;
     }
-    rc_tensor *x = rc_input(g, a->name, a->dtype, a->ndim, a->shape);
-    rc_tensor_bind(x, a->data);
-    return x;
+    return rc_input(g, a->name, a->dtype, a->ndim, a->shape);
+}
+
+/* a has x's dtype and shape */
+static int array_fits(const rc_array *a, const rc_tensor *x)
+{
+    int same = a && a->dtype == x->dtype && a->ndim == x->ndim;
+    for (int k = 0; same && k < a->ndim; k++)
+        same = a->shape[k] == x->shape[k];
+    return same;
+}
+
+int rc_batch_feed(const rc_batch *b, rc_plan *p, rc_error *err)
+{
+    const rc_graph *g = rci_plan_graph(p);
+    for (int i = 0; g && i < rc_graph_size(g); i++) {
+        rc_tensor *x = rc_graph_node(g, i);
+        if (x->op != RC_OP_LEAF || !(x->flags & RC_FLAG_INPUT) || !rci_plan_has(p, x))
+            continue;
+        const rc_array *a = rc_batch_get(b, x->name);
+        if (!array_fits(a, x)) {
+            char want[96];
+            return rc_error_set(err, RC_ERR_SHAPE, "collate: array '%s' %s; the step was built for %s %s",
+                                x->name, a ? "changed shape or dtype" : "is missing",
+                                rc_shape_str(x, want, sizeof want), rc_dtype_name(x->dtype));
+        }
+        if (rc_plan_set_input(p, x, a->data, err))
+            return -1;
+    }
+    return 0;
 }

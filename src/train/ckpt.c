@@ -153,22 +153,23 @@ static rc_tensor param_header(const nn_weights *w, int i)
     return h;
 }
 
-/* Assembles tensor i of the shard buffer `local` (trainer layout) into `full` (that
- * tensor alone) on the model axis's first rank: a collective over the model axis. */
-static int gather_tensor(rc_trainer *t, int i, const float *local, float *full, rc_error *err)
+/* Assembles tensor i of the trainer-layout buffer `local` into `full` (that tensor alone,
+ * host memory) on the model axis's first rank: a collective over the model axis. `mine`
+ * is room for this rank's share. */
+static int gather_tensor(rc_trainer *t, int i, const rc_buffer *local, float *mine, float *full,
+                         rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
     nn_weights *w = rci_params_weights(t->params);
-    const float *mine = local + t->loff[i];
-    if (t->specs[i].axis < 0) {
-        memcpy(full, mine, (size_t)w->p[i].numel * sizeof *full);
-        return 0;
-    }
+    size_t at = (size_t)t->loff[i] * sizeof(float), bytes = (size_t)t->lnum[i] * sizeof(float);
+    if (t->mp == 1 || t->specs[i].axis < 0)
+        return rc_buffer_download(local, at, full, (size_t)w->p[i].numel * sizeof *full, err);
     void *all = NULL;
     size_t counts[4096];
     if (m->mp > 4096)
         return rc_error_set(err, RC_ERR_ARG, "checkpoint: %d model shards", m->mp);
-    if (rc_comm_gather(m->mp_comm, mine, (size_t)t->lnum[i] * sizeof *mine, 0, &all, counts, err))
+    if (rc_buffer_download(local, at, mine, bytes, err) ||
+        rc_comm_gather(m->mp_comm, mine, bytes, 0, &all, counts, err))
         return -1;
     rc_tensor h = param_header(w, i);
     for (int r = 0; m->mp_rank == 0 && r < m->mp; r++)
@@ -192,24 +193,20 @@ typedef struct {
     rc_trainer *t;
     int moments;
     int done;                     /* entries taken so far: every rank takes all of them */
-    float *buf;                   /* one full tensor gathered from model shards (mp > 1) */
+    float *buf;                   /* one full tensor, copied out (and gathered from shards) */
+    float *mine;                  /* this rank's share of it */
 } stream;
 
-/* entry k: straight from the buffer with one shard, else gathered into buf (a collective
- * over the model axis) */
+/* entry k copied out into buf (with model shards, a collective over the model axis) */
 static int stream_source(void *ctx, int k, const void **data, rc_error *err)
 {
     stream *s = ctx;
     rc_trainer *t = s->t;
     int i = s->moments ? k / 2 : k;
-    const float *src = s->moments ? (k % 2 ? t->v : t->m) : t->local;
+    const rc_buffer *src = s->moments ? (k % 2 ? t->v : t->m) : t->local;
     s->done++;
-    if (t->mp == 1) {
-        *data = src + t->loff[i];
-        return 0;
-    }
     *data = s->buf;
-    return gather_tensor(t, i, src, s->buf, err);
+    return gather_tensor(t, i, src, s->mine, s->buf, err);
 }
 
 /* Every rank: the entries of one file; the writer (rank 0, when `write`) writes them as
@@ -219,10 +216,11 @@ static int write_tensors(rc_trainer *t, const char *path, int moments, int write
 {
     nn_weights *w = rci_params_weights(t->params);
     int n = moments ? 2 * w->n : w->n;
-    stream s = {t, moments, 0, t->mp > 1 ? malloc((size_t)largest_param(w) * sizeof(float)) : NULL};
+    size_t most = (size_t)largest_param(w) * sizeof(float);
+    stream s = {t, moments, 0, malloc(most), malloc(most)};
     rc_st_entry *e = write ? calloc((size_t)n, sizeof *e) : NULL;
     char (*names)[160] = write ? calloc((size_t)n, sizeof *names) : NULL;
-    int rc = (t->mp == 1 || s.buf) && (!write || (e && names))
+    int rc = s.buf && s.mine && (!write || (e && names))
                  ? 0 : rc_error_set(err, RC_ERR_MEMORY, "checkpoint: out of memory");
     for (int k = 0; !rc && write && k < n; k++) {
         int i = moments ? k / 2 : k;
@@ -235,9 +233,10 @@ static int write_tensors(rc_trainer *t, const char *path, int moments, int write
         rc = rc_safetensors_write_from(path, n, e, moments ? 0 : 1, moments ? NULL : meta, stream_source, &s, err);
     rc_error drain = {0};
     const void *unused;
-    while (s.done < n && s.buf)
+    while (s.done < n && s.buf && s.mine && t->mp > 1)
         stream_source(&s, s.done, &unused, rc ? &drain : err);
     free(s.buf);
+    free(s.mine);
     free(e);
     free(names);
     return rc;
@@ -288,10 +287,20 @@ int rci_trainer_sync_params(rc_trainer *t, rc_error *err)
     const rc_mesh *m = rc_deployer_mesh(t->d);
     if (rci_params_restore(t->params))
         return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld parameters", (long long)w->numel);
-    for (int i = 0; i < w->n; i++)
-        if (gather_tensor(t, i, t->local, w->data + w->p[i].offset, err))
-            return -1;
-    return rc_comm_bcast(m->mp_comm, w->data, (size_t)w->numel * sizeof *w->data, 0, err);
+    w = rci_params_weights(t->params);
+    size_t most = (size_t)largest_param(w) * sizeof(float);
+    float *full = malloc(most), *mine = malloc(most);
+    int rc = full && mine ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    for (int i = 0; !rc && i < w->n; i++) {
+        rc = gather_tensor(t, i, t->local, mine, full, err);
+        if (!rc)
+            rc = rc_comm_bcast(m->mp_comm, full, (size_t)w->p[i].numel * sizeof *full, 0, err);
+        if (!rc)
+            rc = rci_nn_weights_write(w, i, full, err);
+    }
+    free(full);
+    free(mine);
+    return rc;
 }
 
 int rci_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, rc_error *err)
@@ -355,17 +364,20 @@ static int read_tensor(rc_checkpoint *ck, const char *name, float *dst, int64_t 
 
 /* reads tensor `name` into the trainer layout buffer `dst` (a shard of it with model
  * shards: read whole into tmp, then cut) */
-static int load_one(rc_trainer *t, rc_checkpoint *ck, const char *name, int i, float *tmp, float *dst,
-                    rc_error *err)
+static int load_one(rc_trainer *t, rc_checkpoint *ck, const char *name, int i, float *tmp, float *part,
+                    rc_buffer *dst, rc_error *err)
 {
     nn_weights *w = rci_params_weights(t->params);
-    if (t->mp == 1)
-        return read_tensor(ck, name, dst + t->loff[i], w->p[i].numel, err);
     if (read_tensor(ck, name, tmp, w->p[i].numel, err))
         return -1;
-    rc_tensor h = param_header(w, i);
-    rc_shard_take(&t->specs[i], &h, t->mp, rc_deployer_mesh(t->d)->mp_rank, tmp, dst + t->loff[i]);
-    return 0;
+    const float *mine = tmp;
+    if (t->mp > 1) {
+        rc_tensor h = param_header(w, i);
+        rc_shard_take(&t->specs[i], &h, t->mp, rc_deployer_mesh(t->d)->mp_rank, tmp, part);
+        mine = part;
+    }
+    return rc_buffer_upload(dst, (size_t)t->loff[i] * sizeof(float), mine,
+                            (size_t)t->lnum[i] * sizeof(float), err);
 }
 
 /* parameters and moments, tensor by tensor, into this rank's buffers */
@@ -373,27 +385,32 @@ static int load_tensors(rc_trainer *t, const char *dir, rc_error *err)
 {
     nn_weights *w = rci_params_weights(t->params);
     char path[4200], name[160];
-    float *tmp = t->mp > 1 ? malloc((size_t)largest_param(w) * sizeof *tmp) : NULL;
-    if (t->mp > 1 && !tmp)
+    float *tmp = malloc((size_t)largest_param(w) * sizeof *tmp);
+    float *part = malloc((size_t)largest_param(w) * sizeof *part);
+    if (!tmp || !part) {
+        free(tmp);
+        free(part);
         return rc_error_set(err, RC_ERR_MEMORY, "resume: out of memory");
+    }
     join(path, sizeof path, dir, "model.safetensors");
     rc_checkpoint *ck = rc_checkpoint_open(path, err);
     int rc = ck ? 0 : -1;
     for (int i = 0; !rc && i < w->n; i++)
-        rc = load_one(t, ck, w->p[i].name, i, tmp, t->local, err);
+        rc = load_one(t, ck, w->p[i].name, i, tmp, part, t->local, err);
     rc_checkpoint_close(ck);
     join(path, sizeof path, dir, "optimizer.safetensors");
     ck = rc ? NULL : rc_checkpoint_open(path, err);
     rc = rc || !ck ? -1 : 0;
     for (int i = 0; !rc && i < w->n; i++) {
         snprintf(name, sizeof name, "exp_avg.%s", w->p[i].name);
-        rc = load_one(t, ck, name, i, tmp, t->m, err);
+        rc = load_one(t, ck, name, i, tmp, part, t->m, err);
         snprintf(name, sizeof name, "exp_avg_sq.%s", w->p[i].name);
         if (!rc)
-            rc = load_one(t, ck, name, i, tmp, t->v, err);
+            rc = load_one(t, ck, name, i, tmp, part, t->v, err);
     }
     rc_checkpoint_close(ck);
     free(tmp);
+    free(part);
     return rc;
 }
 

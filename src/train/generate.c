@@ -1,8 +1,8 @@
 /* generate.c - text generation with the built-in models: a decoding state that records and
- * runs one graph per step (decoder-only models keep their key/value cache in host buffers
- * between steps; T5 re-runs the whole prefix), greedy and sampled token choice, and beam
+ * runs one graph per step (decoder-only models keep their key/value cache in backend
+ * buffers between steps; T5 re-runs the whole prefix), greedy and sampled token choice, and beam
  * search as transformers 4.36 does it. See redco/predict.h for the exact semantics. */
-#include "sharded.h"
+#include "step.h"
 #include "redco/predict.h"
 
 #include <math.h>
@@ -24,9 +24,11 @@ typedef struct {
     int64_t kv_heads, head_dim;   /* the model's key/value heads (the global graph's shapes) */
     int64_t kv_local;             /* the heads this rank caches (kv_heads / model shards when
                                      they divide; 0 until the first step) */
-    float **kv;                   /* each [rows, kv_local, len, D] packed, room for max_rows x cap */
+    rc_backend *be;               /* where the weights, the cache and the steps live */
+    rc_buffer **kv;               /* each [rows, kv_local, len, D] packed, room for max_rows x cap */
+    rc_buffer *kv_scratch;        /* reordering rows: one cache tensor */
     rc_tensor **past, **fresh;    /* per graph: cache inputs and new_kv outputs */
-    void *scratch;                /* reordering rows: one cache tensor or the T5 history */
+    int32_t *scratch;             /* reordering rows: the T5 history */
     int32_t *hist;                /* T5: decoder tokens [rows, len] packed, room for max_rows x cap */
     int32_t *enc;                 /* T5: encoder tokens [max_rows, n_enc], every row the prompt */
     int64_t n_enc;
@@ -47,8 +49,9 @@ static void decoder_note(const decoder *d, rc_generate_stats *st)
 static void decoder_free(decoder *d)
 {
     for (int i = 0; d->kv && i < d->nkv; i++)
-        free(d->kv[i]);
+        rc_buffer_free(d->kv[i]);
     free(d->kv);
+    rc_buffer_free(d->kv_scratch);
     free(d->past);
     free(d->fresh);
     free(d->leaves);
@@ -68,6 +71,7 @@ static int decoder_init(decoder *d, rc_model *m, int max_rows, int64_t cap, cons
     d->shards = shards;
     d->c = &m->config;
     d->w = rci_params_weights(m->params);
+    d->be = rci_params_backend(m->params); /* model shards live there too */
     d->t5 = m->config.type == RC_MODEL_T5;
     d->max_rows = d->rows = max_rows;
     d->cap = cap;
@@ -109,7 +113,7 @@ static void history_append(decoder *d, const int32_t *ids, int64_t T)
 
 /* Records the forward of ids [rows, T] after the current state into g; returns the logits
  * of the last position [rows, 1, vocab]. */
-static rc_tensor *decoder_graph(decoder *d, rc_graph *g, int32_t *ids, int64_t T)
+static rc_tensor *decoder_graph(decoder *d, rc_graph *g, int64_t T)
 {
     int64_t R = d->rows;
     if (rci_nn_model_leaves(g, d->w, d->leaves))
@@ -118,19 +122,14 @@ static rc_tensor *decoder_graph(decoder *d, rc_graph *g, int32_t *ids, int64_t T
     if (d->t5) {
         in.ids = rc_input(g, "decoder_ids", RC_I32, 2, (int64_t[]){R, d->len + T});
         in.enc_ids = rc_input(g, "encoder_ids", RC_I32, 2, (int64_t[]){R, d->n_enc});
-        rc_tensor_bind(in.ids, d->hist);
-        rc_tensor_bind(in.enc_ids, d->enc);
     } else {
         in.ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){R, T});
-        rc_tensor_bind(in.ids, ids);
         for (int i = 0; d->len > 0 && i < d->nkv; i++) {
             char name[32];
             snprintf(name, sizeof name, "past.%d.%s", i / 2, i % 2 ? "v" : "k");
             d->past[i] = rc_input(g, name, RC_F32, 4, (int64_t[]){R, d->kv_heads, d->len, d->head_dim});
             if (d->past[i])
                 d->past[i]->flags |= RC_FLAG_SPLITTABLE; /* model shards keep their heads of it */
-            if (!d->shards)
-                rc_tensor_bind(d->past[i], d->kv[i]);
         }
         in.past = (int)d->len;
         in.past_kv = d->len > 0 ? d->past : NULL;
@@ -147,9 +146,9 @@ static rc_tensor *decoder_graph(decoder *d, rc_graph *g, int32_t *ids, int64_t T
 static int cache_alloc(decoder *d, int64_t heads, rc_error *err)
 {
     size_t bytes = (size_t)d->max_rows * (size_t)(heads * d->cap * d->head_dim) * sizeof(float);
-    int ok = (d->scratch = malloc(bytes)) != NULL;
+    int ok = (d->kv_scratch = rc_buffer_new(d->be, bytes, err)) != NULL;
     for (int i = 0; ok && i < d->nkv; i++)
-        ok = (d->kv[i] = malloc(bytes)) != NULL;
+        ok = (d->kv[i] = rc_buffer_new(d->be, bytes, err)) != NULL;
     if (!ok)
         return rc_error_set(err, RC_ERR_MEMORY, "generate: out of memory for the key/value cache of %d rows, %lld heads, %lld positions",
                             d->max_rows, (long long)heads, (long long)d->cap);
@@ -159,7 +158,8 @@ static int cache_alloc(decoder *d, int64_t heads, rc_error *err)
 
 /* keeps the new cache [rows, kv_local, len + T, D] of the run that just finished (fresh:
  * this rank's heads of it) */
-static int keep_cache(decoder *d, rc_tensor *const *fresh, int64_t T, rc_error *err)
+static int keep_cache(decoder *d, const rc_plan *plan, rc_tensor *const *fresh, int64_t T,
+                      rc_error *err)
 {
     if (d->nkv && !d->kv_local && cache_alloc(d, fresh[0] ? fresh[0]->shape[1] : 0, err))
         return -1;
@@ -175,57 +175,42 @@ static int keep_cache(decoder *d, rc_tensor *const *fresh, int64_t T, rc_error *
                                 i % 2 ? "value" : "key", i / 2, k ? rc_shape_str(k, s, sizeof s) : "missing",
                                 (long long)want[0], (long long)want[1], (long long)want[2], (long long)want[3]);
         }
-        memcpy(d->kv[i], rc_tensor_data(k), rc_tensor_nbytes(k));
+        rc_buffer *from;
+        size_t at;
+        if (rc_plan_memory(plan, k, &from, &at) ||
+            rc_buffer_copy(d->kv[i], 0, from, at, rc_tensor_nbytes(k), err))
+            return rc_error_set(err, RC_ERR_ARG, "generate: cannot keep the cache of layer %d", i / 2);
     }
     return 0;
 }
 
-/* With model shards: the local graph's inputs bound by name to the step's data, this
- * rank's part of the cache included */
-static void bind_local_inputs(decoder *d, rc_graph *lg, int32_t *ids)
+/* The run graph's inputs fed by name: token ids copied in, the cache (this rank's part of
+ * it with model shards) bound where it lives. */
+static int feed_inputs(decoder *d, rc_graph *g, rc_plan *plan, const int32_t *ids, rc_error *err)
 {
-    for (int i = 0; i < rc_graph_size(lg); i++) {
-        rc_tensor *t = rc_graph_node(lg, i);
+    int rc = 0;
+    for (int i = 0; !rc && i < rc_graph_size(g); i++) {
+        rc_tensor *t = rc_graph_node(g, i);
         int layer;
         char kind;
         if (t->op != RC_OP_LEAF || !(t->flags & RC_FLAG_INPUT))
             continue;
         if (!strcmp(t->name, "ids"))
-            rc_tensor_bind(t, ids);
+            rc = rc_plan_set_input(plan, t, ids, err);
         else if (!strcmp(t->name, "decoder_ids"))
-            rc_tensor_bind(t, d->hist);
+            rc = rc_plan_set_input(plan, t, d->hist, err);
         else if (!strcmp(t->name, "encoder_ids"))
-            rc_tensor_bind(t, d->enc);
+            rc = rc_plan_set_input(plan, t, d->enc, err);
         else if (sscanf(t->name, "past.%d.%c", &layer, &kind) == 2 && layer >= 0 && layer < d->c->n_layer)
-            rc_tensor_bind(t, d->kv[2 * layer + (kind == 'v')]);
+            rc = rc_plan_bind(plan, t, d->kv[2 * layer + (kind == 'v')], 0, err);
     }
-}
-
-/* This step's runnable graph: the recorded one (outs: the last logits, then the new cache),
- * or with model shards this rank's part of it, whose logits are whole and whose cache
- * outputs are this rank's heads. */
-static int step_compile(decoder *d, rc_graph *g, rc_tensor **outs, int32_t *ids, rc_shard_graph *sg,
-                        rc_plan **plan, rc_error *err)
-{
-    int nout = d->nkv + 1;
-    if (!d->shards)
-        return (*plan = rc_plan_new(g, outs, nout, err)) ? 0 : -1;
-    int *keep = calloc((size_t)nout, sizeof *keep);
-    if (!keep)
-        return rc_error_set(err, RC_ERR_MEMORY, "generate: out of memory");
-    for (int i = 1; i < nout; i++)
-        keep[i] = 1;
-    int rc = rci_sharded_compile(d->shards, g, outs, nout, keep, d->leaves, sg, plan, err);
-    free(keep);
-    if (rc)
-        return -1;
-    bind_local_inputs(d, sg->g, ids);
-    memcpy(outs, sg->outs, (size_t)nout * sizeof *outs);
-    return 0;
+    return rc;
 }
 
 /* Feeds ids [rows, T] (decoder-only: after the cache; T5: after the decoder tokens so far)
- * and leaves the logits of the last position in d->logits. One graph and plan per call. */
+ * and leaves the logits of the last position in d->logits. One record and step per call:
+ * its outputs are the last logits, then the new cache (with model shards, this rank's
+ * heads of it). */
 static int decoder_step(decoder *d, int32_t *ids, int64_t T, rc_error *err)
 {
     if (d->len + T > d->cap)
@@ -236,42 +221,50 @@ static int decoder_step(decoder *d, int32_t *ids, int64_t T, rc_error *err)
         return rc_error_set(err, RC_ERR_MEMORY, "generate: out of memory");
     if (d->t5)
         history_append(d, ids, T);
-    rc_tensor *last = decoder_graph(d, g, ids, T);
-    int rc = 0;
+    rc_tensor *last = decoder_graph(d, g, T);
+    int nout = d->nkv + 1, rc = 0;
+    rc_tensor **outs = malloc((size_t)nout * sizeof *outs);
+    int *keep = calloc((size_t)nout, sizeof *keep);
     if (rc_graph_error(g))
         rc = rc_error_set(err, rc_graph_error_code(g), "generate: %s", rc_graph_error(g));
-    /* outputs: the last logits, then the new cache (decoder-only) */
-    rc_tensor **outs = rc ? NULL : malloc(((size_t)d->nkv + 1) * sizeof *outs);
-    if (!rc && !outs)
+    else if (!outs || !keep)
         rc = rc_error_set(err, RC_ERR_MEMORY, "generate: out of memory");
-    if (!rc) {
-        outs[0] = last;
-        for (int i = 0; i < d->nkv; i++)
-            outs[1 + i] = d->fresh[i];
+    for (int i = 0; !rc && i < nout; i++) {
+        outs[i] = i ? d->fresh[i - 1] : last;
+        keep[i] = i > 0; /* the cache stays split by heads */
     }
-    rc_shard_graph sg = {0};
-    rc_plan *plan = NULL;
-    if (!rc && (step_compile(d, g, outs, ids, &sg, &plan, err) || rc_plan_run(plan, err)))
+    rci_step st = {0};
+    rci_step_spec spec = {outs, nout, keep, d->leaves, d->w->n, 0};
+    if (rc)
+        rc_graph_free(g);
+    else if (rci_step_build(&st, g, &spec, d->shards, d->be, err) || feed_inputs(d, st.run, st.plan, ids, err) ||
+             rc_plan_run(st.plan, err) || rc_plan_read(st.plan, st.outs[0], d->logits, err) ||
+             keep_cache(d, st.plan, st.outs + 1, T, err))
         rc = -1;
-    if (!rc) {
-        memcpy(d->logits, rc_tensor_data(outs[0]), (size_t)d->rows * (size_t)d->c->vocab_size * sizeof(float));
-        rc = keep_cache(d, outs + 1, T, err);
-    }
     if (!rc)
         d->len += T;
     else if (d->t5) /* undo the history append: keep the state consistent */
         for (int r = 0; r < d->rows; r++)
             memmove(d->hist + r * d->len, d->hist + r * (d->len + T), (size_t)d->len * sizeof *d->hist);
     free(outs);
-    rc_plan_free(plan);
-    rc_shard_graph_free(&sg);
-    rc_graph_free(g);
+    free(keep);
+    rci_step_free(&st);
     return rc;
+}
+
+/* Rows of one cache tensor: row r becomes row src[r] (src NULL: row 0 for every row). */
+static int cache_rows(decoder *d, rc_buffer *kv, const int *src, int rows, rc_error *err)
+{
+    size_t block = (size_t)(d->kv_local * d->len * d->head_dim) * sizeof(float);
+    for (int r = 0; r < rows; r++)
+        if (rc_buffer_copy(d->kv_scratch, r * block, kv, (size_t)(src ? src[r] : 0) * block, block, err))
+            return -1;
+    return rc_buffer_copy(kv, 0, d->kv_scratch, 0, (size_t)rows * block, err);
 }
 
 /* Row r of the state becomes a copy of row src[r] (beam search): cache and history (the
  * logits are about to be replaced by the next step). */
-static void decoder_reorder(decoder *d, const int *src)
+static int decoder_reorder(decoder *d, const int *src, rc_error *err)
 {
     if (d->t5) {
         int64_t L = d->len;
@@ -280,27 +273,26 @@ static void decoder_reorder(decoder *d, const int *src)
             memcpy(tmp + r * L, d->hist + src[r] * L, (size_t)L * sizeof *tmp);
         memcpy(d->hist, tmp, (size_t)d->rows * (size_t)L * sizeof *tmp);
     }
-    int64_t block = d->kv_local * d->len * d->head_dim;
-    float *tmp = d->scratch;
-    for (int i = 0; i < d->nkv; i++) {
-        for (int r = 0; r < d->rows; r++)
-            memcpy(tmp + r * block, d->kv[i] + src[r] * block, (size_t)block * sizeof *tmp);
-        memcpy(d->kv[i], tmp, (size_t)d->rows * (size_t)block * sizeof *tmp);
-    }
+    for (int i = 0; i < d->nkv; i++)
+        if (cache_rows(d, d->kv[i], src, d->rows, err))
+            return -1;
+    return 0;
 }
 
 /* One row (after the prompt) becomes `rows` identical rows. */
-static void decoder_expand(decoder *d, int rows)
+static int decoder_expand(decoder *d, int rows, rc_error *err)
 {
-    int64_t V = d->c->vocab_size, block = d->kv_local * d->len * d->head_dim;
+    int64_t V = d->c->vocab_size;
     for (int r = 1; r < rows; r++) {
         memcpy(d->logits + r * V, d->logits, (size_t)V * sizeof *d->logits);
-        for (int i = 0; i < d->nkv; i++)
-            memcpy(d->kv[i] + r * block, d->kv[i], (size_t)block * sizeof(float));
         if (d->t5)
             memcpy(d->hist + r * d->len, d->hist, (size_t)d->len * sizeof *d->hist);
     }
+    for (int i = 0; i < d->nkv; i++)
+        if (cache_rows(d, d->kv[i], NULL, rows, err))
+            return -1;
     d->rows = rows;
+    return 0;
 }
 
 /* ---- choosing tokens ---------------------------------------------------------------------- */
@@ -597,7 +589,7 @@ static int run_beams(decoder *d, const int32_t *prompt, int64_t n_prompt, const 
     if (!rc)
         rc = decoder_begin(d, prompt, n_prompt, err);
     if (!rc)
-        decoder_expand(d, k);
+        rc = decoder_expand(d, k, err);
     for (int b = 0; !rc && b < k; b++)
         beam[b] = b ? -1e9 : 0.0;
     int n = 0, done = 0; /* n: tokens generated on every beam */
@@ -655,8 +647,9 @@ static int run_beams(decoder *d, const int32_t *prompt, int64_t n_prompt, const 
         n++;
         if (done || n >= M)
             break;
-        decoder_reorder(d, src);
-        rc = decoder_step(d, ntok, 1, err);
+        rc = decoder_reorder(d, src, err);
+        if (!rc)
+            rc = decoder_step(d, ntok, 1, err);
     }
     /* finalize: the open beams join unless the search is done; the best score wins, the
      * latest added among equals (Python's stable sort, then pop) */

@@ -1,42 +1,48 @@
-/* optim.c - parameter updates on host buffers: SGD and AdamW (decoupled decay).
- *
- * Each update is one pass over its arrays, split over the OpenMP threads and vectorised
- * (this file is built with -fno-math-errno so sqrtf becomes the vector instruction; the
- * results are the same correctly rounded floats). Everything that depends only on the
- * step is computed once per call, outside the loop. */
-#include "redco.h"
+/* optim.c - the public optimizer steps: checks, then one update on the buffers' backend
+ * (the trainer builds its own update over all parameters at once). */
+#include "internal.h"
+#include "backend.h"
 
-#include <math.h>
-
-enum { PARALLEL_MIN = 1 << 16 }; /* below this many floats one thread is faster */
-
-void rc_sgd_update(float *w, const float *grad, int64_t n, double lr)
+/* every buffer present, of one backend, holding n f32 from element at */
+static int check_buffers(const char *what, rc_buffer *const *b, int nb, int64_t at, int64_t n,
+                         rc_error *err)
 {
-    float a = (float)lr;
-#pragma omp parallel for simd schedule(static) if (n > PARALLEL_MIN)
-    for (int64_t i = 0; i < n; i++)
-        w[i] -= a * grad[i];
+    if (at < 0 || n < 0)
+        return rc_error_set(err, RC_ERR_ARG, "%s: elements [%lld, %lld)", what, (long long)at,
+                            (long long)(at + n));
+    for (int i = 0; i < nb; i++) {
+        if (!b[i])
+            return rc_error_set(err, RC_ERR_ARG, "%s: buffer %d is NULL", what, i);
+        if (b[i]->be != b[0]->be)
+            return rc_error_set(err, RC_ERR_ARG, "%s: buffers on %s and %s", what, b[0]->be->name,
+                                b[i]->be->name);
+        if ((size_t)(at + n) * sizeof(float) > b[i]->size)
+            return rc_error_set(err, RC_ERR_ARG, "%s: elements [%lld, %lld) outside buffer %d of %zu bytes",
+                                what, (long long)at, (long long)(at + n), i, b[i]->size);
+    }
+    return 0;
 }
 
-void rc_adamw_update(float *w, const float *grad, float *m, float *v, int64_t n, const rc_adam *opt)
+int rc_sgd_update(rc_buffer *w, rc_buffer *grad, int64_t at, int64_t n, double lr, rc_error *err)
 {
-    double t = (double)opt->step;
-    float b1 = (float)opt->beta1, b2 = (float)opt->beta2, eps = (float)opt->eps;
-    float c1 = (float)(1.0 - opt->beta1), c2 = (float)(1.0 - opt->beta2); /* not 1 - (float)beta */
-    /* the arithmetic of torch.optim.AdamW, so trajectories agree to float rounding: the
-     * bias corrections are hoisted, but divided by, as torch does, not multiplied by an
-     * inverse (that would round differently) */
-    float step_size = (float)(opt->lr / (1.0 - pow(opt->beta1, t)));
-    float bc2_sqrt = (float)sqrt(1.0 - pow(opt->beta2, t));
-    float decay = (float)(1.0 - opt->lr * opt->weight_decay);
-    /* one pass: reads w, grad, m, v and writes w, m, v (28 bytes per parameter) */
-#pragma omp parallel for simd schedule(static) if (n > PARALLEL_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float gi = grad[i];
-        float mi = b1 * m[i] + c1 * gi;
-        float vi = b2 * v[i] + c2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        w[i] = w[i] * decay - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
-    }
+    rc_buffer *b[2] = {w, grad};
+    if (check_buffers("sgd", b, 2, at, n, err))
+        return -1;
+    rci_update_part part = {at, n, 0.0};
+    rci_update u = {w, grad, NULL, NULL, &part, 1, lr, 0, 0, 0, 1, 1.0, 0};
+    return w->be->update(w->be, &u, err);
+}
+
+int rc_adamw_update(rc_buffer *w, rc_buffer *grad, rc_buffer *m, rc_buffer *v, int64_t at, int64_t n,
+                    const rc_adam *opt, rc_error *err)
+{
+    rc_buffer *b[4] = {w, grad, m, v};
+    if (!opt || opt->step < 1)
+        return rc_error_set(err, RC_ERR_ARG, "adamw: step %lld (counted from 1)",
+                            opt ? (long long)opt->step : 0LL);
+    if (check_buffers("adamw", b, 4, at, n, err))
+        return -1;
+    rci_update_part part = {at, n, opt->weight_decay};
+    rci_update u = {w, grad, m, v, &part, 1, opt->lr, opt->beta1, opt->beta2, opt->eps, opt->step, 1.0, 1};
+    return w->be->update(w->be, &u, err);
 }

@@ -1,6 +1,7 @@
 /* params.c - named parameters in one flat buffer, their graph leaves, and the built-in
  * models as parameters plus a configuration. */
 #include "internal.h"
+#include "backend.h"
 #include "nn.h"
 #include "redco/pipeline.h"
 
@@ -11,6 +12,7 @@
 
 struct rc_params {
     nn_weights w;
+    rc_backend *be;               /* where the buffer lives */
     uint64_t graph;               /* serial of the graph the cached leaves belong to */
     int released;                 /* the full buffer was given up (model shards hold the values) */
     rc_tensor **leaves;           /* [w.n], created on first use in g */
@@ -20,7 +22,10 @@ struct rc_params {
 
 rc_params *rc_params_new(void)
 {
-    return calloc(1, sizeof(rc_params));
+    rc_params *p = calloc(1, sizeof(rc_params));
+    if (p)
+        p->be = rci_backend_cpu();
+    return p;
 }
 
 void rc_params_free(rc_params *p)
@@ -50,7 +55,7 @@ int rc_params_add_init(rc_params *p, const char *name, int ndim, const int64_t *
                        const rc_init *init)
 {
     rc_init in = init ? *init : (rc_init){RC_INIT_AUTO, 0, NULL, NULL};
-    if (!p || !name || strlen(name) >= sizeof p->w.p[0].name || p->w.data || p->released ||
+    if (!p || !name || strlen(name) >= sizeof p->w.p[0].name || p->w.buf || p->released ||
         rci_nn_weights_find(&p->w, name) >= 0 || ndim < 1 || ndim > 4 || !shape || !init_valid(&in))
         return -1;
     for (int k = 0; k < ndim; k++)
@@ -80,13 +85,13 @@ static int ready(rc_params *p)
 {
     if (p->released)
         return 0; /* no buffer while shards hold the values: leaves stay unbound */
-    return p->w.data || rci_nn_weights_alloc(&p->w) == 0 ? 0 : -1;
+    return p->w.buf || rci_nn_weights_alloc(&p->w, p->be, NULL) == 0 ? 0 : -1;
 }
 
 void rci_params_release(rc_params *p)
 {
-    free(p->w.data);
-    p->w.data = NULL;
+    rc_buffer_free(p->w.buf);
+    p->w.buf = NULL;
     p->released = 1;
 }
 
@@ -96,13 +101,12 @@ int rci_params_restore(rc_params *p)
     return ready(p);
 }
 
-/* Parameter i's values as its rule says; normal draws come from the shared stream r. */
-static int init_one(rc_params *p, int i, double std, uint64_t seed, rc_rng *r)
+/* Parameter i's values as its rule says into x; normal draws come from the shared stream r. */
+static int init_one(rc_params *p, int i, double std, uint64_t seed, rc_rng *r, float *x)
 {
     const nn_param *q = &p->w.p[i];
     static const rc_init automatic = {RC_INIT_AUTO, 0, NULL, NULL};
     const rc_init *in = p->inits ? &p->inits[i] : &automatic; /* built-in models: none */
-    float *x = rci_nn_weights_get(&p->w, i);
     if (in->kind == RC_INIT_FILL)
         return in->fill(x, q->numel, q->ndim, q->shape, rc_rng_fold(rc_rng_new(seed), (uint64_t)i),
                         in->user) ? -1 : 0;
@@ -119,10 +123,15 @@ int rc_params_init_normal(rc_params *p, double std, uint64_t seed)
     if (!p || ready(p) || p->released)
         return -1;
     rc_rng r = rc_rng_new(seed);
+    int64_t most = 1;
     for (int i = 0; i < p->w.n; i++)
-        if (init_one(p, i, std, seed, &r))
-            return -1;
-    return 0;
+        most = p->w.p[i].numel > most ? p->w.p[i].numel : most;
+    float *x = malloc((size_t)most * sizeof *x);
+    int rc = x ? 0 : -1;
+    for (int i = 0; !rc && i < p->w.n; i++)
+        rc = init_one(p, i, std, seed, &r, x) || rci_nn_weights_write(&p->w, i, x, NULL) ? -1 : 0;
+    free(x);
+    return rc;
 }
 
 int rc_params_count(const rc_params *p)
@@ -140,20 +149,59 @@ int64_t rc_params_numel(const rc_params *p)
     return p->w.numel;
 }
 
-float *rc_params_data(rc_params *p)
+int rc_params_shape(const rc_params *p, int i, int *ndim, const int64_t **shape)
 {
-    return ready(p) ? NULL : p->w.data;
-}
-
-float *rc_params_tensor(rc_params *p, int i, int *ndim, const int64_t **shape)
-{
-    if (i < 0 || i >= p->w.n || ready(p))
-        return NULL;
+    if (!p || i < 0 || i >= p->w.n)
+        return -1;
     if (ndim)
         *ndim = p->w.p[i].ndim;
     if (shape)
         *shape = p->w.p[i].shape;
-    return rci_nn_weights_get(&p->w, i);
+    return 0;
+}
+
+int64_t rc_params_tensor_numel(const rc_params *p, int i)
+{
+    return p && i >= 0 && i < p->w.n ? p->w.p[i].numel : 0;
+}
+
+/* parameter i exists and the buffer is there */
+static int usable(rc_params *p, int i, const char *what, rc_error *err)
+{
+    if (!p || i < 0 || i >= p->w.n)
+        return rc_error_set(err, RC_ERR_ARG, "params %s: no parameter %d", what, i);
+    if (ready(p))
+        return rc_error_set(err, RC_ERR_MEMORY, "params %s: cannot allocate %lld floats on %s", what,
+                            (long long)p->w.numel, rc_backend_name(p->be));
+    return 0;
+}
+
+int rc_params_read(rc_params *p, int i, float *host, rc_error *err)
+{
+    return usable(p, i, "read", err) ? -1 : rci_nn_weights_read(&p->w, i, host, err);
+}
+
+int rc_params_write(rc_params *p, int i, const float *host, rc_error *err)
+{
+    return usable(p, i, "write", err) ? -1 : rci_nn_weights_write(&p->w, i, host, err);
+}
+
+int rc_params_read_all(rc_params *p, float *host, rc_error *err)
+{
+    if (p && p->w.n == 0)
+        return 0;
+    if (usable(p, 0, "read", err))
+        return -1;
+    return rc_buffer_download(p->w.buf, 0, host, (size_t)p->w.numel * sizeof(float), err);
+}
+
+rc_buffer *rc_params_buffer(rc_params *p, int i, size_t *offset)
+{
+    if (usable(p, i, "buffer", NULL))
+        return NULL;
+    if (offset)
+        *offset = rci_nn_weights_offset(&p->w, i);
+    return p->w.buf;
 }
 
 int rc_params_find(const rc_params *p, const char *name)
@@ -174,7 +222,8 @@ static rc_tensor *leaf(rc_graph *g, rc_params *p, int i)
     if (!p->leaves[i]) {
         const nn_param *q = &p->w.p[i];
         p->leaves[i] = rc_param(g, q->name, RC_F32, q->ndim, q->shape);
-        rc_tensor_bind(p->leaves[i], p->w.data ? rci_nn_weights_get(&p->w, i) : NULL);
+        if (p->leaves[i] && p->w.buf)
+            rc_graph_bind(g, p->leaves[i], p->w.buf, rci_nn_weights_offset(&p->w, i));
     }
     return p->leaves[i];
 }
@@ -225,17 +274,17 @@ rc_model *rc_model_create(const char *preset_or_dir, uint64_t seed, rc_error *er
     nn_weights *w = &m->params->w;
     int rc;
     if (has_config(preset_or_dir)) {
-        rc = rci_nn_model_load(preset_or_dir, &m->config, w, err);
+        rc = rci_nn_model_load(preset_or_dir, &m->config, w, m->params->be, err);
         snprintf(m->dir, sizeof m->dir, "%s", preset_or_dir);
     } else {
         rc = rc_config_preset(preset_or_dir, &m->config, err);
         if (!rc)
             rc = rci_nn_model_weights(&m->config, w, err);
-        if (!rc && rci_nn_weights_alloc(w))
+        if (!rc && rci_nn_weights_alloc(w, m->params->be, err))
             rc = rc_error_set(err, RC_ERR_MEMORY, "model %s: cannot allocate %lld parameters",
                               preset_or_dir, (long long)w->numel);
         if (!rc)
-            rci_nn_model_init(&m->config, w, seed);
+            rc = rci_nn_model_init(&m->config, w, seed, err);
     }
     if (rc) {
         rc_model_free(m);
@@ -256,13 +305,11 @@ rc_model *rc_model_from_config(const rc_model_config *c, uint64_t seed, rc_error
     }
     m->config = *c;
     nn_weights *w = &m->params->w;
-    if (rci_nn_model_weights(c, w, err) || rci_nn_weights_alloc(w)) {
-        if (!err || !err->code)
-            rc_error_set(err, RC_ERR_MEMORY, "model: cannot allocate %lld parameters", (long long)w->numel);
+    if (rci_nn_model_weights(c, w, err) || rci_nn_weights_alloc(w, m->params->be, err) ||
+        rci_nn_model_init(c, w, seed, err)) {
         rc_model_free(m);
         return NULL;
     }
-    rci_nn_model_init(c, w, seed);
     return m;
 }
 
@@ -288,4 +335,9 @@ rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *
 nn_weights *rci_params_weights(rc_params *p)
 {
     return ready(p) ? NULL : &p->w;
+}
+
+rc_backend *rci_params_backend(const rc_params *p)
+{
+    return p->be;
 }

@@ -2,7 +2,6 @@
  * run over the data-parallel replicas in rounds of one global batch, the valid rows
  * gathered to rank 0 and handed to the output function in input order. See
  * redco/predict.h for the contract. */
-#include "sharded.h"
 #include "trainer_internal.h"
 #include "redco/predict.h"
 
@@ -14,15 +13,9 @@ enum { PRED_CACHE = 2 };          /* compiled graphs kept: the full and the tail
 
 /* A compiled predict function for one batch signature. */
 typedef struct {
-    rc_graph *g;
-    rc_plan *plan;
-    rc_tensor *out;
-    rc_tensor *inputs[RC_BATCH_MAX];
-    int ninputs;
+    rci_step st;                  /* record, run graph, plan; st.outs[0] is the output */
     rc_batch sig;                 /* the arrays' names, dtypes and shapes (no data) */
     uint64_t used;                /* last use, for eviction */
-    rc_graph *global;             /* with model shards: the global record (g is the local one) */
-    rc_shard_graph local;
 } pred_step;
 
 struct rc_predictor {
@@ -42,13 +35,7 @@ struct rc_predictor {
 
 static void step_free(pred_step *s)
 {
-    rc_plan_free(s->plan);
-    if (s->global) {
-        rc_shard_graph_free(&s->local); /* g is the local graph */
-        rc_graph_free(s->global);
-    } else {
-        rc_graph_free(s->g);
-    }
+    rci_step_free(&s->st);
     memset(s, 0, sizeof *s);
 }
 
@@ -67,68 +54,56 @@ static int same_signature(const rc_batch *a, const rc_batch *b)
     return 1;
 }
 
-/* mp > 1: the recorded graph partitioned; s->g becomes this rank's graph, whose output is
- * the whole prediction on every rank */
-static int compile_sharded(rc_predictor *p, pred_step *s, rc_error *err)
+/* The predict function's record for batches shaped like b, checked; NULL with err set. */
+static rc_graph *record_predict(rc_predictor *p, const rc_batch *b, rc_tensor **out, rc_tensor **leaves,
+                                rc_error *err)
 {
-    int n = rc_params_count(p->params);
-    rc_tensor **leaves = calloc((size_t)n + 1, sizeof *leaves);
-    if (!leaves)
-        return rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory");
-    for (int i = 0; i < n; i++) /* the leaves the function used (a new one is unused) */
-        leaves[i] = rc_params_get(s->g, p->params, rc_params_name(p->params, i));
-    s->global = s->g;
-    int rc = rci_sharded_compile(&p->shards, s->global, &s->out, 1, NULL, leaves, &s->local, &s->plan, err);
-    free(leaves);
-    if (rc) {
-        s->g = NULL; /* freed as the global record */
-        rc_error why = *err;
-        return rc_error_set(err, why.code, "predict on %d model shards: %s", p->mp, why.msg);
+    rc_graph *g = rc_graph_new();
+    if (!g) {
+        rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory");
+        return NULL;
     }
-    s->g = s->local.g;
-    s->out = s->local.out;
-    return 0;
+    rc_rng key = rc_rng_fold(rc_rng_new(rci_deployer_seed(p->d)), 0x9ED1C7);
+    *out = p->predict(g, p->params, b, key, p->user);
+    if (!rc_graph_error(g) && !*out)
+        rci_fail(g, RC_ERR_ARG, "predict function returned no tensor");
+    int64_t rows = b->n ? b->a[0].shape[0] : 0;
+    if (!rc_graph_error(g) && ((*out)->ndim < 1 || (*out)->shape[0] != rows)) {
+        char sh[96];
+        rci_fail(g, RC_ERR_SHAPE, "predict output %s: its leading dimension must be the batch's %lld rows",
+                rc_shape_str(*out, sh, sizeof sh), (long long)rows);
+    }
+    if (!rc_graph_error(g) && (*out)->dtype != RC_F32 && (*out)->dtype != RC_I32 && (*out)->dtype != RC_F64)
+        rci_fail(g, RC_ERR_DTYPE, "predict output is %s (f32, f64 or i32)", rc_dtype_name((*out)->dtype));
+    for (int i = 0; p->mp > 1 && i < rc_params_count(p->params) && !rc_graph_error(g); i++)
+        leaves[i] = rc_params_get(g, p->params, rc_params_name(p->params, i)); /* a new one is unused */
+    if (rc_graph_error(g)) {
+        rc_error_set(err, rc_graph_error_code(g), "predict: %s", rc_graph_error(g));
+        rc_graph_free(g);
+        return NULL;
+    }
+    return g;
 }
 
-/* Records the user's predict function for batches shaped like b and plans it. */
+/* Records the user's predict function for batches shaped like b and builds its step. */
 static int step_compile(rc_predictor *p, pred_step *s, const rc_batch *b, rc_error *err)
 {
     memset(s, 0, sizeof *s);
-    s->g = rc_graph_new();
-    if (!s->g)
-        return rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory");
-    rc_graph *g = s->g;
-    rc_rng key = rc_rng_fold(rc_rng_new(rci_deployer_seed(p->d)), 0x9ED1C7);
-    s->out = p->predict(g, p->params, b, key, p->user);
-    if (!rc_graph_error(g) && !s->out)
-        rci_fail(g, RC_ERR_ARG, "predict function returned no tensor");
-    int64_t rows = b->n ? b->a[0].shape[0] : 0;
-    if (!rc_graph_error(g) && (s->out->ndim < 1 || s->out->shape[0] != rows)) {
-        char sh[96];
-        rci_fail(g, RC_ERR_SHAPE, "predict output %s: its leading dimension must be the batch's %lld rows",
-                rc_shape_str(s->out, sh, sizeof sh), (long long)rows);
+    int n = rc_params_count(p->params);
+    rc_tensor *out = NULL, **leaves = calloc((size_t)n + 1, sizeof *leaves);
+    rc_graph *g = leaves ? record_predict(p, b, &out, leaves, err) : NULL;
+    if (!leaves)
+        rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory");
+    rci_step_spec spec = {&out, 1, NULL, leaves, n, 0};
+    int rc = g ? rci_step_build(&s->st, g, &spec, p->mp > 1 ? &p->shards : NULL,
+                                rci_params_backend(p->params), err) : -1;
+    free(leaves);
+    if (rc && g && p->mp > 1) {
+        rc_error why = *err;
+        return rc_error_set(err, why.code, "predict on %d model shards: %s", p->mp, why.msg);
     }
-    if (!rc_graph_error(g) && s->out->dtype != RC_F32 && s->out->dtype != RC_I32 && s->out->dtype != RC_F64)
-        rci_fail(g, RC_ERR_DTYPE, "predict output is %s (f32, f64 or i32)", rc_dtype_name(s->out->dtype));
-    if (rc_graph_error(g)) {
-        rc_error_set(err, rc_graph_error_code(g), "predict: %s", rc_graph_error(g));
-        step_free(s);
+    if (rc)
         return -1;
-    }
-    if (p->mp > 1 && compile_sharded(p, s, err)) {
-        step_free(s);
-        return -1;
-    }
-    g = s->g;
-    for (int i = 0; i < rc_graph_size(g); i++) {
-        rc_tensor *n = rc_graph_node(g, i);
-        if (n->op == RC_OP_LEAF && (n->flags & RC_FLAG_INPUT) && s->ninputs < RC_BATCH_MAX)
-            s->inputs[s->ninputs++] = n;
-    }
-    if (!s->plan && !(s->plan = rc_plan_new(g, &s->out, 1, err))) {
-        step_free(s);
-        return -1;
-    }
     s->sig = *b;
     for (int i = 0; i < s->sig.n; i++)
         s->sig.a[i].data = NULL;
@@ -142,11 +117,11 @@ static pred_step *step_for(rc_predictor *p, const rc_batch *b, rc_error *err)
     pred_step *lru = &p->steps[0];
     for (int i = 0; i < PRED_CACHE; i++) {
         pred_step *s = &p->steps[i];
-        if (s->plan && same_signature(&s->sig, b)) {
+        if (s->st.plan && same_signature(&s->sig, b)) {
             s->used = ++p->clock;
             return s;
         }
-        if (!s->plan || (lru->plan && s->used < lru->used))
+        if (!s->st.plan || (lru->st.plan && s->used < lru->used))
             lru = s;
     }
     /* compiled before the evicted graph is freed, so the new graph cannot take its address
@@ -158,18 +133,6 @@ static pred_step *step_for(rc_predictor *p, const rc_batch *b, rc_error *err)
     *lru = fresh;
     lru->used = ++p->clock;
     return lru;
-}
-
-static int step_bind(pred_step *s, const rc_batch *b, rc_error *err)
-{
-    for (int i = 0; i < s->ninputs; i++) {
-        const rc_array *a = rc_batch_get(b, s->inputs[i]->name);
-        if (!a)
-            return rc_error_set(err, RC_ERR_ARG, "predict: graph input '%s' is not an array of the batch",
-                                s->inputs[i]->name);
-        rc_tensor_bind(s->inputs[i], a->data);
-    }
-    return 0;
 }
 
 rc_predictor *rc_predictor_new(rc_deployer *d, rc_collate_fn collate, rc_predict_fn predict,
@@ -196,7 +159,8 @@ rc_predictor *rc_predictor_new(rc_deployer *d, rc_collate_fn collate, rc_predict
     return p;
 }
 
-void rci_predictor_use_shards(rc_predictor *p, const rc_shard_spec *specs, float *local, const int64_t *off)
+void rci_predictor_use_shards(rc_predictor *p, const rc_shard_spec *specs, rc_buffer *local,
+                              const int64_t *off)
 {
     if (p && p->mp > 1)
         rci_sharded_use(&p->shards, specs, local, off);
@@ -240,14 +204,14 @@ static int run_local(rc_predictor *p, int64_t n, int64_t first, int b, int64_t v
         rc = rc_error_set(err, RC_ERR_SHAPE, "predict: collate of %d examples made %s", b,
                           batch.n < 1 ? "no arrays" : "arrays whose leading dimension is not the example count");
     pred_step *s = rc ? NULL : step_for(p, &batch, err);
-    if (!rc && (!s || step_bind(s, &batch, err)))
+    if (!rc && (!s || rc_batch_feed(&batch, s->st.plan, err)))
         rc = -1;
     if (!rc) {
-        rc_plan_set_rng(s->plan, rc_rng_fold(rc_rng_fold(rc_rng_new(rci_deployer_seed(p->d)), 0x9ED1C7), (uint64_t)first));
-        rc = rc_plan_run(s->plan, err);
+        rc_plan_set_rng(s->st.plan, rc_rng_fold(rc_rng_fold(rc_rng_new(rci_deployer_seed(p->d)), 0x9ED1C7), (uint64_t)first));
+        rc = rc_plan_run(s->st.plan, err);
     }
     if (!rc) {
-        const rc_tensor *o = s->out;
+        const rc_tensor *o = s->st.outs[0];
         *row_len = rc_tensor_numel(o) / b;
         size_t need = (size_t)(valid * *row_len);
         if (need > p->rows_cap) {
@@ -257,11 +221,16 @@ static int run_local(rc_predictor *p, int64_t n, int64_t first, int b, int64_t v
             else
                 p->rows = r, p->rows_cap = need;
         }
-        const void *src = rc_tensor_data(o);
+        void *src = rc ? NULL : malloc(rc_tensor_nbytes(o) ? rc_tensor_nbytes(o) : 1);
+        if (!rc && !src)
+            rc = rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory for the output");
+        if (!rc)
+            rc = rc_plan_read(s->st.plan, o, src, err);
         for (size_t i = 0; !rc && i < need; i++)
             p->rows[i] = o->dtype == RC_F32 ? ((const float *)src)[i]
                          : o->dtype == RC_I32 ? (float)((const int32_t *)src)[i]
                                               : (float)((const double *)src)[i];
+        free(src);
     }
     rc_batch_free(&batch);
     free(idx);

@@ -16,11 +16,11 @@ void rci_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int
     s->allow_replicate = allow_replicate;
 }
 
-void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, float *local, const int64_t *off)
+void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, rc_buffer *local, const int64_t *off)
 {
     if (s->owned) {
         free(s->specs);
-        free(s->local);
+        rc_buffer_free(s->local);
         free(s->off);
     }
     s->specs = (rc_shard_spec *)specs;
@@ -33,7 +33,7 @@ void rci_sharded_free(rc_sharded *s)
 {
     if (s && s->owned) {
         free(s->specs);
-        free(s->local);
+        rc_buffer_free(s->local);
         free(s->off);
     }
     if (s)
@@ -65,13 +65,29 @@ int64_t rci_sharded_layout(const rc_shard_spec *specs, const nn_weights *w, int 
     return total;
 }
 
-void rci_sharded_take(const rc_shard_spec *specs, const nn_weights *w, int mp, int rank, float *local,
-                     const int64_t *off)
+int rci_sharded_take(const rc_shard_spec *specs, const nn_weights *w, int mp, int rank, rc_buffer *local,
+                     const int64_t *off, rc_error *err)
 {
-    for (int i = 0; i < w->n; i++) {
-        rc_tensor whole = weight_header(w, i);
-        rc_shard_take(&specs[i], &whole, mp, rank, rci_nn_weights_get(w, i), local + off[i]);
+    int64_t most = 1;
+    for (int i = 0; i < w->n; i++)
+        most = w->p[i].numel > most ? w->p[i].numel : most;
+    float *whole = malloc((size_t)most * sizeof *whole), *part = malloc((size_t)most * sizeof *part);
+    int rc = whole && part ? 0 : rc_error_set(err, RC_ERR_MEMORY, "model shards: out of memory");
+    for (int i = 0; !rc && i < w->n; i++) {
+        rc_tensor header = weight_header(w, i);
+        int64_t shape[RC_MAX_DIMS], k = 1;
+        rc_shard_local_shape(&specs[i], &header, mp, shape);
+        for (int a = 0; a < header.ndim; a++)
+            k *= shape[a];
+        rc = rci_nn_weights_read(w, i, whole, err);
+        if (!rc) {
+            rc_shard_take(&specs[i], &header, mp, rank, whole, part);
+            rc = rc_buffer_upload(local, (size_t)off[i] * sizeof(float), part, (size_t)k * sizeof(float), err);
+        }
     }
+    free(whole);
+    free(part);
+    return rc;
 }
 
 void rci_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n)
@@ -86,31 +102,33 @@ void rci_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n)
 static int take_shards(rc_sharded *s, rc_shard_spec *specs, rc_error *err)
 {
     nn_weights *w = rci_params_weights(s->params);
-    if (!w->data)
+    if (!w || !w->buf)
         return rc_error_set(err, RC_ERR_ARG, "model shards: the full weights are not in memory to take shards from");
     s->off = calloc((size_t)w->n + 1, sizeof *s->off);
     int64_t total = s->off ? rci_sharded_layout(specs, w, s->mesh->mp, s->off, NULL) : 0;
-    s->local = s->off ? malloc((size_t)(total ? total : 1) * sizeof *s->local) : NULL;
+    s->local = s->off ? rc_buffer_new(rc_buffer_backend(w->buf), (size_t)total * sizeof(float), err) : NULL;
     s->specs = specs;
     s->owned = 1;
     s->bytes = total * (int64_t)sizeof(float);
     if (!s->local)
         return rc_error_set(err, RC_ERR_MEMORY, "model shards: cannot allocate %lld floats", (long long)total);
-    rci_sharded_take(specs, w, s->mesh->mp, s->mesh->mp_rank, s->local, s->off);
-    return 0;
+    return rci_sharded_take(specs, w, s->mesh->mp, s->mesh->mp_rank, s->local, s->off, err);
 }
 
-int rci_sharded_compile(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
-                       rc_tensor *const *leaves, rc_shard_graph *sg, rc_plan **plan, rc_error *err)
+int rci_sharded_partition(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
+                          rc_tensor *const *leaves, rc_shard_graph *sg, rc_error *err)
 {
     int n = rc_params_count(s->params);
-    *plan = NULL;
     rc_shard_spec *specs = calloc((size_t)n + 1, sizeof *specs);
     if (!specs)
         return rc_error_set(err, RC_ERR_MEMORY, "model shards: out of memory");
+    int rc = 0;
     if (s->specs) /* the plan of the first graph (or the trainer's) holds */
         rci_sharded_fix(specs, s->specs, n);
-    int rc = rc_shard_partition_outputs(g, outs, nout, keep_split, leaves, n, s->mesh->mp, s->mesh->mp_rank,
+    else if (s->n_overrides)
+        rc = rc_shard_apply(specs, leaves, n, s->overrides, s->n_overrides, s->mesh->mp, err);
+    if (!rc)
+        rc = rc_shard_partition_outputs(g, outs, nout, keep_split, leaves, n, s->mesh->mp, s->mesh->mp_rank,
                                         s->allow_replicate, specs, sg, err);
     if (!rc && !s->specs) {
         rc = take_shards(s, specs, err);
@@ -121,12 +139,6 @@ int rci_sharded_compile(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int 
         return -1;
     for (int i = 0; i < n; i++)
         if (sg->params[i])
-            rc_tensor_bind(sg->params[i], s->local + s->off[i]);
-    *plan = rc_plan_new(sg->g, sg->outs, sg->nout, err);
-    if (!*plan) {
-        rc_shard_graph_free(sg);
-        return -1;
-    }
-    rc_plan_set_collective(*plan, rc_comm_collective, s->mesh->mp_comm);
+            rc_graph_bind(sg->g, sg->params[i], s->local, (size_t)s->off[i] * sizeof(float));
     return 0;
 }

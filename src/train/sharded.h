@@ -11,33 +11,36 @@ typedef struct {
     const rc_mesh *mesh;          /* the model axis: mesh->mp shards, this rank mesh->mp_rank */
     rc_params *params;
     int allow_replicate;
+    const rc_shard_override *overrides; /* the user's splits for the first plan */
+    int n_overrides;
     rc_shard_spec *specs;         /* [n] the plan; NULL until the first graph */
-    float *local;                 /* the shards, flat */
-    int64_t *off;                 /* parameter i's shard at local + off[i] */
+    rc_buffer *local;             /* the shards, flat f32 */
+    int64_t *off;                 /* parameter i's shard at element off[i] of local */
     int64_t bytes;                /* the shards' bytes (taken here) */
     int owned;                    /* specs, local and off are this object's (not a trainer's) */
 } rc_sharded;
 
 void rci_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int allow_replicate);
 /* Runs on a trainer's plan and shards (which stay the trainer's and must outlive s). */
-void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, float *local, const int64_t *off);
+void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, rc_buffer *local, const int64_t *off);
 void rci_sharded_free(rc_sharded *s);
 
 /* Shards of the weights w in one flat buffer: parameter i's at off[i], num[i] floats (num
  * may be NULL); returns the total floats. */
 int64_t rci_sharded_layout(const rc_shard_spec *specs, const nn_weights *w, int mp, int64_t *off, int64_t *num);
-/* Every parameter's shard for `rank` copied from the full weights w into local (at off). */
-void rci_sharded_take(const rc_shard_spec *specs, const nn_weights *w, int mp, int rank, float *local,
-                     const int64_t *off);
+/* Every parameter's shard for `rank` copied from the full weights w into local (at element
+ * off[i]), through host memory. */
+int rci_sharded_take(const rc_shard_spec *specs, const nn_weights *w, int mp, int rank, rc_buffer *local,
+                     const int64_t *off, rc_error *err);
 /* specs = plan, every entry fixed: a later graph follows the plan of the first. */
 void rci_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n);
 
 /* This rank's graph of the global graph g computing outs (see rc_shard_partition_outputs),
  * with leaves[i] the leaf of parameter i in g (NULL or a leaf the outputs do not use when
- * unused): the first call plans and takes the shards from the full weights, later calls
- * follow that plan. The local parameters are bound, the plan made with the model-axis
- * collective; the caller binds the inputs (by name) and frees sg and plan. */
-int rci_sharded_compile(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
-                       rc_tensor *const *leaves, rc_shard_graph *sg, rc_plan **plan, rc_error *err);
+ * unused): the first call plans (with s's overrides) and takes the shards from the full
+ * weights, later calls follow that plan. The local parameters are bound to the shards;
+ * the caller frees sg. */
+int rci_sharded_partition(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
+                          rc_tensor *const *leaves, rc_shard_graph *sg, rc_error *err);
 
 #endif

@@ -8,6 +8,8 @@
 
 /* the flat table behind a params object (allocated, unless released) */
 nn_weights *rci_params_weights(rc_params *p);
+/* the backend the parameters live on */
+rc_backend *rci_params_backend(const rc_params *p);
 /* Frees the full buffer while model shards hold the values (leaves then unbound), and
  * gets a zeroed one back for them to be gathered into. */
 void rci_params_release(rc_params *p);

@@ -1,6 +1,7 @@
 /* trainer.c - fit: the order of examples per epoch, data-parallel micro-batches, gradient
  * accumulation, averaging over the data axis, clipping, the optimizer and its schedule,
  * evaluation, checkpoints and exact resume. */
+#include "backend.h"
 #include "sharded.h"
 #include "trainer_internal.h"
 #include "redco/data.h"
@@ -13,10 +14,6 @@
 #include <time.h>
 
 enum { GRAD_BUCKET = 1 << 22 }; /* floats per all-reduce */
-/* The update path works in blocks of this many floats: a block's gradient, parameters and
- * moments stay in cache between clipping and the update, and the blocks are split over the
- * OpenMP threads. Fixed, so the gradient norm sums in the same order at any thread count. */
-enum { UPDATE_BLOCK = 1 << 16 };
 
 static double now_s(void)
 {
@@ -29,162 +26,99 @@ static double now_s(void)
 
 static void step_free(rc_step *s)
 {
-    rc_plan_free(s->plan);
-    rc_shard_graph_free(&s->local);
-    rc_graph_free(s->g);
-    free(s->grads);
+    rci_step_free(&s->st);
     memset(s, 0, sizeof *s);
 }
 
-/* mp > 1, once: the plan's splits, and shard buffers for parameters, gradients, moments */
-static int shard_state(rc_trainer *t, const rc_shard_spec *specs, rc_error *err)
+/* The gradient and moment buffers on the trainer's backend, laid out as local. */
+static int state_buffers(rc_trainer *t, rc_error *err)
+{
+    size_t bytes = (size_t)t->local_numel * sizeof(float);
+    if (!(t->grad = rc_buffer_new(t->be, bytes, err)) || !(t->m = rc_buffer_new(t->be, bytes, err)) ||
+        !(t->v = rc_buffer_new(t->be, bytes, err)))
+        return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate the state of %lld parameters on %s",
+                            (long long)t->local_numel, t->be->name);
+    return 0;
+}
+
+/* mp > 1, once the first step took the shards: their layout, and gradient and moment
+ * buffers shaped like them; the full copy of the weights goes until the end of fit */
+static int shard_state(rc_trainer *t, rc_error *err)
 {
     nn_weights *w = rci_params_weights(t->params);
-    int mp_rank = rc_deployer_mesh(t->d)->mp_rank;
-    t->specs = malloc((size_t)w->n * sizeof *t->specs);
-    if (t->specs)
-        memcpy(t->specs, specs, (size_t)w->n * sizeof *t->specs);
-    t->local_numel = rci_sharded_layout(specs, w, t->mp, t->loff, t->lnum);
-    size_t bytes = (size_t)(t->local_numel ? t->local_numel : 1) * sizeof(float);
-    t->local = malloc(bytes);
-    t->grad = calloc(1, bytes);
-    t->m = calloc(1, bytes);
-    t->v = calloc(1, bytes);
-    if (!t->specs || !t->local || !t->grad || !t->m || !t->v)
-        return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld shard floats", (long long)t->local_numel);
-    rci_sharded_take(specs, w, t->mp, mp_rank, t->local, t->loff);
-    /* the shards hold the values now: the full copy goes until the end of fit */
+    t->specs = t->shards.specs;
+    t->local = t->shards.local;
+    t->local_numel = rci_sharded_layout(t->specs, w, t->mp, t->loff, t->lnum);
+    if (state_buffers(t, err))
+        return -1;
     rci_params_release(t->params);
     return 0;
 }
 
-/* mp > 1: the global record partitioned; this rank's graph, its gradients, its plan */
-static int compile_sharded(rc_step *s, rc_trainer *t, rc_tensor **leaves, int with_grads, rc_error *err)
+/* The loss function's record for batches shaped like b, checked; NULL with err set. */
+static rc_graph *record_loss(rc_trainer *t, void *user, const rc_batch *b, rc_tensor **loss,
+                             rc_tensor **leaves, rc_error *err)
 {
-    const rc_mesh *mesh = rc_deployer_mesh(t->d);
-    int np = rc_params_count(t->params);
-    rc_shard_spec *specs = calloc((size_t)np + 1, sizeof *specs);
-    if (specs && t->specs) /* later steps (evaluation, the tail batch) keep the first plan */
-        rci_sharded_fix(specs, t->specs, np);
-    int rc = specs ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
-    if (!rc && !t->specs)
-        rc = rc_shard_apply(specs, leaves, np, t->overrides, t->n_overrides, t->mp, err);
-    if (!rc)
-        rc = rc_shard_partition(s->g, s->loss, leaves, np, t->mp, mesh->mp_rank, 0, specs, &s->local, err);
-    if (!rc && !t->specs)
-        rc = shard_state(t, specs, err);
-    free(specs);
-    if (rc)
-        return -1;
-    rc_graph *lg = s->local.g;
-    for (int i = 0; i < np; i++)
-        if (s->local.params[i])
-            rc_tensor_bind(s->local.params[i], t->local + t->loff[i]);
-    if (with_grads)
-        rc_backward(lg, s->local.out, s->local.params, np, s->grads);
-    if (rc_graph_error(lg))
-        return rc_error_set(err, rc_graph_error_code(lg), "loss on the model shards: %s", rc_graph_error(lg));
-    s->loss = s->local.out;
-    return 0;
+    rc_graph *g = rc_graph_new();
+    if (!g) {
+        rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+        return NULL;
+    }
+    *loss = t->loss_fn(g, t->params, b, rc_rng_new(t->seed), user);
+    if (!rc_graph_error(g) && !*loss)
+        rci_fail(g, RC_ERR_ARG, "loss function returned no tensor");
+    if (!rc_graph_error(g) && rc_tensor_numel(*loss) != 1)
+        rci_fail(g, RC_ERR_SHAPE, "loss function returned %lld values, not a scalar",
+                (long long)rc_tensor_numel(*loss));
+    for (int i = 0; i < rc_params_count(t->params) && !rc_graph_error(g); i++)
+        leaves[i] = rc_params_get(g, t->params, rc_params_name(t->params, i));
+    if (rc_graph_error(g)) {
+        rc_error_set(err, rc_graph_error_code(g), "loss: %s", rc_graph_error(g));
+        rc_graph_free(g);
+        return NULL;
+    }
+    return g;
 }
 
-/* Records the user's loss for batches shaped like b, and (with_grads) its gradients; with
- * model shards, the record is partitioned and this rank runs its share. */
+/* Records the user's loss for batches shaped like b and builds its step (step.h): with
+ * model shards this rank runs its share, with_grads adds the gradients. */
 static int step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, int with_grads, rc_error *err)
 {
     memset(s, 0, sizeof *s);
-    s->g = rc_graph_new();
-    if (!s->g)
-        return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
-    rc_graph *g = s->g;
-    s->loss = t->loss_fn(g, t->params, b, rc_rng_new(t->seed), user);
-    if (!rc_graph_error(g) && !s->loss)
-        rci_fail(g, RC_ERR_ARG, "loss function returned no tensor");
-    if (!rc_graph_error(g) && rc_tensor_numel(s->loss) != 1)
-        rci_fail(g, RC_ERR_SHAPE, "loss function returned %lld values, not a scalar",
-                (long long)rc_tensor_numel(s->loss));
-    int np = rc_params_count(t->params);
-    rc_tensor **leaves = calloc((size_t)np + 1, sizeof *leaves);
-    s->grads = calloc((size_t)np + 1, sizeof *s->grads);
-    for (int i = 0; leaves && i < np && !rc_graph_error(g); i++)
-        leaves[i] = rc_params_get(g, t->params, rc_params_name(t->params, i));
+    int np = rc_params_count(t->params), first_shards = t->mp > 1 && !t->shards.specs;
+    rc_tensor *loss = NULL, **leaves = calloc((size_t)np + 1, sizeof *leaves);
+    rc_graph *g = leaves ? record_loss(t, user, b, &loss, leaves, err) : NULL;
+    if (!leaves)
+        rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     /* the first cross-entropy's targets count the tokens */
-    for (int i = 0; !rc_graph_error(g) && i < rc_graph_size(g) && !s->targets; i++) {
+    for (int i = 0; g && i < rc_graph_size(g) && !s->targets; i++) {
         rc_tensor *n = rc_graph_node(g, i);
         if (n->op == RC_OP_CROSS_ENTROPY) {
             s->targets = n->src[1];
             s->ignore = n->iparam[0];
         }
     }
-    int rc = 0;
-    if (rc_graph_error(g))
-        rc = rc_error_set(err, rc_graph_error_code(g), "loss: %s", rc_graph_error(g));
-    else if (t->mp > 1)
-        rc = compile_sharded(s, t, leaves, with_grads, err);
-    else if (with_grads && rc_backward(g, s->loss, leaves, np, s->grads))
-        rc = rc_error_set(err, rc_graph_error_code(g), "loss: %s", rc_graph_error(g));
+    rci_step_spec spec = {&loss, 1, NULL, leaves, np, with_grads};
+    int rc = g ? rci_step_build(&s->st, g, &spec, t->mp > 1 ? &t->shards : NULL, t->be, err) : -1;
     free(leaves);
+    if (!rc && first_shards)
+        rc = shard_state(t, err);
     if (rc) {
         step_free(s);
         return -1;
     }
-    /* the batch inputs, rebound every step */
-    rc_graph *run = t->mp > 1 ? s->local.g : g;
-    for (int i = 0; i < rc_graph_size(run); i++) {
-        rc_tensor *n = rc_graph_node(run, i);
-        if (n->op == RC_OP_LEAF && (n->flags & RC_FLAG_INPUT) && s->ninputs < RC_BATCH_MAX) {
-            s->inputs[s->ninputs++] = n;
-            if (s->targets && !strcmp(n->name, s->targets->name))
-                s->targets = n;
-        }
-    }
-    rc_tensor **outs = calloc((size_t)np + 1, sizeof *outs);
-    if (!outs) {
-        step_free(s);
-        return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
-    }
-    outs[0] = s->loss;
-    if (with_grads)
-        memcpy(outs + 1, s->grads, (size_t)np * sizeof *outs);
-    s->plan = rc_plan_new(run, outs, with_grads ? np + 1 : 1, err);
-    free(outs);
-    if (!s->plan) {
-        step_free(s);
-        return -1;
-    }
-    if (t->mp > 1)
-        rc_plan_set_collective(s->plan, rc_comm_collective, rc_deployer_mesh(t->d)->mp_comm);
     s->batch_rows = b->n ? b->a[0].shape[0] : 0;
     return 0;
 }
 
-/* Points the step's inputs at batch b; shapes must be those it was compiled for. */
-static int step_bind(rc_step *s, const rc_batch *b, rc_error *err)
+/* predicted tokens of batch b: targets of the first cross-entropy not ignored (read from
+ * the batch, on the host), or the batch's rows when the loss has none */
+static int64_t step_tokens(const rc_step *s, const rc_batch *b)
 {
-    for (int i = 0; i < s->ninputs; i++) {
-        rc_tensor *x = s->inputs[i];
-        const rc_array *a = rc_batch_get(b, x->name);
-        int same = a && a->dtype == x->dtype && a->ndim == x->ndim;
-        for (int k = 0; same && k < a->ndim; k++)
-            same = a->shape[k] == x->shape[k];
-        if (!same) {
-            char want[96];
-            return rc_error_set(err, RC_ERR_SHAPE, "collate: array '%s' %s; the step was built for %s %s",
-                                x->name, a ? "changed shape or dtype" : "is missing",
-                                rc_shape_str(x, want, sizeof want), rc_dtype_name(x->dtype));
-        }
-        rc_tensor_bind(x, a->data);
-    }
-    return 0;
-}
-
-/* predicted tokens of the last run: targets of the first cross-entropy not ignored, or
- * the batch's rows when the loss has none */
-static int64_t step_tokens(const rc_step *s)
-{
-    if (!s->targets || !s->targets->data || s->targets->dtype != RC_I32)
+    const rc_array *a = s->targets ? rc_batch_get(b, s->targets->name) : NULL;
+    if (!a || a->dtype != RC_I32 || s->targets->dtype != RC_I32)
         return s->batch_rows;
-    const int32_t *ids = s->targets->data;
+    const int32_t *ids = a->data;
     int64_t n = 0, count = rc_tensor_numel(s->targets);
     for (int64_t i = 0; i < count; i++)
         n += ids[i] != s->ignore;
@@ -193,13 +127,15 @@ static int64_t step_tokens(const rc_step *s)
 
 static int step_run(rc_step *s, const rc_batch *b, rc_rng key, double *loss, int64_t *tokens, rc_error *err)
 {
-    if (step_bind(s, b, err))
+    float l;
+    rc_plan *plan = s->st.plan;
+    if (rc_batch_feed(b, plan, err))
         return -1;
-    rc_plan_set_rng(s->plan, key);
-    if (rc_plan_run(s->plan, err))
+    rc_plan_set_rng(plan, key);
+    if (rc_plan_run(plan, err) || rc_plan_read(plan, s->st.outs[0], &l, err))
         return -1;
-    *loss = *(const float *)rc_tensor_data(s->loss);
-    *tokens = step_tokens(s);
+    *loss = l;
+    *tokens = step_tokens(s, b);
     return 0;
 }
 
@@ -228,24 +164,25 @@ rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn los
     int np = rc_params_count(params);
     if (t) {
         t->mp = rc_deployer_mesh(d)->mp;
+        t->be = rci_params_backend(params);
+        if (t->mp > 1)
+            rci_sharded_init(&t->shards, rc_deployer_mesh(d), params, 0);
         t->loff = calloc((size_t)np + 1, sizeof *t->loff);
         t->lnum = calloc((size_t)np + 1, sizeof *t->lnum);
     }
     /* one shard: the state is the parameters' own layout; with shards it is made once the
      * plan is known (the first compiled step) */
-    if (t && t->mp == 1 && rc_params_data(params)) {
+    if (t && t->mp == 1) {
         nn_weights *w = rci_params_weights(params);
-        t->local = w->data;
+        t->local = rc_params_buffer(params, 0, NULL);
         t->local_numel = n;
         for (int i = 0; t->loff && t->lnum && i < np; i++) {
             t->loff[i] = w->p[i].offset;
             t->lnum[i] = w->p[i].numel;
         }
-        t->grad = calloc((size_t)(n ? n : 1), sizeof *t->grad);
-        t->m = calloc((size_t)(n ? n : 1), sizeof *t->m);
-        t->v = calloc((size_t)(n ? n : 1), sizeof *t->v);
     }
-    if (!t || !t->loff || !t->lnum || !rc_params_data(params) || (t->mp == 1 && (!t->grad || !t->m || !t->v))) {
+    if (!t || !t->loff || !t->lnum || (np && !rc_params_buffer(params, 0, NULL)) ||
+        (t->mp == 1 && state_buffers(t, err))) {
         rc_trainer_free(t);
         rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate state for %lld parameters", (long long)n);
         return NULL;
@@ -269,12 +206,10 @@ void rc_trainer_free(rc_trainer *t)
     step_free(&t->eval);
     step_free(&t->eval_tail);
     rc_predictor_free(t->eval_predictor);
-    free(t->grad);
-    free(t->m);
-    free(t->v);
-    if (t->mp > 1)
-        free(t->local);
-    free(t->specs);
+    rc_buffer_free(t->grad);
+    rc_buffer_free(t->m);
+    rc_buffer_free(t->v);
+    rci_sharded_free(&t->shards);
     free(t->loff);
     free(t->lnum);
     free(t);
@@ -300,115 +235,60 @@ static int collate(rc_trainer *t, void *user, rc_batch *b, const int64_t *idx, i
 
 /* grad = (first ? 0 : grad) + scale x the gradients of the last run of the train step:
  * the first micro-batch writes the sum, so no pass zeroes it first */
-static void add_grads(rc_trainer *t, float scale, int first)
+static int add_grads(rc_trainer *t, float scale, int first, rc_error *err)
 {
     int np = rc_params_count(t->params);
     for (int i = 0; i < np; i++) {
-        int64_t n = t->lnum[i];
-        if (n == 0)
+        rc_buffer *g;
+        size_t off;
+        if (t->lnum[i] == 0)
             continue;
-        const float *g = rc_tensor_data(t->train.grads[i]);
-        float *acc = t->grad + t->loff[i];
-        if (first) {
-#pragma omp parallel for simd schedule(static) if (n > UPDATE_BLOCK)
-            for (int64_t j = 0; j < n; j++)
-                acc[j] = scale * g[j];
-        } else {
-#pragma omp parallel for simd schedule(static) if (n > UPDATE_BLOCK)
-            for (int64_t j = 0; j < n; j++)
-                acc[j] += scale * g[j];
-        }
+        if (rc_plan_memory(t->train.st.plan, t->train.st.grads[i], &g, &off))
+            return rc_error_set(err, RC_ERR_ARG, "trainer: the gradient of '%s' has no memory",
+                                rc_params_name(t->params, i));
+        if (t->be->accumulate(t->be, t->grad, t->loff[i], g, off, t->lnum[i], scale, !first, err))
+            return -1;
     }
-}
-
-/* sum of squares of g[lo..hi) in double, in 8 lanes (lane k takes every 8th element from
- * k) added in a fixed order: vectorisable, and the same result every time */
-static double block_squares(const float *g, int64_t lo, int64_t hi)
-{
-    double lane[8] = {0};
-    int64_t j = lo;
-    for (; j + 8 <= hi; j += 8)
-        for (int k = 0; k < 8; k++)
-            lane[k] += (double)g[j + k] * g[j + k];
-    for (int k = 0; j < hi; j++, k++)
-        lane[k] += (double)g[j] * g[j];
-    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
-
-/* sum of squares of g[0..n) in double: blocks of UPDATE_BLOCK over the threads, their sums
- * added in order, so the result does not depend on the thread count */
-static double sum_squares(const float *g, int64_t n)
-{
-    enum { GROUP = 256 }; /* blocks per parallel pass */
-    int64_t nb = (n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
-    double total = 0, part[GROUP];
-    for (int64_t b0 = 0; b0 < nb; b0 += GROUP) {
-        int64_t count = nb - b0 < GROUP ? nb - b0 : GROUP;
-#pragma omp parallel for schedule(static) if (count > 1)
-        for (int64_t b = 0; b < count; b++) {
-            int64_t lo = (b0 + b) * UPDATE_BLOCK, hi = lo + UPDATE_BLOCK < n ? lo + UPDATE_BLOCK : n;
-            part[b] = block_squares(g, lo, hi);
-        }
-        for (int64_t b = 0; b < count; b++)
-            total += part[b];
-    }
-    return total;
+    return 0;
 }
 
 /* the global norm: split parameters summed over the model shards, replicated ones once */
-static double grad_norm(const rc_trainer *t, rc_error *err)
+static int grad_norm(const rc_trainer *t, double *norm, rc_error *err)
 {
     double sq[2] = {0, 0}; /* split, replicated */
     int np = rc_params_count(t->params);
-    for (int i = 0; i < np; i++)
-        sq[t->mp > 1 && t->specs[i].axis >= 0 ? 0 : 1] += sum_squares(t->grad + t->loff[i], t->lnum[i]);
-    if (t->mp > 1)
-        rc_comm_allreduce_sum_f64(rc_deployer_mesh(t->d)->mp_comm, sq, 1, err);
-    return sqrt(sq[0] + sq[1]);
-}
-
-/* One parameter's update over [off, off + n) of the state, gradient first multiplied by
- * clip (1: none). Block by block, so clipping, decay and update are one pass over memory;
- * the arithmetic per element is that of clipping the whole gradient, then updating. Called
- * inside the update's parallel region: the blocks are shared among its threads, with no
- * wait at the end (the region's end is the one barrier of the whole update). */
-static void update_param(rc_trainer *t, int64_t off, int64_t n, const rc_adam *adam, double lr, double wd,
-                         float clip)
-{
-    float *w = t->local + off, *g = t->grad + off;
-    float keep = (float)(1.0 - lr * wd);
-    int64_t nb = (n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
-#pragma omp for schedule(static) nowait
-    for (int64_t b = 0; b < nb; b++) {
-        int64_t lo = b * UPDATE_BLOCK, len = n - lo < UPDATE_BLOCK ? n - lo : UPDATE_BLOCK;
-        if (clip != 1.0f)
-            for (int64_t j = lo; j < lo + len; j++)
-                g[j] *= clip;
-        if (adam) {
-            rc_adamw_update(w + lo, g + lo, t->m + off + lo, t->v + off + lo, len, adam);
-        } else {
-            if (wd > 0)
-                for (int64_t j = lo; j < lo + len; j++)
-                    w[j] *= keep;
-            rc_sgd_update(w + lo, g + lo, len, lr);
-        }
+    for (int i = 0; i < np; i++) {
+        double part;
+        if (t->be->sum_squares(t->be, t->grad, t->loff[i], t->lnum[i], &part, err))
+            return -1;
+        sq[t->mp > 1 && t->specs[i].axis >= 0 ? 0 : 1] += part;
     }
+    if (t->mp > 1 && rc_comm_allreduce_sum_f64(rc_deployer_mesh(t->d)->mp_comm, sq, 1, err))
+        return -1;
+    *norm = sqrt(sq[0] + sq[1]);
+    return 0;
 }
 
-static void optimizer_update(rc_trainer *t, const rc_train_options *o, double lr, float clip)
+/* One optimizer step on the backend: every parameter's share of local, grad, m and v, the
+ * gradient first multiplied by clip (1: none); no decay on 1-D parameters unless asked. */
+static int optimizer_update(rc_trainer *t, const rc_train_options *o, double lr, double clip,
+                            rc_error *err)
 {
     nn_weights *w = rci_params_weights(t->params);
-    int adamw = !o->optimizer || !strcmp(o->optimizer, "adamw");
-    int64_t step = ++t->opt_step;
-    /* one parallel region for all parameters */
-#pragma omp parallel if (t->local_numel > UPDATE_BLOCK)
+    rci_update_part *parts = malloc((size_t)(w->n ? w->n : 1) * sizeof *parts);
+    if (!parts)
+        return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     for (int i = 0; i < w->n; i++) {
         int decay = w->p[i].ndim >= 2 || o->decay_norms_and_biases;
-        double wd = decay ? o->weight_decay : 0.0;
-        rc_adam opt = {lr, o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
-                       o->eps > 0 ? o->eps : 1e-8, wd, step};
-        update_param(t, t->loff[i], t->lnum[i], adamw ? &opt : NULL, lr, wd, clip);
+        parts[i] = (rci_update_part){t->loff[i], t->lnum[i], decay ? o->weight_decay : 0.0};
     }
+    rci_update u = {t->local, t->grad, t->m, t->v, parts, w->n, lr,
+                    o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
+                    o->eps > 0 ? o->eps : 1e-8, ++t->opt_step, clip,
+                    !o->optimizer || !strcmp(o->optimizer, "adamw")};
+    int rc = t->be->update(t->be, &u, err);
+    free(parts);
+    return rc;
 }
 
 /* One optimizer step: grad_accum micro-batches per replica, averaged over the data axis. */
@@ -426,15 +306,16 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         rc = rc_data_split_batch(split, order, m->dp_rank, t->epoch_step * k + j, idx, err);
         if (!rc)
             rc = collate(t, user, &b, idx, B, err);
-        if (!rc && !t->train.plan)
+        if (!rc && !t->train.st.plan)
             rc = step_compile(&t->train, t, user, &b, 1, err);
         double loss = 0;
         int64_t tokens = 0;
         rc_rng key = rc_rng_fold(rc_deployer_step_rng(t->d, t->step), (uint64_t)j);
         if (!rc)
             rc = step_run(&t->train, &b, key, &loss, &tokens, err);
+        if (!rc)
+            rc = add_grads(t, 1.0f / (float)k, j == 0, err);
         if (!rc) {
-            add_grads(t, 1.0f / (float)k, j == 0);
             sums[0] += loss / k;
             sums[1] += (double)tokens;
         }
@@ -443,7 +324,7 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
     free(idx);
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
-    if (rc_comm_allreduce_mean_f32(m->dp_comm, t->grad, t->local_numel, GRAD_BUCKET, err) ||
+    if (rc_comm_allreduce_mean_f32(m->dp_comm, t->grad, 0, t->local_numel, GRAD_BUCKET, err) ||
         rc_comm_allreduce_sum_f64(m->dp_comm, sums, 2, err))
         return -1;
     *loss_out = sums[0] / m->dp;
@@ -452,11 +333,11 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         return rc_error_set(err, RC_ERR_ARG, "step %lld: the loss is %s; stopping (the last complete checkpoint is %s)",
                             (long long)t->step + 1, isnan(*loss_out) ? "NaN" : "infinite",
                             t->last_ckpt[0] ? t->last_ckpt : "none");
-    *norm_out = grad_norm(t, err);
+    if (grad_norm(t, norm_out, err))
+        return -1;
     /* clipping is applied inside the update's pass */
     float clip = o->grad_clip > 0 && *norm_out > o->grad_clip ? (float)(o->grad_clip / (*norm_out + 1e-6)) : 1.0f;
-    optimizer_update(t, o, lr, clip);
-    return 0;
+    return optimizer_update(t, o, lr, clip, err);
 }
 
 /* ---- evaluation ------------------------------------------------------------------------ */
@@ -477,9 +358,9 @@ int rc_trainer_eval(rc_trainer *t, rc_examples ex, int batch_size, double *loss,
         rc_step *s = count == batch_size ? &t->eval : &t->eval_tail;
         rc_batch b;
         rc = collate(t, user_of(t, ex), &b, order + at, count, err);
-        if (!rc && s->plan && s->batch_rows != count)
+        if (!rc && s->st.plan && s->batch_rows != count)
             step_free(s);
-        if (!rc && !s->plan)
+        if (!rc && !s->st.plan)
             rc = step_compile(s, t, user_of(t, ex), &b, 0, err);
         double l = 0;
         int64_t tk = 0;
@@ -598,9 +479,9 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         return -1;
     t->seed = rci_deployer_seed(t->d);
     t->shuffle = o->shuffle;
-    t->overrides = o->shard_overrides;
-    t->n_overrides = o->n_shard_overrides;
-    if (t->mp > 1 && !t->train.plan && compile_first(t, o, train, err))
+    t->shards.overrides = o->shard_overrides;
+    t->shards.n_overrides = o->n_shard_overrides;
+    if (t->mp > 1 && !t->train.st.plan && compile_first(t, o, train, err))
         return -1;
     if (o->resume && rci_trainer_resume(t, o, err))
         return -1;
@@ -663,7 +544,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (!rc)
         rc = rci_trainer_save_final(t, o, err);
     nn_weights *w = rci_params_weights(t->params);
-    int64_t held = w && w->data ? w->numel * (int64_t)sizeof(float) : 0;
+    int64_t held = w && w->buf ? w->numel * (int64_t)sizeof(float) : 0;
     if (!rc)
         rc = rci_trainer_sync_params(t, err);
     if (out) {

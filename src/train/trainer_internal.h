@@ -2,21 +2,16 @@
 #ifndef REDCO_TRAINER_INTERNAL_H
 #define REDCO_TRAINER_INTERNAL_H
 
-#include "train_internal.h"
+#include "step.h"
 #include "redco/shard.h"
 
-/* A compiled step: the user's loss (and gradients) for one batch shape, planned once. */
+/* A compiled step: the user's loss (and gradients) for one batch shape, built once. */
 typedef struct {
-    rc_graph *g;
-    rc_plan *plan;
-    rc_tensor *loss;
-    rc_tensor **grads;            /* per parameter, or NULL entries for loss-only steps */
-    rc_tensor *inputs[RC_BATCH_MAX];
-    int ninputs;
-    rc_tensor *targets;           /* the first cross-entropy's targets: they count tokens */
+    rci_step st;                  /* record, run graph, plan; st.outs[0] is the loss */
+    rc_tensor *targets;           /* the first cross-entropy's targets (in st.g): they count
+                                     tokens, read from the batch array of their name ... */
     int ignore;                   /* ... except this id */
     int64_t batch_rows;
-    rc_shard_graph local;         /* mp > 1: this rank's share; g is then the global record */
 } rc_step;
 
 struct rc_trainer {
@@ -30,13 +25,14 @@ struct rc_trainer {
     int shuffle;
     rc_step train, eval, eval_tail;
     int mp;                       /* model shards (1: the plain data-parallel path) */
-    const rc_shard_override *overrides; /* the fit's overrides of the plan */
-    int n_overrides;
-    rc_shard_spec *specs;         /* mp > 1: how each parameter splits (the train step's plan) */
-    float *local;                 /* each parameter's shard, flat (mp 1: the parameters' buffer) */
-    int64_t *loff, *lnum;         /* per parameter: offset and size in local, grad, m, v */
+    rc_sharded shards;            /* mp > 1: the plan and this rank's parameter shards */
+    rc_shard_spec *specs;         /* mp > 1: how each parameter splits (shards.specs) */
+    rc_backend *be;               /* where the state lives and the updates run */
+    rc_buffer *local;             /* each parameter's shard, flat f32 (shards.local; mp 1: the
+                                     parameters' own buffer); not the trainer's to free */
+    int64_t *loff, *lnum;         /* per parameter: element offset and size in local, grad, m, v */
     int64_t local_numel;
-    float *grad, *m, *v;          /* flat, like local */
+    rc_buffer *grad, *m, *v;      /* flat, like local */
     int64_t step, opt_step;       /* optimizer steps done (opt_step counts AdamW's bias terms) */
     int epoch;
     int64_t epoch_step;           /* steps done in the current epoch */
@@ -58,6 +54,7 @@ int rci_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err);
 
 uint64_t rci_deployer_seed(const rc_deployer *d);
 /* the eval predictor runs on the trainer's plan and shards */
-void rci_predictor_use_shards(struct rc_predictor *p, const rc_shard_spec *specs, float *local, const int64_t *off);
+void rci_predictor_use_shards(struct rc_predictor *p, const rc_shard_spec *specs, rc_buffer *local,
+                              const int64_t *off);
 
 #endif

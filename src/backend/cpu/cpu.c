@@ -1,27 +1,140 @@
-/* cpu.c - the CPU back end's entry point: data movement first, then the arithmetic
- * kernels of the node's dtype; and the thread count shared by OpenMP and OpenBLAS. */
-#include "internal.h"
+/* cpu.c - the CPU backend: buffers in host memory, nodes run by the kernels in place
+ * (data movement first, then the arithmetic kernels of the node's dtype), and the thread
+ * count shared by OpenMP and OpenBLAS. */
+#include "cpu.h"
 
 #include <cblas.h>
 #include <omp.h>
+#include <stdlib.h>
+#include <string.h>
 
-int rci_cpu_run(rc_tensor *node, rc_error *err)
+enum { CPU_ALIGN = 64 };
+
+static int cpu_alloc(rc_backend *be, rc_buffer *b, size_t bytes, rc_error *err)
 {
+    size_t size = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    b->impl = aligned_alloc(CPU_ALIGN, size ? size : CPU_ALIGN);
+    if (!b->impl)
+        return rc_error_set(err, RC_ERR_MEMORY, "cpu: cannot allocate %zu bytes (%zu in use)",
+                            bytes, be->used_bytes);
+    memset(b->impl, 0, bytes);
+    return 0;
+}
+
+static void cpu_free(rc_backend *be, rc_buffer *b)
+{
+    (void)be;
+    free(b->impl);
+}
+
+static int cpu_upload(rc_backend *be, rc_buffer *b, size_t off, const void *host, size_t bytes,
+                      rc_error *err)
+{
+    (void)be, (void)err;
+    memcpy((char *)b->impl + off, host, bytes);
+    return 0;
+}
+
+static int cpu_download(rc_backend *be, const rc_buffer *b, size_t off, void *host, size_t bytes,
+                        rc_error *err)
+{
+    (void)be, (void)err;
+    memcpy(host, (const char *)b->impl + off, bytes);
+    return 0;
+}
+
+static int cpu_copy(rc_backend *be, rc_buffer *dst, size_t doff, const rc_buffer *src, size_t soff,
+                    size_t bytes, rc_error *err)
+{
+    (void)be, (void)err;
+    memmove((char *)dst->impl + doff, (const char *)src->impl + soff, bytes);
+    return 0;
+}
+
+static int cpu_fill_zero(rc_backend *be, rc_buffer *b, size_t off, size_t bytes, rc_error *err)
+{
+    (void)be, (void)err;
+    memset((char *)b->impl + off, 0, bytes);
+    return 0;
+}
+
+static int is_float(rc_dtype t)
+{
+    return t == RC_F32 || t == RC_F64;
+}
+
+/* Kernels: data movement for f32, f64 and i32; everything else computes in f32 or f64. */
+static int cpu_supports(const rc_backend *be, rc_op op, rc_dtype t)
+{
+    (void)be;
+    if (op == RC_OP_LEAF || op == RC_OP_RESHAPE || op == RC_OP_STOP_GRADIENT ||
+        op == RC_OP_MP_ENTER)
+        return 1;
+    if (rci_cpu_is_move(op))
+        return is_float(t) || t == RC_I32;
+    return is_float(t);
+}
+
+static void *address(const rci_mem *m)
+{
+    return m->buf ? (char *)m->buf->impl + m->off : NULL;
+}
+
+static int cpu_run_node(rc_backend *be, const rci_node_run *r, rc_error *err)
+{
+    (void)be;
+    const rc_tensor *node = r->node;
+    rci_cpu_args a = {node, address(&r->out), {0}, r->run_key};
+    for (int k = 0; k < node->nsrc; k++)
+        a.in[k] = address(&r->in[k]);
     if (node->op == RC_OP_LEAF || node->op == RC_OP_RESHAPE || node->view_src)
         return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: leaves and views have no kernel",
                             rc_op_name(node->op));
-    int r = rci_cpu_kernel_move(node, err);
-    if (r != 0)
-        return r < 0 ? -1 : 0;
+    int done = rci_cpu_kernel_move(&a, err);
+    if (done != 0)
+        return done < 0 ? -1 : 0;
     switch (node->dtype) {
     case RC_F32:
-        return rci_cpu_kernel_f32(node, err);
+        return rci_cpu_kernel_f32(&a, err);
     case RC_F64:
-        return rci_cpu_kernel_f64(node, err);
+        return rci_cpu_kernel_f64(&a, err);
     default:
         return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: no CPU kernel for dtype %s",
                             rc_op_name(node->op), rc_dtype_name(node->dtype));
     }
+}
+
+static int cpu_wait(rc_backend *be, rc_error *err)
+{
+    (void)be, (void)err;
+    return 0; /* kernels run when they are called */
+}
+
+static void *cpu_host_address(const rc_backend *be, const rc_buffer *b, size_t off)
+{
+    (void)be;
+    return (char *)b->impl + off;
+}
+
+rc_backend *rci_backend_cpu(void)
+{
+    static rc_backend cpu = {
+        .name = "cpu",
+        .buffer_alloc = cpu_alloc,
+        .buffer_free = cpu_free,
+        .upload = cpu_upload,
+        .download = cpu_download,
+        .copy = cpu_copy,
+        .fill_zero = cpu_fill_zero,
+        .supports = cpu_supports,
+        .run_node = cpu_run_node,
+        .wait = cpu_wait,
+        .update = rci_cpu_update,
+        .sum_squares = rci_cpu_sum_squares,
+        .accumulate = rci_cpu_accumulate,
+        .host_address = cpu_host_address,
+    };
+    return &cpu;
 }
 
 void rc_set_threads(int n)

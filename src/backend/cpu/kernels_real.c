@@ -4,7 +4,7 @@
  * (through kernels_real_f64.c) with RC_REAL=double, RC_KERNEL_FN=rci_cpu_kernel_f64. Only
  * RC_KERNEL_FN is exported; everything else is static.
  *
- * The contract is in internal.h: tensors are contiguous row-major, node->data is
+ * The contract is in cpu.h: tensors are contiguous row-major, the output io->out is
  * uninitialised and never overlaps an input, and errors are reported, never aborted on.
  *
  * Each kernel checks its inputs, then hands a "range" function (rows or elements
@@ -14,7 +14,7 @@
  * so the compiler vectorises them. <tgmath.h> makes exp, tanh, ... pick the float
  * functions for float arguments.
  */
-#include "internal.h"
+#include "cpu.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -108,9 +108,9 @@ static int same_size(const rc_tensor *node, rc_error *err)
     return 0;
 }
 
-static const real *src_data(const rc_tensor *node, int k)
+static const real *src_data(const rci_cpu_args *io, int k)
 {
-    return k < node->nsrc && node->src[k] ? (const real *)node->src[k]->data : NULL;
+    return k < io->node->nsrc ? (const real *)io->in[k] : NULL;
 }
 
 /* The size of the last axis (1 for a scalar) and the number of rows before it. */
@@ -192,6 +192,7 @@ static double dsum_sq(const real *restrict x, int64_t n, double mean)
  * The work is then rows of the last merged axis, long rows cut into pieces for threads. */
 
 typedef struct {
+    const rci_cpu_args *io;
     const rc_tensor *node;
     int nd;                          /* merged axes, >= 1 */
     int64_t shape[RC_MAX_DIMS];
@@ -224,12 +225,15 @@ static int bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64
     return 0;
 }
 
-static int bcast_init(bcast *b, const rc_tensor *node, int nin, rc_tensor *const *in)
+static int bcast_init(bcast *b, const rci_cpu_args *io, int nin)
 {
+    const rc_tensor *node = io->node;
+    rc_tensor *const *in = node->src;
     int64_t st[3][RC_MAX_DIMS];
     for (int k = 0; k < nin; k++)
         if (bcast_strides(in[k], node->ndim, node->shape, st[k]))
             return -1;
+    b->io = io;
     b->node = node;
     b->nd = 0;
     for (int i = 0; i < node->ndim; i++) {
@@ -295,26 +299,29 @@ static int bcast_error(const rc_tensor *node, rc_error *err)
 
 static void full_range(void *ctx, int64_t i0, int64_t i1, int part)
 {
-    const rc_tensor *node = ctx;
-    real *restrict o = node->data;
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    real *restrict o = io->out;
     real v = (real)node->fparam[0];
     (void)part;
     for (int64_t i = i0; i < i1; i++)
         o[i] = v;
 }
 
-static int k_full(rc_tensor *node)
+static int k_full(const rci_cpu_args *io)
 {
+    const rc_tensor *node = io->node;
     int64_t n = rc_tensor_numel(node);
-    par_range(full_range, node, n, n);
+    par_range(full_range, (void *)io, n, n);
     return 0;
 }
 
 static void unary_range(void *ctx, int64_t i0, int64_t i1, int part)
 {
-    const rc_tensor *node = ctx;
-    const real *restrict x = src_data(node, 0);
-    real *restrict o = node->data;
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    const real *restrict x = src_data(io, 0);
+    real *restrict o = io->out;
     real s = (real)node->fparam[0], c = (real)node->fparam[1];
     (void)part;
     switch (node->op) {
@@ -345,13 +352,14 @@ static void unary_range(void *ctx, int64_t i0, int64_t i1, int part)
     }
 }
 
-static int k_unary(rc_tensor *node, rc_error *err)
+static int k_unary(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, real_dtype(), err) || same_size(node, err))
         return -1;
     int64_t n = rc_tensor_numel(node);
     /* the transcendental ones are worth threads sooner */
-    par_range(unary_range, node, n, node->op == RC_OP_AFFINE ? n : 8 * n);
+    par_range(unary_range, (void *)io, n, node->op == RC_OP_AFFINE ? n : 8 * n);
     return 0;
 }
 
@@ -422,9 +430,10 @@ static inline real act_sigmoid(real x, int order)
 
 static void act_range(void *ctx, int64_t i0, int64_t i1, int part)
 {
-    const rc_tensor *node = ctx;
-    const real *restrict x = src_data(node, 0);
-    real *restrict o = node->data;
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    const real *restrict x = src_data(io, 0);
+    real *restrict o = io->out;
     int order = node->iparam[1];
     (void)part;
     switch (node->iparam[0]) {
@@ -458,15 +467,16 @@ static void act_range(void *ctx, int64_t i0, int64_t i1, int part)
     }
 }
 
-static int k_act(rc_tensor *node, rc_error *err)
+static int k_act(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, real_dtype(), err) || same_size(node, err))
         return -1;
     int kind = node->iparam[0], order = node->iparam[1];
     if (kind < 0 || kind >= RC_ACT_COUNT || order < 0 || order > 2)
         return rc_error_set(err, RC_ERR_ARG, "act: activation %d, derivative order %d", kind, order);
     int64_t n = rc_tensor_numel(node);
-    par_range(act_range, node, n, kind == RC_ACT_RELU ? n : 8 * n);
+    par_range(act_range, (void *)io, n, kind == RC_ACT_RELU ? n : 8 * n);
     return 0;
 }
 
@@ -513,9 +523,10 @@ static void binary_row(rc_op op, real *restrict o, const real *restrict a, int64
 static void binary_range(void *ctx, int64_t t0, int64_t t1, int part)
 {
     const bcast *b = ctx;
+    const rci_cpu_args *io = b->io;
     const rc_tensor *node = b->node;
-    const real *x = src_data(node, 0), *y = src_data(node, 1);
-    real *o = node->data;
+    const real *x = src_data(io, 0), *y = src_data(io, 1);
+    real *o = io->out;
     int64_t n = b->n, len = b->len, sx = b->st[0][b->nd - 1], sy = b->st[1][b->nd - 1];
     (void)part;
     for (int64_t t = t0; t < t1; t++) {
@@ -526,12 +537,13 @@ static void binary_range(void *ctx, int64_t t0, int64_t t1, int part)
     }
 }
 
-static int k_binary(rc_tensor *node, rc_error *err)
+static int k_binary(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, real_dtype(), err))
         return -1;
     bcast b;
-    if (bcast_init(&b, node, 2, node->src))
+    if (bcast_init(&b, io, 2))
         return bcast_error(node, err);
     int64_t total = rc_tensor_numel(node);
     par_range(binary_range, &b, total / b.n * b.pieces, total);
@@ -542,11 +554,12 @@ static int k_binary(rc_tensor *node, rc_error *err)
 static void where_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
     const bcast *b = ctx;
+    const rci_cpu_args *io = b->io;
     const rc_tensor *node = b->node;
     int cond_i32 = node->src[0]->dtype == RC_I32;
-    const int32_t *ci = node->src[0]->data;
-    const real *cr = src_data(node, 0), *x = src_data(node, 1), *y = src_data(node, 2);
-    real *o = node->data;
+    const int32_t *ci = io->in[0];
+    const real *cr = src_data(io, 0), *x = src_data(io, 1), *y = src_data(io, 2);
+    real *o = io->out;
     int64_t n = b->n, sc = b->st[0][b->nd - 1], sx = b->st[1][b->nd - 1], sy = b->st[2][b->nd - 1];
     (void)part;
     for (int64_t r = r0; r < r1; r++) {
@@ -566,8 +579,9 @@ static void where_range(void *ctx, int64_t r0, int64_t r1, int part)
     }
 }
 
-static int k_where(rc_tensor *node, rc_error *err)
+static int k_where(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (node->nsrc < 3 || !node->src[0])
         return rc_error_set(err, RC_ERR_ARG, "where: needs a condition and two inputs");
     int cond_i32 = node->src[0]->dtype == RC_I32;
@@ -575,7 +589,7 @@ static int k_where(rc_tensor *node, rc_error *err)
         need_src(node, 1, real_dtype(), err) || need_src(node, 2, real_dtype(), err))
         return -1;
     bcast b;
-    if (bcast_init(&b, node, 3, node->src))
+    if (bcast_init(&b, io, 3))
         return bcast_error(node, err);
     int64_t total = rc_tensor_numel(node);
     par_range(where_range, &b, total / b.n, total);
@@ -586,11 +600,12 @@ static int k_where(rc_tensor *node, rc_error *err)
 static void equal_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
     const bcast *b = ctx;
+    const rci_cpu_args *io = b->io;
     const rc_tensor *node = b->node;
     int is_i32 = node->src[0]->dtype == RC_I32;
-    const int32_t *xi = node->src[0]->data, *yi = node->src[1]->data;
-    const real *xr = src_data(node, 0), *yr = src_data(node, 1);
-    real *o = node->data;
+    const int32_t *xi = io->in[0], *yi = io->in[1];
+    const real *xr = src_data(io, 0), *yr = src_data(io, 1);
+    real *o = io->out;
     int64_t n = b->n, sx = b->st[0][b->nd - 1], sy = b->st[1][b->nd - 1];
     (void)part;
     for (int64_t r = r0; r < r1; r++) {
@@ -609,15 +624,16 @@ static void equal_range(void *ctx, int64_t r0, int64_t r1, int part)
     }
 }
 
-static int k_equal(rc_tensor *node, rc_error *err)
+static int k_equal(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (node->nsrc < 2 || !node->src[0] || !node->src[1])
         return rc_error_set(err, RC_ERR_ARG, "equal: needs two inputs");
     rc_dtype t = node->src[0]->dtype == RC_I32 ? RC_I32 : real_dtype();
     if (need_src(node, 0, t, err) || need_src(node, 1, t, err))
         return -1;
     bcast b;
-    if (bcast_init(&b, node, 2, node->src))
+    if (bcast_init(&b, io, 2))
         return bcast_error(node, err);
     int64_t total = rc_tensor_numel(node);
     par_range(equal_range, &b, total / b.n, total);
@@ -662,8 +678,9 @@ static void matmul_range(void *ctx, int64_t z0, int64_t z1, int part)
 /* src0 a [..., M, K] (stored [..., K, M] when iparam[0]), src1 b [..., K, N] (stored
  * [..., N, K] when iparam[1]) -> [..., M, N]. Either operand may be shared by every batch
  * (one batch only, e.g. a 2-D weight). */
-static int k_matmul(rc_tensor *node, rc_error *err)
+static int k_matmul(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, real_dtype(), err))
         return -1;
     const rc_tensor *A = node->src[0], *B = node->src[1];
@@ -678,7 +695,7 @@ static int k_matmul(rc_tensor *node, rc_error *err)
                             (long long)node->shape[node->ndim - 2],
                             (long long)node->shape[node->ndim - 1]);
     if (k == 0) {
-        memset(node->data, 0, rc_tensor_nbytes(node));
+        memset(io->out, 0, rc_tensor_nbytes(node));
         return 0;
     }
     int64_t batch = rc_tensor_numel(node) / (m * n);
@@ -689,7 +706,7 @@ static int k_matmul(rc_tensor *node, rc_error *err)
     if (batch * m > INT_MAX || n > INT_MAX || k > INT_MAX)
         return rc_error_set(err, RC_ERR_SHAPE, "matmul: extents %lld x %lld x %lld exceed the BLAS",
                             (long long)(batch * m), (long long)k, (long long)n);
-    matmul_args g = {A->data, B->data, node->data, ta, tb, m, n, k, ta ? m : k, tb ? k : n,
+    matmul_args g = {io->in[0], io->in[1], io->out, ta, tb, m, n, k, ta ? m : k, tb ? k : n,
                      ba == 1 ? 0 : m * k, bb == 1 ? 0 : k * n};
     if (batch == 1 || (bb == 1 && ba == batch && !ta)) {
         /* one gemm: the batches of a stacked into its rows */
@@ -706,6 +723,7 @@ static int k_matmul(rc_tensor *node, rc_error *err)
 /* ---- softmax and norms ------------------------------------------------------------------------ */
 
 typedef struct {
+    const rci_cpu_args *io;
     const rc_tensor *node;
     int64_t mst[RC_MAX_DIMS];   /* mask strides along the node's axes */
 } softmax_args;
@@ -714,9 +732,10 @@ typedef struct {
 static void softmax_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
     const softmax_args *s = ctx;
+    const rci_cpu_args *io = s->io;
     const rc_tensor *node = s->node;
-    const real *x = src_data(node, 0), *mask = src_data(node, 1);
-    real *out = node->data;
+    const real *x = src_data(io, 0), *mask = src_data(io, 1);
+    real *out = io->out;
     int nd = node->ndim;
     int64_t c = last_dim(node), tq = nd >= 2 ? node->shape[nd - 2] : 1;
     int64_t ms = nd ? s->mst[nd - 1] : 0;
@@ -766,11 +785,12 @@ static void softmax_range(void *ctx, int64_t r0, int64_t r1, int part)
     }
 }
 
-static int k_softmax(rc_tensor *node, rc_error *err)
+static int k_softmax(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, real_dtype(), err) || same_size(node, err))
         return -1;
-    softmax_args s = {node, {0}};
+    softmax_args s = {io, node, {0}};
     const rc_tensor *mask = node->nsrc > 1 ? node->src[1] : NULL;
     if (mask && need_src(node, 1, real_dtype(), err))
         return -1;
@@ -784,9 +804,10 @@ static int k_softmax(rc_tensor *node, rc_error *err)
 /* (x - mean) / sqrt(var + eps) * w + b over the last axis, w and b optional; rows [r0, r1) */
 static void layer_norm_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
-    const rc_tensor *node = ctx;
-    const real *x = src_data(node, 0), *w = src_data(node, 1), *b = src_data(node, 2);
-    real *out = node->data;
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    const real *x = src_data(io, 0), *w = src_data(io, 1), *b = src_data(io, 2);
+    real *out = io->out;
     int64_t c = last_dim(node);
     double eps = node->fparam[0];
     (void)part;
@@ -806,22 +827,24 @@ static void layer_norm_range(void *ctx, int64_t r0, int64_t r1, int part)
     }
 }
 
-static int k_layer_norm(rc_tensor *node, rc_error *err)
+static int k_layer_norm(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     int64_t c = last_dim(node), total = rc_tensor_numel(node);
     if (need_src(node, 0, real_dtype(), err) || same_size(node, err) ||
         optional_vector(node, 1, c, err) || optional_vector(node, 2, c, err))
         return -1;
-    par_range(layer_norm_range, node, total / c, 2 * total);
+    par_range(layer_norm_range, (void *)io, total / c, 2 * total);
     return 0;
 }
 
 /* x / sqrt(mean(x^2) + eps) * (w + offset) over the last axis, no w: times 1; rows [r0, r1) */
 static void rms_norm_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
-    const rc_tensor *node = ctx;
-    const real *x = src_data(node, 0), *w = src_data(node, 1);
-    real *out = node->data;
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    const real *x = src_data(io, 0), *w = src_data(io, 1);
+    real *out = io->out;
     int64_t c = last_dim(node);
     double eps = node->fparam[0];
     real offset = (real)node->fparam[1];
@@ -839,13 +862,14 @@ static void rms_norm_range(void *ctx, int64_t r0, int64_t r1, int part)
     }
 }
 
-static int k_rms_norm(rc_tensor *node, rc_error *err)
+static int k_rms_norm(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     int64_t c = last_dim(node), total = rc_tensor_numel(node);
     if (need_src(node, 0, real_dtype(), err) || same_size(node, err) ||
         optional_vector(node, 1, c, err))
         return -1;
-    par_range(rms_norm_range, node, total / c, 2 * total);
+    par_range(rms_norm_range, (void *)io, total / c, 2 * total);
     return 0;
 }
 
@@ -864,10 +888,11 @@ static int64_t bad_id(const int32_t *ids, int64_t count, int64_t n, int64_t igno
 /* out row i = table row ids[i]; rows [i0, i1) */
 static void embedding_range(void *ctx, int64_t i0, int64_t i1, int part)
 {
-    const rc_tensor *node = ctx;
-    const real *t = src_data(node, 0);
-    const int32_t *ids = node->src[1]->data;
-    real *o = node->data;
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    const real *t = src_data(io, 0);
+    const int32_t *ids = io->in[1];
+    real *o = io->out;
     int64_t c = last_dim(node), rows = node->src[0]->shape[0];
     int64_t offset = node->iparam[2] ? node->iparam[3] : 0; /* a vocabulary shard's first id */
     (void)part;
@@ -881,8 +906,9 @@ static void embedding_range(void *ctx, int64_t i0, int64_t i1, int part)
 }
 
 /* table src0 [V, C], ids src1 i32 [...] -> [..., C] */
-static int k_embedding(rc_tensor *node, rc_error *err)
+static int k_embedding(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, RC_I32, err))
         return -1;
     const rc_tensor *tab = node->src[0];
@@ -890,22 +916,23 @@ static int k_embedding(rc_tensor *node, rc_error *err)
     if (tab->ndim != 2 || tab->shape[1] != c || count * c != rc_tensor_numel(node))
         return rc_error_set(err, RC_ERR_SHAPE, "embedding: table, ids and output do not fit");
     int64_t v = node->iparam[2] ? node->iparam[4] : tab->shape[0]; /* shard mode: the whole vocabulary */
-    const int32_t *ids = node->src[1]->data;
+    const int32_t *ids = io->in[1];
     int64_t bad = bad_id(ids, count, v, INT64_MIN);
     if (bad >= 0)
         return rc_error_set(err, RC_ERR_INDEX, "embedding: id %d at position %lld is outside [0, %lld)",
                             ids[bad], (long long)bad, (long long)v);
-    par_range(embedding_range, node, count, count * c);
+    par_range(embedding_range, (void *)io, count, count * c);
     return 0;
 }
 
 /* columns [j0, j1) of out[ids[i]] += grad[i] over every i, so each column has one writer */
 static void embedding_grad_range(void *ctx, int64_t j0, int64_t j1, int part)
 {
-    const rc_tensor *node = ctx;
-    const int32_t *ids = node->src[0]->data;
-    const real *g = src_data(node, 1);
-    real *out = node->data;
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    const int32_t *ids = io->in[0];
+    const real *g = src_data(io, 1);
+    real *out = io->out;
     int64_t c = node->shape[1], count = rc_tensor_numel(node->src[0]), rows = node->shape[0];
     int32_t skip = node->iparam[1]; /* the padding id, -1 for none */
     int64_t offset = node->iparam[2] ? node->iparam[3] : 0;
@@ -923,8 +950,9 @@ static void embedding_grad_range(void *ctx, int64_t j0, int64_t j1, int part)
 
 /* ids src0 i32 [...], grad src1 [..., C] -> [V, C]: zeros, then out[ids[i]] += grad[i].
  * Threads own blocks of columns, so the sums are deterministic. */
-static int k_embedding_grad(rc_tensor *node, rc_error *err)
+static int k_embedding_grad(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, RC_I32, err) || need_src(node, 1, real_dtype(), err))
         return -1;
     if (node->ndim != 2)
@@ -933,23 +961,24 @@ static int k_embedding_grad(rc_tensor *node, rc_error *err)
     int64_t count = rc_tensor_numel(node->src[0]);
     if (count * c != rc_tensor_numel(node->src[1]))
         return rc_error_set(err, RC_ERR_SHAPE, "embedding_grad: ids and gradient do not fit");
-    const int32_t *ids = node->src[0]->data;
+    const int32_t *ids = io->in[0];
     int64_t bad = bad_id(ids, count, v, INT64_MIN);
     if (bad >= 0)
         return rc_error_set(err, RC_ERR_INDEX,
                             "embedding_grad: id %d at position %lld is outside [0, %lld)", ids[bad],
                             (long long)bad, (long long)v);
-    memset(node->data, 0, rc_tensor_nbytes(node));
-    par_range(embedding_grad_range, node, c, count * c);
+    memset(io->out, 0, rc_tensor_nbytes(node));
+    par_range(embedding_grad_range, (void *)io, c, count * c);
     return 0;
 }
 
 /* rows [i0, i1) of the one-hot output */
 static void one_hot_range(void *ctx, int64_t i0, int64_t i1, int part)
 {
-    const rc_tensor *node = ctx;
-    const int32_t *ids = node->src[0]->data;
-    real *out = node->data;
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    const int32_t *ids = io->in[0];
+    real *out = io->out;
     int64_t depth = last_dim(node);
     int64_t offset = node->iparam[2] ? node->iparam[3] : 0; /* a vocabulary shard's first id */
     int32_t ignore = node->iparam[1];
@@ -965,23 +994,25 @@ static void one_hot_range(void *ctx, int64_t i0, int64_t i1, int part)
 }
 
 /* ids src0 i32 [...] -> [..., depth]; ids equal to iparam[1] give zero rows. */
-static int k_one_hot(rc_tensor *node, rc_error *err)
+static int k_one_hot(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, RC_I32, err))
         return -1;
     int64_t depth = last_dim(node), count = rc_tensor_numel(node->src[0]);
     if (count * depth != rc_tensor_numel(node))
         return rc_error_set(err, RC_ERR_SHAPE, "one_hot: ids and output do not fit");
-    const int32_t *ids = node->src[0]->data;
+    const int32_t *ids = io->in[0];
     int64_t bad = bad_id(ids, count, node->iparam[2] ? node->iparam[4] : depth, node->iparam[1]);
     if (bad >= 0)
         return rc_error_set(err, RC_ERR_INDEX, "one_hot: id %d at position %lld is outside [0, %lld)",
                             ids[bad], (long long)bad, (long long)depth);
-    par_range(one_hot_range, node, count, count * depth);
+    par_range(one_hot_range, (void *)io, count, count * depth);
     return 0;
 }
 
 typedef struct {
+    const rci_cpu_args *io;
     const rc_tensor *node;
     double loss[MAX_PARTS];
     int64_t count[MAX_PARTS];
@@ -1016,8 +1047,8 @@ static void cross_entropy_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
     ce_args *a = ctx;
     const rc_tensor *lt = a->node->src[0];
-    const int32_t *tg = a->node->src[1]->data;
-    const real *x = lt->data;
+    const int32_t *tg = a->io->in[1];
+    const real *x = a->io->in[0];
     int64_t v = last_dim(lt), count = 0;
     int32_t ignore = a->node->iparam[0];
     double loss = 0;
@@ -1035,8 +1066,9 @@ static void cross_entropy_range(void *ctx, int64_t r0, int64_t r1, int part)
 
 /* logits src0 [..., V], targets src1 i32 [...] -> scalar: the mean over targets != iparam[0]
  * of logsumexp(row) - row[target]; 0 when every target is ignored. */
-static int k_cross_entropy(rc_tensor *node, rc_error *err)
+static int k_cross_entropy(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, RC_I32, err))
         return -1;
     const rc_tensor *lt = node->src[0];
@@ -1044,13 +1076,14 @@ static int k_cross_entropy(rc_tensor *node, rc_error *err)
     if (lt->ndim < 1 || rc_tensor_numel(node->src[1]) != rows)
         return rc_error_set(err, RC_ERR_SHAPE, "cross_entropy: %lld targets for %lld rows",
                             (long long)rc_tensor_numel(node->src[1]), (long long)rows);
-    const int32_t *tg = node->src[1]->data;
+    const int32_t *tg = io->in[1];
     int64_t bad = bad_id(tg, rows, v, node->iparam[0]);
     if (bad >= 0)
         return rc_error_set(err, RC_ERR_INDEX,
                             "cross_entropy: target %d at position %lld is outside [0, %lld)", tg[bad],
                             (long long)bad, (long long)v);
     ce_args a;
+    a.io = io;
     a.node = node;
     int parts = par_range(cross_entropy_range, &a, rows, 8 * rows * v);
     double loss = 0;
@@ -1059,22 +1092,29 @@ static int k_cross_entropy(rc_tensor *node, rc_error *err)
         loss += a.loss[p];
         count += a.count[p];
     }
-    real *o = node->data;
+    real *o = io->out;
     o[0] = count ? (real)(loss / (double)count) : 0;
     return 0;
 }
+
+typedef struct {
+    const rci_cpu_args *io;
+    real scale;                   /* upstream gradient / counted targets */
+} ce_grad_args;
 
 /* rows [r0, r1) of the gradient: (softmax(row) - onehot(target)) * scale, zero rows for
  * ignored targets */
 static void cross_entropy_grad_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
-    const rc_tensor *node = ctx;
+    const ce_grad_args *g = ctx;
+    const rci_cpu_args *io = g->io;
+    const rc_tensor *node = io->node;
     const rc_tensor *lt = node->src[0];
-    const int32_t *tg = node->src[1]->data;
-    const real *x = lt->data;
-    real *out = node->data;
+    const int32_t *tg = io->in[1];
+    const real *x = io->in[0];
+    real *out = io->out;
     int64_t v = last_dim(lt);
-    real scale = (real)node->fparam[0];
+    real scale = g->scale;
     (void)part;
     for (int64_t r = r0; r < r1; r++) {
         real *restrict o = out + r * v;
@@ -1095,14 +1135,15 @@ static void cross_entropy_grad_range(void *ctx, int64_t r0, int64_t r1, int part
 
 /* logits src0 [..., V], targets src1 i32 [...], upstream gradient src2 (scalar) -> the
  * gradient of the mean cross-entropy: (softmax - onehot) * g / count over valid rows. */
-static int k_cross_entropy_grad(rc_tensor *node, rc_error *err)
+static int k_cross_entropy_grad(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, RC_I32, err) ||
         need_src(node, 2, real_dtype(), err))
         return -1;
     const rc_tensor *lt = node->src[0];
     int64_t v = last_dim(lt), rows = lead_rows(lt);
-    const int32_t *tg = node->src[1]->data;
+    const int32_t *tg = io->in[1];
     if (rc_tensor_numel(node->src[1]) != rows || rc_tensor_numel(node->src[2]) != 1)
         return rc_error_set(err, RC_ERR_SHAPE, "cross_entropy_grad: %lld targets for %lld rows",
                             (long long)rc_tensor_numel(node->src[1]), (long long)rows);
@@ -1114,8 +1155,8 @@ static int k_cross_entropy_grad(rc_tensor *node, rc_error *err)
     int64_t count = 0;
     for (int64_t r = 0; r < rows; r++)
         count += tg[r] != node->iparam[0];
-    node->fparam[0] = count ? (double)src_data(node, 2)[0] / (double)count : 0.0;
-    par_range(cross_entropy_grad_range, node, rows, 8 * rows * v);
+    ce_grad_args g = {io, (real)(count ? (double)src_data(io, 2)[0] / (double)count : 0.0)};
+    par_range(cross_entropy_grad_range, &g, rows, 8 * rows * v);
     return 0;
 }
 
@@ -1125,10 +1166,11 @@ static int k_cross_entropy_grad(rc_tensor *node, rc_error *err)
  * the rest copied. Angles and their cos / sin in double. */
 static void rope_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
-    const rc_tensor *node = ctx;
-    const real *x = src_data(node, 0);
-    const int32_t *pos = node->src[1]->data;
-    real *out = node->data;
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    const real *x = src_data(io, 0);
+    const int32_t *pos = io->in[1];
+    real *out = io->out;
     int nd = node->ndim;
     int64_t d = node->shape[nd - 1], h = node->shape[nd - 2], np = rc_tensor_numel(node->src[1]);
     int64_t rot = node->iparam[0], half = rot / 2;
@@ -1168,8 +1210,9 @@ static void rope_range(void *ctx, int64_t r0, int64_t r1, int part)
 
 /* x src0 [..., T, H, D], positions src1 i32 (P values, row r uses pos[r % P]);
  * iparam: rot, mode, inverse; fparam[0] theta. */
-static int k_rope(rc_tensor *node, rc_error *err)
+static int k_rope(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, RC_I32, err) ||
         same_size(node, err))
         return -1;
@@ -1183,7 +1226,7 @@ static int k_rope(rc_tensor *node, rc_error *err)
                             (long long)rot, mode, (long long)d);
     if (rc_tensor_numel(node->src[1]) == 0)
         return rc_error_set(err, RC_ERR_SHAPE, "rope: no positions");
-    par_range(rope_range, node, total / (h * d), 4 * total);
+    par_range(rope_range, (void *)io, total / (h * d), 4 * total);
     return 0;
 }
 
@@ -1297,8 +1340,9 @@ static void reduce3(real *out, const real *x, int64_t outer, int64_t n, int64_t 
 }
 
 /* sum / max over axis iparam[0] of src0 (keepdim is already in the node's shape) */
-static int k_reduce(rc_tensor *node, rc_error *err)
+static int k_reduce(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, real_dtype(), err))
         return -1;
     const rc_tensor *s = node->src[0];
@@ -1313,18 +1357,19 @@ static int k_reduce(rc_tensor *node, rc_error *err)
         inner *= s->shape[i];
     if (outer * inner != rc_tensor_numel(node))
         return rc_error_set(err, RC_ERR_SHAPE, "%s: output size does not match", op_name(node));
-    reduce3(node->data, s->data, outer, n, inner, node->op == RC_OP_MAX);
+    reduce3(io->out, io->in[0], outer, n, inner, node->op == RC_OP_MAX);
     return 0;
 }
 
 /* src0 summed down to the node's shape (right-aligned, size-1 or missing axes summed). */
-static int k_sum_to(rc_tensor *node, rc_error *err)
+static int k_sum_to(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, real_dtype(), err))
         return -1;
     const rc_tensor *s = node->src[0];
-    const real *x = s->data;
-    real *out = node->data;
+    const real *x = io->in[0];
+    real *out = io->out;
     int sd = s->ndim;
     int64_t os[RC_MAX_DIMS];   /* output strides along the input's axes, 0 where summed */
     if (node->ndim > sd || bcast_strides(node, sd, s->shape, os)) {
@@ -1387,36 +1432,38 @@ static int k_sum_to(rc_tensor *node, rc_error *err)
 /* elements [i0, i1): kept iff uniform_at(key, i) >= p, kept values scaled by 1 / (1 - p) */
 static void dropout_range(void *ctx, int64_t i0, int64_t i1, int part)
 {
-    const rc_tensor *node = ctx;
-    const real *restrict x = src_data(node, 0);
-    real *restrict o = node->data;
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    const real *restrict x = src_data(io, 0);
+    real *restrict o = io->out;
     double p = node->fparam[0];
     uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
-    uint64_t run = (uint64_t)(uint32_t)node->iparam[2] | ((uint64_t)(uint32_t)node->iparam[3] << 32);
-    key ^= rci_hash64(run); /* the plan's per-run key: a new mask every step */
+    key ^= rci_hash64(io->run_key); /* the plan's per-run key: a new mask every step */
     real scale = p < 1 ? (real)(1 / (1 - p)) : 0;
     (void)part;
     for (int64_t i = i0; i < i1; i++)
         o[i] = rc_rng_uniform_at(key, (uint64_t)i) >= p ? x[i] * scale : 0;
 }
 
-static int k_dropout(rc_tensor *node, rc_error *err)
+static int k_dropout(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (need_src(node, 0, real_dtype(), err) || same_size(node, err))
         return -1;
     int64_t n = rc_tensor_numel(node);
     if (node->fparam[0] == 0) {
-        memcpy(node->data, node->src[0]->data, rc_tensor_nbytes(node));
+        memcpy(io->out, io->in[0], rc_tensor_nbytes(node));
         return 0;
     }
-    par_range(dropout_range, node, n, 4 * n);
+    par_range(dropout_range, (void *)io, n, 4 * n);
     return 0;
 }
 
 /* ---- dispatch --------------------------------------------------------------------------------------- */
 
-int RC_KERNEL_FN(rc_tensor *node, rc_error *err)
+int RC_KERNEL_FN(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     if (node->dtype != real_dtype())
         return rc_error_set(err, RC_ERR_DTYPE, "%s: output dtype %s given to the %s kernels",
                             op_name(node), rc_dtype_name(node->dtype), rc_dtype_name(real_dtype()));
@@ -1424,52 +1471,52 @@ int RC_KERNEL_FN(rc_tensor *node, rc_error *err)
         return 0;
     switch (node->op) {
     case RC_OP_FULL:
-        return k_full(node);
+        return k_full(io);
     case RC_OP_ADD:
     case RC_OP_SUB:
     case RC_OP_MUL:
     case RC_OP_DIV:
-        return k_binary(node, err);
+        return k_binary(io, err);
     case RC_OP_AFFINE:
     case RC_OP_EXP:
     case RC_OP_LOG:
     case RC_OP_SQRT:
     case RC_OP_RSQRT:
     case RC_OP_TANH:
-        return k_unary(node, err);
+        return k_unary(io, err);
     case RC_OP_ACT:
-        return k_act(node, err);
+        return k_act(io, err);
     case RC_OP_MATMUL:
-        return k_matmul(node, err);
+        return k_matmul(io, err);
     case RC_OP_SOFTMAX:
-        return k_softmax(node, err);
+        return k_softmax(io, err);
     case RC_OP_LAYER_NORM:
-        return k_layer_norm(node, err);
+        return k_layer_norm(io, err);
     case RC_OP_RMS_NORM:
-        return k_rms_norm(node, err);
+        return k_rms_norm(io, err);
     case RC_OP_EMBEDDING:
-        return k_embedding(node, err);
+        return k_embedding(io, err);
     case RC_OP_EMBEDDING_GRAD:
-        return k_embedding_grad(node, err);
+        return k_embedding_grad(io, err);
     case RC_OP_ROPE:
-        return k_rope(node, err);
+        return k_rope(io, err);
     case RC_OP_SUM:
     case RC_OP_MAX:
-        return k_reduce(node, err);
+        return k_reduce(io, err);
     case RC_OP_SUM_TO:
-        return k_sum_to(node, err);
+        return k_sum_to(io, err);
     case RC_OP_CROSS_ENTROPY:
-        return k_cross_entropy(node, err);
+        return k_cross_entropy(io, err);
     case RC_OP_CROSS_ENTROPY_GRAD:
-        return k_cross_entropy_grad(node, err);
+        return k_cross_entropy_grad(io, err);
     case RC_OP_ONE_HOT:
-        return k_one_hot(node, err);
+        return k_one_hot(io, err);
     case RC_OP_DROPOUT:
-        return k_dropout(node, err);
+        return k_dropout(io, err);
     case RC_OP_WHERE:
-        return k_where(node, err);
+        return k_where(io, err);
     case RC_OP_EQUAL:
-        return k_equal(node, err);
+        return k_equal(io, err);
     case RC_OP_LEAF:
     case RC_OP_RESHAPE:
         return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: leaves and views have no kernel",

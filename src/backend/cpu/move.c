@@ -4,7 +4,7 @@
  * Every movement op is one or more strided copies: an n-D box of elements read with one
  * set of element strides and written with another. Size-1 axes are dropped and axes that
  * continue each other in both are merged, so most copies end as rows of memcpy. */
-#include "internal.h"
+#include "cpu.h"
 
 #include <omp.h>
 #include <string.h>
@@ -209,8 +209,9 @@ static int bad_shape(const rc_tensor *node, rc_error *err)
 }
 
 /* out axis i = src axis iparam[i] */
-static int move_permute(rc_tensor *node, rc_error *err)
+static int move_permute(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     const rc_tensor *s = node->src[0];
     int nd = node->ndim;
     if (s->ndim != nd)
@@ -226,13 +227,14 @@ static int move_permute(rc_tensor *node, rc_error *err)
         seen |= 1 << p;
         ss[i] = sst[p];
     }
-    copy_strided(node->data, ds, s->data, ss, nd, node->shape, rc_dtype_size(node->dtype));
+    copy_strided(io->out, ds, io->in[0], ss, nd, node->shape, rc_dtype_size(node->dtype));
     return 0;
 }
 
 /* src0 along axis iparam[0], [iparam[1], iparam[2]) */
-static int move_slice(rc_tensor *node, rc_error *err)
+static int move_slice(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     const rc_tensor *s = node->src[0];
     int nd = node->ndim, ax = node->iparam[0];
     int64_t start = node->iparam[1], end = node->iparam[2];
@@ -246,14 +248,15 @@ static int move_slice(rc_tensor *node, rc_error *err)
     contiguous_strides(s, ss);
     contiguous_strides(node, ds);
     size_t es = rc_dtype_size(node->dtype);
-    copy_strided(node->data, ds, (const char *)s->data + start * ss[ax] * (int64_t)es, ss, nd,
+    copy_strided(io->out, ds, (const char *)io->in[0] + start * ss[ax] * (int64_t)es, ss, nd,
                  node->shape, es);
     return 0;
 }
 
 /* src0 placed at offset iparam[1] along axis iparam[0] in zeros of the node's shape */
-static int move_pad(rc_tensor *node, rc_error *err)
+static int move_pad(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     const rc_tensor *s = node->src[0];
     int nd = node->ndim, ax = node->iparam[0];
     int64_t before = node->iparam[1];
@@ -266,15 +269,16 @@ static int move_pad(rc_tensor *node, rc_error *err)
     contiguous_strides(s, ss);
     contiguous_strides(node, ds);
     size_t es = rc_dtype_size(node->dtype);
-    memset(node->data, 0, rc_tensor_nbytes(node));
-    copy_strided((char *)node->data + before * ds[ax] * (int64_t)es, ds, s->data, ss, nd, s->shape,
+    memset(io->out, 0, rc_tensor_nbytes(node));
+    copy_strided((char *)io->out + before * ds[ax] * (int64_t)es, ds, io->in[0], ss, nd, s->shape,
                  es);
     return 0;
 }
 
 /* src0 .. src{n-1} joined along axis iparam[0] */
-static int move_concat(rc_tensor *node, rc_error *err)
+static int move_concat(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     int nd = node->ndim, ax = node->iparam[0];
     if (ax < 0 || ax >= nd)
         return bad_shape(node, err);
@@ -297,7 +301,7 @@ static int move_concat(rc_tensor *node, rc_error *err)
     for (int k = 0; k < node->nsrc; k++) {
         const rc_tensor *s = node->src[k];
         contiguous_strides(s, ss);
-        copy_strided((char *)node->data + at * ds[ax] * (int64_t)es, ds, s->data, ss, nd, s->shape,
+        copy_strided((char *)io->out + at * ds[ax] * (int64_t)es, ds, io->in[k], ss, nd, s->shape,
                      es);
         at += s->shape[ax];
     }
@@ -305,8 +309,9 @@ static int move_concat(rc_tensor *node, rc_error *err)
 }
 
 /* src0 broadcast to the node's shape (right-aligned; size-1 or missing axes repeat) */
-static int move_expand(rc_tensor *node, rc_error *err)
+static int move_expand(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     const rc_tensor *s = node->src[0];
     int nd = node->ndim, off = nd - s->ndim;
     if (off < 0)
@@ -324,7 +329,7 @@ static int move_expand(rc_tensor *node, rc_error *err)
         }
     }
     contiguous_strides(node, ds);
-    copy_strided(node->data, ds, s->data, ss, nd, node->shape, rc_dtype_size(node->dtype));
+    copy_strided(io->out, ds, io->in[0], ss, nd, node->shape, rc_dtype_size(node->dtype));
     return 0;
 }
 
@@ -343,9 +348,10 @@ static int32_t to_i32(double v)
 /* elements [i0, i1) of a cast; the node's src0 holds the input */
 static void cast_range(void *ctx, int64_t i0, int64_t i1)
 {
-    const rc_tensor *node = ctx;
-    const void *x = node->src[0]->data;
-    void *y = node->data;
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    const void *x = io->in[0];
+    void *y = io->out;
     rc_dtype from = node->src[0]->dtype, to = node->dtype;
     if (from == RC_F32 && to == RC_F64) {
         const float *restrict a = x;
@@ -385,25 +391,33 @@ static int cast_supported(rc_dtype t)
     return t == RC_F32 || t == RC_F64 || t == RC_I32;
 }
 
-static int move_cast(rc_tensor *node, rc_error *err)
+static int move_cast(const rci_cpu_args *io, rc_error *err)
 {
+    const rc_tensor *node = io->node;
     const rc_tensor *s = node->src[0];
     int64_t n = rc_tensor_numel(node);
     if (rc_tensor_numel(s) != n)
         return bad_shape(node, err);
     if (s->dtype == node->dtype) {
-        memcpy(node->data, s->data, rc_tensor_nbytes(node));
+        memcpy(io->out, io->in[0], rc_tensor_nbytes(node));
         return 0;
     }
     if (!cast_supported(s->dtype) || !cast_supported(node->dtype))
         return rc_error_set(err, RC_ERR_UNSUPPORTED, "cast: %s to %s is not supported",
                             rc_dtype_name(s->dtype), rc_dtype_name(node->dtype));
-    par_range(cast_range, node, n, n);
+    par_range(cast_range, (void *)io, n, n);
     return 0;
 }
 
-int rci_cpu_kernel_move(rc_tensor *node, rc_error *err)
+int rci_cpu_is_move(rc_op op)
 {
+    return op == RC_OP_PERMUTE || op == RC_OP_SLICE || op == RC_OP_PAD || op == RC_OP_CONCAT ||
+           op == RC_OP_EXPAND || op == RC_OP_CAST;
+}
+
+int rci_cpu_kernel_move(const rci_cpu_args *io, rc_error *err)
+{
+    const rc_tensor *node = io->node;
     rc_op op = node->op;
     if (op != RC_OP_PERMUTE && op != RC_OP_SLICE && op != RC_OP_PAD && op != RC_OP_CONCAT &&
         op != RC_OP_EXPAND && op != RC_OP_CAST)
@@ -426,12 +440,12 @@ int rci_cpu_kernel_move(rc_tensor *node, rc_error *err)
         return 1;
     int r;
     switch (op) {
-    case RC_OP_PERMUTE: r = move_permute(node, err); break;
-    case RC_OP_SLICE: r = move_slice(node, err); break;
-    case RC_OP_PAD: r = move_pad(node, err); break;
-    case RC_OP_CONCAT: r = move_concat(node, err); break;
-    case RC_OP_EXPAND: r = move_expand(node, err); break;
-    default: r = move_cast(node, err); break;
+    case RC_OP_PERMUTE: r = move_permute(io, err); break;
+    case RC_OP_SLICE: r = move_slice(io, err); break;
+    case RC_OP_PAD: r = move_pad(io, err); break;
+    case RC_OP_CONCAT: r = move_concat(io, err); break;
+    case RC_OP_EXPAND: r = move_expand(io, err); break;
+    default: r = move_cast(io, err); break;
     }
     return r < 0 ? -1 : 1;
 }

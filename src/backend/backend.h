@@ -1,0 +1,96 @@
+/* backend.h - the seam between redco and the devices that run it.
+ *
+ * A backend owns device memory (buffers) and runs work on it: the graph's nodes, and the
+ * optimizer's updates. Everything above this header (the executor, the trainer, the
+ * predictor, generation, checkpoints, collectives) names memory as (buffer, offset) and
+ * moves values between host and device only through upload / download here. Only the
+ * files of a backend (src/backend/NAME/) see what a buffer is made of.
+ *
+ * A backend is a table of functions. The CPU backend (src/backend/cpu/) keeps buffers in
+ * host memory and runs the kernels in place: no copy is added on the CPU. Work may be
+ * queued: wait() returns when everything queued so far is done; download() waits for
+ * the work that writes what it reads. */
+#ifndef REDCO_BACKEND_H
+#define REDCO_BACKEND_H
+
+#include "redco.h"
+
+/* A place in device memory: byte `off` of buffer `buf`. */
+typedef struct {
+    rc_buffer *buf;
+    size_t off;
+} rci_mem;
+
+/* One node to run: the node (op, shape, parameters, dtypes) and where its values are. */
+typedef struct {
+    const rc_tensor *node;
+    rci_mem out;                  /* rc_tensor_nbytes(node) bytes, uninitialised, never
+                                     overlapping an input */
+    rci_mem in[RC_MAX_SRC];       /* src[k]'s values (buf NULL where src[k] is NULL) */
+    uint64_t run_key;             /* the plan's per-run key, mixed into dropout masks */
+} rci_node_run;
+
+/* One parameter's share of an optimizer update: n f32 at element `at` of the flat
+ * parameter, gradient and moment buffers, with its own decoupled weight decay. */
+typedef struct {
+    int64_t at, n;
+    double weight_decay;          /* w *= 1 - lr * wd (0 for tensors excluded from decay) */
+} rci_update_part;
+
+/* One optimizer step over all parts (AdamW reads and writes m and v; SGD ignores them).
+ * The gradient is first multiplied by grad_scale in place (clipping; 1: untouched). */
+typedef struct {
+    rc_buffer *w, *grad, *m, *v;
+    const rci_update_part *parts;
+    int nparts;
+    double lr, beta1, beta2, eps;
+    int64_t step;                 /* AdamW: updates done including this one (from 1) */
+    double grad_scale;
+    int adamw;                    /* 1: AdamW, 0: SGD */
+} rci_update;
+
+struct rc_backend {
+    const char *name;             /* "cpu", "opencl:0" ... */
+    /* buffers: alloc zero-fills bytes and sets b->impl; free releases it */
+    int (*buffer_alloc)(rc_backend *be, rc_buffer *b, size_t bytes, rc_error *err);
+    void (*buffer_free)(rc_backend *be, rc_buffer *b);
+    int (*upload)(rc_backend *be, rc_buffer *b, size_t off, const void *host, size_t bytes,
+                  rc_error *err);
+    int (*download)(rc_backend *be, const rc_buffer *b, size_t off, void *host, size_t bytes,
+                    rc_error *err);
+    int (*copy)(rc_backend *be, rc_buffer *dst, size_t doff, const rc_buffer *src, size_t soff,
+                size_t bytes, rc_error *err);
+    int (*fill_zero)(rc_backend *be, rc_buffer *b, size_t off, size_t bytes, rc_error *err);
+    /* 1 when the backend has a kernel for op with output dtype t */
+    int (*supports)(const rc_backend *be, rc_op op, rc_dtype t);
+    int (*run_node)(rc_backend *be, const rci_node_run *r, rc_error *err);
+    int (*wait)(rc_backend *be, rc_error *err);
+    /* optimizer work: one step over every part; the sum of squares of n f32 at element
+     * `at` of b, in double, in an order that does not depend on the thread count */
+    int (*update)(rc_backend *be, const rci_update *u, rc_error *err);
+    int (*sum_squares)(rc_backend *be, const rc_buffer *b, int64_t at, int64_t n, double *out,
+                       rc_error *err);
+    /* gradient accumulation over n f32: dst = scale * src, or dst += scale * src (add) */
+    int (*accumulate)(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
+                      size_t soff, int64_t n, float scale, int add, rc_error *err);
+    /* the host address of byte `off` of b when b is host memory (the CPU), else NULL: the
+     * collectives hand it to MPI directly instead of staging through host memory */
+    void *(*host_address)(const rc_backend *be, const rc_buffer *b, size_t off);
+    size_t total_bytes;           /* the device's memory (0: unknown) */
+    size_t used_bytes;            /* held by this backend's buffers now */
+    size_t peak_bytes;            /* the most ever held */
+};
+
+struct rc_buffer {
+    rc_backend *be;
+    size_t size;
+    void *impl;                   /* the backend's handle (host memory on the CPU) */
+};
+
+/* The CPU backend (src/backend/cpu/). */
+rc_backend *rci_backend_cpu(void);
+
+/* For the collectives: b's memory as a host address, or NULL when it is device memory. */
+void *rci_buffer_host(const rc_buffer *b, size_t off);
+
+#endif

@@ -1,0 +1,38 @@
+/* cpu.h - what the CPU backend's files share: the kernels' calling convention. */
+#ifndef REDCO_CPU_H
+#define REDCO_CPU_H
+
+#include "internal.h"
+#include "backend.h"
+
+/* One node's run with host addresses.
+ * Contract: the backend calls a kernel once per non-view, non-leaf node, after every src
+ * has its values. out points at rc_tensor_nbytes(node) bytes of uninitialised memory (the
+ * kernel writes every element), never overlapping any input. All tensors are contiguous
+ * row-major. Element-wise and where/equal inputs broadcast numpy-style against the
+ * node's shape (shapes right-aligned, size-1 axes repeat). A kernel returns 0, or -1 with
+ * err set naming the op and the offending value (e.g. an id out of range). Kernels use
+ * OpenMP for threads and never allocate on the heap in their loops. */
+typedef struct {
+    const rc_tensor *node;
+    void *out;
+    const void *in[RC_MAX_SRC];   /* NULL where src[k] is NULL */
+    uint64_t run_key;             /* mixed into dropout masks */
+} rci_cpu_args;
+
+int rci_cpu_kernel_f32(const rci_cpu_args *a, rc_error *err);  /* node dtype f32 (src may be i32) */
+int rci_cpu_kernel_f64(const rci_cpu_args *a, rc_error *err);  /* node dtype f64 */
+/* Dtype-agnostic data movement: PERMUTE, SLICE (copying form), PAD, CONCAT, EXPAND, CAST.
+ * Returns 1 when it handled the op, 0 when the op is not one of its, -1 on error. */
+int rci_cpu_kernel_move(const rci_cpu_args *a, rc_error *err);
+/* 1 for the ops kernel_move handles */
+int rci_cpu_is_move(rc_op op);
+
+/* The optimizer updates (update.c). */
+int rci_cpu_update(rc_backend *be, const rci_update *u, rc_error *err);
+int rci_cpu_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
+                       size_t soff, int64_t n, float scale, int add, rc_error *err);
+int rci_cpu_sum_squares(rc_backend *be, const rc_buffer *b, int64_t at, int64_t n, double *out,
+                        rc_error *err);
+
+#endif
