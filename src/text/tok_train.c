@@ -14,7 +14,8 @@
  * touched (each pair keeps the list of words it was seen in); the best pair comes from a
  * max-heap whose stale entries are fixed when they reach the top (a count only grows for
  * pairs holding the new symbol, and those are pushed again after each merge). */
-#include "tokenizer_internal.h"
+#include "tok_stages.h"
+#include "unicode.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -367,14 +368,8 @@ static int apply_merge(trainer *t, int64_t p, int32_t id, int64_t step)
 /* A token's bytes in the byte-level alphabet (each byte one code point) into out. */
 static int bytelevel_text(const char *s, size_t n, tok_buf *out)
 {
-    int uni[256];
-    rci_bytelevel_map(uni);
     out->len = 0;
-    for (size_t i = 0; i < n; i++) {
-        char u[4];
-        int l = rci_utf8_encode((uint32_t)uni[(unsigned char)s[i]], u);
-        if (rci_buf_put(out, u, (size_t)l)) return -1;
-    }
+    if (rci_bytelevel_spell(s, n, out)) return -1;
     return rci_buf_put(out, "", 1) ? -1 : 0;   /* NUL-terminated for jansson */
 }
 

@@ -1,8 +1,9 @@
 /* unicode.c - UTF-8 decoding and the few Unicode properties the tokenizers need: the
  * classes of the GPT-2 pattern (\p{L}, \p{N}, \s = White_Space) and extended grapheme
  * clusters (UAX #29). The data and the grapheme rules come from utf8proc (Debian
- * libutf8proc-dev; 2.8.0 in Debian 12 carries Unicode 15.0). */
-#include "tokenizer_internal.h"
+ * libutf8proc-dev; 2.8.0 in Debian 12 carries Unicode 15.0). The lowest layer of src/text:
+ * it calls nothing else there (see tokenizer.c for the layering). */
+#include "unicode.h"
 
 #include <utf8proc.h>
 
@@ -48,6 +49,17 @@ size_t rci_utf8_check(const char *s, size_t n)
 int rci_utf8_encode(uint32_t cp, char *out)
 {
     return (int)utf8proc_encode_char((utf8proc_int32_t)cp, (utf8proc_uint8_t *)out);
+}
+
+/* The code point that ends just before s[pos] (s is valid UTF-8); 0 at the start. */
+uint32_t rci_utf8_before(const char *s, size_t pos)
+{
+    if (pos == 0) return 0;
+    size_t i = pos - 1;
+    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) i--;
+    uint32_t cp = 0;
+    rci_utf8_decode(s + i, pos - i, &cp);
+    return cp;
 }
 
 /* White_Space is not a general category: it is Zs, Zl, Zp plus the controls TAB..CR and
