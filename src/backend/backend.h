@@ -51,8 +51,9 @@ typedef struct {
 
 struct rc_backend {
     const char *name;             /* "cpu", "opencl:0" ... */
-    /* buffers: alloc zero-fills bytes and sets b->impl; free releases it */
-    int (*buffer_alloc)(rc_backend *be, rc_buffer *b, size_t bytes, rc_error *err);
+    /* buffers: alloc sets b->impl to bytes of memory, zero-filled when asked (a plan's arena
+     * is not: its kernels write every element before any read); free releases it */
+    int (*buffer_alloc)(rc_backend *be, rc_buffer *b, size_t bytes, int zero, rc_error *err);
     void (*buffer_free)(rc_backend *be, rc_buffer *b);
     int (*upload)(rc_backend *be, rc_buffer *b, size_t off, const void *host, size_t bytes,
                   rc_error *err);
@@ -89,6 +90,9 @@ struct rc_buffer {
 
 /* The CPU backend (src/backend/cpu/). */
 rc_backend *rci_backend_cpu(void);
+
+/* A buffer whose bytes are not zero-filled (a plan's arena). */
+rc_buffer *rci_buffer_new_uninit(rc_backend *be, size_t bytes, rc_error *err);
 
 /* For the collectives: b's memory as a host address, or NULL when it is device memory. */
 void *rci_buffer_host(const rc_buffer *b, size_t off);

@@ -32,7 +32,7 @@ int rc_backend_wait(rc_backend *be, rc_error *err)
     return be->wait(be, err);
 }
 
-rc_buffer *rc_buffer_new(rc_backend *be, size_t bytes, rc_error *err)
+static rc_buffer *buffer_new(rc_backend *be, size_t bytes, int zero, rc_error *err)
 {
     if (!be) {
         rc_error_set(err, RC_ERR_ARG, "buffer: no backend");
@@ -45,7 +45,7 @@ rc_buffer *rc_buffer_new(rc_backend *be, size_t bytes, rc_error *err)
     }
     b->be = be;
     b->size = bytes;
-    if (be->buffer_alloc(be, b, bytes, err)) {
+    if (be->buffer_alloc(be, b, bytes, zero, err)) {
         free(b);
         return NULL;
     }
@@ -53,6 +53,16 @@ rc_buffer *rc_buffer_new(rc_backend *be, size_t bytes, rc_error *err)
     if (be->used_bytes > be->peak_bytes)
         be->peak_bytes = be->used_bytes;
     return b;
+}
+
+rc_buffer *rc_buffer_new(rc_backend *be, size_t bytes, rc_error *err)
+{
+    return buffer_new(be, bytes, 1, err);
+}
+
+rc_buffer *rci_buffer_new_uninit(rc_backend *be, size_t bytes, rc_error *err)
+{
+    return buffer_new(be, bytes, 0, err);
 }
 
 void rc_buffer_free(rc_buffer *b)

@@ -164,7 +164,7 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout, rc_error
     p->stats.peak_bytes = peak;
     if (p->dry)
         return 0;
-    p->arena = rc_buffer_new(p->be, peak ? align_up(peak) : ARENA_ALIGN, err);
+    p->arena = rci_buffer_new_uninit(p->be, peak ? align_up(peak) : ARENA_ALIGN, err);
     if (!p->arena)
         return rc_error_set(err, RC_ERR_MEMORY, "plan: cannot allocate the %zu-byte arena on %s: %s",
                             peak, p->be->name, err ? err->msg : "");
