@@ -642,10 +642,30 @@ static int k_equal(const rci_cpu_args *io, rc_error *err)
 
 /* ---- matmul ---------------------------------------------------------------------------------- */
 
+/* c[n] = a[k] op(B) for one row of A (read with stride inc): a matrix-vector product.
+ * (BLAS's gemm would pack all of B for one row: a decoding step's cost, twice over.) */
+static void gemv(int tb, int64_t n, int64_t k, const real *a, int64_t inc, const real *b, int64_t ldb,
+                 real *c)
+{
+    /* B stored [k, n]: c = B^T a; stored [n, k]: c = B a */
+    enum CBLAS_TRANSPOSE op = tb ? CblasNoTrans : CblasTrans;
+    blasint rows = (blasint)(tb ? n : k), cols = (blasint)(tb ? k : n);
+    if (sizeof(real) == sizeof(double))
+        cblas_dgemv(CblasRowMajor, op, rows, cols, 1.0, (const double *)(const void *)b, (blasint)ldb,
+                    (const double *)(const void *)a, (blasint)inc, 0.0, (double *)(void *)c, 1);
+    else
+        cblas_sgemv(CblasRowMajor, op, rows, cols, 1.0f, (const float *)(const void *)b, (blasint)ldb,
+                    (const float *)(const void *)a, (blasint)inc, 0.0f, (float *)(void *)c, 1);
+}
+
 /* C[m, n] = op(A) op(B), row-major; the sizeof test is folded by the compiler. */
 static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const real *a, int64_t lda,
                  const real *b, int64_t ldb, real *c, int64_t ldc)
 {
+    if (m == 1) {
+        gemv(tb, n, k, a, ta ? lda : 1, b, ldb, c);
+        return;
+    }
     enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE opb = tb ? CblasTrans : CblasNoTrans;
     if (sizeof(real) == sizeof(double))
