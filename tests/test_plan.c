@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Heap calls are counted through the linker's --wrap (set for this test in CMake). */
 static long heap_calls;
@@ -385,6 +386,31 @@ static void test_threads(void)
     CHECK(rc_get_threads() == 2);
 }
 
+/* The CPU backend: its name, the machine's memory, and the bytes its buffers hold; buffer
+ * copies check their ranges. */
+static void test_backend_memory(void)
+{
+    rc_backend *be = rc_backend_cpu();
+    size_t total, used0, used1, peak;
+    rc_error err = {0};
+    CHECK(!strcmp(rc_backend_name(be), "cpu"));
+    rc_backend_memory(be, &total, &used0, NULL);
+    rc_buffer *a = rc_buffer_new(be, 1000, &err), *b = rc_buffer_new(be, 24, &err);
+    rc_backend_memory(be, NULL, &used1, &peak);
+    CHECKF(total > 0 && used1 == used0 + 1024 && peak >= used1, "total %zu, used %zu -> %zu, peak %zu", total,
+           used0, used1, peak);
+    float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {0};
+    CHECK(a && b && rc_buffer_upload(a, 400, x, sizeof x, &err) == 0);
+    CHECK(rc_buffer_copy(b, 0, a, 400, sizeof x, &err) == 0 && rc_buffer_download(b, 0, y, sizeof y, &err) == 0);
+    CHECK(!memcmp(x, y, sizeof x));
+    CHECK(rc_buffer_download(a, 990, y, sizeof y, &err) == -1 && strstr(err.msg, "outside"));
+    CHECK(rc_buffer_copy(b, 4, a, 0, sizeof x, &err) == -1); /* 4 + 24 bytes into 24 */
+    rc_buffer_free(a);
+    rc_buffer_free(b);
+    rc_backend_memory(be, NULL, &used1, NULL);
+    CHECK(used1 == used0);
+}
+
 int main(void)
 {
     test_liveness_reuse();
@@ -394,6 +420,7 @@ int main(void)
     test_two_plans();
     test_graph_bind();
     test_unsupported_dtype();
+    test_backend_memory();
     test_threads();
     return check_summary("test_plan");
 }

@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { CPU_ALIGN = 64 };
 
@@ -117,6 +118,13 @@ static void *cpu_host_address(const rc_backend *be, const rc_buffer *b, size_t o
     return (char *)b->impl + off;
 }
 
+/* the machine's physical memory, 0 when the system does not say */
+static size_t physical_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : 0;
+}
+
 rc_backend *rci_backend_cpu(void)
 {
     static rc_backend cpu = {
@@ -135,6 +143,8 @@ rc_backend *rci_backend_cpu(void)
         .accumulate = rci_cpu_accumulate,
         .host_address = cpu_host_address,
     };
+    if (!cpu.total_bytes)
+        cpu.total_bytes = physical_bytes();
     return &cpu;
 }
 
