@@ -3,7 +3,9 @@
 # Only Debian packages; runs apt-get only when something is missing.
 set -euo pipefail
 
-packages="build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev libutf8proc-dev python3-venv"
+# OpenCL: the ICD loader and headers, PoCL (OpenCL on the CPU, so every kernel runs in the
+# tests), clinfo, and CLBlast (the OpenCL BLAS).
+packages="build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev libutf8proc-dev python3-venv ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo libclblast-dev"
 
 missing=""
 for p in $packages; do
