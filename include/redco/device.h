@@ -1,0 +1,48 @@
+/* device.h - OpenCL devices: listing them and opening one as a backend.
+ *
+ * Devices are numbered 0, 1, ... over every OpenCL platform the ICD loader finds, in the
+ * loader's platform order, then each platform's device order:
+ *
+ *     int n = rc_opencl_device_count(&err);          // -1: no platform or device (err says
+ *     for (int i = 0; i < n; i++) {                  //     what to install)
+ *         rc_device_info d;
+ *         rc_opencl_device_info(i, &d, &err);
+ *         printf("opencl:%d %s (%s), %zu bytes\n", i, d.name, d.platform, d.global_bytes);
+ *     }
+ *     rc_backend *gpu = rc_backend_opencl(0, &err);   // then rc_plan_new_on(gpu, ...)
+ */
+#ifndef REDCO_DEVICE_H
+#define REDCO_DEVICE_H
+
+#include "redco.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int index;                /* N of "opencl:N" */
+    char platform[128];       /* the platform's name ("Portable Computing Language", ...) */
+    char name[128];           /* the device's name */
+    char version[64];         /* its CL_DEVICE_VERSION */
+    char type[16];            /* "gpu", "cpu", "accelerator" or "other" */
+    size_t global_bytes;      /* CL_DEVICE_GLOBAL_MEM_SIZE */
+    size_t max_alloc_bytes;   /* CL_DEVICE_MAX_MEM_ALLOC_SIZE: the largest one buffer */
+    int compute_units;
+    int fp64;                 /* 1 with cl_khr_fp64 */
+} rc_device_info;
+
+/* The number of OpenCL devices (>= 1), or -1 with err saying that there is no platform or
+ * no device and what to install. */
+int rc_opencl_device_count(rc_error *err);
+/* The description of device `index`; 0, or -1 with err set. */
+int rc_opencl_device_info(int index, rc_device_info *info, rc_error *err);
+/* The backend of device `index` ("opencl:N"): opened on the first call (its kernel program
+ * built then) and kept for the whole process; NULL with err set when it cannot be. */
+rc_backend *rc_backend_opencl(int index, rc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,355 @@
+/* kernels.cl - the OpenCL backend's kernels (OpenCL C 1.2), embedded into the library at
+ * build time (CMake writes it into a C string) and built once per device.
+ *
+ * Each kernel runs one work-item per output element (i in [0, n)). Memory is named as a
+ * buffer plus an element offset (a plan's arena holds many tensors). Broadcast and strided
+ * ops take up to 8 axes as long8 vectors (shape and element strides per input, axis 0
+ * outermost); the host drops size-1 axes and merges contiguous ones first.
+ *
+ * The arithmetic is the CPU kernels' (src/backend/cpu/kernels_real.c, update.c): the same
+ * expressions in the same order, contraction into fused multiply-adds off, division and
+ * square root correctly rounded when the device supports it (the host asks for it). */
+#pragma OPENCL FP_CONTRACT OFF
+#ifdef RC_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef double acc_t;     /* accumulator of sums */
+#else
+typedef float acc_t;
+#endif
+
+/* the element offset of flat index i of a box `shape` (nd axes) read with strides st */
+static long box_offset(long i, int nd, long8 shape, long8 st)
+{
+    long sh[8], s[8];
+    vstore8(shape, 0, sh);
+    vstore8(st, 0, s);
+    long off = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+        long c = i % sh[d];
+        i /= sh[d];
+        off += c * s[d];
+    }
+    return off;
+}
+
+/* ---- fill, unary, activations ------------------------------------------------------ */
+
+__kernel void k_fill(__global float *o, long oo, long n, float v)
+{
+    long i = get_global_id(0);
+    if (i < n)
+        o[oo + i] = v;
+}
+
+/* the CPU's exp: 2^k p(r), r = x - k ln2 (Cody-Waite), p the degree-6 Taylor polynomial */
+static float fexp(float x)
+{
+    float c = x > -87.3f ? (x < 88.7f ? x : 88.7f) : -87.3f;
+    int ki = (int)(c * 1.44269504f + 128.5f) - 128;
+    float k = (float)ki;
+    float r = c - k * 0.693145752f - k * 1.42860677e-6f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    float scale = as_float((ki + 127) << 23);
+    return x != x ? x : x < -87.3f ? 0.0f : x > 88.7f ? INFINITY : p * scale;
+}
+
+/* op: 0 affine (x * s + c), 1 exp, 2 log, 3 sqrt, 4 rsqrt, 5 tanh */
+__kernel void k_unary(__global float *o, long oo, __global const float *x, long xo, long n, int op,
+                      float s, float c)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    float v = x[xo + i], r;
+    switch (op) {
+    case 0: r = v * s + c; break;
+    case 1: r = fexp(v); break;
+    case 2: r = log(v); break;
+    case 3: r = sqrt(v); break;
+    case 4: r = 1 / sqrt(v); break;
+    default: r = tanh(v); break;
+    }
+    o[oo + i] = r;
+}
+
+static float sigmoid_f(float x)
+{
+    if (x >= 0)
+        return 1 / (1 + fexp(-x));
+    float e = fexp(x);
+    return e / (1 + e);
+}
+
+static float tanh_exp(float u)
+{
+    float e = fexp(-2 * fabs(u)), t = (1 - e) / (1 + e);
+    return u < 0 ? -t : t;
+}
+
+static float act_gelu_tanh(float x, int order)
+{
+    const float k = 0.7978845608028654f, a = 0.044715f;
+    float u = k * (x + a * x * x * x), t = tanh_exp(u);
+    if (order == 0)
+        return 0.5f * x * (1 + t);
+    float s = 1 - t * t, u1 = k * (1 + 3 * a * x * x);
+    if (order == 1)
+        return 0.5f * (1 + t) + 0.5f * x * s * u1;
+    float u2 = 6 * a * k * x;
+    return s * u1 + 0.5f * x * s * (u2 - 2 * t * u1 * u1);
+}
+
+static float act_gelu_erf(float x, int order)
+{
+    float cdf = 0.5f * (1 + erf(x * 0.7071067811865476f));
+    if (order == 0)
+        return x * cdf;
+    float pdf = fexp(-0.5f * x * x) * 0.3989422804014327f;
+    if (order == 1)
+        return cdf + x * pdf;
+    return pdf * (2 - x * x);
+}
+
+static float act_silu(float x, int order)
+{
+    float sg = sigmoid_f(x);
+    if (order == 0)
+        return x * sg;
+    if (order == 1)
+        return sg * (1 + x * (1 - sg));
+    return sg * (1 - sg) * (2 + x * (1 - 2 * sg));
+}
+
+static float act_sigmoid(float x, int order)
+{
+    float sg = sigmoid_f(x);
+    if (order == 0)
+        return sg;
+    if (order == 1)
+        return sg * (1 - sg);
+    return sg * (1 - sg) * (1 - 2 * sg);
+}
+
+/* kind: rc_act_kind (relu, gelu tanh, gelu erf, silu, sigmoid); order 0, 1, 2 */
+__kernel void k_act(__global float *o, long oo, __global const float *x, long xo, long n, int kind,
+                    int order)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    float v = x[xo + i], r;
+    switch (kind) {
+    case 0: r = order == 0 ? (v > 0 ? v : 0) : order == 1 ? (v > 0 ? 1 : 0) : 0; break;
+    case 1: r = act_gelu_tanh(v, order); break;
+    case 2: r = act_gelu_erf(v, order); break;
+    case 3: r = act_silu(v, order); break;
+    default: r = act_sigmoid(v, order); break;
+    }
+    o[oo + i] = r;
+}
+
+/* ---- broadcast binary ops, where, equal -------------------------------------------------- */
+
+/* op: 0 add, 1 sub, 2 mul, 3 div; out [n] over the box shape, inputs with strides sa, sb */
+__kernel void k_binary(__global float *o, long oo, __global const float *a, long ao,
+                       __global const float *b, long bo, long n, int op, int nd, long8 shape,
+                       long8 sa, long8 sb)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    float x = a[ao + box_offset(i, nd, shape, sa)], y = b[bo + box_offset(i, nd, shape, sb)], r;
+    switch (op) {
+    case 0: r = x + y; break;
+    case 1: r = x - y; break;
+    case 2: r = x * y; break;
+    default: r = x / y; break;
+    }
+    o[oo + i] = r;
+}
+
+/* cond (f32, or i32 when cond_i32) != 0 ? a : b */
+__kernel void k_where(__global float *o, long oo, __global const void *cond, long co,
+                      __global const float *a, long ao, __global const float *b, long bo, long n,
+                      int cond_i32, int nd, long8 shape, long8 sc, long8 sa, long8 sb)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    long c = co + box_offset(i, nd, shape, sc);
+    int yes = cond_i32 ? ((__global const int *)cond)[c] != 0 : ((__global const float *)cond)[c] != 0;
+    o[oo + i] = yes ? a[ao + box_offset(i, nd, shape, sa)] : b[bo + box_offset(i, nd, shape, sb)];
+}
+
+/* 1 where a == b (both f32, or both i32 when is_i32) else 0 */
+__kernel void k_equal(__global float *o, long oo, __global const void *a, long ao,
+                      __global const void *b, long bo, long n, int is_i32, int nd, long8 shape,
+                      long8 sa, long8 sb)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    long x = ao + box_offset(i, nd, shape, sa), y = bo + box_offset(i, nd, shape, sb);
+    int eq = is_i32 ? ((__global const int *)a)[x] == ((__global const int *)b)[y]
+                    : ((__global const float *)a)[x] == ((__global const float *)b)[y];
+    o[oo + i] = eq ? 1 : 0;
+}
+
+/* ---- data movement and casts --------------------------------------------------------------- */
+
+/* the box shape (n elements) read with strides ss from s + so, written with strides ds at
+ * d + dofs: every movement op of 4-byte elements */
+__kernel void k_copy(__global uint *d, long dofs, __global const uint *s, long so, long n, int nd,
+                     long8 shape, long8 ds, long8 ss)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    d[dofs + box_offset(i, nd, shape, ds)] = s[so + box_offset(i, nd, shape, ss)];
+}
+
+/* the CPU's float -> i32: truncation toward zero, NaN 0, saturation */
+static int to_i32(float v)
+{
+    if (v != v)
+        return 0;
+    if (v >= 2147483647.0f)
+        return INT_MAX;
+    if (v <= -2147483648.0f)
+        return INT_MIN;
+    return (int)v;
+}
+
+__kernel void k_cast_f32_i32(__global int *o, long oo, __global const float *x, long xo, long n)
+{
+    long i = get_global_id(0);
+    if (i < n)
+        o[oo + i] = to_i32(x[xo + i]);
+}
+
+__kernel void k_cast_i32_f32(__global float *o, long oo, __global const int *x, long xo, long n)
+{
+    long i = get_global_id(0);
+    if (i < n)
+        o[oo + i] = (float)x[xo + i];
+}
+
+/* ---- reductions ------------------------------------------------------------------------------- */
+
+/* out [n] over the kept box kshape (input strides ks); each sums (or takes the max of) the
+ * m elements of the summed box sshape (strides ss), in index order, in acc_t */
+__kernel void k_reduce(__global float *o, long oo, __global const float *x, long xo, long n,
+                       long m, int is_max, int knd, long8 kshape, long8 ks, int snd, long8 sshape,
+                       long8 ss)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    long base = xo + box_offset(i, knd, kshape, ks);
+    if (is_max) {
+        float r = -INFINITY;
+        for (long j = 0; j < m; j++) {
+            float v = x[base + box_offset(j, snd, sshape, ss)];
+            r = v > r ? v : r;
+        }
+        o[oo + i] = r;
+        return;
+    }
+    acc_t s = 0;
+    for (long j = 0; j < m; j++)
+        s += x[base + box_offset(j, snd, sshape, ss)];
+    o[oo + i] = (float)s;
+}
+
+/* ---- dropout --------------------------------------------------------------------------------- */
+
+/* splitmix64's finaliser (rci_hash64 in src/core/rng.c) */
+static ulong hash64(ulong x)
+{
+    x += 0x9E3779B97F4A7C15UL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9UL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBUL;
+    return x ^ (x >> 31);
+}
+
+/* kept iff rc_rng_uniform_at(key, i) >= p, i.e. (hash >> 11) >= ceil(p 2^53) = thresh
+ * (exact in integers: no double needed); kept values scaled */
+__kernel void k_dropout(__global float *o, long oo, __global const float *x, long xo, long n,
+                        ulong key, ulong thresh, float scale)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    ulong u = hash64(key ^ hash64((ulong)i)) >> 11;
+    o[oo + i] = u >= thresh ? x[xo + i] * scale : 0;
+}
+
+/* ---- optimizer --------------------------------------------------------------------------------- */
+
+/* AdamW over w, g, m, v [n] at element `at` (update.c's adamw_block, after clipping) */
+__kernel void k_adamw(__global float *w, __global float *g, __global float *m, __global float *v,
+                      long at, long n, float clip, int do_clip, float b1, float b2, float c1,
+                      float c2, float eps, float step_size, float bc2_sqrt, float decay)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    i += at;
+    float gi = g[i];
+    if (do_clip) {
+        gi *= clip;
+        g[i] = gi;
+    }
+    float mi = b1 * m[i] + c1 * gi;
+    float vi = b2 * v[i] + c2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = w[i] * decay - step_size * (mi / (sqrt(vi) / bc2_sqrt + eps));
+}
+
+/* SGD: clipping, decay when do_decay, then w -= lr g */
+__kernel void k_sgd(__global float *w, __global float *g, long at, long n, float clip, int do_clip,
+                    float decay, int do_decay, float lr)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    i += at;
+    float gi = g[i];
+    if (do_clip) {
+        gi *= clip;
+        g[i] = gi;
+    }
+    float wi = w[i];
+    if (do_decay)
+        wi *= decay;
+    w[i] = wi - lr * gi;
+}
+
+/* dst = scale src (add 0) or dst += scale src (add 1) */
+__kernel void k_accumulate(__global float *d, long dofs, __global const float *s, long so, long n,
+                           float scale, int add)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    float v = scale * s[so + i];
+    d[dofs + i] = add ? d[dofs + i] + v : v;
+}
+
+/* part[b] = the sum of squares of x[at + b * chunk, ...) (chunk elements, fewer in the
+ * last), in index order, in acc_t; the host adds the parts in order */
+__kernel void k_sum_squares(__global acc_t *part, __global const float *x, long at, long n,
+                            long chunk, long parts)
+{
+    long b = get_global_id(0);
+    if (b >= parts)
+        return;
+    long lo = b * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    acc_t s = 0;
+    for (long j = lo; j < hi; j++) {
+        acc_t v = x[at + j];
+        s += v * v;
+    }
+    part[b] = s;
+}

@@ -1,0 +1,79 @@
+/* opencl.h - what the OpenCL backend's files share: the device's state behind the
+ * rc_backend table, the kernels of its program, and how a kernel is launched. */
+#ifndef REDCO_OPENCL_H
+#define REDCO_OPENCL_H
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+
+#include "internal.h"
+#include "backend.h"
+
+/* The kernels of kernels.cl, by index. */
+typedef enum {
+    OCL_FILL = 0,
+    OCL_UNARY,
+    OCL_ACT,
+    OCL_BINARY,
+    OCL_WHERE,
+    OCL_EQUAL,
+    OCL_COPY,
+    OCL_CAST_F32_I32,
+    OCL_CAST_I32_F32,
+    OCL_REDUCE,
+    OCL_DROPOUT,
+    OCL_ADAMW,
+    OCL_SGD,
+    OCL_ACCUMULATE,
+    OCL_SUM_SQUARES,
+    OCL_KERNEL_COUNT
+} rci_ocl_kernel;
+
+/* One opened device: the rc_backend table first, so a backend pointer is this too. */
+typedef struct {
+    rc_backend be;
+    char name[32];                /* "opencl:N" */
+    cl_device_id device;
+    cl_context ctx;
+    cl_command_queue queue;
+    cl_program program;
+    cl_kernel kernels[OCL_KERNEL_COUNT];
+    int fp64;                     /* the device has cl_khr_fp64: sums accumulate in double */
+    size_t max_alloc;             /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+} rci_ocl;
+
+/* The device's buffer object of a redco buffer. */
+static inline cl_mem rci_ocl_mem(const rc_buffer *b)
+{
+    return (cl_mem)b->impl;
+}
+
+/* A short name of an OpenCL status code ("CL_OUT_OF_RESOURCES", ...). */
+const char *rci_ocl_status(cl_int status);
+
+/* Builds the program of kernels.cl on a device and creates its kernels; on a build
+ * failure the error holds the compiler's log. */
+int rci_ocl_build(rci_ocl *o, rc_error *err);
+
+/* Sets the args of kernel k (nargs of them: sizes and addresses) and runs it over n
+ * work-items (n > 0); the error names `what`. */
+typedef struct {
+    size_t size;
+    const void *value;
+} rci_ocl_arg;
+int rci_ocl_launch(rci_ocl *o, rci_ocl_kernel k, const rci_ocl_arg *args, int nargs, size_t n,
+                   const char *what, rc_error *err);
+
+/* The backend's node and optimizer work (run.c, update.c). */
+int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t);
+int rci_ocl_run_node(rc_backend *be, const rci_node_run *r, rc_error *err);
+int rci_ocl_update(rc_backend *be, const rci_update *u, rc_error *err);
+int rci_ocl_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
+                       size_t soff, int64_t n, float scale, int add, rc_error *err);
+int rci_ocl_sum_squares(rc_backend *be, const rc_buffer *b, int64_t at, int64_t n, double *out,
+                        rc_error *err);
+
+/* kernels.cl as text (written into the build directory by CMake) */
+extern const char rci_ocl_source[];
+
+#endif

@@ -1,0 +1,706 @@
+/* run.c - the OpenCL backend's nodes: which ops it runs (supports), and one node's run:
+ * checks of the inputs as the CPU kernels make them, then a kernel of kernels.cl (or
+ * CLBlast's GEMM) queued on the device's in-order queue.
+ *
+ * Memory is (cl_mem, element offset): every tensor here has 4-byte elements (f32, i32),
+ * so a byte offset is 4 times an element offset. Boxes (shapes with per-input strides) are
+ * simplified as the CPU does: size-1 axes dropped, axes that continue each other merged. */
+#include "opencl.h"
+
+#include <clblast_c.h>
+#include <math.h>
+#include <string.h>
+
+enum { BOX_MAX = 8 };   /* axes a kernel's long8 can carry (RC_MAX_DIMS <= 8) */
+
+/* A box of nd axes and the element strides of up to 3 inputs (or output and input) on it. */
+typedef struct {
+    int nd;
+    int64_t shape[BOX_MAX];
+    int64_t st[3][BOX_MAX];
+} box;
+
+static const char *op_name(const rc_tensor *node)
+{
+    return rc_op_name(node->op);
+}
+
+static cl_long8 long8_of(const int64_t *v)
+{
+    cl_long8 r;
+    for (int i = 0; i < BOX_MAX; i++)
+        r.s[i] = (cl_long)v[i];
+    return r;
+}
+
+/* Drops size-1 axes of shape[nd] and merges axes that continue each other in all k stride
+ * sets; a box of no axes becomes one axis of size 1. */
+static void box_make(box *b, int nd, const int64_t *shape, int k, int64_t st[][RC_MAX_DIMS])
+{
+    memset(b, 0, sizeof *b);
+    for (int i = 0; i < nd; i++) {
+        int64_t n = shape[i];
+        if (n == 1)
+            continue;
+        int d = b->nd, merge = d > 0;
+        for (int j = 0; merge && j < k; j++)
+            merge = b->st[j][d - 1] == st[j][i] * n;
+        if (merge) {
+            b->shape[d - 1] *= n;
+            for (int j = 0; j < k; j++)
+                b->st[j][d - 1] = st[j][i];
+            continue;
+        }
+        b->shape[d] = n;
+        for (int j = 0; j < k; j++)
+            b->st[j][d] = st[j][i];
+        b->nd++;
+    }
+    if (b->nd == 0) {
+        b->nd = 1;
+        b->shape[0] = 1;
+    }
+}
+
+static void contiguous_strides(int nd, const int64_t *shape, int64_t *st)
+{
+    int64_t s = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        st[i] = s;
+        s *= shape[i];
+    }
+}
+
+/* Strides of t's elements along the axes of shape[nd] (right-aligned, 0 on broadcast
+ * axes); -1 if t does not broadcast to it. */
+static int bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64_t *st)
+{
+    int off = nd - t->ndim;
+    if (off < 0)
+        return -1;
+    int64_t s = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        int j = i - off;
+        if (j < 0) {
+            st[i] = 0;
+            continue;
+        }
+        if (t->shape[j] == shape[i])
+            st[i] = shape[i] == 1 ? 0 : s;
+        else if (t->shape[j] == 1)
+            st[i] = 0;
+        else
+            return -1;
+        s *= t->shape[j];
+    }
+    return 0;
+}
+
+/* the node's inputs 0 .. nin-1 broadcast over its shape */
+static int bcast_box(const rc_tensor *node, int nin, box *b, rc_error *err)
+{
+    int64_t st[3][RC_MAX_DIMS];
+    for (int k = 0; k < nin; k++)
+        if (bcast_strides(node->src[k], node->ndim, node->shape, st[k])) {
+            char so[96];
+            return rc_error_set(err, RC_ERR_SHAPE, "%s: inputs do not broadcast to the output %s",
+                                op_name(node), rc_shape_str(node, so, sizeof so));
+        }
+    box_make(b, node->ndim, node->shape, nin, st);
+    return 0;
+}
+
+/* ---- arguments ------------------------------------------------------------------------- */
+
+/* A node's memory as kernel arguments: the buffer and the element offset. */
+typedef struct {
+    cl_mem mem;
+    cl_long off;
+} place;
+
+static int place_of(const rci_mem *m, const rc_tensor *node, place *p, rc_error *err)
+{
+    if (!m->buf)
+        return rc_error_set(err, RC_ERR_ARG, "%s: an input has no memory", op_name(node));
+    if (m->off % 4)
+        return rc_error_set(err, RC_ERR_ARG, "%s: memory at byte %zu is not 4-byte aligned",
+                            op_name(node), m->off);
+    p->mem = rci_ocl_mem(m->buf);
+    p->off = (cl_long)(m->off / 4);
+    return 0;
+}
+
+#define ARG(v) {sizeof(v), &(v)}
+
+static int need_src(const rc_tensor *node, int k, rc_dtype t, rc_error *err)
+{
+    const rc_tensor *s = k < node->nsrc ? node->src[k] : NULL;
+    if (!s)
+        return rc_error_set(err, RC_ERR_ARG, "%s: input %d is missing", op_name(node), k);
+    if (s->dtype != t)
+        return rc_error_set(err, RC_ERR_DTYPE, "%s: input %d has dtype %s, expected %s",
+                            op_name(node), k, rc_dtype_name(s->dtype), rc_dtype_name(t));
+    return 0;
+}
+
+static int same_size(const rc_tensor *node, rc_error *err)
+{
+    if (rc_tensor_numel(node->src[0]) != rc_tensor_numel(node))
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: input and output sizes differ", op_name(node));
+    return 0;
+}
+
+/* The places of the output and the first nin inputs. */
+static int places(const rci_node_run *r, int nin, place *out, place *in, rc_error *err)
+{
+    if (place_of(&r->out, r->node, out, err))
+        return -1;
+    for (int k = 0; k < nin; k++)
+        if (place_of(&r->in[k], r->node, &in[k], err))
+            return -1;
+    return 0;
+}
+
+/* ---- element-wise ------------------------------------------------------------------------ */
+
+static int run_full(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    place out = {0};
+    if (place_of(&r->out, r->node, &out, err))
+        return -1;
+    cl_long n = rc_tensor_numel(r->node);
+    cl_float v = (cl_float)r->node->fparam[0];
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(n), ARG(v)};
+    return rci_ocl_launch(o, OCL_FILL, a, 4, (size_t)n, "full", err);
+}
+
+static int run_unary(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[1] = {{0}};
+    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || places(r, 1, &out, in, err))
+        return -1;
+    cl_long n = rc_tensor_numel(node);
+    cl_int op = node->op == RC_OP_AFFINE ? 0 : node->op == RC_OP_EXP ? 1 : node->op == RC_OP_LOG ? 2
+              : node->op == RC_OP_SQRT ? 3 : node->op == RC_OP_RSQRT ? 4 : 5;
+    cl_float s = (cl_float)node->fparam[0], c = (cl_float)node->fparam[1];
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n), ARG(op),
+                       ARG(s), ARG(c)};
+    return rci_ocl_launch(o, OCL_UNARY, a, 8, (size_t)n, op_name(node), err);
+}
+
+static int run_act(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[1] = {{0}};
+    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || places(r, 1, &out, in, err))
+        return -1;
+    cl_int kind = node->iparam[0], order = node->iparam[1];
+    if (kind < 0 || kind >= RC_ACT_COUNT || order < 0 || order > 2)
+        return rc_error_set(err, RC_ERR_ARG, "act: activation %d, derivative order %d", kind, order);
+    cl_long n = rc_tensor_numel(node);
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n), ARG(kind),
+                       ARG(order)};
+    return rci_ocl_launch(o, OCL_ACT, a, 7, (size_t)n, "act", err);
+}
+
+static int run_binary(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[2] = {{0}};
+    box b;
+    if (need_src(node, 0, RC_F32, err) || need_src(node, 1, RC_F32, err) ||
+        bcast_box(node, 2, &b, err) || places(r, 2, &out, in, err))
+        return -1;
+    cl_long n = rc_tensor_numel(node);
+    cl_int op = node->op - RC_OP_ADD, nd = b.nd;   /* ADD, SUB, MUL, DIV in order */
+    cl_long8 shape = long8_of(b.shape), sa = long8_of(b.st[0]), sb = long8_of(b.st[1]);
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(n), ARG(op), ARG(nd), ARG(shape), ARG(sa), ARG(sb)};
+    return rci_ocl_launch(o, OCL_BINARY, a, 12, (size_t)n, op_name(node), err);
+}
+
+/* src0 cond (f32 or i32, nonzero = true), src1 a, src2 b */
+static int run_where(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    if (node->nsrc < 3 || !node->src[0])
+        return rc_error_set(err, RC_ERR_ARG, "where: needs a condition and two inputs");
+    cl_int cond_i32 = node->src[0]->dtype == RC_I32;
+    place out = {0}, in[3] = {{0}};
+    box b;
+    if ((!cond_i32 && need_src(node, 0, RC_F32, err)) || need_src(node, 1, RC_F32, err) ||
+        need_src(node, 2, RC_F32, err) || bcast_box(node, 3, &b, err) || places(r, 3, &out, in, err))
+        return -1;
+    cl_long n = rc_tensor_numel(node);
+    cl_int nd = b.nd;
+    cl_long8 shape = long8_of(b.shape), sc = long8_of(b.st[0]), sa = long8_of(b.st[1]),
+             sb = long8_of(b.st[2]);
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(in[2].mem), ARG(in[2].off), ARG(n), ARG(cond_i32),
+                       ARG(nd), ARG(shape), ARG(sc), ARG(sa), ARG(sb)};
+    return rci_ocl_launch(o, OCL_WHERE, a, 15, (size_t)n, "where", err);
+}
+
+/* src0 and src1 both f32 or both i32 */
+static int run_equal(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    if (node->nsrc < 2 || !node->src[0] || !node->src[1])
+        return rc_error_set(err, RC_ERR_ARG, "equal: needs two inputs");
+    cl_int is_i32 = node->src[0]->dtype == RC_I32;
+    rc_dtype t = is_i32 ? RC_I32 : RC_F32;
+    place out = {0}, in[2] = {{0}};
+    box b;
+    if (need_src(node, 0, t, err) || need_src(node, 1, t, err) || bcast_box(node, 2, &b, err) ||
+        places(r, 2, &out, in, err))
+        return -1;
+    cl_long n = rc_tensor_numel(node);
+    cl_int nd = b.nd;
+    cl_long8 shape = long8_of(b.shape), sa = long8_of(b.st[0]), sb = long8_of(b.st[1]);
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(n), ARG(is_i32), ARG(nd), ARG(shape), ARG(sa), ARG(sb)};
+    return rci_ocl_launch(o, OCL_EQUAL, a, 12, (size_t)n, "equal", err);
+}
+
+/* ---- data movement --------------------------------------------------------------------------- */
+
+/* The box shape[nd] from src (element strides ss, from element soff) to dst (strides ds,
+ * from element doff). */
+static int copy_box(rci_ocl *o, cl_mem dst, int64_t doff, const int64_t *ds, cl_mem src, int64_t soff,
+                    const int64_t *ss, int nd, const int64_t *shape, const char *what, rc_error *err)
+{
+    int64_t st[2][RC_MAX_DIMS];
+    int64_t total = 1;
+    for (int i = 0; i < nd; i++) {
+        st[0][i] = ds[i];
+        st[1][i] = ss[i];
+        total *= shape[i];
+    }
+    if (total == 0)
+        return 0;
+    box b;
+    box_make(&b, nd, shape, 2, st);
+    cl_long n = total, dof = doff, sof = soff;
+    cl_int bnd = b.nd;
+    cl_long8 sh = long8_of(b.shape), d8 = long8_of(b.st[0]), s8 = long8_of(b.st[1]);
+    rci_ocl_arg a[] = {ARG(dst), ARG(dof), ARG(src), ARG(sof), ARG(n), ARG(bnd), ARG(sh), ARG(d8),
+                       ARG(s8)};
+    return rci_ocl_launch(o, OCL_COPY, a, 9, (size_t)n, what, err);
+}
+
+static int bad_shape(const rc_tensor *node, rc_error *err)
+{
+    char s[96];
+    return rc_error_set(err, RC_ERR_SHAPE, "%s: input shapes do not fit the output %s",
+                        op_name(node), rc_shape_str(node, s, sizeof s));
+}
+
+/* every input has the node's ndim and shape except along axis ax */
+static int fits_but_axis(const rc_tensor *node, const rc_tensor *s, int ax)
+{
+    if (s->ndim != node->ndim || ax < 0 || ax >= node->ndim)
+        return 0;
+    for (int i = 0; i < node->ndim; i++)
+        if (i != ax && s->shape[i] != node->shape[i])
+            return 0;
+    return 1;
+}
+
+static int run_permute(rci_ocl *o, const rci_node_run *r, const place *out, const place *in,
+                       rc_error *err)
+{
+    const rc_tensor *node = r->node, *s = node->src[0];
+    int nd = node->ndim;
+    if (s->ndim != nd)
+        return bad_shape(node, err);
+    int64_t sst[RC_MAX_DIMS], ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
+    contiguous_strides(nd, s->shape, sst);
+    contiguous_strides(nd, node->shape, ds);
+    int seen = 0;
+    for (int i = 0; i < nd; i++) {
+        int p = node->iparam[i];
+        if (p < 0 || p >= nd || (seen >> p) & 1 || s->shape[p] != node->shape[i])
+            return rc_error_set(err, RC_ERR_ARG, "permute: axis %d of the permutation is %d", i, p);
+        seen |= 1 << p;
+        ss[i] = sst[p];
+    }
+    return copy_box(o, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape, "permute", err);
+}
+
+static int run_slice(rci_ocl *o, const rci_node_run *r, const place *out, const place *in,
+                     rc_error *err)
+{
+    const rc_tensor *node = r->node, *s = node->src[0];
+    int ax = node->iparam[0];
+    int64_t start = node->iparam[1], end = node->iparam[2];
+    if (!fits_but_axis(node, s, ax) || start < 0 || end > s->shape[ax] ||
+        end - start != node->shape[ax])
+        return bad_shape(node, err);
+    int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
+    contiguous_strides(s->ndim, s->shape, ss);
+    contiguous_strides(node->ndim, node->shape, ds);
+    return copy_box(o, out->mem, out->off, ds, in->mem, in->off + start * ss[ax], ss, node->ndim,
+                    node->shape, "slice", err);
+}
+
+static int run_pad(rci_ocl *o, const rci_node_run *r, const place *out, const place *in,
+                   rc_error *err)
+{
+    const rc_tensor *node = r->node, *s = node->src[0];
+    int ax = node->iparam[0];
+    int64_t before = node->iparam[1];
+    if (!fits_but_axis(node, s, ax) || before < 0 || before + s->shape[ax] > node->shape[ax])
+        return bad_shape(node, err);
+    int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
+    contiguous_strides(s->ndim, s->shape, ss);
+    contiguous_strides(node->ndim, node->shape, ds);
+    if (o->be.fill_zero(&o->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err))
+        return -1;
+    return copy_box(o, out->mem, out->off + before * ds[ax], ds, in->mem, in->off, ss, node->ndim,
+                    s->shape, "pad", err);
+}
+
+static int run_concat(rci_ocl *o, const rci_node_run *r, const place *out, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    int ax = node->iparam[0];
+    int64_t at = 0;
+    for (int k = 0; k < node->nsrc; k++) {
+        if (!fits_but_axis(node, node->src[k], ax))
+            return bad_shape(node, err);
+        at += node->src[k]->shape[ax];
+    }
+    if (at != node->shape[ax])
+        return bad_shape(node, err);
+    int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
+    contiguous_strides(node->ndim, node->shape, ds);
+    at = 0;
+    for (int k = 0; k < node->nsrc; k++) {
+        const rc_tensor *s = node->src[k];
+        place in = {0};
+        if (place_of(&r->in[k], node, &in, err))
+            return -1;
+        contiguous_strides(s->ndim, s->shape, ss);
+        if (copy_box(o, out->mem, out->off + at * ds[ax], ds, in.mem, in.off, ss, node->ndim,
+                     s->shape, "concat", err))
+            return -1;
+        at += s->shape[ax];
+    }
+    return 0;
+}
+
+static int run_expand(rci_ocl *o, const rci_node_run *r, const place *out, const place *in,
+                      rc_error *err)
+{
+    const rc_tensor *node = r->node, *s = node->src[0];
+    int nd = node->ndim, off = nd - s->ndim;
+    if (off < 0)
+        return bad_shape(node, err);
+    int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS], st = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        int j = i - off;
+        if (j < 0 || s->shape[j] == 1) {
+            ss[i] = 0;
+        } else if (s->shape[j] == node->shape[i]) {
+            ss[i] = st;
+            st *= s->shape[j];
+        } else {
+            return bad_shape(node, err);
+        }
+    }
+    contiguous_strides(nd, node->shape, ds);
+    return copy_box(o, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape, "expand", err);
+}
+
+static int run_cast(rci_ocl *o, const rci_node_run *r, const place *out, const place *in,
+                    rc_error *err)
+{
+    const rc_tensor *node = r->node, *s = node->src[0];
+    cl_long n = rc_tensor_numel(node);
+    if (rc_tensor_numel(s) != n)
+        return bad_shape(node, err);
+    if (s->dtype == node->dtype)
+        return o->be.copy(&o->be, r->out.buf, r->out.off, r->in[0].buf, r->in[0].off,
+                          rc_tensor_nbytes(node), err);
+    rci_ocl_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in->mem), ARG(in->off), ARG(n)};
+    if (s->dtype == RC_F32 && node->dtype == RC_I32)
+        return rci_ocl_launch(o, OCL_CAST_F32_I32, a, 5, (size_t)n, "cast", err);
+    if (s->dtype == RC_I32 && node->dtype == RC_F32)
+        return rci_ocl_launch(o, OCL_CAST_I32_F32, a, 5, (size_t)n, "cast", err);
+    return rc_error_set(err, RC_ERR_UNSUPPORTED, "cast: %s to %s is not supported on %s",
+                        rc_dtype_name(s->dtype), rc_dtype_name(node->dtype), o->be.name);
+}
+
+static int is_move(rc_op op)
+{
+    return op == RC_OP_PERMUTE || op == RC_OP_SLICE || op == RC_OP_PAD || op == RC_OP_CONCAT ||
+           op == RC_OP_EXPAND;
+}
+
+/* movement ops and casts: inputs of the node's dtype (a cast's of f32 or i32) */
+static int run_move(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    if (node->nsrc < 1)
+        return rc_error_set(err, RC_ERR_ARG, "%s: no input", op_name(node));
+    for (int k = 0; k < node->nsrc; k++) {
+        const rc_tensor *s = node->src[k];
+        if (!s)
+            return rc_error_set(err, RC_ERR_ARG, "%s: input %d is missing", op_name(node), k);
+        if (node->op != RC_OP_CAST && s->dtype != node->dtype)
+            return rc_error_set(err, RC_ERR_DTYPE, "%s: input %d has dtype %s, output %s",
+                                op_name(node), k, rc_dtype_name(s->dtype), rc_dtype_name(node->dtype));
+        if (rc_dtype_size(s->dtype) != 4)
+            return rc_error_set(err, RC_ERR_DTYPE, "%s: dtype %s is not supported on %s",
+                                op_name(node), rc_dtype_name(s->dtype), o->be.name);
+    }
+    place out = {0}, in = {0};
+    if (place_of(&r->out, node, &out, err))
+        return -1;
+    if (node->op == RC_OP_CONCAT)
+        return run_concat(o, r, &out, err);
+    if (place_of(&r->in[0], node, &in, err))
+        return -1;
+    switch (node->op) {
+    case RC_OP_PERMUTE: return run_permute(o, r, &out, &in, err);
+    case RC_OP_SLICE: return run_slice(o, r, &out, &in, err);
+    case RC_OP_PAD: return run_pad(o, r, &out, &in, err);
+    case RC_OP_EXPAND: return run_expand(o, r, &out, &in, err);
+    default: return run_cast(o, r, &out, &in, err);
+    }
+}
+
+/* ---- reductions ------------------------------------------------------------------------------ */
+
+/* out [kept box] = the sum (or max) over the summed box of the input at `in` */
+static int reduce_boxes(rci_ocl *o, const place *out, const place *in, const box *kept,
+                        const box *summed, int is_max, const char *what, rc_error *err)
+{
+    cl_long n = 1, m = 1;
+    for (int i = 0; i < kept->nd; i++)
+        n *= kept->shape[i];
+    for (int i = 0; i < summed->nd; i++)
+        m *= summed->shape[i];
+    cl_int mx = is_max, knd = kept->nd, snd = summed->nd;
+    cl_long8 ksh = long8_of(kept->shape), kst = long8_of(kept->st[0]);
+    cl_long8 ssh = long8_of(summed->shape), sst = long8_of(summed->st[0]);
+    rci_ocl_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in->mem), ARG(in->off), ARG(n), ARG(m),
+                       ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
+    return rci_ocl_launch(o, OCL_REDUCE, a, 13, (size_t)n, what, err);
+}
+
+/* sum / max over axis iparam[0]: kept (outer, inner), summed n */
+static int run_reduce(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[1] = {{0}};
+    if (need_src(node, 0, RC_F32, err) || places(r, 1, &out, in, err))
+        return -1;
+    const rc_tensor *s = node->src[0];
+    int axis = node->iparam[0];
+    if (axis < 0 || axis >= s->ndim)
+        return rc_error_set(err, RC_ERR_ARG, "%s: axis %d of a %d-D input", op_name(node), axis,
+                            s->ndim);
+    int64_t outer = 1, inner = 1, n = s->shape[axis];
+    for (int i = 0; i < axis; i++)
+        outer *= s->shape[i];
+    for (int i = axis + 1; i < s->ndim; i++)
+        inner *= s->shape[i];
+    if (outer * inner != rc_tensor_numel(node))
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: output size does not match", op_name(node));
+    box kept = {2, {outer, inner}, {{n * inner, 1}}}, summed = {1, {n}, {{inner}}};
+    return reduce_boxes(o, &out, &in[0], &kept, &summed, node->op == RC_OP_MAX, op_name(node), err);
+}
+
+/* src0 summed down to the node's shape: the input's axes split into kept and summed ones */
+static int run_sum_to(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[1] = {{0}};
+    if (need_src(node, 0, RC_F32, err) || places(r, 1, &out, in, err))
+        return -1;
+    const rc_tensor *s = node->src[0];
+    int sd = s->ndim;
+    int64_t os[RC_MAX_DIMS], st[RC_MAX_DIMS];
+    if (node->ndim > sd || bcast_strides(node, sd, s->shape, os)) {
+        char a[96], b[96];
+        return rc_error_set(err, RC_ERR_SHAPE, "sum_to: %s cannot be summed to %s",
+                            rc_shape_str(s, a, sizeof a), rc_shape_str(node, b, sizeof b));
+    }
+    if (rc_tensor_numel(s) == rc_tensor_numel(node))
+        return o->be.copy(&o->be, r->out.buf, r->out.off, r->in[0].buf, r->in[0].off,
+                          rc_tensor_nbytes(node), err);
+    if (rc_tensor_numel(s) == 0)
+        return o->be.fill_zero(&o->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err);
+    contiguous_strides(sd, s->shape, st);
+    int64_t ksh[RC_MAX_DIMS], kst[1][RC_MAX_DIMS], ssh[RC_MAX_DIMS], sst[1][RC_MAX_DIMS];
+    int kn = 0, sn = 0;
+    for (int i = 0; i < sd; i++) {
+        if (s->shape[i] == 1)
+            continue;
+        if (os[i]) {
+            ksh[kn] = s->shape[i];
+            kst[0][kn++] = st[i];
+        } else {
+            ssh[sn] = s->shape[i];
+            sst[0][sn++] = st[i];
+        }
+    }
+    box kept, summed;
+    box_make(&kept, kn, ksh, 1, kst);
+    box_make(&summed, sn, ssh, 1, sst);
+    return reduce_boxes(o, &out, &in[0], &kept, &summed, 0, "sum_to", err);
+}
+
+/* ---- dropout, matmul ------------------------------------------------------------------------- */
+
+/* kept iff uniform_at(key, i) >= p (the CPU's k_dropout), with the same key */
+static int run_dropout(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[1] = {{0}};
+    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || places(r, 1, &out, in, err))
+        return -1;
+    double p = node->fparam[0];
+    if (p == 0)
+        return o->be.copy(&o->be, r->out.buf, r->out.off, r->in[0].buf, r->in[0].off,
+                          rc_tensor_nbytes(node), err);
+    uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
+    key ^= rci_hash64(r->run_key);
+    /* u = m 2^-53 (m < 2^53 an integer) >= p  <=>  m >= ceil(p 2^53), exact in double */
+    double t = ceil(p * 9007199254740992.0);
+    t = t < 0 ? 0 : t > 9007199254740992.0 ? 9007199254740992.0 : t;
+    cl_ulong k = key, thresh = (cl_ulong)t;
+    cl_float scale = p < 1 ? (cl_float)(1 / (1 - p)) : 0;
+    cl_long n = rc_tensor_numel(node);
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n), ARG(k),
+                       ARG(thresh), ARG(scale)};
+    return rci_ocl_launch(o, OCL_DROPOUT, a, 8, (size_t)n, "dropout", err);
+}
+
+static int blast_failed(rci_ocl *o, CLBlastStatusCode s, rc_error *err)
+{
+    return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: matmul: CLBlast status %d", o->be.name, (int)s);
+}
+
+/* src0 a [..., M, K] (stored [..., K, M] when iparam[0]), src1 b [..., K, N] (stored
+ * [..., N, K] when iparam[1]) -> [..., M, N]; either operand may be shared by all batches */
+static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[2] = {{0}};
+    if (need_src(node, 0, RC_F32, err) || need_src(node, 1, RC_F32, err) ||
+        places(r, 2, &out, in, err))
+        return -1;
+    const rc_tensor *A = node->src[0], *B = node->src[1];
+    int ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
+    if (A->ndim < 2 || B->ndim < 2 || node->ndim < 2)
+        return rc_error_set(err, RC_ERR_SHAPE, "matmul: operands must have at least 2 dimensions");
+    int64_t m = A->shape[A->ndim - (ta ? 1 : 2)], k = A->shape[A->ndim - (ta ? 2 : 1)];
+    int64_t kb = B->shape[B->ndim - (tb ? 1 : 2)], n = B->shape[B->ndim - (tb ? 2 : 1)];
+    if (k != kb || node->shape[node->ndim - 2] != m || node->shape[node->ndim - 1] != n)
+        return rc_error_set(err, RC_ERR_SHAPE, "matmul: [%lld, %lld] @ [%lld, %lld] -> [%lld, %lld]",
+                            (long long)m, (long long)k, (long long)kb, (long long)n,
+                            (long long)node->shape[node->ndim - 2],
+                            (long long)node->shape[node->ndim - 1]);
+    if (k == 0)
+        return o->be.fill_zero(&o->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err);
+    int64_t batch = rc_tensor_numel(node) / (m * n);
+    int64_t ba = rc_tensor_numel(A) / (m * k), bb = rc_tensor_numel(B) / (k * n);
+    if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
+        return rc_error_set(err, RC_ERR_SHAPE, "matmul: batches %lld @ %lld -> %lld do not match",
+                            (long long)ba, (long long)bb, (long long)batch);
+    CLBlastTranspose opa = ta ? CLBlastTransposeYes : CLBlastTransposeNo;
+    CLBlastTranspose opb = tb ? CLBlastTransposeYes : CLBlastTransposeNo;
+    size_t lda = (size_t)(ta ? m : k), ldb = (size_t)(tb ? k : n);
+    CLBlastStatusCode s;
+    if (batch == 1 || (bb == 1 && ba == batch && !ta)) {
+        /* one gemm: the batches of a stacked into its rows */
+        s = CLBlastSgemm(CLBlastLayoutRowMajor, opa, opb, (size_t)(batch * m), (size_t)n, (size_t)k,
+                         1.0f, in[0].mem, (size_t)in[0].off, lda, in[1].mem, (size_t)in[1].off, ldb,
+                         0.0f, out.mem, (size_t)out.off, (size_t)n, &o->queue, NULL);
+    } else {
+        s = CLBlastSgemmStridedBatched(
+            CLBlastLayoutRowMajor, opa, opb, (size_t)m, (size_t)n, (size_t)k, 1.0f, in[0].mem,
+            (size_t)in[0].off, lda, ba == 1 ? 0 : (size_t)(m * k), in[1].mem, (size_t)in[1].off, ldb,
+            bb == 1 ? 0 : (size_t)(k * n), 0.0f, out.mem, (size_t)out.off, (size_t)n,
+            (size_t)(m * n), (size_t)batch, &o->queue, NULL);
+    }
+    return s == CLBlastSuccess ? 0 : blast_failed(o, s, err);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------------ */
+
+int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t)
+{
+    (void)be;
+    switch (op) {
+    case RC_OP_LEAF:
+    case RC_OP_RESHAPE:
+    case RC_OP_STOP_GRADIENT:
+    case RC_OP_MP_ENTER:
+        return 1;
+    case RC_OP_PERMUTE:
+    case RC_OP_SLICE:
+    case RC_OP_PAD:
+    case RC_OP_CONCAT:
+    case RC_OP_EXPAND:
+    case RC_OP_CAST:
+        return t == RC_F32 || t == RC_I32;
+    case RC_OP_FULL:
+    case RC_OP_ADD:
+    case RC_OP_SUB:
+    case RC_OP_MUL:
+    case RC_OP_DIV:
+    case RC_OP_AFFINE:
+    case RC_OP_EXP:
+    case RC_OP_LOG:
+    case RC_OP_SQRT:
+    case RC_OP_RSQRT:
+    case RC_OP_TANH:
+    case RC_OP_ACT:
+    case RC_OP_MATMUL:
+    case RC_OP_SUM:
+    case RC_OP_MAX:
+    case RC_OP_SUM_TO:
+    case RC_OP_DROPOUT:
+    case RC_OP_WHERE:
+    case RC_OP_EQUAL:
+        return t == RC_F32;
+    default:
+        return 0;
+    }
+}
+
+int rci_ocl_run_node(rc_backend *be, const rci_node_run *r, rc_error *err)
+{
+    rci_ocl *o = (rci_ocl *)(void *)be;
+    const rc_tensor *node = r->node;
+    if (node->op == RC_OP_LEAF || node->op == RC_OP_RESHAPE || node->view_src)
+        return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: leaves and views have no kernel",
+                            op_name(node));
+    if (!rci_ocl_supports(be, node->op, node->dtype))
+        return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: no %s kernel for dtype %s", op_name(node),
+                            be->name, rc_dtype_name(node->dtype));
+    if (rc_tensor_numel(node) == 0)
+        return 0;
+    if (is_move(node->op) || node->op == RC_OP_CAST)
+        return run_move(o, r, err);
+    switch (node->op) {
+    case RC_OP_FULL: return run_full(o, r, err);
+    case RC_OP_ADD:
+    case RC_OP_SUB:
+    case RC_OP_MUL:
+    case RC_OP_DIV: return run_binary(o, r, err);
+    case RC_OP_ACT: return run_act(o, r, err);
+    case RC_OP_MATMUL: return run_matmul(o, r, err);
+    case RC_OP_SUM:
+    case RC_OP_MAX: return run_reduce(o, r, err);
+    case RC_OP_SUM_TO: return run_sum_to(o, r, err);
+    case RC_OP_DROPOUT: return run_dropout(o, r, err);
+    case RC_OP_WHERE: return run_where(o, r, err);
+    case RC_OP_EQUAL: return run_equal(o, r, err);
+    default: return run_unary(o, r, err);   /* AFFINE, EXP, LOG, SQRT, RSQRT, TANH */
+    }
+}

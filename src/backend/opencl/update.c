@@ -1,0 +1,116 @@
+/* update.c - the OpenCL backend's optimizer work: SGD and AdamW with clipping and
+ * per-part weight decay (the CPU's float arithmetic, src/backend/cpu/update.c), gradient
+ * accumulation, and the sum of squares behind the gradient norm (fixed chunks summed on
+ * the device in index order, the chunks' sums added in order on the host). */
+#include "opencl.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define ARG(v) {sizeof(v), &(v)}
+
+enum { SQUARES_CHUNK = 4096 };   /* elements per partial sum of sum_squares */
+
+static rci_ocl *ocl(rc_backend *be)
+{
+    return (rci_ocl *)(void *)be;
+}
+
+/* the CPU's adam_setup: torch.optim.AdamW's per-step constants */
+typedef struct {
+    cl_float b1, b2, c1, c2, eps, step_size, bc2_sqrt;
+} adam_consts;
+
+static adam_consts adam_setup(const rci_update *u)
+{
+    double t = (double)u->step;
+    adam_consts a = {(float)u->beta1, (float)u->beta2, (float)(1.0 - u->beta1),
+                     (float)(1.0 - u->beta2), (float)u->eps,
+                     (float)(u->lr / (1.0 - pow(u->beta1, t))), (float)sqrt(1.0 - pow(u->beta2, t))};
+    return a;
+}
+
+static int update_part(rci_ocl *o, const rci_update *u, const rci_update_part *p,
+                       const adam_consts *c, rc_error *err)
+{
+    cl_mem w = rci_ocl_mem(u->w), g = rci_ocl_mem(u->grad);
+    cl_long at = p->at, n = p->n;
+    cl_float clip = (cl_float)u->grad_scale, decay = (cl_float)(1.0 - u->lr * p->weight_decay);
+    cl_int do_clip = clip != 1.0f;
+    if (n <= 0)
+        return 0;
+    if (u->adamw) {
+        cl_mem m = rci_ocl_mem(u->m), v = rci_ocl_mem(u->v);
+        rci_ocl_arg a[] = {ARG(w), ARG(g), ARG(m), ARG(v), ARG(at), ARG(n), ARG(clip), ARG(do_clip),
+                           ARG(c->b1), ARG(c->b2), ARG(c->c1), ARG(c->c2), ARG(c->eps),
+                           ARG(c->step_size), ARG(c->bc2_sqrt), ARG(decay)};
+        return rci_ocl_launch(o, OCL_ADAMW, a, 16, (size_t)n, "adamw update", err);
+    }
+    cl_int do_decay = p->weight_decay > 0;
+    cl_float lr = (cl_float)u->lr;
+    rci_ocl_arg a[] = {ARG(w), ARG(g), ARG(at), ARG(n), ARG(clip), ARG(do_clip), ARG(decay),
+                       ARG(do_decay), ARG(lr)};
+    return rci_ocl_launch(o, OCL_SGD, a, 9, (size_t)n, "sgd update", err);
+}
+
+int rci_ocl_update(rc_backend *be, const rci_update *u, rc_error *err)
+{
+    adam_consts c = adam_setup(u);
+    for (int i = 0; i < u->nparts; i++)
+        if (update_part(ocl(be), u, &u->parts[i], &c, err))
+            return -1;
+    return 0;
+}
+
+int rci_ocl_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
+                       size_t soff, int64_t n, float scale, int add, rc_error *err)
+{
+    if (soff % 4)
+        return rc_error_set(err, RC_ERR_ARG, "%s: accumulate from byte %zu (not 4-byte aligned)",
+                            be->name, soff);
+    if (n <= 0)
+        return 0;
+    cl_mem d = rci_ocl_mem(dst), s = rci_ocl_mem(src);
+    cl_long dofs = dat, so = (cl_long)(soff / 4), count = n;
+    cl_float sc = scale;
+    cl_int a_add = add != 0;
+    rci_ocl_arg a[] = {ARG(d), ARG(dofs), ARG(s), ARG(so), ARG(count), ARG(sc), ARG(a_add)};
+    return rci_ocl_launch(ocl(be), OCL_ACCUMULATE, a, 7, (size_t)n, "accumulate", err);
+}
+
+int rci_ocl_sum_squares(rc_backend *be, const rc_buffer *b, int64_t at, int64_t n, double *out,
+                        rc_error *err)
+{
+    rci_ocl *o = ocl(be);
+    *out = 0;
+    if (n <= 0)
+        return 0;
+    cl_long parts = (n + SQUARES_CHUNK - 1) / SQUARES_CHUNK, chunk = SQUARES_CHUNK, cat = at, cn = n;
+    size_t es = o->fp64 ? sizeof(double) : sizeof(float);
+    cl_int s;
+    cl_mem part = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, (size_t)parts * es, NULL, &s);
+    if (s != CL_SUCCESS)
+        return rc_error_set(err, RC_ERR_MEMORY, "%s: sum of squares: %zu bytes of partial sums: %s",
+                            be->name, (size_t)parts * es, rci_ocl_status(s));
+    void *host = malloc((size_t)parts * es);
+    cl_mem x = rci_ocl_mem(b);
+    rci_ocl_arg a[] = {ARG(part), ARG(x), ARG(cat), ARG(cn), ARG(chunk), ARG(parts)};
+    int rc = host ? rci_ocl_launch(o, OCL_SUM_SQUARES, a, 6, (size_t)parts, "sum of squares", err)
+                  : rc_error_set(err, RC_ERR_MEMORY, "%s: sum of squares: out of host memory",
+                                 be->name);
+    if (rc == 0) {
+        s = clEnqueueReadBuffer(o->queue, part, CL_TRUE, 0, (size_t)parts * es, host, 0, NULL, NULL);
+        if (s != CL_SUCCESS)
+            rc = rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: sum of squares: reading: %s", be->name,
+                              rci_ocl_status(s));
+    }
+    if (rc == 0) {
+        double total = 0;
+        for (cl_long k = 0; k < parts; k++)
+            total += o->fp64 ? ((const double *)host)[k] : (double)((const float *)host)[k];
+        *out = total;
+    }
+    free(host);
+    clReleaseMemObject(part);
+    return rc;
+}

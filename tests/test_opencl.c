@@ -1,0 +1,571 @@
+/* test_opencl.c - the OpenCL backend against the CPU backend: every op it runs, on random
+ * inputs with broadcast and odd shapes, forward and through its gradient graph; dropout
+ * masks; buffers; the error for an op it lacks; the optimizer's work.
+ *
+ * Without an OpenCL device the test prints why and passes, unless REDCO_REQUIRE_OPENCL=1
+ * (CI sets it): then it fails. */
+#include "check.h"
+#include "internal.h"
+#include "backend.h"
+#include "redco/device.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static rc_backend *gpu;
+static float range_lo = -2, range_hi = 2;   /* f32 inputs: uniform in [lo, hi) */
+static int id_max = 5;                      /* i32 inputs: in [0, id_max) */
+static double worst_fwd, worst_grad;        /* largest relative error over all cases */
+
+static uint64_t rng_state = 12345;
+static double uniform(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng_state >> 11) * 0x1.0p-53;
+}
+
+static void fill_random(const rc_tensor *t, void *data)
+{
+    int64_t n = rc_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        if (t->dtype == RC_I32)
+            ((int32_t *)data)[i] = (int32_t)(uniform() * id_max);
+        else
+            ((float *)data)[i] = (float)(range_lo + (range_hi - range_lo) * uniform());
+    }
+}
+
+/* the largest |a - b| / max(|b|, 1e-3 max|b|) over elements (NaN pairs agree) */
+static double rel_error(const float *a, const float *b, int64_t n)
+{
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        scale = fabs(b[i]) > scale ? fabs(b[i]) : scale;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) && isnan(b[i]))
+            continue;
+        if (isinf(a[i]) || isinf(b[i])) {
+            if (a[i] != b[i])
+                return INFINITY;
+            continue;
+        }
+        double floor = 1e-3 * scale > 1e-30 ? 1e-3 * scale : 1e-30;
+        double d = fabs((double)a[i] - b[i]) / (fabs(b[i]) > floor ? fabs(b[i]) : floor);
+        if (!(d <= worst))
+            worst = d;
+    }
+    return worst;
+}
+
+/* Runs outs[0..n) on the CPU and on the device with the same random inputs and dropout
+ * key; returns the largest relative error over the f32 outputs (i32 outputs must be
+ * equal: INFINITY otherwise), or INFINITY when a plan fails. */
+static double run_both(const char *name, rc_graph *g, rc_tensor *const *outs, int n)
+{
+    rc_error err = {0};
+    if (rc_graph_error(g)) {
+        CHECKF(0, "%s: graph: %s", name, rc_graph_error(g));
+        return INFINITY;
+    }
+    rc_plan *pc = rc_plan_new(g, outs, n, &err);
+    CHECKF(pc, "%s: cpu plan: %s", name, err.msg);
+    rc_plan *pg = pc ? rc_plan_new_on(gpu, g, outs, n, &err) : NULL;
+    CHECKF(!pc || pg, "%s: opencl plan: %s", name, err.msg);
+    double worst = pg ? 0 : INFINITY;
+    rc_rng key = rc_rng_new(77);
+    for (int i = 0; pg && i < rc_graph_size(g); i++) {
+        rc_tensor *t = rc_graph_node(g, i);
+        if (t->op != RC_OP_LEAF || !(t->flags & (RC_FLAG_INPUT | RC_FLAG_PARAM)) || !rci_plan_has(pc, t))
+            continue;
+        void *data = malloc(rc_tensor_nbytes(t) + 4);
+        fill_random(t, data);
+        CHECKF(!rc_plan_set_input(pc, t, data, &err) && !rc_plan_set_input(pg, t, data, &err),
+               "%s: set %s: %s", name, t->name, err.msg);
+        free(data);
+    }
+    if (pg) {
+        rc_plan_set_rng(pc, key);
+        rc_plan_set_rng(pg, key);
+        int ok = !rc_plan_run(pc, &err);
+        CHECKF(ok, "%s: cpu run: %s", name, err.msg);
+        ok = ok && !rc_plan_run(pg, &err);
+        CHECKF(ok, "%s: opencl run: %s", name, err.msg);
+        if (!ok)
+            worst = INFINITY;
+    }
+    for (int k = 0; pg && k < n && isfinite(worst); k++) {
+        size_t bytes = rc_tensor_nbytes(outs[k]);
+        void *a = malloc(bytes + 4), *b = malloc(bytes + 4);
+        CHECK(!rc_plan_read(pg, outs[k], a, &err) && !rc_plan_read(pc, outs[k], b, &err));
+        double e = outs[k]->dtype == RC_I32 ? (memcmp(a, b, bytes) ? INFINITY : 0)
+                                             : rel_error(a, b, rc_tensor_numel(outs[k]));
+        worst = e > worst ? e : worst;
+        free(a);
+        free(b);
+    }
+    rc_plan_free(pc);
+    rc_plan_free(pg);
+    return worst;
+}
+
+/* forward outputs, then the gradients of sum(out * r) (r a random constant) with respect
+ * to the f32 params wrt[0..nw) */
+static void compare(const char *name, rc_graph *g, rc_tensor *out, rc_tensor *const *wrt, int nw,
+                    double tol)
+{
+    double e = run_both(name, g, &out, 1);
+    CHECKF(e <= tol, "%s: forward relative error %.3g > %.3g", name, e, tol);
+    printf("  %-28s forward  %.2e", name, e);
+    worst_fwd = e > worst_fwd ? e : worst_fwd;
+    if (nw > 0 && out->dtype == RC_F32) {
+        float *r = malloc(rc_tensor_numel(out) * sizeof *r);
+        for (int64_t i = 0; i < rc_tensor_numel(out); i++)
+            r[i] = (float)(uniform() * 2 - 1);
+        rc_tensor *w = rc_const(g, "r", RC_F32, out->ndim, out->shape, r);
+        free(r);
+        rc_tensor *loss = rc_sum_all(g, rc_mul(g, out, w)), *grads[8];
+        CHECKF(!rc_backward(g, loss, wrt, nw, grads), "%s: backward: %s", name, rc_graph_error(g));
+        double eg = run_both(name, g, grads, nw);
+        CHECKF(eg <= tol, "%s: gradient relative error %.3g > %.3g", name, eg, tol);
+        printf("  gradient %.2e", eg);
+        worst_grad = eg > worst_grad ? eg : worst_grad;
+    }
+    printf("\n");
+    rc_graph_free(g);
+}
+
+static rc_tensor *param(rc_graph *g, const char *name, int nd, int64_t a, int64_t b, int64_t c,
+                        int64_t d)
+{
+    int64_t s[4] = {a, b, c, d};
+    return rc_param(g, name, RC_F32, nd, s);
+}
+
+static rc_tensor *ids(rc_graph *g, const char *name, int nd, int64_t a, int64_t b, int64_t c)
+{
+    int64_t s[3] = {a, b, c};
+    return rc_input(g, name, RC_I32, nd, s);
+}
+
+/* ---- cases -------------------------------------------------------------------------------- */
+
+static void test_full_unary(void)
+{
+    rc_graph *g = rc_graph_new();
+    int64_t s[2] = {3, 5};
+    compare("full", g, rc_full(g, RC_F32, 2, s, 1.7), NULL, 0, 1e-5);
+    const char *names[] = {"affine", "exp", "log", "sqrt", "rsqrt", "tanh"};
+    for (int k = 0; k < 6; k++) {
+        range_lo = k >= 2 && k <= 4 ? 0.1f : -3;
+        range_hi = 3;
+        g = rc_graph_new();
+        rc_tensor *x = param(g, "x", 3, 3, 7, 13, 0), *y;
+        switch (k) {
+        case 0: y = rc_affine(g, x, 1.3, -0.4); break;
+        case 1: y = rc_exp(g, x); break;
+        case 2: y = rc_log(g, x); break;
+        case 3: y = rc_sqrt(g, x); break;
+        case 4: y = rc_rsqrt(g, x); break;
+        default: y = rc_tanh(g, x); break;
+        }
+        compare(names[k], g, y, &x, 1, 1e-5);
+    }
+    range_lo = -2;
+    range_hi = 2;
+}
+
+static void test_act(void)
+{
+    const char *kinds[] = {"relu", "gelu_tanh", "gelu_erf", "silu", "sigmoid"};
+    range_lo = -6;
+    range_hi = 6;
+    for (int kind = 0; kind < RC_ACT_COUNT; kind++)
+        for (int order = 0; order <= 2; order++) {
+            char name[64];
+            snprintf(name, sizeof name, "act %s order %d", kinds[kind], order);
+            rc_graph *g = rc_graph_new();
+            rc_tensor *x = param(g, "x", 2, 5, 37, 0, 0);
+            rc_tensor *y = rc_act(g, x, (rc_act_kind)kind, order);
+            compare(name, g, y, &x, order < 2 ? 1 : 0, 1e-5);
+        }
+    range_lo = -2;
+    range_hi = 2;
+}
+
+static void test_binary(void)
+{
+    /* a and b shapes: equal, broadcast both ways, a scalar, odd sizes */
+    static const int64_t shapes[][2][4] = {
+        {{3, 4, 5, 6}, {3, 4, 5, 6}}, {{4, 1, 6}, {5, 1}}, {{3, 7}, {7}}, {{2, 3}, {0}},
+        {{1}, {9, 1, 3}}, {{2, 1, 3, 1}, {1, 5, 1, 7}},
+    };
+    static const int nds[][2] = {{4, 4}, {3, 2}, {2, 1}, {2, 0}, {1, 3}, {4, 4}};
+    const char *names[] = {"add", "sub", "mul", "div"};
+    for (int op = 0; op < 4; op++)
+        for (int c = 0; c < 6; c++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s case %d", names[op], c);
+            range_lo = op == 3 ? 0.5f : -2;
+            rc_graph *g = rc_graph_new();
+            rc_tensor *a = rc_param(g, "a", RC_F32, nds[c][0], shapes[c][0]);
+            rc_tensor *b = rc_param(g, "b", RC_F32, nds[c][1], shapes[c][1]);
+            rc_tensor *y = op == 0 ? rc_add(g, a, b) : op == 1 ? rc_sub(g, a, b)
+                         : op == 2 ? rc_mul(g, a, b) : rc_div(g, a, b);
+            rc_tensor *w[2] = {a, b};
+            compare(name, g, y, w, 2, 1e-5);
+        }
+    range_lo = -2;
+}
+
+static void test_where_equal_cast(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *c = ids(g, "c", 2, 4, 1, 0), *a = param(g, "a", 2, 4, 6, 0, 0);
+    rc_tensor *b = param(g, "b", 1, 6, 0, 0, 0), *w[2] = {a, b};
+    id_max = 2;
+    compare("where i32 cond", g, rc_where(g, c, a, b), w, 2, 1e-5);
+    g = rc_graph_new();
+    rc_tensor *cf = param(g, "c", 3, 2, 1, 6, 0);
+    a = param(g, "a", 3, 2, 3, 6, 0);
+    b = param(g, "b", 2, 3, 1, 0, 0);
+    rc_tensor *w2[2] = {a, b};
+    compare("where f32 cond", g, rc_where(g, rc_equal(g, rc_cast(g, rc_cast(g, cf, RC_I32), RC_F32),
+                                                        rc_full(g, RC_F32, 0, NULL, 0)), a, b),
+            w2, 2, 1e-5);
+    id_max = 3;
+    g = rc_graph_new();
+    compare("equal i32", g, rc_equal(g, ids(g, "x", 2, 5, 7, 0), ids(g, "y", 1, 7, 0, 0)), NULL, 0, 0);
+    g = rc_graph_new();
+    rc_tensor *xf = rc_cast(g, ids(g, "x", 3, 2, 3, 4), RC_F32), *yf = rc_cast(g, ids(g, "y", 1, 4, 0, 0), RC_F32);
+    compare("equal f32 (cast i32)", g, rc_equal(g, xf, yf), NULL, 0, 0);
+    range_lo = -50;
+    range_hi = 50;
+    g = rc_graph_new();
+    compare("cast f32 to i32", g, rc_cast(g, param(g, "x", 2, 9, 11, 0, 0), RC_I32), NULL, 0, 0);
+    id_max = 1000;
+    g = rc_graph_new();
+    compare("cast i32 to f32", g, rc_cast(g, ids(g, "x", 2, 9, 11, 0), RC_F32), NULL, 0, 0);
+    id_max = 5;
+    range_lo = -2;
+    range_hi = 2;
+}
+
+/* permute, slice, pad, concat, expand of an f32 param (with gradients) or an i32 input */
+static rc_tensor *move_op(rc_graph *g, int op, rc_tensor *x, rc_tensor *x2)
+{
+    static const int perm[4] = {2, 0, 3, 1};
+    int64_t big[4] = {2, 3, 5, 4};
+    switch (op) {
+    case 0: return rc_permute(g, x, perm);
+    case 1: return rc_slice(g, x, 2, 1, 4);
+    case 2: return rc_pad(g, x, 1, 2, 6);
+    case 3: {
+        rc_tensor *parts[3] = {x, x2, x};
+        return rc_concat(g, parts, 3, 3);
+    }
+    default: return rc_expand(g, x2, 4, big);
+    }
+}
+
+static void test_move(void)
+{
+    const char *names[] = {"permute", "slice", "pad", "concat", "expand"};
+    for (int op = 0; op < 5; op++)
+        for (int i32 = 0; i32 < 2; i32++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s %s", names[op], i32 ? "i32" : "f32");
+            rc_graph *g = rc_graph_new();
+            int64_t s[4] = {2, 3, 5, 4}, s2[4] = {2, 3, 5, 2}, s3[3] = {3, 1, 4};
+            rc_tensor *x = i32 ? rc_input(g, "x", RC_I32, 4, s) : rc_param(g, "x", RC_F32, 4, s);
+            rc_tensor *x2 = op == 4 ? (i32 ? rc_input(g, "x2", RC_I32, 3, s3) : rc_param(g, "x2", RC_F32, 3, s3))
+                                    : (i32 ? rc_input(g, "x2", RC_I32, 4, s2) : rc_param(g, "x2", RC_F32, 4, s2));
+            rc_tensor *y = move_op(g, op, x, x2), *w[2] = {x, x2};
+            int nw = i32 ? 0 : op == 3 ? 2 : op == 4 ? 1 : 1;
+            compare(name, g, y, op == 4 ? &w[1] : w, nw, i32 ? 0 : 1e-5);
+        }
+}
+
+static void test_reduce(void)
+{
+    for (int axis = 0; axis < 3; axis++)
+        for (int op = 0; op < 2; op++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s axis %d%s", op ? "max" : "sum", axis, axis == 1 ? " keep" : "");
+            rc_graph *g = rc_graph_new();
+            rc_tensor *x = param(g, "x", 3, 4, 33, 7, 0);
+            rc_tensor *y = op ? rc_max(g, x, axis, axis == 1) : rc_sum(g, x, axis, axis == 1);
+            compare(name, g, y, &x, 1, 1e-5);
+        }
+    int64_t to[3][4] = {{5, 1, 1}, {1, 3, 1}, {7}};
+    int nds[3] = {3, 3, 1};
+    for (int c = 0; c < 3; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "sum_to case %d", c);
+        rc_graph *g = rc_graph_new();
+        rc_tensor *x = param(g, "x", 4, 2, 5, 3, 7);
+        compare(name, g, rc_sum_to(g, x, nds[c], to[c]), &x, 1, 1e-5);
+    }
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = param(g, "x", 2, 300, 41, 0, 0);
+    compare("mean_all", g, rc_mean_all(g, x), &x, 1, 1e-5);
+}
+
+static void test_matmul(void)
+{
+    /* a, b shapes (as stored), transposes */
+    static const struct {
+        int na, nb;
+        int64_t a[4], b[4];
+        int ta, tb;
+    } cases[] = {
+        {2, 2, {5, 7}, {7, 3}, 0, 0},          {2, 2, {7, 5}, {7, 3}, 1, 0},
+        {2, 2, {5, 7}, {3, 7}, 0, 1},          {2, 2, {7, 5}, {3, 7}, 1, 1},
+        {4, 2, {2, 3, 5, 7}, {7, 4}, 0, 0},    {3, 3, {4, 5, 7}, {4, 7, 3}, 0, 0},
+        {3, 3, {4, 7, 5}, {4, 3, 7}, 1, 1},    {3, 2, {3, 7, 5}, {7, 6}, 1, 0},
+        {2, 2, {1, 65}, {65, 33}, 0, 0},       {3, 2, {2, 1, 9}, {5, 9}, 0, 1},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "matmul case %zu", c);
+        rc_graph *g = rc_graph_new();
+        rc_tensor *a = rc_param(g, "a", RC_F32, cases[c].na, cases[c].a);
+        rc_tensor *b = rc_param(g, "b", RC_F32, cases[c].nb, cases[c].b), *w[2] = {a, b};
+        compare(name, g, rc_matmul(g, a, b, cases[c].ta, cases[c].tb), w, 2, 1e-4);
+    }
+}
+
+/* the masks are the CPU's: zero in the same places, equal values elsewhere */
+static void test_dropout(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = param(g, "x", 2, 64, 33, 0, 0);
+    rc_tensor *y = rc_dropout(g, x, 0.3, rc_rng_new(5));
+    compare("dropout p 0.3", g, y, &x, 1, 1e-6);
+    g = rc_graph_new();
+    range_lo = 1;   /* nonzero inputs: zeros are dropped elements */
+    x = param(g, "x", 3, 3, 17, 29, 0);
+    y = rc_dropout(g, x, 0.5, rc_rng_new(9));
+    rc_error err = {0};
+    rc_plan *pc = rc_plan_new(g, &y, 1, &err), *pg = rc_plan_new_on(gpu, g, &y, 1, &err);
+    CHECKF(pc && pg, "dropout plans: %s", err.msg);
+    int64_t n = rc_tensor_numel(y), same = 0, kept = 0;
+    float *in = malloc(n * sizeof *in), *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    fill_random(x, in);
+    for (int step = 0; pc && pg && step < 2; step++) {
+        rc_plan_set_rng(pc, rc_rng_new(100 + step));
+        rc_plan_set_rng(pg, rc_rng_new(100 + step));
+        CHECK(!rc_plan_set_input(pc, x, in, &err) && !rc_plan_set_input(pg, x, in, &err));
+        CHECK(!rc_plan_run(pc, &err) && !rc_plan_run(pg, &err));
+        CHECK(!rc_plan_read(pc, y, b, &err) && !rc_plan_read(pg, y, a, &err));
+        for (int64_t i = 0; i < n; i++) {
+            same += (a[i] == 0) == (b[i] == 0);
+            kept += b[i] != 0;
+        }
+        CHECKF(!memcmp(a, b, n * sizeof *a), "dropout step %d: device values differ from the CPU's", step);
+    }
+    CHECKF(same == 2 * n, "dropout masks: %lld of %lld agree", (long long)same, (long long)(2 * n));
+    CHECKF(kept > n * 0.8 && kept < n * 1.2, "dropout kept %lld of %lld", (long long)kept, (long long)(2 * n));
+    printf("  dropout masks: %lld of %lld elements agree over 2 steps (%lld kept)\n", (long long)same,
+           (long long)(2 * n), (long long)kept);
+    free(in);
+    free(a);
+    free(b);
+    rc_plan_free(pc);
+    rc_plan_free(pg);
+    rc_graph_free(g);
+    range_lo = -2;
+}
+
+/* ---- buffers, errors, devices ------------------------------------------------------------ */
+
+static void test_buffers(void)
+{
+    rc_error err = {0};
+    size_t used0 = 0, used1 = 0, total = 0;
+    rc_backend_memory(gpu, &total, &used0, NULL);
+    rc_buffer *a = rc_buffer_new(gpu, 1003, &err), *b = rc_buffer_new(gpu, 1003, &err);
+    CHECKF(a && b, "buffers: %s", err.msg);
+    if (!a || !b)
+        return;
+    rc_backend_memory(gpu, NULL, &used1, NULL);
+    CHECK(used1 == used0 + 2006);
+    unsigned char host[1003], back[1003];
+    CHECK(!rc_buffer_download(a, 0, back, 1003, &err));
+    int zero = 1;
+    for (int i = 0; i < 1003; i++)
+        zero &= back[i] == 0;
+    CHECKF(zero, "a new buffer is zero-filled");
+    for (int i = 0; i < 1003; i++)
+        host[i] = (unsigned char)(i * 7 + 3);
+    CHECK(!rc_buffer_upload(a, 0, host, 1003, &err));
+    CHECK(!rc_buffer_download(a, 0, back, 1003, &err) && !memcmp(host, back, 1003));
+    CHECK(!rc_buffer_copy(b, 11, a, 100, 500, &err));
+    CHECK(!rc_buffer_download(b, 11, back, 500, &err) && !memcmp(host + 100, back, 500));
+    CHECK(!rc_buffer_download(b, 0, back, 11, &err) && back[0] == 0 && back[10] == 0);
+    /* overlapping copy inside one buffer: memmove's result */
+    unsigned char expect[1003];
+    memcpy(expect, host, 1003);
+    memmove(expect + 10, expect, 600);
+    CHECK(!rc_buffer_copy(a, 10, a, 0, 600, &err));
+    CHECKF(!rc_buffer_download(a, 0, back, 1003, &err) && !memcmp(expect, back, 1003),
+           "overlapping copy");
+    CHECK(!gpu->fill_zero(gpu, a, 5, 20, &err) && !rc_buffer_download(a, 0, back, 30, &err));
+    CHECK(back[4] == expect[4] && back[5] == 0 && back[24] == 0 && back[25] == expect[25]);
+    CHECK(rci_buffer_host(a, 0) == NULL);
+    CHECK(rc_buffer_upload(a, 1000, host, 10, &err) && check_has(err.msg, "outside"));
+    rc_buffer_free(a);
+    rc_buffer_free(b);
+    rc_backend_memory(gpu, NULL, &used1, NULL);
+    CHECK(used1 == used0);
+    /* more than the device has: one error naming the bytes asked and in use */
+    rc_buffer *huge = rc_buffer_new(gpu, total + 4096, &err);
+    CHECKF(!huge && err.code == RC_ERR_MEMORY && check_has(err.msg, "cannot allocate") &&
+           check_has(err.msg, "in use"), "out of memory: %s", err.msg);
+    printf("  out of memory: %s\n", err.msg);
+    rc_buffer_free(huge);
+}
+
+static void test_unsupported(void)
+{
+    rc_error err = {0};
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = param(g, "x", 2, 3, 4, 0, 0), *y = rc_softmax(g, x);
+    rc_plan *p = rc_plan_new_on(gpu, g, &y, 1, &err);
+    CHECKF(!p && check_has(err.msg, "softmax") && check_has(err.msg, "f32") &&
+           check_has(err.msg, "opencl:0"), "unsupported op: %s", err.msg);
+    printf("  unsupported: %s\n", err.msg);
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
+static void test_devices(void)
+{
+    rc_error err = {0};
+    int n = rc_opencl_device_count(&err);
+    CHECKF(n >= 1, "devices: %s", err.msg);
+    rc_device_info d;
+    CHECK(!rc_opencl_device_info(0, &d, &err) && d.name[0] && d.global_bytes > 0);
+    size_t total = 0;
+    rc_backend_memory(gpu, &total, NULL, NULL);
+    CHECK(total == d.global_bytes);
+    CHECK(!strcmp(rc_backend_name(gpu), "opencl:0"));
+    CHECK(rc_backend_opencl(0, &err) == gpu);
+    CHECK(!rc_backend_opencl(n, &err) && check_has(err.msg, "no device"));
+    CHECK(rc_opencl_device_info(-1, &d, &err) == -1);
+    printf("  device 0: %s (%s, %s), %zu bytes\n", d.name, d.platform, d.type, d.global_bytes);
+}
+
+/* ---- optimizer ------------------------------------------------------------------------------ */
+
+/* n floats in a new buffer of be */
+static rc_buffer *buffer_of(rc_backend *be, const float *x, int64_t n)
+{
+    rc_error err = {0};
+    rc_buffer *b = rc_buffer_new(be, n * sizeof(float), &err);
+    if (b)
+        rc_buffer_upload(b, 0, x, n * sizeof(float), &err);
+    return b;
+}
+
+static double buffer_diff(rc_buffer *a, rc_buffer *b, int64_t n)
+{
+    rc_error err = {0};
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    rc_buffer_download(a, 0, x, n * sizeof *x, &err);
+    rc_buffer_download(b, 0, y, n * sizeof *y, &err);
+    double e = rel_error(x, y, n);
+    free(x);
+    free(y);
+    return e;
+}
+
+static void test_optimizer(void)
+{
+    enum { N = 10007 };
+    rc_error err = {0};
+    float *w = malloc(N * sizeof *w), *g = malloc(N * sizeof *g), *m = calloc(N, sizeof *m);
+    for (int i = 0; i < N; i++) {
+        w[i] = (float)(uniform() * 2 - 1);
+        g[i] = (float)(uniform() * 0.2 - 0.1);
+    }
+    rc_backend *be[2] = {rc_backend_cpu(), gpu};
+    rc_buffer *bw[2], *bg[2], *bm[2], *bv[2];
+    for (int k = 0; k < 2; k++) {
+        bw[k] = buffer_of(be[k], w, N);
+        bg[k] = buffer_of(be[k], g, N);
+        bm[k] = buffer_of(be[k], m, N);
+        bv[k] = buffer_of(be[k], m, N);
+    }
+    rci_update_part parts[3] = {{0, 5000, 0.1}, {5000, 3, 0}, {5003, N - 5003, 0.01}};
+    double e_adam = 0, e_sgd = 0;
+    for (int step = 1; step <= 3; step++)
+        for (int k = 0; k < 2; k++) {
+            rci_update u = {bw[k], bg[k], bm[k], bv[k], parts, 3, 1e-2, 0.9, 0.999, 1e-8, step,
+                            step == 2 ? 0.5 : 1.0, 1};
+            CHECKF(!be[k]->update(be[k], &u, &err), "adamw on %s: %s", be[k]->name, err.msg);
+        }
+    e_adam = fmax(fmax(buffer_diff(bw[1], bw[0], N), buffer_diff(bm[1], bm[0], N)),
+                  fmax(buffer_diff(bv[1], bv[0], N), buffer_diff(bg[1], bg[0], N)));
+    CHECKF(e_adam <= 1e-6, "adamw: relative error %.3g", e_adam);
+    for (int k = 0; k < 2; k++) {
+        rci_update u = {bw[k], bg[k], NULL, NULL, parts, 3, 0.1, 0, 0, 0, 1, 0.25, 0};
+        CHECKF(!be[k]->update(be[k], &u, &err), "sgd on %s: %s", be[k]->name, err.msg);
+        CHECK(!rc_sgd_update(bw[k], bg[k], 7, 100, 0.05, &err));
+        CHECK(!be[k]->accumulate(be[k], bm[k], 3, bg[k], 40, 9000, 0.5f, 1, &err));
+        CHECK(!be[k]->accumulate(be[k], bv[k], 0, bg[k], 0, N, 2.0f, 0, &err));
+    }
+    e_sgd = fmax(fmax(buffer_diff(bw[1], bw[0], N), buffer_diff(bg[1], bg[0], N)),
+                 fmax(buffer_diff(bm[1], bm[0], N), buffer_diff(bv[1], bv[0], N)));
+    CHECKF(e_sgd <= 1e-6, "sgd and accumulate: relative error %.3g", e_sgd);
+    double sq[2];
+    for (int k = 0; k < 2; k++)
+        CHECK(!be[k]->sum_squares(be[k], bw[k], 17, N - 17, &sq[k], &err));
+    double e_sq = fabs(sq[1] - sq[0]) / sq[0];
+    CHECKF(e_sq <= 1e-12, "sum of squares: %.17g against %.17g", sq[1], sq[0]);
+    double again = 0;
+    CHECK(!gpu->sum_squares(gpu, bw[1], 17, N - 17, &again, &err) && again == sq[1]);
+    printf("  adamw (3 steps, 3 parts, clipping) %.2e, sgd + accumulate %.2e, sum of squares %.2e\n",
+           e_adam, e_sgd, e_sq);
+    for (int k = 0; k < 2; k++) {
+        rc_buffer_free(bw[k]);
+        rc_buffer_free(bg[k]);
+        rc_buffer_free(bm[k]);
+        rc_buffer_free(bv[k]);
+    }
+    free(w);
+    free(g);
+    free(m);
+}
+
+int main(void)
+{
+    rc_error err = {0};
+    rc_set_threads(2);
+    gpu = rc_backend_opencl(0, &err);
+    if (!gpu) {
+        const char *req = getenv("REDCO_REQUIRE_OPENCL");
+        if (req && !strcmp(req, "1")) {
+            CHECKF(0, "REDCO_REQUIRE_OPENCL=1 but no OpenCL device: %s", err.msg);
+            return check_summary("opencl");
+        }
+        printf("test_opencl: not run (no OpenCL device; set REDCO_REQUIRE_OPENCL=1 to fail): %s\n",
+               err.msg);
+        return 0;
+    }
+    test_devices();
+    test_buffers();
+    test_unsupported();
+    test_full_unary();
+    test_act();
+    test_binary();
+    test_where_equal_cast();
+    test_move();
+    test_reduce();
+    test_matmul();
+    test_dropout();
+    test_optimizer();
+    printf("  worst relative error: forward %.2e, gradients %.2e\n", worst_fwd, worst_grad);
+    return check_summary("opencl");
+}
