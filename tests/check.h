@@ -28,9 +28,9 @@ struct rc_params;
 /* appends one tensor (its name prefixed); 0 or -1 (out of memory) */
 int check_weights_add(check_weights *w, const char *prefix, const char *name, const float *x, int64_t n,
                       double tol);
-/* appends every tensor of p, named prefix + its name */
 /* Every parameter of p copied out, flat in declaration order (malloc'ed; NULL on failure). */
 float *check_params_flat(struct rc_params *p);
+/* appends every tensor of p, named prefix + its name */
 int check_weights_add_params(check_weights *w, const char *prefix, struct rc_params *p, double tol);
 void check_weights_free(check_weights *w);
 /* How far a run's weights are from a reference run's: the largest over tensors of

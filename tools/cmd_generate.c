@@ -13,13 +13,14 @@
 static const char *help =
     "usage: redco generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
     "                      [--top-k K] [--top-p P] [--num-beams B] [--seed S] [--tokenizer DIR]\n"
-    "                      [--mp N] [--allow-replicate] [--nproc P] [--json]\n"
+    "                      [--mp N] [--allow-replicate] [--nproc P] [--device D] [--json]\n"
     "\n"
     "Continues the prompt with the model (a Hugging Face model directory, e.g. a workdir's\n"
     "final/) and prints the prompt and the new text. Temperature 0 (the default) is greedy;\n"
     "with a temperature the same seed gives the same text. Generation stops at the model's\n"
     "end-of-sequence token or after --max-new-tokens (default 40). For T5 the prompt is the\n"
-    "encoder's input. With --json the last line of stdout is\n"
+    "encoder's input. --device cpu|opencl|opencl:N runs it there (default: $REDCO_DEVICE,\n"
+    "else cpu). With --json the last line of stdout is\n"
     "{\"prompt\": ..., \"text\": ..., \"ids\": [...], \"prompt_ids\": [...]}.\n"
     "\n"
     "Under a launcher (mpirun -np P, or --nproc P) the model is split over --mp N processes\n"
@@ -27,7 +28,7 @@ static const char *help =
     "weights and its heads of the key/value cache, and the text is the one process's.\n";
 
 typedef struct {
-    const char *model, *prompt, *tokenizer;
+    const char *model, *prompt, *tokenizer, *device;
     int64_t max_new, top_k, beams, seed, mp, nproc;
     double temperature, top_p;
     int json, allow_replicate;
@@ -35,7 +36,7 @@ typedef struct {
 
 enum {
     F_MODEL = CLI_FLAG0, F_PROMPT, F_TOKENIZER, F_MAX_NEW, F_TOP_K, F_BEAMS, F_SEED, F_TEMPERATURE, F_TOP_P,
-    F_MP, F_NPROC, F_JSON, F_ALLOW_REPLICATE
+    F_MP, F_NPROC, F_JSON, F_ALLOW_REPLICATE, F_DEVICE
 };
 
 static const struct option flags[] = {
@@ -53,6 +54,7 @@ static const struct option flags[] = {
     {"nproc", required_argument, NULL, F_NPROC},
     {"json", no_argument, NULL, F_JSON},
     {"allow-replicate", no_argument, NULL, F_ALLOW_REPLICATE},
+    {"device", required_argument, NULL, F_DEVICE},
     {NULL, 0, NULL, 0},
 };
 
@@ -63,6 +65,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     const char *f = a->flag, *v = a->value;
     switch (c) {
     case F_MODEL: o->model = v; return 0;
+    case F_DEVICE: o->device = v; return 0;
     case F_PROMPT: o->prompt = v; return 0;
     case F_TOKENIZER: o->tokenizer = v; return 0;
     case F_JSON: o->json = 1; return 0;
@@ -148,11 +151,14 @@ int cmd_generate(int argc, char **argv)
     char *text = NULL;
     rc = rc_dist_init(&argc, &argv, &err);
     cli_rank = rc_dist_rank(); /* only rank 0 prints */
-    rc_deployer_options dopt = {.seed = (uint64_t)o.seed, .mp = o.mp ? (int)o.mp : rc_dist_size(), .json = o.json};
+    rc_deployer_options dopt = {.seed = (uint64_t)o.seed, .mp = o.mp ? (int)o.mp : rc_dist_size(), .json = o.json,
+                                .device = o.device};
     if (!rc && !(d = rc_deployer_new(&argc, &argv, &dopt, &err)))
         rc = -1;
     if (!rc && !(m = rc_model_create(o.model, 0, &err)))
         rc = -1;
+    if (!rc)
+        rc = rc_params_to(m->params, rc_deployer_backend(d), &err);
     if (!rc)
         rc = generate_text(&o, d, m, &tok, &text, &prompt, &np, &ids, &n, &err);
     if (d)

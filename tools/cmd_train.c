@@ -18,7 +18,7 @@ static const char *train_help =
     "                   [--optimizer adamw|sgd] [--weight-decay X] [--grad-clip X] [--warmup N]\n"
     "                   [--schedule constant|linear|cosine] [--grad-accum K] [--seed S]\n"
     "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--log-every N]\n"
-    "                   [--resume] [--no-shuffle] [--nproc P] [--json]\n"
+    "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--json]\n"
     "                   [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...]\n"
     "\n"
     "Trains a model on .txt, .jsonl ({\"text\"}, {\"prompt\",\"completion\"}, {\"source\",\"target\"})\n"
@@ -27,7 +27,8 @@ static const char *train_help =
     "run continues from the workdir's last complete checkpoint until step N. --nproc P\n"
     "starts P processes with mpiexec (or run the command under mpirun/srun yourself).\n"
     "--mp N splits the model over N of them (the plan of `redco plan`; --shard overrides\n"
-    "one parameter's split).\n"
+    "one parameter's split). --device cpu|opencl|opencl:N runs the steps and keeps the model\n"
+    "and optimizer state there (default: $REDCO_DEVICE, else cpu; `redco devices` lists them).\n"
     "Writes checkpoint-STEP/, last_checkpoint, best/, final/, log.jsonl and TensorBoard\n"
     "event files into the workdir. With --json the last line of stdout is\n"
     "{\"step\": N, \"loss\": ..., \"eval_loss\": ..., \"lr\": ...} (loss: the last step's; eval_loss:\n"
@@ -37,7 +38,7 @@ static const char *train_help =
 
 static const char *eval_help =
     "usage: redco eval --model DIR --data PATH [--tokenizer DIR] [--seq-len N] [--batch-size N]\n"
-    "                  [--mp N] [--nproc P] [--json]\n"
+    "                  [--mp N] [--nproc P] [--device D] [--json]\n"
     "\n"
     "Mean cross-entropy of the model over every predicted token of the data (language-model\n"
     "windows as in training), its perplexity, and the token count. With --json the last line\n"
@@ -46,7 +47,7 @@ static const char *eval_help =
     "training plan).\n";
 
 typedef struct {
-    const char *model, *data, *tokenizer, *workdir, *eval_data, *optimizer, *schedule;
+    const char *model, *data, *tokenizer, *workdir, *eval_data, *optimizer, *schedule, *device;
     int64_t steps, epochs, batch, seq_len, warmup, accum, seed, eval_every, save_every, log_every,
         mp, nproc;
     double lr, wd, clip;
@@ -57,7 +58,7 @@ typedef struct {
 enum {
     F_MODEL = CLI_FLAG0, F_DATA, F_TOKENIZER, F_SEQ_LEN, F_BATCH, F_NPROC, F_MP, F_JSON, F_WORKDIR,
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
-    F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE
+    F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE
 };
 
 static const struct option eval_flags[] = {
@@ -69,6 +70,7 @@ static const struct option eval_flags[] = {
     {"batch-size", required_argument, NULL, F_BATCH},
     {"nproc", required_argument, NULL, F_NPROC},
     {"mp", required_argument, NULL, F_MP},
+    {"device", required_argument, NULL, F_DEVICE},
     {"json", no_argument, NULL, F_JSON},
     {NULL, 0, NULL, 0},
 };
@@ -82,6 +84,7 @@ static const struct option train_flags[] = {
     {"batch-size", required_argument, NULL, F_BATCH},
     {"nproc", required_argument, NULL, F_NPROC},
     {"mp", required_argument, NULL, F_MP},
+    {"device", required_argument, NULL, F_DEVICE},
     {"json", no_argument, NULL, F_JSON},
     {"workdir", required_argument, NULL, F_WORKDIR},
     {"eval-data", required_argument, NULL, F_EVAL_DATA},
@@ -118,6 +121,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_EVAL_DATA: o->eval_data = v; return 0;
     case F_OPTIMIZER: o->optimizer = v; return 0;
     case F_SCHEDULE: o->schedule = v; return 0;
+    case F_DEVICE: o->device = v; return 0;
     case F_JSON: o->json = 1; return 0;
     case F_RESUME: o->resume = 1; return 0;
     case F_NO_SHUFFLE: o->no_shuffle = 1; return 0;
@@ -226,7 +230,8 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
     const char *tok_path = NULL;
     memset(s, 0, sizeof *s);
     rc_deployer_options dopt = {.seed = (uint64_t)o->seed, .mp = (int)o->mp,
-                                .workdir = is_train ? o->workdir : NULL, .verbose = 1, .json = o->json};
+                                .workdir = is_train ? o->workdir : NULL, .verbose = 1, .json = o->json,
+                                .device = o->device};
     if (rc_dist_init(argc, argv, &err))
         return cli_fail(cmd, "%s", err.msg);
     cli_rank = rc_dist_rank(); /* only rank 0 prints errors: every rank agrees on them first */

@@ -41,6 +41,13 @@ int rc_opencl_device_info(int index, rc_device_info *info, rc_error *err);
  * built then) and kept for the whole process; NULL with err set when it cannot be. */
 rc_backend *rc_backend_opencl(int index, rc_error *err);
 
+/* The backend a device name asks for: "cpu"; "opencl" (device local_rank modulo the device
+ * count); "opencl:N"; or "opencl:N,M,..." (entry local_rank modulo the list's length).
+ * NULL or "" reads the environment's REDCO_DEVICE, and without it the CPU. local_rank < 0
+ * takes the launcher's (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID; 0
+ * without one). NULL with err set for an unknown name or a device that cannot be opened. */
+rc_backend *rc_device_open(const char *spec, int local_rank, rc_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -113,6 +113,9 @@ int rc_params_read_all(rc_params *p, float *host, rc_error *err);
 /* The buffer holding the parameters and parameter i's byte offset in it (NULL when it
  * cannot be allocated). */
 rc_buffer *rc_params_buffer(rc_params *p, int i, size_t *offset);
+/* Moves the parameters to backend be (their values copied through host memory); the
+ * Trainer and Predictor move them to their Deployer's backend. */
+int rc_params_to(rc_params *p, rc_backend *be, rc_error *err);
 int rc_params_find(const rc_params *p, const char *name);
 /* The parameter leaf of `name` in graph g (one leaf per parameter per graph). */
 rc_tensor *rc_params_get(rc_graph *g, rc_params *p, const char *name);
@@ -164,6 +167,9 @@ typedef struct {
     int verbose;                  /* progress on rank 0's stderr */
     int json;                     /* quiet human output (for --json runs) */
     int local;                    /* a world of one even under a launcher (reference runs) */
+    const char *device;           /* where the model's state and steps live: "cpu", "opencl",
+                                     "opencl:N" or "opencl:N,M,..." (see rc_device_open); NULL:
+                                     the environment's REDCO_DEVICE, else the CPU */
 } rc_deployer_options;
 
 typedef struct rc_deployer rc_deployer;
@@ -178,6 +184,8 @@ rc_deployer *rc_deployer_new(int *argc, char ***argv, const rc_deployer_options 
 void rc_deployer_free(rc_deployer *d);
 const rc_mesh *rc_deployer_mesh(const rc_deployer *d);
 int rc_deployer_is_main(const rc_deployer *d);
+/* the backend this process runs on (the options' device) */
+rc_backend *rc_deployer_backend(const rc_deployer *d);
 /* the key of optimizer step `step` for this data-parallel replica */
 rc_rng rc_deployer_step_rng(const rc_deployer *d, int64_t step);
 /* Agreement on failure across ranks (see rc_comm_agree). */

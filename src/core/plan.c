@@ -227,9 +227,10 @@ static int check_supported(rc_plan *p, rc_error *err)
         if (p->owns[i] && !own && !p->be->supports(p->be, t->op, t->dtype)) {
             char s[96];
             return rc_error_set(err, RC_ERR_UNSUPPORTED,
-                                "plan: the %s backend has no %s kernel for dtype %s (node %d %s '%s')",
+                                "plan: the %s backend has no %s kernel for dtype %s (node %d %s%s%s%s)",
                                 p->be->name, rc_op_name(t->op), rc_dtype_name(t->dtype), t->id,
-                                rc_shape_str(t, s, sizeof s), t->name);
+                                rc_shape_str(t, s, sizeof s), t->name[0] ? " '" : "", t->name,
+                                t->name[0] ? "'" : "");
         }
     }
     return 0;

@@ -2,6 +2,7 @@
  * rank 0's logging: a progress bar (plain lines when not a terminal), log.jsonl and
  * TensorBoard event files. */
 #include "trainer_internal.h"
+#include "redco/device.h"
 #include "redco/tboard.h"
 
 #include <errno.h>
@@ -26,6 +27,7 @@ struct rc_deployer {
     double t0;                    /* start of the run, for the ETA */
     int64_t step0;                /* first step of this process (resumed runs) */
     int owns_mpi;                 /* this deployer started MPI: rc_deployer_free finalizes it */
+    rc_backend *be;               /* the device this process runs on */
 };
 
 static double now_s(void)
@@ -78,6 +80,11 @@ rc_deployer *rc_deployer_new(int *argc, char ***argv, const rc_deployer_options 
         free(d);
         return NULL;
     }
+    d->be = rc_device_open(o->device, -1, err);
+    if (rc_comm_agree(d->mesh.world, d->be ? 0 : -1, err)) {
+        rc_deployer_free(d);
+        return NULL;
+    }
     d->seed = o->seed;
     d->verbose = o->verbose;
     d->json = o->json;
@@ -104,6 +111,11 @@ void rc_deployer_free(rc_deployer *d)
     if (d->owns_mpi)
         rc_dist_finalize();
     free(d);
+}
+
+rc_backend *rc_deployer_backend(const rc_deployer *d)
+{
+    return d->be;
 }
 
 const rc_mesh *rc_deployer_mesh(const rc_deployer *d)

@@ -195,6 +195,40 @@ int rc_params_read_all(rc_params *p, float *host, rc_error *err)
     return rc_buffer_download(p->w.buf, 0, host, (size_t)p->w.numel * sizeof(float), err);
 }
 
+int rc_params_to(rc_params *p, rc_backend *be, rc_error *err)
+{
+    if (!p || !be)
+        return rc_error_set(err, RC_ERR_ARG, "params to: %s", p ? "no backend" : "no parameters");
+    if (p->be == be)
+        return 0;
+    if (p->released)
+        return rc_error_set(err, RC_ERR_ARG, "params to %s: the values are held as model shards",
+                            rc_backend_name(be));
+    nn_weights moved = p->w;
+    moved.buf = NULL;
+    if (!p->w.buf) { /* not allocated yet: it will be there */
+        p->be = be;
+        return 0;
+    }
+    int64_t most = 1;
+    for (int i = 0; i < p->w.n; i++)
+        most = p->w.p[i].numel > most ? p->w.p[i].numel : most;
+    float *x = malloc((size_t)most * sizeof *x);
+    int rc = x ? rci_nn_weights_alloc(&moved, be, err)
+               : rc_error_set(err, RC_ERR_MEMORY, "params to %s: out of memory", rc_backend_name(be));
+    for (int i = 0; !rc && i < p->w.n; i++)
+        rc = rci_nn_weights_read(&p->w, i, x, err) || rci_nn_weights_write(&moved, i, x, err) ? -1 : 0;
+    free(x);
+    if (rc) {
+        rc_buffer_free(moved.buf);
+        return -1;
+    }
+    rc_buffer_free(p->w.buf);
+    p->w.buf = moved.buf;
+    p->be = be;
+    return 0;
+}
+
 rc_buffer *rc_params_buffer(rc_params *p, int i, size_t *offset)
 {
     if (usable(p, i, "buffer", NULL))

@@ -142,6 +142,8 @@ rc_predictor *rc_predictor_new(rc_deployer *d, rc_collate_fn collate, rc_predict
         rc_error_set(err, RC_ERR_ARG, "predictor: deployer, collate, predict and params are required");
         return NULL;
     }
+    if (rc_params_to(params, rc_deployer_backend(d), err))
+        return NULL;
     rc_predictor *p = calloc(1, sizeof *p);
     if (!p) {
         rc_error_set(err, RC_ERR_MEMORY, "predictor: out of memory");

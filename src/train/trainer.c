@@ -159,6 +159,8 @@ rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn los
         rc_error_set(err, RC_ERR_ARG, "trainer: deployer, collate, loss and params are required");
         return NULL;
     }
+    if (rc_params_to(params, rc_deployer_backend(d), err))
+        return NULL;
     rc_trainer *t = calloc(1, sizeof *t);
     int64_t n = rc_params_numel(params);
     int np = rc_params_count(params);

@@ -1,0 +1,62 @@
+/* device.c - a device named by the user ("cpu", "opencl", "opencl:N", "opencl:N,M,...")
+ * resolved to a backend for this process. */
+#include "internal.h"
+#include "redco/device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* this process's rank on its machine, from the launcher's environment (0 without one) */
+static int local_rank_from_env(void)
+{
+    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                        "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v)
+            return atoi(v);
+    }
+    return 0;
+}
+
+/* "N,M,...": the entry local_rank picks (modulo the list's length); -1 when malformed */
+static int pick_from_list(const char *list, int local_rank)
+{
+    int ids[64], n = 0;
+    const char *p = list;
+    while (*p && n < 64) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 1000000 || (*end && *end != ','))
+            return -1;
+        ids[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return n && !*p ? ids[local_rank % n] : -1;
+}
+
+static rc_backend *bad_spec(const char *spec, rc_error *err)
+{
+    rc_error_set(err, RC_ERR_ARG, "device '%s': expected cpu, opencl, opencl:N or opencl:N,M,... "
+                 "(redco devices lists the OpenCL devices)", spec);
+    return NULL;
+}
+
+rc_backend *rc_device_open(const char *spec, int local_rank, rc_error *err)
+{
+    if (!spec || !*spec)
+        spec = getenv("REDCO_DEVICE");
+    if (!spec || !*spec || !strcmp(spec, "cpu"))
+        return rc_backend_cpu();
+    if (local_rank < 0)
+        local_rank = local_rank_from_env();
+    if (!strcmp(spec, "opencl")) {
+        int n = rc_opencl_device_count(err);
+        return n < 0 ? NULL : rc_backend_opencl(local_rank % n, err);
+    }
+    if (strncmp(spec, "opencl:", 7))
+        return bad_spec(spec, err);
+    int index = pick_from_list(spec + 7, local_rank);
+    return index < 0 ? bad_spec(spec, err) : rc_backend_opencl(index, err);
+}
