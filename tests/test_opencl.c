@@ -8,6 +8,7 @@
 #include "internal.h"
 #include "backend.h"
 #include "redco/device.h"
+#include "opencl/opencl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -440,6 +441,18 @@ static void test_unsupported(void)
     rc_graph_free(g);
 }
 
+/* a kernel that does not compile: the error carries the compiler's log */
+static void test_build_error(void)
+{
+    rc_error err = {0};
+    cl_program prog = NULL;
+    const char *bad = "__kernel void broken(__global float *x) { x[0] = undeclared_name; }\n";
+    int rc = rci_ocl_build_program((rci_ocl *)(void *)gpu, bad, &prog, &err);
+    CHECKF(rc == -1 && !prog && check_has(err.msg, "kernel build failed") &&
+           check_has(err.msg, "undeclared_name"), "build error: %s", err.msg);
+    printf("  build error: %.160s\n", err.msg);
+}
+
 static void test_devices(void)
 {
     rc_error err = {0};
@@ -557,6 +570,7 @@ int main(void)
     test_devices();
     test_buffers();
     test_unsupported();
+    test_build_error();
     test_full_unary();
     test_act();
     test_binary();

@@ -54,6 +54,9 @@ const char *rci_ocl_status(cl_int status);
 /* Builds the program of kernels.cl on a device and creates its kernels; on a build
  * failure the error holds the compiler's log. */
 int rci_ocl_build(rci_ocl *o, rc_error *err);
+/* Builds one program from OpenCL C source with the backend's options (*out NULL on a
+ * failure, whose error ends with the compiler's log). */
+int rci_ocl_build_program(rci_ocl *o, const char *src, cl_program *out, rc_error *err);
 
 /* Sets the args of kernel k (nargs of them: sizes and addresses) and runs it over n
  * work-items (n > 0); the error names `what`. */
