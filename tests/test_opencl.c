@@ -313,6 +313,43 @@ static void test_reduce(void)
     compare("mean_all", g, rc_mean_all(g, x), &x, 1, 1e-5);
 }
 
+static void test_norms(void)
+{
+    /* softmax: plain; scaled with a broadcast mask; causal with more keys than queries */
+    for (int c = 0; c < 3; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "softmax case %d", c);
+        rc_graph *g = rc_graph_new();
+        rc_tensor *x = param(g, "x", 4, 2, 3, 5, 9), *m = param(g, "m", 3, 1, 5, 9, 0), *w[2] = {x, m};
+        rc_tensor *y = c == 0 ? rc_softmax(g, x) : c == 1 ? rc_softmax_ext(g, x, m, 0.7, 0)
+                     : rc_softmax_ext(g, x, NULL, 1.3, 1);
+        compare(name, g, y, w, c == 1 ? 2 : 1, 1e-5);
+    }
+    for (int c = 0; c < 4; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "layer_norm case %d", c);
+        rc_graph *g = rc_graph_new();
+        rc_tensor *x = param(g, "x", 3, 2, 7, 37, 0), *wt = param(g, "w", 1, 37, 0, 0, 0);
+        rc_tensor *b = param(g, "b", 1, 37, 0, 0, 0), *w[3] = {x};
+        int nw = 1;
+        if (c & 1)
+            w[nw++] = wt;
+        if (c & 2)
+            w[nw++] = b;
+        rc_tensor *y = rc_layer_norm(g, x, c & 1 ? wt : NULL, c & 2 ? b : NULL, 1e-5);
+        compare(name, g, y, w, nw, 1e-5);
+    }
+    for (int c = 0; c < 3; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "rms_norm case %d", c);
+        rc_graph *g = rc_graph_new();
+        rc_tensor *x = param(g, "x", 3, 3, 5, 67, 0), *wt = param(g, "w", 1, 67, 0, 0, 0);
+        rc_tensor *w[2] = {x, wt};
+        rc_tensor *y = rc_rms_norm(g, x, c ? wt : NULL, 1e-6, c == 2 ? 1.0 : 0.0);
+        compare(name, g, y, w, c ? 2 : 1, 1e-5);
+    }
+}
+
 static void test_matmul(void)
 {
     /* a, b shapes (as stored), transposes */
@@ -432,9 +469,10 @@ static void test_unsupported(void)
 {
     rc_error err = {0};
     rc_graph *g = rc_graph_new();
-    rc_tensor *x = param(g, "x", 2, 3, 4, 0, 0), *y = rc_softmax(g, x);
+    int64_t s[2] = {3, 4};
+    rc_tensor *x = rc_param(g, "x", RC_F64, 2, s), *y = rc_exp(g, x);
     rc_plan *p = rc_plan_new_on(gpu, g, &y, 1, &err);
-    CHECKF(!p && check_has(err.msg, "softmax") && check_has(err.msg, "f32") &&
+    CHECKF(!p && check_has(err.msg, "exp") && check_has(err.msg, "f64") &&
            check_has(err.msg, "opencl:0"), "unsupported op: %s", err.msg);
     printf("  unsupported: %s\n", err.msg);
     rc_plan_free(p);
@@ -577,6 +615,7 @@ int main(void)
     test_where_equal_cast();
     test_move();
     test_reduce();
+    test_norms();
     test_matmul();
     test_dropout();
     test_optimizer();

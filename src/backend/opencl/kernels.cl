@@ -261,6 +261,124 @@ __kernel void k_reduce(__global float *o, long oo, __global const float *x, long
     o[oo + i] = (float)s;
 }
 
+/* ---- softmax and norms: one work-item per row --------------------------------------------- */
+
+/* the CPU's dsum: x[0, n) in 8 interleaved partial sums, the tail first, then the partials */
+static acc_t dsum(__global const float *x, long n)
+{
+    acc_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
+    long i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            acc[k] += x[i + k];
+    for (; i < n; i++)
+        s += x[i];
+    for (int k = 0; k < 8; k++)
+        s += acc[k];
+    return s;
+}
+
+/* the CPU's dsum_sq: the sum of (x[i] - mean)^2, the same way */
+static acc_t dsum_sq(__global const float *x, long n, acc_t mean)
+{
+    acc_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
+    long i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            acc_t d = x[i + k] - mean;
+            acc[k] += d * d;
+        }
+    for (; i < n; i++)
+        s += (x[i] - mean) * (x[i] - mean);
+    for (int k = 0; k < 8; k++)
+        s += acc[k];
+    return s;
+}
+
+/* rows [rows] of c: softmax of x * scale + mask (mask strides mst over the node's nd axes
+ * `shape`, when has_mask), causal: row r sees keys j <= r % tq + (c - tq) */
+__kernel void k_softmax(__global float *out, long oo, __global const float *x, long xo,
+                        __global const float *mask, long mo, int has_mask, long rows, long c,
+                        long tq, int causal, float scale, int nd, long8 shape, long8 mst)
+{
+    long r = get_global_id(0);
+    if (r >= rows)
+        return;
+    __global const float *xr = x + xo + r * c;
+    __global float *o = out + oo + r * c;
+    long cnt = c;
+    if (causal) {
+        long lim = r % tq + (c - tq) + 1;
+        cnt = lim < 0 ? 0 : lim > c ? c : lim;
+    }
+    for (long j = 0; j < cnt; j++)
+        o[j] = xr[j] * scale;
+    if (has_mask) {
+        long sh[8], ms[8], moff = 0, rr = r;
+        vstore8(shape, 0, sh);
+        vstore8(mst, 0, ms);
+        for (int i = nd - 2; i >= 0; i--) {
+            moff += (rr % sh[i]) * ms[i];
+            rr /= sh[i];
+        }
+        long step = nd ? ms[nd - 1] : 0;
+        for (long j = 0; j < cnt; j++)
+            o[j] += mask[mo + moff + j * step];
+    }
+    float mx = -INFINITY;
+    for (long j = 0; j < cnt; j++)
+        mx = o[j] > mx ? o[j] : mx;
+    if (mx == -INFINITY) {
+        for (long j = 0; j < c; j++)
+            o[j] = 0;
+        return;
+    }
+    for (long j = 0; j < cnt; j++)
+        o[j] = fexp(o[j] - mx);
+    float inv = (float)(1 / dsum(o, cnt));
+    for (long j = 0; j < cnt; j++)
+        o[j] *= inv;
+    for (long j = cnt; j < c; j++)
+        o[j] = 0;
+}
+
+/* rows of c: (x - mean) / sqrt(var + eps) * w + b, w and b when has_w, has_b */
+__kernel void k_layer_norm(__global float *out, long oo, __global const float *x, long xo,
+                           __global const float *w, long wo, int has_w, __global const float *b,
+                           long bo, int has_b, long rows, long c, acc_t eps)
+{
+    long r = get_global_id(0);
+    if (r >= rows)
+        return;
+    __global const float *xr = x + xo + r * c;
+    __global float *o = out + oo + r * c;
+    acc_t mean = dsum(xr, c) / (acc_t)c, var = dsum_sq(xr, c, mean) / (acc_t)c;
+    float mu = (float)mean, rstd = (float)(1 / sqrt(var + eps));
+    for (long j = 0; j < c; j++) {
+        float v = (xr[j] - mu) * rstd;
+        if (has_w)
+            v *= w[wo + j];
+        if (has_b)
+            v += b[bo + j];
+        o[j] = v;
+    }
+}
+
+/* rows of c: x / sqrt(mean(x^2) + eps) * (w + offset), without w (has_w 0): times 1 */
+__kernel void k_rms_norm(__global float *out, long oo, __global const float *x, long xo,
+                         __global const float *w, long wo, int has_w, long rows, long c, acc_t eps,
+                         float offset)
+{
+    long r = get_global_id(0);
+    if (r >= rows)
+        return;
+    __global const float *xr = x + xo + r * c;
+    __global float *o = out + oo + r * c;
+    float rs = (float)(1 / sqrt(dsum_sq(xr, c, 0) / (acc_t)c + eps));
+    for (long j = 0; j < c; j++)
+        o[j] = has_w ? xr[j] * rs * (w[wo + j] + offset) : xr[j] * rs;
+}
+
 /* ---- dropout --------------------------------------------------------------------------------- */
 
 /* splitmix64's finaliser (rci_hash64 in src/core/rng.c) */

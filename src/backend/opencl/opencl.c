@@ -272,6 +272,7 @@ static void *ocl_host_address(const rc_backend *be, const rc_buffer *b, size_t o
 static const char *kernel_names[OCL_KERNEL_COUNT] = {
     "k_fill", "k_unary", "k_act", "k_binary", "k_where", "k_equal", "k_copy", "k_cast_f32_i32",
     "k_cast_i32_f32", "k_reduce", "k_dropout", "k_adamw", "k_sgd", "k_accumulate", "k_sum_squares",
+    "k_softmax", "k_layer_norm", "k_rms_norm",
 };
 
 /* the start of the compiler's log (its first errors), in err */

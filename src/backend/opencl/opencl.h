@@ -26,6 +26,9 @@ typedef enum {
     OCL_SGD,
     OCL_ACCUMULATE,
     OCL_SUM_SQUARES,
+    OCL_SOFTMAX,
+    OCL_LAYER_NORM,
+    OCL_RMS_NORM,
     OCL_KERNEL_COUNT
 } rci_ocl_kernel;
 

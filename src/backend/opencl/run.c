@@ -553,6 +553,110 @@ static int run_sum_to(rci_ocl *o, const rci_node_run *r, rc_error *err)
     return reduce_boxes(o, &out, &in[0], &kept, &summed, 0, "sum_to", err);
 }
 
+/* ---- softmax and norms: one work-item per row of the last axis ------------------------------ */
+
+static int64_t last_dim(const rc_tensor *t)
+{
+    return t->ndim ? t->shape[t->ndim - 1] : 1;
+}
+
+/* src[k] is optional: NULL is fine, otherwise it must be [C] f32 */
+static int optional_vector(const rc_tensor *node, int k, int64_t c, rc_error *err)
+{
+    const rc_tensor *s = k < node->nsrc ? node->src[k] : NULL;
+    if (s && (s->dtype != RC_F32 || rc_tensor_numel(s) != c))
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: input %d must be [%lld] f32", op_name(node), k,
+                            (long long)c);
+    return 0;
+}
+
+/* an optional input's place; the output's (never read) when absent */
+static int optional_place(const rci_node_run *r, int k, const place *out, place *p, cl_int *has,
+                          rc_error *err)
+{
+    *has = k < r->node->nsrc && r->node->src[k];
+    if (!*has) {
+        *p = *out;
+        return 0;
+    }
+    return place_of(&r->in[k], r->node, p, err);
+}
+
+/* eps as the kernels' accumulator type: double with fp64, else float */
+typedef struct {
+    cl_double d;
+    cl_float f;
+} acc_arg;
+
+static rci_ocl_arg acc_value(const rci_ocl *o, const acc_arg *a)
+{
+    rci_ocl_arg r = o->fp64 ? (rci_ocl_arg){sizeof a->d, &a->d} : (rci_ocl_arg){sizeof a->f, &a->f};
+    return r;
+}
+
+/* softmax over the last axis of src0 * fparam[0] + src1 (optional mask, broadcast) */
+static int run_softmax(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[1] = {{0}}, mask = {0};
+    cl_int has_mask;
+    int64_t mst[BOX_MAX] = {0}, shape[BOX_MAX] = {0};
+    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || places(r, 1, &out, in, err) ||
+        optional_place(r, 1, &out, &mask, &has_mask, err))
+        return -1;
+    if (has_mask && (need_src(node, 1, RC_F32, err)))
+        return -1;
+    if (has_mask && bcast_strides(node->src[1], node->ndim, node->shape, mst)) {
+        char so[96];
+        return rc_error_set(err, RC_ERR_SHAPE, "softmax: the mask does not broadcast to %s",
+                            rc_shape_str(node, so, sizeof so));
+    }
+    memcpy(shape, node->shape, (size_t)node->ndim * sizeof *shape);
+    int nd = node->ndim;
+    cl_long c = last_dim(node), rows = rc_tensor_numel(node) / c;
+    cl_long tq = nd >= 2 ? node->shape[nd - 2] : 1;
+    cl_int causal = node->iparam[0] != 0, cnd = nd;
+    cl_float scale = (cl_float)node->fparam[0];
+    cl_long8 sh = long8_of(shape), ms = long8_of(mst);
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(mask.mem),
+                       ARG(mask.off), ARG(has_mask), ARG(rows), ARG(c), ARG(tq), ARG(causal),
+                       ARG(scale), ARG(cnd), ARG(sh), ARG(ms)};
+    return rci_ocl_launch(o, OCL_SOFTMAX, a, 15, (size_t)rows, "softmax", err);
+}
+
+static int run_layer_norm(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[1] = {{0}}, w = {0}, b = {0};
+    cl_int has_w, has_b;
+    cl_long c = last_dim(node), rows = rc_tensor_numel(node) / c;
+    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || optional_vector(node, 1, c, err) ||
+        optional_vector(node, 2, c, err) || places(r, 1, &out, in, err) ||
+        optional_place(r, 1, &out, &w, &has_w, err) || optional_place(r, 2, &out, &b, &has_b, err))
+        return -1;
+    acc_arg eps = {node->fparam[0], (cl_float)node->fparam[0]};
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
+                       ARG(w.off), ARG(has_w), ARG(b.mem), ARG(b.off), ARG(has_b), ARG(rows), ARG(c),
+                       acc_value(o, &eps)};
+    return rci_ocl_launch(o, OCL_LAYER_NORM, a, 13, (size_t)rows, "layer_norm", err);
+}
+
+static int run_rms_norm(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[1] = {{0}}, w = {0};
+    cl_int has_w;
+    cl_long c = last_dim(node), rows = rc_tensor_numel(node) / c;
+    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || optional_vector(node, 1, c, err) ||
+        places(r, 1, &out, in, err) || optional_place(r, 1, &out, &w, &has_w, err))
+        return -1;
+    acc_arg eps = {node->fparam[0], (cl_float)node->fparam[0]};
+    cl_float offset = (cl_float)node->fparam[1];
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
+                       ARG(w.off), ARG(has_w), ARG(rows), ARG(c), acc_value(o, &eps), ARG(offset)};
+    return rci_ocl_launch(o, OCL_RMS_NORM, a, 11, (size_t)rows, "rms_norm", err);
+}
+
 /* ---- dropout, matmul ------------------------------------------------------------------------- */
 
 /* kept iff uniform_at(key, i) >= p (the CPU's k_dropout), with the same key */
@@ -664,6 +768,9 @@ int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t)
     case RC_OP_SUM:
     case RC_OP_MAX:
     case RC_OP_SUM_TO:
+    case RC_OP_SOFTMAX:
+    case RC_OP_LAYER_NORM:
+    case RC_OP_RMS_NORM:
     case RC_OP_DROPOUT:
     case RC_OP_WHERE:
     case RC_OP_EQUAL:
@@ -698,6 +805,9 @@ int rci_ocl_run_node(rc_backend *be, const rci_node_run *r, rc_error *err)
     case RC_OP_SUM:
     case RC_OP_MAX: return run_reduce(o, r, err);
     case RC_OP_SUM_TO: return run_sum_to(o, r, err);
+    case RC_OP_SOFTMAX: return run_softmax(o, r, err);
+    case RC_OP_LAYER_NORM: return run_layer_norm(o, r, err);
+    case RC_OP_RMS_NORM: return run_rms_norm(o, r, err);
     case RC_OP_DROPOUT: return run_dropout(o, r, err);
     case RC_OP_WHERE: return run_where(o, r, err);
     case RC_OP_EQUAL: return run_equal(o, r, err);
