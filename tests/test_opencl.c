@@ -350,6 +350,68 @@ static void test_norms(void)
     }
 }
 
+static void test_ids(void)
+{
+    id_max = 11;
+    for (int c = 0; c < 3; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "embedding case %d", c);
+        rc_graph *g = rc_graph_new();
+        rc_tensor *tab = param(g, "table", 2, c == 2 ? 5 : 11, 6, 0, 0), *x = ids(g, "ids", 2, 3, 40, 0);
+        rc_tensor *y = c == 0 ? rc_embedding(g, tab, x) : c == 1 ? rc_embedding_pad(g, tab, x, 2)
+                     : rc_embedding_shard(g, tab, x, 3, 11);
+        compare(name, g, y, &tab, 1, 1e-5);
+    }
+    rc_graph *g = rc_graph_new();
+    compare("one_hot", g, rc_one_hot(g, ids(g, "ids", 2, 3, 5, 0), 11, 2, RC_F32), NULL, 0, 0);
+    g = rc_graph_new();
+    compare("one_hot shard", g, rc_one_hot_shard(g, ids(g, "ids", 1, 17, 0, 0), 4, 2, RC_F32, 5, 11),
+            NULL, 0, 0);
+    id_max = 13;
+    range_lo = -8;
+    range_hi = 8;
+    for (int c = 0; c < 2; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "cross_entropy ignore %d", c ? 5 : -100);
+        g = rc_graph_new();
+        rc_tensor *lg = param(g, "logits", 3, 3, 40, 13, 0), *t = ids(g, "t", 2, 3, 40, 0);
+        compare(name, g, rc_cross_entropy(g, lg, t, c ? 5 : RC_IGNORE_INDEX), &lg, 1, 1e-5);
+    }
+    g = rc_graph_new();
+    rc_tensor *lg = param(g, "logits", 2, 600, 1031, 0, 0);
+    id_max = 1031;
+    compare("cross_entropy wide rows", g, rc_cross_entropy(g, lg, ids(g, "t", 1, 600, 0, 0), 7), &lg,
+            1, 1e-5);
+    range_lo = -2;
+    range_hi = 2;
+    static const int32_t pos[5] = {0, 3, 7, 100, 2047};
+    for (int c = 0; c < 3; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "rope case %d", c);
+        g = rc_graph_new();
+        int64_t ps[1] = {5};
+        rc_tensor *x = param(g, "x", 4, 2, 5, 3, 8), *p = rc_const(g, "pos", RC_I32, 1, ps, pos);
+        rc_tensor *y = c == 2 ? rc_rope_inverse(g, x, p, 8, RC_ROPE_HALF, 500000.0)
+                              : rc_rope(g, x, p, 6, c ? RC_ROPE_HALF : RC_ROPE_INTERLEAVED, 10000.0);
+        compare(name, g, y, &x, 1, 1e-5);
+    }
+    id_max = 5;
+    /* an id outside the table: the CPU's error */
+    g = rc_graph_new();
+    rc_tensor *tab = param(g, "table", 2, 4, 3, 0, 0), *x = ids(g, "ids", 1, 6, 0, 0);
+    rc_tensor *y = rc_embedding(g, tab, x);
+    rc_error err = {0};
+    rc_plan *p = rc_plan_new_on(gpu, g, &y, 1, &err);
+    int32_t bad[6] = {0, 1, 3, 9, 2, -1};
+    float t[12] = {0};
+    CHECK(p && !rc_plan_set_input(p, x, bad, &err) && !rc_plan_set_input(p, tab, t, &err));
+    CHECKF(p && rc_plan_run(p, &err) && err.code == RC_ERR_INDEX &&
+           check_has(err.msg, "id 9 at position 3 is outside [0, 4)"), "bad id: %s", err.msg);
+    printf("  bad id: %s\n", err.msg);
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
 static void test_matmul(void)
 {
     /* a, b shapes (as stored), transposes */
@@ -597,8 +659,8 @@ int main(void)
     gpu = rc_backend_opencl(0, &err);
     if (!gpu) {
         const char *req = getenv("REDCO_REQUIRE_OPENCL");
-        if (req && !strcmp(req, "1")) {
-            CHECKF(0, "REDCO_REQUIRE_OPENCL=1 but no OpenCL device: %s", err.msg);
+        if ((req && !strcmp(req, "1")) || rc_opencl_device_count(NULL) > 0) {
+            CHECKF(0, "no OpenCL backend (a device is there, or REDCO_REQUIRE_OPENCL=1): %s", err.msg);
             return check_summary("opencl");
         }
         printf("test_opencl: not run (no OpenCL device; set REDCO_REQUIRE_OPENCL=1 to fail): %s\n",
@@ -616,6 +678,7 @@ int main(void)
     test_move();
     test_reduce();
     test_norms();
+    test_ids();
     test_matmul();
     test_dropout();
     test_optimizer();

@@ -272,7 +272,8 @@ static void *ocl_host_address(const rc_backend *be, const rc_buffer *b, size_t o
 static const char *kernel_names[OCL_KERNEL_COUNT] = {
     "k_fill", "k_unary", "k_act", "k_binary", "k_where", "k_equal", "k_copy", "k_cast_f32_i32",
     "k_cast_i32_f32", "k_reduce", "k_dropout", "k_adamw", "k_sgd", "k_accumulate", "k_sum_squares",
-    "k_softmax", "k_layer_norm", "k_rms_norm",
+    "k_softmax", "k_layer_norm", "k_rms_norm", "k_check_ids", "k_embedding", "k_embedding_grad",
+    "k_one_hot", "k_ce_rows", "k_ce_mean", "k_ce_scale", "k_ce_grad", "k_rope",
 };
 
 /* the start of the compiler's log (its first errors), in err */
@@ -322,6 +323,8 @@ int rci_ocl_build(rci_ocl *o, rc_error *err)
     if (rci_ocl_build_program(o, rci_ocl_source, &o->program, err))
         return -1;
     for (int k = 0; k < OCL_KERNEL_COUNT; k++) {
+        if (k == OCL_ROPE && !o->fp64)
+            continue;
         cl_int s;
         o->kernels[k] = clCreateKernel(o->program, kernel_names[k], &s);
         if (s != CL_SUCCESS)
@@ -329,6 +332,24 @@ int rci_ocl_build(rci_ocl *o, rc_error *err)
                                 kernel_names[k], rci_ocl_status(s));
     }
     return 0;
+}
+
+cl_mem rci_ocl_scratch(rci_ocl *o, size_t bytes, rc_error *err)
+{
+    if (bytes <= o->scratch_bytes)
+        return o->scratch;
+    if (o->scratch)
+        clReleaseMemObject(o->scratch);
+    o->scratch_bytes = 0;
+    cl_int s;
+    o->scratch = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, bytes, NULL, &s);
+    if (s != CL_SUCCESS) {
+        o->scratch = NULL;
+        out_of_memory(&o->be, bytes, "scratch memory for a kernel", err);
+        return NULL;
+    }
+    o->scratch_bytes = bytes;
+    return o->scratch;
 }
 
 int rci_ocl_launch(rci_ocl *o, rci_ocl_kernel k, const rci_ocl_arg *args, int nargs, size_t n,
@@ -359,6 +380,10 @@ static void ocl_close(rci_ocl *o)
             clReleaseKernel(o->kernels[k]);
     if (o->program)
         clReleaseProgram(o->program);
+    if (o->scratch)
+        clReleaseMemObject(o->scratch);
+    if (o->fault)
+        clReleaseMemObject(o->fault);
     if (o->queue)
         clReleaseCommandQueue(o->queue);
     if (o->ctx)
@@ -405,8 +430,11 @@ static rci_ocl *ocl_open(int index, rc_error *err)
     o->ctx = clCreateContext(props, 1, &ref.device, NULL, NULL, &s);
     if (s == CL_SUCCESS)
         o->queue = clCreateCommandQueue(o->ctx, ref.device, 0, &s);
+    if (s == CL_SUCCESS)
+        o->fault = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, sizeof(cl_int), NULL, &s);
     if (s != CL_SUCCESS) {
-        fail(&o->be, o->ctx ? "clCreateCommandQueue" : "clCreateContext", s, err);
+        fail(&o->be, !o->ctx ? "clCreateContext" : !o->queue ? "clCreateCommandQueue" : "clCreateBuffer",
+             s, err);
         ocl_close(o);
         return NULL;
     }
