@@ -8,6 +8,7 @@
 #include "internal.h"
 #include "backend.h"
 #include "redco/device.h"
+#include "opencl/opencl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -312,6 +313,105 @@ static void test_reduce(void)
     compare("mean_all", g, rc_mean_all(g, x), &x, 1, 1e-5);
 }
 
+static void test_norms(void)
+{
+    /* softmax: plain; scaled with a broadcast mask; causal with more keys than queries */
+    for (int c = 0; c < 3; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "softmax case %d", c);
+        rc_graph *g = rc_graph_new();
+        rc_tensor *x = param(g, "x", 4, 2, 3, 5, 9), *m = param(g, "m", 3, 1, 5, 9, 0), *w[2] = {x, m};
+        rc_tensor *y = c == 0 ? rc_softmax(g, x) : c == 1 ? rc_softmax_ext(g, x, m, 0.7, 0)
+                     : rc_softmax_ext(g, x, NULL, 1.3, 1);
+        compare(name, g, y, w, c == 1 ? 2 : 1, 1e-5);
+    }
+    for (int c = 0; c < 4; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "layer_norm case %d", c);
+        rc_graph *g = rc_graph_new();
+        rc_tensor *x = param(g, "x", 3, 2, 7, 37, 0), *wt = param(g, "w", 1, 37, 0, 0, 0);
+        rc_tensor *b = param(g, "b", 1, 37, 0, 0, 0), *w[3] = {x};
+        int nw = 1;
+        if (c & 1)
+            w[nw++] = wt;
+        if (c & 2)
+            w[nw++] = b;
+        rc_tensor *y = rc_layer_norm(g, x, c & 1 ? wt : NULL, c & 2 ? b : NULL, 1e-5);
+        compare(name, g, y, w, nw, 1e-5);
+    }
+    for (int c = 0; c < 3; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "rms_norm case %d", c);
+        rc_graph *g = rc_graph_new();
+        rc_tensor *x = param(g, "x", 3, 3, 5, 67, 0), *wt = param(g, "w", 1, 67, 0, 0, 0);
+        rc_tensor *w[2] = {x, wt};
+        rc_tensor *y = rc_rms_norm(g, x, c ? wt : NULL, 1e-6, c == 2 ? 1.0 : 0.0);
+        compare(name, g, y, w, c ? 2 : 1, 1e-5);
+    }
+}
+
+static void test_ids(void)
+{
+    id_max = 11;
+    for (int c = 0; c < 3; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "embedding case %d", c);
+        rc_graph *g = rc_graph_new();
+        rc_tensor *tab = param(g, "table", 2, c == 2 ? 5 : 11, 6, 0, 0), *x = ids(g, "ids", 2, 3, 40, 0);
+        rc_tensor *y = c == 0 ? rc_embedding(g, tab, x) : c == 1 ? rc_embedding_pad(g, tab, x, 2)
+                     : rc_embedding_shard(g, tab, x, 3, 11);
+        compare(name, g, y, &tab, 1, 1e-5);
+    }
+    rc_graph *g = rc_graph_new();
+    compare("one_hot", g, rc_one_hot(g, ids(g, "ids", 2, 3, 5, 0), 11, 2, RC_F32), NULL, 0, 0);
+    g = rc_graph_new();
+    compare("one_hot shard", g, rc_one_hot_shard(g, ids(g, "ids", 1, 17, 0, 0), 4, 2, RC_F32, 5, 11),
+            NULL, 0, 0);
+    id_max = 13;
+    range_lo = -8;
+    range_hi = 8;
+    for (int c = 0; c < 2; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "cross_entropy ignore %d", c ? 5 : -100);
+        g = rc_graph_new();
+        rc_tensor *lg = param(g, "logits", 3, 3, 40, 13, 0), *t = ids(g, "t", 2, 3, 40, 0);
+        compare(name, g, rc_cross_entropy(g, lg, t, c ? 5 : RC_IGNORE_INDEX), &lg, 1, 1e-5);
+    }
+    g = rc_graph_new();
+    rc_tensor *lg = param(g, "logits", 2, 600, 1031, 0, 0);
+    id_max = 1031;
+    compare("cross_entropy wide rows", g, rc_cross_entropy(g, lg, ids(g, "t", 1, 600, 0, 0), 7), &lg,
+            1, 1e-5);
+    range_lo = -2;
+    range_hi = 2;
+    static const int32_t pos[5] = {0, 3, 7, 100, 2047};
+    for (int c = 0; c < 3; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "rope case %d", c);
+        g = rc_graph_new();
+        int64_t ps[1] = {5};
+        rc_tensor *x = param(g, "x", 4, 2, 5, 3, 8), *p = rc_const(g, "pos", RC_I32, 1, ps, pos);
+        rc_tensor *y = c == 2 ? rc_rope_inverse(g, x, p, 8, RC_ROPE_HALF, 500000.0)
+                              : rc_rope(g, x, p, 6, c ? RC_ROPE_HALF : RC_ROPE_INTERLEAVED, 10000.0);
+        compare(name, g, y, &x, 1, 1e-5);
+    }
+    id_max = 5;
+    /* an id outside the table: the CPU's error */
+    g = rc_graph_new();
+    rc_tensor *tab = param(g, "table", 2, 4, 3, 0, 0), *x = ids(g, "ids", 1, 6, 0, 0);
+    rc_tensor *y = rc_embedding(g, tab, x);
+    rc_error err = {0};
+    rc_plan *p = rc_plan_new_on(gpu, g, &y, 1, &err);
+    int32_t bad[6] = {0, 1, 3, 9, 2, -1};
+    float t[12] = {0};
+    CHECK(p && !rc_plan_set_input(p, x, bad, &err) && !rc_plan_set_input(p, tab, t, &err));
+    CHECKF(p && rc_plan_run(p, &err) && err.code == RC_ERR_INDEX &&
+           check_has(err.msg, "id 9 at position 3 is outside [0, 4)"), "bad id: %s", err.msg);
+    printf("  bad id: %s\n", err.msg);
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
 static void test_matmul(void)
 {
     /* a, b shapes (as stored), transposes */
@@ -431,13 +531,26 @@ static void test_unsupported(void)
 {
     rc_error err = {0};
     rc_graph *g = rc_graph_new();
-    rc_tensor *x = param(g, "x", 2, 3, 4, 0, 0), *y = rc_softmax(g, x);
+    int64_t s[2] = {3, 4};
+    rc_tensor *x = rc_param(g, "x", RC_F64, 2, s), *y = rc_exp(g, x);
     rc_plan *p = rc_plan_new_on(gpu, g, &y, 1, &err);
-    CHECKF(!p && check_has(err.msg, "softmax") && check_has(err.msg, "f32") &&
+    CHECKF(!p && check_has(err.msg, "exp") && check_has(err.msg, "f64") &&
            check_has(err.msg, "opencl:0"), "unsupported op: %s", err.msg);
     printf("  unsupported: %s\n", err.msg);
     rc_plan_free(p);
     rc_graph_free(g);
+}
+
+/* a kernel that does not compile: the error carries the compiler's log */
+static void test_build_error(void)
+{
+    rc_error err = {0};
+    cl_program prog = NULL;
+    const char *bad = "__kernel void broken(__global float *x) { x[0] = undeclared_name; }\n";
+    int rc = rci_ocl_build_program((rci_ocl *)(void *)gpu, bad, &prog, &err);
+    CHECKF(rc == -1 && !prog && check_has(err.msg, "kernel build failed") &&
+           check_has(err.msg, "undeclared_name"), "build error: %s", err.msg);
+    printf("  build error: %.160s\n", err.msg);
 }
 
 static void test_devices(void)
@@ -546,8 +659,8 @@ int main(void)
     gpu = rc_backend_opencl(0, &err);
     if (!gpu) {
         const char *req = getenv("REDCO_REQUIRE_OPENCL");
-        if (req && !strcmp(req, "1")) {
-            CHECKF(0, "REDCO_REQUIRE_OPENCL=1 but no OpenCL device: %s", err.msg);
+        if ((req && !strcmp(req, "1")) || rc_opencl_device_count(NULL) > 0) {
+            CHECKF(0, "no OpenCL backend (a device is there, or REDCO_REQUIRE_OPENCL=1): %s", err.msg);
             return check_summary("opencl");
         }
         printf("test_opencl: not run (no OpenCL device; set REDCO_REQUIRE_OPENCL=1 to fail): %s\n",
@@ -557,12 +670,15 @@ int main(void)
     test_devices();
     test_buffers();
     test_unsupported();
+    test_build_error();
     test_full_unary();
     test_act();
     test_binary();
     test_where_equal_cast();
     test_move();
     test_reduce();
+    test_norms();
+    test_ids();
     test_matmul();
     test_dropout();
     test_optimizer();

@@ -18,6 +18,7 @@ static void usage(FILE *f)
             "  plan       the tensor-parallel plan of a model over N shards (no weights allocated)\n"
             "  tokenize   text -> token ids, or ids -> text (--decode)\n"
             "  tokenizer-train  learn a byte-level BPE vocabulary from a text file\n"
+            "  devices    list the OpenCL devices (opencl:N) and their memory\n"
             "  version    print the version\n"
             "\n"
             "Distributed runs: mpirun -np P redco train ..., or redco train --nproc P ...\n",
@@ -49,6 +50,8 @@ int main(int argc, char **argv)
         return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenizer-train"))
         return cmd_tokenizer_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "devices"))
+        return cmd_devices(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize"))
         return cmd_tokenize(argc - 1, argv + 1);
     fprintf(stderr, "redco: unknown command '%s' (see 'redco help')\n", cmd);

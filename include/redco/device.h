@@ -24,7 +24,7 @@ typedef struct {
     int index;                /* N of "opencl:N" */
     char platform[128];       /* the platform's name ("Portable Computing Language", ...) */
     char name[128];           /* the device's name */
-    char version[64];         /* its CL_DEVICE_VERSION */
+    char version[128];        /* its CL_DEVICE_VERSION */
     char type[16];            /* "gpu", "cpu", "accelerator" or "other" */
     size_t global_bytes;      /* CL_DEVICE_GLOBAL_MEM_SIZE */
     size_t max_alloc_bytes;   /* CL_DEVICE_MAX_MEM_ALLOC_SIZE: the largest one buffer */

@@ -261,6 +261,305 @@ __kernel void k_reduce(__global float *o, long oo, __global const float *x, long
     o[oo + i] = (float)s;
 }
 
+/* ---- softmax and norms: one work-item per row --------------------------------------------- */
+
+/* the CPU's dsum: x[0, n) in 8 interleaved partial sums, the tail first, then the partials */
+static acc_t dsum(__global const float *x, long n)
+{
+    acc_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
+    long i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            acc[k] += x[i + k];
+    for (; i < n; i++)
+        s += x[i];
+    for (int k = 0; k < 8; k++)
+        s += acc[k];
+    return s;
+}
+
+/* the CPU's dsum_sq: the sum of (x[i] - mean)^2, the same way */
+static acc_t dsum_sq(__global const float *x, long n, acc_t mean)
+{
+    acc_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
+    long i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            acc_t d = x[i + k] - mean;
+            acc[k] += d * d;
+        }
+    for (; i < n; i++)
+        s += (x[i] - mean) * (x[i] - mean);
+    for (int k = 0; k < 8; k++)
+        s += acc[k];
+    return s;
+}
+
+/* rows [rows] of c: softmax of x * scale + mask (mask strides mst over the node's nd axes
+ * `shape`, when has_mask), causal: row r sees keys j <= r % tq + (c - tq) */
+__kernel void k_softmax(__global float *out, long oo, __global const float *x, long xo,
+                        __global const float *mask, long mo, int has_mask, long rows, long c,
+                        long tq, int causal, float scale, int nd, long8 shape, long8 mst)
+{
+    long r = get_global_id(0);
+    if (r >= rows)
+        return;
+    __global const float *xr = x + xo + r * c;
+    __global float *o = out + oo + r * c;
+    long cnt = c;
+    if (causal) {
+        long lim = r % tq + (c - tq) + 1;
+        cnt = lim < 0 ? 0 : lim > c ? c : lim;
+    }
+    for (long j = 0; j < cnt; j++)
+        o[j] = xr[j] * scale;
+    if (has_mask) {
+        long sh[8], ms[8], moff = 0, rr = r;
+        vstore8(shape, 0, sh);
+        vstore8(mst, 0, ms);
+        for (int i = nd - 2; i >= 0; i--) {
+            moff += (rr % sh[i]) * ms[i];
+            rr /= sh[i];
+        }
+        long step = nd ? ms[nd - 1] : 0;
+        for (long j = 0; j < cnt; j++)
+            o[j] += mask[mo + moff + j * step];
+    }
+    float mx = -INFINITY;
+    for (long j = 0; j < cnt; j++)
+        mx = o[j] > mx ? o[j] : mx;
+    if (mx == -INFINITY) {
+        for (long j = 0; j < c; j++)
+            o[j] = 0;
+        return;
+    }
+    for (long j = 0; j < cnt; j++)
+        o[j] = fexp(o[j] - mx);
+    float inv = (float)(1 / dsum(o, cnt));
+    for (long j = 0; j < cnt; j++)
+        o[j] *= inv;
+    for (long j = cnt; j < c; j++)
+        o[j] = 0;
+}
+
+/* rows of c: (x - mean) / sqrt(var + eps) * w + b, w and b when has_w, has_b */
+__kernel void k_layer_norm(__global float *out, long oo, __global const float *x, long xo,
+                           __global const float *w, long wo, int has_w, __global const float *b,
+                           long bo, int has_b, long rows, long c, acc_t eps)
+{
+    long r = get_global_id(0);
+    if (r >= rows)
+        return;
+    __global const float *xr = x + xo + r * c;
+    __global float *o = out + oo + r * c;
+    acc_t mean = dsum(xr, c) / (acc_t)c, var = dsum_sq(xr, c, mean) / (acc_t)c;
+    float mu = (float)mean, rstd = (float)(1 / sqrt(var + eps));
+    for (long j = 0; j < c; j++) {
+        float v = (xr[j] - mu) * rstd;
+        if (has_w)
+            v *= w[wo + j];
+        if (has_b)
+            v += b[bo + j];
+        o[j] = v;
+    }
+}
+
+/* rows of c: x / sqrt(mean(x^2) + eps) * (w + offset), without w (has_w 0): times 1 */
+__kernel void k_rms_norm(__global float *out, long oo, __global const float *x, long xo,
+                         __global const float *w, long wo, int has_w, long rows, long c, acc_t eps,
+                         float offset)
+{
+    long r = get_global_id(0);
+    if (r >= rows)
+        return;
+    __global const float *xr = x + xo + r * c;
+    __global float *o = out + oo + r * c;
+    float rs = (float)(1 / sqrt(dsum_sq(xr, c, 0) / (acc_t)c + eps));
+    for (long j = 0; j < c; j++)
+        o[j] = has_w ? xr[j] * rs * (w[wo + j] + offset) : xr[j] * rs;
+}
+
+/* ---- ids: embedding, one-hot, cross-entropy ------------------------------------------------ */
+
+/* fault[0] = the least position i whose id is outside [0, n) and not `ignore` (when
+ * has_ignore); the host fills it with INT_MAX first */
+__kernel void k_check_ids(__global const int *ids, long io, long count, long n, int ignore,
+                          int has_ignore, __global int *fault)
+{
+    long i = get_global_id(0);
+    if (i >= count)
+        return;
+    int id = ids[io + i];
+    if ((!has_ignore || id != ignore) && (id < 0 || id >= n))
+        atomic_min(fault, (int)i);
+}
+
+/* out [count, c]: row i = table row ids[i] - first (zeros outside the table's rows) */
+__kernel void k_embedding(__global float *o, long oo, __global const float *t, long to,
+                          __global const int *ids, long io, long count, long c, long rows, long first)
+{
+    long e = get_global_id(0);
+    if (e >= count * c)
+        return;
+    long i = e / c, j = e % c, r = (long)ids[io + i] - first;
+    o[oo + e] = r >= 0 && r < rows ? t[to + r * c + j] : 0;
+}
+
+/* out [rows, c] (zeroed first) += grad row i at row ids[i] - first, skipping `skip`: one
+ * work-item per column, adding in i order (the CPU's order: deterministic) */
+__kernel void k_embedding_grad(__global float *o, long oo, __global const int *ids, long io,
+                               __global const float *g, long go, long count, long c, long rows,
+                               long first, int skip)
+{
+    long j = get_global_id(0);
+    if (j >= c)
+        return;
+    for (long i = 0; i < count; i++) {
+        int id = ids[io + i];
+        long r = (long)id - first;
+        if (id == skip || r < 0 || r >= rows)
+            continue;
+        o[oo + r * c + j] += g[go + i * c + j];
+    }
+}
+
+/* out [count, depth]: 1 at column ids[i] - first unless ids[i] == ignore */
+__kernel void k_one_hot(__global float *o, long oo, __global const int *ids, long io, long count,
+                        long depth, long first, int ignore)
+{
+    long e = get_global_id(0);
+    if (e >= count * depth)
+        return;
+    long i = e / depth, j = e % depth;
+    int id = ids[io + i];
+    o[oo + e] = id != ignore && (long)id - first == j ? 1 : 0;
+}
+
+static float row_max(__global const float *x, long v)
+{
+    float mx = -INFINITY;
+    for (long j = 0; j < v; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
+/* the CPU's sum_exp: exp(x[j] - mx) in float, summed a block of 512 at a time (dsum's
+ * order within a block), blocks added in order */
+static acc_t sum_exp(__global const float *x, long v, float mx)
+{
+    acc_t s = 0;
+    for (long j0 = 0; j0 < v; j0 += 512) {
+        long n = v - j0 < 512 ? v - j0 : 512;
+        acc_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, t = 0;
+        long i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; k++)
+                acc[k] += fexp(x[j0 + i + k] - mx);
+        for (; i < n; i++)
+            t += fexp(x[j0 + i] - mx);
+        for (int k = 0; k < 8; k++)
+            t += acc[k];
+        s += t;
+    }
+    return s;
+}
+
+/* loss[r] = logsumexp(row r) - row[target] (0 for an ignored target) */
+__kernel void k_ce_rows(__global acc_t *loss, __global const float *x, long xo,
+                        __global const int *tg, long to, long rows, long v, int ignore)
+{
+    long r = get_global_id(0);
+    if (r >= rows)
+        return;
+    int t = tg[to + r];
+    if (t == ignore) {
+        loss[r] = 0;
+        return;
+    }
+    __global const float *xr = x + xo + r * v;
+    float mx = row_max(xr, v);
+    loss[r] = (acc_t)mx + log(sum_exp(xr, v, mx)) - (acc_t)xr[t];
+}
+
+/* one work-item: out = the mean of loss over targets not ignored (0 when none) */
+__kernel void k_ce_mean(__global float *o, long oo, __global const acc_t *loss,
+                        __global const int *tg, long to, long rows, int ignore)
+{
+    if (get_global_id(0) != 0)
+        return;
+    acc_t s = 0;
+    long count = 0;
+    for (long r = 0; r < rows; r++) {
+        s += loss[r];
+        count += tg[to + r] != ignore;
+    }
+    o[oo] = count ? (float)(s / (acc_t)count) : 0;
+}
+
+/* one work-item: scale[0] = g / (targets not ignored), 0 when none */
+__kernel void k_ce_scale(__global float *scale, __global const int *tg, long to, long rows,
+                         int ignore, __global const float *g, long go)
+{
+    if (get_global_id(0) != 0)
+        return;
+    long count = 0;
+    for (long r = 0; r < rows; r++)
+        count += tg[to + r] != ignore;
+    scale[0] = count ? (float)((acc_t)g[go] / (acc_t)count) : 0;
+}
+
+/* row r of the gradient: (softmax(row) - onehot(target)) * scale; zeros when ignored */
+__kernel void k_ce_grad(__global float *out, long oo, __global const float *x, long xo,
+                        __global const int *tg, long to, __global const float *scale, long rows,
+                        long v, int ignore)
+{
+    long r = get_global_id(0);
+    if (r >= rows)
+        return;
+    __global float *o = out + oo + r * v;
+    __global const float *xr = x + xo + r * v;
+    int t = tg[to + r];
+    if (t == ignore) {
+        for (long j = 0; j < v; j++)
+            o[j] = 0;
+        return;
+    }
+    float sc = scale[0], mx = row_max(xr, v);
+    for (long j = 0; j < v; j++)
+        o[j] = fexp(xr[j] - mx);
+    float k = (float)(1 / dsum(o, v)) * sc;
+    for (long j = 0; j < v; j++)
+        o[j] *= k;
+    o[t] -= sc;
+}
+
+#ifdef RC_FP64
+/* x [rows, h, d]: element (r, hh, j) of a rotary pair q < rot / 2 rotated by
+ * pos[r % np] * theta^(-2q/rot) (angle, cos and sin in double as the CPU), the rest copied */
+__kernel void k_rope(__global float *o, long oo, __global const float *x, long xo,
+                     __global const int *pos, long po, long np, long n, long h, long d, long rot,
+                     int interleaved, int inverse, double theta)
+{
+    long e = get_global_id(0);
+    if (e >= n)
+        return;
+    long j = e % d, row = e / d, r = row / h, pairs = rot / 2;
+    __global const float *xr = x + xo + row * d;
+    if (j >= rot) {
+        o[oo + e] = xr[j];
+        return;
+    }
+    long q = interleaved ? j / 2 : j < pairs ? j : j - pairs;
+    int is_a = interleaved ? j % 2 == 0 : j < pairs;
+    long ia = interleaved ? 2 * q : q, ib = interleaved ? ia + 1 : ia + pairs;
+    double ang = (double)pos[po + r % np] * pow(theta, -2.0 * (double)q / (double)rot);
+    if (inverse)
+        ang = -ang;
+    float cs = (float)cos(ang), sn = (float)sin(ang), xa = xr[ia], xb = xr[ib];
+    o[oo + e] = is_a ? xa * cs - xb * sn : xb * cs + xa * sn;
+}
+#endif
+
 /* ---- dropout --------------------------------------------------------------------------------- */
 
 /* splitmix64's finaliser (rci_hash64 in src/core/rng.c) */

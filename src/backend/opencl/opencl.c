@@ -92,19 +92,24 @@ static int find_device(int index, device_ref *ref, rc_error *err)
     return 0;
 }
 
+/* a device's string property, cut to size - 1 characters ("?" when it cannot be read) */
 static void info_string(cl_device_id d, cl_device_info what, char *out, size_t size)
 {
-    out[0] = 0;
-    if (clGetDeviceInfo(d, what, size, out, NULL) != CL_SUCCESS)
-        snprintf(out, size, "?");
-    out[size - 1] = 0;
+    size_t len = 0;
+    char *all = NULL;
+    snprintf(out, size, "?");
+    if (clGetDeviceInfo(d, what, 0, NULL, &len) != CL_SUCCESS || !(all = calloc(1, len + 1)))
+        return;
+    if (clGetDeviceInfo(d, what, len, all, NULL) == CL_SUCCESS)
+        snprintf(out, size, "%s", all);
+    free(all);
 }
 
 static int has_fp64(cl_device_id d)
 {
-    char ext[4096];
-    info_string(d, CL_DEVICE_EXTENSIONS, ext, sizeof ext);
-    return strstr(ext, "cl_khr_fp64") != NULL;
+    cl_device_fp_config fp = 0;
+    clGetDeviceInfo(d, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp, &fp, NULL);
+    return fp != 0;
 }
 
 int rc_opencl_device_info(int index, rc_device_info *info, rc_error *err)
@@ -267,32 +272,34 @@ static void *ocl_host_address(const rc_backend *be, const rc_buffer *b, size_t o
 static const char *kernel_names[OCL_KERNEL_COUNT] = {
     "k_fill", "k_unary", "k_act", "k_binary", "k_where", "k_equal", "k_copy", "k_cast_f32_i32",
     "k_cast_i32_f32", "k_reduce", "k_dropout", "k_adamw", "k_sgd", "k_accumulate", "k_sum_squares",
+    "k_softmax", "k_layer_norm", "k_rms_norm", "k_check_ids", "k_embedding", "k_embedding_grad",
+    "k_one_hot", "k_ce_rows", "k_ce_mean", "k_ce_scale", "k_ce_grad", "k_rope",
 };
 
-/* the end of the compiler's log, in err */
-static int build_failed(rci_ocl *o, cl_int s, rc_error *err)
+/* the start of the compiler's log (its first errors), in err */
+static int build_failed(rci_ocl *o, cl_program prog, cl_int s, rc_error *err)
 {
     size_t len = 0;
-    clGetProgramBuildInfo(o->program, o->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &len);
-    char *log = malloc(len + 1);
+    clGetProgramBuildInfo(prog, o->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &len);
+    char *log = calloc(1, len + 1);
     if (!log)
         return rc_error_set(err, RC_ERR_MEMORY, "%s: kernel build failed (%s)", o->name,
                             rci_ocl_status(s));
-    log[0] = 0;
-    clGetProgramBuildInfo(o->program, o->device, CL_PROGRAM_BUILD_LOG, len, log, NULL);
+    clGetProgramBuildInfo(prog, o->device, CL_PROGRAM_BUILD_LOG, len, log, NULL);
     log[len] = 0;
-    const char *tail = len > BUILD_LOG_MAX ? log + len - BUILD_LOG_MAX : log;
-    rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: kernel build failed (%s): %s", o->name,
-                 rci_ocl_status(s), tail);
+    for (char *c = log; *c; c++)
+        *c = *c == '\n' ? ' ' : *c;   /* one line */
+    rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: kernel build failed (%s): %.*s", o->name,
+                 rci_ocl_status(s), BUILD_LOG_MAX, log);
     free(log);
     return -1;
 }
 
-int rci_ocl_build(rci_ocl *o, rc_error *err)
+int rci_ocl_build_program(rci_ocl *o, const char *src, cl_program *out, rc_error *err)
 {
     cl_int s;
-    const char *src = rci_ocl_source;
-    o->program = clCreateProgramWithSource(o->ctx, 1, &src, NULL, &s);
+    cl_program prog = clCreateProgramWithSource(o->ctx, 1, &src, NULL, &s);
+    *out = NULL;
     if (s != CL_SUCCESS)
         return fail(&o->be, "clCreateProgramWithSource", s, err);
     cl_device_fp_config fp = 0;
@@ -301,16 +308,48 @@ int rci_ocl_build(rci_ocl *o, rc_error *err)
     snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s",
              fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT ? " -cl-fp32-correctly-rounded-divide-sqrt" : "",
              o->fp64 ? " -DRC_FP64" : "");
-    s = clBuildProgram(o->program, 1, &o->device, opts, NULL, NULL);
-    if (s != CL_SUCCESS)
-        return build_failed(o, s, err);
+    s = clBuildProgram(prog, 1, &o->device, opts, NULL, NULL);
+    if (s != CL_SUCCESS) {
+        build_failed(o, prog, s, err);
+        clReleaseProgram(prog);
+        return -1;
+    }
+    *out = prog;
+    return 0;
+}
+
+int rci_ocl_build(rci_ocl *o, rc_error *err)
+{
+    if (rci_ocl_build_program(o, rci_ocl_source, &o->program, err))
+        return -1;
     for (int k = 0; k < OCL_KERNEL_COUNT; k++) {
+        if (k == OCL_ROPE && !o->fp64)
+            continue;
+        cl_int s;
         o->kernels[k] = clCreateKernel(o->program, kernel_names[k], &s);
         if (s != CL_SUCCESS)
             return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: kernel %s: %s", o->name,
                                 kernel_names[k], rci_ocl_status(s));
     }
     return 0;
+}
+
+cl_mem rci_ocl_scratch(rci_ocl *o, size_t bytes, rc_error *err)
+{
+    if (bytes <= o->scratch_bytes)
+        return o->scratch;
+    if (o->scratch)
+        clReleaseMemObject(o->scratch);
+    o->scratch_bytes = 0;
+    cl_int s;
+    o->scratch = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, bytes, NULL, &s);
+    if (s != CL_SUCCESS) {
+        o->scratch = NULL;
+        out_of_memory(&o->be, bytes, "scratch memory for a kernel", err);
+        return NULL;
+    }
+    o->scratch_bytes = bytes;
+    return o->scratch;
 }
 
 int rci_ocl_launch(rci_ocl *o, rci_ocl_kernel k, const rci_ocl_arg *args, int nargs, size_t n,
@@ -341,6 +380,10 @@ static void ocl_close(rci_ocl *o)
             clReleaseKernel(o->kernels[k]);
     if (o->program)
         clReleaseProgram(o->program);
+    if (o->scratch)
+        clReleaseMemObject(o->scratch);
+    if (o->fault)
+        clReleaseMemObject(o->fault);
     if (o->queue)
         clReleaseCommandQueue(o->queue);
     if (o->ctx)
@@ -387,8 +430,11 @@ static rci_ocl *ocl_open(int index, rc_error *err)
     o->ctx = clCreateContext(props, 1, &ref.device, NULL, NULL, &s);
     if (s == CL_SUCCESS)
         o->queue = clCreateCommandQueue(o->ctx, ref.device, 0, &s);
+    if (s == CL_SUCCESS)
+        o->fault = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, sizeof(cl_int), NULL, &s);
     if (s != CL_SUCCESS) {
-        fail(&o->be, o->ctx ? "clCreateCommandQueue" : "clCreateContext", s, err);
+        fail(&o->be, !o->ctx ? "clCreateContext" : !o->queue ? "clCreateCommandQueue" : "clCreateBuffer",
+             s, err);
         ocl_close(o);
         return NULL;
     }

@@ -26,6 +26,18 @@ typedef enum {
     OCL_SGD,
     OCL_ACCUMULATE,
     OCL_SUM_SQUARES,
+    OCL_SOFTMAX,
+    OCL_LAYER_NORM,
+    OCL_RMS_NORM,
+    OCL_CHECK_IDS,
+    OCL_EMBEDDING,
+    OCL_EMBEDDING_GRAD,
+    OCL_ONE_HOT,
+    OCL_CE_ROWS,
+    OCL_CE_MEAN,
+    OCL_CE_SCALE,
+    OCL_CE_GRAD,
+    OCL_ROPE,              /* built only with fp64 (its angles are in double, as the CPU's) */
     OCL_KERNEL_COUNT
 } rci_ocl_kernel;
 
@@ -40,6 +52,9 @@ typedef struct {
     cl_kernel kernels[OCL_KERNEL_COUNT];
     int fp64;                     /* the device has cl_khr_fp64: sums accumulate in double */
     size_t max_alloc;             /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+    cl_mem scratch;               /* the kernels' temporaries (grown on demand) */
+    size_t scratch_bytes;
+    cl_mem fault;                 /* one int: the first bad id a check found */
 } rci_ocl;
 
 /* The device's buffer object of a redco buffer. */
@@ -54,6 +69,9 @@ const char *rci_ocl_status(cl_int status);
 /* Builds the program of kernels.cl on a device and creates its kernels; on a build
  * failure the error holds the compiler's log. */
 int rci_ocl_build(rci_ocl *o, rc_error *err);
+/* Builds one program from OpenCL C source with the backend's options (*out NULL on a
+ * failure, whose error ends with the compiler's log). */
+int rci_ocl_build_program(rci_ocl *o, const char *src, cl_program *out, rc_error *err);
 
 /* Sets the args of kernel k (nargs of them: sizes and addresses) and runs it over n
  * work-items (n > 0); the error names `what`. */
@@ -63,6 +81,10 @@ typedef struct {
 } rci_ocl_arg;
 int rci_ocl_launch(rci_ocl *o, rci_ocl_kernel k, const rci_ocl_arg *args, int nargs, size_t n,
                    const char *what, rc_error *err);
+
+/* At least `bytes` of scratch device memory, valid until the next call (work queued
+ * before a regrowth keeps the old buffer alive); NULL with err set. */
+cl_mem rci_ocl_scratch(rci_ocl *o, size_t bytes, rc_error *err);
 
 /* The backend's node and optimizer work (run.c, update.c). */
 int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t);

@@ -553,6 +553,308 @@ static int run_sum_to(rci_ocl *o, const rci_node_run *r, rc_error *err)
     return reduce_boxes(o, &out, &in[0], &kept, &summed, 0, "sum_to", err);
 }
 
+/* ---- softmax and norms: one work-item per row of the last axis ------------------------------ */
+
+static int64_t last_dim(const rc_tensor *t)
+{
+    return t->ndim ? t->shape[t->ndim - 1] : 1;
+}
+
+/* src[k] is optional: NULL is fine, otherwise it must be [C] f32 */
+static int optional_vector(const rc_tensor *node, int k, int64_t c, rc_error *err)
+{
+    const rc_tensor *s = k < node->nsrc ? node->src[k] : NULL;
+    if (s && (s->dtype != RC_F32 || rc_tensor_numel(s) != c))
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: input %d must be [%lld] f32", op_name(node), k,
+                            (long long)c);
+    return 0;
+}
+
+/* an optional input's place; the output's (never read) when absent */
+static int optional_place(const rci_node_run *r, int k, const place *out, place *p, cl_int *has,
+                          rc_error *err)
+{
+    *has = k < r->node->nsrc && r->node->src[k];
+    if (!*has) {
+        *p = *out;
+        return 0;
+    }
+    return place_of(&r->in[k], r->node, p, err);
+}
+
+/* eps as the kernels' accumulator type: double with fp64, else float */
+typedef struct {
+    cl_double d;
+    cl_float f;
+} acc_arg;
+
+static rci_ocl_arg acc_value(const rci_ocl *o, const acc_arg *a)
+{
+    rci_ocl_arg r = o->fp64 ? (rci_ocl_arg){sizeof a->d, &a->d} : (rci_ocl_arg){sizeof a->f, &a->f};
+    return r;
+}
+
+/* softmax over the last axis of src0 * fparam[0] + src1 (optional mask, broadcast) */
+static int run_softmax(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[1] = {{0}}, mask = {0};
+    cl_int has_mask;
+    int64_t mst[BOX_MAX] = {0}, shape[BOX_MAX] = {0};
+    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || places(r, 1, &out, in, err) ||
+        optional_place(r, 1, &out, &mask, &has_mask, err))
+        return -1;
+    if (has_mask && (need_src(node, 1, RC_F32, err)))
+        return -1;
+    if (has_mask && bcast_strides(node->src[1], node->ndim, node->shape, mst)) {
+        char so[96];
+        return rc_error_set(err, RC_ERR_SHAPE, "softmax: the mask does not broadcast to %s",
+                            rc_shape_str(node, so, sizeof so));
+    }
+    memcpy(shape, node->shape, (size_t)node->ndim * sizeof *shape);
+    int nd = node->ndim;
+    cl_long c = last_dim(node), rows = rc_tensor_numel(node) / c;
+    cl_long tq = nd >= 2 ? node->shape[nd - 2] : 1;
+    cl_int causal = node->iparam[0] != 0, cnd = nd;
+    cl_float scale = (cl_float)node->fparam[0];
+    cl_long8 sh = long8_of(shape), ms = long8_of(mst);
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(mask.mem),
+                       ARG(mask.off), ARG(has_mask), ARG(rows), ARG(c), ARG(tq), ARG(causal),
+                       ARG(scale), ARG(cnd), ARG(sh), ARG(ms)};
+    return rci_ocl_launch(o, OCL_SOFTMAX, a, 15, (size_t)rows, "softmax", err);
+}
+
+static int run_layer_norm(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[1] = {{0}}, w = {0}, b = {0};
+    cl_int has_w, has_b;
+    cl_long c = last_dim(node), rows = rc_tensor_numel(node) / c;
+    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || optional_vector(node, 1, c, err) ||
+        optional_vector(node, 2, c, err) || places(r, 1, &out, in, err) ||
+        optional_place(r, 1, &out, &w, &has_w, err) || optional_place(r, 2, &out, &b, &has_b, err))
+        return -1;
+    acc_arg eps = {node->fparam[0], (cl_float)node->fparam[0]};
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
+                       ARG(w.off), ARG(has_w), ARG(b.mem), ARG(b.off), ARG(has_b), ARG(rows), ARG(c),
+                       acc_value(o, &eps)};
+    return rci_ocl_launch(o, OCL_LAYER_NORM, a, 13, (size_t)rows, "layer_norm", err);
+}
+
+static int run_rms_norm(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[1] = {{0}}, w = {0};
+    cl_int has_w;
+    cl_long c = last_dim(node), rows = rc_tensor_numel(node) / c;
+    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || optional_vector(node, 1, c, err) ||
+        places(r, 1, &out, in, err) || optional_place(r, 1, &out, &w, &has_w, err))
+        return -1;
+    acc_arg eps = {node->fparam[0], (cl_float)node->fparam[0]};
+    cl_float offset = (cl_float)node->fparam[1];
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
+                       ARG(w.off), ARG(has_w), ARG(rows), ARG(c), acc_value(o, &eps), ARG(offset)};
+    return rci_ocl_launch(o, OCL_RMS_NORM, a, 11, (size_t)rows, "rms_norm", err);
+}
+
+/* ---- ids: embedding, one-hot, cross-entropy, rope ------------------------------------------- */
+
+static int64_t lead_rows(const rc_tensor *t)
+{
+    int64_t r = 1;
+    for (int i = 0; i + 1 < t->ndim; i++)
+        r *= t->shape[i];
+    return r;
+}
+
+/* Every one of the count ids at `ids` is in [0, n) or equal to ignore (when has_ignore);
+ * otherwise the CPU's error naming the first bad one. Reads one int back (a sync). */
+static int check_ids(rci_ocl *o, const place *ids, int64_t count, int64_t n, int32_t ignore,
+                     int has_ignore, const char *op, const char *noun, rc_error *err)
+{
+    if (count <= 0)
+        return 0;
+    if (count > INT32_MAX)
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: %lld ids (at most %d on %s)", op,
+                            (long long)count, INT32_MAX, o->be.name);
+    cl_int none = INT32_MAX, first = INT32_MAX, ig = ignore, hi = has_ignore;
+    cl_long cnt = count, lim = n;
+    cl_int s = clEnqueueFillBuffer(o->queue, o->fault, &none, sizeof none, 0, sizeof none, 0, NULL, NULL);
+    if (s != CL_SUCCESS)
+        return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: %s: checking ids: %s", o->be.name, op,
+                            rci_ocl_status(s));
+    rci_ocl_arg a[] = {ARG(ids->mem), ARG(ids->off), ARG(cnt), ARG(lim), ARG(ig), ARG(hi),
+                       ARG(o->fault)};
+    if (rci_ocl_launch(o, OCL_CHECK_IDS, a, 7, (size_t)count, op, err))
+        return -1;
+    s = clEnqueueReadBuffer(o->queue, o->fault, CL_TRUE, 0, sizeof first, &first, 0, NULL, NULL);
+    if (s == CL_SUCCESS && first != INT32_MAX) {
+        cl_int id = 0;
+        s = clEnqueueReadBuffer(o->queue, ids->mem, CL_TRUE, (size_t)(ids->off + first) * 4,
+                                sizeof id, &id, 0, NULL, NULL);
+        if (s == CL_SUCCESS)
+            return rc_error_set(err, RC_ERR_INDEX, "%s: %s %d at position %lld is outside [0, %lld)",
+                                op, noun, id, (long long)first, (long long)n);
+    }
+    return s == CL_SUCCESS ? 0 : rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: %s: reading the id check: %s",
+                                              o->be.name, op, rci_ocl_status(s));
+}
+
+/* table src0 [V, C], ids src1 i32 [...] -> [..., C]; shard mode (iparam[2]): the table
+ * holds rows [iparam[3], iparam[3] + V) of iparam[4] */
+static int run_embedding(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[2] = {{0}};
+    if (need_src(node, 0, RC_F32, err) || need_src(node, 1, RC_I32, err) || places(r, 2, &out, in, err))
+        return -1;
+    const rc_tensor *tab = node->src[0];
+    cl_long c = last_dim(node), count = rc_tensor_numel(node->src[1]);
+    if (tab->ndim != 2 || tab->shape[1] != c || count * c != rc_tensor_numel(node))
+        return rc_error_set(err, RC_ERR_SHAPE, "embedding: table, ids and output do not fit");
+    int64_t v = node->iparam[2] ? node->iparam[4] : tab->shape[0];
+    if (check_ids(o, &in[1], count, v, 0, 0, "embedding", "id", err))
+        return -1;
+    cl_long rows = tab->shape[0], first = node->iparam[2] ? node->iparam[3] : 0;
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(count), ARG(c), ARG(rows), ARG(first)};
+    return rci_ocl_launch(o, OCL_EMBEDDING, a, 10, (size_t)(count * c), "embedding", err);
+}
+
+/* ids src0 i32 [...], grad src1 [..., C] -> [V, C]: zeros, then out[ids[i]] += grad[i] */
+static int run_embedding_grad(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[2] = {{0}};
+    if (need_src(node, 0, RC_I32, err) || need_src(node, 1, RC_F32, err) || places(r, 2, &out, in, err))
+        return -1;
+    if (node->ndim != 2)
+        return rc_error_set(err, RC_ERR_SHAPE, "embedding_grad: output must be [vocab, dim]");
+    int64_t v = node->iparam[2] ? node->iparam[4] : node->shape[0];
+    cl_long c = node->shape[1], count = rc_tensor_numel(node->src[0]), rows = node->shape[0];
+    if (count * c != rc_tensor_numel(node->src[1]))
+        return rc_error_set(err, RC_ERR_SHAPE, "embedding_grad: ids and gradient do not fit");
+    if (check_ids(o, &in[0], count, v, 0, 0, "embedding_grad", "id", err) ||
+        o->be.fill_zero(&o->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err))
+        return -1;
+    cl_long first = node->iparam[2] ? node->iparam[3] : 0;
+    cl_int skip = node->iparam[1];
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(count), ARG(c), ARG(rows), ARG(first), ARG(skip)};
+    return rci_ocl_launch(o, OCL_EMBEDDING_GRAD, a, 11, (size_t)c, "embedding_grad", err);
+}
+
+/* ids src0 i32 [...] -> [..., depth]; ids equal to iparam[1] give zero rows */
+static int run_one_hot(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[1] = {{0}};
+    if (need_src(node, 0, RC_I32, err) || places(r, 1, &out, in, err))
+        return -1;
+    cl_long depth = last_dim(node), count = rc_tensor_numel(node->src[0]);
+    if (count * depth != rc_tensor_numel(node))
+        return rc_error_set(err, RC_ERR_SHAPE, "one_hot: ids and output do not fit");
+    int64_t v = node->iparam[2] ? node->iparam[4] : depth;
+    cl_int ignore = node->iparam[1];
+    if (check_ids(o, &in[0], count, v, ignore, 1, "one_hot", "id", err))
+        return -1;
+    cl_long first = node->iparam[2] ? node->iparam[3] : 0;
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(count),
+                       ARG(depth), ARG(first), ARG(ignore)};
+    return rci_ocl_launch(o, OCL_ONE_HOT, a, 8, (size_t)(count * depth), "one_hot", err);
+}
+
+/* logits src0 [..., V] and targets src1 i32 [...]: checked, rows and V set */
+static int ce_inputs(rci_ocl *o, const rc_tensor *node, const place *tg, cl_long *rows, cl_long *v,
+                     rc_error *err)
+{
+    const rc_tensor *lt = node->src[0];
+    *v = last_dim(lt);
+    *rows = lead_rows(lt);
+    if (lt->ndim < 1 || rc_tensor_numel(node->src[1]) != *rows)
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: %lld targets for %lld rows", op_name(node),
+                            (long long)rc_tensor_numel(node->src[1]), (long long)*rows);
+    return check_ids(o, tg, *rows, *v, node->iparam[0], 1, op_name(node), "target", err);
+}
+
+/* the mean over targets != iparam[0] of logsumexp(row) - row[target]: per-row losses in
+ * scratch, then their sum in row order */
+static int run_cross_entropy(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[2] = {{0}};
+    cl_long rows, v;
+    if (need_src(node, 0, RC_F32, err) || need_src(node, 1, RC_I32, err) ||
+        places(r, 2, &out, in, err) || ce_inputs(o, node, &in[1], &rows, &v, err))
+        return -1;
+    size_t es = o->fp64 ? sizeof(cl_double) : sizeof(cl_float);
+    cl_mem loss = rci_ocl_scratch(o, (size_t)(rows ? rows : 1) * es, err);
+    if (!loss)
+        return -1;
+    cl_int ignore = node->iparam[0];
+    rci_ocl_arg a[] = {ARG(loss), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem), ARG(in[1].off),
+                       ARG(rows), ARG(v), ARG(ignore)};
+    if (rows > 0 && rci_ocl_launch(o, OCL_CE_ROWS, a, 8, (size_t)rows, "cross_entropy", err))
+        return -1;
+    rci_ocl_arg m[] = {ARG(out.mem), ARG(out.off), ARG(loss), ARG(in[1].mem), ARG(in[1].off),
+                       ARG(rows), ARG(ignore)};
+    return rci_ocl_launch(o, OCL_CE_MEAN, m, 7, 1, "cross_entropy", err);
+}
+
+/* (softmax - onehot) * g / count over valid rows; src2 the scalar upstream gradient */
+static int run_cross_entropy_grad(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[3] = {{0}};
+    cl_long rows, v;
+    if (need_src(node, 0, RC_F32, err) || need_src(node, 1, RC_I32, err) ||
+        need_src(node, 2, RC_F32, err) || places(r, 3, &out, in, err))
+        return -1;
+    if (rc_tensor_numel(node->src[2]) != 1)
+        return rc_error_set(err, RC_ERR_SHAPE, "cross_entropy_grad: the upstream gradient is not a scalar");
+    if (ce_inputs(o, node, &in[1], &rows, &v, err))
+        return -1;
+    cl_mem scale = rci_ocl_scratch(o, sizeof(cl_float), err);
+    if (!scale)
+        return -1;
+    cl_int ignore = node->iparam[0];
+    rci_ocl_arg a[] = {ARG(scale), ARG(in[1].mem), ARG(in[1].off), ARG(rows), ARG(ignore),
+                       ARG(in[2].mem), ARG(in[2].off)};
+    if (rci_ocl_launch(o, OCL_CE_SCALE, a, 7, 1, "cross_entropy_grad", err))
+        return -1;
+    rci_ocl_arg g[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(scale), ARG(rows), ARG(v), ARG(ignore)};
+    return rci_ocl_launch(o, OCL_CE_GRAD, g, 10, (size_t)rows, "cross_entropy_grad", err);
+}
+
+/* x src0 [..., T, H, D], positions src1 i32 (row r uses pos[r % P]); iparam: rotary dims,
+ * mode, inverse; fparam[0] theta */
+static int run_rope(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0}, in[2] = {{0}};
+    if (need_src(node, 0, RC_F32, err) || need_src(node, 1, RC_I32, err) || same_size(node, err) ||
+        places(r, 2, &out, in, err))
+        return -1;
+    int nd = node->ndim, mode = node->iparam[1];
+    cl_long rot = node->iparam[0];
+    if (nd < 3)
+        return rc_error_set(err, RC_ERR_SHAPE, "rope: input must be [..., T, heads, head_dim]");
+    cl_long d = node->shape[nd - 1], h = node->shape[nd - 2], n = rc_tensor_numel(node);
+    cl_long np = rc_tensor_numel(node->src[1]);
+    if (rot < 0 || rot % 2 || rot > d || (mode != RC_ROPE_INTERLEAVED && mode != RC_ROPE_HALF))
+        return rc_error_set(err, RC_ERR_ARG, "rope: rotary dims %lld, mode %d for head dim %lld",
+                            (long long)rot, mode, (long long)d);
+    if (np == 0)
+        return rc_error_set(err, RC_ERR_SHAPE, "rope: no positions");
+    cl_int inter = mode == RC_ROPE_INTERLEAVED, inverse = node->iparam[2] != 0;
+    cl_double theta = node->fparam[0];
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(np), ARG(n), ARG(h), ARG(d), ARG(rot), ARG(inter),
+                       ARG(inverse), ARG(theta)};
+    return rci_ocl_launch(o, OCL_ROPE, a, 14, (size_t)n, "rope", err);
+}
+
 /* ---- dropout, matmul ------------------------------------------------------------------------- */
 
 /* kept iff uniform_at(key, i) >= p (the CPU's k_dropout), with the same key */
@@ -634,8 +936,9 @@ static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
 
 int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t)
 {
-    (void)be;
     switch (op) {
+    case RC_OP_ROPE:   /* angles in double */
+        return t == RC_F32 && ((const rci_ocl *)(const void *)be)->fp64;
     case RC_OP_LEAF:
     case RC_OP_RESHAPE:
     case RC_OP_STOP_GRADIENT:
@@ -664,6 +967,14 @@ int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t)
     case RC_OP_SUM:
     case RC_OP_MAX:
     case RC_OP_SUM_TO:
+    case RC_OP_SOFTMAX:
+    case RC_OP_LAYER_NORM:
+    case RC_OP_RMS_NORM:
+    case RC_OP_EMBEDDING:
+    case RC_OP_EMBEDDING_GRAD:
+    case RC_OP_ONE_HOT:
+    case RC_OP_CROSS_ENTROPY:
+    case RC_OP_CROSS_ENTROPY_GRAD:
     case RC_OP_DROPOUT:
     case RC_OP_WHERE:
     case RC_OP_EQUAL:
@@ -698,6 +1009,15 @@ int rci_ocl_run_node(rc_backend *be, const rci_node_run *r, rc_error *err)
     case RC_OP_SUM:
     case RC_OP_MAX: return run_reduce(o, r, err);
     case RC_OP_SUM_TO: return run_sum_to(o, r, err);
+    case RC_OP_SOFTMAX: return run_softmax(o, r, err);
+    case RC_OP_LAYER_NORM: return run_layer_norm(o, r, err);
+    case RC_OP_RMS_NORM: return run_rms_norm(o, r, err);
+    case RC_OP_EMBEDDING: return run_embedding(o, r, err);
+    case RC_OP_EMBEDDING_GRAD: return run_embedding_grad(o, r, err);
+    case RC_OP_ONE_HOT: return run_one_hot(o, r, err);
+    case RC_OP_CROSS_ENTROPY: return run_cross_entropy(o, r, err);
+    case RC_OP_CROSS_ENTROPY_GRAD: return run_cross_entropy_grad(o, r, err);
+    case RC_OP_ROPE: return run_rope(o, r, err);
     case RC_OP_DROPOUT: return run_dropout(o, r, err);
     case RC_OP_WHERE: return run_where(o, r, err);
     case RC_OP_EQUAL: return run_equal(o, r, err);
