@@ -549,6 +549,8 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     int64_t held = w && w->buf ? w->numel * (int64_t)sizeof(float) : 0;
     if (!rc)
         rc = rci_trainer_sync_params(t, err);
+    if (!rc) /* the last update done before fit returns, on a device that queues work */
+        rc = rc_backend_wait(t->be, err);
     if (out) {
         out->state_bytes = 4 * t->local_numel * (int64_t)sizeof(float);
         out->full_weight_bytes = t->mp > 1 ? held : 0;
