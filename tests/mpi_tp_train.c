@@ -7,7 +7,9 @@
  * L2 norm). With --dump PATH, rank 0 writes the weights of the first such mesh ((1,1) on
  * one process) so that runs without a launcher and under mpiexec -n 1, 2, 4 are compared
  * with each other (CTest mpi_tp_train_launcher). The decoder families are covered the same
- * way through the command line (tests/ref/test_cli_train.py). */
+ * way through the command line (tests/ref/test_cli_train.py). With --device D the meshes
+ * run on device D (e.g. opencl: the processes share it) and every mesh, one process
+ * included, is compared with one process on the CPU (CTest mpi_tp_train_opencl_npN). */
 #include "check.h"
 #include "redco/pipeline.h"
 #include "user_models.h"
@@ -18,6 +20,8 @@
 #include <string.h>
 
 enum { KIND_T5, KIND_MLP, KIND_I2T, N_EXAMPLES = 40, S = 8 };
+
+static const char *device;        /* --device: where the meshes run (the reference: the CPU) */
 
 typedef struct {
     int kind;
@@ -118,7 +122,7 @@ static rc_params *user_params(int kind)
 static double train(int kind, int mp, int local, check_weights *w, const char *prefix)
 {
     rc_error err = {0};
-    rc_deployer_options dopt = {.seed = 2, .mp = mp, .local = local};
+    rc_deployer_options dopt = {.seed = 2, .mp = mp, .local = local, .device = local ? "cpu" : device};
     rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
     job j = {.kind = kind};
     rc_params *own = NULL;
@@ -151,6 +155,9 @@ int main(int argc, char **argv)
     int P = world.size, rank = world.rank;
     rc_mesh_free(&world);
     const char *dump = check_dump_path(argc, argv);
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--device"))
+            device = argv[i + 1];
     if (dump && rank == 0)
         remove(dump); /* a failed run leaves no dump behind */
     const char *names[3] = {"tiny-t5", "user MLP", "image-to-text"};
@@ -160,7 +167,7 @@ int main(int argc, char **argv)
         char prefix[32];
         snprintf(prefix, sizeof prefix, "%s/", names[kind]);
         check_weights ref = {0};
-        double loss_ref = P > 1 ? train(kind, 1, 1, &ref, prefix) : 0;
+        double loss_ref = P > 1 || device ? train(kind, 1, 1, &ref, prefix) : 0;
         int first = 1;
         for (int m = 0; m < 5; m++) {
             int dp = meshes[m][0], mp = meshes[m][1];
@@ -175,7 +182,7 @@ int main(int argc, char **argv)
                 check_weights_add(&dumped, prefix, "last loss", &lf, 1, 1e-5);
             }
             first = 0;
-            if (P == 1) { /* one process: the same run as the reference; compared across launchers by --dump */
+            if (P == 1 && !device) { /* the reference's own run; compared across launchers by --dump */
                 check_weights_free(&w);
                 continue;
             }
@@ -185,8 +192,8 @@ int main(int argc, char **argv)
             CHECKF(e < 1e-5 && el < 1e-5, "%s on dp %d x mp %d: tensor %s differs by %.3g, loss %.7f vs %.7f",
                    names[kind], dp, mp, worst, e, l, loss_ref);
             if (rank == 0)
-                printf("%-13s dp %d x mp %d: loss after 5 steps %.6f (one process %.6f), worst tensor %s, "
-                       "rel L2 diff %.2e\n", names[kind], dp, mp, l, loss_ref, worst, e);
+                printf("%-13s dp %d x mp %d on %s: loss after 5 steps %.6f (one CPU process %.6f), worst tensor %s, "
+                       "rel L2 diff %.2e\n", names[kind], dp, mp, device ? device : "cpu", l, loss_ref, worst, e);
             check_weights_free(&w);
         }
         check_weights_free(&ref);
