@@ -8,6 +8,7 @@
 #include "internal.h"
 #include "backend.h"
 #include "redco/device.h"
+#include "redco/pipeline.h"
 #include "opencl/opencl.h"
 
 #include <math.h>
@@ -478,6 +479,117 @@ static void test_dropout(void)
     range_lo = -2;
 }
 
+/* ||a - b|| / max(||b||, 1e-6 sqrt(n)) (L2 norms): check_weights_diff's measure, whose floor
+ * only matters for rounding residue of zero (a key bias's gradient) */
+static double norm_error(const float *a, const float *b, int64_t n)
+{
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    double floor = CHECK_ZERO_RMS * sqrt((double)n);
+    return isnan(d) ? INFINITY : sqrt(d) / (sqrt(r) > floor ? sqrt(r) : floor);
+}
+
+/* ---- whole models ------------------------------------------------------------------------------- */
+
+/* the plan's leaves bound to CPU buffers (the model's parameters) copied to device buffers
+ * and bound there; returns how many (bufs[] to free), -1 on failure */
+static int bind_on_device(rc_graph *g, rc_plan *pg, rc_buffer **bufs, int cap)
+{
+    rc_error err = {0};
+    int n = 0;
+    for (int i = 0; i < rc_graph_size(g); i++) {
+        rc_tensor *t = rc_graph_node(g, i);
+        const rci_leaf_source *src = t->op == RC_OP_LEAF ? rci_graph_source(g, t->id) : NULL;
+        if (!src || !src->buf || !rci_plan_has(pg, t))
+            continue;
+        size_t bytes = rc_tensor_nbytes(t);
+        void *host = malloc(bytes);
+        rc_buffer *b = n < cap ? rc_buffer_new(gpu, bytes, &err) : NULL;
+        int ok = host && b && !rc_buffer_download(src->buf, src->off, host, bytes, &err) &&
+                 !rc_buffer_upload(b, 0, host, bytes, &err) && !rc_plan_bind(pg, t, b, 0, &err);
+        free(host);
+        if (b)
+            bufs[n++] = b;
+        if (!ok) {
+            CHECKF(0, "binding %s on the device: %s", t->name, err.msg);
+            return -1;
+        }
+    }
+    return n;
+}
+
+/* logits of ids [2, 9] and the gradients of the loss for every parameter, CPU against device */
+static void test_model(const char *preset, double tol)
+{
+    rc_error err = {0};
+    rc_model *m = rc_model_create(preset, 7, &err);
+    CHECKF(m, "%s: %s", preset, err.msg);
+    if (!m)
+        return;
+    int is_t5 = !strcmp(preset, "tiny-t5");
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = ids(g, "ids", 2, 2, 9, 0), *enc = is_t5 ? ids(g, "enc", 2, 2, 7, 0) : NULL;
+    rc_tensor *tg = ids(g, "targets", 2, 2, 9, 0);
+    rc_tensor *logits = rc_model_logits(g, m, x, enc, NULL);
+    rc_tensor *loss = rc_cross_entropy(g, logits, tg, RC_IGNORE_INDEX);
+    rc_tensor *wrt[256], *outs[258];
+    int nw = 0;
+    for (int i = 0; i < rc_graph_size(g) && nw < 256; i++)
+        if (rc_graph_node(g, i)->flags & RC_FLAG_PARAM)
+            wrt[nw++] = rc_graph_node(g, i);
+    CHECKF(!rc_backward(g, loss, wrt, nw, outs + 2), "%s: %s", preset, rc_graph_error(g));
+    outs[0] = logits;
+    outs[1] = loss;
+    rc_plan *pc = rc_plan_new(g, outs, nw + 2, &err);
+    rc_plan *pg = pc ? rc_plan_new_on(gpu, g, outs, nw + 2, &err) : NULL;
+    CHECKF(pc && pg, "%s plans: %s", preset, err.msg);
+    rc_buffer *bufs[256];
+    int nb = pg ? bind_on_device(g, pg, bufs, 256) : -1;
+    id_max = 256;
+    int32_t data[3][18];
+    rc_tensor *in[3] = {x, enc, tg};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 18; i++)
+            data[k][i] = (int32_t)(uniform() * id_max);
+    double e_logits = INFINITY, e_grad = 0;
+    char worst[64] = "";
+    for (int k = 0; nb >= 0 && k < 3; k++)
+        if (in[k])
+            CHECK(!rc_plan_set_input(pc, in[k], data[k], &err) && !rc_plan_set_input(pg, in[k], data[k], &err));
+    if (nb >= 0 && !rc_plan_run(pc, &err) && !rc_plan_run(pg, &err)) {
+        for (int k = 0; k < nw + 2; k++) {
+            int64_t n = rc_tensor_numel(outs[k]);
+            float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+            CHECK(!rc_plan_read(pg, outs[k], a, &err) && !rc_plan_read(pc, outs[k], b, &err));
+            double e = norm_error(a, b, n);
+            if (k == 0)
+                e_logits = e;
+            else if (e > e_grad) {
+                e_grad = e;
+                snprintf(worst, sizeof worst, "%s", k == 1 ? "loss" : wrt[k - 2]->name);
+            }
+            free(a);
+            free(b);
+        }
+    } else {
+        CHECKF(0, "%s runs: %s", preset, err.msg);
+    }
+    CHECKF(e_logits <= tol && e_grad <= tol, "%s: logits %.3g, loss and gradients %.3g (%s) > %.3g",
+           preset, e_logits, e_grad, worst, tol);
+    printf("  %-12s logits %.2e, loss and %d parameter gradients %.2e (worst: %s)\n", preset,
+           e_logits, nw, e_grad, worst);
+    for (int i = 0; i < nb; i++)
+        rc_buffer_free(bufs[i]);
+    rc_plan_free(pc);
+    rc_plan_free(pg);
+    rc_graph_free(g);
+    rc_model_free(m);
+    id_max = 5;
+}
+
 /* ---- buffers, errors, devices ------------------------------------------------------------ */
 
 static void test_buffers(void)
@@ -682,6 +794,9 @@ int main(void)
     test_matmul();
     test_dropout();
     test_optimizer();
+    const char *presets[] = {"tiny-gpt2", "tiny-llama", "tiny-opt", "tiny-gptj", "tiny-t5"};
+    for (int i = 0; i < 5; i++)
+        test_model(presets[i], 1e-4);
     printf("  worst relative error: forward %.2e, gradients %.2e\n", worst_fwd, worst_grad);
     return check_summary("opencl");
 }
