@@ -356,6 +356,8 @@ int rci_ocl_launch(rci_ocl *o, rci_ocl_kernel k, const rci_ocl_arg *args, int na
                    const char *what, rc_error *err)
 {
     cl_kernel kern = o->kernels[k];
+    if (n == 0)
+        return 0;   /* OpenCL refuses an empty range */
     for (int i = 0; i < nargs; i++) {
         cl_int s = clSetKernelArg(kern, (cl_uint)i, args[i].size, args[i].value);
         if (s != CL_SUCCESS)
