@@ -168,30 +168,29 @@ __kernel void k_binary(__global float *o, long oo, __global const float *a, long
     o[oo + i] = r;
 }
 
-/* cond (f32, or i32 when cond_i32) != 0 ? a : b */
-__kernel void k_where(__global float *o, long oo, __global const void *cond, long co,
+/* cond != 0 ? a : b; cond holds f32, or i32 (its bits read as_int) when cond_i32 */
+__kernel void k_where(__global float *o, long oo, __global const float *cond, long co,
                       __global const float *a, long ao, __global const float *b, long bo, long n,
                       int cond_i32, int nd, long8 shape, long8 sc, long8 sa, long8 sb)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
-    long c = co + box_offset(i, nd, shape, sc);
-    int yes = cond_i32 ? ((__global const int *)cond)[c] != 0 : ((__global const float *)cond)[c] != 0;
+    float c = cond[co + box_offset(i, nd, shape, sc)];
+    int yes = cond_i32 ? as_int(c) != 0 : c != 0;
     o[oo + i] = yes ? a[ao + box_offset(i, nd, shape, sa)] : b[bo + box_offset(i, nd, shape, sb)];
 }
 
-/* 1 where a == b (both f32, or both i32 when is_i32) else 0 */
-__kernel void k_equal(__global float *o, long oo, __global const void *a, long ao,
-                      __global const void *b, long bo, long n, int is_i32, int nd, long8 shape,
+/* 1 where a == b else 0: both f32, or both i32 (bits read as_int) when is_i32 */
+__kernel void k_equal(__global float *o, long oo, __global const float *a, long ao,
+                      __global const float *b, long bo, long n, int is_i32, int nd, long8 shape,
                       long8 sa, long8 sb)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
-    long x = ao + box_offset(i, nd, shape, sa), y = bo + box_offset(i, nd, shape, sb);
-    int eq = is_i32 ? ((__global const int *)a)[x] == ((__global const int *)b)[y]
-                    : ((__global const float *)a)[x] == ((__global const float *)b)[y];
+    float x = a[ao + box_offset(i, nd, shape, sa)], y = b[bo + box_offset(i, nd, shape, sb)];
+    int eq = is_i32 ? as_int(x) == as_int(y) : x == y;
     o[oo + i] = eq ? 1 : 0;
 }
 
