@@ -311,7 +311,18 @@ static void test_reduce(void)
     }
     rc_graph *g = rc_graph_new();
     rc_tensor *x = param(g, "x", 2, 300, 41, 0, 0);
-    compare("mean_all", g, rc_mean_all(g, x), &x, 1, 1e-5);
+    compare("mean_all (two passes)", g, rc_mean_all(g, x), &x, 1, 1e-5);
+    /* long sums into few outputs: chunks summed in parallel, then combined in order */
+    for (int op = 0; op < 2; op++) {
+        g = rc_graph_new();
+        x = param(g, "x", 3, 3001, 3, 2, 0);
+        compare(op ? "max axis 0 (two passes)" : "sum axis 0 (two passes)", g,
+                op ? rc_max(g, x, 0, 0) : rc_sum(g, x, 0, 0), &x, 1, 1e-5);
+    }
+    g = rc_graph_new();
+    x = param(g, "x", 3, 7, 2100, 3, 0);
+    int64_t to3[3] = {1, 1, 3};
+    compare("sum_to [1, 1, 3] (two passes)", g, rc_sum_to(g, x, 3, to3), &x, 1, 1e-5);
 }
 
 static void test_norms(void)

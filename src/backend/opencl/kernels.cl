@@ -260,6 +260,43 @@ __kernel void k_reduce(__global float *o, long oo, __global const float *x, long
     o[oo + i] = (float)s;
 }
 
+/* k_reduce in two passes for few outputs of long sums: part[i * chunks + c] = the sum (or
+ * max) of the summed elements [c * chunk, (c + 1) * chunk) of output i, in index order */
+__kernel void k_reduce_part(__global acc_t *part, __global const float *x, long xo, long n,
+                            long m, long chunk, long chunks, int is_max, int knd, long8 kshape,
+                            long8 ks, int snd, long8 sshape, long8 ss)
+{
+    long id = get_global_id(0);
+    if (id >= n * chunks)
+        return;
+    long i = id / chunks, c = id % chunks, lo = c * chunk, hi = lo + chunk < m ? lo + chunk : m;
+    long base = xo + box_offset(i, knd, kshape, ks);
+    acc_t r = is_max ? -INFINITY : 0;
+    for (long j = lo; j < hi; j++) {
+        float v = x[base + box_offset(j, snd, sshape, ss)];
+        if (is_max)
+            r = v > r ? v : r;
+        else
+            r += v;
+    }
+    part[id] = r;
+}
+
+/* out[i] = the chunks' parts of output i combined in chunk order */
+__kernel void k_reduce_finish(__global float *o, long oo, __global const acc_t *part, long n,
+                              long chunks, int is_max)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    acc_t r = is_max ? -INFINITY : 0;
+    for (long c = 0; c < chunks; c++) {
+        acc_t v = part[i * chunks + c];
+        r = is_max ? (v > r ? v : r) : r + v;
+    }
+    o[oo + i] = (float)r;
+}
+
 /* ---- softmax and norms: one work-item per row --------------------------------------------- */
 
 /* the CPU's dsum: x[0, n) in 8 interleaved partial sums, the tail first, then the partials */

@@ -46,6 +46,8 @@ typedef enum {
     OCL_CE_SCALE,
     OCL_CE_GRAD,
     OCL_ROPE,              /* built only with fp64 (its angles are in double, as the CPU's) */
+    OCL_REDUCE_PART,
+    OCL_REDUCE_FINISH,
     OCL_KERNEL_COUNT
 } rci_ocl_kernel;
 
