@@ -3,6 +3,7 @@
 // model, checkpoint, tokenizer and event-file parts of the library.
 #include "redco.h"
 #include "redco/data.h"
+#include "redco/device.h"
 #include "redco/dist.h"
 #include "redco/model.h"
 #include "redco/pipeline.h"

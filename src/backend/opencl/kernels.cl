@@ -168,30 +168,29 @@ __kernel void k_binary(__global float *o, long oo, __global const float *a, long
     o[oo + i] = r;
 }
 
-/* cond (f32, or i32 when cond_i32) != 0 ? a : b */
-__kernel void k_where(__global float *o, long oo, __global const void *cond, long co,
+/* cond != 0 ? a : b; cond holds f32, or i32 (its bits read as_int) when cond_i32 */
+__kernel void k_where(__global float *o, long oo, __global const float *cond, long co,
                       __global const float *a, long ao, __global const float *b, long bo, long n,
                       int cond_i32, int nd, long8 shape, long8 sc, long8 sa, long8 sb)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
-    long c = co + box_offset(i, nd, shape, sc);
-    int yes = cond_i32 ? ((__global const int *)cond)[c] != 0 : ((__global const float *)cond)[c] != 0;
+    float c = cond[co + box_offset(i, nd, shape, sc)];
+    int yes = cond_i32 ? as_int(c) != 0 : c != 0;
     o[oo + i] = yes ? a[ao + box_offset(i, nd, shape, sa)] : b[bo + box_offset(i, nd, shape, sb)];
 }
 
-/* 1 where a == b (both f32, or both i32 when is_i32) else 0 */
-__kernel void k_equal(__global float *o, long oo, __global const void *a, long ao,
-                      __global const void *b, long bo, long n, int is_i32, int nd, long8 shape,
+/* 1 where a == b else 0: both f32, or both i32 (bits read as_int) when is_i32 */
+__kernel void k_equal(__global float *o, long oo, __global const float *a, long ao,
+                      __global const float *b, long bo, long n, int is_i32, int nd, long8 shape,
                       long8 sa, long8 sb)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
-    long x = ao + box_offset(i, nd, shape, sa), y = bo + box_offset(i, nd, shape, sb);
-    int eq = is_i32 ? ((__global const int *)a)[x] == ((__global const int *)b)[y]
-                    : ((__global const float *)a)[x] == ((__global const float *)b)[y];
+    float x = a[ao + box_offset(i, nd, shape, sa)], y = b[bo + box_offset(i, nd, shape, sb)];
+    int eq = is_i32 ? as_int(x) == as_int(y) : x == y;
     o[oo + i] = eq ? 1 : 0;
 }
 
@@ -259,6 +258,43 @@ __kernel void k_reduce(__global float *o, long oo, __global const float *x, long
     for (long j = 0; j < m; j++)
         s += x[base + box_offset(j, snd, sshape, ss)];
     o[oo + i] = (float)s;
+}
+
+/* k_reduce in two passes for few outputs of long sums: part[i * chunks + c] = the sum (or
+ * max) of the summed elements [c * chunk, (c + 1) * chunk) of output i, in index order */
+__kernel void k_reduce_part(__global acc_t *part, __global const float *x, long xo, long n,
+                            long m, long chunk, long chunks, int is_max, int knd, long8 kshape,
+                            long8 ks, int snd, long8 sshape, long8 ss)
+{
+    long id = get_global_id(0);
+    if (id >= n * chunks)
+        return;
+    long i = id / chunks, c = id % chunks, lo = c * chunk, hi = lo + chunk < m ? lo + chunk : m;
+    long base = xo + box_offset(i, knd, kshape, ks);
+    acc_t r = is_max ? -INFINITY : 0;
+    for (long j = lo; j < hi; j++) {
+        float v = x[base + box_offset(j, snd, sshape, ss)];
+        if (is_max)
+            r = v > r ? v : r;
+        else
+            r += v;
+    }
+    part[id] = r;
+}
+
+/* out[i] = the chunks' parts of output i combined in chunk order */
+__kernel void k_reduce_finish(__global float *o, long oo, __global const acc_t *part, long n,
+                              long chunks, int is_max)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    acc_t r = is_max ? -INFINITY : 0;
+    for (long c = 0; c < chunks; c++) {
+        acc_t v = part[i * chunks + c];
+        r = is_max ? (v > r ? v : r) : r + v;
+    }
+    o[oo + i] = (float)r;
 }
 
 /* ---- softmax and norms: one work-item per row --------------------------------------------- */

@@ -273,7 +273,8 @@ static const char *kernel_names[OCL_KERNEL_COUNT] = {
     "k_fill", "k_unary", "k_act", "k_binary", "k_where", "k_equal", "k_copy", "k_cast_f32_i32",
     "k_cast_i32_f32", "k_reduce", "k_dropout", "k_adamw", "k_sgd", "k_accumulate", "k_sum_squares",
     "k_softmax", "k_layer_norm", "k_rms_norm", "k_check_ids", "k_embedding", "k_embedding_grad",
-    "k_one_hot", "k_ce_rows", "k_ce_mean", "k_ce_scale", "k_ce_grad", "k_rope",
+    "k_one_hot", "k_ce_rows", "k_ce_mean", "k_ce_scale", "k_ce_grad", "k_rope", "k_reduce_part",
+    "k_reduce_finish",
 };
 
 /* the start of the compiler's log (its first errors), in err */
@@ -356,6 +357,8 @@ int rci_ocl_launch(rci_ocl *o, rci_ocl_kernel k, const rci_ocl_arg *args, int na
                    const char *what, rc_error *err)
 {
     cl_kernel kern = o->kernels[k];
+    if (n == 0)
+        return 0;   /* OpenCL refuses an empty range */
     for (int i = 0; i < nargs; i++) {
         cl_int s = clSetKernelArg(kern, (cl_uint)i, args[i].size, args[i].value);
         if (s != CL_SUCCESS)

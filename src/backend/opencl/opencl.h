@@ -1,5 +1,13 @@
 /* opencl.h - what the OpenCL backend's files share: the device's state behind the
- * rc_backend table, the kernels of its program, and how a kernel is launched. */
+ * rc_backend table, the kernels of its program, and how a kernel is launched.
+ *
+ * One device, one context, one in-order queue: kernels, copies and fills run in the
+ * order they are queued, so a node's inputs are written before it reads them and
+ * nothing waits on the host. The host waits only where it needs a value: download (a
+ * blocking read), wait (clFinish), sum_squares (its partial sums), an overlapping copy,
+ * and the id checks of embedding, one-hot and cross-entropy (one int read back). A
+ * buffer is one cl_mem; tensors are (cl_mem, element offset) pairs passed to kernels as
+ * arguments (sub-buffers would need the device's base-address alignment). */
 #ifndef REDCO_OPENCL_H
 #define REDCO_OPENCL_H
 
@@ -38,6 +46,8 @@ typedef enum {
     OCL_CE_SCALE,
     OCL_CE_GRAD,
     OCL_ROPE,              /* built only with fp64 (its angles are in double, as the CPU's) */
+    OCL_REDUCE_PART,
+    OCL_REDUCE_FINISH,
     OCL_KERNEL_COUNT
 } rci_ocl_kernel;
 

@@ -473,7 +473,14 @@ static int run_move(rci_ocl *o, const rci_node_run *r, rc_error *err)
 
 /* ---- reductions ------------------------------------------------------------------------------ */
 
-/* out [kept box] = the sum (or max) over the summed box of the input at `in` */
+enum {
+    REDUCE_CHUNK = 1024,   /* summed elements per work-item in the two-pass reduction */
+    REDUCE_FEW = 4096      /* outputs below which long sums take two passes */
+};
+
+/* out [kept box] = the sum (or max) over the summed box of the input at `in`: one
+ * work-item per output, or, for few outputs of long sums, fixed chunks summed in parallel
+ * (scratch) and then combined in chunk order: the same order on every run */
 static int reduce_boxes(rci_ocl *o, const place *out, const place *in, const box *kept,
                         const box *summed, int is_max, const char *what, rc_error *err)
 {
@@ -485,9 +492,22 @@ static int reduce_boxes(rci_ocl *o, const place *out, const place *in, const box
     cl_int mx = is_max, knd = kept->nd, snd = summed->nd;
     cl_long8 ksh = long8_of(kept->shape), kst = long8_of(kept->st[0]);
     cl_long8 ssh = long8_of(summed->shape), sst = long8_of(summed->st[0]);
-    rci_ocl_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in->mem), ARG(in->off), ARG(n), ARG(m),
+    if (m < 2 * REDUCE_CHUNK || n >= REDUCE_FEW) {
+        rci_ocl_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in->mem), ARG(in->off), ARG(n), ARG(m),
+                           ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
+        return rci_ocl_launch(o, OCL_REDUCE, a, 13, (size_t)n, what, err);
+    }
+    cl_long chunk = REDUCE_CHUNK, chunks = (m + chunk - 1) / chunk;
+    cl_mem part = rci_ocl_scratch(o, (size_t)(n * chunks) * (o->fp64 ? sizeof(cl_double) : sizeof(cl_float)),
+                                  err);
+    if (!part)
+        return -1;
+    rci_ocl_arg a[] = {ARG(part), ARG(in->mem), ARG(in->off), ARG(n), ARG(m), ARG(chunk), ARG(chunks),
                        ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
-    return rci_ocl_launch(o, OCL_REDUCE, a, 13, (size_t)n, what, err);
+    rci_ocl_arg f[] = {ARG(out->mem), ARG(out->off), ARG(part), ARG(n), ARG(chunks), ARG(mx)};
+    if (rci_ocl_launch(o, OCL_REDUCE_PART, a, 14, (size_t)(n * chunks), what, err))
+        return -1;
+    return rci_ocl_launch(o, OCL_REDUCE_FINISH, f, 6, (size_t)n, what, err);
 }
 
 /* sum / max over axis iparam[0]: kept (outer, inner), summed n */
