@@ -143,6 +143,34 @@ static void test_errors(void)
     rc_deployer_free(d);
 }
 
+/* More than the device holds: one error naming what was being allocated, the bytes, and
+ * what to try; nothing is left allocated. */
+static void test_out_of_memory(void)
+{
+    rc_error err = {0};
+    rc_backend *gpu = rc_backend_opencl(0, &err);
+    size_t used0, used1;
+    rc_backend_memory(gpu, NULL, &used0, NULL);
+    rc_params *p = rc_params_new();
+    rc_params_add(p, "huge", 2, (int64_t[]){1 << 17, 1 << 16}); /* 32 GiB */
+    CHECK(p && rc_params_to(p, gpu, &err) == 0); /* not allocated yet: it will be there */
+    CHECK(rc_params_buffer(p, 0, NULL) == NULL);
+    CHECK(rc_params_read(p, 0, NULL, &err) == -1 && check_has(err.msg, "parameters") &&
+          check_has(err.msg, "8589934592 floats") && check_has(err.msg, "--mp"));
+    printf("parameters too large: %s\n", err.msg);
+    rc_params_free(p);
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = rc_input(g, "x", RC_F32, 2, (int64_t[]){1 << 17, 1 << 16});
+    rc_tensor *y = rc_tanh(g, x);
+    err = (rc_error){0};
+    rc_plan *plan = rc_plan_new_on(gpu, g, &y, 1, &err);
+    CHECK(plan == NULL && check_has(err.msg, "arena") && check_has(err.msg, "--mp"));
+    printf("activations too large: %s\n", err.msg);
+    rc_graph_free(g);
+    rc_backend_memory(gpu, NULL, &used1, NULL);
+    CHECK(used1 == used0);
+}
+
 int main(void)
 {
     rc_error err = {0};
@@ -163,5 +191,6 @@ int main(void)
         ys[i] = (float)(xs[i * IN] * xs[i * IN + 1] - 0.5 * xs[i * IN + 2]);
     test_same_weights();
     test_errors();
+    test_out_of_memory();
     return check_summary("test_device_train");
 }

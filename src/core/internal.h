@@ -32,6 +32,10 @@ const rci_leaf_source *rci_graph_source(const rc_graph *g, int id);
 const rc_graph *rci_plan_graph(const rc_plan *p);
 int rci_plan_has(const rc_plan *p, const rc_tensor *t);
 
+/* Puts "what: " before err's message (when err is not NULL); returns -1. Names the tensor
+ * or state a failure concerns, e.g. the buffer a device could not allocate. */
+int rci_error_prefix(rc_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Records the first error of a graph; returns NULL so builders can `return rci_fail(...)`. */
 rc_tensor *rci_fail(rc_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -166,8 +166,7 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout, rc_error
         return 0;
     p->arena = rci_buffer_new_uninit(p->be, peak ? align_up(peak) : ARENA_ALIGN, err);
     if (!p->arena)
-        return rc_error_set(err, RC_ERR_MEMORY, "plan: cannot allocate the %zu-byte arena on %s: %s",
-                            peak, p->be->name, err ? err->msg : "");
+        return rci_error_prefix(err, "plan: the activations' arena (%zu bytes)", peak);
     for (int i = 0; i < p->n; i++)
         if (p->owns[i])
             p->mem[p->order[i]->id] = (rci_mem){p->arena, p->offset[i]};
@@ -247,7 +246,7 @@ static int upload_constants(rc_plan *p, rc_error *err)
         size_t bytes = rc_tensor_nbytes(t);
         p->leaf_own[t->id] = rc_buffer_new(p->be, bytes, err);
         if (!p->leaf_own[t->id] || rc_buffer_upload(p->leaf_own[t->id], 0, src->host, bytes, err))
-            return -1;
+            return rci_error_prefix(err, "constant '%s'", t->name);
     }
     return 0;
 }
@@ -447,8 +446,10 @@ int rc_plan_set_input(rc_plan *p, const rc_tensor *leaf, const void *host, rc_er
     rci_mem m = leaf_mem(p, leaf);
     if (!m.buf) {
         p->leaf_own[leaf->id] = rc_buffer_new(p->be, bytes, err);
-        if (!p->leaf_own[leaf->id])
-            return -1;
+        if (!p->leaf_own[leaf->id]) {
+            char s[96];
+            return rci_error_prefix(err, "input '%s' %s", leaf->name, rc_shape_str(leaf, s, sizeof s));
+        }
         m = (rci_mem){p->leaf_own[leaf->id], 0};
     }
     return rc_buffer_upload(m.buf, m.off, host, bytes, err);

@@ -93,6 +93,24 @@ const char *rc_op_name(rc_op op)
     return (unsigned)op < RC_OP_COUNT && op_names[op] ? op_names[op] : "unknown-op";
 }
 
+int rci_error_prefix(rc_error *err, const char *fmt, ...)
+{
+    if (err) {
+        char msg[sizeof err->msg];
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        size_t at = n < 0 ? 0 : (size_t)n < sizeof msg - 3 ? (size_t)n : sizeof msg - 3;
+        memcpy(msg + at, ": ", 3);
+        size_t room = sizeof msg - at - 3;
+        memcpy(msg + at + 2, err->msg, strnlen(err->msg, room));
+        msg[at + 2 + strnlen(err->msg, room)] = 0;
+        memcpy(err->msg, msg, sizeof msg);
+    }
+    return -1;
+}
+
 int rc_error_set(rc_error *err, int code, const char *fmt, ...)
 {
     if (err) {

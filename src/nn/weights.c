@@ -1,5 +1,6 @@
 /* weights.c - the flat parameter buffer and its table; values cross to the host only by
  * copies. */
+#include "internal.h"
 #include "nn.h"
 
 #include <stdio.h>
@@ -35,7 +36,7 @@ int rci_nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t 
 int rci_nn_weights_alloc(nn_weights *w, rc_backend *be, rc_error *err)
 {
     w->buf = rc_buffer_new(be, (size_t)w->numel * sizeof(float), err);
-    return w->buf ? 0 : -1;
+    return w->buf ? 0 : rci_error_prefix(err, "the parameters (%lld floats)", (long long)w->numel);
 }
 
 void rci_nn_weights_free(nn_weights *w)

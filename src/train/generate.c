@@ -150,8 +150,8 @@ static int cache_alloc(decoder *d, int64_t heads, rc_error *err)
     for (int i = 0; ok && i < d->nkv; i++)
         ok = (d->kv[i] = rc_buffer_new(d->be, bytes, err)) != NULL;
     if (!ok)
-        return rc_error_set(err, RC_ERR_MEMORY, "generate: out of memory for the key/value cache of %d rows, %lld heads, %lld positions",
-                            d->max_rows, (long long)heads, (long long)d->cap);
+        return rci_error_prefix(err, "generate: the key/value cache of %d rows, %lld heads, %lld positions",
+                                d->max_rows, (long long)heads, (long long)d->cap);
     d->kv_local = heads;
     return 0;
 }

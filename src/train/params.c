@@ -170,9 +170,10 @@ static int usable(rc_params *p, int i, const char *what, rc_error *err)
 {
     if (!p || i < 0 || i >= p->w.n)
         return rc_error_set(err, RC_ERR_ARG, "params %s: no parameter %d", what, i);
-    if (ready(p))
-        return rc_error_set(err, RC_ERR_MEMORY, "params %s: cannot allocate %lld floats on %s", what,
-                            (long long)p->w.numel, rc_backend_name(p->be));
+    if (p->released || p->w.buf)
+        return 0;
+    if (rci_nn_weights_alloc(&p->w, p->be, err))
+        return rci_error_prefix(err, "params %s", what);
     return 0;
 }
 

@@ -111,7 +111,8 @@ static int take_shards(rc_sharded *s, rc_shard_spec *specs, rc_error *err)
     s->owned = 1;
     s->bytes = total * (int64_t)sizeof(float);
     if (!s->local)
-        return rc_error_set(err, RC_ERR_MEMORY, "model shards: cannot allocate %lld floats", (long long)total);
+        return s->off ? rci_error_prefix(err, "model shards: %lld floats", (long long)total)
+                      : rc_error_set(err, RC_ERR_MEMORY, "model shards: out of memory");
     return rci_sharded_take(specs, w, s->mesh->mp, s->mesh->mp_rank, s->local, s->off, err);
 }
 

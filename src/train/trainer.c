@@ -36,8 +36,8 @@ static int state_buffers(rc_trainer *t, rc_error *err)
     size_t bytes = (size_t)t->local_numel * sizeof(float);
     if (!(t->grad = rc_buffer_new(t->be, bytes, err)) || !(t->m = rc_buffer_new(t->be, bytes, err)) ||
         !(t->v = rc_buffer_new(t->be, bytes, err)))
-        return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate the state of %lld parameters on %s",
-                            (long long)t->local_numel, t->be->name);
+        return rci_error_prefix(err, "trainer: the gradients and AdamW moments of %lld parameters",
+                                (long long)t->local_numel);
     return 0;
 }
 
@@ -186,7 +186,8 @@ rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn los
     if (!t || !t->loff || !t->lnum || (np && !rc_params_buffer(params, 0, NULL)) ||
         (t->mp == 1 && state_buffers(t, err))) {
         rc_trainer_free(t);
-        rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate state for %lld parameters", (long long)n);
+        if (!err || !err->code) /* else the allocation's own message, naming the device */
+            rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate state for %lld parameters", (long long)n);
         return NULL;
     }
     t->d = d;

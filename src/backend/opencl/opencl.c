@@ -448,9 +448,24 @@ static rci_ocl *ocl_open(int index, rc_error *err)
     return o;
 }
 
+/* the devices opened so far, kept for the process */
+static rci_ocl *opened[MAX_DEVICES];
+
+/* At exit, the work still queued finishes first: a process that returns from main with
+ * kernels queued would otherwise tear down the runtime (PoCL compiles queued kernels in
+ * its own threads) under the work. */
+static void finish_all(void)
+{
+    for (int i = 0; i < MAX_DEVICES; i++)
+        if (opened[i])
+            clFinish(opened[i]->queue);
+}
+
 rc_backend *rc_backend_opencl(int index, rc_error *err)
 {
-    static rci_ocl *opened[MAX_DEVICES];
+    static int registered;
+    if (!registered)
+        registered = atexit(finish_all) == 0;
     if (index < 0 || index >= MAX_DEVICES) {
         rc_error_set(err, RC_ERR_ARG, "opencl: no device %d", index);
         return NULL;
