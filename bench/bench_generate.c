@@ -1,14 +1,16 @@
 /* bench_generate.c - greedy decoding speed with the key/value cache: one JSON line per
  * model, tokens/s of the decode steps (prompt excluded) and the prompt's time.
- *   bench_generate [PRESET ...]      default: tiny-gpt2 gpt2
+ *   bench_generate [--device D] [PRESET ...]   default: tiny-gpt2 gpt2 on the CPU
  * The decode time is the span between the first and the last new token (stamped by the
  * on_token callback) over the steps between them, best of 3 calls; the prompt time is the
  * span from the call to the first token. Any failure prints one line and exits 1. */
 #include "common.h"
+#include "redco/device.h"
 #include "redco/predict.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { P = 8, NEW = 20 };
 
@@ -54,8 +56,26 @@ static void time_decoding(const char *name, rc_model *m, const int32_t *prompt, 
     }
 }
 
+/* --device D taken out of argv (the rest are model names) */
+static const char *take_device(int *argc, char **argv)
+{
+    for (int i = 1; i + 1 < *argc; i++)
+        if (!strcmp(argv[i], "--device")) {
+            const char *d = argv[i + 1];
+            memmove(argv + i, argv + i + 2, (size_t)(*argc - i - 2) * sizeof *argv);
+            *argc -= 2;
+            return d;
+        }
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
+    rc_error derr = {0};
+    const char *device = take_device(&argc, argv);
+    rc_backend *be = rc_device_open(device ? device : "cpu", 0, &derr);
+    if (!be)
+        bench_fail("bench_generate", "rc_device_open", derr.msg);
     const char *def[] = {"tiny-gpt2", "gpt2"};
     const char *const *names = argc > 1 ? (const char *const *)argv + 1 : def;
     int count = argc > 1 ? argc - 1 : 2;
@@ -65,6 +85,8 @@ int main(int argc, char **argv)
         rc_model *m = rc_model_create(names[i], 1, &err);
         if (!m)
             bench_fail(names[i], "rc_model_create", err.msg);
+        if (rc_params_to(m->params, be, &err))
+            bench_fail(names[i], "rc_params_to", err.msg);
         int32_t p[P];
         for (int k = 0; k < P; k++)
             p[k] = prompt[k] % m->config.vocab_size;
@@ -72,6 +94,7 @@ int main(int argc, char **argv)
         time_decoding(names[i], m, p, &step_s, &prompt_s);
         json_t *o = bench_line("generate_greedy");
         bench_set_str(o, "model", names[i]);
+        bench_set_str(o, "device", rc_backend_name(be));
         bench_set_int(o, "prompt", P);
         bench_set_int(o, "new_tokens", NEW);
         bench_set_num(o, "tokens_per_s", 1.0 / step_s);
