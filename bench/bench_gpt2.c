@@ -83,12 +83,12 @@ static double gemm_seconds(const rc_graph *g, int reps)
     rc_plan *plan = rc_graph_error(mg) ? NULL : rc_plan_new_on(be, mg, outs, n, &err);
     if (!plan)
         bench_fail(NAME, "the matmuls' plan", rc_graph_error(mg) ? rc_graph_error(mg) : err.msg);
+    rc_buffer **bufs = alloc_or_fail((size_t)rc_graph_size(mg) * sizeof *bufs, "operands");
     for (int i = 0; i < rc_graph_size(mg); i++) { /* inputs: zeros in device buffers */
         rc_tensor *x = rc_graph_node(mg, i);
-        rc_buffer *buf = x->op == RC_OP_LEAF ? buffer_or_fail(rc_tensor_nbytes(x), "a matmul operand") : NULL;
-        if (buf && rc_plan_bind(plan, x, buf, 0, &err))
+        bufs[i] = x->op == RC_OP_LEAF ? buffer_or_fail(rc_tensor_nbytes(x), "a matmul operand") : NULL;
+        if (bufs[i] && rc_plan_bind(plan, x, bufs[i], 0, &err))
             bench_fail(NAME, "rc_plan_bind", err.msg);
-        (void)buf; /* freed with the process: a benchmark */
     }
     double best = 1e30;
     for (int r = 0; r <= reps; r++) { /* the first run warms up */
@@ -98,6 +98,9 @@ static double gemm_seconds(const rc_graph *g, int reps)
         double dt = bench_now() - t0;
         best = r && dt < best ? dt : best;
     }
+    for (int i = 0; i < rc_graph_size(mg); i++)
+        rc_buffer_free(bufs[i]);
+    free(bufs);
     rc_plan_free(plan);
     rc_graph_free(mg);
     free(outs);
