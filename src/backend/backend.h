@@ -66,11 +66,12 @@ struct rc_backend {
     int (*supports)(const rc_backend *be, rc_op op, rc_dtype t);
     int (*run_node)(rc_backend *be, const rci_node_run *r, rc_error *err);
     int (*wait)(rc_backend *be, rc_error *err);
-    /* optimizer work: one step over every part; the sum of squares of n f32 at element
-     * `at` of b, in double, in an order that does not depend on the thread count */
+    /* optimizer work: one step over every part; out[k] = the sum of squares of part k's
+     * f32 in b (its at, n), in double, in an order that does not depend on the thread count:
+     * all parts in one call, so a step reads its norm back from a device once */
     int (*update)(rc_backend *be, const rci_update *u, rc_error *err);
-    int (*sum_squares)(rc_backend *be, const rc_buffer *b, int64_t at, int64_t n, double *out,
-                       rc_error *err);
+    int (*sum_squares)(rc_backend *be, const rc_buffer *b, const rci_update_part *parts, int nparts,
+                       double *out, rc_error *err);
     /* gradient accumulation over n f32: dst = scale * src, or dst += scale * src (add) */
     int (*accumulate)(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
                       size_t soff, int64_t n, float scale, int add, rc_error *err);

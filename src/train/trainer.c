@@ -260,12 +260,19 @@ static int grad_norm(const rc_trainer *t, double *norm, rc_error *err)
 {
     double sq[2] = {0, 0}; /* split, replicated */
     int np = rc_params_count(t->params);
-    for (int i = 0; i < np; i++) {
-        double part;
-        if (t->be->sum_squares(t->be, t->grad, t->loff[i], t->lnum[i], &part, err))
-            return -1;
-        sq[t->mp > 1 && t->specs[i].axis >= 0 ? 0 : 1] += part;
-    }
+    rci_update_part *parts = malloc((size_t)(np ? np : 1) * sizeof *parts);
+    double *part = malloc((size_t)(np ? np : 1) * sizeof *part);
+    int rc = parts && part ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    for (int i = 0; !rc && i < np; i++)
+        parts[i] = (rci_update_part){t->loff[i], t->lnum[i], 0.0};
+    if (!rc) /* every parameter's sum in one call: one read back from a device */
+        rc = t->be->sum_squares(t->be, t->grad, parts, np, part, err);
+    for (int i = 0; !rc && i < np; i++)
+        sq[t->mp > 1 && t->specs[i].axis >= 0 ? 0 : 1] += part[i];
+    free(parts);
+    free(part);
+    if (rc)
+        return -1;
     if (t->mp > 1 && rc_comm_allreduce_sum_f64(rc_deployer_mesh(t->d)->mp_comm, sq, 1, err))
         return -1;
     *norm = sqrt(sq[0] + sq[1]);

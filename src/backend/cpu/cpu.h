@@ -32,7 +32,7 @@ int rci_cpu_is_move(rc_op op);
 int rci_cpu_update(rc_backend *be, const rci_update *u, rc_error *err);
 int rci_cpu_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
                        size_t soff, int64_t n, float scale, int add, rc_error *err);
-int rci_cpu_sum_squares(rc_backend *be, const rc_buffer *b, int64_t at, int64_t n, double *out,
+int rci_cpu_sum_squares(rc_backend *be, const rc_buffer *b, const rci_update_part *parts, int nparts, double *out,
                         rc_error *err);
 
 #endif

@@ -127,12 +127,9 @@ static double block_squares(const float *g, int64_t lo, int64_t hi)
 }
 
 /* blocks of UPDATE_BLOCK over the threads, their sums added in order */
-int rci_cpu_sum_squares(rc_backend *be, const rc_buffer *b, int64_t at, int64_t n, double *out,
-                        rc_error *err)
+static double sum_squares(const float *g, int64_t n)
 {
     enum { GROUP = 256 }; /* blocks per parallel pass */
-    (void)be, (void)err;
-    const float *g = floats(b) + at;
     int64_t nb = (n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
     double total = 0, part[GROUP];
     for (int64_t b0 = 0; b0 < nb; b0 += GROUP) {
@@ -145,6 +142,14 @@ int rci_cpu_sum_squares(rc_backend *be, const rc_buffer *b, int64_t at, int64_t 
         for (int64_t k = 0; k < count; k++)
             total += part[k];
     }
-    *out = total;
+    return total;
+}
+
+int rci_cpu_sum_squares(rc_backend *be, const rc_buffer *b, const rci_update_part *parts, int nparts,
+                        double *out, rc_error *err)
+{
+    (void)be, (void)err;
+    for (int k = 0; k < nparts; k++)
+        out[k] = sum_squares(floats(b) + parts[k].at, parts[k].n);
     return 0;
 }

@@ -675,7 +675,7 @@ __kernel void k_accumulate(__global float *d, long dofs, __global const float *s
 /* part[b] = the sum of squares of x[at + b * chunk, ...) (chunk elements, fewer in the
  * last), in index order, in acc_t; the host adds the parts in order */
 __kernel void k_sum_squares(__global acc_t *part, __global const float *x, long at, long n,
-                            long chunk, long parts)
+                            long chunk, long parts, long base)
 {
     long b = get_global_id(0);
     if (b >= parts)
@@ -686,5 +686,5 @@ __kernel void k_sum_squares(__global acc_t *part, __global const float *x, long 
         acc_t v = x[at + j];
         s += v * v;
     }
-    part[b] = s;
+    part[base + b] = s;
 }

@@ -78,37 +78,49 @@ int rci_ocl_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buf
     return rci_ocl_launch(ocl(be), OCL_ACCUMULATE, a, 7, (size_t)n, "accumulate", err);
 }
 
-int rci_ocl_sum_squares(rc_backend *be, const rc_buffer *b, int64_t at, int64_t n, double *out,
-                        rc_error *err)
+/* Every part's chunks write their partial sums into one buffer (part k's from its base),
+ * read back once; each part's partials are then added in chunk order on the host. */
+int rci_ocl_sum_squares(rc_backend *be, const rc_buffer *b, const rci_update_part *parts, int nparts,
+                        double *out, rc_error *err)
 {
     rci_ocl *o = ocl(be);
-    *out = 0;
-    if (n <= 0)
+    cl_long total = 0;
+    for (int k = 0; k < nparts; k++) {
+        out[k] = 0;
+        total += parts[k].n > 0 ? (parts[k].n + SQUARES_CHUNK - 1) / SQUARES_CHUNK : 0;
+    }
+    if (total == 0)
         return 0;
-    cl_long parts = (n + SQUARES_CHUNK - 1) / SQUARES_CHUNK, chunk = SQUARES_CHUNK, cat = at, cn = n;
     size_t es = o->fp64 ? sizeof(double) : sizeof(float);
     cl_int s;
-    cl_mem part = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, (size_t)parts * es, NULL, &s);
+    cl_mem part = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, (size_t)total * es, NULL, &s);
     if (s != CL_SUCCESS)
         return rc_error_set(err, RC_ERR_MEMORY, "%s: sum of squares: %zu bytes of partial sums: %s",
-                            be->name, (size_t)parts * es, rci_ocl_status(s));
-    void *host = malloc((size_t)parts * es);
+                            be->name, (size_t)total * es, rci_ocl_status(s));
+    void *host = malloc((size_t)total * es);
     cl_mem x = rci_ocl_mem(b);
-    rci_ocl_arg a[] = {ARG(part), ARG(x), ARG(cat), ARG(cn), ARG(chunk), ARG(parts)};
-    int rc = host ? rci_ocl_launch(o, OCL_SUM_SQUARES, a, 6, (size_t)parts, "sum of squares", err)
-                  : rc_error_set(err, RC_ERR_MEMORY, "%s: sum of squares: out of host memory",
-                                 be->name);
+    cl_long chunk = SQUARES_CHUNK, base = 0;
+    int rc = host ? 0 : rc_error_set(err, RC_ERR_MEMORY, "%s: sum of squares: out of host memory", be->name);
+    for (int k = 0; !rc && k < nparts; k++) {
+        cl_long cat = parts[k].at, cn = parts[k].n, chunks = (cn + chunk - 1) / chunk;
+        if (cn <= 0)
+            continue;
+        rci_ocl_arg a[] = {ARG(part), ARG(x), ARG(cat), ARG(cn), ARG(chunk), ARG(chunks), ARG(base)};
+        rc = rci_ocl_launch(o, OCL_SUM_SQUARES, a, 7, (size_t)chunks, "sum of squares", err);
+        base += chunks;
+    }
     if (rc == 0) {
-        s = clEnqueueReadBuffer(o->queue, part, CL_TRUE, 0, (size_t)parts * es, host, 0, NULL, NULL);
+        s = clEnqueueReadBuffer(o->queue, part, CL_TRUE, 0, (size_t)total * es, host, 0, NULL, NULL);
         if (s != CL_SUCCESS)
             rc = rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: sum of squares: reading: %s", be->name,
                               rci_ocl_status(s));
     }
-    if (rc == 0) {
-        double total = 0;
-        for (cl_long k = 0; k < parts; k++)
-            total += o->fp64 ? ((const double *)host)[k] : (double)((const float *)host)[k];
-        *out = total;
+    base = 0;
+    for (int k = 0; rc == 0 && k < nparts; k++) {
+        cl_long chunks = parts[k].n > 0 ? (parts[k].n + chunk - 1) / chunk : 0;
+        for (cl_long j = base; j < base + chunks; j++)
+            out[k] += o->fp64 ? ((const double *)host)[j] : (double)((const float *)host)[j];
+        base += chunks;
     }
     free(host);
     clReleaseMemObject(part);
