@@ -218,6 +218,8 @@ rc_backend *rc_backend_cpu(void);
 const char *rc_backend_name(const rc_backend *be);
 /* Bytes the device has (0: unknown), bytes held by redco's buffers now, and their peak. */
 void rc_backend_memory(const rc_backend *be, size_t *total, size_t *used, size_t *peak);
+/* 1 when the backend has a kernel for op with output dtype t. */
+int rc_backend_supports(const rc_backend *be, rc_op op, rc_dtype t);
 /* Waits for the work queued on the backend. */
 int rc_backend_wait(rc_backend *be, rc_error *err);
 /* A zeroed buffer of `bytes` bytes. */

@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "internal.h"
 #include "nn.h"
+#include "redco/device.h"
 #include "redco/shard.h"
 
 #include <jansson.h>
@@ -13,7 +14,8 @@
 
 static const char *help =
     "usage: redco plan --model PRESET|DIR --mp N [--dp N] [--batch-size B] [--seq-len T]\n"
-    "                  [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--allow-replicate] [--json]\n"
+    "                  [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--allow-replicate]\n"
+    "                  [--device D] [--json]\n"
     "\n"
     "Derives from the model's graph how each parameter splits over N model shards (whole\n"
     "heads for attention, alternating column/row splits for linear chains, the vocabulary\n"
@@ -25,16 +27,18 @@ static const char *help =
     "A shard count that divides nothing is an error naming the tensors and the counts that\n"
     "would work; --allow-replicate keeps those weights whole instead, noted per weight.\n"
     "--shard overrides one parameter's split (repeatable): split axis AXIS into GROUPS runs\n"
-    "(default: its extent), or keep it replicated; the rest of the plan fits around it.\n";
+    "(default: its extent), or keep it replicated; the rest of the plan fits around it.\n"
+    "--device D (cpu, opencl, opencl:N) also says whether one rank's memory fits the\n"
+    "device and which of the step's ops the device has no kernel for.\n";
 
 typedef struct {
-    const char *model;
+    const char *model, *device;
     int64_t mp, dp, batch, seq_len;
     int allow, json;
     cli_shards shards;
 } options;
 
-enum { F_MODEL = CLI_FLAG0, F_MP, F_DP, F_BATCH, F_SEQ_LEN, F_SHARD, F_ALLOW_REPLICATE, F_JSON };
+enum { F_MODEL = CLI_FLAG0, F_MP, F_DP, F_BATCH, F_SEQ_LEN, F_SHARD, F_ALLOW_REPLICATE, F_JSON, F_DEVICE };
 
 static const struct option flags[] = {
     {"help", no_argument, NULL, CLI_HELP},
@@ -46,6 +50,7 @@ static const struct option flags[] = {
     {"shard", required_argument, NULL, F_SHARD},
     {"allow-replicate", no_argument, NULL, F_ALLOW_REPLICATE},
     {"json", no_argument, NULL, F_JSON},
+    {"device", required_argument, NULL, F_DEVICE},
     {NULL, 0, NULL, 0},
 };
 
@@ -56,6 +61,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     const char *f = a->flag, *v = a->value;
     switch (c) {
     case F_MODEL: o->model = v; return 0;
+    case F_DEVICE: o->device = v; return 0;
     case F_ALLOW_REPLICATE: o->allow = 1; return 0;
     case F_JSON: o->json = 1; return 0;
     case F_MP: return cli_int64(cmd, f, v, 1, 1 << 16, &o->mp);
@@ -138,6 +144,38 @@ typedef struct {
     int64_t local_numel;
 } memory;
 
+/* --device: one rank's memory against the device's, and the step's ops it lacks */
+typedef struct {
+    rc_backend *be;               /* NULL: no --device */
+    double need;                  /* parameters, gradients, AdamW state, activations */
+    char missing[512];            /* "op dtype, ..." the device has no kernel for */
+} device_fit;
+
+/* every op of g (the step with its backward pass) the device lacks, once each */
+static void device_check(device_fit *d, const rc_graph *g, const memory *mem)
+{
+    int seen[RC_OP_COUNT][RC_DTYPE_COUNT] = {{0}};
+    d->need = mem->params + mem->grads + mem->adam + mem->activations;
+    for (int i = 0; i < rc_graph_size(g); i++) {
+        const rc_tensor *t = rc_graph_node(g, i);
+        if (t->op == RC_OP_MP_REDUCE || t->op == RC_OP_MP_MAX || seen[t->op][t->dtype] ||
+            rc_backend_supports(d->be, t->op, t->dtype))
+            continue;
+        seen[t->op][t->dtype] = 1;
+        size_t n = strlen(d->missing);
+        snprintf(d->missing + n, sizeof d->missing - n, "%s%s %s", n ? ", " : "", rc_op_name(t->op),
+                 rc_dtype_name(t->dtype));
+    }
+}
+
+/* "fits", "does not fit" or "unknown" (a device that does not say its memory) */
+static const char *fit_word(const device_fit *d)
+{
+    size_t total;
+    rc_backend_memory(d->be, &total, NULL, NULL);
+    return !total ? "unknown" : d->need <= (double)total ? "fits" : "does not fit";
+}
+
 /* "1.52 GiB", "3.1 MiB" */
 static const char *bytes_text(double b, char *buf, size_t size)
 {
@@ -149,7 +187,8 @@ static const char *bytes_text(double b, char *buf, size_t size)
 }
 
 static void print_text(const rc_model_config *c, const options *o, const model_graph *m,
-                       const rc_shard_spec *s, const memory *mem, const rc_shard_comm *comm, int64_t buckets)
+                       const rc_shard_spec *s, const memory *mem, const rc_shard_comm *comm, int64_t buckets,
+                       const device_fit *dev)
 {
     printf("%s (%s), %lld parameters, mp %lld x dp %lld, batch %lld x %lld tokens per replica\n\n", o->model,
            c->model_type, (long long)m->w.numel, (long long)o->mp, (long long)o->dp, (long long)o->batch,
@@ -187,10 +226,19 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
                mem->grads / (1 << 20));
     else
         printf("  data axis   none (dp 1)\n");
+    if (!dev->be)
+        return;
+    size_t total;
+    rc_backend_memory(dev->be, &total, NULL, NULL);
+    printf("\ndevice %s: one rank needs %s of %s: %s%s\n", rc_backend_name(dev->be),
+           bytes_text(dev->need, b1, sizeof b1), total ? bytes_text((double)total, b2, sizeof b2) : "unknown memory",
+           fit_word(dev), !strcmp(fit_word(dev), "does not fit") ? " (try a larger --mp or a smaller --batch-size)" : "");
+    printf("kernels the device lacks: %s\n", dev->missing[0] ? dev->missing : "none");
 }
 
 static void print_json(const rc_model_config *c, const options *o, const model_graph *m,
-                       const rc_shard_spec *s, const memory *mem, const rc_shard_comm *comm, int64_t buckets)
+                       const rc_shard_spec *s, const memory *mem, const rc_shard_comm *comm, int64_t buckets,
+                       const device_fit *dev)
 {
     json_t *params = json_array();
     for (int i = 0; i < m->w.n; i++) {
@@ -214,6 +262,13 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                             (json_int_t)comm->allreduce_bwd, "model_bytes_forward", comm->bytes_fwd,
                             "model_bytes_backward", comm->bytes_bwd, "data_allreduce", (json_int_t)buckets,
                             "model_allgather", (json_int_t)comm->allgather_fwd);
+    if (dev->be) {
+        size_t total;
+        rc_backend_memory(dev->be, &total, NULL, NULL);
+        json_object_set_new(out, "device", json_pack("{s:s, s:I, s:f, s:s, s:s}", "name", rc_backend_name(dev->be),
+                                                     "total_bytes", (json_int_t)total, "need_bytes", dev->need,
+                                                     "fit", fit_word(dev), "missing_kernels", dev->missing));
+    }
     cli_print_json(out);
 }
 
@@ -248,6 +303,9 @@ int cmd_plan(int argc, char **argv)
     mem.params = mem.grads = 4.0 * (double)mem.local_numel;
     mem.adam = 2 * mem.params;
     /* the activation peak of one replica's forward + backward, planned without an arena */
+    device_fit dev = {0};
+    if (!rc && o.device && !(dev.be = rc_device_open(o.device, 0, &err)))
+        rc = -1;
     rc_tensor **outs = calloc((size_t)m.w.n + 1, sizeof *outs);
     if (!rc && outs && rc_backward(m.g, m.loss, m.p, m.w.n, outs + 1) == 0) {
         outs[0] = m.loss;
@@ -259,13 +317,15 @@ int cmd_plan(int argc, char **argv)
             mem.activations = 0;
     }
     free(outs);
+    if (!rc && dev.be)
+        device_check(&dev, m.g, &mem);
     int64_t buckets = (int64_t)((mem.grads + (16 << 20) - 1) / (16 << 20));
     if (rc)
         cli_fail(cmd, "%s", err.msg);
     else if (o.json)
-        print_json(&c, &o, &m, s, &mem, &comm, o.dp > 1 ? buckets : 0);
+        print_json(&c, &o, &m, s, &mem, &comm, o.dp > 1 ? buckets : 0, &dev);
     else
-        print_text(&c, &o, &m, s, &mem, &comm, o.dp > 1 ? buckets : 0);
+        print_text(&c, &o, &m, s, &mem, &comm, o.dp > 1 ? buckets : 0, &dev);
     free(s);
     free_graph(&m);
     return rc ? 1 : 0;

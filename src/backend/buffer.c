@@ -25,6 +25,11 @@ void rc_backend_memory(const rc_backend *be, size_t *total, size_t *used, size_t
         *peak = be ? be->peak_bytes : 0;
 }
 
+int rc_backend_supports(const rc_backend *be, rc_op op, rc_dtype t)
+{
+    return be && be->supports(be, op, t);
+}
+
 int rc_backend_wait(rc_backend *be, rc_error *err)
 {
     if (!be)

@@ -208,6 +208,33 @@ def main():
               f"eval --json of a diverged model: {r.stdout[-300:]!r} {r.stderr[-300:]!r}")
         print(f"diverged at step {k}: the model of step {k - 1} evaluates to", out)
 
+    # --device: train, eval and generate on the OpenCL device (PoCL in CI) give the CPU's
+    # figures; plan --device says whether a rank fits and which kernels the device lacks;
+    # an unknown device is one line and exit 1
+    dev = os.path.join(tmp, "on-device")
+    r = run(redco, "train", *base, "--workdir", dev, "--steps=3", "--lr=0.003", "--json", "--device", "opencl")
+    out = last_json(r)
+    ref = last_json(run(redco, "train", *base, "--workdir", os.path.join(tmp, "plain2"), "--steps=3",
+                        "--lr=0.003", "--json"))
+    check(out is not None and ref is not None and out["step"] == 3 and abs(out["loss"] - ref["loss"]) < 1e-5 * ref["loss"],
+          f"train --device opencl: {r.stdout[-300:]!r} {r.stderr[-300:]!r}")
+    cpu = last_json(run(redco, "eval", "--model", model, "--data", data, "--seq-len", "16", "--json"))
+    r = run(redco, "eval", "--model", model, "--data", data, "--seq-len", "16", "--json", "--device=opencl:0")
+    out = last_json(r)
+    check(out is not None and cpu is not None and out["tokens"] == cpu["tokens"] and
+          abs(out["loss"] - cpu["loss"]) < 1e-5 * cpu["loss"], f"eval --device opencl:0: {out} vs {cpu}")
+    r = run(redco, "plan", "--model", "tiny-gpt2", "--mp", "1", "--device", "opencl", "--json")
+    out = last_json(r)
+    check(out is not None and out["device"]["name"] == "opencl:0" and out["device"]["fit"] == "fits" and
+          out["device"]["missing_kernels"] == "", f"plan --device opencl: {r.stdout[-300:]!r}")
+    r = run(redco, "plan", "--model", "llama-65b", "--mp", "1", "--device", "opencl", "--json")
+    out = last_json(r)
+    check(out is not None and out["device"]["fit"] == "does not fit", f"plan llama-65b on PoCL: {out}")
+    r = run(redco, "train", *base, "--workdir", os.path.join(tmp, "tpu"), "--steps=1", "--device", "tpu")
+    check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "device 'tpu'" in r.stderr,
+          f"an unknown device: {r.returncode} {r.stderr!r}")
+    print("--device opencl: train, eval and plan agree with the CPU; an unknown device is one line")
+
     print(f"test_cli_flags: {PASSED[0]} passed, {len(FAILED)} failed")
     return 1 if FAILED else 0
 
