@@ -49,6 +49,20 @@ typedef struct {
     int adamw;                    /* 1: AdamW, 0: SGD */
 } rci_update;
 
+/* AdamW's per-step constants, as torch.optim.AdamW computes them, so trajectories agree to
+ * float rounding: the bias corrections are hoisted, but divided by (as torch does), not
+ * multiplied by an inverse (that would round differently). (shared.c) */
+typedef struct {
+    float b1, b2, c1, c2, eps, step_size, bc2_sqrt;
+} rci_adam_consts;
+rci_adam_consts rci_adam_setup(const rci_update *u);
+
+/* Element strides of a contiguous tensor of shape[nd]; and of t's elements along the axes
+ * of shape[nd] (right-aligned, 0 on broadcast axes), -1 when t does not broadcast to it.
+ * (shared.c) */
+void rci_contiguous_strides(int nd, const int64_t *shape, int64_t *st);
+int rci_bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64_t *st);
+
 struct rc_backend {
     const char *name;             /* "cpu", "opencl:0" ... */
     /* buffers: alloc sets b->impl to bytes of memory, zero-filled when asked (a plan's arena

@@ -200,38 +200,13 @@ typedef struct {
     int64_t n, len, pieces;          /* row length, piece length, pieces per row */
 } bcast;
 
-/* Strides of t's elements along the axes of shape[nd] (right-aligned); -1 if t does not
- * broadcast to it. */
-static int bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64_t *st)
-{
-    int off = nd - t->ndim;
-    if (off < 0)
-        return -1;
-    int64_t s = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        int j = i - off;
-        if (j < 0) {
-            st[i] = 0;
-            continue;
-        }
-        if (t->shape[j] == shape[i])
-            st[i] = shape[i] == 1 ? 0 : s;
-        else if (t->shape[j] == 1)
-            st[i] = 0;
-        else
-            return -1;
-        s *= t->shape[j];
-    }
-    return 0;
-}
-
 static int bcast_init(bcast *b, const rci_cpu_args *io, int nin)
 {
     const rc_tensor *node = io->node;
     rc_tensor *const *in = node->src;
     int64_t st[3][RC_MAX_DIMS];
     for (int k = 0; k < nin; k++)
-        if (bcast_strides(in[k], node->ndim, node->shape, st[k]))
+        if (rci_bcast_strides(in[k], node->ndim, node->shape, st[k]))
             return -1;
     b->io = io;
     b->node = node;
@@ -814,7 +789,7 @@ static int k_softmax(const rci_cpu_args *io, rc_error *err)
     const rc_tensor *mask = node->nsrc > 1 ? node->src[1] : NULL;
     if (mask && need_src(node, 1, real_dtype(), err))
         return -1;
-    if (mask && bcast_strides(mask, node->ndim, node->shape, s.mst))
+    if (mask && rci_bcast_strides(mask, node->ndim, node->shape, s.mst))
         return bcast_error(node, err);
     int64_t total = rc_tensor_numel(node);
     par_range(softmax_range, &s, total / last_dim(node), 8 * total);
@@ -1392,7 +1367,7 @@ static int k_sum_to(const rci_cpu_args *io, rc_error *err)
     real *out = io->out;
     int sd = s->ndim;
     int64_t os[RC_MAX_DIMS];   /* output strides along the input's axes, 0 where summed */
-    if (node->ndim > sd || bcast_strides(node, sd, s->shape, os)) {
+    if (node->ndim > sd || rci_bcast_strides(node, sd, s->shape, os)) {
         char a[96], b[96];
         return rc_error_set(err, RC_ERR_SHAPE, "sum_to: %s cannot be summed to %s",
                             rc_shape_str(s, a, sizeof a), rc_shape_str(node, b, sizeof b));

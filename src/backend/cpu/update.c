@@ -26,25 +26,9 @@ static void sgd_block(float *restrict w, const float *restrict g, int64_t n, flo
         w[i] -= lr * g[i];
 }
 
-/* The step's constants of torch.optim.AdamW, so trajectories agree to float rounding: the
- * bias corrections are hoisted, but divided by, as torch does, not multiplied by an
- * inverse (that would round differently). */
-typedef struct {
-    float b1, b2, c1, c2, eps, step_size, bc2_sqrt;
-} adam_consts;
-
-static adam_consts adam_setup(const rci_update *u)
-{
-    double t = (double)u->step;
-    adam_consts a = {(float)u->beta1, (float)u->beta2, (float)(1.0 - u->beta1),
-                     (float)(1.0 - u->beta2), (float)u->eps,
-                     (float)(u->lr / (1.0 - pow(u->beta1, t))), (float)sqrt(1.0 - pow(u->beta2, t))};
-    return a;
-}
-
 /* one pass: reads w, g, m, v and writes w, m, v (28 bytes per parameter) */
 static void adamw_block(float *restrict w, const float *restrict g, float *restrict m,
-                        float *restrict v, int64_t n, const adam_consts *a, float decay)
+                        float *restrict v, int64_t n, const rci_adam_consts *a, float decay)
 {
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
@@ -58,7 +42,7 @@ static void adamw_block(float *restrict w, const float *restrict g, float *restr
 
 /* One part's blocks, shared among the threads of the caller's parallel region with no
  * wait at the end (the region's end is the one barrier of the whole update). */
-static void update_part(const rci_update *u, const rci_update_part *p, const adam_consts *a)
+static void update_part(const rci_update *u, const rci_update_part *p, const rci_adam_consts *a)
 {
     float *w = floats(u->w) + p->at, *g = floats(u->grad) + p->at;
     float *m = u->adamw ? floats(u->m) + p->at : NULL, *v = u->adamw ? floats(u->v) + p->at : NULL;
@@ -84,7 +68,7 @@ static void update_part(const rci_update *u, const rci_update_part *p, const ada
 int rci_cpu_update(rc_backend *be, const rci_update *u, rc_error *err)
 {
     (void)be, (void)err;
-    adam_consts a = adam_setup(u);
+    rci_adam_consts a = rci_adam_setup(u);
     int64_t total = 0;
     for (int i = 0; i < u->nparts; i++)
         total += u->parts[i].n;

@@ -62,46 +62,12 @@ static void box_make(box *b, int nd, const int64_t *shape, int k, int64_t st[][R
     }
 }
 
-static void contiguous_strides(int nd, const int64_t *shape, int64_t *st)
-{
-    int64_t s = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        st[i] = s;
-        s *= shape[i];
-    }
-}
-
-/* Strides of t's elements along the axes of shape[nd] (right-aligned, 0 on broadcast
- * axes); -1 if t does not broadcast to it. */
-static int bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64_t *st)
-{
-    int off = nd - t->ndim;
-    if (off < 0)
-        return -1;
-    int64_t s = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        int j = i - off;
-        if (j < 0) {
-            st[i] = 0;
-            continue;
-        }
-        if (t->shape[j] == shape[i])
-            st[i] = shape[i] == 1 ? 0 : s;
-        else if (t->shape[j] == 1)
-            st[i] = 0;
-        else
-            return -1;
-        s *= t->shape[j];
-    }
-    return 0;
-}
-
 /* the node's inputs 0 .. nin-1 broadcast over its shape */
 static int bcast_box(const rc_tensor *node, int nin, box *b, rc_error *err)
 {
     int64_t st[3][RC_MAX_DIMS];
     for (int k = 0; k < nin; k++)
-        if (bcast_strides(node->src[k], node->ndim, node->shape, st[k])) {
+        if (rci_bcast_strides(node->src[k], node->ndim, node->shape, st[k])) {
             char so[96];
             return rc_error_set(err, RC_ERR_SHAPE, "%s: inputs do not broadcast to the output %s",
                                 op_name(node), rc_shape_str(node, so, sizeof so));
@@ -315,8 +281,8 @@ static int run_permute(rci_ocl *o, const rci_node_run *r, const place *out, cons
     if (s->ndim != nd)
         return bad_shape(node, err);
     int64_t sst[RC_MAX_DIMS], ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
-    contiguous_strides(nd, s->shape, sst);
-    contiguous_strides(nd, node->shape, ds);
+    rci_contiguous_strides(nd, s->shape, sst);
+    rci_contiguous_strides(nd, node->shape, ds);
     int seen = 0;
     for (int i = 0; i < nd; i++) {
         int p = node->iparam[i];
@@ -338,8 +304,8 @@ static int run_slice(rci_ocl *o, const rci_node_run *r, const place *out, const 
         end - start != node->shape[ax])
         return bad_shape(node, err);
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
-    contiguous_strides(s->ndim, s->shape, ss);
-    contiguous_strides(node->ndim, node->shape, ds);
+    rci_contiguous_strides(s->ndim, s->shape, ss);
+    rci_contiguous_strides(node->ndim, node->shape, ds);
     return copy_box(o, out->mem, out->off, ds, in->mem, in->off + start * ss[ax], ss, node->ndim,
                     node->shape, "slice", err);
 }
@@ -353,8 +319,8 @@ static int run_pad(rci_ocl *o, const rci_node_run *r, const place *out, const pl
     if (!fits_but_axis(node, s, ax) || before < 0 || before + s->shape[ax] > node->shape[ax])
         return bad_shape(node, err);
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
-    contiguous_strides(s->ndim, s->shape, ss);
-    contiguous_strides(node->ndim, node->shape, ds);
+    rci_contiguous_strides(s->ndim, s->shape, ss);
+    rci_contiguous_strides(node->ndim, node->shape, ds);
     if (o->be.fill_zero(&o->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err))
         return -1;
     return copy_box(o, out->mem, out->off + before * ds[ax], ds, in->mem, in->off, ss, node->ndim,
@@ -374,14 +340,14 @@ static int run_concat(rci_ocl *o, const rci_node_run *r, const place *out, rc_er
     if (at != node->shape[ax])
         return bad_shape(node, err);
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
-    contiguous_strides(node->ndim, node->shape, ds);
+    rci_contiguous_strides(node->ndim, node->shape, ds);
     at = 0;
     for (int k = 0; k < node->nsrc; k++) {
         const rc_tensor *s = node->src[k];
         place in = {0};
         if (place_of(&r->in[k], node, &in, err))
             return -1;
-        contiguous_strides(s->ndim, s->shape, ss);
+        rci_contiguous_strides(s->ndim, s->shape, ss);
         if (copy_box(o, out->mem, out->off + at * ds[ax], ds, in.mem, in.off, ss, node->ndim,
                      s->shape, "concat", err))
             return -1;
@@ -409,7 +375,7 @@ static int run_expand(rci_ocl *o, const rci_node_run *r, const place *out, const
             return bad_shape(node, err);
         }
     }
-    contiguous_strides(nd, node->shape, ds);
+    rci_contiguous_strides(nd, node->shape, ds);
     return copy_box(o, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape, "expand", err);
 }
 
@@ -543,7 +509,7 @@ static int run_sum_to(rci_ocl *o, const rci_node_run *r, rc_error *err)
     const rc_tensor *s = node->src[0];
     int sd = s->ndim;
     int64_t os[RC_MAX_DIMS], st[RC_MAX_DIMS];
-    if (node->ndim > sd || bcast_strides(node, sd, s->shape, os)) {
+    if (node->ndim > sd || rci_bcast_strides(node, sd, s->shape, os)) {
         char a[96], b[96];
         return rc_error_set(err, RC_ERR_SHAPE, "sum_to: %s cannot be summed to %s",
                             rc_shape_str(s, a, sizeof a), rc_shape_str(node, b, sizeof b));
@@ -553,7 +519,7 @@ static int run_sum_to(rci_ocl *o, const rci_node_run *r, rc_error *err)
                           rc_tensor_nbytes(node), err);
     if (rc_tensor_numel(s) == 0)
         return o->be.fill_zero(&o->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err);
-    contiguous_strides(sd, s->shape, st);
+    rci_contiguous_strides(sd, s->shape, st);
     int64_t ksh[RC_MAX_DIMS], kst[1][RC_MAX_DIMS], ssh[RC_MAX_DIMS], sst[1][RC_MAX_DIMS];
     int kn = 0, sn = 0;
     for (int i = 0; i < sd; i++) {
@@ -626,7 +592,7 @@ static int run_softmax(rci_ocl *o, const rci_node_run *r, rc_error *err)
         return -1;
     if (has_mask && (need_src(node, 1, RC_F32, err)))
         return -1;
-    if (has_mask && bcast_strides(node->src[1], node->ndim, node->shape, mst)) {
+    if (has_mask && rci_bcast_strides(node->src[1], node->ndim, node->shape, mst)) {
         char so[96];
         return rc_error_set(err, RC_ERR_SHAPE, "softmax: the mask does not broadcast to %s",
                             rc_shape_str(node, so, sizeof so));

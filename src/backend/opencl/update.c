@@ -16,22 +16,8 @@ static rci_ocl *ocl(rc_backend *be)
     return (rci_ocl *)(void *)be;
 }
 
-/* the CPU's adam_setup: torch.optim.AdamW's per-step constants */
-typedef struct {
-    cl_float b1, b2, c1, c2, eps, step_size, bc2_sqrt;
-} adam_consts;
-
-static adam_consts adam_setup(const rci_update *u)
-{
-    double t = (double)u->step;
-    adam_consts a = {(float)u->beta1, (float)u->beta2, (float)(1.0 - u->beta1),
-                     (float)(1.0 - u->beta2), (float)u->eps,
-                     (float)(u->lr / (1.0 - pow(u->beta1, t))), (float)sqrt(1.0 - pow(u->beta2, t))};
-    return a;
-}
-
 static int update_part(rci_ocl *o, const rci_update *u, const rci_update_part *p,
-                       const adam_consts *c, rc_error *err)
+                       const rci_adam_consts *c, rc_error *err)
 {
     cl_mem w = rci_ocl_mem(u->w), g = rci_ocl_mem(u->grad);
     cl_long at = p->at, n = p->n;
@@ -55,7 +41,7 @@ static int update_part(rci_ocl *o, const rci_update *u, const rci_update_part *p
 
 int rci_ocl_update(rc_backend *be, const rci_update *u, rc_error *err)
 {
-    adam_consts c = adam_setup(u);
+    rci_adam_consts c = rci_adam_setup(u);
     for (int i = 0; i < u->nparts; i++)
         if (update_part(ocl(be), u, &u->parts[i], &c, err))
             return -1;
