@@ -218,6 +218,12 @@ def main():
                         "--lr=0.003", "--json"))
     check(out is not None and ref is not None and out["step"] == 3 and abs(out["loss"] - ref["loss"]) < 1e-5 * ref["loss"],
           f"train --device opencl: {r.stdout[-300:]!r} {r.stderr[-300:]!r}")
+    again = os.path.join(tmp, "on-device-again")
+    run(redco, "train", *base, "--workdir", again, "--steps=3", "--lr=0.003", "--json", "--device", "opencl")
+    for f in ["final/model.safetensors", "checkpoint-3/model.safetensors", "checkpoint-3/optimizer.safetensors"]:
+        a, b = os.path.join(dev, f), os.path.join(again, f)
+        same = os.path.exists(a) and os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read()
+        check(same, f"the same training twice on opencl: {f} is not bitwise identical")
     cpu = last_json(run(redco, "eval", "--model", model, "--data", data, "--seq-len", "16", "--json"))
     r = run(redco, "eval", "--model", model, "--data", data, "--seq-len", "16", "--json", "--device=opencl:0")
     out = last_json(r)
