@@ -171,6 +171,24 @@ static void test_out_of_memory(void)
     CHECK(used1 == used0);
 }
 
+/* parameters on the device read by a CPU plan: one error naming both, never a crash */
+static void test_foreign_buffer(void)
+{
+    rc_error err = {0};
+    rc_backend *gpu = rc_backend_opencl(0, &err);
+    rc_params *p = mlp();
+    CHECK(p && rc_params_to(p, gpu, &err) == 0);
+    rc_graph *g = rc_graph_new();
+    rc_tensor *y = rc_tanh(g, rc_params_get(g, p, "w1"));
+    rc_plan *plan = rc_plan_new(g, &y, 1, &err);
+    CHECK(plan && rc_plan_run(plan, &err) == -1 && check_has(err.msg, "w1") && check_has(err.msg, "opencl:0") &&
+          check_has(err.msg, "cpu plan"));
+    printf("a device buffer in a CPU plan: %s\n", err.msg);
+    rc_plan_free(plan);
+    rc_graph_free(g);
+    rc_params_free(p);
+}
+
 int main(void)
 {
     rc_error err = {0};
@@ -192,5 +210,6 @@ int main(void)
     test_same_weights();
     test_errors();
     test_out_of_memory();
+    test_foreign_buffer();
     return check_summary("test_device_train");
 }

@@ -503,6 +503,10 @@ static int bind_memory(rc_plan *p, rc_error *err)
             return rc_error_set(err, RC_ERR_ARG, "run: leaf '%s' %s %s has no data bound", t->name,
                                 rc_shape_str(t, s, sizeof s), rc_dtype_name(t->dtype));
         }
+        if (t->op == RC_OP_LEAF && p->mem[t->id].buf && p->mem[t->id].buf->be != p->be)
+            return rc_error_set(err, RC_ERR_ARG, "run: leaf '%s' is bound to a %s buffer in a %s plan "
+                                "(move it: rc_params_to, or plan on its backend: rc_plan_new_on)",
+                                t->name, p->mem[t->id].buf->be->name, p->be->name);
     }
     return 0;
 }
