@@ -168,6 +168,7 @@ struct rc_tensor {
     double fparam[RC_MAX_FPARAM];
     int flags;
     char name[64];
+    int segment;                  /* recomputation segment (rc_remat_begin), 0: none */
     rc_tensor *view_src;          /* views (reshape, leading slices) alias this node ... */
     int64_t view_offset;          /* ... at this byte offset */
 };
@@ -352,6 +353,20 @@ rc_tensor *rc_expand(rc_graph *g, rc_tensor *a, int ndim, const int64_t *shape);
 rc_tensor *rc_sum_to(rc_graph *g, rc_tensor *a, int ndim, const int64_t *shape);
 
 /* ---- autodiff ------------------------------------------------------------------ */
+
+/* Activation recomputation. The nodes recorded between rc_remat_begin and rc_remat_end
+ * form a segment: rc_backward recomputes them from the segment's inputs (what it reads
+ * from outside: the previous block's output, parameters, constants) just before it needs
+ * them, so a plan keeps only the inputs alive between the forward and the backward pass.
+ * Gradients are those without recomputation, bitwise (the same kernels on the same
+ * values; dropout draws the same mask). Segments do not nest; each returns 0 or -1 with
+ * the graph's error set. */
+int rc_remat_begin(rc_graph *g);
+int rc_remat_end(rc_graph *g);
+/* Asks the built-in model families to make every `every`-th transformer block a segment
+ * (0: none; the Trainer sets it from rc_train_options.remat). */
+void rc_graph_set_remat(rc_graph *g, int every);
+int rc_graph_remat(const rc_graph *g);
 
 /* Adds to g the nodes computing d(loss)/d(wrt[i]) into grads[i], for a scalar loss.
  * The new nodes are ordinary ops, so they can be differentiated again. A wrt tensor

@@ -18,7 +18,7 @@ static const char *train_help =
     "                   [--optimizer adamw|sgd] [--weight-decay X] [--grad-clip X] [--warmup N]\n"
     "                   [--schedule constant|linear|cosine] [--grad-accum K] [--seed S]\n"
     "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--log-every N]\n"
-    "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--json]\n"
+    "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--remat[=N]] [--json]\n"
     "                   [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...]\n"
     "\n"
     "Trains a model on .txt, .jsonl ({\"text\"}, {\"prompt\",\"completion\"}, {\"source\",\"target\"})\n"
@@ -29,6 +29,8 @@ static const char *train_help =
     "--mp N splits the model over N of them (the plan of `redco plan`; --shard overrides\n"
     "one parameter's split). --device cpu|opencl|opencl:N runs the steps and keeps the model\n"
     "and optimizer state there (default: $REDCO_DEVICE, else cpu; `redco devices` lists them).\n"
+    "--remat[=N] keeps only every N-th transformer block's input (default 1: every block's)\n"
+    "and recomputes the blocks in the backward pass: less memory, the same gradients.\n"
     "Writes checkpoint-STEP/, last_checkpoint, best/, final/, log.jsonl and TensorBoard\n"
     "event files into the workdir. With --json the last line of stdout is\n"
     "{\"step\": N, \"loss\": ..., \"eval_loss\": ..., \"lr\": ...} (loss: the last step's; eval_loss:\n"
@@ -49,7 +51,7 @@ static const char *eval_help =
 typedef struct {
     const char *model, *data, *tokenizer, *workdir, *eval_data, *optimizer, *schedule, *device;
     int64_t steps, epochs, batch, seq_len, warmup, accum, seed, eval_every, save_every, log_every,
-        mp, nproc;
+        mp, nproc, remat;
     double lr, wd, clip;
     int resume, no_shuffle, json;
     cli_shards shards;
@@ -58,7 +60,7 @@ typedef struct {
 enum {
     F_MODEL = CLI_FLAG0, F_DATA, F_TOKENIZER, F_SEQ_LEN, F_BATCH, F_NPROC, F_MP, F_JSON, F_WORKDIR,
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
-    F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE
+    F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT
 };
 
 static const struct option eval_flags[] = {
@@ -85,6 +87,7 @@ static const struct option train_flags[] = {
     {"nproc", required_argument, NULL, F_NPROC},
     {"mp", required_argument, NULL, F_MP},
     {"device", required_argument, NULL, F_DEVICE},
+    {"remat", optional_argument, NULL, F_REMAT},
     {"json", no_argument, NULL, F_JSON},
     {"workdir", required_argument, NULL, F_WORKDIR},
     {"eval-data", required_argument, NULL, F_EVAL_DATA},
@@ -122,6 +125,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_OPTIMIZER: o->optimizer = v; return 0;
     case F_SCHEDULE: o->schedule = v; return 0;
     case F_DEVICE: o->device = v; return 0;
+    case F_REMAT: return v ? cli_int64(cmd, f, v, 1, 1 << 16, &o->remat) : (o->remat = 1, 0);
     case F_JSON: o->json = 1; return 0;
     case F_RESUME: o->resume = 1; return 0;
     case F_NO_SHUFFLE: o->no_shuffle = 1; return 0;
@@ -293,7 +297,7 @@ int cmd_train(int argc, char **argv)
     rc_trainer *t = rc_trainer_new(s.d, rc_task_collate, rc_task_loss, &s.task, s.model->params, s.model, &err);
     rc_train_options to = {.steps = o.steps, .epochs = (int)o.epochs, .batch_size = (int)o.batch,
                            .grad_accum = (int)o.accum, .shuffle = !o.no_shuffle, .optimizer = o.optimizer,
-                           .lr = o.lr, .weight_decay = o.wd, .grad_clip = o.clip, .warmup = o.warmup,
+                           .lr = o.lr, .weight_decay = o.wd, .grad_clip = o.clip, .remat = (int)o.remat, .warmup = o.warmup,
                            .schedule = !strcmp(o.schedule, "linear") ? RC_SCHEDULE_LINEAR
                                        : !strcmp(o.schedule, "cosine") ? RC_SCHEDULE_COSINE
                                                                         : RC_SCHEDULE_CONSTANT,

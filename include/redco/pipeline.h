@@ -213,6 +213,9 @@ typedef struct {
     rc_schedule_kind schedule;
     int64_t warmup;
     int decay_norms_and_biases;   /* 0 (default): no weight decay on 1-D parameters */
+    int remat;                    /* N > 0: the built-in models keep only every N-th transformer
+                                     block's input and recompute the blocks in the backward pass
+                                     (rc_graph_set_remat; gradients unchanged, bitwise) */
     int64_t log_every, eval_every, save_every; /* 0: never (eval and save also at the end) */
     int resume;                   /* continue from the workdir's last complete checkpoint */
     const char *tokenizer_dir;    /* copied into checkpoints and final/ */

@@ -1,8 +1,12 @@
 /* autodiff.c - reverse-mode differentiation: walks the graph from the loss back to the
- * requested tensors, adding gradient nodes built from ordinary ops. */
+ * requested tensors, adding gradient nodes built from ordinary ops. A recomputation
+ * segment (rc_remat_begin) is recorded again, from its inputs, when the walk reaches it,
+ * and its gradient rules read the recomputed nodes: the forward's own are then dead once
+ * the forward pass has used them. */
 #include "internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* needs[i] = 1 when node i depends on any of the wrt tensors. */
 static char *dependents(const rc_graph *g, int last, rc_tensor *const *wrt, int n)
@@ -20,6 +24,37 @@ static char *dependents(const rc_graph *g, int last, rc_tensor *const *wrt, int 
                 needs[i] = 1;
     }
     return needs;
+}
+
+/* node y again, its inputs taken from the recomputed ones (clone) where there are */
+static rc_tensor *node_again(rc_graph *g, const rc_tensor *y, rc_tensor **clone)
+{
+    rc_tensor *src[RC_MAX_SRC];
+    for (int s = 0; s < y->nsrc; s++)
+        src[s] = y->src[s] && clone[y->src[s]->id] ? clone[y->src[s]->id] : y->src[s];
+    rc_tensor *c = rci_node_new(g, y->op, y->dtype, y->ndim, y->shape, y->nsrc, src);
+    if (!c)
+        return NULL;
+    memcpy(c->iparam, y->iparam, sizeof c->iparam);
+    memcpy(c->fparam, y->fparam, sizeof c->fparam);
+    c->flags = y->flags;
+    memcpy(c->name, y->name, sizeof c->name);
+    if (y->view_src) {
+        c->view_src = clone[y->view_src->id] ? clone[y->view_src->id] : y->view_src;
+        c->view_offset = y->view_offset;
+    }
+    return c;
+}
+
+/* Records segment `seg` (its nodes up to id last) again, in order, into clone[]. */
+static int recompute(rc_graph *g, int seg, int last, rc_tensor **clone)
+{
+    for (int j = 0; j <= last; j++) {
+        const rc_tensor *y = g->nodes[j];
+        if (y->segment == seg && y->op != RC_OP_LEAF && !(clone[j] = node_again(g, y, clone)))
+            return -1;
+    }
+    return 0;
 }
 
 static void accumulate(rc_graph *g, rc_tensor **grad, rc_tensor *t, rc_tensor *gt)
@@ -42,9 +77,13 @@ int rc_backward(rc_graph *g, rc_tensor *loss, rc_tensor *const *wrt, int n, rc_t
     int last = loss->id;
     char *needs = dependents(g, last, wrt, n);
     rc_tensor **grad = calloc((size_t)last + 1, sizeof *grad);
-    if (!needs || !grad) {
+    rc_tensor **clone = calloc((size_t)last + 1, sizeof *clone); /* recomputed nodes */
+    char *done = calloc((size_t)g->segments + 1, 1);              /* segments recomputed */
+    if (!needs || !grad || !clone || !done) {
         free(needs);
         free(grad);
+        free(clone);
+        free(done);
         rci_fail(g, RC_ERR_MEMORY, "backward: out of memory for %d nodes", last + 1);
         return -1;
     }
@@ -53,8 +92,13 @@ int rc_backward(rc_graph *g, rc_tensor *loss, rc_tensor *const *wrt, int n, rc_t
         rc_tensor *y = g->nodes[i];
         if (!grad[i] || !needs[i] || y->op == RC_OP_LEAF)
             continue;
+        if (y->segment && !done[y->segment]) {
+            done[y->segment] = 1;
+            if (recompute(g, y->segment, i, clone))
+                break;
+        }
         rc_tensor *gs[RC_MAX_SRC];
-        if (rci_grad_node(g, y, grad[i], gs))
+        if (rci_grad_node(g, clone[i] ? clone[i] : y, grad[i], gs))
             break;
         for (int s = 0; s < y->nsrc; s++)
             if (gs[s] && y->src[s] && needs[y->src[s]->id])
@@ -69,5 +113,7 @@ int rc_backward(rc_graph *g, rc_tensor *loss, rc_tensor *const *wrt, int n, rc_t
     }
     free(needs);
     free(grad);
+    free(clone);
+    free(done);
     return g->err_code ? -1 : 0;
 }

@@ -110,8 +110,44 @@ rc_tensor *rci_node_new(rc_graph *g, rc_op op, rc_dtype t, int ndim, const int64
     node->nsrc = nsrc;
     for (int i = 0; i < nsrc; i++)
         node->src[i] = src[i];
+    node->segment = g->segment;
     g->nodes[g->n++] = node;
     return node;
+}
+
+int rc_remat_begin(rc_graph *g)
+{
+    if (!g || g->err_code)
+        return -1;
+    if (g->segment) {
+        rci_fail(g, RC_ERR_ARG, "remat: segment %d is still open (segments do not nest)", g->segment);
+        return -1;
+    }
+    g->segment = ++g->segments;
+    return 0;
+}
+
+int rc_remat_end(rc_graph *g)
+{
+    if (!g || g->err_code)
+        return -1;
+    if (!g->segment) {
+        rci_fail(g, RC_ERR_ARG, "remat: no segment is open");
+        return -1;
+    }
+    g->segment = 0;
+    return 0;
+}
+
+void rc_graph_set_remat(rc_graph *g, int every)
+{
+    if (g)
+        g->remat_every = every > 0 ? every : 0;
+}
+
+int rc_graph_remat(const rc_graph *g)
+{
+    return g ? g->remat_every : 0;
 }
 
 int rci_float_input(rc_graph *g, const char *op, const rc_tensor *t)

@@ -21,6 +21,8 @@ struct rc_graph {
     char err[512];
     rci_leaf_source *sources;     /* by node id, [sources_cap] (zero: none) */
     int sources_cap;
+    int segment, segments;        /* the open recomputation segment (0: none); segments made */
+    int remat_every;              /* rc_graph_set_remat */
     uint64_t serial;              /* unique per graph ever made: caches keyed on a graph use it,
                                      since a new graph may reuse a freed one's address */
 };

@@ -78,12 +78,14 @@ static rc_tensor *gpt2_logits(nn_ctx *x)
     rc_tensor *pos = rc_embedding(g, rci_nn_p(x, "transformer.wpe.weight"), rci_nn_positions(x, T, 0));
     rc_tensor *h = rc_add(g, rc_embedding(g, wte, x->in->ids), pos);
     for (int l = 0; l < x->c->n_layer; l++) {
+        rci_nn_block_begin(x, l);
         rc_tensor *a = rc_layer_norm(g, h, rci_nn_p(x, "transformer.h.%d.ln_1.weight", l),
                                      rci_nn_p(x, "transformer.h.%d.ln_1.bias", l), eps);
         h = rc_add(g, h, attention(x, l, a));
         rc_tensor *m = rc_layer_norm(g, h, rci_nn_p(x, "transformer.h.%d.ln_2.weight", l),
                                      rci_nn_p(x, "transformer.h.%d.ln_2.bias", l), eps);
         h = rc_add(g, h, mlp(x, l, m));
+        rci_nn_block_end(x, l, x->c->n_layer);
     }
     h = rc_layer_norm(g, h, rci_nn_p(x, "transformer.ln_f.weight"), rci_nn_p(x, "transformer.ln_f.bias"), eps);
     rc_tensor *head = x->c->tie_word_embeddings ? wte : rci_nn_p(x, "lm_head.weight");

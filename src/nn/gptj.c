@@ -71,9 +71,11 @@ static rc_tensor *gptj_logits(nn_ctx *x)
     rc_tensor *pos = rci_nn_positions(x, x->in->ids->shape[1], 0);
     rc_tensor *h = rc_embedding(g, rci_nn_p(x, "transformer.wte.weight"), x->in->ids);
     for (int l = 0; l < x->c->n_layer; l++) {
+        rci_nn_block_begin(x, l);
         rc_tensor *a = rc_layer_norm(g, h, rci_nn_p(x, "transformer.h.%d.ln_1.weight", l),
                                      rci_nn_p(x, "transformer.h.%d.ln_1.bias", l), eps);
         h = rc_add(g, rc_add(g, h, attention(x, l, a, pos)), mlp(x, l, a));
+        rci_nn_block_end(x, l, x->c->n_layer);
     }
     h = rc_layer_norm(g, h, rci_nn_p(x, "transformer.ln_f.weight"), rci_nn_p(x, "transformer.ln_f.bias"), eps);
     return rci_nn_linear(g, h, rci_nn_p(x, "lm_head.weight"), rci_nn_p(x, "lm_head.bias"));

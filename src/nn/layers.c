@@ -110,6 +110,20 @@ rc_tensor *rci_nn_mask_bias(nn_ctx *x)
     return rc_reshape(x->g, b, 4, (int64_t[]){m->shape[0], 1, 1, m->shape[1]});
 }
 
+void rci_nn_block_begin(nn_ctx *x, int l)
+{
+    int every = rc_graph_remat(x->g);
+    if (every && l % every == 0)
+        rc_remat_begin(x->g);
+}
+
+void rci_nn_block_end(nn_ctx *x, int l, int n)
+{
+    int every = rc_graph_remat(x->g);
+    if (every && (l % every == every - 1 || l == n - 1))
+        rc_remat_end(x->g);
+}
+
 rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T, int first)
 {
     int32_t *d = malloc((size_t)(T ? T : 1) * sizeof *d);

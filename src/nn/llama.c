@@ -86,10 +86,12 @@ static rc_tensor *llama_logits(nn_ctx *x)
     rc_tensor *emb = rci_nn_p(x, "model.embed_tokens.weight");
     rc_tensor *h = rc_embedding_pad(g, emb, x->in->ids, x->c->pad_token_id); /* torch padding_idx */
     for (int l = 0; l < x->c->n_layer; l++) {
+        rci_nn_block_begin(x, l);
         rc_tensor *a = rc_rms_norm(g, h, rci_nn_p(x, "model.layers.%d.input_layernorm.weight", l), eps, 0.0);
         h = rc_add(g, h, attention(x, l, a, pos));
         rc_tensor *m = rc_rms_norm(g, h, rci_nn_p(x, "model.layers.%d.post_attention_layernorm.weight", l), eps, 0.0);
         h = rc_add(g, h, mlp(x, l, m));
+        rci_nn_block_end(x, l, x->c->n_layer);
     }
     h = rc_rms_norm(g, h, rci_nn_p(x, "model.norm.weight"), eps, 0.0);
     rc_tensor *head = x->c->tie_word_embeddings ? emb : rci_nn_p(x, "lm_head.weight");

@@ -38,6 +38,10 @@ rc_tensor *rci_nn_mask_bias(nn_ctx *x);
 /* The activation named by a HF config (gelu_new, gelu, relu, silu, ...); NULL with the
  * graph's error set for a name redco does not know. */
 rc_tensor *rci_nn_act(nn_ctx *x, rc_tensor *h);
+/* Recomputation: blocks l .. l + every - 1 form one segment when the graph asks for it
+ * (rc_graph_set_remat); call begin before block l of n and end after it. */
+void rci_nn_block_begin(nn_ctx *x, int l);
+void rci_nn_block_end(nn_ctx *x, int l, int n);
 /* positions first + past .. first + past + T - 1 as an i32 constant [T] */
 rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T, int first);
 

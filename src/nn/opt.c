@@ -102,6 +102,7 @@ static rc_tensor *opt_logits(nn_ctx *x)
     rc_tensor *pos = positions(x, x->in->ids->shape[1]);
     h = rc_add(g, h, rc_embedding(g, rci_nn_p(x, "model.decoder.embed_positions.weight"), pos));
     for (int l = 0; l < x->c->n_layer; l++) {
+        rci_nn_block_begin(x, l);
         rc_tensor *a = attention(x, l, pre ? norm(x, l, "self_attn_layer_norm", h) : h);
         h = rc_add(g, h, a);
         if (!pre)
@@ -110,6 +111,7 @@ static rc_tensor *opt_logits(nn_ctx *x)
         h = rc_add(g, h, m);
         if (!pre)
             h = norm(x, l, "final_layer_norm", h);
+        rci_nn_block_end(x, l, x->c->n_layer);
     }
     if (pre && !x->c->remove_final_layer_norm)
         h = x->c->layer_norm_affine

@@ -133,9 +133,11 @@ static rc_tensor *encoder(nn_ctx *x, rc_tensor *mask_bias)
     if (mask_bias)
         bias = rc_add(g, bias, mask_bias);
     for (int l = 0; l < x->c->n_layer; l++) {
+        rci_nn_block_begin(x, l);
         rc_tensor *a = norm(x, "encoder", l, 0, h);
         h = rc_add(g, h, attention(x, "encoder", l, 0, a, a, bias, 0));
         h = rc_add(g, h, ffn(x, "encoder", l, 1, norm(x, "encoder", l, 1, h)));
+        rci_nn_block_end(x, l, x->c->n_layer);
     }
     return rc_rms_norm(g, h, rci_nn_p(x, "encoder.final_layer_norm.weight"), x->c->norm_eps, 0.0);
 }
@@ -150,10 +152,12 @@ static rc_tensor *t5_logits(nn_ctx *x)
     rc_tensor *h = rc_embedding(g, shared, x->in->ids);
     rc_tensor *bias = position_bias(x, "decoder", T, T, 0, 0);
     for (int l = 0; l < x->c->n_decoder_layer; l++) {
+        rci_nn_block_begin(x, l);
         rc_tensor *a = norm(x, "decoder", l, 0, h);
         h = rc_add(g, h, attention(x, "decoder", l, 0, a, a, bias, 1));
         h = rc_add(g, h, attention(x, "decoder", l, 1, norm(x, "decoder", l, 1, h), enc, mask_bias, 0));
         h = rc_add(g, h, ffn(x, "decoder", l, 2, norm(x, "decoder", l, 2, h)));
+        rci_nn_block_end(x, l, x->c->n_decoder_layer);
     }
     h = rc_rms_norm(g, h, rci_nn_p(x, "decoder.final_layer_norm.weight"), x->c->norm_eps, 0.0);
     if (x->c->tie_word_embeddings)

@@ -323,6 +323,8 @@ static int localize(local *l, const rc_tensor *y, rc_error *err)
                                 rc_shape_str(&w, want, sizeof want));
         }
     }
+    if (out && out->op != RC_OP_LEAF)
+        out->segment = y->segment; /* recomputation segments carry over to the shard's graph */
     l->map[y->id] = out;
     return 0;
 }

@@ -64,6 +64,7 @@ static rc_graph *record_loss(rc_trainer *t, void *user, const rc_batch *b, rc_te
         rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
         return NULL;
     }
+    rc_graph_set_remat(g, t->remat);
     *loss = t->loss_fn(g, t->params, b, rc_rng_new(t->seed), user);
     if (!rc_graph_error(g) && !*loss)
         rci_fail(g, RC_ERR_ARG, "loss function returned no tensor");
@@ -489,6 +490,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         return -1;
     t->seed = rci_deployer_seed(t->d);
     t->shuffle = o->shuffle;
+    t->remat = o->remat;
     t->shards.overrides = o->shard_overrides;
     t->shards.n_overrides = o->n_shard_overrides;
     if (t->mp > 1 && !t->train.st.plan && compile_first(t, o, train, err))

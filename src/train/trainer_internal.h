@@ -26,6 +26,7 @@ struct rc_trainer {
     rc_step train, eval, eval_tail;
     int mp;                       /* model shards (1: the plain data-parallel path) */
     rc_sharded shards;            /* mp > 1: the plan and this rank's parameter shards */
+    int remat;                    /* the fit's rc_train_options.remat */
     rc_shard_spec *specs;         /* mp > 1: how each parameter splits (shards.specs) */
     rc_backend *be;               /* where the state lives and the updates run */
     rc_buffer *local;             /* each parameter's shard, flat f32 (shards.local; mp 1: the

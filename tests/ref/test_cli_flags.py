@@ -241,6 +241,19 @@ def main():
           f"an unknown device: {r.returncode} {r.stderr!r}")
     print("--device opencl: train, eval and plan agree with the CPU; an unknown device is one line")
 
+    # --remat: recomputing the blocks in the backward pass leaves the weights bitwise the same,
+    # on one process and on 2 model shards
+    for extra, tag in [([], "one"), (["--nproc", "2", "--mp", "2"], "mp2")]:
+        outs = []
+        for remat in [[], ["--remat"], ["--remat=2"]]:
+            wd = os.path.join(tmp, f"remat-{tag}-{len(outs)}")
+            r = run(redco, "train", *base, "--workdir", wd, "--steps=2", *extra, *remat)
+            path = os.path.join(wd, "final", "model.safetensors")
+            outs.append(open(path, "rb").read() if r.returncode == 0 and os.path.exists(path) else None)
+        check(outs[0] is not None and outs[0] == outs[1] == outs[2],
+              f"train {extra} --remat: the weights differ from the run without recomputation")
+    print("--remat and --remat=2: bitwise the weights of the run without, on 1 process and on 2 model shards")
+
     print(f"test_cli_flags: {PASSED[0]} passed, {len(FAILED)} failed")
     return 1 if FAILED else 0
 
