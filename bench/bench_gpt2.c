@@ -3,8 +3,9 @@
  * on the step's matmul shapes (measured in the same run), the host transfers of a step,
  * memory, the executor's own overhead, and the AdamW update (on the CPU, against the
  * machine's memory bandwidth). One JSON line per figure.
- *   bench_gpt2 [--device D] [REPS [PRESET B T]]   GPT-2 124M at B=4, T=64 unless a
- *                                                 preset is named; D: cpu (default), opencl:N
+ *   bench_gpt2 [--device D] [--remat N] [REPS [PRESET B T]]
+ *       GPT-2 124M at B=4, T=64 unless a preset is named; D: cpu (default), opencl:N;
+ *       --remat N recomputes every N blocks in the backward pass (the arena shows the saving)
  * Any failing call prints one line naming it and exits 1. */
 #include "common.h"
 #include "nn.h"
@@ -107,12 +108,12 @@ static double gemm_seconds(const rc_graph *g, int reps)
     return best;
 }
 
-/* --device D taken out of argv (the rest are positional) */
-static const char *take_device(int *argc, char **argv)
+/* flag's value taken out of argv (the rest are positional); NULL when absent */
+static const char *take_flag(int *argc, char **argv, const char *flag)
 {
     const char *d = NULL;
     for (int i = 1; i + 1 < *argc; i++)
-        if (!strcmp(argv[i], "--device")) {
+        if (!strcmp(argv[i], flag)) {
             d = argv[i + 1];
             memmove(argv + i, argv + i + 2, (size_t)(*argc - i - 2) * sizeof *argv);
             *argc -= 2;
@@ -124,7 +125,7 @@ static const char *take_device(int *argc, char **argv)
 int main(int argc, char **argv)
 {
     rc_error err = {0};
-    const char *device = take_device(&argc, argv);
+    const char *device = take_flag(&argc, argv, "--device"), *remat = take_flag(&argc, argv, "--remat");
     if (!(be = rc_device_open(device ? device : "cpu", 0, &err)))
         bench_fail(NAME, "rc_device_open", err.msg);
     int reps = argc > 1 ? atoi(argv[1]) : 3;
@@ -146,6 +147,7 @@ int main(int argc, char **argv)
     rc_graph *g = rc_graph_new();
     if (!g)
         bench_fail(NAME, "rc_graph_new", "out of memory");
+    rc_graph_set_remat(g, remat ? atoi(remat) : 0);
     rc_tensor **p = alloc_or_fail((size_t)w.n * sizeof *p, "parameter leaves");
     rc_tensor **outs = alloc_or_fail((size_t)(w.n + 1) * sizeof *outs, "outputs");
     if (rci_nn_model_leaves(g, &w, p))
@@ -247,6 +249,7 @@ int main(int argc, char **argv)
     json_t *o = bench_line("gpt2_124m_fwd_bwd");
     bench_set_str(o, "model", model);
     bench_set_str(o, "device", rc_backend_name(be));
+    bench_set_int(o, "remat", rc_graph_remat(g));
     bench_set_int(o, "batch", B);
     bench_set_int(o, "seq", T);
     bench_set_int(o, "threads", rc_get_threads());
@@ -267,6 +270,9 @@ int main(int argc, char **argv)
     o = bench_line("gpt2_124m_memory");
     bench_set_int(o, "arena_peak_bytes", (long long)st.peak_bytes);
     bench_set_int(o, "arena_naive_bytes", (long long)st.naive_bytes);
+    /* the arena less the gradients it returns (as large as the parameters): activations and
+     * temporaries at their peak, what recomputation (--remat) reduces */
+    bench_set_int(o, "activation_peak_bytes", (long long)st.peak_bytes - (long long)w.numel * 4);
     bench_set_int(o, "param_bytes", (long long)w.numel * 4);
     bench_set_int(o, "max_rss_bytes", (long long)ru.ru_maxrss * 1024);
     bad |= bench_print(o);
