@@ -78,7 +78,10 @@ int rc_backward(rc_graph *g, rc_tensor *loss, rc_tensor *const *wrt, int n, rc_t
     char *needs = dependents(g, last, wrt, n);
     rc_tensor **grad = calloc((size_t)last + 1, sizeof *grad);
     rc_tensor **clone = calloc((size_t)last + 1, sizeof *clone); /* recomputed nodes */
-    char *done = calloc((size_t)g->segments + 1, 1);              /* segments recomputed */
+    int segments = 0; /* the highest segment id: a partitioned graph keeps its source's ids */
+    for (int i = 0; i <= last; i++)
+        segments = g->nodes[i]->segment > segments ? g->nodes[i]->segment : segments;
+    char *done = calloc((size_t)segments + 1, 1);                 /* segments recomputed */
     if (!needs || !grad || !clone || !done) {
         free(needs);
         free(grad);
