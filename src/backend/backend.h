@@ -62,6 +62,11 @@ rci_adam_consts rci_adam_setup(const rci_update *u);
  * (shared.c) */
 void rci_contiguous_strides(int nd, const int64_t *shape, int64_t *st);
 int rci_bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64_t *st);
+/* The axes of shape[nd] simplified for k stride sets st[j]: size-1 axes dropped, axes that
+ * continue each other in every set merged, into mshape and mst (zero beyond the merged
+ * axes); returns the merged axes, >= 1 (no axis left: one of size 1, strides 0). */
+int rci_merge_axes(int nd, const int64_t *shape, int k, int64_t st[][RC_MAX_DIMS], int64_t *mshape,
+                   int64_t mst[][RC_MAX_DIMS]);
 
 struct rc_backend {
     const char *name;             /* "cpu", "opencl:0" ... */

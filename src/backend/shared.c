@@ -4,6 +4,7 @@
 #include "backend.h"
 
 #include <math.h>
+#include <string.h>
 
 void rci_contiguous_strides(int nd, const int64_t *shape, int64_t *st)
 {
@@ -35,6 +36,32 @@ int rci_bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64_t 
         s *= t->shape[j];
     }
     return 0;
+}
+
+int rci_merge_axes(int nd, const int64_t *shape, int k, int64_t st[][RC_MAX_DIMS], int64_t *mshape,
+                   int64_t mst[][RC_MAX_DIMS])
+{
+    int m = 0;
+    memset(mshape, 0, RC_MAX_DIMS * sizeof *mshape);
+    for (int j = 0; j < k; j++)
+        memset(mst[j], 0, RC_MAX_DIMS * sizeof *mst[j]);
+    for (int i = 0; i < nd; i++) {
+        int64_t n = shape[i];
+        if (n == 1)
+            continue;
+        int merge = m > 0;
+        for (int j = 0; merge && j < k; j++)
+            merge = mst[j][m - 1] == st[j][i] * n;
+        if (merge)
+            mshape[m - 1] *= n;
+        else
+            mshape[m++] = n;
+        for (int j = 0; j < k; j++)
+            mst[j][m - 1] = st[j][i];
+    }
+    if (m == 0)
+        mshape[m++] = 1;
+    return m;
 }
 
 rci_adam_consts rci_adam_setup(const rci_update *u)

@@ -210,31 +210,7 @@ static int bcast_init(bcast *b, const rci_cpu_args *io, int nin)
             return -1;
     b->io = io;
     b->node = node;
-    b->nd = 0;
-    for (int i = 0; i < node->ndim; i++) {
-        int64_t n = node->shape[i];
-        if (n == 1)
-            continue;
-        int d = b->nd, merge = d > 0;
-        for (int k = 0; merge && k < nin; k++)
-            merge = b->st[k][d - 1] == st[k][i] * n;
-        if (merge) {
-            b->shape[d - 1] *= n;
-            for (int k = 0; k < nin; k++)
-                b->st[k][d - 1] = st[k][i];
-            continue;
-        }
-        b->shape[d] = n;
-        for (int k = 0; k < nin; k++)
-            b->st[k][d] = st[k][i];
-        b->nd++;
-    }
-    if (b->nd == 0) {
-        b->nd = 1;
-        b->shape[0] = 1;
-        for (int k = 0; k < nin; k++)
-            b->st[k][0] = 0;
-    }
+    b->nd = rci_merge_axes(node->ndim, node->shape, nin, st, b->shape, b->st);
     /* a few long rows (one row when shapes are identical) still spread over every thread */
     int64_t n = b->shape[b->nd - 1], rows = rc_tensor_numel(node) / n;
     int64_t want = 4 * (int64_t)omp_get_max_threads();

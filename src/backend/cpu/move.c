@@ -20,16 +20,6 @@ static int64_t min64(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-/* Contiguous element strides of t. */
-static void contiguous_strides(const rc_tensor *t, int64_t *st)
-{
-    int64_t s = 1;
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        st[i] = s;
-        s *= t->shape[i];
-    }
-}
-
 /* Work on [i0, i1) of something. */
 typedef void (*range_fn)(void *ctx, int64_t i0, int64_t i1);
 
@@ -217,8 +207,8 @@ static int move_permute(const rci_cpu_args *io, rc_error *err)
     if (s->ndim != nd)
         return bad_shape(node, err);
     int64_t sst[RC_MAX_DIMS], ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
-    contiguous_strides(s, sst);
-    contiguous_strides(node, ds);
+    rci_contiguous_strides(s->ndim, s->shape, sst);
+    rci_contiguous_strides(node->ndim, node->shape, ds);
     int seen = 0;
     for (int i = 0; i < nd; i++) {
         int p = node->iparam[i];
@@ -245,8 +235,8 @@ static int move_slice(const rci_cpu_args *io, rc_error *err)
         if (i != ax && s->shape[i] != node->shape[i])
             return bad_shape(node, err);
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
-    contiguous_strides(s, ss);
-    contiguous_strides(node, ds);
+    rci_contiguous_strides(s->ndim, s->shape, ss);
+    rci_contiguous_strides(node->ndim, node->shape, ds);
     size_t es = rc_dtype_size(node->dtype);
     copy_strided(io->out, ds, (const char *)io->in[0] + start * ss[ax] * (int64_t)es, ss, nd,
                  node->shape, es);
@@ -266,8 +256,8 @@ static int move_pad(const rci_cpu_args *io, rc_error *err)
         if (i != ax && s->shape[i] != node->shape[i])
             return bad_shape(node, err);
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
-    contiguous_strides(s, ss);
-    contiguous_strides(node, ds);
+    rci_contiguous_strides(s->ndim, s->shape, ss);
+    rci_contiguous_strides(node->ndim, node->shape, ds);
     size_t es = rc_dtype_size(node->dtype);
     memset(io->out, 0, rc_tensor_nbytes(node));
     copy_strided((char *)io->out + before * ds[ax] * (int64_t)es, ds, io->in[0], ss, nd, s->shape,
@@ -295,12 +285,12 @@ static int move_concat(const rci_cpu_args *io, rc_error *err)
     if (at != node->shape[ax])
         return bad_shape(node, err);
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
-    contiguous_strides(node, ds);
+    rci_contiguous_strides(node->ndim, node->shape, ds);
     size_t es = rc_dtype_size(node->dtype);
     at = 0;
     for (int k = 0; k < node->nsrc; k++) {
         const rc_tensor *s = node->src[k];
-        contiguous_strides(s, ss);
+        rci_contiguous_strides(s->ndim, s->shape, ss);
         copy_strided((char *)io->out + at * ds[ax] * (int64_t)es, ds, io->in[k], ss, nd, s->shape,
                      es);
         at += s->shape[ax];
@@ -313,22 +303,11 @@ static int move_expand(const rci_cpu_args *io, rc_error *err)
 {
     const rc_tensor *node = io->node;
     const rc_tensor *s = node->src[0];
-    int nd = node->ndim, off = nd - s->ndim;
-    if (off < 0)
+    int nd = node->ndim;
+    int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
+    if (rci_bcast_strides(s, nd, node->shape, ss))
         return bad_shape(node, err);
-    int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS], st = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        int j = i - off;
-        if (j < 0 || s->shape[j] == 1) {
-            ss[i] = 0;
-        } else if (s->shape[j] == node->shape[i]) {
-            ss[i] = st;
-            st *= s->shape[j];
-        } else {
-            return bad_shape(node, err);
-        }
-    }
-    contiguous_strides(node, ds);
+    rci_contiguous_strides(node->ndim, node->shape, ds);
     copy_strided(io->out, ds, io->in[0], ss, nd, node->shape, rc_dtype_size(node->dtype));
     return 0;
 }

@@ -37,29 +37,12 @@ static cl_long8 long8_of(const int64_t *v)
  * sets; a box of no axes becomes one axis of size 1. */
 static void box_make(box *b, int nd, const int64_t *shape, int k, int64_t st[][RC_MAX_DIMS])
 {
+    int64_t mshape[RC_MAX_DIMS], mst[3][RC_MAX_DIMS];
     memset(b, 0, sizeof *b);
-    for (int i = 0; i < nd; i++) {
-        int64_t n = shape[i];
-        if (n == 1)
-            continue;
-        int d = b->nd, merge = d > 0;
-        for (int j = 0; merge && j < k; j++)
-            merge = b->st[j][d - 1] == st[j][i] * n;
-        if (merge) {
-            b->shape[d - 1] *= n;
-            for (int j = 0; j < k; j++)
-                b->st[j][d - 1] = st[j][i];
-            continue;
-        }
-        b->shape[d] = n;
-        for (int j = 0; j < k; j++)
-            b->st[j][d] = st[j][i];
-        b->nd++;
-    }
-    if (b->nd == 0) {
-        b->nd = 1;
-        b->shape[0] = 1;
-    }
+    b->nd = rci_merge_axes(nd, shape, k, st, mshape, mst);
+    memcpy(b->shape, mshape, sizeof mshape);
+    for (int j = 0; j < k; j++)
+        memcpy(b->st[j], mst[j], sizeof mst[j]);
 }
 
 /* the node's inputs 0 .. nin-1 broadcast over its shape */
@@ -360,21 +343,10 @@ static int run_expand(rci_ocl *o, const rci_node_run *r, const place *out, const
                       rc_error *err)
 {
     const rc_tensor *node = r->node, *s = node->src[0];
-    int nd = node->ndim, off = nd - s->ndim;
-    if (off < 0)
+    int nd = node->ndim;
+    int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
+    if (rci_bcast_strides(s, nd, node->shape, ss))
         return bad_shape(node, err);
-    int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS], st = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        int j = i - off;
-        if (j < 0 || s->shape[j] == 1) {
-            ss[i] = 0;
-        } else if (s->shape[j] == node->shape[i]) {
-            ss[i] = st;
-            st *= s->shape[j];
-        } else {
-            return bad_shape(node, err);
-        }
-    }
     rci_contiguous_strides(nd, node->shape, ds);
     return copy_box(o, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape, "expand", err);
 }
