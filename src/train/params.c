@@ -80,12 +80,12 @@ int rc_params_add(rc_params *p, const char *name, int ndim, const int64_t *shape
     return rc_params_add_init(p, name, ndim, shape, NULL);
 }
 
-/* the buffer, allocated on first use */
-static int ready(rc_params *p)
+/* the buffer, allocated on first use (err, when given, says why it cannot be) */
+static int ready(rc_params *p, rc_error *err)
 {
     if (p->released)
         return 0; /* no buffer while shards hold the values: leaves stay unbound */
-    return p->w.buf || rci_nn_weights_alloc(&p->w, p->be, NULL) == 0 ? 0 : -1;
+    return p->w.buf || rci_nn_weights_alloc(&p->w, p->be, err) == 0 ? 0 : -1;
 }
 
 void rci_params_release(rc_params *p)
@@ -98,7 +98,7 @@ void rci_params_release(rc_params *p)
 int rci_params_restore(rc_params *p)
 {
     p->released = 0;
-    return ready(p);
+    return ready(p, NULL);
 }
 
 /* Parameter i's values as its rule says into x; normal draws come from the shared stream r. */
@@ -120,7 +120,7 @@ static int init_one(rc_params *p, int i, double std, uint64_t seed, rc_rng *r, f
 
 int rc_params_init_normal(rc_params *p, double std, uint64_t seed)
 {
-    if (!p || ready(p) || p->released)
+    if (!p || ready(p, NULL) || p->released)
         return -1;
     rc_rng r = rc_rng_new(seed);
     int64_t most = 1;
@@ -170,11 +170,7 @@ static int usable(rc_params *p, int i, const char *what, rc_error *err)
 {
     if (!p || i < 0 || i >= p->w.n)
         return rc_error_set(err, RC_ERR_ARG, "params %s: no parameter %d", what, i);
-    if (p->released || p->w.buf)
-        return 0;
-    if (rci_nn_weights_alloc(&p->w, p->be, err))
-        return rci_error_prefix(err, "params %s", what);
-    return 0;
+    return ready(p, err) ? rci_error_prefix(err, "params %s", what) : 0;
 }
 
 int rc_params_read(rc_params *p, int i, float *host, rc_error *err)
@@ -270,7 +266,7 @@ rc_tensor *rc_params_get(rc_graph *g, rc_params *p, const char *name)
     int i = rci_nn_weights_find(&p->w, name);
     if (i < 0)
         return rci_fail(g, RC_ERR_ARG, "params: no parameter '%s'", name);
-    if (ready(p))
+    if (ready(p, NULL))
         return rci_fail(g, RC_ERR_MEMORY, "params: cannot allocate %lld floats", (long long)p->w.numel);
     return leaf(g, p, i);
 }
@@ -369,7 +365,7 @@ rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *
 /* the nn view of a params object, for the modules that share the flat buffer */
 nn_weights *rci_params_weights(rc_params *p)
 {
-    return ready(p) ? NULL : &p->w;
+    return ready(p, NULL) ? NULL : &p->w;
 }
 
 rc_backend *rci_params_backend(const rc_params *p)
