@@ -257,20 +257,16 @@ static int add_grads(rc_trainer *t, float scale, int first, rc_error *err)
 }
 
 /* the global norm: split parameters summed over the model shards, replicated ones once */
-static int grad_norm(const rc_trainer *t, double *norm, rc_error *err)
+static int grad_norm(const rc_trainer *t, const rci_update_part *parts, double *norm, rc_error *err)
 {
     double sq[2] = {0, 0}; /* split, replicated */
     int np = rc_params_count(t->params);
-    rci_update_part *parts = malloc((size_t)(np ? np : 1) * sizeof *parts);
     double *part = malloc((size_t)(np ? np : 1) * sizeof *part);
-    int rc = parts && part ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
-    for (int i = 0; !rc && i < np; i++)
-        parts[i] = (rci_update_part){t->loff[i], t->lnum[i], 0.0};
-    if (!rc) /* every parameter's sum in one call: one read back from a device */
-        rc = t->be->sum_squares(t->be, t->grad, parts, np, part, err);
+    /* every parameter's sum in one call: one read back from a device */
+    int rc = part ? t->be->sum_squares(t->be, t->grad, parts, np, part, err)
+                  : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     for (int i = 0; !rc && i < np; i++)
         sq[t->mp > 1 && t->specs[i].axis >= 0 ? 0 : 1] += part[i];
-    free(parts);
     free(part);
     if (rc)
         return -1;
@@ -280,26 +276,29 @@ static int grad_norm(const rc_trainer *t, double *norm, rc_error *err)
     return 0;
 }
 
-/* One optimizer step on the backend: every parameter's share of local, grad, m and v, the
- * gradient first multiplied by clip (1: none); no decay on 1-D parameters unless asked. */
-static int optimizer_update(rc_trainer *t, const rc_train_options *o, double lr, double clip,
-                            rc_error *err)
+/* One optimizer step on the backend over every parameter's share of local, grad, m and v
+ * (parts), the gradient first multiplied by clip (1: none). */
+static int optimizer_update(rc_trainer *t, const rc_train_options *o, const rci_update_part *parts,
+                            double lr, double clip, rc_error *err)
 {
-    nn_weights *w = rci_params_weights(t->params);
-    rci_update_part *parts = malloc((size_t)(w->n ? w->n : 1) * sizeof *parts);
-    if (!parts)
-        return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
-    for (int i = 0; i < w->n; i++) {
-        int decay = w->p[i].ndim >= 2 || o->decay_norms_and_biases;
-        parts[i] = (rci_update_part){t->loff[i], t->lnum[i], decay ? o->weight_decay : 0.0};
-    }
-    rci_update u = {t->local, t->grad, t->m, t->v, parts, w->n, lr,
+    rci_update u = {t->local, t->grad, t->m, t->v, parts, rc_params_count(t->params), lr,
                     o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
                     o->eps > 0 ? o->eps : 1e-8, ++t->opt_step, clip,
                     !o->optimizer || !strcmp(o->optimizer, "adamw")};
-    int rc = t->be->update(t->be, &u, err);
-    free(parts);
-    return rc;
+    return t->be->update(t->be, &u, err);
+}
+
+/* Each parameter's share of the state (element offset, count) and its weight decay: none
+ * on 1-D parameters unless asked. malloc'ed; NULL when memory runs out. */
+static rci_update_part *state_parts(const rc_trainer *t, const rc_train_options *o)
+{
+    nn_weights *w = rci_params_weights(t->params);
+    rci_update_part *parts = malloc((size_t)(w->n ? w->n : 1) * sizeof *parts);
+    for (int i = 0; parts && i < w->n; i++) {
+        int decay = w->p[i].ndim >= 2 || o->decay_norms_and_biases;
+        parts[i] = (rci_update_part){t->loff[i], t->lnum[i], decay ? o->weight_decay : 0.0};
+    }
+    return parts;
 }
 
 /* One optimizer step: grad_accum micro-batches per replica, averaged over the data axis. */
@@ -344,11 +343,16 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         return rc_error_set(err, RC_ERR_ARG, "step %lld: the loss is %s; stopping (the last complete checkpoint is %s)",
                             (long long)t->step + 1, isnan(*loss_out) ? "NaN" : "infinite",
                             t->last_ckpt[0] ? t->last_ckpt : "none");
-    if (grad_norm(t, norm_out, err))
-        return -1;
-    /* clipping is applied inside the update's pass */
-    float clip = o->grad_clip > 0 && *norm_out > o->grad_clip ? (float)(o->grad_clip / (*norm_out + 1e-6)) : 1.0f;
-    return optimizer_update(t, o, lr, clip, err);
+    rci_update_part *parts = state_parts(t, o);
+    if (!parts)
+        return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    rc = grad_norm(t, parts, norm_out, err);
+    if (!rc) { /* clipping is applied inside the update's pass */
+        float clip = o->grad_clip > 0 && *norm_out > o->grad_clip ? (float)(o->grad_clip / (*norm_out + 1e-6)) : 1.0f;
+        rc = optimizer_update(t, o, parts, lr, clip, err);
+    }
+    free(parts);
+    return rc;
 }
 
 /* ---- evaluation ------------------------------------------------------------------------ */
