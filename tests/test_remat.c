@@ -1,7 +1,11 @@
 /* test_remat.c - activation recomputation (rc_remat_begin / rc_graph_set_remat): the
  * gradients of every model family, and of a user's graph with dropout inside a segment,
- * are bitwise those without recomputation, and the plan's activation peak is smaller. */
+ * are bitwise those without recomputation, and the plan's activation peak is smaller.
+ * The families and the dropout graph run on the CPU and again on the OpenCL device (the
+ * same device with and without recomputation: bitwise). Without an OpenCL device that
+ * part prints why and passes, unless REDCO_REQUIRE_OPENCL=1 (CI sets it): then it fails. */
 #include "check.h"
+#include "redco/device.h"
 #include "redco/pipeline.h"
 
 #include <stdio.h>
@@ -10,9 +14,10 @@
 
 enum { B = 2, T = 16 };
 
-/* loss and gradients of m on fixed ids, recomputing every `every` blocks (0: none);
- * their values flat into out (malloc'ed), the plan's arena peak into *peak */
-static float *model_grads(rc_model *m, int every, int64_t *count, size_t *peak)
+/* loss and gradients of m on fixed ids on backend be (m's parameters are there),
+ * recomputing every `every` blocks (0: none); their values flat into out (malloc'ed), the
+ * plan's arena peak into *peak */
+static float *model_grads(rc_backend *be, rc_model *m, int every, int64_t *count, size_t *peak)
 {
     int32_t ids[B * T], tg[B * T];
     for (int i = 0; i < B * T; i++) {
@@ -32,8 +37,9 @@ static float *model_grads(rc_model *m, int every, int64_t *count, size_t *peak)
     outs[0] = loss;
     rc_backward(g, loss, p, n, outs + 1);
     rc_error err = {0};
-    rc_plan *plan = rc_graph_error(g) ? NULL : rc_plan_new(g, outs, n + 1, &err);
-    CHECKF(plan && rc_plan_run(plan, &err) == 0, "%s remat %d: %s %s", m->config.model_type, every,
+    rc_plan *plan = rc_graph_error(g) ? NULL : rc_plan_new_on(be, g, outs, n + 1, &err);
+    CHECKF(plan && rc_plan_run(plan, &err) == 0, "%s remat %d on %s: %s %s", m->config.model_type, every,
+           rc_backend_name(be),
            rc_graph_error(g) ? rc_graph_error(g) : "", err.msg);
     *count = 1;
     for (int i = 0; i < n; i++)
@@ -51,22 +57,24 @@ static float *model_grads(rc_model *m, int every, int64_t *count, size_t *peak)
     return v;
 }
 
-static void test_families(void)
+static void test_families(rc_backend *be)
 {
     const char *presets[5] = {"tiny-gpt2", "tiny-llama", "tiny-opt", "tiny-gptj", "tiny-t5"};
     for (int k = 0; k < 5; k++) {
         rc_error err = {0};
         rc_model *m = rc_model_create(presets[k], 3, &err);
+        CHECKF(m && rc_params_to(m->params, be, &err) == 0, "%s on %s: %s", presets[k], rc_backend_name(be), err.msg);
         int64_t n0 = 0, n1 = 0, n2 = 0;
         size_t p0 = 0, p1 = 0, p2 = 0;
-        float *plain = m ? model_grads(m, 0, &n0, &p0) : NULL;
-        float *each = m ? model_grads(m, 1, &n1, &p1) : NULL;
-        float *pairs = m ? model_grads(m, 2, &n2, &p2) : NULL;
+        float *plain = m ? model_grads(be, m, 0, &n0, &p0) : NULL;
+        float *each = m ? model_grads(be, m, 1, &n1, &p1) : NULL;
+        float *pairs = m ? model_grads(be, m, 2, &n2, &p2) : NULL;
         CHECKF(plain && each && pairs && n0 == n1 && n0 == n2 && !memcmp(plain, each, (size_t)n0 * sizeof *plain) &&
                    !memcmp(plain, pairs, (size_t)n0 * sizeof *plain),
-               "%s: loss and gradients with recomputation are not bitwise those without", presets[k]);
-        printf("%-10s loss and %lld gradient values bitwise equal; arena %zu bytes, %zu recomputing "
-               "each block, %zu every 2\n", presets[k], (long long)n0 - 1, p0, p1, p2);
+               "%s on %s: loss and gradients with recomputation are not bitwise those without", presets[k],
+               rc_backend_name(be));
+        printf("%-10s on %s: loss and %lld gradient values bitwise equal; arena %zu bytes, %zu recomputing "
+               "each block, %zu every 2\n", presets[k], rc_backend_name(be), (long long)n0 - 1, p0, p1, p2);
         free(plain);
         free(each);
         free(pairs);
@@ -88,7 +96,8 @@ static void test_peak(void)
     }
     int64_t n0, n1;
     size_t p0 = 0, p1 = 0;
-    float *a = m ? model_grads(m, 0, &n0, &p0) : NULL, *b = m ? model_grads(m, 1, &n1, &p1) : NULL;
+    rc_backend *cpu = rc_backend_cpu();
+    float *a = m ? model_grads(cpu, m, 0, &n0, &p0) : NULL, *b = m ? model_grads(cpu, m, 1, &n1, &p1) : NULL;
     size_t params = m ? (size_t)rc_params_numel(m->params) * sizeof(float) : 0;
     /* the arena holds the gradients (outputs) too: compare what is left, the activations */
     CHECKF(a && b && !memcmp(a, b, (size_t)n0 * sizeof *a) && 2 * (p1 - params) < p0 - params,
@@ -101,8 +110,8 @@ static void test_peak(void)
     rc_model_free(m);
 }
 
-/* a user's graph: a segment with dropout, recomputed with the same mask */
-static void test_dropout(void)
+/* a user's graph on backend be: a segment with dropout, recomputed with the same mask */
+static void test_dropout(rc_backend *be)
 {
     float xv[8 * 6], wv[6 * 6];
     for (int i = 0; i < 48; i++)
@@ -134,26 +143,46 @@ static void test_dropout(void)
         rc_backward(g, loss, &w, 1, &dw);
         rc_tensor *outs[2] = {loss, dw};
         rc_error err = {0};
-        rc_plan *p = rc_plan_new(g, outs, 2, &err);
-        rc_plan_set_rng(p, rc_rng_new(4));
+        rc_plan *p = rc_plan_new_on(be, g, outs, 2, &err);
+        if (p)
+            rc_plan_set_rng(p, rc_rng_new(4));
         CHECKF(p && rc_plan_set_input(p, w, wv, &err) == 0 && rc_plan_run(p, &err) == 0 &&
                    rc_plan_read(p, loss, got[remat], &err) == 0 && rc_plan_read(p, dw, got[remat] + 1, &err) == 0,
-               "dropout remat %d: %s", remat, err.msg);
+               "dropout remat %d on %s: %s", remat, rc_backend_name(be), err.msg);
         rc_plan_free(p);
         rc_graph_free(g);
     }
-    CHECK(!memcmp(got[0], got[1], sizeof got[0]));
-    printf("dropout inside a recomputed segment: the same mask, loss %.6f and gradient bitwise equal\n", got[0][0]);
+    CHECKF(!memcmp(got[0], got[1], sizeof got[0]), "dropout on %s: recomputation changed the loss or gradient",
+           rc_backend_name(be));
+    printf("dropout inside a recomputed segment on %s: the same mask, loss %.6f and gradient bitwise equal\n",
+           rc_backend_name(be), got[0][0]);
     rc_graph *g = rc_graph_new();
     CHECK(rc_remat_begin(g) == 0 && rc_remat_begin(g) == -1 && strstr(rc_graph_error(g), "nest"));
     rc_graph_free(g);
 }
 
+/* the same checks on the OpenCL device, or why they did not run */
+static void test_opencl(void)
+{
+    rc_error err = {0};
+    rc_backend *be = rc_backend_opencl(0, &err);
+    if (!be) {
+        const char *req = getenv("REDCO_REQUIRE_OPENCL");
+        CHECKF(!req || strcmp(req, "1"), "REDCO_REQUIRE_OPENCL=1 but no OpenCL device: %s", err.msg);
+        printf("test_remat: OpenCL part not run (no OpenCL device; set REDCO_REQUIRE_OPENCL=1 to fail): %s\n",
+               err.msg);
+        return;
+    }
+    test_families(be);
+    test_dropout(be);
+}
+
 int main(void)
 {
     rc_set_threads(2);
-    test_families();
+    test_families(rc_backend_cpu());
     test_peak();
-    test_dropout();
+    test_dropout(rc_backend_cpu());
+    test_opencl();
     return check_summary("test_remat");
 }
