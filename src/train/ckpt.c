@@ -172,7 +172,7 @@ static int shard_elements(rc_trainer *t, int i, const rc_buffer *src, int shared
                                   err);
     int64_t lo, n, total = 0;
     share_of(t, i, &lo, &n);
-    float *mine = out + (lo - t->loff[i]); /* already its place in the whole */
+    float *mine = n ? out + (lo - t->loff[i]) : out; /* already its place in the whole */
     if (n && rc_buffer_download(src, (size_t)(lo - t->share_lo) * sizeof(float), mine, (size_t)n * sizeof *mine, err))
         return -1;
     /* the shares follow each other in rank order: rank 0 receives the elements whole */
