@@ -18,8 +18,8 @@ static const char *train_help =
     "                   [--optimizer adamw|sgd] [--weight-decay X] [--grad-clip X] [--warmup N]\n"
     "                   [--schedule constant|linear|cosine] [--grad-accum K] [--seed S]\n"
     "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--log-every N]\n"
-    "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--remat[=N]] [--json]\n"
-    "                   [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...]\n"
+    "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--remat[=N]] [--zero]\n"
+    "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...]\n"
     "\n"
     "Trains a model on .txt, .jsonl ({\"text\"}, {\"prompt\",\"completion\"}, {\"source\",\"target\"})\n"
     "or .npy token data. --batch-size is per data-parallel process; the global batch is\n"
@@ -31,6 +31,9 @@ static const char *train_help =
     "and optimizer state there (default: $REDCO_DEVICE, else cpu; `redco devices` lists them).\n"
     "--remat[=N] keeps only every N-th transformer block's input (default 1: every block's)\n"
     "and recomputes the blocks in the backward pass: less memory, the same gradients.\n"
+    "--zero shards the AdamW moments over the data-parallel processes (ZeRO stage 1): each\n"
+    "keeps and updates 1/dp of them; gradients are reduce-scattered and the updated weights\n"
+    "all-gathered. The same training to float rounding; checkpoints are unchanged.\n"
     "Writes checkpoint-STEP/, last_checkpoint, best/, final/, log.jsonl and TensorBoard\n"
     "event files into the workdir. With --json the last line of stdout is\n"
     "{\"step\": N, \"loss\": ..., \"eval_loss\": ..., \"lr\": ...} (loss: the last step's; eval_loss:\n"
@@ -53,14 +56,14 @@ typedef struct {
     int64_t steps, epochs, batch, seq_len, warmup, accum, seed, eval_every, save_every, log_every,
         mp, nproc, remat;
     double lr, wd, clip;
-    int resume, no_shuffle, json;
+    int resume, no_shuffle, json, zero;
     cli_shards shards;
 } options;
 
 enum {
     F_MODEL = CLI_FLAG0, F_DATA, F_TOKENIZER, F_SEQ_LEN, F_BATCH, F_NPROC, F_MP, F_JSON, F_WORKDIR,
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
-    F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT
+    F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO
 };
 
 static const struct option eval_flags[] = {
@@ -88,6 +91,7 @@ static const struct option train_flags[] = {
     {"mp", required_argument, NULL, F_MP},
     {"device", required_argument, NULL, F_DEVICE},
     {"remat", optional_argument, NULL, F_REMAT},
+    {"zero", no_argument, NULL, F_ZERO},
     {"json", no_argument, NULL, F_JSON},
     {"workdir", required_argument, NULL, F_WORKDIR},
     {"eval-data", required_argument, NULL, F_EVAL_DATA},
@@ -127,6 +131,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_DEVICE: o->device = v; return 0;
     case F_REMAT: return v ? cli_int64(cmd, f, v, 1, 1 << 16, &o->remat) : (o->remat = 1, 0);
     case F_JSON: o->json = 1; return 0;
+    case F_ZERO: o->zero = 1; return 0;
     case F_RESUME: o->resume = 1; return 0;
     case F_NO_SHUFFLE: o->no_shuffle = 1; return 0;
     case F_SEQ_LEN: return cli_int64(cmd, f, v, 1, 1 << 20, &o->seq_len);
@@ -297,7 +302,8 @@ int cmd_train(int argc, char **argv)
     rc_trainer *t = rc_trainer_new(s.d, rc_task_collate, rc_task_loss, &s.task, s.model->params, s.model, &err);
     rc_train_options to = {.steps = o.steps, .epochs = (int)o.epochs, .batch_size = (int)o.batch,
                            .grad_accum = (int)o.accum, .shuffle = !o.no_shuffle, .optimizer = o.optimizer,
-                           .lr = o.lr, .weight_decay = o.wd, .grad_clip = o.clip, .remat = (int)o.remat, .warmup = o.warmup,
+                           .lr = o.lr, .weight_decay = o.wd, .grad_clip = o.clip, .remat = (int)o.remat, .zero = o.zero,
+                           .warmup = o.warmup,
                            .schedule = !strcmp(o.schedule, "linear") ? RC_SCHEDULE_LINEAR
                                        : !strcmp(o.schedule, "cosine") ? RC_SCHEDULE_COSINE
                                                                         : RC_SCHEDULE_CONSTANT,

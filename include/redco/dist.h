@@ -65,6 +65,18 @@ int rc_comm_collective(void *ctx, rc_buffer *buf, size_t offset, int64_t n, rc_d
 /* The mean over the ranks of n f32, in buckets of at most bucket floats (0: one bucket). */
 int rc_comm_allreduce_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket,
                                rc_error *err);
+/* Rank `rank`'s share of n elements split over size ranks, [lo, hi) = [n rank / size,
+ * n (rank + 1) / size): contiguous, in rank order, sizes differing by at most one. */
+void rc_comm_share(int64_t n, int size, int rank, int64_t *lo, int64_t *hi);
+/* Reduce-scatter of the mean of n f32 at byte `offset` of buf: afterwards each rank's own
+ * share (rc_comm_share) holds, at its place, the mean over the ranks of that share; the
+ * rest of the n is left undefined. In buckets of at most `bucket` floats (0: one), which
+ * bounds the host memory that stages device buffers. */
+int rc_comm_reduce_scatter_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket,
+                                    rc_error *err);
+/* All-gather in place of n f32 at byte `offset` of buf: every rank's share (rc_comm_share)
+ * goes to the same place on every rank. Bucketed as above. */
+int rc_comm_allgather_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket, rc_error *err);
 int rc_comm_bcast_buffer(rc_comm *c, rc_buffer *buf, size_t offset, size_t bytes, int root,
                          rc_error *err);
 int rc_comm_bcast(rc_comm *c, void *data, size_t bytes, int root, rc_error *err);
@@ -73,6 +85,11 @@ int rc_comm_barrier(rc_comm *c, rc_error *err);
  * rank 1's, ...; counts[r] (root only, size entries) the byte count of rank r. */
 int rc_comm_gather(rc_comm *c, const void *data, size_t bytes, int root, void **out,
                    size_t *counts, rc_error *err);
+/* Gathers n f32 of each rank (n may differ between ranks) to root: out (root only, room for
+ * the total) holds rank 0's, then rank 1's, ...; *total (root only) their count. data may
+ * lie inside out. */
+int rc_comm_gather_f32(rc_comm *c, const float *data, int64_t n, int root, float *out, int64_t *total,
+                       rc_error *err);
 /* Agreement on failure: every rank calls it with its own status (0 or -1 and its err).
  * Returns 0 when all succeeded; otherwise -1 on every rank, with err holding the message
  * of the lowest failing rank, prefixed "rank R: " when there is more than one rank. */

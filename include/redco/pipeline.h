@@ -216,6 +216,12 @@ typedef struct {
     int remat;                    /* N > 0: the built-in models keep only every N-th transformer
                                      block's input and recompute the blocks in the backward pass
                                      (rc_graph_set_remat; gradients unchanged, bitwise) */
+    int zero;                     /* 1: optimizer state sharded over the data axis (ZeRO stage 1):
+                                     each data-parallel rank keeps the AdamW moments of its 1/dp
+                                     share of the parameters (of its model shard), the mean
+                                     gradient is reduce-scattered, each rank updates its share
+                                     and the updated weights are all-gathered; the same
+                                     trajectory to float rounding, checkpoints unchanged */
     int64_t log_every, eval_every, save_every; /* 0: never (eval and save also at the end) */
     int resume;                   /* continue from the workdir's last complete checkpoint */
     const char *tokenizer_dir;    /* copied into checkpoints and final/ */
@@ -242,8 +248,9 @@ typedef struct {
     int64_t eval_tokens;
     double lr;
     /* memory of this rank during the steps, measured on the trainer's buffers: parameter
-     * shards, gradients and AdamW moments; and any full copy of the weights kept beside
-     * them (0 with model shards: the full buffer is given up and made again at the end) */
+     * shards, gradients and AdamW moments (with zero: this rank's share of the moments);
+     * and any full copy of the weights kept beside them (0 with model shards: the full
+     * buffer is given up and made again at the end) */
     int64_t state_bytes, full_weight_bytes;
 } rc_train_result;
 

@@ -38,7 +38,10 @@ typedef struct {
 } rci_update_part;
 
 /* One optimizer step over all parts (AdamW reads and writes m and v; SGD ignores them).
- * The gradient is first multiplied by grad_scale in place (clipping; 1: untouched). */
+ * The gradient is first multiplied by grad_scale in place (clipping; 1: untouched).
+ * m and v may hold only a share of the layout of w and grad (optimizer state sharded over
+ * the data axis): their element 0 is element state_at of w, so a part's element k of w
+ * pairs with m[k - state_at] (0: the same layout). */
 typedef struct {
     rc_buffer *w, *grad, *m, *v;
     const rci_update_part *parts;
@@ -47,6 +50,7 @@ typedef struct {
     int64_t step;                 /* AdamW: updates done including this one (from 1) */
     double grad_scale;
     int adamw;                    /* 1: AdamW, 0: SGD */
+    int64_t state_at;             /* where m[0] and v[0] sit in the layout of w and grad */
 } rci_update;
 
 /* AdamW's per-step constants, as torch.optim.AdamW computes them, so trajectories agree to

@@ -3,6 +3,7 @@
 #include "backend.h"
 #include "redco/dist.h"
 
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,6 +324,114 @@ int rc_comm_allreduce_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_
     return 0;
 }
 
+void rc_comm_share(int64_t n, int size, int rank, int64_t *lo, int64_t *hi)
+{
+    *lo = size > 1 ? n * rank / size : 0;
+    *hi = size > 1 ? n * (rank + 1) / size : n;
+}
+
+/* counts[k] and displ[k]: rank k's share of n clipped to the bucket [at, at + len), and
+ * where it starts in the bucket (the shares follow each other in rank order) */
+static void bucket_shares(int size, int64_t n, int64_t at, int64_t len, int *counts, int *displ)
+{
+    int64_t start = 0;
+    for (int k = 0; k < size; k++) {
+        int64_t lo, hi;
+        rc_comm_share(n, size, k, &lo, &hi);
+        lo = lo > at ? lo : at;
+        hi = hi < at + len ? hi : at + len;
+        counts[k] = (int)(hi > lo ? hi - lo : 0);
+        displ[k] = (int)start;
+        start += counts[k];
+    }
+}
+
+/* bucket floats (0 or more than MPI counts take: the largest piece) */
+static int64_t bucket_size(int64_t bucket, int64_t n)
+{
+    if (bucket <= 0 || bucket > n)
+        bucket = n;
+    return bucket < MAX_PIECE ? bucket : MAX_PIECE;
+}
+
+/* One bucket of the reduce-scatter: h holds len floats of every rank; this rank's share of
+ * the bucket ends up at its place in h, the mean of the ranks' */
+static int reduce_scatter_bucket(rc_comm *c, float *h, const int *counts, const int *displ, rc_error *err)
+{
+    int me = c->rank, rc = MPI_Reduce_scatter(MPI_IN_PLACE, h, counts, MPI_FLOAT, MPI_SUM, c->comm);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, "MPI_Reduce_scatter", rc);
+    /* in place, the result is at the start of the buffer */
+    memmove(h + displ[me], h, (size_t)counts[me] * sizeof *h);
+    float inv = 1.0f / (float)c->size;
+    for (int i = 0; i < counts[me]; i++)
+        h[displ[me] + i] *= inv;
+    return 0;
+}
+
+int rc_comm_reduce_scatter_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket,
+                                    rc_error *err)
+{
+    if (!c || c->size == 1 || n <= 0)
+        return 0;
+    bucket = bucket_size(bucket, n);
+    int *counts = malloc((size_t)c->size * 2 * sizeof *counts), *displ = counts + c->size;
+    int host = rci_buffer_host(buf, offset) != NULL;
+    float *stage = host ? NULL : malloc((size_t)bucket * sizeof *stage);
+    int rc = counts && (host || stage) ? 0 : rc_error_set(err, RC_ERR_MEMORY, "reduce-scatter: cannot stage %lld floats",
+                                                         (long long)bucket);
+    for (int64_t at = 0; !rc && at < n; at += bucket) {
+        int64_t len = n - at < bucket ? n - at : bucket;
+        size_t off = offset + (size_t)at * sizeof(float);
+        bucket_shares(c->size, n, at, len, counts, displ);
+        int me = c->rank;
+        /* device memory: the whole bucket goes down (every rank's part is summed), this
+         * rank's share of it comes back */
+        float *h = host ? rci_buffer_host(buf, off) : stage;
+        if (!host)
+            rc = rc_buffer_download(buf, off, stage, (size_t)len * sizeof(float), err);
+        if (!rc)
+            rc = reduce_scatter_bucket(c, h, counts, displ, err);
+        if (!rc && !host && counts[me])
+            rc = rc_buffer_upload(buf, off + (size_t)displ[me] * sizeof(float), stage + displ[me],
+                                  (size_t)counts[me] * sizeof(float), err);
+    }
+    free(counts);
+    free(stage);
+    return rc;
+}
+
+int rc_comm_allgather_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket, rc_error *err)
+{
+    if (!c || c->size == 1 || n <= 0)
+        return 0;
+    bucket = bucket_size(bucket, n);
+    int *counts = malloc((size_t)c->size * 2 * sizeof *counts), *displ = counts + c->size;
+    int host = rci_buffer_host(buf, offset) != NULL;
+    float *stage = host ? NULL : malloc((size_t)bucket * sizeof *stage);
+    int rc = counts && (host || stage) ? 0 : rc_error_set(err, RC_ERR_MEMORY, "all-gather: cannot stage %lld floats",
+                                                         (long long)bucket);
+    for (int64_t at = 0; !rc && at < n; at += bucket) {
+        int64_t len = n - at < bucket ? n - at : bucket;
+        size_t off = offset + (size_t)at * sizeof(float);
+        bucket_shares(c->size, n, at, len, counts, displ);
+        int me = c->rank;
+        /* device memory: this rank's share goes down, the whole bucket comes back */
+        float *h = host ? rci_buffer_host(buf, off) : stage;
+        if (!host && counts[me])
+            rc = rc_buffer_download(buf, off + (size_t)displ[me] * sizeof(float), stage + displ[me],
+                                    (size_t)counts[me] * sizeof(float), err);
+        int mrc = rc ? MPI_SUCCESS : MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, counts, displ, MPI_FLOAT, c->comm);
+        if (mrc != MPI_SUCCESS)
+            rc = mpi_fail(err, "MPI_Allgatherv", mrc);
+        if (!rc && !host)
+            rc = rc_buffer_upload(buf, off, stage, (size_t)len * sizeof(float), err);
+    }
+    free(counts);
+    free(stage);
+    return rc;
+}
+
 int rc_comm_bcast_buffer(rc_comm *c, rc_buffer *buf, size_t offset, size_t bytes, int root,
                          rc_error *err)
 {
@@ -390,6 +499,47 @@ int rc_comm_gather(rc_comm *c, const void *data, size_t bytes, int root, void **
                      c->comm);
     free(all);
     free(displ);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Gatherv", rc);
+}
+
+int rc_comm_gather_f32(rc_comm *c, const float *data, int64_t n, int root, float *out, int64_t *total,
+                       rc_error *err)
+{
+    int size = rc_comm_size(c), rank = rc_comm_rank(c);
+    if (n > INT_MAX)
+        return rc_error_set(err, RC_ERR_ARG, "gather: %lld floats from one rank (at most %d)", (long long)n, INT_MAX);
+    if (size == 1) {
+        memmove(out, data, (size_t)n * sizeof *out);
+        *total = n;
+        return 0;
+    }
+    int mine = (int)n, *counts = malloc((size_t)size * 2 * sizeof *counts);
+    if (!counts)
+        return rc_error_set(err, RC_ERR_MEMORY, "gather: out of memory");
+    int *displ = counts + size;
+    /* every rank learns every count, so all of them agree when the total is too large */
+    int rc = MPI_Allgather(&mine, 1, MPI_INT, counts, 1, MPI_INT, c->comm);
+    if (rc != MPI_SUCCESS) {
+        free(counts);
+        return mpi_fail(err, "MPI_Allgather", rc);
+    }
+    int64_t sum = 0;
+    for (int r = 0; r < size; r++) {
+        displ[r] = (int)(sum < INT_MAX ? sum : INT_MAX);
+        sum += counts[r];
+    }
+    if (sum > INT_MAX) {
+        free(counts);
+        return rc_error_set(err, RC_ERR_ARG, "gather: %lld floats in all (at most %d)", (long long)sum, INT_MAX);
+    }
+    if (rank == root) {
+        *total = sum;
+        memmove(out + displ[rank], data, (size_t)n * sizeof *out);
+        rc = MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, out, counts, displ, MPI_FLOAT, root, c->comm);
+    } else {
+        rc = MPI_Gatherv(data, mine, MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, root, c->comm);
+    }
+    free(counts);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Gatherv", rc);
 }
 

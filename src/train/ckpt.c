@@ -153,22 +153,55 @@ static rc_tensor param_header(const nn_weights *w, int i)
     return h;
 }
 
-/* Assembles tensor i of the trainer-layout buffer `local` into `full` (that tensor alone,
- * host memory) on the model axis's first rank: a collective over the model axis. `mine`
- * is room for this rank's share. */
-static int gather_tensor(rc_trainer *t, int i, const rc_buffer *local, float *mine, float *full,
+/* this rank's share of parameter i's elements in local (an element range, possibly empty)
+ * and where it starts in the moments, which hold the share alone (with zero) */
+static void share_of(const rc_trainer *t, int i, int64_t *lo, int64_t *n)
+{
+    int64_t end = t->share_lo + t->share_n, hi = t->loff[i] + t->lnum[i] < end ? t->loff[i] + t->lnum[i] : end;
+    *lo = t->loff[i] > t->share_lo ? t->loff[i] : t->share_lo;
+    *n = hi > *lo ? hi - *lo : 0;
+}
+
+/* Parameter i's lnum[i] elements of this rank's model shard, from `src` laid out as local,
+ * or (moments, shared: with zero) holding this rank's share of that layout alone; then
+ * gathered over the data axis into `out` on its first rank (out has room for lnum[i]). */
+static int shard_elements(rc_trainer *t, int i, const rc_buffer *src, int shared, float *out, rc_error *err)
+{
+    if (!shared || !t->zero)
+        return rc_buffer_download(src, (size_t)t->loff[i] * sizeof(float), out, (size_t)t->lnum[i] * sizeof *out,
+                                  err);
+    int64_t lo, n, total = 0;
+    share_of(t, i, &lo, &n);
+    float *mine = n ? out + (lo - t->loff[i]) : out; /* already its place in the whole */
+    if (n && rc_buffer_download(src, (size_t)(lo - t->share_lo) * sizeof(float), mine, (size_t)n * sizeof *mine, err))
+        return -1;
+    /* the shares follow each other in rank order: rank 0 receives the elements whole */
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    if (rc_comm_gather_f32(m->dp_comm, mine, n, 0, out, &total, err))
+        return -1;
+    if (m->dp_rank == 0 && total != t->lnum[i])
+        return rc_error_set(err, RC_ERR_ARG, "checkpoint: the data-parallel shares of '%s' hold %lld elements, not %lld",
+                            rci_params_weights(t->params)->p[i].name, (long long)total, (long long)t->lnum[i]);
+    return 0;
+}
+
+/* Assembles tensor i of the trainer-layout buffer `local` (or, shared, of the moments with
+ * zero) into `full` (that tensor alone, host memory) on the first rank of the model and
+ * data axes: a collective over the model axis, and with shared moments the data axis.
+ * `mine` is room for this rank's shard. */
+static int gather_tensor(rc_trainer *t, int i, const rc_buffer *local, int shared, float *mine, float *full,
                          rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
     nn_weights *w = rci_params_weights(t->params);
-    size_t at = (size_t)t->loff[i] * sizeof(float), bytes = (size_t)t->lnum[i] * sizeof(float);
-    if (t->mp == 1 || t->specs[i].axis < 0)
-        return rc_buffer_download(local, at, full, (size_t)w->p[i].numel * sizeof *full, err);
+    size_t bytes = (size_t)t->lnum[i] * sizeof(float);
+    if (t->mp == 1 || t->specs[i].axis < 0) /* the shard is the whole tensor */
+        return shard_elements(t, i, local, shared, full, err);
     void *all = NULL;
     size_t counts[4096];
     if (m->mp > 4096)
         return rc_error_set(err, RC_ERR_ARG, "checkpoint: %d model shards", m->mp);
-    if (rc_buffer_download(local, at, mine, bytes, err) ||
+    if (shard_elements(t, i, local, shared, mine, err) ||
         rc_comm_gather(m->mp_comm, mine, bytes, 0, &all, counts, err))
         return -1;
     rc_tensor h = param_header(w, i);
@@ -206,7 +239,7 @@ static int stream_source(void *ctx, int k, const void **data, rc_error *err)
     const rc_buffer *src = s->moments ? (k % 2 ? t->v : t->m) : t->local;
     s->done++;
     *data = s->buf;
-    return gather_tensor(t, i, src, s->mine, s->buf, err);
+    return gather_tensor(t, i, src, s->moments, s->mine, s->buf, err);
 }
 
 /* Every rank: the entries of one file; the writer (rank 0, when `write`) writes them as
@@ -233,7 +266,8 @@ static int write_tensors(rc_trainer *t, const char *path, int moments, int write
         rc = rc_safetensors_write_from(path, n, e, moments ? 0 : 1, moments ? NULL : meta, stream_source, &s, err);
     rc_error drain = {0};
     const void *unused;
-    while (s.done < n && s.buf && s.mine && t->mp > 1)
+    int collective = t->mp > 1 || (moments && t->zero && rc_deployer_mesh(t->d)->dp > 1);
+    while (s.done < n && s.buf && s.mine && collective)
         stream_source(&s, s.done, &unused, rc ? &drain : err);
     free(s.buf);
     free(s.mine);
@@ -292,7 +326,7 @@ int rci_trainer_sync_params(rc_trainer *t, rc_error *err)
     float *full = malloc(most), *mine = malloc(most);
     int rc = full && mine ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     for (int i = 0; !rc && i < w->n; i++) {
-        rc = gather_tensor(t, i, t->local, mine, full, err);
+        rc = gather_tensor(t, i, t->local, 0, mine, full, err);
         if (!rc)
             rc = rc_comm_bcast(m->mp_comm, full, (size_t)w->p[i].numel * sizeof *full, 0, err);
         if (!rc)
@@ -363,9 +397,10 @@ static int read_tensor(rc_checkpoint *ck, const char *name, float *dst, int64_t 
 }
 
 /* reads tensor `name` into the trainer layout buffer `dst` (a shard of it with model
- * shards: read whole into tmp, then cut) */
+ * shards: read whole into tmp, then cut; with shared, dst holds this rank's share of the
+ * layout alone: the moments with zero) */
 static int load_one(rc_trainer *t, rc_checkpoint *ck, const char *name, int i, float *tmp, float *part,
-                    rc_buffer *dst, rc_error *err)
+                    rc_buffer *dst, int shared, rc_error *err)
 {
     nn_weights *w = rci_params_weights(t->params);
     if (read_tensor(ck, name, tmp, w->p[i].numel, err))
@@ -375,6 +410,13 @@ static int load_one(rc_trainer *t, rc_checkpoint *ck, const char *name, int i, f
         rc_tensor h = param_header(w, i);
         rc_shard_take(&t->specs[i], &h, t->mp, rc_deployer_mesh(t->d)->mp_rank, tmp, part);
         mine = part;
+    }
+    if (shared && t->zero) {
+        int64_t lo, n;
+        share_of(t, i, &lo, &n);
+        return n ? rc_buffer_upload(dst, (size_t)(lo - t->share_lo) * sizeof(float), mine + (lo - t->loff[i]),
+                                    (size_t)n * sizeof(float), err)
+                 : 0;
     }
     return rc_buffer_upload(dst, (size_t)t->loff[i] * sizeof(float), mine,
                             (size_t)t->lnum[i] * sizeof(float), err);
@@ -396,17 +438,17 @@ static int load_tensors(rc_trainer *t, const char *dir, rc_error *err)
     rc_checkpoint *ck = rc_checkpoint_open(path, err);
     int rc = ck ? 0 : -1;
     for (int i = 0; !rc && i < w->n; i++)
-        rc = load_one(t, ck, w->p[i].name, i, tmp, part, t->local, err);
+        rc = load_one(t, ck, w->p[i].name, i, tmp, part, t->local, 0, err);
     rc_checkpoint_close(ck);
     join(path, sizeof path, dir, "optimizer.safetensors");
     ck = rc ? NULL : rc_checkpoint_open(path, err);
     rc = rc || !ck ? -1 : 0;
     for (int i = 0; !rc && i < w->n; i++) {
         snprintf(name, sizeof name, "exp_avg.%s", w->p[i].name);
-        rc = load_one(t, ck, name, i, tmp, part, t->m, err);
+        rc = load_one(t, ck, name, i, tmp, part, t->m, 1, err);
         snprintf(name, sizeof name, "exp_avg_sq.%s", w->p[i].name);
         if (!rc)
-            rc = load_one(t, ck, name, i, tmp, part, t->v, err);
+            rc = load_one(t, ck, name, i, tmp, part, t->v, 1, err);
     }
     rc_checkpoint_close(ck);
     free(tmp);

@@ -30,14 +30,36 @@ static void step_free(rc_step *s)
     memset(s, 0, sizeof *s);
 }
 
-/* The gradient and moment buffers on the trainer's backend, laid out as local. */
+/* The gradient buffer on the trainer's backend, laid out as local. */
 static int state_buffers(rc_trainer *t, rc_error *err)
 {
     size_t bytes = (size_t)t->local_numel * sizeof(float);
-    if (!(t->grad = rc_buffer_new(t->be, bytes, err)) || !(t->m = rc_buffer_new(t->be, bytes, err)) ||
-        !(t->v = rc_buffer_new(t->be, bytes, err)))
-        return rci_error_prefix(err, "trainer: the gradients and AdamW moments of %lld parameters",
-                                (long long)t->local_numel);
+    if (!(t->grad = rc_buffer_new(t->be, bytes ? bytes : sizeof(float), err)))
+        return rci_error_prefix(err, "trainer: the gradients of %lld parameters", (long long)t->local_numel);
+    return 0;
+}
+
+/* AdamW's moments, made by the first fit: of all of local, or with zero of this rank's
+ * share of it over the data axis (rc_comm_share of local_numel over dp). A later fit of the
+ * same trainer keeps that layout. */
+static int moment_buffers(rc_trainer *t, int zero, rc_error *err)
+{
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    zero = zero != 0;
+    if (t->m && t->zero != zero)
+        return rc_error_set(err, RC_ERR_ARG, "train: zero %d, but an earlier fit of this trainer made its AdamW "
+                            "moments with zero %d: use a new trainer (a checkpoint resumes either way)",
+                            zero, t->zero);
+    if (t->m)
+        return 0;
+    int64_t hi;
+    t->zero = zero;
+    rc_comm_share(t->local_numel, zero ? m->dp : 1, m->dp_rank, &t->share_lo, &hi);
+    t->share_n = hi - t->share_lo;
+    size_t bytes = (size_t)(t->share_n ? t->share_n : 1) * sizeof(float);
+    if (!(t->m = rc_buffer_new(t->be, bytes, err)) || !(t->v = rc_buffer_new(t->be, bytes, err)))
+        return rci_error_prefix(err, "trainer: the AdamW moments of %lld parameters%s", (long long)t->share_n,
+                                zero ? " (this rank's share)" : "");
     return 0;
 }
 
@@ -256,7 +278,8 @@ static int add_grads(rc_trainer *t, float scale, int first, rc_error *err)
     return 0;
 }
 
-/* the global norm: split parameters summed over the model shards, replicated ones once */
+/* the global norm: split parameters summed over the model shards, replicated ones once;
+ * with zero, parts are this rank's share and the shares' sums meet over the data axis */
 static int grad_norm(const rc_trainer *t, const rci_update_part *parts, double *norm, rc_error *err)
 {
     double sq[2] = {0, 0}; /* split, replicated */
@@ -270,6 +293,8 @@ static int grad_norm(const rc_trainer *t, const rci_update_part *parts, double *
     free(part);
     if (rc)
         return -1;
+    if (t->zero && rc_comm_allreduce_sum_f64(rc_deployer_mesh(t->d)->dp_comm, sq, 2, err))
+        return -1;
     if (t->mp > 1 && rc_comm_allreduce_sum_f64(rc_deployer_mesh(t->d)->mp_comm, sq, 1, err))
         return -1;
     *norm = sqrt(sq[0] + sq[1]);
@@ -277,26 +302,30 @@ static int grad_norm(const rc_trainer *t, const rci_update_part *parts, double *
 }
 
 /* One optimizer step on the backend over every parameter's share of local, grad, m and v
- * (parts), the gradient first multiplied by clip (1: none). */
+ * (parts), the gradient first multiplied by clip (1: none); m and v start at share_lo. */
 static int optimizer_update(rc_trainer *t, const rc_train_options *o, const rci_update_part *parts,
                             double lr, double clip, rc_error *err)
 {
     rci_update u = {t->local, t->grad, t->m, t->v, parts, rc_params_count(t->params), lr,
                     o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
                     o->eps > 0 ? o->eps : 1e-8, ++t->opt_step, clip,
-                    !o->optimizer || !strcmp(o->optimizer, "adamw")};
+                    !o->optimizer || !strcmp(o->optimizer, "adamw"), t->share_lo};
     return t->be->update(t->be, &u, err);
 }
 
-/* Each parameter's share of the state (element offset, count) and its weight decay: none
- * on 1-D parameters unless asked. malloc'ed; NULL when memory runs out. */
+/* Each parameter's elements in local that this rank updates (element offset, count: its
+ * model shard, cut to this rank's share with zero; possibly none) and its weight decay:
+ * none on 1-D parameters unless asked. malloc'ed; NULL when memory runs out. */
 static rci_update_part *state_parts(const rc_trainer *t, const rc_train_options *o)
 {
     nn_weights *w = rci_params_weights(t->params);
     rci_update_part *parts = malloc((size_t)(w->n ? w->n : 1) * sizeof *parts);
+    int64_t end = t->share_lo + t->share_n;
     for (int i = 0; parts && i < w->n; i++) {
         int decay = w->p[i].ndim >= 2 || o->decay_norms_and_biases;
-        parts[i] = (rci_update_part){t->loff[i], t->lnum[i], decay ? o->weight_decay : 0.0};
+        int64_t lo = t->loff[i] > t->share_lo ? t->loff[i] : t->share_lo;
+        int64_t hi = t->loff[i] + t->lnum[i] < end ? t->loff[i] + t->lnum[i] : end;
+        parts[i] = (rci_update_part){lo, hi > lo ? hi - lo : 0, decay ? o->weight_decay : 0.0};
     }
     return parts;
 }
@@ -334,8 +363,10 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
     free(idx);
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
-    if (rc_comm_allreduce_mean_f32(m->dp_comm, t->grad, 0, t->local_numel, GRAD_BUCKET, err) ||
-        rc_comm_allreduce_sum_f64(m->dp_comm, sums, 2, err))
+    /* the mean gradient: everywhere, or with zero each rank's share of it only */
+    rc = t->zero ? rc_comm_reduce_scatter_mean_f32(m->dp_comm, t->grad, 0, t->local_numel, GRAD_BUCKET, err)
+                 : rc_comm_allreduce_mean_f32(m->dp_comm, t->grad, 0, t->local_numel, GRAD_BUCKET, err);
+    if (rc || rc_comm_allreduce_sum_f64(m->dp_comm, sums, 2, err))
         return -1;
     *loss_out = sums[0] / m->dp;
     *tokens_out = (int64_t)sums[1];
@@ -352,7 +383,14 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         rc = optimizer_update(t, o, parts, lr, clip, err);
     }
     free(parts);
-    return rc;
+    if (!t->zero)
+        return rc;
+    /* zero: each rank updated its share of the f32 weights in local, which are the master
+     * weights; every rank takes the others' shares. (With 16-bit weights the shares would be
+     * of a separate f32 master copy, gathered and cast into local here.) */
+    if (rc_deployer_agree(t->d, rc, err))
+        return -1;
+    return rc_comm_allgather_f32(m->dp_comm, t->local, 0, t->local_numel, GRAD_BUCKET, err);
 }
 
 /* ---- evaluation ------------------------------------------------------------------------ */
@@ -499,6 +537,8 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     t->shards.n_overrides = o->n_shard_overrides;
     if (t->mp > 1 && !t->train.st.plan && compile_first(t, o, train, err))
         return -1;
+    if (rc_deployer_agree(t->d, moment_buffers(t, o->zero, err), err))
+        return -1;
     if (o->resume && rci_trainer_resume(t, o, err))
         return -1;
     int64_t total = o->steps > 0 ? o->steps : o->epochs * steps_in_epoch(t, o, train, 0);
@@ -566,7 +606,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (!rc) /* the last update done before fit returns, on a device that queues work */
         rc = rc_backend_wait(t->be, err);
     if (out) {
-        out->state_bytes = 4 * t->local_numel * (int64_t)sizeof(float);
+        out->state_bytes = 2 * (t->local_numel + t->share_n) * (int64_t)sizeof(float);
         out->full_weight_bytes = t->mp > 1 ? held : 0;
         out->step = t->step;
         out->loss = loss;

@@ -33,7 +33,12 @@ struct rc_trainer {
                                      parameters' own buffer); not the trainer's to free */
     int64_t *loff, *lnum;         /* per parameter: element offset and size in local, grad, m, v */
     int64_t local_numel;
-    rc_buffer *grad, *m, *v;      /* flat, like local */
+    rc_buffer *grad;              /* flat, like local */
+    rc_buffer *m, *v;             /* AdamW's moments of local's elements [share_lo, share_lo +
+                                     share_n), made by the first fit */
+    int zero;                     /* the moments are this rank's share of the data axis's
+                                     (rc_train_options.zero; else share_lo 0, share_n all) */
+    int64_t share_lo, share_n;
     int64_t step, opt_step;       /* optimizer steps done (opt_step counts AdamW's bias terms) */
     int epoch;
     int64_t epoch_step;           /* steps done in the current epoch */

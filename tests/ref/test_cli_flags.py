@@ -254,6 +254,25 @@ def main():
               f"train {extra} --remat: the weights differ from the run without recomputation")
     print("--remat and --remat=2: bitwise the weights of the run without, on 1 process and on 2 model shards")
 
+    # --zero: AdamW's moments sharded over 2 data-parallel processes train the same model
+    # (per tensor, relative L2 1e-6) and write the same whole moments as the run without
+    from safetensors.numpy import load_file
+    tensors = []
+    for zero in [[], ["--zero"]]:
+        wd = os.path.join(tmp, f"zero-{len(tensors)}")
+        r = run(redco, "train", *base, "--workdir", wd, "--steps=3", "--lr=0.003", "--grad-clip=0.5",
+                "--nproc", "2", *zero)
+        files = [os.path.join(wd, "final", "model.safetensors"), os.path.join(wd, "checkpoint-3", "optimizer.safetensors")]
+        ok = r.returncode == 0 and all(os.path.exists(f) for f in files)
+        check(ok, f"train --nproc 2 {zero}: {r.stderr[-300:]!r}")
+        tensors.append({k: v for f in files for k, v in load_file(f).items()} if ok else {})
+    plain, zero = tensors
+    worst = max((float(np.linalg.norm(zero[k] - v) / max(np.linalg.norm(v), 1e-6 * math.sqrt(v.size)))
+                 for k, v in plain.items() if k in zero), default=math.inf)
+    check(plain and plain.keys() == zero.keys() and worst < 1e-6,
+          f"train --nproc 2 --zero: the weights or moments differ from the run without by {worst:.3g}")
+    print(f"--zero on 2 processes: weights and moments after 3 steps within {worst:.2e} of the run without")
+
     print(f"test_cli_flags: {PASSED[0]} passed, {len(FAILED)} failed")
     return 1 if FAILED else 0
 

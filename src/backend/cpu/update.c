@@ -45,7 +45,8 @@ static void adamw_block(float *restrict w, const float *restrict g, float *restr
 static void update_part(const rci_update *u, const rci_update_part *p, const rci_adam_consts *a)
 {
     float *w = floats(u->w) + p->at, *g = floats(u->grad) + p->at;
-    float *m = u->adamw ? floats(u->m) + p->at : NULL, *v = u->adamw ? floats(u->v) + p->at : NULL;
+    int64_t sat = p->at - u->state_at; /* the part's start in m and v */
+    float *m = u->adamw ? floats(u->m) + sat : NULL, *v = u->adamw ? floats(u->v) + sat : NULL;
     float decay = (float)(1.0 - u->lr * p->weight_decay), clip = (float)u->grad_scale;
     int64_t nb = (p->n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
 #pragma omp for schedule(static) nowait

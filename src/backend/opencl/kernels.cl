@@ -621,24 +621,26 @@ __kernel void k_dropout(__global float *o, long oo, __global const float *x, lon
 
 /* ---- optimizer --------------------------------------------------------------------------------- */
 
-/* AdamW over w, g, m, v [n] at element `at` (update.c's adamw_block, after clipping) */
+/* AdamW over w, g [n] at element `at` and m, v [n] at element at - sat (m[0] and v[0] sit
+ * at element sat of w: a share of the state) (update.c's adamw_block, after clipping) */
 __kernel void k_adamw(__global float *w, __global float *g, __global float *m, __global float *v,
-                      long at, long n, float clip, int do_clip, float b1, float b2, float c1,
-                      float c2, float eps, float step_size, float bc2_sqrt, float decay)
+                      long at, long n, long sat, float clip, int do_clip, float b1, float b2,
+                      float c1, float c2, float eps, float step_size, float bc2_sqrt, float decay)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
+    long s = i + at - sat;
     i += at;
     float gi = g[i];
     if (do_clip) {
         gi *= clip;
         g[i] = gi;
     }
-    float mi = b1 * m[i] + c1 * gi;
-    float vi = b2 * v[i] + c2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
+    float mi = b1 * m[s] + c1 * gi;
+    float vi = b2 * v[s] + c2 * gi * gi;
+    m[s] = mi;
+    v[s] = vi;
     w[i] = w[i] * decay - step_size * (mi / (sqrt(vi) / bc2_sqrt + eps));
 }
 

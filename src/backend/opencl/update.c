@@ -27,10 +27,11 @@ static int update_part(rci_ocl *o, const rci_update *u, const rci_update_part *p
         return 0;
     if (u->adamw) {
         cl_mem m = rci_ocl_mem(u->m), v = rci_ocl_mem(u->v);
-        rci_ocl_arg a[] = {ARG(w), ARG(g), ARG(m), ARG(v), ARG(at), ARG(n), ARG(clip), ARG(do_clip),
-                           ARG(c->b1), ARG(c->b2), ARG(c->c1), ARG(c->c2), ARG(c->eps),
+        cl_long sat = u->state_at;
+        rci_ocl_arg a[] = {ARG(w), ARG(g), ARG(m), ARG(v), ARG(at), ARG(n), ARG(sat), ARG(clip),
+                           ARG(do_clip), ARG(c->b1), ARG(c->b2), ARG(c->c1), ARG(c->c2), ARG(c->eps),
                            ARG(c->step_size), ARG(c->bc2_sqrt), ARG(decay)};
-        return rci_ocl_launch(o, OCL_ADAMW, a, 16, (size_t)n, "adamw update", err);
+        return rci_ocl_launch(o, OCL_ADAMW, a, 17, (size_t)n, "adamw update", err);
     }
     cl_int do_decay = p->weight_decay > 0;
     cl_float lr = (cl_float)u->lr;

@@ -1,0 +1,274 @@
+/* mpi_zero.c - AdamW's moments sharded over the data axis (ZeRO stage 1,
+ * rc_train_options.zero) on every mesh of this world's size in (dp, mp) = (1,1), (2,1),
+ * (3,1) (shares of uneven size, some splitting a parameter), (2,2) and (4,1):
+ * - 5 steps of tiny-gpt2 with 2 micro-batches per step and clipping that clips every step
+ *   (the log's gradient norms are above the limit) train the same weights with zero as
+ *   without, and write the same whole moments into the checkpoint (per tensor, relative L2
+ *   1e-6), for SGD and AdamW;
+ * - the state each rank holds is the parameters and gradients of its model shard and its
+ *   share of the moments (rc_train_result.state_bytes);
+ * - resume across zero: 3 steps with zero then 2 without equal 5 without (1e-6), and the
+ *   reverse; 3 + 2 with zero on the same mesh are bitwise the 5 straight; on 4 processes a
+ *   checkpoint of dp 2 x mp 2 with zero resumes on dp 4 with zero (1e-4 against the run
+ *   without on dp 2 x mp 2: AdamW across meshes, as mpi_train claims).
+ * With --device D (opencl) every run is on that device (CTest mpi_zero_opencl_np2). */
+#include "check.h"
+#include "redco/pipeline.h"
+#include "redco/safetensors.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { T = 8, NTOK = 2000, STEPS = 5, HALF = 3, GLOBAL = 24, ACCUM = 2 };
+static const double CLIP = 0.05;  /* below every step's gradient norm (checked) */
+
+static const char *device;        /* --device: where the runs are */
+static char root[64];             /* the runs' workdirs */
+
+typedef struct {
+    int32_t tok[NTOK];
+    rc_model *model;
+} task;
+
+static int64_t count(int epoch, void *user)
+{
+    (void)epoch, (void)user;
+    return (NTOK - 1) / T;
+}
+
+static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
+{
+    task *k = user;
+    int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
+    int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
+    if (!ids || !tg)
+        return -1;
+    for (int i = 0; i < n; i++)
+        for (int t = 0; t < T; t++) {
+            ids[i * T + t] = k->tok[ex[i] * T + t];
+            tg[i * T + t] = k->tok[ex[i] * T + t + 1];
+        }
+    return 0;
+}
+
+static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+{
+    task *k = user;
+    (void)p, (void)rng;
+    rc_tensor *logits = rc_model_logits(g, k->model, rc_batch_input(g, b, "ids"), NULL, NULL);
+    return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), -100);
+}
+
+/* One run of tiny-gpt2 on mp model shards (dp: the rest) in workdir root/name, to `steps`
+ * (resume: from its last checkpoint); a global batch of GLOBAL in ACCUM micro-batches.
+ * Appends the weights to *w; 0 or -1. */
+static int train(task *k, int mp, const char *opt, int zero, int64_t steps, const char *name, int resume,
+                 check_weights *w, rc_train_result *res)
+{
+    rc_error err = {0};
+    char wd[160];
+    snprintf(wd, sizeof wd, "%s/%s", root, name);
+    rc_deployer_options dopt = {.seed = 3, .mp = mp, .workdir = wd, .device = device};
+    rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
+    k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
+    rc_trainer *t = k->model ? rc_trainer_new(d, collate, loss, k, k->model->params, k->model, &err) : NULL;
+    int dp = d ? rc_deployer_mesh(d)->dp : 1;
+    /* eps 1e-6 (as mpi_train): the attention key bias has no gradient but rounding noise,
+     * which eps 1e-8 would turn into full steps that differ with the summation order */
+    rc_train_options o = {.steps = steps, .batch_size = GLOBAL / ACCUM / dp, .grad_accum = ACCUM, .shuffle = 1,
+                          .optimizer = opt, .lr = !strcmp(opt, "sgd") ? 0.5 : 1e-2, .weight_decay = 0.01,
+                          .grad_clip = CLIP, .eps = 1e-6, .schedule = RC_SCHEDULE_CONSTANT, .log_every = 1,
+                          .resume = resume, .zero = zero};
+    rc_train_result r = {0};
+    int ok = t && rc_trainer_fit(t, &o, (rc_examples){count, k}, NULL, &r, &err) == 0;
+    CHECKF(ok, "%s: %s", name, err.msg);
+    if (ok && w)
+        CHECK(check_weights_add_params(w, "", k->model->params, 0) == 0);
+    if (res)
+        *res = r;
+    rc_trainer_free(t);
+    rc_model_free(k->model);
+    rc_deployer_free(d);
+    return ok ? 0 : -1;
+}
+
+/* every tensor of root/name/file appended to *w */
+static int read_file_tensors(check_weights *w, const char *name, const char *file)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s/%s", root, name, file);
+    rc_error err = {0};
+    rc_safetensors *f = rc_safetensors_open(path, &err);
+    CHECKF(f != NULL, "%s: %s", path, err.msg);
+    int rc = f ? 0 : -1;
+    for (int i = 0; !rc && i < rc_safetensors_count(f); i++) {
+        const rc_st_tensor *t = rc_safetensors_info(f, i);
+        float *x = malloc((size_t)t->numel * sizeof *x);
+        rc = x && !rc_safetensors_read_f32(f, i, x, t->numel, &err) ? check_weights_add(w, "", t->name, x, t->numel, 0)
+                                                                     : -1;
+        free(x);
+    }
+    rc_safetensors_close(f);
+    return rc;
+}
+
+/* the checkpoints of runs a and b (same step) differ by at most tol per tensor, moments
+ * included; returns the difference */
+static double moments_diff(const char *a, const char *b, int64_t step)
+{
+    char file[64], worst[256] = "";
+    snprintf(file, sizeof file, "checkpoint-%lld/optimizer.safetensors", (long long)step);
+    check_weights x = {0}, y = {0};
+    double e = read_file_tensors(&x, a, file) || read_file_tensors(&y, b, file)
+                   ? INFINITY : check_weights_diff(&x, &y, worst, sizeof worst, NULL);
+    check_weights_free(&x), check_weights_free(&y);
+    return e;
+}
+
+/* the smallest gradient norm run `name` logged */
+static double least_norm(const char *name)
+{
+    char path[300], line[1024];
+    snprintf(path, sizeof path, "%s/%s/log.jsonl", root, name);
+    FILE *f = fopen(path, "r");
+    double least = INFINITY;
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "\"train/grad_norm\"");
+        if (at) {
+            least = fmin(least, atof(strchr(at, ':') + 1));
+            n++;
+        }
+    }
+    if (f)
+        fclose(f);
+    return n ? least : -1;
+}
+
+/* with and without zero on a dp x mp mesh: the same weights and moments; the state held */
+static void test_same(task *k, int dp, int mp, int rank, check_weights *adamw_plain, check_weights *adamw_zero)
+{
+    const char *opts[2] = {"sgd", "adamw"};
+    for (int o = 0; o < 2; o++) {
+        char plain[64], zero[64], worst[256] = "";
+        snprintf(plain, sizeof plain, "%dx%d-%s-plain", dp, mp, opts[o]);
+        snprintf(zero, sizeof zero, "%dx%d-%s-zero", dp, mp, opts[o]);
+        check_weights wp = {0}, wz = {0};
+        rc_train_result rp = {0}, rz = {0};
+        if (train(k, mp, opts[o], 0, STEPS, plain, 0, &wp, &rp) || train(k, mp, opts[o], 1, STEPS, zero, 0, &wz, &rz)) {
+            check_weights_free(&wp), check_weights_free(&wz);
+            continue;
+        }
+        double e = check_weights_diff(&wz, &wp, worst, sizeof worst, NULL);
+        double em = moments_diff(zero, plain, STEPS);
+        double least = least_norm(plain);
+        CHECKF(e < 1e-6 && em < 1e-6, "%s dp %d x mp %d: zero differs from the run without: weights %.3g (%s), moments %.3g",
+               opts[o], dp, mp, e, worst, em);
+        CHECKF(rank || least > CLIP, "%s dp %d x mp %d: a step's gradient norm %.4g is within the clip %.4g", opts[o],
+               dp, mp, least, CLIP);
+        /* the parameters and gradients of this rank's model shard, and its share of the moments */
+        int64_t n = rp.state_bytes / (4 * (int64_t)sizeof(float)), lo, hi;
+        rc_comm_share(n, dp, rank / mp, &lo, &hi);
+        int64_t expect = 2 * (n + hi - lo) * (int64_t)sizeof(float);
+        CHECKF(rz.state_bytes == expect && (dp == 1 || rz.state_bytes < rp.state_bytes),
+               "dp %d x mp %d: state %lld bytes with zero, %lld without, expected %lld", dp, mp,
+               (long long)rz.state_bytes, (long long)rp.state_bytes, (long long)expect);
+        if (rank == 0)
+            printf("%-5s dp %d x mp %d on %s: zero vs without after %d steps: worst tensor %s, rel L2 %.2e; moments %.2e; "
+                   "least grad norm %.3f (clip %.2f); state per rank %lld -> %lld bytes (%.2fx)\n",
+                   opts[o], dp, mp, device ? device : "cpu", STEPS, worst, e, em, least, CLIP, (long long)rp.state_bytes,
+                   (long long)rz.state_bytes, (double)rp.state_bytes / (double)rz.state_bytes);
+        if (o == 1) {
+            *adamw_plain = wp;
+            *adamw_zero = wz;
+        } else {
+            check_weights_free(&wp), check_weights_free(&wz);
+        }
+    }
+}
+
+/* resume across zero on the same mesh (AdamW): HALF steps one way, then to STEPS the other */
+static void test_resume(task *k, int dp, int mp, int rank, const check_weights *plain, const check_weights *zero)
+{
+    for (int first = 0; first < 3; first++) {
+        /* first 0: without then with; 1: with then without; 2: with, then with */
+        int z1 = first > 0, z2 = first != 1;
+        char name[64], worst[256] = "";
+        snprintf(name, sizeof name, "%dx%d-resume-%d%d", dp, mp, z1, z2);
+        check_weights w = {0};
+        if (!train(k, mp, "adamw", z1, HALF, name, 0, NULL, NULL) && !train(k, mp, "adamw", z2, STEPS, name, 1, &w, NULL)) {
+            const check_weights *ref = z2 ? zero : plain;
+            double e = check_weights_diff(&w, ref, worst, sizeof worst, NULL);
+            double tol = first == 2 ? 0 : 1e-6;
+            CHECKF(first == 2 ? e == 0 : e < tol, "dp %d x mp %d: %d steps %s zero, then %s zero to %d: tensor %s differs "
+                   "from %d straight by %.3g", dp, mp, HALF, z1 ? "with" : "without", z2 ? "with" : "without", STEPS,
+                   worst, STEPS, e);
+            if (rank == 0)
+                printf("dp %d x mp %d: %d steps %s zero + %d %s vs %d straight %s: worst tensor %s, rel L2 %.2e\n", dp, mp,
+                       HALF, z1 ? "with" : "without", STEPS - HALF, z2 ? "with" : "without", STEPS,
+                       z2 ? "with" : "without", worst, e);
+        }
+        check_weights_free(&w);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    rc_error err = {0};
+    rc_dist_init(&argc, &argv, &err);
+    rc_mesh world;
+    CHECK(rc_mesh_init(&world, 1, &err) == 0);
+    int P = world.size, rank = world.rank;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--device"))
+            device = argv[i + 1];
+    snprintf(root, sizeof root, "/tmp/redco-zero-XXXXXX");
+    if (rank == 0 && !mkdtemp(root))
+        CHECK(0);
+    rc_comm_bcast(world.world, root, sizeof root, 0, &err);
+    task *k = calloc(1, sizeof *k);
+    rc_rng r = rc_rng_new(11);
+    for (int i = 0; i < NTOK; i++) /* a learnable stream: mostly +1, sometimes random */
+        k->tok[i] = i && rc_rng_uniform(&r) < 0.8 ? (k->tok[i - 1] + 1) % 200 : (int32_t)(rc_rng_next_u64(&r) % 200);
+    static const int meshes[5][2] = {{1, 1}, {2, 1}, {3, 1}, {2, 2}, {4, 1}};
+    for (int m = 0; m < 5; m++) {
+        int dp = meshes[m][0], mp = meshes[m][1];
+        if (dp * mp != P)
+            continue;
+        check_weights plain = {0}, zero = {0};
+        test_same(k, dp, mp, rank, &plain, &zero);
+        if (plain.n && zero.n)
+            test_resume(k, dp, mp, rank, &plain, &zero);
+        /* a checkpoint of dp 2 x mp 2 with zero resumes on dp 4 with zero */
+        if (dp == 2 && mp == 2 && plain.n) {
+            char worst[256] = "";
+            check_weights w = {0};
+            if (!train(k, 2, "adamw", 1, HALF, "mesh-change", 0, NULL, NULL) &&
+                !train(k, 1, "adamw", 1, STEPS, "mesh-change", 1, &w, NULL)) {
+                double e = check_weights_diff(&w, &plain, worst, sizeof worst, NULL);
+                CHECKF(e < 1e-4, "%d steps on dp 2 x mp 2 with zero, then on dp 4 with zero: tensor %s differs by %.3g",
+                       HALF, worst, e);
+                if (rank == 0)
+                    printf("%d steps on dp 2 x mp 2 + %d on dp 4, with zero, vs %d on dp 2 x mp 2 without: worst tensor "
+                           "%s, rel L2 %.2e\n", HALF, STEPS - HALF, STEPS, worst, e);
+            }
+            check_weights_free(&w);
+        }
+        check_weights_free(&plain), check_weights_free(&zero);
+    }
+    free(k);
+    rc_comm_barrier(world.world, &err);
+    if (rank == 0) {
+        check_rm_tree(root);
+        CHECK(access(root, F_OK) != 0);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "mpi_zero rank %d/%d", rank, P);
+    int status = check_summary(name);
+    rc_mesh_free(&world);
+    rc_dist_finalize();
+    return status;
+}
