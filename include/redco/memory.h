@@ -50,7 +50,7 @@ typedef struct {
  * (a shard count that divides nothing, as rc_shard_plan). */
 int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank_memory *m, rc_error *err);
 
-/* Among the presets of c's family (rc_config_preset_names), the one with the most
+/* Among the presets of c's family (rc_config_preset_names, less the tests' tiny-*), the one with the most
  * parameters whose rank total (plus full_copy) fits `budget` bytes under o: its name into
  * *name and its figures into m; *name NULL when none fits. */
 int rc_memory_largest(const rc_model_config *c, const rc_memory_options *o, int64_t budget, const char **name,
