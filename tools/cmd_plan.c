@@ -70,6 +70,16 @@ static const struct option flags[] = {
     {NULL, 0, NULL, 0},
 };
 
+/* --dtype's value; RC_DTYPE_COUNT when it is none of f32, bf16, f16 */
+static rc_dtype weight_dtype(const char *v)
+{
+    if (!strcmp(v, "f32"))
+        return RC_F32;
+    if (!strcmp(v, "bf16"))
+        return RC_BF16;
+    return !strcmp(v, "f16") ? RC_F16 : RC_DTYPE_COUNT;
+}
+
 /* Reads one flag into o; 0, or 2 after a usage error. */
 static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
 {
@@ -88,8 +98,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_ZERO: o->zero = 1; return 0;
     case F_REMAT: return v ? cli_int64(cmd, f, v, 1, 1 << 16, &o->remat) : (o->remat = 1, 0);
     case F_DTYPE:
-        o->dtype = !strcmp(v, "f32") ? RC_F32 : !strcmp(v, "bf16") ? RC_BF16 : !strcmp(v, "f16") ? RC_F16
-                                                                                                  : RC_DTYPE_COUNT;
+        o->dtype = weight_dtype(v);
         return o->dtype == RC_DTYPE_COUNT ? cli_usage(cmd, "--dtype '%s': f32, bf16 or f16", v) : 0;
     case F_MEMORY: {
         rc_error err = {0};
@@ -219,7 +228,7 @@ static const char *bytes_text(double b, char *buf, size_t size)
 /* the options the memory figures assume, in words: "f32, remat every 2 blocks, zero over dp 4" */
 static void options_text(const options *o, char *buf, size_t size)
 {
-    int n = snprintf(buf, size, "%s weights, AdamW", o->dtype == RC_F32 ? "f32" : rc_dtype_name(o->dtype));
+    int n = snprintf(buf, size, "%s weights, AdamW", rc_dtype_name(o->dtype));
     if (o->remat)
         n += snprintf(buf + n, size - (size_t)n, ", remat every %lld block%s", (long long)o->remat,
                       o->remat > 1 ? "s" : "");
@@ -231,7 +240,7 @@ static void print_memory(const options *o, const memory *mem)
 {
     const rc_rank_memory *r = &mem->rank;
     char a[32], b[32], c[32], w[96];
-    const char *dt = o->dtype == RC_F32 ? "f32" : rc_dtype_name(o->dtype);
+    const char *dt = rc_dtype_name(o->dtype);
     options_text(o, w, sizeof w);
     printf("\nmemory of one rank (%s):\n", w);
     printf("  weights      %10s  %lld of %lld parameters x %zu bytes (%s)\n", bytes_text((double)r->weights, a, sizeof a),
@@ -348,7 +357,7 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                             "mp", (json_int_t)o->mp, "dp", (json_int_t)o->dp, "params", params, "memory_bytes",
                             rank_json(&mem->rank), "options", "batch_size", (json_int_t)o->batch, "seq_len",
                             (json_int_t)o->seq_len, "zero", o->zero, "remat", (json_int_t)o->remat, "dtype",
-                            o->dtype == RC_F32 ? "f32" : rc_dtype_name(o->dtype), "collectives",
+                            rc_dtype_name(o->dtype), "collectives",
                             "model_allreduce_forward", (json_int_t)comm->allreduce_fwd, "model_allreduce_backward",
                             (json_int_t)comm->allreduce_bwd, "model_bytes_forward", comm->bytes_fwd,
                             "model_bytes_backward", comm->bytes_bwd, "data_allreduce", (json_int_t)buckets,
