@@ -5,6 +5,7 @@
 #include "redco/data.h"
 #include "redco/device.h"
 #include "redco/dist.h"
+#include "redco/memory.h"
 #include "redco/model.h"
 #include "redco/pipeline.h"
 #include "redco/predict.h"

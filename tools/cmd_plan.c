@@ -4,6 +4,7 @@
 #include "internal.h"
 #include "nn.h"
 #include "redco/device.h"
+#include "redco/memory.h"
 #include "redco/shard.h"
 
 #include <jansson.h>
@@ -15,13 +16,16 @@
 static const char *help =
     "usage: redco plan --model PRESET|DIR --mp N [--dp N] [--batch-size B] [--seq-len T]\n"
     "                  [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--allow-replicate]\n"
+    "                  [--zero] [--remat[=N]] [--dtype f32|bf16|f16] [--memory SIZE]\n"
     "                  [--device D] [--json]\n"
     "\n"
     "Derives from the model's graph how each parameter splits over N model shards (whole\n"
     "heads for attention, alternating column/row splits for linear chains, the vocabulary\n"
     "for embeddings and heads) and prints each parameter's shape, split and local shape; the\n"
-    "memory of one rank for parameters, gradients and AdamW state, and the activation peak\n"
-    "of one replica's step; and the collectives of one training step (model axis: all-reduces\n"
+    "memory of one rank as the trainer allocates it: weights, gradients (its f32 accumulation\n"
+    "and the step's own gradient outputs), AdamW moments, f32 master weights (16-bit\n"
+    "dtypes) and activations (the step's planned arena less its gradient outputs, on model\n"
+    "shard 0's graph); and the collectives of one training step (model axis: all-reduces\n"
     "of partial sums forward and of input gradients backward; data axis: the gradient\n"
     "all-reduce). No weight is allocated: large presets plan in well under a second.\n"
     "A shard count that divides nothing is an error naming the tensors and the counts that\n"
@@ -29,16 +33,24 @@ static const char *help =
     "--shard overrides one parameter's split (repeatable): split axis AXIS into GROUPS runs\n"
     "(default: its extent), or keep it replicated; the rest of the plan fits around it.\n"
     "--device D (cpu, opencl, opencl:N) also says whether one rank's memory fits the\n"
-    "device and which of the step's ops the device has no kernel for.\n";
+    "device and which of the step's ops the device has no kernel for.\n"
+    "--zero: each data-parallel rank keeps a 1/dp share of the optimizer state (and master\n"
+    "weights). --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
+    "(default 1). --dtype bf16|f16: 16-bit weights with f32 master weights; the activations\n"
+    "are then estimated as half the f32 graph's, and said so. --memory SIZE (80GB = 80e9\n"
+    "bytes, 24GiB = 24 x 2^30, 512MiB): whether one rank fits, and the largest preset of the\n"
+    "model's family that fits under the same mesh and options.\n";
 
 typedef struct {
-    const char *model, *device;
-    int64_t mp, dp, batch, seq_len;
-    int allow, json;
+    const char *model, *device, *memory_text;
+    int64_t mp, dp, batch, seq_len, remat, memory;
+    int allow, json, zero;
+    rc_dtype dtype;
     cli_shards shards;
 } options;
 
-enum { F_MODEL = CLI_FLAG0, F_MP, F_DP, F_BATCH, F_SEQ_LEN, F_SHARD, F_ALLOW_REPLICATE, F_JSON, F_DEVICE };
+enum { F_MODEL = CLI_FLAG0, F_MP, F_DP, F_BATCH, F_SEQ_LEN, F_SHARD, F_ALLOW_REPLICATE, F_JSON, F_DEVICE,
+       F_ZERO, F_REMAT, F_DTYPE, F_MEMORY };
 
 static const struct option flags[] = {
     {"help", no_argument, NULL, CLI_HELP},
@@ -51,8 +63,22 @@ static const struct option flags[] = {
     {"allow-replicate", no_argument, NULL, F_ALLOW_REPLICATE},
     {"json", no_argument, NULL, F_JSON},
     {"device", required_argument, NULL, F_DEVICE},
+    {"zero", no_argument, NULL, F_ZERO},
+    {"remat", optional_argument, NULL, F_REMAT},
+    {"dtype", required_argument, NULL, F_DTYPE},
+    {"memory", required_argument, NULL, F_MEMORY},
     {NULL, 0, NULL, 0},
 };
+
+/* --dtype's value; RC_DTYPE_COUNT when it is none of f32, bf16, f16 */
+static rc_dtype weight_dtype(const char *v)
+{
+    if (!strcmp(v, "f32"))
+        return RC_F32;
+    if (!strcmp(v, "bf16"))
+        return RC_BF16;
+    return !strcmp(v, "f16") ? RC_F16 : RC_DTYPE_COUNT;
+}
 
 /* Reads one flag into o; 0, or 2 after a usage error. */
 static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
@@ -69,6 +95,16 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_BATCH: return cli_int64(cmd, f, v, 1, 1 << 16, &o->batch);
     case F_SEQ_LEN: return cli_int64(cmd, f, v, 1, 1 << 20, &o->seq_len);
     case F_SHARD: return cli_shard(cmd, v, &o->shards);
+    case F_ZERO: o->zero = 1; return 0;
+    case F_REMAT: return v ? cli_int64(cmd, f, v, 1, 1 << 16, &o->remat) : (o->remat = 1, 0);
+    case F_DTYPE:
+        o->dtype = weight_dtype(v);
+        return o->dtype == RC_DTYPE_COUNT ? cli_usage(cmd, "--dtype '%s': f32, bf16 or f16", v) : 0;
+    case F_MEMORY: {
+        rc_error err = {0};
+        o->memory_text = v;
+        return rc_memory_parse(v, &o->memory, &err) ? cli_usage(cmd, "--memory: %s", err.msg) : 0;
+    }
     default: /* CLI_ARG */ return cli_usage(cmd, "unexpected argument '%s'", v);
     }
 }
@@ -139,15 +175,18 @@ static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size)
     rc_shape_str(&t, buf, size);
 }
 
+/* the memory of one rank, and with --memory the largest preset of the family that fits */
 typedef struct {
-    double params, grads, adam, activations;
-    int64_t local_numel;
+    rc_memory_options opt;
+    rc_rank_memory rank;
+    const char *largest;          /* NULL: none fits (or no --memory) */
+    rc_rank_memory largest_rank;
 } memory;
 
 /* --device: one rank's memory against the device's, and the step's ops it lacks */
 typedef struct {
     rc_backend *be;               /* NULL: no --device */
-    double need;                  /* parameters, gradients, AdamW state, activations */
+    double need;                  /* the rank's total (and any full copy while sharding) */
     char missing[512];            /* "op dtype, ..." the device has no kernel for */
 } device_fit;
 
@@ -155,7 +194,7 @@ typedef struct {
 static void device_check(device_fit *d, const rc_graph *g, const memory *mem)
 {
     int seen[RC_OP_COUNT][RC_DTYPE_COUNT] = {{0}};
-    d->need = mem->params + mem->grads + mem->adam + mem->activations;
+    d->need = (double)(mem->rank.total + mem->rank.full_copy);
     for (int i = 0; i < rc_graph_size(g); i++) {
         const rc_tensor *t = rc_graph_node(g, i);
         if (t->op == RC_OP_MP_REDUCE || t->op == RC_OP_MP_MAX || seen[t->op][t->dtype] ||
@@ -186,6 +225,59 @@ static const char *bytes_text(double b, char *buf, size_t size)
     return buf;
 }
 
+/* the options the memory figures assume, in words: "f32, remat every 2 blocks, zero over dp 4" */
+static void options_text(const options *o, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "%s weights, AdamW", rc_dtype_name(o->dtype));
+    if (o->remat)
+        n += snprintf(buf + n, size - (size_t)n, ", remat every %lld block%s", (long long)o->remat,
+                      o->remat > 1 ? "s" : "");
+    if (o->zero)
+        snprintf(buf + n, size - (size_t)n, ", zero over dp %lld", (long long)o->dp);
+}
+
+static void print_memory(const options *o, const memory *mem)
+{
+    const rc_rank_memory *r = &mem->rank;
+    char a[32], b[32], c[32], w[96];
+    const char *dt = rc_dtype_name(o->dtype);
+    options_text(o, w, sizeof w);
+    printf("\nmemory of one rank (%s):\n", w);
+    printf("  weights      %10s  %lld of %lld parameters x %zu bytes (%s)\n", bytes_text((double)r->weights, a, sizeof a),
+           (long long)r->local, (long long)r->params, rc_dtype_size(o->dtype), dt);
+    printf("  gradients    %10s  the f32 accumulation %s + the step's gradient outputs %s\n",
+           bytes_text((double)r->gradients, a, sizeof a), bytes_text(4.0 * (double)r->local, b, sizeof b),
+           bytes_text((double)(r->gradients - 4 * r->local), c, sizeof c));
+    printf("  optimizer    %10s  AdamW m and v in f32 of %lld parameters%s\n",
+           bytes_text((double)r->optimizer, a, sizeof a), (long long)r->share, o->zero ? " (a 1/dp share)" : "");
+    if (r->master)
+        printf("  master       %10s  f32 master weights of %lld parameters%s\n",
+               bytes_text((double)r->master, a, sizeof a), (long long)r->share, o->zero ? " (a 1/dp share)" : "");
+    else
+        printf("  master       %10s  none: the weights are f32\n", "0");
+    printf("  activations  %10s  the step's arena %s less its gradient outputs, plus inputs%s\n",
+           bytes_text((double)r->activations, a, sizeof a), bytes_text((double)r->arena, b, sizeof b),
+           r->estimated ? "\n               (an estimate: half the f32 graph's; the model graphs record f32)" : "");
+    printf("  total        %10s", bytes_text((double)r->total, a, sizeof a));
+    if (r->full_copy)
+        printf("  + the full f32 weights %s held while a rank takes its shards (peak %s)",
+               bytes_text((double)r->full_copy, b, sizeof b), bytes_text((double)(r->total + r->full_copy), c, sizeof c));
+    printf("\n");
+    if (!o->memory_text)
+        return;
+    int64_t need = r->total + r->full_copy;
+    printf("\nmemory %s (%s): one rank needs %s: %s\n", o->memory_text, bytes_text((double)o->memory, a, sizeof a),
+           bytes_text((double)need, b, sizeof b), need <= o->memory ? "fits" : "does not fit");
+    if (mem->largest)
+        printf("largest preset of the family that fits (%s, mp %lld x dp %lld, batch %lld x %lld): %s, %lld "
+               "parameters, %s per rank\n",
+               w, (long long)o->mp, (long long)o->dp, (long long)o->batch, (long long)o->seq_len, mem->largest,
+               (long long)mem->largest_rank.params,
+               bytes_text((double)(mem->largest_rank.total + mem->largest_rank.full_copy), c, sizeof c));
+    else
+        printf("largest preset of the family that fits: none (try a larger --mp or --dp with --zero)\n");
+}
+
 static void print_text(const rc_model_config *c, const options *o, const model_graph *m,
                        const rc_shard_spec *s, const memory *mem, const rc_shard_comm *comm, int64_t buckets,
                        const device_fit *dev)
@@ -206,13 +298,8 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
         printf("%-58s %-16s %-10s %4s %-16s %s\n", m->w.p[i].name, sh, rc_shard_role_name(s[i].role), axis, loc,
                s[i].note);
     }
-    char b1[32], b2[32], b3[32];
-    printf("\nmemory of one rank: parameters %s, gradients %s, AdamW state %s\n",
-           bytes_text(mem->params, b1, sizeof b1), bytes_text(mem->grads, b2, sizeof b2),
-           bytes_text(mem->adam, b3, sizeof b3));
-    printf("activations: %s at the peak of one replica's forward + backward before tensor\n"
-           "parallelism divides its split part (an upper bound for one rank)\n",
-           bytes_text(mem->activations, b1, sizeof b1));
+    print_memory(o, mem);
+    char b1[32], b2[32];
     printf("\ncollectives per training step and rank:\n");
     printf("  model axis  all-reduce forward   %4lld  (%.1f MiB)\n", (long long)comm->allreduce_fwd,
            comm->bytes_fwd / (1 << 20));
@@ -223,7 +310,7 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
            comm->bytes_bwd / (1 << 20));
     if (o->dp > 1)
         printf("  data axis   all-reduce gradients %4lld  (%.1f MiB in buckets of 16 MiB)\n", (long long)buckets,
-               mem->grads / (1 << 20));
+               4.0 * (double)mem->rank.local / (1 << 20));
     else
         printf("  data axis   none (dp 1)\n");
     if (!dev->be)
@@ -234,6 +321,17 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
            bytes_text(dev->need, b1, sizeof b1), total ? bytes_text((double)total, b2, sizeof b2) : "unknown memory",
            fit_word(dev), !strcmp(fit_word(dev), "does not fit") ? " (try a larger --mp or a smaller --batch-size)" : "");
     printf("kernels the device lacks: %s\n", dev->missing[0] ? dev->missing : "none");
+}
+
+/* the figures of rc_rank_memory as a JSON object */
+static json_t *rank_json(const rc_rank_memory *r)
+{
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "parameters",
+                     (json_int_t)r->params, "local_parameters", (json_int_t)r->local, "optimizer_parameters",
+                     (json_int_t)r->share, "weights", (json_int_t)r->weights, "gradients", (json_int_t)r->gradients,
+                     "optimizer", (json_int_t)r->optimizer, "master", (json_int_t)r->master, "activations",
+                     (json_int_t)r->activations, "arena", (json_int_t)r->arena, "total", (json_int_t)r->total,
+                     "full_copy", (json_int_t)r->full_copy, "activations_estimated", r->estimated);
 }
 
 static void print_json(const rc_model_config *c, const options *o, const model_graph *m,
@@ -253,15 +351,25 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                                                 shape, "split", rc_shard_role_name(s[i].role), "axis", s[i].axis,
                                                 "local_shape", lshape, "note", s[i].note));
     }
-    json_t *out = json_pack("{s:s, s:s, s:I, s:I, s:I, s:o, s:{s:f, s:f, s:f, s:f}, s:{s:I, s:I, s:f, s:f, s:I, s:I}}",
+    json_t *out = json_pack("{s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:{s:I, s:I, s:b, s:I, s:s}, "
+                            "s:{s:I, s:I, s:f, s:f, s:I, s:I}}",
                             "model", o->model, "model_type", c->model_type, "parameters", (json_int_t)m->w.numel,
                             "mp", (json_int_t)o->mp, "dp", (json_int_t)o->dp, "params", params, "memory_bytes",
-                            "parameters", mem->params, "gradients", mem->grads, "adamw", mem->adam, "activations",
-                            mem->activations, "collectives", "model_allreduce_forward",
-                            (json_int_t)comm->allreduce_fwd, "model_allreduce_backward",
+                            rank_json(&mem->rank), "options", "batch_size", (json_int_t)o->batch, "seq_len",
+                            (json_int_t)o->seq_len, "zero", o->zero, "remat", (json_int_t)o->remat, "dtype",
+                            rc_dtype_name(o->dtype), "collectives",
+                            "model_allreduce_forward", (json_int_t)comm->allreduce_fwd, "model_allreduce_backward",
                             (json_int_t)comm->allreduce_bwd, "model_bytes_forward", comm->bytes_fwd,
                             "model_bytes_backward", comm->bytes_bwd, "data_allreduce", (json_int_t)buckets,
                             "model_allgather", (json_int_t)comm->allgather_fwd);
+    if (o->memory_text) {
+        int64_t need = mem->rank.total + mem->rank.full_copy;
+        json_t *fit = json_pack("{s:s, s:I, s:b, s:o, s:o}", "size", o->memory_text, "bytes", (json_int_t)o->memory,
+                                "fits", need <= o->memory, "largest",
+                                mem->largest ? json_string(mem->largest) : json_null(), "largest_memory_bytes",
+                                mem->largest ? rank_json(&mem->largest_rank) : json_null());
+        json_object_set_new(out, "memory", fit);
+    }
     if (dev->be) {
         size_t total;
         rc_backend_memory(dev->be, &total, NULL, NULL);
@@ -270,6 +378,23 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                                                      "fit", fit_word(dev), "missing_kernels", dev->missing));
     }
     cli_print_json(out);
+}
+
+/* the rank's figures under o, and with --memory the largest preset that fits */
+static int plan_memory(const rc_model_config *c, const options *o, memory *mem, rc_error *err)
+{
+    mem->opt = (rc_memory_options){.dp = (int)o->dp, .mp = (int)o->mp, .batch = o->batch, .seq_len = o->seq_len,
+                                   .zero = o->zero, .remat = (int)o->remat, .dtype = o->dtype,
+                                   .allow_replicate = o->allow, .overrides = o->shards.o,
+                                   .n_overrides = o->shards.n};
+    if (rc_memory_plan(c, &mem->opt, &mem->rank, err))
+        return -1;
+    if (!o->memory_text)
+        return 0;
+    rc_memory_options plain = mem->opt; /* other presets: the plan's own splits */
+    plain.overrides = NULL;
+    plain.n_overrides = 0;
+    return rc_memory_largest(c, &plain, o->memory, &mem->largest, &mem->largest_rank, err);
 }
 
 int cmd_plan(int argc, char **argv)
@@ -288,38 +413,24 @@ int cmd_plan(int argc, char **argv)
     }
     rc_shard_spec *s = calloc((size_t)m.w.n, sizeof *s);
     rc_shard_comm comm = {0};
-    rc_plan_stats act = {0};
     rc = s ? rc_shard_apply(s, m.p, m.w.n, o.shards.o, o.shards.n, (int)o.mp, &err) : -1;
     if (!rc)
         rc = rc_shard_plan(m.g, m.loss, m.p, m.w.n, (int)o.mp, o.allow, s, &comm, &err);
     memory mem = {0};
-    for (int i = 0; !rc && i < m.w.n; i++) {
-        int64_t local[4], n = 1;
-        rc_shard_local_shape(&s[i], m.p[i], (int)o.mp, local);
-        for (int k = 0; k < m.w.p[i].ndim; k++)
-            n *= local[k];
-        mem.local_numel += n;
-    }
-    mem.params = mem.grads = 4.0 * (double)mem.local_numel;
-    mem.adam = 2 * mem.params;
-    /* the activation peak of one replica's forward + backward, planned without an arena */
+    if (!rc)
+        rc = plan_memory(&c, &o, &mem, &err);
     device_fit dev = {0};
     if (!rc && o.device && !(dev.be = rc_device_open(o.device, 0, &err)))
         rc = -1;
-    rc_tensor **outs = calloc((size_t)m.w.n + 1, sizeof *outs);
-    if (!rc && outs && rc_backward(m.g, m.loss, m.p, m.w.n, outs + 1) == 0) {
-        outs[0] = m.loss;
-        /* the gradients are outputs, alive at the end: what is left is activations and
-         * temporaries */
-        if (rc_plan_estimate(m.g, outs, m.w.n + 1, &act, &err) == 0)
-            mem.activations = (double)act.peak_bytes - 4.0 * (double)m.w.numel;
-        if (mem.activations < 0)
-            mem.activations = 0;
+    if (!rc && dev.be) { /* the ops of the step with its backward pass */
+        rc_tensor **grads = calloc((size_t)m.w.n + 1, sizeof *grads);
+        if (grads && rc_backward(m.g, m.loss, m.p, m.w.n, grads) == 0)
+            device_check(&dev, m.g, &mem);
+        else
+            rc = rc_error_set(&err, RC_ERR_MEMORY, "plan: the backward pass: %s", rc_graph_error(m.g));
+        free(grads);
     }
-    free(outs);
-    if (!rc && dev.be)
-        device_check(&dev, m.g, &mem);
-    int64_t buckets = (int64_t)((mem.grads + (16 << 20) - 1) / (16 << 20));
+    int64_t buckets = (4 * mem.rank.local + (16 << 20) - 1) / (16 << 20);
     if (rc)
         cli_fail(cmd, "%s", err.msg);
     else if (o.json)

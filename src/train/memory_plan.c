@@ -1,0 +1,251 @@
+/* memory_plan.c - the memory of one rank of a training step, before running: the model's
+ * loss is recorded as the Trainer records it (rc_task_loss, remat set on the graph), cut
+ * to model shard 0 with mp > 1, differentiated and planned without an arena
+ * (rc_plan_estimate); the Trainer's buffers follow from the rank's parameter count. */
+#include "nn.h"
+#include "redco/memory.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the graph of one step on one rank, and what it was built from */
+typedef struct {
+    nn_weights w;
+    rc_graph *g;
+    rc_tensor **p, **grads, **outs;
+    rc_tensor *loss;
+    rc_shard_spec *specs;
+    rc_shard_graph local;         /* mp > 1: rank 0's share */
+} step_graph;
+
+static void step_graph_free(step_graph *s)
+{
+    rc_shard_graph_free(&s->local);
+    rc_graph_free(s->g);
+    free(s->p);
+    free(s->grads);
+    free(s->outs);
+    free(s->specs);
+    rci_nn_weights_free(&s->w);
+}
+
+static int check_options(const rc_memory_options *o, rc_error *err)
+{
+    if (o->batch < 1 || o->seq_len < 1)
+        return rc_error_set(err, RC_ERR_ARG, "memory plan: batch %lld x sequence %lld (each at least 1)",
+                            (long long)o->batch, (long long)o->seq_len);
+    if (o->dp < 0 || o->mp < 0 || o->remat < 0)
+        return rc_error_set(err, RC_ERR_ARG, "memory plan: dp %d, mp %d, remat %d (none negative)", o->dp, o->mp,
+                            o->remat);
+    if (o->dtype != RC_F32 && o->dtype != RC_BF16 && o->dtype != RC_F16)
+        return rc_error_set(err, RC_ERR_ARG, "memory plan: dtype %s (f32, bf16 or f16)", rc_dtype_name(o->dtype));
+    return 0;
+}
+
+/* the loss of one replica's batch over unbound parameters, as rc_task_loss records it */
+static int record(step_graph *s, const rc_model_config *c, const rc_memory_options *o, rc_error *err)
+{
+    if (rci_nn_model_weights(c, &s->w, err))
+        return -1;
+    s->g = rc_graph_new();
+    s->p = calloc((size_t)s->w.n + 1, sizeof *s->p);
+    if (!s->g || !s->p)
+        return rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
+    rc_graph_set_remat(s->g, o->remat);
+    rci_nn_model_leaves(s->g, &s->w, s->p);
+    int64_t shape[2] = {o->batch, o->seq_len};
+    nn_inputs in = {.ids = rc_input(s->g, "ids", RC_I32, 2, shape)};
+    if (c->type == RC_MODEL_T5) {
+        in.enc_ids = rc_input(s->g, "enc_ids", RC_I32, 2, shape);
+        in.mask = rc_input(s->g, "enc_mask", RC_F32, 2, shape);
+    }
+    rc_tensor *tg = rc_input(s->g, "targets", RC_I32, 2, shape);
+    s->loss = rc_cross_entropy(s->g, rci_nn_model_logits(s->g, c, &s->w, s->p, &in), tg, RC_IGNORE_INDEX);
+    if (rc_graph_error(s->g))
+        return rc_error_set(err, rc_graph_error_code(s->g), "memory plan: %s", rc_graph_error(s->g));
+    return 0;
+}
+
+/* mp > 1: rank 0's share of the graph, as the Trainer's step builds it */
+static int partition(step_graph *s, const rc_memory_options *o, int mp, rc_error *err)
+{
+    s->specs = calloc((size_t)s->w.n + 1, sizeof *s->specs);
+    if (!s->specs)
+        return rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
+    if (rc_shard_apply(s->specs, s->p, s->w.n, o->overrides, o->n_overrides, mp, err))
+        return -1;
+    return rc_shard_partition(s->g, s->loss, s->p, s->w.n, mp, 0, o->allow_replicate, s->specs, &s->local, err);
+}
+
+/* bytes of the leaves that are not parameters: the batch's inputs and the constants, which
+ * the plan holds beside its arena */
+static int64_t leaf_bytes(const rc_graph *g, rc_tensor *const *params, int n)
+{
+    char *is_param = calloc((size_t)rc_graph_size(g) + 1, 1);
+    int64_t bytes = 0;
+    for (int i = 0; is_param && i < n; i++)
+        if (params[i] && params[i]->id < rc_graph_size(g))
+            is_param[params[i]->id] = 1;
+    for (int i = 0; i < rc_graph_size(g); i++) {
+        const rc_tensor *t = rc_graph_node(g, i);
+        if (t->op == RC_OP_LEAF && !t->view_src && !(is_param && is_param[i]))
+            bytes += (int64_t)rc_tensor_nbytes(t);
+    }
+    free(is_param);
+    return bytes;
+}
+
+int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank_memory *m, rc_error *err)
+{
+    memset(m, 0, sizeof *m);
+    if (!c || !o)
+        return rc_error_set(err, RC_ERR_ARG, "memory plan: no model or options");
+    if (check_options(o, err))
+        return -1;
+    int mp = o->mp > 0 ? o->mp : 1, dp = o->dp > 0 ? o->dp : 1;
+    step_graph s = {0};
+    int rc = record(&s, c, o, err);
+    if (!rc && mp > 1)
+        rc = partition(&s, o, mp, err);
+    rc_graph *run = mp > 1 ? s.local.g : s.g;
+    rc_tensor *loss = mp > 1 ? s.local.out : s.loss, **params = mp > 1 ? s.local.params : s.p;
+    int n = s.w.n;
+    if (!rc) {
+        s.grads = calloc((size_t)n + 1, sizeof *s.grads);
+        s.outs = calloc((size_t)n + 1, sizeof *s.outs);
+        if (!s.grads || !s.outs)
+            rc = rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
+    }
+    if (!rc && rc_backward(run, loss, params, n, s.grads))
+        rc = rc_error_set(err, rc_graph_error_code(run), "memory plan: backward: %s", rc_graph_error(run));
+    rc_plan_stats st = {0};
+    if (!rc) {
+        s.outs[0] = loss;
+        memcpy(s.outs + 1, s.grads, (size_t)n * sizeof *s.grads);
+        rc = rc_plan_estimate(run, s.outs, n + 1, &st, err);
+    }
+    if (rc) {
+        step_graph_free(&s);
+        return -1;
+    }
+    int64_t grad_out = 0; /* the gradient outputs: alive in the arena at the end of the step */
+    for (int i = 0; i < n; i++) {
+        m->local += rc_tensor_numel(params[i]);
+        grad_out += (int64_t)rc_tensor_nbytes(s.grads[i]);
+    }
+    int64_t inputs = leaf_bytes(run, params, n), wb = (int64_t)rc_dtype_size(o->dtype);
+    int half = o->dtype != RC_F32;
+    m->params = s.w.numel;
+    m->share = o->zero ? (m->local + dp - 1) / dp : m->local;
+    m->arena = (int64_t)st.peak_bytes;
+    m->weights = wb * m->local;
+    m->gradients = 4 * m->local + (half ? wb * m->local : grad_out);
+    m->optimizer = 8 * m->share;
+    m->master = half ? 4 * m->share : 0;
+    /* a 16-bit graph is not recorded (the model families record f32): half the f32 figure */
+    m->activations = (half ? (m->arena - grad_out) / 2 : m->arena - grad_out) + inputs;
+    m->estimated = half;
+    m->total = m->weights + m->gradients + m->optimizer + m->master + m->activations;
+    m->full_copy = mp > 1 ? 4 * m->params : 0;
+    step_graph_free(&s);
+    return 0;
+}
+
+/* the presets of c's family, most parameters first; n of them; malloc'ed */
+static const char **family_presets(const rc_model_config *c, int *n)
+{
+    const char *const *names = rc_config_preset_names();
+    int total = 0;
+    while (names[total])
+        total++;
+    const char **out = malloc((size_t)(total + 1) * sizeof *out);
+    int64_t *size = malloc((size_t)(total + 1) * sizeof *size);
+    *n = 0;
+    for (int i = 0; out && size && i < total; i++) {
+        rc_model_config p;
+        if (!strncmp(names[i], "tiny-", 5) || rc_config_preset(names[i], &p, NULL) || p.type != c->type)
+            continue; /* the tests' tiny models are not candidates */
+        int64_t count = rc_config_param_count(&p);
+        int k = (*n)++;
+        for (; k > 0 && size[k - 1] < count; k--) { /* insertion: largest first */
+            out[k] = out[k - 1];
+            size[k] = size[k - 1];
+        }
+        out[k] = names[i];
+        size[k] = count;
+    }
+    free(size);
+    return out;
+}
+
+int rc_memory_largest(const rc_model_config *c, const rc_memory_options *o, int64_t budget, const char **name,
+                      rc_rank_memory *m, rc_error *err)
+{
+    *name = NULL;
+    memset(m, 0, sizeof *m);
+    if (!c || !o)
+        return rc_error_set(err, RC_ERR_ARG, "memory plan: no model or options");
+    if (check_options(o, err))
+        return -1;
+    int n = 0, mp = o->mp > 0 ? o->mp : 1;
+    const char **names = family_presets(c, &n);
+    if (!names)
+        return rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
+    for (int i = 0; i < n && !*name; i++) {
+        rc_model_config p;
+        rc_rank_memory r;
+        if (rc_config_preset(names[i], &p, err))
+            break;
+        /* the weights and gradients alone, on a perfect split: too large means no need to
+         * record the graph */
+        int64_t least = rc_config_param_count(&p) / mp * (2 * (int64_t)rc_dtype_size(o->dtype) + 4);
+        if (least > budget || rc_memory_plan(&p, o, &r, NULL)) /* a plan that fails: mp divides nothing */
+            continue;
+        if (r.total + r.full_copy <= budget) {
+            *name = names[i];
+            *m = r;
+        }
+    }
+    free(names);
+    return 0;
+}
+
+/* the multiplier of a unit ("GiB", "gb", "" ...); 0 when unknown */
+static double unit_scale(const char *u)
+{
+    static const struct {
+        const char *name;
+        double scale;
+    } units[] = {{"", 1},       {"b", 1},           {"kb", 1e3},          {"mb", 1e6},
+                 {"gb", 1e9},   {"tb", 1e12},       {"kib", 1024.0},      {"mib", 1048576.0},
+                 {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+    char low[8];
+    size_t len = 0;
+    for (; u[len] && len < sizeof low - 1; len++)
+        low[len] = (char)tolower((unsigned char)u[len]);
+    low[len] = 0;
+    if (u[len])
+        return 0;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(low, units[i].name))
+            return units[i].scale;
+    return 0;
+}
+
+int rc_memory_parse(const char *text, int64_t *bytes, rc_error *err)
+{
+    char *end = NULL;
+    double v = text ? strtod(text, &end) : NAN;
+    double scale = end && end != text ? unit_scale(end) : 0;
+    double b = v * scale;
+    if (!scale || !isfinite(b) || b < 1 || b > 9.2e18)
+        return rc_error_set(err, RC_ERR_ARG,
+                            "memory size '%s': a positive number with a unit: 80GB (10^9 bytes), 24GiB (2^30), "
+                            "512MiB, 4096",
+                            text ? text : "(null)");
+    *bytes = (int64_t)llround(b);
+    return 0;
+}
