@@ -364,7 +364,9 @@ static void run_case(const op_case *c, rc_dtype h, rc_rng *rng)
                            rc_dtype_name(h), i, rc_dtype_name(gi->dtype));
                     float *a = read_f32(&b16, gi), *e = read_f32(&b32, b32.grads[i]);
                     double d = rel_diff(a, e, rc_tensor_numel(gi));
-                    double tol = h == RC_BF16 ? 2e-2 : 4e-3;
+                    /* bf16 rules reach 5e-3 (tanh, rsqrt); f16 3.5e-3 where a mean's
+                     * gradient falls among f16's subnormals */
+                    double tol = 1e-2;
                     CHECKF(d < tol, "%s %s: gradient %d differs from f32 by %.3g (tolerance %g)", c->name,
                            rc_dtype_name(h), i, d, tol);
                     free(a);

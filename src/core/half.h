@@ -37,14 +37,16 @@ static inline uint16_t rci_f32_to_bf16(float f)
     return (uint16_t)(nan ? (u >> 16) | 0x40u : rounded);
 }
 
+/* Branch-free (masks, not selects) so that loops over it vectorise. */
 static inline float rci_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
-    uint32_t normal = (em << 13) + ((127u - 15u) << 23);        /* exponent rebiased */
-    uint32_t special = 0x7f800000u | (em & 0x3ffu) << 13;         /* inf, NaN (payload kept) */
-    float sub = (float)em * 5.9604644775390625e-8f;               /* zero, subnormal: em 2^-24 */
-    uint32_t bits = em >= 0x7c00u ? special : em >= 0x0400u ? normal : rci_f32_bits(sub);
-    return rci_bits_f32(sign | bits);
+    uint32_t special = 0u - (uint32_t)(em >= 0x7c00u), small = 0u - (uint32_t)(em < 0x0400u);
+    /* normal: exponent rebiased; inf and NaN (payload kept): the exponent all ones */
+    uint32_t normal = (em << 13) + ((127u - 15u) << 23) + (special & ((128u - 16u) << 23));
+    /* zero and subnormals: em 2^-24, exact in f32 */
+    uint32_t sub = rci_f32_bits((float)em * 5.9604644775390625e-8f);
+    return rci_bits_f32(sign | (normal & ~small) | (sub & small));
 }
 
 static inline uint16_t rci_f32_to_f16(float f)

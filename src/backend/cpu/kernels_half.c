@@ -187,8 +187,20 @@ static void few_rows_kn(const few_rows *f, int64_t j0, int64_t j1)
         for (int64_t r = 0; r < f->rows; r++)
             for (int64_t j = 0; j < len; j++)
                 acc[r][j] = 0;
-        for (int64_t p = 0; p < f->k; p++) {
-            widen_run(w, f->b + p * f->n + jb, f->t, len);
+        int64_t p = 0;
+        if (f->t == RC_BF16 && f->rows == 1) /* widening is a shift: fused, four rows of B a pass */
+            for (; p + 4 <= f->k; p += 4) {
+                const uint16_t *restrict b0 = f->b + p * f->n + jb, *restrict b1 = b0 + f->n;
+                const uint16_t *restrict b2 = b1 + f->n, *restrict b3 = b2 + f->n;
+                float x0 = f->a[p], x1 = f->a[p + 1], x2 = f->a[p + 2], x3 = f->a[p + 3];
+                float *restrict ar = acc[0];
+                for (int64_t j = 0; j < len; j++)
+                    ar[j] += x0 * rci_bf16_to_f32(b0[j]) + x1 * rci_bf16_to_f32(b1[j]) +
+                             x2 * rci_bf16_to_f32(b2[j]) + x3 * rci_bf16_to_f32(b3[j]);
+            }
+        for (; p < f->k; p++) {
+            const uint16_t *restrict bp = f->b + p * f->n + jb;
+            widen_run(w, bp, f->t, len);
             for (int64_t r = 0; r < f->rows; r++) {
                 float x = f->a[r * f->k + p];
                 float *restrict ar = acc[r];
@@ -230,13 +242,14 @@ static void few_rows_nk(const few_rows *f, int64_t j0, int64_t j1)
     }
 }
 
+/* the columns split evenly over the threads, in multiples of 16 */
 static void few_rows_run(const few_rows *f)
 {
-    int64_t parts = pieces_for(f->n * f->k), blocks = (f->n + BLOCK - 1) / BLOCK;
-    parts = parts < blocks ? parts : blocks;
+    int64_t parts = pieces_for(f->n * f->k), groups = (f->n + 15) / 16;
+    parts = parts < groups ? parts : groups;
     #pragma omp parallel for schedule(static) num_threads((int)parts) if (parts > 1)
     for (int64_t p = 0; p < parts; p++) {
-        int64_t j0 = blocks * p / parts * BLOCK, j1 = blocks * (p + 1) / parts * BLOCK;
+        int64_t j0 = groups * p / parts * 16, j1 = groups * (p + 1) / parts * 16;
         j1 = j1 < f->n ? j1 : f->n;
         if (f->tb)
             few_rows_nk(f, j0, j1);
