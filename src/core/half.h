@@ -1,7 +1,8 @@
 /* half.h - the one home of redco's 16-bit float conversions (bf16 and IEEE f16), as
  * static inline functions so that loops over them vectorise. Every conversion to 16 bits
  * rounds to nearest, ties to even; NaN stays NaN (sign and the top payload bits kept, made
- * quiet); f16 keeps subnormals and overflows to infinity. Widening is exact.
+ * quiet); f16 keeps subnormals and overflows to infinity. Widening is exact, NaN payloads
+ * as they are (the CPU's F16C path, kernels_half.c, makes a signalling f16 NaN quiet).
  * The public wrappers (rc_bf16_from_f32, ...) and the array converters are in half.c. */
 #ifndef REDCO_HALF_H
 #define REDCO_HALF_H
@@ -42,7 +43,7 @@ static inline float rci_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
     uint32_t special = 0u - (uint32_t)(em >= 0x7c00u), small = 0u - (uint32_t)(em < 0x0400u);
-    /* normal: exponent rebiased; inf and NaN (payload kept): the exponent all ones */
+    /* normal: exponent rebiased; inf and NaN (payload kept as it is): the exponent all ones */
     uint32_t normal = (em << 13) + ((127u - 15u) << 23) + (special & ((128u - 16u) << 23));
     /* zero and subnormals: em 2^-24, exact in f32 */
     uint32_t sub = rci_f32_bits((float)em * 5.9604644775390625e-8f);
