@@ -5,6 +5,7 @@
  * op in both dtypes. */
 #include "check.h"
 #include "redco.h"
+#include "redco/device.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -720,6 +721,31 @@ static void test_supported(void)
     CHECK(rc_backend_supports(cpu, RC_OP_CAST, RC_BF16) && rc_backend_supports(cpu, RC_OP_PAD, RC_F16));
 }
 
+/* A backend without 16-bit kernels (OpenCL today) refuses a plan that needs one, naming
+ * the op and the dtype, even where the node's own dtype is f32 (the loss of bf16 logits).
+ * Without an OpenCL device (none installed) there is nothing to refuse: says so. */
+static void test_refused_elsewhere(void)
+{
+    rc_error err = {0};
+    rc_backend *ocl = rc_backend_opencl(0, &err);
+    if (!ocl) { /* as test_opencl: a failure where REDCO_REQUIRE_OPENCL=1 */
+        const char *req = getenv("REDCO_REQUIRE_OPENCL");
+        CHECKF(!req || strcmp(req, "1"), "no OpenCL device: %s", err.msg);
+        printf("test_half: no OpenCL device (%s); the refusal is checked where there is one\n", err.msg);
+        return;
+    }
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = rc_input(g, "logits", RC_BF16, 2, (int64_t[]){2, 5});
+    rc_tensor *t = rc_input(g, "t", RC_I32, 1, (int64_t[]){2});
+    rc_tensor *loss = rc_cross_entropy(g, x, t, -100);
+    CHECK(loss && loss->dtype == RC_F32);
+    rc_plan *p = rc_plan_new_on(ocl, g, &loss, 1, &err);
+    CHECKF(!p && err.code == RC_ERR_UNSUPPORTED && check_has(err.msg, "cross_entropy") &&
+           check_has(err.msg, "bf16"), "%s", err.msg);
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
 /* graph rules: one dtype per op's inputs, the loss's dtype, errors naming the dtypes */
 static void test_rules(void)
 {
@@ -752,6 +778,7 @@ int main(void)
     test_conversions(RC_BF16);
     test_conversions(RC_F16);
     test_rules();
+    test_refused_elsewhere();
     test_supported();
     test_cast_all(RC_BF16, RC_F16);
     test_cast_all(RC_F16, RC_BF16);

@@ -216,14 +216,13 @@ int rc_plan_estimate(rc_graph *g, rc_tensor *const *outputs, int n, rc_plan_stat
     return 0;
 }
 
-/* The dtype node t needs a kernel for: its own, or a 16-bit input's when t's differs (a
- * loss of bf16 logits is f32, a cast from f16 reads f16). */
-static rc_dtype kernel_dtype(const rc_tensor *t, rc_dtype *other)
+/* The dtype of a 16-bit input of t that differs from t's own (a loss of bf16 logits is
+ * f32, a cast from f16 reads f16): the backend needs t's op for it too; else t's dtype. */
+static rc_dtype half_input(const rc_tensor *t)
 {
-    *other = t->dtype;
     for (int k = 0; k < t->nsrc; k++)
         if (t->src[k] && rci_dtype_is_half(t->src[k]->dtype) && t->src[k]->dtype != t->dtype)
-            *other = t->src[k]->dtype;
+            return t->src[k]->dtype;
     return t->dtype;
 }
 
@@ -234,7 +233,7 @@ static int check_supported(rc_plan *p, rc_error *err)
     for (int i = 0; i < p->n; i++) {
         rc_tensor *t = p->order[i];
         int own = t->op == RC_OP_MP_REDUCE || t->op == RC_OP_MP_MAX;
-        rc_dtype in, out = kernel_dtype(t, &in);
+        rc_dtype out = t->dtype, in = half_input(t);
         if (!p->owns[i] || own)
             continue;
         rc_dtype bad = !p->be->supports(p->be, t->op, out) ? out
