@@ -746,6 +746,25 @@ static void test_refused_elsewhere(void)
     rc_graph_free(g);
 }
 
+/* A 16-bit kernel's run-time error names the op and the value, as the f32 one does. */
+static void test_run_errors(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *tab = rc_input(g, "table", RC_BF16, 2, (int64_t[]){8, 4});
+    rc_tensor *ids = rc_input(g, "ids", RC_I32, 1, (int64_t[]){3});
+    rc_tensor *y = rc_embedding(g, tab, ids);
+    rc_error err = {0};
+    rc_plan *p = rc_plan_new(g, &y, 1, &err);
+    uint16_t words[32] = {0};
+    int32_t bad_ids[3] = {1, 9, 2};
+    CHECK(p && !rc_plan_set_input(p, tab, words, &err) && !rc_plan_set_input(p, ids, bad_ids, &err));
+    err = (rc_error){0};
+    CHECKF(p && rc_plan_run(p, &err) == -1 && err.code == RC_ERR_INDEX && check_has(err.msg, "embedding") &&
+           check_has(err.msg, "9"), "%s", err.msg);
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
 /* graph rules: one dtype per op's inputs, the loss's dtype, errors naming the dtypes */
 static void test_rules(void)
 {
@@ -779,6 +798,7 @@ int main(void)
     test_conversions(RC_F16);
     test_rules();
     test_refused_elsewhere();
+    test_run_errors();
     test_supported();
     test_cast_all(RC_BF16, RC_F16);
     test_cast_all(RC_F16, RC_BF16);

@@ -161,8 +161,9 @@ static int embedding_half(const rci_cpu_args *io, rc_error *err)
 {
     const rc_tensor *node = io->node, *tab = node->src[0], *ids_t = node->src[1];
     if (!tab || !ids_t || tab->dtype != node->dtype || ids_t->dtype != RC_I32)
-        return rc_error_set(err, RC_ERR_DTYPE, "embedding: a %s table and i32 ids give %s",
-                            rc_dtype_name(node->dtype), rc_dtype_name(node->dtype));
+        return rc_error_set(err, RC_ERR_DTYPE, "embedding: a %s output needs a %s table and i32 ids (got %s and %s)",
+                            rc_dtype_name(node->dtype), rc_dtype_name(node->dtype),
+                            tab ? rc_dtype_name(tab->dtype) : "none", ids_t ? rc_dtype_name(ids_t->dtype) : "none");
     int64_t c = node->ndim ? node->shape[node->ndim - 1] : 1, count = rc_tensor_numel(ids_t);
     if (tab->ndim != 2 || tab->shape[1] != c || count * c != rc_tensor_numel(node))
         return rc_error_set(err, RC_ERR_SHAPE, "embedding: table, ids and output do not fit");
