@@ -61,9 +61,9 @@ enum { RC_IGNORE_INDEX = -100 };  /* the target id losses skip (as torch's ignor
  *   - rc_cast converts between f32, f64, bf16, f16 and i32 (its gradient casts back);
  *   - the gradient of a 16-bit node has the node's dtype; the rules of softmax and the
  *     norms compute in f32 and round their results.
- * On the CPU a 16-bit node's f32 copies live in a scratch block that grows on the first
- * runs to the largest such node and is then reused (counted in rc_backend_memory's used
- * bytes). rc_convert and rc_f32_to_bf16 ... below convert host arrays. */
+ * On the CPU a 16-bit node's f32 copies live in a scratch block (large nodes run in pieces
+ * of about 16 MB) that grows on the first runs and is then reused (counted in
+ * rc_backend_memory's used bytes). rc_convert and rc_f32_to_bf16 ... below convert host arrays. */
 typedef enum {
     RC_F32 = 0,
     RC_F64,

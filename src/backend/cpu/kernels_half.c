@@ -11,12 +11,18 @@
  * bf16 GEMM (cblas_sbgemm) when the library exports it (REDCO_HAVE_SBGEMM, found by
  * CMake), else the widened copies and sgemm.
  *
- * The scratch is one block per thread, grown to the largest node seen and kept (counted
- * in the backend's used bytes), so runs after the first allocate nothing. */
+ * Large nodes run in pieces so that the scratch stays near 4M floats (16 MB): row-wise ops
+ * (unary maths, activations, norms, softmax without a mask, the losses) by rows, products
+ * by batches, by rows of A (the shared B widened once), or by slices of the inner
+ * dimension (A^T B, summed in f32). Other large nodes (broadcast arithmetic, masked
+ * softmax, dropout, reductions) widen whole. The scratch is one block per thread, grown
+ * to the largest need seen and kept (counted in the backend's used bytes), so runs after
+ * the first allocate nothing. */
 #include "cpu.h"
 #include "half.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,11 +122,55 @@ static float *scratch_get(size_t n, rc_error *err)
     return scratch;
 }
 
+/* Large nodes go through the f32 kernel in pieces (rows, batches, or slices of the inner
+ * dimension of a product) so that the scratch stays near this many floats. */
+static int64_t chunk_floats = (int64_t)1 << 22;
+
+void rci_cpu_half_chunk(int64_t floats)
+{
+    chunk_floats = floats > 0 ? floats : (int64_t)1 << 22;
+}
+
+/* dst: src read as an f32 tensor of shape shape[nd] (src's dtype kept where it is not 16-bit) */
+static void shadow_of(rc_tensor *dst, const rc_tensor *src, int nd, const int64_t *shape)
+{
+    *dst = *src;
+    if (rci_dtype_is_half(src->dtype))
+        dst->dtype = RC_F32;
+    dst->ndim = nd;
+    for (int i = 0; i < nd; i++)
+        dst->shape[i] = shape[i];
+    dst->view_src = NULL;
+}
+
+/* runs the f32 kernel on node with shape shape[nd] and inputs srcs / in, into out */
+static int run_piece(const rci_cpu_args *io, int nd, const int64_t *shape, rc_tensor *srcs,
+                     const void *const *in, void *out, rc_error *err)
+{
+    const rc_tensor *node = io->node;
+    rc_tensor piece;
+    shadow_of(&piece, node, nd, shape);
+    rci_cpu_args a = {&piece, out, {0}, io->run_key};
+    for (int k = 0; k < node->nsrc; k++) {
+        piece.src[k] = node->src[k] ? &srcs[k] : NULL;
+        a.in[k] = in[k];
+    }
+    return rci_cpu_kernel_f32(&a, err);
+}
+
 /* ---- the general case: through the f32 kernel ------------------------------------------------ */
+
+static int by_rows(const rci_cpu_args *io, rc_error *err);
+static int row_op(const rc_tensor *node);
 
 static int through_f32(const rci_cpu_args *io, rc_error *err)
 {
     const rc_tensor *node = io->node;
+    if (row_op(node)) {
+        int r = by_rows(io, err);
+        if (r)
+            return r < 0 ? -1 : 0;
+    }
     rc_tensor shadow = *node, srcs[RC_MAX_SRC];
     int out_half = rci_dtype_is_half(node->dtype);
     size_t need = out_half ? (size_t)rc_tensor_numel(node) : 0;
@@ -153,6 +203,108 @@ static int through_f32(const rci_cpu_args *io, rc_error *err)
     if (out_half)
         rci_cpu_narrow(io->out, a.out, node->dtype, rc_tensor_numel(node));
     return 0;
+}
+
+/* ---- row pieces: ops whose output rows depend on the same rows of src0 only ----------------- */
+
+static int row_op(const rc_tensor *node)
+{
+    switch (node->op) {
+    case RC_OP_AFFINE:
+    case RC_OP_EXP:
+    case RC_OP_LOG:
+    case RC_OP_SQRT:
+    case RC_OP_RSQRT:
+    case RC_OP_TANH:
+    case RC_OP_ACT:
+    case RC_OP_LAYER_NORM:
+    case RC_OP_RMS_NORM:
+    case RC_OP_CROSS_ENTROPY:
+    case RC_OP_CROSS_ENTROPY_GRAD:
+        return 1;
+    case RC_OP_SOFTMAX: /* without a mask (a causal one is rows too: pieces of whole queries) */
+        return node->nsrc < 2 || !node->src[1];
+    default:
+        return 0;
+    }
+}
+
+/* The node in pieces of rows of src0 (1 when it ran, 0 when it fits in one piece, -1 on
+ * error). The losses' means are over all rows: each piece's count of targets weighs its
+ * mean (CROSS_ENTROPY) or its upstream gradient (CROSS_ENTROPY_GRAD). */
+static int by_rows(const rci_cpu_args *io, rc_error *err)
+{
+    const rc_tensor *node = io->node, *x = node->src[0];
+    int same = node->op == RC_OP_CROSS_ENTROPY || rc_tensor_numel(x) == rc_tensor_numel(node);
+    if (!x || x->ndim < 1 || !rci_dtype_is_half(x->dtype) || !same)
+        return 0; /* the f32 kernel names what is wrong */
+    int causal = node->op == RC_OP_SOFTMAX && node->iparam[0] && x->ndim >= 2;
+    int64_t len = x->shape[x->ndim - 1], rows = len ? rc_tensor_numel(x) / len : 0;
+    int64_t tq = causal ? x->shape[x->ndim - 2] : 1;
+    int64_t per = chunk_floats / (2 * (len ? len : 1)) / tq * tq;
+    per = per < tq ? tq : per;
+    if (per >= rows)
+        return 0;
+    int loss = node->op == RC_OP_CROSS_ENTROPY || node->op == RC_OP_CROSS_ENTROPY_GRAD;
+    const int32_t *tg = loss ? io->in[1] : NULL;
+    int64_t count = 0;
+    for (int64_t r = 0; loss && r < rows; r++)
+        count += tg[r] != node->iparam[0];
+    /* the per-feature vectors of the norms, widened once */
+    size_t extra = 0;
+    for (int k = 1; !loss && k < node->nsrc; k++)
+        extra += node->src[k] && rci_dtype_is_half(node->src[k]->dtype) ? (size_t)rc_tensor_numel(node->src[k]) : 0;
+    float *buf = scratch_get((size_t)(2 * per * len) + extra, err);
+    if (!buf)
+        return -1;
+    float *xin = buf, *yout = buf + per * len, *vec = buf + 2 * per * len;
+    rc_tensor srcs[RC_MAX_SRC];
+    const void *in[RC_MAX_SRC] = {0};
+    for (int k = 1; k < node->nsrc; k++) {
+        const rc_tensor *s = node->src[k];
+        if (!s)
+            continue;
+        shadow_of(&srcs[k], s, s->ndim, s->shape);
+        in[k] = io->in[k];
+        if (!loss && rci_dtype_is_half(s->dtype)) {
+            widen_run(vec, io->in[k], s->dtype, rc_tensor_numel(s));
+            in[k] = vec;
+            vec += rc_tensor_numel(s);
+        }
+    }
+    double total = 0;
+    float g_piece = 0, loss_piece = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += per) {
+        int64_t n = rows - r0 < per ? rows - r0 : per, c = 0;
+        int64_t shape[3] = {n / tq, tq, len}, flat[2] = {n, len};
+        int nd = causal ? 3 : 2;
+        shadow_of(&srcs[0], x, nd, causal ? shape : flat);
+        rci_cpu_widen(xin, (const uint16_t *)io->in[0] + r0 * len, x->dtype, n * len);
+        in[0] = xin;
+        for (int64_t r = r0; loss && r < r0 + n; r++)
+            c += tg[r] != node->iparam[0];
+        if (loss) {
+            shadow_of(&srcs[1], node->src[1], 1, &n);
+            in[1] = tg + r0;
+        }
+        if (node->op == RC_OP_CROSS_ENTROPY_GRAD) {
+            double g = *(const float *)io->in[2];
+            g_piece = count ? (float)(g * (double)c / (double)count) : 0.0f;
+            in[2] = &g_piece;
+        }
+        if (node->op == RC_OP_CROSS_ENTROPY) {
+            if (run_piece(io, 0, NULL, srcs, in, &loss_piece, err))
+                return -1;
+            total += (double)loss_piece * (double)c;
+            continue;
+        }
+        if (run_piece(io, nd, causal ? shape : flat, srcs, in, yout, err))
+            return -1;
+        rci_cpu_narrow((uint16_t *)io->out + r0 * len, yout, node->dtype, n * len);
+    }
+    if (node->op == RC_OP_CROSS_ENTROPY)
+        *(float *)io->out = count ? (float)(total / (double)count) : 0.0f;
+    return 1;
 }
 
 /* ---- embedding: the table's rows as they are ----------------------------------------------- */
@@ -289,6 +441,91 @@ static void rows_widen(float *a, const uint16_t *src, rc_dtype t, int ta, int64_
             a[r * k + p] = t == RC_BF16 ? rci_bf16_to_f32(src[p * rows + r]) : rci_f16_to_f32(src[p * rows + r]);
 }
 
+/* A product too large for one piece of scratch: by batches when both operands are batched,
+ * by rows of op(A) when B is shared and A is not read transposed, by slices of the inner
+ * dimension (summed in f32) for A^T B of two matrices; 1 when it ran, 0 when it fits (or
+ * has none of these forms), -1 on error. */
+static int matmul_pieces(const rci_cpu_args *io, int64_t batch, int64_t m, int64_t n, int64_t k,
+                         int64_t ba, int64_t bb, rc_error *err)
+{
+    const rc_tensor *node = io->node, *A = node->src[0], *B = node->src[1];
+    int ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
+    rc_dtype t = node->dtype;
+    const uint16_t *a = io->in[0], *b = io->in[1];
+    uint16_t *out = io->out;
+    rc_tensor srcs[2];
+    const void *in[2];
+    if (batch > 1 && ba == batch && bb == batch) {
+        int64_t each = m * k + k * n + m * n, per = chunk_floats / each;
+        per = per < 1 ? 1 : per;
+        if (per >= batch)
+            return 0;
+        float *buf = scratch_get((size_t)(per * each), err);
+        if (!buf)
+            return -1;
+        for (int64_t z = 0; z < batch; z += per) {
+            int64_t nb = batch - z < per ? batch - z : per;
+            int64_t sa[3] = {nb, ta ? k : m, ta ? m : k}, sb[3] = {nb, tb ? n : k, tb ? k : n}, so[3] = {nb, m, n};
+            float *fa = buf, *fb = buf + nb * m * k, *fo = fb + nb * k * n;
+            shadow_of(&srcs[0], A, 3, sa);
+            shadow_of(&srcs[1], B, 3, sb);
+            rci_cpu_widen(fa, a + z * m * k, t, nb * m * k);
+            rci_cpu_widen(fb, b + z * k * n, t, nb * k * n);
+            in[0] = fa;
+            in[1] = fb;
+            if (run_piece(io, 3, so, srcs, in, fo, err))
+                return -1;
+            rci_cpu_narrow(out + z * m * n, fo, t, nb * m * n);
+        }
+        return 1;
+    }
+    if (bb == 1 && !ta) {
+        int64_t rows = batch * m, per = (chunk_floats - k * n) / (k + n);
+        per = per < 1 ? 1 : per;
+        if (per >= rows)
+            return 0;
+        float *buf = scratch_get((size_t)(k * n + per * (k + n)), err);
+        if (!buf)
+            return -1;
+        float *fb = buf, *fa = buf + k * n, *fo = fa + per * k;
+        int64_t sb[2] = {B->shape[B->ndim - 2], B->shape[B->ndim - 1]};
+        shadow_of(&srcs[1], B, 2, sb);
+        rci_cpu_widen(fb, b, t, k * n);
+        in[1] = fb;
+        for (int64_t r0 = 0; r0 < rows; r0 += per) {
+            int64_t nr = rows - r0 < per ? rows - r0 : per, sa[2] = {nr, k}, so[2] = {nr, n};
+            shadow_of(&srcs[0], A, 2, sa);
+            rci_cpu_widen(fa, a + r0 * k, t, nr * k);
+            in[0] = fa;
+            if (run_piece(io, 2, so, srcs, in, fo, err))
+                return -1;
+            rci_cpu_narrow(out + r0 * n, fo, t, nr * n);
+        }
+        return 1;
+    }
+    if (batch == 1 && ta && !tb && m * n < chunk_floats) {
+        /* C = A^T B, A stored [k, m], B [k, n]: slices of k rows summed into C in f32 */
+        int64_t per = (chunk_floats - m * n) / (m + n);
+        per = per < 1 ? 1 : per;
+        if (per >= k || m > INT_MAX || n > INT_MAX)
+            return 0;
+        float *buf = scratch_get((size_t)(m * n + per * (m + n)), err);
+        if (!buf)
+            return -1;
+        float *fo = buf, *fa = buf + m * n, *fb = fa + per * m;
+        for (int64_t p0 = 0; p0 < k; p0 += per) {
+            int64_t nk = k - p0 < per ? k - p0 : per;
+            rci_cpu_widen(fa, a + p0 * m, t, nk * m);
+            rci_cpu_widen(fb, b + p0 * n, t, nk * n);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)nk, 1.0f, fa,
+                        (blasint)m, fb, (blasint)n, p0 ? 1.0f : 0.0f, fo, (blasint)n);
+        }
+        rci_cpu_narrow(out, fo, t, m * n);
+        return 1;
+    }
+    return 0;
+}
+
 #ifdef REDCO_HAVE_SBGEMM
 /* every batch through OpenBLAS's bf16 GEMM into f32 c, then rounded */
 static int matmul_sbgemm(const rci_cpu_args *io, int64_t batch, int64_t m, int64_t n, int64_t k,
@@ -340,6 +577,9 @@ static int matmul_half(const rci_cpu_args *io, rc_error *err)
     if (node->dtype == RC_BF16)
         return matmul_sbgemm(io, batch, m, n, k, ba == 1 ? 0 : m * k, bb == 1 ? 0 : k * n, err);
 #endif
+    int r = matmul_pieces(io, batch, m, n, k, ba, bb, err);
+    if (r)
+        return r < 0 ? -1 : 0;
     return through_f32(io, err);
 }
 
