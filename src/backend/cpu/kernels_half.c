@@ -12,10 +12,11 @@
  * CMake), else the widened copies and sgemm.
  *
  * Large nodes run in pieces so that the scratch stays near 4M floats (16 MB): row-wise ops
- * (unary maths, activations, norms, softmax without a mask, the losses) by rows, products
- * by batches, by rows of A (the shared B widened once), or by slices of the inner
- * dimension (A^T B, summed in f32). Other large nodes (broadcast arithmetic, masked
- * softmax, dropout, reductions) widen whole. The scratch is one block per thread, grown
+ * (arithmetic, where and equal on inputs of the node's shape, a [C] bias or a scalar;
+ * unary maths, activations, norms, softmax, the losses) by rows, products by batches, by
+ * rows of A (the shared B widened once), or by slices of the inner dimension (A^T B,
+ * summed in f32). Other large nodes (other broadcasts, a broadcast softmax mask, dropout,
+ * reductions, the embedding gradient) widen whole. The scratch is one block per thread, grown
  * to the largest need seen and kept (counted in the backend's used bytes), so runs after
  * the first allocate nothing. */
 #include "cpu.h"
@@ -205,11 +206,17 @@ static int through_f32(const rci_cpu_args *io, rc_error *err)
     return 0;
 }
 
-/* ---- row pieces: ops whose output rows depend on the same rows of src0 only ----------------- */
+/* ---- row pieces: ops whose output rows depend on the same rows of their inputs only -------- */
 
 static int row_op(const rc_tensor *node)
 {
     switch (node->op) {
+    case RC_OP_ADD:
+    case RC_OP_SUB:
+    case RC_OP_MUL:
+    case RC_OP_DIV:
+    case RC_OP_WHERE:
+    case RC_OP_EQUAL:
     case RC_OP_AFFINE:
     case RC_OP_EXP:
     case RC_OP_LOG:
@@ -217,76 +224,103 @@ static int row_op(const rc_tensor *node)
     case RC_OP_RSQRT:
     case RC_OP_TANH:
     case RC_OP_ACT:
+    case RC_OP_SOFTMAX:
     case RC_OP_LAYER_NORM:
     case RC_OP_RMS_NORM:
     case RC_OP_CROSS_ENTROPY:
     case RC_OP_CROSS_ENTROPY_GRAD:
         return 1;
-    case RC_OP_SOFTMAX: /* without a mask (a causal one is rows too: pieces of whole queries) */
-        return node->nsrc < 2 || !node->src[1];
     default:
         return 0;
     }
 }
 
-/* The node in pieces of rows of src0 (1 when it ran, 0 when it fits in one piece, -1 on
- * error). The losses' means are over all rows: each piece's count of targets weighs its
- * mean (CROSS_ENTROPY) or its upstream gradient (CROSS_ENTROPY_GRAD). */
+/* The node in pieces of rows (1 when it ran, 0 when it fits in one piece or its inputs do
+ * not cut by rows, -1 on error). Each input is cut with the rows (it has the node's shape;
+ * the losses' logits and targets) or taken whole (a scalar or a [C] vector along the last
+ * axis: biases, norm weights). A causal softmax is cut at whole queries. The losses' means
+ * are over all rows: each piece's count of targets weighs its mean (CROSS_ENTROPY) or its
+ * upstream gradient (CROSS_ENTROPY_GRAD). */
 static int by_rows(const rci_cpu_args *io, rc_error *err)
 {
-    const rc_tensor *node = io->node, *x = node->src[0];
-    int same = node->op == RC_OP_CROSS_ENTROPY || rc_tensor_numel(x) == rc_tensor_numel(node);
-    if (!x || x->ndim < 1 || !rci_dtype_is_half(x->dtype) || !same)
+    const rc_tensor *node = io->node;
+    int loss = node->op == RC_OP_CROSS_ENTROPY || node->op == RC_OP_CROSS_ENTROPY_GRAD;
+    const rc_tensor *lead = loss ? node->src[0] : node; /* the tensor whose rows are cut */
+    if (!lead || lead->ndim < 1 || (loss && (node->nsrc < 2 || !node->src[1])))
         return 0; /* the f32 kernel names what is wrong */
-    int causal = node->op == RC_OP_SOFTMAX && node->iparam[0] && x->ndim >= 2;
-    int64_t len = x->shape[x->ndim - 1], rows = len ? rc_tensor_numel(x) / len : 0;
-    int64_t tq = causal ? x->shape[x->ndim - 2] : 1;
-    int64_t per = chunk_floats / (2 * (len ? len : 1)) / tq * tq;
+    int causal = node->op == RC_OP_SOFTMAX && node->iparam[0] && node->ndim >= 2;
+    int64_t len = lead->shape[lead->ndim - 1], rows = len ? rc_tensor_numel(lead) / len : 0;
+    int64_t tq = causal ? node->shape[node->ndim - 2] : 1;
+    int cut[RC_MAX_SRC] = {0}, ncut = rci_dtype_is_half(node->dtype);
+    size_t whole = 0;
+    for (int k = 0; k < node->nsrc; k++) {
+        const rc_tensor *s = node->src[k];
+        if (!s)
+            continue;
+        if (loss)
+            cut[k] = k < 2;
+        else if (rci_same_shape(s, node))
+            cut[k] = 1;
+        else if (!(rc_tensor_numel(s) == 1 || (rc_tensor_numel(s) == len && s->shape[s->ndim - 1] == len)))
+            return 0;
+        if (rci_dtype_is_half(s->dtype) && cut[k])
+            ncut++;
+        else if (rci_dtype_is_half(s->dtype))
+            whole += (size_t)rc_tensor_numel(s);
+    }
+    int64_t per = chunk_floats / ((ncut ? ncut : 1) * (len ? len : 1)) / tq * tq;
     per = per < tq ? tq : per;
     if (per >= rows)
         return 0;
-    int loss = node->op == RC_OP_CROSS_ENTROPY || node->op == RC_OP_CROSS_ENTROPY_GRAD;
     const int32_t *tg = loss ? io->in[1] : NULL;
     int64_t count = 0;
     for (int64_t r = 0; loss && r < rows; r++)
         count += tg[r] != node->iparam[0];
-    /* the per-feature vectors of the norms, widened once */
-    size_t extra = 0;
-    for (int k = 1; !loss && k < node->nsrc; k++)
-        extra += node->src[k] && rci_dtype_is_half(node->src[k]->dtype) ? (size_t)rc_tensor_numel(node->src[k]) : 0;
-    float *buf = scratch_get((size_t)(2 * per * len) + extra, err);
+    float *buf = scratch_get((size_t)(ncut * per * len) + whole, err);
     if (!buf)
         return -1;
-    float *xin = buf, *yout = buf + per * len, *vec = buf + 2 * per * len;
     rc_tensor srcs[RC_MAX_SRC];
     const void *in[RC_MAX_SRC] = {0};
-    for (int k = 1; k < node->nsrc; k++) {
+    float *at = buf;
+    for (int k = 0; k < node->nsrc; k++) { /* the whole inputs, widened once */
         const rc_tensor *s = node->src[k];
-        if (!s)
+        if (!s || cut[k])
             continue;
-        shadow_of(&srcs[k], s, s->ndim, s->shape);
+        int64_t one[1] = {rc_tensor_numel(s)};
+        shadow_of(&srcs[k], s, rc_tensor_numel(s) == 1 && !loss ? 0 : loss ? s->ndim : 1, loss ? s->shape : one);
         in[k] = io->in[k];
-        if (!loss && rci_dtype_is_half(s->dtype)) {
-            widen_run(vec, io->in[k], s->dtype, rc_tensor_numel(s));
-            in[k] = vec;
-            vec += rc_tensor_numel(s);
+        if (rci_dtype_is_half(s->dtype)) {
+            widen_run(at, io->in[k], s->dtype, rc_tensor_numel(s));
+            in[k] = at;
+            at += rc_tensor_numel(s);
         }
     }
+    float *piece = at; /* per * len floats for each cut 16-bit input and the output */
     double total = 0;
     float g_piece = 0, loss_piece = 0;
     for (int64_t r0 = 0; r0 < rows; r0 += per) {
         int64_t n = rows - r0 < per ? rows - r0 : per, c = 0;
-        int64_t shape[3] = {n / tq, tq, len}, flat[2] = {n, len};
+        int64_t cube[3] = {n / tq, tq, len}, flat[2] = {n, len};
         int nd = causal ? 3 : 2;
-        shadow_of(&srcs[0], x, nd, causal ? shape : flat);
-        rci_cpu_widen(xin, (const uint16_t *)io->in[0] + r0 * len, x->dtype, n * len);
-        in[0] = xin;
+        const int64_t *shape = causal ? cube : flat;
+        float *p = piece;
+        for (int k = 0; k < node->nsrc; k++) {
+            const rc_tensor *s = node->src[k];
+            if (!s || !cut[k])
+                continue;
+            int targets = loss && k == 1;
+            shadow_of(&srcs[k], s, targets ? 1 : nd, targets ? &n : shape);
+            int64_t off = r0 * (targets ? 1 : len);
+            if (rci_dtype_is_half(s->dtype)) {
+                rci_cpu_widen(p, (const uint16_t *)io->in[k] + off, s->dtype, n * len);
+                in[k] = p;
+                p += n * len;
+            } else {
+                in[k] = (const char *)io->in[k] + off * (int64_t)rc_dtype_size(s->dtype);
+            }
+        }
         for (int64_t r = r0; loss && r < r0 + n; r++)
             c += tg[r] != node->iparam[0];
-        if (loss) {
-            shadow_of(&srcs[1], node->src[1], 1, &n);
-            in[1] = tg + r0;
-        }
         if (node->op == RC_OP_CROSS_ENTROPY_GRAD) {
             double g = *(const float *)io->in[2];
             g_piece = count ? (float)(g * (double)c / (double)count) : 0.0f;
@@ -298,9 +332,9 @@ static int by_rows(const rci_cpu_args *io, rc_error *err)
             total += (double)loss_piece * (double)c;
             continue;
         }
-        if (run_piece(io, nd, causal ? shape : flat, srcs, in, yout, err))
+        if (run_piece(io, nd, shape, srcs, in, p, err))
             return -1;
-        rci_cpu_narrow((uint16_t *)io->out + r0 * len, yout, node->dtype, n * len);
+        rci_cpu_narrow((uint16_t *)io->out + r0 * len, p, node->dtype, n * len);
     }
     if (node->op == RC_OP_CROSS_ENTROPY)
         *(float *)io->out = count ? (float)(total / (double)count) : 0.0f;
