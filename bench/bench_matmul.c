@@ -1,6 +1,8 @@
 /* bench_matmul.c - BLAS matmul through the executor vs cblas_sgemm called directly,
- * on the shapes of a GPT-2 small step. One JSON line per shape; any failing call prints one
- * line naming it and exits 1. */
+ * on the shapes of a GPT-2 small step, with the same product in bf16 beside it; then
+ * one-row products (a decoding step: GPT-2's vocabulary head and MLP) in f32, bf16 and
+ * f16, where 16-bit weights are read directly. One JSON line per shape; any failing call
+ * prints one line naming it and exits 1. */
 #include "common.h"
 #include "redco.h"
 
@@ -16,14 +18,14 @@ static void fill(float *x, int64_t n, rc_rng *r)
         x[i] = (float)(rc_rng_uniform(r) - 0.5);
 }
 
-/* best of `reps` runs, in seconds */
-static double time_executor(int m, int k, int n, int ta, int tb, const float *a, const float *b, int reps)
+/* best of `reps` runs of the product in dtype t (operands given in f32), in seconds */
+static double time_executor(rc_dtype t, int m, int k, int n, int ta, int tb, const float *a, const float *b, int reps)
 {
     rc_graph *g = rc_graph_new();
     if (!g)
         bench_fail(NAME, "rc_graph_new", "out of memory");
     int64_t sa[2] = {ta ? k : m, ta ? m : k}, sb[2] = {tb ? n : k, tb ? k : n};
-    rc_tensor *x = rc_input(g, "a", RC_F32, 2, sa), *w = rc_input(g, "b", RC_F32, 2, sb);
+    rc_tensor *x = rc_input(g, "a", t, 2, sa), *w = rc_input(g, "b", t, 2, sb);
     rc_tensor *y = rc_matmul(g, x, w, ta, tb);
     if (rc_graph_error(g))
         bench_fail(NAME, "rc_matmul", rc_graph_error(g));
@@ -32,8 +34,15 @@ static double time_executor(int m, int k, int n, int ta, int tb, const float *a,
     if (!p)
         bench_fail(NAME, "rc_plan_new", err.msg);
     /* the operands are copied in once, outside the timed runs */
-    if (rc_plan_set_input(p, x, a, &err) || rc_plan_set_input(p, w, b, &err))
+    void *ha = malloc((size_t)m * k * 4), *hb = malloc((size_t)k * n * 4);
+    if (!ha || !hb || rc_convert(ha, t, a, RC_F32, (int64_t)m * k) || rc_convert(hb, t, b, RC_F32, (int64_t)k * n))
+        bench_fail(NAME, "rc_convert", "out of memory");
+    if (rc_plan_set_input(p, x, ha, &err) || rc_plan_set_input(p, w, hb, &err))
         bench_fail(NAME, "rc_plan_set_input", err.msg);
+    free(ha);
+    free(hb);
+    if (rc_plan_run(p, &err)) /* warm: the 16-bit scratch is sized on the first run */
+        bench_fail(NAME, "rc_plan_run", err.msg);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = bench_now();
@@ -84,7 +93,8 @@ int main(void)
         int reps = 10;
         double flop = 2.0 * m * n * k;
         double tc = time_cblas(m, k, n, ta, tb, a, b, c, reps);
-        double te = time_executor(m, k, n, ta, tb, a, b, reps);
+        double te = time_executor(RC_F32, m, k, n, ta, tb, a, b, reps);
+        double tbf = time_executor(RC_BF16, m, k, n, ta, tb, a, b, reps);
         json_t *o = bench_line("matmul");
         bench_set_int(o, "m", m);
         bench_set_int(o, "k", k);
@@ -95,11 +105,41 @@ int main(void)
         bench_set_num(o, "executor_gflops", flop / te * 1e-9);
         bench_set_num(o, "cblas_gflops", flop / tc * 1e-9);
         bench_set_num(o, "executor_vs_cblas", tc / te);
+        bench_set_num(o, "bf16_gflops", flop / tbf * 1e-9);
         if (bench_print(o))
             bench_fail(NAME, "writing a JSON line", "jansson or stdout failed");
         free(a);
         free(b);
         free(c);
+    }
+    /* one row by a weight matrix: k, n, trans_b (GPT-2's head reads wte [V, C] transposed) */
+    static const int rows[][3] = {{768, 50257, 1}, {768, 3072, 0}, {3072, 768, 0}};
+    for (size_t s = 0; s < sizeof rows / sizeof rows[0]; s++) {
+        int k = rows[s][0], n = rows[s][1], tb = rows[s][2];
+        float *a = malloc(sizeof(float) * k), *b = malloc(sizeof(float) * k * n);
+        if (!a || !b)
+            bench_fail(NAME, "malloc", "out of memory");
+        fill(a, k, &r);
+        fill(b, (int64_t)k * n, &r);
+        int reps = 20;
+        double t32 = time_executor(RC_F32, 1, k, n, 0, tb, a, b, reps);
+        double tbf = time_executor(RC_BF16, 1, k, n, 0, tb, a, b, reps);
+        double th = time_executor(RC_F16, 1, k, n, 0, tb, a, b, reps);
+        json_t *o = bench_line("matmul_row");
+        bench_set_int(o, "k", k);
+        bench_set_int(o, "n", n);
+        bench_set_int(o, "trans_b", tb);
+        bench_set_int(o, "threads", rc_get_threads());
+        bench_set_num(o, "f32_ms", t32 * 1e3);
+        bench_set_num(o, "bf16_ms", tbf * 1e3);
+        bench_set_num(o, "f16_ms", th * 1e3);
+        bench_set_num(o, "f32_weight_gbs", 4.0 * k * n / t32 * 1e-9);
+        bench_set_num(o, "bf16_weight_gbs", 2.0 * k * n / tbf * 1e-9);
+        bench_set_num(o, "bf16_speedup", t32 / tbf);
+        if (bench_print(o))
+            bench_fail(NAME, "writing a JSON line", "jansson or stdout failed");
+        free(a);
+        free(b);
     }
     return 0;
 }

@@ -1,0 +1,632 @@
+/* kernels_half.c - the CPU kernels of nodes with 16-bit (bf16, f16) values.
+ *
+ * 16-bit values are storage; arithmetic is f32. A node that reads or writes 16-bit values
+ * has its 16-bit inputs widened into f32 scratch, runs the f32 kernel (kernels_real.c) on
+ * a copy of the node whose 16-bit dtypes read f32, and has its f32 result rounded to the
+ * node's dtype (nearest, ties to even): the reductions, norms, softmax and losses inside
+ * accumulate exactly as in f32. Two ops skip the round trip: an embedding lookup copies
+ * the table's 16-bit rows, and a matrix product of a few rows by a shared 2-D 16-bit
+ * matrix (a decoding step) reads the matrix's 16-bit words directly, accumulating in f32,
+ * so that it reads half the bytes of f32 weights. Other matrix products use OpenBLAS's
+ * bf16 GEMM (cblas_sbgemm) when the library exports it (REDCO_HAVE_SBGEMM, found by
+ * CMake), else the widened copies and sgemm.
+ *
+ * Large nodes run in pieces so that the scratch stays near 4M floats (16 MB): row-wise ops
+ * (arithmetic, where and equal on inputs of the node's shape, a [C] bias or a scalar;
+ * unary maths, activations, norms, softmax, the losses) by rows, products by batches, by
+ * rows of A (the shared B widened once), or by slices of the inner dimension (A^T B,
+ * summed in f32). Other large nodes (other broadcasts, a broadcast softmax mask, dropout,
+ * reductions, the embedding gradient) widen whole. The scratch is one block per thread, grown
+ * to the largest need seen and kept (counted in the backend's used bytes), so runs after
+ * the first allocate nothing. */
+#include "cpu.h"
+#include "half.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
+enum {
+    PAR_MIN = 32768,  /* elements below which a loop runs on one thread */
+    BLOCK = 256,      /* columns (or inner elements) a decoding product handles at a time */
+    FEW_ROWS = 4      /* matrix products of at most this many rows read 16-bit weights directly */
+};
+
+/* ---- conversions over arrays ------------------------------------------------------------ */
+
+/* f16 <-> f32 by the F16C instructions where the build targets them (the same results:
+ * exact widening, rounding to nearest even, NaN made quiet with its top payload bits) */
+static void widen_run(float *restrict dst, const uint16_t *restrict src, rc_dtype t, int64_t n)
+{
+    int64_t i = 0;
+    if (t == RC_BF16) {
+        for (; i < n; i++)
+            dst[i] = rci_bf16_to_f32(src[i]);
+        return;
+    }
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + i))));
+#endif
+    for (; i < n; i++)
+        dst[i] = rci_f16_to_f32(src[i]);
+}
+
+static void narrow_run(uint16_t *restrict dst, const float *restrict src, rc_dtype t, int64_t n)
+{
+    int64_t i = 0;
+    if (t == RC_BF16) {
+        for (; i < n; i++)
+            dst[i] = rci_f32_to_bf16(src[i]);
+        return;
+    }
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+    for (; i < n; i++)
+        dst[i] = rci_f32_to_f16(src[i]);
+}
+
+/* the number of pieces a loop over n elements is cut into for threads (1: this thread) */
+static int64_t pieces_for(int64_t n)
+{
+    int64_t p = omp_get_max_threads();
+    return n <= PAR_MIN || p < 2 || omp_in_parallel() ? 1 : p;
+}
+
+void rci_cpu_widen(float *dst, const uint16_t *src, rc_dtype t, int64_t n)
+{
+    int64_t parts = pieces_for(n);
+    #pragma omp parallel for schedule(static) num_threads((int)parts) if (parts > 1)
+    for (int64_t p = 0; p < parts; p++)
+        widen_run(dst + n * p / parts, src + n * p / parts, t, n * (p + 1) / parts - n * p / parts);
+}
+
+void rci_cpu_narrow(uint16_t *dst, const float *src, rc_dtype t, int64_t n)
+{
+    int64_t parts = pieces_for(n);
+    #pragma omp parallel for schedule(static) num_threads((int)parts) if (parts > 1)
+    for (int64_t p = 0; p < parts; p++)
+        narrow_run(dst + n * p / parts, src + n * p / parts, t, n * (p + 1) / parts - n * p / parts);
+}
+
+/* ---- scratch ------------------------------------------------------------------------------ */
+
+static _Thread_local float *scratch;
+static _Thread_local size_t scratch_cap;   /* floats */
+
+/* n floats of this thread's scratch, grown when needed (its bytes counted by the backend) */
+static float *scratch_get(size_t n, rc_error *err)
+{
+    if (n <= scratch_cap)
+        return scratch;
+    size_t cap = n + n / 4;
+    float *p = aligned_alloc(64, (cap * sizeof(float) + 63) / 64 * 64);
+    if (!p) {
+        rc_error_set(err, RC_ERR_MEMORY, "cpu: cannot allocate %zu bytes of 16-bit scratch",
+                     cap * sizeof(float));
+        return NULL;
+    }
+    rc_backend *be = rci_backend_cpu(); /* nodes run from one thread at a time, as buffers are made */
+    be->used_bytes += (cap - scratch_cap) * sizeof(float);
+    be->peak_bytes = be->used_bytes > be->peak_bytes ? be->used_bytes : be->peak_bytes;
+    free(scratch);
+    scratch = p;
+    scratch_cap = cap;
+    return scratch;
+}
+
+/* Large nodes go through the f32 kernel in pieces (rows, batches, or slices of the inner
+ * dimension of a product) so that the scratch stays near this many floats. */
+static int64_t chunk_floats = (int64_t)1 << 22;
+
+void rci_cpu_half_chunk(int64_t floats)
+{
+    chunk_floats = floats > 0 ? floats : (int64_t)1 << 22;
+}
+
+/* dst: src read as an f32 tensor of shape shape[nd] (src's dtype kept where it is not 16-bit) */
+static void shadow_of(rc_tensor *dst, const rc_tensor *src, int nd, const int64_t *shape)
+{
+    *dst = *src;
+    if (rci_dtype_is_half(src->dtype))
+        dst->dtype = RC_F32;
+    dst->ndim = nd;
+    for (int i = 0; i < nd; i++)
+        dst->shape[i] = shape[i];
+    dst->view_src = NULL;
+}
+
+/* runs the f32 kernel on node with shape shape[nd] and inputs srcs / in, into out */
+static int run_piece(const rci_cpu_args *io, int nd, const int64_t *shape, rc_tensor *srcs,
+                     const void *const *in, void *out, rc_error *err)
+{
+    const rc_tensor *node = io->node;
+    rc_tensor piece;
+    shadow_of(&piece, node, nd, shape);
+    rci_cpu_args a = {&piece, out, {0}, io->run_key};
+    for (int k = 0; k < node->nsrc; k++) {
+        piece.src[k] = node->src[k] ? &srcs[k] : NULL;
+        a.in[k] = in[k];
+    }
+    return rci_cpu_kernel_f32(&a, err);
+}
+
+/* ---- the general case: through the f32 kernel ------------------------------------------------ */
+
+static int by_rows(const rci_cpu_args *io, rc_error *err);
+static int row_op(const rc_tensor *node);
+
+static int through_f32(const rci_cpu_args *io, rc_error *err)
+{
+    const rc_tensor *node = io->node;
+    if (row_op(node)) {
+        int r = by_rows(io, err);
+        if (r)
+            return r < 0 ? -1 : 0;
+    }
+    rc_tensor shadow = *node, srcs[RC_MAX_SRC];
+    int out_half = rci_dtype_is_half(node->dtype);
+    size_t need = out_half ? (size_t)rc_tensor_numel(node) : 0;
+    for (int k = 0; k < node->nsrc; k++)
+        if (node->src[k] && rci_dtype_is_half(node->src[k]->dtype))
+            need += (size_t)rc_tensor_numel(node->src[k]);
+    float *at = scratch_get(need, err);
+    if (!at)
+        return -1;
+    rci_cpu_args a = {&shadow, io->out, {0}, io->run_key};
+    shadow.view_src = NULL;
+    for (int k = 0; k < node->nsrc; k++) {
+        const rc_tensor *s = node->src[k];
+        a.in[k] = io->in[k];
+        if (!s || !rci_dtype_is_half(s->dtype))
+            continue;
+        srcs[k] = *s;
+        srcs[k].dtype = RC_F32;
+        shadow.src[k] = &srcs[k];
+        rci_cpu_widen(at, io->in[k], s->dtype, rc_tensor_numel(s));
+        a.in[k] = at;
+        at += rc_tensor_numel(s);
+    }
+    if (out_half) {
+        shadow.dtype = RC_F32;
+        a.out = at;
+    }
+    if (rci_cpu_kernel_f32(&a, err))
+        return -1;
+    if (out_half)
+        rci_cpu_narrow(io->out, a.out, node->dtype, rc_tensor_numel(node));
+    return 0;
+}
+
+/* ---- row pieces: ops whose output rows depend on the same rows of their inputs only -------- */
+
+static int row_op(const rc_tensor *node)
+{
+    switch (node->op) {
+    case RC_OP_ADD:
+    case RC_OP_SUB:
+    case RC_OP_MUL:
+    case RC_OP_DIV:
+    case RC_OP_WHERE:
+    case RC_OP_EQUAL:
+    case RC_OP_AFFINE:
+    case RC_OP_EXP:
+    case RC_OP_LOG:
+    case RC_OP_SQRT:
+    case RC_OP_RSQRT:
+    case RC_OP_TANH:
+    case RC_OP_ACT:
+    case RC_OP_SOFTMAX:
+    case RC_OP_LAYER_NORM:
+    case RC_OP_RMS_NORM:
+    case RC_OP_CROSS_ENTROPY:
+    case RC_OP_CROSS_ENTROPY_GRAD:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The node in pieces of rows (1 when it ran, 0 when it fits in one piece or its inputs do
+ * not cut by rows, -1 on error). Each input is cut with the rows (it has the node's shape;
+ * the losses' logits and targets) or taken whole (a scalar or a [C] vector along the last
+ * axis: biases, norm weights). A causal softmax is cut at whole queries. The losses' means
+ * are over all rows: each piece's count of targets weighs its mean (CROSS_ENTROPY) or its
+ * upstream gradient (CROSS_ENTROPY_GRAD). */
+static int by_rows(const rci_cpu_args *io, rc_error *err)
+{
+    const rc_tensor *node = io->node;
+    int loss = node->op == RC_OP_CROSS_ENTROPY || node->op == RC_OP_CROSS_ENTROPY_GRAD;
+    const rc_tensor *lead = loss ? node->src[0] : node; /* the tensor whose rows are cut */
+    if (!lead || lead->ndim < 1 || (loss && (node->nsrc < 2 || !node->src[1])))
+        return 0; /* the f32 kernel names what is wrong */
+    int causal = node->op == RC_OP_SOFTMAX && node->iparam[0] && node->ndim >= 2;
+    int64_t len = lead->shape[lead->ndim - 1], rows = len ? rc_tensor_numel(lead) / len : 0;
+    int64_t tq = causal ? node->shape[node->ndim - 2] : 1;
+    int cut[RC_MAX_SRC] = {0}, ncut = rci_dtype_is_half(node->dtype);
+    size_t whole = 0;
+    for (int k = 0; k < node->nsrc; k++) {
+        const rc_tensor *s = node->src[k];
+        if (!s)
+            continue;
+        if (loss)
+            cut[k] = k < 2;
+        else if (rci_same_shape(s, node))
+            cut[k] = 1;
+        else if (!(rc_tensor_numel(s) == 1 || (rc_tensor_numel(s) == len && s->shape[s->ndim - 1] == len)))
+            return 0;
+        if (rci_dtype_is_half(s->dtype) && cut[k])
+            ncut++;
+        else if (rci_dtype_is_half(s->dtype))
+            whole += (size_t)rc_tensor_numel(s);
+    }
+    int64_t per = chunk_floats / ((ncut ? ncut : 1) * (len ? len : 1)) / tq * tq;
+    per = per < tq ? tq : per;
+    if (per >= rows)
+        return 0;
+    const int32_t *tg = loss ? io->in[1] : NULL;
+    int64_t count = 0;
+    for (int64_t r = 0; loss && r < rows; r++)
+        count += tg[r] != node->iparam[0];
+    float *buf = scratch_get((size_t)(ncut * per * len) + whole, err);
+    if (!buf)
+        return -1;
+    rc_tensor srcs[RC_MAX_SRC];
+    const void *in[RC_MAX_SRC] = {0};
+    float *at = buf;
+    for (int k = 0; k < node->nsrc; k++) { /* the whole inputs, widened once */
+        const rc_tensor *s = node->src[k];
+        if (!s || cut[k])
+            continue;
+        int64_t one[1] = {rc_tensor_numel(s)};
+        shadow_of(&srcs[k], s, rc_tensor_numel(s) == 1 && !loss ? 0 : loss ? s->ndim : 1, loss ? s->shape : one);
+        in[k] = io->in[k];
+        if (rci_dtype_is_half(s->dtype)) {
+            widen_run(at, io->in[k], s->dtype, rc_tensor_numel(s));
+            in[k] = at;
+            at += rc_tensor_numel(s);
+        }
+    }
+    float *piece = at; /* per * len floats for each cut 16-bit input and the output */
+    double total = 0;
+    float g_piece = 0, loss_piece = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += per) {
+        int64_t n = rows - r0 < per ? rows - r0 : per, c = 0;
+        int64_t cube[3] = {n / tq, tq, len}, flat[2] = {n, len};
+        int nd = causal ? 3 : 2;
+        const int64_t *shape = causal ? cube : flat;
+        float *p = piece;
+        for (int k = 0; k < node->nsrc; k++) {
+            const rc_tensor *s = node->src[k];
+            if (!s || !cut[k])
+                continue;
+            int targets = loss && k == 1;
+            shadow_of(&srcs[k], s, targets ? 1 : nd, targets ? &n : shape);
+            int64_t off = r0 * (targets ? 1 : len);
+            if (rci_dtype_is_half(s->dtype)) {
+                rci_cpu_widen(p, (const uint16_t *)io->in[k] + off, s->dtype, n * len);
+                in[k] = p;
+                p += n * len;
+            } else {
+                in[k] = (const char *)io->in[k] + off * (int64_t)rc_dtype_size(s->dtype);
+            }
+        }
+        for (int64_t r = r0; loss && r < r0 + n; r++)
+            c += tg[r] != node->iparam[0];
+        if (node->op == RC_OP_CROSS_ENTROPY_GRAD) {
+            double g = *(const float *)io->in[2];
+            g_piece = count ? (float)(g * (double)c / (double)count) : 0.0f;
+            in[2] = &g_piece;
+        }
+        if (node->op == RC_OP_CROSS_ENTROPY) {
+            if (run_piece(io, 0, NULL, srcs, in, &loss_piece, err))
+                return -1;
+            total += (double)loss_piece * (double)c;
+            continue;
+        }
+        if (run_piece(io, nd, shape, srcs, in, p, err))
+            return -1;
+        rci_cpu_narrow((uint16_t *)io->out + r0 * len, p, node->dtype, n * len);
+    }
+    if (node->op == RC_OP_CROSS_ENTROPY)
+        *(float *)io->out = count ? (float)(total / (double)count) : 0.0f;
+    return 1;
+}
+
+/* ---- embedding: the table's rows as they are ----------------------------------------------- */
+
+static int embedding_half(const rci_cpu_args *io, rc_error *err)
+{
+    const rc_tensor *node = io->node, *tab = node->src[0], *ids_t = node->src[1];
+    if (!tab || !ids_t || tab->dtype != node->dtype || ids_t->dtype != RC_I32)
+        return rc_error_set(err, RC_ERR_DTYPE, "embedding: a %s output needs a %s table and i32 ids (got %s and %s)",
+                            rc_dtype_name(node->dtype), rc_dtype_name(node->dtype),
+                            tab ? rc_dtype_name(tab->dtype) : "none", ids_t ? rc_dtype_name(ids_t->dtype) : "none");
+    int64_t c = node->ndim ? node->shape[node->ndim - 1] : 1, count = rc_tensor_numel(ids_t);
+    if (tab->ndim != 2 || tab->shape[1] != c || count * c != rc_tensor_numel(node))
+        return rc_error_set(err, RC_ERR_SHAPE, "embedding: table, ids and output do not fit");
+    int64_t rows = tab->shape[0], offset = node->iparam[2] ? node->iparam[3] : 0;
+    int64_t v = node->iparam[2] ? node->iparam[4] : rows;
+    const int32_t *ids = io->in[1];
+    const uint16_t *t = io->in[0];
+    uint16_t *o = io->out;
+    for (int64_t i = 0; i < count; i++)
+        if (ids[i] < 0 || ids[i] >= v)
+            return rc_error_set(err, RC_ERR_INDEX, "embedding: id %d at position %lld is outside [0, %lld)",
+                                ids[i], (long long)i, (long long)v);
+    for (int64_t i = 0; i < count; i++) {
+        int64_t r = (int64_t)ids[i] - offset;
+        if (r >= 0 && r < rows)
+            memcpy(o + i * c, t + r * c, (size_t)c * sizeof *o);
+        else /* another shard's id */
+            memset(o + i * c, 0, (size_t)c * sizeof *o);
+    }
+    return 0;
+}
+
+/* ---- matrix products ---------------------------------------------------------------------- */
+
+typedef struct {
+    const float *a;          /* rows x k, f32 */
+    const uint16_t *b;       /* [k, n] (tb 0) or [n, k] (tb 1), 16-bit */
+    float *c;                /* rows x n, f32 */
+    rc_dtype t;
+    int tb;
+    int64_t rows, n, k;
+} few_rows;
+
+/* columns [j0, j1) of c = a op(B) with B stored [k, n]: rows of B scaled and added */
+static void few_rows_kn(const few_rows *f, int64_t j0, int64_t j1)
+{
+    float acc[FEW_ROWS][BLOCK], w[BLOCK];
+    for (int64_t jb = j0; jb < j1; jb += BLOCK) {
+        int64_t len = j1 - jb < BLOCK ? j1 - jb : BLOCK;
+        for (int64_t r = 0; r < f->rows; r++)
+            for (int64_t j = 0; j < len; j++)
+                acc[r][j] = 0;
+        int64_t p = 0;
+        if (f->t == RC_BF16 && f->rows == 1) /* widening is a shift: fused, four rows of B a pass */
+            for (; p + 4 <= f->k; p += 4) {
+                const uint16_t *restrict b0 = f->b + p * f->n + jb, *restrict b1 = b0 + f->n;
+                const uint16_t *restrict b2 = b1 + f->n, *restrict b3 = b2 + f->n;
+                float x0 = f->a[p], x1 = f->a[p + 1], x2 = f->a[p + 2], x3 = f->a[p + 3];
+                float *restrict ar = acc[0];
+                for (int64_t j = 0; j < len; j++)
+                    ar[j] += x0 * rci_bf16_to_f32(b0[j]) + x1 * rci_bf16_to_f32(b1[j]) +
+                             x2 * rci_bf16_to_f32(b2[j]) + x3 * rci_bf16_to_f32(b3[j]);
+            }
+        for (; p < f->k; p++) {
+            const uint16_t *restrict bp = f->b + p * f->n + jb;
+            widen_run(w, bp, f->t, len);
+            for (int64_t r = 0; r < f->rows; r++) {
+                float x = f->a[r * f->k + p];
+                float *restrict ar = acc[r];
+                for (int64_t j = 0; j < len; j++)
+                    ar[j] += x * w[j];
+            }
+        }
+        for (int64_t r = 0; r < f->rows; r++)
+            memcpy(f->c + r * f->n + jb, acc[r], (size_t)len * sizeof(float));
+    }
+}
+
+/* columns [j0, j1) of c = a B^T with B stored [n, k]: dot products, 16 partial sums each */
+static void few_rows_nk(const few_rows *f, int64_t j0, int64_t j1)
+{
+    float w[BLOCK];
+    for (int64_t j = j0; j < j1; j++) {
+        float acc[FEW_ROWS][16] = {{0}};
+        const uint16_t *bj = f->b + j * f->k;
+        for (int64_t p0 = 0; p0 < f->k; p0 += BLOCK) {
+            int64_t len = f->k - p0 < BLOCK ? f->k - p0 : BLOCK, p = 0;
+            widen_run(w, bj + p0, f->t, len);
+            for (int64_t r = 0; r < f->rows; r++) {
+                const float *restrict ar = f->a + r * f->k + p0;
+                float *restrict s = acc[r];
+                for (p = 0; p + 16 <= len; p += 16)
+                    for (int l = 0; l < 16; l++)
+                        s[l] += ar[p + l] * w[p + l];
+                for (; p < len; p++)
+                    s[p % 16] += ar[p] * w[p];
+            }
+        }
+        for (int64_t r = 0; r < f->rows; r++) {
+            float s = 0;
+            for (int l = 0; l < 16; l++)
+                s += acc[r][l];
+            f->c[r * f->n + j] = s;
+        }
+    }
+}
+
+/* the columns split evenly over the threads, in multiples of 16 */
+static void few_rows_run(const few_rows *f)
+{
+    int64_t parts = pieces_for(f->n * f->k), groups = (f->n + 15) / 16;
+    parts = parts < groups ? parts : groups;
+    #pragma omp parallel for schedule(static) num_threads((int)parts) if (parts > 1)
+    for (int64_t p = 0; p < parts; p++) {
+        int64_t j0 = groups * p / parts * 16, j1 = groups * (p + 1) / parts * 16;
+        j1 = j1 < f->n ? j1 : f->n;
+        if (f->tb)
+            few_rows_nk(f, j0, j1);
+        else
+            few_rows_kn(f, j0, j1);
+    }
+}
+
+/* rows x k of op(A) (A 16-bit, stored [k, rows] when ta) widened into a */
+static void rows_widen(float *a, const uint16_t *src, rc_dtype t, int ta, int64_t rows, int64_t k)
+{
+    if (!ta) {
+        widen_run(a, src, t, rows * k);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t p = 0; p < k; p++)
+            a[r * k + p] = t == RC_BF16 ? rci_bf16_to_f32(src[p * rows + r]) : rci_f16_to_f32(src[p * rows + r]);
+}
+
+/* A product too large for one piece of scratch: by batches when both operands are batched,
+ * by rows of op(A) when B is shared and A is not read transposed, by slices of the inner
+ * dimension (summed in f32) for A^T B of two matrices; 1 when it ran, 0 when it fits (or
+ * has none of these forms), -1 on error. */
+static int matmul_pieces(const rci_cpu_args *io, int64_t batch, int64_t m, int64_t n, int64_t k,
+                         int64_t ba, int64_t bb, rc_error *err)
+{
+    const rc_tensor *node = io->node, *A = node->src[0], *B = node->src[1];
+    int ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
+    rc_dtype t = node->dtype;
+    const uint16_t *a = io->in[0], *b = io->in[1];
+    uint16_t *out = io->out;
+    rc_tensor srcs[2];
+    const void *in[2];
+    if (batch > 1 && ba == batch && bb == batch) {
+        int64_t each = m * k + k * n + m * n, per = chunk_floats / each;
+        per = per < 1 ? 1 : per;
+        if (per >= batch)
+            return 0;
+        float *buf = scratch_get((size_t)(per * each), err);
+        if (!buf)
+            return -1;
+        for (int64_t z = 0; z < batch; z += per) {
+            int64_t nb = batch - z < per ? batch - z : per;
+            int64_t sa[3] = {nb, ta ? k : m, ta ? m : k}, sb[3] = {nb, tb ? n : k, tb ? k : n}, so[3] = {nb, m, n};
+            float *fa = buf, *fb = buf + nb * m * k, *fo = fb + nb * k * n;
+            shadow_of(&srcs[0], A, 3, sa);
+            shadow_of(&srcs[1], B, 3, sb);
+            rci_cpu_widen(fa, a + z * m * k, t, nb * m * k);
+            rci_cpu_widen(fb, b + z * k * n, t, nb * k * n);
+            in[0] = fa;
+            in[1] = fb;
+            if (run_piece(io, 3, so, srcs, in, fo, err))
+                return -1;
+            rci_cpu_narrow(out + z * m * n, fo, t, nb * m * n);
+        }
+        return 1;
+    }
+    if (bb == 1 && !ta) {
+        int64_t rows = batch * m, per = (chunk_floats - k * n) / (k + n);
+        per = per < 1 ? 1 : per;
+        if (per >= rows)
+            return 0;
+        float *buf = scratch_get((size_t)(k * n + per * (k + n)), err);
+        if (!buf)
+            return -1;
+        float *fb = buf, *fa = buf + k * n, *fo = fa + per * k;
+        int64_t sb[2] = {B->shape[B->ndim - 2], B->shape[B->ndim - 1]};
+        shadow_of(&srcs[1], B, 2, sb);
+        rci_cpu_widen(fb, b, t, k * n);
+        in[1] = fb;
+        for (int64_t r0 = 0; r0 < rows; r0 += per) {
+            int64_t nr = rows - r0 < per ? rows - r0 : per, sa[2] = {nr, k}, so[2] = {nr, n};
+            shadow_of(&srcs[0], A, 2, sa);
+            rci_cpu_widen(fa, a + r0 * k, t, nr * k);
+            in[0] = fa;
+            if (run_piece(io, 2, so, srcs, in, fo, err))
+                return -1;
+            rci_cpu_narrow(out + r0 * n, fo, t, nr * n);
+        }
+        return 1;
+    }
+    if (batch == 1 && ta && !tb && m * n < chunk_floats) {
+        /* C = A^T B, A stored [k, m], B [k, n]: slices of k rows summed into C in f32 */
+        int64_t per = (chunk_floats - m * n) / (m + n);
+        per = per < 1 ? 1 : per;
+        if (per >= k || m > INT_MAX || n > INT_MAX)
+            return 0;
+        float *buf = scratch_get((size_t)(m * n + per * (m + n)), err);
+        if (!buf)
+            return -1;
+        float *fo = buf, *fa = buf + m * n, *fb = fa + per * m;
+        for (int64_t p0 = 0; p0 < k; p0 += per) {
+            int64_t nk = k - p0 < per ? k - p0 : per;
+            rci_cpu_widen(fa, a + p0 * m, t, nk * m);
+            rci_cpu_widen(fb, b + p0 * n, t, nk * n);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)nk, 1.0f, fa,
+                        (blasint)m, fb, (blasint)n, p0 ? 1.0f : 0.0f, fo, (blasint)n);
+        }
+        rci_cpu_narrow(out, fo, t, m * n);
+        return 1;
+    }
+    return 0;
+}
+
+#ifdef REDCO_HAVE_SBGEMM
+/* every batch through OpenBLAS's bf16 GEMM into f32 c, then rounded */
+static int matmul_sbgemm(const rci_cpu_args *io, int64_t batch, int64_t m, int64_t n, int64_t k,
+                         int64_t sa, int64_t sb, rc_error *err)
+{
+    const rc_tensor *node = io->node;
+    int ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
+    float *c = scratch_get((size_t)(batch * m * n), err);
+    if (!c)
+        return -1;
+    const uint16_t *a = io->in[0], *b = io->in[1];
+    for (int64_t z = 0; z < batch; z++)
+        cblas_sbgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                     (blasint)m, (blasint)n, (blasint)k, 1.0f, a + z * sa, (blasint)(ta ? m : k),
+                     b + z * sb, (blasint)(tb ? k : n), 0.0f, c + z * m * n, (blasint)n);
+    rci_cpu_narrow(io->out, c, node->dtype, batch * m * n);
+    return 0;
+}
+#endif
+
+static int matmul_half(const rci_cpu_args *io, rc_error *err)
+{
+    const rc_tensor *node = io->node, *A = node->src[0], *B = node->src[1];
+    if (!A || !B || A->dtype != node->dtype || B->dtype != node->dtype || A->ndim < 2 ||
+        B->ndim < 2 || node->ndim < 2)
+        return through_f32(io, err); /* the f32 kernel names what is wrong */
+    int ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
+    int64_t m = A->shape[A->ndim - (ta ? 1 : 2)], k = A->shape[A->ndim - (ta ? 2 : 1)];
+    int64_t kb = B->shape[B->ndim - (tb ? 1 : 2)], n = B->shape[B->ndim - (tb ? 2 : 1)];
+    if (k != kb || k == 0 || node->shape[node->ndim - 2] != m || node->shape[node->ndim - 1] != n)
+        return through_f32(io, err);
+    int64_t batch = rc_tensor_numel(node) / (m * n);
+    int64_t ba = rc_tensor_numel(A) / (m * k), bb = rc_tensor_numel(B) / (k * n);
+    if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
+        return through_f32(io, err);
+    int64_t rows = batch * m;
+    if (bb == 1 && (batch == 1 || !ta) && rows <= FEW_ROWS) {
+        /* a decoding step: the 16-bit matrix read as it is */
+        float *s = scratch_get((size_t)(rows * k + rows * n), err);
+        if (!s)
+            return -1;
+        rows_widen(s, io->in[0], A->dtype, ta, rows, k);
+        few_rows f = {s, io->in[1], s + rows * k, B->dtype, tb, rows, n, k};
+        few_rows_run(&f);
+        narrow_run(io->out, f.c, node->dtype, rows * n);
+        return 0;
+    }
+#ifdef REDCO_HAVE_SBGEMM
+    if (node->dtype == RC_BF16)
+        return matmul_sbgemm(io, batch, m, n, k, ba == 1 ? 0 : m * k, bb == 1 ? 0 : k * n, err);
+#endif
+    int r = matmul_pieces(io, batch, m, n, k, ba, bb, err);
+    if (r)
+        return r < 0 ? -1 : 0;
+    return through_f32(io, err);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+int rci_cpu_kernel_half(const rci_cpu_args *io, rc_error *err)
+{
+    const rc_tensor *node = io->node;
+    if (rc_tensor_numel(node) == 0)
+        return through_f32(io, err);
+    if (node->op == RC_OP_MATMUL)
+        return matmul_half(io, err);
+    if (node->op == RC_OP_EMBEDDING && rci_dtype_is_half(node->dtype))
+        return embedding_half(io, err);
+    return through_f32(io, err);
+}
