@@ -4,7 +4,8 @@
  * per token: the parameters' bytes, less the rows of the position table not used).
  *   bench_generate [--device D] [--dtype f32,bf16] [PRESET ...]
  *       default: tiny-gpt2 gpt2 on the CPU, each in f32 then bf16 (same run, same weights:
- *       the bf16 model is the f32 one rounded)
+ *       the bf16 model is the f32 one rounded; records generate_greedy and
+ *       generate_greedy_bf16, the dtype also in "dtype")
  * The decode time is the span between the first and the last new token (stamped by the
  * on_token callback) over the steps between them, best of 3 calls; the prompt time is the
  * span from the call to the first token. Any failure prints one line and exits 1. */
@@ -112,7 +113,9 @@ int main(int argc, char **argv)
                 bench_fail(names[i], "rc_model_to_dtype", err.msg);
             double step_s, prompt_s;
             time_decoding(names[i], m, p, &step_s, &prompt_s);
-            json_t *o = bench_line("generate_greedy");
+            /* f32 keeps the record name scripts/bench_compare.py compares across builds */
+            json_t *o = bench_line(dts[k] == RC_F32 ? "generate_greedy"
+                                   : dts[k] == RC_BF16 ? "generate_greedy_bf16" : "generate_greedy_f16");
             bench_set_str(o, "model", names[i]);
             bench_set_str(o, "dtype", rc_dtype_name(dts[k]));
             bench_set_str(o, "device", rc_backend_name(be));

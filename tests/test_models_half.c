@@ -15,7 +15,8 @@
  *   - greedy generation in bf16 (the key/value cache in bf16): each token is the arg-max of
  *     the uncached bf16 forward of its prefix, or within the bf16 tolerance of it (the
  *     cache path equals the no-cache path), and each is also the f32 model's arg-max or a
- *     near-tie of it; the agreement with f32 greedy is printed;
+ *     near-tie of it; the agreement with f32 greedy is printed; beam search and sampling
+ *     in bf16 are deterministic and give ids of the vocabulary;
  *   - rc_model_save of a bf16 / f16 model writes BF16 / F16 tensors and torch_dtype, and
  *     rc_model_load(dir, RC_BF16) reads the stored words back bit for bit; rc_model_create
  *     of that directory is f32, their exact widening;
@@ -274,6 +275,24 @@ static void test_greedy(const char *preset)
         if (best16 != b[i] || best32 != b[i])
             printf("  %s step %lld: near-tie: bf16 cached %d, uncached %d (gap %.3g), f32 %d (gap %.3g)\n", preset,
                    (long long)i, b[i], best16, gap16, best32, gap32);
+    }
+    /* beam search and sampling read the same f32 logits of the last position */
+    int64_t V = m16->config.vocab_size;
+    for (int mode = 0; mode < 2; mode++) {
+        rc_generate_options q = o;
+        q.num_beams = mode == 0 ? 3 : 1;
+        q.temperature = mode == 1 ? 1.0 : 0.0;
+        q.seed = 7;
+        int32_t *x = NULL, *y = NULL;
+        int64_t nx = 0, ny = 0;
+        int ok = rc_generate(m16, prompt, NP, &q, &x, &nx, &err) == 0 &&
+                 rc_generate(m16, prompt, NP, &q, &y, &ny, &err) == 0 && nx == ny && nx >= 1 &&
+                 !memcmp(x, y, (size_t)nx * sizeof *x);
+        for (int64_t i = 0; ok && i < nx; i++)
+            ok = x[i] >= 0 && x[i] < V;
+        CHECKF(ok, "%s bf16 %s: %s", preset, mode == 0 ? "beam search" : "sampling", err.msg);
+        free(x);
+        free(y);
     }
     free(a);
     free(b);
