@@ -50,8 +50,11 @@ int rci_nn_weights_alloc(nn_weights *w, rc_backend *be, rc_error *err)
         return rc_error_set(err, RC_ERR_DTYPE, "the parameters: dtype %s is not f32, bf16 or f16",
                             rc_dtype_name(w->dtype));
     w->buf = rc_buffer_new(be, rci_nn_weights_bytes(w), err);
-    return w->buf ? 0 : rci_error_prefix(err, "the parameters (%lld %s values)", (long long)w->numel,
-                                         rc_dtype_name(w->dtype));
+    if (w->buf)
+        return 0;
+    return w->dtype == RC_F32 ? rci_error_prefix(err, "the parameters (%lld floats)", (long long)w->numel)
+                              : rci_error_prefix(err, "the parameters (%lld %s values)", (long long)w->numel,
+                                                 rc_dtype_name(w->dtype));
 }
 
 void rci_nn_weights_free(nn_weights *w)
