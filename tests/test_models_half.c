@@ -20,6 +20,8 @@
  *   - rc_model_save of a bf16 / f16 model writes BF16 / F16 tensors and torch_dtype, and
  *     rc_model_load(dir, RC_BF16) reads the stored words back bit for bit; rc_model_create
  *     of that directory is f32, their exact widening;
+ *   - the Predictor over bf16 logits hands the output function f32 rows: the logits
+ *     widened;
  *   - the parameter interface: the leaves take the storage dtype, rc_params_write rounds
  *     to nearest even, read_raw / write_raw copy words, to_dtype back to f32 is exact. */
 #include "check.h"
@@ -407,6 +409,68 @@ static void test_params_interface(void)
     CHECK(rc_model_load("tiny-gpt2", 0, RC_F64, &err) == NULL && check_has(err.msg, "f64"));
 }
 
+/* ---- the Predictor over a bf16 model: its rows are f32 ---- */
+
+typedef struct {
+    rc_model *m;
+    int32_t ids[B * T];
+    float *rows;                  /* [B, T, V] as the output function received them */
+    int bad;
+} pred_ctx;
+
+static int pred_collate(rc_batch *out, const int64_t *ex, int n, void *user)
+{
+    pred_ctx *c = user;
+    int32_t *x = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
+    if (!x)
+        return -1;
+    for (int i = 0; i < n; i++)
+        memcpy(x + i * T, c->ids + ex[i] * T, T * sizeof *x);
+    return 0;
+}
+
+static rc_tensor *pred_logits(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+{
+    pred_ctx *c = user;
+    (void)params, (void)rng;
+    return rc_model_logits(g, c->m, rc_batch_input(g, b, "ids"), NULL, NULL); /* bf16 [n, T, V] */
+}
+
+static int pred_output(int64_t example, const float *row, int64_t row_len, void *user)
+{
+    pred_ctx *c = user;
+    int64_t V = c->m->config.vocab_size;
+    if (example < 0 || example >= B || row_len != T * V)
+        return c->bad = 1, -1;
+    memcpy(c->rows + example * T * V, row, (size_t)row_len * sizeof *row);
+    return 0;
+}
+
+static void test_predictor(void)
+{
+    rc_error err = {0};
+    pred_ctx c = {0};
+    c.m = make_in("tiny-gpt2", RC_BF16, RC_BF16, &err);
+    int32_t enc[B * S];
+    float *want = NULL;
+    if (c.m) {
+        fill_ids(c.m, c.ids, enc);
+        want = logits_of(c.m, c.ids, enc, 0, NULL, NULL);
+        c.rows = calloc((size_t)(B * T * c.m->config.vocab_size), sizeof *c.rows);
+    }
+    rc_deployer_options dopt = {.seed = 1, .mp = 1};
+    rc_deployer *d = want && c.rows ? rc_deployer_new(NULL, NULL, &dopt, &err) : NULL;
+    rc_predictor *p = d ? rc_predictor_new(d, pred_collate, pred_logits, pred_output, &c, c.m->params, &err) : NULL;
+    CHECKF(p && rc_predictor_run(p, B, B, &err) == 0 && !c.bad, "predictor over bf16 logits: %s", err.msg);
+    CHECKF(p && !memcmp(c.rows, want, (size_t)(B * T * c.m->config.vocab_size) * sizeof *want),
+           "the Predictor's f32 rows are the bf16 logits widened");
+    rc_predictor_free(p);
+    rc_deployer_free(d);
+    free(want);
+    free(c.rows);
+    rc_model_free(c.m);
+}
+
 /* --save-bf16 PRESET DIR (for the transformers comparison) */
 static int save_bf16(const char *preset, const char *dir)
 {
@@ -438,6 +502,7 @@ int main(int argc, char **argv)
     if (argc == 4 && !strcmp(argv[1], "--save-bf16"))
         return save_bf16(argv[2], argv[3]);
     test_params_interface();
+    test_predictor();
     for (size_t i = 0; i < sizeof families / sizeof *families; i++) {
         test_logits(families[i], RC_BF16, TOL_BF16);
         test_logits(families[i], RC_F16, TOL_F16);
