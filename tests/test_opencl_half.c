@@ -545,6 +545,79 @@ static void test_mlp(void)
     rc_graph_free(g);
 }
 
+/* A causal attention block with a tied-embedding head and a cross-entropy, all in dtype t:
+ * the loss and every parameter's gradient on both backends (views, permutes, batched
+ * products, rope, the norms and softmax in one plan's arena). */
+static void test_block(rc_dtype t)
+{
+    enum { B = 2, T = 6, C = 16, NH = 2, HD = 8, V = 20, NP = 6 };
+    rc_rng rng = rc_rng_new(t == RC_BF16 ? 31 : 32);
+    rc_graph *g = rc_graph_new();
+    rc_tensor *ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, T});
+    rc_tensor *tg = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, T});
+    rc_tensor *pos = rc_input(g, "pos", RC_I32, 1, (int64_t[]){T});
+    rc_tensor *p[NP] = {
+        rc_param(g, "wte", t, 2, (int64_t[]){V, C}), rc_param(g, "ln_w", t, 1, (int64_t[]){C}),
+        rc_param(g, "ln_b", t, 1, (int64_t[]){C}), rc_param(g, "qkv", t, 2, (int64_t[]){C, 3 * C}),
+        rc_param(g, "proj", t, 2, (int64_t[]){C, C}), rc_param(g, "rms_w", t, 1, (int64_t[]){C}),
+    };
+    rc_tensor *x = rc_embedding(g, p[0], ids);                                     /* [B, T, C] */
+    rc_tensor *qkv = rc_matmul(g, rc_layer_norm(g, x, p[1], p[2], 1e-5), p[3], 0, 0);
+    rc_tensor *hs[3];
+    for (int k = 0; k < 3; k++) {
+        rc_tensor *s = rc_reshape(g, rc_slice(g, qkv, 2, k * C, (k + 1) * C), 4, (int64_t[]){B, T, NH, HD});
+        if (k < 2)
+            s = rc_rope(g, s, pos, HD, RC_ROPE_HALF, 10000.0);
+        hs[k] = rc_permute(g, s, (int[]){0, 2, 1, 3});                             /* [B, NH, T, HD] */
+    }
+    rc_tensor *att = rc_softmax_ext(g, rc_matmul(g, hs[0], hs[1], 0, 1), NULL, 1 / sqrt((double)HD), 1);
+    rc_tensor *o = rc_reshape(g, rc_permute(g, rc_matmul(g, att, hs[2], 0, 0), (int[]){0, 2, 1, 3}), 3,
+                              (int64_t[]){B, T, C});
+    x = rc_add(g, x, rc_matmul(g, rc_silu(g, o), p[4], 0, 0));
+    rc_tensor *logits = rc_matmul(g, rc_rms_norm(g, x, p[5], 1e-6, 0.0), p[0], 0, 1);
+    rc_tensor *loss = rc_cross_entropy(g, logits, tg, RC_IGNORE_INDEX), *outs[NP + 1] = {loss};
+    rc_backward(g, loss, p, NP, outs + 1);
+    CHECKF(!rc_graph_error(g), "block %s: %s", rc_dtype_name(t), rc_graph_error(g));
+    rc_error err = {0};
+    rc_plan *pc = rc_graph_error(g) ? NULL : rc_plan_new(g, outs, NP + 1, &err);
+    rc_plan *pg = pc ? rc_plan_new_on(gpu, g, outs, NP + 1, &err) : NULL;
+    CHECKF(pg, "block %s: %s", rc_dtype_name(t), err.msg);
+    int ok = pg != NULL;
+    for (int k = 0; ok && k < NP; k++) {
+        int64_t n = rc_tensor_numel(p[k]);
+        float *v = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = k == 1 || k == 5 ? (float)(0.8 + 0.4 * rc_rng_uniform(&rng)) : (float)(rc_rng_uniform(&rng) - 0.5);
+        ok = !bind_both(pc, pg, p[k], v, NULL);
+        free(v);
+    }
+    int32_t iv[B * T], tv[B * T], pv[T];
+    for (int i = 0; i < B * T; i++) {
+        iv[i] = (int32_t)(rc_rng_next_u64(&rng) % V);
+        tv[i] = i == 4 ? RC_IGNORE_INDEX : (int32_t)(rc_rng_next_u64(&rng) % V);
+    }
+    for (int i = 0; i < T; i++)
+        pv[i] = 3 + i;
+    ok = ok && !bind_both(pc, pg, ids, NULL, iv) && !bind_both(pc, pg, tg, NULL, tv) &&
+         !bind_both(pc, pg, pos, NULL, pv) && !rc_plan_run(pc, &err) && !rc_plan_run(pg, &err);
+    CHECKF(ok, "block %s: %s", rc_dtype_name(t), err.msg);
+    if (ok) {
+        long dl = out_diff(pc, pg, loss, "block", 1), dg = 0;
+        for (int k = 1; k <= NP; k++) {
+            long d = out_diff(pc, pg, outs[k], "block", 1);
+            CHECKF(d >= 0 && d <= 2, "block %s: gradient of %s differs by %ld ulps", rc_dtype_name(t),
+                   p[k - 1]->name, d);
+            dg = d > dg ? d : dg;
+        }
+        CHECKF(dl >= 0 && dl <= 20000, "block %s: loss differs by %.2g relative", rc_dtype_name(t), dl * 1e-7);
+        printf("  attention block %s: loss %.2g relative, %d gradients %ld ulp\n", rc_dtype_name(t),
+               dl * 1e-7, NP, dg);
+    }
+    rc_plan_free(pc);
+    rc_plan_free(pg);
+    rc_graph_free(g);
+}
+
 /* Every op the device runs in f32 it runs in bf16 and f16: nothing falls back. */
 static void test_supported(void)
 {
@@ -631,6 +704,8 @@ int main(void)
     test_ops(RC_BF16);
     test_ops(RC_F16);
     test_mlp();
+    test_block(RC_BF16);
+    test_block(RC_F16);
     bench_decode();
     return check_summary("opencl_half");
 }
