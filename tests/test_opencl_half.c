@@ -380,6 +380,10 @@ static const op_case cases[] = {
     {"matmul", 2, {{FLOAT, 3, {2, 9, 33}, -1, 1}, {FLOAT, 2, {33, 17}, -1, 1}}, b_mm, 1, 1},
     {"matmul_batched", 2, {{FLOAT, 3, {3, 9, 12}, -1, 1}, {FLOAT, 3, {3, 7, 12}, -1, 1}}, b_mm_tb, 1, 1},
     {"matmul_ta", 2, {{FLOAT, 3, {2, 40, 9}, -1, 1}, {FLOAT, 3, {2, 40, 11}, -1, 1}}, b_mm_ta, 1, 1},
+    /* results larger than a chunk of the f32 scratch: rows, columns of a (ta), batches */
+    {"matmul_chunks", 2, {{FLOAT, 2, {300, 8}, -1, 1}, {FLOAT, 2, {8, 30000}, -1, 1}}, b_mm, 1, -1},
+    {"matmul_chunks_ta", 2, {{FLOAT, 2, {8, 300}, -1, 1}, {FLOAT, 2, {8, 30000}, -1, 1}}, b_mm_ta, 1, -1},
+    {"matmul_chunks_batch", 2, {{FLOAT, 3, {3, 1700, 4}, -1, 1}, {FLOAT, 3, {3, 4, 1700}, -1, 1}}, b_mm, 1, -1},
     {"softmax", 1, {{FLOAT, 2, {5, 40}, -6, 6}}, b_softmax, 0, 0},
     {"softmax_ext", 2, {{FLOAT, 4, {2, 3, 4, 6}, -6, 6}, {FLOAT, 2, {4, 6}, -1, 0}}, b_softmax_ext, 0, 0},
     {"layer_norm", 3, {{FLOAT, 3, {2, 3, 48}, -3, 5}, {FLOAT, 1, {48}, 0.5, 1.5}, {FLOAT, 1, {48}, -1, 1}},

@@ -366,12 +366,15 @@ static cl_kernel kernel_for(rci_ocl *o, rc_dtype store, rci_ocl_kernel k, rc_err
     return o->half_kernels[h][k];
 }
 
+/* The scratch counts in the backend's used and peak bytes (the 16-bit products' f32
+ * copies are device memory like any other), as the CPU's 16-bit scratch does. */
 cl_mem rci_ocl_scratch(rci_ocl *o, size_t bytes, rc_error *err)
 {
     if (bytes <= o->scratch_bytes)
         return o->scratch;
     if (o->scratch)
         clReleaseMemObject(o->scratch);
+    o->be.used_bytes -= o->scratch_bytes;
     o->scratch_bytes = 0;
     cl_int s;
     o->scratch = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, bytes, NULL, &s);
@@ -381,6 +384,8 @@ cl_mem rci_ocl_scratch(rci_ocl *o, size_t bytes, rc_error *err)
         return NULL;
     }
     o->scratch_bytes = bytes;
+    o->be.used_bytes += bytes;
+    o->be.peak_bytes = o->be.used_bytes > o->be.peak_bytes ? o->be.used_bytes : o->be.peak_bytes;
     return o->scratch;
 }
 

@@ -950,6 +950,56 @@ static int matmul_rows(rci_ocl *o, const rc_tensor *node, const place *out, cons
     return launch(o, node, OCL_MATMUL_ROWS, a, 11, (size_t)n, "matmul", err);
 }
 
+/* a checked product: transposes, sizes, batches of the output and of each operand */
+typedef struct {
+    int ta, tb;
+    int64_t m, n, k, batch, ba, bb;
+} matmul_dims;
+
+enum { MATMUL_CHUNK = 1 << 23 };   /* f32 elements of the 16-bit product's result per SGEMM */
+
+/* A product of 16-bit operands (dtype st) through SGEMM: both widened into scratch
+ * [a | b | chunk of c], c computed a chunk of rows (or of batches) at a time and rounded
+ * into the output, so the scratch never holds the whole f32 result (logits). */
+static int matmul_half(rci_ocl *o, rc_dtype st, const matmul_dims *d, const place *out, const place *in,
+                       rc_error *err)
+{
+    int64_t m = d->m, n = d->n, k = d->k;
+    int stacked = d->batch == 1 || (d->bb == 1 && d->ba == d->batch && !d->ta);
+    int64_t unit = stacked ? n : m * n, units = stacked ? d->batch * m : d->batch;
+    int64_t per = MATMUL_CHUNK / unit < 1 ? 1 : MATMUL_CHUNK / unit;
+    per = per < units ? per : units;
+    int64_t na = d->ba * m * k, nb = d->bb * k * n;
+    cl_mem t = rci_ocl_scratch(o, (size_t)(na + nb + per * unit) * sizeof(cl_float), err);
+    if (!t || widen_into(o, t, 0, &in[0], st, na, err) || widen_into(o, t, na, &in[1], st, nb, err))
+        return -1;
+    CLBlastTranspose opa = d->ta ? CLBlastTransposeYes : CLBlastTransposeNo;
+    CLBlastTranspose opb = d->tb ? CLBlastTransposeYes : CLBlastTransposeNo;
+    size_t lda = (size_t)(d->ta ? m : k), ldb = (size_t)(d->tb ? k : n), co = (size_t)(na + nb);
+    for (int64_t u0 = 0; u0 < units; u0 += per) {
+        int64_t cnt = units - u0 < per ? units - u0 : per;
+        CLBlastStatusCode s;
+        if (stacked) /* rows u0 .. of op(a): columns of a stored [k, m] when ta (then batch 1) */
+            s = CLBlastSgemm(CLBlastLayoutRowMajor, opa, opb, (size_t)cnt, (size_t)n, (size_t)k, 1.0f, t,
+                             (size_t)(d->ta ? u0 : u0 * k), lda, t, (size_t)na, ldb, 0.0f, t, co,
+                             (size_t)n, &o->queue, NULL);
+        else
+            s = CLBlastSgemmStridedBatched(
+                CLBlastLayoutRowMajor, opa, opb, (size_t)m, (size_t)n, (size_t)k, 1.0f, t,
+                d->ba == 1 ? 0 : (size_t)(u0 * m * k), lda, d->ba == 1 ? 0 : (size_t)(m * k), t,
+                (size_t)(na + (d->bb == 1 ? 0 : u0 * k * n)), ldb, d->bb == 1 ? 0 : (size_t)(k * n), 0.0f,
+                t, co, (size_t)n, (size_t)(m * n), (size_t)cnt, &o->queue, NULL);
+        if (s != CLBlastSuccess)
+            return blast_failed(o, s, err);
+        cl_long oo = out->off + u0 * unit, cof = (cl_long)co, nc = cnt * unit;
+        cl_int from = RC_F32, to = st;
+        rci_ocl_arg a[] = {ARG(out->mem), ARG(oo), ARG(to), ARG(t), ARG(cof), ARG(from), ARG(nc)};
+        if (rci_ocl_launch(o, OCL_CAST, a, 7, (size_t)nc, "matmul", err))
+            return -1;
+    }
+    return 0;
+}
+
 /* src0 a [..., M, K] (stored [..., K, M] when iparam[0]), src1 b [..., K, N] (stored
  * [..., N, K] when iparam[1]) -> [..., M, N]; either operand may be shared by all batches */
 static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
@@ -977,19 +1027,11 @@ static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
     if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
         return rc_error_set(err, RC_ERR_SHAPE, "matmul: batches %lld @ %lld -> %lld do not match",
                             (long long)ba, (long long)bb, (long long)batch);
-    rc_dtype st = storage(node);
-    place a = in[0], b = in[1], c = out;
-    if (st != RC_F32) {
+    matmul_dims d = {ta, tb, m, n, k, batch, ba, bb};
+    if (storage(node) != RC_F32) {
         if (bb == 1 && (batch == 1 || !ta) && batch * m <= MATMUL_FEW_ROWS)
             return matmul_rows(o, node, &out, in, batch * m, n, k, err);
-        /* 16-bit operands widened into scratch [a | b | c] for SGEMM, c rounded at the end */
-        int64_t na = ba * m * k, nb = bb * k * n, nc = batch * m * n;
-        cl_mem tmp = rci_ocl_scratch(o, (size_t)(na + nb + nc) * sizeof(cl_float), err);
-        if (!tmp || widen_into(o, tmp, 0, &in[0], st, na, err) || widen_into(o, tmp, na, &in[1], st, nb, err))
-            return -1;
-        a = (place){tmp, 0};
-        b = (place){tmp, (cl_long)na};
-        c = (place){tmp, (cl_long)(na + nb)};
+        return matmul_half(o, storage(node), &d, &out, in, err);
     }
     CLBlastTranspose opa = ta ? CLBlastTransposeYes : CLBlastTransposeNo;
     CLBlastTranspose opb = tb ? CLBlastTransposeYes : CLBlastTransposeNo;
@@ -998,23 +1040,16 @@ static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
     if (batch == 1 || (bb == 1 && ba == batch && !ta)) {
         /* one gemm: the batches of a stacked into its rows */
         s = CLBlastSgemm(CLBlastLayoutRowMajor, opa, opb, (size_t)(batch * m), (size_t)n, (size_t)k,
-                         1.0f, a.mem, (size_t)a.off, lda, b.mem, (size_t)b.off, ldb,
-                         0.0f, c.mem, (size_t)c.off, (size_t)n, &o->queue, NULL);
+                         1.0f, in[0].mem, (size_t)in[0].off, lda, in[1].mem, (size_t)in[1].off, ldb,
+                         0.0f, out.mem, (size_t)out.off, (size_t)n, &o->queue, NULL);
     } else {
         s = CLBlastSgemmStridedBatched(
-            CLBlastLayoutRowMajor, opa, opb, (size_t)m, (size_t)n, (size_t)k, 1.0f, a.mem,
-            (size_t)a.off, lda, ba == 1 ? 0 : (size_t)(m * k), b.mem, (size_t)b.off, ldb,
-            bb == 1 ? 0 : (size_t)(k * n), 0.0f, c.mem, (size_t)c.off, (size_t)n,
+            CLBlastLayoutRowMajor, opa, opb, (size_t)m, (size_t)n, (size_t)k, 1.0f, in[0].mem,
+            (size_t)in[0].off, lda, ba == 1 ? 0 : (size_t)(m * k), in[1].mem, (size_t)in[1].off, ldb,
+            bb == 1 ? 0 : (size_t)(k * n), 0.0f, out.mem, (size_t)out.off, (size_t)n,
             (size_t)(m * n), (size_t)batch, &o->queue, NULL);
     }
-    if (s != CLBlastSuccess)
-        return blast_failed(o, s, err);
-    if (st == RC_F32)
-        return 0;
-    cl_long nc = batch * m * n;
-    cl_int from = RC_F32, to = st;
-    rci_ocl_arg k2[] = {ARG(out.mem), ARG(out.off), ARG(to), ARG(c.mem), ARG(c.off), ARG(from), ARG(nc)};
-    return rci_ocl_launch(o, OCL_CAST, k2, 7, (size_t)nc, "matmul", err);
+    return s == CLBlastSuccess ? 0 : blast_failed(o, s, err);
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------------ */
