@@ -264,7 +264,8 @@ __kernel void k_equal(__global store_t *o, long oo, __global const store_t *a, l
     if (i >= n)
         return;
     long ia = ao + box_offset(i, nd, shape, sa), ib = bo + box_offset(i, nd, shape, sb);
-    int eq = is_i32 ? ((__global const int *)a)[ia] == ((__global const int *)b)[ib] : ld(a, ia) == ld(b, ib);
+    int eq = is_i32 ? ((__global const int *)a)[ia] == ((__global const int *)b)[ib]
+                    : ld(a, ia) == ld(b, ib);
     st(o, oo + i, eq ? 1 : 0);
 }
 

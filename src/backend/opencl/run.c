@@ -321,8 +321,8 @@ static int run_slice(rci_ocl *o, const rci_node_run *r, const place *out, const 
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
     rci_contiguous_strides(s->ndim, s->shape, ss);
     rci_contiguous_strides(node->ndim, node->shape, ds);
-    return copy_box(o, node->dtype, out->mem, out->off, ds, in->mem, in->off + start * ss[ax], ss, node->ndim,
-                    node->shape, "slice", err);
+    return copy_box(o, node->dtype, out->mem, out->off, ds, in->mem, in->off + start * ss[ax], ss,
+                    node->ndim, node->shape, "slice", err);
 }
 
 static int run_pad(rci_ocl *o, const rci_node_run *r, const place *out, const place *in,
@@ -338,8 +338,8 @@ static int run_pad(rci_ocl *o, const rci_node_run *r, const place *out, const pl
     rci_contiguous_strides(node->ndim, node->shape, ds);
     if (o->be.fill_zero(&o->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err))
         return -1;
-    return copy_box(o, node->dtype, out->mem, out->off + before * ds[ax], ds, in->mem, in->off, ss, node->ndim,
-                    s->shape, "pad", err);
+    return copy_box(o, node->dtype, out->mem, out->off + before * ds[ax], ds, in->mem, in->off, ss,
+                    node->ndim, s->shape, "pad", err);
 }
 
 static int run_concat(rci_ocl *o, const rci_node_run *r, const place *out, rc_error *err)
@@ -513,8 +513,8 @@ static int run_reduce(rci_ocl *o, const rci_node_run *r, rc_error *err)
     if (outer * inner != rc_tensor_numel(node))
         return rc_error_set(err, RC_ERR_SHAPE, "%s: output size does not match", op_name(node));
     box kept = {2, {outer, inner}, {{n * inner, 1}}}, summed = {1, {n}, {{inner}}};
-    return reduce_boxes(o, storage(node), &out, &in[0], &kept, &summed, node->op == RC_OP_MAX, op_name(node),
-                        err);
+    return reduce_boxes(o, storage(node), &out, &in[0], &kept, &summed, node->op == RC_OP_MAX,
+                        op_name(node), err);
 }
 
 /* src0 summed down to the node's shape: the input's axes split into kept and summed ones */
@@ -730,7 +730,8 @@ static int run_embedding(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
-    if (need_src(node, 0, storage(node), err) || need_src(node, 1, RC_I32, err) || places(r, 2, &out, in, err))
+    if (need_src(node, 0, storage(node), err) || need_src(node, 1, RC_I32, err) ||
+        places(r, 2, &out, in, err))
         return -1;
     const rc_tensor *tab = node->src[0];
     cl_long c = last_dim(node), count = rc_tensor_numel(node->src[1]);
@@ -750,7 +751,8 @@ static int run_embedding_grad(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
-    if (need_src(node, 0, RC_I32, err) || need_src(node, 1, storage(node), err) || places(r, 2, &out, in, err))
+    if (need_src(node, 0, RC_I32, err) || need_src(node, 1, storage(node), err) ||
+        places(r, 2, &out, in, err))
         return -1;
     if (node->ndim != 2)
         return rc_error_set(err, RC_ERR_SHAPE, "embedding_grad: output must be [vocab, dim]");
@@ -762,9 +764,9 @@ static int run_embedding_grad(rci_ocl *o, const rci_node_run *r, rc_error *err)
     if (check_ids(o, &in[0], count, v, 0, 0, "embedding_grad", "id", err) ||
         f32_temps(o, node, &out, 0, rows * c, &acc, err))
         return -1;
-    cl_int s = clEnqueueFillBuffer(o->queue, acc.mem, &(cl_float){0}, sizeof(cl_float),
-                                   (size_t)acc.off * sizeof(cl_float), (size_t)(rows * c) * sizeof(cl_float),
-                                   0, NULL, NULL);
+    cl_float zero = 0;
+    cl_int s = clEnqueueFillBuffer(o->queue, acc.mem, &zero, sizeof zero, (size_t)acc.off * sizeof zero,
+                                   (size_t)(rows * c) * sizeof zero, 0, NULL, NULL);
     if (s != CL_SUCCESS)
         return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: embedding_grad: zeroing the sums: %s",
                             o->be.name, rci_ocl_status(s));
