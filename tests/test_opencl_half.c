@@ -622,6 +622,31 @@ static void test_block(rc_dtype t)
     rc_graph_free(g);
 }
 
+/* The f32 copies a 16-bit product works in are device memory counted in the backend's
+ * used and peak bytes (run first: the scratch has not grown yet). */
+static void test_scratch_counted(void)
+{
+    enum { M = 64, K = 256, N = 512 };
+    size_t used0 = 0, used1 = 0, peak = 0;
+    rc_backend_memory(gpu, NULL, &used0, NULL);
+    rc_graph *g = rc_graph_new();
+    rc_tensor *a = rc_input(g, "a", RC_BF16, 2, (int64_t[]){M, K});
+    rc_tensor *b = rc_input(g, "b", RC_BF16, 2, (int64_t[]){K, N});
+    rc_tensor *y = rc_matmul(g, a, b, 0, 0);
+    rc_error err = {0};
+    rc_plan *p = rc_plan_new_on(gpu, g, &y, 1, &err);
+    static uint16_t zeros[K * N];
+    int ok = p && !rc_plan_set_input(p, a, zeros, &err) && !rc_plan_set_input(p, b, zeros, &err) &&
+             !rc_plan_run(p, &err);
+    CHECKF(ok, "scratch: %s", err.msg);
+    rc_plan_free(p);
+    rc_graph_free(g);
+    rc_backend_memory(gpu, NULL, &used1, &peak);
+    size_t f32_copies = (size_t)(M * K + K * N + M * N) * 4;
+    CHECKF(used1 >= used0 + f32_copies && peak >= used1, "scratch: %zu bytes in use after, %zu before",
+           used1, used0);
+}
+
 /* Every op the device runs in f32 it runs in bf16 and f16: nothing falls back. */
 static void test_supported(void)
 {
@@ -703,6 +728,7 @@ int main(void)
                err.msg);
         return 0;
     }
+    test_scratch_counted();
     test_supported();
     test_casts();
     test_ops(RC_BF16);
