@@ -356,10 +356,11 @@ static rc_tensor *b_collectives(rc_graph *g, rc_tensor **x, rc_dtype t)
     return rc_add(g, rc_mp_reduce(g, rc_stop_gradient(g, a)), rc_mp_reduce(g, rc_mul(g, a, rc_mp_max(g, a))));
 }
 
-/* forward ulps 0: the same f32 expression rounded once on both backends. 1: sums in
- * another order (CLBlast's GEMM, the decoding kernel) or a math library function (log,
- * tanh, erf) a few f32 ulps off the CPU's. Gradients add the roundings of the graph's
- * 16-bit intermediate nodes. */
+/* forward ulps 0: the same f32 expression rounded once on both backends (the decoding
+ * product, a few rows times shared 16-bit weights, sums in the CPU's order too). 1: sums
+ * in another order (CLBlast's GEMM against OpenBLAS) or a math library function (log,
+ * tanh, erf) that may be an f32 ulp off the CPU's; on PoCL these measure 0 as well.
+ * Gradients add the roundings of the graph's 16-bit intermediate nodes. */
 static const op_case cases[] = {
     {"full", 1, {{FLOAT, 2, {3, 5}, -1, 1}}, b_full, 0, 0},
     {"add", 2, {{FLOAT, 3, {2, 3, 5}, -2, 2}, {FLOAT, 1, {5}, -2, 2}}, b_add, 0, 0},
@@ -373,10 +374,12 @@ static const op_case cases[] = {
     {"rsqrt", 1, {{FLOAT, 2, {70, 90}, 0.1, 4}}, b_rsqrt, 0, 0},
     {"tanh", 1, {{FLOAT, 2, {70, 90}, -3, 3}}, b_tanh, 1, 1},
     {"act", 1, {{FLOAT, 2, {40, 33}, -4, 4}}, b_act, 1, -1},
-    {"matmul_row", 2, {{FLOAT, 2, {1, 300}, -1, 1}, {FLOAT, 2, {300, 700}, -1, 1}}, b_mm, 1, 1},
-    {"matmul_row_tb", 2, {{FLOAT, 3, {1, 3, 301}, -1, 1}, {FLOAT, 2, {517, 301}, -1, 1}}, b_mm_tb, 1, 1},
-    {"matmul_row_ta", 2, {{FLOAT, 2, {37, 2}, -1, 1}, {FLOAT, 2, {37, 19}, -1, 1}}, b_mm_ta, 1, 1},
-    {"matmul_row_tt", 2, {{FLOAT, 2, {37, 4}, -1, 1}, {FLOAT, 2, {300, 37}, -1, 1}}, b_mm_tt, 1, 1},
+    /* a few rows by a shared 16-bit matrix: the decoding kernel */
+    {"matmul_row", 2, {{FLOAT, 2, {1, 300}, -1, 1}, {FLOAT, 2, {300, 700}, -1, 1}}, b_mm, 0, 1},
+    {"matmul_row_tb", 2, {{FLOAT, 3, {1, 3, 301}, -1, 1}, {FLOAT, 2, {517, 301}, -1, 1}}, b_mm_tb, 0, 1},
+    {"matmul_row_ta", 2, {{FLOAT, 2, {37, 2}, -1, 1}, {FLOAT, 2, {37, 19}, -1, 1}}, b_mm_ta, 0, 1},
+    {"matmul_row_tt", 2, {{FLOAT, 2, {37, 4}, -1, 1}, {FLOAT, 2, {300, 37}, -1, 1}}, b_mm_tt, 0, 1},
+    /* the general products: SGEMM on widened operands */
     {"matmul", 2, {{FLOAT, 3, {2, 9, 33}, -1, 1}, {FLOAT, 2, {33, 17}, -1, 1}}, b_mm, 1, 1},
     {"matmul_batched", 2, {{FLOAT, 3, {3, 9, 12}, -1, 1}, {FLOAT, 3, {3, 7, 12}, -1, 1}}, b_mm_tb, 1, 1},
     {"matmul_ta", 2, {{FLOAT, 3, {2, 40, 9}, -1, 1}, {FLOAT, 3, {2, 40, 11}, -1, 1}}, b_mm_ta, 1, 1},

@@ -723,8 +723,9 @@ __kernel void k_rope(__global store_t *o, long oo, __global const store_t *x, lo
 /* ---- matrix products of a few rows (decoding) over 16-bit weights ------------------------- */
 
 /* out [rows, n] = a [rows, k] (stored [k, rows] when ta) times b stored [k, n] (or [n, k]
- * when tb), rows <= 4: one work-item per column j, reading b's stored words directly, f32
- * sums in p order */
+ * when tb), rows <= 4: one work-item per column j, reading b's stored words directly,
+ * summing in f32 in the CPU's order (src/backend/cpu/kernels_half.c): in p order, or for
+ * b stored [n, k] in 16 partial sums (p mod 16) added in order at the end */
 __kernel void k_matmul_rows(__global store_t *o, long oo, __global const store_t *a, long ao,
                             __global const store_t *b, long bo, long rows, long n, long k, int ta,
                             int tb)
@@ -733,10 +734,25 @@ __kernel void k_matmul_rows(__global store_t *o, long oo, __global const store_t
     if (j >= n)
         return;
     float acc[4] = {0, 0, 0, 0};
-    for (long p = 0; p < k; p++) {
-        float w = ld(b, bo + (tb ? j * k + p : p * n + j));
-        for (long r = 0; r < rows; r++)
-            acc[r] += ld(a, ao + (ta ? p * rows + r : r * k + p)) * w;
+    if (!tb) {
+        for (long p = 0; p < k; p++) {
+            float w = ld(b, bo + p * n + j);
+            for (long r = 0; r < rows; r++)
+                acc[r] += ld(a, ao + (ta ? p * rows + r : r * k + p)) * w;
+        }
+    } else {
+        __global const store_t *bj = b + bo + j * k;
+        for (long r = 0; r < rows; r++) {
+            float part[16] = {0};
+            long p = 0;
+            for (; p + 16 <= k; p += 16)
+                for (int l = 0; l < 16; l++)
+                    part[l] += ld(a, ao + (ta ? (p + l) * rows + r : r * k + p + l)) * ld(bj, p + l);
+            for (; p < k; p++)
+                part[p % 16] += ld(a, ao + (ta ? p * rows + r : r * k + p)) * ld(bj, p);
+            for (int l = 0; l < 16; l++)
+                acc[r] += part[l];
+        }
     }
     for (long r = 0; r < rows; r++)
         st(o, oo + r * n + j, acc[r]);

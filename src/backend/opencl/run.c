@@ -13,7 +13,8 @@
  * that keep temporaries in their output (softmax, the cross-entropy gradient, the
  * embedding gradient's sums) keep them in f32 scratch instead; matrix products widen their
  * operands into scratch for CLBlast's SGEMM and round the result, except a few rows times
- * a shared 16-bit matrix (a decoding step), which reads the 16-bit words directly. */
+ * a shared 16-bit matrix (a decoding step), which reads the 16-bit words directly, summing
+ * in the CPU's order. */
 #include "opencl.h"
 
 #include <clblast_c.h>
