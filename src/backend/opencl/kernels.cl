@@ -1,5 +1,6 @@
 /* kernels.cl - the OpenCL backend's kernels (OpenCL C 1.2), embedded into the library at
- * build time (CMake writes it into a C string) and built once per device.
+ * build time (CMake writes it into a C string) and built once per device and storage of
+ * float values (below).
  *
  * Each kernel runs one work-item per output element (i in [0, n)). Memory is named as a
  * buffer plus an element offset (a plan's arena holds many tensors). Broadcast and strided
@@ -16,6 +17,78 @@ typedef double acc_t;     /* accumulator of sums */
 #else
 typedef float acc_t;
 #endif
+
+/* ---- storage of float values -------------------------------------------------------------
+ * The program is built once for f32 values and, on first use, once each for bf16
+ * (-DRC_STORE_BF16) and f16 (-DRC_STORE_F16). store_t is how a float value is stored (16-bit
+ * values as ushort words: no cl_khr_fp16 needed), word_t the element the movement kernel
+ * copies. ld widens an element to float, st rounds a float into one; arithmetic is float
+ * in every program, so a 16-bit node computes as the f32 kernel and rounds once. The
+ * conversions are src/core/half.h's, bit for bit: nearest, ties to even; NaN stays NaN
+ * (made quiet); f16 keeps subnormals and overflows to infinity. */
+static float bf16_to_f32(ushort h)
+{
+    return as_float((uint)h << 16);
+}
+
+static ushort f32_to_bf16(float f)
+{
+    uint u = as_uint(f);
+    uint rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (ushort)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
+
+static float f16_to_f32(ushort h)
+{
+    uint sign = (uint)(h & 0x8000u) << 16, em = h & 0x7fffu;
+    uint normal = (em << 13) + ((127u - 15u) << 23);          /* exponent rebiased */
+    uint special = 0x7f800000u | (em & 0x3ffu) << 13;          /* inf, NaN (payload kept) */
+    float sub = (float)em * 5.9604644775390625e-8f;            /* zero, subnormal: em 2^-24 */
+    uint bits = em >= 0x7c00u ? special : em >= 0x0400u ? normal : as_uint(sub);
+    return as_float(sign | bits);
+}
+
+static ushort f32_to_f16(float f)
+{
+    uint u = as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    /* normal: rebias, round the 13 dropped bits to nearest even */
+    uint normal = (a - ((127u - 15u) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+    /* below 2^-14: adding 0.5 leaves |f| rounded to a multiple of 2^-24 in the low bits */
+    uint sub = as_uint(as_float(a) + 0.5f) - 0x3f000000u;
+    uint nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+    uint bits = a > 0x7f800000u ? nan : a >= 0x477ff000u ? 0x7c00u : a >= 0x38800000u ? normal : sub;
+    return (ushort)(sign | bits);
+}
+
+#if defined(RC_STORE_BF16) || defined(RC_STORE_F16)
+typedef ushort store_t;
+typedef ushort word_t;
+#else
+typedef float store_t;
+typedef uint word_t;
+#endif
+
+static float ld(__global const store_t *p, long i)
+{
+#if defined(RC_STORE_BF16)
+    return bf16_to_f32(p[i]);
+#elif defined(RC_STORE_F16)
+    return f16_to_f32(p[i]);
+#else
+    return p[i];
+#endif
+}
+
+static void st(__global store_t *p, long i, float v)
+{
+#if defined(RC_STORE_BF16)
+    p[i] = f32_to_bf16(v);
+#elif defined(RC_STORE_F16)
+    p[i] = f32_to_f16(v);
+#else
+    p[i] = v;
+#endif
+}
 
 /* the element offset of flat index i of a box `shape` (nd axes) read with strides st */
 static long box_offset(long i, int nd, long8 shape, long8 st)
@@ -34,11 +107,11 @@ static long box_offset(long i, int nd, long8 shape, long8 st)
 
 /* ---- fill, unary, activations ------------------------------------------------------ */
 
-__kernel void k_fill(__global float *o, long oo, long n, float v)
+__kernel void k_fill(__global store_t *o, long oo, long n, float v)
 {
     long i = get_global_id(0);
     if (i < n)
-        o[oo + i] = v;
+        st(o, oo + i, v);
 }
 
 /* the CPU's exp: 2^k p(r), r = x - k ln2 (Cody-Waite), p the degree-6 Taylor polynomial */
@@ -54,13 +127,13 @@ static float fexp(float x)
 }
 
 /* op: 0 affine (x * s + c), 1 exp, 2 log, 3 sqrt, 4 rsqrt, 5 tanh */
-__kernel void k_unary(__global float *o, long oo, __global const float *x, long xo, long n, int op,
+__kernel void k_unary(__global store_t *o, long oo, __global const store_t *x, long xo, long n, int op,
                       float s, float c)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
-    float v = x[xo + i], r;
+    float v = ld(x, xo + i), r;
     switch (op) {
     case 0: r = v * s + c; break;
     case 1: r = fexp(v); break;
@@ -69,7 +142,7 @@ __kernel void k_unary(__global float *o, long oo, __global const float *x, long 
     case 4: r = 1 / sqrt(v); break;
     default: r = tanh(v); break;
     }
-    o[oo + i] = r;
+    st(o, oo + i, r);
 }
 
 static float sigmoid_f(float x)
@@ -131,13 +204,13 @@ static float act_sigmoid(float x, int order)
 }
 
 /* kind: rc_act_kind (relu, gelu tanh, gelu erf, silu, sigmoid); order 0, 1, 2 */
-__kernel void k_act(__global float *o, long oo, __global const float *x, long xo, long n, int kind,
+__kernel void k_act(__global store_t *o, long oo, __global const store_t *x, long xo, long n, int kind,
                     int order)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
-    float v = x[xo + i], r;
+    float v = ld(x, xo + i), r;
     switch (kind) {
     case 0: r = order == 0 ? (v > 0 ? v : 0) : order == 1 ? (v > 0 ? 1 : 0) : 0; break;
     case 1: r = act_gelu_tanh(v, order); break;
@@ -145,60 +218,62 @@ __kernel void k_act(__global float *o, long oo, __global const float *x, long xo
     case 3: r = act_silu(v, order); break;
     default: r = act_sigmoid(v, order); break;
     }
-    o[oo + i] = r;
+    st(o, oo + i, r);
 }
 
 /* ---- broadcast binary ops, where, equal -------------------------------------------------- */
 
 /* op: 0 add, 1 sub, 2 mul, 3 div; out [n] over the box shape, inputs with strides sa, sb */
-__kernel void k_binary(__global float *o, long oo, __global const float *a, long ao,
-                       __global const float *b, long bo, long n, int op, int nd, long8 shape,
+__kernel void k_binary(__global store_t *o, long oo, __global const store_t *a, long ao,
+                       __global const store_t *b, long bo, long n, int op, int nd, long8 shape,
                        long8 sa, long8 sb)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
-    float x = a[ao + box_offset(i, nd, shape, sa)], y = b[bo + box_offset(i, nd, shape, sb)], r;
+    float x = ld(a, ao + box_offset(i, nd, shape, sa)), y = ld(b, bo + box_offset(i, nd, shape, sb)), r;
     switch (op) {
     case 0: r = x + y; break;
     case 1: r = x - y; break;
     case 2: r = x * y; break;
     default: r = x / y; break;
     }
-    o[oo + i] = r;
+    st(o, oo + i, r);
 }
 
-/* cond != 0 ? a : b; cond holds f32, or i32 (its bits read as_int) when cond_i32 */
-__kernel void k_where(__global float *o, long oo, __global const float *cond, long co,
-                      __global const float *a, long ao, __global const float *b, long bo, long n,
+/* cond != 0 ? a : b; cond holds the values' dtype, or i32 (element offset co in ints) when
+ * cond_i32; the chosen value is copied as it is stored */
+__kernel void k_where(__global store_t *o, long oo, __global const store_t *cond, long co,
+                      __global const store_t *a, long ao, __global const store_t *b, long bo, long n,
                       int cond_i32, int nd, long8 shape, long8 sc, long8 sa, long8 sb)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
-    float c = cond[co + box_offset(i, nd, shape, sc)];
-    int yes = cond_i32 ? as_int(c) != 0 : c != 0;
+    long ci = co + box_offset(i, nd, shape, sc);
+    int yes = cond_i32 ? ((__global const int *)cond)[ci] != 0 : ld(cond, ci) != 0;
     o[oo + i] = yes ? a[ao + box_offset(i, nd, shape, sa)] : b[bo + box_offset(i, nd, shape, sb)];
 }
 
-/* 1 where a == b else 0: both f32, or both i32 (bits read as_int) when is_i32 */
-__kernel void k_equal(__global float *o, long oo, __global const float *a, long ao,
-                      __global const float *b, long bo, long n, int is_i32, int nd, long8 shape,
+/* 1 where a == b else 0: both of the values' dtype, or both i32 when is_i32 */
+__kernel void k_equal(__global store_t *o, long oo, __global const store_t *a, long ao,
+                      __global const store_t *b, long bo, long n, int is_i32, int nd, long8 shape,
                       long8 sa, long8 sb)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
-    float x = a[ao + box_offset(i, nd, shape, sa)], y = b[bo + box_offset(i, nd, shape, sb)];
-    int eq = is_i32 ? as_int(x) == as_int(y) : x == y;
-    o[oo + i] = eq ? 1 : 0;
+    long ia = ao + box_offset(i, nd, shape, sa), ib = bo + box_offset(i, nd, shape, sb);
+    int eq = is_i32 ? ((__global const int *)a)[ia] == ((__global const int *)b)[ib]
+                    : ld(a, ia) == ld(b, ib);
+    st(o, oo + i, eq ? 1 : 0);
 }
 
 /* ---- data movement and casts --------------------------------------------------------------- */
 
 /* the box shape (n elements) read with strides ss from s + so, written with strides ds at
- * d + dofs: every movement op of 4-byte elements */
-__kernel void k_copy(__global uint *d, long dofs, __global const uint *s, long so, long n, int nd,
+ * d + dofs: every movement op of elements of word_t's size */
+__kernel void k_copy(__global word_t *d, long dofs, __global const word_t *s, long so, long n, int nd,
                      long8 shape, long8 ds, long8 ss)
 {
     long i = get_global_id(0);
@@ -233,11 +308,37 @@ __kernel void k_cast_i32_f32(__global float *o, long oo, __global const int *x, 
         o[oo + i] = (float)x[xo + i];
 }
 
+/* dtypes of k_cast: rc_dtype's values */
+enum { DT_F32 = 0, DT_I32 = 2, DT_BF16 = 3, DT_F16 = 4 };
+
+/* casts from or to 16 bits (the CPU's: through f32, i32 values rounded to f32 first);
+ * element offsets in each side's dtype */
+__kernel void k_cast(__global uchar *o, long oo, int to, __global const uchar *x, long xo, int from,
+                     long n)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    float v;
+    switch (from) {
+    case DT_F32: v = ((__global const float *)x)[xo + i]; break;
+    case DT_I32: v = (float)((__global const int *)x)[xo + i]; break;
+    case DT_BF16: v = bf16_to_f32(((__global const ushort *)x)[xo + i]); break;
+    default: v = f16_to_f32(((__global const ushort *)x)[xo + i]); break;
+    }
+    switch (to) {
+    case DT_F32: ((__global float *)o)[oo + i] = v; break;
+    case DT_I32: ((__global int *)o)[oo + i] = to_i32(v); break;
+    case DT_BF16: ((__global ushort *)o)[oo + i] = f32_to_bf16(v); break;
+    default: ((__global ushort *)o)[oo + i] = f32_to_f16(v); break;
+    }
+}
+
 /* ---- reductions ------------------------------------------------------------------------------- */
 
 /* out [n] over the kept box kshape (input strides ks); each sums (or takes the max of) the
  * m elements of the summed box sshape (strides ss), in index order, in acc_t */
-__kernel void k_reduce(__global float *o, long oo, __global const float *x, long xo, long n,
+__kernel void k_reduce(__global store_t *o, long oo, __global const store_t *x, long xo, long n,
                        long m, int is_max, int knd, long8 kshape, long8 ks, int snd, long8 sshape,
                        long8 ss)
 {
@@ -248,21 +349,21 @@ __kernel void k_reduce(__global float *o, long oo, __global const float *x, long
     if (is_max) {
         float r = -INFINITY;
         for (long j = 0; j < m; j++) {
-            float v = x[base + box_offset(j, snd, sshape, ss)];
+            float v = ld(x, base + box_offset(j, snd, sshape, ss));
             r = v > r ? v : r;
         }
-        o[oo + i] = r;
+        st(o, oo + i, r);
         return;
     }
     acc_t s = 0;
     for (long j = 0; j < m; j++)
-        s += x[base + box_offset(j, snd, sshape, ss)];
-    o[oo + i] = (float)s;
+        s += ld(x, base + box_offset(j, snd, sshape, ss));
+    st(o, oo + i, (float)s);
 }
 
 /* k_reduce in two passes for few outputs of long sums: part[i * chunks + c] = the sum (or
  * max) of the summed elements [c * chunk, (c + 1) * chunk) of output i, in index order */
-__kernel void k_reduce_part(__global acc_t *part, __global const float *x, long xo, long n,
+__kernel void k_reduce_part(__global acc_t *part, __global const store_t *x, long xo, long n,
                             long m, long chunk, long chunks, int is_max, int knd, long8 kshape,
                             long8 ks, int snd, long8 sshape, long8 ss)
 {
@@ -273,7 +374,7 @@ __kernel void k_reduce_part(__global acc_t *part, __global const float *x, long 
     long base = xo + box_offset(i, knd, kshape, ks);
     acc_t r = is_max ? -INFINITY : 0;
     for (long j = lo; j < hi; j++) {
-        float v = x[base + box_offset(j, snd, sshape, ss)];
+        float v = ld(x, base + box_offset(j, snd, sshape, ss));
         if (is_max)
             r = v > r ? v : r;
         else
@@ -283,7 +384,7 @@ __kernel void k_reduce_part(__global acc_t *part, __global const float *x, long 
 }
 
 /* out[i] = the chunks' parts of output i combined in chunk order */
-__kernel void k_reduce_finish(__global float *o, long oo, __global const acc_t *part, long n,
+__kernel void k_reduce_finish(__global store_t *o, long oo, __global const acc_t *part, long n,
                               long chunks, int is_max)
 {
     long i = get_global_id(0);
@@ -294,13 +395,14 @@ __kernel void k_reduce_finish(__global float *o, long oo, __global const acc_t *
         acc_t v = part[i * chunks + c];
         r = is_max ? (v > r ? v : r) : r + v;
     }
-    o[oo + i] = (float)r;
+    st(o, oo + i, (float)r);
 }
 
 /* ---- softmax and norms: one work-item per row --------------------------------------------- */
 
-/* the CPU's dsum: x[0, n) in 8 interleaved partial sums, the tail first, then the partials */
-static acc_t dsum(__global const float *x, long n)
+/* the CPU's dsum: x[0, n) in 8 interleaved partial sums, the tail first, then the partials
+ * (dsum_f over float temporaries, dsum over stored values) */
+static acc_t dsum_f(__global const float *x, long n)
 {
     acc_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
     long i = 0;
@@ -314,41 +416,58 @@ static acc_t dsum(__global const float *x, long n)
     return s;
 }
 
+static acc_t dsum(__global const store_t *x, long n)
+{
+    acc_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
+    long i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            acc[k] += ld(x, i + k);
+    for (; i < n; i++)
+        s += ld(x, i);
+    for (int k = 0; k < 8; k++)
+        s += acc[k];
+    return s;
+}
+
 /* the CPU's dsum_sq: the sum of (x[i] - mean)^2, the same way */
-static acc_t dsum_sq(__global const float *x, long n, acc_t mean)
+static acc_t dsum_sq(__global const store_t *x, long n, acc_t mean)
 {
     acc_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
     long i = 0;
     for (; i + 8 <= n; i += 8)
         for (int k = 0; k < 8; k++) {
-            acc_t d = x[i + k] - mean;
+            acc_t d = ld(x, i + k) - mean;
             acc[k] += d * d;
         }
     for (; i < n; i++)
-        s += (x[i] - mean) * (x[i] - mean);
+        s += (ld(x, i) - mean) * (ld(x, i) - mean);
     for (int k = 0; k < 8; k++)
         s += acc[k];
     return s;
 }
 
 /* rows [rows] of c: softmax of x * scale + mask (mask strides mst over the node's nd axes
- * `shape`, when has_mask), causal: row r sees keys j <= r % tq + (c - tq) */
-__kernel void k_softmax(__global float *out, long oo, __global const float *x, long xo,
-                        __global const float *mask, long mo, int has_mask, long rows, long c,
-                        long tq, int causal, float scale, int nd, long8 shape, long8 mst)
+ * `shape`, when has_mask), causal: row r sees keys j <= r % tq + (c - tq). The row is
+ * computed in float at tmp (the output itself for f32 values) and stored at the end. */
+__kernel void k_softmax(__global store_t *out, long oo, __global float *tmp, long to,
+                        __global const store_t *x, long xo, __global const store_t *mask, long mo,
+                        int has_mask, long rows, long c, long tq, int causal, float scale, int nd,
+                        long8 shape, long8 mst)
 {
     long r = get_global_id(0);
     if (r >= rows)
         return;
-    __global const float *xr = x + xo + r * c;
-    __global float *o = out + oo + r * c;
+    __global const store_t *xr = x + xo + r * c;
+    __global store_t *o = out + oo + r * c;
+    __global float *t = tmp + to + r * c;
     long cnt = c;
     if (causal) {
         long lim = r % tq + (c - tq) + 1;
         cnt = lim < 0 ? 0 : lim > c ? c : lim;
     }
     for (long j = 0; j < cnt; j++)
-        o[j] = xr[j] * scale;
+        t[j] = ld(xr, j) * scale;
     if (has_mask) {
         long sh[8], ms[8], moff = 0, rr = r;
         vstore8(shape, 0, sh);
@@ -359,60 +478,60 @@ __kernel void k_softmax(__global float *out, long oo, __global const float *x, l
         }
         long step = nd ? ms[nd - 1] : 0;
         for (long j = 0; j < cnt; j++)
-            o[j] += mask[mo + moff + j * step];
+            t[j] += ld(mask, mo + moff + j * step);
     }
     float mx = -INFINITY;
     for (long j = 0; j < cnt; j++)
-        mx = o[j] > mx ? o[j] : mx;
+        mx = t[j] > mx ? t[j] : mx;
     if (mx == -INFINITY) {
         for (long j = 0; j < c; j++)
-            o[j] = 0;
+            st(o, j, 0);
         return;
     }
     for (long j = 0; j < cnt; j++)
-        o[j] = fexp(o[j] - mx);
-    float inv = (float)(1 / dsum(o, cnt));
+        t[j] = fexp(t[j] - mx);
+    float inv = (float)(1 / dsum_f(t, cnt));
     for (long j = 0; j < cnt; j++)
-        o[j] *= inv;
+        st(o, j, t[j] * inv);
     for (long j = cnt; j < c; j++)
-        o[j] = 0;
+        st(o, j, 0);
 }
 
 /* rows of c: (x - mean) / sqrt(var + eps) * w + b, w and b when has_w, has_b */
-__kernel void k_layer_norm(__global float *out, long oo, __global const float *x, long xo,
-                           __global const float *w, long wo, int has_w, __global const float *b,
+__kernel void k_layer_norm(__global store_t *out, long oo, __global const store_t *x, long xo,
+                           __global const store_t *w, long wo, int has_w, __global const store_t *b,
                            long bo, int has_b, long rows, long c, acc_t eps)
 {
     long r = get_global_id(0);
     if (r >= rows)
         return;
-    __global const float *xr = x + xo + r * c;
-    __global float *o = out + oo + r * c;
+    __global const store_t *xr = x + xo + r * c;
+    __global store_t *o = out + oo + r * c;
     acc_t mean = dsum(xr, c) / (acc_t)c, var = dsum_sq(xr, c, mean) / (acc_t)c;
     float mu = (float)mean, rstd = (float)(1 / sqrt(var + eps));
     for (long j = 0; j < c; j++) {
-        float v = (xr[j] - mu) * rstd;
+        float v = (ld(xr, j) - mu) * rstd;
         if (has_w)
-            v *= w[wo + j];
+            v *= ld(w, wo + j);
         if (has_b)
-            v += b[bo + j];
-        o[j] = v;
+            v += ld(b, bo + j);
+        st(o, j, v);
     }
 }
 
 /* rows of c: x / sqrt(mean(x^2) + eps) * (w + offset), without w (has_w 0): times 1 */
-__kernel void k_rms_norm(__global float *out, long oo, __global const float *x, long xo,
-                         __global const float *w, long wo, int has_w, long rows, long c, acc_t eps,
+__kernel void k_rms_norm(__global store_t *out, long oo, __global const store_t *x, long xo,
+                         __global const store_t *w, long wo, int has_w, long rows, long c, acc_t eps,
                          float offset)
 {
     long r = get_global_id(0);
     if (r >= rows)
         return;
-    __global const float *xr = x + xo + r * c;
-    __global float *o = out + oo + r * c;
+    __global const store_t *xr = x + xo + r * c;
+    __global store_t *o = out + oo + r * c;
     float rs = (float)(1 / sqrt(dsum_sq(xr, c, 0) / (acc_t)c + eps));
     for (long j = 0; j < c; j++)
-        o[j] = has_w ? xr[j] * rs * (w[wo + j] + offset) : xr[j] * rs;
+        st(o, j, has_w ? ld(xr, j) * rs * (ld(w, wo + j) + offset) : ld(xr, j) * rs);
 }
 
 /* ---- ids: embedding, one-hot, cross-entropy ------------------------------------------------ */
@@ -430,8 +549,9 @@ __kernel void k_check_ids(__global const int *ids, long io, long count, long n, 
         atomic_min(fault, (int)i);
 }
 
-/* out [count, c]: row i = table row ids[i] - first (zeros outside the table's rows) */
-__kernel void k_embedding(__global float *o, long oo, __global const float *t, long to,
+/* out [count, c]: row i = table row ids[i] - first as stored (zeros outside the table's
+ * rows) */
+__kernel void k_embedding(__global store_t *o, long oo, __global const store_t *t, long to,
                           __global const int *ids, long io, long count, long c, long rows, long first)
 {
     long e = get_global_id(0);
@@ -441,10 +561,11 @@ __kernel void k_embedding(__global float *o, long oo, __global const float *t, l
     o[oo + e] = r >= 0 && r < rows ? t[to + r * c + j] : 0;
 }
 
-/* out [rows, c] (zeroed first) += grad row i at row ids[i] - first, skipping `skip`: one
- * work-item per column, adding in i order (the CPU's order: deterministic) */
-__kernel void k_embedding_grad(__global float *o, long oo, __global const int *ids, long io,
-                               __global const float *g, long go, long count, long c, long rows,
+/* acc [rows, c] (float, zeroed first: the output itself for f32 values) += grad row i at
+ * row ids[i] - first, skipping `skip`: one work-item per column, adding in i order (the
+ * CPU's order: deterministic) */
+__kernel void k_embedding_grad(__global float *acc, long ao, __global const int *ids, long io,
+                               __global const store_t *g, long go, long count, long c, long rows,
                                long first, int skip)
 {
     long j = get_global_id(0);
@@ -455,12 +576,12 @@ __kernel void k_embedding_grad(__global float *o, long oo, __global const int *i
         long r = (long)id - first;
         if (id == skip || r < 0 || r >= rows)
             continue;
-        o[oo + r * c + j] += g[go + i * c + j];
+        acc[ao + r * c + j] += ld(g, go + i * c + j);
     }
 }
 
 /* out [count, depth]: 1 at column ids[i] - first unless ids[i] == ignore */
-__kernel void k_one_hot(__global float *o, long oo, __global const int *ids, long io, long count,
+__kernel void k_one_hot(__global store_t *o, long oo, __global const int *ids, long io, long count,
                         long depth, long first, int ignore)
 {
     long e = get_global_id(0);
@@ -468,20 +589,20 @@ __kernel void k_one_hot(__global float *o, long oo, __global const int *ids, lon
         return;
     long i = e / depth, j = e % depth;
     int id = ids[io + i];
-    o[oo + e] = id != ignore && (long)id - first == j ? 1 : 0;
+    st(o, oo + e, id != ignore && (long)id - first == j ? 1 : 0);
 }
 
-static float row_max(__global const float *x, long v)
+static float row_max(__global const store_t *x, long v)
 {
     float mx = -INFINITY;
     for (long j = 0; j < v; j++)
-        mx = x[j] > mx ? x[j] : mx;
+        mx = ld(x, j) > mx ? ld(x, j) : mx;
     return mx;
 }
 
 /* the CPU's sum_exp: exp(x[j] - mx) in float, summed a block of 512 at a time (dsum's
  * order within a block), blocks added in order */
-static acc_t sum_exp(__global const float *x, long v, float mx)
+static acc_t sum_exp(__global const store_t *x, long v, float mx)
 {
     acc_t s = 0;
     for (long j0 = 0; j0 < v; j0 += 512) {
@@ -490,9 +611,9 @@ static acc_t sum_exp(__global const float *x, long v, float mx)
         long i = 0;
         for (; i + 8 <= n; i += 8)
             for (int k = 0; k < 8; k++)
-                acc[k] += fexp(x[j0 + i + k] - mx);
+                acc[k] += fexp(ld(x, j0 + i + k) - mx);
         for (; i < n; i++)
-            t += fexp(x[j0 + i] - mx);
+            t += fexp(ld(x, j0 + i) - mx);
         for (int k = 0; k < 8; k++)
             t += acc[k];
         s += t;
@@ -501,7 +622,7 @@ static acc_t sum_exp(__global const float *x, long v, float mx)
 }
 
 /* loss[r] = logsumexp(row r) - row[target] (0 for an ignored target) */
-__kernel void k_ce_rows(__global acc_t *loss, __global const float *x, long xo,
+__kernel void k_ce_rows(__global acc_t *loss, __global const store_t *x, long xo,
                         __global const int *tg, long to, long rows, long v, int ignore)
 {
     long r = get_global_id(0);
@@ -512,12 +633,13 @@ __kernel void k_ce_rows(__global acc_t *loss, __global const float *x, long xo,
         loss[r] = 0;
         return;
     }
-    __global const float *xr = x + xo + r * v;
+    __global const store_t *xr = x + xo + r * v;
     float mx = row_max(xr, v);
-    loss[r] = (acc_t)mx + log(sum_exp(xr, v, mx)) - (acc_t)xr[t];
+    loss[r] = (acc_t)mx + log(sum_exp(xr, v, mx)) - (acc_t)ld(xr, t);
 }
 
-/* one work-item: out = the mean of loss over targets not ignored (0 when none) */
+/* one work-item: out = the mean of loss over targets not ignored (0 when none); the loss
+ * is f32 in every program (that of 16-bit logits too) */
 __kernel void k_ce_mean(__global float *o, long oo, __global const acc_t *loss,
                         __global const int *tg, long to, long rows, int ignore)
 {
@@ -532,7 +654,7 @@ __kernel void k_ce_mean(__global float *o, long oo, __global const acc_t *loss,
     o[oo] = count ? (float)(s / (acc_t)count) : 0;
 }
 
-/* one work-item: scale[0] = g / (targets not ignored), 0 when none */
+/* one work-item: scale[0] = g / (targets not ignored), 0 when none; g is the loss's f32 */
 __kernel void k_ce_scale(__global float *scale, __global const int *tg, long to, long rows,
                          int ignore, __global const float *g, long go)
 {
@@ -544,35 +666,37 @@ __kernel void k_ce_scale(__global float *scale, __global const int *tg, long to,
     scale[0] = count ? (float)((acc_t)g[go] / (acc_t)count) : 0;
 }
 
-/* row r of the gradient: (softmax(row) - onehot(target)) * scale; zeros when ignored */
-__kernel void k_ce_grad(__global float *out, long oo, __global const float *x, long xo,
-                        __global const int *tg, long to, __global const float *scale, long rows,
-                        long v, int ignore)
+/* row r of the gradient: (softmax(row) - onehot(target)) * scale; zeros when ignored. The
+ * exponentials are kept in float at tmp (the output itself for f32 values). */
+__kernel void k_ce_grad(__global store_t *out, long oo, __global float *tmp, long tmo,
+                        __global const store_t *x, long xo, __global const int *tg, long to,
+                        __global const float *scale, long rows, long v, int ignore)
 {
     long r = get_global_id(0);
     if (r >= rows)
         return;
-    __global float *o = out + oo + r * v;
-    __global const float *xr = x + xo + r * v;
+    __global store_t *o = out + oo + r * v;
+    __global float *e = tmp + tmo + r * v;
+    __global const store_t *xr = x + xo + r * v;
     int t = tg[to + r];
     if (t == ignore) {
         for (long j = 0; j < v; j++)
-            o[j] = 0;
+            st(o, j, 0);
         return;
     }
     float sc = scale[0], mx = row_max(xr, v);
     for (long j = 0; j < v; j++)
-        o[j] = fexp(xr[j] - mx);
-    float k = (float)(1 / dsum(o, v)) * sc;
+        e[j] = fexp(ld(xr, j) - mx);
+    float k = (float)(1 / dsum_f(e, v)) * sc, et = e[t];
     for (long j = 0; j < v; j++)
-        o[j] *= k;
-    o[t] -= sc;
+        st(o, j, e[j] * k);
+    st(o, t, et * k - sc);
 }
 
 #ifdef RC_FP64
 /* x [rows, h, d]: element (r, hh, j) of a rotary pair q < rot / 2 rotated by
  * pos[r % np] * theta^(-2q/rot) (angle, cos and sin in double as the CPU), the rest copied */
-__kernel void k_rope(__global float *o, long oo, __global const float *x, long xo,
+__kernel void k_rope(__global store_t *o, long oo, __global const store_t *x, long xo,
                      __global const int *pos, long po, long np, long n, long h, long d, long rot,
                      int interleaved, int inverse, double theta)
 {
@@ -580,7 +704,7 @@ __kernel void k_rope(__global float *o, long oo, __global const float *x, long x
     if (e >= n)
         return;
     long j = e % d, row = e / d, r = row / h, pairs = rot / 2;
-    __global const float *xr = x + xo + row * d;
+    __global const store_t *xr = x + xo + row * d;
     if (j >= rot) {
         o[oo + e] = xr[j];
         return;
@@ -591,10 +715,48 @@ __kernel void k_rope(__global float *o, long oo, __global const float *x, long x
     double ang = (double)pos[po + r % np] * pow(theta, -2.0 * (double)q / (double)rot);
     if (inverse)
         ang = -ang;
-    float cs = (float)cos(ang), sn = (float)sin(ang), xa = xr[ia], xb = xr[ib];
-    o[oo + e] = is_a ? xa * cs - xb * sn : xb * cs + xa * sn;
+    float cs = (float)cos(ang), sn = (float)sin(ang), xa = ld(xr, ia), xb = ld(xr, ib);
+    st(o, oo + e, is_a ? xa * cs - xb * sn : xb * cs + xa * sn);
 }
 #endif
+
+/* ---- matrix products of a few rows (decoding) over 16-bit weights ------------------------- */
+
+/* out [rows, n] = a [rows, k] (stored [k, rows] when ta) times b stored [k, n] (or [n, k]
+ * when tb), rows <= 4: one work-item per column j, reading b's stored words directly,
+ * summing in f32 in the CPU's order (src/backend/cpu/kernels_half.c): in p order, or for
+ * b stored [n, k] in 16 partial sums (p mod 16) added in order at the end */
+__kernel void k_matmul_rows(__global store_t *o, long oo, __global const store_t *a, long ao,
+                            __global const store_t *b, long bo, long rows, long n, long k, int ta,
+                            int tb)
+{
+    long j = get_global_id(0);
+    if (j >= n)
+        return;
+    float acc[4] = {0, 0, 0, 0};
+    if (!tb) {
+        for (long p = 0; p < k; p++) {
+            float w = ld(b, bo + p * n + j);
+            for (long r = 0; r < rows; r++)
+                acc[r] += ld(a, ao + (ta ? p * rows + r : r * k + p)) * w;
+        }
+    } else {
+        __global const store_t *bj = b + bo + j * k;
+        for (long r = 0; r < rows; r++) {
+            float part[16] = {0};
+            long p = 0;
+            for (; p + 16 <= k; p += 16)
+                for (int l = 0; l < 16; l++)
+                    part[l] += ld(a, ao + (ta ? (p + l) * rows + r : r * k + p + l)) * ld(bj, p + l);
+            for (; p < k; p++)
+                part[p % 16] += ld(a, ao + (ta ? p * rows + r : r * k + p)) * ld(bj, p);
+            for (int l = 0; l < 16; l++)
+                acc[r] += part[l];
+        }
+    }
+    for (long r = 0; r < rows; r++)
+        st(o, oo + r * n + j, acc[r]);
+}
 
 /* ---- dropout --------------------------------------------------------------------------------- */
 
@@ -609,14 +771,14 @@ static ulong hash64(ulong x)
 
 /* kept iff rc_rng_uniform_at(key, i) >= p, i.e. (hash >> 11) >= ceil(p 2^53) = thresh
  * (exact in integers: no double needed); kept values scaled */
-__kernel void k_dropout(__global float *o, long oo, __global const float *x, long xo, long n,
+__kernel void k_dropout(__global store_t *o, long oo, __global const store_t *x, long xo, long n,
                         ulong key, ulong thresh, float scale)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
     ulong u = hash64(key ^ hash64((ulong)i)) >> 11;
-    o[oo + i] = u >= thresh ? x[xo + i] * scale : 0;
+    st(o, oo + i, u >= thresh ? ld(x, xo + i) * scale : 0);
 }
 
 /* ---- optimizer --------------------------------------------------------------------------------- */

@@ -274,7 +274,7 @@ static const char *kernel_names[OCL_KERNEL_COUNT] = {
     "k_cast_i32_f32", "k_reduce", "k_dropout", "k_adamw", "k_sgd", "k_accumulate", "k_sum_squares",
     "k_softmax", "k_layer_norm", "k_rms_norm", "k_check_ids", "k_embedding", "k_embedding_grad",
     "k_one_hot", "k_ce_rows", "k_ce_mean", "k_ce_scale", "k_ce_grad", "k_rope", "k_reduce_part",
-    "k_reduce_finish",
+    "k_reduce_finish", "k_cast", "k_matmul_rows",
 };
 
 /* the start of the compiler's log (its first errors), in err */
@@ -296,7 +296,8 @@ static int build_failed(rci_ocl *o, cl_program prog, cl_int s, rc_error *err)
     return -1;
 }
 
-int rci_ocl_build_program(rci_ocl *o, const char *src, cl_program *out, rc_error *err)
+/* the program of src built with the backend's options and `extra` ones */
+static int build_with(rci_ocl *o, const char *src, const char *extra, cl_program *out, rc_error *err)
 {
     cl_int s;
     cl_program prog = clCreateProgramWithSource(o->ctx, 1, &src, NULL, &s);
@@ -305,10 +306,10 @@ int rci_ocl_build_program(rci_ocl *o, const char *src, cl_program *out, rc_error
         return fail(&o->be, "clCreateProgramWithSource", s, err);
     cl_device_fp_config fp = 0;
     clGetDeviceInfo(o->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
-    char opts[128];
-    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s",
+    char opts[192];
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s%s",
              fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT ? " -cl-fp32-correctly-rounded-divide-sqrt" : "",
-             o->fp64 ? " -DRC_FP64" : "");
+             o->fp64 ? " -DRC_FP64" : "", extra);
     s = clBuildProgram(prog, 1, &o->device, opts, NULL, NULL);
     if (s != CL_SUCCESS) {
         build_failed(o, prog, s, err);
@@ -319,15 +320,19 @@ int rci_ocl_build_program(rci_ocl *o, const char *src, cl_program *out, rc_error
     return 0;
 }
 
-int rci_ocl_build(rci_ocl *o, rc_error *err)
+int rci_ocl_build_program(rci_ocl *o, const char *src, cl_program *out, rc_error *err)
 {
-    if (rci_ocl_build_program(o, rci_ocl_source, &o->program, err))
-        return -1;
+    return build_with(o, src, "", out, err);
+}
+
+/* the kernels of program prog (rope only with fp64) */
+static int create_kernels(rci_ocl *o, cl_program prog, cl_kernel *kernels, rc_error *err)
+{
     for (int k = 0; k < OCL_KERNEL_COUNT; k++) {
         if (k == OCL_ROPE && !o->fp64)
             continue;
         cl_int s;
-        o->kernels[k] = clCreateKernel(o->program, kernel_names[k], &s);
+        kernels[k] = clCreateKernel(prog, kernel_names[k], &s);
         if (s != CL_SUCCESS)
             return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: kernel %s: %s", o->name,
                                 kernel_names[k], rci_ocl_status(s));
@@ -335,12 +340,41 @@ int rci_ocl_build(rci_ocl *o, rc_error *err)
     return 0;
 }
 
+int rci_ocl_build(rci_ocl *o, rc_error *err)
+{
+    if (rci_ocl_build_program(o, rci_ocl_source, &o->program, err))
+        return -1;
+    return create_kernels(o, o->program, o->kernels, err);
+}
+
+/* kernel k of the program for values stored as `store`, building a 16-bit one first */
+static cl_kernel kernel_for(rci_ocl *o, rc_dtype store, rci_ocl_kernel k, rc_error *err)
+{
+    if (store != RC_BF16 && store != RC_F16)
+        return o->kernels[k];
+    int h = store == RC_F16;
+    if (!o->half_program[h]) {
+        const char *opt = h ? " -DRC_STORE_F16" : " -DRC_STORE_BF16";
+        if (build_with(o, rci_ocl_source, opt, &o->half_program[h], err))
+            return NULL;
+        if (create_kernels(o, o->half_program[h], o->half_kernels[h], err))
+            return NULL;
+    }
+    if (!o->half_kernels[h][k])
+        rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: kernel %s for %s values was not built", o->name,
+                     kernel_names[k], rc_dtype_name(store));
+    return o->half_kernels[h][k];
+}
+
+/* The scratch counts in the backend's used and peak bytes (the 16-bit products' f32
+ * copies are device memory like any other), as the CPU's 16-bit scratch does. */
 cl_mem rci_ocl_scratch(rci_ocl *o, size_t bytes, rc_error *err)
 {
     if (bytes <= o->scratch_bytes)
         return o->scratch;
     if (o->scratch)
         clReleaseMemObject(o->scratch);
+    o->be.used_bytes -= o->scratch_bytes;
     o->scratch_bytes = 0;
     cl_int s;
     o->scratch = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, bytes, NULL, &s);
@@ -350,15 +384,25 @@ cl_mem rci_ocl_scratch(rci_ocl *o, size_t bytes, rc_error *err)
         return NULL;
     }
     o->scratch_bytes = bytes;
+    o->be.used_bytes += bytes;
+    o->be.peak_bytes = o->be.used_bytes > o->be.peak_bytes ? o->be.used_bytes : o->be.peak_bytes;
     return o->scratch;
 }
 
 int rci_ocl_launch(rci_ocl *o, rci_ocl_kernel k, const rci_ocl_arg *args, int nargs, size_t n,
                    const char *what, rc_error *err)
 {
-    cl_kernel kern = o->kernels[k];
+    return rci_ocl_launch_as(o, RC_F32, k, args, nargs, n, what, err);
+}
+
+int rci_ocl_launch_as(rci_ocl *o, rc_dtype store, rci_ocl_kernel k, const rci_ocl_arg *args,
+                      int nargs, size_t n, const char *what, rc_error *err)
+{
     if (n == 0)
         return 0;   /* OpenCL refuses an empty range */
+    cl_kernel kern = kernel_for(o, store, k, err);
+    if (!kern)
+        return -1;
     for (int i = 0; i < nargs; i++) {
         cl_int s = clSetKernelArg(kern, (cl_uint)i, args[i].size, args[i].value);
         if (s != CL_SUCCESS)
@@ -378,11 +422,18 @@ int rci_ocl_launch(rci_ocl *o, rci_ocl_kernel k, const rci_ocl_arg *args, int na
 
 static void ocl_close(rci_ocl *o)
 {
-    for (int k = 0; k < OCL_KERNEL_COUNT; k++)
+    for (int k = 0; k < OCL_KERNEL_COUNT; k++) {
         if (o->kernels[k])
             clReleaseKernel(o->kernels[k]);
+        for (int h = 0; h < 2; h++)
+            if (o->half_kernels[h][k])
+                clReleaseKernel(o->half_kernels[h][k]);
+    }
     if (o->program)
         clReleaseProgram(o->program);
+    for (int h = 0; h < 2; h++)
+        if (o->half_program[h])
+            clReleaseProgram(o->half_program[h]);
     if (o->scratch)
         clReleaseMemObject(o->scratch);
     if (o->fault)

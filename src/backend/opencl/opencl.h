@@ -48,6 +48,8 @@ typedef enum {
     OCL_ROPE,              /* built only with fp64 (its angles are in double, as the CPU's) */
     OCL_REDUCE_PART,
     OCL_REDUCE_FINISH,
+    OCL_CAST,              /* casts from or to 16 bits */
+    OCL_MATMUL_ROWS,       /* a few rows times 16-bit weights read directly */
     OCL_KERNEL_COUNT
 } rci_ocl_kernel;
 
@@ -58,8 +60,10 @@ typedef struct {
     cl_device_id device;
     cl_context ctx;
     cl_command_queue queue;
-    cl_program program;
+    cl_program program;           /* f32 values (and i32) */
     cl_kernel kernels[OCL_KERNEL_COUNT];
+    cl_program half_program[2];   /* bf16, f16 values: built on first use */
+    cl_kernel half_kernels[2][OCL_KERNEL_COUNT];
     int fp64;                     /* the device has cl_khr_fp64: sums accumulate in double */
     size_t max_alloc;             /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
     cl_mem scratch;               /* the kernels' temporaries (grown on demand) */
@@ -76,8 +80,9 @@ static inline cl_mem rci_ocl_mem(const rc_buffer *b)
 /* A short name of an OpenCL status code ("CL_OUT_OF_RESOURCES", ...). */
 const char *rci_ocl_status(cl_int status);
 
-/* Builds the program of kernels.cl on a device and creates its kernels; on a build
- * failure the error holds the compiler's log. */
+/* Builds the program of kernels.cl on a device for f32 values and creates its kernels; on
+ * a build failure the error holds the compiler's log. The programs for bf16 and f16 values
+ * (kernels.cl with RC_STORE_BF16, RC_STORE_F16) are built when a node first needs them. */
 int rci_ocl_build(rci_ocl *o, rc_error *err);
 /* Builds one program from OpenCL C source with the backend's options (*out NULL on a
  * failure, whose error ends with the compiler's log). */
@@ -91,6 +96,10 @@ typedef struct {
 } rci_ocl_arg;
 int rci_ocl_launch(rci_ocl *o, rci_ocl_kernel k, const rci_ocl_arg *args, int nargs, size_t n,
                    const char *what, rc_error *err);
+/* The same with kernel k of the program for float values stored as `store` (RC_F32,
+ * RC_BF16 or RC_F16; a 16-bit program is built on its first launch). */
+int rci_ocl_launch_as(rci_ocl *o, rc_dtype store, rci_ocl_kernel k, const rci_ocl_arg *args,
+                      int nargs, size_t n, const char *what, rc_error *err);
 
 /* At least `bytes` of scratch device memory, valid until the next call (work queued
  * before a regrowth keeps the old buffer alive); NULL with err set. */

@@ -2,9 +2,19 @@
  * checks of the inputs as the CPU kernels make them, then a kernel of kernels.cl (or
  * CLBlast's GEMM) queued on the device's in-order queue.
  *
- * Memory is (cl_mem, element offset): every tensor here has 4-byte elements (f32, i32),
- * so a byte offset is 4 times an element offset. Boxes (shapes with per-input strides) are
- * simplified as the CPU does: size-1 axes dropped, axes that continue each other merged. */
+ * Memory is (cl_mem, element offset): elements of 4 bytes (f32, i32) or 2 (bf16, f16), so
+ * a byte offset is the element size times an element offset. Boxes (shapes with per-input
+ * strides) are simplified as the CPU does: size-1 axes dropped, axes that continue each
+ * other merged.
+ *
+ * 16-bit values (bf16, f16) run the kernels of the program built for their storage
+ * (kernels.cl): loads widen to f32, stores round once, so a 16-bit node computes as the
+ * f32 kernel on widened inputs, the CPU's rule (src/backend/cpu/kernels_half.c). Kernels
+ * that keep temporaries in their output (softmax, the cross-entropy gradient, the
+ * embedding gradient's sums) keep them in f32 scratch instead; matrix products widen their
+ * operands into scratch for CLBlast's SGEMM and round the result, except a few rows times
+ * a shared 16-bit matrix (a decoding step), which reads the 16-bit words directly, summing
+ * in the CPU's order. */
 #include "opencl.h"
 
 #include <clblast_c.h>
@@ -67,16 +77,37 @@ typedef struct {
     cl_long off;
 } place;
 
-static int place_of(const rci_mem *m, const rc_tensor *node, place *p, rc_error *err)
+/* the place of memory m holding elements of dtype t */
+static int place_of(const rci_mem *m, const rc_tensor *node, rc_dtype t, place *p, rc_error *err)
 {
+    size_t es = rc_dtype_size(t);
     if (!m->buf)
         return rc_error_set(err, RC_ERR_ARG, "%s: an input has no memory", op_name(node));
-    if (m->off % 4)
-        return rc_error_set(err, RC_ERR_ARG, "%s: memory at byte %zu is not 4-byte aligned",
-                            op_name(node), m->off);
+    if (m->off % es)
+        return rc_error_set(err, RC_ERR_ARG, "%s: %s memory at byte %zu is not %zu-byte aligned",
+                            op_name(node), rc_dtype_name(t), m->off, es);
     p->mem = rci_ocl_mem(m->buf);
-    p->off = (cl_long)(m->off / 4);
+    p->off = (cl_long)(m->off / es);
     return 0;
+}
+
+/* How the node's float values are stored: bf16 or f16 when it reads or writes them (a
+ * loss of 16-bit logits is f32), else f32. Its kernels come from that storage's program. */
+static rc_dtype storage(const rc_tensor *node)
+{
+    if (node->dtype == RC_BF16 || node->dtype == RC_F16)
+        return node->dtype;
+    for (int k = 0; k < node->nsrc; k++)
+        if (node->src[k] && (node->src[k]->dtype == RC_BF16 || node->src[k]->dtype == RC_F16))
+            return node->src[k]->dtype;
+    return RC_F32;
+}
+
+/* kernel k of the node's storage over n work-items */
+static int launch(rci_ocl *o, const rc_tensor *node, rci_ocl_kernel k, const rci_ocl_arg *args,
+                  int nargs, size_t n, const char *what, rc_error *err)
+{
+    return rci_ocl_launch_as(o, storage(node), k, args, nargs, n, what, err);
 }
 
 #define ARG(v) {sizeof(v), &(v)}
@@ -102,10 +133,10 @@ static int same_size(const rc_tensor *node, rc_error *err)
 /* The places of the output and the first nin inputs. */
 static int places(const rci_node_run *r, int nin, place *out, place *in, rc_error *err)
 {
-    if (place_of(&r->out, r->node, out, err))
+    if (place_of(&r->out, r->node, r->node->dtype, out, err))
         return -1;
     for (int k = 0; k < nin; k++)
-        if (place_of(&r->in[k], r->node, &in[k], err))
+        if (place_of(&r->in[k], r->node, r->node->src[k]->dtype, &in[k], err))
             return -1;
     return 0;
 }
@@ -115,19 +146,19 @@ static int places(const rci_node_run *r, int nin, place *out, place *in, rc_erro
 static int run_full(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     place out = {0};
-    if (place_of(&r->out, r->node, &out, err))
+    if (place_of(&r->out, r->node, r->node->dtype, &out, err))
         return -1;
     cl_long n = rc_tensor_numel(r->node);
     cl_float v = (cl_float)r->node->fparam[0];
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(n), ARG(v)};
-    return rci_ocl_launch(o, OCL_FILL, a, 4, (size_t)n, "full", err);
+    return launch(o, r->node, OCL_FILL, a, 4, (size_t)n, "full", err);
 }
 
 static int run_unary(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[1] = {{0}};
-    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || places(r, 1, &out, in, err))
+    if (need_src(node, 0, storage(node), err) || same_size(node, err) || places(r, 1, &out, in, err))
         return -1;
     cl_long n = rc_tensor_numel(node);
     cl_int op = node->op == RC_OP_AFFINE ? 0 : node->op == RC_OP_EXP ? 1 : node->op == RC_OP_LOG ? 2
@@ -135,14 +166,14 @@ static int run_unary(rci_ocl *o, const rci_node_run *r, rc_error *err)
     cl_float s = (cl_float)node->fparam[0], c = (cl_float)node->fparam[1];
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n), ARG(op),
                        ARG(s), ARG(c)};
-    return rci_ocl_launch(o, OCL_UNARY, a, 8, (size_t)n, op_name(node), err);
+    return launch(o, node, OCL_UNARY, a, 8, (size_t)n, op_name(node), err);
 }
 
 static int run_act(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[1] = {{0}};
-    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || places(r, 1, &out, in, err))
+    if (need_src(node, 0, storage(node), err) || same_size(node, err) || places(r, 1, &out, in, err))
         return -1;
     cl_int kind = node->iparam[0], order = node->iparam[1];
     if (kind < 0 || kind >= RC_ACT_COUNT || order < 0 || order > 2)
@@ -150,7 +181,7 @@ static int run_act(rci_ocl *o, const rci_node_run *r, rc_error *err)
     cl_long n = rc_tensor_numel(node);
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n), ARG(kind),
                        ARG(order)};
-    return rci_ocl_launch(o, OCL_ACT, a, 7, (size_t)n, "act", err);
+    return launch(o, node, OCL_ACT, a, 7, (size_t)n, "act", err);
 }
 
 static int run_binary(rci_ocl *o, const rci_node_run *r, rc_error *err)
@@ -158,7 +189,7 @@ static int run_binary(rci_ocl *o, const rci_node_run *r, rc_error *err)
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
     box b;
-    if (need_src(node, 0, RC_F32, err) || need_src(node, 1, RC_F32, err) ||
+    if (need_src(node, 0, storage(node), err) || need_src(node, 1, storage(node), err) ||
         bcast_box(node, 2, &b, err) || places(r, 2, &out, in, err))
         return -1;
     cl_long n = rc_tensor_numel(node);
@@ -166,7 +197,7 @@ static int run_binary(rci_ocl *o, const rci_node_run *r, rc_error *err)
     cl_long8 shape = long8_of(b.shape), sa = long8_of(b.st[0]), sb = long8_of(b.st[1]);
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
                        ARG(in[1].off), ARG(n), ARG(op), ARG(nd), ARG(shape), ARG(sa), ARG(sb)};
-    return rci_ocl_launch(o, OCL_BINARY, a, 12, (size_t)n, op_name(node), err);
+    return launch(o, node, OCL_BINARY, a, 12, (size_t)n, op_name(node), err);
 }
 
 /* src0 cond (f32 or i32, nonzero = true), src1 a, src2 b */
@@ -178,8 +209,8 @@ static int run_where(rci_ocl *o, const rci_node_run *r, rc_error *err)
     cl_int cond_i32 = node->src[0]->dtype == RC_I32;
     place out = {0}, in[3] = {{0}};
     box b;
-    if ((!cond_i32 && need_src(node, 0, RC_F32, err)) || need_src(node, 1, RC_F32, err) ||
-        need_src(node, 2, RC_F32, err) || bcast_box(node, 3, &b, err) || places(r, 3, &out, in, err))
+    if ((!cond_i32 && need_src(node, 0, storage(node), err)) || need_src(node, 1, storage(node), err) ||
+        need_src(node, 2, storage(node), err) || bcast_box(node, 3, &b, err) || places(r, 3, &out, in, err))
         return -1;
     cl_long n = rc_tensor_numel(node);
     cl_int nd = b.nd;
@@ -188,7 +219,7 @@ static int run_where(rci_ocl *o, const rci_node_run *r, rc_error *err)
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
                        ARG(in[1].off), ARG(in[2].mem), ARG(in[2].off), ARG(n), ARG(cond_i32),
                        ARG(nd), ARG(shape), ARG(sc), ARG(sa), ARG(sb)};
-    return rci_ocl_launch(o, OCL_WHERE, a, 15, (size_t)n, "where", err);
+    return launch(o, node, OCL_WHERE, a, 15, (size_t)n, "where", err);
 }
 
 /* src0 and src1 both f32 or both i32 */
@@ -198,7 +229,7 @@ static int run_equal(rci_ocl *o, const rci_node_run *r, rc_error *err)
     if (node->nsrc < 2 || !node->src[0] || !node->src[1])
         return rc_error_set(err, RC_ERR_ARG, "equal: needs two inputs");
     cl_int is_i32 = node->src[0]->dtype == RC_I32;
-    rc_dtype t = is_i32 ? RC_I32 : RC_F32;
+    rc_dtype t = is_i32 ? RC_I32 : storage(node);
     place out = {0}, in[2] = {{0}};
     box b;
     if (need_src(node, 0, t, err) || need_src(node, 1, t, err) || bcast_box(node, 2, &b, err) ||
@@ -209,15 +240,16 @@ static int run_equal(rci_ocl *o, const rci_node_run *r, rc_error *err)
     cl_long8 shape = long8_of(b.shape), sa = long8_of(b.st[0]), sb = long8_of(b.st[1]);
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
                        ARG(in[1].off), ARG(n), ARG(is_i32), ARG(nd), ARG(shape), ARG(sa), ARG(sb)};
-    return rci_ocl_launch(o, OCL_EQUAL, a, 12, (size_t)n, "equal", err);
+    return launch(o, node, OCL_EQUAL, a, 12, (size_t)n, "equal", err);
 }
 
 /* ---- data movement --------------------------------------------------------------------------- */
 
 /* The box shape[nd] from src (element strides ss, from element soff) to dst (strides ds,
- * from element doff). */
-static int copy_box(rci_ocl *o, cl_mem dst, int64_t doff, const int64_t *ds, cl_mem src, int64_t soff,
-                    const int64_t *ss, int nd, const int64_t *shape, const char *what, rc_error *err)
+ * from element doff), elements of dtype t (4 bytes: the f32 program's copy; 2: t's). */
+static int copy_box(rci_ocl *o, rc_dtype t, cl_mem dst, int64_t doff, const int64_t *ds, cl_mem src,
+                    int64_t soff, const int64_t *ss, int nd, const int64_t *shape, const char *what,
+                    rc_error *err)
 {
     int64_t st[2][RC_MAX_DIMS];
     int64_t total = 1;
@@ -235,7 +267,7 @@ static int copy_box(rci_ocl *o, cl_mem dst, int64_t doff, const int64_t *ds, cl_
     cl_long8 sh = long8_of(b.shape), d8 = long8_of(b.st[0]), s8 = long8_of(b.st[1]);
     rci_ocl_arg a[] = {ARG(dst), ARG(dof), ARG(src), ARG(sof), ARG(n), ARG(bnd), ARG(sh), ARG(d8),
                        ARG(s8)};
-    return rci_ocl_launch(o, OCL_COPY, a, 9, (size_t)n, what, err);
+    return rci_ocl_launch_as(o, rc_dtype_size(t) == 2 ? t : RC_F32, OCL_COPY, a, 9, (size_t)n, what, err);
 }
 
 static int bad_shape(const rc_tensor *node, rc_error *err)
@@ -274,7 +306,8 @@ static int run_permute(rci_ocl *o, const rci_node_run *r, const place *out, cons
         seen |= 1 << p;
         ss[i] = sst[p];
     }
-    return copy_box(o, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape, "permute", err);
+    return copy_box(o, node->dtype, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape,
+                    "permute", err);
 }
 
 static int run_slice(rci_ocl *o, const rci_node_run *r, const place *out, const place *in,
@@ -289,8 +322,8 @@ static int run_slice(rci_ocl *o, const rci_node_run *r, const place *out, const 
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
     rci_contiguous_strides(s->ndim, s->shape, ss);
     rci_contiguous_strides(node->ndim, node->shape, ds);
-    return copy_box(o, out->mem, out->off, ds, in->mem, in->off + start * ss[ax], ss, node->ndim,
-                    node->shape, "slice", err);
+    return copy_box(o, node->dtype, out->mem, out->off, ds, in->mem, in->off + start * ss[ax], ss,
+                    node->ndim, node->shape, "slice", err);
 }
 
 static int run_pad(rci_ocl *o, const rci_node_run *r, const place *out, const place *in,
@@ -306,8 +339,8 @@ static int run_pad(rci_ocl *o, const rci_node_run *r, const place *out, const pl
     rci_contiguous_strides(node->ndim, node->shape, ds);
     if (o->be.fill_zero(&o->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err))
         return -1;
-    return copy_box(o, out->mem, out->off + before * ds[ax], ds, in->mem, in->off, ss, node->ndim,
-                    s->shape, "pad", err);
+    return copy_box(o, node->dtype, out->mem, out->off + before * ds[ax], ds, in->mem, in->off, ss,
+                    node->ndim, s->shape, "pad", err);
 }
 
 static int run_concat(rci_ocl *o, const rci_node_run *r, const place *out, rc_error *err)
@@ -328,10 +361,10 @@ static int run_concat(rci_ocl *o, const rci_node_run *r, const place *out, rc_er
     for (int k = 0; k < node->nsrc; k++) {
         const rc_tensor *s = node->src[k];
         place in = {0};
-        if (place_of(&r->in[k], node, &in, err))
+        if (place_of(&r->in[k], node, s->dtype, &in, err))
             return -1;
         rci_contiguous_strides(s->ndim, s->shape, ss);
-        if (copy_box(o, out->mem, out->off + at * ds[ax], ds, in.mem, in.off, ss, node->ndim,
+        if (copy_box(o, node->dtype, out->mem, out->off + at * ds[ax], ds, in.mem, in.off, ss, node->ndim,
                      s->shape, "concat", err))
             return -1;
         at += s->shape[ax];
@@ -348,7 +381,14 @@ static int run_expand(rci_ocl *o, const rci_node_run *r, const place *out, const
     if (rci_bcast_strides(s, nd, node->shape, ss))
         return bad_shape(node, err);
     rci_contiguous_strides(nd, node->shape, ds);
-    return copy_box(o, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape, "expand", err);
+    return copy_box(o, node->dtype, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape,
+                    "expand", err);
+}
+
+/* the dtypes casts run between on the device (no f64 tensors here) */
+static int cast_dtype(rc_dtype t)
+{
+    return t == RC_F32 || t == RC_I32 || t == RC_BF16 || t == RC_F16;
 }
 
 static int run_cast(rci_ocl *o, const rci_node_run *r, const place *out, const place *in,
@@ -366,6 +406,12 @@ static int run_cast(rci_ocl *o, const rci_node_run *r, const place *out, const p
         return rci_ocl_launch(o, OCL_CAST_F32_I32, a, 5, (size_t)n, "cast", err);
     if (s->dtype == RC_I32 && node->dtype == RC_F32)
         return rci_ocl_launch(o, OCL_CAST_I32_F32, a, 5, (size_t)n, "cast", err);
+    if (cast_dtype(s->dtype) && cast_dtype(node->dtype)) {
+        cl_int from = (cl_int)s->dtype, to = (cl_int)node->dtype;
+        rci_ocl_arg c[] = {ARG(out->mem), ARG(out->off), ARG(to), ARG(in->mem), ARG(in->off), ARG(from),
+                           ARG(n)};
+        return rci_ocl_launch(o, OCL_CAST, c, 7, (size_t)n, "cast", err);
+    }
     return rc_error_set(err, RC_ERR_UNSUPPORTED, "cast: %s to %s is not supported on %s",
                         rc_dtype_name(s->dtype), rc_dtype_name(node->dtype), o->be.name);
 }
@@ -389,16 +435,16 @@ static int run_move(rci_ocl *o, const rci_node_run *r, rc_error *err)
         if (node->op != RC_OP_CAST && s->dtype != node->dtype)
             return rc_error_set(err, RC_ERR_DTYPE, "%s: input %d has dtype %s, output %s",
                                 op_name(node), k, rc_dtype_name(s->dtype), rc_dtype_name(node->dtype));
-        if (rc_dtype_size(s->dtype) != 4)
+        if (!cast_dtype(s->dtype))
             return rc_error_set(err, RC_ERR_DTYPE, "%s: dtype %s is not supported on %s",
                                 op_name(node), rc_dtype_name(s->dtype), o->be.name);
     }
     place out = {0}, in = {0};
-    if (place_of(&r->out, node, &out, err))
+    if (place_of(&r->out, node, node->dtype, &out, err))
         return -1;
     if (node->op == RC_OP_CONCAT)
         return run_concat(o, r, &out, err);
-    if (place_of(&r->in[0], node, &in, err))
+    if (place_of(&r->in[0], node, node->src[0]->dtype, &in, err))
         return -1;
     switch (node->op) {
     case RC_OP_PERMUTE: return run_permute(o, r, &out, &in, err);
@@ -419,7 +465,7 @@ enum {
 /* out [kept box] = the sum (or max) over the summed box of the input at `in`: one
  * work-item per output, or, for few outputs of long sums, fixed chunks summed in parallel
  * (scratch) and then combined in chunk order: the same order on every run */
-static int reduce_boxes(rci_ocl *o, const place *out, const place *in, const box *kept,
+static int reduce_boxes(rci_ocl *o, rc_dtype store, const place *out, const place *in, const box *kept,
                         const box *summed, int is_max, const char *what, rc_error *err)
 {
     cl_long n = 1, m = 1;
@@ -433,7 +479,7 @@ static int reduce_boxes(rci_ocl *o, const place *out, const place *in, const box
     if (m < 2 * REDUCE_CHUNK || n >= REDUCE_FEW) {
         rci_ocl_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in->mem), ARG(in->off), ARG(n), ARG(m),
                            ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
-        return rci_ocl_launch(o, OCL_REDUCE, a, 13, (size_t)n, what, err);
+        return rci_ocl_launch_as(o, store, OCL_REDUCE, a, 13, (size_t)n, what, err);
     }
     cl_long chunk = REDUCE_CHUNK, chunks = (m + chunk - 1) / chunk;
     cl_mem part = rci_ocl_scratch(o, (size_t)(n * chunks) * (o->fp64 ? sizeof(cl_double) : sizeof(cl_float)),
@@ -443,9 +489,9 @@ static int reduce_boxes(rci_ocl *o, const place *out, const place *in, const box
     rci_ocl_arg a[] = {ARG(part), ARG(in->mem), ARG(in->off), ARG(n), ARG(m), ARG(chunk), ARG(chunks),
                        ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
     rci_ocl_arg f[] = {ARG(out->mem), ARG(out->off), ARG(part), ARG(n), ARG(chunks), ARG(mx)};
-    if (rci_ocl_launch(o, OCL_REDUCE_PART, a, 14, (size_t)(n * chunks), what, err))
+    if (rci_ocl_launch_as(o, store, OCL_REDUCE_PART, a, 14, (size_t)(n * chunks), what, err))
         return -1;
-    return rci_ocl_launch(o, OCL_REDUCE_FINISH, f, 6, (size_t)n, what, err);
+    return rci_ocl_launch_as(o, store, OCL_REDUCE_FINISH, f, 6, (size_t)n, what, err);
 }
 
 /* sum / max over axis iparam[0]: kept (outer, inner), summed n */
@@ -453,7 +499,7 @@ static int run_reduce(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[1] = {{0}};
-    if (need_src(node, 0, RC_F32, err) || places(r, 1, &out, in, err))
+    if (need_src(node, 0, storage(node), err) || places(r, 1, &out, in, err))
         return -1;
     const rc_tensor *s = node->src[0];
     int axis = node->iparam[0];
@@ -468,7 +514,8 @@ static int run_reduce(rci_ocl *o, const rci_node_run *r, rc_error *err)
     if (outer * inner != rc_tensor_numel(node))
         return rc_error_set(err, RC_ERR_SHAPE, "%s: output size does not match", op_name(node));
     box kept = {2, {outer, inner}, {{n * inner, 1}}}, summed = {1, {n}, {{inner}}};
-    return reduce_boxes(o, &out, &in[0], &kept, &summed, node->op == RC_OP_MAX, op_name(node), err);
+    return reduce_boxes(o, storage(node), &out, &in[0], &kept, &summed, node->op == RC_OP_MAX,
+                        op_name(node), err);
 }
 
 /* src0 summed down to the node's shape: the input's axes split into kept and summed ones */
@@ -476,7 +523,7 @@ static int run_sum_to(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[1] = {{0}};
-    if (need_src(node, 0, RC_F32, err) || places(r, 1, &out, in, err))
+    if (need_src(node, 0, storage(node), err) || places(r, 1, &out, in, err))
         return -1;
     const rc_tensor *s = node->src[0];
     int sd = s->ndim;
@@ -508,7 +555,7 @@ static int run_sum_to(rci_ocl *o, const rci_node_run *r, rc_error *err)
     box kept, summed;
     box_make(&kept, kn, ksh, 1, kst);
     box_make(&summed, sn, ssh, 1, sst);
-    return reduce_boxes(o, &out, &in[0], &kept, &summed, 0, "sum_to", err);
+    return reduce_boxes(o, storage(node), &out, &in[0], &kept, &summed, 0, "sum_to", err);
 }
 
 /* ---- softmax and norms: one work-item per row of the last axis ------------------------------ */
@@ -518,13 +565,13 @@ static int64_t last_dim(const rc_tensor *t)
     return t->ndim ? t->shape[t->ndim - 1] : 1;
 }
 
-/* src[k] is optional: NULL is fine, otherwise it must be [C] f32 */
+/* src[k] is optional: NULL is fine, otherwise it must be [C] of the node's dtype */
 static int optional_vector(const rc_tensor *node, int k, int64_t c, rc_error *err)
 {
     const rc_tensor *s = k < node->nsrc ? node->src[k] : NULL;
-    if (s && (s->dtype != RC_F32 || rc_tensor_numel(s) != c))
-        return rc_error_set(err, RC_ERR_SHAPE, "%s: input %d must be [%lld] f32", op_name(node), k,
-                            (long long)c);
+    if (s && (s->dtype != storage(node) || rc_tensor_numel(s) != c))
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: input %d must be [%lld] %s", op_name(node), k,
+                            (long long)c, rc_dtype_name(storage(node)));
     return 0;
 }
 
@@ -537,7 +584,7 @@ static int optional_place(const rci_node_run *r, int k, const place *out, place 
         *p = *out;
         return 0;
     }
-    return place_of(&r->in[k], r->node, p, err);
+    return place_of(&r->in[k], r->node, r->node->src[k]->dtype, p, err);
 }
 
 /* eps as the kernels' accumulator type: double with fp64, else float */
@@ -552,6 +599,23 @@ static rci_ocl_arg acc_value(const rci_ocl *o, const acc_arg *a)
     return r;
 }
 
+/* n f32 temporaries for a kernel that would keep them in its output: the output itself
+ * for f32 values, else scratch from float `skip` on */
+static int f32_temps(rci_ocl *o, const rc_tensor *node, const place *out, int64_t skip, int64_t n,
+                     place *tmp, rc_error *err)
+{
+    if (storage(node) == RC_F32) {
+        *tmp = *out;
+        return 0;
+    }
+    cl_mem m = rci_ocl_scratch(o, (size_t)(skip + n) * sizeof(cl_float), err);
+    if (!m)
+        return -1;
+    tmp->mem = m;
+    tmp->off = (cl_long)skip;
+    return 0;
+}
+
 /* softmax over the last axis of src0 * fparam[0] + src1 (optional mask, broadcast) */
 static int run_softmax(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
@@ -559,10 +623,10 @@ static int run_softmax(rci_ocl *o, const rci_node_run *r, rc_error *err)
     place out = {0}, in[1] = {{0}}, mask = {0};
     cl_int has_mask;
     int64_t mst[BOX_MAX] = {0}, shape[BOX_MAX] = {0};
-    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || places(r, 1, &out, in, err) ||
+    if (need_src(node, 0, storage(node), err) || same_size(node, err) || places(r, 1, &out, in, err) ||
         optional_place(r, 1, &out, &mask, &has_mask, err))
         return -1;
-    if (has_mask && (need_src(node, 1, RC_F32, err)))
+    if (has_mask && (need_src(node, 1, storage(node), err)))
         return -1;
     if (has_mask && rci_bcast_strides(node->src[1], node->ndim, node->shape, mst)) {
         char so[96];
@@ -576,10 +640,13 @@ static int run_softmax(rci_ocl *o, const rci_node_run *r, rc_error *err)
     cl_int causal = node->iparam[0] != 0, cnd = nd;
     cl_float scale = (cl_float)node->fparam[0];
     cl_long8 sh = long8_of(shape), ms = long8_of(mst);
-    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(mask.mem),
-                       ARG(mask.off), ARG(has_mask), ARG(rows), ARG(c), ARG(tq), ARG(causal),
-                       ARG(scale), ARG(cnd), ARG(sh), ARG(ms)};
-    return rci_ocl_launch(o, OCL_SOFTMAX, a, 15, (size_t)rows, "softmax", err);
+    place tmp;
+    if (f32_temps(o, node, &out, 0, rows * c, &tmp, err))
+        return -1;
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(tmp.mem), ARG(tmp.off), ARG(in[0].mem),
+                       ARG(in[0].off), ARG(mask.mem), ARG(mask.off), ARG(has_mask), ARG(rows), ARG(c),
+                       ARG(tq), ARG(causal), ARG(scale), ARG(cnd), ARG(sh), ARG(ms)};
+    return launch(o, node, OCL_SOFTMAX, a, 17, (size_t)rows, "softmax", err);
 }
 
 static int run_layer_norm(rci_ocl *o, const rci_node_run *r, rc_error *err)
@@ -588,7 +655,7 @@ static int run_layer_norm(rci_ocl *o, const rci_node_run *r, rc_error *err)
     place out = {0}, in[1] = {{0}}, w = {0}, b = {0};
     cl_int has_w, has_b;
     cl_long c = last_dim(node), rows = rc_tensor_numel(node) / c;
-    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || optional_vector(node, 1, c, err) ||
+    if (need_src(node, 0, storage(node), err) || same_size(node, err) || optional_vector(node, 1, c, err) ||
         optional_vector(node, 2, c, err) || places(r, 1, &out, in, err) ||
         optional_place(r, 1, &out, &w, &has_w, err) || optional_place(r, 2, &out, &b, &has_b, err))
         return -1;
@@ -596,7 +663,7 @@ static int run_layer_norm(rci_ocl *o, const rci_node_run *r, rc_error *err)
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
                        ARG(w.off), ARG(has_w), ARG(b.mem), ARG(b.off), ARG(has_b), ARG(rows), ARG(c),
                        acc_value(o, &eps)};
-    return rci_ocl_launch(o, OCL_LAYER_NORM, a, 13, (size_t)rows, "layer_norm", err);
+    return launch(o, node, OCL_LAYER_NORM, a, 13, (size_t)rows, "layer_norm", err);
 }
 
 static int run_rms_norm(rci_ocl *o, const rci_node_run *r, rc_error *err)
@@ -605,14 +672,14 @@ static int run_rms_norm(rci_ocl *o, const rci_node_run *r, rc_error *err)
     place out = {0}, in[1] = {{0}}, w = {0};
     cl_int has_w;
     cl_long c = last_dim(node), rows = rc_tensor_numel(node) / c;
-    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || optional_vector(node, 1, c, err) ||
+    if (need_src(node, 0, storage(node), err) || same_size(node, err) || optional_vector(node, 1, c, err) ||
         places(r, 1, &out, in, err) || optional_place(r, 1, &out, &w, &has_w, err))
         return -1;
     acc_arg eps = {node->fparam[0], (cl_float)node->fparam[0]};
     cl_float offset = (cl_float)node->fparam[1];
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
                        ARG(w.off), ARG(has_w), ARG(rows), ARG(c), acc_value(o, &eps), ARG(offset)};
-    return rci_ocl_launch(o, OCL_RMS_NORM, a, 11, (size_t)rows, "rms_norm", err);
+    return launch(o, node, OCL_RMS_NORM, a, 11, (size_t)rows, "rms_norm", err);
 }
 
 /* ---- ids: embedding, one-hot, cross-entropy, rope ------------------------------------------- */
@@ -664,7 +731,8 @@ static int run_embedding(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
-    if (need_src(node, 0, RC_F32, err) || need_src(node, 1, RC_I32, err) || places(r, 2, &out, in, err))
+    if (need_src(node, 0, storage(node), err) || need_src(node, 1, RC_I32, err) ||
+        places(r, 2, &out, in, err))
         return -1;
     const rc_tensor *tab = node->src[0];
     cl_long c = last_dim(node), count = rc_tensor_numel(node->src[1]);
@@ -676,7 +744,7 @@ static int run_embedding(rci_ocl *o, const rci_node_run *r, rc_error *err)
     cl_long rows = tab->shape[0], first = node->iparam[2] ? node->iparam[3] : 0;
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
                        ARG(in[1].off), ARG(count), ARG(c), ARG(rows), ARG(first)};
-    return rci_ocl_launch(o, OCL_EMBEDDING, a, 10, (size_t)(count * c), "embedding", err);
+    return launch(o, node, OCL_EMBEDDING, a, 10, (size_t)(count * c), "embedding", err);
 }
 
 /* ids src0 i32 [...], grad src1 [..., C] -> [V, C]: zeros, then out[ids[i]] += grad[i] */
@@ -684,7 +752,8 @@ static int run_embedding_grad(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
-    if (need_src(node, 0, RC_I32, err) || need_src(node, 1, RC_F32, err) || places(r, 2, &out, in, err))
+    if (need_src(node, 0, RC_I32, err) || need_src(node, 1, storage(node), err) ||
+        places(r, 2, &out, in, err))
         return -1;
     if (node->ndim != 2)
         return rc_error_set(err, RC_ERR_SHAPE, "embedding_grad: output must be [vocab, dim]");
@@ -692,14 +761,28 @@ static int run_embedding_grad(rci_ocl *o, const rci_node_run *r, rc_error *err)
     cl_long c = node->shape[1], count = rc_tensor_numel(node->src[0]), rows = node->shape[0];
     if (count * c != rc_tensor_numel(node->src[1]))
         return rc_error_set(err, RC_ERR_SHAPE, "embedding_grad: ids and gradient do not fit");
+    place acc;   /* the sums in f32: the output, or scratch rounded into it at the end */
     if (check_ids(o, &in[0], count, v, 0, 0, "embedding_grad", "id", err) ||
-        o->be.fill_zero(&o->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err))
+        f32_temps(o, node, &out, 0, rows * c, &acc, err))
         return -1;
+    cl_float zero = 0;
+    cl_int s = clEnqueueFillBuffer(o->queue, acc.mem, &zero, sizeof zero, (size_t)acc.off * sizeof zero,
+                                   (size_t)(rows * c) * sizeof zero, 0, NULL, NULL);
+    if (s != CL_SUCCESS)
+        return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: embedding_grad: zeroing the sums: %s",
+                            o->be.name, rci_ocl_status(s));
     cl_long first = node->iparam[2] ? node->iparam[3] : 0;
     cl_int skip = node->iparam[1];
-    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+    rci_ocl_arg a[] = {ARG(acc.mem), ARG(acc.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
                        ARG(in[1].off), ARG(count), ARG(c), ARG(rows), ARG(first), ARG(skip)};
-    return rci_ocl_launch(o, OCL_EMBEDDING_GRAD, a, 11, (size_t)c, "embedding_grad", err);
+    if (launch(o, node, OCL_EMBEDDING_GRAD, a, 11, (size_t)c, "embedding_grad", err))
+        return -1;
+    if (storage(node) == RC_F32)
+        return 0;
+    cl_long n = rows * c;
+    cl_int from = RC_F32, to = node->dtype;
+    rci_ocl_arg k[] = {ARG(out.mem), ARG(out.off), ARG(to), ARG(acc.mem), ARG(acc.off), ARG(from), ARG(n)};
+    return rci_ocl_launch(o, OCL_CAST, k, 7, (size_t)n, "embedding_grad", err);
 }
 
 /* ids src0 i32 [...] -> [..., depth]; ids equal to iparam[1] give zero rows */
@@ -719,7 +802,7 @@ static int run_one_hot(rci_ocl *o, const rci_node_run *r, rc_error *err)
     cl_long first = node->iparam[2] ? node->iparam[3] : 0;
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(count),
                        ARG(depth), ARG(first), ARG(ignore)};
-    return rci_ocl_launch(o, OCL_ONE_HOT, a, 8, (size_t)(count * depth), "one_hot", err);
+    return launch(o, node, OCL_ONE_HOT, a, 8, (size_t)(count * depth), "one_hot", err);
 }
 
 /* logits src0 [..., V] and targets src1 i32 [...]: checked, rows and V set */
@@ -742,7 +825,7 @@ static int run_cross_entropy(rci_ocl *o, const rci_node_run *r, rc_error *err)
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
     cl_long rows, v;
-    if (need_src(node, 0, RC_F32, err) || need_src(node, 1, RC_I32, err) ||
+    if (need_src(node, 0, storage(node), err) || need_src(node, 1, RC_I32, err) ||
         places(r, 2, &out, in, err) || ce_inputs(o, node, &in[1], &rows, &v, err))
         return -1;
     size_t es = o->fp64 ? sizeof(cl_double) : sizeof(cl_float);
@@ -752,7 +835,7 @@ static int run_cross_entropy(rci_ocl *o, const rci_node_run *r, rc_error *err)
     cl_int ignore = node->iparam[0];
     rci_ocl_arg a[] = {ARG(loss), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem), ARG(in[1].off),
                        ARG(rows), ARG(v), ARG(ignore)};
-    if (rows > 0 && rci_ocl_launch(o, OCL_CE_ROWS, a, 8, (size_t)rows, "cross_entropy", err))
+    if (rows > 0 && launch(o, node, OCL_CE_ROWS, a, 8, (size_t)rows, "cross_entropy", err))
         return -1;
     rci_ocl_arg m[] = {ARG(out.mem), ARG(out.off), ARG(loss), ARG(in[1].mem), ARG(in[1].off),
                        ARG(rows), ARG(ignore)};
@@ -765,12 +848,13 @@ static int run_cross_entropy_grad(rci_ocl *o, const rci_node_run *r, rc_error *e
     const rc_tensor *node = r->node;
     place out = {0}, in[3] = {{0}};
     cl_long rows, v;
-    if (need_src(node, 0, RC_F32, err) || need_src(node, 1, RC_I32, err) ||
+    if (need_src(node, 0, storage(node), err) || need_src(node, 1, RC_I32, err) ||
         need_src(node, 2, RC_F32, err) || places(r, 3, &out, in, err))
         return -1;
     if (rc_tensor_numel(node->src[2]) != 1)
         return rc_error_set(err, RC_ERR_SHAPE, "cross_entropy_grad: the upstream gradient is not a scalar");
-    if (ce_inputs(o, node, &in[1], &rows, &v, err))
+    place tmp;   /* the exponentials in f32: the output, or scratch after the scale */
+    if (ce_inputs(o, node, &in[1], &rows, &v, err) || f32_temps(o, node, &out, 16, rows * v, &tmp, err))
         return -1;
     cl_mem scale = rci_ocl_scratch(o, sizeof(cl_float), err);
     if (!scale)
@@ -780,9 +864,10 @@ static int run_cross_entropy_grad(rci_ocl *o, const rci_node_run *r, rc_error *e
                        ARG(in[2].mem), ARG(in[2].off)};
     if (rci_ocl_launch(o, OCL_CE_SCALE, a, 7, 1, "cross_entropy_grad", err))
         return -1;
-    rci_ocl_arg g[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
-                       ARG(in[1].off), ARG(scale), ARG(rows), ARG(v), ARG(ignore)};
-    return rci_ocl_launch(o, OCL_CE_GRAD, g, 10, (size_t)rows, "cross_entropy_grad", err);
+    rci_ocl_arg g[] = {ARG(out.mem), ARG(out.off), ARG(tmp.mem), ARG(tmp.off), ARG(in[0].mem),
+                       ARG(in[0].off), ARG(in[1].mem), ARG(in[1].off), ARG(scale), ARG(rows), ARG(v),
+                       ARG(ignore)};
+    return launch(o, node, OCL_CE_GRAD, g, 12, (size_t)rows, "cross_entropy_grad", err);
 }
 
 /* x src0 [..., T, H, D], positions src1 i32 (row r uses pos[r % P]); iparam: rotary dims,
@@ -791,7 +876,7 @@ static int run_rope(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
-    if (need_src(node, 0, RC_F32, err) || need_src(node, 1, RC_I32, err) || same_size(node, err) ||
+    if (need_src(node, 0, storage(node), err) || need_src(node, 1, RC_I32, err) || same_size(node, err) ||
         places(r, 2, &out, in, err))
         return -1;
     int nd = node->ndim, mode = node->iparam[1];
@@ -810,7 +895,7 @@ static int run_rope(rci_ocl *o, const rci_node_run *r, rc_error *err)
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
                        ARG(in[1].off), ARG(np), ARG(n), ARG(h), ARG(d), ARG(rot), ARG(inter),
                        ARG(inverse), ARG(theta)};
-    return rci_ocl_launch(o, OCL_ROPE, a, 14, (size_t)n, "rope", err);
+    return launch(o, node, OCL_ROPE, a, 14, (size_t)n, "rope", err);
 }
 
 /* ---- dropout, matmul ------------------------------------------------------------------------- */
@@ -820,7 +905,7 @@ static int run_dropout(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[1] = {{0}};
-    if (need_src(node, 0, RC_F32, err) || same_size(node, err) || places(r, 1, &out, in, err))
+    if (need_src(node, 0, storage(node), err) || same_size(node, err) || places(r, 1, &out, in, err))
         return -1;
     double p = node->fparam[0];
     if (p == 0)
@@ -836,12 +921,86 @@ static int run_dropout(rci_ocl *o, const rci_node_run *r, rc_error *err)
     cl_long n = rc_tensor_numel(node);
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n), ARG(k),
                        ARG(thresh), ARG(scale)};
-    return rci_ocl_launch(o, OCL_DROPOUT, a, 8, (size_t)n, "dropout", err);
+    return launch(o, node, OCL_DROPOUT, a, 8, (size_t)n, "dropout", err);
 }
 
 static int blast_failed(rci_ocl *o, CLBlastStatusCode s, rc_error *err)
 {
     return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: matmul: CLBlast status %d", o->be.name, (int)s);
+}
+
+enum { MATMUL_FEW_ROWS = 4 };   /* 16-bit products of at most this many rows: k_matmul_rows */
+
+/* n 16-bit values (dtype t) at src widened into f32 at element `at` of dst */
+static int widen_into(rci_ocl *o, cl_mem dst, int64_t at, const place *src, rc_dtype t, int64_t n,
+                      rc_error *err)
+{
+    cl_long dof = at, cnt = n;
+    cl_int from = t, to = RC_F32;
+    rci_ocl_arg a[] = {ARG(dst), ARG(dof), ARG(to), ARG(src->mem), ARG(src->off), ARG(from), ARG(cnt)};
+    return rci_ocl_launch(o, OCL_CAST, a, 7, (size_t)n, "matmul", err);
+}
+
+/* a decoding step: rows (<= MATMUL_FEW_ROWS) of a times the shared 2-D b, whose 16-bit
+ * words are read as they are (half the bytes of f32 weights), summed in f32 */
+static int matmul_rows(rci_ocl *o, const rc_tensor *node, const place *out, const place *in,
+                       int64_t rows, int64_t n, int64_t k, rc_error *err)
+{
+    cl_long cr = rows, cn = n, ck = k;
+    cl_int ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
+    rci_ocl_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(cr), ARG(cn), ARG(ck), ARG(ta), ARG(tb)};
+    return launch(o, node, OCL_MATMUL_ROWS, a, 11, (size_t)n, "matmul", err);
+}
+
+/* a checked product: transposes, sizes, batches of the output and of each operand */
+typedef struct {
+    int ta, tb;
+    int64_t m, n, k, batch, ba, bb;
+} matmul_dims;
+
+enum { MATMUL_CHUNK = 1 << 23 };   /* f32 elements of the 16-bit product's result per SGEMM */
+
+/* A product of 16-bit operands (dtype st) through SGEMM: both widened into scratch
+ * [a | b | chunk of c], c computed a chunk of rows (or of batches) at a time and rounded
+ * into the output, so the scratch never holds the whole f32 result (logits). */
+static int matmul_half(rci_ocl *o, rc_dtype st, const matmul_dims *d, const place *out, const place *in,
+                       rc_error *err)
+{
+    int64_t m = d->m, n = d->n, k = d->k;
+    int stacked = d->batch == 1 || (d->bb == 1 && d->ba == d->batch && !d->ta);
+    int64_t unit = stacked ? n : m * n, units = stacked ? d->batch * m : d->batch;
+    int64_t per = MATMUL_CHUNK / unit < 1 ? 1 : MATMUL_CHUNK / unit;
+    per = per < units ? per : units;
+    int64_t na = d->ba * m * k, nb = d->bb * k * n;
+    cl_mem t = rci_ocl_scratch(o, (size_t)(na + nb + per * unit) * sizeof(cl_float), err);
+    if (!t || widen_into(o, t, 0, &in[0], st, na, err) || widen_into(o, t, na, &in[1], st, nb, err))
+        return -1;
+    CLBlastTranspose opa = d->ta ? CLBlastTransposeYes : CLBlastTransposeNo;
+    CLBlastTranspose opb = d->tb ? CLBlastTransposeYes : CLBlastTransposeNo;
+    size_t lda = (size_t)(d->ta ? m : k), ldb = (size_t)(d->tb ? k : n), co = (size_t)(na + nb);
+    for (int64_t u0 = 0; u0 < units; u0 += per) {
+        int64_t cnt = units - u0 < per ? units - u0 : per;
+        CLBlastStatusCode s;
+        if (stacked) /* rows u0 .. of op(a): columns of a stored [k, m] when ta (then batch 1) */
+            s = CLBlastSgemm(CLBlastLayoutRowMajor, opa, opb, (size_t)cnt, (size_t)n, (size_t)k, 1.0f, t,
+                             (size_t)(d->ta ? u0 : u0 * k), lda, t, (size_t)na, ldb, 0.0f, t, co,
+                             (size_t)n, &o->queue, NULL);
+        else
+            s = CLBlastSgemmStridedBatched(
+                CLBlastLayoutRowMajor, opa, opb, (size_t)m, (size_t)n, (size_t)k, 1.0f, t,
+                d->ba == 1 ? 0 : (size_t)(u0 * m * k), lda, d->ba == 1 ? 0 : (size_t)(m * k), t,
+                (size_t)(na + (d->bb == 1 ? 0 : u0 * k * n)), ldb, d->bb == 1 ? 0 : (size_t)(k * n), 0.0f,
+                t, co, (size_t)n, (size_t)(m * n), (size_t)cnt, &o->queue, NULL);
+        if (s != CLBlastSuccess)
+            return blast_failed(o, s, err);
+        cl_long oo = out->off + u0 * unit, cof = (cl_long)co, nc = cnt * unit;
+        cl_int from = RC_F32, to = st;
+        rci_ocl_arg a[] = {ARG(out->mem), ARG(oo), ARG(to), ARG(t), ARG(cof), ARG(from), ARG(nc)};
+        if (rci_ocl_launch(o, OCL_CAST, a, 7, (size_t)nc, "matmul", err))
+            return -1;
+    }
+    return 0;
 }
 
 /* src0 a [..., M, K] (stored [..., K, M] when iparam[0]), src1 b [..., K, N] (stored
@@ -850,7 +1009,7 @@ static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
-    if (need_src(node, 0, RC_F32, err) || need_src(node, 1, RC_F32, err) ||
+    if (need_src(node, 0, storage(node), err) || need_src(node, 1, storage(node), err) ||
         places(r, 2, &out, in, err))
         return -1;
     const rc_tensor *A = node->src[0], *B = node->src[1];
@@ -871,6 +1030,12 @@ static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
     if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
         return rc_error_set(err, RC_ERR_SHAPE, "matmul: batches %lld @ %lld -> %lld do not match",
                             (long long)ba, (long long)bb, (long long)batch);
+    matmul_dims d = {ta, tb, m, n, k, batch, ba, bb};
+    if (storage(node) != RC_F32) {
+        if (bb == 1 && (batch == 1 || !ta) && batch * m <= MATMUL_FEW_ROWS)
+            return matmul_rows(o, node, &out, in, batch * m, n, k, err);
+        return matmul_half(o, storage(node), &d, &out, in, err);
+    }
     CLBlastTranspose opa = ta ? CLBlastTransposeYes : CLBlastTransposeNo;
     CLBlastTranspose opb = tb ? CLBlastTransposeYes : CLBlastTransposeNo;
     size_t lda = (size_t)(ta ? m : k), ldb = (size_t)(tb ? k : n);
@@ -892,11 +1057,14 @@ static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
 
 /* ---- dispatch ------------------------------------------------------------------------------------ */
 
+/* Every op that computes runs on f32, bf16 and f16 values (16-bit ones through the
+ * programs built for their storage); movement ops and casts on i32 too. */
 int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t)
 {
+    int real = t == RC_F32 || t == RC_BF16 || t == RC_F16;
     switch (op) {
     case RC_OP_ROPE:   /* angles in double */
-        return t == RC_F32 && ((const rci_ocl *)(const void *)be)->fp64;
+        return real && ((const rci_ocl *)(const void *)be)->fp64;
     case RC_OP_LEAF:
     case RC_OP_RESHAPE:
     case RC_OP_STOP_GRADIENT:
@@ -908,7 +1076,7 @@ int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t)
     case RC_OP_CONCAT:
     case RC_OP_EXPAND:
     case RC_OP_CAST:
-        return t == RC_F32 || t == RC_I32;
+        return real || t == RC_I32;
     case RC_OP_FULL:
     case RC_OP_ADD:
     case RC_OP_SUB:
@@ -936,7 +1104,7 @@ int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t)
     case RC_OP_DROPOUT:
     case RC_OP_WHERE:
     case RC_OP_EQUAL:
-        return t == RC_F32;
+        return real;
     default:
         return 0;
     }
