@@ -1,8 +1,9 @@
 /* half.h - the one home of redco's 16-bit float conversions (bf16 and IEEE f16), as
  * static inline functions so that loops over them vectorise. Every conversion to 16 bits
  * rounds to nearest, ties to even; NaN stays NaN (sign and the top payload bits kept, made
- * quiet); f16 keeps subnormals and overflows to infinity. Widening is exact, NaN payloads
- * as they are (the CPU's F16C path, kernels_half.c, makes a signalling f16 NaN quiet).
+ * quiet); f16 keeps subnormals and overflows to infinity. Widening is exact, except that
+ * a signalling f16 NaN is made quiet (payload kept), as the F16C instructions do, so the
+ * scalar, F16C (kernels_half.c) and OpenCL paths agree bit for bit.
  * The public wrappers (rc_bf16_from_f32, ...) and the array converters are in half.c. */
 #ifndef REDCO_HALF_H
 #define REDCO_HALF_H
@@ -43,8 +44,9 @@ static inline float rci_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
     uint32_t special = 0u - (uint32_t)(em >= 0x7c00u), small = 0u - (uint32_t)(em < 0x0400u);
-    /* normal: exponent rebiased; inf and NaN (payload kept as it is): the exponent all ones */
-    uint32_t normal = (em << 13) + ((127u - 15u) << 23) + (special & ((128u - 16u) << 23));
+    /* normal: exponent rebiased; inf and NaN (payload kept, made quiet): the exponent all ones */
+    uint32_t quiet = (0u - (uint32_t)(em > 0x7c00u)) & 0x00400000u;
+    uint32_t normal = ((em << 13) + ((127u - 15u) << 23) + (special & ((128u - 16u) << 23))) | quiet;
     /* zero and subnormals: em 2^-24, exact in f32 */
     uint32_t sub = rci_f32_bits((float)em * 5.9604644775390625e-8f);
     return rci_bits_f32(sign | (normal & ~small) | (sub & small));

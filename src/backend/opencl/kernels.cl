@@ -42,7 +42,8 @@ static float f16_to_f32(ushort h)
 {
     uint sign = (uint)(h & 0x8000u) << 16, em = h & 0x7fffu;
     uint normal = (em << 13) + ((127u - 15u) << 23);          /* exponent rebiased */
-    uint special = 0x7f800000u | (em & 0x3ffu) << 13;          /* inf, NaN (payload kept) */
+    uint special = 0x7f800000u | (em & 0x3ffu) << 13            /* inf, NaN (payload kept, */
+                   | (em > 0x7c00u ? 0x00400000u : 0u);          /* made quiet as F16C does) */
     float sub = (float)em * 5.9604644775390625e-8f;            /* zero, subnormal: em 2^-24 */
     uint bits = em >= 0x7c00u ? special : em >= 0x0400u ? normal : as_uint(sub);
     return as_float(sign | bits);
