@@ -49,8 +49,19 @@ extern "C" {
 enum { RC_MAX_DIMS = 6, RC_MAX_SRC = 8, RC_MAX_IPARAM = 8, RC_MAX_FPARAM = 4 };
 enum { RC_IGNORE_INDEX = -100 };  /* the target id losses skip (as torch's ignore_index) */
 
-/* Element types. bf16 and f16 are reserved storage types: loaders convert
- * them; kernels run in f32 (or f64 for reference checks). */
+/* Element types. f32 is the default; f64 serves reference checks. bf16 (the upper half of
+ * an f32) and f16 (IEEE binary16) are 16-bit storage types that every float op accepts:
+ *   - an op's output takes its inputs' dtype, as for f32 (inputs of one op share a dtype;
+ *     ids and targets stay i32); rc_full, rc_scalar, rc_const, rc_one_hot work in 16 bits;
+ *   - kernels compute in f32 and round the output to 16 bits (nearest, ties to even):
+ *     matrix products accumulate in f32, norms, softmax, reductions and losses in f32 or
+ *     wider; data movement (reshape, permute, slice, pad, concat, expand) copies the 16-bit
+ *     words unchanged;
+ *   - the losses return f32 for 16-bit inputs (rc_cross_entropy), f64 for f64;
+ *   - rc_cast converts between f32, f64, bf16, f16 and i32 (its gradient casts back);
+ *   - the gradient of a 16-bit node has the node's dtype; the rules of softmax and the
+ *     norms compute in f32 and round their results.
+ * rc_convert and rc_f32_to_bf16 ... below convert host arrays. */
 typedef enum {
     RC_F32 = 0,
     RC_F64,
@@ -105,7 +116,8 @@ typedef enum {
     RC_OP_EXPAND,        /* src0 broadcast to this node's shape */
     RC_OP_SUM_TO,        /* src0 summed down to this node's (broadcast-compatible) shape */
     RC_OP_CROSS_ENTROPY, /* mean over targets != iparam[0] of -log softmax(src0)[target];
-                            src0 [..., V] logits, src1 i32 [...] targets; scalar out */
+                            src0 [..., V] logits, src1 i32 [...] targets; scalar out, f32
+                            for f32 and 16-bit logits (computed in f32), f64 for f64 */
     RC_OP_ONE_HOT,       /* src0 i32 [...] -> [..., iparam[0]]; ids equal to iparam[1] give zero rows;
                             shard mode as EMBEDDING (columns [iparam[3], ...) of iparam[4]) */
     RC_OP_DROPOUT,       /* src0 * keep / (1 - fparam[0]); keep drawn from the 64-bit key in iparam[0..1]
@@ -114,7 +126,8 @@ typedef enum {
     RC_OP_CAST,          /* src0 converted to this node's dtype */
     RC_OP_EQUAL,         /* 1 where src0 == src1 else 0, broadcast; no gradient */
     RC_OP_CROSS_ENTROPY_GRAD, /* the gradient of CROSS_ENTROPY in one pass: src0 logits, src1
-                            targets, src2 the scalar upstream gradient; ignore id iparam[0] */
+                            targets, src2 the scalar upstream gradient (the loss's dtype: f32
+                            for 16-bit logits); ignore id iparam[0]; out: the logits' dtype */
     RC_OP_STOP_GRADIENT, /* src0 itself (a view); no gradient flows through it */
     RC_OP_MP_ENTER,      /* src0 itself (a view) entering model-parallel work; its gradient is
                             all-reduced over the model axis (Megatron's f) */
@@ -202,6 +215,15 @@ size_t rc_dtype_size(rc_dtype t);
 const char *rc_dtype_name(rc_dtype t);
 int rc_dtype_is_float(rc_dtype t);
 int64_t rc_tensor_numel(const rc_tensor *t);
+/* 16-bit floats as their bits (uint16_t): to 16 bits rounds to nearest, ties to even; NaN
+ * stays NaN (made quiet); f16 keeps subnormals and overflows to infinity. Widening is exact. */
+uint16_t rc_f32_to_bf16(float f);
+float rc_bf16_to_f32(uint16_t h);
+uint16_t rc_f32_to_f16(float f);
+float rc_f16_to_f32(uint16_t h);
+/* n elements of dtype st at src converted to dtype dt at dst (f32, f64, bf16, f16; the same
+ * dtype copies). f64 to 16 bits rounds through f32. Returns 0, or -1 for another dtype. */
+int rc_convert(void *dst, rc_dtype dt, const void *src, rc_dtype st, int64_t n);
 size_t rc_tensor_nbytes(const rc_tensor *t);
 /* Writes e.g. "[4, 8]" into buf; returns buf. */
 char *rc_shape_str(const rc_tensor *t, char *buf, size_t size);
@@ -322,7 +344,8 @@ rc_tensor *rc_rope(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_dims, rc_r
                    double theta);
 rc_tensor *rc_rope_inverse(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_dims,
                            rc_rope_mode mode, double theta);
-/* logits [..., V], targets i32 [...] -> scalar mean over targets != ignore_index */
+/* logits [..., V], targets i32 [...] -> scalar mean over targets != ignore_index (an f32
+ * scalar for f32 and 16-bit logits, f64 for f64) */
 rc_tensor *rc_cross_entropy(rc_graph *g, rc_tensor *logits, rc_tensor *targets, int ignore_index);
 rc_tensor *rc_one_hot(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_index, rc_dtype t);
 /* Vocabulary shards: the table (or one-hot columns) covers ids [first, first + rows) of a
@@ -330,7 +353,8 @@ rc_tensor *rc_one_hot(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_ind
 rc_tensor *rc_embedding_shard(rc_graph *g, rc_tensor *table, rc_tensor *ids, int64_t first, int64_t vocab);
 rc_tensor *rc_one_hot_shard(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_index, rc_dtype t,
                             int64_t first, int64_t vocab);
-/* d(cross_entropy)/d(logits) scaled by the scalar upstream gradient g_out, fused */
+/* d(cross_entropy)/d(logits) scaled by the scalar upstream gradient g_out (of the loss's
+ * dtype), fused; the logits' dtype */
 rc_tensor *rc_cross_entropy_grad(rc_graph *g, rc_tensor *logits, rc_tensor *targets,
                                  rc_tensor *g_out, int ignore_index);
 

@@ -228,6 +228,138 @@ static int mode_dump(const char *path)
     return rc;
 }
 
+/* ---- 16-bit tensors ------------------------------------------------------------------- */
+
+enum { HALF_N = 64 };
+
+/* HALF_N f32 values: specials, ties, subnormals of f16, and a spread */
+static void half_values(float *v)
+{
+    float specials[12] = {0.0f, -0.0f, 1.0f, -2.5f, INFINITY, -INFINITY, 65504.0f, 65520.0f,
+                          0x1p-24f, 0x1p-25f, 1.0f + 0x1p-8f, 1.0f + 0x3p-8f};
+    memcpy(v, specials, sizeof specials);
+    for (int i = 12; i < HALF_N; i++)
+        v[i] = (float)((i * 37 % 101) - 50) * 0.01234567f * (float)(1 << (i % 9));
+}
+
+/* writes PATH with tensors "bf16" and "f16" (the values rounded by redco) and prints the
+ * f32 source values and the 16-bit words as JSON */
+static int mode_write_half(const char *path)
+{
+    float v[HALF_N];
+    uint16_t bf[HALF_N], h[HALF_N];
+    half_values(v);
+    rc_convert(bf, RC_BF16, v, RC_F32, HALF_N);
+    rc_convert(h, RC_F16, v, RC_F32, HALF_N);
+    int64_t shape[2] = {8, HALF_N / 8};
+    rc_st_entry t[2] = {{"bf16", rc_st_dtype_name(RC_BF16), 2, shape, bf}, {"f16", rc_st_dtype_name(RC_F16), 2, shape, h}};
+    rc_error err = {0};
+    if (rc_safetensors_write_entries(path, 2, t, 0, NULL, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    printf("{\"f32\": [");
+    for (int i = 0; i < HALF_N; i++)
+        printf("%s%u", i ? ", " : "", f32_bits(v[i]));
+    printf("], \"bf16\": [");
+    for (int i = 0; i < HALF_N; i++)
+        printf("%s%u", i ? ", " : "", bf[i]);
+    printf("], \"f16\": [");
+    for (int i = 0; i < HALF_N; i++)
+        printf("%s%u", i ? ", " : "", h[i]);
+    printf("]}\n");
+    return 0;
+}
+
+/* prints, per BF16 / F16 tensor of PATH, its words as read into its own dtype and its
+ * values read into f32 (bits), one JSON line each */
+static int mode_dump_half(const char *path)
+{
+    rc_error err = {0};
+    rc_safetensors *f = rc_safetensors_open(path, &err);
+    if (!f) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    int rc = 0;
+    for (int i = 0; i < rc_safetensors_count(f) && !rc; i++) {
+        const rc_st_tensor *t = rc_safetensors_info(f, i);
+        if (t->dtype != RC_BF16 && t->dtype != RC_F16)
+            continue;
+        size_t n = (size_t)(t->numel ? t->numel : 1);
+        uint16_t *w = malloc(n * 2);
+        float *v = malloc(n * 4);
+        rc = rc_safetensors_read(f, i, (rc_dtype)t->dtype, w, t->numel, &err) ||
+             rc_safetensors_read(f, i, RC_F32, v, t->numel, &err);
+        printf("{\"name\": ");
+        print_json_string(t->name);
+        printf(", \"words\": [");
+        for (int64_t e = 0; e < t->numel && !rc; e++)
+            printf("%s%u", e ? ", " : "", w[e]);
+        printf("], \"f32\": [");
+        for (int64_t e = 0; e < t->numel && !rc; e++)
+            printf("%s%u", e ? ", " : "", f32_bits(v[e]));
+        printf("]}\n");
+        free(w);
+        free(v);
+    }
+    if (rc)
+        fprintf(stderr, "%s\n", err.msg);
+    rc_safetensors_close(f);
+    return rc;
+}
+
+/* BF16 and F16 tensors written from 16-bit words read back bit for bit into their own
+ * dtype, convert to the other float dtypes as rc_convert does, and F32 reads into bf16
+ * rounding to nearest even. */
+static void test_half(void)
+{
+    const char *path = tmp_path("halfread.safetensors");
+    float v[HALF_N];
+    uint16_t bf[HALF_N], h[HALF_N];
+    half_values(v);
+    rc_convert(bf, RC_BF16, v, RC_F32, HALF_N);
+    rc_convert(h, RC_F16, v, RC_F32, HALF_N);
+    int64_t shape[1] = {HALF_N};
+    int32_t ids[3] = {1, -2, 3};
+    int64_t s3[1] = {3};
+    rc_st_entry t[4] = {{"b", "BF16", 1, shape, bf}, {"h", "F16", 1, shape, h}, {"f", "F32", 1, shape, v},
+                        {"i", "I32", 1, s3, ids}};
+    rc_error err = {0};
+    CHECKF(rc_safetensors_write_entries(path, 4, t, 0, NULL, &err) == 0, "%s", err.msg);
+    rc_safetensors *f = rc_safetensors_open(path, &err);
+    CHECKF(f, "%s", err.msg);
+    if (!f)
+        return;
+    uint16_t w[HALF_N], want[HALF_N];
+    float x[HALF_N], xw[HALF_N];
+    double d[HALF_N];
+    CHECK(rc_safetensors_read(f, 0, RC_BF16, w, HALF_N, &err) == 0 && !memcmp(w, bf, sizeof w));
+    CHECK(rc_safetensors_read(f, 1, RC_F16, w, HALF_N, &err) == 0 && !memcmp(w, h, sizeof w));
+    CHECK(rc_safetensors_read(f, 2, RC_BF16, w, HALF_N, &err) == 0 && !memcmp(w, bf, sizeof w));
+    CHECK(rc_safetensors_read(f, 2, RC_F16, w, HALF_N, &err) == 0 && !memcmp(w, h, sizeof w));
+    CHECK(rc_safetensors_read(f, 1, RC_BF16, w, HALF_N, &err) == 0);
+    rc_convert(want, RC_BF16, h, RC_F16, HALF_N);
+    CHECK(!memcmp(w, want, sizeof w));
+    CHECK(rc_safetensors_read(f, 0, RC_F32, x, HALF_N, &err) == 0 && rc_safetensors_read_f32(f, 0, xw, HALF_N, &err) == 0);
+    rc_convert(d, RC_F64, bf, RC_BF16, HALF_N);
+    int same = !memcmp(x, xw, sizeof x);
+    for (int i = 0; i < HALF_N; i++)
+        same &= (double)x[i] == d[i];
+    CHECK(same);
+    CHECK(rc_safetensors_read(f, 1, RC_F64, d, HALF_N, &err) == 0 && d[0] == 0 && d[6] == 65504.0 && isinf(d[7]));
+    int32_t ri[3];
+    CHECK(rc_safetensors_read(f, 3, RC_I32, ri, 3, &err) == 0 && ri[1] == -2);
+    err = (rc_error){0};
+    CHECK(rc_safetensors_read(f, 3, RC_BF16, w, 3, &err) == -1 && err.code == RC_ERR_DTYPE &&
+          check_has(err.msg, "'i'") && check_has(err.msg, "bf16"));
+    err = (rc_error){0};
+    CHECK(rc_safetensors_read(f, 0, RC_BF16, w, 3, &err) == -1 && err.code == RC_ERR_SHAPE);
+    CHECK(!strcmp(rc_st_dtype_name(RC_BF16), "BF16") && !strcmp(rc_st_dtype_name(RC_F16), "F16") &&
+          rc_st_dtype_name(RC_DTYPE_COUNT) == NULL);
+    rc_safetensors_close(f);
+}
+
 /* ---- round trip ----------------------------------------------------------------------- */
 
 static void test_round_trip(void)
@@ -857,8 +989,12 @@ int main(int argc, char **argv)
         return mode_write(argv[2]);
     if (argc == 3 && strcmp(argv[1], "--dump") == 0)
         return mode_dump(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--write-half") == 0)
+        return mode_write_half(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--dump-half") == 0)
+        return mode_dump_half(argv[2]);
     if (argc != 1) {
-        fprintf(stderr, "usage: test_safetensors [--write PATH | --dump PATH]\n");
+        fprintf(stderr, "usage: test_safetensors [--write PATH | --dump PATH | --write-half PATH | --dump-half PATH]\n");
         return 2;
     }
     snprintf(tmpdir, sizeof tmpdir, "/tmp/redco_st_XXXXXX");
@@ -868,6 +1004,7 @@ int main(int argc, char **argv)
     }
     test_round_trip();
     test_conversions();
+    test_half();
     test_truncated();
     test_malformed();
     test_sharded();

@@ -13,14 +13,18 @@
 static const char *help =
     "usage: redco generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
     "                      [--top-k K] [--top-p P] [--num-beams B] [--seed S] [--tokenizer DIR]\n"
-    "                      [--mp N] [--allow-replicate] [--nproc P] [--device D] [--json]\n"
+    "                      [--dtype f32|bf16|f16] [--mp N] [--allow-replicate] [--nproc P]\n"
+    "                      [--device D] [--json]\n"
     "\n"
     "Continues the prompt with the model (a Hugging Face model directory, e.g. a workdir's\n"
     "final/) and prints the prompt and the new text. Temperature 0 (the default) is greedy;\n"
     "with a temperature the same seed gives the same text. Generation stops at the model's\n"
     "end-of-sequence token or after --max-new-tokens (default 40). For T5 the prompt is the\n"
     "encoder's input. --device cpu|opencl|opencl:N runs it there (default: $REDCO_DEVICE,\n"
-    "else cpu). With --json the last line of stdout is\n"
+    "else cpu). --dtype bf16 or f16 loads the weights in 16 bits (converted from the\n"
+    "checkpoint's dtype; a BF16 checkpoint in bf16 as stored) and runs the model and its\n"
+    "key/value cache in that dtype, halving the bytes read per token; default f32.\n"
+    "With --json the last line of stdout is\n"
     "{\"prompt\": ..., \"text\": ..., \"ids\": [...], \"prompt_ids\": [...]}.\n"
     "\n"
     "Under a launcher (mpirun -np P, or --nproc P) the model is split over --mp N processes\n"
@@ -29,6 +33,7 @@ static const char *help =
 
 typedef struct {
     const char *model, *prompt, *tokenizer, *device;
+    rc_dtype dtype;
     int64_t max_new, top_k, beams, seed, mp, nproc;
     double temperature, top_p;
     int json, allow_replicate;
@@ -36,7 +41,7 @@ typedef struct {
 
 enum {
     F_MODEL = CLI_FLAG0, F_PROMPT, F_TOKENIZER, F_MAX_NEW, F_TOP_K, F_BEAMS, F_SEED, F_TEMPERATURE, F_TOP_P,
-    F_MP, F_NPROC, F_JSON, F_ALLOW_REPLICATE, F_DEVICE
+    F_MP, F_NPROC, F_JSON, F_ALLOW_REPLICATE, F_DEVICE, F_DTYPE
 };
 
 static const struct option flags[] = {
@@ -55,6 +60,7 @@ static const struct option flags[] = {
     {"json", no_argument, NULL, F_JSON},
     {"allow-replicate", no_argument, NULL, F_ALLOW_REPLICATE},
     {"device", required_argument, NULL, F_DEVICE},
+    {"dtype", required_argument, NULL, F_DTYPE},
     {NULL, 0, NULL, 0},
 };
 
@@ -66,6 +72,16 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     switch (c) {
     case F_MODEL: o->model = v; return 0;
     case F_DEVICE: o->device = v; return 0;
+    case F_DTYPE:
+        if (!strcmp(v, "f32") || !strcmp(v, "float32"))
+            o->dtype = RC_F32;
+        else if (!strcmp(v, "bf16") || !strcmp(v, "bfloat16"))
+            o->dtype = RC_BF16;
+        else if (!strcmp(v, "f16") || !strcmp(v, "float16"))
+            o->dtype = RC_F16;
+        else
+            return cli_usage(cmd, "%s '%s': one of f32, bf16, f16", f, v);
+        return 0;
     case F_PROMPT: o->prompt = v; return 0;
     case F_TOKENIZER: o->tokenizer = v; return 0;
     case F_JSON: o->json = 1; return 0;
@@ -85,7 +101,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
 /* 0, -1 after --help, or the exit status of a bad flag */
 static int parse(const char *cmd, int argc, char **argv, options *o)
 {
-    *o = (options){.max_new = 40, .top_p = 1.0, .beams = 1};
+    *o = (options){.max_new = 40, .top_p = 1.0, .beams = 1, .dtype = RC_F32};
     int rc = cli_parse(cmd, argc, argv, flags, help, take_flag, o);
     if (rc)
         return rc;
@@ -155,7 +171,7 @@ int cmd_generate(int argc, char **argv)
                                 .device = o.device};
     if (!rc && !(d = rc_deployer_new(&argc, &argv, &dopt, &err)))
         rc = -1;
-    if (!rc && !(m = rc_model_create(o.model, 0, &err)))
+    if (!rc && !(m = rc_model_load(o.model, 0, o.dtype, &err)))
         rc = -1;
     if (!rc)
         rc = rc_params_to(m->params, rc_deployer_backend(d), &err);

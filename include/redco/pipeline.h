@@ -56,7 +56,11 @@ int rc_batch_feed(const rc_batch *b, rc_plan *p, rc_error *err);
 
 /* ---- parameters ---------------------------------------------------------------------- */
 
-/* Named f32 tensors in one flat buffer (Hugging Face names for the built-in models). */
+/* Named tensors in one flat buffer (Hugging Face names for the built-in models), stored
+ * in one dtype: f32 (the default), bf16 or f16 (rc_params_to_dtype). The host interface
+ * stays f32 whatever the storage: rc_params_read / _write / _read_all / _init_normal
+ * convert (writing rounds to nearest even); _read_raw / _write_raw copy stored elements.
+ * The graph leaves (rc_params_get) take the storage dtype. */
 typedef struct rc_params rc_params;
 
 /* How a parameter starts. */
@@ -110,8 +114,18 @@ int64_t rc_params_tensor_numel(const rc_params *p, int i);
 int rc_params_read(rc_params *p, int i, float *host, rc_error *err);
 int rc_params_write(rc_params *p, int i, const float *host, rc_error *err);
 int rc_params_read_all(rc_params *p, float *host, rc_error *err);
+/* Parameter i's numel elements as stored (rc_params_dtype: 4 or 2 bytes each, bf16 and f16
+ * as their 16-bit words), copied without conversion. */
+int rc_params_read_raw(rc_params *p, int i, void *host, rc_error *err);
+int rc_params_write_raw(rc_params *p, int i, const void *host, rc_error *err);
+/* The storage dtype: RC_F32, RC_BF16 or RC_F16. */
+rc_dtype rc_params_dtype(const rc_params *p);
+/* Converts the stored values to dt (f32, bf16, f16) in a new buffer on the same backend
+ * (widening is exact, narrowing rounds to nearest even); before the buffer exists it only
+ * sets the dtype. Leaves recorded earlier keep the old dtype: record graphs after. */
+int rc_params_to_dtype(rc_params *p, rc_dtype dt, rc_error *err);
 /* The buffer holding the parameters and parameter i's byte offset in it (NULL when it
- * cannot be allocated). */
+ * cannot be allocated); elements are of rc_params_dtype. */
 rc_buffer *rc_params_buffer(rc_params *p, int i, size_t *offset);
 /* Moves the parameters to backend be (their values copied through host memory); the
  * Trainer and Predictor move them to their Deployer's backend. */
@@ -128,20 +142,30 @@ typedef struct {
     char dir[4096];               /* where it was loaded from ("" for presets) */
 } rc_model;
 
-/* A preset architecture with random weights, or a Hugging Face model directory. */
+/* A preset architecture with random weights, or a Hugging Face model directory (any
+ * float dtype in the checkpoint, converted to f32). */
 rc_model *rc_model_create(const char *preset_or_dir, uint64_t seed, rc_error *err);
+/* rc_model_create with the weights stored in dtype (RC_F32, RC_BF16 or RC_F16): a
+ * checkpoint's tensors are converted to it as they are read (a BF16 tensor into bf16 is
+ * copied bit for bit); a preset's random f32 draws are rounded to it. The forward pass
+ * then runs in that dtype (activations, key/value cache; losses f32). */
+rc_model *rc_model_load(const char *preset_or_dir, uint64_t seed, rc_dtype dtype, rc_error *err);
+/* Converts the model's weights to dt in place (rc_params_to_dtype). */
+int rc_model_to_dtype(rc_model *m, rc_dtype dt, rc_error *err);
 /* A model of the given configuration (e.g. a preset with another vocabulary), random
  * weights; the configuration is validated. */
 rc_model *rc_model_from_config(const rc_model_config *c, uint64_t seed, rc_error *err);
 void rc_model_free(rc_model *m);
-/* DIR/config.json and DIR/model.safetensors (f32, Hugging Face names; DIR is created,
+/* DIR/config.json and DIR/model.safetensors (the weights' dtype: F32, BF16 or F16, with
+ * torch_dtype "bfloat16" / "float16" in config.json for 16-bit weights; Hugging Face names; DIR is created,
  * each file written under a temporary name and renamed), plus the tokenizer files of
  * tokenizer_dir (tokenizer.json, vocab.json, merges.txt, tokenizer.model,
  * tokenizer_config.json, special_tokens_map.json: those that exist) when it is not NULL.
  * rc_model_create(dir) loads it back. */
 int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir, rc_error *err);
 /* logits [B, T, vocab] of ids i32 [B, T] (T5: enc_ids [B, S] encoder input, ids the
- * decoder input); mask f32 [B, T] or NULL */
+ * decoder input); mask [B, T] (f32, or any float dtype) or NULL. The logits have the
+ * weights' dtype (rc_cross_entropy of 16-bit logits is f32). */
 rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *enc_ids,
                            rc_tensor *mask);
 

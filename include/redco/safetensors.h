@@ -84,8 +84,18 @@ const char *rc_safetensors_metadata(const rc_safetensors *f, const char *key);
 int rc_safetensors_read_f32(const rc_safetensors *f, int i, float *dst, int64_t n,
                             rc_error *err);
 
-/* One tensor to write: dtype_name is a safetensors dtype string ("F32", "F16", ...) and
- * data points at numel * size bytes in that type's little-endian layout. */
+/* Reads tensor i into n = numel elements of dtype dt at dst: a tensor of that very dtype
+ * is copied bit for bit (BF16 into RC_BF16, I32 into RC_I32, ...); F32, F64, BF16 and F16
+ * convert between f32, f64, bf16 and f16 (to 16 bits rounding to nearest even, F64
+ * through f32). Another pair, or n != numel, is an error naming the file and tensor. */
+int rc_safetensors_read(const rc_safetensors *f, int i, rc_dtype dt, void *dst, int64_t n, rc_error *err);
+/* The safetensors dtype string of an rc_dtype ("F32", "F64", "I32", "BF16", "F16"), NULL
+ * for another value. */
+const char *rc_st_dtype_name(rc_dtype t);
+
+/* One tensor to write: dtype_name is a safetensors dtype string ("F32", "F16", "BF16", ...)
+ * and data points at numel * size bytes in that type's little-endian layout (bf16 and f16
+ * tensors: their 16-bit words, e.g. a plan's rc_plan_read of an RC_BF16 node). */
 typedef struct {
     const char *name;
     const char *dtype_name;

@@ -10,6 +10,19 @@ static rc_tensor *to_shape_of(rc_graph *g, rc_tensor *grad, const rc_tensor *lik
     return rc_sum_to(g, grad, like->ndim, like->shape);
 }
 
+/* t in the dtype 16-bit values compute in (f32 for bf16 and f16; t itself otherwise): the
+ * rules whose sums cancel (softmax, the norms) run there and round their results once. */
+static rc_tensor *widen(rc_graph *g, rc_tensor *t)
+{
+    return t ? rc_cast(g, t, rci_compute_dtype(t->dtype)) : NULL;
+}
+
+/* t back in dtype like's (no node when it already is) */
+static rc_tensor *narrow(rc_graph *g, rc_tensor *t, const rc_tensor *like)
+{
+    return t ? rc_cast(g, t, like->dtype) : NULL;
+}
+
 static int grad_binary(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 {
     rc_tensor *a = y->src[0], *b = y->src[1];
@@ -99,18 +112,20 @@ static int grad_matmul(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 
 static int grad_softmax(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 {
-    /* dz = y * (G - sum(G y)) for z = x * scale + mask */
-    rc_tensor *dz = rc_mul(g, y, rc_sub(g, G, rc_sum(g, rc_mul(g, G, y), -1, 1)));
-    gs[0] = rc_scale(g, dz, y->fparam[0]);
+    /* dz = y * (G - sum(G y)) for z = x * scale + mask (in f32 for 16-bit y) */
+    rc_tensor *yw = widen(g, y), *Gw = widen(g, G);
+    rc_tensor *dz = rc_mul(g, yw, rc_sub(g, Gw, rc_sum(g, rc_mul(g, Gw, yw), -1, 1)));
+    gs[0] = narrow(g, rc_scale(g, dz, y->fparam[0]), y);
     if (y->src[1])
-        gs[1] = to_shape_of(g, dz, y->src[1]);
+        gs[1] = narrow(g, to_shape_of(g, dz, y->src[1]), y);
     return 0;
 }
 
-/* The normalised input xhat and 1/sigma, recomputed from ops (nothing is saved). */
+/* The normalised input xhat and 1/sigma, recomputed from ops (nothing is saved), in f32
+ * for 16-bit x. */
 static rc_tensor *norm_stats(rc_graph *g, rc_tensor *y, rc_tensor **rstd)
 {
-    rc_tensor *x = y->src[0];
+    rc_tensor *x = widen(g, y->src[0]);
     rc_tensor *xc = x;
     if (y->op == RC_OP_LAYER_NORM)
         xc = rc_sub(g, x, rc_mean(g, x, -1, 1));
@@ -121,8 +136,9 @@ static rc_tensor *norm_stats(rc_graph *g, rc_tensor *y, rc_tensor **rstd)
 
 static int grad_norm(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 {
-    rc_tensor *w = y->src[1], *rstd;
+    rc_tensor *w = widen(g, y->src[1]), *rstd;
     rc_tensor *xhat = norm_stats(g, y, &rstd);
+    G = widen(g, G);
     rc_tensor *gxh = G;
     if (y->op == RC_OP_RMS_NORM && w)
         gxh = rc_mul(g, G, rc_add_scalar(g, w, y->fparam[1]));
@@ -132,11 +148,11 @@ static int grad_norm(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
     rc_tensor *inner = rc_sub(g, gxh, rc_mul(g, xhat, rc_mean(g, rc_mul(g, gxh, xhat), -1, 1)));
     if (y->op == RC_OP_LAYER_NORM)
         inner = rc_sub(g, inner, rc_mean(g, gxh, -1, 1));
-    gs[0] = rc_mul(g, rstd, inner);
+    gs[0] = narrow(g, rc_mul(g, rstd, inner), y);
     if (w)
-        gs[1] = to_shape_of(g, rc_mul(g, G, xhat), w);
+        gs[1] = narrow(g, to_shape_of(g, rc_mul(g, G, xhat), w), y);
     if (y->op == RC_OP_LAYER_NORM && y->src[2])
-        gs[2] = to_shape_of(g, G, y->src[2]);
+        gs[2] = narrow(g, to_shape_of(g, G, y->src[2]), y);
     return 0;
 }
 
@@ -149,10 +165,12 @@ static int grad_cross_entropy(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor
 
 /* The gradient of CROSS_ENTROPY_GRAD d = (p * valid - onehot) * c, c = G / count, written
  * with ops so third derivatives of the loss exist: for upstream H,
- *   d/dx = c * valid * p * (H - sum(H p)),   d/dG = sum(H * (p * valid - onehot)) / count. */
+ *   d/dx = c * valid * p * (H - sum(H p)),   d/dG = sum(H * (p * valid - onehot)) / count.
+ * Computed in the loss's dtype (f32 for 16-bit logits, whose G is f32). */
 static int grad_cross_entropy_grad(rc_graph *g, rc_tensor *y, rc_tensor *H, rc_tensor **gs)
 {
-    rc_tensor *x = y->src[0], *t = y->src[1], *G = y->src[2];
+    rc_tensor *x = widen(g, y->src[0]), *t = y->src[1], *G = y->src[2];
+    H = widen(g, H);
     int64_t v = x->shape[x->ndim - 1];
     rc_tensor *oh = rc_one_hot(g, t, v, y->iparam[0], x->dtype);
     rc_tensor *valid = rc_sum(g, oh, -1, 1);
@@ -160,7 +178,7 @@ static int grad_cross_entropy_grad(rc_graph *g, rc_tensor *y, rc_tensor *H, rc_t
     rc_tensor *denom = rc_add(g, count, rc_equal(g, count, rc_scalar(g, x->dtype, 0.0)));
     rc_tensor *p = rc_softmax(g, x);
     rc_tensor *jac = rc_mul(g, p, rc_sub(g, H, rc_sum(g, rc_mul(g, H, p), -1, 1)));
-    gs[0] = rc_mul(g, rc_mul(g, jac, valid), rc_div(g, G, denom));
+    gs[0] = narrow(g, rc_mul(g, rc_mul(g, jac, valid), rc_div(g, G, denom)), y);
     gs[2] = rc_div(g, rc_sum_all(g, rc_mul(g, H, rc_sub(g, rc_mul(g, p, valid), oh))), denom);
     return 0;
 }

@@ -152,10 +152,10 @@ int rc_graph_remat(const rc_graph *g)
 
 int rci_float_input(rc_graph *g, const char *op, const rc_tensor *t)
 {
-    if (t->dtype == RC_F32 || t->dtype == RC_F64)
+    if (rc_dtype_is_float(t->dtype))
         return 0;
     char s[96];
-    rci_fail(g, RC_ERR_DTYPE, "%s: input %s has dtype %s (f32 or f64)", op,
+    rci_fail(g, RC_ERR_DTYPE, "%s: input %s has dtype %s (f32, f64, bf16 or f16)", op,
             rc_shape_str(t, s, sizeof s), rc_dtype_name(t->dtype));
     return -1;
 }
@@ -229,8 +229,8 @@ rc_tensor *rc_full(rc_graph *g, rc_dtype t, int ndim, const int64_t *shape, doub
         return NULL;
     if (ndim > 0 && !shape)
         return rci_fail(g, RC_ERR_ARG, "full: NULL shape");
-    if (!rc_dtype_is_float(t) || t == RC_BF16 || t == RC_F16)
-        return rci_fail(g, RC_ERR_DTYPE, "full: dtype %s is not computable (f32 or f64)",
+    if (!rc_dtype_is_float(t))
+        return rci_fail(g, RC_ERR_DTYPE, "full: dtype %s is not a float type (f32, f64, bf16, f16)",
                        rc_dtype_name(t));
     rc_tensor *x = rci_node_new(g, RC_OP_FULL, t, ndim, shape, 0, NULL);
     if (x)

@@ -54,8 +54,13 @@ int rci_axis_check(rc_graph *g, const char *op, const rc_tensor *t, int axis);
 int rci_broadcast_shapes(rc_graph *g, const char *op, const rc_tensor *a, const rc_tensor *b,
                         int *ndim, int64_t *shape);
 int rci_same_shape(const rc_tensor *a, const rc_tensor *b);
-/* 0 when t is f32 or f64 (what kernels compute in); else -1 with the graph's error set. */
+/* 0 when t is a float dtype (f32, f64, bf16, f16); else -1 with the graph's error set. */
 int rci_float_input(rc_graph *g, const char *op, const rc_tensor *t);
+/* 1 for bf16 and f16, the 16-bit storage types (kernels compute them in f32). */
+int rci_dtype_is_half(rc_dtype t);
+/* The dtype 16-bit values compute in: f32 for bf16 and f16, t itself otherwise; the loss
+ * ops' output dtype. */
+rc_dtype rci_compute_dtype(rc_dtype t);
 int64_t rci_shape_numel(int ndim, const int64_t *shape);
 
 /* Gradient rule of one node: given the gradient of its output, add the nodes for the

@@ -116,10 +116,9 @@ rc_tensor *rc_cast(rc_graph *g, rc_tensor *a, rc_dtype t)
 {
     if (rci_inputs_bad(g, 1, &a))
         return NULL;
-    int ok_from = a->dtype == RC_F32 || a->dtype == RC_F64 || a->dtype == RC_I32;
-    int ok_to = t == RC_F32 || t == RC_F64 || t == RC_I32;
+    int ok_from = (unsigned)a->dtype < RC_DTYPE_COUNT, ok_to = (unsigned)t < RC_DTYPE_COUNT;
     if (!ok_from || !ok_to)
-        return rci_fail(g, RC_ERR_DTYPE, "cast: %s to %s is not supported (f32, f64, i32)",
+        return rci_fail(g, RC_ERR_DTYPE, "cast: %s to %s is not supported (f32, f64, bf16, f16, i32)",
                        rc_dtype_name(a->dtype), rc_dtype_name(t));
     if (a->dtype == t)
         return a;

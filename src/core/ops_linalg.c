@@ -10,8 +10,8 @@ rc_tensor *rc_matmul(rc_graph *g, rc_tensor *a, rc_tensor *b, int trans_a, int t
     char sa[96], sb[96];
     rc_shape_str(a, sa, sizeof sa);
     rc_shape_str(b, sb, sizeof sb);
-    if (a->dtype != b->dtype || (a->dtype != RC_F32 && a->dtype != RC_F64))
-        return rci_fail(g, RC_ERR_DTYPE, "matmul: dtypes %s and %s (both f32 or both f64)",
+    if (a->dtype != b->dtype || !rc_dtype_is_float(a->dtype))
+        return rci_fail(g, RC_ERR_DTYPE, "matmul: dtypes %s and %s (one float dtype for both)",
                        rc_dtype_name(a->dtype), rc_dtype_name(b->dtype));
     if (a->ndim < 2 || b->ndim < 2)
         return rci_fail(g, RC_ERR_SHAPE, "matmul: operands %s and %s need at least 2 dimensions",

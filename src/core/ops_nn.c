@@ -209,7 +209,8 @@ rc_tensor *rc_cross_entropy(rc_graph *g, rc_tensor *logits, rc_tensor *targets, 
         return rci_fail(g, RC_ERR_SHAPE, "cross_entropy: targets %s must be the logits %s without the last axis",
                        rc_shape_str(targets, st, sizeof st), rc_shape_str(logits, sl, sizeof sl));
     }
-    rc_tensor *y = rci_node_new(g, RC_OP_CROSS_ENTROPY, logits->dtype, 0, NULL, 2, src);
+    /* the loss of 16-bit logits is an f32 scalar: a mean over many rows needs the range */
+    rc_tensor *y = rci_node_new(g, RC_OP_CROSS_ENTROPY, rci_compute_dtype(logits->dtype), 0, NULL, 2, src);
     if (y)
         y->iparam[0] = ignore_index;
     return y;
@@ -248,9 +249,9 @@ rc_tensor *rc_cross_entropy_grad(rc_graph *g, rc_tensor *logits, rc_tensor *targ
     rc_tensor *check = rc_cross_entropy(g, logits, targets, ignore_index); /* validates shapes */
     if (!check)
         return NULL;
-    if (rc_tensor_numel(g_out) != 1 || g_out->dtype != logits->dtype)
-        return rci_fail(g, RC_ERR_SHAPE, "cross_entropy_grad: the upstream gradient must be a %s scalar",
-                       rc_dtype_name(logits->dtype));
+    if (rc_tensor_numel(g_out) != 1 || g_out->dtype != check->dtype)
+        return rci_fail(g, RC_ERR_SHAPE, "cross_entropy_grad: the upstream gradient must be a %s scalar (the loss's dtype)",
+                       rc_dtype_name(check->dtype));
     rc_tensor *y = rci_node_new(g, RC_OP_CROSS_ENTROPY_GRAD, logits->dtype, logits->ndim, logits->shape, 3, src);
     if (y)
         y->iparam[0] = ignore_index;
@@ -261,8 +262,8 @@ rc_tensor *rc_one_hot(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_ind
 {
     if (rci_inputs_bad(g, 1, &ids) || ids_input(g, "one_hot", ids))
         return NULL;
-    if (t != RC_F32 && t != RC_F64)
-        return rci_fail(g, RC_ERR_DTYPE, "one_hot: output dtype %s (f32 or f64)", rc_dtype_name(t));
+    if (!rc_dtype_is_float(t))
+        return rci_fail(g, RC_ERR_DTYPE, "one_hot: output dtype %s (f32, f64, bf16 or f16)", rc_dtype_name(t));
     if (depth <= 0 || depth > INT32_MAX || ids->ndim + 1 > RC_MAX_DIMS)
         return rci_fail(g, RC_ERR_ARG, "one_hot: depth %lld for ids of %d dimensions",
                        (long long)depth, ids->ndim);

@@ -240,8 +240,8 @@ static rc_tensor *reduce(rc_graph *g, rc_op op, rc_tensor *a, int axis, int keep
 {
     if (rci_inputs_bad(g, 1, &a))
         return NULL;
-    if (a->dtype != RC_F32 && a->dtype != RC_F64)
-        return rci_fail(g, RC_ERR_DTYPE, "%s: dtype %s (f32 or f64)", rc_op_name(op),
+    if (!rc_dtype_is_float(a->dtype))
+        return rci_fail(g, RC_ERR_DTYPE, "%s: dtype %s (f32, f64, bf16 or f16)", rc_op_name(op),
                        rc_dtype_name(a->dtype));
     int ax = rci_axis_check(g, rc_op_name(op), a, axis);
     if (ax < 0)
@@ -323,8 +323,8 @@ static rc_tensor *broadcast_op(rc_graph *g, rc_op op, rc_tensor *a, int ndim, co
     }
     if (rci_same_shape(a, &want))
         return a;
-    if (op == RC_OP_SUM_TO && a->dtype != RC_F32 && a->dtype != RC_F64)
-        return rci_fail(g, RC_ERR_DTYPE, "sum_to: dtype %s (f32 or f64)", rc_dtype_name(a->dtype));
+    if (op == RC_OP_SUM_TO && !rc_dtype_is_float(a->dtype))
+        return rci_fail(g, RC_ERR_DTYPE, "sum_to: dtype %s (f32, f64, bf16 or f16)", rc_dtype_name(a->dtype));
     if (rc_tensor_numel(a) == rci_shape_numel(ndim, shape))
         return rc_reshape(g, a, ndim, shape);
     return rci_node_new(g, op, a->dtype, ndim, shape, 1, &a);

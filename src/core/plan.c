@@ -216,6 +216,17 @@ int rc_plan_estimate(rc_graph *g, rc_tensor *const *outputs, int n, rc_plan_stat
     return 0;
 }
 
+/* The dtype node t needs a kernel for: its own, or a 16-bit input's when t's differs (a
+ * loss of bf16 logits is f32, a cast from f16 reads f16). */
+static rc_dtype kernel_dtype(const rc_tensor *t, rc_dtype *other)
+{
+    *other = t->dtype;
+    for (int k = 0; k < t->nsrc; k++)
+        if (t->src[k] && rci_dtype_is_half(t->src[k]->dtype) && t->src[k]->dtype != t->dtype)
+            *other = t->src[k]->dtype;
+    return t->dtype;
+}
+
 /* Every node's op and dtype has a kernel on the plan's backend (the model-axis
  * collectives are the plan's own work). */
 static int check_supported(rc_plan *p, rc_error *err)
@@ -223,13 +234,18 @@ static int check_supported(rc_plan *p, rc_error *err)
     for (int i = 0; i < p->n; i++) {
         rc_tensor *t = p->order[i];
         int own = t->op == RC_OP_MP_REDUCE || t->op == RC_OP_MP_MAX;
-        if (p->owns[i] && !own && !p->be->supports(p->be, t->op, t->dtype)) {
+        rc_dtype in, out = kernel_dtype(t, &in);
+        if (!p->owns[i] || own)
+            continue;
+        rc_dtype bad = !p->be->supports(p->be, t->op, out) ? out
+                       : !p->be->supports(p->be, t->op, in) ? in : RC_DTYPE_COUNT;
+        if (bad != RC_DTYPE_COUNT) {
             char s[96];
             return rc_error_set(err, RC_ERR_UNSUPPORTED,
-                                "plan: the %s backend has no %s kernel for dtype %s (node %d %s%s%s%s)",
-                                p->be->name, rc_op_name(t->op), rc_dtype_name(t->dtype), t->id,
-                                rc_shape_str(t, s, sizeof s), t->name[0] ? " '" : "", t->name,
-                                t->name[0] ? "'" : "");
+                                "plan: the %s backend has no %s kernel for dtype %s (node %d %s %s%s%s%s)",
+                                p->be->name, rc_op_name(t->op), rc_dtype_name(bad), t->id,
+                                rc_shape_str(t, s, sizeof s), rc_dtype_name(t->dtype),
+                                t->name[0] ? " '" : "", t->name, t->name[0] ? "'" : "");
         }
     }
     return 0;

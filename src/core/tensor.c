@@ -31,6 +31,16 @@ int rc_dtype_is_float(rc_dtype t)
     return (unsigned)t < RC_DTYPE_COUNT && dtype_info[t].is_float;
 }
 
+int rci_dtype_is_half(rc_dtype t)
+{
+    return t == RC_BF16 || t == RC_F16;
+}
+
+rc_dtype rci_compute_dtype(rc_dtype t)
+{
+    return rci_dtype_is_half(t) ? RC_F32 : t;
+}
+
 int64_t rci_shape_numel(int ndim, const int64_t *shape)
 {
     int64_t n = 1;

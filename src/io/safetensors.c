@@ -1,6 +1,7 @@
 /* safetensors.c - reading (memory-mapped, validated) and writing safetensors files.
  * The format and the validation rules are described in include/redco/safetensors.h. */
 #include "redco/safetensors.h"
+#include "half.h"
 #include "internal.h"
 
 #include <errno.h>
@@ -85,25 +86,6 @@ static float f32_from_bits(uint32_t u)
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
-}
-
-/* IEEE half -> float, exactly: every half is representable as a float. */
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    if (exp == 0x1f)  /* inf, nan (payload kept) */
-        return f32_from_bits(sign | 0x7f800000u | man << 13);
-    if (exp == 0) {   /* zero or subnormal: man * 2^-24; renormalise */
-        if (man == 0)
-            return f32_from_bits(sign);
-        int e = -1;
-        do {
-            man <<= 1;
-            e++;
-        } while (!(man & 0x400));
-        return f32_from_bits(sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13);
-    }
-    return f32_from_bits(sign | (exp + 127 - 15) << 23 | man << 13);
 }
 
 /* "[2, 3]" into buf. */
@@ -448,11 +430,11 @@ int rc_safetensors_read_f32(const rc_safetensors *f, int i, float *dst, int64_t 
         return 0;
     case RC_BF16:
         for (int64_t k = 0; k < n; k++)
-            dst[k] = f32_from_bits((uint32_t)load_le16(p + 2 * k) << 16);
+            dst[k] = rci_bf16_to_f32(load_le16(p + 2 * k));
         return 0;
     case RC_F16:
         for (int64_t k = 0; k < n; k++)
-            dst[k] = f16_to_f32(load_le16(p + 2 * k));
+            dst[k] = rci_f16_to_f32(load_le16(p + 2 * k));
         return 0;
     case RC_F64:
         for (int64_t k = 0; k < n; k++) {
@@ -466,6 +448,66 @@ int rc_safetensors_read_f32(const rc_safetensors *f, int i, float *dst, int64_t 
         return rc_error_set(err, RC_ERR_DTYPE, "%s: tensor '%s' has dtype %s; only F32, F16, BF16 "
                             "and F64 convert to f32", f->path, t->name, t->dtype_name);
     }
+}
+
+const char *rc_st_dtype_name(rc_dtype t)
+{
+    for (int i = 0; i < N_ST_DTYPES; i++)
+        if (st_dtypes[i].dtype == (int)t)
+            return st_dtypes[i].name;
+    return NULL;
+}
+
+/* element k of tensor t's bytes p, widened to double (16-bit values exactly) */
+static double load_as_double(const rc_st_tensor *t, const uint8_t *p, int64_t k)
+{
+    switch (t->dtype) {
+    case RC_F32: return f32_from_bits(load_le32(p + 4 * k));
+    case RC_BF16: return rci_bf16_to_f32(load_le16(p + 2 * k));
+    case RC_F16: return rci_f16_to_f32(load_le16(p + 2 * k));
+    default: {
+        uint64_t u = load_le64(p + 8 * k);
+        double x;
+        memcpy(&x, &u, sizeof x);
+        return x;
+    }
+    }
+}
+
+int rc_safetensors_read(const rc_safetensors *f, int i, rc_dtype dt, void *dst, int64_t n, rc_error *err)
+{
+    if (i < 0 || i >= f->n)
+        return rc_error_set(err, RC_ERR_INDEX, "%s: tensor index %d out of range [0, %d)",
+                            f->path, i, f->n);
+    const rc_st_tensor *t = &f->t[i];
+    if (n != t->numel) {
+        char s[128];
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: tensor '%s' has %" PRId64 " elements (shape "
+                            "%s), the destination %" PRId64, f->path, t->name, t->numel,
+                            shape_str(s, sizeof s, t->ndim, t->shape), n);
+    }
+    const uint8_t *p = f->buf + t->begin;
+    if (t->dtype >= 0 && t->dtype == (int)dt) { /* the same type: the bytes as they are */
+        for (int64_t k = 0; k < n; k++) /* little-endian file, little-endian host assumed by the loads */
+            memcpy((uint8_t *)dst + k * t->elem_size, p + k * t->elem_size, t->elem_size);
+        return 0;
+    }
+    int from_ok = t->dtype == RC_F32 || t->dtype == RC_F64 || t->dtype == RC_BF16 || t->dtype == RC_F16;
+    int to_ok = dt == RC_F32 || dt == RC_F64 || dt == RC_BF16 || dt == RC_F16;
+    if (!from_ok || !to_ok)
+        return rc_error_set(err, RC_ERR_DTYPE, "%s: tensor '%s' has dtype %s, which does not convert to %s "
+                            "(F32, F64, BF16 and F16 convert between f32, f64, bf16 and f16)", f->path,
+                            t->name, t->dtype_name, rc_dtype_name(dt));
+    for (int64_t k = 0; k < n; k++) {
+        double v = load_as_double(t, p, k);
+        switch (dt) {
+        case RC_F32: ((float *)dst)[k] = (float)v; break;
+        case RC_F64: ((double *)dst)[k] = v; break;
+        case RC_BF16: ((uint16_t *)dst)[k] = rci_f32_to_bf16((float)v); break;
+        default: ((uint16_t *)dst)[k] = rci_f32_to_f16((float)v); break;
+        }
+    }
+    return 0;
 }
 
 /* ---- writing ------------------------------------------------------------------------ */

@@ -104,9 +104,16 @@ rc_tensor *rci_nn_mask_bias(nn_ctx *x)
     rc_tensor *m = x->in->mask;
     if (!m)
         return NULL;
-    if (m->ndim != 2 || m->dtype != RC_F32)
-        return rci_fail(x->g, RC_ERR_SHAPE, "model: the attention mask must be f32 [batch, keys]");
-    rc_tensor *b = rc_affine(x->g, m, 1e9, -1e9);                    /* 1 -> 0, 0 -> -1e9 */
+    if (m->ndim != 2 || !rc_dtype_is_float(m->dtype))
+        return rci_fail(x->g, RC_ERR_SHAPE, "model: the attention mask must be a float [batch, keys] tensor");
+    rc_dtype dt = x->w->dtype;
+    if (m->dtype != RC_F32)
+        m = rc_cast(x->g, m, RC_F32);
+    /* 1 -> 0, 0 -> -big: -1e9, or -3e4 in f16 (whose largest value is 65504) */
+    double big = dt == RC_F16 ? 3e4 : 1e9;
+    rc_tensor *b = rc_affine(x->g, m, big, -big);
+    if (dt != RC_F32)
+        b = rc_cast(x->g, b, dt);                                   /* the activations' dtype */
     return rc_reshape(x->g, b, 4, (int64_t[]){m->shape[0], 1, 1, m->shape[1]});
 }
 

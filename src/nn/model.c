@@ -75,7 +75,7 @@ int rci_nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed, rc
 int rci_nn_model_leaves(rc_graph *g, const nn_weights *w, rc_tensor **p)
 {
     for (int i = 0; i < w->n; i++) {
-        p[i] = rc_param(g, w->p[i].name, RC_F32, w->p[i].ndim, w->p[i].shape);
+        p[i] = rc_param(g, w->p[i].name, w->dtype, w->p[i].ndim, w->p[i].shape);
         if (!p[i])
             return -1;
         if (w->buf)

@@ -5,10 +5,12 @@
 #include "redco/safetensors.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Tensors a checkpoint may carry that alias a parameter of the table (tied embeddings). */
 static const char *const tied_aliases[] = {
@@ -48,13 +50,13 @@ static int load_param(rc_checkpoint *ck, nn_weights *w, int i, rc_error *err)
         return rc_error_set(err, RC_ERR_SHAPE, "%s: tensor '%s' has shape %s, the model needs %s",
                             rc_safetensors_path(f), t->name, have, want);
     }
-    float *x = malloc((size_t)(p->numel ? p->numel : 1) * sizeof *x);
+    void *x = malloc((size_t)(p->numel ? p->numel : 1) * rc_dtype_size(w->dtype));
     if (!x)
         return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory for '%s'", rc_safetensors_path(f),
                             p->name);
-    int rc = rc_safetensors_read_f32(f, idx, x, p->numel, err);
+    int rc = rc_safetensors_read(f, idx, w->dtype, x, p->numel, err); /* converted to the storage dtype */
     if (!rc)
-        rc = rci_nn_weights_write(w, i, x, err);
+        rc = rci_nn_weights_write_raw(w, i, x, err);
     free(x);
     return rc;
 }
@@ -62,9 +64,16 @@ static int load_param(rc_checkpoint *ck, nn_weights *w, int i, rc_error *err)
 int rci_nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_backend *be,
                       rc_error *err)
 {
+    return rci_nn_model_load_dtype(dir, c, w, be, RC_F32, err);
+}
+
+int rci_nn_model_load_dtype(const char *dir, rc_model_config *c, nn_weights *w, rc_backend *be,
+                            rc_dtype dt, rc_error *err)
+{
     memset(w, 0, sizeof *w);
     if (rc_config_load(dir, c, err) || rci_nn_model_weights(c, w, err))
         return -1;
+    w->dtype = dt;
     if (rci_nn_weights_alloc(w, be, err)) {
         rci_nn_weights_free(w);
         return rc_error_set(err, RC_ERR_MEMORY, "%s: cannot allocate %lld parameters", dir,
@@ -92,39 +101,57 @@ static int make_dir(const char *dir, rc_error *err)
     return rc_error_set(err, RC_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
 }
 
+/* the Hugging Face torch_dtype of a storage dtype */
+static const char *torch_dtype(rc_dtype t)
+{
+    return t == RC_BF16 ? "bfloat16" : t == RC_F16 ? "float16" : "float32";
+}
+
+/* Adds "torch_dtype" to the config.json at path (written by rc_config_save), atomically. */
+static int config_set_dtype(const char *path, rc_dtype t, rc_error *err)
+{
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    if (!o)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: %s", path, je.text);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int rc = json_object_set_new(o, "torch_dtype", json_string(torch_dtype(t))) ||
+                     json_dump_file(o, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) || rename(tmp, path)
+                 ? rc_error_set(err, RC_ERR_IO, "%s: cannot write torch_dtype: %s", path, strerror(errno))
+                 : 0;
+    if (rc)
+        unlink(tmp);
+    json_decref(o);
+    return rc;
+}
+
 int rci_nn_model_save(const char *dir, const rc_model_config *c, const nn_weights *w, rc_error *err)
 {
     char path[4096];
     if (make_dir(dir, err))
         return -1;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (rc_config_save(path, c, err))
+    if (rc_config_save(path, c, err) || (w->dtype != RC_F32 && config_set_dtype(path, w->dtype, err)))
         return -1;
-    const char **names = malloc((size_t)w->n * sizeof *names);
-    int *ndims = malloc((size_t)w->n * sizeof *ndims);
-    const int64_t **shapes = malloc((size_t)w->n * sizeof *shapes);
-    const float **data = malloc((size_t)w->n * sizeof *data);
-    float *host = malloc((size_t)(w->numel ? w->numel : 1) * sizeof *host); /* the values, copied out */
+    rc_st_entry *t = malloc((size_t)(w->n ? w->n : 1) * sizeof *t);
+    size_t bytes = rci_nn_weights_bytes(w);
+    char *host = malloc(bytes ? bytes : 1); /* the stored values, copied out */
+    const char *dtype = rc_st_dtype_name(w->dtype);
     int rc = -1;
-    if (names && ndims && shapes && data && host) {
-        rc = rc_buffer_download(w->buf, 0, host, (size_t)w->numel * sizeof *host, err);
-        for (int i = 0; i < w->n; i++) {
-            names[i] = w->p[i].name;
-            ndims[i] = w->p[i].ndim;
-            shapes[i] = w->p[i].shape;
-            data[i] = host + w->p[i].offset;
-        }
+    if (t && host) {
+        rc = rc_buffer_download(w->buf, 0, host, bytes, err);
+        for (int i = 0; i < w->n; i++)
+            t[i] = (rc_st_entry){w->p[i].name, dtype, w->p[i].ndim, w->p[i].shape,
+                                 host + rci_nn_weights_offset(w, i)};
         const char *meta[2] = {"format", "pt"};
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         if (!rc)
-            rc = rc_safetensors_write(path, w->n, names, ndims, shapes, data, 1, meta, err);
+            rc = rc_safetensors_write_entries(path, w->n, t, 1, meta, err);
     } else {
         rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", dir);
     }
-    free(names);
-    free(ndims);
-    free(shapes);
-    free(data);
+    free(t);
     free(host);
     return rc;
 }

@@ -14,24 +14,38 @@ typedef struct {
     int64_t numel;
 } nn_param;
 
-/* All parameters of a model in one flat f32 backend buffer (as llm.c), described by a
- * table. Host code reads and writes a parameter only by copying (read / write). */
+/* All parameters of a model in one flat backend buffer (as llm.c), described by a table.
+ * The buffer holds elements of one storage dtype: f32 (the default, a zeroed struct),
+ * bf16 or f16; offsets and numel count elements, rci_nn_weights_offset gives bytes. Host
+ * code reads and writes a parameter only by copying (read / write convert f32 host values
+ * to and from the storage dtype; read_raw / write_raw copy the stored elements). */
 typedef struct {
     int n, cap;
     nn_param *p;
     int64_t numel;
-    rc_buffer *buf;               /* numel floats, after rci_nn_weights_alloc */
+    rc_dtype dtype;               /* storage: RC_F32, RC_BF16 or RC_F16 */
+    rc_buffer *buf;               /* numel elements of dtype, after rci_nn_weights_alloc */
 } nn_weights;
 
 int rci_nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t *shape);
 /* Allocates the zeroed buffer on be once the table is complete. */
 int rci_nn_weights_alloc(nn_weights *w, rc_backend *be, rc_error *err);
 void rci_nn_weights_free(nn_weights *w);
-/* Parameter i copied to / from numel floats of host memory. */
+/* Parameter i copied to / from numel floats of host memory (converted from / to the
+ * storage dtype: writing f32 values into bf16 or f16 storage rounds to nearest even). */
 int rci_nn_weights_read(const nn_weights *w, int i, float *host, rc_error *err);
 int rci_nn_weights_write(nn_weights *w, int i, const float *host, rc_error *err);
+/* Parameter i copied as stored: numel elements of w->dtype. */
+int rci_nn_weights_read_raw(const nn_weights *w, int i, void *host, rc_error *err);
+int rci_nn_weights_write_raw(nn_weights *w, int i, const void *host, rc_error *err);
 /* Byte offset of parameter i in the buffer. */
 size_t rci_nn_weights_offset(const nn_weights *w, int i);
+/* Bytes of the whole buffer (numel elements of dtype). */
+size_t rci_nn_weights_bytes(const nn_weights *w);
+/* Converts the stored values to dtype dt (f32, bf16, f16) in a new buffer on the same
+ * backend (or only sets the dtype when no buffer exists yet). Widening is exact;
+ * narrowing rounds to nearest even. */
+int rci_nn_weights_convert(nn_weights *w, rc_dtype dt, rc_error *err);
 /* index of a parameter by name, -1 when absent */
 int rci_nn_weights_find(const nn_weights *w, const char *name);
 
@@ -71,14 +85,19 @@ int rci_nn_model_leaves(rc_graph *g, const nn_weights *w, rc_tensor **p);
 /* ---- model directories (Hugging Face layout) ----------------------------------------- */
 
 /* Loads DIR/config.json and the weights of DIR (model.safetensors or a sharded index,
- * f32/f16/bf16 converted to f32) into c and w, newly allocated on be. A parameter missing from
+ * f32/f64/f16/bf16 converted to dt: f32, bf16 or f16; a tensor already in dt is copied bit
+ * for bit) into c and w, newly allocated on be. A parameter missing from
  * the checkpoint, a tensor of the wrong shape, or a checkpoint tensor the model does not
  * use (other than known buffers such as GPT-2's attn.bias) is an error naming the tensor
  * and the file. */
+int rci_nn_model_load_dtype(const char *dir, rc_model_config *c, nn_weights *w, rc_backend *be,
+                            rc_dtype dt, rc_error *err);
+/* rci_nn_model_load_dtype in f32 */
 int rci_nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_backend *be,
                       rc_error *err);
-/* Writes DIR/config.json and DIR/model.safetensors (f32, Hugging Face names), creating
- * DIR; each file is written to a temporary name and renamed. */
+/* Writes DIR/config.json (torch_dtype: the weights' dtype) and DIR/model.safetensors (the
+ * weights' dtype: F32, BF16 or F16, Hugging Face names), creating DIR; each file is
+ * written to a temporary name and renamed. */
 int rci_nn_model_save(const char *dir, const rc_model_config *c, const nn_weights *w, rc_error *err);
 
 #endif

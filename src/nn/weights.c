@@ -33,10 +33,25 @@ int rci_nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t 
     return 0;
 }
 
+/* the storage dtypes of a weight buffer */
+static int storage_ok(rc_dtype t)
+{
+    return t == RC_F32 || t == RC_BF16 || t == RC_F16;
+}
+
+size_t rci_nn_weights_bytes(const nn_weights *w)
+{
+    return (size_t)w->numel * rc_dtype_size(w->dtype);
+}
+
 int rci_nn_weights_alloc(nn_weights *w, rc_backend *be, rc_error *err)
 {
-    w->buf = rc_buffer_new(be, (size_t)w->numel * sizeof(float), err);
-    return w->buf ? 0 : rci_error_prefix(err, "the parameters (%lld floats)", (long long)w->numel);
+    if (!storage_ok(w->dtype))
+        return rc_error_set(err, RC_ERR_DTYPE, "the parameters: dtype %s is not f32, bf16 or f16",
+                            rc_dtype_name(w->dtype));
+    w->buf = rc_buffer_new(be, rci_nn_weights_bytes(w), err);
+    return w->buf ? 0 : rci_error_prefix(err, "the parameters (%lld %s values)", (long long)w->numel,
+                                         rc_dtype_name(w->dtype));
 }
 
 void rci_nn_weights_free(nn_weights *w)
@@ -48,23 +63,89 @@ void rci_nn_weights_free(nn_weights *w)
 
 size_t rci_nn_weights_offset(const nn_weights *w, int i)
 {
-    return (size_t)w->p[i].offset * sizeof(float);
+    return (size_t)w->p[i].offset * rc_dtype_size(w->dtype);
 }
 
-int rci_nn_weights_read(const nn_weights *w, int i, float *host, rc_error *err)
+int rci_nn_weights_read_raw(const nn_weights *w, int i, void *host, rc_error *err)
 {
     if (!w->buf)
         return rc_error_set(err, RC_ERR_ARG, "weights: '%s' has no memory", w->p[i].name);
     return rc_buffer_download(w->buf, rci_nn_weights_offset(w, i), host,
-                              (size_t)w->p[i].numel * sizeof(float), err);
+                              (size_t)w->p[i].numel * rc_dtype_size(w->dtype), err);
 }
 
-int rci_nn_weights_write(nn_weights *w, int i, const float *host, rc_error *err)
+int rci_nn_weights_write_raw(nn_weights *w, int i, const void *host, rc_error *err)
 {
     if (!w->buf)
         return rc_error_set(err, RC_ERR_ARG, "weights: '%s' has no memory", w->p[i].name);
     return rc_buffer_upload(w->buf, rci_nn_weights_offset(w, i), host,
-                            (size_t)w->p[i].numel * sizeof(float), err);
+                            (size_t)w->p[i].numel * rc_dtype_size(w->dtype), err);
+}
+
+/* 16-bit storage: the stored words of parameter i pass through a scratch array */
+static uint16_t *half_scratch(const nn_weights *w, int i, rc_error *err)
+{
+    uint16_t *h = malloc((size_t)(w->p[i].numel ? w->p[i].numel : 1) * sizeof *h);
+    if (!h)
+        rc_error_set(err, RC_ERR_MEMORY, "weights: out of memory for '%s'", w->p[i].name);
+    return h;
+}
+
+int rci_nn_weights_read(const nn_weights *w, int i, float *host, rc_error *err)
+{
+    if (w->dtype == RC_F32)
+        return rci_nn_weights_read_raw(w, i, host, err);
+    uint16_t *h = half_scratch(w, i, err);
+    int rc = h ? rci_nn_weights_read_raw(w, i, h, err) : -1;
+    if (!rc)
+        rc_convert(host, RC_F32, h, w->dtype, w->p[i].numel);
+    free(h);
+    return rc;
+}
+
+int rci_nn_weights_write(nn_weights *w, int i, const float *host, rc_error *err)
+{
+    if (w->dtype == RC_F32)
+        return rci_nn_weights_write_raw(w, i, host, err);
+    uint16_t *h = half_scratch(w, i, err);
+    if (!h)
+        return -1;
+    rc_convert(h, w->dtype, host, RC_F32, w->p[i].numel);
+    int rc = rci_nn_weights_write_raw(w, i, h, err);
+    free(h);
+    return rc;
+}
+
+int rci_nn_weights_convert(nn_weights *w, rc_dtype dt, rc_error *err)
+{
+    if (!storage_ok(dt))
+        return rc_error_set(err, RC_ERR_DTYPE, "weights: dtype %s is not f32, bf16 or f16", rc_dtype_name(dt));
+    if (dt == w->dtype)
+        return 0;
+    if (!w->buf) {
+        w->dtype = dt;
+        return 0;
+    }
+    nn_weights to = *w;
+    to.dtype = dt;
+    to.buf = NULL;
+    int64_t most = 1;
+    for (int i = 0; i < w->n; i++)
+        most = w->p[i].numel > most ? w->p[i].numel : most;
+    float *x = malloc((size_t)most * sizeof *x);
+    int rc = x ? rci_nn_weights_alloc(&to, rc_buffer_backend(w->buf), err)
+               : rc_error_set(err, RC_ERR_MEMORY, "weights: out of memory converting to %s", rc_dtype_name(dt));
+    for (int i = 0; !rc && i < w->n; i++)
+        rc = rci_nn_weights_read(w, i, x, err) || rci_nn_weights_write(&to, i, x, err) ? -1 : 0;
+    free(x);
+    if (rc) {
+        rc_buffer_free(to.buf);
+        return -1;
+    }
+    rc_buffer_free(w->buf);
+    w->buf = to.buf;
+    w->dtype = dt;
+    return 0;
 }
 
 int rci_nn_weights_find(const nn_weights *w, const char *name)

@@ -26,6 +26,7 @@ typedef struct {
                                      they divide; 0 until the first step) */
     rc_backend *be;               /* where the weights, the cache and the steps live */
     rc_buffer **kv;               /* each [rows, kv_local, len, D] packed, room for max_rows x cap */
+    size_t elem;                  /* bytes of a cache element: the weights' dtype */
     rc_buffer *kv_scratch;        /* reordering rows: one cache tensor */
     rc_tensor **past, **fresh;    /* per graph: cache inputs and new_kv outputs */
     int32_t *scratch;             /* reordering rows: the T5 history */
@@ -39,7 +40,7 @@ typedef struct {
 /* the decoder's cache memory, noted in the caller's stats before it goes */
 static void decoder_note(const decoder *d, rc_generate_stats *st)
 {
-    int64_t bytes = (int64_t)d->nkv * d->max_rows * d->kv_local * d->cap * d->head_dim * (int64_t)sizeof(float);
+    int64_t bytes = (int64_t)d->nkv * d->max_rows * d->kv_local * d->cap * d->head_dim * (int64_t)d->elem;
     if (st && bytes >= st->cache_bytes) {
         st->cache_bytes = bytes;
         st->kv_heads = d->kv_local;
@@ -72,6 +73,7 @@ static int decoder_init(decoder *d, rc_model *m, int max_rows, int64_t cap, cons
     d->c = &m->config;
     d->w = rci_params_weights(m->params);
     d->be = rci_params_backend(m->params); /* model shards live there too */
+    d->elem = d->w ? rc_dtype_size(d->w->dtype) : sizeof(float);
     d->t5 = m->config.type == RC_MODEL_T5;
     d->max_rows = d->rows = max_rows;
     d->cap = cap;
@@ -127,7 +129,7 @@ static rc_tensor *decoder_graph(decoder *d, rc_graph *g, int64_t T)
         for (int i = 0; d->len > 0 && i < d->nkv; i++) {
             char name[32];
             snprintf(name, sizeof name, "past.%d.%s", i / 2, i % 2 ? "v" : "k");
-            d->past[i] = rc_input(g, name, RC_F32, 4, (int64_t[]){R, d->kv_heads, d->len, d->head_dim});
+            d->past[i] = rc_input(g, name, d->w->dtype, 4, (int64_t[]){R, d->kv_heads, d->len, d->head_dim});
             if (d->past[i])
                 d->past[i]->flags |= RC_FLAG_SPLITTABLE; /* model shards keep their heads of it */
         }
@@ -139,13 +141,14 @@ static rc_tensor *decoder_graph(decoder *d, rc_graph *g, int64_t T)
     if (!logits)
         return NULL;
     int64_t Tl = logits->shape[1];
-    return rc_slice(g, logits, 1, Tl - 1, Tl);
+    rc_tensor *last = rc_slice(g, logits, 1, Tl - 1, Tl);
+    return last && last->dtype != RC_F32 ? rc_cast(g, last, RC_F32) : last; /* picked from in f32 */
 }
 
 /* the cache buffers, once the first step says how many heads this rank keeps */
 static int cache_alloc(decoder *d, int64_t heads, rc_error *err)
 {
-    size_t bytes = (size_t)d->max_rows * (size_t)(heads * d->cap * d->head_dim) * sizeof(float);
+    size_t bytes = (size_t)d->max_rows * (size_t)(heads * d->cap * d->head_dim) * d->elem;
     int ok = (d->kv_scratch = rc_buffer_new(d->be, bytes, err)) != NULL;
     for (int i = 0; ok && i < d->nkv; i++)
         ok = (d->kv[i] = rc_buffer_new(d->be, bytes, err)) != NULL;
@@ -166,7 +169,7 @@ static int keep_cache(decoder *d, const rc_plan *plan, rc_tensor *const *fresh, 
     for (int i = 0; i < d->nkv; i++) {
         const rc_tensor *k = fresh[i];
         int64_t want[4] = {d->rows, d->kv_local, d->len + T, d->head_dim};
-        int same = k && k->ndim == 4 && k->dtype == RC_F32;
+        int same = k && k->ndim == 4 && k->dtype == d->w->dtype;
         for (int a = 0; same && a < 4; a++)
             same = k->shape[a] == want[a];
         if (!same) {
@@ -255,7 +258,7 @@ static int decoder_step(decoder *d, int32_t *ids, int64_t T, rc_error *err)
 /* Rows of one cache tensor: row r becomes row src[r] (src NULL: row 0 for every row). */
 static int cache_rows(decoder *d, rc_buffer *kv, const int *src, int rows, rc_error *err)
 {
-    size_t block = (size_t)(d->kv_local * d->len * d->head_dim) * sizeof(float);
+    size_t block = (size_t)(d->kv_local * d->len * d->head_dim) * d->elem;
     for (int r = 0; r < rows; r++)
         if (rc_buffer_copy(d->kv_scratch, r * block, kv, (size_t)(src ? src[r] : 0) * block, block, err))
             return -1;

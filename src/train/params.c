@@ -189,7 +189,42 @@ int rc_params_read_all(rc_params *p, float *host, rc_error *err)
         return 0;
     if (usable(p, 0, "read", err))
         return -1;
-    return rc_buffer_download(p->w.buf, 0, host, (size_t)p->w.numel * sizeof(float), err);
+    if (p->w.dtype == RC_F32)
+        return rc_buffer_download(p->w.buf, 0, host, (size_t)p->w.numel * sizeof(float), err);
+    for (int i = 0; i < p->w.n; i++) /* converted parameter by parameter */
+        if (rci_nn_weights_read(&p->w, i, host + p->w.p[i].offset, err))
+            return -1;
+    return 0;
+}
+
+int rc_params_read_raw(rc_params *p, int i, void *host, rc_error *err)
+{
+    return usable(p, i, "read", err) ? -1 : rci_nn_weights_read_raw(&p->w, i, host, err);
+}
+
+int rc_params_write_raw(rc_params *p, int i, const void *host, rc_error *err)
+{
+    return usable(p, i, "write", err) ? -1 : rci_nn_weights_write_raw(&p->w, i, host, err);
+}
+
+rc_dtype rc_params_dtype(const rc_params *p)
+{
+    return p->w.dtype;
+}
+
+int rc_params_to_dtype(rc_params *p, rc_dtype dt, rc_error *err)
+{
+    if (!p)
+        return rc_error_set(err, RC_ERR_ARG, "params to dtype: no parameters");
+    if (p->released)
+        return rc_error_set(err, RC_ERR_ARG, "params to %s: the values are held as model shards",
+                            rc_dtype_name(dt));
+    if (rci_nn_weights_convert(&p->w, dt, err))
+        return rci_error_prefix(err, "params to %s", rc_dtype_name(dt));
+    p->graph = 0; /* leaves of the old dtype are not reused */
+    free(p->leaves);
+    p->leaves = NULL;
+    return 0;
 }
 
 int rc_params_to(rc_params *p, rc_backend *be, rc_error *err)
@@ -252,7 +287,7 @@ static rc_tensor *leaf(rc_graph *g, rc_params *p, int i)
     }
     if (!p->leaves[i]) {
         const nn_param *q = &p->w.p[i];
-        p->leaves[i] = rc_param(g, q->name, RC_F32, q->ndim, q->shape);
+        p->leaves[i] = rc_param(g, q->name, p->w.dtype, q->ndim, q->shape);
         if (p->leaves[i] && p->w.buf)
             rc_graph_bind(g, p->leaves[i], p->w.buf, rci_nn_weights_offset(&p->w, i));
     }
@@ -296,6 +331,16 @@ static int has_config(const char *path)
 
 rc_model *rc_model_create(const char *preset_or_dir, uint64_t seed, rc_error *err)
 {
+    return rc_model_load(preset_or_dir, seed, RC_F32, err);
+}
+
+rc_model *rc_model_load(const char *preset_or_dir, uint64_t seed, rc_dtype dtype, rc_error *err)
+{
+    if (dtype != RC_F32 && dtype != RC_BF16 && dtype != RC_F16) {
+        rc_error_set(err, RC_ERR_DTYPE, "model %s: dtype %s is not f32, bf16 or f16", preset_or_dir,
+                     rc_dtype_name(dtype));
+        return NULL;
+    }
     rc_model *m = calloc(1, sizeof *m);
     if (!m || !(m->params = rc_params_new())) {
         free(m);
@@ -305,12 +350,13 @@ rc_model *rc_model_create(const char *preset_or_dir, uint64_t seed, rc_error *er
     nn_weights *w = &m->params->w;
     int rc;
     if (has_config(preset_or_dir)) {
-        rc = rci_nn_model_load(preset_or_dir, &m->config, w, m->params->be, err);
+        rc = rci_nn_model_load_dtype(preset_or_dir, &m->config, w, m->params->be, dtype, err);
         snprintf(m->dir, sizeof m->dir, "%s", preset_or_dir);
     } else {
         rc = rc_config_preset(preset_or_dir, &m->config, err);
         if (!rc)
             rc = rci_nn_model_weights(&m->config, w, err);
+        w->dtype = dtype; /* f32 draws rounded to it */
         if (!rc && rci_nn_weights_alloc(w, m->params->be, err))
             rc = rc_error_set(err, RC_ERR_MEMORY, "model %s: cannot allocate %lld parameters",
                               preset_or_dir, (long long)w->numel);
@@ -342,6 +388,13 @@ rc_model *rc_model_from_config(const rc_model_config *c, uint64_t seed, rc_error
         return NULL;
     }
     return m;
+}
+
+int rc_model_to_dtype(rc_model *m, rc_dtype dt, rc_error *err)
+{
+    if (!m)
+        return rc_error_set(err, RC_ERR_ARG, "model to dtype: no model");
+    return rc_params_to_dtype(m->params, dt, err);
 }
 
 void rc_model_free(rc_model *m)

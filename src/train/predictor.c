@@ -73,8 +73,10 @@ static rc_graph *record_predict(rc_predictor *p, const rc_batch *b, rc_tensor **
         rci_fail(g, RC_ERR_SHAPE, "predict output %s: its leading dimension must be the batch's %lld rows",
                 rc_shape_str(*out, sh, sizeof sh), (long long)rows);
     }
+    if (!rc_graph_error(g) && ((*out)->dtype == RC_BF16 || (*out)->dtype == RC_F16))
+        *out = rc_cast(g, *out, RC_F32); /* 16-bit models' outputs: the rows are f32 */
     if (!rc_graph_error(g) && (*out)->dtype != RC_F32 && (*out)->dtype != RC_I32 && (*out)->dtype != RC_F64)
-        rci_fail(g, RC_ERR_DTYPE, "predict output is %s (f32, f64 or i32)", rc_dtype_name((*out)->dtype));
+        rci_fail(g, RC_ERR_DTYPE, "predict output is %s (f32, f64, bf16, f16 or i32)", rc_dtype_name((*out)->dtype));
     for (int i = 0; p->mp > 1 && i < rc_params_count(p->params) && !rc_graph_error(g); i++)
         leaves[i] = rc_params_get(g, p->params, rc_params_name(p->params, i)); /* a new one is unused */
     if (rc_graph_error(g)) {

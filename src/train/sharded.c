@@ -81,8 +81,11 @@ int rci_sharded_take(const rc_shard_spec *specs, const nn_weights *w, int mp, in
             k *= shape[a];
         rc = rci_nn_weights_read(w, i, whole, err);
         if (!rc) {
+            size_t elem = rc_dtype_size(w->dtype); /* the shards keep the weights' dtype */
             rc_shard_take(&specs[i], &header, mp, rank, whole, part);
-            rc = rc_buffer_upload(local, (size_t)off[i] * sizeof(float), part, (size_t)k * sizeof(float), err);
+            if (w->dtype != RC_F32)
+                rc_convert(part, w->dtype, part, RC_F32, k); /* in place: 16-bit words fill the front */
+            rc = rc_buffer_upload(local, (size_t)off[i] * elem, part, (size_t)k * elem, err);
         }
     }
     free(whole);
@@ -106,10 +109,11 @@ static int take_shards(rc_sharded *s, rc_shard_spec *specs, rc_error *err)
         return rc_error_set(err, RC_ERR_ARG, "model shards: the full weights are not in memory to take shards from");
     s->off = calloc((size_t)w->n + 1, sizeof *s->off);
     int64_t total = s->off ? rci_sharded_layout(specs, w, s->mesh->mp, s->off, NULL) : 0;
-    s->local = s->off ? rc_buffer_new(rc_buffer_backend(w->buf), (size_t)total * sizeof(float), err) : NULL;
+    size_t elem = rc_dtype_size(w->dtype);
+    s->local = s->off ? rc_buffer_new(rc_buffer_backend(w->buf), (size_t)total * elem, err) : NULL;
     s->specs = specs;
     s->owned = 1;
-    s->bytes = total * (int64_t)sizeof(float);
+    s->bytes = total * (int64_t)elem;
     if (!s->local)
         return s->off ? rci_error_prefix(err, "model shards: %lld floats", (long long)total)
                       : rc_error_set(err, RC_ERR_MEMORY, "model shards: out of memory");
@@ -138,8 +142,9 @@ int rci_sharded_partition(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, in
     free(specs);
     if (rc)
         return -1;
+    size_t elem = rc_dtype_size(rc_params_dtype(s->params));
     for (int i = 0; i < n; i++)
         if (sg->params[i])
-            rc_graph_bind(sg->g, sg->params[i], s->local, (size_t)s->off[i] * sizeof(float));
+            rc_graph_bind(sg->g, sg->params[i], s->local, (size_t)s->off[i] * elem);
     return 0;
 }

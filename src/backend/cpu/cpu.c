@@ -60,12 +60,8 @@ static int cpu_fill_zero(rc_backend *be, rc_buffer *b, size_t off, size_t bytes,
     return 0;
 }
 
-static int is_float(rc_dtype t)
-{
-    return t == RC_F32 || t == RC_F64;
-}
-
-/* Kernels: data movement for f32, f64 and i32; everything else computes in f32 or f64. */
+/* Kernels: data movement for every dtype; everything else for the float dtypes, computed
+ * in f64 for f64 and in f32 for f32, bf16 and f16. */
 static int cpu_supports(const rc_backend *be, rc_op op, rc_dtype t)
 {
     (void)be;
@@ -73,8 +69,19 @@ static int cpu_supports(const rc_backend *be, rc_op op, rc_dtype t)
         op == RC_OP_MP_ENTER)
         return 1;
     if (rci_cpu_is_move(op))
-        return is_float(t) || t == RC_I32;
-    return is_float(t);
+        return (unsigned)t < RC_DTYPE_COUNT;
+    return rc_dtype_is_float(t);
+}
+
+/* 1 when node reads or writes 16-bit floats (a loss of bf16 logits is f32) */
+static int touches_half(const rc_tensor *node)
+{
+    if (rci_dtype_is_half(node->dtype))
+        return 1;
+    for (int k = 0; k < node->nsrc; k++)
+        if (node->src[k] && rci_dtype_is_half(node->src[k]->dtype))
+            return 1;
+    return 0;
 }
 
 static void *address(const rci_mem *m)
@@ -95,6 +102,8 @@ static int cpu_run_node(rc_backend *be, const rci_node_run *r, rc_error *err)
     int done = rci_cpu_kernel_move(&a, err);
     if (done != 0)
         return done < 0 ? -1 : 0;
+    if (touches_half(node))
+        return rci_cpu_kernel_half(&a, err);
     switch (node->dtype) {
     case RC_F32:
         return rci_cpu_kernel_f32(&a, err);

@@ -22,6 +22,12 @@ typedef struct {
 
 int rci_cpu_kernel_f32(const rci_cpu_args *a, rc_error *err);  /* node dtype f32 (src may be i32) */
 int rci_cpu_kernel_f64(const rci_cpu_args *a, rc_error *err);  /* node dtype f64 */
+/* A node reading or writing bf16 / f16 values (kernels_half.c): computed in f32. */
+int rci_cpu_kernel_half(const rci_cpu_args *a, rc_error *err);
+/* n 16-bit values of dtype t (bf16 or f16) widened to f32, and f32 rounded to them (nearest,
+ * ties to even), over threads when n is large. */
+void rci_cpu_widen(float *dst, const uint16_t *src, rc_dtype t, int64_t n);
+void rci_cpu_narrow(uint16_t *dst, const float *src, rc_dtype t, int64_t n);
 /* Dtype-agnostic data movement: PERMUTE, SLICE (copying form), PAD, CONCAT, EXPAND, CAST.
  * Returns 1 when it handled the op, 0 when the op is not one of its, -1 on error. */
 int rci_cpu_kernel_move(const rci_cpu_args *a, rc_error *err);

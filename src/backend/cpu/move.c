@@ -1,10 +1,11 @@
 /* move.c - data movement kernels that only care about element sizes: permute, slice
- * (the copying form), pad, concat, expand; and cast between f32, f64 and i32.
+ * (the copying form), pad, concat, expand; and cast between f32, f64, bf16, f16 and i32.
  *
  * Every movement op is one or more strided copies: an n-D box of elements read with one
  * set of element strides and written with another. Size-1 axes are dropped and axes that
  * continue each other in both are merged, so most copies end as rows of memcpy. */
 #include "cpu.h"
+#include "half.h"
 
 #include <omp.h>
 #include <string.h>
@@ -324,6 +325,31 @@ static int32_t to_i32(double v)
     return (int32_t)v;
 }
 
+/* element i of x (dtype t) as a double; 16-bit values widen exactly */
+static double cast_load(const void *x, rc_dtype t, int64_t i)
+{
+    switch (t) {
+    case RC_F32: return ((const float *)x)[i];
+    case RC_F64: return ((const double *)x)[i];
+    case RC_I32: return ((const int32_t *)x)[i];
+    case RC_BF16: return rci_bf16_to_f32(((const uint16_t *)x)[i]);
+    default: return rci_f16_to_f32(((const uint16_t *)x)[i]);
+    }
+}
+
+/* v stored as element i of y (dtype t); to 16 bits through f32 (f64 and i32 values round
+ * twice: to f32, then to 16 bits) */
+static void cast_store(void *y, rc_dtype t, int64_t i, double v)
+{
+    switch (t) {
+    case RC_F32: ((float *)y)[i] = (float)v; break;
+    case RC_F64: ((double *)y)[i] = v; break;
+    case RC_I32: ((int32_t *)y)[i] = to_i32(v); break;
+    case RC_BF16: ((uint16_t *)y)[i] = rci_f32_to_bf16((float)v); break;
+    default: ((uint16_t *)y)[i] = rci_f32_to_f16((float)v); break;
+    }
+}
+
 /* elements [i0, i1) of a cast; the node's src0 holds the input */
 static void cast_range(void *ctx, int64_t i0, int64_t i1)
 {
@@ -332,7 +358,14 @@ static void cast_range(void *ctx, int64_t i0, int64_t i1)
     const void *x = io->in[0];
     void *y = io->out;
     rc_dtype from = node->src[0]->dtype, to = node->dtype;
-    if (from == RC_F32 && to == RC_F64) {
+    if (to == RC_F32 && (from == RC_BF16 || from == RC_F16)) {
+        rci_cpu_widen((float *)y + i0, (const uint16_t *)x + i0, from, i1 - i0);
+    } else if (from == RC_F32 && (to == RC_BF16 || to == RC_F16)) {
+        rci_cpu_narrow((uint16_t *)y + i0, (const float *)x + i0, to, i1 - i0);
+    } else if (from == RC_BF16 || from == RC_F16 || to == RC_BF16 || to == RC_F16) {
+        for (int64_t i = i0; i < i1; i++)
+            cast_store(y, to, i, cast_load(x, from, i));
+    } else if (from == RC_F32 && to == RC_F64) {
         const float *restrict a = x;
         double *restrict b = y;
         for (int64_t i = i0; i < i1; i++)
@@ -367,7 +400,7 @@ static void cast_range(void *ctx, int64_t i0, int64_t i1)
 
 static int cast_supported(rc_dtype t)
 {
-    return t == RC_F32 || t == RC_F64 || t == RC_I32;
+    return (unsigned)t < RC_DTYPE_COUNT;
 }
 
 static int move_cast(const rci_cpu_args *io, rc_error *err)
