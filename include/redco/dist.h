@@ -77,6 +77,9 @@ int rc_comm_reduce_scatter_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, i
 /* All-gather in place of n f32 at byte `offset` of buf: every rank's share (rc_comm_share)
  * goes to the same place on every rank. Bucketed as above. */
 int rc_comm_allgather_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket, rc_error *err);
+/* The same for n elements of dtype t (f32, bf16 or f16: 16-bit words move as 2 bytes). */
+int rc_comm_allgather(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int64_t bucket,
+                      rc_error *err);
 int rc_comm_bcast_buffer(rc_comm *c, rc_buffer *buf, size_t offset, size_t bytes, int root,
                          rc_error *err);
 int rc_comm_bcast(rc_comm *c, void *data, size_t bytes, int root, rc_error *err);
