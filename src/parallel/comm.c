@@ -278,13 +278,36 @@ static int host_done(rc_buffer *buf, size_t offset, size_t bytes, void *stage, i
     return status;
 }
 
+/* 16-bit values (bf16, f16): widened to f32, reduced in f32, rounded back once (as a
+ * 16-bit kernel computes in f32 and rounds its output); every rank rounds the same sums */
+static int allreduce_half(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int op, rc_error *err)
+{
+    size_t bytes = (size_t)n * 2;
+    void *stage, *h = host_view(buf, offset, bytes, &stage, err);
+    float *wide = h ? malloc((size_t)(n ? n : 1) * sizeof *wide) : NULL;
+    int rc = h ? 0 : -1;
+    if (h && !wide)
+        rc = rc_error_set(err, RC_ERR_MEMORY, "collective: %lld %s values: out of memory", (long long)n,
+                          rc_dtype_name(t));
+    if (!rc) {
+        rc_convert(wide, RC_F32, h, t, n);
+        rc = allreduce(c, wide, n, MPI_FLOAT, sizeof(float), op ? MPI_MAX : MPI_SUM, err);
+    }
+    if (!rc)
+        rc_convert(h, t, wide, RC_F32, n);
+    free(wide);
+    return h ? host_done(buf, offset, bytes, stage, rc, err) : -1;
+}
+
 int rc_comm_allreduce_buffer(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int op,
                              rc_error *err)
 {
-    if (t != RC_F32 && t != RC_F64)
+    if (t != RC_F32 && t != RC_F64 && t != RC_BF16 && t != RC_F16)
         return rc_error_set(err, RC_ERR_DTYPE, "collective: dtype %s", rc_dtype_name(t));
     if (!c || c->size == 1)
         return 0;
+    if (t == RC_BF16 || t == RC_F16)
+        return allreduce_half(c, buf, offset, n, t, op, err);
     size_t bytes = (size_t)n * rc_dtype_size(t);
     void *stage, *h = host_view(buf, offset, bytes, &stage, err);
     if (!h)

@@ -335,6 +335,9 @@ int rci_trainer_sync_params(rc_trainer *t, rc_error *err)
     int rc = full && mine ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     for (int i = 0; !rc && i < w->n; i++) {
         rc = gather_tensor(t, i, t->master ? t->master : t->local, t->master != NULL, mine, full, err);
+        /* a zero master is whole on the first rank of both axes: down the data axis first */
+        if (!rc && t->master && t->zero)
+            rc = rc_comm_bcast(m->dp_comm, full, (size_t)w->p[i].numel * sizeof *full, 0, err);
         if (!rc)
             rc = rc_comm_bcast(m->mp_comm, full, (size_t)w->p[i].numel * sizeof *full, 0, err);
         if (!rc)
