@@ -559,27 +559,30 @@ static int weights_dtype(rc_trainer *t, const rc_train_options *o, rc_error *err
 
 /* 16-bit weights: the f32 master of this rank's share (made with the moments' layout),
  * from the 16-bit weights (widened exactly: training starts from the weights as the steps
- * read them, on any mesh). */
+ * read them, on any mesh), through host memory a chunk at a time. */
 static int master_buffer(rc_trainer *t, rc_error *err)
 {
+    enum { CHUNK = 1 << 20 };
     if (t->dtype == RC_F32 || t->master)
         return 0;
-    size_t n = (size_t)t->share_n, es = rc_dtype_size(t->dtype);
-    if (!(t->master = rc_buffer_new(t->be, (n ? n : 1) * sizeof(float), err)))
+    int64_t n = t->share_n;
+    size_t es = rc_dtype_size(t->dtype);
+    if (!(t->master = rc_buffer_new(t->be, (size_t)(n ? n : 1) * sizeof(float), err)))
         return rci_error_prefix(err, "trainer: the f32 master weights of %lld parameters%s", (long long)n,
                                 t->zero ? " (this rank's share)" : "");
-    float *host = malloc((n ? n : 1) * sizeof *host);
-    int rc = host ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
-    if (!rc && n)
-        rc = rc_buffer_download(t->local, (size_t)t->share_lo * es, host, n * es, err);
-    if (!rc && n) {
-        /* widened in place from the back: the 16-bit words fill the front */
-        const uint16_t *words = (const uint16_t *)host;
-        for (size_t i = n; i-- > 0;)
-            host[i] = t->dtype == RC_BF16 ? rc_bf16_to_f32(words[i]) : rc_f16_to_f32(words[i]);
-        rc = rc_buffer_upload(t->master, 0, host, n * sizeof *host, err);
+    uint16_t *words = malloc(CHUNK * sizeof *words);
+    float *wide = malloc(CHUNK * sizeof *wide);
+    int rc = words && wide ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    for (int64_t at = 0; !rc && at < n; at += CHUNK) {
+        int64_t len = n - at < CHUNK ? n - at : CHUNK;
+        rc = rc_buffer_download(t->local, (size_t)(t->share_lo + at) * es, words, (size_t)len * es, err);
+        if (!rc) {
+            rc_convert(wide, RC_F32, words, t->dtype, len);
+            rc = rc_buffer_upload(t->master, (size_t)at * sizeof *wide, wide, (size_t)len * sizeof *wide, err);
+        }
     }
-    free(host);
+    free(words);
+    free(wide);
     return rc;
 }
 
