@@ -13,8 +13,12 @@
  * - resume in bf16 (and f16, with its scale): 3 steps + 3 resumed equal 6 straight bitwise
  *   (the f32 master in the checkpoint, the 16-bit weights, the scale);
  * - final/ holds the f32 master; loaded in bf16 (rc_model_load, as generate --dtype bf16)
- *   it is the very bf16 weights the trainer ended with. */
+ *   it is the very bf16 weights the trainer ended with;
+ * - the backend's entries behind it, on the device: accumulate from bf16 / f16 gradients
+ *   (written and added) and round_f32 into bf16 / f16 words equal the host's conversions
+ *   (rc_convert) bit for bit, at offsets inside the buffers. */
 #include "check.h"
+#include "backend.h"
 #include "redco/device.h"
 #include "redco/pipeline.h"
 #include "redco/safetensors.h"
@@ -326,6 +330,43 @@ static void test_resume(task *k, rc_dtype dt)
     free(wa), free(wb);
 }
 
+/* accumulate and round_f32 on backend be against the host */
+static void test_entries(rc_backend *be)
+{
+    enum { N = 5000, AT = 37 };
+    rc_error err = {0};
+    rc_dtype dts[2] = {RC_BF16, RC_F16};
+    float *x = malloc(N * sizeof *x), *acc = malloc((N + AT) * sizeof *acc), *want = malloc(N * sizeof *want);
+    uint16_t *words = malloc((N + AT) * sizeof *words), *back = malloc(N * sizeof *back);
+    rc_rng r = rc_rng_new(3);
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(rc_rng_uniform(&r) * 8 - 4);
+    for (int d = 0; d < 2 && x && acc && want && words && back; d++) {
+        rc_dtype dt = dts[d];
+        rc_buffer *h = rc_buffer_new(be, (N + AT) * 2, &err), *f = rc_buffer_new(be, (N + AT) * 4, &err);
+        rc_convert(words + AT, dt, x, RC_F32, N);
+        int ok = h && f && !rc_buffer_upload(h, 0, words, (N + AT) * 2, &err);
+        /* written (scale 0.5), then added (scale 2): 2.5 x the widened words */
+        ok = ok && !be->accumulate(be, f, AT, h, AT * 2, N, dt, 0.5f, 0, &err) &&
+             !be->accumulate(be, f, AT, h, AT * 2, N, dt, 2.0f, 1, &err) &&
+             !rc_buffer_download(f, AT * 4, acc, N * 4, &err);
+        CHECKF(ok, "%s: accumulate from %s: %s", be->name, rc_dtype_name(dt), err.msg);
+        rc_convert(want, RC_F32, words + AT, dt, N);
+        int same = 1;
+        for (int i = 0; ok && i < N; i++)
+            same &= acc[i] == 0.5f * want[i] + 2.0f * want[i];
+        CHECKF(ok && same, "%s: accumulate from %s differs from the host", be->name, rc_dtype_name(dt));
+        /* x (f32, at element AT of f) rounded into words at element 3 of h */
+        ok = ok && !rc_buffer_upload(f, AT * 4, x, N * 4, &err) && !be->round_f32(be, h, 3, dt, f, AT, N, &err) &&
+             !rc_buffer_download(h, 3 * 2, back, N * 2, &err);
+        CHECKF(ok && !memcmp(back, words + AT, N * 2), "%s: round_f32 into %s differs from rc_convert: %s", be->name,
+               rc_dtype_name(dt), err.msg);
+        rc_buffer_free(h);
+        rc_buffer_free(f);
+    }
+    free(x), free(acc), free(want), free(words), free(back);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i++)
@@ -339,6 +380,10 @@ int main(int argc, char **argv)
         return check_summary("test_train_half");
     }
     rc_set_threads(2);
+    rc_backend *be = rc_device_open(device ? device : "cpu", 0, &err);
+    CHECKF(be != NULL, "%s: %s", device ? device : "cpu", err.msg);
+    if (be)
+        test_entries(be);
     snprintf(root, sizeof root, "/tmp/redco-half-XXXXXX");
     CHECK(mkdtemp(root) != NULL);
     task *k = calloc(1, sizeof *k);
