@@ -11,6 +11,10 @@
  *   reverse; 3 + 2 with zero on the same mesh are bitwise the 5 straight; on 4 processes a
  *   checkpoint of dp 2 x mp 2 with zero resumes on dp 4 with zero (1e-4 against the run
  *   without on dp 2 x mp 2: AdamW across meshes, as mpi_train claims).
+ * - bf16 weights (rc_train_options.dtype) with zero equal bf16 without on every mesh: the
+ *   f32 master weights and the moments of the checkpoint per tensor within 1e-6, the 16-bit
+ *   weights the same; each rank holds its share of the master beside its share of the
+ *   moments; 3 + 2 steps resumed with zero are bitwise the 5 straight.
  * With --device D (opencl) every run is on that device (CTest mpi_zero_opencl_np2). */
 #include "check.h"
 #include "redco/pipeline.h"
@@ -26,6 +30,7 @@ enum { T = 8, NTOK = 2000, STEPS = 5, HALF = 3, GLOBAL = 24, ACCUM = 2 };
 static const double CLIP = 0.05;  /* below every step's gradient norm (checked) */
 
 static const char *device;        /* --device: where the runs are */
+static rc_dtype dtype;            /* the weights of the runs (RC_F32 but in test_half) */
 static char root[64];             /* the runs' workdirs */
 
 typedef struct {
@@ -81,7 +86,7 @@ static int train(task *k, int mp, const char *opt, int zero, int64_t steps, cons
     rc_train_options o = {.steps = steps, .batch_size = GLOBAL / ACCUM / dp, .grad_accum = ACCUM, .shuffle = 1,
                           .optimizer = opt, .lr = !strcmp(opt, "sgd") ? 0.5 : 1e-2, .weight_decay = 0.01,
                           .grad_clip = CLIP, .eps = 1e-6, .schedule = RC_SCHEDULE_CONSTANT, .log_every = 1,
-                          .resume = resume, .zero = zero};
+                          .resume = resume, .zero = zero, .dtype = dtype};
     rc_train_result r = {0};
     int ok = t && rc_trainer_fit(t, &o, (rc_examples){count, k}, NULL, &r, &err) == 0;
     CHECKF(ok, "%s: %s", name, err.msg);
@@ -115,12 +120,12 @@ static int read_file_tensors(check_weights *w, const char *name, const char *fil
     return rc;
 }
 
-/* the checkpoints of runs a and b (same step) differ by at most tol per tensor, moments
- * included; returns the difference */
-static double moments_diff(const char *a, const char *b, int64_t step)
+/* how far the checkpoint file `what` (optimizer or model) of runs a and b (same step) are
+ * apart, the largest over tensors */
+static double file_diff(const char *a, const char *b, int64_t step, const char *what)
 {
     char file[64], worst[256] = "";
-    snprintf(file, sizeof file, "checkpoint-%lld/optimizer.safetensors", (long long)step);
+    snprintf(file, sizeof file, "checkpoint-%lld/%s.safetensors", (long long)step, what);
     check_weights x = {0}, y = {0};
     double e = read_file_tensors(&x, a, file) || read_file_tensors(&y, b, file)
                    ? INFINITY : check_weights_diff(&x, &y, worst, sizeof worst, NULL);
@@ -163,7 +168,7 @@ static void test_same(task *k, int dp, int mp, int rank, check_weights *adamw_pl
             continue;
         }
         double e = check_weights_diff(&wz, &wp, worst, sizeof worst, NULL);
-        double em = moments_diff(zero, plain, STEPS);
+        double em = file_diff(zero, plain, STEPS, "optimizer");
         double least = least_norm(plain);
         CHECKF(e < 1e-6 && em < 1e-6, "%s dp %d x mp %d: zero differs from the run without: weights %.3g (%s), moments %.3g",
                opts[o], dp, mp, e, worst, em);
@@ -188,6 +193,51 @@ static void test_same(task *k, int dp, int mp, int rank, check_weights *adamw_pl
             check_weights_free(&wp), check_weights_free(&wz);
         }
     }
+}
+
+/* bf16 weights with and without zero: the same f32 master and moments (the checkpoints'),
+ * the same 16-bit weights; the state each rank holds */
+static void test_half(task *k, int dp, int mp, int rank)
+{
+    char plain[64], zero[64], worst[256] = "";
+    snprintf(plain, sizeof plain, "%dx%d-bf16-plain", dp, mp);
+    snprintf(zero, sizeof zero, "%dx%d-bf16-zero", dp, mp);
+    check_weights wp = {0}, wz = {0};
+    rc_train_result rp = {0}, rz = {0};
+    dtype = RC_BF16;
+    if (!train(k, mp, "adamw", 0, STEPS, plain, 0, &wp, &rp) && !train(k, mp, "adamw", 1, STEPS, zero, 0, &wz, &rz)) {
+        double ew = file_diff(zero, plain, STEPS, "model"), em = file_diff(zero, plain, STEPS, "optimizer");
+        double e16 = check_weights_diff(&wz, &wp, worst, sizeof worst, NULL);
+        CHECKF(ew < 1e-6 && em < 1e-6 && e16 < 1e-6, "bf16 dp %d x mp %d: zero differs from the run without: master "
+               "%.3g, moments %.3g, bf16 weights %.3g (%s)", dp, mp, ew, em, e16, worst);
+        /* bf16 weights (2 B) and f32 gradients of the model shard; f32 moments and master of
+         * the share */
+        int64_t n = rp.state_bytes / 18, lo, hi;
+        rc_comm_share(n, dp, rank / mp, &lo, &hi);
+        int64_t expect = 6 * n + 12 * (hi - lo);
+        CHECKF(rz.state_bytes == expect && rp.state_bytes == 18 * n, "bf16 dp %d x mp %d: state %lld bytes with zero, "
+               "%lld without, expected %lld", dp, mp, (long long)rz.state_bytes, (long long)rp.state_bytes,
+               (long long)expect);
+        if (rank == 0)
+            printf("bf16  dp %d x mp %d on %s: zero vs without after %d steps: master rel L2 %.2e, moments %.2e, bf16 "
+                   "weights %.2e; state per rank %lld -> %lld bytes\n", dp, mp, device ? device : "cpu", STEPS, ew, em,
+                   e16, (long long)rp.state_bytes, (long long)rz.state_bytes);
+        /* resume with zero in bf16: HALF steps, then to STEPS, bitwise the straight run */
+        char resumed[64];
+        check_weights wr = {0};
+        snprintf(resumed, sizeof resumed, "%dx%d-bf16-resume", dp, mp);
+        if (!train(k, mp, "adamw", 1, HALF, resumed, 0, NULL, NULL) &&
+            !train(k, mp, "adamw", 1, STEPS, resumed, 1, &wr, NULL)) {
+            double rw = file_diff(resumed, zero, STEPS, "model"), rm = file_diff(resumed, zero, STEPS, "optimizer");
+            double r16 = check_weights_diff(&wr, &wz, worst, sizeof worst, NULL);
+            CHECKF(rw == 0 && rm == 0 && r16 == 0, "bf16 dp %d x mp %d with zero: %d + %d steps resumed differ from %d "
+                   "straight: master %.3g, moments %.3g, bf16 weights %.3g", dp, mp, HALF, STEPS - HALF, STEPS, rw, rm,
+                   r16);
+        }
+        check_weights_free(&wr);
+    }
+    dtype = RC_F32;
+    check_weights_free(&wp), check_weights_free(&wz);
 }
 
 /* resume across zero on the same mesh (AdamW): HALF steps one way, then to STEPS the other */
@@ -242,6 +292,7 @@ int main(int argc, char **argv)
         test_same(k, dp, mp, rank, &plain, &zero);
         if (plain.n && zero.n)
             test_resume(k, dp, mp, rank, &plain, &zero);
+        test_half(k, dp, mp, rank);
         /* a checkpoint of dp 2 x mp 2 with zero resumes on dp 4 with zero */
         if (dp == 2 && mp == 2 && plain.n) {
             char worst[256] = "";

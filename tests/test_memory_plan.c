@@ -10,8 +10,8 @@
  * line in `cases` and one name in CMakeLists.txt's REDCO_MEMORY_CASES, or for a mesh in
  * REDCO_MEMORY_MPI_CASES (run under mpiexec -n 2; the mesh's dp comes from the launcher;
  * each rank checks its own figures, with model shards plus the full weights it holds while
- * taking its shards). A --dtype case waits for the trainer's option (run_case sets it
- * there).
+ * taking its shards). A --dtype case trains in that dtype (rc_train_options.dtype: 16-bit
+ * weights and activations, f32 master weights).
  *
  * OpenCL cases count the device's buffers only; without a device they print why and pass,
  * unless REDCO_REQUIRE_OPENCL=1 (CI sets it). */
@@ -34,7 +34,7 @@ typedef struct {
     const char *model;
     int mp, batch, seq_len, remat;
     int zero;                     /* rc_train_options.zero */
-    rc_dtype dtype;               /* planned; set in rc_train_options once it has the field */
+    rc_dtype dtype;               /* rc_train_options.dtype */
 } mem_case;
 
 static const mem_case cases[] = {
@@ -45,6 +45,9 @@ static const mem_case cases[] = {
     {"opencl-remat", "opencl", "gpt2", 1, 1, 128, 1, 0, RC_F32},
     {"mp2", "cpu", "gpt2", 2, 1, 1024, 0, 0, RC_F32},      /* mpiexec -n 2 */
     {"zero", "cpu", "gpt2", 1, 1, 256, 0, 1, RC_F32},      /* mpiexec -n 2: dp 2 */
+    {"bf16", "cpu", "gpt2", 1, 1, 1024, 0, 0, RC_BF16},
+    {"zero-bf16", "cpu", "gpt2", 1, 1, 256, 0, 1, RC_BF16}, /* mpiexec -n 2: dp 2 */
+    {"opencl-bf16", "opencl", "gpt2", 1, 1, 128, 0, 0, RC_BF16},
 };
 
 /* the user of the three functions: the model and the batch's length */
@@ -133,24 +136,31 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
                             .remat = c->remat, .zero = c->zero, .dtype = c->dtype};
     rc_rank_memory plan = {0}, other = {0};
     CHECKF(m && rc_memory_plan(&m->config, &mo, &plan, &err) == 0, "plan: %s", err.msg);
-    /* a wrong plan the measurement must reject: without zero for a zero case, else the other
-     * remat setting */
+    /* a wrong plan the measurement must reject: without zero for a zero case, the f32 plan's
+     * halved activations for a 16-bit case (below), else the other remat setting */
     if (c->zero)
         mo.zero = 0;
+    else if (c->dtype != RC_F32)
+        mo.dtype = RC_F32;
     else
         mo.remat = !c->remat;
     CHECKF(m && rc_memory_plan(&m->config, &mo, &other, &err) == 0, "plan: %s", err.msg);
     int cpu = !strcmp(c->device, "cpu");
     /* with model shards the full weights are held while the first step takes its shards */
     double need = (double)(plan.total + plan.full_copy);
+    if (!cpu) /* the 16-bit scratch is the CPU's: OpenCL kernels convert 16-bit words in place */
+        need -= (double)plan.scratch;
     double wrong[2] = {need - (double)plan.optimizer, (double)(other.total + other.full_copy)};
+    /* 16-bit: the f32 plan is about as large (the CPU's f32 scratch eats the savings of
+     * GPT-2 at batch 1), so the wrong plan is the earlier estimate instead: half the f32
+     * graph's activations and no scratch (18% under) */
+    if (c->dtype != RC_F32 && !c->zero)
+        wrong[1] = need - (double)(plan.activations + plan.scratch) + 0.5 * (double)other.activations;
     job j = {m, c->seq_len};
     rc_trainer *t = m ? rc_trainer_new(d, collate, loss, &j, m->params, m, &err) : NULL;
     CHECKF(t != NULL, "trainer: %s", err.msg);
     rc_train_options o = {.steps = 1, .batch_size = c->batch, .optimizer = "adamw", .lr = 1e-4, .remat = c->remat,
-                          .zero = c->zero};
-    /* the trainer has no dtype option yet: o.dtype = c->dtype; */
-    CHECKF(c->dtype == RC_F32, "%s: the trainer has no --dtype yet", c->name);
+                          .zero = c->zero, .dtype = c->dtype};
     rc_train_result r = {0};
     int rc = t ? rc_trainer_fit(t, &o, (rc_examples){count, NULL}, NULL, &r, &err) : -1;
     CHECKF(rc == 0 && isfinite(r.loss), "%s: fit: %s (loss %g)", c->name, err.msg, r.loss);
@@ -158,17 +168,19 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
     rc_backend_memory(rc_deployer_backend(d), NULL, NULL, &peak);
     int64_t rss = max_rss_bytes();
     if (rc == 0) {
-        printf("%s: %s, batch %d x %d, %s%s on %s (rank %d of %d)\n", c->name, c->model, c->batch, c->seq_len,
-               c->remat ? "remat" : "no remat", c->zero ? ", zero" : "", rc_backend_name(rc_deployer_backend(d)),
+        printf("%s: %s, batch %d x %d, %s%s, %s on %s (rank %d of %d)\n", c->name, c->model, c->batch, c->seq_len,
+               c->remat ? "remat" : "no remat", c->zero ? ", zero" : "", rc_dtype_name(c->dtype),
+               rc_backend_name(rc_deployer_backend(d)),
                mesh->rank, mesh->size);
         printf("  plan: weights %.1f, gradients %.1f, optimizer %.1f, master %.1f, activations %.1f, "
-               "total %.1f MiB\n",
+               "16-bit scratch %.1f, total %.1f MiB\n",
                plan.weights / 1048576.0, plan.gradients / 1048576.0, plan.optimizer / 1048576.0,
-               plan.master / 1048576.0, plan.activations / 1048576.0, plan.total / 1048576.0);
-        /* the trainer's own buffers are the plan's rule exactly: weights, gradients, m, v */
-        CHECKF(r.state_bytes == plan.weights + 4 * plan.local + plan.optimizer,
+               plan.master / 1048576.0, plan.activations / 1048576.0, plan.scratch / 1048576.0,
+               plan.total / 1048576.0);
+        /* the trainer's own buffers are the plan's rule exactly: weights, gradients, m, v, master */
+        CHECKF(r.state_bytes == plan.weights + 4 * plan.local + plan.optimizer + plan.master,
                "trainer state %lld bytes, plan %lld", (long long)r.state_bytes,
-               (long long)(plan.weights + 4 * plan.local + plan.optimizer));
+               (long long)(plan.weights + 4 * plan.local + plan.optimizer + plan.master));
         if (plan.full_copy)
             printf("  plus the full weights while sharding: %.1f MiB\n", plan.full_copy / 1048576.0);
         check_peak("backend peak", (double)peak, need, wrong, cpu ? 2 : 1);
@@ -195,7 +207,7 @@ static void test_rules(void)
     CHECKF(rc_memory_plan(&c, &o, &base, &err) == 0, "%s", err.msg);
     CHECK(base.params == 124439808 && base.local == base.params && base.share == base.local);
     CHECK(base.weights == 4 * base.local && base.optimizer == 8 * base.local && base.master == 0);
-    CHECK(base.gradients == 8 * base.local && !base.estimated && base.full_copy == 0);
+    CHECK(base.gradients == 8 * base.local && base.full_copy == 0);
     CHECK(base.total == base.weights + base.gradients + base.optimizer + base.activations);
     o.zero = 1; /* a balanced 1/dp share: 124439808 = 3 x 41479936 */
     CHECKF(rc_memory_plan(&c, &o, &zero, &err) == 0, "%s", err.msg);
@@ -205,7 +217,17 @@ static void test_rules(void)
     o.dtype = RC_BF16;
     CHECKF(rc_memory_plan(&c, &o, &half, &err) == 0, "%s", err.msg);
     CHECK(half.weights == 2 * half.local && half.master == 4 * half.share && half.gradients == 6 * half.local);
-    CHECK(half.estimated && half.activations < base.activations);
+    /* the 16-bit graph's own activations: about half the f32 graph's (softmax and the loss
+     * keep some f32), not exactly */
+    CHECKF(half.activations < 0.6 * base.activations && half.activations > 0.4 * base.activations &&
+           2 * half.activations != base.activations, "bf16 activations %lld, f32 %lld", (long long)half.activations,
+           (long long)base.activations);
+    o.dtype = RC_F16; /* with its loss scale: a scalar more */
+    rc_rank_memory f16;
+    CHECKF(rc_memory_plan(&c, &o, &f16, &err) == 0, "%s", err.msg);
+    CHECK(f16.weights == half.weights && f16.master == half.master && f16.activations >= half.activations &&
+          f16.activations < half.activations + 4096);
+    o.dtype = RC_BF16;
     o = (rc_memory_options){.dp = 1, .mp = 1, .batch = 1, .seq_len = 1024, .remat = 1};
     CHECK(rc_memory_plan(&c, &o, &remat, &err) == 0);
     o.remat = 0;

@@ -596,7 +596,7 @@ static int train_step(trainee *t, rc_graph *g, rc_tensor *const *wrt, rc_tensor 
         double part = 0;
         rci_update_part whole = {at, n, 0};
         if (rc_plan_memory(t->p, grads[k], &gb, &goff) ||
-            t->be->accumulate(t->be, t->g, at, gb, goff, n, 1.0f, 0, err) ||
+            t->be->accumulate(t->be, t->g, at, gb, goff, n, RC_F32, 1.0f, 0, err) ||
             t->be->sum_squares(t->be, t->g, &whole, 1, &part, err))
             return rc_error_set(err, RC_ERR_ARG, "step on %s: gradient of %s: %s", t->be->name,
                                 wrt[k]->name, err->msg);
@@ -893,8 +893,8 @@ static void test_optimizer(void)
         rci_update u = {bw[k], bg[k], NULL, NULL, parts, 3, 0.1, 0, 0, 0, 1, 0.25, 0, 0};
         CHECKF(!be[k]->update(be[k], &u, &err), "sgd on %s: %s", be[k]->name, err.msg);
         CHECK(!rc_sgd_update(bw[k], bg[k], 7, 100, 0.05, &err));
-        CHECK(!be[k]->accumulate(be[k], bm[k], 3, bg[k], 40, 9000, 0.5f, 1, &err));
-        CHECK(!be[k]->accumulate(be[k], bv[k], 0, bg[k], 0, N, 2.0f, 0, &err));
+        CHECK(!be[k]->accumulate(be[k], bm[k], 3, bg[k], 40, 9000, RC_F32, 0.5f, 1, &err));
+        CHECK(!be[k]->accumulate(be[k], bv[k], 0, bg[k], 0, N, RC_F32, 2.0f, 0, &err));
     }
     e_sgd = fmax(fmax(buffer_diff(bw[1], bw[0], N), buffer_diff(bg[1], bg[0], N)),
                  fmax(buffer_diff(bm[1], bm[0], N), buffer_diff(bv[1], bv[0], N)));

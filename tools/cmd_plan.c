@@ -36,8 +36,8 @@ static const char *help =
     "device and which of the step's ops the device has no kernel for.\n"
     "--zero: each data-parallel rank keeps a 1/dp share of the optimizer state (and master\n"
     "weights). --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
-    "(default 1). --dtype bf16|f16: 16-bit weights with f32 master weights; the activations\n"
-    "are then estimated as half the f32 graph's, and said so. --memory SIZE (80GB = 80e9\n"
+    "(default 1). --dtype bf16|f16: 16-bit weights and activations with f32 master weights,\n"
+    "as `redco train --dtype` (the step's graph recorded in that dtype). --memory SIZE (80GB = 80e9\n"
     "bytes, 24GiB = 24 x 2^30, 512MiB): whether one rank fits, and the largest preset of the\n"
     "model's family that fits under the same mesh and options.\n";
 
@@ -255,12 +255,14 @@ static void print_memory(const options *o, const memory *mem)
                bytes_text((double)r->master, a, sizeof a), (long long)r->share, o->zero ? " (a 1/dp share)" : "");
     else
         printf("  master       %10s  none: the weights are f32\n", "0");
-    printf("  activations  %10s  the step's arena %s less its gradient outputs, plus inputs%s\n",
-           bytes_text((double)r->activations, a, sizeof a), bytes_text((double)r->arena, b, sizeof b),
-           r->estimated ? "\n               (an estimate: half the f32 graph's; the model graphs record f32)" : "");
+    printf("  activations  %10s  the step's arena %s less its gradient outputs, plus inputs (%s)\n",
+           bytes_text((double)r->activations, a, sizeof a), bytes_text((double)r->arena, b, sizeof b), dt);
+    if (r->scratch)
+        printf("  scratch      %10s  the CPU's f32 copies for its largest 16-bit node (kept)\n",
+               bytes_text((double)r->scratch, a, sizeof a));
     printf("  total        %10s", bytes_text((double)r->total, a, sizeof a));
     if (r->full_copy)
-        printf("  + the full f32 weights %s held while a rank takes its shards (peak %s)",
+        printf("  + the full %s weights %s held while a rank takes its shards (peak %s)", dt,
                bytes_text((double)r->full_copy, b, sizeof b), bytes_text((double)(r->total + r->full_copy), c, sizeof c));
     printf("\n");
     if (!o->memory_text)
@@ -326,12 +328,12 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
 /* the figures of rc_rank_memory as a JSON object */
 static json_t *rank_json(const rc_rank_memory *r)
 {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "parameters",
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "parameters",
                      (json_int_t)r->params, "local_parameters", (json_int_t)r->local, "optimizer_parameters",
                      (json_int_t)r->share, "weights", (json_int_t)r->weights, "gradients", (json_int_t)r->gradients,
                      "optimizer", (json_int_t)r->optimizer, "master", (json_int_t)r->master, "activations",
                      (json_int_t)r->activations, "arena", (json_int_t)r->arena, "total", (json_int_t)r->total,
-                     "full_copy", (json_int_t)r->full_copy, "activations_estimated", r->estimated);
+                     "full_copy", (json_int_t)r->full_copy, "scratch", (json_int_t)r->scratch);
 }
 
 static void print_json(const rc_model_config *c, const options *o, const model_graph *m,

@@ -19,6 +19,7 @@ static const char *train_help =
     "                   [--schedule constant|linear|cosine] [--grad-accum K] [--seed S]\n"
     "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--log-every N]\n"
     "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--remat[=N]] [--zero]\n"
+    "                   [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
     "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...]\n"
     "\n"
     "Trains a model on .txt, .jsonl ({\"text\"}, {\"prompt\",\"completion\"}, {\"source\",\"target\"})\n"
@@ -34,6 +35,13 @@ static const char *train_help =
     "--zero shards the AdamW moments over the data-parallel processes (ZeRO stage 1): each\n"
     "keeps and updates 1/dp of them; gradients are reduce-scattered and the updated weights\n"
     "all-gathered. The same training to float rounding; checkpoints are unchanged.\n"
+    "--dtype bf16|f16 trains with 16-bit weights and activations: the steps read the weights\n"
+    "in that dtype, the optimizer updates f32 master weights (with --zero each process's\n"
+    "share) and rounds them into the 16-bit weights; checkpoints and final/ hold the f32\n"
+    "master (`redco generate --dtype bf16` loads it in bf16). f16 scales the loss dynamically:\n"
+    "by --loss-scale S (default 65536) before the backward pass; a step whose gradients are\n"
+    "not finite is skipped and S halved (noted, and train/loss_scale in the log); S doubles\n"
+    "after --loss-scale-window good steps (default 2000). bf16 scales only when given S.\n"
     "Writes checkpoint-STEP/, last_checkpoint, best/, final/, log.jsonl and TensorBoard\n"
     "event files into the workdir. With --json the last line of stdout is\n"
     "{\"step\": N, \"loss\": ..., \"eval_loss\": ..., \"lr\": ...} (loss: the last step's; eval_loss:\n"
@@ -43,27 +51,30 @@ static const char *train_help =
 
 static const char *eval_help =
     "usage: redco eval --model DIR --data PATH [--tokenizer DIR] [--seq-len N] [--batch-size N]\n"
-    "                  [--mp N] [--nproc P] [--device D] [--json]\n"
+    "                  [--mp N] [--nproc P] [--device D] [--dtype f32|bf16|f16] [--json]\n"
     "\n"
     "Mean cross-entropy of the model over every predicted token of the data (language-model\n"
     "windows as in training), its perplexity, and the token count. With --json the last line\n"
     "of stdout is {\"loss\": ..., \"ppl\": ..., \"tokens\": N}; a loss or perplexity that is NaN\n"
     "or infinite is null. Processes split the data, and with --mp N the model too (the\n"
-    "training plan).\n";
+    "training plan). --dtype bf16|f16 runs the model with its weights in that dtype.\n";
 
 typedef struct {
     const char *model, *data, *tokenizer, *workdir, *eval_data, *optimizer, *schedule, *device;
     int64_t steps, epochs, batch, seq_len, warmup, accum, seed, eval_every, save_every, log_every,
         mp, nproc, remat;
-    double lr, wd, clip;
+    double lr, wd, clip, loss_scale;
+    int64_t loss_scale_window;
     int resume, no_shuffle, json, zero;
+    rc_dtype dtype;
     cli_shards shards;
 } options;
 
 enum {
     F_MODEL = CLI_FLAG0, F_DATA, F_TOKENIZER, F_SEQ_LEN, F_BATCH, F_NPROC, F_MP, F_JSON, F_WORKDIR,
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
-    F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO
+    F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO,
+    F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW
 };
 
 static const struct option eval_flags[] = {
@@ -76,6 +87,7 @@ static const struct option eval_flags[] = {
     {"nproc", required_argument, NULL, F_NPROC},
     {"mp", required_argument, NULL, F_MP},
     {"device", required_argument, NULL, F_DEVICE},
+    {"dtype", required_argument, NULL, F_DTYPE},
     {"json", no_argument, NULL, F_JSON},
     {NULL, 0, NULL, 0},
 };
@@ -92,6 +104,9 @@ static const struct option train_flags[] = {
     {"device", required_argument, NULL, F_DEVICE},
     {"remat", optional_argument, NULL, F_REMAT},
     {"zero", no_argument, NULL, F_ZERO},
+    {"dtype", required_argument, NULL, F_DTYPE},
+    {"loss-scale", required_argument, NULL, F_LOSS_SCALE},
+    {"loss-scale-window", required_argument, NULL, F_LOSS_SCALE_WINDOW},
     {"json", no_argument, NULL, F_JSON},
     {"workdir", required_argument, NULL, F_WORKDIR},
     {"eval-data", required_argument, NULL, F_EVAL_DATA},
@@ -114,6 +129,16 @@ static const struct option train_flags[] = {
     {NULL, 0, NULL, 0},
 };
 
+/* --dtype's value; RC_DTYPE_COUNT when it is none of f32, bf16, f16 */
+static rc_dtype weight_dtype(const char *v)
+{
+    if (!strcmp(v, "f32"))
+        return RC_F32;
+    if (!strcmp(v, "bf16"))
+        return RC_BF16;
+    return !strcmp(v, "f16") ? RC_F16 : RC_DTYPE_COUNT;
+}
+
 /* Reads one flag into o; 0, or 2 after a usage error. */
 static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
 {
@@ -132,6 +157,11 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_REMAT: return v ? cli_int64(cmd, f, v, 1, 1 << 16, &o->remat) : (o->remat = 1, 0);
     case F_JSON: o->json = 1; return 0;
     case F_ZERO: o->zero = 1; return 0;
+    case F_DTYPE:
+        o->dtype = weight_dtype(v);
+        return o->dtype == RC_DTYPE_COUNT ? cli_usage(cmd, "--dtype '%s': f32, bf16 or f16", v) : 0;
+    case F_LOSS_SCALE: return cli_double(cmd, f, v, 1e-30, 1e30, &o->loss_scale);
+    case F_LOSS_SCALE_WINDOW: return cli_int64(cmd, f, v, 1, big, &o->loss_scale_window);
     case F_RESUME: o->resume = 1; return 0;
     case F_NO_SHUFFLE: o->no_shuffle = 1; return 0;
     case F_SEQ_LEN: return cli_int64(cmd, f, v, 1, 1 << 20, &o->seq_len);
@@ -247,7 +277,7 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
     if (!(s->d = rc_deployer_new(argc, argv, &dopt, &err)))
         return cli_fail(cmd, "%s", err.msg);
     int main = rc_deployer_is_main(s->d);
-    int ok = (s->model = rc_model_create(o->model, (uint64_t)o->seed, &err)) != NULL;
+    int ok = (s->model = rc_model_load(o->model, (uint64_t)o->seed, o->dtype, &err)) != NULL;
     if (!ok)
         return cli_fail(cmd, "%s", err.msg);
     s->tok = open_tokenizer(cmd, o, &tok_path, &err);
@@ -303,6 +333,7 @@ int cmd_train(int argc, char **argv)
     rc_train_options to = {.steps = o.steps, .epochs = (int)o.epochs, .batch_size = (int)o.batch,
                            .grad_accum = (int)o.accum, .shuffle = !o.no_shuffle, .optimizer = o.optimizer,
                            .lr = o.lr, .weight_decay = o.wd, .grad_clip = o.clip, .remat = (int)o.remat, .zero = o.zero,
+                           .dtype = o.dtype, .loss_scale = o.loss_scale, .loss_scale_window = o.loss_scale_window,
                            .warmup = o.warmup,
                            .schedule = !strcmp(o.schedule, "linear") ? RC_SCHEDULE_LINEAR
                                        : !strcmp(o.schedule, "cosine") ? RC_SCHEDULE_COSINE

@@ -56,7 +56,8 @@ int rc_comm_allreduce_max_f32(rc_comm *c, float *data, int64_t n, rc_error *err)
 /* Collectives on backend buffers: host memory (the CPU backend's) goes to MPI as it is;
  * device memory is staged through host memory. n elements (bytes for bcast) at byte
  * `offset` of buf, in place. */
-/* sum (op 0) or max (op 1) of f32 or f64 over the ranks of c */
+/* sum (op 0) or max (op 1) of f32, f64, bf16 or f16 over the ranks of c (16-bit values reduced
+ * in f32 and rounded back once) */
 int rc_comm_allreduce_buffer(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int op,
                              rc_error *err);
 /* A plan's collective callback (rc_plan_set_collective) over communicator ctx. */
@@ -77,6 +78,9 @@ int rc_comm_reduce_scatter_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, i
 /* All-gather in place of n f32 at byte `offset` of buf: every rank's share (rc_comm_share)
  * goes to the same place on every rank. Bucketed as above. */
 int rc_comm_allgather_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket, rc_error *err);
+/* The same for n elements of dtype t (f32, bf16 or f16: 16-bit words move as 2 bytes). */
+int rc_comm_allgather(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int64_t bucket,
+                      rc_error *err);
 int rc_comm_bcast_buffer(rc_comm *c, rc_buffer *buf, size_t offset, size_t bytes, int root,
                          rc_error *err);
 int rc_comm_bcast(rc_comm *c, void *data, size_t bytes, int root, rc_error *err);

@@ -25,7 +25,7 @@ typedef struct {
 
 /* Bytes of one rank (model shard 0 of data-parallel rank 0) during training steps, by the
  * Trainer's own allocations: total = weights + gradients + optimizer + master +
- * activations = its buffers plus the step plan's arena. */
+ * activations + scratch = its buffers, the step plan's arena and the CPU's 16-bit scratch. */
 typedef struct {
     int64_t params;               /* the model's parameter elements */
     int64_t local;                /* the rank's: its model shard's elements */
@@ -37,13 +37,17 @@ typedef struct {
     int64_t optimizer;            /* AdamW moments m, v in f32: 8 share */
     int64_t master;               /* f32 master weights for a 16-bit dtype: 4 share; f32: 0 */
     int64_t activations;          /* the step's arena less its gradient outputs, plus the
-                                     batch's inputs and the graph's constants */
+                                     batch's inputs and the graph's constants: the graph is
+                                     recorded in the dtype (16-bit activations as the trainer
+                                     runs them; f16 with its loss scale) */
+    int64_t scratch;              /* 16-bit: the CPU backend's f32 scratch for its 16-bit nodes
+                                     (their widened inputs and f32 output, the largest node's
+                                     plus a quarter, kept between steps); 0 for f32 */
     int64_t arena;                /* the step plan's arena (rc_plan_estimate) */
     int64_t total;
-    int64_t full_copy;            /* mp > 1: the full f32 weights a rank holds while it takes
-                                     its shards (the first step's build); peak = total + this */
-    int estimated;                /* 1: activations of a 16-bit dtype scaled by 1/2 from the f32
-                                     graph's (the model graphs are recorded in f32) */
+    int64_t full_copy;            /* mp > 1: the full weights (in the dtype) a rank holds while
+                                     it takes its shards (the first step's build); peak = total
+                                     + this */
 } rc_rank_memory;
 
 /* The memory of one rank for model c under o. Errors name the option or the model

@@ -246,6 +246,22 @@ typedef struct {
                                      gradient is reduce-scattered, each rank updates its share
                                      and the updated weights are all-gathered; the same
                                      trajectory to float rounding, checkpoints unchanged */
+    rc_dtype dtype;               /* the weights the steps read and their activations: RC_F32 (0,
+                                     default), RC_BF16 or RC_F16. 16-bit: the parameters are
+                                     converted to it at the first fit (rc_params_to_dtype: they
+                                     stay in it after fit), the trainer keeps f32 master weights
+                                     (with zero: this rank's share) and f32 moments; each step
+                                     accumulates the 16-bit gradients in f32, updates the master
+                                     and rounds it into the 16-bit weights. Checkpoints and
+                                     final/ hold the f32 master (F32 tensors) */
+    double loss_scale;            /* dynamic loss scaling: the loss is multiplied by S before the
+                                     backward pass and the gradients divided by S; a non-finite
+                                     gradient norm skips the update (weights, moments and the
+                                     AdamW step count untouched), halves S and is logged; S
+                                     doubles after loss_scale_window good steps in a row.
+                                     0: 65536 for f16, none for f32 and bf16; > 0: that initial
+                                     S (any dtype) */
+    int64_t loss_scale_window;    /* good steps before S doubles (0: 2000) */
     int64_t log_every, eval_every, save_every; /* 0: never (eval and save also at the end) */
     int resume;                   /* continue from the workdir's last complete checkpoint */
     const char *tokenizer_dir;    /* copied into checkpoints and final/ */
@@ -276,6 +292,11 @@ typedef struct {
      * and any full copy of the weights kept beside them (0 with model shards: the full
      * buffer is given up and made again at the end) */
     int64_t state_bytes, full_weight_bytes;
+    /* with loss scaling: the scale after the last step, and the steps skipped (non-finite
+     * gradients) in this fit; else 1 and 0. state_bytes counts the 16-bit weights, the f32
+     * gradients, moments and master */
+    double loss_scale;
+    int64_t skipped_steps;
 } rc_train_result;
 
 typedef struct rc_trainer rc_trainer;

@@ -95,9 +95,16 @@ struct rc_backend {
     int (*update)(rc_backend *be, const rci_update *u, rc_error *err);
     int (*sum_squares)(rc_backend *be, const rc_buffer *b, const rci_update_part *parts, int nparts,
                        double *out, rc_error *err);
-    /* gradient accumulation over n f32: dst = scale * src, or dst += scale * src (add) */
+    /* gradient accumulation over n elements into f32 (element dat of dst): dst = scale * src,
+     * or dst += scale * src (add); src at byte soff holds n elements of dtype st (f32, bf16 or
+     * f16: the 16-bit gradients of a 16-bit step), each converted to f32 exactly first */
     int (*accumulate)(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
-                      size_t soff, int64_t n, float scale, int add, rc_error *err);
+                      size_t soff, int64_t n, rc_dtype st, float scale, int add, rc_error *err);
+    /* n f32 of src from element sat rounded (nearest, ties to even, as rc_convert) into
+     * elements [dat, dat + n) of dst, of dtype dt (bf16 or f16): the f32 master weights made
+     * into the 16-bit weights the steps read */
+    int (*round_f32)(rc_backend *be, rc_buffer *dst, int64_t dat, rc_dtype dt, const rc_buffer *src,
+                     int64_t sat, int64_t n, rc_error *err);
     /* the host address of byte `off` of b when b is host memory (the CPU), else NULL: the
      * collectives hand it to MPI directly instead of staging through host memory */
     void *(*host_address)(const rc_backend *be, const rc_buffer *b, size_t off);

@@ -278,13 +278,36 @@ static int host_done(rc_buffer *buf, size_t offset, size_t bytes, void *stage, i
     return status;
 }
 
+/* 16-bit values (bf16, f16): widened to f32, reduced in f32, rounded back once (as a
+ * 16-bit kernel computes in f32 and rounds its output); every rank rounds the same sums */
+static int allreduce_half(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int op, rc_error *err)
+{
+    size_t bytes = (size_t)n * 2;
+    void *stage, *h = host_view(buf, offset, bytes, &stage, err);
+    float *wide = h ? malloc((size_t)(n ? n : 1) * sizeof *wide) : NULL;
+    int rc = h ? 0 : -1;
+    if (h && !wide)
+        rc = rc_error_set(err, RC_ERR_MEMORY, "collective: %lld %s values: out of memory", (long long)n,
+                          rc_dtype_name(t));
+    if (!rc) {
+        rc_convert(wide, RC_F32, h, t, n);
+        rc = allreduce(c, wide, n, MPI_FLOAT, sizeof(float), op ? MPI_MAX : MPI_SUM, err);
+    }
+    if (!rc)
+        rc_convert(h, t, wide, RC_F32, n);
+    free(wide);
+    return h ? host_done(buf, offset, bytes, stage, rc, err) : -1;
+}
+
 int rc_comm_allreduce_buffer(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int op,
                              rc_error *err)
 {
-    if (t != RC_F32 && t != RC_F64)
+    if (t != RC_F32 && t != RC_F64 && t != RC_BF16 && t != RC_F16)
         return rc_error_set(err, RC_ERR_DTYPE, "collective: dtype %s", rc_dtype_name(t));
     if (!c || c->size == 1)
         return 0;
+    if (t == RC_BF16 || t == RC_F16)
+        return allreduce_half(c, buf, offset, n, t, op, err);
     size_t bytes = (size_t)n * rc_dtype_size(t);
     void *stage, *h = host_view(buf, offset, bytes, &stage, err);
     if (!h)
@@ -401,35 +424,45 @@ int rc_comm_reduce_scatter_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, i
     return rc;
 }
 
-int rc_comm_allgather_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket, rc_error *err)
+int rc_comm_allgather(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, rc_dtype t, int64_t bucket,
+                      rc_error *err)
 {
+    if (t != RC_F32 && t != RC_BF16 && t != RC_F16)
+        return rc_error_set(err, RC_ERR_DTYPE, "all-gather: dtype %s (f32, bf16 or f16)", rc_dtype_name(t));
     if (!c || c->size == 1 || n <= 0)
         return 0;
+    size_t es = rc_dtype_size(t); /* 16-bit words travel as such: half the bytes of f32 */
+    MPI_Datatype mt = t == RC_F32 ? MPI_FLOAT : MPI_UINT16_T;
     bucket = bucket_size(bucket, n);
     int *counts = malloc((size_t)c->size * 2 * sizeof *counts), *displ = counts + c->size;
     int host = rci_buffer_host(buf, offset) != NULL;
-    float *stage = host ? NULL : malloc((size_t)bucket * sizeof *stage);
-    int rc = counts && (host || stage) ? 0 : rc_error_set(err, RC_ERR_MEMORY, "all-gather: cannot stage %lld floats",
+    char *stage = host ? NULL : malloc((size_t)bucket * es);
+    int rc = counts && (host || stage) ? 0 : rc_error_set(err, RC_ERR_MEMORY, "all-gather: cannot stage %lld elements",
                                                          (long long)bucket);
     for (int64_t at = 0; !rc && at < n; at += bucket) {
         int64_t len = n - at < bucket ? n - at : bucket;
-        size_t off = offset + (size_t)at * sizeof(float);
+        size_t off = offset + (size_t)at * es;
         bucket_shares(c->size, n, at, len, counts, displ);
         int me = c->rank;
         /* device memory: this rank's share goes down, the whole bucket comes back */
-        float *h = host ? rci_buffer_host(buf, off) : stage;
+        char *h = host ? rci_buffer_host(buf, off) : stage;
         if (!host && counts[me])
-            rc = rc_buffer_download(buf, off + (size_t)displ[me] * sizeof(float), stage + displ[me],
-                                    (size_t)counts[me] * sizeof(float), err);
-        int mrc = rc ? MPI_SUCCESS : MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, counts, displ, MPI_FLOAT, c->comm);
+            rc = rc_buffer_download(buf, off + (size_t)displ[me] * es, stage + (size_t)displ[me] * es,
+                                    (size_t)counts[me] * es, err);
+        int mrc = rc ? MPI_SUCCESS : MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, counts, displ, mt, c->comm);
         if (mrc != MPI_SUCCESS)
             rc = mpi_fail(err, "MPI_Allgatherv", mrc);
         if (!rc && !host)
-            rc = rc_buffer_upload(buf, off, stage, (size_t)len * sizeof(float), err);
+            rc = rc_buffer_upload(buf, off, stage, (size_t)len * es, err);
     }
     free(counts);
     free(stage);
     return rc;
+}
+
+int rc_comm_allgather_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket, rc_error *err)
+{
+    return rc_comm_allgather(c, buf, offset, n, RC_F32, bucket, err);
 }
 
 int rc_comm_bcast_buffer(rc_comm *c, rc_buffer *buf, size_t offset, size_t bytes, int root,

@@ -6,6 +6,11 @@
  * workdir/last_checkpoint   the name of the last complete checkpoint
  * workdir/best/, final/     the best by eval loss, and the final model
  *
+ * The weights are always F32: with 16-bit training they are the f32 master weights (whole
+ * tensors gathered from the data-parallel shares with zero, like the moments), so a resume
+ * continues the master exactly and final/ loads in any dtype (generate --dtype bf16 rounds
+ * it to the very weights the last step read).
+ *
  * Every directory is written under a temporary name and renamed when complete, and the
  * pointer is replaced by rename after that: a run killed at any moment leaves the previous
  * checkpoint as the last valid one. Rank 0 writes; all ranks agree on the outcome. */
@@ -74,12 +79,14 @@ static int write_state(rc_trainer *t, const rc_train_options *o, const char *dir
     const rc_mesh *m = rc_deployer_mesh(t->d);
     /* best_score: what best/ was kept by (eval loss, or the metric negated when higher is
      * better); null before the first evaluation */
-    json_t *s = json_pack("{s:I, s:I, s:i, s:I, s:I, s:i, s:i, s:i, s:b, s:o}", "step", (json_int_t)t->step,
+    json_t *s = json_pack("{s:I, s:I, s:i, s:I, s:I, s:i, s:i, s:i, s:b, s:o, s:s, s:o, s:I}", "step", (json_int_t)t->step,
                           "optimizer_step", (json_int_t)t->opt_step, "epoch", t->epoch, "epoch_step",
                           (json_int_t)t->epoch_step, "seed", (json_int_t)t->seed, "batch_size",
                           o->batch_size, "data_parallel", m->dp, "grad_accum",
                           o->grad_accum > 0 ? o->grad_accum : 1, "shuffle", o->shuffle,
-                          "best_score", isfinite(t->best_eval) ? json_real(t->best_eval) : json_null());
+                          "best_score", isfinite(t->best_eval) ? json_real(t->best_eval) : json_null(),
+                          "dtype", rc_dtype_name(t->dtype), "loss_scale", t->scaling ? json_real(t->scale) : json_null(), "loss_scale_good_steps",
+                          (json_int_t)t->good_steps);
     char path[4200];
     join(path, sizeof path, dir, "trainer_state.json");
     int rc = s && json_dump_file(s, path, JSON_INDENT(2)) == 0
@@ -236,10 +243,11 @@ static int stream_source(void *ctx, int k, const void **data, rc_error *err)
     stream *s = ctx;
     rc_trainer *t = s->t;
     int i = s->moments ? k / 2 : k;
-    const rc_buffer *src = s->moments ? (k % 2 ? t->v : t->m) : t->local;
+    /* the weights: the f32 master (laid out like the moments) with 16-bit weights */
+    const rc_buffer *src = s->moments ? (k % 2 ? t->v : t->m) : t->master ? t->master : t->local;
     s->done++;
     *data = s->buf;
-    return gather_tensor(t, i, src, s->moments, s->mine, s->buf, err);
+    return gather_tensor(t, i, src, s->moments || t->master, s->mine, s->buf, err);
 }
 
 /* Every rank: the entries of one file; the writer (rank 0, when `write`) writes them as
@@ -266,7 +274,7 @@ static int write_tensors(rc_trainer *t, const char *path, int moments, int write
         rc = rc_safetensors_write_from(path, n, e, moments ? 0 : 1, moments ? NULL : meta, stream_source, &s, err);
     rc_error drain = {0};
     const void *unused;
-    int collective = t->mp > 1 || (moments && t->zero && rc_deployer_mesh(t->d)->dp > 1);
+    int collective = t->mp > 1 || ((moments || t->master) && t->zero && rc_deployer_mesh(t->d)->dp > 1);
     while (s.done < n && s.buf && s.mine && collective)
         stream_source(&s, s.done, &unused, rc ? &drain : err);
     free(s.buf);
@@ -326,7 +334,10 @@ int rci_trainer_sync_params(rc_trainer *t, rc_error *err)
     float *full = malloc(most), *mine = malloc(most);
     int rc = full && mine ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     for (int i = 0; !rc && i < w->n; i++) {
-        rc = gather_tensor(t, i, t->local, 0, mine, full, err);
+        rc = gather_tensor(t, i, t->master ? t->master : t->local, t->master != NULL, mine, full, err);
+        /* a zero master is whole on the first rank of both axes: down the data axis first */
+        if (!rc && t->master && t->zero)
+            rc = rc_comm_bcast(m->dp_comm, full, (size_t)w->p[i].numel * sizeof *full, 0, err);
         if (!rc)
             rc = rc_comm_bcast(m->mp_comm, full, (size_t)w->p[i].numel * sizeof *full, 0, err);
         if (!rc)
@@ -437,8 +448,8 @@ static int load_tensors(rc_trainer *t, const char *dir, rc_error *err)
     join(path, sizeof path, dir, "model.safetensors");
     rc_checkpoint *ck = rc_checkpoint_open(path, err);
     int rc = ck ? 0 : -1;
-    for (int i = 0; !rc && i < w->n; i++)
-        rc = load_one(t, ck, w->p[i].name, i, tmp, part, t->local, 0, err);
+    for (int i = 0; !rc && i < w->n; i++) /* 16-bit weights: the master, rounded into them after */
+        rc = load_one(t, ck, w->p[i].name, i, tmp, part, t->master ? t->master : t->local, t->master != NULL, err);
     rc_checkpoint_close(ck);
     join(path, sizeof path, dir, "optimizer.safetensors");
     ck = rc ? NULL : rc_checkpoint_open(path, err);
@@ -464,7 +475,15 @@ static int load_state(rc_trainer *t, const rc_train_options *o, const char *dir,
     json_t *s = json_load_file(path, 0, &je);
     if (!s)
         return rc_error_set(err, RC_ERR_FORMAT, "%s: line %d: %s", path, je.line, je.text);
-    json_int_t step = -1, opt_step = -1, epoch_step = -1, seed = 0;
+    json_int_t step = -1, opt_step = -1, epoch_step = -1, seed = 0, good = 0;
+    double scale = 1;
+    int has_scale = 0;
+    /* loss scaling (absent before 16-bit training: no scaling) */
+    json_t *js = json_object_get(s, "loss_scale"), *jg = json_object_get(s, "loss_scale_good_steps");
+    if (js && json_is_number(js))
+        scale = json_number_value(js), has_scale = 1;
+    if (jg && json_is_integer(jg))
+        good = json_integer_value(jg);
     int epoch = -1, batch = 0, dp = 0, accum = 0;
     json_t *best = NULL;
     int bad = json_unpack_ex(s, &je, 0, "{s:I, s:I, s:i, s:I, s:I, s:i, s:i, s:i, s:o}", "step", &step,
@@ -489,6 +508,10 @@ static int load_state(rc_trainer *t, const rc_train_options *o, const char *dir,
     t->epoch = epoch;
     t->epoch_step = epoch_step;
     t->best_eval = best_score;
+    if (t->scaling) { /* the saved scale carries on (a run saved without scaling: the option's) */
+        t->scale = has_scale ? scale : t->scale;
+        t->good_steps = good;
+    }
     return 0;
 }
 
@@ -506,6 +529,10 @@ int rci_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err)
     int rc = load_tensors(t, dir, err);
     if (!rc)
         rc = load_state(t, o, dir, err);
+    if (rc_deployer_agree(t->d, rc, err))
+        return -1;
+    if (t->master) /* the 16-bit weights rounded from the master, as after a step */
+        rc = rci_trainer_round_master(t, err);
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
     snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", name);

@@ -1,7 +1,9 @@
 /* memory_plan.c - the memory of one rank of a training step, before running: the model's
- * loss is recorded as the Trainer records it (rc_task_loss, remat set on the graph), cut
- * to model shard 0 with mp > 1, differentiated and planned without an arena
- * (rc_plan_estimate); the Trainer's buffers follow from the rank's parameter count. */
+ * loss is recorded as the Trainer records it (rc_task_loss in the weights' dtype, remat set
+ * on the graph, f16's loss scale), cut to model shard 0 with mp > 1, differentiated and
+ * planned without an arena (rc_plan_estimate); the Trainer's buffers follow from the rank's
+ * parameter count: the weights in their dtype, the f32 gradient sum, and of the optimizer's
+ * share the f32 moments and (16-bit weights) the f32 master. */
 #include "nn.h"
 #include "redco/memory.h"
 
@@ -16,7 +18,8 @@ typedef struct {
     nn_weights w;
     rc_graph *g;
     rc_tensor **p, **grads, **outs;
-    rc_tensor *loss;
+    rc_tensor *loss;              /* what the gradients are of: with f16, the loss x its scale */
+    rc_tensor *unscaled;          /* f16: the loss, an output too (else NULL) */
     rc_shard_spec *specs;
     rc_shard_graph local;         /* mp > 1: rank 0's share */
 } step_graph;
@@ -50,6 +53,7 @@ static int record(step_graph *s, const rc_model_config *c, const rc_memory_optio
 {
     if (rci_nn_model_weights(c, &s->w, err))
         return -1;
+    s->w.dtype = o->dtype; /* the leaves, hence the whole graph, in the weights' dtype */
     s->g = rc_graph_new();
     s->p = calloc((size_t)s->w.n + 1, sizeof *s->p);
     if (!s->g || !s->p)
@@ -64,6 +68,11 @@ static int record(step_graph *s, const rc_model_config *c, const rc_memory_optio
     }
     rc_tensor *tg = rc_input(s->g, "targets", RC_I32, 2, shape);
     s->loss = rc_cross_entropy(s->g, rci_nn_model_logits(s->g, c, &s->w, s->p, &in), tg, RC_IGNORE_INDEX);
+    if (o->dtype == RC_F16 && s->loss) { /* the trainer's loss scale, an input of the step */
+        rc_tensor *scale = rc_input(s->g, "redco.loss_scale", RC_F32, 1, (int64_t[]){1});
+        s->unscaled = s->loss;
+        s->loss = rc_mul(s->g, s->loss, rc_reshape(s->g, scale, s->loss->ndim, s->loss->shape));
+    }
     if (rc_graph_error(s->g))
         return rc_error_set(err, rc_graph_error_code(s->g), "memory plan: %s", rc_graph_error(s->g));
     return 0;
@@ -77,7 +86,9 @@ static int partition(step_graph *s, const rc_memory_options *o, int mp, rc_error
         return rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
     if (rc_shard_apply(s->specs, s->p, s->w.n, o->overrides, o->n_overrides, mp, err))
         return -1;
-    return rc_shard_partition(s->g, s->loss, s->p, s->w.n, mp, 0, o->allow_replicate, s->specs, &s->local, err);
+    rc_tensor *outs[2] = {s->loss, s->unscaled};
+    return rc_shard_partition_outputs(s->g, outs, s->unscaled ? 2 : 1, NULL, s->p, s->w.n, mp, 0, o->allow_replicate,
+                                      s->specs, &s->local, err);
 }
 
 /* bytes of the leaves that are not parameters: the batch's inputs and the constants, which
@@ -98,6 +109,34 @@ static int64_t leaf_bytes(const rc_graph *g, rc_tensor *const *params, int n)
     return bytes;
 }
 
+static int is_half(const rc_tensor *t)
+{
+    return t && (t->dtype == RC_BF16 || t->dtype == RC_F16);
+}
+
+/* The CPU backend's f32 scratch for nodes with 16-bit values (src/backend/cpu/kernels_half.c):
+ * a node that is not a leaf, a view, data movement or a 16-bit embedding lookup widens its
+ * 16-bit inputs and computes its 16-bit output in f32 scratch, grown by a quarter more than
+ * asked whenever a node needs more, in the order the nodes run, and kept. Bytes. */
+static int64_t cpu_half_scratch(const rc_graph *g)
+{
+    int64_t cap = 0;
+    for (int i = 0; i < rc_graph_size(g); i++) {
+        const rc_tensor *t = rc_graph_node(g, i);
+        rc_op op = t->op;
+        if (op == RC_OP_LEAF || op == RC_OP_RESHAPE || t->view_src || op == RC_OP_PERMUTE || op == RC_OP_SLICE ||
+            op == RC_OP_PAD || op == RC_OP_CONCAT || op == RC_OP_EXPAND || op == RC_OP_CAST ||
+            (op == RC_OP_EMBEDDING && is_half(t)))
+            continue;
+        int64_t need = is_half(t) ? rc_tensor_numel(t) : 0;
+        for (int k = 0; k < t->nsrc; k++)
+            need += is_half(t->src[k]) ? rc_tensor_numel(t->src[k]) : 0;
+        if (need > cap)
+            cap = need + need / 4;
+    }
+    return 4 * cap;
+}
+
 int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank_memory *m, rc_error *err)
 {
     memset(m, 0, sizeof *m);
@@ -111,11 +150,12 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
     if (!rc && mp > 1)
         rc = partition(&s, o, mp, err);
     rc_graph *run = mp > 1 ? s.local.g : s.g;
+    int nl = s.unscaled ? 2 : 1; /* the losses planned before the gradients */
     rc_tensor *loss = mp > 1 ? s.local.out : s.loss, **params = mp > 1 ? s.local.params : s.p;
     int n = s.w.n;
     if (!rc) {
         s.grads = calloc((size_t)n + 1, sizeof *s.grads);
-        s.outs = calloc((size_t)n + 1, sizeof *s.outs);
+        s.outs = calloc((size_t)n + 2, sizeof *s.outs);
         if (!s.grads || !s.outs)
             rc = rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
     }
@@ -124,8 +164,10 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
     rc_plan_stats st = {0};
     if (!rc) {
         s.outs[0] = loss;
-        memcpy(s.outs + 1, s.grads, (size_t)n * sizeof *s.grads);
-        rc = rc_plan_estimate(run, s.outs, n + 1, &st, err);
+        if (nl == 2)
+            s.outs[1] = mp > 1 ? s.local.outs[1] : s.unscaled;
+        memcpy(s.outs + nl, s.grads, (size_t)n * sizeof *s.grads);
+        rc = rc_plan_estimate(run, s.outs, n + nl, &st, err);
     }
     if (rc) {
         step_graph_free(&s);
@@ -142,14 +184,13 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
     m->share = o->zero ? (m->local + dp - 1) / dp : m->local;
     m->arena = (int64_t)st.peak_bytes;
     m->weights = wb * m->local;
-    m->gradients = 4 * m->local + (half ? wb * m->local : grad_out);
+    m->gradients = 4 * m->local + grad_out; /* the f32 sum + the step's own, in the dtype */
     m->optimizer = 8 * m->share;
     m->master = half ? 4 * m->share : 0;
-    /* a 16-bit graph is not recorded (the model families record f32): half the f32 figure */
-    m->activations = (half ? (m->arena - grad_out) / 2 : m->arena - grad_out) + inputs;
-    m->estimated = half;
-    m->total = m->weights + m->gradients + m->optimizer + m->master + m->activations;
-    m->full_copy = mp > 1 ? 4 * m->params : 0;
+    m->activations = m->arena - grad_out + inputs;
+    m->scratch = half ? cpu_half_scratch(run) : 0;
+    m->total = m->weights + m->gradients + m->optimizer + m->master + m->activations + m->scratch;
+    m->full_copy = mp > 1 ? wb * m->params : 0;
     step_graph_free(&s);
     return 0;
 }
@@ -202,6 +243,7 @@ int rc_memory_largest(const rc_model_config *c, const rc_memory_options *o, int6
         /* the weights and gradients alone, on a perfect split: too large means no need to
          * record the graph */
         int64_t least = rc_config_param_count(&p) / mp * (2 * (int64_t)rc_dtype_size(o->dtype) + 4);
+        /* (weights + the step's gradients in the dtype, the f32 gradient sum) */
         if (least > budget || rc_memory_plan(&p, o, &r, NULL)) /* a plan that fails: mp divides nothing */
             continue;
         if (r.total + r.full_copy <= budget) {

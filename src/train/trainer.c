@@ -77,8 +77,10 @@ static int shard_state(rc_trainer *t, rc_error *err)
     return 0;
 }
 
-/* The loss function's record for batches shaped like b, checked; NULL with err set. */
-static rc_graph *record_loss(rc_trainer *t, void *user, const rc_batch *b, rc_tensor **loss,
+/* The loss function's record for batches shaped like b, checked, into loss[0]; with scaled,
+ * loss[0] is the loss x the scale S (an input of the step, RCI_LOSS_SCALE) and loss[1] the
+ * loss. NULL with err set. */
+static rc_graph *record_loss(rc_trainer *t, void *user, const rc_batch *b, int scaled, rc_tensor **loss,
                              rc_tensor **leaves, rc_error *err)
 {
     rc_graph *g = rc_graph_new();
@@ -87,14 +89,19 @@ static rc_graph *record_loss(rc_trainer *t, void *user, const rc_batch *b, rc_te
         return NULL;
     }
     rc_graph_set_remat(g, t->remat);
-    *loss = t->loss_fn(g, t->params, b, rc_rng_new(t->seed), user);
-    if (!rc_graph_error(g) && !*loss)
+    loss[0] = t->loss_fn(g, t->params, b, rc_rng_new(t->seed), user);
+    if (!rc_graph_error(g) && !loss[0])
         rci_fail(g, RC_ERR_ARG, "loss function returned no tensor");
-    if (!rc_graph_error(g) && rc_tensor_numel(*loss) != 1)
+    if (!rc_graph_error(g) && rc_tensor_numel(loss[0]) != 1)
         rci_fail(g, RC_ERR_SHAPE, "loss function returned %lld values, not a scalar",
-                (long long)rc_tensor_numel(*loss));
+                (long long)rc_tensor_numel(loss[0]));
     for (int i = 0; i < rc_params_count(t->params) && !rc_graph_error(g); i++)
         leaves[i] = rc_params_get(g, t->params, rc_params_name(t->params, i));
+    if (!rc_graph_error(g) && scaled) { /* loss x S, S fed with the batch */
+        rc_tensor *s = rc_input(g, RCI_LOSS_SCALE, RC_F32, 1, (int64_t[]){1});
+        loss[1] = loss[0];
+        loss[0] = rc_mul(g, loss[1], rc_reshape(g, s, loss[1]->ndim, loss[1]->shape));
+    }
     if (rc_graph_error(g)) {
         rc_error_set(err, rc_graph_error_code(g), "loss: %s", rc_graph_error(g));
         rc_graph_free(g);
@@ -109,8 +116,9 @@ static int step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b
 {
     memset(s, 0, sizeof *s);
     int np = rc_params_count(t->params), first_shards = t->mp > 1 && !t->shards.specs;
-    rc_tensor *loss = NULL, **leaves = calloc((size_t)np + 1, sizeof *leaves);
-    rc_graph *g = leaves ? record_loss(t, user, b, &loss, leaves, err) : NULL;
+    rc_tensor *loss[2] = {NULL, NULL}, **leaves = calloc((size_t)np + 1, sizeof *leaves);
+    int scaled = with_grads && t->scaling; /* evaluation: the loss alone */
+    rc_graph *g = leaves ? record_loss(t, user, b, scaled, loss, leaves, err) : NULL;
     if (!leaves)
         rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     /* the first cross-entropy's targets count the tokens */
@@ -121,7 +129,7 @@ static int step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b
             s->ignore = n->iparam[0];
         }
     }
-    rci_step_spec spec = {&loss, 1, NULL, leaves, np, with_grads};
+    rci_step_spec spec = {loss, scaled ? 2 : 1, NULL, leaves, np, with_grads};
     int rc = g ? rci_step_build(&s->st, g, &spec, t->mp > 1 ? &t->shards : NULL, t->be, err) : -1;
     free(leaves);
     if (!rc && first_shards)
@@ -131,6 +139,7 @@ static int step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b
         return -1;
     }
     s->batch_rows = b->n ? b->a[0].shape[0] : 0;
+    s->loss_out = scaled;
     return 0;
 }
 
@@ -155,7 +164,7 @@ static int step_run(rc_step *s, const rc_batch *b, rc_rng key, double *loss, int
     if (rc_batch_feed(b, plan, err))
         return -1;
     rc_plan_set_rng(plan, key);
-    if (rc_plan_run(plan, err) || rc_plan_read(plan, s->st.outs[0], &l, err))
+    if (rc_plan_run(plan, err) || rc_plan_read(plan, s->st.outs[s->loss_out], &l, err))
         return -1;
     *loss = l;
     *tokens = step_tokens(s, b);
@@ -221,6 +230,8 @@ rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn los
     t->model = model;
     t->eval_loss = NAN;
     t->best_eval = INFINITY;
+    t->dtype = rc_params_dtype(params);
+    t->scale = 1;
     return t;
 }
 
@@ -235,6 +246,7 @@ void rc_trainer_free(rc_trainer *t)
     rc_buffer_free(t->grad);
     rc_buffer_free(t->m);
     rc_buffer_free(t->v);
+    rc_buffer_free(t->master);
     rci_sharded_free(&t->shards);
     free(t->loff);
     free(t->lnum);
@@ -259,8 +271,9 @@ static int collate(rc_trainer *t, void *user, rc_batch *b, const int64_t *idx, i
     return 0;
 }
 
-/* grad = (first ? 0 : grad) + scale x the gradients of the last run of the train step:
- * the first micro-batch writes the sum, so no pass zeroes it first */
+/* grad = (first ? 0 : grad) + scale x the gradients of the last run of the train step (in
+ * their dtype: 16-bit with 16-bit weights, widened exactly): the first micro-batch writes the
+ * sum, so no pass zeroes it first */
 static int add_grads(rc_trainer *t, float scale, int first, rc_error *err)
 {
     int np = rc_params_count(t->params);
@@ -272,7 +285,8 @@ static int add_grads(rc_trainer *t, float scale, int first, rc_error *err)
         if (rc_plan_memory(t->train.st.plan, t->train.st.grads[i], &g, &off))
             return rc_error_set(err, RC_ERR_ARG, "trainer: the gradient of '%s' has no memory",
                                 rc_params_name(t->params, i));
-        if (t->be->accumulate(t->be, t->grad, t->loff[i], g, off, t->lnum[i], scale, !first, err))
+        if (t->be->accumulate(t->be, t->grad, t->loff[i], g, off, t->lnum[i], t->train.st.grads[i]->dtype, scale,
+                              !first, err))
             return -1;
     }
     return 0;
@@ -330,6 +344,74 @@ static rci_update_part *state_parts(const rc_trainer *t, const rc_train_options 
     return parts;
 }
 
+/* the loss scale as one more array of batch b (fed to the step's RCI_LOSS_SCALE input) */
+static int add_scale(rc_batch *b, double scale, rc_error *err)
+{
+    float *s = rc_batch_add(b, RCI_LOSS_SCALE, RC_F32, 1, (int64_t[]){1});
+    if (!s)
+        return rc_error_set(err, RC_ERR_ARG, "trainer: the batch has no room for the loss scale '%s' (%d arrays at "
+                            "most, no array of that name)", RCI_LOSS_SCALE, RC_BATCH_MAX);
+    *s = (float)scale;
+    return 0;
+}
+
+/* Non-finite gradients under loss scaling: no update (weights, moments and AdamW's step
+ * count untouched), the scale halved, a note. */
+static int skip_step(rc_trainer *t, double norm, rc_error *err)
+{
+    rci_deployer_note(t->d, "step %lld: the gradients are not finite (norm %s) at loss scale %g: update skipped, "
+                      "loss scale now %g", (long long)t->step + 1, isnan(norm) ? "nan" : "inf", t->scale,
+                      t->scale / 2);
+    t->scale /= 2;
+    t->good_steps = 0;
+    t->skipped++;
+    if (t->scale < 0x1p-64)
+        return rc_error_set(err, RC_ERR_ARG, "step %lld: the gradients are not finite at loss scale %g: stopping "
+                            "(the last complete checkpoint is %s)", (long long)t->step + 1, t->scale,
+                            t->last_ckpt[0] ? t->last_ckpt : "none");
+    return 0;
+}
+
+/* The update of 16-bit weights: on the f32 master share, which is laid out like the
+ * moments (element 0: local's share_lo). With zero the reduce-scattered share of the
+ * gradient is first moved to the front of grad (share_lo >= share_n on every rank but the
+ * first, which starts at 0: the ranges never overlap), so that one index names an element
+ * of master, grad, m and v alike. */
+static int master_update(rc_trainer *t, const rc_train_options *o, const rci_update_part *parts, double lr,
+                         double clip, rc_error *err)
+{
+    int np = rc_params_count(t->params);
+    rci_update_part *shifted = malloc((size_t)(np ? np : 1) * sizeof *shifted);
+    if (!shifted)
+        return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    for (int i = 0; i < np; i++) {
+        shifted[i] = parts[i];
+        shifted[i].at = parts[i].n ? parts[i].at - t->share_lo : 0;
+    }
+    int rc = t->share_lo && t->share_n
+                 ? t->be->copy(t->be, t->grad, 0, t->grad, (size_t)t->share_lo * sizeof(float),
+                               (size_t)t->share_n * sizeof(float), err)
+                 : 0;
+    rci_update u = {t->master, t->grad, t->m, t->v, shifted, np, lr,
+                    o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
+                    o->eps > 0 ? o->eps : 1e-8, t->opt_step + 1, clip,
+                    !o->optimizer || !strcmp(o->optimizer, "adamw"), 0};
+    if (!rc)
+        rc = t->be->update(t->be, &u, err);
+    if (!rc)
+        t->opt_step++;
+    free(shifted);
+    return rc;
+}
+
+int rci_trainer_round_master(rc_trainer *t, rc_error *err)
+{
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    if (t->be->round_f32(t->be, t->local, t->share_lo, t->dtype, t->master, 0, t->share_n, err))
+        return -1;
+    return t->zero ? rc_comm_allgather(m->dp_comm, t->local, 0, t->local_numel, t->dtype, GRAD_BUCKET, err) : 0;
+}
+
 /* One optimizer step: grad_accum micro-batches per replica, averaged over the data axis. */
 static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
                       const rc_data_split *split, const int64_t *order, double lr, double *loss_out,
@@ -345,6 +427,8 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         rc = rc_data_split_batch(split, order, m->dp_rank, t->epoch_step * k + j, idx, err);
         if (!rc)
             rc = collate(t, user, &b, idx, B, err);
+        if (!rc && t->scaling)
+            rc = add_scale(&b, t->scale, err);
         if (!rc && !t->train.st.plan)
             rc = step_compile(&t->train, t, user, &b, 1, err);
         double loss = 0;
@@ -353,7 +437,7 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         if (!rc)
             rc = step_run(&t->train, &b, key, &loss, &tokens, err);
         if (!rc)
-            rc = add_grads(t, 1.0f / (float)k, j == 0, err);
+            rc = add_grads(t, (float)(1.0 / (k * t->scale)), j == 0, err); /* the mean, unscaled */
         if (!rc) {
             sums[0] += loss / k;
             sums[1] += (double)tokens;
@@ -377,17 +461,26 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
     rci_update_part *parts = state_parts(t, o);
     if (!parts)
         return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
-    rc = grad_norm(t, parts, norm_out, err);
+    rc = grad_norm(t, parts, norm_out, err); /* the same on every rank */
+    if (!rc && t->scaling && !isfinite(*norm_out)) {
+        free(parts);
+        return skip_step(t, *norm_out, err);
+    }
     if (!rc) { /* clipping is applied inside the update's pass */
         float clip = o->grad_clip > 0 && *norm_out > o->grad_clip ? (float)(o->grad_clip / (*norm_out + 1e-6)) : 1.0f;
-        rc = optimizer_update(t, o, parts, lr, clip, err);
+        rc = t->master ? master_update(t, o, parts, lr, clip, err) : optimizer_update(t, o, parts, lr, clip, err);
     }
     free(parts);
+    if (!rc && t->scaling && ++t->good_steps >= (o->loss_scale_window > 0 ? o->loss_scale_window : 2000)) {
+        t->scale *= 2;
+        t->good_steps = 0;
+    }
+    if (t->master) /* the 16-bit weights from the master (zero: all-gathered) */
+        return rc_deployer_agree(t->d, rc, err) ? -1 : rci_trainer_round_master(t, err);
     if (!t->zero)
         return rc;
     /* zero: each rank updated its share of the f32 weights in local, which are the master
-     * weights; every rank takes the others' shares. (With 16-bit weights the shares would be
-     * of a separate f32 master copy, gathered and cast into local here.) */
+     * weights; every rank takes the others' shares */
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
     return rc_comm_allgather_f32(m->dp_comm, t->local, 0, t->local_numel, GRAD_BUCKET, err);
@@ -440,6 +533,57 @@ static int64_t steps_in_epoch(const rc_trainer *t, const rc_train_options *o, rc
     const rc_mesh *m = rc_deployer_mesh(t->d);
     int64_t per_step = (int64_t)o->batch_size * m->dp * (o->grad_accum > 0 ? o->grad_accum : 1);
     return ex.count(epoch, ex.user) / per_step;
+}
+
+/* The weights in the fit's dtype, at the first fit (the steps are recorded in it): the
+ * parameters converted in place; with one shard local is their buffer again. */
+static int weights_dtype(rc_trainer *t, const rc_train_options *o, rc_error *err)
+{
+    rc_dtype dt = o->dtype;
+    if (dt != RC_F32 && dt != RC_BF16 && dt != RC_F16)
+        return rc_error_set(err, RC_ERR_ARG, "train: dtype %s (f32, bf16 or f16)", rc_dtype_name(dt));
+    if (t->train.st.plan || t->m) {
+        if (dt != t->dtype || (dt != RC_F32) != (t->master != NULL))
+            return rc_error_set(err, RC_ERR_ARG, "train: dtype %s, but an earlier fit of this trainer trained in %s: "
+                                "use a new trainer (a checkpoint resumes in either)", rc_dtype_name(dt),
+                                rc_dtype_name(t->dtype));
+        return 0;
+    }
+    if (rc_params_dtype(t->params) != dt && rc_params_to_dtype(t->params, dt, err))
+        return -1;
+    t->dtype = dt;
+    if (t->mp == 1)
+        t->local = rc_params_buffer(t->params, 0, NULL);
+    return 0;
+}
+
+/* 16-bit weights: the f32 master of this rank's share (made with the moments' layout),
+ * from the 16-bit weights (widened exactly: training starts from the weights as the steps
+ * read them, on any mesh), through host memory a chunk at a time. */
+static int master_buffer(rc_trainer *t, rc_error *err)
+{
+    enum { CHUNK = 1 << 20 };
+    if (t->dtype == RC_F32 || t->master)
+        return 0;
+    int64_t n = t->share_n;
+    size_t es = rc_dtype_size(t->dtype);
+    if (!(t->master = rc_buffer_new(t->be, (size_t)(n ? n : 1) * sizeof(float), err)))
+        return rci_error_prefix(err, "trainer: the f32 master weights of %lld parameters%s", (long long)n,
+                                t->zero ? " (this rank's share)" : "");
+    uint16_t *words = malloc(CHUNK * sizeof *words);
+    float *wide = malloc(CHUNK * sizeof *wide);
+    int rc = words && wide ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    for (int64_t at = 0; !rc && at < n; at += CHUNK) {
+        int64_t len = n - at < CHUNK ? n - at : CHUNK;
+        rc = rc_buffer_download(t->local, (size_t)(t->share_lo + at) * es, words, (size_t)len * es, err);
+        if (!rc) {
+            rc_convert(wide, RC_F32, words, t->dtype, len);
+            rc = rc_buffer_upload(t->master, (size_t)at * sizeof *wide, wide, (size_t)len * sizeof *wide, err);
+        }
+    }
+    free(words);
+    free(wide);
+    return rc;
 }
 
 /* With model shards the state (shards of parameters and moments) follows from the plan of
@@ -535,9 +679,18 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     t->remat = o->remat;
     t->shards.overrides = o->shard_overrides;
     t->shards.n_overrides = o->n_shard_overrides;
+    if (rc_deployer_agree(t->d, weights_dtype(t, o, err), err))
+        return -1;
+    if (!t->train.st.plan) { /* the loss scale is part of the step: set before it is built */
+        t->scaling = o->loss_scale > 0 || t->dtype == RC_F16;
+        t->scale = o->loss_scale > 0 ? o->loss_scale : t->scaling ? 65536.0 : 1.0;
+        t->good_steps = 0;
+    }
+    t->skipped = 0;
     if (t->mp > 1 && !t->train.st.plan && compile_first(t, o, train, err))
         return -1;
-    if (rc_deployer_agree(t->d, moment_buffers(t, o->zero, err), err))
+    if (rc_deployer_agree(t->d, moment_buffers(t, o->zero, err), err) ||
+        rc_deployer_agree(t->d, master_buffer(t, err), err))
         return -1;
     if (o->resume && rci_trainer_resume(t, o, err))
         return -1;
@@ -582,9 +735,10 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         t_last = now;
         int tick = t->step == total || (o->log_every > 0 && t->step % o->log_every == 0);
         if (tick && o->log_every > 0) {
-            const char *keys[5] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/epoch"};
-            double vals[5] = {loss, lr, norm, tps, (double)t->epoch};
-            rc = rci_deployer_log(t->d, t->step, keys, vals, 5, err);
+            const char *keys[6] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/epoch",
+                                   "train/loss_scale"};
+            double vals[6] = {loss, lr, norm, tps, (double)t->epoch, t->scale};
+            rc = rci_deployer_log(t->d, t->step, keys, vals, t->scaling ? 6 : 5, err);
         }
         rci_deployer_progress(t->d, t->step, total, loss, lr, tps, tick);
         if (!rc && o->eval_every > 0 && t->step % o->eval_every == 0 && t->step < total)
@@ -600,13 +754,17 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (!rc)
         rc = rci_trainer_save_final(t, o, err);
     nn_weights *w = rci_params_weights(t->params);
-    int64_t held = w && w->buf ? w->numel * (int64_t)sizeof(float) : 0;
+    int64_t held = w && w->buf ? w->numel * (int64_t)rc_dtype_size(w->dtype) : 0;
     if (!rc)
         rc = rci_trainer_sync_params(t, err);
     if (!rc) /* the last update done before fit returns, on a device that queues work */
         rc = rc_backend_wait(t->be, err);
     if (out) {
-        out->state_bytes = 2 * (t->local_numel + t->share_n) * (int64_t)sizeof(float);
+        /* weights and f32 gradients of local; f32 moments (and master) of the share */
+        out->state_bytes = t->local_numel * (int64_t)(rc_dtype_size(t->dtype) + sizeof(float)) +
+                           t->share_n * (int64_t)sizeof(float) * (t->master ? 3 : 2);
+        out->loss_scale = t->scale;
+        out->skipped_steps = t->skipped;
         out->full_weight_bytes = t->mp > 1 ? held : 0;
         out->step = t->step;
         out->loss = loss;

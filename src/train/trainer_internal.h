@@ -12,7 +12,13 @@ typedef struct {
                                      tokens, read from the batch array of their name ... */
     int ignore;                   /* ... except this id */
     int64_t batch_rows;
+    int loss_out;                 /* the loss is st.outs[loss_out]: 1 with loss scaling, where
+                                     st.outs[0] is the loss x the scale (the batch's array
+                                     RCI_LOSS_SCALE) that the gradients are taken of */
 } rc_step;
+
+/* the name of the batch array that carries the loss scale into a train step */
+#define RCI_LOSS_SCALE "redco.loss_scale"
 
 struct rc_trainer {
     rc_deployer *d;
@@ -39,6 +45,14 @@ struct rc_trainer {
     int zero;                     /* the moments are this rank's share of the data axis's
                                      (rc_train_options.zero; else share_lo 0, share_n all) */
     int64_t share_lo, share_n;
+    rc_dtype dtype;               /* the weights' dtype (local's): rc_train_options.dtype */
+    rc_buffer *master;            /* 16-bit weights: the f32 master weights of local's elements
+                                     [share_lo, share_lo + share_n), laid out like m and v (the
+                                     checkpoints' weights); NULL with f32 weights */
+    int scaling;                  /* dynamic loss scaling (rc_train_options.loss_scale) */
+    double scale;                 /* the loss scale S (1 without scaling) */
+    int64_t good_steps;           /* steps with finite gradients since S last changed */
+    int64_t skipped;              /* steps skipped for non-finite gradients, this fit */
     int64_t step, opt_step;       /* optimizer steps done (opt_step counts AdamW's bias terms) */
     int epoch;
     int64_t epoch_step;           /* steps done in the current epoch */
@@ -55,6 +69,9 @@ int rci_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name,
 int rci_trainer_sync_params(rc_trainer *t, rc_error *err);
 /* the final model directory workdir/final */
 int rci_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *err);
+/* the f32 master share rounded into the 16-bit weights, then (zero) all-gathered over the
+ * data axis: every rank's local whole again */
+int rci_trainer_round_master(rc_trainer *t, rc_error *err);
 /* loads the workdir's last complete checkpoint, if any */
 int rci_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err);
 

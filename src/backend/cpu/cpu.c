@@ -150,6 +150,7 @@ rc_backend *rci_backend_cpu(void)
         .update = rci_cpu_update,
         .sum_squares = rci_cpu_sum_squares,
         .accumulate = rci_cpu_accumulate,
+        .round_f32 = rci_cpu_round_f32,
         .host_address = cpu_host_address,
     };
     if (!cpu.total_bytes)

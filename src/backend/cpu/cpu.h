@@ -40,7 +40,9 @@ int rci_cpu_is_move(rc_op op);
 /* The optimizer updates (update.c). */
 int rci_cpu_update(rc_backend *be, const rci_update *u, rc_error *err);
 int rci_cpu_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
-                       size_t soff, int64_t n, float scale, int add, rc_error *err);
+                       size_t soff, int64_t n, rc_dtype st, float scale, int add, rc_error *err);
+int rci_cpu_round_f32(rc_backend *be, rc_buffer *dst, int64_t dat, rc_dtype dt, const rc_buffer *src,
+                      int64_t sat, int64_t n, rc_error *err);
 int rci_cpu_sum_squares(rc_backend *be, const rc_buffer *b, const rci_update_part *parts, int nparts, double *out,
                         rc_error *err);
 

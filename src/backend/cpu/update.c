@@ -79,12 +79,9 @@ int rci_cpu_update(rc_backend *be, const rci_update *u, rc_error *err)
     return 0;
 }
 
-int rci_cpu_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
-                       size_t soff, int64_t n, float scale, int add, rc_error *err)
+/* acc = scale * g, or acc += scale * g (add), over n f32 */
+static void accumulate_f32(float *restrict acc, const float *restrict g, int64_t n, float scale, int add)
 {
-    (void)be, (void)err;
-    float *restrict acc = floats(dst) + dat;
-    const float *restrict g = (const float *)((const char *)src->impl + soff);
     if (add) {
 #pragma omp parallel for simd schedule(static) if (n > UPDATE_BLOCK)
         for (int64_t j = 0; j < n; j++)
@@ -94,6 +91,43 @@ int rci_cpu_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buf
         for (int64_t j = 0; j < n; j++)
             acc[j] = scale * g[j];
     }
+}
+
+/* the same from 16-bit g of dtype st: chunks widened exactly, then accumulated */
+static void accumulate_half(float *acc, const uint16_t *g, rc_dtype st, int64_t n, float scale, int add)
+{
+    enum { CHUNK = 4096 };
+    int64_t nb = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (n > UPDATE_BLOCK)
+    for (int64_t b = 0; b < nb; b++) {
+        float wide[CHUNK];
+        int64_t lo = b * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
+        rci_cpu_widen(wide, g + lo, st, len);
+        accumulate_f32(acc + lo, wide, len, scale, add);
+    }
+}
+
+int rci_cpu_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
+                       size_t soff, int64_t n, rc_dtype st, float scale, int add, rc_error *err)
+{
+    const void *g = (const char *)src->impl + soff;
+    if (st == RC_F32)
+        accumulate_f32(floats(dst) + dat, g, n, scale, add);
+    else if (st == RC_BF16 || st == RC_F16)
+        accumulate_half(floats(dst) + dat, g, st, n, scale, add);
+    else
+        return rc_error_set(err, RC_ERR_DTYPE, "%s: accumulate from %s gradients (f32, bf16 or f16)", be->name,
+                            rc_dtype_name(st));
+    return 0;
+}
+
+int rci_cpu_round_f32(rc_backend *be, rc_buffer *dst, int64_t dat, rc_dtype dt, const rc_buffer *src,
+                      int64_t sat, int64_t n, rc_error *err)
+{
+    if (dt != RC_BF16 && dt != RC_F16)
+        return rc_error_set(err, RC_ERR_DTYPE, "%s: round f32 into %s (bf16 or f16)", be->name, rc_dtype_name(dt));
+    if (n > 0)
+        rci_cpu_narrow((uint16_t *)dst->impl + dat, floats(src) + sat, dt, n);
     return 0;
 }
 

@@ -470,6 +470,7 @@ static rci_ocl *ocl_open(int index, rc_error *err)
         .update = rci_ocl_update,
         .sum_squares = rci_ocl_sum_squares,
         .accumulate = rci_ocl_accumulate,
+        .round_f32 = rci_ocl_round_f32,
         .host_address = ocl_host_address,
     };
     o->device = ref.device;

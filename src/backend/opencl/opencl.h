@@ -110,7 +110,9 @@ int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t);
 int rci_ocl_run_node(rc_backend *be, const rci_node_run *r, rc_error *err);
 int rci_ocl_update(rc_backend *be, const rci_update *u, rc_error *err);
 int rci_ocl_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
-                       size_t soff, int64_t n, float scale, int add, rc_error *err);
+                       size_t soff, int64_t n, rc_dtype st, float scale, int add, rc_error *err);
+int rci_ocl_round_f32(rc_backend *be, rc_buffer *dst, int64_t dat, rc_dtype dt, const rc_buffer *src,
+                      int64_t sat, int64_t n, rc_error *err);
 int rci_ocl_sum_squares(rc_backend *be, const rc_buffer *b, const rci_update_part *parts, int nparts, double *out,
                         rc_error *err);
 
