@@ -303,14 +303,23 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
     print_memory(o, mem);
     char b1[32], b2[32];
     printf("\ncollectives per training step and rank:\n");
-    printf("  model axis  all-reduce forward   %4lld  (%.1f MiB)\n", (long long)comm->allreduce_fwd,
-           comm->bytes_fwd / (1 << 20));
+    if (o->mp == 1)
+        printf("  model axis  none (mp 1)\n");
+    else
+        printf("  model axis  all-reduce forward   %4lld  (%.1f MiB)\n", (long long)comm->allreduce_fwd,
+               comm->bytes_fwd / (1 << 20));
     if (comm->allgather_fwd)
         printf("  model axis  gathers forward      %4lld  (splits an op needed whole)\n",
                (long long)comm->allgather_fwd);
-    printf("  model axis  all-reduce backward  %4lld  (%.1f MiB)\n", (long long)comm->allreduce_bwd,
-           comm->bytes_bwd / (1 << 20));
-    if (o->dp > 1)
+    if (o->mp > 1)
+        printf("  model axis  all-reduce backward  %4lld  (%.1f MiB)\n", (long long)comm->allreduce_bwd,
+               comm->bytes_bwd / (1 << 20));
+    if (o->dp > 1 && o->zero) { /* each rank's share of the mean gradient, then its updated weights */
+        printf("  data axis   reduce-scatter gradients %4lld  (%.1f MiB in buckets of 16 MiB)\n", (long long)buckets,
+               4.0 * (double)mem->rank.local / (1 << 20));
+        printf("  data axis   all-gather weights       %4lld  (%.1f MiB of %s)\n", (long long)buckets,
+               (double)rc_dtype_size(o->dtype) * (double)mem->rank.local / (1 << 20), rc_dtype_name(o->dtype));
+    } else if (o->dp > 1)
         printf("  data axis   all-reduce gradients %4lld  (%.1f MiB in buckets of 16 MiB)\n", (long long)buckets,
                4.0 * (double)mem->rank.local / (1 << 20));
     else
@@ -362,8 +371,12 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                             rc_dtype_name(o->dtype), "collectives",
                             "model_allreduce_forward", (json_int_t)comm->allreduce_fwd, "model_allreduce_backward",
                             (json_int_t)comm->allreduce_bwd, "model_bytes_forward", comm->bytes_fwd,
-                            "model_bytes_backward", comm->bytes_bwd, "data_allreduce", (json_int_t)buckets,
-                            "model_allgather", (json_int_t)comm->allgather_fwd);
+                            "model_bytes_backward", comm->bytes_bwd, "data_allreduce",
+                            (json_int_t)(o->zero ? 0 : buckets), "model_allgather", (json_int_t)comm->allgather_fwd);
+    /* with zero the gradients are reduce-scattered and the updated weights all-gathered */
+    json_t *coll = json_object_get(out, "collectives");
+    json_object_set_new(coll, "data_reduce_scatter", json_integer(o->zero ? buckets : 0));
+    json_object_set_new(coll, "data_allgather", json_integer(o->zero ? buckets : 0));
     if (o->memory_text) {
         int64_t need = mem->rank.total + mem->rank.full_copy;
         json_t *fit = json_pack("{s:s, s:I, s:b, s:o, s:o}", "size", o->memory_text, "bytes", (json_int_t)o->memory,
@@ -418,6 +431,8 @@ int cmd_plan(int argc, char **argv)
     rc = s ? rc_shard_apply(s, m.p, m.w.n, o.shards.o, o.shards.n, (int)o.mp, &err) : -1;
     if (!rc)
         rc = rc_shard_plan(m.g, m.loss, m.p, m.w.n, (int)o.mp, o.allow, s, &comm, &err);
+    if (o.mp == 1) /* one shard: the counts are where collectives would go, none run */
+        memset(&comm, 0, sizeof comm);
     memory mem = {0};
     if (!rc)
         rc = plan_memory(&c, &o, &mem, &err);
