@@ -412,42 +412,7 @@ const char *rc_safetensors_metadata(const rc_safetensors *f, const char *key)
 int rc_safetensors_read_f32(const rc_safetensors *f, int i, float *dst, int64_t n,
                             rc_error *err)
 {
-    if (i < 0 || i >= f->n)
-        return rc_error_set(err, RC_ERR_INDEX, "%s: tensor index %d out of range [0, %d)",
-                            f->path, i, f->n);
-    const rc_st_tensor *t = &f->t[i];
-    if (n != t->numel) {
-        char s[128];
-        return rc_error_set(err, RC_ERR_SHAPE, "%s: tensor '%s' has %" PRId64 " elements (shape "
-                            "%s), the destination %" PRId64, f->path, t->name, t->numel,
-                            shape_str(s, sizeof s, t->ndim, t->shape), n);
-    }
-    const uint8_t *p = f->buf + t->begin;
-    switch (t->dtype) {
-    case RC_F32:
-        for (int64_t k = 0; k < n; k++)
-            dst[k] = f32_from_bits(load_le32(p + 4 * k));
-        return 0;
-    case RC_BF16:
-        for (int64_t k = 0; k < n; k++)
-            dst[k] = rci_bf16_to_f32(load_le16(p + 2 * k));
-        return 0;
-    case RC_F16:
-        for (int64_t k = 0; k < n; k++)
-            dst[k] = rci_f16_to_f32(load_le16(p + 2 * k));
-        return 0;
-    case RC_F64:
-        for (int64_t k = 0; k < n; k++) {
-            uint64_t u = load_le64(p + 8 * k);
-            double x;
-            memcpy(&x, &u, sizeof x);
-            dst[k] = (float)x;
-        }
-        return 0;
-    default:
-        return rc_error_set(err, RC_ERR_DTYPE, "%s: tensor '%s' has dtype %s; only F32, F16, BF16 "
-                            "and F64 convert to f32", f->path, t->name, t->dtype_name);
-    }
+    return rc_safetensors_read(f, i, RC_F32, dst, n, err);
 }
 
 const char *rc_st_dtype_name(rc_dtype t)
@@ -488,8 +453,7 @@ int rc_safetensors_read(const rc_safetensors *f, int i, rc_dtype dt, void *dst, 
     }
     const uint8_t *p = f->buf + t->begin;
     if (t->dtype >= 0 && t->dtype == (int)dt) { /* the same type: the bytes as they are */
-        for (int64_t k = 0; k < n; k++) /* little-endian file, little-endian host assumed by the loads */
-            memcpy((uint8_t *)dst + k * t->elem_size, p + k * t->elem_size, t->elem_size);
+        memcpy(dst, p, (size_t)n * t->elem_size); /* little-endian file, little-endian host */
         return 0;
     }
     int from_ok = t->dtype == RC_F32 || t->dtype == RC_F64 || t->dtype == RC_BF16 || t->dtype == RC_F16;
