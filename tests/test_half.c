@@ -558,6 +558,9 @@ static const op_case cases[] = {
     /* a few rows by a shared 16-bit matrix read directly (f32 sums in another order) */
     {"matmul_row", 2, {{FLOAT, 2, {1, 300}, -1, 1}, {FLOAT, 2, {300, 700}, -1, 1}}, b_mm, 1, 1, OUT_H},
     {"matmul_row_tb", 2, {{FLOAT, 3, {1, 3, 301}, -1, 1}, {FLOAT, 2, {517, 301}, -1, 1}}, b_mm_tb, 1, 1, OUT_H},
+    /* one row: the bf16 sums fused with the widening; columns in several blocks per thread */
+    {"matmul_row_1", 2, {{FLOAT, 2, {1, 67}, -1, 1}, {FLOAT, 2, {67, 5003}, -1, 1}}, b_mm, 1, 1, OUT_H},
+    {"matmul_row_tb1", 2, {{FLOAT, 2, {1, 301}, -1, 1}, {FLOAT, 2, {517, 301}, -1, 1}}, b_mm_tb, 1, 1, OUT_H},
     {"matmul_row_ta", 2, {{FLOAT, 2, {37, 2}, -1, 1}, {FLOAT, 2, {37, 19}, -1, 1}}, b_mm_ta, 1, 1, OUT_H},
     {"matmul_row_tt", 2, {{FLOAT, 2, {37, 4}, -1, 1}, {FLOAT, 2, {300, 37}, -1, 1}}, b_mm_tt, 1, 1, OUT_H},
     /* the general products: the f32 kernel on the widened operands */

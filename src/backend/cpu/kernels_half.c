@@ -33,7 +33,9 @@
 
 enum {
     PAR_MIN = 32768,  /* elements below which a loop runs on one thread */
-    BLOCK = 256,      /* columns (or inner elements) a decoding product handles at a time */
+    BLOCK = 256,      /* inner elements a decoding product (B stored [n, k]) widens at a time */
+    KN_BLOCK = 2048,  /* columns a decoding product (B stored [k, n]) sums at a time: long
+                         runs of each row of B, read in order */
     FEW_ROWS = 4      /* matrix products of at most this many rows read 16-bit weights directly */
 };
 
@@ -386,9 +388,9 @@ typedef struct {
 /* columns [j0, j1) of c = a op(B) with B stored [k, n]: rows of B scaled and added */
 static void few_rows_kn(const few_rows *f, int64_t j0, int64_t j1)
 {
-    float acc[FEW_ROWS][BLOCK], w[BLOCK];
-    for (int64_t jb = j0; jb < j1; jb += BLOCK) {
-        int64_t len = j1 - jb < BLOCK ? j1 - jb : BLOCK;
+    float acc[FEW_ROWS][KN_BLOCK], w[KN_BLOCK];
+    for (int64_t jb = j0; jb < j1; jb += KN_BLOCK) {
+        int64_t len = j1 - jb < KN_BLOCK ? j1 - jb : KN_BLOCK;
         for (int64_t r = 0; r < f->rows; r++)
             for (int64_t j = 0; j < len; j++)
                 acc[r][j] = 0;
@@ -425,7 +427,17 @@ static void few_rows_nk(const few_rows *f, int64_t j0, int64_t j1)
     for (int64_t j = j0; j < j1; j++) {
         float acc[FEW_ROWS][16] = {{0}};
         const uint16_t *bj = f->b + j * f->k;
-        for (int64_t p0 = 0; p0 < f->k; p0 += BLOCK) {
+        if (f->t == RC_BF16 && f->rows == 1) { /* widening is a shift: fused into the sums */
+            const float *restrict ar = f->a;
+            float *restrict s = acc[0];
+            int64_t p = 0;
+            for (; p + 16 <= f->k; p += 16)
+                for (int l = 0; l < 16; l++)
+                    s[l] += ar[p + l] * rci_bf16_to_f32(bj[p + l]);
+            for (; p < f->k; p++)
+                s[p % 16] += ar[p] * rci_bf16_to_f32(bj[p]);
+        }
+        for (int64_t p0 = 0; p0 < f->k && !(f->t == RC_BF16 && f->rows == 1); p0 += BLOCK) {
             int64_t len = f->k - p0 < BLOCK ? f->k - p0 : BLOCK, p = 0;
             widen_run(w, bj + p0, f->t, len);
             for (int64_t r = 0; r < f->rows; r++) {
