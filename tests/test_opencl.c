@@ -923,6 +923,103 @@ static void test_optimizer(void)
     free(m);
 }
 
+/* the n f32 of a and b agree bit for bit (NaNs only as NaNs: a NaN that arithmetic makes,
+ * inf - inf, has a device-defined payload) */
+static int same_floats(const float *a, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof a[i]) && !(isnan(a[i]) && isnan(b[i])))
+            return 0;
+    return 1;
+}
+
+/* random 32-bit patterns (every class: NaN payloads, infinities, subnormals) */
+static uint32_t random_bits(void)
+{
+    return (uint32_t)(uniform() * 4294967296.0);
+}
+
+/* x[n]: half random f32 bit patterns, half values in f16's range (|x| < 2^17 scaled down
+ * by up to 2^-30, across its subnormals), then rounding ties and boundaries */
+static void fill_roundable(float *x, int64_t n)
+{
+    static const uint32_t edge[] = {0x3f808000u, 0x3f818000u, 0x477fefffu, 0x477ff000u, 0x33000000u,
+                                    0x33000001u, 0x387fc000u, 0x38800000u, 0x7f800001u, 0xff800000u,
+                                    0x7fffffffu, 0x80000000u};
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = random_bits();
+        if (i % 2)
+            x[i] = (float)ldexp((uniform() * 2 - 1) * 131072.0, -(int)(uniform() * 31));
+        else
+            memcpy(&x[i], &u, sizeof u);
+    }
+    for (int i = 0; i < (int)(sizeof edge / sizeof *edge) && 3 * i + 1 < n; i++)
+        memcpy(&x[3 * i + 1], &edge[i], sizeof edge[i]);
+}
+
+/* accumulate from bf16 / f16 gradients and round_f32 into bf16 / f16 weights: the
+ * device's kernels against the CPU backend (src/backend/cpu/update.c), at odd offsets and
+ * lengths, the buffers compared whole (what lies outside a range stays) */
+static void test_half_optimizer(void)
+{
+    enum { NW = 6011, NF = 6007 };
+    rc_error err = {0};
+    rc_backend *be[2] = {rc_backend_cpu(), gpu};
+    rc_dtype dts[2] = {RC_BF16, RC_F16};
+    uint16_t *words = malloc(NW * sizeof *words), *wout[2] = {malloc(NW * 2), malloc(NW * 2)};
+    float *f = malloc(NF * sizeof *f), *fout[2] = {malloc(NF * 4), malloc(NF * 4)};
+    /* (dat, source element, n, scale, add): written, added over it, a single element */
+    const struct { int64_t dat, sel, n; float scale; int add; } acc[] = {
+        {7, 3, 4097, 0.5f, 0}, {1, 0, 5001, -3.0f, 1}, {0, 5, 1, 0.3f, 1}, {6000, 6000, 7, 1.0f, 0}};
+    for (int d = 0; d < 2 && words && f && wout[0] && wout[1] && fout[0] && fout[1]; d++) {
+        rc_dtype dt = dts[d];
+        for (int i = 0; i < NW; i++)
+            words[i] = (uint16_t)random_bits();
+        for (int i = 0; i < NF; i++)
+            f[i] = (float)(uniform() * 4 - 2);
+        rc_buffer *bw[2], *bf[2];
+        for (int k = 0; k < 2; k++) {
+            bw[k] = rc_buffer_new(be[k], NW * 2, &err);
+            bf[k] = buffer_of(be[k], f, NF);
+            CHECK(bw[k] && bf[k] && !rc_buffer_upload(bw[k], 0, words, NW * 2, &err));
+        }
+        for (size_t c = 0; c < sizeof acc / sizeof *acc; c++) {
+            for (int k = 0; k < 2; k++)
+                CHECKF(!be[k]->accumulate(be[k], bf[k], acc[c].dat, bw[k], (size_t)acc[c].sel * 2, acc[c].n, dt,
+                                          acc[c].scale, acc[c].add, &err),
+                       "accumulate from %s on %s: %s", rc_dtype_name(dt), be[k]->name, err.msg);
+            for (int k = 0; k < 2; k++)
+                CHECK(!rc_buffer_download(bf[k], 0, fout[k], NF * 4, &err));
+            CHECKF(same_floats(fout[1], fout[0], NF), "accumulate from %s (case %zu: at %lld, from %lld, %lld, add %d)"
+                   " differs from the CPU's", rc_dtype_name(dt), c, (long long)acc[c].dat, (long long)acc[c].sel,
+                   (long long)acc[c].n, acc[c].add);
+        }
+        CHECKF(gpu->accumulate(gpu, bf[1], 0, bw[1], 3, 5, dt, 1.0f, 0, &err) && strstr(err.msg, "aligned"),
+               "accumulate from an odd byte of %s words: refused, said %s", rc_dtype_name(dt), err.msg);
+        /* the master rounded at an odd offset from an odd offset, then one element at 0 */
+        fill_roundable(f, NF);
+        for (int k = 0; k < 2; k++) {
+            CHECK(!rc_buffer_upload(bf[k], 0, f, NF * 4, &err));
+            CHECKF(!be[k]->round_f32(be[k], bw[k], 3, dt, bf[k], 5, 4099, &err) &&
+                   !be[k]->round_f32(be[k], bw[k], 0, dt, bf[k], 6001, 1, &err) &&
+                   !rc_buffer_download(bw[k], 0, wout[k], NW * 2, &err),
+                   "round f32 into %s on %s: %s", rc_dtype_name(dt), be[k]->name, err.msg);
+        }
+        int64_t bad = -1;
+        for (int i = 0; i < NW && bad < 0; i++)
+            bad = wout[1][i] != wout[0][i] ? i : -1;
+        CHECKF(bad < 0, "round f32 into %s: word %lld is 0x%04x, the CPU's 0x%04x", rc_dtype_name(dt),
+               (long long)bad, bad < 0 ? 0 : wout[1][bad], bad < 0 ? 0 : wout[0][bad]);
+        printf("  %s: accumulate (4 cases) and round_f32 (2 ranges) equal the CPU's bit for bit\n",
+               rc_dtype_name(dt));
+        for (int k = 0; k < 2; k++) {
+            rc_buffer_free(bw[k]);
+            rc_buffer_free(bf[k]);
+        }
+    }
+    free(words), free(wout[0]), free(wout[1]), free(f), free(fout[0]), free(fout[1]);
+}
+
 int main(void)
 {
     rc_error err = {0};
@@ -953,6 +1050,7 @@ int main(void)
     test_matmul();
     test_dropout();
     test_optimizer();
+    test_half_optimizer();
     const char *presets[] = {"tiny-gpt2", "tiny-llama", "tiny-opt", "tiny-gptj", "tiny-t5"};
     for (int i = 0; i < 5; i++)
         test_model(presets[i], 1e-4);

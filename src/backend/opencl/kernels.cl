@@ -826,14 +826,15 @@ __kernel void k_sgd(__global float *w, __global float *g, long at, long n, float
     w[i] = wi - lr * gi;
 }
 
-/* dst = scale src (add 0) or dst += scale src (add 1) */
-__kernel void k_accumulate(__global float *d, long dofs, __global const float *s, long so, long n,
+/* dst = scale src (add 0) or dst += scale src (add 1): dst f32, src as stored (the 16-bit
+ * programs read bf16 / f16 words, widened exactly: the 16-bit gradients of a 16-bit step) */
+__kernel void k_accumulate(__global float *d, long dofs, __global const store_t *s, long so, long n,
                            float scale, int add)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
-    float v = scale * s[so + i];
+    float v = scale * ld(s, so + i);
     d[dofs + i] = add ? d[dofs + i] + v : v;
 }
 

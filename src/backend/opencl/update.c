@@ -1,7 +1,9 @@
 /* update.c - the OpenCL backend's optimizer work: SGD and AdamW with clipping and
  * per-part weight decay (the CPU's float arithmetic, src/backend/cpu/update.c), gradient
- * accumulation, and the sum of squares behind the gradient norm (fixed chunks summed on
- * the device in index order, the chunks' sums added in order on the host). */
+ * accumulation (from f32, bf16 or f16 gradients), the rounding of f32 master weights into
+ * 16-bit ones, and the sum of squares behind the gradient norm (fixed chunks summed on the
+ * device in index order, the chunks' sums added in order on the host: the only value read
+ * back). */
 #include "opencl.h"
 
 #include <math.h>
@@ -49,52 +51,30 @@ int rci_ocl_update(rc_backend *be, const rci_update *u, rc_error *err)
     return 0;
 }
 
-/* n 16-bit words of dtype st at byte soff of src widened to f32 into device scratch, through
- * host memory (the staging path of 16-bit training until a kernel reads the words) */
-static cl_mem widen_staged(rci_ocl *o, const rc_buffer *src, size_t soff, int64_t n, rc_dtype st, rc_error *err)
-{
-    uint16_t *words = malloc((size_t)n * sizeof *words);
-    float *wide = malloc((size_t)n * sizeof *wide);
-    cl_mem s = NULL;
-    int rc = words && wide ? 0 : rc_error_set(err, RC_ERR_MEMORY, "%s: accumulate: out of host memory", o->be.name);
-    if (!rc)
-        rc = rc_buffer_download(src, soff, words, (size_t)n * sizeof *words, err);
-    if (!rc && rc_convert(wide, RC_F32, words, st, n))
-        rc = rc_error_set(err, RC_ERR_DTYPE, "%s: accumulate from %s", o->be.name, rc_dtype_name(st));
-    if (!rc && (s = rci_ocl_scratch(o, (size_t)n * sizeof *wide, err))) {
-        cl_int status = clEnqueueWriteBuffer(o->queue, s, CL_TRUE, 0, (size_t)n * sizeof *wide, wide, 0, NULL, NULL);
-        if (status != CL_SUCCESS) {
-            rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: accumulate: writing: %s", o->be.name, rci_ocl_status(status));
-            s = NULL;
-        }
-    }
-    free(words);
-    free(wide);
-    return s;
-}
-
+/* k_accumulate of the program for st's storage: the 16-bit programs read the words
+ * themselves (widened exactly, as rc_convert), so nothing passes through the host */
 int rci_ocl_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
                        size_t soff, int64_t n, rc_dtype st, float scale, int add, rc_error *err)
 {
     if (st != RC_F32 && st != RC_BF16 && st != RC_F16)
         return rc_error_set(err, RC_ERR_DTYPE, "%s: accumulate from %s gradients (f32, bf16 or f16)", be->name,
                             rc_dtype_name(st));
-    if (st == RC_F32 && soff % 4)
-        return rc_error_set(err, RC_ERR_ARG, "%s: accumulate from byte %zu (not 4-byte aligned)",
-                            be->name, soff);
+    size_t es = rc_dtype_size(st);
+    if (soff % es)
+        return rc_error_set(err, RC_ERR_ARG, "%s: accumulate from byte %zu of %s gradients (not %zu-byte aligned)",
+                            be->name, soff, rc_dtype_name(st), es);
     if (n <= 0)
         return 0;
-    cl_mem d = rci_ocl_mem(dst), s = st == RC_F32 ? rci_ocl_mem(src) : widen_staged(ocl(be), src, soff, n, st, err);
-    if (!s)
-        return -1;
-    cl_long dofs = dat, so = st == RC_F32 ? (cl_long)(soff / 4) : 0, count = n;
+    cl_mem d = rci_ocl_mem(dst), s = rci_ocl_mem(src);
+    cl_long dofs = dat, so = (cl_long)(soff / es), count = n;
     cl_float sc = scale;
     cl_int a_add = add != 0;
     rci_ocl_arg a[] = {ARG(d), ARG(dofs), ARG(s), ARG(so), ARG(count), ARG(sc), ARG(a_add)};
-    return rci_ocl_launch(ocl(be), OCL_ACCUMULATE, a, 7, (size_t)n, "accumulate", err);
+    return rci_ocl_launch_as(ocl(be), st, OCL_ACCUMULATE, a, 7, (size_t)n, "accumulate", err);
 }
 
-/* The master weights rounded into 16-bit words, through host memory (as above). */
+/* The master weights rounded into 16-bit words on the device: k_cast from f32 (its
+ * conversions are src/core/half.h's, bit for bit). */
 int rci_ocl_round_f32(rc_backend *be, rc_buffer *dst, int64_t dat, rc_dtype dt, const rc_buffer *src,
                       int64_t sat, int64_t n, rc_error *err)
 {
@@ -102,16 +82,11 @@ int rci_ocl_round_f32(rc_backend *be, rc_buffer *dst, int64_t dat, rc_dtype dt, 
         return rc_error_set(err, RC_ERR_DTYPE, "%s: round f32 into %s (bf16 or f16)", be->name, rc_dtype_name(dt));
     if (n <= 0)
         return 0;
-    float *wide = malloc((size_t)n * sizeof *wide);
-    int rc = wide ? 0 : rc_error_set(err, RC_ERR_MEMORY, "%s: round f32: out of host memory", be->name);
-    if (!rc)
-        rc = rc_buffer_download(src, (size_t)sat * sizeof *wide, wide, (size_t)n * sizeof *wide, err);
-    if (!rc)
-        rc_convert(wide, dt, wide, RC_F32, n); /* in place: the words fill the front */
-    if (!rc)
-        rc = rc_buffer_upload(dst, (size_t)dat * 2, wide, (size_t)n * 2, err);
-    free(wide);
-    return rc;
+    cl_mem d = rci_ocl_mem(dst), s = rci_ocl_mem(src);
+    cl_long dofs = dat, so = sat, count = n;
+    cl_int to = (cl_int)dt, from = RC_F32;
+    rci_ocl_arg a[] = {ARG(d), ARG(dofs), ARG(to), ARG(s), ARG(so), ARG(from), ARG(count)};
+    return rci_ocl_launch(ocl(be), OCL_CAST, a, 7, (size_t)n, "round f32", err);
 }
 
 /* Every part's chunks write their partial sums into one buffer (part k's from its base),
