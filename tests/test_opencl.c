@@ -607,7 +607,7 @@ static int train_step(trainee *t, rc_graph *g, rc_tensor *const *wrt, rc_tensor 
     /* eps 1e-6 as mpi_train: a direction with no gradient at all (the attention key bias)
      * holds rounding noise alone, which eps 1e-8 would turn into full steps of lr */
     rci_update u = {t->w, t->g, t->m, t->v, parts, nw, 3e-3, 0.9, 0.999, 1e-6, step,
-                    norm > 1 ? 1 / norm : 1, 1, 0};
+                    norm > 1 ? 1 / norm : 1, 1, 0, 0};
     return t->be->update(t->be, &u, err);
 }
 
@@ -883,14 +883,14 @@ static void test_optimizer(void)
     for (int step = 1; step <= 3; step++)
         for (int k = 0; k < 2; k++) {
             rci_update u = {bw[k], bg[k], bm[k], bv[k], parts, 3, 1e-2, 0.9, 0.999, 1e-8, step,
-                            step == 2 ? 0.5 : 1.0, 1, 0};
+                            step == 2 ? 0.5 : 1.0, 1, 0, 0};
             CHECKF(!be[k]->update(be[k], &u, &err), "adamw on %s: %s", be[k]->name, err.msg);
         }
     e_adam = fmax(fmax(buffer_diff(bw[1], bw[0], N), buffer_diff(bm[1], bm[0], N)),
                   fmax(buffer_diff(bv[1], bv[0], N), buffer_diff(bg[1], bg[0], N)));
     CHECKF(e_adam <= 1e-6, "adamw: relative error %.3g", e_adam);
     for (int k = 0; k < 2; k++) {
-        rci_update u = {bw[k], bg[k], NULL, NULL, parts, 3, 0.1, 0, 0, 0, 1, 0.25, 0, 0};
+        rci_update u = {bw[k], bg[k], NULL, NULL, parts, 3, 0.1, 0, 0, 0, 1, 0.25, 0, 0, 0};
         CHECKF(!be[k]->update(be[k], &u, &err), "sgd on %s: %s", be[k]->name, err.msg);
         CHECK(!rc_sgd_update(bw[k], bg[k], 7, 100, 0.05, &err));
         CHECK(!be[k]->accumulate(be[k], bm[k], 3, bg[k], 40, 9000, RC_F32, 0.5f, 1, &err));

@@ -39,9 +39,10 @@ typedef struct {
 
 /* One optimizer step over all parts (AdamW reads and writes m and v; SGD ignores them).
  * The gradient is first multiplied by grad_scale in place (clipping; 1: untouched).
- * m and v may hold only a share of the layout of w and grad (optimizer state sharded over
- * the data axis): their element 0 is element state_at of w, so a part's element k of w
- * pairs with m[k - state_at] (0: the same layout). */
+ * Parts index the layout of grad. m and v may hold only a share of it (optimizer state
+ * sharded over the data axis): their element 0 is element state_at of grad, so a part's
+ * element k pairs with m[k - state_at] (0: the same layout); likewise w (an f32 master
+ * share) with w[k - w_at]. */
 typedef struct {
     rc_buffer *w, *grad, *m, *v;
     const rci_update_part *parts;
@@ -50,7 +51,8 @@ typedef struct {
     int64_t step;                 /* AdamW: updates done including this one (from 1) */
     double grad_scale;
     int adamw;                    /* 1: AdamW, 0: SGD */
-    int64_t state_at;             /* where m[0] and v[0] sit in the layout of w and grad */
+    int64_t state_at;             /* where m[0] and v[0] sit in the layout of grad */
+    int64_t w_at;                 /* where w[0] sits in the layout of grad */
 } rci_update;
 
 /* AdamW's per-step constants, as torch.optim.AdamW computes them, so trajectories agree to

@@ -29,7 +29,7 @@ int rc_sgd_update(rc_buffer *w, rc_buffer *grad, int64_t at, int64_t n, double l
     if (check_buffers("sgd", b, 2, at, n, err))
         return -1;
     rci_update_part part = {at, n, 0.0};
-    rci_update u = {w, grad, NULL, NULL, &part, 1, lr, 0, 0, 0, 1, 1.0, 0, 0};
+    rci_update u = {w, grad, NULL, NULL, &part, 1, lr, 0, 0, 0, 1, 1.0, 0, 0, 0};
     return w->be->update(w->be, &u, err);
 }
 
@@ -43,6 +43,6 @@ int rc_adamw_update(rc_buffer *w, rc_buffer *grad, rc_buffer *m, rc_buffer *v, i
     if (check_buffers("adamw", b, 4, at, n, err))
         return -1;
     rci_update_part part = {at, n, opt->weight_decay};
-    rci_update u = {w, grad, m, v, &part, 1, opt->lr, opt->beta1, opt->beta2, opt->eps, opt->step, 1.0, 1, 0};
+    rci_update u = {w, grad, m, v, &part, 1, opt->lr, opt->beta1, opt->beta2, opt->eps, opt->step, 1.0, 1, 0, 0};
     return w->be->update(w->be, &u, err);
 }

@@ -323,7 +323,7 @@ static int optimizer_update(rc_trainer *t, const rc_train_options *o, const rci_
     rci_update u = {t->local, t->grad, t->m, t->v, parts, rc_params_count(t->params), lr,
                     o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
                     o->eps > 0 ? o->eps : 1e-8, ++t->opt_step, clip,
-                    !o->optimizer || !strcmp(o->optimizer, "adamw"), t->share_lo};
+                    !o->optimizer || !strcmp(o->optimizer, "adamw"), t->share_lo, 0};
     return t->be->update(t->be, &u, err);
 }
 
@@ -373,34 +373,18 @@ static int skip_step(rc_trainer *t, double norm, rc_error *err)
 }
 
 /* The update of 16-bit weights: on the f32 master share, which is laid out like the
- * moments (element 0: local's share_lo). With zero the reduce-scattered share of the
- * gradient is first moved to the front of grad (share_lo >= share_n on every rank but the
- * first, which starts at 0: the ranges never overlap), so that one index names an element
- * of master, grad, m and v alike. */
+ * moments (element 0: local's share_lo), with the gradient's share where the
+ * reduce-scatter left it. */
 static int master_update(rc_trainer *t, const rc_train_options *o, const rci_update_part *parts, double lr,
                          double clip, rc_error *err)
 {
-    int np = rc_params_count(t->params);
-    rci_update_part *shifted = malloc((size_t)(np ? np : 1) * sizeof *shifted);
-    if (!shifted)
-        return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
-    for (int i = 0; i < np; i++) {
-        shifted[i] = parts[i];
-        shifted[i].at = parts[i].n ? parts[i].at - t->share_lo : 0;
-    }
-    int rc = t->share_lo && t->share_n
-                 ? t->be->copy(t->be, t->grad, 0, t->grad, (size_t)t->share_lo * sizeof(float),
-                               (size_t)t->share_n * sizeof(float), err)
-                 : 0;
-    rci_update u = {t->master, t->grad, t->m, t->v, shifted, np, lr,
+    rci_update u = {t->master, t->grad, t->m, t->v, parts, rc_params_count(t->params), lr,
                     o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
                     o->eps > 0 ? o->eps : 1e-8, t->opt_step + 1, clip,
-                    !o->optimizer || !strcmp(o->optimizer, "adamw"), 0};
-    if (!rc)
-        rc = t->be->update(t->be, &u, err);
+                    !o->optimizer || !strcmp(o->optimizer, "adamw"), t->share_lo, t->share_lo};
+    int rc = t->be->update(t->be, &u, err);
     if (!rc)
         t->opt_step++;
-    free(shifted);
     return rc;
 }
 

@@ -44,7 +44,9 @@ static void adamw_block(float *restrict w, const float *restrict g, float *restr
  * wait at the end (the region's end is the one barrier of the whole update). */
 static void update_part(const rci_update *u, const rci_update_part *p, const rci_adam_consts *a)
 {
-    float *w = floats(u->w) + p->at, *g = floats(u->grad) + p->at;
+    if (p->n <= 0) /* a part outside this rank's share: its offsets need not point inside */
+        return;
+    float *w = floats(u->w) + (p->at - u->w_at), *g = floats(u->grad) + p->at;
     int64_t sat = p->at - u->state_at; /* the part's start in m and v */
     float *m = u->adamw ? floats(u->m) + sat : NULL, *v = u->adamw ? floats(u->v) + sat : NULL;
     float decay = (float)(1.0 - u->lr * p->weight_decay), clip = (float)u->grad_scale;

@@ -784,16 +784,17 @@ __kernel void k_dropout(__global store_t *o, long oo, __global const store_t *x,
 
 /* ---- optimizer --------------------------------------------------------------------------------- */
 
-/* AdamW over w, g [n] at element `at` and m, v [n] at element at - sat (m[0] and v[0] sit
- * at element sat of w: a share of the state) (update.c's adamw_block, after clipping) */
+/* AdamW over g [n] at element `at`, m, v [n] at element at - sat and w [n] at at - wat
+ * (m[0], v[0] and w[0] sit at elements sat and wat of g: shares of the state) (update.c's
+ * adamw_block, after clipping) */
 __kernel void k_adamw(__global float *w, __global float *g, __global float *m, __global float *v,
-                      long at, long n, long sat, float clip, int do_clip, float b1, float b2,
+                      long at, long n, long sat, long wat, float clip, int do_clip, float b1, float b2,
                       float c1, float c2, float eps, float step_size, float bc2_sqrt, float decay)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
-    long s = i + at - sat;
+    long s = i + at - sat, wi = i + at - wat;
     i += at;
     float gi = g[i];
     if (do_clip) {
@@ -804,26 +805,27 @@ __kernel void k_adamw(__global float *w, __global float *g, __global float *m, _
     float vi = b2 * v[s] + c2 * gi * gi;
     m[s] = mi;
     v[s] = vi;
-    w[i] = w[i] * decay - step_size * (mi / (sqrt(vi) / bc2_sqrt + eps));
+    w[wi] = w[wi] * decay - step_size * (mi / (sqrt(vi) / bc2_sqrt + eps));
 }
 
-/* SGD: clipping, decay when do_decay, then w -= lr g */
-__kernel void k_sgd(__global float *w, __global float *g, long at, long n, float clip, int do_clip,
+/* SGD: clipping, decay when do_decay, then w -= lr g (w [n] at element at - wat) */
+__kernel void k_sgd(__global float *w, __global float *g, long at, long n, long wat, float clip, int do_clip,
                     float decay, int do_decay, float lr)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
+    long k = i + at - wat;
     i += at;
     float gi = g[i];
     if (do_clip) {
         gi *= clip;
         g[i] = gi;
     }
-    float wi = w[i];
+    float wi = w[k];
     if (do_decay)
         wi *= decay;
-    w[i] = wi - lr * gi;
+    w[k] = wi - lr * gi;
 }
 
 /* dst = scale src (add 0) or dst += scale src (add 1): dst f32, src as stored (the 16-bit

@@ -22,7 +22,7 @@ static int update_part(rci_ocl *o, const rci_update *u, const rci_update_part *p
                        const rci_adam_consts *c, rc_error *err)
 {
     cl_mem w = rci_ocl_mem(u->w), g = rci_ocl_mem(u->grad);
-    cl_long at = p->at, n = p->n;
+    cl_long at = p->at, n = p->n, wat = u->w_at;
     cl_float clip = (cl_float)u->grad_scale, decay = (cl_float)(1.0 - u->lr * p->weight_decay);
     cl_int do_clip = clip != 1.0f;
     if (n <= 0)
@@ -30,16 +30,16 @@ static int update_part(rci_ocl *o, const rci_update *u, const rci_update_part *p
     if (u->adamw) {
         cl_mem m = rci_ocl_mem(u->m), v = rci_ocl_mem(u->v);
         cl_long sat = u->state_at;
-        rci_ocl_arg a[] = {ARG(w), ARG(g), ARG(m), ARG(v), ARG(at), ARG(n), ARG(sat), ARG(clip),
+        rci_ocl_arg a[] = {ARG(w), ARG(g), ARG(m), ARG(v), ARG(at), ARG(n), ARG(sat), ARG(wat), ARG(clip),
                            ARG(do_clip), ARG(c->b1), ARG(c->b2), ARG(c->c1), ARG(c->c2), ARG(c->eps),
                            ARG(c->step_size), ARG(c->bc2_sqrt), ARG(decay)};
-        return rci_ocl_launch(o, OCL_ADAMW, a, 17, (size_t)n, "adamw update", err);
+        return rci_ocl_launch(o, OCL_ADAMW, a, 18, (size_t)n, "adamw update", err);
     }
     cl_int do_decay = p->weight_decay > 0;
     cl_float lr = (cl_float)u->lr;
-    rci_ocl_arg a[] = {ARG(w), ARG(g), ARG(at), ARG(n), ARG(clip), ARG(do_clip), ARG(decay),
+    rci_ocl_arg a[] = {ARG(w), ARG(g), ARG(at), ARG(n), ARG(wat), ARG(clip), ARG(do_clip), ARG(decay),
                        ARG(do_decay), ARG(lr)};
-    return rci_ocl_launch(o, OCL_SGD, a, 9, (size_t)n, "sgd update", err);
+    return rci_ocl_launch(o, OCL_SGD, a, 10, (size_t)n, "sgd update", err);
 }
 
 int rci_ocl_update(rc_backend *be, const rci_update *u, rc_error *err)
