@@ -258,8 +258,8 @@ static void print_memory(const options *o, const memory *mem)
     printf("  activations  %10s  the step's arena %s less its gradient outputs, plus inputs (%s)\n",
            bytes_text((double)r->activations, a, sizeof a), bytes_text((double)r->arena, b, sizeof b), dt);
     if (r->scratch)
-        printf("  scratch      %10s  the device's kernel scratch: f32 copies of 16-bit nodes, temporaries (kept)\n",
-               bytes_text((double)r->scratch, a, sizeof a));
+        printf("  scratch      %10s  what the %s's kernels keep between nodes (f32 copies, temporaries)\n",
+               bytes_text((double)r->scratch, a, sizeof a), o->device ? o->device : "cpu");
     printf("  total        %10s", bytes_text((double)r->total, a, sizeof a));
     if (r->full_copy)
         printf("  + the full %s weights %s held while a rank takes its shards (peak %s)", dt,
