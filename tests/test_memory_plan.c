@@ -133,7 +133,8 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
     rc_model *m = rc_model_create(c->model, 3, &err);
     CHECKF(m != NULL, "%s: %s", c->model, err.msg);
     rc_memory_options mo = {.dp = mesh->dp, .mp = mesh->mp, .batch = c->batch, .seq_len = c->seq_len,
-                            .remat = c->remat, .zero = c->zero, .dtype = c->dtype};
+                            .remat = c->remat, .zero = c->zero, .dtype = c->dtype,
+                            .backend = rc_deployer_backend(d)};
     rc_rank_memory plan = {0}, other = {0};
     CHECKF(m && rc_memory_plan(&m->config, &mo, &plan, &err) == 0, "plan: %s", err.msg);
     /* a wrong plan the measurement must reject: without zero for a zero case, the f32 plan's
@@ -148,8 +149,6 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
     int cpu = !strcmp(c->device, "cpu");
     /* with model shards the full weights are held while the first step takes its shards */
     double need = (double)(plan.total + plan.full_copy);
-    if (!cpu) /* the 16-bit scratch is the CPU's: OpenCL kernels convert 16-bit words in place */
-        need -= (double)plan.scratch;
     double wrong[2] = {need - (double)plan.optimizer, (double)(other.total + other.full_copy)};
     /* 16-bit: the f32 plan is about as large (the CPU's f32 scratch eats the savings of
      * GPT-2 at batch 1), so the wrong plan is the earlier estimate instead: half the f32
@@ -173,7 +172,7 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
                rc_backend_name(rc_deployer_backend(d)),
                mesh->rank, mesh->size);
         printf("  plan: weights %.1f, gradients %.1f, optimizer %.1f, master %.1f, activations %.1f, "
-               "16-bit scratch %.1f, total %.1f MiB\n",
+               "scratch %.1f, total %.1f MiB\n",
                plan.weights / 1048576.0, plan.gradients / 1048576.0, plan.optimizer / 1048576.0,
                plan.master / 1048576.0, plan.activations / 1048576.0, plan.scratch / 1048576.0,
                plan.total / 1048576.0);

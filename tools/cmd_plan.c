@@ -258,8 +258,8 @@ static void print_memory(const options *o, const memory *mem)
     printf("  activations  %10s  the step's arena %s less its gradient outputs, plus inputs (%s)\n",
            bytes_text((double)r->activations, a, sizeof a), bytes_text((double)r->arena, b, sizeof b), dt);
     if (r->scratch)
-        printf("  scratch      %10s  the CPU's f32 copies for its largest 16-bit node (kept)\n",
-               bytes_text((double)r->scratch, a, sizeof a));
+        printf("  scratch      %10s  what the %s's kernels keep between nodes (f32 copies, temporaries)\n",
+               bytes_text((double)r->scratch, a, sizeof a), o->device ? o->device : "cpu");
     printf("  total        %10s", bytes_text((double)r->total, a, sizeof a));
     if (r->full_copy)
         printf("  + the full %s weights %s held while a rank takes its shards (peak %s)", dt,
@@ -396,12 +396,12 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
 }
 
 /* the rank's figures under o, and with --memory the largest preset that fits */
-static int plan_memory(const rc_model_config *c, const options *o, memory *mem, rc_error *err)
+static int plan_memory(const rc_model_config *c, const options *o, rc_backend *be, memory *mem, rc_error *err)
 {
     mem->opt = (rc_memory_options){.dp = (int)o->dp, .mp = (int)o->mp, .batch = o->batch, .seq_len = o->seq_len,
                                    .zero = o->zero, .remat = (int)o->remat, .dtype = o->dtype,
                                    .allow_replicate = o->allow, .overrides = o->shards.o,
-                                   .n_overrides = o->shards.n};
+                                   .n_overrides = o->shards.n, .backend = be};
     if (rc_memory_plan(c, &mem->opt, &mem->rank, err))
         return -1;
     if (!o->memory_text)
@@ -433,12 +433,12 @@ int cmd_plan(int argc, char **argv)
         rc = rc_shard_plan(m.g, m.loss, m.p, m.w.n, (int)o.mp, o.allow, s, &comm, &err);
     if (o.mp == 1) /* one shard: the counts are where collectives would go, none run */
         memset(&comm, 0, sizeof comm);
-    memory mem = {0};
-    if (!rc)
-        rc = plan_memory(&c, &o, &mem, &err);
     device_fit dev = {0};
     if (!rc && o.device && !(dev.be = rc_device_open(o.device, 0, &err)))
         rc = -1;
+    memory mem = {0}; /* the scratch is the device's (without --device, the CPU's) */
+    if (!rc)
+        rc = plan_memory(&c, &o, dev.be, &mem, &err);
     if (!rc && dev.be) { /* the ops of the step with its backward pass */
         rc_tensor **grads = calloc((size_t)m.w.n + 1, sizeof *grads);
         if (grads && rc_backward(m.g, m.loss, m.p, m.w.n, grads) == 0)

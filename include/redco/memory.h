@@ -21,11 +21,12 @@ typedef struct {
     int allow_replicate;          /* as rc_shard_plan, with mp > 1 */
     const rc_shard_override *overrides; /* as rc_train_options, with mp > 1 */
     int n_overrides;
+    rc_backend *backend;          /* the device whose kernels' scratch is planned (NULL: the CPU) */
 } rc_memory_options;
 
 /* Bytes of one rank (model shard 0 of data-parallel rank 0) during training steps, by the
  * Trainer's own allocations: total = weights + gradients + optimizer + master +
- * activations + scratch = its buffers, the step plan's arena and the CPU's 16-bit scratch. */
+ * activations + scratch = its buffers, the step plan's arena and the backend's scratch. */
 typedef struct {
     int64_t params;               /* the model's parameter elements */
     int64_t local;                /* the rank's: its model shard's elements */
@@ -40,9 +41,11 @@ typedef struct {
                                      batch's inputs and the graph's constants: the graph is
                                      recorded in the dtype (16-bit activations as the trainer
                                      runs them; f16 with its loss scale) */
-    int64_t scratch;              /* 16-bit: the CPU backend's f32 scratch for its 16-bit nodes
-                                     (their widened inputs and f32 output, the largest node's
-                                     plus a quarter, kept between steps); 0 for f32 */
+    int64_t scratch;              /* the scratch the backend's kernels keep after a step (its
+                                     own rule over the step's nodes, in order): on the CPU the
+                                     f32 copies of 16-bit nodes (0 for f32), on OpenCL the
+                                     16-bit products' f32 copies, the f32 temporaries of
+                                     16-bit softmax and losses, reduction partials */
     int64_t arena;                /* the step plan's arena (rc_plan_estimate) */
     int64_t total;
     int64_t full_copy;            /* mp > 1: the full weights (in the dtype) a rank holds while

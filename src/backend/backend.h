@@ -90,6 +90,10 @@ struct rc_backend {
     /* 1 when the backend has a kernel for op with output dtype t */
     int (*supports)(const rc_backend *be, rc_op op, rc_dtype t);
     int (*run_node)(rc_backend *be, const rci_node_run *r, rc_error *err);
+    /* the bytes of scratch (device memory the kernels keep between nodes, counted in
+     * used_bytes) the backend holds after running node when it held `held` before: the
+     * node's need as its kernels size it, under the backend's growth policy */
+    size_t (*scratch_bytes)(const rc_backend *be, const rc_tensor *node, size_t held);
     int (*wait)(rc_backend *be, rc_error *err);
     /* optimizer work: one step over every part; out[k] = the sum of squares of part k's
      * f32 in b (its at, n), in double, in an order that does not depend on the thread count:
@@ -123,6 +127,10 @@ struct rc_buffer {
 
 /* The CPU backend (src/backend/cpu/). */
 rc_backend *rci_backend_cpu(void);
+
+/* The scratch bytes be holds after running nodes[0..n) in that order from `held`: leaves,
+ * views and the model-axis collectives (the plan's own work) take none. (buffer.c) */
+size_t rci_backend_scratch_peak(const rc_backend *be, size_t held, const rc_tensor *const *nodes, int n);
 
 /* A buffer whose bytes are not zero-filled (a plan's arena). */
 rc_buffer *rci_buffer_new_uninit(rc_backend *be, size_t bytes, rc_error *err);

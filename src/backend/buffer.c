@@ -130,3 +130,15 @@ void *rci_buffer_host(const rc_buffer *b, size_t off)
 {
     return b && b->be->host_address ? b->be->host_address(b->be, b, off) : NULL;
 }
+
+size_t rci_backend_scratch_peak(const rc_backend *be, size_t held, const rc_tensor *const *nodes, int n)
+{
+    for (int i = 0; be && be->scratch_bytes && i < n; i++) {
+        const rc_tensor *t = nodes[i];
+        if (t->op == RC_OP_LEAF || t->op == RC_OP_RESHAPE || t->view_src || t->op == RC_OP_MP_REDUCE ||
+            t->op == RC_OP_MP_MAX)
+            continue;
+        held = be->scratch_bytes(be, t, held);
+    }
+    return held;
+}

@@ -3,8 +3,10 @@
  * on the graph, f16's loss scale), cut to model shard 0 with mp > 1, differentiated and
  * planned without an arena (rc_plan_estimate); the Trainer's buffers follow from the rank's
  * parameter count: the weights in their dtype, the f32 gradient sum, and of the optimizer's
- * share the f32 moments and (16-bit weights) the f32 master. */
+ * share the f32 moments and (16-bit weights) the f32 master; the backend's scratch is its
+ * own rule (rci_backend_scratch_peak) over the step's nodes in the order they run. */
 #include "nn.h"
+#include "backend.h"
 #include "redco/memory.h"
 
 #include <ctype.h>
@@ -109,34 +111,36 @@ static int64_t leaf_bytes(const rc_graph *g, rc_tensor *const *params, int n)
     return bytes;
 }
 
-static int is_half(const rc_tensor *t)
+/* The scratch the backend keeps after a step: its rule over the nodes the outputs need, in
+ * the order a plan runs them (the graph's), from none held. Bytes; -1 out of memory. */
+static int64_t step_scratch(const rc_backend *be, const rc_graph *g, rc_tensor *const *outs, int nout)
 {
-    return t && (t->dtype == RC_BF16 || t->dtype == RC_F16);
-}
-
-/* The CPU backend's f32 scratch for nodes with 16-bit values (src/backend/cpu/kernels_half.c):
- * a node that is not a leaf, a view, data movement or a 16-bit embedding lookup widens its
- * 16-bit inputs and computes its 16-bit output in f32 scratch, grown by a quarter more than
- * asked whenever a node needs more, in the order the nodes run, and kept. Bytes. */
-static int64_t cpu_half_scratch(const rc_graph *g)
-{
-    int64_t cap = 0;
-    for (int i = 0; i < rc_graph_size(g); i++) {
-        const rc_tensor *t = rc_graph_node(g, i);
-        rc_op op = t->op;
-        if (op == RC_OP_LEAF || op == RC_OP_RESHAPE || t->view_src || op == RC_OP_PERMUTE || op == RC_OP_SLICE ||
-            op == RC_OP_PAD || op == RC_OP_CONCAT || op == RC_OP_EXPAND || op == RC_OP_CAST ||
-            (op == RC_OP_EMBEDDING && is_half(t)))
-            continue;
-        int64_t need = is_half(t) ? rc_tensor_numel(t) : 0;
-        for (int k = 0; k < t->nsrc; k++)
-            need += is_half(t->src[k]) ? rc_tensor_numel(t->src[k]) : 0;
-        if (need > cap)
-            cap = need + need / 4;
+    int n = rc_graph_size(g), k = 0;
+    char *needed = calloc((size_t)n + 1, 1);
+    const rc_tensor **order = malloc(((size_t)n + 1) * sizeof *order);
+    if (!needed || !order) {
+        free(needed);
+        free(order);
+        return -1;
     }
-    return 4 * cap;
+    for (int i = 0; i < nout; i++)
+        needed[outs[i]->id] = 1;
+    for (int i = n - 1; i >= 0; i--) {
+        const rc_tensor *t = rc_graph_node(g, i);
+        for (int j = 0; needed[i] && j < t->nsrc; j++)
+            if (t->src[j])
+                needed[t->src[j]->id] = 1;
+        if (needed[i] && t->view_src)
+            needed[t->view_src->id] = 1;
+    }
+    for (int i = 0; i < n; i++)
+        if (needed[i])
+            order[k++] = rc_graph_node(g, i);
+    int64_t bytes = (int64_t)rci_backend_scratch_peak(be, 0, order, k);
+    free(needed);
+    free(order);
+    return bytes;
 }
-
 int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank_memory *m, rc_error *err)
 {
     memset(m, 0, sizeof *m);
@@ -188,7 +192,11 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
     m->optimizer = 8 * m->share;
     m->master = half ? 4 * m->share : 0;
     m->activations = m->arena - grad_out + inputs;
-    m->scratch = half ? cpu_half_scratch(run) : 0;
+    m->scratch = step_scratch(o->backend ? o->backend : rc_backend_cpu(), run, s.outs, n + nl);
+    if (m->scratch < 0) {
+        step_graph_free(&s);
+        return rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
+    }
     m->total = m->weights + m->gradients + m->optimizer + m->master + m->activations + m->scratch;
     m->full_copy = mp > 1 ? wb * m->params : 0;
     step_graph_free(&s);

@@ -115,6 +115,15 @@ static int cpu_run_node(rc_backend *be, const rci_node_run *r, rc_error *err)
     }
 }
 
+static size_t cpu_scratch_bytes(const rc_backend *be, const rc_tensor *node, size_t held)
+{
+    (void)be;
+    if (node->op == RC_OP_LEAF || node->op == RC_OP_RESHAPE || node->view_src || rci_cpu_is_move(node->op) ||
+        !touches_half(node))
+        return held; /* as cpu_run_node: these take no scratch */
+    return rci_cpu_half_scratch(node, held);
+}
+
 static int cpu_wait(rc_backend *be, rc_error *err)
 {
     (void)be, (void)err;
@@ -146,6 +155,7 @@ rc_backend *rci_backend_cpu(void)
         .fill_zero = cpu_fill_zero,
         .supports = cpu_supports,
         .run_node = cpu_run_node,
+        .scratch_bytes = cpu_scratch_bytes,
         .wait = cpu_wait,
         .update = rci_cpu_update,
         .sum_squares = rci_cpu_sum_squares,

@@ -31,6 +31,10 @@ void rci_cpu_narrow(uint16_t *dst, const float *src, rc_dtype t, int64_t n);
 /* The f32 floats a 16-bit node's piece aims at (large nodes run in pieces; <= 0: the
  * default, 4M); tests make it small to run the pieces on small tensors. */
 void rci_cpu_half_chunk(int64_t floats);
+/* The bytes of 16-bit scratch the calling thread holds after running node (one that
+ * rci_cpu_kernel_half runs) when it held `held` bytes before: the node's need, as its
+ * kernel sizes it, under the scratch's growth policy. */
+size_t rci_cpu_half_scratch(const rc_tensor *node, size_t held);
 /* Dtype-agnostic data movement: PERMUTE, SLICE (copying form), PAD, CONCAT, EXPAND, CAST.
  * Returns 1 when it handled the op, 0 when the op is not one of its, -1 on error. */
 int rci_cpu_kernel_move(const rci_cpu_args *a, rc_error *err);

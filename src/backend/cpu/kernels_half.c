@@ -18,7 +18,9 @@
  * summed in f32). Other large nodes (other broadcasts, a broadcast softmax mask, dropout,
  * reductions, the embedding gradient) widen whole. The scratch is one block per thread, grown
  * to the largest need seen and kept (counted in the backend's used bytes), so runs after
- * the first allocate nothing. */
+ * the first allocate nothing. Each path sizes its scratch through one function
+ * (whole_need, rows_need, matmul_need), which rci_cpu_half_scratch also reports: the
+ * memory plan knows the scratch from the kernels' own rules. */
 #include "cpu.h"
 #include "half.h"
 
@@ -104,12 +106,19 @@ void rci_cpu_narrow(uint16_t *dst, const float *src, rc_dtype t, int64_t n)
 static _Thread_local float *scratch;
 static _Thread_local size_t scratch_cap;   /* floats */
 
+/* The growth policy: the floats held after a need of n floats with cap held (a quarter
+ * more than asked, so that slightly larger nodes later allocate nothing) */
+static size_t scratch_grown(size_t cap, size_t n)
+{
+    return n <= cap ? cap : n + n / 4;
+}
+
 /* n floats of this thread's scratch, grown when needed (its bytes counted by the backend) */
 static float *scratch_get(size_t n, rc_error *err)
 {
     if (n <= scratch_cap)
         return scratch;
-    size_t cap = n + n / 4;
+    size_t cap = scratch_grown(scratch_cap, n);
     float *p = aligned_alloc(64, (cap * sizeof(float) + 63) / 64 * 64);
     if (!p) {
         rc_error_set(err, RC_ERR_MEMORY, "cpu: cannot allocate %zu bytes of 16-bit scratch",
@@ -163,24 +172,51 @@ static int run_piece(const rci_cpu_args *io, int nd, const int64_t *shape, rc_te
 
 /* ---- the general case: through the f32 kernel ------------------------------------------------ */
 
-static int by_rows(const rci_cpu_args *io, rc_error *err);
-static int row_op(const rc_tensor *node);
+/* The node widened whole: its 16-bit inputs and (16-bit) output in f32. Floats. */
+static size_t whole_need(const rc_tensor *node)
+{
+    size_t need = rci_dtype_is_half(node->dtype) ? (size_t)rc_tensor_numel(node) : 0;
+    for (int k = 0; k < node->nsrc; k++)
+        if (node->src[k] && rci_dtype_is_half(node->src[k]->dtype))
+            need += (size_t)rc_tensor_numel(node->src[k]);
+    return need;
+}
+
+/* How a node runs by rows (rows_plan_of) */
+typedef struct {
+    int loss, causal;
+    int cut[RC_MAX_SRC];          /* 1: src[k] is cut with the rows; 0: taken whole */
+    int ncut;                     /* the cut 16-bit inputs and the output, when 16-bit */
+    int64_t len, rows, tq, per;   /* row length, rows, rows of a query block, rows a piece */
+    size_t whole;                 /* floats of the 16-bit inputs taken whole */
+} rows_plan;
+
+static int rows_plan_of(const rc_tensor *node, rows_plan *rp);
+
+static size_t rows_need(const rows_plan *rp)
+{
+    return (size_t)(rp->ncut * rp->per * rp->len) + rp->whole;
+}
+
+/* Floats of scratch a node that is not a product or a 16-bit embedding needs: by rows
+ * when it runs by rows, else whole. */
+static size_t through_need(const rc_tensor *node)
+{
+    rows_plan rp;
+    return rows_plan_of(node, &rp) ? rows_need(&rp) : whole_need(node);
+}
+
+static int by_rows(const rci_cpu_args *io, const rows_plan *rp, rc_error *err);
 
 static int through_f32(const rci_cpu_args *io, rc_error *err)
 {
     const rc_tensor *node = io->node;
-    if (row_op(node)) {
-        int r = by_rows(io, err);
-        if (r)
-            return r < 0 ? -1 : 0;
-    }
+    rows_plan rp;
+    if (rows_plan_of(node, &rp))
+        return by_rows(io, &rp, err) < 0 ? -1 : 0;
     rc_tensor shadow = *node, srcs[RC_MAX_SRC];
     int out_half = rci_dtype_is_half(node->dtype);
-    size_t need = out_half ? (size_t)rc_tensor_numel(node) : 0;
-    for (int k = 0; k < node->nsrc; k++)
-        if (node->src[k] && rci_dtype_is_half(node->src[k]->dtype))
-            need += (size_t)rc_tensor_numel(node->src[k]);
-    float *at = scratch_get(need, err);
+    float *at = scratch_get(whole_need(node), err);
     if (!at)
         return -1;
     rci_cpu_args a = {&shadow, io->out, {0}, io->run_key};
@@ -237,48 +273,60 @@ static int row_op(const rc_tensor *node)
     }
 }
 
-/* The node in pieces of rows (1 when it ran, 0 when it fits in one piece or its inputs do
- * not cut by rows, -1 on error). Each input is cut with the rows (it has the node's shape;
- * the losses' logits and targets) or taken whole (a scalar or a [C] vector along the last
- * axis: biases, norm weights). A causal softmax is cut at whole queries. The losses' means
- * are over all rows: each piece's count of targets weighs its mean (CROSS_ENTROPY) or its
- * upstream gradient (CROSS_ENTROPY_GRAD). */
-static int by_rows(const rci_cpu_args *io, rc_error *err)
+/* 1 when node runs in pieces of rows (its plan in *rp), 0 when it fits in one piece, its
+ * inputs do not cut by rows or its op is not a row op. Each input is cut with the rows (it
+ * has the node's shape; the losses' logits and targets) or taken whole (a scalar or a [C]
+ * vector along the last axis: biases, norm weights). A causal softmax is cut at whole
+ * queries. */
+static int rows_plan_of(const rc_tensor *node, rows_plan *rp)
 {
-    const rc_tensor *node = io->node;
+    memset(rp, 0, sizeof *rp);
+    if (!row_op(node))
+        return 0;
     int loss = node->op == RC_OP_CROSS_ENTROPY || node->op == RC_OP_CROSS_ENTROPY_GRAD;
     const rc_tensor *lead = loss ? node->src[0] : node; /* the tensor whose rows are cut */
     if (!lead || lead->ndim < 1 || (loss && (node->nsrc < 2 || !node->src[1])))
         return 0; /* the f32 kernel names what is wrong */
-    int causal = node->op == RC_OP_SOFTMAX && node->iparam[0] && node->ndim >= 2;
-    int64_t len = lead->shape[lead->ndim - 1], rows = len ? rc_tensor_numel(lead) / len : 0;
-    int64_t tq = causal ? node->shape[node->ndim - 2] : 1;
-    int cut[RC_MAX_SRC] = {0}, ncut = rci_dtype_is_half(node->dtype);
-    size_t whole = 0;
+    rp->loss = loss;
+    rp->causal = node->op == RC_OP_SOFTMAX && node->iparam[0] && node->ndim >= 2;
+    rp->len = lead->shape[lead->ndim - 1];
+    rp->rows = rp->len ? rc_tensor_numel(lead) / rp->len : 0;
+    rp->tq = rp->causal ? node->shape[node->ndim - 2] : 1;
+    rp->ncut = rci_dtype_is_half(node->dtype);
     for (int k = 0; k < node->nsrc; k++) {
         const rc_tensor *s = node->src[k];
         if (!s)
             continue;
         if (loss)
-            cut[k] = k < 2;
+            rp->cut[k] = k < 2;
         else if (rci_same_shape(s, node))
-            cut[k] = 1;
-        else if (!(rc_tensor_numel(s) == 1 || (rc_tensor_numel(s) == len && s->shape[s->ndim - 1] == len)))
+            rp->cut[k] = 1;
+        else if (!(rc_tensor_numel(s) == 1 || (rc_tensor_numel(s) == rp->len && s->shape[s->ndim - 1] == rp->len)))
             return 0;
-        if (rci_dtype_is_half(s->dtype) && cut[k])
-            ncut++;
+        if (rci_dtype_is_half(s->dtype) && rp->cut[k])
+            rp->ncut++;
         else if (rci_dtype_is_half(s->dtype))
-            whole += (size_t)rc_tensor_numel(s);
+            rp->whole += (size_t)rc_tensor_numel(s);
     }
-    int64_t per = chunk_floats / ((ncut ? ncut : 1) * (len ? len : 1)) / tq * tq;
-    per = per < tq ? tq : per;
-    if (per >= rows)
-        return 0;
+    int64_t per = chunk_floats / ((rp->ncut ? rp->ncut : 1) * (rp->len ? rp->len : 1)) / rp->tq * rp->tq;
+    rp->per = per < rp->tq ? rp->tq : per;
+    return rp->per < rp->rows;
+}
+
+/* The node in pieces of rows, as rp plans (0, or -1 on error). The losses' means are over
+ * all rows: each piece's count of targets weighs its mean (CROSS_ENTROPY) or its upstream
+ * gradient (CROSS_ENTROPY_GRAD). */
+static int by_rows(const rci_cpu_args *io, const rows_plan *rp, rc_error *err)
+{
+    const rc_tensor *node = io->node;
+    int loss = rp->loss, causal = rp->causal;
+    const int *cut = rp->cut;
+    int64_t len = rp->len, rows = rp->rows, tq = rp->tq, per = rp->per;
     const int32_t *tg = loss ? io->in[1] : NULL;
     int64_t count = 0;
     for (int64_t r = 0; loss && r < rows; r++)
         count += tg[r] != node->iparam[0];
-    float *buf = scratch_get((size_t)(ncut * per * len) + whole, err);
+    float *buf = scratch_get(rows_need(rp), err);
     if (!buf)
         return -1;
     rc_tensor srcs[RC_MAX_SRC];
@@ -340,7 +388,7 @@ static int by_rows(const rci_cpu_args *io, rc_error *err)
     }
     if (node->op == RC_OP_CROSS_ENTROPY)
         *(float *)io->out = count ? (float)(total / (double)count) : 0.0f;
-    return 1;
+    return 0;
 }
 
 /* ---- embedding: the table's rows as they are ----------------------------------------------- */
@@ -487,28 +535,114 @@ static void rows_widen(float *a, const uint16_t *src, rc_dtype t, int ta, int64_
             a[r * k + p] = t == RC_BF16 ? rci_bf16_to_f32(src[p * rows + r]) : rci_f16_to_f32(src[p * rows + r]);
 }
 
-/* A product too large for one piece of scratch: by batches when both operands are batched,
- * by rows of op(A) when B is shared and A is not read transposed, by slices of the inner
- * dimension (summed in f32) for A^T B of two matrices; 1 when it ran, 0 when it fits (or
- * has none of these forms), -1 on error. */
-static int matmul_pieces(const rci_cpu_args *io, int64_t batch, int64_t m, int64_t n, int64_t k,
-                         int64_t ba, int64_t bb, rc_error *err)
+/* A checked 16-bit product: transposes, sizes, batches of the output and of each operand */
+typedef struct {
+    int ta, tb;
+    int64_t m, n, k, batch, ba, bb;
+} mm_dims;
+
+/* 1 when node is a product the 16-bit paths take (its dims in *d), 0 when the f32 kernel
+ * is left to name what is wrong */
+static int mm_dims_of(const rc_tensor *node, mm_dims *d)
+{
+    const rc_tensor *A = node->src[0], *B = node->src[1];
+    if (!A || !B || A->dtype != node->dtype || B->dtype != node->dtype || A->ndim < 2 ||
+        B->ndim < 2 || node->ndim < 2)
+        return 0;
+    d->ta = node->iparam[0] != 0, d->tb = node->iparam[1] != 0;
+    d->m = A->shape[A->ndim - (d->ta ? 1 : 2)], d->k = A->shape[A->ndim - (d->ta ? 2 : 1)];
+    int64_t kb = B->shape[B->ndim - (d->tb ? 1 : 2)];
+    d->n = B->shape[B->ndim - (d->tb ? 2 : 1)];
+    if (d->k != kb || d->k == 0 || node->shape[node->ndim - 2] != d->m || node->shape[node->ndim - 1] != d->n)
+        return 0;
+    d->batch = rc_tensor_numel(node) / (d->m * d->n);
+    d->ba = rc_tensor_numel(A) / (d->m * d->k), d->bb = rc_tensor_numel(B) / (d->k * d->n);
+    return (d->ba == d->batch || d->ba == 1) && (d->bb == d->batch || d->bb == 1);
+}
+
+/* a decoding step: a few rows times a shared matrix, read as its 16-bit words */
+static int mm_few_rows(const mm_dims *d)
+{
+    return d->bb == 1 && (d->batch == 1 || !d->ta) && d->batch * d->m <= FEW_ROWS;
+}
+
+/* How a product too large for one piece runs (mm_pieces_of) */
+typedef struct {
+    int form;                     /* 0: whole (it fits, or none of the forms), 1: by batches,
+                                     2: by rows of op(A), 3: by slices of the inner dimension */
+    int64_t per;                  /* batches, rows or inner elements a piece */
+    size_t need;                  /* floats of scratch */
+} mm_pieces;
+
+static mm_pieces mm_pieces_of(const mm_dims *d)
+{
+    int64_t m = d->m, n = d->n, k = d->k, batch = d->batch;
+    mm_pieces p = {0, 0, 0};
+    if (batch > 1 && d->ba == batch && d->bb == batch) {
+        int64_t each = m * k + k * n + m * n, per = chunk_floats / each;
+        per = per < 1 ? 1 : per;
+        if (per < batch)
+            p = (mm_pieces){1, per, (size_t)(per * each)};
+        return p;
+    }
+    if (d->bb == 1 && !d->ta) {
+        int64_t per = (chunk_floats - k * n) / (k + n);
+        per = per < 1 ? 1 : per;
+        if (per < batch * m)
+            p = (mm_pieces){2, per, (size_t)(k * n + per * (k + n))};
+        return p;
+    }
+    if (batch == 1 && d->ta && !d->tb && m * n < chunk_floats) {
+        int64_t per = (chunk_floats - m * n) / (m + n);
+        per = per < 1 ? 1 : per;
+        if (per < k && m <= INT_MAX && n <= INT_MAX)
+            p = (mm_pieces){3, per, (size_t)(m * n + per * (m + n))};
+    }
+    return p;
+}
+
+/* 1 when a bf16 product goes through OpenBLAS's bf16 GEMM */
+static int mm_sbgemm(const rc_tensor *node)
+{
+#ifdef REDCO_HAVE_SBGEMM
+    return node->dtype == RC_BF16;
+#else
+    (void)node;
+    return 0;
+#endif
+}
+
+/* Floats of scratch a 16-bit product needs, on the path matmul_half takes */
+static size_t matmul_need(const rc_tensor *node)
+{
+    mm_dims d;
+    if (!mm_dims_of(node, &d))
+        return through_need(node);
+    if (mm_few_rows(&d))
+        return (size_t)(d.batch * d.m * (d.k + d.n));
+    if (mm_sbgemm(node))
+        return (size_t)(d.batch * d.m * d.n);
+    mm_pieces p = mm_pieces_of(&d);
+    return p.form ? p.need : through_need(node);
+}
+
+/* A product too large for one piece of scratch, as p plans: by batches when both operands
+ * are batched, by rows of op(A) when B is shared and A is not read transposed, by slices of
+ * the inner dimension (summed in f32) for A^T B of two matrices; 0, or -1 on error. */
+static int matmul_pieces(const rci_cpu_args *io, const mm_dims *d, const mm_pieces *p, rc_error *err)
 {
     const rc_tensor *node = io->node, *A = node->src[0], *B = node->src[1];
-    int ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
+    int ta = d->ta, tb = d->tb;
+    int64_t batch = d->batch, m = d->m, n = d->n, k = d->k, per = p->per;
     rc_dtype t = node->dtype;
     const uint16_t *a = io->in[0], *b = io->in[1];
     uint16_t *out = io->out;
     rc_tensor srcs[2];
     const void *in[2];
-    if (batch > 1 && ba == batch && bb == batch) {
-        int64_t each = m * k + k * n + m * n, per = chunk_floats / each;
-        per = per < 1 ? 1 : per;
-        if (per >= batch)
-            return 0;
-        float *buf = scratch_get((size_t)(per * each), err);
-        if (!buf)
-            return -1;
+    float *buf = scratch_get(p->need, err);
+    if (!buf)
+        return -1;
+    if (p->form == 1) {
         for (int64_t z = 0; z < batch; z += per) {
             int64_t nb = batch - z < per ? batch - z : per;
             int64_t sa[3] = {nb, ta ? k : m, ta ? m : k}, sb[3] = {nb, tb ? n : k, tb ? k : n}, so[3] = {nb, m, n};
@@ -523,16 +657,10 @@ static int matmul_pieces(const rci_cpu_args *io, int64_t batch, int64_t m, int64
                 return -1;
             rci_cpu_narrow(out + z * m * n, fo, t, nb * m * n);
         }
-        return 1;
+        return 0;
     }
-    if (bb == 1 && !ta) {
-        int64_t rows = batch * m, per = (chunk_floats - k * n) / (k + n);
-        per = per < 1 ? 1 : per;
-        if (per >= rows)
-            return 0;
-        float *buf = scratch_get((size_t)(k * n + per * (k + n)), err);
-        if (!buf)
-            return -1;
+    if (p->form == 2) {
+        int64_t rows = batch * m;
         float *fb = buf, *fa = buf + k * n, *fo = fa + per * k;
         int64_t sb[2] = {B->shape[B->ndim - 2], B->shape[B->ndim - 1]};
         shadow_of(&srcs[1], B, 2, sb);
@@ -547,39 +675,30 @@ static int matmul_pieces(const rci_cpu_args *io, int64_t batch, int64_t m, int64
                 return -1;
             rci_cpu_narrow(out + r0 * n, fo, t, nr * n);
         }
-        return 1;
+        return 0;
     }
-    if (batch == 1 && ta && !tb && m * n < chunk_floats) {
-        /* C = A^T B, A stored [k, m], B [k, n]: slices of k rows summed into C in f32 */
-        int64_t per = (chunk_floats - m * n) / (m + n);
-        per = per < 1 ? 1 : per;
-        if (per >= k || m > INT_MAX || n > INT_MAX)
-            return 0;
-        float *buf = scratch_get((size_t)(m * n + per * (m + n)), err);
-        if (!buf)
-            return -1;
-        float *fo = buf, *fa = buf + m * n, *fb = fa + per * m;
-        for (int64_t p0 = 0; p0 < k; p0 += per) {
-            int64_t nk = k - p0 < per ? k - p0 : per;
-            rci_cpu_widen(fa, a + p0 * m, t, nk * m);
-            rci_cpu_widen(fb, b + p0 * n, t, nk * n);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)nk, 1.0f, fa,
-                        (blasint)m, fb, (blasint)n, p0 ? 1.0f : 0.0f, fo, (blasint)n);
-        }
-        rci_cpu_narrow(out, fo, t, m * n);
-        return 1;
+    /* form 3: C = A^T B, A stored [k, m], B [k, n]: slices of k rows summed into C in f32 */
+    float *fo = buf, *fa = buf + m * n, *fb = fa + per * m;
+    for (int64_t p0 = 0; p0 < k; p0 += per) {
+        int64_t nk = k - p0 < per ? k - p0 : per;
+        rci_cpu_widen(fa, a + p0 * m, t, nk * m);
+        rci_cpu_widen(fb, b + p0 * n, t, nk * n);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)nk, 1.0f, fa,
+                    (blasint)m, fb, (blasint)n, p0 ? 1.0f : 0.0f, fo, (blasint)n);
     }
+    rci_cpu_narrow(out, fo, t, m * n);
     return 0;
 }
 
 #ifdef REDCO_HAVE_SBGEMM
 /* every batch through OpenBLAS's bf16 GEMM into f32 c, then rounded */
-static int matmul_sbgemm(const rci_cpu_args *io, int64_t batch, int64_t m, int64_t n, int64_t k,
-                         int64_t sa, int64_t sb, rc_error *err)
+static int matmul_sbgemm(const rci_cpu_args *io, const mm_dims *d, rc_error *err)
 {
     const rc_tensor *node = io->node;
-    int ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
-    float *c = scratch_get((size_t)(batch * m * n), err);
+    int ta = d->ta, tb = d->tb;
+    int64_t batch = d->batch, m = d->m, n = d->n, k = d->k;
+    int64_t sa = d->ba == 1 ? 0 : m * k, sb = d->bb == 1 ? 0 : k * n;
+    float *c = scratch_get(matmul_need(node), err);
     if (!c)
         return -1;
     const uint16_t *a = io->in[0], *b = io->in[1];
@@ -592,44 +711,54 @@ static int matmul_sbgemm(const rci_cpu_args *io, int64_t batch, int64_t m, int64
 }
 #endif
 
+/* Every path takes its scratch as matmul_need says (the need rci_cpu_half_scratch reports). */
 static int matmul_half(const rci_cpu_args *io, rc_error *err)
 {
     const rc_tensor *node = io->node, *A = node->src[0], *B = node->src[1];
-    if (!A || !B || A->dtype != node->dtype || B->dtype != node->dtype || A->ndim < 2 ||
-        B->ndim < 2 || node->ndim < 2)
+    mm_dims d;
+    if (!mm_dims_of(node, &d))
         return through_f32(io, err); /* the f32 kernel names what is wrong */
-    int ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
-    int64_t m = A->shape[A->ndim - (ta ? 1 : 2)], k = A->shape[A->ndim - (ta ? 2 : 1)];
-    int64_t kb = B->shape[B->ndim - (tb ? 1 : 2)], n = B->shape[B->ndim - (tb ? 2 : 1)];
-    if (k != kb || k == 0 || node->shape[node->ndim - 2] != m || node->shape[node->ndim - 1] != n)
-        return through_f32(io, err);
-    int64_t batch = rc_tensor_numel(node) / (m * n);
-    int64_t ba = rc_tensor_numel(A) / (m * k), bb = rc_tensor_numel(B) / (k * n);
-    if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
-        return through_f32(io, err);
-    int64_t rows = batch * m;
-    if (bb == 1 && (batch == 1 || !ta) && rows <= FEW_ROWS) {
+    int64_t rows = d.batch * d.m, n = d.n, k = d.k;
+    if (mm_few_rows(&d)) {
         /* a decoding step: the 16-bit matrix read as it is */
-        float *s = scratch_get((size_t)(rows * k + rows * n), err);
+        float *s = scratch_get(matmul_need(node), err);
         if (!s)
             return -1;
-        rows_widen(s, io->in[0], A->dtype, ta, rows, k);
-        few_rows f = {s, io->in[1], s + rows * k, B->dtype, tb, rows, n, k};
+        rows_widen(s, io->in[0], A->dtype, d.ta, rows, k);
+        few_rows f = {s, io->in[1], s + rows * k, B->dtype, d.tb, rows, n, k};
         few_rows_run(&f);
         narrow_run(io->out, f.c, node->dtype, rows * n);
         return 0;
     }
 #ifdef REDCO_HAVE_SBGEMM
-    if (node->dtype == RC_BF16)
-        return matmul_sbgemm(io, batch, m, n, k, ba == 1 ? 0 : m * k, bb == 1 ? 0 : k * n, err);
+    if (mm_sbgemm(node))
+        return matmul_sbgemm(io, &d, err);
 #endif
-    int r = matmul_pieces(io, batch, m, n, k, ba, bb, err);
-    if (r)
-        return r < 0 ? -1 : 0;
+    mm_pieces p = mm_pieces_of(&d);
+    if (p.form)
+        return matmul_pieces(io, &d, &p, err);
     return through_f32(io, err);
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------- */
+
+/* Floats of scratch the node takes (before the growth policy): the same dispatch as
+ * rci_cpu_kernel_half, through the same functions its paths size their scratch with. */
+static size_t half_need(const rc_tensor *node)
+{
+    if (rc_tensor_numel(node) == 0)
+        return through_need(node);
+    if (node->op == RC_OP_MATMUL)
+        return matmul_need(node);
+    if (node->op == RC_OP_EMBEDDING && rci_dtype_is_half(node->dtype))
+        return 0;
+    return through_need(node);
+}
+
+size_t rci_cpu_half_scratch(const rc_tensor *node, size_t held)
+{
+    return scratch_grown(held / sizeof(float), half_need(node)) * sizeof(float);
+}
 
 int rci_cpu_kernel_half(const rci_cpu_args *io, rc_error *err)
 {

@@ -366,11 +366,16 @@ static cl_kernel kernel_for(rci_ocl *o, rc_dtype store, rci_ocl_kernel k, rc_err
     return o->half_kernels[h][k];
 }
 
+size_t rci_ocl_scratch_grown(size_t held, size_t need)
+{
+    return need > held ? need : held;
+}
+
 /* The scratch counts in the backend's used and peak bytes (the 16-bit products' f32
  * copies are device memory like any other), as the CPU's 16-bit scratch does. */
 cl_mem rci_ocl_scratch(rci_ocl *o, size_t bytes, rc_error *err)
 {
-    if (bytes <= o->scratch_bytes)
+    if (rci_ocl_scratch_grown(o->scratch_bytes, bytes) == o->scratch_bytes)
         return o->scratch;
     if (o->scratch)
         clReleaseMemObject(o->scratch);
@@ -466,6 +471,7 @@ static rci_ocl *ocl_open(int index, rc_error *err)
         .fill_zero = ocl_fill_zero,
         .supports = rci_ocl_supports,
         .run_node = rci_ocl_run_node,
+        .scratch_bytes = rci_ocl_scratch_bytes,
         .wait = ocl_wait,
         .update = rci_ocl_update,
         .sum_squares = rci_ocl_sum_squares,

@@ -104,10 +104,15 @@ int rci_ocl_launch_as(rci_ocl *o, rc_dtype store, rci_ocl_kernel k, const rci_oc
 /* At least `bytes` of scratch device memory, valid until the next call (work queued
  * before a regrowth keeps the old buffer alive); NULL with err set. */
 cl_mem rci_ocl_scratch(rci_ocl *o, size_t bytes, rc_error *err);
+/* The growth policy of that scratch: the bytes held after a need of `need` with `held`
+ * held (released and made again exactly as large, when larger) */
+size_t rci_ocl_scratch_grown(size_t held, size_t need);
 
 /* The backend's node and optimizer work (run.c, update.c). */
 int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t);
 int rci_ocl_run_node(rc_backend *be, const rci_node_run *r, rc_error *err);
+/* the scratch held after running node (backend.h's scratch_bytes) */
+size_t rci_ocl_scratch_bytes(const rc_backend *be, const rc_tensor *node, size_t held);
 int rci_ocl_update(rc_backend *be, const rci_update *u, rc_error *err);
 int rci_ocl_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src,
                        size_t soff, int64_t n, rc_dtype st, float scale, int add, rc_error *err);

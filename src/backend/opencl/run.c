@@ -462,6 +462,16 @@ enum {
     REDUCE_FEW = 4096      /* outputs below which long sums take two passes */
 };
 
+/* Bytes of scratch a reduction of n outputs, each a sum of m elements, takes: its chunks'
+ * partial sums when it runs in two passes (few outputs of long sums), else none */
+static size_t reduce_scratch(const rci_ocl *o, int64_t n, int64_t m)
+{
+    if (m < 2 * REDUCE_CHUNK || n >= REDUCE_FEW)
+        return 0;
+    int64_t chunks = (m + REDUCE_CHUNK - 1) / REDUCE_CHUNK;
+    return (size_t)(n * chunks) * (o->fp64 ? sizeof(cl_double) : sizeof(cl_float));
+}
+
 /* out [kept box] = the sum (or max) over the summed box of the input at `in`: one
  * work-item per output, or, for few outputs of long sums, fixed chunks summed in parallel
  * (scratch) and then combined in chunk order: the same order on every run */
@@ -476,14 +486,14 @@ static int reduce_boxes(rci_ocl *o, rc_dtype store, const place *out, const plac
     cl_int mx = is_max, knd = kept->nd, snd = summed->nd;
     cl_long8 ksh = long8_of(kept->shape), kst = long8_of(kept->st[0]);
     cl_long8 ssh = long8_of(summed->shape), sst = long8_of(summed->st[0]);
-    if (m < 2 * REDUCE_CHUNK || n >= REDUCE_FEW) {
+    size_t part_bytes = reduce_scratch(o, n, m);
+    if (!part_bytes) {
         rci_ocl_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in->mem), ARG(in->off), ARG(n), ARG(m),
                            ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
         return rci_ocl_launch_as(o, store, OCL_REDUCE, a, 13, (size_t)n, what, err);
     }
     cl_long chunk = REDUCE_CHUNK, chunks = (m + chunk - 1) / chunk;
-    cl_mem part = rci_ocl_scratch(o, (size_t)(n * chunks) * (o->fp64 ? sizeof(cl_double) : sizeof(cl_float)),
-                                  err);
+    cl_mem part = rci_ocl_scratch(o, part_bytes, err);
     if (!part)
         return -1;
     rci_ocl_arg a[] = {ARG(part), ARG(in->mem), ARG(in->off), ARG(n), ARG(m), ARG(chunk), ARG(chunks),
@@ -599,16 +609,22 @@ static rci_ocl_arg acc_value(const rci_ocl *o, const acc_arg *a)
     return r;
 }
 
+/* Bytes of scratch f32_temps takes: none for f32 values, else skip + n floats */
+static size_t f32_temps_scratch(const rc_tensor *node, int64_t skip, int64_t n)
+{
+    return storage(node) == RC_F32 ? 0 : (size_t)(skip + n) * sizeof(cl_float);
+}
+
 /* n f32 temporaries for a kernel that would keep them in its output: the output itself
  * for f32 values, else scratch from float `skip` on */
 static int f32_temps(rci_ocl *o, const rc_tensor *node, const place *out, int64_t skip, int64_t n,
                      place *tmp, rc_error *err)
 {
-    if (storage(node) == RC_F32) {
+    if (!f32_temps_scratch(node, skip, n)) {
         *tmp = *out;
         return 0;
     }
-    cl_mem m = rci_ocl_scratch(o, (size_t)(skip + n) * sizeof(cl_float), err);
+    cl_mem m = rci_ocl_scratch(o, f32_temps_scratch(node, skip, n), err);
     if (!m)
         return -1;
     tmp->mem = m;
@@ -818,6 +834,19 @@ static int ce_inputs(rci_ocl *o, const rc_tensor *node, const place *tg, cl_long
     return check_ids(o, tg, *rows, *v, node->iparam[0], 1, op_name(node), "target", err);
 }
 
+enum { CE_SCALE_FLOATS = 16 };   /* cross_entropy_grad: its scale's floats before the exponentials */
+
+/* Bytes of scratch the losses take over `rows` rows of v logits: the per-row losses
+ * (cross_entropy); the scale, then from float 16 the exponentials when not f32
+ * (cross_entropy_grad) */
+static size_t ce_scratch(const rci_ocl *o, const rc_tensor *node, int64_t rows, int64_t v)
+{
+    if (node->op == RC_OP_CROSS_ENTROPY)
+        return (size_t)(rows ? rows : 1) * (o->fp64 ? sizeof(cl_double) : sizeof(cl_float));
+    size_t temps = f32_temps_scratch(node, CE_SCALE_FLOATS, rows * v);
+    return temps > sizeof(cl_float) ? temps : sizeof(cl_float);
+}
+
 /* the mean over targets != iparam[0] of logsumexp(row) - row[target]: per-row losses in
  * scratch, then their sum in row order */
 static int run_cross_entropy(rci_ocl *o, const rci_node_run *r, rc_error *err)
@@ -828,8 +857,7 @@ static int run_cross_entropy(rci_ocl *o, const rci_node_run *r, rc_error *err)
     if (need_src(node, 0, storage(node), err) || need_src(node, 1, RC_I32, err) ||
         places(r, 2, &out, in, err) || ce_inputs(o, node, &in[1], &rows, &v, err))
         return -1;
-    size_t es = o->fp64 ? sizeof(cl_double) : sizeof(cl_float);
-    cl_mem loss = rci_ocl_scratch(o, (size_t)(rows ? rows : 1) * es, err);
+    cl_mem loss = rci_ocl_scratch(o, ce_scratch(o, node, rows, v), err);
     if (!loss)
         return -1;
     cl_int ignore = node->iparam[0];
@@ -854,9 +882,10 @@ static int run_cross_entropy_grad(rci_ocl *o, const rci_node_run *r, rc_error *e
     if (rc_tensor_numel(node->src[2]) != 1)
         return rc_error_set(err, RC_ERR_SHAPE, "cross_entropy_grad: the upstream gradient is not a scalar");
     place tmp;   /* the exponentials in f32: the output, or scratch after the scale */
-    if (ce_inputs(o, node, &in[1], &rows, &v, err) || f32_temps(o, node, &out, 16, rows * v, &tmp, err))
+    if (ce_inputs(o, node, &in[1], &rows, &v, err) ||
+        f32_temps(o, node, &out, CE_SCALE_FLOATS, rows * v, &tmp, err))
         return -1;
-    cl_mem scale = rci_ocl_scratch(o, sizeof(cl_float), err);
+    cl_mem scale = rci_ocl_scratch(o, ce_scratch(o, node, rows, v), err);
     if (!scale)
         return -1;
     cl_int ignore = node->iparam[0];
@@ -959,7 +988,51 @@ typedef struct {
     int64_t m, n, k, batch, ba, bb;
 } matmul_dims;
 
+/* the dims of a product of operands of at least 2 dimensions (run_matmul checks them) */
+static matmul_dims matmul_dims_of(const rc_tensor *node)
+{
+    const rc_tensor *A = node->src[0], *B = node->src[1];
+    matmul_dims d = {node->iparam[0] != 0, node->iparam[1] != 0, 0, 0, 0, 0, 0, 0};
+    d.m = A->shape[A->ndim - (d.ta ? 1 : 2)], d.k = A->shape[A->ndim - (d.ta ? 2 : 1)];
+    d.n = B->shape[B->ndim - (d.tb ? 2 : 1)];
+    d.batch = d.m && d.n ? rc_tensor_numel(node) / (d.m * d.n) : 0;
+    d.ba = d.m && d.k ? rc_tensor_numel(A) / (d.m * d.k) : 0;
+    d.bb = d.k && d.n ? rc_tensor_numel(B) / (d.k * d.n) : 0;
+    return d;
+}
+
+/* a 16-bit decoding step: a few rows times a shared matrix (k_matmul_rows, no scratch) */
+static int matmul_few_rows(const matmul_dims *d)
+{
+    return d->bb == 1 && (d->batch == 1 || !d->ta) && d->batch * d->m <= MATMUL_FEW_ROWS;
+}
+
 enum { MATMUL_CHUNK = 1 << 23 };   /* f32 elements of the 16-bit product's result per SGEMM */
+
+/* How a 16-bit product runs through SGEMM: c by rows of op(a) (stacked) or by batches,
+ * `per` units of `unit` f32 elements at a time */
+typedef struct {
+    int stacked;
+    int64_t unit, units, per;
+} matmul_chunks;
+
+static matmul_chunks matmul_chunks_of(const matmul_dims *d)
+{
+    matmul_chunks c;
+    c.stacked = d->batch == 1 || (d->bb == 1 && d->ba == d->batch && !d->ta);
+    c.unit = c.stacked ? d->n : d->m * d->n;
+    c.units = c.stacked ? d->batch * d->m : d->batch;
+    c.per = MATMUL_CHUNK / c.unit < 1 ? 1 : MATMUL_CHUNK / c.unit;
+    c.per = c.per < c.units ? c.per : c.units;
+    return c;
+}
+
+/* Bytes of scratch matmul_half takes: [a | b | chunk of c] in f32 */
+static size_t matmul_half_scratch(const matmul_dims *d)
+{
+    matmul_chunks c = matmul_chunks_of(d);
+    return (size_t)(d->ba * d->m * d->k + d->bb * d->k * d->n + c.per * c.unit) * sizeof(cl_float);
+}
 
 /* A product of 16-bit operands (dtype st) through SGEMM: both widened into scratch
  * [a | b | chunk of c], c computed a chunk of rows (or of batches) at a time and rounded
@@ -968,12 +1041,11 @@ static int matmul_half(rci_ocl *o, rc_dtype st, const matmul_dims *d, const plac
                        rc_error *err)
 {
     int64_t m = d->m, n = d->n, k = d->k;
-    int stacked = d->batch == 1 || (d->bb == 1 && d->ba == d->batch && !d->ta);
-    int64_t unit = stacked ? n : m * n, units = stacked ? d->batch * m : d->batch;
-    int64_t per = MATMUL_CHUNK / unit < 1 ? 1 : MATMUL_CHUNK / unit;
-    per = per < units ? per : units;
+    matmul_chunks c = matmul_chunks_of(d);
+    int stacked = c.stacked;
+    int64_t unit = c.unit, units = c.units, per = c.per;
     int64_t na = d->ba * m * k, nb = d->bb * k * n;
-    cl_mem t = rci_ocl_scratch(o, (size_t)(na + nb + per * unit) * sizeof(cl_float), err);
+    cl_mem t = rci_ocl_scratch(o, matmul_half_scratch(d), err);
     if (!t || widen_into(o, t, 0, &in[0], st, na, err) || widen_into(o, t, na, &in[1], st, nb, err))
         return -1;
     CLBlastTranspose opa = d->ta ? CLBlastTransposeYes : CLBlastTransposeNo;
@@ -1016,8 +1088,8 @@ static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
     int ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
     if (A->ndim < 2 || B->ndim < 2 || node->ndim < 2)
         return rc_error_set(err, RC_ERR_SHAPE, "matmul: operands must have at least 2 dimensions");
-    int64_t m = A->shape[A->ndim - (ta ? 1 : 2)], k = A->shape[A->ndim - (ta ? 2 : 1)];
-    int64_t kb = B->shape[B->ndim - (tb ? 1 : 2)], n = B->shape[B->ndim - (tb ? 2 : 1)];
+    matmul_dims d = matmul_dims_of(node);
+    int64_t m = d.m, k = d.k, n = d.n, kb = B->shape[B->ndim - (tb ? 1 : 2)];
     if (k != kb || node->shape[node->ndim - 2] != m || node->shape[node->ndim - 1] != n)
         return rc_error_set(err, RC_ERR_SHAPE, "matmul: [%lld, %lld] @ [%lld, %lld] -> [%lld, %lld]",
                             (long long)m, (long long)k, (long long)kb, (long long)n,
@@ -1025,14 +1097,12 @@ static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
                             (long long)node->shape[node->ndim - 1]);
     if (k == 0)
         return o->be.fill_zero(&o->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err);
-    int64_t batch = rc_tensor_numel(node) / (m * n);
-    int64_t ba = rc_tensor_numel(A) / (m * k), bb = rc_tensor_numel(B) / (k * n);
+    int64_t batch = d.batch, ba = d.ba, bb = d.bb;
     if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
         return rc_error_set(err, RC_ERR_SHAPE, "matmul: batches %lld @ %lld -> %lld do not match",
                             (long long)ba, (long long)bb, (long long)batch);
-    matmul_dims d = {ta, tb, m, n, k, batch, ba, bb};
     if (storage(node) != RC_F32) {
-        if (bb == 1 && (batch == 1 || !ta) && batch * m <= MATMUL_FEW_ROWS)
+        if (matmul_few_rows(&d))
             return matmul_rows(o, node, &out, in, batch * m, n, k, err);
         return matmul_half(o, storage(node), &d, &out, in, err);
     }
@@ -1108,6 +1178,48 @@ int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t)
     default:
         return 0;
     }
+}
+
+/* Bytes of scratch node takes on this device: the dispatch of rci_ocl_run_node, through
+ * the functions its kernels size their scratch with; 0 for what fails its checks */
+static size_t node_scratch(const rci_ocl *o, const rc_tensor *node)
+{
+    const rc_tensor *s = node->nsrc > 0 ? node->src[0] : NULL;
+    if (rc_tensor_numel(node) == 0 || is_move(node->op) || node->op == RC_OP_CAST || (!s && node->op != RC_OP_FULL))
+        return 0;
+    switch (node->op) {
+    case RC_OP_MATMUL: {
+        const rc_tensor *B = node->nsrc > 1 ? node->src[1] : NULL;
+        if (storage(node) == RC_F32 || !B || s->ndim < 2 || B->ndim < 2 || node->ndim < 2)
+            return 0;
+        matmul_dims d = matmul_dims_of(node);
+        return d.k == 0 || matmul_few_rows(&d) ? 0 : matmul_half_scratch(&d);
+    }
+    case RC_OP_SUM:
+    case RC_OP_MAX: {
+        int axis = node->iparam[0];
+        return axis < 0 || axis >= s->ndim ? 0 : reduce_scratch(o, rc_tensor_numel(node), s->shape[axis]);
+    }
+    case RC_OP_SUM_TO:
+        if (rc_tensor_numel(s) == rc_tensor_numel(node) || rc_tensor_numel(s) == 0)
+            return 0;
+        return reduce_scratch(o, rc_tensor_numel(node), rc_tensor_numel(s) / rc_tensor_numel(node));
+    case RC_OP_SOFTMAX:
+        return f32_temps_scratch(node, 0, rc_tensor_numel(node));
+    case RC_OP_EMBEDDING_GRAD:
+        return node->ndim == 2 ? f32_temps_scratch(node, 0, rc_tensor_numel(node)) : 0;
+    case RC_OP_CROSS_ENTROPY:
+    case RC_OP_CROSS_ENTROPY_GRAD:
+        return s->ndim < 1 ? 0 : ce_scratch(o, node, lead_rows(s), last_dim(s));
+    default:
+        return 0;
+    }
+}
+
+size_t rci_ocl_scratch_bytes(const rc_backend *be, const rc_tensor *node, size_t held)
+{
+    const rci_ocl *o = (const rci_ocl *)(const void *)be;
+    return rci_ocl_scratch_grown(held, node_scratch(o, node));
 }
 
 int rci_ocl_run_node(rc_backend *be, const rci_node_run *r, rc_error *err)
