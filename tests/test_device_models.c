@@ -1,7 +1,8 @@
 /* test_device_models.c - the built-in model families on an OpenCL device against the CPU:
  * logits of the five families; five AdamW steps of tiny GPT-2, LLaMA and T5 through the
  * Trainer (per tensor, 1e-4); the same training twice on the device is bitwise identical;
- * greedy generation gives the same tokens and beam search the same beams.
+ * greedy generation gives the same tokens and beam search the same beams, with f32 and
+ * with bf16 weights (and a bf16 key/value cache).
  *
  * Without an OpenCL device the test prints why and passes, unless REDCO_REQUIRE_OPENCL=1
  * (CI sets it): then it fails. */
@@ -177,10 +178,14 @@ static void test_training(void)
 
 /* ---- generation ---------------------------------------------------------------------- */
 
-/* greedy (beams 1) or beam search tokens of preset on be; *n tokens */
-static int32_t *generate_on(const char *preset, rc_backend *be, int beams, int64_t *n, rc_error *err)
+/* greedy (beams 1) or beam search tokens of preset with weights in dtype t on be; *n tokens */
+static int32_t *generate_on(const char *preset, rc_dtype t, rc_backend *be, int beams, int64_t *n, rc_error *err)
 {
     rc_model *m = rc_model_create(preset, 7, err);
+    if (m && rc_model_to_dtype(m, t, err)) {
+        rc_model_free(m);
+        return NULL;
+    }
     int32_t prompt[4] = {3, 17, 5, 9}, *out = NULL;
     rc_generate_options o = m ? rc_generate_defaults(m) : (rc_generate_options){0};
     o.max_new_tokens = 8;
@@ -195,19 +200,22 @@ static int32_t *generate_on(const char *preset, rc_backend *be, int beams, int64
 static void test_generation(void)
 {
     const char *presets[3] = {"tiny-gpt2", "tiny-llama", "tiny-t5"};
+    const rc_dtype dtypes[2] = {RC_F32, RC_BF16};
     for (int k = 0; k < 3; k++)
-        for (int beams = 1; beams <= 3; beams += 2) {
-            rc_error err = {0};
-            int64_t nc = 0, nd = 0;
-            int32_t *cpu = generate_on(presets[k], rc_backend_cpu(), beams, &nc, &err);
-            int32_t *dev = cpu ? generate_on(presets[k], gpu, beams, &nd, &err) : NULL;
-            CHECKF(cpu && dev && nc == nd && !memcmp(cpu, dev, (size_t)nc * sizeof *cpu),
-                   "%s %s: tokens on opencl differ from the cpu's %s", presets[k], beams > 1 ? "beam search" : "greedy",
-                   err.msg);
-            free(cpu);
-            free(dev);
-        }
-    printf("generation: greedy and 3-beam tokens equal the cpu's for tiny-gpt2, tiny-llama, tiny-t5\n");
+        for (int d = 0; d < 2; d++)
+            for (int beams = 1; beams <= 3; beams += 2) {
+                rc_error err = {0};
+                int64_t nc = 0, nd = 0;
+                int32_t *cpu = generate_on(presets[k], dtypes[d], rc_backend_cpu(), beams, &nc, &err);
+                int32_t *dev = cpu ? generate_on(presets[k], dtypes[d], gpu, beams, &nd, &err) : NULL;
+                CHECKF(cpu && dev && nc == nd && !memcmp(cpu, dev, (size_t)nc * sizeof *cpu),
+                       "%s %s %s: tokens on opencl differ from the cpu's %s", presets[k], rc_dtype_name(dtypes[d]),
+                       beams > 1 ? "beam search" : "greedy", err.msg);
+                free(cpu);
+                free(dev);
+            }
+    printf("generation: greedy and 3-beam tokens equal the cpu's for tiny-gpt2, tiny-llama, tiny-t5, with f32 and "
+           "bf16 weights\n");
 }
 
 int main(void)
