@@ -12,9 +12,9 @@
  * f32 kernel on widened inputs, the CPU's rule (src/backend/cpu/kernels_half.c). Kernels
  * that keep temporaries in their output (softmax, the cross-entropy gradient, the
  * embedding gradient's sums) keep them in f32 scratch instead; matrix products widen their
- * operands into scratch for CLBlast's SGEMM and round the result, except a few rows times
- * a shared 16-bit matrix (a decoding step), which reads the 16-bit words directly, summing
- * in the CPU's order. */
+ * operands into scratch for CLBlast's SGEMM and round the result. A few rows times a shared
+ * matrix (a decoding step), in any dtype, is one kernel that reads the weights once, as
+ * stored (16-bit words directly), summing in the CPU's order. */
 #include "opencl.h"
 
 #include <clblast_c.h>
@@ -958,7 +958,7 @@ static int blast_failed(rci_ocl *o, CLBlastStatusCode s, rc_error *err)
     return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: matmul: CLBlast status %d", o->be.name, (int)s);
 }
 
-enum { MATMUL_FEW_ROWS = 4 };   /* 16-bit products of at most this many rows: k_matmul_rows */
+enum { MATMUL_FEW_ROWS = 4 };   /* products of at most this many rows: k_matmul_rows */
 
 /* n 16-bit values (dtype t) at src widened into f32 at element `at` of dst */
 static int widen_into(rci_ocl *o, cl_mem dst, int64_t at, const place *src, rc_dtype t, int64_t n,
@@ -1001,7 +1001,7 @@ static matmul_dims matmul_dims_of(const rc_tensor *node)
     return d;
 }
 
-/* a 16-bit decoding step: a few rows times a shared matrix (k_matmul_rows, no scratch) */
+/* a decoding step: a few rows times a shared matrix (k_matmul_rows, no scratch) */
 static int matmul_few_rows(const matmul_dims *d)
 {
     return d->bb == 1 && (d->batch == 1 || !d->ta) && d->batch * d->m <= MATMUL_FEW_ROWS;
@@ -1101,11 +1101,10 @@ static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
     if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
         return rc_error_set(err, RC_ERR_SHAPE, "matmul: batches %lld @ %lld -> %lld do not match",
                             (long long)ba, (long long)bb, (long long)batch);
-    if (storage(node) != RC_F32) {
-        if (matmul_few_rows(&d))
-            return matmul_rows(o, node, &out, in, batch * m, n, k, err);
+    if (matmul_few_rows(&d)) /* decoding, f32 too: one pass over the weights, no GEMM set-up */
+        return matmul_rows(o, node, &out, in, batch * m, n, k, err);
+    if (storage(node) != RC_F32)
         return matmul_half(o, storage(node), &d, &out, in, err);
-    }
     CLBlastTranspose opa = ta ? CLBlastTransposeYes : CLBlastTransposeNo;
     CLBlastTranspose opb = tb ? CLBlastTransposeYes : CLBlastTransposeNo;
     size_t lda = (size_t)(ta ? m : k), ldb = (size_t)(tb ? k : n);
