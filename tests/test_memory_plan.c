@@ -114,6 +114,22 @@ static void check_peak(const char *what, double measured, double planned, const 
     printf("%s\n", nwrong ? ")" : "");
 }
 
+/* 1 in a build with AddressSanitizer (REDCO_SANITIZE), whose memory makes RSS meaningless */
+static int sanitized(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return 1;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    return 1;
+#else
+    return 0;
+#endif
+#else
+    return 0;
+#endif
+}
+
 static int64_t max_rss_bytes(void)
 {
     struct rusage u;
@@ -183,7 +199,9 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
         if (plan.full_copy)
             printf("  plus the full weights while sharding: %.1f MiB\n", plan.full_copy / 1048576.0);
         check_peak("backend peak", (double)peak, need, wrong, cpu ? 2 : 1);
-        if (cpu) {
+        if (cpu && sanitized()) /* ASan's shadow memory and quarantine count in the RSS */
+            printf("  process peak RSS not compared: a sanitizer build (%.1f MiB)\n", rss / 1048576.0);
+        else if (cpu) {
             printf("  process RSS before the model: %.1f MiB\n", rss0 / 1048576.0);
             /* RSS carries the process's overhead: for zero, the plan without it (17% over) is
              * rejected by the backend's exact counters above, not by RSS */
