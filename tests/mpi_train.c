@@ -6,6 +6,7 @@
  * gradient accumulation of 2 x 2 equals one batch of 4; stopping at step 5 and resuming
  * to 10 gives the same weights as 10 steps straight (bitwise). */
 #include "check.h"
+#include "lm_task.h"
 #include "redco/pipeline.h"
 #include "redco/shard.h"
 
@@ -18,47 +19,17 @@
 enum { T = 8, NTOK = 2000 };
 
 typedef struct {
-    int32_t tok[NTOK];
-    rc_model *model;
+    lm_task lm;                   /* first: the kit's functions take the task as their user */
     int64_t seen, correct, last;  /* eval metric: next-token accuracy at the last position */
     int in_order;
 } task;
-
-static int64_t count(int epoch, void *user)
-{
-    (void)epoch, (void)user;
-    return (NTOK - 1) / T;
-}
-
-static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
-{
-    task *k = user;
-    int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
-    int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
-    if (!ids || !tg)
-        return -1;
-    for (int i = 0; i < n; i++)
-        for (int t = 0; t < T; t++) {
-            ids[i * T + t] = k->tok[ex[i] * T + t];
-            tg[i * T + t] = k->tok[ex[i] * T + t + 1];
-        }
-    return 0;
-}
-
-static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
-{
-    task *k = user;
-    (void)p, (void)rng;
-    rc_tensor *logits = rc_model_logits(g, k->model, rc_batch_input(g, b, "ids"), NULL, NULL);
-    return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), -100);
-}
 
 /* eval predictor: logits of the last position [n, V] */
 static rc_tensor *predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
 {
     task *k = user;
     (void)p, (void)rng;
-    rc_tensor *logits = rc_model_logits(g, k->model, rc_batch_input(g, b, "ids"), NULL, NULL);
+    rc_tensor *logits = rc_model_logits(g, k->lm.model, rc_batch_input(g, b, "ids"), NULL, NULL);
     rc_tensor *last = rc_slice(g, logits, 1, T - 1, T);
     return rc_reshape(g, last, 2, (int64_t[]){logits->shape[0], logits->shape[2]});
 }
@@ -72,7 +43,7 @@ static int output(int64_t example, const float *row, int64_t len, void *user)
     k->in_order &= example == k->last + 1;
     k->last = example;
     k->seen++;
-    k->correct += best == k->tok[example * T + T];
+    k->correct += best == k->lm.tok[example * T + T];
     return 0;
 }
 
@@ -92,13 +63,14 @@ static void test_eval_metric(task *k, const char *dir, int rank, int mp, double 
     rc_error err = {0};
     rc_deployer_options dopt = {.seed = 3, .mp = mp, .workdir = dir};
     rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
-    k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
-    rc_trainer *t = k->model ? rc_trainer_new(d, collate, loss, k, k->model->params, k->model, &err) : NULL;
+    k->lm.model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
+    rc_model *model = k->lm.model;
+    rc_trainer *t = model ? rc_trainer_new(d, lm_task_collate, lm_task_loss, k, model->params, model, &err) : NULL;
     int dp = d ? rc_deployer_mesh(d)->dp : 1;
     rc_train_options o = {.steps = 6, .batch_size = 4 % dp ? 2 : 4 / dp, .optimizer = "adamw", .lr = 1e-2, .log_every = 3,
                           .eval_every = 3, .eval_predict = predict, .eval_output = output,
                           .eval_metric = accuracy, .metric_name = "accuracy", .metric_higher_is_better = 1};
-    rc_examples ex = {count, k};
+    rc_examples ex = {lm_task_count, k};
     k->last = -1;
     k->in_order = 1;
     rc_train_result r = {0};
@@ -122,7 +94,7 @@ static void test_eval_metric(task *k, const char *dir, int rank, int mp, double 
         CHECK(k->in_order);
     }
     rc_trainer_free(t);
-    rc_model_free(k->model);
+    rc_model_free(k->lm.model);
     rc_deployer_free(d);
 }
 
@@ -134,18 +106,19 @@ static void train(task *k, int local, int batch, int accum, const char *opt, int
     rc_error err = {0};
     rc_deployer_options dopt = {.seed = 3, .mp = 1, .workdir = workdir, .local = local};
     rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
-    k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
-    rc_trainer *t = k->model ? rc_trainer_new(d, collate, loss, k, k->model->params, k->model, &err) : NULL;
+    k->lm.model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
+    rc_model *model = k->lm.model;
+    rc_trainer *t = model ? rc_trainer_new(d, lm_task_collate, lm_task_loss, k, model->params, model, &err) : NULL;
     rc_train_options o = {.steps = steps, .batch_size = batch, .grad_accum = accum, .shuffle = shuffle,
                           .optimizer = opt, .lr = !strcmp(opt, "sgd") ? 0.5 : 1e-2, .weight_decay = 0.01,
                           .grad_clip = 1.0, .eps = 1e-6, .schedule = sched, .warmup = 2, .resume = resume};
-    rc_examples ex = {count, k};
+    rc_examples ex = {lm_task_count, k};
     int ok = t && rc_trainer_fit(t, &o, ex, NULL, NULL, &err) == 0;
     CHECKF(ok, "train: %s", err.msg);
     if (ok)
-        CHECK(check_weights_add_params(w, prefix, k->model->params, tol) == 0);
+        CHECK(check_weights_add_params(w, prefix, k->lm.model->params, tol) == 0);
     rc_trainer_free(t);
-    rc_model_free(k->model);
+    rc_model_free(k->lm.model);
     rc_deployer_free(d);
 }
 
@@ -157,20 +130,21 @@ static void test_memory(task *k, int P, int rank)
     rc_error err = {0};
     rc_deployer_options dopt = {.seed = 3, .mp = P};
     rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
-    k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
-    rc_trainer *t = k->model ? rc_trainer_new(d, collate, loss, k, k->model->params, k->model, &err) : NULL;
+    k->lm.model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
+    rc_model *model = k->lm.model;
+    rc_trainer *t = model ? rc_trainer_new(d, lm_task_collate, lm_task_loss, k, model->params, model, &err) : NULL;
     /* the expected figure, from the plan of the same loss */
     double expect = 0;
     if (t) {
         rc_graph *g = rc_graph_new();
         rc_batch b = {0};
-        collate(&b, (int64_t[]){0, 1}, 2, k);
-        rc_tensor *l = loss(g, k->model->params, &b, rc_rng_new(1), k);
-        int n = rc_params_count(k->model->params);
+        lm_task_collate(&b, (int64_t[]){0, 1}, 2, k);
+        rc_tensor *l = lm_task_loss(g, k->lm.model->params, &b, rc_rng_new(1), k);
+        int n = rc_params_count(k->lm.model->params);
         rc_tensor **p = calloc((size_t)n, sizeof *p);
         rc_shard_spec *s = calloc((size_t)n, sizeof *s);
         for (int i = 0; i < n; i++)
-            p[i] = rc_params_get(g, k->model->params, rc_params_name(k->model->params, i));
+            p[i] = rc_params_get(g, k->lm.model->params, rc_params_name(k->lm.model->params, i));
         CHECK(rc_shard_plan(g, l, p, n, P, 0, s, NULL, &err) == 0);
         for (int i = 0; i < n; i++)
             expect += (double)rc_tensor_numel(p[i]) / (s[i].axis >= 0 ? P : 1);
@@ -181,7 +155,7 @@ static void test_memory(task *k, int P, int rank)
     }
     rc_train_options o = {.steps = 2, .batch_size = 2, .optimizer = "adamw", .lr = 1e-3};
     rc_train_result r = {0};
-    CHECKF(t && rc_trainer_fit(t, &o, (rc_examples){count, k}, NULL, &r, &err) == 0, "mp %d: %s", P, err.msg);
+    CHECKF(t && rc_trainer_fit(t, &o, (rc_examples){lm_task_count, k}, NULL, &r, &err) == 0, "mp %d: %s", P, err.msg);
     CHECKF(r.state_bytes > 0 && fabs((double)r.state_bytes / expect - 1) < 0.05 && r.full_weight_bytes == 0,
            "mp %d: state %lld bytes, expected %.0f; full copy %lld", P, (long long)r.state_bytes, expect,
            (long long)r.full_weight_bytes);
@@ -189,7 +163,7 @@ static void test_memory(task *k, int P, int rank)
         printf("mp %d: trainer state %lld bytes per rank (expected %.0f), full weights kept %lld bytes\n", P,
                (long long)r.state_bytes, expect, (long long)r.full_weight_bytes);
     rc_trainer_free(t);
-    rc_model_free(k->model);
+    rc_model_free(k->lm.model);
     rc_deployer_free(d);
 }
 
@@ -204,9 +178,7 @@ int main(int argc, char **argv)
     if (dump && rank == 0)
         remove(dump); /* a failed run leaves no dump behind */
     task *k = calloc(1, sizeof *k);
-    rc_rng r = rc_rng_new(11);
-    for (int i = 0; i < NTOK; i++) /* a learnable stream: mostly +1, sometimes random */
-        k->tok[i] = i && rc_rng_uniform(&r) < 0.8 ? (k->tok[i - 1] + 1) % 200 : (int32_t)(rc_rng_next_u64(&r) % 200);
+    CHECK(k && lm_task_init(&k->lm, T, NTOK, 11) == 0); /* a failure ends in a crash below */
     const char *opts[2] = {"sgd", "adamw"};
     /* SGD shows the rounding of the summation order; AdamW divides each gradient by its
      * own running scale, so rounding in near-zero gradients shows more. A direction with no
@@ -288,6 +260,7 @@ int main(int argc, char **argv)
         check_rm_tree(dir);
         CHECK(access(dir, F_OK) != 0);
     }
+    lm_task_free(&k->lm);
     free(k);
     char name[64];
     snprintf(name, sizeof name, "mpi_train rank %d/%d", rank, P);

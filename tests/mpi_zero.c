@@ -17,6 +17,7 @@
  *   moments; 3 + 2 steps resumed with zero are bitwise the 5 straight.
  * With --device D (opencl) every run is on that device (CTest mpi_zero_opencl_np2). */
 #include "check.h"
+#include "lm_task.h"
 #include "redco/pipeline.h"
 #include "redco/safetensors.h"
 
@@ -33,39 +34,7 @@ static const char *device;        /* --device: where the runs are */
 static rc_dtype dtype;            /* the weights of the runs (RC_F32 but in test_half) */
 static char root[64];             /* the runs' workdirs */
 
-typedef struct {
-    int32_t tok[NTOK];
-    rc_model *model;
-} task;
-
-static int64_t count(int epoch, void *user)
-{
-    (void)epoch, (void)user;
-    return (NTOK - 1) / T;
-}
-
-static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
-{
-    task *k = user;
-    int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
-    int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
-    if (!ids || !tg)
-        return -1;
-    for (int i = 0; i < n; i++)
-        for (int t = 0; t < T; t++) {
-            ids[i * T + t] = k->tok[ex[i] * T + t];
-            tg[i * T + t] = k->tok[ex[i] * T + t + 1];
-        }
-    return 0;
-}
-
-static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
-{
-    task *k = user;
-    (void)p, (void)rng;
-    rc_tensor *logits = rc_model_logits(g, k->model, rc_batch_input(g, b, "ids"), NULL, NULL);
-    return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), -100);
-}
+typedef lm_task task;
 
 /* One run of tiny-gpt2 on mp model shards (dp: the rest) in workdir root/name, to `steps`
  * (resume: from its last checkpoint); a global batch of GLOBAL in ACCUM micro-batches.
@@ -79,7 +48,8 @@ static int train(task *k, int mp, const char *opt, int zero, int64_t steps, cons
     rc_deployer_options dopt = {.seed = 3, .mp = mp, .workdir = wd, .device = device};
     rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
     k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
-    rc_trainer *t = k->model ? rc_trainer_new(d, collate, loss, k, k->model->params, k->model, &err) : NULL;
+    rc_model *model = k->model;
+    rc_trainer *t = model ? rc_trainer_new(d, lm_task_collate, lm_task_loss, k, model->params, model, &err) : NULL;
     int dp = d ? rc_deployer_mesh(d)->dp : 1;
     /* eps 1e-6 (as mpi_train): the attention key bias has no gradient but rounding noise,
      * which eps 1e-8 would turn into full steps that differ with the summation order */
@@ -88,7 +58,7 @@ static int train(task *k, int mp, const char *opt, int zero, int64_t steps, cons
                           .grad_clip = CLIP, .eps = 1e-6, .schedule = RC_SCHEDULE_CONSTANT, .log_every = 1,
                           .resume = resume, .zero = zero, .dtype = dtype};
     rc_train_result r = {0};
-    int ok = t && rc_trainer_fit(t, &o, (rc_examples){count, k}, NULL, &r, &err) == 0;
+    int ok = t && rc_trainer_fit(t, &o, (rc_examples){lm_task_count, k}, NULL, &r, &err) == 0;
     CHECKF(ok, "%s: %s", name, err.msg);
     if (ok && w)
         CHECK(check_weights_add_params(w, "", k->model->params, 0) == 0);
@@ -279,10 +249,9 @@ int main(int argc, char **argv)
     if (rank == 0 && !mkdtemp(root))
         CHECK(0);
     rc_comm_bcast(world.world, root, sizeof root, 0, &err);
-    task *k = calloc(1, sizeof *k);
-    rc_rng r = rc_rng_new(11);
-    for (int i = 0; i < NTOK; i++) /* a learnable stream: mostly +1, sometimes random */
-        k->tok[i] = i && rc_rng_uniform(&r) < 0.8 ? (k->tok[i - 1] + 1) % 200 : (int32_t)(rc_rng_next_u64(&r) % 200);
+    lm_task task_data;
+    CHECK(lm_task_init(&task_data, T, NTOK, 11) == 0); /* 2000-4000 ids: a failure ends in a crash below */
+    task *k = &task_data;
     static const int meshes[5][2] = {{1, 1}, {2, 1}, {3, 1}, {2, 2}, {4, 1}};
     for (int m = 0; m < 5; m++) {
         int dp = meshes[m][0], mp = meshes[m][1];
@@ -310,7 +279,7 @@ int main(int argc, char **argv)
         }
         check_weights_free(&plain), check_weights_free(&zero);
     }
-    free(k);
+    lm_task_free(k);
     rc_comm_barrier(world.world, &err);
     if (rank == 0) {
         check_rm_tree(root);

@@ -18,6 +18,7 @@
  *   (written and added) and round_f32 into bf16 / f16 words equal the host's conversions
  *   (rc_convert) bit for bit, at offsets inside the buffers. */
 #include "check.h"
+#include "lm_task.h"
 #include "backend.h"
 #include "redco/device.h"
 #include "redco/pipeline.h"
@@ -34,39 +35,7 @@ enum { T = 16, NTOK = 4000, STEPS = 50, B = 4 };
 static const char *device;        /* --device: where the runs are */
 static char root[64];
 
-typedef struct {
-    int32_t tok[NTOK];
-    rc_model *model;
-} task;
-
-static int64_t count(int epoch, void *user)
-{
-    (void)epoch, (void)user;
-    return (NTOK - 1) / T;
-}
-
-static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
-{
-    task *k = user;
-    int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
-    int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
-    if (!ids || !tg)
-        return -1;
-    for (int i = 0; i < n; i++)
-        for (int t = 0; t < T; t++) {
-            ids[i * T + t] = k->tok[ex[i] * T + t];
-            tg[i * T + t] = k->tok[ex[i] * T + t + 1];
-        }
-    return 0;
-}
-
-static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
-{
-    task *k = user;
-    (void)p, (void)rng;
-    rc_tensor *logits = rc_model_logits(g, k->model, rc_batch_input(g, b, "ids"), NULL, NULL);
-    return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), RC_IGNORE_INDEX);
-}
+typedef lm_task task;
 
 typedef struct {
     const char *model, *name;
@@ -88,12 +57,13 @@ static int train(task *k, const run_spec *s, rc_train_result *r, void **raw, siz
     rc_deployer_options dopt = {.seed = 5, .workdir = wd, .device = device};
     rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
     k->model = d ? rc_model_create(s->model, 1, &err) : NULL;
-    rc_trainer *t = k->model ? rc_trainer_new(d, collate, loss, k, k->model->params, k->model, &err) : NULL;
+    rc_model *model = k->model;
+    rc_trainer *t = model ? rc_trainer_new(d, lm_task_collate, lm_task_loss, k, model->params, model, &err) : NULL;
     rc_train_options o = {.steps = s->steps, .batch_size = B, .shuffle = 1, .optimizer = "adamw", .lr = 3e-3,
                           .weight_decay = 0.01, .grad_clip = 1.0, .schedule = RC_SCHEDULE_CONSTANT, .log_every = 1,
                           .save_every = s->save_every, .resume = s->resume, .dtype = s->dtype,
                           .loss_scale = s->loss_scale, .loss_scale_window = s->window};
-    int ok = t && rc_trainer_fit(t, &o, (rc_examples){count, k}, NULL, r, &err) == 0;
+    int ok = t && rc_trainer_fit(t, &o, (rc_examples){lm_task_count, k}, NULL, r, &err) == 0;
     CHECKF(ok, "%s: %s", s->name, err.msg);
     if (ok && raw) {
         rc_params *p = k->model->params;
@@ -386,16 +356,15 @@ int main(int argc, char **argv)
         test_entries(be);
     snprintf(root, sizeof root, "/tmp/redco-half-XXXXXX");
     CHECK(mkdtemp(root) != NULL);
-    task *k = calloc(1, sizeof *k);
-    rc_rng r = rc_rng_new(11);
-    for (int i = 0; i < NTOK; i++) /* a learnable stream: mostly +1, sometimes random */
-        k->tok[i] = i && rc_rng_uniform(&r) < 0.8 ? (k->tok[i - 1] + 1) % 200 : (int32_t)(rc_rng_next_u64(&r) % 200);
+    lm_task task_data;
+    CHECK(lm_task_init(&task_data, T, NTOK, 11) == 0); /* 2000-4000 ids: a failure ends in a crash below */
+    task *k = &task_data;
     test_tracking(k, "tiny-gpt2");
     test_tracking(k, "tiny-llama");
     test_overflow(k);
     test_resume(k, RC_BF16);
     test_resume(k, RC_F16);
-    free(k);
+    lm_task_free(k);
     check_rm_tree(root);
     return check_summary(device ? "test_train_half (device)" : "test_train_half");
 }
