@@ -423,19 +423,24 @@ const char *rc_st_dtype_name(rc_dtype t)
     return NULL;
 }
 
-/* element k of tensor t's bytes p, widened to double (16-bit values exactly) */
-static double load_as_double(const rc_st_tensor *t, const uint8_t *p, int64_t k)
+/* element k of tensor t's bytes p as an f64 */
+static double load_f64(const uint8_t *p, int64_t k)
+{
+    uint64_t u = load_le64(p + 8 * k);
+    double x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* element k of tensor t's bytes p as an f32: f32 and 16-bit values exactly, bit for bit
+ * (no trip through double, which would make a signalling NaN quiet); f64 rounded */
+static float load_f32(const rc_st_tensor *t, const uint8_t *p, int64_t k)
 {
     switch (t->dtype) {
     case RC_F32: return f32_from_bits(load_le32(p + 4 * k));
     case RC_BF16: return rci_bf16_to_f32(load_le16(p + 2 * k));
     case RC_F16: return rci_f16_to_f32(load_le16(p + 2 * k));
-    default: {
-        uint64_t u = load_le64(p + 8 * k);
-        double x;
-        memcpy(&x, &u, sizeof x);
-        return x;
-    }
+    default: return (float)load_f64(p, k);
     }
 }
 
@@ -463,12 +468,15 @@ int rc_safetensors_read(const rc_safetensors *f, int i, rc_dtype dt, void *dst, 
                             "(F32, F64, BF16 and F16 convert between f32, f64, bf16 and f16)", f->path,
                             t->name, t->dtype_name, rc_dtype_name(dt));
     for (int64_t k = 0; k < n; k++) {
-        double v = load_as_double(t, p, k);
+        if (dt == RC_F64) {
+            ((double *)dst)[k] = t->dtype == RC_F64 ? load_f64(p, k) : (double)load_f32(t, p, k);
+            continue;
+        }
+        float v = load_f32(t, p, k);
         switch (dt) {
-        case RC_F32: ((float *)dst)[k] = (float)v; break;
-        case RC_F64: ((double *)dst)[k] = v; break;
-        case RC_BF16: ((uint16_t *)dst)[k] = rci_f32_to_bf16((float)v); break;
-        default: ((uint16_t *)dst)[k] = rci_f32_to_f16((float)v); break;
+        case RC_F32: ((float *)dst)[k] = v; break;
+        case RC_BF16: ((uint16_t *)dst)[k] = rci_f32_to_bf16(v); break;
+        default: ((uint16_t *)dst)[k] = rci_f32_to_f16(v); break;
         }
     }
     return 0;

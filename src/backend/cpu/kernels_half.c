@@ -29,6 +29,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 #ifdef __F16C__
 #include <immintrin.h>
 #endif
@@ -103,8 +104,32 @@ void rci_cpu_narrow(uint16_t *dst, const float *src, rc_dtype t, int64_t n)
 
 /* ---- scratch ------------------------------------------------------------------------------ */
 
-static _Thread_local float *scratch;
-static _Thread_local size_t scratch_cap;   /* floats */
+/* This thread's scratch. A thread that exits frees it (scratch_at_exit, through a C11
+ * thread-specific key whose value is the block itself), so threads a program starts and
+ * ends leak nothing. */
+typedef struct {
+    float *p;
+    size_t cap;                   /* floats */
+} scratch_block;
+
+static _Thread_local scratch_block scratch;
+static tss_t scratch_key;
+static once_flag scratch_once = ONCE_FLAG_INIT;
+static int scratch_key_made;
+
+static void scratch_at_exit(void *block)
+{
+    scratch_block *s = block;
+    rc_backend *be = rci_backend_cpu();
+    be->used_bytes -= s->cap * sizeof(float);
+    free(s->p);
+    *s = (scratch_block){NULL, 0};
+}
+
+static void scratch_key_make(void)
+{
+    scratch_key_made = tss_create(&scratch_key, scratch_at_exit) == thrd_success;
+}
 
 /* The growth policy: the floats held after a need of n floats with cap held (a quarter
  * more than asked, so that slightly larger nodes later allocate nothing) */
@@ -116,22 +141,23 @@ static size_t scratch_grown(size_t cap, size_t n)
 /* n floats of this thread's scratch, grown when needed (its bytes counted by the backend) */
 static float *scratch_get(size_t n, rc_error *err)
 {
-    if (n <= scratch_cap)
-        return scratch;
-    size_t cap = scratch_grown(scratch_cap, n);
+    if (n <= scratch.cap)
+        return scratch.p;
+    size_t cap = scratch_grown(scratch.cap, n);
     float *p = aligned_alloc(64, (cap * sizeof(float) + 63) / 64 * 64);
-    if (!p) {
+    call_once(&scratch_once, scratch_key_make);
+    if (!p || !scratch_key_made || tss_set(scratch_key, &scratch) != thrd_success) {
+        free(p);
         rc_error_set(err, RC_ERR_MEMORY, "cpu: cannot allocate %zu bytes of 16-bit scratch",
                      cap * sizeof(float));
         return NULL;
     }
     rc_backend *be = rci_backend_cpu(); /* nodes run from one thread at a time, as buffers are made */
-    be->used_bytes += (cap - scratch_cap) * sizeof(float);
+    be->used_bytes += (cap - scratch.cap) * sizeof(float);
     be->peak_bytes = be->used_bytes > be->peak_bytes ? be->used_bytes : be->peak_bytes;
-    free(scratch);
-    scratch = p;
-    scratch_cap = cap;
-    return scratch;
+    free(scratch.p);
+    scratch = (scratch_block){p, cap};
+    return scratch.p;
 }
 
 /* Large nodes go through the f32 kernel in pieces (rows, batches, or slices of the inner
