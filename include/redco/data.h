@@ -68,6 +68,8 @@
  * not (SentencePiece adds a "▁" prefix to every encode call) the .txt is tokenized whole
  * and info.chunks is 1.
  *
+ * Images (MNIST-style IDX files, Fashion-MNIST): see rc_idx_read and rc_image_set below.
+ *
  * Epoch order and its split over data-parallel ranks: see rc_epoch_order and rc_data_split
  * below. (A tensor's split over model shards is another thing: redco/shard.h.)
  *
@@ -190,6 +192,63 @@ int rc_dataset_example(const rc_dataset *ds, int64_t i, rc_data_example *ex, rc_
  * Returns the number of targets that count (not ignored). */
 int64_t rc_data_example_pack(const rc_data_example *ex, int64_t T, int32_t pad,
                              int32_t *inputs, int32_t *targets);
+
+/* ---- IDX arrays and image sets (MNIST, Fashion-MNIST) ------------------------------- */
+
+/* IDX, the format of MNIST and Fashion-MNIST: bytes 0, 0, a type code, the number of
+ * dimensions D; D sizes, each a big-endian uint32; then the elements in C order. Only the
+ * type code 0x08 (unsigned byte, what those data sets use) is read. A file whose first two
+ * bytes are 1f 8b is gzip-compressed (Debian ships Fashion-MNIST so) and is decompressed as
+ * it is read; any other file is read as it is. */
+enum { RC_IDX_MAX_DIMS = 4 };
+
+typedef struct {
+    int ndim;                       /* 1..RC_IDX_MAX_DIMS */
+    int64_t dims[RC_IDX_MAX_DIMS];  /* dims[0]: the items read (at most the file's) */
+    int64_t n;                      /* elements read: the product of dims */
+    int64_t file_items;             /* dims[0] as the file's header says */
+    uint8_t *data;                  /* [n], malloc'ed (NULL when n is 0) */
+} rc_idx;
+
+/* Reads PATH into A: the first LIMIT items along dimension 0 (all when LIMIT <= 0). Errors
+ * name the file: it cannot be opened, not IDX (magic), a type code other than 0x08, 0 or
+ * more than RC_IDX_MAX_DIMS dimensions, a truncated header or data (with the bytes the
+ * header promises and those there are), bytes past the data (whole reads only), a broken
+ * gzip stream. */
+int rc_idx_read(const char *path, int64_t limit, rc_idx *a, rc_error *err);
+void rc_idx_free(rc_idx *a);
+/* Writes A (type 0x08) to PATH, gzip-compressed (level 9, no name or time in the gzip
+ * header, so the bytes depend only on A) when GZIP is 1. A->file_items is not used. */
+int rc_idx_write(const char *path, const rc_idx *a, int gzip, rc_error *err);
+
+/* Labelled grey-scale images. pixels is [n, h, w], which is also NCHW with C = 1. */
+typedef struct {
+    int64_t n, h, w;
+    float *pixels;                  /* [n, h, w]: the bytes / 255, in [0, 1] */
+    int32_t *labels;                /* [n] */
+} rc_image_set;
+
+/* Reads an IDX image file ([n, h, w]) and its IDX label file ([n]): the first LIMIT pairs
+ * (all when LIMIT <= 0). Errors: those of rc_idx_read, images not 3-D or labels not 1-D,
+ * counts that differ in the two files' headers (both named). */
+int rc_image_set_load(rc_image_set *s, const char *images, const char *labels, int64_t limit,
+                      rc_error *err);
+void rc_image_set_free(rc_image_set *s);
+
+/* Where Debian's dataset-fashion-mnist package puts the files (scripts/setup.sh installs it). */
+#define RC_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+enum { RC_FASHION_MNIST_CLASSES = 10 };
+
+/* Fashion-MNIST's SPLIT ("train": 60,000 images, "t10k": 10,000; 28 x 28) from DIR (NULL:
+ * RC_FASHION_MNIST_DIR): DIR/SPLIT-images-idx3-ubyte.gz and DIR/SPLIT-labels-idx1-ubyte.gz,
+ * or the same names without .gz. The first LIMIT pairs (all when LIMIT <= 0). Errors: those
+ * of rc_image_set_load, a missing file (naming the paths looked for and, for the default
+ * directory, the package to install), a label outside [0, 10). data/fashion-mnist/ in this
+ * repository holds the first 512 test pairs (data/README.md). */
+int rc_fashion_mnist_load(rc_image_set *s, const char *dir, const char *split, int64_t limit,
+                          rc_error *err);
+/* The class name of LABEL ("T-shirt/top", "Trouser", ... "Ankle boot"); NULL outside [0, 10). */
+const char *rc_fashion_mnist_class(int label);
 
 /* ---- epoch order and its split over data-parallel ranks ---------------------------- */
 
