@@ -43,9 +43,10 @@ int rc_rdp_epsilon(const double *orders, const double *rdp, int n, double delta,
                    double *order, rc_error *err);
 
 /* The inverse: the smallest noise multiplier sigma (to a relative 1e-6) whose epsilon
- * after `steps` steps at delta is at most the target epsilon > 0, by bisection. Needs q in
- * (0, 1] and steps >= 1; an error when even sigma = 1e6 does not reach the target.
- * Returns 0 or -1. */
+ * after `steps` steps at delta is at most the target epsilon > 0, by bisection (epsilon
+ * falls as sigma grows). Needs q in (0, 1] and steps >= 1; an error when even sigma = 1e6
+ * does not reach the target; the search stops below at sigma ~ 2e-3 (a target met there
+ * gives that sigma). Returns 0 or -1. */
 int rc_dp_sigma(double q, int64_t steps, double delta, double epsilon, double *sigma, rc_error *err);
 
 #ifdef __cplusplus
