@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Creates the Python environment of the reference implementations the tests compare
-# against (Hugging Face transformers on PyTorch, tokenizers, safetensors, sentencepiece).
+# against (Hugging Face transformers on PyTorch, tokenizers, safetensors, sentencepiece,
+# Google's dp-accounting for the privacy accountant).
 # PyTorch comes from Debian (python3-torch 1.13, CPU); the rest from PyPI at versions that
 # support it. Idempotent: does nothing when the environment is complete.
 #   scripts/pyref.sh [DIR]   (default .venv/pyref); prints nothing on success
 set -euo pipefail
 dir="${1:-.venv/pyref}"
-stamp="$dir/.complete-v1"
+stamp="$dir/.complete-v2"
 [ -f "$stamp" ] && exit 0
 
 debs="python3-torch python3-numpy python3-venv python3-pip"
@@ -28,5 +29,8 @@ rm -rf "$dir"
 "$dir/bin/pip" install -q --disable-pip-version-check \
   "transformers==4.36.2" "tokenizers==0.15.2" "safetensors==0.4.5" "sentencepiece==0.2.0" \
   "tensorboard==2.15.2" "protobuf<5" >&2
-"$dir/bin/python" -c "import torch, transformers, tokenizers, safetensors, sentencepiece; print('pyref: torch', torch.__version__, 'transformers', transformers.__version__)" >&2
+# dp-accounting's SciPy pinned to a release built for Debian's NumPy 1.24 (a newer SciPy
+# would pull NumPy 2 into the environment, which Debian's PyTorch 1.13 cannot use)
+"$dir/bin/pip" install -q --disable-pip-version-check "scipy==1.11.4" "dp-accounting==0.6.0" >&2
+"$dir/bin/python" -c "import torch, transformers, tokenizers, safetensors, sentencepiece, dp_accounting; torch.zeros(1).numpy(); print('pyref: torch', torch.__version__, 'transformers', transformers.__version__)" >&2
 touch "$stamp"

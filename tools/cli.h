@@ -71,5 +71,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_tokenizer_train(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
+int cmd_privacy(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ static void usage(FILE *f)
             "  tokenize   text -> token ids, or ids -> text (--decode)\n"
             "  tokenizer-train  learn a byte-level BPE vocabulary from a text file\n"
             "  devices    list the OpenCL devices (opencl:N) and their memory\n"
+            "  privacy    epsilon of a DP-SGD run, or the noise multiplier for a target epsilon\n"
             "  version    print the version\n"
             "\n"
             "Distributed runs: mpirun -np P redco train ..., or redco train --nproc P ...\n",
@@ -54,6 +55,8 @@ int main(int argc, char **argv)
         return cmd_devices(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize"))
         return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "privacy"))
+        return cmd_privacy(argc - 1, argv + 1);
     fprintf(stderr, "redco: unknown command '%s' (see 'redco help')\n", cmd);
     return 2;
 }
