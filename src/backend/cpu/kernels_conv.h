@@ -56,6 +56,17 @@ static void conv_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const rea
                     (blasint)ldb, (float)beta, (float *)(void *)c, (blasint)ldc);
 }
 
+/* the output columns [lo, hi) whose input column x0 + ox * sw lies in [0, W) */
+static void valid_cols(const conv_geom *q, int64_t x0, int64_t *lo, int64_t *hi)
+{
+    int64_t l = x0 < 0 ? (-x0 + q->sw - 1) / q->sw : 0;
+    int64_t h = x0 >= q->w ? 0 : (q->w - 1 - x0) / q->sw + 1;
+    l = l < q->ow ? l : q->ow;
+    h = h < q->ow ? h : q->ow;
+    *lo = l;
+    *hi = h > l ? h : l;
+}
+
 typedef struct {
     const conv_geom *q;
     const real *x;            /* one image's group of channels [C/groups, H, W] */
@@ -81,11 +92,17 @@ static void im2col_range(void *ctx, int64_t r0, int64_t r1, int part)
                 continue;
             }
             const real *xr = xc + iy * q->w;
-            int64_t x0 = j * q->dw - q->pw;
-            for (int64_t ox = 0; ox < q->ow; ox++) {
-                int64_t ix = x0 + ox * q->sw;
-                out[ox] = ix >= 0 && ix < q->w ? xr[ix] : 0;
-            }
+            int64_t x0 = j * q->dw - q->pw, lo, hi;
+            valid_cols(q, x0, &lo, &hi);
+            for (int64_t ox = 0; ox < lo; ox++)
+                out[ox] = 0;
+            if (q->sw == 1)
+                memcpy(out + lo, xr + x0 + lo, (size_t)(hi - lo) * sizeof(real));
+            else
+                for (int64_t ox = lo; ox < hi; ox++)
+                    out[ox] = xr[x0 + ox * q->sw];
+            for (int64_t ox = hi; ox < q->ow; ox++)
+                out[ox] = 0;
         }
     }
 }
@@ -116,18 +133,20 @@ static void col2im_range(void *ctx, int64_t c0, int64_t c1, int part)
         for (int64_t i = 0; i < q->kh; i++)
             for (int64_t j = 0; j < q->kw; j++) {
                 const real *row = a->col + ((c * q->kh + i) * q->kw + j) * q->oh * q->ow;
-                int64_t x0 = j * q->dw - q->pw;
+                int64_t x0 = j * q->dw - q->pw, lo, hi;
+                valid_cols(q, x0, &lo, &hi);
                 for (int64_t oy = 0; oy < q->oh; oy++) {
                     int64_t iy = oy * q->sh - q->ph + i * q->dh;
                     if (iy < 0 || iy >= q->h)
                         continue;
-                    real *xr = xc + iy * q->w;
-                    const real *in = row + oy * q->ow;
-                    for (int64_t ox = 0; ox < q->ow; ox++) {
-                        int64_t ix = x0 + ox * q->sw;
-                        if (ix >= 0 && ix < q->w)
-                            xr[ix] += in[ox];
-                    }
+                    real *restrict xr = xc + iy * q->w + x0;
+                    const real *restrict in = row + oy * q->ow;
+                    if (q->sw == 1)
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            xr[ox] += in[ox];
+                    else
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            xr[ox * q->sw] += in[ox];
                 }
             }
     }
