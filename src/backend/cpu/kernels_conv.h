@@ -70,10 +70,12 @@ static void valid_cols(const conv_geom *q, int64_t x0, int64_t *lo, int64_t *hi)
 typedef struct {
     const conv_geom *q;
     const real *x;            /* one image's group of channels [C/groups, H, W] */
-    real *col;                /* [K, OH * OW] */
+    real *col;                /* [K, (oy1 - oy0) * OW] */
+    int64_t oy0, oy1;         /* the tile of output rows */
 } im2col_args;
 
-/* rows [r0, r1) of col: row r = (c * KH + i) * KW + j holds x[c, oy*sh - ph + i*dh, ox*sw - pw + j*dw] */
+/* rows [r0, r1) of col: row r = (c * KH + i) * KW + j holds x[c, oy*sh - ph + i*dh, ox*sw - pw + j*dw]
+ * for the tile's output rows oy */
 static void im2col_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
     (void)part;
@@ -82,10 +84,10 @@ static void im2col_range(void *ctx, int64_t r0, int64_t r1, int part)
     for (int64_t r = r0; r < r1; r++) {
         int64_t j = r % q->kw, i = r / q->kw % q->kh, c = r / (q->kw * q->kh);
         const real *xc = a->x + c * q->h * q->w;
-        real *restrict row = a->col + r * q->oh * q->ow;
-        for (int64_t oy = 0; oy < q->oh; oy++) {
+        real *restrict row = a->col + r * (a->oy1 - a->oy0) * q->ow;
+        for (int64_t oy = a->oy0; oy < a->oy1; oy++) {
             int64_t iy = oy * q->sh - q->ph + i * q->dh;
-            real *restrict out = row + oy * q->ow;
+            real *restrict out = row + (oy - a->oy0) * q->ow;
             if (iy < 0 || iy >= q->h) {
                 for (int64_t ox = 0; ox < q->ow; ox++)
                     out[ox] = 0;
@@ -107,20 +109,21 @@ static void im2col_range(void *ctx, int64_t r0, int64_t r1, int part)
     }
 }
 
-static void im2col(const conv_geom *q, const real *x, real *col)
+static void im2col(const conv_geom *q, const real *x, real *col, int64_t oy0, int64_t oy1)
 {
-    im2col_args a = {q, x, col};
+    im2col_args a = {q, x, col, oy0, oy1};
     int64_t k = conv_k(q);
-    par_range(im2col_range, &a, k, k * q->oh * q->ow);
+    par_range(im2col_range, &a, k, k * (oy1 - oy0) * q->ow);
 }
 
 typedef struct {
     const conv_geom *q;
-    const real *col;          /* [K, OH * OW] */
+    const real *col;          /* [K, (oy1 - oy0) * OW] */
     real *x;                  /* one image's group of channels [C/groups, H, W] */
+    int64_t oy0, oy1;
 } col2im_args;
 
-/* channels [c0, c1): x[c] = sum of the col entries that im2col read from it */
+/* channels [c0, c1): x[c] += the tile's col entries that im2col reads from it */
 static void col2im_range(void *ctx, int64_t c0, int64_t c1, int part)
 {
     (void)part;
@@ -128,19 +131,17 @@ static void col2im_range(void *ctx, int64_t c0, int64_t c1, int part)
     const conv_geom *q = a->q;
     for (int64_t c = c0; c < c1; c++) {
         real *restrict xc = a->x + c * q->h * q->w;
-        for (int64_t e = 0; e < q->h * q->w; e++)
-            xc[e] = 0;
         for (int64_t i = 0; i < q->kh; i++)
             for (int64_t j = 0; j < q->kw; j++) {
-                const real *row = a->col + ((c * q->kh + i) * q->kw + j) * q->oh * q->ow;
+                const real *row = a->col + ((c * q->kh + i) * q->kw + j) * (a->oy1 - a->oy0) * q->ow;
                 int64_t x0 = j * q->dw - q->pw, lo, hi;
                 valid_cols(q, x0, &lo, &hi);
-                for (int64_t oy = 0; oy < q->oh; oy++) {
+                for (int64_t oy = a->oy0; oy < a->oy1; oy++) {
                     int64_t iy = oy * q->sh - q->ph + i * q->dh;
                     if (iy < 0 || iy >= q->h)
                         continue;
                     real *restrict xr = xc + iy * q->w + x0;
-                    const real *restrict in = row + oy * q->ow;
+                    const real *restrict in = row + (oy - a->oy0) * q->ow;
                     if (q->sw == 1)
                         for (int64_t ox = lo; ox < hi; ox++)
                             xr[ox] += in[ox];
@@ -152,20 +153,31 @@ static void col2im_range(void *ctx, int64_t c0, int64_t c1, int part)
     }
 }
 
-static void col2im(const conv_geom *q, const real *col, real *x)
+static void col2im(const conv_geom *q, const real *col, real *x, int64_t oy0, int64_t oy1)
 {
-    col2im_args a = {q, col, x};
+    col2im_args a = {q, col, x, oy0, oy1};
     int64_t cg = q->c / q->groups;
-    par_range(col2im_range, &a, cg, cg * q->kh * q->kw * q->oh * q->ow);
+    par_range(col2im_range, &a, cg, cg * q->kh * q->kw * (oy1 - oy0) * q->ow);
 }
 
-/* the columns' scratch, NULL for a pointwise convolution (which needs none) */
+/* Output rows per tile: the tile's columns take about CONV_TILE_BYTES, so that the GEMM
+ * reads them from cache right after im2col wrote them; all rows when pointwise. */
+enum { CONV_TILE_BYTES = 1 << 20 };
+static int64_t conv_tile_rows(const conv_geom *q)
+{
+    if (conv_is_pointwise(q))
+        return q->oh;
+    int64_t rows = CONV_TILE_BYTES / (conv_k(q) * q->ow * (int64_t)sizeof(real));
+    return rows < 1 ? 1 : rows > q->oh ? q->oh : rows;
+}
+
+/* the columns' scratch for one tile, NULL for a pointwise convolution (which needs none) */
 static int conv_scratch(const rc_tensor *node, const conv_geom *q, real **col, rc_error *err)
 {
     *col = NULL;
     if (conv_is_pointwise(q))
         return 0;
-    size_t bytes = (size_t)conv_k(q) * (size_t)(q->oh * q->ow) * sizeof(real);
+    size_t bytes = (size_t)conv_k(q) * (size_t)(conv_tile_rows(q) * q->ow) * sizeof(real);
     *col = malloc(bytes);
     if (!*col)
         return rc_error_set(err, RC_ERR_MEMORY, "%s: cannot allocate %zu bytes of columns",
@@ -196,14 +208,17 @@ static int k_conv2d(const rci_cpu_args *io, rc_error *err)
     if (conv_scratch(node, &q, &col, err))
         return -1;
     int64_t cg = q.c / q.groups, og = q.o / q.groups, k = conv_k(&q), hw = q.oh * q.ow;
+    int64_t rows = conv_tile_rows(&q);
     for (int64_t n = 0; n < q.n; n++)
-        for (int64_t g = 0; g < q.groups; g++) {
-            const real *xg = x + (n * q.c + g * cg) * q.h * q.w;
-            real *yg = y + (n * q.o + g * og) * hw;
-            if (col)
-                im2col(&q, xg, col);
-            conv_gemm(0, 0, og, hw, k, w + g * og * k, k, col ? col : xg, hw, 0, yg, hw);
-        }
+        for (int64_t g = 0; g < q.groups; g++)
+            for (int64_t oy0 = 0; oy0 < q.oh; oy0 += rows) {
+                int64_t oy1 = oy0 + rows < q.oh ? oy0 + rows : q.oh, nb = (oy1 - oy0) * q.ow;
+                const real *xg = x + (n * q.c + g * cg) * q.h * q.w;
+                real *yg = y + (n * q.o + g * og) * hw + oy0 * q.ow;
+                if (col)
+                    im2col(&q, xg, col, oy0, oy1);
+                conv_gemm(0, 0, og, nb, k, w + g * og * k, k, col ? col : xg, nb, 0, yg, hw);
+            }
     free(col);
     if (bias)
         for (int64_t n = 0; n < q.n; n++)
@@ -227,14 +242,19 @@ static int k_conv2d_grad_input(const rci_cpu_args *io, rc_error *err)
     if (conv_scratch(node, &q, &col, err))
         return -1;
     int64_t cg = q.c / q.groups, og = q.o / q.groups, k = conv_k(&q), hw = q.oh * q.ow;
+    int64_t rows = conv_tile_rows(&q);
+    if (col)
+        memset(gx, 0, rc_tensor_nbytes(node));
     for (int64_t n = 0; n < q.n; n++)
-        for (int64_t g = 0; g < q.groups; g++) {
-            const real *gyg = gy + (n * q.o + g * og) * hw;
-            real *gxg = gx + (n * q.c + g * cg) * q.h * q.w;
-            conv_gemm(1, 0, k, hw, og, w + g * og * k, k, gyg, hw, 0, col ? col : gxg, hw);
-            if (col)
-                col2im(&q, col, gxg);
-        }
+        for (int64_t g = 0; g < q.groups; g++)
+            for (int64_t oy0 = 0; oy0 < q.oh; oy0 += rows) {
+                int64_t oy1 = oy0 + rows < q.oh ? oy0 + rows : q.oh, nb = (oy1 - oy0) * q.ow;
+                const real *gyg = gy + (n * q.o + g * og) * hw + oy0 * q.ow;
+                real *gxg = gx + (n * q.c + g * cg) * q.h * q.w;
+                conv_gemm(1, 0, k, nb, og, w + g * og * k, k, gyg, hw, 0, col ? col : gxg, nb);
+                if (col)
+                    col2im(&q, col, gxg, oy0, oy1);
+            }
     free(col);
     return 0;
 }
@@ -251,14 +271,17 @@ static int k_conv2d_grad_weight(const rci_cpu_args *io, rc_error *err)
     if (conv_scratch(node, &q, &col, err))
         return -1;
     int64_t cg = q.c / q.groups, og = q.o / q.groups, k = conv_k(&q), hw = q.oh * q.ow;
+    int64_t rows = conv_tile_rows(&q);
     for (int64_t n = 0; n < q.n; n++)
-        for (int64_t g = 0; g < q.groups; g++) {
-            const real *xg = x + (n * q.c + g * cg) * q.h * q.w;
-            if (col)
-                im2col(&q, xg, col);
-            conv_gemm(0, 1, og, k, hw, gy + (n * q.o + g * og) * hw, hw, col ? col : xg, hw,
-                      n ? 1 : 0, gw + g * og * k, k);
-        }
+        for (int64_t g = 0; g < q.groups; g++)
+            for (int64_t oy0 = 0; oy0 < q.oh; oy0 += rows) {
+                int64_t oy1 = oy0 + rows < q.oh ? oy0 + rows : q.oh, nb = (oy1 - oy0) * q.ow;
+                const real *xg = x + (n * q.c + g * cg) * q.h * q.w;
+                if (col)
+                    im2col(&q, xg, col, oy0, oy1);
+                conv_gemm(0, 1, og, k, nb, gy + (n * q.o + g * og) * hw + oy0 * q.ow, hw,
+                          col ? col : xg, nb, n || oy0 ? 1 : 0, gw + g * og * k, k);
+            }
     free(col);
     return 0;
 }
