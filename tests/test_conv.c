@@ -1,8 +1,11 @@
 /* test_conv.c - 2-D convolution and pooling on the CPU: forward against direct loops (f32
  * and f64, many geometries), gradients by finite differences (f64), shape errors, and
- * the plan's refusal of 16-bit convolutions (no CPU kernel for them). */
+ * bf16 / f16 (the f32 kernels on widened values) against f32. Then the OpenCL backend's
+ * kernels (f32, bf16, f16) against the CPU's f32 ones: without an OpenCL device
+ * that part prints why and passes, unless REDCO_REQUIRE_OPENCL=1 (CI sets it). */
 #include "check.h"
 #include "gradcheck.h"
+#include "redco/device.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -303,26 +306,155 @@ static void test_errors(void)
     rc_graph_free(g);
 }
 
-/* 16-bit convolutions have no CPU kernel: the plan refuses them, naming op and dtype */
-static void test_half_refused(void)
+/* ---- OpenCL against the CPU -------------------------------------------------------------------- */
+
+enum { OCL_OUTS = 7 };
+
+/* the conv and pool ops and their gradient ops of one geometry, in dtype t */
+static void ocl_graph(rc_graph *g, rc_dtype t, const conv_case *k, const rc_pool2d_params *pp,
+                      rc_tensor **in, rc_tensor **out)
+{
+    int groups = k->p.groups ? k->p.groups : 1;
+    in[0] = rc_input(g, "x", t, 4, (int64_t[]){k->n, k->c, k->h, k->w});
+    in[1] = rc_input(g, "w", t, 4, (int64_t[]){k->o, k->c / groups, k->kh, k->kw});
+    in[2] = rc_input(g, "b", t, 1, (int64_t[]){k->o});
+    out[0] = rc_conv2d(g, in[0], in[1], in[2], &k->p);
+    in[3] = out[0] ? rc_input(g, "gy", t, 4, out[0]->shape) : NULL;
+    out[1] = rc_conv2d_grad_input(g, in[3], in[1], k->h, k->w, &k->p);
+    out[2] = rc_conv2d_grad_weight(g, in[3], in[0], k->kh, k->kw, &k->p);
+    out[3] = rc_max_pool2d(g, in[0], pp);
+    out[4] = rc_avg_pool2d(g, in[0], pp);
+    in[4] = out[3] ? rc_input(g, "gp", t, 4, out[3]->shape) : NULL;
+    out[5] = rc_pool2d_grad(g, in[4], in[0], RC_POOL_MAX, pp);
+    out[6] = rc_pool2d_grad(g, in[4], in[0], RC_POOL_AVG, pp);
+}
+
+/* runs the graph on be with the f32 values vals (converted to t); outputs back as f32 in res */
+static int ocl_run(rc_backend *be, rc_dtype t, const conv_case *k, const rc_pool2d_params *pp,
+                   float **vals, float **res, rc_error *err)
 {
     rc_graph *g = rc_graph_new();
-    rc_tensor *x = rc_input(g, "x", RC_BF16, 4, (int64_t[]){1, 2, 4, 4});
-    rc_tensor *w = rc_input(g, "w", RC_BF16, 4, (int64_t[]){2, 2, 3, 3});
-    rc_tensor *y = rc_conv2d(g, x, w, NULL, NULL);
-    rc_tensor *z = rc_max_pool2d(g, rc_input(g, "x2", RC_F16, 4, (int64_t[]){1, 2, 4, 4}),
-                                 &(rc_pool2d_params){{2, 2}, {0, 0}, {0, 0}});
-    rc_error err = {0};
-    CHECK(y != NULL && z != NULL);
-    rc_plan *p = rc_plan_new(g, &y, 1, &err);
-    CHECKF(!p && strstr(err.msg, "conv2d") && strstr(err.msg, "bf16"), "got: %s", err.msg);
+    rc_tensor *in[5], *out[OCL_OUTS];
+    ocl_graph(g, t, k, pp, in, out);
+    if (rc_graph_error(g)) {
+        rc_error_set(err, RC_ERR_SHAPE, "%s", rc_graph_error(g));
+        rc_graph_free(g);
+        return -1;
+    }
+    rc_plan *p = rc_plan_new_on(be, g, out, OCL_OUTS, err);
+    int rc = p ? 0 : -1;
+    for (int i = 0; rc == 0 && i < 5; i++) {
+        int64_t n = rc_tensor_numel(in[i]);
+        void *h = malloc((size_t)n * 4);
+        rc = rc_convert(h, t, vals[i], RC_F32, n) || rc_plan_set_input(p, in[i], h, err) ? -1 : 0;
+        free(h);
+    }
+    if (rc == 0)
+        rc = rc_plan_run(p, err);
+    for (int i = 0; rc == 0 && i < OCL_OUTS; i++) {
+        int64_t n = rc_tensor_numel(out[i]);
+        void *h = malloc((size_t)n * 4);
+        res[i] = malloc((size_t)n * 4);
+        rc = rc_plan_read(p, out[i], h, err) || rc_convert(res[i], RC_F32, h, t, n) ? -1 : 0;
+        free(h);
+    }
     rc_plan_free(p);
-    p = rc_plan_new(g, &z, 1, &err);
-    CHECKF(!p && strstr(err.msg, "pool2d") && strstr(err.msg, "f16"), "got: %s", err.msg);
-    rc_plan_free(p);
-    CHECK(rc_backend_supports(rc_backend_cpu(), RC_OP_CONV2D, RC_F32));
-    CHECK(!rc_backend_supports(rc_backend_cpu(), RC_OP_CONV2D_GRAD_WEIGHT, RC_F16));
     rc_graph_free(g);
+    return rc;
+}
+
+static void test_backend_case(rc_backend *gpu, const conv_case *k, const rc_pool2d_params *pp)
+{
+    static const char *names[OCL_OUTS] = {"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d",
+                                          "avg_pool2d", "max_pool2d grad", "avg_pool2d grad"};
+    rc_graph *g = rc_graph_new();
+    rc_tensor *in[5], *out[OCL_OUTS];
+    ocl_graph(g, RC_F32, k, pp, in, out);
+    CHECKF(!rc_graph_error(g), "opencl case graph: %s", rc_graph_error(g));
+    if (rc_graph_error(g)) {
+        rc_graph_free(g);
+        return;
+    }
+    int64_t nin[5], nout[OCL_OUTS];
+    for (int i = 0; i < 5; i++)
+        nin[i] = rc_tensor_numel(in[i]);
+    for (int i = 0; i < OCL_OUTS; i++)
+        nout[i] = rc_tensor_numel(out[i]);
+    rc_graph_free(g);
+    static const rc_dtype types[] = {RC_F32, RC_BF16, RC_F16};
+    for (int d = 0; d < 3; d++) {
+        rc_dtype t = types[d];
+        float *vals[5], *ref[OCL_OUTS] = {0}, *got[OCL_OUTS] = {0};
+        for (int i = 0; i < 5; i++) { /* values representable in t, so both sides read the same */
+            vals[i] = malloc((size_t)nin[i] * 4);
+            uint16_t *h = malloc((size_t)nin[i] * 2);
+            for (int64_t e = 0; e < nin[i]; e++)
+                vals[i][e] = (float)(2 * uniform() - 1);
+            if (t != RC_F32) {
+                rc_convert(h, t, vals[i], RC_F32, nin[i]);
+                rc_convert(vals[i], RC_F32, h, t, nin[i]);
+            }
+            free(h);
+        }
+        rc_error err = {0};
+        int ok = ocl_run(rc_backend_cpu(), RC_F32, k, pp, vals, ref, &err) == 0;
+        CHECKF(ok, "cpu run: %s", err.msg);
+        ok = ok && ocl_run(gpu, t, k, pp, vals, got, &err) == 0;
+        CHECKF(ok, "%s %s run: %s", rc_backend_name(gpu), rc_dtype_name(t), err.msg);
+        /* f32: summation order differs; 16 bits: the output's rounding */
+        double tol = t == RC_F32 ? 1e-5 : t == RC_F16 ? 2e-3 : 1e-2;
+        for (int i = 0; ok && i < OCL_OUTS; i++) {
+            double worst = 0, scale = 1;
+            for (int64_t e = 0; e < nout[i]; e++)
+                scale = fmax(scale, fabs(ref[i][e]));
+            for (int64_t e = 0; e < nout[i]; e++)
+                worst = fmax(worst, fabs((double)got[i][e] - ref[i][e]) / scale);
+            CHECKF(worst <= tol, "%s %s %s (x [%lld %lld %lld %lld], groups %d): error %.3g (tolerance %.1g)",
+                   rc_backend_name(gpu), rc_dtype_name(t), names[i], (long long)k->n, (long long)k->c, (long long)k->h,
+                   (long long)k->w, k->p.groups, worst, tol);
+        }
+        for (int i = 0; i < 5; i++)
+            free(vals[i]);
+        for (int i = 0; i < OCL_OUTS; i++)
+            free(ref[i]), free(got[i]);
+    }
+}
+
+static void test_all_cases(rc_backend *be)
+{
+    static const rc_pool2d_params pools[] = {
+        {{2, 2}, {0, 0}, {0, 0}}, {{3, 3}, {2, 2}, {1, 1}}, {{3, 2}, {1, 2}, {1, 0}}};
+    for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++)
+        if (conv_cases[i].h >= 4 && conv_cases[i].w >= 4)
+            test_backend_case(be, &conv_cases[i], &pools[i % 3]);
+}
+
+/* bf16 and f16 on the CPU (inputs widened whole, the f32 kernels, the output rounded)
+ * against f32 on the same values */
+static void test_half_cpu(void)
+{
+    for (int op = RC_OP_CONV2D; op <= RC_OP_POOL2D_GRAD; op++)
+        CHECK(rc_backend_supports(rc_backend_cpu(), (rc_op)op, RC_BF16) &&
+              rc_backend_supports(rc_backend_cpu(), (rc_op)op, RC_F16));
+    test_all_cases(rc_backend_cpu());
+}
+
+static void test_opencl(void)
+{
+    rc_error err = {0};
+    rc_backend *gpu = rc_backend_opencl(0, &err);
+    if (!gpu) {
+        const char *req = getenv("REDCO_REQUIRE_OPENCL");
+        CHECKF(!(req && !strcmp(req, "1")), "no OpenCL backend and REDCO_REQUIRE_OPENCL=1: %s", err.msg);
+        printf("test_conv: OpenCL part not run (no OpenCL device; set REDCO_REQUIRE_OPENCL=1 to fail): %s\n",
+               err.msg);
+        return;
+    }
+    for (int t = 0; t < 3; t++)
+        for (int op = RC_OP_CONV2D; op <= RC_OP_POOL2D_GRAD; op++)
+            CHECK(rc_backend_supports(gpu, (rc_op)op, (rc_dtype[]){RC_F32, RC_BF16, RC_F16}[t]));
+    CHECK(!rc_backend_supports(gpu, RC_OP_CONV2D, RC_F64));
+    test_all_cases(gpu);
 }
 
 int main(void)
@@ -343,6 +475,7 @@ int main(void)
         printf("grad %-28s max rel err %.2e\n", c->name, e);
     }
     test_errors();
-    test_half_refused();
+    test_half_cpu();
+    test_opencl();
     return check_summary("test_conv");
 }

@@ -60,16 +60,8 @@ static int cpu_fill_zero(rc_backend *be, rc_buffer *b, size_t off, size_t bytes,
     return 0;
 }
 
-/* 1 for the convolution and pooling ops (kernels_conv.h): f32 and f64 only */
-static int is_conv(rc_op op)
-{
-    return op == RC_OP_CONV2D || op == RC_OP_CONV2D_GRAD_INPUT || op == RC_OP_CONV2D_GRAD_WEIGHT ||
-           op == RC_OP_POOL2D || op == RC_OP_POOL2D_GRAD;
-}
-
-/* Kernels: data movement for every dtype; convolution and pooling for f32 and f64;
- * everything else for the float dtypes, computed in f64 for f64 and in f32 for f32, bf16
- * and f16. */
+/* Kernels: data movement for every dtype; everything else for the float dtypes, computed
+ * in f64 for f64 and in f32 for f32, bf16 and f16. */
 static int cpu_supports(const rc_backend *be, rc_op op, rc_dtype t)
 {
     (void)be;
@@ -78,8 +70,6 @@ static int cpu_supports(const rc_backend *be, rc_op op, rc_dtype t)
         return 1;
     if (rci_cpu_is_move(op))
         return (unsigned)t < RC_DTYPE_COUNT;
-    if (is_conv(op))
-        return t == RC_F32 || t == RC_F64;
     return rc_dtype_is_float(t);
 }
 
