@@ -135,6 +135,20 @@ typedef enum {
                             all-reduced over the model axis (Megatron's f) */
     RC_OP_MP_REDUCE,     /* src0 summed over the model axis (Megatron's g); gradient: MP_ENTER */
     RC_OP_MP_MAX,        /* src0's elementwise maximum over the model axis; no gradient */
+    RC_OP_CONV2D,        /* 2-D convolution (cross-correlation), NCHW: src0 x [N, C, H, W], src1
+                            weight [O, C/groups, KH, KW], src2 bias [O] or NULL -> [N, O, OH, OW],
+                            OH = (H + 2 pad_h - dil_h (KH - 1) - 1) / stride_h + 1 (OW alike);
+                            iparam: stride h, w; padding h, w; dilation h, w; groups */
+    RC_OP_CONV2D_GRAD_INPUT, /* d(conv2d)/d(x): src0 upstream [N, O, OH, OW], src1 weight
+                            -> [N, C, H, W] (this node's shape); iparam as CONV2D */
+    RC_OP_CONV2D_GRAD_WEIGHT, /* d(conv2d)/d(weight): src0 upstream [N, O, OH, OW], src1 x
+                            -> [O, C/groups, KH, KW] (this node's shape); iparam as CONV2D */
+    RC_OP_POOL2D,        /* pooling of src0 x [N, C, H, W] -> [N, C, OH, OW]; iparam: kind
+                            (rc_pool_kind), kernel h, w; stride h, w; padding h, w. Padding
+                            never wins a max; an average divides by KH * KW (padding counts) */
+    RC_OP_POOL2D_GRAD,   /* d(pool2d)/d(x): src0 upstream [N, C, OH, OW], src1 x -> x's shape;
+                            a max's gradient goes to the first maximum of its window, an
+                            average's is spread over the window; iparam as POOL2D */
     RC_OP_COUNT
 } rc_op;
 
@@ -147,6 +161,12 @@ typedef enum {
     RC_ACT_SIGMOID,
     RC_ACT_COUNT
 } rc_act_kind;
+
+/* Pooling kinds for RC_OP_POOL2D. */
+typedef enum {
+    RC_POOL_MAX = 0,
+    RC_POOL_AVG = 1
+} rc_pool_kind;
 
 /* Rotary position embedding conventions. */
 typedef enum {
@@ -359,6 +379,36 @@ rc_tensor *rc_one_hot_shard(rc_graph *g, rc_tensor *ids, int64_t depth, int igno
  * dtype), fused; the logits' dtype */
 rc_tensor *rc_cross_entropy_grad(rc_graph *g, rc_tensor *logits, rc_tensor *targets,
                                  rc_tensor *g_out, int ignore_index);
+
+/* ---- convolution and pooling (NCHW) ---------------------------------------------- */
+
+/* Per axis (h, w). A zero stride, dilation or groups means 1. */
+typedef struct {
+    int stride[2], padding[2], dilation[2];
+    int groups;
+} rc_conv2d_params;
+
+/* Per axis (h, w). A zero stride means the kernel size (torch's default); padding is at
+ * most half the kernel. */
+typedef struct {
+    int kernel[2], stride[2], padding[2];
+} rc_pool2d_params;
+
+/* x [N, C, H, W], weight [O, C/groups, KH, KW], bias [O] or NULL -> [N, O, OH, OW] */
+rc_tensor *rc_conv2d(rc_graph *g, rc_tensor *x, rc_tensor *weight, rc_tensor *bias,
+                     const rc_conv2d_params *p);
+/* The gradients of rc_conv2d (rc_backward makes them): w.r.t. x of spatial size h x w, and
+ * w.r.t. the weight of kernel kh x kw; gy is the upstream gradient [N, O, OH, OW]. */
+rc_tensor *rc_conv2d_grad_input(rc_graph *g, rc_tensor *gy, rc_tensor *weight, int64_t h,
+                                int64_t w, const rc_conv2d_params *p);
+rc_tensor *rc_conv2d_grad_weight(rc_graph *g, rc_tensor *gy, rc_tensor *x, int64_t kh,
+                                 int64_t kw, const rc_conv2d_params *p);
+/* x [N, C, H, W] -> [N, C, OH, OW] */
+rc_tensor *rc_max_pool2d(rc_graph *g, rc_tensor *x, const rc_pool2d_params *p);
+rc_tensor *rc_avg_pool2d(rc_graph *g, rc_tensor *x, const rc_pool2d_params *p);
+/* The gradient of a pooling of x given the upstream gradient gy [N, C, OH, OW] */
+rc_tensor *rc_pool2d_grad(rc_graph *g, rc_tensor *gy, rc_tensor *x, rc_pool_kind kind,
+                          const rc_pool2d_params *p);
 
 /* ---- shapes ------------------------------------------------------------------- */
 

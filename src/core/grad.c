@@ -270,6 +270,27 @@ static rc_tensor *grad_dropout(rc_graph *g, rc_tensor *y, rc_tensor *G)
     return d;
 }
 
+/* conv2d: the input and weight gradients as ops of their own; the bias's sums G over N, H, W */
+static int grad_conv2d(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+{
+    const int32_t *ip = y->iparam;
+    rc_conv2d_params q = {{ip[0], ip[1]}, {ip[2], ip[3]}, {ip[4], ip[5]}, ip[6]};
+    rc_tensor *x = y->src[0], *w = y->src[1];
+    gs[0] = rc_conv2d_grad_input(g, G, w, x->shape[2], x->shape[3], &q);
+    gs[1] = rc_conv2d_grad_weight(g, G, x, w->shape[2], w->shape[3], &q);
+    if (y->nsrc > 2 && y->src[2])
+        gs[2] = rc_sum(g, rc_sum(g, rc_sum(g, G, 3, 0), 2, 0), 0, 0);
+    return 0;
+}
+
+static int grad_pool2d(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+{
+    const int32_t *ip = y->iparam;
+    rc_pool2d_params q = {{ip[1], ip[2]}, {ip[3], ip[4]}, {ip[5], ip[6]}};
+    gs[0] = rc_pool2d_grad(g, G, y->src[0], (rc_pool_kind)ip[0], &q);
+    return 0;
+}
+
 int rci_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 {
     for (int i = 0; i < y->nsrc; i++)
@@ -336,6 +357,10 @@ int rci_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
         return grad_cross_entropy(g, y, G, gs);
     case RC_OP_CROSS_ENTROPY_GRAD:
         return grad_cross_entropy_grad(g, y, G, gs);
+    case RC_OP_CONV2D:
+        return grad_conv2d(g, y, G, gs);
+    case RC_OP_POOL2D:
+        return grad_pool2d(g, y, G, gs);
     case RC_OP_DROPOUT:
         gs[0] = grad_dropout(g, y, G);
         return 0;

@@ -95,7 +95,9 @@ static const char *op_names[RC_OP_COUNT] = {
     [RC_OP_DROPOUT] = "dropout", [RC_OP_WHERE] = "where", [RC_OP_CAST] = "cast",
     [RC_OP_EQUAL] = "equal", [RC_OP_CROSS_ENTROPY_GRAD] = "cross_entropy_grad",
     [RC_OP_STOP_GRADIENT] = "stop_gradient", [RC_OP_MP_ENTER] = "mp_enter",
-    [RC_OP_MP_REDUCE] = "mp_reduce", [RC_OP_MP_MAX] = "mp_max",
+    [RC_OP_MP_REDUCE] = "mp_reduce", [RC_OP_MP_MAX] = "mp_max", [RC_OP_CONV2D] = "conv2d",
+    [RC_OP_CONV2D_GRAD_INPUT] = "conv2d_grad_input", [RC_OP_CONV2D_GRAD_WEIGHT] = "conv2d_grad_weight",
+    [RC_OP_POOL2D] = "pool2d", [RC_OP_POOL2D_GRAD] = "pool2d_grad",
 };
 
 const char *rc_op_name(rc_op op)

@@ -1432,6 +1432,8 @@ static int k_dropout(const rci_cpu_args *io, rc_error *err)
 
 /* ---- dispatch --------------------------------------------------------------------------------------- */
 
+#include "kernels_conv.h"
+
 int RC_KERNEL_FN(const rci_cpu_args *io, rc_error *err)
 {
     const rc_tensor *node = io->node;
@@ -1443,6 +1445,16 @@ int RC_KERNEL_FN(const rci_cpu_args *io, rc_error *err)
     switch (node->op) {
     case RC_OP_FULL:
         return k_full(io);
+    case RC_OP_CONV2D:
+        return k_conv2d(io, err);
+    case RC_OP_CONV2D_GRAD_INPUT:
+        return k_conv2d_grad_input(io, err);
+    case RC_OP_CONV2D_GRAD_WEIGHT:
+        return k_conv2d_grad_weight(io, err);
+    case RC_OP_POOL2D:
+        return k_pool2d(io, err);
+    case RC_OP_POOL2D_GRAD:
+        return k_pool2d_grad(io, err);
     case RC_OP_ADD:
     case RC_OP_SUB:
     case RC_OP_MUL:

@@ -856,3 +856,150 @@ __kernel void k_sum_squares(__global acc_t *part, __global const float *x, long 
     }
     part[base + b] = s;
 }
+
+/* ---- 2-D convolution and pooling (NCHW), direct: one work-item per output element ----------
+ * The convolution's geometry g: n, c, h, w (input), o, kh, kw (weight [o, c/groups, kh, kw]),
+ * oh, ow (output), stride h, w, padding h, w, dilation h, w, groups. */
+
+/* y [n, o, oh, ow] = sum over the group's channels and the kernel of x * w (+ bias[o]) */
+__kernel void k_conv2d(__global store_t *y, long yo, __global const store_t *x, long xo,
+                       __global const store_t *w, long wo, __global const store_t *b, long bo,
+                       int has_bias, long16 g)
+{
+    long e = get_global_id(0);
+    if (e >= g.s0 * g.s4 * g.s7 * g.s8)
+        return;
+    long ox = e % g.s8, oy = e / g.s8 % g.s7, o = e / (g.s8 * g.s7) % g.s4, n = e / (g.s8 * g.s7 * g.s4);
+    long cg = g.s1 / g.sf, og = g.s4 / g.sf, c0 = o / og * cg;
+    float acc = 0;
+    for (long c = 0; c < cg; c++)
+        for (long i = 0; i < g.s5; i++) {
+            long iy = oy * g.s9 - g.sb + i * g.sd;
+            if (iy < 0 || iy >= g.s2)
+                continue;
+            for (long j = 0; j < g.s6; j++) {
+                long ix = ox * g.sa - g.sc + j * g.se;
+                if (ix < 0 || ix >= g.s3)
+                    continue;
+                acc += ld(x, xo + ((n * g.s1 + c0 + c) * g.s2 + iy) * g.s3 + ix) *
+                       ld(w, wo + ((o * cg + c) * g.s5 + i) * g.s6 + j);
+            }
+        }
+    if (has_bias)
+        acc += ld(b, bo + o);
+    st(y, yo + e, acc);
+}
+
+/* gx [n, c, h, w] = sum over the outputs that read x[n, c, iy, ix] of gy * w */
+__kernel void k_conv2d_grad_input(__global store_t *gx, long xo, __global const store_t *gy, long yo,
+                                  __global const store_t *w, long wo, long16 g)
+{
+    long e = get_global_id(0);
+    if (e >= g.s0 * g.s1 * g.s2 * g.s3)
+        return;
+    long ix = e % g.s3, iy = e / g.s3 % g.s2, c = e / (g.s3 * g.s2) % g.s1, n = e / (g.s3 * g.s2 * g.s1);
+    long cg = g.s1 / g.sf, og = g.s4 / g.sf, grp = c / cg, cl = c - grp * cg;
+    float acc = 0;
+    for (long i = 0; i < g.s5; i++) {
+        long ty = iy + g.sb - i * g.sd;
+        if (ty < 0 || ty % g.s9 || ty / g.s9 >= g.s7)
+            continue;
+        for (long j = 0; j < g.s6; j++) {
+            long tx = ix + g.sc - j * g.se;
+            if (tx < 0 || tx % g.sa || tx / g.sa >= g.s8)
+                continue;
+            for (long o = grp * og; o < (grp + 1) * og; o++)
+                acc += ld(gy, yo + ((n * g.s4 + o) * g.s7 + ty / g.s9) * g.s8 + tx / g.sa) *
+                       ld(w, wo + ((o * cg + cl) * g.s5 + i) * g.s6 + j);
+        }
+    }
+    st(gx, xo + e, acc);
+}
+
+/* gw [o, c/groups, kh, kw] = sum over images and outputs of gy * the x it read */
+__kernel void k_conv2d_grad_weight(__global store_t *gw, long wo, __global const store_t *gy, long yo,
+                                   __global const store_t *x, long xo, long16 g)
+{
+    long cg = g.s1 / g.sf, og = g.s4 / g.sf;
+    long e = get_global_id(0);
+    if (e >= g.s4 * cg * g.s5 * g.s6)
+        return;
+    long j = e % g.s6, i = e / g.s6 % g.s5, c = e / (g.s6 * g.s5) % cg, o = e / (g.s6 * g.s5 * cg);
+    long c0 = o / og * cg;
+    float acc = 0;
+    for (long n = 0; n < g.s0; n++)
+        for (long oy = 0; oy < g.s7; oy++) {
+            long iy = oy * g.s9 - g.sb + i * g.sd;
+            if (iy < 0 || iy >= g.s2)
+                continue;
+            for (long ox = 0; ox < g.s8; ox++) {
+                long ix = ox * g.sa - g.sc + j * g.se;
+                if (ix < 0 || ix >= g.s3)
+                    continue;
+                acc += ld(gy, yo + ((n * g.s4 + o) * g.s7 + oy) * g.s8 + ox) *
+                       ld(x, xo + ((n * g.s1 + c0 + c) * g.s2 + iy) * g.s3 + ix);
+            }
+        }
+    st(gw, wo + e, acc);
+}
+
+/* Pooling's geometry p: planes (n * c), h, w, oh, ow, kernel h, w, stride h, w, padding h, w.
+ * The index in plane x of window (oy, ox)'s first maximum (a NaN wins), as the CPU's. */
+static long pool_argmax(__global const store_t *x, long xo, long oy, long ox, long16 p)
+{
+    long y0 = oy * p.s7 - p.s9, x0 = ox * p.s8 - p.sa, best = -1;
+    float m = -INFINITY;
+    for (long i = max(y0, 0L); i < y0 + p.s5 && i < p.s1; i++)
+        for (long j = max(x0, 0L); j < x0 + p.s6 && j < p.s2; j++) {
+            float v = ld(x, xo + i * p.s2 + j);
+            if (best < 0 || v > m || (v != v && m == m)) {
+                m = v;
+                best = i * p.s2 + j;
+            }
+        }
+    return best;
+}
+
+/* y [planes, oh, ow]: the window's maximum, or its sum / (kh kw) */
+__kernel void k_pool2d(__global store_t *y, long yo, __global const store_t *x, long xo, int avg, long16 p)
+{
+    long e = get_global_id(0);
+    if (e >= p.s0 * p.s3 * p.s4)
+        return;
+    long ox = e % p.s4, oy = e / p.s4 % p.s3, pl = e / (p.s4 * p.s3);
+    long px = xo + pl * p.s1 * p.s2;
+    if (!avg) {
+        st(y, yo + e, ld(x, px + pool_argmax(x, px, oy, ox, p)));
+        return;
+    }
+    long y0 = oy * p.s7 - p.s9, x0 = ox * p.s8 - p.sa;
+    float acc = 0;
+    for (long i = max(y0, 0L); i < y0 + p.s5 && i < p.s1; i++)
+        for (long j = max(x0, 0L); j < x0 + p.s6 && j < p.s2; j++)
+            acc += ld(x, px + i * p.s2 + j);
+    st(y, yo + e, acc * (1.0f / (float)(p.s5 * p.s6)));
+}
+
+/* gx [planes, h, w]: the upstream gradients of the windows that took x[iy, ix] */
+__kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_t *gy, long yo,
+                            __global const store_t *x, long xxo, int avg, long16 p)
+{
+    long e = get_global_id(0);
+    if (e >= p.s0 * p.s1 * p.s2)
+        return;
+    long ix = e % p.s2, iy = e / p.s2 % p.s1, pl = e / (p.s2 * p.s1);
+    long px = xxo + pl * p.s1 * p.s2, py = yo + pl * p.s3 * p.s4;
+    float inv = 1.0f / (float)(p.s5 * p.s6), acc = 0;
+    /* windows oy with oy*sh - ph <= iy < oy*sh - ph + kh */
+    long oy0 = max((iy + p.s9 - p.s5 + p.s7) / p.s7, 0L), ox0 = max((ix + p.sa - p.s6 + p.s8) / p.s8, 0L);
+    for (long oy = oy0; oy < p.s3 && oy * p.s7 - p.s9 <= iy; oy++)
+        for (long ox = ox0; ox < p.s4 && ox * p.s8 - p.sa <= ix; ox++) {
+            if (iy >= oy * p.s7 - p.s9 + p.s5 || ix >= ox * p.s8 - p.sa + p.s6)
+                continue;
+            if (avg)
+                acc += ld(gy, py + oy * p.s4 + ox) * inv;
+            else if (pool_argmax(x, px, oy, ox, p) == iy * p.s2 + ix)
+                acc += ld(gy, py + oy * p.s4 + ox);
+        }
+    st(gx, xo + e, acc);
+}

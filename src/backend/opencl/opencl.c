@@ -274,7 +274,8 @@ static const char *kernel_names[OCL_KERNEL_COUNT] = {
     "k_cast_i32_f32", "k_reduce", "k_dropout", "k_adamw", "k_sgd", "k_accumulate", "k_sum_squares",
     "k_softmax", "k_layer_norm", "k_rms_norm", "k_check_ids", "k_embedding", "k_embedding_grad",
     "k_one_hot", "k_ce_rows", "k_ce_mean", "k_ce_scale", "k_ce_grad", "k_rope", "k_reduce_part",
-    "k_reduce_finish", "k_cast", "k_matmul_rows",
+    "k_reduce_finish", "k_cast", "k_matmul_rows", "k_conv2d", "k_conv2d_grad_input",
+    "k_conv2d_grad_weight", "k_pool2d", "k_pool2d_grad",
 };
 
 /* the start of the compiler's log (its first errors), in err */

@@ -50,6 +50,11 @@ typedef enum {
     OCL_REDUCE_FINISH,
     OCL_CAST,              /* casts from or to 16 bits */
     OCL_MATMUL_ROWS,       /* a few rows times 16-bit weights read directly */
+    OCL_CONV2D,
+    OCL_CONV2D_GRAD_INPUT,
+    OCL_CONV2D_GRAD_WEIGHT,
+    OCL_POOL2D,
+    OCL_POOL2D_GRAD,
     OCL_KERNEL_COUNT
 } rci_ocl_kernel;
 

@@ -1124,6 +1124,80 @@ static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
     return s == CLBlastSuccess ? 0 : blast_failed(o, s, err);
 }
 
+/* ---- convolution and pooling (NCHW; direct kernels, one work-item per output element) ------------ */
+
+/* n, c, h, w, o, kh, kw, oh, ow, stride h, w, padding h, w, dilation h, w, groups (kernels.cl) */
+static cl_long16 conv_geometry(const rc_tensor *node, const rc_tensor *x, const rc_tensor *w,
+                               const rc_tensor *y)
+{
+    const int32_t *ip = node->iparam;
+    cl_long16 g = {{x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], w->shape[2],
+                    w->shape[3], y->shape[2], y->shape[3], ip[0], ip[1], ip[2], ip[3], ip[4], ip[5],
+                    ip[6]}};
+    return g;
+}
+
+/* CONV2D: x, weight, bias? -> y; CONV2D_GRAD_INPUT: gy, weight -> gx; CONV2D_GRAD_WEIGHT: gy, x -> gw */
+static int run_conv2d(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    int nin = node->op == RC_OP_CONV2D && node->nsrc > 2 && node->src[2] ? 3 : 2;
+    place out = {0}, in[3] = {{0}};
+    for (int k = 0; k < nin; k++)
+        if (need_src(node, k, node->dtype, err))
+            return -1;
+    if (places(r, nin, &out, in, err))
+        return -1;
+    if (node->ndim != 4 || node->src[0]->ndim != 4 || node->src[1]->ndim != 4 || node->iparam[6] < 1)
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: inputs must be 4-D (NCHW)", op_name(node));
+    const rc_tensor *s0 = node->src[0], *s1 = node->src[1];
+    size_t n = (size_t)rc_tensor_numel(node);
+    if (node->op == RC_OP_CONV2D) {
+        cl_long16 g = conv_geometry(node, s0, s1, node);
+        cl_int has_bias = nin == 3;
+        place b = has_bias ? in[2] : in[0];
+        rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                           ARG(in[1].off), ARG(b.mem), ARG(b.off), ARG(has_bias), ARG(g)};
+        return launch(o, node, OCL_CONV2D, a, 10, n, "conv2d", err);
+    }
+    cl_long16 g = node->op == RC_OP_CONV2D_GRAD_INPUT ? conv_geometry(node, node, s1, s0)
+                                                      : conv_geometry(node, s1, node, s0);
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(g)};
+    return launch(o, node, node->op == RC_OP_CONV2D_GRAD_INPUT ? OCL_CONV2D_GRAD_INPUT : OCL_CONV2D_GRAD_WEIGHT,
+                  a, 7, n, op_name(node), err);
+}
+
+/* POOL2D: x -> y; POOL2D_GRAD: gy, x -> gx. Geometry: planes, h, w, oh, ow, kernel h, w,
+ * stride h, w, padding h, w (kernels.cl) */
+static int run_pool2d(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    int grad = node->op == RC_OP_POOL2D_GRAD, nin = grad ? 2 : 1;
+    place out = {0}, in[2] = {{0}};
+    for (int k = 0; k < nin; k++)
+        if (need_src(node, k, node->dtype, err))
+            return -1;
+    if (places(r, nin, &out, in, err))
+        return -1;
+    const rc_tensor *x = grad ? node->src[1] : node->src[0], *y = grad ? node->src[0] : node;
+    const int32_t *ip = node->iparam;
+    if (node->ndim != 4 || x->ndim != 4 || y->ndim != 4 || ip[1] < 1 || ip[2] < 1 || ip[3] < 1 || ip[4] < 1)
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: inputs must be 4-D (NCHW) with a kernel and stride",
+                            op_name(node));
+    cl_long16 p = {{x->shape[0] * x->shape[1], x->shape[2], x->shape[3], y->shape[2], y->shape[3], ip[1],
+                    ip[2], ip[3], ip[4], ip[5], ip[6], 0, 0, 0, 0, 0}};
+    cl_int avg = ip[0] == RC_POOL_AVG;
+    size_t n = (size_t)rc_tensor_numel(node);
+    if (!grad) {
+        rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(avg), ARG(p)};
+        return launch(o, node, OCL_POOL2D, a, 6, n, "pool2d", err);
+    }
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(avg), ARG(p)};
+    return launch(o, node, OCL_POOL2D_GRAD, a, 8, n, "pool2d_grad", err);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------------ */
 
 /* Every op that computes runs on f32, bf16 and f16 values (16-bit ones through the
@@ -1173,6 +1247,11 @@ int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t)
     case RC_OP_DROPOUT:
     case RC_OP_WHERE:
     case RC_OP_EQUAL:
+    case RC_OP_CONV2D:
+    case RC_OP_CONV2D_GRAD_INPUT:
+    case RC_OP_CONV2D_GRAD_WEIGHT:
+    case RC_OP_POOL2D:
+    case RC_OP_POOL2D_GRAD:
         return real;
     default:
         return 0;
@@ -1258,6 +1337,11 @@ int rci_ocl_run_node(rc_backend *be, const rci_node_run *r, rc_error *err)
     case RC_OP_DROPOUT: return run_dropout(o, r, err);
     case RC_OP_WHERE: return run_where(o, r, err);
     case RC_OP_EQUAL: return run_equal(o, r, err);
+    case RC_OP_CONV2D:
+    case RC_OP_CONV2D_GRAD_INPUT:
+    case RC_OP_CONV2D_GRAD_WEIGHT: return run_conv2d(o, r, err);
+    case RC_OP_POOL2D:
+    case RC_OP_POOL2D_GRAD: return run_pool2d(o, r, err);
     default: return run_unary(o, r, err);   /* AFFINE, EXP, LOG, SQRT, RSQRT, TANH */
     }
 }
