@@ -1,6 +1,7 @@
 #include "check.h"
 
 #include "redco/pipeline.h"
+#include "redco/safetensors.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -142,6 +143,30 @@ int check_weights_add_params(check_weights *w, const char *prefix, rc_params *p,
             return -1;
     }
     return 0;
+}
+
+int check_weights_add_file(check_weights *w, const char *path, int dtype)
+{
+    rc_error err = {0};
+    rc_safetensors *f = rc_safetensors_open(path, &err);
+    int rc = f ? 0 : -1;
+    for (int i = 0; !rc && i < rc_safetensors_count(f); i++) {
+        const rc_st_tensor *t = rc_safetensors_info(f, i);
+        if (dtype >= 0 && t->dtype != dtype) {
+            rc_error_set(&err, RC_ERR_DTYPE, "%s: %s is %s, not %s", path, t->name, t->dtype_name,
+                         rc_dtype_name((rc_dtype)dtype));
+            rc = -1;
+            break;
+        }
+        float *x = malloc((size_t)(t->numel > 0 ? t->numel : 1) * sizeof *x);
+        rc = x && !rc_safetensors_read_f32(f, i, x, t->numel, &err) ? check_weights_add(w, "", t->name, x, t->numel, 0)
+                                                                     : -1;
+        free(x);
+    }
+    rc_safetensors_close(f);
+    if (rc)
+        fprintf(stderr, "check_weights_add_file: %s\n", err.msg[0] ? err.msg : "out of memory");
+    return rc;
 }
 
 void check_weights_free(check_weights *w)

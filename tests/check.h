@@ -32,6 +32,9 @@ int check_weights_add(check_weights *w, const char *prefix, const char *name, co
 float *check_params_flat(struct rc_params *p);
 /* appends every tensor of p, named prefix + its name */
 int check_weights_add_params(check_weights *w, const char *prefix, struct rc_params *p, double tol);
+/* appends every tensor of the safetensors file at path, read as f32, under its own name;
+ * with dtype >= 0 each must be stored in that rc_dtype. 0, or -1 with a message on stderr */
+int check_weights_add_file(check_weights *w, const char *path, int dtype);
 void check_weights_free(check_weights *w);
 /* How far a run's weights are from a reference run's: the largest over tensors of
  * ||a - ref|| / max(||ref||, CHECK_ZERO_RMS sqrt(numel)) (L2 norms; 0 when equal; INFINITY

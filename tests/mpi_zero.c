@@ -75,18 +75,8 @@ static int read_file_tensors(check_weights *w, const char *name, const char *fil
 {
     char path[300];
     snprintf(path, sizeof path, "%s/%s/%s", root, name, file);
-    rc_error err = {0};
-    rc_safetensors *f = rc_safetensors_open(path, &err);
-    CHECKF(f != NULL, "%s: %s", path, err.msg);
-    int rc = f ? 0 : -1;
-    for (int i = 0; !rc && i < rc_safetensors_count(f); i++) {
-        const rc_st_tensor *t = rc_safetensors_info(f, i);
-        float *x = malloc((size_t)t->numel * sizeof *x);
-        rc = x && !rc_safetensors_read_f32(f, i, x, t->numel, &err) ? check_weights_add(w, "", t->name, x, t->numel, 0)
-                                                                     : -1;
-        free(x);
-    }
-    rc_safetensors_close(f);
+    int rc = check_weights_add_file(w, path, -1);
+    CHECKF(rc == 0, "%s: cannot be read", path);
     return rc;
 }
 

@@ -106,24 +106,13 @@ static int read_log(const char *name, const char *key, double *out, int max)
     return n;
 }
 
-/* every tensor of root/name/file into *w */
+/* every tensor of root/name/file into *w: all of them f32 (the master, the moments) */
 static int read_file_tensors(check_weights *w, const char *name, const char *file)
 {
     char path[300];
     snprintf(path, sizeof path, "%s/%s/%s", root, name, file);
-    rc_error err = {0};
-    rc_safetensors *f = rc_safetensors_open(path, &err);
-    CHECKF(f != NULL, "%s: %s", path, err.msg);
-    int rc = f ? 0 : -1;
-    for (int i = 0; !rc && i < rc_safetensors_count(f); i++) {
-        const rc_st_tensor *t = rc_safetensors_info(f, i);
-        float *x = malloc((size_t)t->numel * sizeof *x);
-        CHECKF(t->dtype == RC_F32, "%s: %s is %s, not the f32 master", path, t->name, t->dtype_name);
-        rc = x && !rc_safetensors_read_f32(f, i, x, t->numel, &err) ? check_weights_add(w, "", t->name, x, t->numel, 0)
-                                                                     : -1;
-        free(x);
-    }
-    rc_safetensors_close(f);
+    int rc = check_weights_add_file(w, path, RC_F32);
+    CHECKF(rc == 0, "%s: cannot be read, or a tensor is not the f32 master (stderr says which)", path);
     return rc;
 }
 
