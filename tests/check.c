@@ -1,5 +1,6 @@
 #include "check.h"
 
+#include "redco/device.h"
 #include "redco/pipeline.h"
 #include "redco/safetensors.h"
 
@@ -143,6 +144,20 @@ int check_weights_add_params(check_weights *w, const char *prefix, rc_params *p,
             return -1;
     }
     return 0;
+}
+
+rc_backend *check_opencl(const char *what)
+{
+    rc_error err = {0};
+    rc_backend *be = rc_backend_opencl(0, &err);
+    if (be)
+        return be;
+    const char *req = getenv("REDCO_REQUIRE_OPENCL");
+    int required = (req && !strcmp(req, "1")) || rc_opencl_device_count(NULL) > 0;
+    CHECKF(!required, "%s: no OpenCL backend (a device is there, or REDCO_REQUIRE_OPENCL=1): %s", what, err.msg);
+    if (!required)
+        printf("%s: not run (no OpenCL device; set REDCO_REQUIRE_OPENCL=1 to fail): %s\n", what, err.msg);
+    return NULL;
 }
 
 int check_weights_add_file(check_weights *w, const char *path, int dtype)

@@ -49,6 +49,11 @@ double check_weights_diff(const check_weights *a, const check_weights *ref, char
 /* a dump file: 0, or -1 with a message on stderr */
 int check_weights_save(const check_weights *w, const char *path);
 int check_weights_load(check_weights *w, const char *path);
+struct rc_backend;
+/* The first OpenCL device's backend, or NULL: then a check fails when REDCO_REQUIRE_OPENCL=1
+ * (CI sets it) or a device is there (its backend should have opened); otherwise `what` is
+ * printed as not run, with the reason. */
+struct rc_backend *check_opencl(const char *what);
 /* the value of "--dump PATH" in argv (NULL when absent) */
 const char *check_dump_path(int argc, char **argv);
 /* The whole file at path, NUL-terminated (malloc'd; *len bytes before the NUL), or NULL

@@ -441,15 +441,9 @@ static void test_half_cpu(void)
 
 static void test_opencl(void)
 {
-    rc_error err = {0};
-    rc_backend *gpu = rc_backend_opencl(0, &err);
-    if (!gpu) {
-        const char *req = getenv("REDCO_REQUIRE_OPENCL");
-        CHECKF(!(req && !strcmp(req, "1")), "no OpenCL backend and REDCO_REQUIRE_OPENCL=1: %s", err.msg);
-        printf("test_conv: OpenCL part not run (no OpenCL device; set REDCO_REQUIRE_OPENCL=1 to fail): %s\n",
-               err.msg);
+    rc_backend *gpu = check_opencl("test_conv's OpenCL part");
+    if (!gpu)
         return;
-    }
     for (int t = 0; t < 3; t++)
         for (int op = RC_OP_CONV2D; op <= RC_OP_POOL2D_GRAD; op++)
             CHECK(rc_backend_supports(gpu, (rc_op)op, (rc_dtype[]){RC_F32, RC_BF16, RC_F16}[t]));

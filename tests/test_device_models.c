@@ -220,17 +220,9 @@ static void test_generation(void)
 
 int main(void)
 {
-    rc_error err = {0};
     rc_set_threads(2);
-    if (!(gpu = rc_backend_opencl(0, &err))) {
-        const char *req = getenv("REDCO_REQUIRE_OPENCL");
-        if (req && !strcmp(req, "1")) {
-            CHECKF(0, "REDCO_REQUIRE_OPENCL=1 but no OpenCL device: %s", err.msg);
-            return check_summary("test_device_models");
-        }
-        printf("test_device_models: not run (no OpenCL device; set REDCO_REQUIRE_OPENCL=1 to fail): %s\n", err.msg);
-        return 0;
-    }
+    if (!(gpu = check_opencl("test_device_models")))
+        return check_summary("test_device_models");
     test_logits();
     test_training();
     test_generation();

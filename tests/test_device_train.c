@@ -191,17 +191,9 @@ static void test_foreign_buffer(void)
 
 int main(void)
 {
-    rc_error err = {0};
     rc_set_threads(2);
-    if (!rc_backend_opencl(0, &err)) {
-        const char *req = getenv("REDCO_REQUIRE_OPENCL");
-        if (req && !strcmp(req, "1")) {
-            CHECKF(0, "REDCO_REQUIRE_OPENCL=1 but no OpenCL device: %s", err.msg);
-            return check_summary("test_device_train");
-        }
-        printf("test_device_train: not run (no OpenCL device; set REDCO_REQUIRE_OPENCL=1 to fail): %s\n", err.msg);
-        return 0;
-    }
+    if (!check_opencl("test_device_train"))
+        return check_summary("test_device_train");
     rc_rng r = rc_rng_new(11);
     for (int i = 0; i < N * IN; i++)
         xs[i] = (float)rc_rng_normal(&r);

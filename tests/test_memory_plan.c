@@ -308,13 +308,8 @@ int main(int argc, char **argv)
         return 2;
     }
     rc_set_threads(2);
-    rc_error err = {0};
-    if (!strcmp(c->device, "opencl") && !rc_backend_opencl(0, &err)) {
-        const char *req = getenv("REDCO_REQUIRE_OPENCL");
-        CHECKF(!(req && !strcmp(req, "1")), "REDCO_REQUIRE_OPENCL=1 but no OpenCL device: %s", err.msg);
-        printf("test_memory_plan %s: not run, no OpenCL device (%s)\n", name, err.msg);
+    if (!strcmp(c->device, "opencl") && !check_opencl(name))
         return check_summary("test_memory_plan");
-    }
     run_case(c, &argc, &argv);
     if (!strcmp(name, "default")) { /* after the case: its peak RSS is the training's */
         test_parse();

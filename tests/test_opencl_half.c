@@ -719,19 +719,9 @@ static void bench_decode(void)
 
 int main(void)
 {
-    rc_error err = {0};
     rc_set_threads(2);
-    gpu = rc_backend_opencl(0, &err);
-    if (!gpu) {
-        const char *req = getenv("REDCO_REQUIRE_OPENCL");
-        if ((req && !strcmp(req, "1")) || rc_opencl_device_count(NULL) > 0) {
-            CHECKF(0, "no OpenCL backend (a device is there, or REDCO_REQUIRE_OPENCL=1): %s", err.msg);
-            return check_summary("opencl_half");
-        }
-        printf("test_opencl_half: not run (no OpenCL device; set REDCO_REQUIRE_OPENCL=1 to fail): %s\n",
-               err.msg);
-        return 0;
-    }
+    if (!(gpu = check_opencl("test_opencl_half")))
+        return check_summary("opencl_half");
     test_scratch_counted();
     test_supported();
     test_casts();

@@ -164,15 +164,9 @@ static void test_dropout(rc_backend *be)
 /* the same checks on the OpenCL device, or why they did not run */
 static void test_opencl(void)
 {
-    rc_error err = {0};
-    rc_backend *be = rc_backend_opencl(0, &err);
-    if (!be) {
-        const char *req = getenv("REDCO_REQUIRE_OPENCL");
-        CHECKF(!req || strcmp(req, "1"), "REDCO_REQUIRE_OPENCL=1 but no OpenCL device: %s", err.msg);
-        printf("test_remat: OpenCL part not run (no OpenCL device; set REDCO_REQUIRE_OPENCL=1 to fail): %s\n",
-               err.msg);
+    rc_backend *be = check_opencl("test_remat's OpenCL part");
+    if (!be)
         return;
-    }
     test_families(be);
     test_dropout(be);
 }

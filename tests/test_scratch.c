@@ -172,14 +172,8 @@ int main(void)
 {
     rc_set_threads(2);
     test_cpu();
-    rc_error err = {0};
-    rc_backend *ocl = rc_backend_opencl(0, &err);
-    if (ocl) {
+    rc_backend *ocl = check_opencl("test_scratch's OpenCL part");
+    if (ocl)
         test_opencl(ocl);
-    } else {
-        const char *req = getenv("REDCO_REQUIRE_OPENCL");
-        CHECKF(!(req && !strcmp(req, "1")), "REDCO_REQUIRE_OPENCL=1 but no OpenCL device: %s", err.msg);
-        printf("test_scratch: OpenCL part not run, no OpenCL device (%s)\n", err.msg);
-    }
     return check_summary("test_scratch");
 }

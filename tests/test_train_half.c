@@ -332,12 +332,8 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--device"))
             device = argv[i + 1];
     rc_error err = {0};
-    if (device && !strncmp(device, "opencl", 6) && !rc_backend_opencl(0, &err)) {
-        const char *req = getenv("REDCO_REQUIRE_OPENCL");
-        CHECKF(!(req && !strcmp(req, "1")), "REDCO_REQUIRE_OPENCL=1 but no OpenCL device: %s", err.msg);
-        printf("test_train_half on %s: not run, no OpenCL device (%s)\n", device, err.msg);
+    if (device && !strncmp(device, "opencl", 6) && !check_opencl("test_train_half on OpenCL"))
         return check_summary("test_train_half");
-    }
     rc_set_threads(2);
     rc_backend *be = rc_device_open(device ? device : "cpu", 0, &err);
     CHECKF(be != NULL, "%s: %s", device ? device : "cpu", err.msg);
