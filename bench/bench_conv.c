@@ -60,16 +60,7 @@ static double time_executor(const layer *l, int pass, int reps, rc_rng *r)
             bench_fail(NAME, "rc_plan_set_input", err.msg);
         free(h);
     }
-    if (rc_plan_run(p, &err))
-        bench_fail(NAME, "rc_plan_run", err.msg);
-    double best = 1e30;
-    for (int i = 0; i < reps; i++) {
-        double t0 = bench_now();
-        if (rc_plan_run(p, &err))
-            bench_fail(NAME, "rc_plan_run", err.msg);
-        double dt = bench_now() - t0;
-        best = dt < best ? dt : best;
-    }
+    double best = bench_plan_best(NAME, p, reps);
     rc_plan_free(p);
     rc_graph_free(g);
     return best;

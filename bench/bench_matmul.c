@@ -41,16 +41,7 @@ static double time_executor(rc_dtype t, int m, int k, int n, int ta, int tb, con
         bench_fail(NAME, "rc_plan_set_input", err.msg);
     free(ha);
     free(hb);
-    if (rc_plan_run(p, &err)) /* warm: the 16-bit scratch is sized on the first run */
-        bench_fail(NAME, "rc_plan_run", err.msg);
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = bench_now();
-        if (rc_plan_run(p, &err))
-            bench_fail(NAME, "rc_plan_run", err.msg);
-        double dt = bench_now() - t0;
-        best = dt < best ? dt : best;
-    }
+    double best = bench_plan_best(NAME, p, reps);
     rc_plan_free(p);
     rc_graph_free(g);
     return best;

@@ -1,5 +1,6 @@
 /* common.c - the benchmarks' shared helpers (see common.h). */
 #include "common.h"
+#include "redco.h"
 
 #include <math.h>
 #include <omp.h>
@@ -104,4 +105,20 @@ void bench_copy_free(bench_copy *c)
     free(c->a);
     free(c->b);
     c->a = c->b = NULL;
+}
+
+double bench_plan_best(const char *name, rc_plan *p, int reps)
+{
+    rc_error err = {0};
+    if (rc_plan_run(p, &err))
+        bench_fail(name, "rc_plan_run", err.msg);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = bench_now();
+        if (rc_plan_run(p, &err))
+            bench_fail(name, "rc_plan_run", err.msg);
+        double dt = bench_now() - t0;
+        best = dt < best ? dt : best;
+    }
+    return best;
 }

@@ -12,6 +12,11 @@ double bench_now(void);
 /* Prints "NAME: WHAT failed: MSG" on stderr and exits 1. */
 void bench_fail(const char *name, const char *what, const char *msg);
 
+struct rc_plan;
+/* The best of reps runs of plan p in seconds, after one untimed run (it warms caches and
+ * sizes the 16-bit scratch); a failed run ends the benchmark (bench_fail under name). */
+double bench_plan_best(const char *name, struct rc_plan *p, int reps);
+
 /* {"bench": NAME}: add fields with the setters, print with bench_print */
 json_t *bench_line(const char *name);
 void bench_set_num(json_t *o, const char *key, double v); /* non-finite: null */
