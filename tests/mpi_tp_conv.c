@@ -12,10 +12,12 @@
  * (1,2), (2,2), (1,4)} whose size is this world's, and is compared with one local process
  * on the CPU: every weight tensor within 1e-5 relative (L2), the last loss and the mean
  * loss of an evaluation over 12 images in batches of 6 (another graph on the same shards)
- * within 1e-5. With --device D the meshes run on device D (e.g. opencl). */
+ * and the logits a Predictor then gives for them (batches of 5: a short tail) within
+ * 1e-5. With --device D the meshes run on device D (e.g. opencl). */
 #include "check.h"
 #include "redco/data.h"
 #include "redco/pipeline.h"
+#include "redco/predict.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -103,10 +105,9 @@ static rc_tensor *conv(rc_graph *g, rc_params *p, rc_tensor *x, const char *w, c
     return kind == KIND_CNN ? rc_relu(g, y) : rc_silu(g, y);
 }
 
-static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+/* the logits [B, 10] of the batch's images */
+static rc_tensor *logits(rc_graph *g, rc_params *p, const rc_batch *b, const job *j)
 {
-    job *j = user;
-    (void)rng;
     rc_tensor *x = rc_batch_input(g, b, "image");
     int64_t B = x ? x->shape[0] : 0;
     rc_pool2d_params pool = {{2, 2}, {0, 0}, {0, 0}};
@@ -120,17 +121,44 @@ static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng,
     }
     int64_t f = x ? x->shape[1] * x->shape[2] * x->shape[3] : 0;
     rc_tensor *h = rc_reshape(g, x, 2, (int64_t[]){B, f});
-    rc_tensor *logits = rc_add(g, rc_matmul(g, h, rc_params_get(g, p, "fc"), 0, 0), rc_params_get(g, p, "fc_b"));
-    return rc_cross_entropy(g, logits, rc_batch_input(g, b, "label"), -100);
+    return rc_add(g, rc_matmul(g, h, rc_params_get(g, p, "fc"), 0, 0), rc_params_get(g, p, "fc_b"));
+}
+
+static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+{
+    (void)rng;
+    return rc_cross_entropy(g, logits(g, p, b, user), rc_batch_input(g, b, "label"), -100);
+}
+
+static rc_tensor *predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+{
+    (void)rng;
+    return logits(g, p, b, user);
+}
+
+/* a Predictor's user: the images (first, as collate and predict read it) and the rows */
+typedef struct {
+    job j;
+    float *rows;                  /* [N_EVAL][10] */
+} pjob;
+
+/* the predicted logits, on rank 0 */
+static int output(int64_t example, const float *row, int64_t row_len, void *user)
+{
+    if (row_len != 10 || example < 0 || example >= N_EVAL)
+        return -1;
+    memcpy(((pjob *)user)->rows + example * 10, row, 10 * sizeof *row);
+    return 0;
 }
 
 typedef struct {
     double loss, eval;            /* the last step's loss, the evaluation's mean loss */
+    float logits[N_EVAL * 10];    /* a Predictor's after training (rank 0) */
 } result;
 
 /* 3 steps of `optimizer` on a dp x mp mesh (local: one CPU process alone), global batch 8;
  * appends the weights to *w (names prefixed); NAN losses on failure */
-static result train(int kind, const char *optimizer, int mp, int local, check_weights *w, const char *prefix)
+static const result *train(int kind, const char *optimizer, int mp, int local, check_weights *w, const char *prefix)
 {
     rc_error err = {0};
     rc_deployer_options dopt = {.seed = 5, .mp = mp, .local = local, .device = local ? "cpu" : device};
@@ -145,7 +173,8 @@ static result train(int kind, const char *optimizer, int mp, int local, check_we
     rc_train_options o = {.steps = 3, .batch_size = 8 / dp, .optimizer = optimizer, .lr = adam ? 1e-3 : 0.05,
                           .weight_decay = adam ? 0.01 : 0, .eps = adam ? 1e-6 : 0};
     rc_train_result r = {0};
-    result res = {NAN, NAN};
+    static result res;
+    res = (result){NAN, NAN, {0}};
     int ok = t && rc_trainer_fit(t, &o, (rc_examples){count, &j}, NULL, &r, &err) == 0;
     CHECKF(ok, "train %d with %s on mp %d: %s", kind, optimizer, mp, err.msg);
     if (ok) {
@@ -154,11 +183,16 @@ static result train(int kind, const char *optimizer, int mp, int local, check_we
                "eval %d on mp %d: %s", kind, mp, err.msg);
         res.loss = r.loss;
         CHECK(check_weights_add_params(w, prefix, params, 1e-5) == 0);
+        /* a Predictor on the trained weights, with its own plan (the logits are the output) */
+        pjob pj = {e, res.logits};
+        rc_predictor *pr = rc_predictor_new(d, collate, predict, output, &pj, params, &err);
+        CHECKF(pr && rc_predictor_run(pr, N_EVAL, 5, &err) == 0, "predict %d on mp %d: %s", kind, mp, err.msg);
+        rc_predictor_free(pr);
     }
     rc_trainer_free(t);
     rc_params_free(params);
     rc_deployer_free(d);
-    return res;
+    return &res;
 }
 
 static double rel(double a, double ref)
@@ -186,22 +220,29 @@ int main(int argc, char **argv)
             char prefix[32];
             snprintf(prefix, sizeof prefix, "%s/%s/", kinds[kind], optimizers[opt]);
             check_weights ref = {0};
-            result r0 = train(kind, optimizers[opt], 1, 1, &ref, prefix);
+            result r0 = *train(kind, optimizers[opt], 1, 1, &ref, prefix);
             for (int m = 0; m < 5; m++) {
                 int dp = meshes[m][0], mp = meshes[m][1];
                 if (dp * mp != P)
                     continue;
                 check_weights w = {0};
-                result r = train(kind, optimizers[opt], mp, 0, &w, prefix);
+                result r = *train(kind, optimizers[opt], mp, 0, &w, prefix);
                 char worst[256] = "";
-                double e = check_weights_diff(&w, &ref, worst, sizeof worst, NULL);
-                CHECKF(e < 1e-5 && rel(r.loss, r0.loss) < 1e-5 && rel(r.eval, r0.eval) < 1e-5,
-                       "%s with %s on dp %d x mp %d: tensor %s differs by %.3g, loss %.7f vs %.7f, eval %.7f vs %.7f",
-                       kinds[kind], optimizers[opt], dp, mp, worst, e, r.loss, r0.loss, r.eval, r0.eval);
+                double e = check_weights_diff(&w, &ref, worst, sizeof worst, NULL), dl = 0, nl = 0;
+                for (int i = 0; i < N_EVAL * 10; i++) {
+                    dl += (r.logits[i] - r0.logits[i]) * (double)(r.logits[i] - r0.logits[i]);
+                    nl += r0.logits[i] * (double)r0.logits[i];
+                }
+                double el = rank == 0 ? sqrt(dl / fmax(nl, 1e-30)) : 0; /* rows come to rank 0 */
+                CHECKF(e < 1e-5 && rel(r.loss, r0.loss) < 1e-5 && rel(r.eval, r0.eval) < 1e-5 && el < 1e-5,
+                       "%s with %s on dp %d x mp %d: tensor %s differs by %.3g, loss %.7f vs %.7f, eval %.7f vs %.7f, "
+                       "predicted logits by %.3g", kinds[kind], optimizers[opt], dp, mp, worst, e, r.loss, r0.loss,
+                       r.eval, r0.eval, el);
                 if (rank == 0)
                     printf("%-7s %-5s dp %d x mp %d on %s: loss after 3 steps %.6f (one CPU process %.6f), eval %.6f "
-                           "(%.6f), worst tensor %s, rel L2 diff %.2e\n", kinds[kind], optimizers[opt], dp, mp,
-                           device ? device : "cpu", r.loss, r0.loss, r.eval, r0.eval, worst, e);
+                           "(%.6f), worst tensor %s, rel L2 diff %.2e, predicted logits (norm %.3g) %.2e\n", kinds[kind],
+                           optimizers[opt], dp, mp, device ? device : "cpu", r.loss, r0.loss, r.eval, r0.eval, worst, e,
+                           sqrt(nl), el);
                 check_weights_free(&w);
             }
             check_weights_free(&ref);
