@@ -7,6 +7,8 @@
  *   grouped: conv 1->8, silu, depthwise conv 8->8 (carries the split), silu, conv 8->16
  *            (row), silu, conv 16->16 in 4 groups (column, its input cut to its groups),
  *            flatten, linear -> 10 (row parallel).
+ *   fixed:   cnn with the caller's splits: conv1 whole, conv2 split on its input channels
+ *            (its whole input cut to them), fc by its input features.
  * Each trains 3 SGD steps and 3 AdamW steps on the first 24 Fashion-MNIST test images
  * bundled in data/fashion-mnist/ (global batch 8) on every mesh (dp, mp) in {(1,1), (2,1),
  * (1,2), (2,2), (1,4)} whose size is this world's, and is compared with one local process
@@ -24,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { KIND_CNN, KIND_GROUPED, N_KINDS, N_TRAIN = 24, N_EVAL = 12, HW = 28, MAXP = 12 };
+enum { KIND_CNN, KIND_GROUPED, KIND_FIXED, N_KINDS, N_TRAIN = 24, N_EVAL = 12, HW = 28, MAXP = 12 };
 
 static const char *device;        /* --device: where the meshes run (the reference: the CPU) */
 static rc_image_set images;
@@ -46,15 +48,18 @@ static const pdecl grouped_params[] = {
     {"g3", {16, 4, 3, 3}, 4, 0.15},   {"g3_b", {16}, 1, 0.1},    {"fc", {16 * 20 * 20, 10}, 2, 0.01},
     {"fc_b", {10}, 1, 0.1}};
 
+/* KIND_FIXED's splits */
+static const rc_shard_override fixed[] = {{"conv1", -1, 0}, {"conv2", 1, 0}, {"fc", 0, 0}};
+
 static int n_params(int kind)
 {
-    return kind == KIND_CNN ? (int)(sizeof cnn_params / sizeof *cnn_params)
+    return kind != KIND_GROUPED ? (int)(sizeof cnn_params / sizeof *cnn_params)
                             : (int)(sizeof grouped_params / sizeof *grouped_params);
 }
 
 static rc_params *params_new(int kind)
 {
-    const pdecl *d = kind == KIND_CNN ? cnn_params : grouped_params;
+    const pdecl *d = kind != KIND_GROUPED ? cnn_params : grouped_params;
     rc_params *p = rc_params_new();
     for (int i = 0; p && i < n_params(kind); i++)
         if (rc_params_add_init(p, d[i].name, d[i].ndim, d[i].shape, &(rc_init){.kind = RC_INIT_NORMAL, .std = d[i].std})) {
@@ -102,7 +107,7 @@ static rc_tensor *conv(rc_graph *g, rc_params *p, rc_tensor *x, const char *w, c
 {
     rc_conv2d_params q = {.groups = groups};
     rc_tensor *y = rc_conv2d(g, x, rc_params_get(g, p, w), rc_params_get(g, p, b), &q);
-    return kind == KIND_CNN ? rc_relu(g, y) : rc_silu(g, y);
+    return kind != KIND_GROUPED ? rc_relu(g, y) : rc_silu(g, y);
 }
 
 /* the logits [B, 10] of the batch's images */
@@ -112,7 +117,7 @@ static rc_tensor *logits(rc_graph *g, rc_params *p, const rc_batch *b, const job
     int64_t B = x ? x->shape[0] : 0;
     rc_pool2d_params pool = {{2, 2}, {0, 0}, {0, 0}};
     x = conv(g, p, x, "conv1", "conv1_b", 1, j->kind);
-    if (j->kind == KIND_CNN) {
+    if (j->kind != KIND_GROUPED) {
         x = conv(g, p, rc_max_pool2d(g, x, &pool), "conv2", "conv2_b", 1, j->kind);
         x = rc_avg_pool2d(g, x, &pool);
     } else {
@@ -171,7 +176,9 @@ static const result *train(int kind, const char *optimizer, int mp, int local, c
     /* AdamW's first steps move each weight by about lr whatever its gradient's size: an eps
      * of 1e-6 keeps gradients near 0 (rounding residue) from deciding a sign */
     rc_train_options o = {.steps = 3, .batch_size = 8 / dp, .optimizer = optimizer, .lr = adam ? 1e-3 : 0.05,
-                          .weight_decay = adam ? 0.01 : 0, .eps = adam ? 1e-6 : 0};
+                          .weight_decay = adam ? 0.01 : 0, .eps = adam ? 1e-6 : 0,
+                          .shard_overrides = kind == KIND_FIXED && mp > 1 ? fixed : NULL,
+                          .n_shard_overrides = kind == KIND_FIXED && mp > 1 ? 3 : 0};
     rc_train_result r = {0};
     static result res;
     res = (result){NAN, NAN, {0}};
@@ -213,7 +220,7 @@ int main(int argc, char **argv)
             device = argv[i + 1];
     int loaded = rc_fashion_mnist_load(&images, REDCO_DATA_DIR "/fashion-mnist", "t10k", N_TRAIN + N_EVAL, &err) == 0;
     CHECKF(loaded && images.h == HW && images.w == HW, "Fashion-MNIST: %s", err.msg);
-    const char *kinds[N_KINDS] = {"cnn", "grouped"}, *optimizers[2] = {"sgd", "adamw"};
+    const char *kinds[N_KINDS] = {"cnn", "grouped", "fixed"}, *optimizers[2] = {"sgd", "adamw"};
     static const int meshes[5][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {1, 4}};
     for (int kind = 0; loaded && kind < N_KINDS; kind++)
         for (int opt = 0; opt < 2; opt++) {

@@ -4,7 +4,7 @@
  * all-reduce), a flatten carries a channel split to the features of a row-parallel
  * linear, grouped convs carry a split of whole groups (depthwise) and stay whole, with a
  * note, when the shards would split a group; a reduction over the channels keeps the
- * conv before it whole. Each rank's local graph is built with the local channel counts
+ * conv before it whole; the caller's splits are followed. Each rank's local graph is built with the local channel counts
  * and differentiates. */
 #include "check.h"
 #include "redco/shard.h"
@@ -249,11 +249,43 @@ static void test_channel_reduction(void)
     rc_graph_free(m.g);
 }
 
+/* the caller's splits: conv 1 whole, conv 2 on its input channels (its whole input cut to
+ * them by the partitioner), the linear by its input features */
+static void test_overrides(void)
+{
+    net m;
+    rc_shard_spec s[MAXP] = {0};
+    rc_shard_comm comm;
+    rc_error err = {0};
+    CHECK(build(&m, 0) == 0);
+    const rc_shard_override ov[] = {{"w1", -1, 0}, {"w2", 1, 0}, {"fc", 0, 0}};
+    CHECKF(rc_shard_apply(s, m.p, m.n, ov, 3, 2, &err) == 0, "%s", err.msg);
+    CHECKF(rc_shard_plan(m.g, m.loss, m.p, m.n, 2, 0, s, &comm, &err) == 0, "%s", err.msg);
+    expect(&m, s, "w1", RC_SHARD_REPLICATED, -1, 0, 0, 0);
+    expect(&m, s, "w1_bias", RC_SHARD_REPLICATED, -1, 0, 0, 0);
+    expect(&m, s, "w2", RC_SHARD_ROW, 1, 1, 8, 1);
+    expect(&m, s, "fc", RC_SHARD_ROW, 0, 1, 400, 1);
+    /* conv 2's and the linear's partial sums; the cut inputs' gradients (conv 2's input
+     * depends on w1) */
+    CHECKF(comm.allreduce_fwd == 2 && comm.allgather_fwd == 0, "fwd %lld gathers %lld",
+           (long long)comm.allreduce_fwd, (long long)comm.allgather_fwd);
+    for (int rank = 0; rank < 2; rank++) {
+        rc_shard_graph sg;
+        CHECKF(rc_shard_partition(m.g, m.loss, m.p, m.n, 2, rank, 0, s, &sg, &err) == 0, "%s", err.msg);
+        rc_tensor *grads[MAXP] = {0};
+        CHECKF(sg.g && rc_backward(sg.g, sg.out, sg.params, m.n, grads) == 0 && grads[2] &&
+               grads[2]->shape[1] == 4, "rank %d: %s", rank, sg.g && rc_graph_error(sg.g) ? rc_graph_error(sg.g) : "");
+        rc_shard_graph_free(&sg);
+    }
+    rc_graph_free(m.g);
+}
+
 int main(void)
 {
     test_two_convs();
     test_flatten_row();
     test_groups();
     test_channel_reduction();
+    test_overrides();
     return check_summary("test_shard_conv");
 }
