@@ -9,7 +9,12 @@
  * (row parallel) and its output is a partial sum, all-reduced before it is needed whole.
  * Embeddings looked up by the token inputs, and heads tied to them, split the vocabulary;
  * norms and the biases of row-parallel layers stay replicated; the biases of column
- * parallel layers split with their outputs.
+ * parallel layers split with their outputs. A conv2d whose weight [O, C/groups, KH, KW] is
+ * a parameter does the same on the channel axis: fed a whole input, its weight and bias
+ * split by output channels (axis 0, RC_SHARD_COLUMN); fed a channel split, its weight by
+ * input channels (axis 1, RC_SHARD_ROW), the bias added once after the all-reduce. Grouped
+ * convs keep whole groups on each shard (a depthwise conv carries a split), or stay whole
+ * with a note when the shards would cut a group.
  *
  * This is the analysis and its report (`redco plan`); executing the split graph is the
  * partitioner's job. */

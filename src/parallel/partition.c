@@ -9,7 +9,9 @@
  *              part padded with zeros to the whole and summed over the model axis (exact:
  *              one term per element is non-zero; one collective kind, and the gradient is
  *              the shard's cut of the whole gradient);
- *   vocabulary shards for embeddings and the cross-entropy.
+ *   vocabulary shards for embeddings and the cross-entropy;
+ *   convs with the local channel counts (a row-parallel conv's bias added after its
+ *   all-reduce; a grouped column conv's whole input cut to its groups).
  * Splittable inputs (a key/value cache) become leaves of this shard's shape. */
 #include "shard_internal.h"
 
@@ -114,13 +116,15 @@ static rc_tensor *slice_for(local *l, const rc_tensor *y, const rc_tensor *gx, r
     return cut(l, x, ax, c);
 }
 
-/* a replicated input of a row-parallel linear cut to the features of its weight's shard */
+/* a replicated input of a row-parallel linear (or conv: its channels) cut to the features
+ * of its weight's shard */
 static rc_tensor *row_cut(local *l, const rc_tensor *y, rc_tensor *x)
 {
     int wi = l->p->param_of[y->src[1]->id];
     const rc_shard_spec *s = &l->spec[wi];
-    cand c = {x->ndim - 1, s->outer, s->groups, s->inner, s->outer, s->inner};
-    return cut(l, x, x->ndim - 1, &c);
+    int ax = y->op == RC_OP_CONV2D ? 1 : x->ndim - 1;
+    cand c = {ax, s->outer, s->groups, s->inner, s->outer, s->inner};
+    return cut(l, x, ax, &c);
 }
 
 static rc_tensor *input(local *l, const rc_tensor *y, int i)
@@ -195,6 +199,42 @@ static rc_tensor *cross_entropy_shards(local *l, const rc_tensor *y, rc_tensor *
     return rc_div(g, rc_sum_all(g, rc_mul(g, rc_sub(g, lse, tl), valid)), denom);
 }
 
+/* conv2d on a shard: the weight's local shape says how. Split on its input channels (row
+ * parallel): a partial sum, all-reduced before the bias is added once. Split on its output
+ * channels with groups: the input, whole, is cut to those groups' channels (through
+ * mp_enter), and the local conv has the shard's groups. */
+static rc_tensor *conv_shard(local *l, const rc_tensor *y, rc_tensor **x)
+{
+    rc_graph *g = l->lg;
+    const int32_t *ip = y->iparam;
+    rc_conv2d_params q = {{ip[0], ip[1]}, {ip[2], ip[3]}, {ip[4], ip[5]}, ip[6]};
+    int wi = l->p->param_of[y->src[1]->id];
+    int axis = wi >= 0 ? l->spec[wi].axis : -1;
+    rc_tensor *in = x[0], *w = x[1];
+    if (!in || !w)
+        return NULL;
+    if (axis == 0 && q.groups > 1 && in->shape[1] == y->src[0]->shape[1] && q.groups % l->mp == 0) {
+        cand c = {1, 1, q.groups, in->shape[1] / q.groups, 1, 1};
+        in = cut(l, in, 1, &c);
+    }
+    if (in && w->shape[1] > 0 && q.groups > 1)
+        q.groups = (int)(in->shape[1] / w->shape[1]);
+    if (axis != 1)
+        return rc_conv2d(g, in, w, x[2], &q);
+    rc_tensor *z = rc_conv2d(g, in, w, NULL, &q);
+    if (!x[2])
+        return z;
+    int64_t bshape[3] = {x[2]->shape[0], 1, 1};
+    return rc_add(g, rc_mp_reduce(g, z), rc_reshape(g, x[2], 3, bshape));
+}
+
+static rc_tensor *pool_shard(rc_graph *g, const rc_tensor *y, rc_tensor *x)
+{
+    const int32_t *ip = y->iparam;
+    rc_pool2d_params q = {{ip[1], ip[2]}, {ip[3], ip[4]}, {ip[5], ip[6]}};
+    return ip[0] == RC_POOL_MAX ? rc_max_pool2d(g, x, &q) : rc_avg_pool2d(g, x, &q);
+}
+
 static rc_tensor *unary(rc_graph *g, rc_op op, rc_tensor *x)
 {
     switch (op) {
@@ -265,6 +305,8 @@ static rc_tensor *rebuild(local *l, const rc_tensor *y, rc_tensor **x, const int
     case RC_OP_EQUAL: return rc_equal(g, x[0], x[1]);
     case RC_OP_CAST: return rc_cast(g, x[0], y->dtype);
     case RC_OP_STOP_GRADIENT: return rc_stop_gradient(g, x[0]);
+    case RC_OP_CONV2D: return conv_shard(l, y, x);
+    case RC_OP_POOL2D: return pool_shard(g, y, x[0]);
     case RC_OP_MP_ENTER: return rc_mp_enter(g, x[0]);
     case RC_OP_MP_REDUCE: return rc_mp_reduce(g, x[0]);
     case RC_OP_MP_MAX: return rc_mp_max(g, x[0]);

@@ -153,7 +153,11 @@ int rci_shard_check_fixed(rc_shard_spec *s, const rc_tensor *param, int mp, rc_e
         s->outer * s->groups * s->inner != param->shape[s->axis])
         return rc_error_set(err, RC_ERR_ARG, "plan: the override of %s (axis %d, %lld x %lld x %lld) does not fit its shape",
                             param->name, s->axis, (long long)s->outer, (long long)s->groups, (long long)s->inner);
-    if (s->groups % mp && s->role != RC_SHARD_VOCAB)
+    /* a vocabulary pads, and so does the bias of a head split on it (a plan kept for the
+     * next graphs has it padded) */
+    int pads = s->role == RC_SHARD_VOCAB || (s->role == RC_SHARD_BIAS && s->padded_groups > s->groups &&
+                                             s->padded_groups % mp == 0);
+    if (s->groups % mp && !pads)
         return rc_error_set(err, RC_ERR_SHAPE, "plan: the override of %s splits %lld groups, which %d shards do not divide",
                             param->name, (long long)s->groups, mp);
     s->padded_groups = (s->groups + mp - 1) / mp * mp;

@@ -6,7 +6,10 @@
  * shard. Linears fed a whole activation start a split-any (column parallel), linears fed
  * feature-split ones are row parallel, attention takes the heads, element-wise ops,
  * reshapes, permutes and concatenations carry a split, norms / softmax / reductions rule
- * out the axis they reduce over; an op without a rule gets its inputs whole. After the
+ * out the axis they reduce over; an op without a rule gets its inputs whole. Convolutions
+ * follow the linears on their channel axis (NCHW axis 1): fed a whole input, column
+ * parallel (split by output channels); fed a channel split, row parallel; a grouped conv
+ * (depthwise) carries a split that gives each shard whole groups; pooling carries it. After the
  * pass, rci_shard_mark_column_inputs marks the column-parallel inputs (mp_enter). Calls
  * the layout rules (shard_layout.c) to record parameter splits and the report
  * (shard_report.c) to count all-reduces; the analysis (shard_analysis.c) calls it. */
@@ -14,6 +17,7 @@
 #include "shard_layout.h"
 #include "shard_report.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- what an op does to one input --------------------------------------------------------- */
@@ -519,6 +523,169 @@ static void concat(plan *p, rc_tensor *y, state *out)
     }
 }
 
+/* ---- convolutions and pooling (NCHW: the channels on axis 1) ------------------------------- */
+
+/* conv2d(x, W, b) with W [O, C/groups, KH, KW] a parameter */
+static int is_conv(const plan *p, const rc_tensor *y)
+{
+    return y->op == RC_OP_CONV2D && is_param(p, y->src[1]) && (y->nsrc < 3 || !y->src[2] || is_param(p, y->src[2]));
+}
+
+/* 1 when the channel split c gives every shard whole groups of a conv with `groups` groups
+ * (contiguous runs of C / mp channels, mp dividing the groups) */
+static int groups_aligned(const plan *p, const cand *c, int groups)
+{
+    return c->axis == 1 && c->c_outer == 1 && c->groups % p->mp == 0 && groups % p->mp == 0;
+}
+
+/* The split of a conv's output channels (and of W's axis 0, b's axis 0) that gives each
+ * shard whole groups: [1, groups, O / groups]. */
+static cand group_cut(const rc_tensor *y, int groups)
+{
+    int64_t O = y->shape[1];
+    return (cand){1, 1, groups, O / groups, 1, O / groups};
+}
+
+/* a row-parallel conv (W split on its input channels): a partial sum, made whole at once
+ * when a bias is to be added (once, after the all-reduce: the partitioner does so) */
+static void conv_row_output(plan *p, const rc_tensor *y, state *out)
+{
+    memset(out, 0, sizeof *out);
+    if (y->nsrc > 2 && y->src[2]) {
+        rci_shard_count_allreduce(p, y);
+        return;
+    }
+    out->kind = ST_PARTIAL;
+}
+
+/* a conv whose output channels split as c, with its weight's and bias's splits recorded */
+static void conv_split_output(plan *p, const rc_tensor *y, const cand *c, rc_shard_role role, state *out)
+{
+    int wi = p->param_of[y->src[1]->id];
+    if (rci_shard_set_spec(p, wi, role, 0, c->c_outer, c->groups, c->c_inner, 0))
+        return;
+    if (y->nsrc > 2 && y->src[2])
+        rci_shard_set_spec(p, p->param_of[y->src[2]->id], RC_SHARD_BIAS, 0, c->c_outer, c->groups, c->c_inner, 0);
+    *out = (state){.kind = ST_SPLIT, .ncand = 1};
+    out->c[0] = *c;
+}
+
+/* a conv with a weight split fixed by the caller: the input brought to the form the split
+ * needs (a whole input of a row split is cut to its channels by the partitioner) */
+static void conv_fixed(plan *p, rc_tensor *y, state *xs, state *out)
+{
+    int wi = p->param_of[y->src[1]->id], groups = y->iparam[6];
+    const rc_shard_spec *ws = &p->spec[wi];
+    cand wc = {1, ws->outer, ws->groups, ws->inner, ws->outer, ws->inner};
+    int k = xs->kind == ST_SPLIT_ANY ? rci_shard_find_cand(xs, 1) : -1;
+    if (k >= 0 && (ws->axis == 1 || (ws->axis == 0 && groups > 1)))
+        rci_shard_choose(p, xs, k, 0);
+    int ch = xs->kind == ST_SPLIT && xs->c[0].axis == 1;
+    const cand *c = &xs->c[0];
+    if (ch && ws->axis == 1 && groups == 1 &&
+        rci_shard_same_cut(c->c_outer, c->groups, c->c_inner, ws->outer, ws->groups, ws->inner, p->mp)) {
+        rci_shard_fixed_role(p, wi, RC_SHARD_ROW);
+        conv_row_output(p, y, out);
+        return;
+    }
+    if (ch && ws->axis == 0 && groups > 1 && groups_aligned(p, c, groups) && groups_aligned(p, &wc, groups)) {
+        conv_split_output(p, y, &wc, RC_SHARD_COLUMN, out); /* whole groups carry the split */
+        return;
+    }
+    if (xs->kind == ST_SPLIT && xs->c[0].axis == 0 && ws->axis < 0) {
+        *out = *xs; /* split on the batch: local */
+        return;
+    }
+    drop(p, xs, y, 0);
+    if (ws->axis == 1) {
+        rci_shard_fixed_role(p, wi, RC_SHARD_ROW);
+        p->act[y->id * RC_MAX_SRC] |= ACT_ROWCUT;
+        conv_row_output(p, y, out);
+    } else if (ws->axis == 0) {
+        conv_split_output(p, y, &wc, RC_SHARD_COLUMN, out);
+    }
+}
+
+/* A grouped conv fed a whole input: column parallel on whole groups (the partitioner cuts
+ * the input to their channels), or whole when the shards do not divide the groups. */
+static void conv_grouped_column(plan *p, rc_tensor *y, state *out)
+{
+    int wi = p->param_of[y->src[1]->id], groups = y->iparam[6];
+    if (groups % p->mp) {
+        snprintf(p->spec[wi].note, sizeof p->spec[wi].note,
+                 "conv with %d groups: %d shards would split a group, kept whole", groups, p->mp);
+        return;
+    }
+    cand c = group_cut(y, groups);
+    conv_split_output(p, y, &c, RC_SHARD_COLUMN, out);
+}
+
+/* conv2d(x, W, b): fed a whole x, column parallel (W and b split by output channels, the
+ * output on its channel axis); fed channel-split x, row parallel (W split on its input
+ * channels, the output a partial sum); a grouped conv fed a split of whole groups carries
+ * it (depthwise), otherwise its input is made whole. */
+static void conv(plan *p, rc_tensor *y, state *out)
+{
+    rc_tensor *x = y->src[0];
+    int wi = p->param_of[y->src[1]->id], groups = y->iparam[6];
+    state xs = p->st[x->id];
+    memset(out, 0, sizeof *out);
+    make_whole(p, &xs, y, 0);
+    if (p->forced[wi]) {
+        conv_fixed(p, y, &xs, out);
+        return;
+    }
+    int k = xs.kind == ST_SPLIT_ANY ? rci_shard_find_cand(&xs, 1) : -1;
+    if (k >= 0 && (groups == 1 || groups_aligned(p, &xs.c[k], groups)))
+        rci_shard_choose(p, &xs, k, 0);
+    if (xs.kind == ST_SPLIT && xs.c[0].axis == 1 && groups == 1) { /* row parallel */
+        const cand *c = &xs.c[0];
+        if (rci_shard_set_spec(p, wi, RC_SHARD_ROW, 1, c->c_outer, c->groups, c->c_inner, 0) == 0)
+            conv_row_output(p, y, out);
+        else
+            drop(p, &xs, y, 0); /* a count that does not divide: the next round replicates W */
+        return;
+    }
+    if (xs.kind == ST_SPLIT && xs.c[0].axis == 1 && groups_aligned(p, &xs.c[0], groups)) {
+        cand c = group_cut(y, groups); /* whole groups on every shard: the split carries */
+        conv_split_output(p, y, &c, RC_SHARD_COLUMN, out);
+        return;
+    }
+    if (xs.kind == ST_SPLIT && xs.c[0].axis == 0) { /* split on the batch: local, W whole */
+        *out = xs;
+        return;
+    }
+    if ((xs.kind == ST_SPLIT && xs.c[0].axis == 1) || k >= 0)
+        snprintf(p->spec[wi].note, sizeof p->spec[wi].note,
+                 "conv with %d groups: the input's channel split does not give whole groups, input made whole",
+                 groups);
+    drop(p, &xs, y, 0);
+    if (groups > 1) {
+        conv_grouped_column(p, y, out);
+        return;
+    }
+    int o = rci_shard_new_origin(p, wi, 0); /* column parallel: a split-any of the channels */
+    if (o < 0)
+        return;
+    *out = (state){.kind = ST_SPLIT_ANY, .ncand = 1, .norig = 1};
+    out->c[0] = (cand){1, 1, y->shape[1], 1, 1, 1};
+    out->orig[0] = o;
+    origin *og = &p->orig[o];
+    if (y->nsrc > 2 && y->src[2]) {
+        og->bias[og->nbias] = p->param_of[y->src[2]->id];
+        og->bias_axis[og->nbias++] = 0;
+    }
+}
+
+/* max / average pooling: a channel (or batch) split carries, the pooled axes cannot stay split */
+static void pool(plan *p, rc_tensor *y, state *out)
+{
+    *out = p->st[y->src[0]->id];
+    make_whole(p, out, y, 0);
+    forbid_axis(p, out, 2, y, 0);
+    forbid_axis(p, out, 3, y, 0);
+}
+
 /* ---- the other ops, and one node's rule --------------------------------------------------- */
 
 /* exp, log, activations...: element by element, any split carries; a partial sum whole */
@@ -651,6 +818,15 @@ void rci_shard_propagate(plan *p, rc_tensor *y)
     case RC_OP_CROSS_ENTROPY:
         cross_entropy(p, y);
         return;
+    case RC_OP_CONV2D:
+        if (is_conv(p, y))
+            conv(p, y, out);
+        else
+            unknown_op(p, y);
+        return;
+    case RC_OP_POOL2D:
+        pool(p, y, out);
+        return;
     default:
         unknown_op(p, y);
         return;
@@ -659,23 +835,26 @@ void rci_shard_propagate(plan *p, rc_tensor *y)
 
 /* ---- after the pass: the inputs of column-parallel linears -------------------------------- */
 
-/* The inputs of linears whose weight ended up split on its outputs (column parallel or a
- * vocabulary head): Megatron's f, mp_enter in the partitioned graph. Decided once the
+/* The inputs of linears and convs whose weight ended up split on its outputs (column
+ * parallel or a vocabulary head): Megatron's f, mp_enter in the partitioned graph. Decided once the
  * plan is complete, since a split-any may end unresolved (its weight then replicated). */
 void rci_shard_mark_column_inputs(plan *p)
 {
     for (int i = 0; i <= p->last; i++) {
         const rc_tensor *y = rc_graph_node(p->g, i);
-        if (!is_linear(p, y))
+        int conv2d = is_conv(p, y);
+        if (!is_linear(p, y) && !conv2d)
             continue;
         const rc_shard_spec *ws = &p->spec[p->param_of[y->src[1]->id]];
-        int out_axis = y->iparam[1] ? 0 : 1;
+        int out_axis = conv2d ? 0 : y->iparam[1] ? 0 : 1;
         const state *xs = &p->st[y->src[0]->id];
         unsigned a = p->act[y->id * RC_MAX_SRC];
         int whole_input = xs->kind == ST_REPLICATED || (xs->kind == ST_PARTIAL && (a & ACT_REDUCE)) || (a & ACT_GATHER);
         if (ws->axis == out_axis && (ws->role == RC_SHARD_COLUMN || ws->role == RC_SHARD_VOCAB) && whole_input) {
             p->col_input[y->src[0]->id] = 1;
-            p->act[y->id * RC_MAX_SRC] |= ACT_ENTER;
+            /* a grouped conv's input is cut to its groups' channels, entering there */
+            if (!conv2d || y->iparam[6] == 1)
+                p->act[y->id * RC_MAX_SRC] |= ACT_ENTER;
         }
     }
     /* replicated activations cut to a shard (GQA keys, T5's position bias) enter too: their
