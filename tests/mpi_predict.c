@@ -213,6 +213,47 @@ static float *lm_rows(rc_deployer *d, rc_model *model, int64_t n, int batch, int
     return t.rows;
 }
 
+/* A predictor on model shards made before the weights change predicts with the new ones:
+ * its shards are taken again when the weights were written (here rc_params_write; a fit
+ * does the same). Before, it kept the shards of its first run. */
+static void check_fresh_shards(rc_deployer *d, rc_model *model)
+{
+    enum { N = 5 };
+    rc_error err = {0};
+    toy t = {.n = N, .model = model};
+    float *before = calloc((size_t)N * 256, sizeof *before);
+    t.rows = calloc((size_t)N * 256, sizeof *t.rows);
+    int gain = rc_params_find(model->params, "transformer.ln_f.weight");
+    int64_t c = gain >= 0 ? rc_params_tensor_numel(model->params, gain) : 0;
+    float *g = c ? malloc((size_t)c * sizeof *g) : NULL;
+    rc_predictor *p = before && t.rows && g ? rc_predictor_new(d, lm_collate, lm_predict, lm_output, &t, model->params, &err) : NULL;
+    int rc = p ? rc_predictor_run(p, N, 2, &err) : -1;
+    memcpy(before, t.rows, (size_t)N * 256 * sizeof *before);
+    rc = rc || rc_params_read(model->params, gain, g, &err);
+    for (int64_t i = 0; !rc && i < c; i++)
+        g[i] *= 2.0f;
+    t.next = 0;
+    rc = rc || rc_params_write(model->params, gain, g, &err) || rc_predictor_run(p, N, 2, &err);
+    CHECKF(rc == 0, "predictor after a weight write: %s", err.msg);
+    float *fresh = lm_rows(d, model, N, 2, 0);
+    if (!rc && rc_deployer_is_main(d)) {
+        double same = 0, moved = 0;
+        for (int64_t i = 0; fresh && i < N * 256; i++) {
+            same = fmax(same, fabs((double)t.rows[i] - fresh[i]));
+            moved = fmax(moved, fabs((double)before[i] - fresh[i]));
+        }
+        CHECKF(fresh && same < 1e-6 && moved > 1e-3, "a predictor kept across a weight write differs from a new "
+               "one by %.3g (the write moved the logits by %.3g)", same, moved);
+        printf("predictor across a weight write on %d model shards: %.2e from a new predictor (the write moved "
+               "the logits by %.2f)\n", rc_deployer_mesh(d)->mp, same, moved);
+    }
+    for (int64_t i = 0; !rc && i < c; i++) /* the model as it was */
+        g[i] *= 0.5f;
+    CHECK(rc || rc_params_write(model->params, gain, g, &err) == 0);
+    rc_predictor_free(p);
+    free(fresh), free(g), free(before), free(t.rows);
+}
+
 int main(int argc, char **argv)
 {
     rc_error err = {0};
@@ -271,6 +312,14 @@ int main(int argc, char **argv)
         free(ref);
         rc_deployer_free(sd);
         rc_deployer_free(local);
+    }
+    if (model && P > 1) {
+        rc_deployer_options so = {.seed = 5, .mp = P};
+        rc_deployer *sd = rc_deployer_new(NULL, NULL, &so, &err);
+        CHECKF(sd, "mp %d: %s", P, err.msg);
+        if (sd)
+            check_fresh_shards(sd, model);
+        rc_deployer_free(sd);
     }
     rc_model_free(model);
     rc_deployer_free(d);

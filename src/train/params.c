@@ -18,6 +18,7 @@ struct rc_params {
     rc_tensor **leaves;           /* [w.n], created on first use in g */
     rc_init *inits;               /* [w.n] how each parameter starts */
     int init_cap;
+    uint64_t version;             /* bumped whenever the values may have changed */
 };
 
 rc_params *rc_params_new(void)
@@ -98,7 +99,18 @@ void rci_params_release(rc_params *p)
 int rci_params_restore(rc_params *p)
 {
     p->released = 0;
+    p->version++;
     return ready(p, NULL);
+}
+
+void rci_params_touch(rc_params *p)
+{
+    p->version++;
+}
+
+uint64_t rci_params_version(const rc_params *p)
+{
+    return p->version;
 }
 
 /* Parameter i's values as its rule says into x; normal draws come from the shared stream r. */
@@ -122,6 +134,7 @@ int rc_params_init_normal(rc_params *p, double std, uint64_t seed)
 {
     if (!p || ready(p, NULL) || p->released)
         return -1;
+    p->version++;
     rc_rng r = rc_rng_new(seed);
     int64_t most = 1;
     for (int i = 0; i < p->w.n; i++)
@@ -180,7 +193,10 @@ int rc_params_read(rc_params *p, int i, float *host, rc_error *err)
 
 int rc_params_write(rc_params *p, int i, const float *host, rc_error *err)
 {
-    return usable(p, i, "write", err) ? -1 : rci_nn_weights_write(&p->w, i, host, err);
+    if (usable(p, i, "write", err))
+        return -1;
+    p->version++;
+    return rci_nn_weights_write(&p->w, i, host, err);
 }
 
 int rc_params_read_all(rc_params *p, float *host, rc_error *err)
@@ -204,7 +220,10 @@ int rc_params_read_raw(rc_params *p, int i, void *host, rc_error *err)
 
 int rc_params_write_raw(rc_params *p, int i, const void *host, rc_error *err)
 {
-    return usable(p, i, "write", err) ? -1 : rci_nn_weights_write_raw(&p->w, i, host, err);
+    if (usable(p, i, "write", err))
+        return -1;
+    p->version++;
+    return rci_nn_weights_write_raw(&p->w, i, host, err);
 }
 
 rc_dtype rc_params_dtype(const rc_params *p)
@@ -221,6 +240,7 @@ int rc_params_to_dtype(rc_params *p, rc_dtype dt, rc_error *err)
                             rc_dtype_name(dt));
     if (rci_nn_weights_convert(&p->w, dt, err))
         return rci_error_prefix(err, "params to %s", rc_dtype_name(dt));
+    p->version++;
     p->graph = 0; /* leaves of the old dtype are not reused */
     free(p->leaves);
     p->leaves = NULL;
@@ -258,6 +278,7 @@ int rc_params_to(rc_params *p, rc_backend *be, rc_error *err)
     rc_buffer_free(p->w.buf);
     p->w.buf = moved.buf;
     p->be = be;
+    p->version++;
     return 0;
 }
 

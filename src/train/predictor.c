@@ -275,6 +275,8 @@ int rc_predictor_run(rc_predictor *p, int64_t n_examples, int batch_size, rc_err
     if (n_examples < 0 || batch_size < 1) /* the same arguments on every rank: all fail here */
         return rc_error_set(err, RC_ERR_ARG, "predict: %lld examples in batches of %d (batch size at least 1)",
                             (long long)n_examples, batch_size);
+    if (p->mp > 1 && rci_sharded_refresh(&p->shards, err)) /* the weights changed (a fit): on every rank */
+        return rci_error_prefix(err, "predict on %d model shards", p->mp);
     const rc_mesh *m = rc_deployer_mesh(p->d);
     int64_t n = n_examples, global = (int64_t)batch_size * m->dp;
     /* rank 0's failures (memory, the output function) wait for the next agreement */

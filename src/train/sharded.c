@@ -40,6 +40,19 @@ void rci_sharded_free(rc_sharded *s)
         memset(s, 0, sizeof *s);
 }
 
+int rci_sharded_refresh(rc_sharded *s, rc_error *err)
+{
+    if (!s->owned || !s->local || s->version == rci_params_version(s->params))
+        return 0;
+    nn_weights *w = rci_params_weights(s->params);
+    if (!w || !w->buf)
+        return rc_error_set(err, RC_ERR_ARG, "model shards: the full weights are not in memory to take shards from");
+    if (rci_sharded_take(s->specs, w, s->mesh->mp, s->mesh->mp_rank, s->local, s->off, err))
+        return -1;
+    s->version = rci_params_version(s->params);
+    return 0;
+}
+
 /* parameter i of w as a tensor header (shape only), for the shard helpers */
 static rc_tensor weight_header(const nn_weights *w, int i)
 {
@@ -114,6 +127,7 @@ static int take_shards(rc_sharded *s, rc_shard_spec *specs, rc_error *err)
     s->specs = specs;
     s->owned = 1;
     s->bytes = total * (int64_t)elem;
+    s->version = rci_params_version(s->params);
     if (!s->local)
         return s->off ? rci_error_prefix(err, "model shards: %lld floats", (long long)total)
                       : rc_error_set(err, RC_ERR_MEMORY, "model shards: out of memory");

@@ -18,12 +18,17 @@ typedef struct {
     int64_t *off;                 /* parameter i's shard at element off[i] of local */
     int64_t bytes;                /* the shards' bytes (taken here) */
     int owned;                    /* specs, local and off are this object's (not a trainer's) */
+    uint64_t version;             /* rci_params_version of the weights the shards were taken from */
 } rc_sharded;
 
 void rci_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int allow_replicate);
 /* Runs on a trainer's plan and shards (which stay the trainer's and must outlive s). */
 void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, rc_buffer *local, const int64_t *off);
 void rci_sharded_free(rc_sharded *s);
+/* Takes the shards again when they are this object's and the full weights changed since
+ * they were taken (written by the user, updated by a fit): a Predictor made before training
+ * predicts with the trained weights. */
+int rci_sharded_refresh(rc_sharded *s, rc_error *err);
 
 /* Shards of the weights w in one flat buffer: parameter i's at off[i], num[i] floats (num
  * may be NULL); returns the total floats. */

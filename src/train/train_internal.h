@@ -14,6 +14,11 @@ rc_backend *rci_params_backend(const rc_params *p);
  * gets a zeroed one back for them to be gathered into. */
 void rci_params_release(rc_params *p);
 int rci_params_restore(rc_params *p);
+/* A counter that changes whenever the values may have changed (written, converted, moved,
+ * restored, updated by a fit), so that copies taken from them (a Predictor's model shards)
+ * know when they are stale. */
+void rci_params_touch(rc_params *p);
+uint64_t rci_params_version(const rc_params *p);
 
 /* ---- deployer internals ---------------------------------------------------------------- */
 const char *rci_deployer_workdir(const rc_deployer *d);

@@ -741,6 +741,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     int64_t held = w && w->buf ? w->numel * (int64_t)rc_dtype_size(w->dtype) : 0;
     if (!rc)
         rc = rci_trainer_sync_params(t, err);
+    rci_params_touch(t->params); /* updated in place, or gathered from the shards */
     if (!rc) /* the last update done before fit returns, on a device that queues work */
         rc = rc_backend_wait(t->be, err);
     if (out) {

@@ -11,7 +11,8 @@ the setup script installs), run as a user would.
   entry whose gradient is near zero can flip sign (measured at dp 2: 6e-3 relative after 20
   steps at batch 32; SGD: 2e-7); and where two values of a max pooling window are within
   rounding, the gradient goes to another position (mp 2 with SGD: 2.5e-7 after 10 steps,
-  1e-4 after 12, 2e-3 after 20).
+  1e-4 after 12, 2e-3 after 20). The test accuracy printed after training is the same on
+  every mesh (a Predictor made before training used to keep its first model shards).
 - On the OpenCL backend 3 SGD steps give the CPU's weights (relative L2 < 1e-5), and 10
   AdamW steps take the test accuracy from chance to 0.6 or more.
 """
@@ -72,15 +73,20 @@ def meshes(build, tmp):
     common = ["--steps", "10", "--batch", "32", "--optimizer", "sgd", "--lr", "0.05", "--train-limit", "2000",
               "--test-limit", "200"]
     one = os.path.join(tmp, "one")
-    if run(build, "fashion_cnn", *common, "--workdir", one) is None:
+    out = run(build, "fashion_cnn", *common, "--workdir", one)
+    if out is None:
         return
-    ref = weights(one)
+    ref, ref_acc = weights(one), number(r"after ([0-9.]+)", out[0], "fashion_cnn")
     os.environ.update(MPI_ENV)
     for np_, mp in ((2, 1), (2, 2), (4, 2)):
         work = os.path.join(tmp, f"np{np_}-mp{mp}")
         argv = [mpiexec, "-n", str(np_), exe, *common, "--mp", str(mp), "--workdir", work]
-        if run(build, f"fashion_cnn (np {np_}, mp {mp})", argv=argv) is None:
+        out = run(build, f"fashion_cnn (np {np_}, mp {mp})", argv=argv)
+        if out is None:
             continue
+        # the Predictor made before training predicts with the trained weights on every mesh
+        acc = number(r"after ([0-9.]+)", out[0], f"fashion_cnn np {np_} mp {mp}")
+        check(acc == ref_acc, f"fashion_cnn: np {np_} mp {mp}: test accuracy {acc} after training, one process {ref_acc}")
         worst, name = worst_difference(ref, weights(work))
         print(f"fashion_cnn: {np_ // mp} data-parallel x {mp} model shards vs one process: "
               f"worst tensor {name}, relative L2 {worst:.2e}")
