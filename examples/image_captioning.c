@@ -44,7 +44,7 @@
 #include <unistd.h>
 
 enum { SIDE = 28, PATCH = 7, GRID = SIDE / PATCH, PATCHES = GRID * GRID, CLASSES = RC_FASHION_MNIST_CLASSES,
-       TEMPLATES = 5, N_DUMP = 4 };
+       TEMPLATES = 5, N_DUMP = 8 };
 
 /* "%s %s" is the article and the class name */
 static const char *const templates[TEMPLATES] = {
@@ -255,18 +255,32 @@ static rc_tensor *decode(rc_graph *g, rc_params *p, const arch *a, rc_tensor *id
 }
 
 /* The parameters: encoder.* of our own, transformer.* as Hugging Face's GPT-2 names them.
- * Matrices N(0, 0.02), biases 0, layer-norm gains 1. */
+ * Matrices N(0, 0.02), biases 0, layer-norm gains 1. A block's layer k is a layer norm
+ * (in 0) or a Conv1D of weight [in C, out C], bias [out C]. */
+static const struct {
+    const char *name;
+    int in, out, cross;
+} layers[] = {
+    {"ln_1", 0, 1, 0}, {"attn.c_attn", 1, 3, 0}, {"attn.c_proj", 1, 1, 0},
+    {"ln_cross_attn", 0, 1, 1}, {"crossattention.q_attn", 1, 1, 1}, {"crossattention.c_attn", 1, 2, 1},
+    {"crossattention.c_proj", 1, 1, 1}, {"ln_2", 0, 1, 0}, {"mlp.c_fc", 1, 4, 0}, {"mlp.c_proj", 4, 1, 0}};
+
+static int add_layer(rc_params *p, const char *pre, const char *layer, int64_t C, int in, int out)
+{
+    char w[96], b[96];
+    const rc_init ones = {.kind = RC_INIT_ONES};
+    snprintf(w, sizeof w, "%s.%s.weight", pre, layer);
+    snprintf(b, sizeof b, "%s.%s.bias", pre, layer);
+    int rc = in ? rc_params_add(p, w, 2, (int64_t[]){in * C, out * C}) : rc_params_add_init(p, w, 1, &C, &ones);
+    return rc | rc_params_add(p, b, 1, (int64_t[]){out * C});
+}
+
 static rc_params *make_params(const arch *a, uint64_t seed)
 {
     rc_params *p = rc_params_new();
     int64_t C = a->C;
     int rc = !p;
-    char name[96];
-    static const struct { const char *name; int out; } blk[] = { /* out: in C, out C * k (0: a norm) */
-        {"ln_1", 0}, {"attn.c_attn", 3}, {"attn.c_proj", 1}, {"ln_cross_attn", 0},
-        {"crossattention.q_attn", 1}, {"crossattention.c_attn", 2}, {"crossattention.c_proj", 1},
-        {"ln_2", 0}, {"mlp.c_fc", 4}, {"mlp.c_proj", -4}};
-    const rc_init ones = {.kind = RC_INIT_ONES};
+    char pre[32];
     if (!rc) {
         rc |= rc_params_add(p, "encoder.patch.weight", 4, (int64_t[]){C, 1, PATCH, PATCH});
         rc |= rc_params_add(p, "encoder.patch.bias", 1, (int64_t[]){C});
@@ -274,26 +288,14 @@ static rc_params *make_params(const arch *a, uint64_t seed)
         rc |= rc_params_add(p, "transformer.wte.weight", 2, (int64_t[]){a->vocab, C});
         rc |= rc_params_add(p, "transformer.wpe.weight", 2, (int64_t[]){a->T, C});
     }
-    for (int part = 0; !rc && part < 2; part++)
-        for (int l = 0; l < a->layers; l++)
-            for (size_t k = 0; k < sizeof blk / sizeof blk[0]; k++) {
-                const char *pre = part ? "transformer.h" : "encoder.h";
-                int out = blk[k].out;
-                if (!part && (strstr(blk[k].name, "cross")))
-                    continue;                        /* the encoder has no cross-attention */
-                snprintf(name, sizeof name, "%s.%d.%s.weight", pre, l, blk[k].name);
-                if (!out)
-                    rc |= rc_params_add_init(p, name, 1, &C, &ones);
-                else
-                    rc |= rc_params_add(p, name, 2, (int64_t[]){out > 0 ? C : -out * C, out > 0 ? out * C : C});
-                snprintf(name, sizeof name, "%s.%d.%s.bias", pre, l, blk[k].name);
-                rc |= rc_params_add(p, name, 1, (int64_t[]){out > 0 ? out * C : C});
-            }
-    for (int part = 0; !rc && part < 2; part++) {
-        snprintf(name, sizeof name, "%s.ln_f.weight", part ? "transformer" : "encoder");
-        rc |= rc_params_add_init(p, name, 1, &C, &ones);
-        snprintf(name, sizeof name, "%s.ln_f.bias", part ? "transformer" : "encoder");
-        rc |= rc_params_add(p, name, 1, &C);
+    for (int decoder = 0; !rc && decoder < 2; decoder++) {
+        for (int l = 0; l < a->layers; l++) {
+            snprintf(pre, sizeof pre, "%s.h.%d", decoder ? "transformer" : "encoder", l);
+            for (size_t k = 0; k < sizeof layers / sizeof layers[0]; k++)
+                if (decoder || !layers[k].cross) /* the encoder has no cross-attention */
+                    rc |= add_layer(p, pre, layers[k].name, C, layers[k].in, layers[k].out);
+        }
+        rc |= add_layer(p, decoder ? "transformer" : "encoder", "ln_f", C, 0, 1);
     }
     if (rc || rc_params_init_normal(p, 0.02, seed)) {
         rc_params_free(p);
@@ -482,9 +484,11 @@ static int cand_cmp(const void *x, const void *y)
     return a < b ? 1 : a > b ? -1 : 0;
 }
 
-/* Image i's step: the top 2K continuations of its K beams; one ending in <|endoftext|>
- * among the first K becomes a hypothesis, the best K others the new beams. The image is
- * done when K hypotheses beat what its best beam could reach, or at T tokens. */
+/* Image i's step, as Hugging Face's beam search (length penalty 1, no early stopping): the
+ * top 2K continuations of its K beams; one ending in <|endoftext|> among the first K becomes
+ * a hypothesis, the best K others the new beams. The image is done when its K hypotheses
+ * all score at least the best candidate's sum / generated length, or at T tokens (captions
+ * are short: T <= 64, tokens[] has room). */
 static int beam_image(cap *d, beam_state *s, int64_t i, const int *alive)
 {
     int K = d->beams, V = d->a.vocab, n = 0;
@@ -528,12 +532,12 @@ static int beam_image(cap *d, beam_state *s, int64_t i, const int *alive)
         d->len[row] = len + 1;
         s->score[row] = c[r].score;
     }
+    /* done: K hypotheses, none below the best candidate's score / generated length */
     int32_t len = d->len[i * K];
-    if (len > T) { /* out of positions: the open beams become hypotheses */
+    s->done[i] = s->n_hyp[i] == K && worst_hyp(d, s, i) >= c[0].score / (len - 1);
+    if (!s->done[i] && len > T) { /* out of positions: the open beams become hypotheses */
         for (int b = 0; b < kept; b++)
             hyp_add(d, s, i, d->prefix + (i * K + b) * (T + 1), len, s->score[i * K + b] / (len - 1));
-        s->done[i] = 1;
-    } else if (s->n_hyp[i] == K && worst_hyp(d, s, i) >= s->score[i * K] / (len - 1)) {
         s->done[i] = 1;
     }
     free(c);
@@ -545,8 +549,10 @@ static void choose_beam(cap *d, void *state)
     beam_state *s = state;
     int64_t T = d->a.T, K = d->beams, images = d->n_rows / K;
     int *alive = calloc((size_t)d->n_rows, sizeof *alive);
-    if (!alive)
+    if (!alive) { /* out of memory: stop, with the hypotheses found so far */
+        d->n_live = 0;
         return;
+    }
     for (int64_t i = 0; i < d->n_live; i++)
         alive[d->live[i]] = 1;
     memcpy(s->old_prefix, d->prefix, (size_t)(d->n_rows * (T + 1)) * sizeof *d->prefix);
@@ -690,7 +696,7 @@ static int save_decoder(const cap *d, rc_params *params, const char *tok_dir, co
 static int save_check(rc_deployer *dep, cap *d, rc_params *params, const char *path, rc_error *err)
 {
     rc_batch b = {0};
-    int64_t ex[N_DUMP] = {0, 1, 2, 3};
+    int64_t ex[N_DUMP] = {0, 1, 2, 3, 4, 5, 6, 7};
     d->eval = 1;
     int rc = collate(&b, ex, N_DUMP, d);
     d->eval = 0;
@@ -818,7 +824,7 @@ static int caption_test(rc_deployer *dep, rc_predictor *p, cap *d, const rc_toke
                 for (int t = 0; t < TEMPLATES; t++)
                     formed[k] += !strcmp(c[k], d->text[label * TEMPLATES + t]);
             }
-            if (i < 6)
+            if (i < N_DUMP)
                 printf("test image %lld (%s): greedy \"%s\", beam \"%s\"\n", (long long)i, d->names[label], greedy[i],
                        beam[i]);
         }
