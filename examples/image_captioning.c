@@ -153,7 +153,7 @@ static rc_tokenizer *make_tokenizer(cap *d, const char *dir, int64_t vocab, rc_e
 /* ---- the model ------------------------------------------------------------------------ */
 
 /* parameter PRE.NAME (e.g. "transformer.h.0" + "ln_1.weight") */
-static rc_tensor *W(rc_graph *g, rc_params *p, const char *pre, const char *name)
+static rc_tensor *param(rc_graph *g, rc_params *p, const char *pre, const char *name)
 {
     char full[96];
     snprintf(full, sizeof full, "%s.%s", pre, name);
@@ -166,7 +166,7 @@ static rc_tensor *conv1d(rc_graph *g, rc_params *p, const char *pre, const char 
     char w[64], b[64];
     snprintf(w, sizeof w, "%s.weight", name);
     snprintf(b, sizeof b, "%s.bias", name);
-    return rc_add(g, rc_matmul(g, x, W(g, p, pre, w), 0, 0), W(g, p, pre, b));
+    return rc_add(g, rc_matmul(g, x, param(g, p, pre, w), 0, 0), param(g, p, pre, b));
 }
 
 static rc_tensor *norm(rc_graph *g, rc_params *p, const char *pre, const char *name, rc_tensor *x)
@@ -174,7 +174,7 @@ static rc_tensor *norm(rc_graph *g, rc_params *p, const char *pre, const char *n
     char w[64], b[64];
     snprintf(w, sizeof w, "%s.weight", name);
     snprintf(b, sizeof b, "%s.bias", name);
-    return rc_layer_norm(g, x, W(g, p, pre, w), W(g, p, pre, b), 1e-5);
+    return rc_layer_norm(g, x, param(g, p, pre, w), param(g, p, pre, b), 1e-5);
 }
 
 /* [B, T, C] -> [B, H, T, C / H] */
@@ -222,9 +222,9 @@ static rc_tensor *encode(rc_graph *g, rc_params *p, const arch *a, rc_tensor *im
         return NULL;
     int64_t B = images->shape[0];
     rc_conv2d_params cp = {.stride = {PATCH, PATCH}};
-    rc_tensor *x = rc_conv2d(g, images, W(g, p, "encoder", "patch.weight"), W(g, p, "encoder", "patch.bias"), &cp);
+    rc_tensor *x = rc_conv2d(g, images, param(g, p, "encoder", "patch.weight"), param(g, p, "encoder", "patch.bias"), &cp);
     x = rc_permute(g, rc_reshape(g, x, 3, (int64_t[]){B, a->C, PATCHES}), (int[]){0, 2, 1});
-    x = rc_add(g, x, W(g, p, "encoder", "pos"));
+    x = rc_add(g, x, param(g, p, "encoder", "pos"));
     char pre[32];
     for (int l = 0; l < a->layers; l++) {
         snprintf(pre, sizeof pre, "encoder.h.%d", l);
@@ -242,9 +242,9 @@ static rc_tensor *decode(rc_graph *g, rc_params *p, const arch *a, rc_tensor *id
     int32_t pos[256];
     for (int t = 0; t < T && t < 256; t++)
         pos[t] = t;
-    rc_tensor *wte = W(g, p, "transformer", "wte.weight");
+    rc_tensor *wte = param(g, p, "transformer", "wte.weight");
     rc_tensor *h = rc_add(g, rc_embedding(g, wte, ids),
-                          rc_embedding(g, W(g, p, "transformer", "wpe.weight"),
+                          rc_embedding(g, param(g, p, "transformer", "wpe.weight"),
                                        rc_const(g, "positions", RC_I32, 1, &T, pos)));
     char pre[32];
     for (int l = 0; l < a->layers; l++) {
