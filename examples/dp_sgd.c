@@ -56,7 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { NW = 8, SIDE = 28, CLASSES = 10 };
+enum { NW = 8, SIDE = 28 };
 
 static const char *const weight_names[NW] = {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
                                              "fc1.weight",   "fc1.bias",   "fc2.weight",   "fc2.bias"};
@@ -65,7 +65,6 @@ static const int weight_ndims[NW] = {4, 1, 4, 1, 2, 1, 2, 1};
 
 typedef struct {
     double clip, sigma;           /* C (inf: no clipping) and the noise multiplier */
-    int64_t global_batch;
     int replicas;                 /* data-parallel ranks: each adds 1/replicas of the noise */
 } dp_config;
 
@@ -299,15 +298,9 @@ static double rel_error(const float *a, const float *b, int64_t n)
     return s > 0 ? sqrt(d / s) : sqrt(d);
 }
 
-static int by_norm(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* On the first B training images: the graph's per-example gradients against each image's
  * gradient from a graph of its own (the plain loss of one example, rc_backward with respect
- * to the shared weights); then the clipped sum at C = the median norm against the same sum
+ * to the shared weights); then the clipped sum at C = the mean norm against the same sum
  * made here from the per-example gradients. Prints the largest relative errors. */
 static int check_per_example(rc_params *params, const split *train, int B)
 {
@@ -339,7 +332,7 @@ static int check_per_example(rc_params *params, const split *train, int B)
         total += n[p] = rc_tensor_numel(w[p]);
     float *all = malloc((size_t)(B * total) * sizeof *all), *one = malloc((size_t)total * sizeof *one);
     float *sum = malloc((size_t)total * sizeof *sum), *ref = calloc((size_t)total, sizeof *ref), c = 1e30f;
-    double norms[64] = {0}, sorted[64], e_grad = 0, e_sum;
+    double norms[64] = {0}, mean = 0, e_grad = 0, e_sum;
     rc = rc || !plan || !all || !one || !sum || !ref || rc_plan_set_input(plan, clip, &c, &err) ||
          rc_plan_run(plan, &err);
     /* every example's gradient, flat in all[i * total ...]; against its own graph's */
@@ -353,14 +346,13 @@ static int check_per_example(rc_params *params, const split *train, int B)
         }
         free(gp);
     }
-    /* the clipped sum at the median norm, made here */
+    /* the clipped sum at the mean norm, made here */
     for (int i = 0; i < B && !rc; i++) {
         for (int64_t k = 0; k < total; k++)
             norms[i] += (double)all[i * total + k] * all[i * total + k];
-        sorted[i] = norms[i] = sqrt(norms[i]);
+        mean += (norms[i] = sqrt(norms[i])) / B;
     }
-    qsort(sorted, (size_t)B, sizeof *sorted, by_norm);
-    c = (float)sorted[B / 2];
+    c = (float)mean;
     int clipped = 0;
     for (int i = 0; i < B && !rc; i++) {
         double f = norms[i] > c ? c / norms[i] : 1.0;
@@ -390,7 +382,7 @@ static int check_per_example(rc_params *params, const split *train, int B)
  * the weights after it, and the largest move of a weight in the step. */
 static int check_sgd_step(rc_deployer *dep, split *train, int batch, double lr, uint64_t seed)
 {
-    dp_config none = {INFINITY, 0.0, batch, 1};
+    dp_config none = {INFINITY, 0.0, 1};
     const dp_config *keep = train->dp;
     rc_params *pa = cnn_params(seed), *pb = cnn_params(seed);
     rc_error err = {0};
@@ -414,7 +406,7 @@ static int check_sgd_step(rc_deployer *dep, split *train, int batch, double lr, 
     }
     if (rc)
         fprintf(stderr, "dp_sgd: check: %s\n", err.msg);
-    else if (rc_deployer_is_main(dep))
+    else
         printf("one DP-SGD step (sigma 0, C inf) vs one SGD step: largest weight difference %.2e "
                "(the step moved weights by up to %.2e)\n", diff, moved);
     free(a), free(b), free(w0);
@@ -512,7 +504,7 @@ int main(int argc, char **argv)
         return 2;
     rc_error err = {0};
     split tr = {0}, te = {0};
-    dp_config dp = {a.clip, a.sigma, a.batch, 1};
+    dp_config dp = {a.clip, a.sigma, 1};
     tr.dp = te.dp = &dp;
     te.plain = 1;
     rc_params *params = cnn_params(a.seed);
@@ -533,7 +525,9 @@ int main(int argc, char **argv)
         rc_deployer_is_main(dep))
         printf("noise multiplier for epsilon %g at delta %g over %lld steps: sigma %.17g\n", a.epsilon, a.delta,
                (long long)total, dp.sigma);
-    if (!rc && a.check && rc_deployer_is_main(dep)) {
+    if (!rc && a.check && dp.replicas > 1)
+        rc = rc_error_set(&err, RC_ERR_ARG, "--check runs in one process");
+    if (!rc && a.check) {
         rc = check_per_example(params, &tr, 16) || check_sgd_step(dep, &tr, 32, a.lr, a.seed);
     } else if (!rc && !a.check) {
         rc_trainer *t = rc_trainer_new(dep, collate, loss, &tr, params, NULL, &err);
@@ -547,8 +541,8 @@ int main(int argc, char **argv)
             printf("final test accuracy: %.4f\n", te.accuracy);
         rc_trainer_free(t);
     }
-    if (rc && err.code)
-        fprintf(stderr, "dp_sgd: %s\n", err.msg);
+    if (rc && (err.code || !params)) /* (the checks print their own) */
+        fprintf(stderr, "dp_sgd: %s\n", params ? err.msg : "cannot make the parameters");
     rc_image_set_free(&tr.set);
     rc_image_set_free(&te.set);
     rc_deployer_free(dep);

@@ -2,9 +2,10 @@
 what it must show:
 - --check: the per-example gradients of the graph (weights expanded per example, grouped
   convolutions, one rc_backward) equal each example's gradient from a graph of its own
-  (relative error < 1e-5); so does their clipped sum at C = the median norm, against the
-  sum made on the host from those gradients (some clipped, some not); one DP-SGD step with sigma 0 and C = inf equals one ordinary SGD
-  step on the plain mean loss (weights within 1e-6);
+  (relative error < 1e-5); so does their clipped sum at C = the mean norm, against the
+  sum made on the host from those gradients (some clipped, some not); one DP-SGD step with
+  sigma 0 and C = inf equals one ordinary SGD step on the plain mean loss (weights within
+  1e-6);
 - a short private run (8192 images, 64 steps, sigma 0.5, C 1): test accuracy >= 0.6; every
   epsilon it prints (and logs to log.jsonl as privacy/epsilon) matches Google's
   dp-accounting RdpAccountant for its (q, sigma, steps, delta) within 1%;
@@ -16,7 +17,6 @@ what it must show:
 """
 import argparse
 import json
-import math
 import os
 import re
 import shutil
