@@ -149,6 +149,9 @@ typedef enum {
     RC_OP_POOL2D_GRAD,   /* d(pool2d)/d(x): src0 upstream [N, C, OH, OW], src1 x -> x's shape;
                             a max's gradient goes to the first maximum of its window, an
                             average's is spread over the window; iparam as POOL2D */
+    RC_OP_NORMAL,        /* standard normal draws of this node's shape, no inputs: element i from
+                            the 64-bit key in iparam[0..1] mixed with a key of the plan chosen by
+                            iparam[2] (rc_rng_scope); no gradient (see rc_normal) */
     RC_OP_COUNT
 } rc_op;
 
@@ -298,6 +301,22 @@ rc_tensor *rc_input(rc_graph *g, const char *name, rc_dtype t, int ndim, const i
 rc_tensor *rc_param(rc_graph *g, const char *name, rc_dtype t, int ndim, const int64_t *shape);
 rc_tensor *rc_full(rc_graph *g, rc_dtype t, int ndim, const int64_t *shape, double value);
 rc_tensor *rc_scalar(rc_graph *g, rc_dtype t, double value);
+/* Which key of the plan a random op mixes with its own (rc_normal). */
+typedef enum {
+    RC_RNG_RUN = 0,      /* the per-run key (rc_plan_set_rng): the trainer sets one per step,
+                            micro-batch and data-parallel replica, as for dropout */
+    RC_RNG_STEP = 1      /* the step key (rc_plan_set_step_rng): the trainer sets one per
+                            optimizer step, the same on every replica and micro-batch */
+} rc_rng_scope;
+/* Standard normal draws N(0, 1) of dtype t (f32, f64, bf16, f16) and shape[ndim], drawn
+ * afresh at every run from key mixed with the plan's key of `scope`. Element i is
+ *     h = hash(k ^ hash(i)), u1 = ((h >> 40) + 1) 2^-24 in (0, 1], u2 = (h & 0xffffff) 2^-24,
+ *     z = sqrt(-2 log u1) cos(2 pi u2)                      (Box-Muller, one draw per element)
+ * with hash splitmix64's finaliser and k the two keys mixed (rc_rng_uniform_at's stream):
+ * the same key gives the same draws on every backend (up to the rounding of log and cos),
+ * so data-parallel replicas can add the same noise (DP-SGD). |z| < 5.8. No gradient flows. */
+rc_tensor *rc_normal(rc_graph *g, rc_dtype t, int ndim, const int64_t *shape, rc_rng key,
+                     rc_rng_scope scope);
 /* A leaf holding a copy of `values` (numel elements of t), owned by the graph: position
  * ids, relative-position buckets, masks known when the graph is built. */
 rc_tensor *rc_const(rc_graph *g, const char *name, rc_dtype t, int ndim, const int64_t *shape,
@@ -491,9 +510,13 @@ int rc_plan_run(rc_plan *p, rc_error *err);
 int rc_plan_estimate(rc_graph *g, rc_tensor *const *outputs, int n, rc_plan_stats *stats, rc_error *err);
 void rc_plan_free(rc_plan *p);
 rc_plan_stats rc_plan_get_stats(const rc_plan *p);
-/* The key mixed into every dropout mask of the next runs (trainers set one per step and
- * data-parallel rank); the forward and backward of one run always share their masks. */
+/* The key mixed into every dropout mask and RC_RNG_RUN normal of the next runs (trainers
+ * set one per step and data-parallel rank); the forward and backward of one run always
+ * share their masks. */
 void rc_plan_set_rng(rc_plan *p, rc_rng key);
+/* The key mixed into every RC_RNG_STEP normal of the next runs (the trainer sets one per
+ * optimizer step from the run's seed, the same on every data-parallel rank). */
+void rc_plan_set_step_rng(rc_plan *p, rc_rng key);
 /* The collective the plan runs for MP_REDUCE (op 0: sum) and MP_MAX (op 1: max) over the
  * model axis, in place on n elements of dtype t at byte `offset` of buf; returns 0 or -1
  * with err set. */

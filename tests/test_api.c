@@ -185,6 +185,42 @@ static void test_plan_options(void)
     rc_graph_free(g);
 }
 
+/* rc_normal: a RC_RNG_RUN normal follows rc_plan_set_rng, a RC_RNG_STEP one follows
+ * rc_plan_set_step_rng only (the trainer's noise shared by data-parallel replicas); bad
+ * arguments are refused by name. */
+static void test_normal_keys(void)
+{
+    enum { N = 512 };
+    rc_graph *g = rc_graph_new();
+    int64_t shape[2] = {16, N / 16};
+    rc_tensor *run = rc_normal(g, RC_F32, 2, shape, rc_rng_new(3), RC_RNG_RUN);
+    rc_tensor *step = rc_normal(g, RC_F32, 2, shape, rc_rng_new(3), RC_RNG_STEP);
+    rc_tensor *outs[2] = {run, step};
+    rc_error err = {0};
+    rc_plan *p = rc_plan_new(g, outs, 2, &err);
+    CHECKF(p != NULL, "%s", err.msg);
+    float r[3][N], s[3][N];
+    rc_rng keys[3][2] = {{rc_rng_new(1), rc_rng_new(2)}, {rc_rng_new(9), rc_rng_new(2)}, {rc_rng_new(9), rc_rng_new(8)}};
+    for (int k = 0; p && k < 3; k++) {
+        rc_plan_set_rng(p, keys[k][0]);
+        rc_plan_set_step_rng(p, keys[k][1]);
+        CHECKF(rc_plan_run(p, &err) == 0, "%s", err.msg);
+        read_values(p, run, r[k]);
+        read_values(p, step, s[k]);
+    }
+    CHECK(memcmp(r[0], r[1], sizeof r[0]) != 0 && memcmp(r[1], r[2], sizeof r[0]) == 0);
+    CHECK(memcmp(s[0], s[1], sizeof s[0]) == 0 && memcmp(s[1], s[2], sizeof s[0]) != 0);
+    CHECK(memcmp(r[0], s[0], sizeof r[0]) != 0); /* one node key, but the plan's keys differ */
+    rc_plan_free(p);
+    CHECK(rc_normal(g, RC_I32, 2, shape, rc_rng_new(1), RC_RNG_RUN) == NULL);
+    CHECKF(rc_graph_error(g) && strstr(rc_graph_error(g), "normal"), "%s", rc_graph_error(g));
+    rc_graph_free(g);
+    g = rc_graph_new();
+    CHECK(rc_normal(g, RC_F32, 2, shape, rc_rng_new(1), (rc_rng_scope)7) == NULL);
+    CHECKF(rc_graph_error(g) && strstr(rc_graph_error(g), "scope"), "%s", rc_graph_error(g));
+    rc_graph_free(g);
+}
+
 /* rc_shard_fix splits a [6, 4] parameter's rows over 2 shards; take then put gives the
  * whole tensor back; a split the shard count does not divide is refused by name. */
 static void test_shard_fix_put(void)
@@ -321,6 +357,7 @@ int main(void)
     test_scalar_and_one_hot();
     test_cross_entropy_grad();
     test_plan_options();
+    test_normal_keys();
     test_shard_fix_put();
     test_partition_outputs();
     test_safetensors_from();

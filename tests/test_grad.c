@@ -74,6 +74,11 @@ static rc_tensor *b_sum_to(rc_graph *g, rc_tensor **x) { return rc_sum_to(g, x[0
 static rc_tensor *b_cross_entropy(rc_graph *g, rc_tensor **x) { return rc_cross_entropy(g, x[0], x[1], -100); }
 static rc_tensor *b_cross_entropy_3d(rc_graph *g, rc_tensor **x) { return rc_cross_entropy(g, x[0], x[1], -100); }
 static rc_tensor *b_dropout(rc_graph *g, rc_tensor **x) { return rc_dropout(g, x[0], 0.3, rc_rng_new(7)); }
+/* draws times x: the draws are constants (the same at every run of a plan), no gradient of their own */
+static rc_tensor *b_normal(rc_graph *g, rc_tensor **x)
+{
+    return rc_mul(g, x[0], rc_normal(g, RC_F64, x[0]->ndim, x[0]->shape, rc_rng_new(7), RC_RNG_RUN));
+}
 static rc_tensor *b_where(rc_graph *g, rc_tensor **x) { return rc_where(g, x[0], x[1], x[2]); }
 static rc_tensor *b_cast(rc_graph *g, rc_tensor **x) { return rc_cast(g, rc_mul(g, rc_cast(g, x[0], RC_F32), rc_cast(g, x[1], RC_F32)), RC_F64); }
 static rc_tensor *b_equal_mask(rc_graph *g, rc_tensor **x)
@@ -156,6 +161,7 @@ static const gc_case cases[] = {
     {"cross entropy", 2, {F64(6, 5), IDS(-5, 6)}, b_cross_entropy, 1, 0, 0},
     {"cross entropy 3-d", 2, {F64(2, 3, 7), IDS(7, 2, 3)}, b_cross_entropy_3d, 1, 0, 0},
     {"dropout", 1, {F64(4, 6)}, b_dropout, 1, 0, 0},
+    {"normal", 1, {F64(4, 6)}, b_normal, 1, 0, 0},
     {"where", 3, {MASK(3, 1), F64(3, 4), F64(4)}, b_where, 1, 0, 0},
     {"cast f32 round trip", 2, {F64(3, 4), F64(4)}, b_cast, 1, 1e-2, 1e-4},
     {"equal (no gradient)", 2, {F64(3, 4), MASK(3, 4)}, b_equal_mask, 1, 0, 0},

@@ -515,6 +515,11 @@ static rc_tensor *b_dropout(rc_graph *g, rc_tensor **x, rc_dtype t)
     (void)t;
     return rc_dropout(g, x[0], 0.3, rc_rng_new(5));
 }
+/* x times normal draws of the tested dtype (the f32 draws rounded; the gradient: the draws) */
+static rc_tensor *b_normal(rc_graph *g, rc_tensor **x, rc_dtype t)
+{
+    return rc_mul(g, x[0], rc_normal(g, t, x[0]->ndim, x[0]->shape, rc_rng_new(5), RC_RNG_STEP));
+}
 static rc_tensor *b_where(rc_graph *g, rc_tensor **x, rc_dtype t)
 {
     (void)t;
@@ -589,6 +594,7 @@ static const op_case cases[] = {
      b_ce_grad, 0, 1, OUT_H},
     {"one_hot", 2, {{IDS, 2, {2, 5}, 0, 6}, {FLOAT, 1, {6}, -1, 1}}, b_one_hot, 0, 1, OUT_H},
     {"dropout", 1, {{FLOAT, 2, {300, 200}, -1, 1}}, b_dropout, 0, 1, OUT_H},
+    {"normal", 1, {{FLOAT, 2, {300, 200}, -1, 1}}, b_normal, 1, 1, OUT_H},
     {"where_equal", 2, {{FLOAT, 2, {4, 9}, -1, 1}, {FLOAT, 2, {4, 9}, -1, 1}}, b_where, 0, 1, OUT_H},
     {"cast_f64", 1, {{FLOAT, 2, {40, 9}, -100, 100}}, b_cast_f64, 0, 1, OUT_H},
     {"cast_round", 1, {{LOSS, 2, {400, 90}, -100, 100}}, b_cast_round, 0, 1, OUT_H},

@@ -950,6 +950,58 @@ static void test_dropout(rc_dtype t)
     free_all();
 }
 
+/* normal: the documented formula element by element, the moments of many draws, and the
+ * key: the same key gives the same values, another key (its own or the plan's) others */
+static void test_normal(rc_dtype t)
+{
+    static const int64_t sizes[] = {1000, 200000};
+    uint64_t key = 0x0123456789abcdefull, run_key = 0x5555aaaa3333cccc;
+    for (int s = 0; s < 2; s++) {
+        int64_t n = sizes[s];
+        rc_tensor *y = node(RC_OP_NORMAL, t, 1, &sizes[s], 0, NULL, NULL, NULL);
+        y->iparam[0] = (int32_t)(uint32_t)(key & 0xffffffffu);
+        y->iparam[1] = (int32_t)(uint32_t)(key >> 32);
+        if (run_keyed(y, run_key))
+            continue;
+        double *ref = ref_buf(y), sum = 0, sq = 0, most = 0;
+        uint64_t k = key ^ rci_hash64(run_key);
+        for (int64_t i = 0; i < n; i++) {
+            uint64_t h = rci_hash64(k ^ rci_hash64((uint64_t)i));
+            double u1 = (double)((h >> 40) + 1) * 0x1p-24, u2 = (double)(h & 0xffffff) * 0x1p-24;
+            ref[i] = sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+            double z = get(y, i);
+            sum += z, sq += z * z;
+            most = fabs(z) > most ? fabs(z) : most;
+        }
+        expect(y, ref, t == RC_F32 ? 1e-5 : 1e-12, "normal");
+        double mean = sum / (double)n, var = sq / (double)n - mean * mean;
+        /* 6 standard errors: sd(mean) = 1 / sqrt(n), sd(var) ~ sqrt(2 / n) */
+        CHECKF(fabs(mean) < 6 / sqrt((double)n), "normal: mean %.4f of %lld draws", mean, (long long)n);
+        CHECKF(fabs(var - 1) < 6 * sqrt(2 / (double)n), "normal: variance %.4f of %lld draws", var, (long long)n);
+        CHECKF(most < 5.8, "normal: |z| up to %.3f", most);
+        free(ref);
+        /* the same keys: the same values; another node key or plan key: others */
+        rc_tensor *same = node(RC_OP_NORMAL, t, 1, &sizes[s], 0, NULL, NULL, NULL);
+        rc_tensor *other = node(RC_OP_NORMAL, t, 1, &sizes[s], 0, NULL, NULL, NULL);
+        rc_tensor *moved = node(RC_OP_NORMAL, t, 1, &sizes[s], 0, NULL, NULL, NULL);
+        memcpy(same->iparam, y->iparam, sizeof y->iparam);
+        memcpy(moved->iparam, y->iparam, sizeof y->iparam);
+        other->iparam[0] = y->iparam[0] ^ 1;
+        other->iparam[1] = y->iparam[1];
+        if (run_keyed(same, run_key) || run_keyed(other, run_key) || run_keyed(moved, run_key + 1))
+            continue;
+        CHECKF(!memcmp(data_of(same), data_of(y), rc_tensor_nbytes(y)), "normal: the same key, other values");
+        int64_t eq_other = 0, eq_moved = 0;
+        for (int64_t i = 0; i < n; i++) {
+            eq_other += get(other, i) == get(y, i);
+            eq_moved += get(moved, i) == get(y, i);
+        }
+        CHECKF(eq_other < n / 100 && eq_moved < n / 100, "normal: another key repeats %lld and %lld of %lld values",
+               (long long)eq_other, (long long)eq_moved, (long long)n);
+    }
+    free_all();
+}
+
 static void test_where_equal(rc_dtype t)
 {
     for (int ci = 0; ci < 2; ci++) {
@@ -1263,6 +1315,7 @@ static void run_suite(void)
         test_reduce(t);
         test_sum_to(t);
         test_dropout(t);
+        test_normal(t);
         test_where_equal(t);
         test_expand(t);
     }

@@ -864,6 +864,50 @@ static double buffer_diff(rc_buffer *a, rc_buffer *b, int64_t n)
     return e;
 }
 
+/* normal draws: the CPU's values on the device (up to the rounding of log and cos), for
+ * either key of the plan; a step key reused gives the same draws */
+static void test_normal(void)
+{
+    rc_graph *g = rc_graph_new();
+    int64_t shape[3] = {3, 170, 99};
+    rc_tensor *y[2] = {rc_normal(g, RC_F32, 3, shape, rc_rng_new(4), RC_RNG_RUN),
+                       rc_normal(g, RC_F32, 3, shape, rc_rng_new(4), RC_RNG_STEP)};
+    rc_error err = {0};
+    rc_plan *pc = rc_plan_new(g, y, 2, &err), *pg = pc ? rc_plan_new_on(gpu, g, y, 2, &err) : NULL;
+    CHECKF(pc && pg, "normal plans: %s", err.msg);
+    int64_t n = rc_tensor_numel(y[0]);
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *first = malloc(n * sizeof *first);
+    double worst = 0;
+    for (int step = 0; pg && step < 3; step++) {
+        rc_plan *both[2] = {pc, pg};
+        for (int k = 0; k < 2; k++) {
+            rc_plan_set_rng(both[k], rc_rng_new(200 + step));
+            rc_plan_set_step_rng(both[k], rc_rng_new(300 + step % 2)); /* steps 0 and 2 share it */
+        }
+        CHECK(!rc_plan_run(pc, &err) && !rc_plan_run(pg, &err));
+        for (int j = 0; j < 2; j++) {
+            CHECK(!rc_plan_read(pc, y[j], b, &err) && !rc_plan_read(pg, y[j], a, &err));
+            double e = rel_error(a, b, n);
+            worst = e > worst ? e : worst;
+            if (j == 1 && step == 0)
+                memcpy(first, a, n * sizeof *a);
+            if (j == 1 && step > 0) {
+                int same = !memcmp(first, a, n * sizeof *a);
+                CHECKF(same == (step == 2), "normal step %d: step-key draws %s step 0's", step,
+                       same ? "repeat" : "differ from");
+            }
+        }
+    }
+    CHECKF(worst < 1e-5, "normal: device vs CPU relative error %.3g", worst);
+    printf("  normal: %lld draws x 2 keys x 3 runs, device vs CPU relative error %.2e\n", (long long)n, worst);
+    free(a);
+    free(b);
+    free(first);
+    rc_plan_free(pc);
+    rc_plan_free(pg);
+    rc_graph_free(g);
+}
+
 static void test_optimizer(void)
 {
     enum { N = 10007 };
@@ -1042,6 +1086,7 @@ int main(void)
     test_ids();
     test_matmul();
     test_dropout();
+    test_normal();
     test_optimizer();
     test_half_optimizer();
     const char *presets[] = {"tiny-gpt2", "tiny-llama", "tiny-opt", "tiny-gptj", "tiny-t5"};

@@ -339,6 +339,11 @@ static rc_tensor *b_dropout(rc_graph *g, rc_tensor **x, rc_dtype t)
     (void)t;
     return rc_dropout(g, x[0], 0.3, rc_rng_new(5));
 }
+/* x times normal draws of the tested dtype (the f32 draws rounded; the gradient: the draws) */
+static rc_tensor *b_normal(rc_graph *g, rc_tensor **x, rc_dtype t)
+{
+    return rc_mul(g, x[0], rc_normal(g, t, x[0]->ndim, x[0]->shape, rc_rng_new(5), RC_RNG_STEP));
+}
 static rc_tensor *b_where(rc_graph *g, rc_tensor **x, rc_dtype t)
 {
     (void)t;
@@ -412,6 +417,7 @@ static const op_case cases[] = {
      b_ce_grad, 0, 1},
     {"one_hot", 2, {{IDS, 2, {2, 5}, 0, 6}, {FLOAT, 1, {6}, -1, 1}}, b_one_hot, 0, 0},
     {"dropout", 1, {{FLOAT, 2, {300, 200}, -1, 1}}, b_dropout, 0, 0},
+    {"normal", 1, {{FLOAT, 2, {300, 200}, -1, 1}}, b_normal, 1, 1},
     {"where_equal", 2, {{FLOAT, 2, {4, 9}, -1, 1}, {FLOAT, 2, {4, 9}, -1, 1}}, b_where, 0, 0},
     {"cast_f32", 1, {{FLOAT, 2, {40, 9}, -10, 10}}, b_cast_f32, 0, 0},
     {"cast_i32", 1, {{FLOAT, 1, {99}, -300, 300}}, b_cast_i32, 0, -1},

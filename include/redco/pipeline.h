@@ -214,6 +214,11 @@ rc_backend *rc_deployer_backend(const rc_deployer *d);
 rc_rng rc_deployer_step_rng(const rc_deployer *d, int64_t step);
 /* Agreement on failure across ranks (see rc_comm_agree). */
 int rc_deployer_agree(rc_deployer *d, int status, rc_error *err);
+/* A pipeline's own figures at `step` (e.g. a privacy budget): on rank 0 with a workdir, one
+ * line {"step": step, keys[i]: values[i], ...} appended to log.jsonl (and TensorBoard's
+ * events when they are on), as the trainer logs; elsewhere nothing. Returns 0 or -1. */
+int rc_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values, int n,
+                    rc_error *err);
 
 /* ---- trainer ------------------------------------------------------------------------ */
 

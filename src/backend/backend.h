@@ -27,7 +27,9 @@ typedef struct {
     rci_mem out;                  /* rc_tensor_nbytes(node) bytes, uninitialised, never
                                      overlapping an input */
     rci_mem in[RC_MAX_SRC];       /* src[k]'s values (buf NULL where src[k] is NULL) */
-    uint64_t run_key;             /* the plan's per-run key, mixed into dropout masks */
+    uint64_t run_key;             /* the plan's key for this node's draws: its per-run key
+                                     (dropout, RC_RNG_RUN normals) or its step key
+                                     (RC_RNG_STEP normals) */
 } rci_node_run;
 
 /* One parameter's share of an optimizer update: n f32 at element `at` of the flat

@@ -298,6 +298,7 @@ int rci_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
     switch (y->op) {
     case RC_OP_LEAF:
     case RC_OP_FULL:
+    case RC_OP_NORMAL:
     case RC_OP_ONE_HOT:
     case RC_OP_EQUAL:
     case RC_OP_STOP_GRADIENT:

@@ -238,6 +238,28 @@ rc_tensor *rc_full(rc_graph *g, rc_dtype t, int ndim, const int64_t *shape, doub
     return x;
 }
 
+rc_tensor *rc_normal(rc_graph *g, rc_dtype t, int ndim, const int64_t *shape, rc_rng key,
+                     rc_rng_scope scope)
+{
+    if (!g || g->err_code)
+        return NULL;
+    if (ndim > 0 && !shape)
+        return rci_fail(g, RC_ERR_ARG, "normal: NULL shape");
+    if (!rc_dtype_is_float(t))
+        return rci_fail(g, RC_ERR_DTYPE, "normal: dtype %s is not a float type (f32, f64, bf16, f16)",
+                       rc_dtype_name(t));
+    if (scope != RC_RNG_RUN && scope != RC_RNG_STEP)
+        return rci_fail(g, RC_ERR_ARG, "normal: key scope %d (RC_RNG_RUN or RC_RNG_STEP)", (int)scope);
+    rc_tensor *x = rci_node_new(g, RC_OP_NORMAL, t, ndim, shape, 0, NULL);
+    if (x) {
+        uint64_t k = rci_hash64(key.key ^ rci_hash64(key.counter));
+        x->iparam[0] = (int32_t)(uint32_t)(k & 0xffffffffu);
+        x->iparam[1] = (int32_t)(uint32_t)(k >> 32);
+        x->iparam[2] = (int32_t)scope;
+    }
+    return x;
+}
+
 rc_tensor *rc_scalar(rc_graph *g, rc_dtype t, double value)
 {
     return rc_full(g, t, 0, NULL, value);

@@ -33,6 +33,7 @@ struct rc_plan {
     int timing;
     int dry;                      /* planned for the figures only: no arena */
     uint64_t run_key;             /* mixed into dropout masks (rc_plan_set_rng) */
+    uint64_t step_key;            /* mixed into RC_RNG_STEP normals (rc_plan_set_step_rng) */
     rc_collective_fn collective;  /* model-axis all-reduces; NULL: one shard */
     void *collective_ctx;
 };
@@ -370,6 +371,12 @@ void rc_plan_set_rng(rc_plan *p, rc_rng key)
         p->run_key = rci_hash64(key.key ^ rci_hash64(key.counter));
 }
 
+void rc_plan_set_step_rng(rc_plan *p, rc_rng key)
+{
+    if (p)
+        p->step_key = rci_hash64(key.key ^ rci_hash64(key.counter));
+}
+
 void rc_plan_set_collective(rc_plan *p, rc_collective_fn fn, void *ctx)
 {
     if (p) {
@@ -526,10 +533,12 @@ static int bind_memory(rc_plan *p, rc_error *err)
     return 0;
 }
 
-/* The run of order[i]: its node and the memory of its output and inputs. */
+/* The run of order[i]: its node, the memory of its output and inputs, and its key (the
+ * step key for a normal that asks for it, else the run key). */
 static rci_node_run node_run(const rc_plan *p, const rc_tensor *t)
 {
-    rci_node_run r = {t, p->mem[t->id], {{0}}, p->run_key};
+    int step = t->op == RC_OP_NORMAL && t->iparam[2] == RC_RNG_STEP;
+    rci_node_run r = {t, p->mem[t->id], {{0}}, step ? p->step_key : p->run_key};
     for (int s = 0; s < t->nsrc; s++)
         if (t->src[s])
             r.in[s] = p->mem[t->src[s]->id];

@@ -150,6 +150,14 @@ int rc_deployer_agree(rc_deployer *d, int status, rc_error *err)
     return rc_comm_agree(d->mesh.world, status, err);
 }
 
+int rc_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values, int n,
+                    rc_error *err)
+{
+    if (!d || n < 0 || (n > 0 && (!keys || !values)))
+        return rc_error_set(err, RC_ERR_ARG, "deployer log: a deployer and n >= 0 keys with values are required");
+    return rci_deployer_log(d, step, keys, values, n, err);
+}
+
 int rci_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values,
                     int n, rc_error *err)
 {

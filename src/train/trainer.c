@@ -157,13 +157,23 @@ static int64_t step_tokens(const rc_step *s, const rc_batch *b)
     return n;
 }
 
-static int step_run(rc_step *s, const rc_batch *b, rc_rng key, double *loss, int64_t *tokens, rc_error *err)
+/* The step key of optimizer step `step` (rc_plan_set_step_rng): from the run's seed and the
+ * step alone, so every data-parallel rank and micro-batch draws the same RC_RNG_STEP
+ * normals (DP-SGD's noise is added once per step, whatever the mesh). */
+static rc_rng step_key(const rc_trainer *t, int64_t step)
+{
+    return rc_rng_fold(rc_rng_fold(rc_rng_new(t->seed), 0x57E9C0DEull), (uint64_t)step);
+}
+
+static int step_run(rc_step *s, const rc_batch *b, rc_rng key, rc_rng shared, double *loss, int64_t *tokens,
+                    rc_error *err)
 {
     float l;
     rc_plan *plan = s->st.plan;
     if (rc_batch_feed(b, plan, err))
         return -1;
     rc_plan_set_rng(plan, key);
+    rc_plan_set_step_rng(plan, shared);
     if (rc_plan_run(plan, err) || rc_plan_read(plan, s->st.outs[s->loss_out], &l, err))
         return -1;
     *loss = l;
@@ -419,7 +429,7 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         int64_t tokens = 0;
         rc_rng key = rc_rng_fold(rc_deployer_step_rng(t->d, t->step), (uint64_t)j);
         if (!rc)
-            rc = step_run(&t->train, &b, key, &loss, &tokens, err);
+            rc = step_run(&t->train, &b, key, step_key(t, t->step), &loss, &tokens, err);
         if (!rc)
             rc = add_grads(t, (float)(1.0 / (k * t->scale)), j == 0, err); /* the mean, unscaled */
         if (!rc) {
@@ -495,7 +505,7 @@ int rc_trainer_eval(rc_trainer *t, rc_examples ex, int batch_size, double *loss,
         double l = 0;
         int64_t tk = 0;
         if (!rc)
-            rc = step_run(s, &b, rc_rng_new(t->seed), &l, &tk, err);
+            rc = step_run(s, &b, rc_rng_new(t->seed), step_key(t, t->step), &l, &tk, err);
         if (!rc) {
             sums[0] += l * (double)tk;
             sums[1] += (double)tk;

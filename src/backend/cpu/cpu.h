@@ -17,7 +17,7 @@ typedef struct {
     const rc_tensor *node;
     void *out;
     const void *in[RC_MAX_SRC];   /* NULL where src[k] is NULL */
-    uint64_t run_key;             /* mixed into dropout masks */
+    uint64_t run_key;             /* mixed into dropout masks and normals (rci_node_run's) */
 } rci_cpu_args;
 
 int rci_cpu_kernel_f32(const rci_cpu_args *a, rc_error *err);  /* node dtype f32 (src may be i32) */

@@ -1430,6 +1430,31 @@ static int k_dropout(const rci_cpu_args *io, rc_error *err)
     return 0;
 }
 
+/* ---- normal draws ------------------------------------------------------------------------------------ */
+
+/* elements [i0, i1): Box-Muller of two 24-bit uniforms from one hash of (key, i) (rc_normal) */
+static void normal_range(void *ctx, int64_t i0, int64_t i1, int part)
+{
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    real *restrict o = io->out;
+    uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
+    key ^= rci_hash64(io->run_key); /* the plan's run or step key */
+    (void)part;
+    for (int64_t i = i0; i < i1; i++) {
+        uint64_t h = rci_hash64(key ^ rci_hash64((uint64_t)i));
+        real u1 = (real)((h >> 40) + 1) * (real)0x1p-24, u2 = (real)(h & 0xffffff) * (real)0x1p-24;
+        o[i] = sqrt((real)-2 * log(u1)) * cos((real)6.283185307179586 * u2);
+    }
+}
+
+static int k_normal(const rci_cpu_args *io)
+{
+    int64_t n = rc_tensor_numel(io->node);
+    par_range(normal_range, (void *)io, n, 16 * n);
+    return 0;
+}
+
 /* ---- dispatch --------------------------------------------------------------------------------------- */
 
 #include "kernels_conv.h"
@@ -1445,6 +1470,8 @@ int RC_KERNEL_FN(const rci_cpu_args *io, rc_error *err)
     switch (node->op) {
     case RC_OP_FULL:
         return k_full(io);
+    case RC_OP_NORMAL:
+        return k_normal(io);
     case RC_OP_CONV2D:
         return k_conv2d(io, err);
     case RC_OP_CONV2D_GRAD_INPUT:

@@ -782,6 +782,18 @@ __kernel void k_dropout(__global store_t *o, long oo, __global const store_t *x,
     st(o, oo + i, u >= thresh ? ld(x, xo + i) * scale : 0);
 }
 
+/* standard normal draws (the CPU's normal_range): Box-Muller of two 24-bit uniforms from
+ * one hash of (key, i) */
+__kernel void k_normal(__global store_t *o, long oo, long n, ulong key)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    ulong h = hash64(key ^ hash64((ulong)i));
+    float u1 = (float)((h >> 40) + 1) * 0x1p-24f, u2 = (float)(h & 0xffffffUL) * 0x1p-24f;
+    st(o, oo + i, sqrt(-2.0f * log(u1)) * cos(6.283185307179586f * u2));
+}
+
 /* ---- optimizer --------------------------------------------------------------------------------- */
 
 /* AdamW over g [n] at element `at`, m, v [n] at element at - sat and w [n] at at - wat

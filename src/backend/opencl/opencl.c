@@ -275,7 +275,7 @@ static const char *kernel_names[OCL_KERNEL_COUNT] = {
     "k_softmax", "k_layer_norm", "k_rms_norm", "k_check_ids", "k_embedding", "k_embedding_grad",
     "k_one_hot", "k_ce_rows", "k_ce_mean", "k_ce_scale", "k_ce_grad", "k_rope", "k_reduce_part",
     "k_reduce_finish", "k_cast", "k_matmul_rows", "k_conv2d", "k_conv2d_grad_input",
-    "k_conv2d_grad_weight", "k_pool2d", "k_pool2d_grad",
+    "k_conv2d_grad_weight", "k_pool2d", "k_pool2d_grad", "k_normal",
 };
 
 /* the start of the compiler's log (its first errors), in err */

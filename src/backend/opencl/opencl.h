@@ -55,6 +55,7 @@ typedef enum {
     OCL_CONV2D_GRAD_WEIGHT,
     OCL_POOL2D,
     OCL_POOL2D_GRAD,
+    OCL_NORMAL,
     OCL_KERNEL_COUNT
 } rci_ocl_kernel;
 

@@ -953,6 +953,20 @@ static int run_dropout(rci_ocl *o, const rci_node_run *r, rc_error *err)
     return launch(o, node, OCL_DROPOUT, a, 8, (size_t)n, "dropout", err);
 }
 
+/* the CPU's normal draws (k_normal), with the same key */
+static int run_normal(rci_ocl *o, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    place out = {0};
+    if (place_of(&r->out, node, node->dtype, &out, err))
+        return -1;
+    uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
+    cl_ulong k = key ^ rci_hash64(r->run_key);
+    cl_long n = rc_tensor_numel(node);
+    rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(n), ARG(k)};
+    return launch(o, node, OCL_NORMAL, a, 4, (size_t)n, "normal", err);
+}
+
 static int blast_failed(rci_ocl *o, CLBlastStatusCode s, rc_error *err)
 {
     return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: matmul: CLBlast status %d", o->be.name, (int)s);
@@ -1245,6 +1259,7 @@ int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t)
     case RC_OP_CROSS_ENTROPY:
     case RC_OP_CROSS_ENTROPY_GRAD:
     case RC_OP_DROPOUT:
+    case RC_OP_NORMAL:
     case RC_OP_WHERE:
     case RC_OP_EQUAL:
     case RC_OP_CONV2D:
@@ -1335,6 +1350,7 @@ int rci_ocl_run_node(rc_backend *be, const rci_node_run *r, rc_error *err)
     case RC_OP_CROSS_ENTROPY_GRAD: return run_cross_entropy_grad(o, r, err);
     case RC_OP_ROPE: return run_rope(o, r, err);
     case RC_OP_DROPOUT: return run_dropout(o, r, err);
+    case RC_OP_NORMAL: return run_normal(o, r, err);
     case RC_OP_WHERE: return run_where(o, r, err);
     case RC_OP_EQUAL: return run_equal(o, r, err);
     case RC_OP_CONV2D:
