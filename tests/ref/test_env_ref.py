@@ -6,7 +6,6 @@ CartPole: random episodes (they end when the pole falls) and balancing ones (the
 the 500-step time limit); Pendulum: 200 steps of random torques, half of them past the
 bound of 2 (clipped).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -15,16 +14,7 @@ import sys
 import gymnasium as gym
 import numpy as np
 
-FAILED = []
-PASSED = [0]
-
-
-def check(ok, what):
-    if ok:
-        PASSED[0] += 1
-    else:
-        FAILED.append(what)
-        print("FAIL", what)
+from refkit import check, finish, options
 
 
 def episodes(build, name, seed, n):
@@ -72,17 +62,13 @@ def replay(name, eps):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source"):
-        ap.add_argument(a, required=True)
-    args = ap.parse_args()
+    args = options()
     lengths = replay("CartPole-v1", episodes(args.build, "CartPole-v1", 7, 6))
     check(max(lengths) == 500 and min(lengths) < 100,
           f"CartPole-v1: the traces should include falls and the 500-step limit: {lengths}")
     lengths = replay("Pendulum-v1", episodes(args.build, "Pendulum-v1", 7, 3))
     check(lengths == [200] * 3, f"Pendulum-v1: episode lengths {lengths}, want 200 each")
-    print(f"test_env_ref: {PASSED[0]} checks passed, {len(FAILED)} failed")
-    return 1 if FAILED else 0
+    return finish("test_env_ref")
 
 
 if __name__ == "__main__":
