@@ -12,7 +12,6 @@ which the setup script installs), run as a user would.
   process.
 - --device opencl: 2 clients, 1 round give the CPU's weights (relative L2 < 1e-5).
 """
-import argparse
 import json
 import os
 import re
@@ -23,11 +22,8 @@ import tempfile
 import numpy as np
 from safetensors.numpy import load_file
 
-from test_examples import FAILED, PASSED, check, run
+from refkit import MPI_ENV, check, finish, options, run
 
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-           "OMP_NUM_THREADS": "1", "ASAN_OPTIONS": "detect_leaks=0"}
 
 
 def weights(path):
@@ -150,18 +146,14 @@ def opencl(build, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source"):
-        ap.add_argument(a, required=True)
-    args = ap.parse_args()
+    args = options()
     with tempfile.TemporaryDirectory() as tmp:
         one_client(args.build, tmp)
         label_split(args.build, tmp)
         iid_split(args.build, tmp)
         mpi_ranks(args.build, tmp)
         opencl(args.build, tmp)
-    print(f"test_example_fedavg: {PASSED[0]} checks passed, {len(FAILED)} failed")
-    return 1 if FAILED else 0
+    return finish("test_example_fedavg")
 
 
 if __name__ == "__main__":
