@@ -15,7 +15,6 @@ what it must show:
   (final/model.safetensors within 1e-5): the noise is drawn once per step from the seed;
 - OpenCL: three steps on --device opencl end with the CPU run's weights (within 1e-4).
 """
-import argparse
 import json
 import os
 import re
@@ -28,11 +27,8 @@ from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 from safetensors.numpy import load_file
 
-from test_examples import check, run, number, FAILED, PASSED
+from refkit import MPI_ENV, check, finish, number, options, run
 
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-           "OMP_NUM_THREADS": "1", "ASAN_OPTIONS": "detect_leaks=0"}
 FLOAT = r"([-+0-9.e]+|inf)"
 
 
@@ -153,18 +149,14 @@ def opencl(build, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source"):
-        ap.add_argument(a, required=True)
-    args = ap.parse_args()
+    args = options()
     logging.set_verbosity(logging.ERROR)  # dp-accounting's notes on fractional orders it skips
     with tempfile.TemporaryDirectory() as tmp:
         self_checks(args.build)
         private_run(args.build, tmp)
         data_parallel(args.build, tmp)
         opencl(args.build, tmp)
-    print(f"test_example_dp_sgd: {PASSED[0]} checks passed, {len(FAILED)} failed")
-    return 1 if FAILED else 0
+    return finish("test_example_dp_sgd")
 
 
 if __name__ == "__main__":

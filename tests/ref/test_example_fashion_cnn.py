@@ -16,7 +16,6 @@ the setup script installs), run as a user would.
 - On the OpenCL backend 3 SGD steps give the CPU's weights (relative L2 < 1e-5), and 10
   AdamW steps take the test accuracy from chance to 0.6 or more.
 """
-import argparse
 import json
 import os
 import shutil
@@ -26,11 +25,8 @@ import tempfile
 import numpy as np
 from safetensors.numpy import load_file
 
-from test_examples import FAILED, PASSED, check, number, run
+from refkit import MPI_ENV, check, finish, number, options, run
 
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-           "OMP_NUM_THREADS": "1", "ASAN_OPTIONS": "detect_leaks=0"}
 
 
 def weights(workdir):
@@ -117,16 +113,12 @@ def opencl(build, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source"):
-        ap.add_argument(a, required=True)
-    args = ap.parse_args()
+    args = options()
     with tempfile.TemporaryDirectory() as tmp:
         one_pass(args.build, tmp)
         meshes(args.build, tmp)
         opencl(args.build, tmp)
-    print(f"test_example_fashion_cnn: {PASSED[0]} checks passed, {len(FAILED)} failed")
-    return 1 if FAILED else 0
+    return finish("test_example_fashion_cnn")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Fashion-MNIST), run on small settings, and what it must show:
 - data parallel under mpiexec -n 2 (batch 8 per process) logs the losses of one process with
   batch 16 within 2% (each process averages over its own caption tokens) and captions too.
 """
-import argparse
 import json
 import math
 import os
@@ -29,7 +28,7 @@ from safetensors import safe_open
 from transformers import GPT2LMHeadModel, GPT2Tokenizer, GPT2TokenizerFast
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_examples import check, run, number, FAILED, PASSED  # noqa: E402
+from refkit import FAILED, MPI_ENV, check, finish, number, options, run
 
 NAME = "image_captioning"
 
@@ -146,9 +145,7 @@ def mpi_run(build, tmp):
     check(mpiexec is not None, f"{NAME}: no mpiexec")
     if not mpiexec:
         return
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none",
-               OMP_NUM_THREADS="1", ASAN_OPTIONS="detect_leaks=0")
+    env = dict(os.environ, **MPI_ENV)
     short = ["--steps", "5", "--train-limit", "320", "--eval", "8", "--log-every", "1"]
     one, two = os.path.join(tmp, "dp1"), os.path.join(tmp, "dp2")
     if not run(build, NAME, *short, "--batch", "16", "--workdir", one):
@@ -167,16 +164,12 @@ def mpi_run(build, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source"):
-        ap.add_argument(a, required=True)
-    args = ap.parse_args()
+    args = options()
     with tempfile.TemporaryDirectory() as tmp:
         main_run(args.build, tmp)
         opencl_run(args.build, tmp)
         mpi_run(args.build, tmp)
-    print(f"test_example_{NAME}: {PASSED[0]} checks passed, {len(FAILED)} failed")
-    return 1 if FAILED else 0
+    return finish("test_example_image_captioning")
 
 
 if __name__ == "__main__":

@@ -14,41 +14,16 @@
   term is there; after meta-training the adapted query loss is below half the unadapted
   one and below half of what adapting achieved before meta-training.
 """
-import argparse
 import json
 import math
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
 
 from tokenizers import Tokenizer
 
-FAILED = []
-PASSED = [0]
-
-
-def check(ok, what):
-    if ok:
-        PASSED[0] += 1
-    else:
-        FAILED.append(what)
-        print("FAIL", what)
-
-
-def run(build, name, *args, argv=None):
-    """Runs build/<name> with args (or the command argv); returns (stdout, stderr), or None
-    with a failed check when it exited non-zero or died by a signal, whatever it printed."""
-    argv = argv or [os.path.join(build, name), *args]
-    t0 = time.time()
-    r = subprocess.run(argv, capture_output=True, text=True)
-    print(f"{name}: {time.time() - t0:.1f} s")
-    if r.returncode != 0:
-        check(False, f"{name} {' '.join(args)} exited {r.returncode}:\n{r.stderr[-2000:]}")
-        return None
-    return r.stdout, r.stderr
+from refkit import FAILED, check, finish, number, options, run
 
 
 def self_check_run():
@@ -65,13 +40,6 @@ def self_check_run():
         check(caught, f"self-check: a program printing the line and exiting {code} was not reported as failed")
     out = run("", "self-check", argv=["sh", "-c", f"echo '{line}'"])
     check(out is not None and line in out[0], "self-check: a program exiting 0 was not accepted")
-
-
-def number(pattern, text, what):
-    """The float groups of the first match of pattern in text (None when absent)."""
-    m = re.search(pattern, text)
-    check(m is not None, f"{what}: no line matching {pattern!r} in:\n{text[-1500:]}")
-    return [float(x) for x in m.groups()] if m else None
 
 
 def train_losses(stderr):
@@ -197,18 +165,14 @@ def maml(build, tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source"):
-        ap.add_argument(a, required=True)
-    args = ap.parse_args()
+    args = options()
     self_check_run()
     with tempfile.TemporaryDirectory() as tmp:
         causal_lm(args.build, args.source, tmp)
         instruction_tuning(args.build, args.source, tmp)
         seq2seq_t5(args.build, tmp)
         maml(args.build, tmp)
-    print(f"test_examples: {PASSED[0]} checks passed, {len(FAILED)} failed")
-    return 1 if FAILED else 0
+    return finish("test_examples")
 
 
 if __name__ == "__main__":
