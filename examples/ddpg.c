@@ -31,7 +31,7 @@
  * it was.
  *
  *   build/ddpg [--steps 10000] [--envs 1] [--batch 64] [--lr 1e-3] [--gamma 0.99]
- *              [--tau 0.005] [--noise 0.2] [--warmup 1000] [--buffer 20000]
+ *              [--tau 0.005] [--critic-weight 1] [--noise 0.2] [--warmup 1000] [--buffer 20000]
  *              [--seed S] [--device cpu|opencl] [--workdir DIR] [--check]
  *   mpiexec -n 2 build/ddpg ...        (each rank its own environments and replay buffer)
  */
@@ -69,6 +69,7 @@ typedef struct {
 typedef struct {
     ddpg_config c;
     double high;                  /* the torque bound */
+    int max_steps;                /* the time limit */
     rc_params *params, *target;
     rc_deployer *dep;
     const rc_mesh *mesh;
@@ -87,6 +88,7 @@ typedef struct {
     float *b_obs, *b_next, *b_act, *b_reward;
     unsigned char *b_term;
     int64_t size, head;
+    int t;                        /* steps of the running episodes (all envs in step) */
     /* the target networks' values on the host, and the trained ones' */
     float *target_host, *online_host;
     int64_t step;                 /* the trainer step collate served last */
@@ -267,7 +269,7 @@ static int explore(ddpg *d, int random)
 {
     int N = d->c.envs;
     float *mu = malloc(sizeof(float) * (size_t)N);
-    int rc = mu ? 0 : rc_error_set(&d->err, RC_ERR_MEMORY, "ddpg: out of memory"), ended = 0;
+    int rc = mu ? 0 : rc_error_set(&d->err, RC_ERR_MEMORY, "ddpg: out of memory");
     if (!rc && random != 1)
         rc = net_plan_make(d, &d->act, N, 0) || net_plan_run(d, &d->act, d->obs, mu);
     for (int e = 0; !rc && e < N; e++) {
@@ -294,15 +296,18 @@ static int explore(ddpg *d, int random)
         }
         if (!rc && (term || trunc)) {
             d->ret_sum += d->ep_return[e], d->ret_count++;
-            ended = 1;
             rc = env_reset(d, e);
         }
     }
     free(mu);
-    if (rc || !ended || random)
+    /* Pendulum's episodes all end at the time limit: a round of them ends on every rank at
+     * the same step, failed or not, for the collective report */
+    int ended = ++d->t == d->max_steps;
+    d->t = ended ? 0 : d->t;
+    if (!ended || random)
         return rc;
     double mean;
-    if (report_return(d, &mean))
+    if (report_return(d, &mean) || rc)
         return -1;
     const char *key = "ddpg/mean_return";
     d->reports++;
@@ -349,6 +354,7 @@ static int evaluate(ddpg *d, int random, int rounds, double *mean)
     int rc = 0;
     for (int e = 0; !rc && e < d->c.envs; e++)
         rc = env_reset(d, e);
+    d->t = 0;
     double keep_sum = d->ret_sum, keep_count = d->ret_count;
     d->ret_sum = d->ret_count = 0;
     d->last_return = NAN;
@@ -402,8 +408,10 @@ static int ddpg_init(ddpg *d, const ddpg_config *c, rc_deployer *dep, rc_error *
         if (!(d->env[e] = rc_env_new("Pendulum-v1", err)))
             return -1;
     if (!d->env || rc_env_obs_dim(d->env[0]) != OBS || rc_env_action_dim(d->env[0]) != 1)
-        return rc_error_set(err, RC_ERR_ARG, "ddpg: Pendulum-v1 is not 3 observations and 1 action");
+        return d->env ? rc_error_set(err, RC_ERR_ARG, "ddpg: Pendulum-v1 is not 3 observations and 1 action")
+                      : rc_error_set(err, RC_ERR_MEMORY, "ddpg: out of memory");
     d->high = rc_env_action_high(d->env[0]);
+    d->max_steps = rc_env_max_steps(d->env[0]);
     d->obs = malloc(sizeof(float) * (size_t)N * OBS);
     d->ep_return = calloc((size_t)N, sizeof(double));
     d->episode = calloc((size_t)N, sizeof(int64_t));
@@ -525,6 +533,7 @@ static int parse_args(int argc, char **argv, args *a)
         else if (!strcmp(k, "--lr")) a->lr = atof(v);
         else if (!strcmp(k, "--gamma")) a->c.gamma = atof(v);
         else if (!strcmp(k, "--tau")) a->c.tau = atof(v);
+        else if (!strcmp(k, "--critic-weight")) a->c.critic_weight = atof(v);
         else if (!strcmp(k, "--noise")) a->c.noise = atof(v);
         else if (!strcmp(k, "--warmup")) a->c.warmup = atoi(v);
         else if (!strcmp(k, "--buffer")) a->c.buffer = atoll(v);
@@ -536,7 +545,7 @@ static int parse_args(int argc, char **argv, args *a)
     if (!ok || a->steps < 1 || a->c.envs < 1 || a->c.batch < 1 || a->c.buffer < 1 ||
         (int64_t)a->c.warmup * a->c.envs < a->c.batch) {
         fprintf(stderr, "usage: ddpg [--steps N] [--envs E] [--batch B] [--lr LR] [--gamma G] [--tau T]\n"
-                        "            [--noise SIGMA] [--warmup STEPS] [--buffer N] [--seed S]\n"
+                        "            [--critic-weight C] [--noise SIGMA] [--warmup STEPS] [--buffer N] [--seed S]\n"
                         "            [--device cpu|opencl] [--workdir DIR] [--check]\n"
                         "       (the warmup's transitions, warmup x envs, must fill a batch)\n");
         return -1;

@@ -334,7 +334,8 @@ static int64_t count_train(int epoch, void *user)
     d->epoch = epoch;
     double mean = 0;
     if (epoch % d->c.epochs == 0) {
-        d->failed = rollout(d) || report_return(d, &mean);
+        int bad = rollout(d);
+        d->failed = report_return(d, &mean) || bad; /* (collective: every rank reports) */
         d->iteration++;
         if (!d->failed && rc_deployer_is_main(d->dep))
             printf("iteration %d: mean episode return %.1f\n", d->iteration, mean);
@@ -431,6 +432,8 @@ static int ppo_init(ppo *d, const ppo_config *c, rc_deployer *dep, rc_params *pa
     for (int e = 0; d->env && e < N; e++)
         if (!(d->env[e] = rc_env_new("CartPole-v1", err)))
             return -1;
+    if (!d->env)
+        return rc_error_set(err, RC_ERR_MEMORY, "ppo: out of memory");
     d->obs_dim = rc_env_obs_dim(d->env[0]);
     d->n_actions = rc_env_n_actions(d->env[0]);
     d->obs = malloc(sizeof(float) * (size_t)(N * d->obs_dim));

@@ -12,7 +12,6 @@ run as a user would, and what it must show:
   6000 steps reach above -400 over the 20 episodes of both ranks;
 - OpenCL: a short run (300 steps) on --device opencl runs on the OpenCL backend.
 """
-import argparse
 import json
 import os
 import re
@@ -20,11 +19,8 @@ import shutil
 import sys
 import tempfile
 
-from test_examples import check, run, number, FAILED, PASSED
+from refkit import MPI_ENV, check, finish, number, options, run
 
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-           "OMP_NUM_THREADS": "1", "ASAN_OPTIONS": "detect_leaks=0"}
 FLOAT = r"([-+0-9.e]+|nan|inf)"
 
 
@@ -109,17 +105,13 @@ def opencl(build, cpu_check):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source"):
-        ap.add_argument(a, required=True)
-    args = ap.parse_args()
+    args = options()
     with tempfile.TemporaryDirectory() as tmp:
         cpu_check = stop_gradient(args.build)
         single(args.build, tmp)
         data_parallel(args.build)
         opencl(args.build, cpu_check)
-    print(f"test_example_ddpg: {PASSED[0]} checks passed, {len(FAILED)} failed")
-    return 1 if FAILED else 0
+    return finish("test_example_ddpg")
 
 
 if __name__ == "__main__":

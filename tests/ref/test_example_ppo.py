@@ -5,12 +5,11 @@ would, and what it must show:
   greedy policy's is at least 200 and at least 5 times the random one's, the iterations'
   mean returns rise (the last three above the first three), and log.jsonl (--workdir) holds
   ppo/mean_return for every iteration as printed;
-- data parallel: under `mpiexec -n 2` (each rank its own environments, seeded by rank) 20
+- data parallel: under `mpiexec -n 2` (each rank its own environments, seeded by rank) 30
   iterations reach a greedy return of at least 200 over the 16 episodes of both ranks;
 - OpenCL: three iterations on --device opencl run on the OpenCL backend, and the first
   iteration (the initial weights acting) returns what the CPU run's does, to 1%.
 """
-import argparse
 import json
 import os
 import re
@@ -18,11 +17,8 @@ import shutil
 import sys
 import tempfile
 
-from test_examples import check, run, number, FAILED, PASSED
+from refkit import MPI_ENV, check, finish, number, options, run
 
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-           "OMP_NUM_THREADS": "1", "ASAN_OPTIONS": "detect_leaks=0"}
 FLOAT = r"([-+0-9.e]+|nan|inf)"
 
 
@@ -67,7 +63,7 @@ def data_parallel(build):
         return
     os.environ.update(MPI_ENV)
     out = run(build, "ppo", argv=[mpiexec, "-n", "2", os.path.join(build, "ppo"), "--seed", "1",
-                                  "--iterations", "20"])
+                                  "--iterations", "30"])
     res = results(out[0], "ppo -n 2") if out else None
     if not res:
         return
@@ -91,16 +87,12 @@ def opencl(build, cpu_iterations):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("--redco", "--build", "--source"):
-        ap.add_argument(a, required=True)
-    args = ap.parse_args()
+    args = options()
     with tempfile.TemporaryDirectory() as tmp:
         its = single(args.build, tmp)
         data_parallel(args.build)
         opencl(args.build, its)
-    print(f"test_example_ppo: {PASSED[0]} checks passed, {len(FAILED)} failed")
-    return 1 if FAILED else 0
+    return finish("test_example_ppo")
 
 
 if __name__ == "__main__":
