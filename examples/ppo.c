@@ -252,7 +252,7 @@ static int env_reset(ppo *d, int e)
 static int rollout(ppo *d)
 {
     int N = d->c.envs, D = d->obs_dim, A = d->n_actions;
-    float *out = malloc(sizeof(float) * (size_t)(N * (A + 1))), *last = malloc(sizeof(float) * (size_t)(N * D));
+    float *out = malloc(sizeof(float) * (size_t)(N * (A + 1))), *last = calloc((size_t)(N * D), sizeof(float));
     int rc = out && last ? 0 : rc_error_set(&d->err, RC_ERR_MEMORY, "ppo: out of memory");
     for (int t = 0; !rc && t < d->c.horizon; t++) {
         rc = act(d, d->obs, out);
