@@ -2,8 +2,7 @@
  * models as parameters plus a configuration. */
 #include "internal.h"
 #include "backend.h"
-#include "nn.h"
-#include "redco/pipeline.h"
+#include "train_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -432,8 +431,17 @@ rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *
     rc_tensor **p = all_leaves(g, m->params);
     if (!p)
         return NULL;
-    nn_inputs in = {.ids = ids, .enc_ids = enc_ids, .mask = mask};
-    return rci_nn_model_logits(g, &m->config, &m->params->w, p, &in);
+    nn_lora lora = {0};
+    if (m->lora && rci_lora_leaves(g, m->lora, &lora)) {
+        free(lora.a);
+        free(lora.b);
+        return NULL;
+    }
+    nn_inputs in = {.ids = ids, .enc_ids = enc_ids, .mask = mask, .lora = m->lora ? &lora : NULL};
+    rc_tensor *logits = rci_nn_model_logits(g, &m->config, &m->params->w, p, &in);
+    free(lora.a);
+    free(lora.b);
+    return logits;
 }
 
 /* the nn view of a params object, for the modules that share the flat buffer */

@@ -20,6 +20,15 @@ int rci_params_restore(rc_params *p);
 void rci_params_touch(rc_params *p);
 uint64_t rci_params_version(const rc_params *p);
 
+/* ---- LoRA (lora.c) ------------------------------------------------------------------- */
+struct rc_lora;
+/* the adapters' leaves in g, indexed by the model's table (out->a and out->b malloc'ed:
+ * the caller frees them, also after a failure) */
+int rci_lora_leaves(rc_graph *g, struct rc_lora *l, nn_lora *out);
+/* adapted modules, and adapter k's base weight (its index in the model's table) */
+int rci_lora_count(const struct rc_lora *l);
+int rci_lora_base_of(const struct rc_lora *l, int k);
+
 /* ---- deployer internals ---------------------------------------------------------------- */
 const char *rci_deployer_workdir(const rc_deployer *d);
 /* log.jsonl (one record per call, written with jansson: {"step": S, "key": value, ...}, a
