@@ -2,10 +2,15 @@
  * model is unchanged (bitwise); merged weights give the adapter-applied logits; a PEFT
  * directory loads back to the same logits; training the adapters leaves every base weight
  * bitwise unchanged, moves the adapters, and keeps state (gradients, moments) for the
- * adapters alone. */
+ * adapters alone.
+ *
+ *   test_lora --logits MODEL ADAPTER IN OUT   writes the logits of MODEL with the PEFT
+ *       adapter ADAPTER attached (not merged) for IN's "input_ids" (i32 [B, T]
+ *       safetensors) to OUT's "logits" (tests/ref/test_lora_ref.py compares them with peft) */
 #include "check.h"
 #include "lm_task.h"
 #include "redco/lora.h"
+#include "redco/safetensors.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -165,8 +170,52 @@ static void test_frozen(lm_task *k, const char *preset)
     free(before), free(after), free(a0), free(a1);
 }
 
-int main(void)
+/* the --logits mode: 0 or 1 */
+static int write_logits(const char *model, const char *adapter, const char *in, const char *out)
 {
+    rc_error err = {0};
+    rc_model *m = rc_model_create(model, 0, &err);
+    rc_lora *l = m ? rc_lora_load(m, adapter, &err) : NULL;
+    rc_safetensors *f = l ? rc_safetensors_open(in, &err) : NULL;
+    int j = f ? rc_safetensors_find(f, "input_ids") : -1;
+    const rc_st_tensor *info = j >= 0 ? rc_safetensors_info(f, j) : NULL;
+    int32_t *ids = info && info->ndim == 2 ? malloc((size_t)info->numel * sizeof *ids) : NULL;
+    int rc = ids && rc_safetensors_read(f, j, RC_I32, ids, info->numel, &err) == 0 ? 0 : -1;
+    float *y = NULL;
+    int64_t shape[3] = {0};
+    if (!rc) {
+        rc_graph *g = rc_graph_new();
+        rc_tensor *x = rc_const(g, "ids", RC_I32, 2, info->shape, ids);
+        rc_tensor *z = rc_model_logits(g, m, x, NULL, NULL);
+        rc_plan *p = z ? rc_plan_new(g, &z, 1, &err) : NULL;
+        y = p ? malloc((size_t)rc_tensor_numel(z) * sizeof *y) : NULL;
+        rc = y && rc_plan_run(p, &err) == 0 && rc_plan_read(p, z, y, &err) == 0 ? 0 : -1;
+        if (!rc)
+            memcpy(shape, z->shape, sizeof shape);
+        if (rc_graph_error(g))
+            fprintf(stderr, "test_lora: %s\n", rc_graph_error(g));
+        rc_plan_free(p);
+        rc_graph_free(g);
+    }
+    const char *name = "logits";
+    const int64_t *shapes[1] = {shape};
+    const float *data[1] = {y};
+    if (!rc)
+        rc = rc_safetensors_write(out, 1, &name, (int[]){3}, shapes, data, 0, NULL, &err);
+    if (rc)
+        fprintf(stderr, "test_lora --logits: %s\n", err.msg);
+    free(y);
+    free(ids);
+    rc_safetensors_close(f);
+    rc_lora_free(l);
+    rc_model_free(m);
+    return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 6 && !strcmp(argv[1], "--logits"))
+        return write_logits(argv[2], argv[3], argv[4], argv[5]);
     rc_set_threads(2);
     snprintf(root, sizeof root, "/tmp/redco-lora-XXXXXX");
     CHECK(mkdtemp(root) != NULL);
