@@ -145,6 +145,7 @@ static rc_lora *lora_make(rc_model *m, int r, double alpha, const char *targets,
         rc_lora_free(l);
         return NULL;
     }
+    rci_params_set_frozen(l->params, &(rci_frozen){m->params, l->n, l->base, l->conv1d});
     return l;
 }
 

@@ -18,6 +18,7 @@ struct rc_params {
     rc_init *inits;               /* [w.n] how each parameter starts */
     int init_cap;
     uint64_t version;             /* bumped whenever the values may have changed */
+    rci_frozen frozen;            /* LoRA: the weights these adapters sit on (base NULL: none) */
 };
 
 rc_params *rc_params_new(void)
@@ -442,6 +443,16 @@ rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *
     free(lora.a);
     free(lora.b);
     return logits;
+}
+
+void rci_params_set_frozen(rc_params *p, const rci_frozen *f)
+{
+    p->frozen = f ? *f : (rci_frozen){0};
+}
+
+const rci_frozen *rci_params_frozen(const rc_params *p)
+{
+    return p && p->frozen.base ? &p->frozen : NULL;
 }
 
 /* the nn view of a params object, for the modules that share the flat buffer */

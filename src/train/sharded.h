@@ -19,6 +19,10 @@ typedef struct {
     int64_t bytes;                /* the shards' bytes (taken here) */
     int owned;                    /* specs, local and off are this object's (not a trainer's) */
     uint64_t version;             /* rci_params_version of the weights the shards were taken from */
+    /* LoRA (rci_params_frozen of params): the frozen base weights' shards, planned with the
+     * adapters (specs[n ..) after params' n), flat like local */
+    rc_buffer *frozen_local;
+    int64_t *frozen_off;
 } rc_sharded;
 
 void rci_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int allow_replicate);
