@@ -48,7 +48,7 @@ static const char *train_help =
     "event files into the workdir. With --json the last line of stdout is\n"
     "{\"step\": N, \"loss\": ..., \"eval_loss\": ..., \"lr\": ...} (loss: the last step's; eval_loss:\n"
     "the last evaluation's); a value that is NaN or infinite, or eval_loss with no\n"
-    "--eval-data, is null.\n"
+    "--eval-data, is null; with --lora-r also \"state_bytes\" and \"full_state_bytes\".\n"
     "--lora-r R fine-tunes rank-R LoRA adapters instead of the model (GPT-2 and LLaMA):\n"
     "on the modules named by --lora-targets (PEFT's matching of Hugging Face module names;\n"
     "default c_attn for GPT-2, q_proj,v_proj for LLaMA), scaled by --lora-alpha / R\n"
@@ -423,11 +423,13 @@ int cmd_train(int argc, char **argv)
     if (rc)
         cli_fail(cmd, "%s", reason(&s, &err));
     else if (o.json && rc_deployer_is_main(s.d)) {
-        json_t *j = json_pack("{s:I, s:o, s:o, s:o, s:I}", "step", (json_int_t)res.step, "loss",
+        json_t *j = json_pack("{s:I, s:o, s:o, s:o}", "step", (json_int_t)res.step, "loss",
                               cli_json_real(res.loss), "eval_loss", cli_json_real(res.eval_loss), "lr",
-                              cli_json_real(res.lr), "state_bytes", (json_int_t)res.state_bytes);
-        if (j && s.lora)
+                              cli_json_real(res.lr));
+        if (j && s.lora) { /* the LoRA saving: this process's trainer state against full fine-tuning's */
+            json_object_set_new(j, "state_bytes", json_integer((json_int_t)res.state_bytes));
             json_object_set_new(j, "full_state_bytes", json_integer((json_int_t)full_state));
+        }
         cli_print_json(j);
     }
     rc_trainer_free(t);

@@ -35,7 +35,7 @@ typedef struct {
 
 typedef struct rc_lora rc_lora;
 
-/* Adapters on model m (which must outlive them), attached: rc_model_logits (and the built-in
+/* Adapters on model m, attached (rc_model_free detaches them; free them after): rc_model_logits (and the built-in
  * task's loss) adds them from now on. A starts as PEFT's default (uniform in
  * +-1/sqrt(in), drawn from seed), B as zeros, so the model is unchanged until trained.
  * Errors: a family other than GPT-2 and LLaMA, a rank < 1, a target no module matches. */

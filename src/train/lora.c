@@ -223,6 +223,11 @@ int rci_lora_base_of(const rc_lora *l, int k)
     return l->base[k];
 }
 
+void rci_lora_detach(rc_lora *l)
+{
+    l->m = NULL;
+}
+
 int rci_lora_count(const rc_lora *l)
 {
     return l->n;
@@ -245,8 +250,8 @@ static void merge_one(float *W, const float *A, const float *B, int64_t in, int6
 
 int rc_lora_merge(rc_lora *l, rc_error *err)
 {
-    if (!l)
-        return rc_error_set(err, RC_ERR_ARG, "lora merge: no adapters");
+    if (!l || !l->m)
+        return rc_error_set(err, RC_ERR_ARG, "lora merge: %s", l ? "the model was freed" : "no adapters");
     nn_weights *w = rci_params_weights(l->m->params);
     if (!w)
         return rc_error_set(err, RC_ERR_ARG, "lora merge: the model's weights are not in memory");
@@ -303,8 +308,8 @@ static int write_config(const rc_lora *l, const char *path, rc_error *err)
 
 int rc_lora_save(const rc_lora *l, const char *dir, rc_error *err)
 {
-    if (!l || !dir)
-        return rc_error_set(err, RC_ERR_ARG, "lora save: %s", l ? "no directory" : "no adapters");
+    if (!l || !dir || !l->m)
+        return rc_error_set(err, RC_ERR_ARG, "lora save: %s", !l ? "no adapters" : !dir ? "no directory" : "the model was freed");
     if (make_dir(dir, err))
         return -1;
     char path[4200];

@@ -422,6 +422,8 @@ void rc_model_free(rc_model *m)
 {
     if (!m)
         return;
+    if (m->lora) /* the adapters outlive their model: detached, they only wait to be freed */
+        rci_lora_detach(m->lora);
     rc_params_free(m->params);
     free(m);
 }

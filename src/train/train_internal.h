@@ -43,6 +43,8 @@ int rci_lora_leaves(rc_graph *g, struct rc_lora *l, nn_lora *out);
 /* adapted modules, and adapter k's base weight (its index in the model's table) */
 int rci_lora_count(const struct rc_lora *l);
 int rci_lora_base_of(const struct rc_lora *l, int k);
+/* the model is going away: the adapters forget it (rc_lora_free then only frees them) */
+void rci_lora_detach(struct rc_lora *l);
 
 /* ---- deployer internals ---------------------------------------------------------------- */
 const char *rci_deployer_workdir(const rc_deployer *d);
