@@ -343,7 +343,7 @@ int rc_lora_save(const rc_lora *l, const char *dir, rc_error *err)
 }
 
 /* r, lora_alpha and target_modules of DIR/adapter_config.json, checked */
-static int read_config(const char *path, int *r, double *alpha, char *targets, size_t size, int *fan, rc_error *err)
+static int read_config(const char *path, int *r, double *alpha, char *targets, size_t size, rc_error *err)
 {
     json_error_t je;
     json_t *c = json_load_file(path, 0, &je);
@@ -364,7 +364,6 @@ static int read_config(const char *path, int *r, double *alpha, char *targets, s
     if (!rc) {
         *r = (int)json_integer_value(jr);
         *alpha = json_number_value(ja);
-        *fan = json_is_true(json_object_get(c, "fan_in_fan_out"));
         targets[0] = 0;
         for (size_t k = 0; !rc && k < json_array_size(jt); k++) {
             json_t *t = json_array_get(jt, k);
@@ -417,19 +416,18 @@ static int read_tensors(rc_lora *l, const char *path, rc_error *err)
 rc_lora *rc_lora_load(rc_model *m, const char *dir, rc_error *err)
 {
     char path[4200], targets[MAX_TARGETS * 66];
-    int r = 0, fan = 0;
+    int r = 0;
     double alpha = 0;
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    if (read_config(path, &r, &alpha, targets, sizeof targets, &fan, err))
+    if (read_config(path, &r, &alpha, targets, sizeof targets, err))
         return NULL;
     rc_lora *l = lora_make(m, r, alpha, targets, err);
     if (!l)
         return NULL;
+    /* fan_in_fan_out follows the module, as PEFT sets it (true for Conv1D, false for Linear)
+     * whatever the file says; A and B have the same layouts either way */
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-    if (fan != l->conv1d) {
-        rc_error_set(err, RC_ERR_ARG, "lora: %s/adapter_config.json: fan_in_fan_out %s for a %s model", dir,
-                     fan ? "true" : "false", m->config.model_type);
-    } else if (rc_params_to(l->params, rci_params_backend(m->params), err) == 0 && read_tensors(l, path, err) == 0) {
+    if (rc_params_to(l->params, rci_params_backend(m->params), err) == 0 && read_tensors(l, path, err) == 0) {
         m->lora = l;
         return l;
     }

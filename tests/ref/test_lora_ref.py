@@ -5,7 +5,8 @@
   trainer keeping state for the adapters alone;
 - workdir/adapter/ loads with PeftModel.from_pretrained onto the transformers model, whose
   logits equal redco's with the adapter attached (relative 1e-4), and the trained B is not
-  zero; workdir/merged/ (--lora-merge) loads in transformers to the same logits;
+  zero; workdir/merged/ (--lora-merge) loads in transformers to the same logits; an adapter
+  made and saved by peft itself (random B) gives redco peft's logits;
 - `redco eval --lora` gives the merged model's loss (and not the base's); `redco generate
   --lora` gives PEFT's greedy continuation;
 - the same run with --nproc 2 --mp 2 (adapters sharded with their base weights) and on
@@ -24,7 +25,7 @@ import tempfile
 import numpy as np
 import torch
 import transformers as T
-from peft import PeftModel
+from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
 from safetensors.numpy import load_file
 from safetensors.torch import save_file
 
@@ -130,6 +131,28 @@ def case(args, tmp, name, base, targets, data, tok):
         d = rel(load_file(got_path)["logits"], want)
         print(f"{name}: redco + adapter vs peft: logits differ by {d:.2e}")
         check(d < 1e-4, f"{name}: redco's adapted logits differ from peft's by {d:.2e}")
+    # the other way: an adapter made and saved by peft itself (random B), attached by redco
+    own = os.path.join(tmp, name + "-peft-adapter")
+    torch.manual_seed(5)
+    made = get_peft_model(T.AutoModelForCausalLM.from_pretrained(base),
+                          LoraConfig(r=2, lora_alpha=6, target_modules=targets.split(","), lora_dropout=0.0))
+    with torch.no_grad():
+        for k, p in made.named_parameters():
+            if "lora_B" in k:
+                p.normal_(0, 0.1)
+    # PeftModel.save_pretrained's two files (its model card needs Jinja2, which the venv lacks)
+    made.peft_config["default"].save_pretrained(own)
+    save_file({k: v.contiguous() for k, v in get_peft_model_state_dict(made).items()},
+              os.path.join(own, "adapter_model.safetensors"), metadata={"format": "pt"})
+    with torch.no_grad():
+        want_own = made.eval()(input_ids=ids).logits.numpy()
+    t = subprocess.run([os.path.join(args.build, "test_lora"), "--logits", base, own, feed, got_path],
+                       capture_output=True, text=True)
+    check(t.returncode == 0, f"{name}: test_lora --logits on peft's own adapter: {t.stderr[-500:]}")
+    if t.returncode == 0:
+        d = rel(load_file(got_path)["logits"], want_own)
+        print(f"{name}: peft's own adapter in redco vs peft: logits differ by {d:.2e}")
+        check(d < 1e-4, f"{name}: peft's own adapter in redco differs from peft by {d:.2e}")
     merged = T.AutoModelForCausalLM.from_pretrained(os.path.join(wd, "merged")).eval()
     with torch.no_grad():
         d = rel(merged(input_ids=ids).logits.numpy(), want)
