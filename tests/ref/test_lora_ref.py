@@ -9,8 +9,8 @@
   made and saved by peft itself (random B) gives redco peft's logits;
 - `redco eval --lora` gives the merged model's loss (and not the base's); `redco generate
   --lora` gives PEFT's greedy continuation;
-- the same run with --nproc 2 --mp 2 (adapters sharded with their base weights) and on
-  --device opencl (a few steps) ends with the one-process CPU adapters (relative 1e-4).
+- the same run with --nproc 2 --mp 2 (adapters sharded with their base weights), and on
+  --device opencl (2 SGD steps), ends with the one-process CPU adapters (relative 1e-4).
 
 Run by CTest as: python test_lora_ref.py --redco R --build B --source S
 """
@@ -178,31 +178,33 @@ def case(args, tmp, name, base, targets, data, tok):
         check(g["ids"] == hf_ids[:len(g["ids"])] and len(g["ids"]) > 0,
               f"{name}: generate --lora {g['ids']} vs peft {hf_ids}")
 
-    # two model shards, and the OpenCL device: the one-process CPU adapters
-    if name == "gpt2" or args.all:
-        mp = os.path.join(tmp, name + "-mp2")
-        r = run(redco, "train", *common, "--workdir", mp, "--nproc", "2", "--mp", "2", "--json")
-        if r.returncode == 0:
-            d = adapters_rel(os.path.join(mp, "adapter"), adapter)
-            print(f"{name}: --mp 2 vs one process: adapters differ by {d:.2e}")
-            check(d < 1e-4, f"{name}: --mp 2 adapters differ from one process's by {d:.2e}")
-    if name == "llama" or args.all:
-        short = list(common)
-        short[short.index("--steps") + 1] = "2"
-        cpu, dev = os.path.join(tmp, name + "-cpu2"), os.path.join(tmp, name + "-ocl2")
-        run(redco, "train", *short, "--workdir", cpu, "--json")
-        r = run(redco, "train", *short, "--workdir", dev, "--json", "--device", "opencl")
-        if r.returncode == 0:
-            d = adapters_rel(os.path.join(dev, "adapter"), os.path.join(cpu, "adapter"))
-            print(f"{name}: --device opencl vs cpu: adapters differ by {d:.2e}")
-            check(d < 1e-4, f"{name}: opencl adapters differ from the CPU's by {d:.2e}")
+    # two model shards: the one-process adapters
+    mp = os.path.join(tmp, name + "-mp2")
+    r = run(redco, "train", *common, "--workdir", mp, "--nproc", "2", "--mp", "2", "--json")
+    if r.returncode == 0:
+        d = adapters_rel(os.path.join(mp, "adapter"), adapter)
+        print(f"{name}: --mp 2 vs one process: adapters differ by {d:.2e}")
+        check(d < 1e-4, f"{name}: --mp 2 adapters differ from one process's by {d:.2e}")
 
+    # the OpenCL device: the CPU's adapters. SGD: AdamW's first steps move each element of B
+    # by about lr whatever the size of its gradient, so a float-order difference in a
+    # near-zero gradient shows as a 1e-4 difference of the adapters (GPT-2 measured); SGD's
+    # adapters show the gradients' own agreement
+    short = list(common) + ["--optimizer", "sgd"]
+    short[short.index("--steps") + 1] = "2"
+    short[short.index("--lr") + 1] = "0.5"
+    cpu, dev = os.path.join(tmp, name + "-cpu2"), os.path.join(tmp, name + "-ocl2")
+    run(redco, "train", *short, "--workdir", cpu, "--json")
+    r = run(redco, "train", *short, "--workdir", dev, "--json", "--device", "opencl")
+    if r.returncode == 0:
+        d = adapters_rel(os.path.join(dev, "adapter"), os.path.join(cpu, "adapter"))
+        print(f"{name}: --device opencl vs cpu: adapters differ by {d:.2e}")
+        check(d < 1e-4, f"{name}: opencl adapters differ from the CPU's by {d:.2e}")
 
 def main():
     ap = argparse.ArgumentParser()
     for a in ("--redco", "--build", "--source"):
         ap.add_argument(a)
-    ap.add_argument("--all", action="store_true", help="both families with --mp 2 and on opencl")
     args = ap.parse_args()
     tok = os.path.join(args.source, "data", "gpt2")
     with tempfile.TemporaryDirectory() as tmp:
