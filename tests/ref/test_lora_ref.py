@@ -10,7 +10,8 @@
 - `redco eval --lora` gives the merged model's loss (and not the base's); `redco generate
   --lora` gives PEFT's greedy continuation;
 - the same run with --nproc 2 --mp 2 (adapters sharded with their base weights), and on
-  --device opencl (2 SGD steps), ends with the one-process CPU adapters (relative 1e-4).
+  --device opencl (2 SGD steps), and both at once (LLaMA), ends with the one-process CPU
+  adapters (relative 1e-4).
 
 Run by CTest as: python test_lora_ref.py --redco R --build B --source S
 """
@@ -200,6 +201,13 @@ def case(args, tmp, name, base, targets, data, tok):
         d = adapters_rel(os.path.join(dev, "adapter"), os.path.join(cpu, "adapter"))
         print(f"{name}: --device opencl vs cpu: adapters differ by {d:.2e}")
         check(d < 1e-4, f"{name}: opencl adapters differ from the CPU's by {d:.2e}")
+    if name == "llama":  # both at once: two model shards on the OpenCL device
+        both = os.path.join(tmp, name + "-ocl-mp2")
+        r = run(redco, "train", *short, "--workdir", both, "--json", "--device", "opencl", "--nproc", "2", "--mp", "2")
+        if r.returncode == 0:
+            d = adapters_rel(os.path.join(both, "adapter"), os.path.join(cpu, "adapter"))
+            print(f"{name}: --device opencl --mp 2 vs one CPU process: adapters differ by {d:.2e}")
+            check(d < 1e-4, f"{name}: opencl --mp 2 adapters differ from the CPU's by {d:.2e}")
 
 def main():
     ap = argparse.ArgumentParser()
