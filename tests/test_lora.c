@@ -6,7 +6,11 @@
  *
  *   test_lora --logits MODEL ADAPTER IN OUT   writes the logits of MODEL with the PEFT
  *       adapter ADAPTER attached (not merged) for IN's "input_ids" (i32 [B, T]
- *       safetensors) to OUT's "logits" (tests/ref/test_lora_ref.py compares them with peft) */
+ *       safetensors) to OUT's "logits" (tests/ref/test_lora_ref.py compares them with peft)
+ *   test_lora --eval-metric MP      trains tiny-gpt2's adapters 2 SGD steps on MP model shards
+ *       (under mpiexec -n MP) with an eval predictor and metric, printing "metric S: X" per
+ *       evaluation (the predictor on the trainer's adapter and frozen base shards; the ref
+ *       test compares MP 2 with 1) */
 #include "check.h"
 #include "lm_task.h"
 #include "redco/lora.h"
@@ -170,6 +174,82 @@ static void test_frozen(lm_task *k, const char *preset)
     free(before), free(after), free(a0), free(a1);
 }
 
+/* ---- the --eval-metric mode ------------------------------------------------------------- */
+
+typedef struct {
+    rc_model *m;
+    double sum;
+} metric_task;
+
+static int64_t metric_count(int epoch, void *user)
+{
+    (void)epoch, (void)user;
+    return 32;
+}
+
+static int metric_collate(rc_batch *out, const int64_t *ex, int n, void *user)
+{
+    (void)user;
+    int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, 8});
+    int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, 8});
+    for (int i = 0; ids && tg && i < n * 8; i++) {
+        ids[i] = (int32_t)((ex[i / 8] * 13 + i) % 256);
+        tg[i] = (ids[i] + 1) % 256;
+    }
+    return ids && tg ? 0 : -1;
+}
+
+static rc_tensor *metric_loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+{
+    (void)p, (void)rng;
+    rc_tensor *y = rc_model_logits(g, ((metric_task *)user)->m, rc_batch_input(g, b, "ids"), NULL, NULL);
+    return rc_cross_entropy(g, y, rc_batch_input(g, b, "targets"), RC_IGNORE_INDEX);
+}
+
+/* every logit of the example as its row */
+static rc_tensor *metric_predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+{
+    (void)p, (void)rng;
+    rc_tensor *y = rc_model_logits(g, ((metric_task *)user)->m, rc_batch_input(g, b, "ids"), NULL, NULL);
+    return y ? rc_reshape(g, y, 2, (int64_t[]){y->shape[0], y->shape[1] * y->shape[2]}) : NULL;
+}
+
+static int metric_output(int64_t example, const float *row, int64_t n, void *user)
+{
+    for (int64_t i = 0; i < n; i++)
+        ((metric_task *)user)->sum += row[i] * (double)(1 + (example + i) % 7);
+    return 0;
+}
+
+static double metric_value(void *user)
+{
+    metric_task *k = user;
+    double s = k->sum;
+    k->sum = 0;
+    printf("metric %.9g\n", s);
+    return s;
+}
+
+static int eval_metric_run(int argc, char **argv, int mp)
+{
+    rc_error err = {0};
+    rc_deployer *d = rc_deployer_new(&argc, &argv, &(rc_deployer_options){.seed = 1, .mp = mp}, &err);
+    metric_task k = {d ? rc_model_create("tiny-gpt2", 1, &err) : NULL, 0};
+    rc_lora *l = k.m ? rc_lora_new(k.m, &(rc_lora_options){4, 8, "c_attn,c_proj"}, 2, &err) : NULL;
+    rc_trainer *t = l ? rc_trainer_new(d, metric_collate, metric_loss, &k, rc_lora_params(l), NULL, &err) : NULL;
+    rc_train_options o = {.steps = 2, .batch_size = 4, .optimizer = "sgd", .lr = 0.5, .eval_every = 1,
+                          .eval_predict = metric_predict, .eval_output = metric_output, .eval_metric = metric_value};
+    rc_examples ex = {metric_count, &k};
+    int rc = t ? rc_trainer_fit(t, &o, ex, &ex, NULL, &err) : -1;
+    if (rc)
+        fprintf(stderr, "test_lora --eval-metric: %s\n", err.msg);
+    rc_trainer_free(t);
+    rc_lora_free(l);
+    rc_model_free(k.m);
+    rc_deployer_free(d);
+    return rc ? 1 : 0;
+}
+
 /* the --logits mode: 0 or 1 */
 static int write_logits(const char *model, const char *adapter, const char *in, const char *out)
 {
@@ -216,6 +296,8 @@ int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "--logits"))
         return write_logits(argv[2], argv[3], argv[4], argv[5]);
+    if (argc == 3 && !strcmp(argv[1], "--eval-metric"))
+        return eval_metric_run(argc, argv, atoi(argv[2]));
     rc_set_threads(2);
     snprintf(root, sizeof root, "/tmp/redco-lora-XXXXXX");
     CHECK(mkdtemp(root) != NULL);

@@ -16,7 +16,8 @@ void rci_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int
     s->allow_replicate = allow_replicate;
 }
 
-void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, rc_buffer *local, const int64_t *off)
+void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, rc_buffer *local, const int64_t *off,
+                     rc_buffer *frozen_local, const int64_t *frozen_off)
 {
     if (s->owned) {
         free(s->specs);
@@ -25,8 +26,8 @@ void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, rc_buffer *local
         rc_buffer_free(s->frozen_local);
         free(s->frozen_off);
     }
-    s->frozen_local = NULL; /* no LoRA base shards: an adapter set's predictor would need them */
-    s->frozen_off = NULL;
+    s->frozen_local = frozen_local;
+    s->frozen_off = (int64_t *)frozen_off;
     s->specs = (rc_shard_spec *)specs;
     s->local = local;
     s->off = (int64_t *)off;

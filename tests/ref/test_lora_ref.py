@@ -209,6 +209,24 @@ def case(args, tmp, name, base, targets, data, tok):
             print(f"{name}: --device opencl --mp 2 vs one CPU process: adapters differ by {d:.2e}")
             check(d < 1e-4, f"{name}: opencl --mp 2 adapters differ from the CPU's by {d:.2e}")
 
+def eval_metric(args):
+    """A trainer's eval predictor and metric on LoRA adapters: on 2 model shards the predictor
+    runs on the trainer's adapter and frozen base shards, and the metric is one process's."""
+    tool = os.path.join(args.build, "test_lora")
+    mpiexec = shutil.which("mpiexec")
+    check(mpiexec is not None, "no mpiexec")
+    if not mpiexec:
+        return
+    got = []
+    for argv in ([tool, "--eval-metric", "1"], [mpiexec, "-n", "2", tool, "--eval-metric", "2"]):
+        r = run(argv[0], *argv[1:])
+        got.append([float(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("metric ")])
+    one, two = got
+    print(f"eval metric with LoRA: one process {one}, 2 model shards {two}")
+    check(len(one) == 2 and len(two) == 2 and all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(one, two)),
+          f"eval metric on 2 model shards {two} vs one process {one}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ("--redco", "--build", "--source"):
@@ -223,6 +241,7 @@ def main():
             f.write(text)
         for name, base, targets in models(tmp):
             case(args, tmp, name, base, targets, data, tok)
+    eval_metric(args)
     print(f"test_lora_ref: {PASSED[0]} passed, {len(FAILED)} failed")
     return 1 if FAILED else 0
 
