@@ -2,6 +2,7 @@
  * tokenizer (greedy, sampling with temperature / top-k / top-p and a seed, or beam search). */
 #include "cli.h"
 #include "redco/dist.h"
+#include "redco/lora.h"
 #include "redco/predict.h"
 #include "redco/tokenizer.h"
 
@@ -14,7 +15,7 @@ static const char *help =
     "usage: redco generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
     "                      [--top-k K] [--top-p P] [--num-beams B] [--seed S] [--tokenizer DIR]\n"
     "                      [--dtype f32|bf16|f16] [--mp N] [--allow-replicate] [--nproc P]\n"
-    "                      [--device D] [--json]\n"
+    "                      [--device D] [--lora DIR] [--json]\n"
     "\n"
     "Continues the prompt with the model (a Hugging Face model directory, e.g. a workdir's\n"
     "final/) and prints the prompt and the new text. Temperature 0 (the default) is greedy;\n"
@@ -24,6 +25,8 @@ static const char *help =
     "else cpu). --dtype bf16 or f16 loads the weights in 16 bits (converted from the\n"
     "checkpoint's dtype; a BF16 checkpoint in bf16 as stored) and runs the model and its\n"
     "key/value cache in that dtype, halving the bytes read per token; default f32.\n"
+    "--lora DIR applies a PEFT LoRA adapter directory (e.g. a workdir's adapter/ from\n"
+    "`redco train --lora-r`), folded into the weights.\n"
     "With --json the last line of stdout is\n"
     "{\"prompt\": ..., \"text\": ..., \"ids\": [...], \"prompt_ids\": [...]}.\n"
     "\n"
@@ -32,7 +35,7 @@ static const char *help =
     "weights and its heads of the key/value cache, and the text is the one process's.\n";
 
 typedef struct {
-    const char *model, *prompt, *tokenizer, *device;
+    const char *model, *prompt, *tokenizer, *device, *lora;
     rc_dtype dtype;
     int64_t max_new, top_k, beams, seed, mp, nproc;
     double temperature, top_p;
@@ -41,7 +44,7 @@ typedef struct {
 
 enum {
     F_MODEL = CLI_FLAG0, F_PROMPT, F_TOKENIZER, F_MAX_NEW, F_TOP_K, F_BEAMS, F_SEED, F_TEMPERATURE, F_TOP_P,
-    F_MP, F_NPROC, F_JSON, F_ALLOW_REPLICATE, F_DEVICE, F_DTYPE
+    F_MP, F_NPROC, F_JSON, F_ALLOW_REPLICATE, F_DEVICE, F_DTYPE, F_LORA
 };
 
 static const struct option flags[] = {
@@ -61,6 +64,7 @@ static const struct option flags[] = {
     {"allow-replicate", no_argument, NULL, F_ALLOW_REPLICATE},
     {"device", required_argument, NULL, F_DEVICE},
     {"dtype", required_argument, NULL, F_DTYPE},
+    {"lora", required_argument, NULL, F_LORA},
     {NULL, 0, NULL, 0},
 };
 
@@ -72,6 +76,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     switch (c) {
     case F_MODEL: o->model = v; return 0;
     case F_DEVICE: o->device = v; return 0;
+    case F_LORA: o->lora = v; return 0;
     case F_DTYPE:
         if (!strcmp(v, "f32") || !strcmp(v, "float32"))
             o->dtype = RC_F32;
@@ -173,6 +178,11 @@ int cmd_generate(int argc, char **argv)
         rc = -1;
     if (!rc && !(m = rc_model_load(o.model, 0, o.dtype, &err)))
         rc = -1;
+    if (!rc && o.lora) { /* the adapter folded into the weights */
+        rc_lora *l = rc_lora_load(m, o.lora, &err);
+        rc = l ? rc_lora_merge(l, &err) : -1;
+        rc_lora_free(l); /* its errors name the adapter's files */
+    }
     if (!rc)
         rc = rc_params_to(m->params, rc_deployer_backend(d), &err);
     if (!rc)

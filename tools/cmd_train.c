@@ -2,6 +2,7 @@
  * built-in task, run by the Trainer over the processes the launcher started. */
 #include "cli.h"
 #include "redco/data.h"
+#include "redco/lora.h"
 #include "redco/pipeline.h"
 #include "redco/tokenizer.h"
 
@@ -21,6 +22,7 @@ static const char *train_help =
     "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--remat[=N]] [--zero]\n"
     "                   [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
     "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...]\n"
+    "                   [--lora-r R [--lora-alpha A] [--lora-targets M,M,...] [--lora-merge]]\n"
     "\n"
     "Trains a model on .txt, .jsonl ({\"text\"}, {\"prompt\",\"completion\"}, {\"source\",\"target\"})\n"
     "or .npy token data. --batch-size is per data-parallel process; the global batch is\n"
@@ -46,21 +48,35 @@ static const char *train_help =
     "event files into the workdir. With --json the last line of stdout is\n"
     "{\"step\": N, \"loss\": ..., \"eval_loss\": ..., \"lr\": ...} (loss: the last step's; eval_loss:\n"
     "the last evaluation's); a value that is NaN or infinite, or eval_loss with no\n"
-    "--eval-data, is null. Defaults: --batch-size 8 --seq-len 64 --lr 3e-4\n"
+    "--eval-data, is null; with --lora-r also \"state_bytes\" and \"full_state_bytes\".\n"
+    "--lora-r R fine-tunes rank-R LoRA adapters instead of the model (GPT-2 and LLaMA):\n"
+    "on the modules named by --lora-targets (PEFT's matching of Hugging Face module names;\n"
+    "default c_attn for GPT-2, q_proj,v_proj for LLaMA), scaled by --lora-alpha / R\n"
+    "(default alpha R). The model's weights stay frozen: no gradients or optimizer state\n"
+    "(the saving is printed). Checkpoints and final/ hold the adapters; workdir/adapter/ is\n"
+    "a PEFT directory (adapter_config.json, adapter_model.safetensors) that\n"
+    "PeftModel.from_pretrained loads, and `redco eval|generate --lora DIR` applies; with\n"
+    "--lora-merge workdir/merged/ also holds the model with the adapters folded in. Defaults: --batch-size 8 --seq-len 64 --lr 3e-4\n"
     "--optimizer adamw --weight-decay 0.01 --grad-clip 1 --schedule constant --seed 0.\n";
 
 static const char *eval_help =
     "usage: redco eval --model DIR --data PATH [--tokenizer DIR] [--seq-len N] [--batch-size N]\n"
-    "                  [--mp N] [--nproc P] [--device D] [--dtype f32|bf16|f16] [--json]\n"
+    "                  [--mp N] [--nproc P] [--device D] [--dtype f32|bf16|f16] [--lora DIR]\n"
+    "                  [--json]\n"
     "\n"
     "Mean cross-entropy of the model over every predicted token of the data (language-model\n"
     "windows as in training), its perplexity, and the token count. With --json the last line\n"
     "of stdout is {\"loss\": ..., \"ppl\": ..., \"tokens\": N}; a loss or perplexity that is NaN\n"
     "or infinite is null. Processes split the data, and with --mp N the model too (the\n"
-    "training plan). --dtype bf16|f16 runs the model with its weights in that dtype.\n";
+    "training plan). --dtype bf16|f16 runs the model with its weights in that dtype.\n"
+    "--lora DIR applies a PEFT LoRA adapter directory (folded into the weights).\n";
 
 typedef struct {
     const char *model, *data, *tokenizer, *workdir, *eval_data, *optimizer, *schedule, *device;
+    const char *lora, *lora_targets;  /* eval: an adapter directory; train: --lora-targets */
+    int64_t lora_r;
+    double lora_alpha;
+    int lora_merge;
     int64_t steps, epochs, batch, seq_len, warmup, accum, seed, eval_every, save_every, log_every,
         mp, nproc, remat;
     double lr, wd, clip, loss_scale;
@@ -74,7 +90,7 @@ enum {
     F_MODEL = CLI_FLAG0, F_DATA, F_TOKENIZER, F_SEQ_LEN, F_BATCH, F_NPROC, F_MP, F_JSON, F_WORKDIR,
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
     F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO,
-    F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW
+    F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW, F_LORA, F_LORA_R, F_LORA_ALPHA, F_LORA_TARGETS, F_LORA_MERGE
 };
 
 static const struct option eval_flags[] = {
@@ -88,6 +104,7 @@ static const struct option eval_flags[] = {
     {"mp", required_argument, NULL, F_MP},
     {"device", required_argument, NULL, F_DEVICE},
     {"dtype", required_argument, NULL, F_DTYPE},
+    {"lora", required_argument, NULL, F_LORA},
     {"json", no_argument, NULL, F_JSON},
     {NULL, 0, NULL, 0},
 };
@@ -126,6 +143,10 @@ static const struct option train_flags[] = {
     {"grad-clip", required_argument, NULL, F_CLIP},
     {"resume", no_argument, NULL, F_RESUME},
     {"no-shuffle", no_argument, NULL, F_NO_SHUFFLE},
+    {"lora-r", required_argument, NULL, F_LORA_R},
+    {"lora-alpha", required_argument, NULL, F_LORA_ALPHA},
+    {"lora-targets", required_argument, NULL, F_LORA_TARGETS},
+    {"lora-merge", no_argument, NULL, F_LORA_MERGE},
     {NULL, 0, NULL, 0},
 };
 
@@ -154,6 +175,11 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_OPTIMIZER: o->optimizer = v; return 0;
     case F_SCHEDULE: o->schedule = v; return 0;
     case F_DEVICE: o->device = v; return 0;
+    case F_LORA: o->lora = v; return 0;
+    case F_LORA_TARGETS: o->lora_targets = v; return 0;
+    case F_LORA_MERGE: o->lora_merge = 1; return 0;
+    case F_LORA_R: return cli_int64(cmd, f, v, 1, 1 << 16, &o->lora_r);
+    case F_LORA_ALPHA: return cli_double(cmd, f, v, 1e-6, 1e6, &o->lora_alpha);
     case F_REMAT: return v ? cli_int64(cmd, f, v, 1, 1 << 16, &o->remat) : (o->remat = 1, 0);
     case F_JSON: o->json = 1; return 0;
     case F_ZERO: o->zero = 1; return 0;
@@ -201,6 +227,8 @@ static int parse(const char *cmd, int argc, char **argv, options *o, int is_trai
         return cli_usage(cmd, "give --steps N or --epochs N");
     if (is_train && o->steps && o->epochs)
         return cli_usage(cmd, "give --steps or --epochs, not both");
+    if (!o->lora_r && (o->lora_targets || o->lora_alpha > 0 || o->lora_merge))
+        return cli_usage(cmd, "--lora-targets, --lora-alpha and --lora-merge go with --lora-r R");
     if (strcmp(o->optimizer, "adamw") && strcmp(o->optimizer, "sgd"))
         return cli_usage(cmd, "--optimizer '%s' (adamw or sgd)", o->optimizer);
     if (strcmp(o->schedule, "constant") && strcmp(o->schedule, "linear") && strcmp(o->schedule, "cosine"))
@@ -248,6 +276,7 @@ static rc_dataset *open_data(const char *cmd, const char *path, rc_tokenizer *to
 typedef struct {
     rc_tokenizer *tok;
     rc_model *model;
+    rc_lora *lora;
     rc_dataset *train, *eval;
     rc_task task, eval_task;
     rc_deployer *d;
@@ -258,6 +287,7 @@ static void session_free(session *s)
     rc_deployer_free(s->d);
     rc_dataset_free(s->train);
     rc_dataset_free(s->eval);
+    rc_lora_free(s->lora);
     rc_model_free(s->model);
     rc_tokenizer_free(s->tok);
 }
@@ -280,6 +310,20 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
     int ok = (s->model = rc_model_load(o->model, (uint64_t)o->seed, o->dtype, &err)) != NULL;
     if (!ok)
         return cli_fail(cmd, "%s", err.msg);
+    /* LoRA: the frozen model's weights live where the steps run (the trainer moves only the
+     * adapters it trains) */
+    if (o->lora_r && rc_params_to(s->model->params, rc_deployer_backend(s->d), &err))
+        return cli_fail(cmd, "%s", err.msg);
+    if (o->lora_r && !(s->lora = rc_lora_new(s->model, &(rc_lora_options){(int)o->lora_r, o->lora_alpha, o->lora_targets},
+                                             (uint64_t)o->seed, &err)))
+        return cli_fail(cmd, "%s", err.msg);
+    if (o->lora) { /* eval: the adapter folded into the weights, which then run as any model's */
+        rc_lora *l = rc_lora_load(s->model, o->lora, &err);
+        int rc = l ? rc_lora_merge(l, &err) : -1;
+        rc_lora_free(l);
+        if (rc)
+            return cli_fail(cmd, "--lora %s: %s", o->lora, err.msg);
+    }
     s->tok = open_tokenizer(cmd, o, &tok_path, &err);
     if (!s->tok && tok_path)
         return 1;
@@ -313,6 +357,33 @@ static const char *reason(const session *s, const rc_error *err)
     return err->msg;
 }
 
+/* After a LoRA fit: the saving printed (this process's trainer state, measured, against what
+ * full fine-tuning's weights, gradients and AdamW moments of the model would take), then
+ * workdir/adapter/ (PEFT) and with --lora-merge workdir/merged/ written by rank 0. */
+static int lora_finish(const options *o, session *s, const rc_train_result *res, int64_t *full_state, rc_error *err)
+{
+    int64_t base = rc_params_numel(s->model->params), trained = rc_lora_numel(s->lora);
+    int64_t per = (int64_t)rc_dtype_size(o->dtype) + 4 + 8 + (o->dtype != RC_F32 ? 4 : 0); /* w, grad, m, v (master) */
+    *full_state = base * per / (o->mp > 0 ? o->mp : 1);
+    int rc = 0;
+    if (rc_deployer_is_main(s->d)) {
+        if (!o->json)
+            printf("LoRA r=%d: %lld trainable parameters of %lld (%.3f%%); trainer state %.3f MiB, full fine-tuning "
+                   "would keep %.3f MiB (%.1fx less)\n", rc_lora_rank(s->lora), (long long)trained,
+                   (long long)(base + trained), 100.0 * (double)trained / (double)(base + trained),
+                   res->state_bytes / 1048576.0, *full_state / 1048576.0,
+                   res->state_bytes ? (double)*full_state / (double)res->state_bytes : 0.0);
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/adapter", o->workdir);
+        rc = rc_lora_save(s->lora, dir, err);
+        snprintf(dir, sizeof dir, "%s/merged", o->workdir);
+        if (!rc && o->lora_merge)
+            rc = rc_lora_merge(s->lora, err) ||
+                 rc_model_save(s->model, dir, o->tokenizer ? o->tokenizer : s->model->dir[0] ? s->model->dir : NULL, err);
+    }
+    return rc_deployer_agree(s->d, rc, err);
+}
+
 int cmd_train(int argc, char **argv)
 {
     const char *cmd = "train";
@@ -329,7 +400,9 @@ int cmd_train(int argc, char **argv)
         return rc;
     }
     rc_error err = {0};
-    rc_trainer *t = rc_trainer_new(s.d, rc_task_collate, rc_task_loss, &s.task, s.model->params, s.model, &err);
+    /* LoRA: the trainer's parameters are the adapters (no model config in its checkpoints) */
+    rc_trainer *t = s.lora ? rc_trainer_new(s.d, rc_task_collate, rc_task_loss, &s.task, rc_lora_params(s.lora), NULL, &err)
+                           : rc_trainer_new(s.d, rc_task_collate, rc_task_loss, &s.task, s.model->params, s.model, &err);
     rc_train_options to = {.steps = o.steps, .epochs = (int)o.epochs, .batch_size = (int)o.batch,
                            .grad_accum = (int)o.accum, .shuffle = !o.no_shuffle, .optimizer = o.optimizer,
                            .lr = o.lr, .weight_decay = o.wd, .grad_clip = o.clip, .remat = (int)o.remat, .zero = o.zero,
@@ -344,12 +417,21 @@ int cmd_train(int argc, char **argv)
     rc_examples train = {rc_task_count, &s.task}, eval = {rc_task_count, &s.eval_task};
     rc_train_result res = {0};
     rc = t ? rc_trainer_fit(t, &to, train, s.eval ? &eval : NULL, &res, &err) : -1;
+    int64_t full_state = 0;
+    if (!rc && s.lora)
+        rc = lora_finish(&o, &s, &res, &full_state, &err);
     if (rc)
         cli_fail(cmd, "%s", reason(&s, &err));
-    else if (o.json && rc_deployer_is_main(s.d))
-        cli_print_json(json_pack("{s:I, s:o, s:o, s:o}", "step", (json_int_t)res.step, "loss",
-                                 cli_json_real(res.loss), "eval_loss", cli_json_real(res.eval_loss), "lr",
-                                 cli_json_real(res.lr)));
+    else if (o.json && rc_deployer_is_main(s.d)) {
+        json_t *j = json_pack("{s:I, s:o, s:o, s:o}", "step", (json_int_t)res.step, "loss",
+                              cli_json_real(res.loss), "eval_loss", cli_json_real(res.eval_loss), "lr",
+                              cli_json_real(res.lr));
+        if (j && s.lora) { /* the LoRA saving: this process's trainer state against full fine-tuning's */
+            json_object_set_new(j, "state_bytes", json_integer((json_int_t)res.state_bytes));
+            json_object_set_new(j, "full_state_bytes", json_integer((json_int_t)full_state));
+        }
+        cli_print_json(j);
+    }
     rc_trainer_free(t);
     session_free(&s);
     rc_dist_finalize();

@@ -140,6 +140,7 @@ typedef struct {
     rc_model_config config;
     rc_params *params;
     char dir[4096];               /* where it was loaded from ("" for presets) */
+    struct rc_lora *lora;         /* LoRA adapters its forward pass adds (redco/lora.h), or NULL */
 } rc_model;
 
 /* A preset architecture with random weights, or a Hugging Face model directory (any

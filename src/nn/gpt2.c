@@ -41,13 +41,20 @@ static int gpt2_weights(const rc_model_config *c, nn_weights *w)
     return rc ? -1 : 0;
 }
 
+/* Conv1D `mod` of layer l applied to h, with its bias (and its LoRA adapter, if any) */
+static rc_tensor *conv(nn_ctx *x, int l, const char *mod, rc_tensor *h)
+{
+    rc_tensor *w = rci_nn_p(x, "transformer.h.%d.%s.weight", l, mod);
+    rc_tensor *y = rci_nn_conv1d(x->g, h, w, rci_nn_p(x, "transformer.h.%d.%s.bias", l, mod));
+    return rci_nn_lora(x, h, y, w);
+}
+
 /* causal self-attention of h [B, T, C] in layer l */
 static rc_tensor *attention(nn_ctx *x, int l, rc_tensor *h)
 {
     rc_graph *g = x->g;
     int64_t B = h->shape[0], T = h->shape[1], C = x->c->d_model, H = x->c->n_head, D = C / H;
-    rc_tensor *qkv = rci_nn_conv1d(g, h, rci_nn_p(x, "transformer.h.%d.attn.c_attn.weight", l),
-                               rci_nn_p(x, "transformer.h.%d.attn.c_attn.bias", l)); /* [B, T, 3C] */
+    rc_tensor *qkv = conv(x, l, "attn.c_attn", h); /* [B, T, 3C] */
     qkv = rc_reshape(g, qkv, 5, (int64_t[]){B, T, 3, H, D});
     qkv = rc_permute(g, qkv, (int[]){2, 0, 3, 1, 4});                    /* [3, B, H, T, D] */
     rc_tensor *q = rc_reshape(g, rc_slice(g, qkv, 0, 0, 1), 4, (int64_t[]){B, H, T, D});
@@ -55,18 +62,12 @@ static rc_tensor *attention(nn_ctx *x, int l, rc_tensor *h)
     rc_tensor *v = rc_reshape(g, rc_slice(g, qkv, 0, 2, 3), 4, (int64_t[]){B, H, T, D});
     rci_nn_cache(x, l, &k, &v);
     rc_tensor *y = rci_nn_attention(g, q, k, v, rci_nn_mask_bias(x), 1.0 / sqrt((double)D), 1);
-    return rci_nn_conv1d(g, y, rci_nn_p(x, "transformer.h.%d.attn.c_proj.weight", l),
-                     rci_nn_p(x, "transformer.h.%d.attn.c_proj.bias", l));
+    return conv(x, l, "attn.c_proj", y);
 }
 
 static rc_tensor *mlp(nn_ctx *x, int l, rc_tensor *h)
 {
-    rc_graph *g = x->g;
-    h = rci_nn_conv1d(g, h, rci_nn_p(x, "transformer.h.%d.mlp.c_fc.weight", l),
-                  rci_nn_p(x, "transformer.h.%d.mlp.c_fc.bias", l));
-    h = rci_nn_act(x, h);
-    return rci_nn_conv1d(g, h, rci_nn_p(x, "transformer.h.%d.mlp.c_proj.weight", l),
-                     rci_nn_p(x, "transformer.h.%d.mlp.c_proj.bias", l));
+    return conv(x, l, "mlp.c_proj", rci_nn_act(x, conv(x, l, "mlp.c_fc", h)));
 }
 
 static rc_tensor *gpt2_logits(nn_ctx *x)

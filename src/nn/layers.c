@@ -49,6 +49,20 @@ rc_tensor *rci_nn_conv1d(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b)
     return b ? rc_add(g, y, b) : y;
 }
 
+rc_tensor *rci_nn_lora(nn_ctx *x, rc_tensor *h, rc_tensor *y, rc_tensor *w)
+{
+    const nn_lora *lo = x->in->lora;
+    if (!lo || !y || !w)
+        return y;
+    for (int i = 0; i < x->w->n; i++) {
+        if (x->p[i] != w || !lo->a[i] || !lo->b[i])
+            continue;
+        rc_tensor *d = rc_matmul(x->g, rc_matmul(x->g, h, lo->a[i], 0, 1), lo->b[i], 0, 1); /* [..., out] */
+        return rc_add(x->g, y, rc_scale(x->g, d, lo->scale));
+    }
+    return y;
+}
+
 rc_tensor *rci_nn_heads(rc_graph *g, rc_tensor *x, int heads)
 {
     if (!x)

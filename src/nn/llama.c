@@ -44,11 +44,13 @@ static int llama_weights(const rc_model_config *c, nn_weights *w)
     return rc ? -1 : 0;
 }
 
-/* torch Linear of layer l's module `mod`, with its bias when the table has one */
+/* torch Linear of layer l's module `mod`, with its bias when the table has one (and its
+ * LoRA adapter when it has one) */
 static rc_tensor *proj(nn_ctx *x, int l, const char *mod, rc_tensor *h)
 {
     rc_tensor *b = rci_nn_has(x, "model.layers.%d.%s.bias", l, mod) ? rci_nn_p(x, "model.layers.%d.%s.bias", l, mod) : NULL;
-    return rci_nn_linear(x->g, h, rci_nn_p(x, "model.layers.%d.%s.weight", l, mod), b);
+    rc_tensor *w = rci_nn_p(x, "model.layers.%d.%s.weight", l, mod);
+    return rci_nn_lora(x, h, rci_nn_linear(x->g, h, w, b), w);
 }
 
 /* [B, T, heads*D] -> rotated [B, heads, T, D] */

@@ -64,6 +64,14 @@ int rci_nn_model_weights(const rc_model_config *c, nn_weights *w, rc_error *err)
  * residual output projections of GPT-2 scaled by 1/sqrt(2 layers). */
 int rci_nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed, rc_error *err);
 
+/* LoRA adapters on some weights of the table: for parameter i, a[i] [r, in] and b[i]
+ * [out, r] leaves, or NULL where it has none; that projection's output gains
+ * scale (x a^T) b^T (PEFT's LoraLayer). */
+typedef struct {
+    rc_tensor **a, **b;
+    double scale;
+} nn_lora;
+
 /* The inputs of one forward pass, in global shapes. */
 typedef struct {
     rc_tensor *ids;               /* i32 [B, T]: tokens (T5: decoder input tokens) */
@@ -73,6 +81,7 @@ typedef struct {
     int past;                     /* decoder-only: length of the key/value cache */
     rc_tensor *const *past_kv;    /* optional: per layer k then v, each [B, KV heads, past, D] */
     rc_tensor **new_kv;           /* optional out: per layer k then v, [B, KV heads, past + T, D] */
+    const nn_lora *lora;          /* optional adapters (GPT-2 and LLaMA projections) */
 } nn_inputs;
 
 /* Records the forward pass; p[i] must be leaves for w's parameters (rci_nn_model_leaves).

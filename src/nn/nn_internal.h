@@ -23,6 +23,9 @@ int rci_nn_has(nn_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2,
 rc_tensor *rci_nn_linear(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b);
 /* x [..., in] @ w + b for GPT-2's Conv1D weight [in, out] */
 rc_tensor *rci_nn_conv1d(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b);
+/* y (the output of projection w applied to h) plus its LoRA adapter's
+ * scale (h a^T) b^T when the inputs carry one for w; else y */
+rc_tensor *rci_nn_lora(nn_ctx *x, rc_tensor *h, rc_tensor *y, rc_tensor *w);
 /* [B, T, H*D] -> [B, H, T, D] */
 rc_tensor *rci_nn_heads(rc_graph *g, rc_tensor *x, int heads);
 /* Attention of q [B, H, Tq, D] over k, v [B, KV, Tk, D] (KV divides H: grouped queries);

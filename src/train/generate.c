@@ -382,6 +382,9 @@ static int check_request(const rc_model *m, const int32_t *prompts, int n_batch,
 {
     if (!m || !m->params || !o)
         return rc_error_set(err, RC_ERR_ARG, "generate: model and options are required");
+    if (m->lora)
+        return rc_error_set(err, RC_ERR_UNSUPPORTED, "generate: the model has LoRA adapters attached: fold them into "
+                            "its weights first (rc_lora_merge)");
     if (n_batch < 1)
         return rc_error_set(err, RC_ERR_ARG, "generate: %d prompts (at least 1)", n_batch);
     if (!prompts || n_prompt < 1)

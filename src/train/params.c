@@ -2,8 +2,7 @@
  * models as parameters plus a configuration. */
 #include "internal.h"
 #include "backend.h"
-#include "nn.h"
-#include "redco/pipeline.h"
+#include "train_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +18,7 @@ struct rc_params {
     rc_init *inits;               /* [w.n] how each parameter starts */
     int init_cap;
     uint64_t version;             /* bumped whenever the values may have changed */
+    rci_frozen frozen;            /* LoRA: the weights these adapters sit on (base NULL: none) */
 };
 
 rc_params *rc_params_new(void)
@@ -422,6 +422,8 @@ void rc_model_free(rc_model *m)
 {
     if (!m)
         return;
+    if (m->lora) /* the adapters outlive their model: detached, they only wait to be freed */
+        rci_lora_detach(m->lora);
     rc_params_free(m->params);
     free(m);
 }
@@ -432,8 +434,27 @@ rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *
     rc_tensor **p = all_leaves(g, m->params);
     if (!p)
         return NULL;
-    nn_inputs in = {.ids = ids, .enc_ids = enc_ids, .mask = mask};
-    return rci_nn_model_logits(g, &m->config, &m->params->w, p, &in);
+    nn_lora lora = {0};
+    if (m->lora && rci_lora_leaves(g, m->lora, &lora)) {
+        free(lora.a);
+        free(lora.b);
+        return NULL;
+    }
+    nn_inputs in = {.ids = ids, .enc_ids = enc_ids, .mask = mask, .lora = m->lora ? &lora : NULL};
+    rc_tensor *logits = rci_nn_model_logits(g, &m->config, &m->params->w, p, &in);
+    free(lora.a);
+    free(lora.b);
+    return logits;
+}
+
+void rci_params_set_frozen(rc_params *p, const rci_frozen *f)
+{
+    p->frozen = f ? *f : (rci_frozen){0};
+}
+
+const rci_frozen *rci_params_frozen(const rc_params *p)
+{
+    return p && p->frozen.base ? &p->frozen : NULL;
 }
 
 /* the nn view of a params object, for the modules that share the flat buffer */

@@ -164,10 +164,10 @@ rc_predictor *rc_predictor_new(rc_deployer *d, rc_collate_fn collate, rc_predict
 }
 
 void rci_predictor_use_shards(rc_predictor *p, const rc_shard_spec *specs, rc_buffer *local,
-                              const int64_t *off)
+                              const int64_t *off, rc_buffer *frozen_local, const int64_t *frozen_off)
 {
     if (p && p->mp > 1)
-        rci_sharded_use(&p->shards, specs, local, off);
+        rci_sharded_use(&p->shards, specs, local, off, frozen_local, frozen_off);
 }
 
 void rc_predictor_free(rc_predictor *p)

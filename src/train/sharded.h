@@ -19,11 +19,17 @@ typedef struct {
     int64_t bytes;                /* the shards' bytes (taken here) */
     int owned;                    /* specs, local and off are this object's (not a trainer's) */
     uint64_t version;             /* rci_params_version of the weights the shards were taken from */
+    /* LoRA (rci_params_frozen of params): the frozen base weights' shards, planned with the
+     * adapters (specs[n ..) after params' n), flat like local */
+    rc_buffer *frozen_local;
+    int64_t *frozen_off;
 } rc_sharded;
 
 void rci_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int allow_replicate);
-/* Runs on a trainer's plan and shards (which stay the trainer's and must outlive s). */
-void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, rc_buffer *local, const int64_t *off);
+/* Runs on a trainer's plan and shards (which stay the trainer's and must outlive s); with
+ * LoRA also on its frozen base shards (NULL, NULL without). */
+void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, rc_buffer *local, const int64_t *off,
+                     rc_buffer *frozen_local, const int64_t *frozen_off);
 void rci_sharded_free(rc_sharded *s);
 /* Takes the shards again when they are this object's and the full weights changed since
  * they were taken (written by the user, updated by a fit): a Predictor made before training

@@ -20,6 +20,32 @@ int rci_params_restore(rc_params *p);
 void rci_params_touch(rc_params *p);
 uint64_t rci_params_version(const rc_params *p);
 
+/* ---- parameters trained on top of frozen ones ------------------------------------------ */
+/* LoRA's adapters (a trainer's parameters) on a model whose weights the loss also reads but
+ * nobody trains: with model shards those weights are split by the same plan, each adapter
+ * with its base weight (B [out, r] like a column-parallel weight's output features, A
+ * [r, in] like a row-parallel weight's input features, the other one whole). */
+typedef struct {
+    rc_params *base;              /* the frozen weights (NULL: none) */
+    int n;                        /* adapter k: parameters 2k (A) and 2k + 1 (B) ... */
+    const int *base_of;           /* [n] ... sit on base weight base_of[k] */
+    int conv1d;                   /* the base weights are Conv1D [in, out] (else Linear [out, in]) */
+} rci_frozen;
+void rci_params_set_frozen(rc_params *p, const rci_frozen *f);
+/* NULL when p has no frozen companion */
+const rci_frozen *rci_params_frozen(const rc_params *p);
+
+/* ---- LoRA (lora.c) ------------------------------------------------------------------- */
+struct rc_lora;
+/* the adapters' leaves in g, indexed by the model's table (out->a and out->b malloc'ed:
+ * the caller frees them, also after a failure) */
+int rci_lora_leaves(rc_graph *g, struct rc_lora *l, nn_lora *out);
+/* adapted modules, and adapter k's base weight (its index in the model's table) */
+int rci_lora_count(const struct rc_lora *l);
+int rci_lora_base_of(const struct rc_lora *l, int k);
+/* the model is going away: the adapters forget it (rc_lora_free then only frees them) */
+void rci_lora_detach(struct rc_lora *l);
+
 /* ---- deployer internals ---------------------------------------------------------------- */
 const char *rci_deployer_workdir(const rc_deployer *d);
 /* log.jsonl (one record per call, written with jansson: {"step": S, "key": value, ...}, a

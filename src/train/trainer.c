@@ -627,7 +627,8 @@ static int eval_metric(rc_trainer *t, const rc_train_options *o, rc_examples ex,
                                                 user_of(t, ex), t->params, err)))
         return -1;
     if (t->mp > 1) /* the trainer's plan and shards: no full weights needed */
-        rci_predictor_use_shards(t->eval_predictor, t->specs, t->local, t->loff);
+        rci_predictor_use_shards(t->eval_predictor, t->specs, t->local, t->loff, t->shards.frozen_local,
+                                 t->shards.frozen_off);
     if (rc_predictor_run(t->eval_predictor, ex.count(0, ex.user), o->batch_size, err))
         return -1;
     *score = rc_deployer_is_main(t->d) ? o->eval_metric(user_of(t, ex)) : 0.0;
