@@ -20,16 +20,7 @@ import tempfile
 
 import numpy as np
 
-FAILED = []
-PASSED = [0]
-
-
-def check(ok, what):
-    if ok:
-        PASSED[0] += 1
-    else:
-        FAILED.append(what)
-        print("FAIL", what)
+from refkit import FAILED, PASSED, check
 
 
 def run(redco, *args, stdin=None):

@@ -24,16 +24,7 @@ import tempfile
 import numpy as np
 from safetensors.numpy import load_file
 
-FAILED = []
-PASSED = [0]
-
-
-def check(ok, what):
-    if ok:
-        PASSED[0] += 1
-    else:
-        FAILED.append(what)
-        print("FAIL", what)
+from refkit import FAILED, PASSED, check
 
 
 def run(redco, *args, env=None, expect=0):

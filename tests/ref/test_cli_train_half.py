@@ -16,18 +16,8 @@ import sys
 import tempfile
 
 import numpy as np
-from safetensors import safe_open
 
-FAILED = []
-PASSED = [0]
-
-
-def check(ok, what):
-    if ok:
-        PASSED[0] += 1
-    else:
-        FAILED.append(what)
-        print("FAIL", what)
+from refkit import FAILED, PASSED, check
 
 
 def run(redco, *args, expect=0):

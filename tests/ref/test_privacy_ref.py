@@ -17,16 +17,7 @@ from absl import logging
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
-FAILED = []
-PASSED = [0]
-
-
-def check(ok, what):
-    if ok:
-        PASSED[0] += 1
-    else:
-        FAILED.append(what)
-        print("FAIL", what)
+from refkit import FAILED, PASSED, check
 
 
 def ref_epsilon(q, sigma, steps, delta):
