@@ -227,7 +227,8 @@ enum {
     RC_ERR_MEMORY,
     RC_ERR_UNSUPPORTED,
     RC_ERR_IO,
-    RC_ERR_FORMAT
+    RC_ERR_FORMAT,
+    RC_ERR_INTERRUPTED            /* a fit stopped early by a signal (rc_train_options.catch_signals) */
 };
 
 /* Fills err (when not NULL) with a code and a printf-style message; returns -1. For user

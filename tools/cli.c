@@ -214,7 +214,6 @@ int cli_relaunch(const char *cmd, int nproc, int argc, char **argv)
         return cli_fail(cmd, "out of memory");
     int k = 0;
     args[k++] = "mpiexec";
-    args[k++] = "--quiet";
     args[k++] = "-n";
     args[k++] = np;
     args[k++] = self;

@@ -21,7 +21,7 @@ static const char *train_help =
     "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--log-every N]\n"
     "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--remat[=N]] [--zero]\n"
     "                   [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
-    "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...]\n"
+    "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--collective-timeout S]\n"
     "                   [--lora-r R [--lora-alpha A] [--lora-targets M,M,...] [--lora-merge]]\n"
     "\n"
     "Trains a model on .txt, .jsonl ({\"text\"}, {\"prompt\",\"completion\"}, {\"source\",\"target\"})\n"
@@ -56,13 +56,20 @@ static const char *train_help =
     "(the saving is printed). Checkpoints and final/ hold the adapters; workdir/adapter/ is\n"
     "a PEFT directory (adapter_config.json, adapter_model.safetensors) that\n"
     "PeftModel.from_pretrained loads, and `redco eval|generate --lora DIR` applies; with\n"
-    "--lora-merge workdir/merged/ also holds the model with the adapters folded in. Defaults: --batch-size 8 --seq-len 64 --lr 3e-4\n"
+    "--lora-merge workdir/merged/ also holds the model with the adapters folded in.\n"
+    "SIGINT or SIGTERM (Slurm's notice before it ends a job) finishes the step in progress on\n"
+    "every process, writes checkpoint-STEP/, prints \"stopped by SIGTERM at step N; checkpoint\n"
+    "written to ...\" and exits with 128 + the signal's number (143 for SIGTERM); --resume then\n"
+    "continues as if never stopped. A second signal stops at once (checkpoints are atomic).\n"
+    "--collective-timeout S: a process that waits more than S seconds (default 600) for the\n"
+    "others in a collective names the operation and the processes that did not arrive, and\n"
+    "the job is aborted (0: wait forever). Defaults: --batch-size 8 --seq-len 64 --lr 3e-4\n"
     "--optimizer adamw --weight-decay 0.01 --grad-clip 1 --schedule constant --seed 0.\n";
 
 static const char *eval_help =
     "usage: redco eval --model DIR --data PATH [--tokenizer DIR] [--seq-len N] [--batch-size N]\n"
     "                  [--mp N] [--nproc P] [--device D] [--dtype f32|bf16|f16] [--lora DIR]\n"
-    "                  [--json]\n"
+    "                  [--json] [--collective-timeout S]\n"
     "\n"
     "Mean cross-entropy of the model over every predicted token of the data (language-model\n"
     "windows as in training), its perplexity, and the token count. With --json the last line\n"
@@ -79,7 +86,7 @@ typedef struct {
     int lora_merge;
     int64_t steps, epochs, batch, seq_len, warmup, accum, seed, eval_every, save_every, log_every,
         mp, nproc, remat;
-    double lr, wd, clip, loss_scale;
+    double lr, wd, clip, loss_scale, coll_timeout;
     int64_t loss_scale_window;
     int resume, no_shuffle, json, zero;
     rc_dtype dtype;
@@ -90,7 +97,8 @@ enum {
     F_MODEL = CLI_FLAG0, F_DATA, F_TOKENIZER, F_SEQ_LEN, F_BATCH, F_NPROC, F_MP, F_JSON, F_WORKDIR,
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
     F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO,
-    F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW, F_LORA, F_LORA_R, F_LORA_ALPHA, F_LORA_TARGETS, F_LORA_MERGE
+    F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW, F_LORA, F_LORA_R, F_LORA_ALPHA, F_LORA_TARGETS, F_LORA_MERGE,
+    F_COLL_TIMEOUT
 };
 
 static const struct option eval_flags[] = {
@@ -106,6 +114,7 @@ static const struct option eval_flags[] = {
     {"dtype", required_argument, NULL, F_DTYPE},
     {"lora", required_argument, NULL, F_LORA},
     {"json", no_argument, NULL, F_JSON},
+    {"collective-timeout", required_argument, NULL, F_COLL_TIMEOUT},
     {NULL, 0, NULL, 0},
 };
 
@@ -125,6 +134,7 @@ static const struct option train_flags[] = {
     {"loss-scale", required_argument, NULL, F_LOSS_SCALE},
     {"loss-scale-window", required_argument, NULL, F_LOSS_SCALE_WINDOW},
     {"json", no_argument, NULL, F_JSON},
+    {"collective-timeout", required_argument, NULL, F_COLL_TIMEOUT},
     {"workdir", required_argument, NULL, F_WORKDIR},
     {"eval-data", required_argument, NULL, F_EVAL_DATA},
     {"optimizer", required_argument, NULL, F_OPTIMIZER},
@@ -182,6 +192,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_LORA_ALPHA: return cli_double(cmd, f, v, 1e-6, 1e6, &o->lora_alpha);
     case F_REMAT: return v ? cli_int64(cmd, f, v, 1, 1 << 16, &o->remat) : (o->remat = 1, 0);
     case F_JSON: o->json = 1; return 0;
+    case F_COLL_TIMEOUT: return cli_double(cmd, f, v, 0, 1e9, &o->coll_timeout);
     case F_ZERO: o->zero = 1; return 0;
     case F_DTYPE:
         o->dtype = weight_dtype(v);
@@ -215,7 +226,8 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
 static int parse(const char *cmd, int argc, char **argv, options *o, int is_train)
 {
     *o = (options){.optimizer = "adamw", .schedule = "constant", .batch = 8, .seq_len = 64,
-                   .accum = 1, .lr = 3e-4, .wd = 0.01, .clip = 1.0, .log_every = 10, .mp = 1};
+                   .accum = 1, .lr = 3e-4, .wd = 0.01, .clip = 1.0, .log_every = 10, .mp = 1,
+                   .coll_timeout = 600};
     int rc = cli_parse(cmd, argc, argv, is_train ? train_flags : eval_flags, is_train ? train_help : eval_help, take_flag, o);
     if (rc)
         return rc;
@@ -300,7 +312,7 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
     memset(s, 0, sizeof *s);
     rc_deployer_options dopt = {.seed = (uint64_t)o->seed, .mp = (int)o->mp,
                                 .workdir = is_train ? o->workdir : NULL, .verbose = 1, .json = o->json,
-                                .device = o->device};
+                                .device = o->device, .collective_timeout = o->coll_timeout > 0 ? o->coll_timeout : -1};
     if (rc_dist_init(argc, argv, &err))
         return cli_fail(cmd, "%s", err.msg);
     cli_rank = rc_dist_rank(); /* only rank 0 prints errors: every rank agrees on them first */
@@ -413,15 +425,16 @@ int cmd_train(int argc, char **argv)
                                                                         : RC_SCHEDULE_CONSTANT,
                            .log_every = o.log_every, .eval_every = o.eval_every, .save_every = o.save_every,
                            .shard_overrides = o.shards.o, .n_shard_overrides = o.shards.n,
-                           .resume = o.resume, .tokenizer_dir = o.tokenizer ? o.tokenizer : s.model->dir[0] ? s.model->dir : NULL};
+                           .resume = o.resume, .catch_signals = 1, .tokenizer_dir = o.tokenizer ? o.tokenizer : s.model->dir[0] ? s.model->dir : NULL};
     rc_examples train = {rc_task_count, &s.task}, eval = {rc_task_count, &s.eval_task};
     rc_train_result res = {0};
     rc = t ? rc_trainer_fit(t, &to, train, s.eval ? &eval : NULL, &res, &err) : -1;
     int64_t full_state = 0;
     if (!rc && s.lora)
         rc = lora_finish(&o, &s, &res, &full_state, &err);
+    int stopped = rc && err.code == RC_ERR_INTERRUPTED ? res.stop_signal : 0;
     if (rc)
-        cli_fail(cmd, "%s", reason(&s, &err));
+        cli_fail(cmd, "%s", stopped ? err.msg : reason(&s, &err));
     else if (o.json && rc_deployer_is_main(s.d)) {
         json_t *j = json_pack("{s:I, s:o, s:o, s:o}", "step", (json_int_t)res.step, "loss",
                               cli_json_real(res.loss), "eval_loss", cli_json_real(res.eval_loss), "lr",
@@ -435,7 +448,7 @@ int cmd_train(int argc, char **argv)
     rc_trainer_free(t);
     session_free(&s);
     rc_dist_finalize();
-    return rc ? 1 : 0;
+    return stopped ? 128 + stopped : rc ? 1 : 0; /* a shell's code for a death by that signal */
 }
 
 int cmd_eval(int argc, char **argv)

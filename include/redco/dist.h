@@ -99,6 +99,14 @@ int rc_comm_gather_f32(rc_comm *c, const float *data, int64_t n, int root, float
  * of the lowest failing rank, prefixed "rank R: " when there is more than one rank. */
 int rc_comm_agree(rc_comm *c, int status, rc_error *err);
 
+/* The collective watchdog: a collective that waits longer than `seconds` for the other
+ * ranks of its group (a hung rank, a stuck device, a lost node) prints which operation
+ * waited and which ranks did not arrive, then aborts every rank (MPI_Abort): the one
+ * place the library ends the process, since a hung job cannot be recovered otherwise.
+ * The default is 600 s; seconds <= 0: wait forever. For the whole process. */
+void rc_comm_set_timeout(double seconds);
+double rc_comm_timeout(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -195,6 +195,9 @@ typedef struct {
     const char *device;           /* where the model's state and steps live: "cpu", "opencl",
                                      "opencl:N" or "opencl:N,M,..." (see rc_device_open); NULL:
                                      the environment's REDCO_DEVICE, else the CPU */
+    double collective_timeout;    /* seconds a collective may wait for the other ranks before
+                                     the job is aborted naming the op and the missing ranks
+                                     (rc_comm_set_timeout); 0: 600, < 0: no limit */
 } rc_deployer_options;
 
 typedef struct rc_deployer rc_deployer;
@@ -270,6 +273,13 @@ typedef struct {
     int64_t loss_scale_window;    /* good steps before S doubles (0: 2000) */
     int64_t log_every, eval_every, save_every; /* 0: never (eval and save also at the end) */
     int resume;                   /* continue from the workdir's last complete checkpoint */
+    int catch_signals;            /* 1: SIGINT and SIGTERM during fit finish the step in progress
+                                     (all ranks agree on it after each step), write a checkpoint
+                                     and fit returns -1 with RC_ERR_INTERRUPTED ("stopped by
+                                     SIGTERM at step N; checkpoint written to DIR") and the
+                                     result's stop_signal set; a second signal ends the process
+                                     at once (checkpoints are written atomically). The previous
+                                     handlers are restored when fit returns */
     const char *tokenizer_dir;    /* copied into checkpoints and final/ */
     /* optional eval predictor and metric, as upstream's eval_predictor / eval_metric_fn: at
      * each evaluation the predict function runs over the eval examples (a Predictor), rank 0
@@ -303,6 +313,7 @@ typedef struct {
      * gradients, moments and master */
     double loss_scale;
     int64_t skipped_steps;
+    int stop_signal;              /* the signal that stopped the fit early (catch_signals), else 0 */
 } rc_train_result;
 
 typedef struct rc_trainer rc_trainer;

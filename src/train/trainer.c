@@ -8,10 +8,12 @@
 #include "redco/predict.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { GRAD_BUCKET = 1 << 22 }; /* floats per all-reduce */
 
@@ -664,6 +666,70 @@ static int evaluate_and_log(rc_trainer *t, const rc_train_options *o, const rc_e
     return 0;
 }
 
+/* ---- stopping well: SIGINT and SIGTERM (Slurm's notice before preemption or the time
+ * limit) end the fit after the step in progress, with a checkpoint ------------------------ */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal) { /* a second signal: stop now (the checkpoint writes are atomic) */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+}
+
+typedef struct {
+    struct sigaction old_int, old_term;
+    int on;
+} stop_handlers;
+
+static void stop_handlers_set(stop_handlers *h, int on)
+{
+    h->on = on;
+    stop_signal = 0;
+    if (!on)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &h->old_int);
+    sigaction(SIGTERM, &sa, &h->old_term);
+}
+
+static void stop_handlers_restore(stop_handlers *h)
+{
+    if (!h->on)
+        return;
+    sigaction(SIGINT, &h->old_int, NULL);
+    sigaction(SIGTERM, &h->old_term, NULL);
+}
+
+/* the signal any rank received (the largest number), agreed by all ranks; 0: none */
+static int stop_agreed(rc_trainer *t, int *sig, rc_error *err)
+{
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    double v = (double)stop_signal;
+    if (m->size > 1 && rc_comm_allreduce_max_f64(m->world, &v, 1, err))
+        return -1;
+    *sig = (int)v;
+    return 0;
+}
+
+/* A test hook: REDCO_TEST_SLEEP_RANK=R and REDCO_TEST_SLEEP_STEP=S make world rank R sleep
+ * REDCO_TEST_SLEEP_SECONDS (default 3600) before step S, a hung rank for the watchdog's test. */
+static void test_sleep(const rc_trainer *t, int64_t step)
+{
+    const char *rank = getenv("REDCO_TEST_SLEEP_RANK"), *at = getenv("REDCO_TEST_SLEEP_STEP");
+    if (!rank || !at || atoi(rank) != rc_deployer_mesh(t->d)->rank || atoll(at) != step)
+        return;
+    const char *secs = getenv("REDCO_TEST_SLEEP_SECONDS");
+    sleep(secs ? (unsigned)atoi(secs) : 3600u);
+}
+
 int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
                    const rc_examples *eval, rc_train_result *out, rc_error *err)
 {
@@ -697,6 +763,9 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     rc_data_split split;
     int order_epoch = -1, rc = 0;
     double loss = NAN, lr = o->lr, t_last = now_s();
+    int stopped = 0;
+    stop_handlers handlers;
+    stop_handlers_set(&handlers, o->catch_signals);
     while (!rc && t->step < total) {
         int64_t in_epoch = steps_in_epoch(t, o, train, t->epoch);
         if (t->epoch_step >= in_epoch) {
@@ -721,6 +790,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         lr = rc_schedule_lr(&sched, t->step);
         int64_t tokens = 0;
         double norm = 0;
+        test_sleep(t, t->step);
         rc = train_step(t, o, user_of(t, train), &split, order, lr, &loss, &tokens, &norm, err);
         if (rc)
             break;
@@ -740,13 +810,15 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
             rc = evaluate_and_log(t, o, eval, err);
         if (!rc && o->save_every > 0 && t->step % o->save_every == 0 && t->step < total)
             rc = rci_trainer_save(t, o, NULL, err);
+        if (!rc && o->catch_signals && t->step < total && !(rc = stop_agreed(t, &stopped, err)) && stopped)
+            break;
     }
     free(order);
-    if (!rc)
+    if (!rc && !stopped)
         rc = evaluate_and_log(t, o, eval, err);
     if (!rc)
         rc = rci_trainer_save(t, o, NULL, err);
-    if (!rc)
+    if (!rc && !stopped)
         rc = rci_trainer_save_final(t, o, err);
     nn_weights *w = rci_params_weights(t->params);
     int64_t held = w && w->buf ? w->numel * (int64_t)rc_dtype_size(w->dtype) : 0;
@@ -767,6 +839,18 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         out->eval_loss = t->eval_loss;
         out->eval_tokens = t->eval_tokens;
         out->lr = lr;
+        out->stop_signal = stopped;
+    }
+    stop_handlers_restore(&handlers);
+    if (!rc && stopped) {
+        const char *dir = rci_deployer_workdir(t->d);
+        if (dir)
+            return rc_error_set(err, RC_ERR_INTERRUPTED, "stopped by %s at step %lld; checkpoint written to %s/checkpoint-%lld",
+                                stopped == SIGINT ? "SIGINT" : stopped == SIGTERM ? "SIGTERM" : "a signal",
+                                (long long)t->step, dir, (long long)t->step);
+        return rc_error_set(err, RC_ERR_INTERRUPTED, "stopped by %s at step %lld (no workdir: no checkpoint)",
+                            stopped == SIGINT ? "SIGINT" : stopped == SIGTERM ? "SIGTERM" : "a signal",
+                            (long long)t->step);
     }
     return rc;
 }

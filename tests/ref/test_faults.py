@@ -1,0 +1,168 @@
+"""What clusters do to training jobs, done to `redco train` on tiny-gpt2 (real processes):
+- SIGTERM mid-training (after a progress line): the step in progress finishes, a checkpoint
+  is written, one line "stopped by SIGTERM at step N; checkpoint written to ..." and exit
+  status 143; --resume then ends with the weights of a run never stopped (bitwise);
+- the same at --nproc 2 with the signal sent to every rank (what Slurm does), and to one
+  rank only (the ranks agree after each step);
+- two signals in a row: the run ends at once, and resuming still gives the same weights;
+- a rank killed with SIGKILL: the job ends within seconds and the launcher says which rank
+  died and how;
+- a rank that hangs inside a step (REDCO_TEST_SLEEP_RANK/_STEP) with --collective-timeout 2:
+  the job ends within seconds naming the operation and the rank that did not arrive.
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from safetensors.numpy import load_file
+
+from refkit import MPI_ENV, check, finish, options
+
+REDCO = None
+BASE = None
+
+
+def train(*args, env=None, timeout=120):
+    r = subprocess.run([REDCO, "train", *BASE, *args], capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, **MPI_ENV, **(env or {})})
+    check(r.returncode == 0, f"train {' '.join(args)} exited {r.returncode}:\n{r.stderr[-2000:]}")
+    return r
+
+
+def children(pid):
+    """the processes started by pid (the ranks, under the --nproc launcher)"""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def stopped_run(workdir, steps, nproc=0, targets="self", signals=1, after=3):
+    """starts a run, waits for the progress line of step `after`, sends SIGTERM `signals`
+    times to the process itself, every rank or one rank; returns (exit status, stderr)"""
+    args = [REDCO, "train", *BASE, "--workdir", workdir, "--steps", str(steps)]
+    if nproc:
+        args += ["--nproc", str(nproc)]
+    p = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                         env={**os.environ, **MPI_ENV})
+    lines = []
+    for line in p.stderr:
+        lines.append(line)
+        if line.startswith(f"step {after}/"):
+            break
+    pids = [p.pid] if targets == "self" else children(p.pid)
+    if targets == "one":
+        pids = pids[-1:]
+    check(len(pids) >= (nproc if targets == "all" else 1), f"the processes to signal: {pids}")
+    for _ in range(signals):
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+    try:
+        _, rest = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, rest = p.communicate()
+        check(False, f"{workdir}: still running 60 s after SIGTERM")
+    return p.returncode, "".join(lines) + rest
+
+
+def same_weights(a, b, what):
+    wa, wb = (load_file(os.path.join(d, "final", "model.safetensors")) for d in (a, b))
+    check(wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa), what)
+
+
+def check_stop(workdir, code, err, what):
+    check(code == 143, f"{what}: exit status {code} (143 expected):\n{err[-1500:]}")
+    line = [ln for ln in err.splitlines() if "stopped by SIGTERM at step" in ln]
+    check(len(line) == 1, f"{what}: one 'stopped by' line in:\n{err[-1500:]}")
+    if not line:
+        return
+    step = line[0].split("at step ")[1].split(";")[0]
+    ck = f"checkpoint-{step}"
+    check(line[0].endswith(f"checkpoint written to {os.path.join(workdir, ck)}"), f"{what}: {line[0]}")
+    with open(os.path.join(workdir, "last_checkpoint")) as f:
+        check(f.read().strip() == ck, f"{what}: last_checkpoint names {ck}")
+    for name in ("model.safetensors", "trainer_state.json"):
+        check(os.path.exists(os.path.join(workdir, ck, name)), f"{what}: {ck}/{name} written")
+    check(not os.path.exists(os.path.join(workdir, "final")), f"{what}: no final/ after a stop")
+
+
+def main():
+    global REDCO, BASE
+    REDCO = options().redco
+    tmp = tempfile.mkdtemp(prefix="redco-faults-")
+    data = os.path.join(tmp, "ids.npy")
+    rng = np.random.default_rng(0)
+    np.save(data, (np.cumsum(rng.integers(1, 4, size=6000)) % 250).astype(np.int32))
+    BASE = ["--model", "tiny-gpt2", "--data", data, "--seq-len", "16", "--log-every", "1"]
+
+    # one process: SIGTERM, then --resume to the end equals a run never stopped
+    straight, stop = os.path.join(tmp, "straight"), os.path.join(tmp, "stop")
+    train("--workdir", straight, "--steps", "40")
+    code, err = stopped_run(stop, 40)
+    check_stop(stop, code, err, "1 process")
+    train("--workdir", stop, "--steps", "40", "--resume")
+    same_weights(straight, stop, "1 process: stopped and resumed equals straight (bitwise)")
+
+    # two signals in a row: the run ends at once; what is on disk still resumes exactly
+    twice = os.path.join(tmp, "twice")
+    code, err = stopped_run(twice, 40, signals=2)
+    check(code in (143, -signal.SIGTERM), f"two signals: exit status {code}:\n{err[-1500:]}")
+    train("--workdir", twice, "--steps", "40", *(["--resume"] if os.path.exists(os.path.join(twice, "last_checkpoint")) else []))
+    same_weights(straight, twice, "two signals: resumed equals straight (bitwise)")
+
+    # --nproc 2, SIGTERM to every rank (Slurm) and to one rank
+    straight2, all2, one2 = (os.path.join(tmp, n) for n in ("straight2", "all2", "one2"))
+    train("--workdir", straight2, "--steps", "300", "--nproc", "2")
+    code, err = stopped_run(all2, 300, nproc=2, targets="all", after=5)
+    check_stop(all2, code, err, "nproc 2, every rank signalled")
+    train("--workdir", all2, "--steps", "300", "--nproc", "2", "--resume")
+    same_weights(straight2, all2, "nproc 2: stopped and resumed equals straight (bitwise)")
+    code, err = stopped_run(one2, 300, nproc=2, targets="one", after=5)
+    check_stop(one2, code, err, "nproc 2, one rank signalled")
+
+    # a rank killed: the job ends within seconds, and the launcher says which rank and how
+    dead = os.path.join(tmp, "dead")
+    p = subprocess.Popen([REDCO, "train", *BASE, "--workdir", dead, "--steps", "3000", "--nproc", "2"],
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env={**os.environ, **MPI_ENV})
+    for line in p.stderr:
+        if line.startswith("step 5/"):
+            break
+    ranks = children(p.pid)
+    check(len(ranks) == 2, f"two ranks under the launcher: {ranks}")
+    t0 = time.time()
+    os.kill(ranks[-1], signal.SIGKILL)
+    try:
+        _, rest = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, rest = p.communicate()
+    print(f"a killed rank: the job ended {time.time() - t0:.1f} s later")
+    check(p.returncode != 0, "a killed rank: the job failed")
+    check("rank 1" in rest and "signal 9" in rest, f"a killed rank: the launcher names rank 1 and signal 9:\n{rest[-1500:]}")
+
+    # a hung rank: the watchdog ends the job naming the operation and the rank
+    hung = os.path.join(tmp, "hung")
+    t0 = time.time()
+    try:
+        r = subprocess.run([REDCO, "train", *BASE, "--workdir", hung, "--steps", "20", "--nproc", "2",
+                            "--collective-timeout", "2"], capture_output=True, text=True, timeout=30,
+                           env={**os.environ, **MPI_ENV, "REDCO_TEST_SLEEP_RANK": "1", "REDCO_TEST_SLEEP_STEP": "3"})
+        code, err = r.returncode, r.stderr
+    except subprocess.TimeoutExpired as e:
+        code, err = None, (e.stderr or b"").decode()
+    print(f"a hung rank: the job ended {time.time() - t0:.1f} s after its start")
+    check(code not in (0, None), f"a hung rank: the job failed within 30 s (status {code})")
+    watch = [ln for ln in err.splitlines() if "collective timeout: MPI_" in ln]
+    check(len(watch) == 1 and "rank 1 did not arrive" in watch[0],
+          f"a hung rank: one line naming the operation and rank 1:\n{err[-1500:]}")
+    return finish("test_faults")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
