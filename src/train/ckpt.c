@@ -621,7 +621,8 @@ int rci_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err)
     char name[256], dir[4400];
     if (!wd || read_pointer(wd, name, sizeof name)) {
         rci_deployer_note(t->d, "resume: no complete checkpoint in %s; starting at step 0", wd ? wd : "(no workdir)");
-        return 0;
+        /* every step runs again: the records of an earlier try go */
+        return rc_deployer_agree(t->d, wd ? rci_deployer_log_resume(t->d, 0, err) : 0, err) ? -1 : 0;
     }
     if (join(dir, sizeof dir, wd, name))
         return rc_error_set(err, RC_ERR_ARG, "%s: path too long", wd);

@@ -159,6 +159,14 @@ def main():
     ev = event_steps(wd)
     check(ev == [1, 2, 3, 4, 5, 6], f"TensorBoard shows train/loss at steps {ev}")
 
+    # --resume with no complete checkpoint starts at step 0: the earlier try's records go
+    fresh = os.path.join(tmp, "fresh")
+    run(redco, "train", *base, "--workdir", fresh, "--steps", "2")
+    os.remove(os.path.join(fresh, "last_checkpoint"))
+    run(redco, "train", *base, "--workdir", fresh, "--steps", "3", "--resume")
+    steps = [x["step"] for x in log(fresh)]
+    check(steps == [1, 2, 3], f"resume with no checkpoint: log.jsonl steps {steps}")
+
     state_cases(redco, tmp, base, good)
     shutil.rmtree(tmp, ignore_errors=True)
     return finish("test_hostile_inputs")
