@@ -651,6 +651,54 @@ static void test_presets(void)
            check_has(err.msg, "gpt2-xl") && check_has(err.msg, "tiny-t5"), "%s", err.msg);
 }
 
+/* Hostile sizes: overflowing products and huge models are refused with the field named,
+ * before anything is built; the count itself does not overflow. */
+static void test_sizes(void)
+{
+    /* 4 x n_embd overflows an int when n_inner is derived */
+    EXPECT_LOAD_ERROR("{\"model_type\": \"gpt2\", \"vocab_size\": 10, \"n_embd\": 1073741824, "
+                      "\"n_layer\": 1, \"n_head\": 1}", "4 x 1073741824", "n_inner");
+    /* the case: n_layer 10^8 on a GPT-2 small */
+    EXPECT_LOAD_ERROR("{\"model_type\": \"gpt2\", \"vocab_size\": 50257, \"n_embd\": 768, "
+                      "\"n_layer\": 100000000, \"n_head\": 12}", "n_layer 100000000",
+                      "more than the 4096 layers");
+    /* parameters past 2^40 from wide layers and a big vocabulary */
+    EXPECT_LOAD_ERROR("{\"model_type\": \"llama\", \"vocab_size\": 2000000000, "
+                      "\"hidden_size\": 65536, \"num_hidden_layers\": 2, "
+                      "\"num_attention_heads\": 64, \"intermediate_size\": 4}",
+                      "vocab_size 2000000000", "parameters", "PB in float32",
+                      "more than the limit");
+    EXPECT_LOAD_ERROR("{\"model_type\": \"gptj\", \"vocab_size\": 10, \"n_embd\": 1000000000, "
+                      "\"n_layer\": 1, \"n_head\": 1, \"n_inner\": 4}", "n_embd 1000000000",
+                      "3 x n_embd");
+    EXPECT_LOAD_ERROR("{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8, "
+                      "\"num_hidden_layers\": 1, \"num_attention_heads\": 65536, "
+                      "\"head_dim\": 65536, \"intermediate_size\": 4}",
+                      "num_attention_heads 65536 x head_dim 65536");
+    EXPECT_LOAD_ERROR("{\"model_type\": \"t5\", \"vocab_size\": 10, \"d_model\": 8, "
+                      "\"num_layers\": 2, \"num_decoder_layers\": 5000, \"num_heads\": 1, "
+                      "\"d_ff\": 4, \"d_kv\": 8}", "num_decoder_layers 5000");
+    EXPECT_LOAD_ERROR("{\"model_type\": \"gpt2\", \"vocab_size\": 10, \"n_embd\": 8, "
+                      "\"n_layer\": 4294967297, \"n_head\": 1}", "n_layer 4294967297 is out "
+                      "of range");
+    /* rc_config_validate on a hand-built struct checks the same limits, and the count of an
+     * unchecked config saturates instead of wrapping */
+    rc_model_config c;
+    rc_error err = {0};
+    CHECKF(rc_config_preset("gpt2", &c, &err) == 0, "%s", err.msg);
+    c.n_layer = 2000000000, c.d_model = c.d_ff = 1200000000, c.head_dim = 100000000;
+    CHECK(rc_config_param_count(&c) == INT64_MAX);
+    CHECKF(rc_config_validate(&c, &err) == -1 && check_has(err.msg, "n_layer 2000000000"),
+           "%s", err.msg);
+    /* the largest allowed: 4096 layers of a small model still loads and counts exactly */
+    CHECKF(load_text("{\"model_type\": \"gpt2\", \"vocab_size\": 100, \"n_embd\": 8, "
+                     "\"n_layer\": 4096, \"n_head\": 2, \"n_positions\": 16}", &c, &err) == 0,
+           "%s", err.msg);
+    /* per layer 2*8 + 8*24+24 + 8*8+8 + 2*8 + 8*32+32 + 32*8+8 = 872; plus 100*8 + 16*8 + 16 */
+    CHECKF(rc_config_param_count(&c) == 4096LL * 872 + 800 + 128 + 16, "%lld",
+           (long long)rc_config_param_count(&c));
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--dump") == 0)
@@ -677,6 +725,7 @@ int main(int argc, char **argv)
     test_gptj();
     test_t5();
     test_errors();
+    test_sizes();
     test_save();
     test_presets();
     check_rm_tree(tmpdir);

@@ -16,6 +16,10 @@ typedef struct rc_tboard rc_tboard;
 rc_tboard *rc_tboard_open(const char *dir, rc_error *err);
 /* Appends one scalar event; flushed at once so a killed run keeps what it logged. */
 int rc_tboard_scalar(rc_tboard *tb, const char *tag, double value, int64_t step, rc_error *err);
+/* Marks a restart that continues at `step` (a SessionLog START event, as TensorFlow writes
+ * when a job resumes): TensorBoard then drops the events of earlier files at steps >= step,
+ * so steps re-run after a resume are shown once, from this file. */
+int rc_tboard_restart(rc_tboard *tb, int64_t step, rc_error *err);
 const char *rc_tboard_path(const rc_tboard *tb);
 void rc_tboard_close(rc_tboard *tb);
 

@@ -113,11 +113,18 @@ static void config_defaults(rc_model_type type, const char *model_type, rc_model
     }
 }
 
-/* Fills the "-1: derive" fields, as the HF classes do with their None defaults. */
-static void config_derive(rc_model_config *c)
+/* Fills the "-1: derive" fields, as the HF classes do with their None defaults; a derived
+ * size that does not fit an int (4 x n_embd) is an error naming where. */
+static int config_derive(rc_model_config *c, const char *where, rc_error *err)
 {
-    if (c->d_ff < 0)
-        c->d_ff = 4 * c->d_model;
+    if (c->d_ff < 0) {
+        int64_t ff = 4 * (int64_t)c->d_model;
+        if (ff > INT_MAX)
+            return rc_error_set(err, RC_ERR_FORMAT, "%s: the default %s, 4 x %s = 4 x %d = "
+                                "%lld, is more than %d", where, key_of(c, K_DFF),
+                                key_of(c, K_DMODEL), c->d_model, (long long)ff, INT_MAX);
+        c->d_ff = (int)ff;
+    }
     if (c->type == RC_MODEL_LLAMA && c->n_kv_head < 0)
         c->n_kv_head = c->n_head;
     if (c->type != RC_MODEL_LLAMA)
@@ -134,6 +141,7 @@ static void config_derive(rc_model_config *c)
         c->n_decoder_layer = c->n_layer;
     if (c->type == RC_MODEL_T5 && c->decoder_start_token_id < 0)
         c->decoder_start_token_id = c->pad_token_id;
+    return 0;
 }
 
 int rc_config_activation(const char *name)
@@ -160,6 +168,60 @@ const char *rc_config_architecture(const rc_model_config *c)
     case RC_MODEL_T5: return "T5ForConditionalGeneration";
     default: return "?";
     }
+}
+
+/* ---- size limits -------------------------------------------------------------------- */
+
+/* What a config may ask for. Each size field is read into an int (kernels and shapes take
+ * int dimensions), so products that form one dimension (n_head x head_dim, 3 x n_embd) must
+ * fit an int too. The parameter count is capped at 2^40 (1.1e12, 4.4 TB in float32: above
+ * every published dense model, below what 64-bit sizes and offsets address with room for
+ * gradients and optimizer state), and the layer count at 4096 (30 times the deepest
+ * published model) because the graph and the memory plan hold a record per layer. */
+#define MAX_PARAMS 0x1p40
+#define MAX_LAYERS 4096
+
+static double count_params(const rc_model_config *c);
+
+/* "4.4 TB": decimal units, as disks and clusters quote them. */
+static void bytes_text(double b, char *buf, size_t size)
+{
+    static const char *units[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
+    int u = 0;
+    while (b >= 1000 && u < 8)
+        b /= 1000, u++;
+    snprintf(buf, size, "%.3g %s", b, units[u]);
+}
+
+static int config_check_sizes(const rc_model_config *c, const char *where, rc_error *err)
+{
+    const struct { int k; int v; } layers[] = {{K_NLAYER, c->n_layer}, {K_NDEC, c->n_decoder_layer}};
+    for (int i = 0; i < 2; i++)
+        if (layers[i].v > MAX_LAYERS)
+            return rc_error_set(err, RC_ERR_FORMAT, "%s: %s %d is more than the %d layers "
+                                "redco builds", where, key_of(c, layers[i].k), layers[i].v,
+                                MAX_LAYERS);
+    const int64_t q = (int64_t)c->n_head * c->head_dim;
+    if (q > INT_MAX)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: %s %d x %s %d = %lld is more than %d",
+                            where, key_of(c, K_NHEAD), c->n_head, key_of(c, K_HEADDIM),
+                            c->head_dim, (long long)q, INT_MAX);
+    if ((int64_t)3 * c->d_model > INT_MAX || (int64_t)c->max_positions + 2 > INT_MAX)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: %s %d or %s %d is too large (3 x %s and "
+                            "%s + 2 must be at most %d)", where, key_of(c, K_DMODEL),
+                            c->d_model, key_of(c, K_MAXPOS), c->max_positions,
+                            key_of(c, K_DMODEL), key_of(c, K_MAXPOS), INT_MAX);
+    const double n = count_params(c);
+    if (n > MAX_PARAMS) {
+        char bytes[32];
+        bytes_text(4 * n, bytes, sizeof bytes);
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: %s %d, %s %d, %s %d and %s %d give %.3g "
+                            "parameters (%s in float32), more than the limit of %.3g (2^40)",
+                            where, key_of(c, K_NLAYER), c->n_layer, key_of(c, K_DMODEL),
+                            c->d_model, key_of(c, K_DFF), c->d_ff, key_of(c, K_VOCAB),
+                            c->vocab_size, n, bytes, MAX_PARAMS);
+    }
+    return 0;
 }
 
 /* ---- validation --------------------------------------------------------------------- */
@@ -246,7 +308,7 @@ static int config_check(const rc_model_config *c, const char *where, rc_error *e
         if (!(drops[i] >= 0 && drops[i] < 1))
             return rc_error_set(err, RC_ERR_FORMAT, "%s: dropout probabilities must be in "
                                 "[0, 1), got %g", where, drops[i]);
-    return 0;
+    return config_check_sizes(c, where, err);
 }
 
 int rc_config_validate(const rc_model_config *c, rc_error *err)
@@ -564,7 +626,8 @@ static int config_from_json(cfg_reader *r, rc_model_config *c)
     }
     if (rc)
         return -1;
-    config_derive(c);
+    if (config_derive(c, r->file, r->err))
+        return -1;
     return config_check(c, r->file, r->err);
 }
 
@@ -940,45 +1003,48 @@ int rc_config_preset(const char *name, rc_model_config *c, rc_error *err)
         c->resid_dropout = c->embd_dropout = c->attn_dropout = 0;
     if (p->type == RC_MODEL_T5)
         c->decoder_start_token_id = 0;
-    config_derive(c);
+    if (config_derive(c, name, err))
+        return -1;
     return config_check(c, name, err);
 }
 
 /* ---- parameter counts --------------------------------------------------------------- */
 
+/* Counted in double: exact below 2^53 (far above the limit config_check sets), and a hostile
+ * config (n_layer 10^8 x a wide layer) gives a large number instead of overflowing int64. */
+
 /* A linear layer in -> out, with or without bias. */
-static int64_t linear(int64_t in, int64_t out, int bias)
+static double linear(double in, double out, int bias)
 {
     return in * out + (bias ? out : 0);
 }
 
-static int64_t count_gpt2(const rc_model_config *c)
+static double count_gpt2(const rc_model_config *c)
 {
-    int64_t d = c->d_model, V = c->vocab_size;
-    int64_t layer = 2 * d + linear(d, 3 * d, 1) + linear(d, d, 1) + 2 * d +
-                    linear(d, c->d_ff, 1) + linear(c->d_ff, d, 1);
-    return V * d + (int64_t)c->max_positions * d + c->n_layer * layer + 2 * d +
+    double d = c->d_model, V = c->vocab_size, ff = c->d_ff;
+    double layer = 2 * d + linear(d, 3 * d, 1) + linear(d, d, 1) + 2 * d + linear(d, ff, 1) +
+                   linear(ff, d, 1);
+    return V * d + (double)c->max_positions * d + c->n_layer * layer + 2 * d +
            (c->tie_word_embeddings ? 0 : V * d);
 }
 
-static int64_t count_llama(const rc_model_config *c)
+static double count_llama(const rc_model_config *c)
 {
-    int64_t d = c->d_model, V = c->vocab_size, q = (int64_t)c->n_head * c->head_dim;
-    int64_t kv = (int64_t)c->n_kv_head * c->head_dim;
+    double d = c->d_model, V = c->vocab_size, ff = c->d_ff, q = (double)c->n_head * c->head_dim;
+    double kv = (double)c->n_kv_head * c->head_dim;
     int ab = c->attention_bias, mb = c->mlp_bias;
-    int64_t layer = linear(d, q, ab) + 2 * linear(d, kv, ab) + linear(q, d, ab) +
-                    2 * linear(d, c->d_ff, mb) + linear(c->d_ff, d, mb) + 2 * d;
+    double layer = linear(d, q, ab) + 2 * linear(d, kv, ab) + linear(q, d, ab) +
+                   2 * linear(d, ff, mb) + linear(ff, d, mb) + 2 * d;
     return V * d + c->n_layer * layer + d + (c->tie_word_embeddings ? 0 : V * d);
 }
 
-static int64_t count_opt(const rc_model_config *c)
+static double count_opt(const rc_model_config *c)
 {
-    int64_t d = c->d_model, V = c->vocab_size, wp = c->word_embed_proj_dim;
+    double d = c->d_model, V = c->vocab_size, wp = c->word_embed_proj_dim, ff = c->d_ff;
     int b = c->enable_bias;
-    int64_t norm = c->layer_norm_affine ? 2 * d : 0;
-    int64_t layer = 4 * linear(d, d, b) + norm + linear(d, c->d_ff, b) + linear(c->d_ff, d, b) +
-                    norm;
-    int64_t n = V * wp + ((int64_t)c->max_positions + 2) * d + c->n_layer * layer;
+    double norm = c->layer_norm_affine ? 2 * d : 0;
+    double layer = 4 * linear(d, d, b) + norm + linear(d, ff, b) + linear(ff, d, b) + norm;
+    double n = V * wp + ((double)c->max_positions + 2) * d + c->n_layer * layer;
     if (wp != d)
         n += 2 * wp * d;  /* project_in, project_out (no bias) */
     if (c->do_layer_norm_before && !c->remove_final_layer_norm)
@@ -986,25 +1052,25 @@ static int64_t count_opt(const rc_model_config *c)
     return n + (c->tie_word_embeddings ? 0 : V * wp);
 }
 
-static int64_t count_gptj(const rc_model_config *c)
+static double count_gptj(const rc_model_config *c)
 {
-    int64_t d = c->d_model, V = c->vocab_size;
-    int64_t layer = 2 * d + 4 * d * d + linear(d, c->d_ff, 1) + linear(c->d_ff, d, 1);
+    double d = c->d_model, V = c->vocab_size, ff = c->d_ff;
+    double layer = 2 * d + 4 * d * d + linear(d, ff, 1) + linear(ff, d, 1);
     return V * d + c->n_layer * layer + 2 * d + (c->tie_word_embeddings ? 0 : V * d) + V;
 }
 
-static int64_t count_t5(const rc_model_config *c)
+static double count_t5(const rc_model_config *c)
 {
-    int64_t d = c->d_model, V = c->vocab_size, inner = (int64_t)c->n_head * c->head_dim;
-    int64_t attn = 4 * d * inner + d;  /* q, k, v, o and the layer norm before it */
-    int64_t ff = (c->gated_ffn ? 3 : 2) * d * c->d_ff + d;
-    int64_t rel = (int64_t)c->rel_buckets * c->n_head;  /* first layer of each stack */
-    int64_t enc = c->n_layer * (attn + ff) + rel + d;
-    int64_t dec = c->n_decoder_layer * (2 * attn + ff) + rel + d;
+    double d = c->d_model, V = c->vocab_size, inner = (double)c->n_head * c->head_dim;
+    double attn = 4 * d * inner + d;  /* q, k, v, o and the layer norm before it */
+    double ff = (c->gated_ffn ? 3 : 2) * d * c->d_ff + d;
+    double rel = (double)c->rel_buckets * c->n_head;  /* first layer of each stack */
+    double enc = c->n_layer * (attn + ff) + rel + d;
+    double dec = c->n_decoder_layer * (2 * attn + ff) + rel + d;
     return V * d + enc + dec + (c->tie_word_embeddings ? 0 : V * d);
 }
 
-int64_t rc_config_param_count(const rc_model_config *c)
+static double count_params(const rc_model_config *c)
 {
     switch (c->type) {
     case RC_MODEL_GPT2: return count_gpt2(c);
@@ -1014,4 +1080,10 @@ int64_t rc_config_param_count(const rc_model_config *c)
     case RC_MODEL_T5: return count_t5(c);
     default: return 0;
     }
+}
+
+int64_t rc_config_param_count(const rc_model_config *c)
+{
+    double n = count_params(c);
+    return n < 0x1p62 ? (int64_t)n : INT64_MAX;
 }

@@ -18,10 +18,12 @@
 #include "trainer_internal.h"
 #include "redco/safetensors.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <signal.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,6 +384,45 @@ int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir,
     return write_tokenizer(&o, dir, err);
 }
 
+/* ---- leftovers of a killed save ------------------------------------------------------- */
+
+static int is_leftover(const char *workdir, const char *name)
+{
+    size_t n = strlen(name);
+    if (strncmp(name, ".tmp-", 5) == 0 && n > 5)
+        return 1;
+    if (strcmp(name, "last_checkpoint.tmp") == 0 || strcmp(name, "log.jsonl.tmp") == 0)
+        return 1;
+    /* NAME.old is the previous NAME, renamed just before the new one took its place: stale
+     * only when NAME is there (otherwise it is the one complete copy) */
+    char final[4200];
+    struct stat st;
+    if (n > 4 && strcmp(name + n - 4, ".old") == 0 &&
+        snprintf(final, sizeof final, "%s/%.*s", workdir, (int)(n - 4), name) < (int)sizeof final)
+        return stat(final, &st) == 0 && S_ISDIR(st.st_mode);
+    return 0;
+}
+
+int rci_ckpt_clean(const char *workdir)
+{
+    DIR *dir = opendir(workdir);
+    if (!dir)
+        return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        char path[4400];
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || !is_leftover(workdir, e->d_name) ||
+            join(path, sizeof path, workdir, e->d_name))
+            continue;
+        struct stat st;
+        if (lstat(path, &st) == 0 && (S_ISDIR(st.st_mode) ? remove_tree(path) : remove(path)) == 0)
+            removed++;
+    }
+    closedir(dir);
+    return removed;
+}
+
 /* ---- resume ---------------------------------------------------------------------------- */
 
 static int read_pointer(const char *workdir, char *name, size_t size)
@@ -467,50 +508,109 @@ static int load_tensors(rc_trainer *t, const char *dir, rc_error *err)
     return rc;
 }
 
+/* Reads integer field key of trainer_state.json into dst, checked against [lo, hi]; an
+ * absent optional field leaves dst. Errors name the file and the field. */
+static int state_int(json_t *s, const char *path, const char *key, int required, int64_t lo, int64_t hi,
+                     int64_t *dst, rc_error *err)
+{
+    json_t *v = json_object_get(s, key);
+    if (!v && !required)
+        return 0;
+    if (!v)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: missing field \"%s\"", path, key);
+    if (!json_is_integer(v))
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: %s must be an integer", path, key);
+    json_int_t x = json_integer_value(v);
+    if (x < lo && lo == 0)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: %s must not be negative, got %lld", path, key, (long long)x);
+    if (x < lo || x > hi)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: %s %lld is out of range [%lld, %lld]", path, key, (long long)x,
+                            (long long)lo, (long long)hi);
+    *dst = x;
+    return 0;
+}
+
+/* A number or null (NAN) field; absent when optional leaves dst. */
+static int state_real(json_t *s, const char *path, const char *key, int required, double *dst, rc_error *err)
+{
+    json_t *v = json_object_get(s, key);
+    if (!v && !required)
+        return 0;
+    if (!v)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: missing field \"%s\"", path, key);
+    if (!json_is_number(v) && !json_is_null(v))
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: %s must be a number or null", path, key);
+    *dst = json_is_null(v) ? NAN : json_number_value(v);
+    return 0;
+}
+
+/* The saved counters, each range-checked against the file and this run's options. */
+typedef struct {
+    int64_t step, opt_step, epoch, epoch_step, seed, batch, dp, accum, good;
+    double best, scale;
+} saved_state;
+
+static int state_read(json_t *s, const char *path, const rc_train_options *o, saved_state *st, rc_error *err)
+{
+    if (!json_is_object(s))
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: the top level is not a JSON object", path);
+    *st = (saved_state){.best = NAN, .scale = NAN};
+    if (state_int(s, path, "step", 1, 0, INT64_MAX, &st->step, err) ||
+        state_int(s, path, "optimizer_step", 1, 0, INT64_MAX, &st->opt_step, err) ||
+        state_int(s, path, "epoch", 1, 0, INT_MAX, &st->epoch, err) ||
+        state_int(s, path, "epoch_step", 1, 0, INT64_MAX, &st->epoch_step, err) ||
+        state_int(s, path, "seed", 1, INT64_MIN, INT64_MAX, &st->seed, err) ||
+        state_int(s, path, "batch_size", 1, 1, INT_MAX, &st->batch, err) ||
+        state_int(s, path, "data_parallel", 1, 1, INT_MAX, &st->dp, err) ||
+        state_int(s, path, "grad_accum", 1, 1, INT_MAX, &st->accum, err) ||
+        state_int(s, path, "loss_scale_good_steps", 0, 0, INT64_MAX, &st->good, err) ||
+        state_real(s, path, "best_score", 1, &st->best, err) ||
+        state_real(s, path, "loss_scale", 0, &st->scale, err))
+        return -1;
+    if (!isnan(st->scale) && !(st->scale > 0 && isfinite(st->scale)))
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: loss_scale must be positive and finite, got %g", path, st->scale);
+    if (isinf(st->best))
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: best_score must be finite or null", path);
+    /* the schedule: past its end is a checkpoint of another run */
+    if (o->steps > 0 && st->step > o->steps)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: step %lld is past the schedule's %lld steps", path,
+                            (long long)st->step, (long long)o->steps);
+    if (o->steps <= 0 && st->epoch >= o->epochs)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: epoch %lld is past the schedule's %d epochs (epochs count from 0)",
+                            path, (long long)st->epoch, o->epochs);
+    return 0;
+}
+
 static int load_state(rc_trainer *t, const rc_train_options *o, const char *dir, rc_error *err)
 {
     char path[4200];
     join(path, sizeof path, dir, "trainer_state.json");
     json_error_t je;
-    json_t *s = json_load_file(path, 0, &je);
+    json_t *s = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!s)
         return rc_error_set(err, RC_ERR_FORMAT, "%s: line %d: %s", path, je.line, je.text);
-    json_int_t step = -1, opt_step = -1, epoch_step = -1, seed = 0, good = 0;
-    double scale = 1;
-    int has_scale = 0;
-    /* loss scaling (absent before 16-bit training: no scaling) */
-    json_t *js = json_object_get(s, "loss_scale"), *jg = json_object_get(s, "loss_scale_good_steps");
-    if (js && json_is_number(js))
-        scale = json_number_value(js), has_scale = 1;
-    if (jg && json_is_integer(jg))
-        good = json_integer_value(jg);
-    int epoch = -1, batch = 0, dp = 0, accum = 0;
-    json_t *best = NULL;
-    int bad = json_unpack_ex(s, &je, 0, "{s:I, s:I, s:i, s:I, s:I, s:i, s:i, s:i, s:o}", "step", &step,
-                             "optimizer_step", &opt_step, "epoch", &epoch, "epoch_step", &epoch_step,
-                             "seed", &seed, "batch_size", &batch, "data_parallel", &dp, "grad_accum",
-                             &accum, "best_score", &best);
-    double best_score = best && json_is_number(best) ? json_number_value(best) : INFINITY;
+    saved_state st;
+    int bad = state_read(s, path, o, &st, err);
     json_decref(s);
     if (bad)
-        return rc_error_set(err, RC_ERR_FORMAT, "%s: %s", path, je.text);
+        return -1;
     const rc_mesh *m = rc_deployer_mesh(t->d);
-    int64_t was = (int64_t)batch * dp * accum, now = (int64_t)o->batch_size * m->dp * (o->grad_accum > 0 ? o->grad_accum : 1);
+    int64_t was = st.batch * st.dp * st.accum, now = (int64_t)o->batch_size * m->dp * (o->grad_accum > 0 ? o->grad_accum : 1);
     if (was != now)
         return rc_error_set(err, RC_ERR_ARG,
                             "%s: saved with a global batch of %lld examples, resumed with %lld: resume with the same batch size x processes x accumulation",
                             path, (long long)was, (long long)now);
-    if ((uint64_t)seed != t->seed)
+    if ((uint64_t)st.seed != t->seed)
         return rc_error_set(err, RC_ERR_ARG, "%s: saved with seed %llu, resumed with %llu", path,
-                            (unsigned long long)seed, (unsigned long long)t->seed);
-    t->step = step;
-    t->opt_step = opt_step;
-    t->epoch = epoch;
-    t->epoch_step = epoch_step;
-    t->best_eval = best_score;
+                            (unsigned long long)st.seed, (unsigned long long)t->seed);
+    t->step = st.step;
+    t->opt_step = st.opt_step;
+    t->epoch = (int)st.epoch;
+    t->epoch_step = st.epoch_step;
+    t->best_eval = isnan(st.best) ? INFINITY : st.best;
     if (t->scaling) { /* the saved scale carries on (a run saved without scaling: the option's) */
-        t->scale = has_scale ? scale : t->scale;
-        t->good_steps = good;
+        t->scale = isnan(st.scale) ? t->scale : st.scale;
+        t->good_steps = st.good;
     }
     return 0;
 }
@@ -521,19 +621,23 @@ int rci_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err)
     char name[256], dir[4400];
     if (!wd || read_pointer(wd, name, sizeof name)) {
         rci_deployer_note(t->d, "resume: no complete checkpoint in %s; starting at step 0", wd ? wd : "(no workdir)");
-        return 0;
+        /* every step runs again: the records of an earlier try go */
+        return rc_deployer_agree(t->d, wd ? rci_deployer_log_resume(t->d, 0, err) : 0, err) ? -1 : 0;
     }
     if (join(dir, sizeof dir, wd, name))
         return rc_error_set(err, RC_ERR_ARG, "%s: path too long", wd);
     /* every rank reads the same files (the workdir is shared, as a checkpoint directory is) */
-    int rc = load_tensors(t, dir, err);
+    int rc = load_state(t, o, dir, err); /* the small file first: a broken one is refused before the tensors */
     if (!rc)
-        rc = load_state(t, o, dir, err);
+        rc = load_tensors(t, dir, err);
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
     if (t->master) /* the 16-bit weights rounded from the master, as after a step */
         rc = rci_trainer_round_master(t, err);
     if (rc_deployer_agree(t->d, rc, err))
+        return -1;
+    /* the steps after the checkpoint run again: their old records go */
+    if (rc_deployer_agree(t->d, rci_deployer_log_resume(t->d, t->step, err), err))
         return -1;
     snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", name);
     rci_deployer_note(t->d, "resume: continuing from %s (step %lld)", dir, (long long)t->step);

@@ -163,6 +163,19 @@ int rc_tboard_scalar(rc_tboard *tb, const char *tag, double value, int64_t step,
     return write_record(tb, &e, err);
 }
 
+int rc_tboard_restart(rc_tboard *tb, int64_t step, rc_error *err)
+{
+    /* Event.session_log (field 7) = SessionLog{status (field 1) = START (1)} at `step` */
+    pbuf l = {.n = 0}, e = {.n = 0};
+    put_varint(&l, 1 << 3 | 0);
+    put_varint(&l, 1);
+    put_double(&e, 1, wall_time());
+    put_varint(&e, 2 << 3 | 0);
+    put_varint(&e, (uint64_t)step);
+    put_bytes(&e, 7, l.b, l.n);
+    return write_record(tb, &e, err);
+}
+
 const char *rc_tboard_path(const rc_tboard *tb)
 {
     return tb ? tb->path : NULL;

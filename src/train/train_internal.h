@@ -53,6 +53,15 @@ const char *rci_deployer_workdir(const rc_deployer *d);
  * only */
 int rci_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values,
                     int n, rc_error *err);
+/* removes what a save killed midway leaves in the workdir (ckpt.c's temporary names:
+ * .tmp-NAME directories, last_checkpoint.tmp, NAME.old beside a complete NAME, and
+ * log.jsonl.tmp); rank 0 calls it when the deployer opens the workdir. Returns how many
+ * entries it removed. */
+int rci_ckpt_clean(const char *workdir);
+/* after a resume from the checkpoint of `step`, rank 0: log.jsonl keeps only the records of
+ * steps <= step (rewritten through a temporary file and a rename; a torn last line is
+ * dropped) and the TensorBoard file marks a restart at step + 1 */
+int rci_deployer_log_resume(rc_deployer *d, int64_t step, rc_error *err);
 /* progress on rank 0's stderr: a bar redrawn every step on a terminal; otherwise a plain
  * line on the steps marked `tick` (the logging steps and the last) */
 void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,
