@@ -30,7 +30,7 @@ for n in "${names[@]}"; do
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   if [ $rc -ne 0 ]; then
     echo "fuzz $n: FAILED after ${runs:-?} inputs (exit $rc); the input and report:" >&2
-    ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* 2>/dev/null >&2
+    ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* >&2 2>/dev/null
     echo "  (full log: $log)" >&2
     grep -E "ERROR|SUMMARY|runtime error|#[0-9]+ 0x" "$log" | head -20 >&2
     failed+=("$n")
