@@ -1,9 +1,11 @@
 # redco - `make demo` sets up, builds and runs the main job; `make test` runs every test.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test sanitize bench clean
+.PHONY: all setup build demo test sanitize fuzz bench clean
 
 all: build
 
@@ -30,6 +32,14 @@ sanitize: setup
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -j 1
 
+# The parsers of untrusted files under libFuzzer with ASan and UBSan (clang; fuzz/README.md):
+# each harness runs FUZZ_SECONDS from its seed corpus; FUZZ=NAME runs one. A crash fails.
+fuzz: setup
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DREDCO_FUZZ=ON \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
+	bash fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ)
+
 # bench_tp also runs on 2 processes: data parallelism (mp 1) against tensor parallelism (mp 2).
 # bench_gpt2 and bench_generate also run on the first OpenCL device (PoCL here: a small model).
 MPIRUN = OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpiexec --oversubscribe -n 2
@@ -41,4 +51,4 @@ bench: build
 	@OMP_NUM_THREADS=$(JOBS) $(BUILD)/bench_generate --device opencl tiny-gpt2 gpt2-mini || { echo "make bench: bench_generate --device opencl failed" >&2; exit 1; }
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -759,12 +759,13 @@ int rc_dataset_example(const rc_dataset *ds, int64_t i, rc_data_example *ex, rc_
         return rc_error_set(err, RC_ERR_INDEX, "%s: example %lld out of range [0, %lld)",
                             ds->path, (long long)i, (long long)ds->n_examples);
     memset(ex, 0, sizeof *ex);
-    ex->ids = ds->ids + ds->off[i];
+    /* the arrays are NULL when every example's part is empty (no offset on NULL: UB) */
+    ex->ids = ds->ids ? ds->ids + ds->off[i] : NULL;
     ex->n = ds->off[i + 1] - ds->off[i];
     if (ds->info.kind == RC_DATA_INSTRUCT) {
-        ex->loss_mask = ds->mask + ds->off[i];
+        ex->loss_mask = ds->mask ? ds->mask + ds->off[i] : NULL;
     } else {
-        ex->target = ds->tgt + ds->toff[i];
+        ex->target = ds->tgt ? ds->tgt + ds->toff[i] : NULL;
         ex->n_target = ds->toff[i + 1] - ds->toff[i];
     }
     return 0;

@@ -99,14 +99,17 @@ static int idx_read_header(gzFile gz, const char *path, rc_idx *a, rc_error *err
         return rc_error_set(err, RC_ERR_FORMAT, "%s: truncated IDX header: %lld of the %d bytes "
                             "of its %d sizes", path, (long long)got, 4 * ndim, ndim);
     a->ndim = ndim;
+    /* the product of the nonzero sizes is bounded, so every product of some of them is
+     * (an item's size with 0 items still fits int64) */
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) {
         const uint8_t *d = h + 4 + 4 * i;
         a->dims[i] = (int64_t)d[0] << 24 | (int64_t)d[1] << 16 | (int64_t)d[2] << 8 | d[3];
         if (a->dims[i] > 0 && n > IDX_MAX_BYTES / a->dims[i])
-            return rc_error_set(err, RC_ERR_FORMAT, "%s: IDX sizes too large (over 2^40 bytes)",
-                                path);
-        n *= a->dims[i];
+            return rc_error_set(err, RC_ERR_FORMAT, "%s: IDX sizes too large (their nonzero "
+                                "product is over 2^40 bytes)", path);
+        if (a->dims[i] > 0)
+            n *= a->dims[i];
     }
     a->file_items = a->dims[0];
     return 0;
