@@ -8,13 +8,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *vocab, *merges;
     size_t n_vocab, n_merges;
     fuzz_split(data, size, &vocab, &n_vocab, &merges, &n_merges);
-    if (!fuzz_write("vocab.json", vocab, n_vocab) || !fuzz_write("merges.txt", merges, n_merges))
-        return 0;
-    rc_error err = {0};
-    rc_tokenizer *t = rc_tokenizer_load(fuzz_dir(), &err);
-    if (t) {
-        tok_exercise(t);
-        rc_tokenizer_free(t);
-    }
+    if (fuzz_write("vocab.json", vocab, n_vocab) && fuzz_write("merges.txt", merges, n_merges))
+        tok_load_exercise(fuzz_dir());
     return 0;
 }

@@ -1,5 +1,6 @@
-/* tok_common.h - what the tokenizer harnesses do with a tokenizer that loaded: encode a
- * short text and decode the ids back, so the tables the loader built are used too. */
+/* tok_common.h - what the tokenizer harnesses do with what they wrote: load it, and when it
+ * loaded, encode a short text and decode the ids back, so the tables the loader built are
+ * used too. */
 #ifndef REDCO_FUZZ_TOK_COMMON_H
 #define REDCO_FUZZ_TOK_COMMON_H
 
@@ -38,6 +39,18 @@ static void tok_exercise(rc_tokenizer *t)
                 free(back);
             free(all);
         }
+    }
+}
+
+/* Loads the tokenizer at path (a file, or a directory of files) and exercises it; a load
+ * that fails is the expected outcome of most inputs. */
+static void tok_load_exercise(const char *path)
+{
+    rc_error err = {0};
+    rc_tokenizer *t = rc_tokenizer_load(path, &err);
+    if (t) {
+        tok_exercise(t);
+        rc_tokenizer_free(t);
     }
 }
 

@@ -7,13 +7,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *path = fuzz_write("tokenizer.json", data, size);
-    if (!path)
-        return 0;
-    rc_error err = {0};
-    rc_tokenizer *t = rc_tokenizer_load(path, &err);
-    if (t) {
-        tok_exercise(t);
-        rc_tokenizer_free(t);
-    }
+    if (path)
+        tok_load_exercise(path);
     return 0;
 }
