@@ -4,13 +4,15 @@
   program exits non-zero or dies by a signal, whatever it printed;
 - number(pattern, text, what) reads the float groups of the first match;
 - MPI_ENV: the environment of mpiexec runs on one machine (more processes than cores, as
-  root in containers; LeakSanitizer off for OpenMPI's own allocations);
+  root in containers; LeakSanitizer off for OpenMPI's own allocations); run_mpi(build, name,
+  n, *args) runs build/<name> under `mpiexec -n n` in it, as run() does;
 - options() parses the three options CTest passes (--redco, --build, --source) and
   finish(name) prints the tally and returns the exit status.
 """
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -41,6 +43,18 @@ def run(build, name, *args, argv=None):
         check(False, f"{name} {' '.join(args)} exited {r.returncode}:\n{r.stderr[-2000:]}")
         return None
     return r.stdout, r.stderr
+
+
+def run_mpi(build, name, n, *args):
+    """run() of build/<name> args under `mpiexec -n n`, with MPI_ENV put into this process's
+    environment (the runs after it keep it); None and a failed check without mpiexec."""
+    mpiexec = shutil.which("mpiexec")
+    check(mpiexec is not None, f"{name}: no mpiexec on PATH")
+    if mpiexec is None:
+        return None
+    os.environ.update(MPI_ENV)
+    return run(build, f"{name} (mpiexec -n {n})", *args,
+               argv=[mpiexec, "-n", str(n), os.path.join(build, name), *args])
 
 
 def number(pattern, text, what):

@@ -15,11 +15,10 @@ run as a user would, and what it must show:
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 
-from refkit import MPI_ENV, check, finish, number, options, run
+from refkit import check, finish, number, options, run, run_mpi
 
 FLOAT = r"([-+0-9.e]+|nan|inf)"
 
@@ -76,13 +75,7 @@ def single(build, tmp):
 
 
 def data_parallel(build):
-    mpiexec = shutil.which("mpiexec")
-    check(mpiexec is not None, "ddpg: no mpiexec")
-    if not mpiexec:
-        return
-    os.environ.update(MPI_ENV)
-    out = run(build, "ddpg", argv=[mpiexec, "-n", "2", os.path.join(build, "ddpg"), "--seed", "1",
-                                   "--steps", "6000"])
+    out = run_mpi(build, "ddpg", 2, "--seed", "1", "--steps", "6000")
     res = results(out[0], "ddpg -n 2") if out else None
     if not res:
         return

@@ -18,7 +18,6 @@ what it must show:
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 
@@ -27,7 +26,7 @@ from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 from safetensors.numpy import load_file
 
-from refkit import MPI_ENV, check, finish, number, options, run
+from refkit import MPI_ENV, check, finish, number, options, run, run_mpi
 
 FLOAT = r"([-+0-9.e]+|inf)"
 
@@ -113,16 +112,12 @@ def private_run(build, tmp):
 
 
 def data_parallel(build, tmp):
-    mpiexec = shutil.which("mpiexec")
-    check(mpiexec is not None, "dp_sgd: no mpiexec")
-    if not mpiexec:
-        return
-    os.environ.update(MPI_ENV)
+    os.environ.update(MPI_ENV)  # the one-process run too, as the two-process one
     args = ["--train-limit", "1024", "--test-limit", "200", "--batch", "64", "--steps", "8", "--epsilon", "3",
             "--clip", "0.5"]
     one, two = os.path.join(tmp, "dp-1"), os.path.join(tmp, "dp-2")
     a = run(build, "dp_sgd", *args, "--workdir", one)
-    b = run(build, "dp_sgd", argv=[mpiexec, "-n", "2", os.path.join(build, "dp_sgd"), *args, "--workdir", two])
+    b = run_mpi(build, "dp_sgd", 2, *args, "--workdir", two)
     if not a or not b:
         return
     head, evals = run_info(a[0], "dp_sgd --epsilon 3")

@@ -18,14 +18,13 @@ the setup script installs), run as a user would.
 """
 import json
 import os
-import shutil
 import sys
 import tempfile
 
 import numpy as np
 from safetensors.numpy import load_file
 
-from refkit import MPI_ENV, check, finish, number, options, run
+from refkit import check, finish, number, options, run, run_mpi
 
 
 
@@ -61,11 +60,6 @@ def one_pass(build, tmp):
 
 
 def meshes(build, tmp):
-    mpiexec = shutil.which("mpiexec")
-    check(mpiexec is not None, "fashion_cnn: no mpiexec on PATH")
-    if mpiexec is None:
-        return
-    exe = os.path.join(build, "fashion_cnn")
     common = ["--steps", "10", "--batch", "32", "--optimizer", "sgd", "--lr", "0.05", "--train-limit", "2000",
               "--test-limit", "200"]
     one = os.path.join(tmp, "one")
@@ -73,11 +67,9 @@ def meshes(build, tmp):
     if out is None:
         return
     ref, ref_acc = weights(one), number(r"after ([0-9.]+)", out[0], "fashion_cnn")
-    os.environ.update(MPI_ENV)
     for np_, mp in ((2, 1), (2, 2), (4, 2)):
         work = os.path.join(tmp, f"np{np_}-mp{mp}")
-        argv = [mpiexec, "-n", str(np_), exe, *common, "--mp", str(mp), "--workdir", work]
-        out = run(build, f"fashion_cnn (np {np_}, mp {mp})", argv=argv)
+        out = run_mpi(build, "fashion_cnn", np_, *common, "--mp", str(mp), "--workdir", work)
         if out is None:
             continue
         # the Predictor made before training predicts with the trained weights on every mesh

@@ -15,14 +15,13 @@ which the setup script installs), run as a user would.
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 
 import numpy as np
 from safetensors.numpy import load_file
 
-from refkit import MPI_ENV, check, finish, options, run
+from refkit import MPI_ENV, check, finish, options, run, run_mpi
 
 
 
@@ -111,18 +110,12 @@ def iid_split(build, tmp):
 
 
 def mpi_ranks(build, tmp):
-    mpiexec = shutil.which("mpiexec")
-    check(mpiexec is not None, "fedavg: no mpiexec on PATH")
-    if mpiexec is None:
-        return
-    exe = os.path.join(build, "fedavg")
     common = ["--split", "labels", "--rounds", "2", "--train-limit", "3000", "--test-limit", "1000"]
-    os.environ.update(MPI_ENV)
+    os.environ.update(MPI_ENV)  # the in-turn runs too, as the MPI ones
     for k in (2, 4):
         turn = fedavg(build, tmp, f"turn-{k}", "--clients", str(k), *common)
         work = os.path.join(tmp, f"mpi-{k}")
-        argv = [mpiexec, "-n", "2", exe, "--clients", str(k), *common, "--workdir", work]
-        out = run(build, f"fedavg (mpiexec -n 2, {k} clients)", argv=argv)
+        out = run_mpi(build, "fedavg", 2, "--clients", str(k), *common, "--workdir", work)
         if turn is None or out is None:
             continue
         worst, name = worst_difference(turn[1], weights(os.path.join(work, "model.safetensors")))

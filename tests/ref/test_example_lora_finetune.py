@@ -12,14 +12,13 @@
   OpenCL after 1-2 AdamW steps where SGD's adapters differ by 5e-6).
 """
 import os
-import shutil
 import sys
 import tempfile
 
 import numpy as np
 from safetensors.numpy import load_file
 
-from refkit import MPI_ENV, check, finish, number, options, run
+from refkit import check, finish, number, options, run, run_mpi
 
 FLOAT = r"([-+0-9.e]+)"
 
@@ -81,16 +80,11 @@ def main():
         short = [*common, "--steps", "3"]
         cpu, two, dev = (os.path.join(tmp, n) for n in ("cpu3", "mp2", "ocl3"))
         a = run(args.build, "lora_finetune", *short, "--workdir", cpu)
-        mpiexec = shutil.which("mpiexec")
-        check(mpiexec is not None, "lora_finetune: no mpiexec")
-        if mpiexec:
-            os.environ.update(MPI_ENV)
-            b = run(args.build, "lora_finetune", argv=[mpiexec, "-n", "2", os.path.join(args.build, "lora_finetune"),
-                                                       *short, "--mp", "2", "--workdir", two])
-            if a and b:
-                d = rel(adapters(two), adapters(cpu))
-                print(f"lora_finetune: mpiexec -n 2 --mp 2 vs one process: adapters differ by {d:.2e}")
-                check(d < 1e-3, f"lora_finetune: --mp 2 adapters differ by {d:.2e}")
+        b = run_mpi(args.build, "lora_finetune", 2, *short, "--mp", "2", "--workdir", two)
+        if a and b:
+            d = rel(adapters(two), adapters(cpu))
+            print(f"lora_finetune: mpiexec -n 2 --mp 2 vs one process: adapters differ by {d:.2e}")
+            check(d < 1e-3, f"lora_finetune: --mp 2 adapters differ by {d:.2e}")
         c = run(args.build, "lora_finetune", *short, "--device", "opencl", "--workdir", dev)
         if a and c:
             d = rel(adapters(dev), adapters(cpu))

@@ -13,11 +13,10 @@ would, and what it must show:
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 
-from refkit import MPI_ENV, check, finish, number, options, run
+from refkit import check, finish, number, options, run, run_mpi
 
 FLOAT = r"([-+0-9.e]+|nan|inf)"
 
@@ -57,13 +56,7 @@ def single(build, tmp):
 
 
 def data_parallel(build):
-    mpiexec = shutil.which("mpiexec")
-    check(mpiexec is not None, "ppo: no mpiexec")
-    if not mpiexec:
-        return
-    os.environ.update(MPI_ENV)
-    out = run(build, "ppo", argv=[mpiexec, "-n", "2", os.path.join(build, "ppo"), "--seed", "1",
-                                  "--iterations", "30"])
+    out = run_mpi(build, "ppo", 2, "--seed", "1", "--iterations", "30")
     res = results(out[0], "ppo -n 2") if out else None
     if not res:
         return
