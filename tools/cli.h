@@ -40,11 +40,20 @@ int cli_parse(const char *cmd, int argc, char **argv, const struct option *flags
 int cli_int64(const char *cmd, const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out);
 int cli_double(const char *cmd, const char *flag, const char *text, double lo, double hi, double *out);
 
-/* --nproc P: re-runs this command under `mpiexec -n P` (with oversubscription, and root
+/* --nproc P: runs this command again under `mpiexec -n P` (with oversubscription, and root
  * allowed in containers) unless a launcher already started us: argv as given, less
- * --nproc P (or --nproc=P). Returns the launcher's exit status, or -1 when no relaunch is
- * needed. */
+ * --nproc P (or --nproc=P). This process waits for mpiexec, passes the first SIGINT or
+ * SIGTERM it receives on to every rank as a stop notice and a second one as the end of the
+ * job (launch.c). Returns the job's exit status (128 + the signal after a stop), or -1
+ * when no relaunch is needed. */
 int cli_relaunch(const char *cmd, int nproc, int argc, char **argv);
+/* In a rank of the launcher's job (else nothing): its stop notices end the rank as the
+ * signals they stand for would, until a fit catches them. Called first thing in main. */
+void cli_launched_signals(void);
+/* The exit status of a rank that stopped on a signal (code: 128 + the signal): code, or
+ * under the --nproc launcher 0, with code left in the launcher's status file by the main
+ * rank (the launcher exits with it; mpiexec would print a page about a non-zero exit). */
+int cli_stop_status(int code, int main_rank);
 
 /* Overrides of the tensor-parallel plan from --shard NAME=AXIS[:GROUPS] or NAME=replicated
  * (repeatable). */

@@ -445,10 +445,12 @@ int cmd_train(int argc, char **argv)
         }
         cli_print_json(j);
     }
+    /* a shell's code for a death by that signal (under the --nproc launcher, the launcher's) */
+    int code = stopped ? cli_stop_status(128 + stopped, rc_deployer_is_main(s.d)) : rc ? 1 : 0;
     rc_trainer_free(t);
     session_free(&s);
     rc_dist_finalize();
-    return stopped ? 128 + stopped : rc ? 1 : 0; /* a shell's code for a death by that signal */
+    return code;
 }
 
 int cmd_eval(int argc, char **argv)

@@ -32,6 +32,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    cli_launched_signals(); /* a rank of the --nproc launcher's job: its stop notices from the start */
     const char *cmd = argv[1];
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);

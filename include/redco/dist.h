@@ -35,6 +35,14 @@ int rc_dist_rank(void);
 /* The number of processes in the world (1 without a launcher, before rc_dist_init or
  * after finalizing). */
 int rc_dist_size(void);
+/* Stop notices forwarded by redco's `--nproc` launcher (tools/launch.c): it runs mpiexec,
+ * which ends the job on SIGINT and SIGTERM but passes SIGUSR1 and SIGUSR2 on to every rank,
+ * and sends it SIGUSR1 for the SIGTERM and SIGUSR2 for the SIGINT it received.
+ * rc_dist_signals_forwarded: 1 in a rank of such a job (REDCO_LAUNCHER in the environment
+ * and a launcher started the process); rc_dist_stop_signal: the signal a received one stands
+ * for there (SIGUSR1 -> SIGTERM, SIGUSR2 -> SIGINT, any other itself; async-signal-safe). */
+int rc_dist_signals_forwarded(void);
+int rc_dist_stop_signal(int sig);
 /* Finalizes MPI when it is running; does nothing otherwise (no launcher, or finalized
  * already, e.g. by rc_deployer_free). */
 void rc_dist_finalize(void);

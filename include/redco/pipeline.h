@@ -278,8 +278,10 @@ typedef struct {
                                      and fit returns -1 with RC_ERR_INTERRUPTED ("stopped by
                                      SIGTERM at step N; checkpoint written to DIR") and the
                                      result's stop_signal set; a second signal ends the process
-                                     at once (checkpoints are written atomically). The previous
-                                     handlers are restored when fit returns */
+                                     at once (checkpoints are written atomically). In a job of
+                                     redco's --nproc launcher SIGUSR1 and SIGUSR2 are its
+                                     forwarded SIGTERM and SIGINT (rc_dist_stop_signal). The
+                                     previous handlers are restored when fit returns */
     const char *tokenizer_dir;    /* copied into checkpoints and final/ */
     /* optional eval predictor and metric, as upstream's eval_predictor / eval_metric_fn: at
      * each evaluation the predict function runs over the eval examples (a Predictor), rank 0

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sched.h>
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 
@@ -28,6 +29,17 @@ int rc_dist_launched(void)
                 launched = 1;
     }
     return launched;
+}
+
+int rc_dist_signals_forwarded(void)
+{
+    const char *status = getenv("REDCO_LAUNCHER");
+    return status && *status && rc_dist_launched();
+}
+
+int rc_dist_stop_signal(int sig)
+{
+    return sig == SIGUSR1 ? SIGTERM : sig == SIGUSR2 ? SIGINT : sig;
 }
 
 /* MPI is running: initialised and not yet finalized */

@@ -673,39 +673,42 @@ static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int sig)
 {
+    int as = rc_dist_stop_signal(sig); /* SIGUSR1 / SIGUSR2: forwarded by redco's launcher */
+    if (stop_signal && as != sig) /* the launcher repeats its notice until the job ends */
+        return;
     if (stop_signal) { /* a second signal: stop now (the checkpoint writes are atomic) */
-        signal(sig, SIG_DFL);
-        raise(sig);
+        signal(as, SIG_DFL);
+        raise(as);
         return;
     }
-    stop_signal = sig;
+    stop_signal = as;
 }
 
+/* SIGINT, SIGTERM and, in a job of redco's launcher, the SIGUSR1 and SIGUSR2 that stand for them */
+enum { STOP_SIGNALS = 4 };
+static const int stop_signals[STOP_SIGNALS] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+
 typedef struct {
-    struct sigaction old_int, old_term;
-    int on;
+    struct sigaction old[STOP_SIGNALS];
+    int n;                        /* signals caught: 0, 2 or 4 */
 } stop_handlers;
 
 static void stop_handlers_set(stop_handlers *h, int on)
 {
-    h->on = on;
+    h->n = !on ? 0 : rc_dist_signals_forwarded() ? 4 : 2;
     stop_signal = 0;
-    if (!on)
-        return;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &h->old_int);
-    sigaction(SIGTERM, &sa, &h->old_term);
+    for (int i = 0; i < h->n; i++)
+        sigaction(stop_signals[i], &sa, &h->old[i]);
 }
 
 static void stop_handlers_restore(stop_handlers *h)
 {
-    if (!h->on)
-        return;
-    sigaction(SIGINT, &h->old_int, NULL);
-    sigaction(SIGTERM, &h->old_term, NULL);
+    for (int i = 0; i < h->n; i++)
+        sigaction(stop_signals[i], &h->old[i], NULL);
 }
 
 /* the signal any rank received (the largest number), agreed by all ranks; 0: none */

@@ -2,8 +2,10 @@
 - SIGTERM mid-training (after a progress line): the step in progress finishes, a checkpoint
   is written, one line "stopped by SIGTERM at step N; checkpoint written to ..." and exit
   status 143; --resume then ends with the weights of a run never stopped (bitwise);
-- the same at --nproc 2 with the signal sent to every rank (what Slurm does), and to one
-  rank only (the ranks agree after each step);
+- the same at --nproc 2 with the signal sent to every rank (what Slurm does), to one
+  rank only (the ranks agree after each step), and to the launcher alone (SIGTERM and
+  SIGINT: it passes a stop notice on to every rank); no page from mpiexec after a stop;
+- two signals to the launcher: the job ends at once, and resuming gives the same weights;
 - two signals in a row: the run ends at once, and resuming still gives the same weights;
 - a rank killed with SIGKILL: the job ends within seconds and the launcher says which rank
   died and how;
@@ -34,7 +36,7 @@ def train(*args, env=None, timeout=120):
 
 
 def children(pid):
-    """the processes started by pid (the ranks, under the --nproc launcher)"""
+    """the processes started by pid"""
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
             return [int(x) for x in f.read().split()]
@@ -42,9 +44,21 @@ def children(pid):
         return []
 
 
-def stopped_run(workdir, steps, nproc=0, targets="self", signals=1, after=3):
-    """starts a run, waits for the progress line of step `after`, sends SIGTERM `signals`
-    times to the process itself, every rank or one rank; returns (exit status, stderr)"""
+def ranks(launcher, n):
+    """the ranks under the --nproc launcher (the children of its mpiexec), once n are there"""
+    found = []
+    for _ in range(100):
+        found = [r for m in children(launcher) for r in children(m)]
+        if len(found) >= n:
+            break
+        time.sleep(0.05)
+    return found
+
+
+def stopped_run(workdir, steps, nproc=0, targets="self", signals=1, after=3, sig=signal.SIGTERM):
+    """starts a run, waits for the progress line of step `after`, sends sig `signals` times
+    to the process itself (with --nproc: the launcher), every rank or one rank; returns
+    (exit status, stderr)"""
     args = [REDCO, "train", *BASE, "--workdir", workdir, "--steps", str(steps)]
     if nproc:
         args += ["--nproc", str(nproc)]
@@ -55,13 +69,13 @@ def stopped_run(workdir, steps, nproc=0, targets="self", signals=1, after=3):
         lines.append(line)
         if line.startswith(f"step {after}/"):
             break
-    pids = [p.pid] if targets == "self" else children(p.pid)
+    pids = [p.pid] if targets == "self" else ranks(p.pid, nproc)
     if targets == "one":
         pids = pids[-1:]
     check(len(pids) >= (nproc if targets == "all" else 1), f"the processes to signal: {pids}")
     for _ in range(signals):
         for pid in pids:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, sig)
     try:
         _, rest = p.communicate(timeout=60)
     except subprocess.TimeoutExpired:
@@ -76,9 +90,11 @@ def same_weights(a, b, what):
     check(wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa), what)
 
 
-def check_stop(workdir, code, err, what):
-    check(code == 143, f"{what}: exit status {code} (143 expected):\n{err[-1500:]}")
-    line = [ln for ln in err.splitlines() if "stopped by SIGTERM at step" in ln]
+def check_stop(workdir, code, err, what, sig="SIGTERM"):
+    want = 128 + getattr(signal, sig)
+    check(code == want, f"{what}: exit status {code} ({want} expected):\n{err[-1500:]}")
+    check("mpiexec" not in err, f"{what}: no page from mpiexec after a stop:\n{err[-1500:]}")
+    line = [ln for ln in err.splitlines() if f"stopped by {sig} at step" in ln]
     check(len(line) == 1, f"{what}: one 'stopped by' line in:\n{err[-1500:]}")
     if not line:
         return
@@ -126,6 +142,22 @@ def main():
     code, err = stopped_run(one2, 300, nproc=2, targets="one", after=5)
     check_stop(one2, code, err, "nproc 2, one rank signalled")
 
+    # --nproc 2, the signal to the launcher alone (a terminal's Ctrl-C, kill, a scheduler
+    # signalling the batch script): it passes a stop notice on to every rank
+    term, intr, early = (os.path.join(tmp, n) for n in ("launcher_term", "launcher_int", "launcher_early"))
+    code, err = stopped_run(term, 300, nproc=2, after=5)
+    check_stop(term, code, err, "nproc 2, SIGTERM to the launcher")
+    train("--workdir", term, "--steps", "300", "--nproc", "2", "--resume")
+    same_weights(straight2, term, "nproc 2, SIGTERM to the launcher: resumed equals straight (bitwise)")
+    code, err = stopped_run(intr, 300, nproc=2, after=5, sig=signal.SIGINT)
+    check_stop(intr, code, err, "nproc 2, SIGINT to the launcher", sig="SIGINT")
+    # two signals to the launcher: the job ends at once; what is on disk resumes exactly
+    code, err = stopped_run(early, 300, nproc=2, after=5, signals=2)
+    check(code == 143, f"nproc 2, two signals to the launcher: exit status {code}:\n{err[-1500:]}")
+    train("--workdir", early, "--steps", "300", "--nproc", "2",
+          *(["--resume"] if os.path.exists(os.path.join(early, "last_checkpoint")) else []))
+    same_weights(straight2, early, "nproc 2, two signals to the launcher: resumed equals straight (bitwise)")
+
     # a rank killed: the job ends within seconds, and the launcher says which rank and how
     dead = os.path.join(tmp, "dead")
     p = subprocess.Popen([REDCO, "train", *BASE, "--workdir", dead, "--steps", "3000", "--nproc", "2"],
@@ -133,10 +165,10 @@ def main():
     for line in p.stderr:
         if line.startswith("step 5/"):
             break
-    ranks = children(p.pid)
-    check(len(ranks) == 2, f"two ranks under the launcher: {ranks}")
+    pids = ranks(p.pid, 2)
+    check(len(pids) == 2, f"two ranks under the launcher: {pids}")
     t0 = time.time()
-    os.kill(ranks[-1], signal.SIGKILL)
+    os.kill(pids[-1], signal.SIGKILL)
     try:
         _, rest = p.communicate(timeout=30)
     except subprocess.TimeoutExpired:

@@ -1,0 +1,306 @@
+/* launch.c - `--nproc P`: this command again under `mpiexec -n P`, started and waited for by
+ * this process, so that the signals a user or a scheduler sends it stop the job well.
+ *
+ * mpiexec meets SIGINT and SIGTERM by killing the ranks (SIGTERM, then SIGKILL a second
+ * later, which can cut a checkpoint short), but passes SIGUSR1 and SIGUSR2 on to every rank
+ * and lets the job go on. So mpiexec runs in a process group of its own (a terminal's
+ * Ctrl-C reaches this launcher alone), and the launcher turns the first SIGTERM or SIGINT
+ * into SIGUSR1 or SIGUSR2 for it; the ranks, which know they run under this launcher from
+ * REDCO_LAUNCHER in their environment, read those as the SIGTERM or SIGINT they stand for
+ * (rc_dist_stop_signal). A second signal is passed on as SIGTERM: mpiexec then ends the job
+ * at once (checkpoints are written atomically).
+ *
+ * A rank that stops on a signal does not exit non-zero (mpiexec would print a page about
+ * it): the main rank writes its exit status (128 + the signal) into the file named by
+ * REDCO_LAUNCHER, and the launcher exits with it. */
+#include "cli.h"
+#include "redco/dist.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t launcher_signal, launcher_signals;
+
+static void on_launcher_signal(int sig)
+{
+    if (!launcher_signal)
+        launcher_signal = sig;
+    launcher_signals++;
+}
+
+/* the mpiexec command line: argv as given, less --nproc P (or --nproc=P) */
+static char **mpiexec_args(const char *self, const char *np, int argc, char **argv)
+{
+    char **args = calloc((size_t)argc + 8, sizeof *args);
+    if (!args)
+        return NULL;
+    int k = 0;
+    args[k++] = "mpiexec";
+    args[k++] = "-n";
+    args[k++] = (char *)np;
+    args[k++] = (char *)self;
+    int flags = 1;
+    for (int i = 0; i < argc; i++) {
+        flags = flags && strcmp(argv[i], "--");
+        if (flags && !strcmp(argv[i], "--nproc")) {
+            i++; /* drop the flag and its value */
+            continue;
+        }
+        if (flags && !strncmp(argv[i], "--nproc=", 8))
+            continue;
+        args[k++] = argv[i];
+    }
+    return args;
+}
+
+/* the environment of mpiexec and the ranks */
+static void launch_env(int nproc, const char *status)
+{
+    /* more processes than cores, and root in containers, are normal for us */
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+    if (getuid() == 0) {
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    }
+    /* hwloc's OpenCL plugin would load the OpenCL drivers into mpiexec, and PoCL's LLVM
+     * takes over SIGUSR1 and SIGUSR2 there, so that mpiexec no longer passes them on (the
+     * ranks open their devices themselves and do not need hwloc to see them) */
+    setenv("HWLOC_COMPONENTS", "-opencl", 0);
+    setenv("REDCO_LAUNCHER", status, 1);
+    if (!getenv("OMP_NUM_THREADS")) { /* share the cores between the processes */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        char threads[24];
+        snprintf(threads, sizeof threads, "%ld", cores > nproc ? cores / nproc : 1);
+        setenv("OMP_NUM_THREADS", threads, 1);
+    }
+}
+
+/* the child: mpiexec in a process group of its own, reading nothing from the terminal,
+ * writing its stderr into the launcher's pipe, and told to stop (SIGTERM) should the
+ * launcher die */
+static void launch_child(char **args, pid_t parent, int err_pipe[2])
+{
+    setpgid(0, 0);
+    int null = open("/dev/null", O_RDONLY);
+    if (null >= 0) {
+        dup2(null, 0);
+        close(null);
+    }
+    dup2(err_pipe[1], 2);
+    close(err_pipe[0]);
+    close(err_pipe[1]);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) /* the launcher died before prctl */
+        _exit(128 + SIGTERM);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    execvp(args[0], args);
+    fprintf(stderr, "redco: --nproc: cannot start mpiexec: %s (install openmpi-bin)\n", strerror(errno));
+    _exit(127);
+}
+
+/* mpiexec's stderr (the ranks' too) passed on line by line, less mpiexec's "Forwarding
+ * signal 10 to job" about the launcher's own notices */
+typedef struct {
+    char text[8192];
+    size_t used;
+} relay;
+
+static void relay_line(const char *line, size_t n)
+{
+    static const char ours[] = "mpiexec: Forwarding signal ";
+    if (n >= sizeof ours - 1 && !memcmp(line, ours, sizeof ours - 1))
+        return;
+    for (size_t done = 0; done < n;) {
+        ssize_t w = write(2, line + done, n - done);
+        if (w <= 0 && errno != EINTR)
+            return;
+        done += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* reads what the pipe has (waiting up to ms); 0 at its end */
+static int relay_read(relay *r, int fd, int ms)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, ms) <= 0)
+        return 1;
+    ssize_t n = read(fd, r->text + r->used, sizeof r->text - r->used);
+    if (n < 0)
+        return errno == EINTR || errno == EAGAIN;
+    if (n == 0) {
+        relay_line(r->text, r->used);
+        r->used = 0;
+        return 0;
+    }
+    r->used += (size_t)n;
+    size_t start = 0;
+    for (size_t i = 0; i < r->used; i++)
+        if (r->text[i] == '\n') {
+            relay_line(r->text + start, i + 1 - start);
+            start = i + 1;
+        }
+    if (start == 0 && r->used == sizeof r->text) /* a line longer than the buffer: as it is */
+        start = r->used, relay_line(r->text, r->used);
+    memmove(r->text, r->text + start, r->used - start);
+    r->used -= start;
+    return 1;
+}
+
+static double clock_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the exit status the main rank left in the status file, or 0 */
+static int status_read(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int code = 0;
+    if (f && fscanf(f, "%d", &code) != 1)
+        code = 0;
+    if (f)
+        fclose(f);
+    return code > 0 && code < 256 ? code : 0;
+}
+
+/* waits for mpiexec, relaying its stderr and passing signals on; its exit status, as the
+ * launcher's */
+static int launch_wait(pid_t child, int err_fd, const char *status)
+{
+    static relay r;
+    int passed = 0, st = 0, open_pipe = 1;
+    double noticed = 0;
+    for (;;) {
+        for (; passed < launcher_signals; passed++) {
+            /* first: the stop notice for every rank; then: end the job now */
+            int sig = passed == 0 ? (launcher_signal == SIGINT ? SIGUSR2 : SIGUSR1) : SIGTERM;
+            kill(child, sig);
+            noticed = clock_s();
+        }
+        /* mpiexec drops a signal that comes before it started the ranks: the notice again
+         * each second (a rank takes it once) */
+        if (passed == 1 && clock_s() - noticed > 1.0) {
+            kill(child, launcher_signal == SIGINT ? SIGUSR2 : SIGUSR1);
+            noticed = clock_s();
+        }
+        if (open_pipe)
+            open_pipe = relay_read(&r, err_fd, 100);
+        else
+            poll(NULL, 0, 100);
+        pid_t w = waitpid(child, &st, WNOHANG);
+        if (w == child)
+            break;
+        if (w < 0 && errno != EINTR)
+            return 1;
+    }
+    struct pollfd left = {err_fd, POLLIN, 0};
+    while (open_pipe && poll(&left, 1, 0) > 0) /* what is left in the pipe, not waiting for more */
+        open_pipe = relay_read(&r, err_fd, 0);
+    relay_line(r.text, r.used);
+    if (WIFSIGNALED(st))
+        return 128 + WTERMSIG(st);
+    /* the main rank's stop, when it stopped well (also when mpiexec itself was signalled
+     * and exits 1); else mpiexec's own status */
+    int stopped = status_read(status), code = WEXITSTATUS(st);
+    if (stopped)
+        return stopped;
+    if (launcher_signal && (code || passed > 1)) /* ended by the signals, before a fit caught them */
+        code = 128 + launcher_signal;
+    return code;
+}
+
+int cli_relaunch(const char *cmd, int nproc, int argc, char **argv)
+{
+    if (nproc <= 0 || rc_dist_launched())
+        return -1;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return cli_fail(cmd, "--nproc: cannot find this program's path: %s", strerror(errno));
+    self[n] = 0;
+    char np[16], status[PATH_MAX];
+    snprintf(np, sizeof np, "%d", nproc);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(status, sizeof status, "%s/redco-launch-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemp(status);
+    if (fd < 0)
+        return cli_fail(cmd, "--nproc: cannot create the launcher's status file %s: %s", status, strerror(errno));
+    close(fd);
+    char **args = mpiexec_args(self, np, argc, argv);
+    if (!args) {
+        unlink(status);
+        return cli_fail(cmd, "out of memory");
+    }
+    launch_env(nproc, status);
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_launcher_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    fflush(NULL);
+    int err_pipe[2] = {-1, -1};
+    pid_t parent = getpid(), child = pipe(err_pipe) ? -1 : fork();
+    if (child == 0)
+        launch_child(args, parent, err_pipe);
+    if (err_pipe[1] >= 0)
+        close(err_pipe[1]);
+    int rc = child < 0 ? cli_fail(cmd, "--nproc: cannot start mpiexec: %s", strerror(errno))
+                       : launch_wait(child, err_pipe[0], status);
+    if (err_pipe[0] >= 0)
+        close(err_pipe[0]);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    unlink(status);
+    free(args);
+    return rc;
+}
+
+/* ---- the ranks' side ---------------------------------------------------------------- */
+
+/* Before a fit catches them: the forwarded notices end the rank as the signals they stand
+ * for would (nothing to save yet). */
+static void on_forwarded_signal(int sig)
+{
+    int as = rc_dist_stop_signal(sig);
+    signal(as, SIG_DFL);
+    raise(as);
+}
+
+void cli_launched_signals(void)
+{
+    if (!rc_dist_signals_forwarded())
+        return;
+    signal(SIGUSR1, on_forwarded_signal);
+    signal(SIGUSR2, on_forwarded_signal);
+}
+
+int cli_stop_status(int code, int main_rank)
+{
+    const char *path = getenv("REDCO_LAUNCHER");
+    if (!rc_dist_signals_forwarded())
+        return code;
+    signal(SIGUSR1, SIG_IGN); /* the launcher repeats its notice until the job ends */
+    signal(SIGUSR2, SIG_IGN);
+    if (main_rank) {
+        FILE *f = fopen(path, "w");
+        int bad = !f || fprintf(f, "%d\n", code) < 0;
+        if ((f && fclose(f)) || bad) /* the launcher would exit 0: exit non-zero here */
+            return code;
+    }
+    return 0;
+}
