@@ -33,6 +33,18 @@ static void test_shape_errors(void)
     EXPECT_GRAPH_ERROR(g, RC_ERR_SHAPE, "add");
     rc_graph_free(g);
 
+    /* a shape past what can be addressed: refused when recorded, not overflowed */
+    g = rc_graph_new();
+    rc_tensor *huge = f32(g, 3, (int64_t[]){1 << 20, 1 << 20, 1 << 20});
+    CHECK(huge == NULL);
+    EXPECT_GRAPH_ERROR(g, RC_ERR_SHAPE, "leaf", "dimension 2", "2^48");
+    rc_graph_free(g);
+    g = rc_graph_new(); /* the product of two ops' shapes: an outer product past 2^48 */
+    rc_tensor *col = f32(g, 2, (int64_t[]){(int64_t)1 << 25, 1}), *row = f32(g, 2, (int64_t[]){1, (int64_t)1 << 25});
+    CHECK(col && row && !rc_mul(g, col, row));
+    EXPECT_GRAPH_ERROR(g, RC_ERR_SHAPE, "mul", "2^48");
+    rc_graph_free(g);
+
     g = rc_graph_new();
     CHECK(!rc_matmul(g, f32(g, 2, (int64_t[]){3, 4}), f32(g, 2, (int64_t[]){5, 6}), 0, 0));
     EXPECT_GRAPH_ERROR(g, RC_ERR_SHAPE, "matmul", "[3, 4]", "[5, 6]", "4 vs 5");

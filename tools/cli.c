@@ -197,3 +197,12 @@ void cli_print_json(json_t *obj)
     free(text);
     json_decref(obj);
 }
+
+int cli_model_config(const char *model, rc_model_config *c, rc_error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", model);
+    if (access(path, R_OK) == 0)
+        return rc_config_load(model, c, err);
+    return rc_config_preset(model, c, err);
+}

@@ -3,6 +3,7 @@
 #define REDCO_CLI_H
 
 #include "redco.h"
+#include "redco/model.h"
 #include "redco/shard.h"
 
 #include <getopt.h>
@@ -50,10 +51,10 @@ int cli_relaunch(const char *cmd, int nproc, int argc, char **argv);
 /* In a rank of the launcher's job (else nothing): its stop notices end the rank as the
  * signals they stand for would, until a fit catches them. Called first thing in main. */
 void cli_launched_signals(void);
-/* The exit status of a rank that stopped on a signal (code: 128 + the signal): code, or
- * under the --nproc launcher 0, with code left in the launcher's status file by the main
- * rank (the launcher exits with it; mpiexec would print a page about a non-zero exit). */
-int cli_stop_status(int code, int main_rank);
+/* The exit status of a command, as main returns it: code, or in a rank of the launcher's
+ * job 0 after leaving a non-zero code in the launcher's status directory (the launcher
+ * exits with it; mpiexec would print a page about a non-zero exit). */
+int cli_exit_status(int code);
 
 /* Overrides of the tensor-parallel plan from --shard NAME=AXIS[:GROUPS] or NAME=replicated
  * (repeatable). */
@@ -65,6 +66,10 @@ typedef struct {
 } cli_shards;
 /* adds one --shard value; 0, or 2 (the exit status) with a usage error printed */
 int cli_shard(const char *cmd, const char *text, cli_shards *s);
+
+/* The configuration of --model: DIR/config.json when there is one, else the preset of that
+ * name (no weights read). */
+int cli_model_config(const char *model, rc_model_config *c, rc_error *err);
 
 /* Prints a JSON object as one line of stdout (the --json contract) and releases it. */
 struct json_t;

@@ -123,15 +123,6 @@ static int parse(int argc, char **argv, options *o)
 }
 
 /* config only: a preset, or DIR/config.json (the weights are never read) */
-static int load_config(const char *model, rc_model_config *c, rc_error *err)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", model);
-    if (access(path, R_OK) == 0)
-        return rc_config_load(model, c, err);
-    return rc_config_preset(model, c, err);
-}
-
 typedef struct {
     rc_graph *g;
     nn_weights w;
@@ -422,7 +413,7 @@ int cmd_plan(int argc, char **argv)
     rc_model_config c;
     model_graph m = {0};
     rc_error err = {0};
-    if (load_config(o.model, &c, &err) || build(&c, &o, &m, &err)) {
+    if (cli_model_config(o.model, &c, &err) || build(&c, &o, &m, &err)) {
         free_graph(&m);
         return cli_fail(cmd, "%s", err.msg);
     }

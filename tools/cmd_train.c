@@ -1,6 +1,7 @@
 /* cmd_train.c - `redco train` and `redco eval`: a built-in model, a dataset and the
  * built-in task, run by the Trainer over the processes the launcher started. */
 #include "cli.h"
+#include "redco/memory.h"
 #include "redco/data.h"
 #include "redco/lora.h"
 #include "redco/pipeline.h"
@@ -304,6 +305,24 @@ static void session_free(session *s)
     rc_tokenizer_free(s->tok);
 }
 
+/* Before the model is loaded: a training run's memory (the plan of its step, nothing
+ * allocated) against its share of the device; 0, or 1 after the refusal. A plan that fails
+ * says nothing here: building the step reports the same failure where it happens. */
+static int preflight(const char *cmd, const options *o, rc_deployer *d)
+{
+    const rc_mesh *m = rc_deployer_mesh(d);
+    rc_memory_options mo = {.dp = m->dp, .mp = m->mp, .batch = o->batch, .seq_len = o->seq_len, .zero = o->zero,
+                            .remat = (int)o->remat, .dtype = o->dtype, .overrides = o->shards.o,
+                            .n_overrides = o->shards.n, .backend = rc_deployer_backend(d)};
+    rc_model_config c;
+    rc_rank_memory r;
+    rc_error err = {0};
+    int rc = 0;
+    if (!cli_model_config(o->model, &c, NULL) && !rc_memory_plan(&c, &mo, &r, NULL))
+        rc = rc_memory_fits(&r, &mo, rc_deployer_device_sharers(d), o->model, &err);
+    return rc_deployer_agree(d, rc, &err) ? cli_fail(cmd, "%s", err.msg) : 0;
+}
+
 /* Everything a run needs; 0 or an exit status. */
 static int session_open(const char *cmd, const options *o, session *s, int *argc, char ***argv, int is_train)
 {
@@ -318,6 +337,8 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
     cli_rank = rc_dist_rank(); /* only rank 0 prints errors: every rank agrees on them first */
     if (!(s->d = rc_deployer_new(argc, argv, &dopt, &err)))
         return cli_fail(cmd, "%s", err.msg);
+    if (is_train && !o->lora_r && preflight(cmd, o, s->d))
+        return 1;
     int main = rc_deployer_is_main(s->d);
     int ok = (s->model = rc_model_load(o->model, (uint64_t)o->seed, o->dtype, &err)) != NULL;
     if (!ok)
@@ -445,12 +466,10 @@ int cmd_train(int argc, char **argv)
         }
         cli_print_json(j);
     }
-    /* a shell's code for a death by that signal (under the --nproc launcher, the launcher's) */
-    int code = stopped ? cli_stop_status(128 + stopped, rc_deployer_is_main(s.d)) : rc ? 1 : 0;
     rc_trainer_free(t);
     session_free(&s);
     rc_dist_finalize();
-    return code;
+    return stopped ? 128 + stopped : rc ? 1 : 0; /* a shell's code for a death by that signal */
 }
 
 int cmd_eval(int argc, char **argv)

@@ -10,12 +10,15 @@
  * (rc_dist_stop_signal). A second signal is passed on as SIGTERM: mpiexec then ends the job
  * at once (checkpoints are written atomically).
  *
- * A rank that stops on a signal does not exit non-zero (mpiexec would print a page about
- * it): the main rank writes its exit status (128 + the signal) into the file named by
- * REDCO_LAUNCHER, and the launcher exits with it. */
+ * A rank of this job does not exit non-zero (mpiexec would print a page about a failed
+ * job under the one line that says what went wrong): it writes its exit status into its
+ * own file of the directory named by REDCO_LAUNCHER and exits 0, and the launcher exits
+ * with the status of the lowest rank that left one. A rank that cannot write there (on
+ * another host) exits with its status as usual. */
 #include "cli.h"
 #include "redco/dist.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -165,16 +168,30 @@ static double clock_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* the exit status the main rank left in the status file, or 0 */
-static int status_read(const char *path)
+/* the exit status of the lowest rank that left one in the status directory (0: none), and
+ * the directory removed */
+static int status_take(const char *dir)
 {
-    FILE *f = fopen(path, "r");
-    int code = 0;
-    if (f && fscanf(f, "%d", &code) != 1)
-        code = 0;
-    if (f)
-        fclose(f);
-    return code > 0 && code < 256 ? code : 0;
+    int code = 0, lowest = -1;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        int rank, c = 0;
+        char path[PATH_MAX + 300];
+        if (sscanf(e->d_name, "rank-%d", &rank) != 1)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fscanf(f, "%d", &c) == 1 && c > 0 && c < 256 && (lowest < 0 || rank < lowest))
+            lowest = rank, code = c;
+        if (f)
+            fclose(f);
+        unlink(path);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+    return code;
 }
 
 /* waits for mpiexec, relaying its stderr and passing signals on; its exit status, as the
@@ -213,11 +230,11 @@ static int launch_wait(pid_t child, int err_fd, const char *status)
     relay_line(r.text, r.used);
     if (WIFSIGNALED(st))
         return 128 + WTERMSIG(st);
-    /* the main rank's stop, when it stopped well (also when mpiexec itself was signalled
-     * and exits 1); else mpiexec's own status */
-    int stopped = status_read(status), code = WEXITSTATUS(st);
-    if (stopped)
-        return stopped;
+    /* a rank's own status (also when mpiexec itself was signalled and exits 1); else
+     * mpiexec's */
+    int ranks = status_take(status), code = WEXITSTATUS(st);
+    if (ranks)
+        return ranks;
     if (launcher_signal && (code || passed > 1)) /* ended by the signals, before a fit caught them */
         code = 128 + launcher_signal;
     return code;
@@ -236,13 +253,12 @@ int cli_relaunch(const char *cmd, int nproc, int argc, char **argv)
     snprintf(np, sizeof np, "%d", nproc);
     const char *tmp = getenv("TMPDIR");
     snprintf(status, sizeof status, "%s/redco-launch-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    int fd = mkstemp(status);
-    if (fd < 0)
-        return cli_fail(cmd, "--nproc: cannot create the launcher's status file %s: %s", status, strerror(errno));
-    close(fd);
+    if (!mkdtemp(status))
+        return cli_fail(cmd, "--nproc: cannot create the launcher's status directory %s: %s", status,
+                        strerror(errno));
     char **args = mpiexec_args(self, np, argc, argv);
     if (!args) {
-        unlink(status);
+        rmdir(status);
         return cli_fail(cmd, "out of memory");
     }
     launch_env(nproc, status);
@@ -265,7 +281,7 @@ int cli_relaunch(const char *cmd, int nproc, int argc, char **argv)
         close(err_pipe[0]);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
-    unlink(status);
+    status_take(status); /* gone, also after a launcher error */
     free(args);
     return rc;
 }
@@ -289,18 +305,28 @@ void cli_launched_signals(void)
     signal(SIGUSR2, on_forwarded_signal);
 }
 
-int cli_stop_status(int code, int main_rank)
+/* this process's rank in the job's world, from the launcher's environment (it may be read
+ * after MPI is finalized) */
+static int world_rank_env(void)
 {
-    const char *path = getenv("REDCO_LAUNCHER");
-    if (!rc_dist_signals_forwarded())
+    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i]))
+            return atoi(getenv(vars[i]));
+    return cli_rank;
+}
+
+int cli_exit_status(int code)
+{
+    if (!code || !rc_dist_signals_forwarded())
         return code;
-    signal(SIGUSR1, SIG_IGN); /* the launcher repeats its notice until the job ends */
+    signal(SIGUSR1, SIG_IGN); /* the launcher repeats a stop notice until the job ends */
     signal(SIGUSR2, SIG_IGN);
-    if (main_rank) {
-        FILE *f = fopen(path, "w");
-        int bad = !f || fprintf(f, "%d\n", code) < 0;
-        if ((f && fclose(f)) || bad) /* the launcher would exit 0: exit non-zero here */
-            return code;
-    }
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/rank-%d", getenv("REDCO_LAUNCHER"), world_rank_env());
+    FILE *f = fopen(path, "w");
+    int bad = !f || fprintf(f, "%d\n", code) < 0;
+    if ((f && fclose(f)) || bad) /* not where the launcher looks: exit with it here */
+        return code;
     return 0;
 }

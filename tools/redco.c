@@ -43,21 +43,21 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(cmd, "train"))
-        return cmd_train(argc - 1, argv + 1);
+        return cli_exit_status(cmd_train(argc - 1, argv + 1));
     if (!strcmp(cmd, "eval"))
-        return cmd_eval(argc - 1, argv + 1);
+        return cli_exit_status(cmd_eval(argc - 1, argv + 1));
     if (!strcmp(cmd, "generate"))
-        return cmd_generate(argc - 1, argv + 1);
+        return cli_exit_status(cmd_generate(argc - 1, argv + 1));
     if (!strcmp(cmd, "plan"))
-        return cmd_plan(argc - 1, argv + 1);
+        return cli_exit_status(cmd_plan(argc - 1, argv + 1));
     if (!strcmp(cmd, "tokenizer-train"))
-        return cmd_tokenizer_train(argc - 1, argv + 1);
+        return cli_exit_status(cmd_tokenizer_train(argc - 1, argv + 1));
     if (!strcmp(cmd, "devices"))
-        return cmd_devices(argc - 1, argv + 1);
+        return cli_exit_status(cmd_devices(argc - 1, argv + 1));
     if (!strcmp(cmd, "tokenize"))
-        return cmd_tokenize(argc - 1, argv + 1);
+        return cli_exit_status(cmd_tokenize(argc - 1, argv + 1));
     if (!strcmp(cmd, "privacy"))
-        return cmd_privacy(argc - 1, argv + 1);
+        return cli_exit_status(cmd_privacy(argc - 1, argv + 1));
     fprintf(stderr, "redco: unknown command '%s' (see 'redco help')\n", cmd);
     return 2;
 }

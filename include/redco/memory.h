@@ -63,6 +63,15 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
 int rc_memory_largest(const rc_model_config *c, const rc_memory_options *o, int64_t budget, const char **name,
                       rc_rank_memory *m, rc_error *err);
 
+/* Whether a training run fits, before anything is built: m, one rank's memory under o
+ * (rc_memory_plan, o->backend the device the rank runs on; NULL: the CPU), plus the full
+ * weights it holds while taking its shards, against the device's memory shared by
+ * `sharers` processes (rc_deployer_device_sharers). 0 when it fits, or when the device does
+ * not say its memory; otherwise an error naming `what` (the model), the rank's need and its
+ * parts, the device's share and what to try. */
+int rc_memory_fits(const rc_rank_memory *m, const rc_memory_options *o, int sharers, const char *what,
+                   rc_error *err);
+
 /* "80GB" (decimal: 80e9), "24GiB" (binary: 24 x 2^30), "512MiB", "1.5TB", "4096" (bytes);
  * units B, kB/KB, MB, GB, TB and KiB, MiB, GiB, TiB, case as written. */
 int rc_memory_parse(const char *text, int64_t *bytes, rc_error *err);

@@ -82,10 +82,16 @@ rc_tensor *rci_node_new(rc_graph *g, rc_op op, rc_dtype t, int ndim, const int64
     if (nsrc > RC_MAX_SRC)
         return rci_fail(g, RC_ERR_ARG, "%s: %d inputs (at most %d)", rc_op_name(op), nsrc,
                        RC_MAX_SRC);
-    for (int i = 0; i < ndim; i++)
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return rci_fail(g, RC_ERR_SHAPE, "%s: negative extent %lld in dimension %d",
                            rc_op_name(op), (long long)shape[i], i);
+        if (shape[i] && numel > RC_MAX_NUMEL / shape[i])
+            return rci_fail(g, RC_ERR_SHAPE, "%s: the shape's extents up to dimension %d multiply past 2^48 "
+                            "elements, more than any device can address", rc_op_name(op), i);
+        numel *= shape[i];
+    }
     for (int i = 0; i < nsrc; i++)
         if (src[i] && src[i]->id >= g->n)
             return rci_fail(g, RC_ERR_ARG, "%s: input %d belongs to another graph",

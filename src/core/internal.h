@@ -6,6 +6,10 @@
 
 #include <stdarg.h>
 
+/* The most elements one tensor may have (2^48: a petabyte of f32), so that element and
+ * byte counts never overflow 64 bits; a shape past it is a graph error naming the op. */
+#define RC_MAX_NUMEL ((int64_t)1 << 48)
+
 /* Where a leaf's values come from for every plan of its graph: a constant's host copy
  * (uploaded by each plan), or a buffer bound with rc_graph_bind. */
 typedef struct {

@@ -1,5 +1,6 @@
 /* comm.c - the mesh and collectives over MPI, and the world of one without a launcher. */
 #include "internal.h"
+#include "comm_internal.h"
 #include "backend.h"
 #include "redco/dist.h"
 
@@ -7,15 +8,8 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sched.h>
 #include <signal.h>
 #include <string.h>
-#include <time.h>
-
-struct rc_comm {
-    MPI_Comm comm;                /* MPI_COMM_NULL in a world of one */
-    int rank, size;
-};
 
 static int launched = -1;
 
@@ -80,125 +74,6 @@ static int mpi_fail(rc_error *err, const char *what, int code)
     return rc_error_set(err, RC_ERR_IO, "mpi: %s failed: %s", what, msg);
 }
 
-/* ---- the collective watchdog -------------------------------------------------------
- * Every collective starts as its non-blocking form and is waited for here. A rank that
- * waits longer than the timeout tells the others of its group that it is waiting, listens
- * a moment for theirs, and the lowest waiting rank names the operation and the ranks that
- * never arrived; then the job is aborted (MPI_Abort ends every rank: a stuck rank cannot
- * be recovered from, and the alternative is a job that hangs until its time limit). */
-
-static double coll_timeout = 600.0;  /* seconds; <= 0: wait forever */
-static long coll_count;              /* collectives waited for by this process */
-enum { TAG_WAITING = 0x7e17 };
-
-void rc_comm_set_timeout(double seconds)
-{
-    coll_timeout = seconds;
-}
-
-double rc_comm_timeout(void)
-{
-    return coll_timeout;
-}
-
-static double clock_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* the world rank of rank r of c */
-static int world_rank(const rc_comm *c, int r)
-{
-    MPI_Group g, w;
-    int out = r;
-    if (MPI_Comm_group(c->comm, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS) {
-        MPI_Group_translate_ranks(g, 1, &r, w, &out);
-        MPI_Group_free(&g);
-        MPI_Group_free(&w);
-    }
-    return out;
-}
-
-/* after the timeout: which ranks of c are waiting too; the lowest of them reports */
-static void coll_abort(rc_comm *c, const char *op, double waited)
-{
-    int n = c->size, me = c->rank;
-    char *seen = calloc((size_t)n, 1);
-    MPI_Request *sends = calloc((size_t)n, sizeof *sends);
-    long seq = coll_count;
-    if (seen && sends) {
-        seen[me] = 1;
-        for (int r = 0; r < n; r++)
-            sends[r] = MPI_REQUEST_NULL;
-        for (int r = 0; r < n; r++)
-            if (r != me)
-                MPI_Isend(&seq, 1, MPI_LONG, r, TAG_WAITING, c->comm, &sends[r]);
-        /* the others' timeouts started within a moment of ours: listen as long again, capped */
-        double grace = coll_timeout < 2.0 ? coll_timeout : 2.0, t0 = clock_s();
-        while (clock_s() - t0 < grace) {
-            int flag = 0;
-            MPI_Status st;
-            MPI_Iprobe(MPI_ANY_SOURCE, TAG_WAITING, c->comm, &flag, &st);
-            if (flag) {
-                long theirs;
-                MPI_Recv(&theirs, 1, MPI_LONG, st.MPI_SOURCE, TAG_WAITING, c->comm, MPI_STATUS_IGNORE);
-                seen[st.MPI_SOURCE] = 1;
-            } else {
-                struct timespec nap = {0, 1000000};
-                nanosleep(&nap, NULL);
-            }
-        }
-    }
-    int lowest = 0;
-    while (seen && lowest < n && !seen[lowest])
-        lowest++;
-    if (!seen || lowest == me) {
-        char missing[512] = "";
-        size_t used = 0;
-        int k = 0;
-        for (int r = 0; seen && r < n && used < sizeof missing - 16; r++)
-            if (!seen[r]) {
-                used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d", k++ ? ", " : "",
-                                         world_rank(c, r));
-            }
-        fprintf(stderr, "redco: collective timeout: %s (collective #%ld of rank %d, a group of %d ranks) "
-                "waited %.0f s; rank%s %s did not arrive (hung, or busy far longer than the others); "
-                "aborting all ranks (raise --collective-timeout if a step can take this long)\n",
-                op, seq, world_rank(c, me), n, waited, k == 1 ? "" : "s", k ? missing : "(unknown)");
-        fflush(stderr);
-    } else {
-        struct timespec nap = {2, 0}; /* the reporting rank aborts the job */
-        nanosleep(&nap, NULL);
-    }
-    free(seen);
-    free(sends);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-/* waits for the request of a collective started with code rc (its name is op) */
-static int watched(rc_comm *c, int rc, MPI_Request *req, const char *op)
-{
-    if (rc != MPI_SUCCESS)
-        return rc;
-    coll_count++;
-    double t0 = coll_timeout > 0 ? clock_s() : 0;
-    for (long spins = 0;; spins++) {
-        int done = 0;
-        rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS || done)
-            return rc;
-        if (spins > 1000)
-            sched_yield();
-        if (coll_timeout > 0 && (spins & 255) == 0) {
-            double waited = clock_s() - t0;
-            if (waited > coll_timeout)
-                coll_abort(c, op, waited);
-        }
-    }
-}
-
 int rc_dist_init(int *argc, char ***argv, rc_error *err)
 {
     int started = 0, finished = 0;
@@ -213,6 +88,11 @@ int rc_dist_init(int *argc, char ***argv, rc_error *err)
                             "twice: call rc_dist_init before the first deployer to keep it running");
     if (started)
         return 0;
+    /* Open MPI's non-blocking allreduce (libnbc: every collective here is non-blocking, for
+     * the watchdog) takes a binomial tree for in-place sums on fewer than 4 ranks, twice the
+     * time of the blocking MPI_Allreduce from 1 MiB up; Rabenseifner's reduce-scatter and
+     * allgather matches it (bench_comm). A setting of the user's own wins. */
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
     int provided, rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS)
         return mpi_fail(err, "MPI_Init_thread", rc);
@@ -227,18 +107,45 @@ void rc_dist_finalize(void)
         MPI_Finalize();
 }
 
-static rc_comm *comm_new(MPI_Comm comm)
+/* kind: "data-parallel group", ...; NULL for the world */
+static rc_comm *comm_new(MPI_Comm comm, const char *kind)
 {
+    static unsigned made; /* MPI communicators made: the same count on every rank */
     rc_comm *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->comm = comm;
     c->rank = 0;
     c->size = 1;
-    if (comm != MPI_COMM_NULL) {
-        MPI_Comm_rank(comm, &c->rank);
-        MPI_Comm_size(comm, &c->size);
+    snprintf(c->group, sizeof c->group, "this process alone");
+    if (comm == MPI_COMM_NULL)
+        return c;
+    MPI_Comm_rank(comm, &c->rank);
+    MPI_Comm_size(comm, &c->size);
+    if (!kind) { /* every world's id is 0: they are one communicator */
+        snprintf(c->group, sizeof c->group, "all %d ranks", c->size);
+        return c;
     }
+    c->id = ++made;
+    /* the world ranks of the group, as many as fit */
+    MPI_Group g, w;
+    int *mine = calloc((size_t)c->size, sizeof *mine), *world = calloc((size_t)c->size, sizeof *world);
+    if (mine && world && MPI_Comm_group(comm, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS) {
+        for (int r = 0; r < c->size; r++)
+            mine[r] = r;
+        MPI_Group_translate_ranks(g, c->size, mine, w, world);
+        MPI_Group_free(&g);
+        MPI_Group_free(&w);
+        size_t used = (size_t)snprintf(c->group, sizeof c->group, "the %s of rank%s", kind, c->size > 1 ? "s" : "");
+        for (int r = 0; r < c->size && used < sizeof c->group; r++)
+            used += (size_t)snprintf(c->group + used, sizeof c->group - used, r ? ", %d" : " %d", world[r]);
+        if (used >= sizeof c->group) /* cut: end with "..." */
+            memcpy(c->group + sizeof c->group - 4, "...", 4);
+    } else {
+        snprintf(c->group, sizeof c->group, "a %s of %d ranks", kind, c->size);
+    }
+    free(mine);
+    free(world);
     return c;
 }
 
@@ -268,7 +175,7 @@ int rc_mesh_init(rc_mesh *m, int mp, rc_error *err)
     if (on && !mpi_running())
         return rc_error_set(err, RC_ERR_ARG, "mesh: MPI is not running: call rc_dist_init first "
                             "(and rc_dist_finalize only after the last mesh)");
-    m->world = comm_new(on ? MPI_COMM_WORLD : MPI_COMM_NULL);
+    m->world = comm_new(on ? MPI_COMM_WORLD : MPI_COMM_NULL, NULL);
     if (!m->world)
         return rc_error_set(err, RC_ERR_MEMORY, "mesh: out of memory");
     m->rank = m->world->rank;
@@ -301,8 +208,8 @@ int rc_mesh_init(rc_mesh *m, int mp, rc_error *err)
             return rc_error_set(err, RC_ERR_IO, "mesh: MPI_Comm_split failed");
         }
     }
-    m->dp_comm = comm_new(dp);
-    m->mp_comm = comm_new(mpc);
+    m->dp_comm = comm_new(dp, "data-parallel group");
+    m->mp_comm = comm_new(mpc, "model-parallel group");
     if (!m->dp_comm || !m->mp_comm) {
         rc_mesh_free(m);
         return rc_error_set(err, RC_ERR_MEMORY, "mesh: out of memory");
@@ -313,9 +220,9 @@ int rc_mesh_init(rc_mesh *m, int mp, rc_error *err)
 int rc_mesh_init_local(rc_mesh *m, rc_error *err)
 {
     memset(m, 0, sizeof *m);
-    m->world = comm_new(MPI_COMM_NULL);
-    m->dp_comm = comm_new(MPI_COMM_NULL);
-    m->mp_comm = comm_new(MPI_COMM_NULL);
+    m->world = comm_new(MPI_COMM_NULL, NULL);
+    m->dp_comm = comm_new(MPI_COMM_NULL, NULL);
+    m->mp_comm = comm_new(MPI_COMM_NULL, NULL);
     if (!m->world || !m->dp_comm || !m->mp_comm) {
         rc_mesh_free(m);
         return rc_error_set(err, RC_ERR_MEMORY, "mesh: out of memory");
@@ -353,7 +260,7 @@ static int allreduce(rc_comm *c, void *data, int64_t n, MPI_Datatype t, size_t e
     for (int64_t at = 0; at < n; at += MAX_PIECE) {
         int count = (int)(n - at < MAX_PIECE ? n - at : MAX_PIECE);
         MPI_Request req;
-        int rc = watched(c, MPI_Iallreduce(MPI_IN_PLACE, (char *)data + at * elem, count, t, op, c->comm, &req), &req, "MPI_Allreduce");
+        int rc = rci_comm_watched(c, MPI_Iallreduce(MPI_IN_PLACE, (char *)data + at * elem, count, t, op, c->comm, &req), &req, "MPI_Allreduce");
         if (rc != MPI_SUCCESS)
             return mpi_fail(err, "MPI_Allreduce", rc);
     }
@@ -516,7 +423,7 @@ static int64_t bucket_size(int64_t bucket, int64_t n)
 static int reduce_scatter_bucket(rc_comm *c, float *h, const int *counts, const int *displ, rc_error *err)
 {
     MPI_Request req;
-    int me = c->rank, rc = watched(c, MPI_Ireduce_scatter(MPI_IN_PLACE, h, counts, MPI_FLOAT, MPI_SUM, c->comm, &req), &req, "MPI_Reduce_scatter");
+    int me = c->rank, rc = rci_comm_watched(c, MPI_Ireduce_scatter(MPI_IN_PLACE, h, counts, MPI_FLOAT, MPI_SUM, c->comm, &req), &req, "MPI_Reduce_scatter");
     if (rc != MPI_SUCCESS)
         return mpi_fail(err, "MPI_Reduce_scatter", rc);
     /* in place, the result is at the start of the buffer */
@@ -585,7 +492,7 @@ int rc_comm_allgather(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, rc_d
             rc = rc_buffer_download(buf, off + (size_t)displ[me] * es, stage + (size_t)displ[me] * es,
                                     (size_t)counts[me] * es, err);
         MPI_Request req;
-        int mrc = rc ? MPI_SUCCESS : watched(c, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, counts, displ, mt, c->comm, &req), &req, "MPI_Allgatherv");
+        int mrc = rc ? MPI_SUCCESS : rci_comm_watched(c, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, counts, displ, mt, c->comm, &req), &req, "MPI_Allgatherv");
         if (mrc != MPI_SUCCESS)
             rc = mpi_fail(err, "MPI_Allgatherv", mrc);
         if (!rc && !host)
@@ -619,7 +526,7 @@ int rc_comm_bcast(rc_comm *c, void *data, size_t bytes, int root, rc_error *err)
     for (size_t at = 0; at < bytes; at += MAX_PIECE) {
         int count = (int)(bytes - at < MAX_PIECE ? bytes - at : MAX_PIECE);
         MPI_Request req;
-        int rc = watched(c, MPI_Ibcast((char *)data + at, count, MPI_BYTE, root, c->comm, &req), &req, "MPI_Bcast");
+        int rc = rci_comm_watched(c, MPI_Ibcast((char *)data + at, count, MPI_BYTE, root, c->comm, &req), &req, "MPI_Bcast");
         if (rc != MPI_SUCCESS)
             return mpi_fail(err, "MPI_Bcast", rc);
     }
@@ -631,7 +538,7 @@ int rc_comm_barrier(rc_comm *c, rc_error *err)
     if (!c || c->size == 1)
         return 0;
     MPI_Request req;
-    int rc = watched(c, MPI_Ibarrier(c->comm, &req), &req, "MPI_Barrier");
+    int rc = rci_comm_watched(c, MPI_Ibarrier(c->comm, &req), &req, "MPI_Barrier");
     return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Barrier", rc);
 }
 
@@ -652,7 +559,7 @@ int rc_comm_gather(rc_comm *c, const void *data, size_t bytes, int root, void **
     int mine = (int)bytes, *all = rank == root ? malloc((size_t)size * sizeof *all) : NULL;
     int *displ = rank == root ? malloc((size_t)size * sizeof *displ) : NULL;
     MPI_Request req;
-    int rc = watched(c, MPI_Igather(&mine, 1, MPI_INT, all, 1, MPI_INT, root, c->comm, &req), &req, "MPI_Gather");
+    int rc = rci_comm_watched(c, MPI_Igather(&mine, 1, MPI_INT, all, 1, MPI_INT, root, c->comm, &req), &req, "MPI_Gather");
     if (rc != MPI_SUCCESS) {
         free(all);
         free(displ);
@@ -667,7 +574,7 @@ int rc_comm_gather(rc_comm *c, const void *data, size_t bytes, int root, void **
         }
         *out = malloc(total ? (size_t)total : 1);
     }
-    rc = watched(c, MPI_Igatherv(data, mine, MPI_BYTE, rank == root ? *out : NULL, all, displ, MPI_BYTE, root,
+    rc = rci_comm_watched(c, MPI_Igatherv(data, mine, MPI_BYTE, rank == root ? *out : NULL, all, displ, MPI_BYTE, root,
                                  c->comm, &req), &req, "MPI_Gatherv");
     free(all);
     free(displ);
@@ -691,7 +598,7 @@ int rc_comm_gather_f32(rc_comm *c, const float *data, int64_t n, int root, float
     int *displ = counts + size;
     /* every rank learns every count, so all of them agree when the total is too large */
     MPI_Request req;
-    int rc = watched(c, MPI_Iallgather(&mine, 1, MPI_INT, counts, 1, MPI_INT, c->comm, &req), &req, "MPI_Allgather");
+    int rc = rci_comm_watched(c, MPI_Iallgather(&mine, 1, MPI_INT, counts, 1, MPI_INT, c->comm, &req), &req, "MPI_Allgather");
     if (rc != MPI_SUCCESS) {
         free(counts);
         return mpi_fail(err, "MPI_Allgather", rc);
@@ -708,9 +615,9 @@ int rc_comm_gather_f32(rc_comm *c, const float *data, int64_t n, int root, float
     if (rank == root) {
         *total = sum;
         memmove(out + displ[rank], data, (size_t)n * sizeof *out);
-        rc = watched(c, MPI_Igatherv(MPI_IN_PLACE, 0, MPI_FLOAT, out, counts, displ, MPI_FLOAT, root, c->comm, &req), &req, "MPI_Gatherv");
+        rc = rci_comm_watched(c, MPI_Igatherv(MPI_IN_PLACE, 0, MPI_FLOAT, out, counts, displ, MPI_FLOAT, root, c->comm, &req), &req, "MPI_Gatherv");
     } else {
-        rc = watched(c, MPI_Igatherv(data, mine, MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, root, c->comm, &req), &req, "MPI_Gatherv");
+        rc = rci_comm_watched(c, MPI_Igatherv(data, mine, MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, root, c->comm, &req), &req, "MPI_Gatherv");
     }
     free(counts);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Gatherv", rc);
@@ -723,7 +630,7 @@ int rc_comm_agree(rc_comm *c, int status, rc_error *err)
     /* the lowest failing rank (size when none failed) ... */
     int mine = status ? c->rank : c->size, first;
     MPI_Request req;
-    if (watched(c, MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->comm, &req), &req, "MPI_Allreduce (agreement)") != MPI_SUCCESS)
+    if (rci_comm_watched(c, MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->comm, &req), &req, "MPI_Allreduce (agreement)") != MPI_SUCCESS)
         return rc_error_set(err, RC_ERR_IO, "mpi: agreement on failure failed");
     if (first == c->size)
         return 0;
@@ -731,7 +638,7 @@ int rc_comm_agree(rc_comm *c, int status, rc_error *err)
     rc_error msg = {0};
     if (c->rank == first && err)
         msg = *err;
-    watched(c, MPI_Ibcast(&msg, (int)sizeof msg, MPI_BYTE, first, c->comm, &req), &req, "MPI_Bcast (agreement)");
+    rci_comm_watched(c, MPI_Ibcast(&msg, (int)sizeof msg, MPI_BYTE, first, c->comm, &req), &req, "MPI_Bcast (agreement)");
     if (err) {
         char text[sizeof err->msg];
         snprintf(text, sizeof text, "rank %d: %.490s", first, msg.msg);

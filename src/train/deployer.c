@@ -27,6 +27,11 @@ struct rc_deployer {
     double t0;                    /* start of the run, for the ETA */
     int64_t step0;                /* first step of this process (resumed runs) */
     int owns_mpi;                 /* this deployer started MPI: rc_deployer_free finalizes it */
+    char earlier[256];            /* rank 0: the last checkpoint of an earlier run found in the
+                                     workdir when it was opened ("" none) */
+    int earlier_log;              /* rank 0: log.jsonl held records then */
+    int fits;                     /* fits begun on this deployer */
+    int sharers;                  /* rc_deployer_device_sharers */
     rc_backend *be;               /* the device this process runs on */
 };
 
@@ -44,6 +49,59 @@ static int make_dir(const char *dir, rc_error *err)
     return rc_error_set(err, RC_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
 }
 
+/* what an earlier run left in the workdir: its last checkpoint's name, records in the log */
+static void earlier_run(rc_deployer *d, const char *log_path)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/last_checkpoint", d->workdir);
+    FILE *f = fopen(path, "r");
+    if (f && fgets(d->earlier, sizeof d->earlier, f))
+        d->earlier[strcspn(d->earlier, "\r\n")] = 0;
+    if (f)
+        fclose(f);
+    struct stat st;
+    d->earlier_log = stat(log_path, &st) == 0 && st.st_size > 0;
+}
+
+int rci_deployer_fresh_start(rc_deployer *d, int resume, rc_error *err)
+{
+    int rc = 0;
+    if (d->fits++ || d->mesh.rank != 0 || resume)
+        return rc_comm_agree(d->mesh.world, 0, err);
+    if (d->earlier[0])
+        rc = rc_error_set(err, RC_ERR_ARG, "%s holds an earlier run (its last checkpoint: %s): --resume "
+                          "(rc_train_options.resume) continues it; another workdir, or this one removed, "
+                          "starts afresh", d->workdir, d->earlier);
+    else if (d->earlier_log) /* steps never saved: started again from 0, as a resume would */
+        rc = rci_deployer_log_resume(d, 0, err);
+    return rc_comm_agree(d->mesh.world, rc, err);
+}
+
+/* the processes of this host that run on this process's device (its name: "cpu", "opencl:1") */
+static int device_sharers(const rc_deployer *d)
+{
+    enum { NAME = 32 };
+    MPI_Comm host;
+    if (d->mesh.size == 1 || !rc_dist_launched() ||
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host) != MPI_SUCCESS)
+        return 1;
+    int n = 1, same = 0;
+    MPI_Comm_size(host, &n);
+    char mine[NAME], *all = calloc((size_t)n, NAME);
+    snprintf(mine, sizeof mine, "%s", rc_backend_name(d->be));
+    if (all && MPI_Allgather(mine, NAME, MPI_CHAR, all, NAME, MPI_CHAR, host) == MPI_SUCCESS)
+        for (int i = 0; i < n; i++)
+            same += !strncmp(all + (size_t)i * NAME, mine, NAME);
+    free(all);
+    MPI_Comm_free(&host);
+    return same > 0 ? same : 1;
+}
+
+int rc_deployer_device_sharers(const rc_deployer *d)
+{
+    return d->sharers;
+}
+
 /* rank 0 opens the workdir's logs; everyone learns whether that worked */
 static int open_logs(rc_deployer *d, rc_error *err)
 {
@@ -56,6 +114,8 @@ static int open_logs(rc_deployer *d, rc_error *err)
         if (removed)
             fprintf(stderr, "redco: removed %d temporary entr%s left in %s by an interrupted save\n", removed,
                     removed == 1 ? "y" : "ies", d->workdir);
+        if (!rc)
+            earlier_run(d, path);
         if (!rc && !(d->log = fopen(path, "a")))
             rc = rc_error_set(err, RC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         if (!rc && !(d->tb = rc_tboard_open(d->workdir, err)))
@@ -90,6 +150,7 @@ rc_deployer *rc_deployer_new(int *argc, char ***argv, const rc_deployer_options 
         rc_deployer_free(d);
         return NULL;
     }
+    d->sharers = device_sharers(d);
     d->seed = o->seed;
     d->verbose = o->verbose;
     d->json = o->json;

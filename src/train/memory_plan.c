@@ -263,6 +263,35 @@ int rc_memory_largest(const rc_model_config *c, const rc_memory_options *o, int6
     return 0;
 }
 
+static double gib(int64_t bytes)
+{
+    return (double)bytes / 1073741824.0;
+}
+
+int rc_memory_fits(const rc_rank_memory *m, const rc_memory_options *o, int sharers, const char *what,
+                   rc_error *err)
+{
+    const rc_rank_memory r = *m;
+    const rc_backend *be = o->backend ? o->backend : rc_backend_cpu();
+    size_t total;
+    rc_backend_memory(be, &total, NULL, NULL);
+    int n = sharers > 1 ? sharers : 1;
+    int64_t need = r.total + r.full_copy, share = (int64_t)(total / (size_t)n);
+    if (!total || need <= share)
+        return 0;
+    char parts[256];
+    int k = snprintf(parts, sizeof parts, "activations %.2f, weights %.2f, gradients %.2f, optimizer %.2f",
+                     gib(r.activations), gib(r.weights), gib(r.gradients), gib(r.optimizer + r.master));
+    if (r.full_copy && k > 0 && (size_t)k < sizeof parts)
+        snprintf(parts + k, sizeof parts - (size_t)k, ", the full weights while sharding %.2f", gib(r.full_copy));
+    return rc_error_set(err, RC_ERR_MEMORY,
+                        "%s does not fit: one rank needs %.2f GiB at batch %lld x %lld (%s GiB), and %s has %.2f "
+                        "GiB%s: try a smaller batch or sequence, remat (--remat), more model shards (--mp), --zero "
+                        "or a 16-bit --dtype",
+                        what, gib(need), (long long)o->batch, (long long)o->seq_len, parts, rc_backend_name(be),
+                        gib(share), n > 1 ? " for each of the processes on it" : "");
+}
+
 /* the multiplier of a unit ("GiB", "gb", "" ...); 0 when unknown */
 static double unit_scale(const char *u)
 {

@@ -62,6 +62,11 @@ int rci_ckpt_clean(const char *workdir);
  * steps <= step (rewritten through a temporary file and a rename; a torn last line is
  * dropped) and the TensorBoard file marks a restart at step + 1 */
 int rci_deployer_log_resume(rc_deployer *d, int64_t step, rc_error *err);
+/* At the start of a fit, on every rank: the first fit of a deployer that does not resume
+ * refuses a workdir holding an earlier run's checkpoint (a workdir is one run: --resume
+ * continues it); an earlier try's records in log.jsonl with no checkpoint are dropped, as
+ * a resume from nothing drops them. Later fits (and resumes) pass. */
+int rci_deployer_fresh_start(rc_deployer *d, int resume, rc_error *err);
 /* progress on rank 0's stderr: a bar redrawn every step on a terminal; otherwise a plain
  * line on the steps marked `tick` (the logging steps and the last) */
 void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,

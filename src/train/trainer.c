@@ -736,7 +736,7 @@ static void test_sleep(const rc_trainer *t, int64_t step)
 int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
                    const rc_examples *eval, rc_train_result *out, rc_error *err)
 {
-    if (check_options(t, o, train, err))
+    if (check_options(t, o, train, err) || rci_deployer_fresh_start(t->d, o->resume, err))
         return -1;
     t->seed = rci_deployer_seed(t->d);
     t->shuffle = o->shuffle;

@@ -10,9 +10,12 @@
 - a rank killed with SIGKILL: the job ends within seconds and the launcher says which rank
   died and how;
 - a rank that hangs inside a step (REDCO_TEST_SLEEP_RANK/_STEP) with --collective-timeout 2:
-  the job ends within seconds naming the operation and the rank that did not arrive.
+  the job ends within seconds naming the operation and the rank that did not arrive; in a
+  dp 2 x mp 2 mesh, where the others wait in collectives of different groups, the one line
+  names the hung rank alone as in no collective, and where a missing rank waits instead.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -193,6 +196,27 @@ def main():
     watch = [ln for ln in err.splitlines() if "collective timeout: MPI_" in ln]
     check(len(watch) == 1 and "rank 1 did not arrive" in watch[0],
           f"a hung rank: one line naming the operation and rank 1:\n{err[-1500:]}")
+
+    # a hung rank in a dp 2 x mp 2 mesh: the others wait in collectives of different groups;
+    # one line names the rank in no collective and where each rank that did not arrive waits
+    hung4 = os.path.join(tmp, "hung4")
+    try:
+        r = subprocess.run([REDCO, "train", *BASE, "--workdir", hung4, "--steps", "20", "--nproc", "4", "--mp", "2",
+                            "--collective-timeout", "2"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, **MPI_ENV, "REDCO_TEST_SLEEP_RANK": "3", "REDCO_TEST_SLEEP_STEP": "3"})
+        code, err = r.returncode, r.stderr
+    except subprocess.TimeoutExpired as e:
+        code, err = None, (e.stderr or b"").decode()
+    check(code not in (0, None), f"a hung rank of 4: the job failed within 60 s (status {code})")
+    watch = [ln for ln in err.splitlines() if "collective timeout: MPI_" in ln]
+    check(len(watch) == 1, f"a hung rank of 4: one watchdog line:\n{err[-2500:]}")
+    if watch:
+        idle = set(re.findall(r"rank (\d+) did not arrive \(in no collective", watch[0]))
+        idle |= set(re.findall(r"in no collective either: rank ([\d, ]+)", watch[0])[0].split(", ")
+                    if "either" in watch[0] else [])
+        check(idle == {"3"}, f"a hung rank of 4: rank 3, and it alone, is named in no collective: {watch[0]}")
+        check("it waits in MPI_" in watch[0] or "rank 3 did not arrive" in watch[0],
+              f"a hung rank of 4: a missing rank's own wait is named: {watch[0]}")
     return finish("test_faults")
 
 

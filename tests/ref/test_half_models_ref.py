@@ -3,9 +3,10 @@
 For tiny GPT-2 and LLaMA (weights far from their initialisation), redco converts the model
 to bf16 and saves it (test_models_half --save-bf16), with its own bf16 logits of fixed ids.
 transformers must load the directory with torch_dtype=torch.bfloat16 holding exactly the
-file's BF16 tensors, and its bf16 logits must match redco's within the bf16 bound of
-test_models_half (max |diff| <= 2.5e-2 of the logits' scale); both are also measured
-against the f32 forward of the same weights. Then `redco generate --dtype bf16` (a byte
+file's BF16 tensors; redco's bf16 logits must be within the bf16 bound of test_models_half
+(max |diff| <= 2.5e-2 of the logits' scale) of the f32 forward of the same weights, and
+within twice that of transformers' bf16 logits (each implementation's rounding may take it
+up to the bound away from f32; transformers' own distance depends on the CPU's kernels). Then `redco generate --dtype bf16` (a byte
 tokenizer added to the GPT-2 directory) must produce transformers' bf16 greedy tokens, or
 part from them only at a near-tie of transformers' bf16 logits (within the same bound).
 
@@ -68,7 +69,10 @@ def check_model(tool, preset, d, fail):
     r_ours_torch = rel(ours, l16)
     print(f"{preset}: redco bf16 vs transformers bf16 {r_ours_torch:.3g} (bound {BOUND}); "
           f"vs f32: redco {rel(ours, l32):.3g}, transformers {rel(l16, l32):.3g}")
-    if not r_ours_torch <= BOUND:
+    # two bf16 implementations, each within BOUND of the f32 logits, are within 2 BOUND of
+    # each other: how close transformers' own bf16 comes to f32 depends on the CPU's kernels
+    # (0.0244 of the scale on an AMD EPYC without AVX512-BF16)
+    if not r_ours_torch <= 2 * BOUND:
         fail(f"{preset}: redco's bf16 logits differ from transformers' by {r_ours_torch:.3g} of their scale")
     if not rel(ours, l32) <= BOUND:
         fail(f"{preset}: redco's bf16 logits differ from f32 by {rel(ours, l32):.3g}")

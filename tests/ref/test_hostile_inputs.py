@@ -8,10 +8,17 @@
 - after a resume from step 3 of a run that had logged step 4 (and a torn line), log.jsonl
   holds steps 1..6 once each, in order, with the losses of a straight run; TensorBoard,
   reading every events file of the workdir, shows each step once; a temporary checkpoint
-  directory and pointer left by an interrupted save are gone after the next start.
+  directory and pointer left by an interrupted save are gone after the next start;
+- a fresh run (no --resume) in a workdir holding an earlier run's checkpoint is refused in
+  one line naming it, the earlier log untouched; over an earlier try's log alone (no
+  checkpoint) the log starts anew;
+- a training step larger than the machine's memory is refused in one line with the rank's
+  figures (activations, weights, ...) and what to try, before the model is loaded; under
+  --nproc 2 too, still one line (no page from mpiexec) and exit status 1.
 """
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -20,7 +27,7 @@ import time
 
 import numpy as np
 
-from refkit import check, finish, options
+from refkit import MPI_ENV, check, finish, options
 
 
 def run(redco, *args, expect=0):
@@ -166,6 +173,35 @@ def main():
     run(redco, "train", *base, "--workdir", fresh, "--steps", "3", "--resume")
     steps = [x["step"] for x in log(fresh)]
     check(steps == [1, 2, 3], f"resume with no checkpoint: log.jsonl steps {steps}")
+
+    # a fresh run (no --resume) in a workdir that holds an earlier run's checkpoint is
+    # refused in one line, and nothing of the earlier run changes; with only an earlier
+    # try's log (no checkpoint) it starts the log anew, as a resume from nothing would
+    before = {n: open(os.path.join(straight, n), "rb").read() for n in ("log.jsonl", "last_checkpoint")}
+    r = run(redco, "train", *base, "--workdir", straight, "--steps", "3", expect=None)
+    one_line_error(r, ["holds an earlier run", "checkpoint-6", "--resume"], "a fresh run over an earlier one")
+    after = {n: open(os.path.join(straight, n), "rb").read() for n in before}
+    check(after == before, "a refused fresh run leaves the earlier run's log and last_checkpoint as they were")
+    os.remove(os.path.join(fresh, "last_checkpoint"))
+    run(redco, "train", *base, "--workdir", fresh, "--steps", "2")
+    steps = [x["step"] for x in log(fresh)]
+    check(steps == [1, 2], f"a fresh run over a log with no checkpoint: log.jsonl steps {steps}")
+
+    # a run whose step no machine here can hold (tiny-gpt2 at 1048576 x 128 tokens needs
+    # about 2 TiB of activations): refused in one line with the rank's figures before the
+    # model is loaded, so under a 2 GiB address-space limit it fails the same way
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    r = subprocess.run([redco, "train", "--model", "tiny-gpt2", "--data", data, "--seq-len", "128",
+                        "--batch-size", "1048576", "--steps", "1", "--workdir", os.path.join(tmp, "huge")],
+                       capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    one_line_error(r, ["tiny-gpt2 does not fit", "1048576 x 128", "activations", "cpu has", "--remat", "--mp"],
+                   "a step past the machine's memory")
+    # the same under the --nproc launcher: still the one line (no page from mpiexec), exit 1
+    r = subprocess.run([redco, "train", "--model", "tiny-gpt2", "--data", data, "--seq-len", "128",
+                        "--batch-size", "1048576", "--steps", "1", "--workdir", os.path.join(tmp, "huge2"),
+                        "--nproc", "2"], capture_output=True, text=True, timeout=120, env={**os.environ, **MPI_ENV})
+    one_line_error(r, ["tiny-gpt2 does not fit", "for each of the processes on it"], "--nproc 2: a step too large")
+    check(r.returncode == 1, f"--nproc 2: a step too large exits 1, not {r.returncode}")
 
     state_cases(redco, tmp, base, good)
     shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,228 @@
+/* watchdog.c - waiting for collectives, and what happens when one never completes.
+ *
+ * Every collective of comm.c starts as its non-blocking form and is waited for here. A rank
+ * that waits past the timeout asks every rank of the world what it is doing. A rank that
+ * waits for a collective of its own answers from its wait loop (the operation, the group,
+ * how long); a hung or busy rank cannot answer. The asking rank listens a moment, and the
+ * lowest rank that timed out prints one line: the operation it waited in, each rank of its
+ * group that did not arrive with where that rank waits instead, and the ranks that answered
+ * from no collective at all, the likely culprits. Then the job is aborted (MPI_Abort ends
+ * every rank: a stuck rank cannot be recovered from, and the alternative is a job that
+ * hangs until its time limit). Questions and answers are point-to-point messages on
+ * MPI_COMM_WORLD with tags of their own. */
+#include "comm_internal.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { TAG_QUERY = 0x7e17, TAG_ANSWER = 0x7e18 };
+
+static double coll_timeout = 600.0;  /* seconds; <= 0: wait forever */
+static long coll_count;              /* collectives waited for by this process */
+static int lowest_timed_out = INT_MAX; /* the lowest world rank known to have timed out */
+
+/* what this rank waits for (op NULL: nothing), as it answers a question */
+static struct {
+    const rc_comm *c;
+    const char *op;
+    long seq;
+    double since;
+} waiting;
+
+typedef struct {
+    int timed_out;                /* its own wait passed the timeout */
+    long seq;                     /* its collective's number */
+    unsigned id;                  /* the communicator's number (rc_comm.id) */
+    double waited;                /* seconds */
+    char op[48];
+    char group[96];
+} answer;
+
+void rc_comm_set_timeout(double seconds)
+{
+    coll_timeout = seconds;
+}
+
+double rc_comm_timeout(void)
+{
+    return coll_timeout;
+}
+
+static double clock_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void nap_ms(long ms)
+{
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* the world rank of rank r of c */
+static int world_rank(const rc_comm *c, int r)
+{
+    MPI_Group g, w;
+    int out = r;
+    if (MPI_Comm_group(c->comm, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS) {
+        MPI_Group_translate_ranks(g, 1, &r, w, &out);
+        MPI_Group_free(&g);
+        MPI_Group_free(&w);
+    }
+    return out;
+}
+
+/* answers every question waiting: what this rank waits for */
+static void answer_questions(void)
+{
+    for (;;) {
+        int flag = 0, from;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_QUERY, MPI_COMM_WORLD, &flag, &st) != MPI_SUCCESS || !flag)
+            return;
+        MPI_Recv(&from, 1, MPI_INT, st.MPI_SOURCE, TAG_QUERY, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (st.MPI_SOURCE < lowest_timed_out) /* only a rank that timed out asks */
+            lowest_timed_out = st.MPI_SOURCE;
+        answer a;
+        memset(&a, 0, sizeof a);
+        if (waiting.op) {
+            a.seq = waiting.seq;
+            a.id = waiting.c->id;
+            a.waited = clock_s() - waiting.since;
+            a.timed_out = coll_timeout > 0 && a.waited > coll_timeout;
+            snprintf(a.op, sizeof a.op, "%s", waiting.op);
+            snprintf(a.group, sizeof a.group, "%s", waiting.c->group);
+        }
+        MPI_Send(&a, (int)sizeof a, MPI_BYTE, st.MPI_SOURCE, TAG_ANSWER, MPI_COMM_WORLD);
+    }
+}
+
+/* asks every other rank, and listens `grace` seconds (answering the others' questions):
+ * heard[r] and got[r] for each rank r that answered */
+static void ask_everyone(int me, int n, char *heard, answer *got, double grace)
+{
+    MPI_Request req;
+    for (int r = 0; r < n; r++)
+        if (r != me && MPI_Isend(&me, 1, MPI_INT, r, TAG_QUERY, MPI_COMM_WORLD, &req) == MPI_SUCCESS)
+            MPI_Request_free(&req);
+    for (double t0 = clock_s(); clock_s() - t0 < grace;) {
+        answer_questions();
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_ANSWER, MPI_COMM_WORLD, &flag, &st);
+        if (!flag) {
+            nap_ms(1);
+            continue;
+        }
+        answer a;
+        MPI_Recv(&a, (int)sizeof a, MPI_BYTE, st.MPI_SOURCE, TAG_ANSWER, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        heard[st.MPI_SOURCE] = 1;
+        got[st.MPI_SOURCE] = a;
+        if (a.timed_out && st.MPI_SOURCE < lowest_timed_out)
+            lowest_timed_out = st.MPI_SOURCE;
+    }
+}
+
+/* appends to the line, keeping it within its buffer */
+static void add(char *line, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add(char *line, size_t size, const char *fmt, ...)
+{
+    size_t used = strlen(line);
+    if (used + 1 >= size)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + used, size - used, fmt, ap);
+    va_end(ap);
+}
+
+/* the line: the ranks of c that did not arrive and where each is; then the world's ranks
+ * that answered from no collective */
+static void report(const rc_comm *c, const char *op, double waited, int n, const char *heard, const answer *got)
+{
+    char line[2048];
+    int me = world_rank(c, c->rank), k = 0;
+    snprintf(line, sizeof line, "redco: collective timeout: %s on %s (collective #%ld of rank %d) waited %.0f s",
+             op, c->group, waiting.seq, me, waited);
+    char *culprit = calloc((size_t)n, 1);
+    for (int r = 0; r < c->size; r++) {
+        int w = world_rank(c, r);
+        if (r == c->rank || (heard[w] && got[w].id == c->id && !strcmp(got[w].op, op)))
+            continue; /* arrived */
+        add(line, sizeof line, "; rank %d did not arrive", w);
+        if (heard[w])
+            add(line, sizeof line, " (it waits in %s on %s, %.1f s)", got[w].op, got[w].group, got[w].waited);
+        else if (culprit)
+            culprit[w] = 1, add(line, sizeof line, " (in no collective: hung, or busy far longer than the others)");
+    }
+    k = 0;
+    for (int w = 0; w < n; w++)
+        if (w != me && !heard[w] && !(culprit && culprit[w]))
+            add(line, sizeof line, "%s%d", k++ ? ", " : "; in no collective either: rank ", w);
+    free(culprit);
+    fprintf(stderr, "%s; aborting all ranks (raise --collective-timeout if a step can take this long)\n", line);
+    fflush(stderr);
+}
+
+/* past the timeout: find out what every rank does; the lowest rank that timed out reports,
+ * and the job ends */
+static void timed_out(rc_comm *c, const char *op, double waited)
+{
+    int me = 0, n = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (me < lowest_timed_out)
+        lowest_timed_out = me;
+    char *heard = calloc((size_t)n, 1);
+    answer *got = calloc((size_t)n, sizeof *got);
+    /* the others' timeouts started within a moment of ours: listen as long again, capped */
+    double grace = coll_timeout < 2.0 ? coll_timeout : 2.0;
+    if (heard && got)
+        ask_everyone(me, n, heard, got, grace);
+    if (!heard || !got || lowest_timed_out == me) {
+        if (heard && got)
+            report(c, op, waited, n, heard, got);
+        else
+            fprintf(stderr, "redco: collective timeout: %s on %s waited %.0f s; aborting all ranks\n", op, c->group,
+                    waited);
+    } else { /* the reporting rank aborts the job: answer the late askers meanwhile */
+        for (double t0 = clock_s(); clock_s() - t0 < 2.0; nap_ms(1))
+            answer_questions();
+    }
+    free(heard);
+    free(got);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+int rci_comm_watched(rc_comm *c, int rc, MPI_Request *req, const char *op)
+{
+    if (rc != MPI_SUCCESS)
+        return rc;
+    waiting.c = c;
+    waiting.op = op;
+    waiting.seq = ++coll_count;
+    waiting.since = clock_s();
+    for (long spins = 0;; spins++) {
+        int done = 0;
+        rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || done)
+            break;
+        if (spins > 1000)
+            sched_yield();
+        if ((spins & 255) == 0) {
+            answer_questions();
+            double waited = clock_s() - waiting.since;
+            if (coll_timeout > 0 && waited > coll_timeout)
+                timed_out(c, op, waited);
+        }
+    }
+    waiting.op = NULL;
+    return rc;
+}
