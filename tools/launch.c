@@ -8,7 +8,8 @@
  * into SIGUSR1 or SIGUSR2 for it; the ranks, which know they run under this launcher from
  * REDCO_LAUNCHER in their environment, read those as the SIGTERM or SIGINT they stand for
  * (rc_dist_stop_signal). A second signal is passed on as SIGTERM: mpiexec then ends the job
- * at once (checkpoints are written atomically).
+ * at once (checkpoints are written atomically). mpiexec's stderr, the ranks' with it, passes
+ * through the launcher, less mpiexec's "Forwarding signal" lines about those notices.
  *
  * A rank of this job does not exit non-zero (mpiexec would print a page about a failed
  * job under the one line that says what went wrong): it writes its exit status into its
