@@ -317,9 +317,9 @@ static int preflight(const char *cmd, const options *o, rc_deployer *d)
     rc_model_config c;
     rc_rank_memory r;
     rc_error err = {0};
-    int rc = 0;
+    int rc = 0, sharers = rc_deployer_device_sharers(d); /* collective: first, on every rank */
     if (!cli_model_config(o->model, &c, NULL) && !rc_memory_plan(&c, &mo, &r, NULL))
-        rc = rc_memory_fits(&r, &mo, rc_deployer_device_sharers(d), o->model, &err);
+        rc = rc_memory_fits(&r, &mo, sharers, o->model, &err);
     return rc_deployer_agree(d, rc, &err) ? cli_fail(cmd, "%s", err.msg) : 0;
 }
 

@@ -216,7 +216,8 @@ int rc_deployer_is_main(const rc_deployer *d);
 rc_backend *rc_deployer_backend(const rc_deployer *d);
 /* The processes of the job that run on this process's device: the ranks of this host on
  * the CPU, those that opened the same device of this host with OpenCL (1 for a deployer
- * of its own, o->local); the share of its memory a rank may count on (rc_memory_check). */
+ * of its own, o->local); the share of its memory a rank may count on (rc_memory_fits).
+ * Collective: every rank of the job calls it. */
 int rc_deployer_device_sharers(const rc_deployer *d);
 /* the key of optimizer step `step` for this data-parallel replica */
 rc_rng rc_deployer_step_rng(const rc_deployer *d, int64_t step);

@@ -107,45 +107,69 @@ void rc_dist_finalize(void)
         MPI_Finalize();
 }
 
+/* "the model-parallel group of ranks 2, 3" (as many as fit), "all 4 ranks" (kind NULL: the
+ * world) or "this process alone" */
+static void group_text(rc_comm *c, const char *kind)
+{
+    size_t size = sizeof c->group, used;
+    if (c->comm == MPI_COMM_NULL) {
+        snprintf(c->group, size, "this process alone");
+        return;
+    }
+    if (!kind) {
+        snprintf(c->group, size, "all %d ranks", c->size);
+        return;
+    }
+    used = (size_t)snprintf(c->group, size, "the %s of rank%s", kind, c->size > 1 ? "s" : "");
+    for (int r = 0; r < c->size && used < size; r++)
+        used += (size_t)snprintf(c->group + used, size - used, r ? ", %d" : " %d", c->world[r]);
+    if (used >= size) /* cut: end with "..." */
+        memcpy(c->group + size - 4, "...", 4);
+}
+
+/* the world rank of each rank of c; 0 or -1 out of memory */
+static int world_ranks(rc_comm *c)
+{
+    int *mine = calloc((size_t)c->size, sizeof *mine);
+    c->world = calloc((size_t)c->size, sizeof *c->world);
+    if (!mine || !c->world) {
+        free(mine);
+        return -1;
+    }
+    for (int r = 0; r < c->size; r++)
+        c->world[r] = mine[r] = r;
+    MPI_Group g, w;
+    if (c->comm != MPI_COMM_NULL && MPI_Comm_group(c->comm, &g) == MPI_SUCCESS) {
+        if (MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS) {
+            MPI_Group_translate_ranks(g, c->size, mine, w, c->world);
+            MPI_Group_free(&w);
+        }
+        MPI_Group_free(&g);
+    }
+    free(mine);
+    return 0;
+}
+
 /* kind: "data-parallel group", ...; NULL for the world */
 static rc_comm *comm_new(MPI_Comm comm, const char *kind)
 {
-    static unsigned made; /* MPI communicators made: the same count on every rank */
+    static unsigned made; /* groups made: the same count on every rank */
     rc_comm *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->comm = comm;
     c->rank = 0;
     c->size = 1;
-    snprintf(c->group, sizeof c->group, "this process alone");
-    if (comm == MPI_COMM_NULL)
-        return c;
-    MPI_Comm_rank(comm, &c->rank);
-    MPI_Comm_size(comm, &c->size);
-    if (!kind) { /* every world's id is 0: they are one communicator */
-        snprintf(c->group, sizeof c->group, "all %d ranks", c->size);
-        return c;
+    if (comm != MPI_COMM_NULL) {
+        MPI_Comm_rank(comm, &c->rank);
+        MPI_Comm_size(comm, &c->size);
     }
-    c->id = ++made;
-    /* the world ranks of the group, as many as fit */
-    MPI_Group g, w;
-    int *mine = calloc((size_t)c->size, sizeof *mine), *world = calloc((size_t)c->size, sizeof *world);
-    if (mine && world && MPI_Comm_group(comm, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS) {
-        for (int r = 0; r < c->size; r++)
-            mine[r] = r;
-        MPI_Group_translate_ranks(g, c->size, mine, w, world);
-        MPI_Group_free(&g);
-        MPI_Group_free(&w);
-        size_t used = (size_t)snprintf(c->group, sizeof c->group, "the %s of rank%s", kind, c->size > 1 ? "s" : "");
-        for (int r = 0; r < c->size && used < sizeof c->group; r++)
-            used += (size_t)snprintf(c->group + used, sizeof c->group - used, r ? ", %d" : " %d", world[r]);
-        if (used >= sizeof c->group) /* cut: end with "..." */
-            memcpy(c->group + sizeof c->group - 4, "...", 4);
-    } else {
-        snprintf(c->group, sizeof c->group, "a %s of %d ranks", kind, c->size);
+    if (world_ranks(c)) {
+        free(c);
+        return NULL;
     }
-    free(mine);
-    free(world);
+    c->id = comm != MPI_COMM_NULL && kind ? ++made : 0; /* every world's id is 0: one communicator */
+    group_text(c, kind);
     return c;
 }
 
@@ -155,6 +179,7 @@ static void comm_free(rc_comm *c)
         return;
     if (c->comm != MPI_COMM_NULL && c->comm != MPI_COMM_WORLD)
         MPI_Comm_free(&c->comm);
+    free(c->world);
     free(c);
 }
 

@@ -11,6 +11,7 @@ struct rc_comm {
     int rank, size;
     unsigned id;                  /* groups made before it + 1 (the same on every rank, since
                                      they are made collectively); 0 for the world */
+    int *world;                   /* the world rank of each of its ranks, [size] */
     char group[96];               /* for the watchdog's lines: "the model-parallel group of
                                      ranks 2, 3", "all 4 ranks" (world ranks) */
 };

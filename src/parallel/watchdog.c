@@ -36,7 +36,6 @@ static struct {
 
 typedef struct {
     int timed_out;                /* its own wait passed the timeout */
-    long seq;                     /* its collective's number */
     unsigned id;                  /* the communicator's number (rc_comm.id) */
     double waited;                /* seconds */
     char op[48];
@@ -66,19 +65,6 @@ static void nap_ms(long ms)
     nanosleep(&t, NULL);
 }
 
-/* the world rank of rank r of c */
-static int world_rank(const rc_comm *c, int r)
-{
-    MPI_Group g, w;
-    int out = r;
-    if (MPI_Comm_group(c->comm, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS) {
-        MPI_Group_translate_ranks(g, 1, &r, w, &out);
-        MPI_Group_free(&g);
-        MPI_Group_free(&w);
-    }
-    return out;
-}
-
 /* answers every question waiting: what this rank waits for */
 static void answer_questions(void)
 {
@@ -93,7 +79,6 @@ static void answer_questions(void)
         answer a;
         memset(&a, 0, sizeof a);
         if (waiting.op) {
-            a.seq = waiting.seq;
             a.id = waiting.c->id;
             a.waited = clock_s() - waiting.since;
             a.timed_out = coll_timeout > 0 && a.waited > coll_timeout;
@@ -148,12 +133,12 @@ static void add(char *line, size_t size, const char *fmt, ...)
 static void report(const rc_comm *c, const char *op, double waited, int n, const char *heard, const answer *got)
 {
     char line[2048];
-    int me = world_rank(c, c->rank), k = 0;
+    int me = c->world[c->rank], k = 0;
     snprintf(line, sizeof line, "redco: collective timeout: %s on %s (collective #%ld of rank %d) waited %.0f s",
              op, c->group, waiting.seq, me, waited);
     char *culprit = calloc((size_t)n, 1);
     for (int r = 0; r < c->size; r++) {
-        int w = world_rank(c, r);
+        int w = c->world[r];
         if (r == c->rank || (heard[w] && got[w].id == c->id && !strcmp(got[w].op, op)))
             continue; /* arrived */
         add(line, sizeof line, "; rank %d did not arrive", w);

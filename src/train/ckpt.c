@@ -425,7 +425,7 @@ int rci_ckpt_clean(const char *workdir)
 
 /* ---- resume ---------------------------------------------------------------------------- */
 
-static int read_pointer(const char *workdir, char *name, size_t size)
+int rci_ckpt_last(const char *workdir, char *name, size_t size)
 {
     char path[4200];
     join(path, sizeof path, workdir, "last_checkpoint");
@@ -619,7 +619,7 @@ int rci_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err)
 {
     const char *wd = rci_deployer_workdir(t->d);
     char name[256], dir[4400];
-    if (!wd || read_pointer(wd, name, sizeof name)) {
+    if (!wd || rci_ckpt_last(wd, name, sizeof name)) {
         rci_deployer_note(t->d, "resume: no complete checkpoint in %s; starting at step 0", wd ? wd : "(no workdir)");
         /* every step runs again: the records of an earlier try go */
         return rc_deployer_agree(t->d, wd ? rci_deployer_log_resume(t->d, 0, err) : 0, err) ? -1 : 0;

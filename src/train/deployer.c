@@ -31,7 +31,6 @@ struct rc_deployer {
                                      workdir when it was opened ("" none) */
     int earlier_log;              /* rank 0: log.jsonl held records then */
     int fits;                     /* fits begun on this deployer */
-    int sharers;                  /* rc_deployer_device_sharers */
     rc_backend *be;               /* the device this process runs on */
 };
 
@@ -52,13 +51,8 @@ static int make_dir(const char *dir, rc_error *err)
 /* what an earlier run left in the workdir: its last checkpoint's name, records in the log */
 static void earlier_run(rc_deployer *d, const char *log_path)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/last_checkpoint", d->workdir);
-    FILE *f = fopen(path, "r");
-    if (f && fgets(d->earlier, sizeof d->earlier, f))
-        d->earlier[strcspn(d->earlier, "\r\n")] = 0;
-    if (f)
-        fclose(f);
+    if (rci_ckpt_last(d->workdir, d->earlier, sizeof d->earlier))
+        d->earlier[0] = 0;
     struct stat st;
     d->earlier_log = stat(log_path, &st) == 0 && st.st_size > 0;
 }
@@ -78,7 +72,7 @@ int rci_deployer_fresh_start(rc_deployer *d, int resume, rc_error *err)
 }
 
 /* the processes of this host that run on this process's device (its name: "cpu", "opencl:1") */
-static int device_sharers(const rc_deployer *d)
+int rc_deployer_device_sharers(const rc_deployer *d)
 {
     enum { NAME = 32 };
     MPI_Comm host;
@@ -95,11 +89,6 @@ static int device_sharers(const rc_deployer *d)
     free(all);
     MPI_Comm_free(&host);
     return same > 0 ? same : 1;
-}
-
-int rc_deployer_device_sharers(const rc_deployer *d)
-{
-    return d->sharers;
 }
 
 /* rank 0 opens the workdir's logs; everyone learns whether that worked */
@@ -150,7 +139,6 @@ rc_deployer *rc_deployer_new(int *argc, char ***argv, const rc_deployer_options 
         rc_deployer_free(d);
         return NULL;
     }
-    d->sharers = device_sharers(d);
     d->seed = o->seed;
     d->verbose = o->verbose;
     d->json = o->json;

@@ -58,6 +58,9 @@ int rci_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, cons
  * log.jsonl.tmp); rank 0 calls it when the deployer opens the workdir. Returns how many
  * entries it removed. */
 int rci_ckpt_clean(const char *workdir);
+/* the name of the workdir's last complete checkpoint (its last_checkpoint pointer) into
+ * name; -1 when there is none */
+int rci_ckpt_last(const char *workdir, char *name, size_t size);
 /* after a resume from the checkpoint of `step`, rank 0: log.jsonl keeps only the records of
  * steps <= step (rewritten through a temporary file and a rename; a torn last line is
  * dropped) and the TensorBoard file marks a restart at step + 1 */
