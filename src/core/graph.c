@@ -272,7 +272,7 @@ rc_tensor *rc_scalar(rc_graph *g, rc_dtype t, double value)
 }
 
 /* The source entry of node id, the table grown to hold it; NULL when memory runs out. */
-static rci_leaf_source *source_slot(rc_graph *g, int id)
+rci_leaf_source *rci_graph_source_slot(rc_graph *g, int id)
 {
     if (id >= g->sources_cap) {
         int cap = g->cap > id ? g->cap : id + 1;
@@ -293,7 +293,7 @@ rc_tensor *rc_const(rc_graph *g, const char *name, rc_dtype t, int ndim, const i
     if (!x)
         return NULL;
     size_t bytes = rc_tensor_nbytes(x);
-    rci_leaf_source *src = source_slot(g, x->id);
+    rci_leaf_source *src = rci_graph_source_slot(g, x->id);
     void *data = src ? malloc(bytes ? bytes : 1) : NULL;
     if (!data)
         return rci_fail(g, RC_ERR_MEMORY, "const '%s': out of memory for %zu bytes", x->name, bytes);
@@ -303,18 +303,6 @@ rc_tensor *rc_const(rc_graph *g, const char *name, rc_dtype t, int ndim, const i
         memset(data, 0, bytes);
     src->host = data;
     return x;
-}
-
-int rc_graph_bind(rc_graph *g, const rc_tensor *leaf, rc_buffer *buf, size_t offset)
-{
-    if (!g || !leaf || leaf->id >= g->n || g->nodes[leaf->id] != leaf || leaf->op != RC_OP_LEAF)
-        return -1;
-    rci_leaf_source *src = source_slot(g, leaf->id);
-    if (!src || src->host || (buf && offset + rc_tensor_nbytes(leaf) > rc_buffer_size(buf)))
-        return -1;
-    src->buf = buf;
-    src->off = offset;
-    return 0;
 }
 
 const rci_leaf_source *rci_graph_source(const rc_graph *g, int id)

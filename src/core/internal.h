@@ -33,6 +33,9 @@ struct rc_graph {
 
 /* The source of leaf `id` (NULL when it has none). */
 const rci_leaf_source *rci_graph_source(const rc_graph *g, int id);
+/* Leaf `id`'s source entry to fill in, grown as needed (NULL when memory runs out); the
+ * executor binds buffers through it (rc_graph_bind). */
+rci_leaf_source *rci_graph_source_slot(rc_graph *g, int id);
 
 /* The graph a plan runs, and whether node t is one of the plan's nodes. */
 const rc_graph *rci_plan_graph(const rc_plan *p);

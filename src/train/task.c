@@ -1,7 +1,7 @@
 /* task.c - the three functions of the built-in tasks: language modelling over token
  * windows, instruction tuning with the prompt masked out of the loss, and T5 sequence to
  * sequence. */
-#include "train_internal.h"
+#include "params.h"
 #include "redco/data.h"
 
 #include <stdio.h>

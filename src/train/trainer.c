@@ -2,6 +2,7 @@
  * accumulation, averaging over the data axis, clipping, the optimizer and its schedule,
  * evaluation, checkpoints and exact resume. */
 #include "backend.h"
+#include "infer.h"
 #include "sharded.h"
 #include "trainer_internal.h"
 #include "redco/data.h"

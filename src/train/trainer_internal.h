@@ -2,6 +2,7 @@
 #ifndef REDCO_TRAINER_INTERNAL_H
 #define REDCO_TRAINER_INTERNAL_H
 
+#include "run.h"
 #include "step.h"
 #include "redco/shard.h"
 
@@ -75,9 +76,5 @@ int rci_trainer_round_master(rc_trainer *t, rc_error *err);
 /* loads the workdir's last complete checkpoint, if any */
 int rci_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err);
 
-uint64_t rci_deployer_seed(const rc_deployer *d);
-/* the eval predictor runs on the trainer's plan and shards (and LoRA's frozen base shards) */
-void rci_predictor_use_shards(struct rc_predictor *p, const rc_shard_spec *specs, rc_buffer *local,
-                              const int64_t *off, rc_buffer *frozen_local, const int64_t *frozen_off);
 
 #endif

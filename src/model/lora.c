@@ -1,7 +1,7 @@
 /* lora.c - LoRA adapters on a built-in model: their parameters (PEFT's names), their
  * leaves for the forward pass, PEFT's adapter directory written and read, and the merge
  * into the model's weights. */
-#include "train_internal.h"
+#include "params.h"
 #include "redco/lora.h"
 #include "redco/safetensors.h"
 

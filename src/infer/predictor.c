@@ -2,7 +2,9 @@
  * run over the data-parallel replicas in rounds of one global batch, the valid rows
  * gathered to rank 0 and handed to the output function in input order. See
  * redco/predict.h for the contract. */
-#include "trainer_internal.h"
+#include "infer.h"
+#include "run.h"
+#include "step.h"
 #include "redco/predict.h"
 
 #include <stdio.h>

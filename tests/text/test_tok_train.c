@@ -107,12 +107,7 @@ static void test_by_hand(void)
 static void test_book(void)
 {
     char path[1024], dir[300];
-    snprintf(path, sizeof path, "%s", __FILE__);
-    for (int i = 0; i < 2; i++) {
-        char *slash = strrchr(path, '/');
-        if (slash) *slash = 0;
-    }
-    strncat(path, "/data/moby_dick.txt", sizeof path - strlen(path) - 1);
+    snprintf(path, sizeof path, "%s/moby_dick.txt", REDCO_DATA_DIR);
     size_t len;
     char *text = check_read_file(path, &len);
     CHECKF(text != NULL, "%s is missing", path);

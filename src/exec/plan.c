@@ -438,6 +438,20 @@ static rci_mem node_mem(const rc_plan *p, const rc_tensor *t)
     return t->op == RC_OP_LEAF ? leaf_mem(p, t) : p->mem[t->id];
 }
 
+/* A buffer for a leaf of every plan of g (the parameters): kept in the graph's table of
+ * leaf sources, which the plans read when they run. */
+int rc_graph_bind(rc_graph *g, const rc_tensor *leaf, rc_buffer *buf, size_t offset)
+{
+    if (!g || !leaf || leaf->id >= g->n || g->nodes[leaf->id] != leaf || leaf->op != RC_OP_LEAF)
+        return -1;
+    rci_leaf_source *src = rci_graph_source_slot(g, leaf->id);
+    if (!src || src->host || (buf && offset + rc_tensor_nbytes(leaf) > rc_buffer_size(buf)))
+        return -1;
+    src->buf = buf;
+    src->off = offset;
+    return 0;
+}
+
 int rc_plan_bind(rc_plan *p, const rc_tensor *leaf, rc_buffer *buf, size_t offset, rc_error *err)
 {
     if (!plan_node(p, leaf, "bind", err))

@@ -1,7 +1,7 @@
 /* deployer.c - processes and mesh, the seed and its per-step keys, the workdir, and
  * rank 0's logging: a progress bar (plain lines when not a terminal), log.jsonl and
  * TensorBoard event files. */
-#include "trainer_internal.h"
+#include "run.h"
 #include "redco/device.h"
 #include "redco/tboard.h"
 

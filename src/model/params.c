@@ -2,7 +2,7 @@
  * models as parameters plus a configuration. */
 #include "internal.h"
 #include "backend.h"
-#include "train_internal.h"
+#include "params.h"
 
 #include <math.h>
 #include <stdio.h>

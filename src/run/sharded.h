@@ -3,7 +3,7 @@
 #ifndef REDCO_SHARDED_H
 #define REDCO_SHARDED_H
 
-#include "train_internal.h"
+#include "params.h"
 #include "redco/dist.h"
 #include "redco/shard.h"
 

@@ -6,7 +6,6 @@
 #include "user_models.h"
 #include "redco/data.h"
 #include "redco/pipeline.h"
-#include "../src/train/train_internal.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -348,7 +347,7 @@ static void test_log_non_finite(void)
     CHECKF(d, "%s", err.msg);
     const char *keys[4] = {"train/loss", "train/lr", "eval/\"quoted\"", "inf"};
     double vals[4] = {NAN, 1.5e-4, 2.0, -INFINITY};
-    CHECKF(d && rci_deployer_log(d, 3, keys, vals, 4, &err) == 0, "%s", err.msg);
+    CHECKF(d && rc_deployer_log(d, 3, keys, vals, 4, &err) == 0, "%s", err.msg);
     rc_deployer_free(d);
     int n = 0;
     json_t *lines = read_log(wd, &n);

@@ -1,5 +1,6 @@
 /* batch.c - batches of named host arrays, and their graph inputs. */
-#include "train_internal.h"
+#include "internal.h"
+#include "redco/pipeline.h"
 
 #include <stdio.h>
 #include <stdlib.h>
