@@ -2,6 +2,7 @@
  * rank 0's logging: a progress bar (plain lines when not a terminal), log.jsonl and
  * TensorBoard event files. */
 #include "run.h"
+#include "workdir.h"
 #include "redco/device.h"
 #include "redco/tboard.h"
 
@@ -51,7 +52,7 @@ static int make_dir(const char *dir, rc_error *err)
 /* what an earlier run left in the workdir: its last checkpoint's name, records in the log */
 static void earlier_run(rc_deployer *d, const char *log_path)
 {
-    if (rci_ckpt_last(d->workdir, d->earlier, sizeof d->earlier))
+    if (rci_workdir_last(d->workdir, d->earlier, sizeof d->earlier))
         d->earlier[0] = 0;
     struct stat st;
     d->earlier_log = stat(log_path, &st) == 0 && st.st_size > 0;
@@ -99,7 +100,7 @@ static int open_logs(rc_deployer *d, rc_error *err)
         char path[4200];
         snprintf(path, sizeof path, "%s/log.jsonl", d->workdir);
         rc = make_dir(d->workdir, err);
-        int removed = rc ? 0 : rci_ckpt_clean(d->workdir);
+        int removed = rc ? 0 : rci_workdir_clean(d->workdir);
         if (removed)
             fprintf(stderr, "redco: removed %d temporary entr%s left in %s by an interrupted save\n", removed,
                     removed == 1 ? "y" : "ies", d->workdir);
@@ -238,50 +239,14 @@ int rci_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, cons
     return 0;
 }
 
-/* Copies the records of `in` with step <= step to `out`; lines without a step are kept, a
- * line that is not a JSON object (torn by a kill) is dropped. */
-static int log_filter(FILE *in, FILE *out, int64_t step)
-{
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int failed = 0;
-    while (!failed && (len = getline(&line, &cap, in)) > 0) {
-        json_t *rec = json_loadb(line, (size_t)len, 0, NULL);
-        json_t *s = json_object_get(rec, "step");
-        int keep = json_is_object(rec) && (!json_is_integer(s) || json_integer_value(s) <= step);
-        json_decref(rec);
-        if (keep)
-            failed = fputs(line, out) < 0 || (line[len - 1] != '\n' && fputc('\n', out) < 0);
-    }
-    free(line);
-    return failed || ferror(in) ? -1 : 0;
-}
-
 int rci_deployer_log_resume(rc_deployer *d, int64_t step, rc_error *err)
 {
     if (d->mesh.rank != 0 || !d->log)
         return 0;
-    char path[4200], tmp[4300];
+    char path[4200];
     snprintf(path, sizeof path, "%s/log.jsonl", d->workdir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     fclose(d->log);
-    d->log = NULL;
-    FILE *in = fopen(path, "r"), *out = in ? fopen(tmp, "w") : NULL;
-    int rc = in && out ? log_filter(in, out, step) : -1;
-    if (in)
-        fclose(in);
-    if (out && (fflush(out) || fsync(fileno(out))))
-        rc = -1;
-    if (out && fclose(out))
-        rc = -1;
-    if (!rc && rename(tmp, path))
-        rc = -1;
-    if (rc) {
-        rc_error_set(err, RC_ERR_IO, "%s: cannot drop the records after step %lld: %s", path, (long long)step,
-                     strerror(errno));
-        remove(tmp);
-    }
+    int rc = rci_workdir_log_keep(path, step, err);
     if (!(d->log = fopen(path, "a")) && !rc)
         rc = rc_error_set(err, RC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (!rc && d->tb)

@@ -1,5 +1,5 @@
 /* run.h - the run room's internals that training, inference and pipelines share: the
- * deployer's workdir, its log and progress, and the workdir's checkpoint names. */
+ * deployer's workdir, its log and progress (the workdir's files: workdir.h). */
 #ifndef REDCO_RUN_H
 #define REDCO_RUN_H
 
@@ -13,14 +13,6 @@ const char *rci_deployer_workdir(const rc_deployer *d);
  * only */
 int rci_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values,
                     int n, rc_error *err);
-/* removes what a save killed midway leaves in the workdir (ckpt.c's temporary names:
- * .tmp-NAME directories, last_checkpoint.tmp, NAME.old beside a complete NAME, and
- * log.jsonl.tmp); rank 0 calls it when the deployer opens the workdir. Returns how many
- * entries it removed. */
-int rci_ckpt_clean(const char *workdir);
-/* the name of the workdir's last complete checkpoint (its last_checkpoint pointer) into
- * name; -1 when there is none */
-int rci_ckpt_last(const char *workdir, char *name, size_t size);
 /* after a resume from the checkpoint of `step`, rank 0: log.jsonl keeps only the records of
  * steps <= step (rewritten through a temporary file and a rename; a torn last line is
  * dropped) and the TensorBoard file marks a restart at step + 1 */

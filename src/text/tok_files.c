@@ -2,11 +2,13 @@
  * (with messages naming the file, line and column), path helpers for finding the files of
  * a model directory, and the special tokens: bos/eos/pad and add_bos/add_eos from the
  * tokenizer_config.json / special_tokens_map.json beside the tokenizer, or, without them,
- * guessed from the post-processor and well-known spellings. Calls tok_vocab.c (to look
- * tokens up) and tok_tables.c; see tokenizer.c for the layering. */
+ * guessed from the post-processor and well-known spellings; and copying a tokenizer's
+ * files into a model directory. Calls tok_vocab.c (to look tokens up) and tok_tables.c;
+ * see tokenizer.c for the layering. */
 #include "tok_files.h"
 #include "internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +77,40 @@ int rci_tok_ends_with(const char *s, const char *suffix)
 
 /* flags: jansson's decoding flags (configs read integers as reals: they hold numbers
  * such as model_max_length = 1e30 that overflow a json_int_t) */
+/* from copied to to; an absent from is not an error (not every tokenizer has every file) */
+static int copy_file(const char *from, const char *to, rc_error *err)
+{
+    FILE *in = fopen(from, "rb");
+    if (!in)
+        return 0;
+    FILE *out = fopen(to, "wb");
+    int rc = out ? 0 : rc_error_set(err, RC_ERR_IO, "%s: cannot create: %s", to, strerror(errno));
+    char buf[65536];
+    size_t n;
+    while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n)
+            rc = rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", to, strerror(errno));
+    fclose(in);
+    if (out && fclose(out) && !rc)
+        rc = rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", to, strerror(errno));
+    return rc;
+}
+
+int rci_tok_copy_files(const char *from_dir, const char *to_dir, rc_error *err)
+{
+    static const char *const files[] = {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model",
+                                        "tokenizer_config.json", "special_tokens_map.json"};
+    char from[4200], to[4200];
+    for (size_t i = 0; from_dir && i < sizeof files / sizeof *files; i++) {
+        if (snprintf(from, sizeof from, "%s/%s", from_dir, files[i]) >= (int)sizeof from ||
+            snprintf(to, sizeof to, "%s/%s", to_dir, files[i]) >= (int)sizeof to)
+            return rc_error_set(err, RC_ERR_ARG, "%s: path too long", to_dir);
+        if (copy_file(from, to, err))
+            return -1;
+    }
+    return 0;
+}
+
 json_t *rci_tok_read_json(const char *path, size_t flags, rc_error *err)
 {
     json_error_t je;

@@ -21,6 +21,10 @@ void rci_tok_path_join(char *out, size_t size, const char *dir, const char *name
 /* The directory of path into out ("." when there is none). */
 void rci_tok_path_dir(char *out, size_t size, const char *path);
 int rci_tok_ends_with(const char *s, const char *suffix);
+/* Copies the tokenizer files of from_dir that exist (tokenizer.json, vocab.json, merges.txt,
+ * tokenizer.model, tokenizer_config.json, special_tokens_map.json) into to_dir: a model
+ * directory or checkpoint carries its tokenizer. */
+int rci_tok_copy_files(const char *from_dir, const char *to_dir, rc_error *err);
 
 /* bos/eos/pad from tokenizer_config.json / special_tokens_map.json in dir (when one
  * exists it decides: tokens it does not name are -1); add_bos_token / add_eos_token into

@@ -1,26 +1,25 @@
-/* ckpt.c - training checkpoints and the final model directory.
+/* ckpt.c - training checkpoints and the final model directory, from and into a view of
+ * the training state (ckpt.h).
  *
  * workdir/checkpoint-STEP/  config.json (built-in models), model.safetensors (full
  *                           tensors, HF names), optimizer.safetensors (exp_avg.NAME,
  *                           exp_avg_sq.NAME), trainer_state.json, tokenizer files
- * workdir/last_checkpoint   the name of the last complete checkpoint
- * workdir/best/, final/     the best by eval loss, and the final model
+ * workdir/best/, final/     the best by eval score, and the final model (no optimizer)
  *
  * The weights are always F32: with 16-bit training they are the f32 master weights (whole
  * tensors gathered from the data-parallel shares with zero, like the moments), so a resume
  * continues the master exactly and final/ loads in any dtype (generate --dtype bf16 rounds
  * it to the very weights the last step read).
  *
- * Every directory is written under a temporary name and renamed when complete, and the
- * pointer is replaced by rename after that: a run killed at any moment leaves the previous
- * checkpoint as the last valid one. Rank 0 writes; all ranks agree on the outcome. */
-#define _XOPEN_SOURCE 700 /* nftw */
-#include "trainer_internal.h"
+ * Directories are staged and published whole, the pointer after them (workdir.h): a run
+ * killed at any moment leaves the previous checkpoint as the last valid one. Rank 0
+ * writes; all ranks agree on the outcome. */
+#include "ckpt.h"
+#include "tok_files.h"
+#include "workdir.h"
 #include "redco/safetensors.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <signal.h>
 #include <jansson.h>
 #include <limits.h>
@@ -31,123 +30,35 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const tokenizer_files[] = {
-    "tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model", "tokenizer_config.json",
-    "special_tokens_map.json", NULL};
-
-/* dir + "/" + name into out; -1 when it does not fit */
-static __attribute__((noinline)) int join(char *out, size_t size, const char *dir, const char *name)
+/* trainer_state.json: the counters, and the options a resume must match */
+static int write_state(const rci_ckpt_state *s, const rci_ckpt_counters *c, const rc_train_options *o,
+                       const char *dir, rc_error *err)
 {
-    int n = snprintf(out, size, "%s/%s", dir, name);
-    return n < 0 || (size_t)n >= size ? -1 : 0;
-}
-
-static int copy_file(const char *from, const char *to, rc_error *err)
-{
-    FILE *in = fopen(from, "rb");
-    if (!in)
-        return 0; /* absent files are simply not copied */
-    FILE *out = fopen(to, "wb");
-    int rc = out ? 0 : rc_error_set(err, RC_ERR_IO, "%s: cannot create: %s", to, strerror(errno));
-    char buf[65536];
-    size_t n;
-    while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, n, out) != n)
-            rc = rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", to, strerror(errno));
-    fclose(in);
-    if (out && fclose(out) && !rc)
-        rc = rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", to, strerror(errno));
-    return rc;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path) ? -1 : 0;
-}
-
-/* Removes dir and everything under it (depth first, never following links); an absent
- * dir is not an error. */
-static int remove_tree(const char *dir)
-{
-    struct stat st;
-    if (lstat(dir, &st) && errno == ENOENT)
-        return 0;
-    return nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) ? -1 : 0;
-}
-
-static int write_state(rc_trainer *t, const rc_train_options *o, const char *dir, rc_error *err)
-{
-    const rc_mesh *m = rc_deployer_mesh(t->d);
+    const rc_mesh *m = rc_deployer_mesh(s->d);
     /* best_score: what best/ was kept by (eval loss, or the metric negated when higher is
      * better); null before the first evaluation */
-    json_t *s = json_pack("{s:I, s:I, s:i, s:I, s:I, s:i, s:i, s:i, s:b, s:o, s:s, s:o, s:I}", "step", (json_int_t)t->step,
-                          "optimizer_step", (json_int_t)t->opt_step, "epoch", t->epoch, "epoch_step",
-                          (json_int_t)t->epoch_step, "seed", (json_int_t)t->seed, "batch_size",
+    json_t *j = json_pack("{s:I, s:I, s:i, s:I, s:I, s:i, s:i, s:i, s:b, s:o, s:s, s:o, s:I}", "step",
+                          (json_int_t)c->step, "optimizer_step", (json_int_t)c->opt_step, "epoch", c->epoch,
+                          "epoch_step", (json_int_t)c->epoch_step, "seed", (json_int_t)c->seed, "batch_size",
                           o->batch_size, "data_parallel", m->dp, "grad_accum",
                           o->grad_accum > 0 ? o->grad_accum : 1, "shuffle", o->shuffle,
-                          "best_score", isfinite(t->best_eval) ? json_real(t->best_eval) : json_null(),
-                          "dtype", rc_dtype_name(t->dtype), "loss_scale", t->scaling ? json_real(t->scale) : json_null(), "loss_scale_good_steps",
-                          (json_int_t)t->good_steps);
+                          "best_score", isfinite(c->best) ? json_real(c->best) : json_null(),
+                          "dtype", rc_dtype_name(c->dtype), "loss_scale", c->scaling ? json_real(c->scale) : json_null(),
+                          "loss_scale_good_steps", (json_int_t)c->good_steps);
     char path[4200];
-    join(path, sizeof path, dir, "trainer_state.json");
-    int rc = s && json_dump_file(s, path, JSON_INDENT(2)) == 0
+    rci_path_join(path, sizeof path, dir, "trainer_state.json");
+    int rc = j && json_dump_file(j, path, JSON_INDENT(2)) == 0
                  ? 0 : rc_error_set(err, RC_ERR_IO, "%s: cannot write", path);
-    json_decref(s);
+    json_decref(j);
     return rc;
-}
-
-static int write_tokenizer(const rc_train_options *o, const char *dir, rc_error *err)
-{
-    char from[4200], to[4200];
-    for (int i = 0; o->tokenizer_dir && tokenizer_files[i]; i++) {
-        if (join(from, sizeof from, o->tokenizer_dir, tokenizer_files[i]) ||
-            join(to, sizeof to, dir, tokenizer_files[i]))
-            return rc_error_set(err, RC_ERR_ARG, "%s: path too long", dir);
-        if (copy_file(from, to, err))
-            return -1;
-    }
-    return 0;
-}
-
-/* Replaces workdir/name by the complete directory tmp. */
-static int publish(const char *tmp, const char *final, rc_error *err)
-{
-    char old[4200];
-    if (snprintf(old, sizeof old, "%s.old", final) >= (int)sizeof old)
-        return rc_error_set(err, RC_ERR_ARG, "%s: path too long", final);
-    remove_tree(old);
-    if (rename(final, old) && errno != ENOENT)
-        return rc_error_set(err, RC_ERR_IO, "%s: cannot replace: %s", final, strerror(errno));
-    if (rename(tmp, final))
-        return rc_error_set(err, RC_ERR_IO, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
-    if (remove_tree(old))
-        return rc_error_set(err, RC_ERR_IO, "%s: cannot remove the replaced directory: %s", old, strerror(errno));
-    return 0;
-}
-
-static int set_pointer(const char *workdir, const char *name, rc_error *err)
-{
-    char tmp[4200], path[4200];
-    join(tmp, sizeof tmp, workdir, "last_checkpoint.tmp");
-    join(path, sizeof path, workdir, "last_checkpoint");
-    FILE *f = fopen(tmp, "w");
-    if (!f || fprintf(f, "%s\n", name) < 0 || fflush(f) || fsync(fileno(f)) || fclose(f)) {
-        if (f)
-            fclose(f);
-        return rc_error_set(err, RC_ERR_IO, "%s: cannot write", tmp);
-    }
-    if (rename(tmp, path))
-        return rc_error_set(err, RC_ERR_IO, "%s: cannot rename: %s", path, strerror(errno));
-    return 0;
 }
 
 /* Fault injection for the kill test: REDCO_FAULT_KILL_IN_SAVE=STEP makes the process
  * kill itself in the middle of writing the checkpoint of that step, as a crash would. */
-static void fault_point(const rc_trainer *t)
+static void fault_point(int64_t step)
 {
     const char *at = getenv("REDCO_FAULT_KILL_IN_SAVE");
-    if (at && atoll(at) == t->step)
+    if (at && atoll(at) == step)
         raise(SIGKILL);
 }
 
@@ -162,60 +73,60 @@ static rc_tensor param_header(const nn_weights *w, int i)
     return h;
 }
 
-/* this rank's share of parameter i's elements in local (an element range, possibly empty)
- * and where it starts in the moments, which hold the share alone (with zero) */
-static void share_of(const rc_trainer *t, int i, int64_t *lo, int64_t *n)
+/* this rank's share of parameter i's elements in the local layout (an element range,
+ * possibly empty), which the moments hold alone with zero */
+static void share_of(const rci_ckpt_state *s, int i, int64_t *lo, int64_t *n)
 {
-    int64_t end = t->share_lo + t->share_n, hi = t->loff[i] + t->lnum[i] < end ? t->loff[i] + t->lnum[i] : end;
-    *lo = t->loff[i] > t->share_lo ? t->loff[i] : t->share_lo;
+    int64_t end = s->share_lo + s->share_n, hi = s->off[i] + s->num[i] < end ? s->off[i] + s->num[i] : end;
+    *lo = s->off[i] > s->share_lo ? s->off[i] : s->share_lo;
     *n = hi > *lo ? hi - *lo : 0;
 }
 
-/* Parameter i's lnum[i] elements of this rank's model shard, from `src` laid out as local,
- * or (moments, shared: with zero) holding this rank's share of that layout alone; then
- * gathered over the data axis into `out` on its first rank (out has room for lnum[i]). */
-static int shard_elements(rc_trainer *t, int i, const rc_buffer *src, int shared, float *out, rc_error *err)
+/* Parameter i's num[i] elements of this rank's model shard, from `src` in the local layout,
+ * or (shared: the moments or master with zero) holding this rank's share of that layout
+ * alone; then gathered over the data axis into `out` on its first rank (out has room for
+ * num[i]). */
+static int shard_elements(const rci_ckpt_state *s, int i, const rc_buffer *src, int shared, float *out,
+                          rc_error *err)
 {
-    if (!shared || !t->zero)
-        return rc_buffer_download(src, (size_t)t->loff[i] * sizeof(float), out, (size_t)t->lnum[i] * sizeof *out,
+    if (!shared || !s->zero)
+        return rc_buffer_download(src, (size_t)s->off[i] * sizeof(float), out, (size_t)s->num[i] * sizeof *out,
                                   err);
     int64_t lo, n, total = 0;
-    share_of(t, i, &lo, &n);
-    float *mine = n ? out + (lo - t->loff[i]) : out; /* already its place in the whole */
-    if (n && rc_buffer_download(src, (size_t)(lo - t->share_lo) * sizeof(float), mine, (size_t)n * sizeof *mine, err))
+    share_of(s, i, &lo, &n);
+    float *mine = n ? out + (lo - s->off[i]) : out; /* already its place in the whole */
+    if (n && rc_buffer_download(src, (size_t)(lo - s->share_lo) * sizeof(float), mine, (size_t)n * sizeof *mine, err))
         return -1;
     /* the shares follow each other in rank order: rank 0 receives the elements whole */
-    const rc_mesh *m = rc_deployer_mesh(t->d);
+    const rc_mesh *m = rc_deployer_mesh(s->d);
     if (rc_comm_gather_f32(m->dp_comm, mine, n, 0, out, &total, err))
         return -1;
-    if (m->dp_rank == 0 && total != t->lnum[i])
+    if (m->dp_rank == 0 && total != s->num[i])
         return rc_error_set(err, RC_ERR_ARG, "checkpoint: the data-parallel shares of '%s' hold %lld elements, not %lld",
-                            rci_params_weights(t->params)->p[i].name, (long long)total, (long long)t->lnum[i]);
+                            s->table->p[i].name, (long long)total, (long long)s->num[i]);
     return 0;
 }
 
-/* Assembles tensor i of the trainer-layout buffer `local` (or, shared, of the moments with
- * zero) into `full` (that tensor alone, host memory) on the first rank of the model and
- * data axes: a collective over the model axis, and with shared moments the data axis.
+/* Assembles tensor i of the local-layout buffer `src` (or, shared, of a share-sized one)
+ * into `full` (that tensor alone, host memory) on the first rank of the model and data
+ * axes: a collective over the model axis, and for shared buffers with zero the data axis.
  * `mine` is room for this rank's shard. */
-static int gather_tensor(rc_trainer *t, int i, const rc_buffer *local, int shared, float *mine, float *full,
-                         rc_error *err)
+static int gather_tensor(const rci_ckpt_state *s, int i, const rc_buffer *src, int shared, float *mine,
+                         float *full, rc_error *err)
 {
-    const rc_mesh *m = rc_deployer_mesh(t->d);
-    nn_weights *w = rci_params_weights(t->params);
-    size_t bytes = (size_t)t->lnum[i] * sizeof(float);
-    if (t->mp == 1 || t->specs[i].axis < 0) /* the shard is the whole tensor */
-        return shard_elements(t, i, local, shared, full, err);
+    const rc_mesh *m = rc_deployer_mesh(s->d);
+    size_t bytes = (size_t)s->num[i] * sizeof(float);
+    if (m->mp == 1 || s->specs[i].axis < 0) /* the shard is the whole tensor */
+        return shard_elements(s, i, src, shared, full, err);
     void *all = NULL;
     size_t counts[4096];
     if (m->mp > 4096)
         return rc_error_set(err, RC_ERR_ARG, "checkpoint: %d model shards", m->mp);
-    if (shard_elements(t, i, local, shared, mine, err) ||
-        rc_comm_gather(m->mp_comm, mine, bytes, 0, &all, counts, err))
+    if (shard_elements(s, i, src, shared, mine, err) || rc_comm_gather(m->mp_comm, mine, bytes, 0, &all, counts, err))
         return -1;
-    rc_tensor h = param_header(w, i);
+    rc_tensor h = param_header(s->table, i);
     for (int r = 0; m->mp_rank == 0 && r < m->mp; r++)
-        rc_shard_put(&t->specs[i], &h, m->mp, r, (const float *)all + r * t->lnum[i], full);
+        rc_shard_put(&s->specs[i], &h, m->mp, r, (const float *)all + r * s->num[i], full);
     free(all);
     return 0;
 }
@@ -229,10 +140,10 @@ static int64_t largest_param(const nn_weights *w)
     return biggest;
 }
 
-/* A file of full tensors taken from the trainer's buffers tensor by tensor: the
- * parameters, or the moments (entry 2i: exp_avg of parameter i, 2i + 1: exp_avg_sq). */
+/* A file of full tensors taken from the state's buffers tensor by tensor: the weights, or
+ * the moments (entry 2i: exp_avg of parameter i, 2i + 1: exp_avg_sq). */
 typedef struct {
-    rc_trainer *t;
+    const rci_ckpt_state *s;
     int moments;
     int done;                     /* entries taken so far: every rank takes all of them */
     float *buf;                   /* one full tensor, copied out (and gathered from shards) */
@@ -242,28 +153,27 @@ typedef struct {
 /* entry k copied out into buf (with model shards, a collective over the model axis) */
 static int stream_source(void *ctx, int k, const void **data, rc_error *err)
 {
-    stream *s = ctx;
-    rc_trainer *t = s->t;
-    int i = s->moments ? k / 2 : k;
-    /* the weights: the f32 master (laid out like the moments) with 16-bit weights */
-    const rc_buffer *src = s->moments ? (k % 2 ? t->v : t->m) : t->master ? t->master : t->local;
-    s->done++;
-    *data = s->buf;
-    return gather_tensor(t, i, src, s->moments || t->master, s->mine, s->buf, err);
+    stream *st = ctx;
+    const rci_ckpt_state *s = st->s;
+    int i = st->moments ? k / 2 : k;
+    const rc_buffer *src = st->moments ? (k % 2 ? s->v : s->m) : s->weights;
+    st->done++;
+    *data = st->buf;
+    return gather_tensor(s, i, src, st->moments || s->master, st->mine, st->buf, err);
 }
 
 /* Every rank: the entries of one file; the writer (rank 0, when `write`) writes them as
  * they come. A writer that fails still takes the remaining entries, so no rank waits
  * forever in a gather. */
-static int write_tensors(rc_trainer *t, const char *path, int moments, int write, rc_error *err)
+static int write_tensors(const rci_ckpt_state *s, const char *path, int moments, int write, rc_error *err)
 {
-    nn_weights *w = rci_params_weights(t->params);
+    const nn_weights *w = s->table;
     int n = moments ? 2 * w->n : w->n;
     size_t most = (size_t)largest_param(w) * sizeof(float);
-    stream s = {t, moments, 0, malloc(most), malloc(most)};
+    stream st = {s, moments, 0, malloc(most), malloc(most)};
     rc_st_entry *e = write ? calloc((size_t)n, sizeof *e) : NULL;
     char (*names)[160] = write ? calloc((size_t)n, sizeof *names) : NULL;
-    int rc = s.buf && s.mine && (!write || (e && names))
+    int rc = st.buf && st.mine && (!write || (e && names))
                  ? 0 : rc_error_set(err, RC_ERR_MEMORY, "checkpoint: out of memory");
     for (int k = 0; !rc && write && k < n; k++) {
         int i = moments ? k / 2 : k;
@@ -273,72 +183,68 @@ static int write_tensors(rc_trainer *t, const char *path, int moments, int write
     }
     const char *meta[2] = {"format", "pt"};
     if (!rc && write)
-        rc = rc_safetensors_write_from(path, n, e, moments ? 0 : 1, moments ? NULL : meta, stream_source, &s, err);
+        rc = rc_safetensors_write_from(path, n, e, moments ? 0 : 1, moments ? NULL : meta, stream_source, &st, err);
     rc_error drain = {0};
     const void *unused;
-    int collective = t->mp > 1 || ((moments || t->master) && t->zero && rc_deployer_mesh(t->d)->dp > 1);
-    while (s.done < n && s.buf && s.mine && collective)
-        stream_source(&s, s.done, &unused, rc ? &drain : err);
-    free(s.buf);
-    free(s.mine);
+    const rc_mesh *m = rc_deployer_mesh(s->d);
+    int collective = m->mp > 1 || ((moments || s->master) && s->zero && m->dp > 1);
+    while (st.done < n && st.buf && st.mine && collective)
+        stream_source(&st, st.done, &unused, rc ? &drain : err);
+    free(st.buf);
+    free(st.mine);
     free(e);
     free(names);
     return rc;
 }
 
-/* One directory (a checkpoint, best/ or final/), written whole under a temporary name then
- * renamed. Every rank calls it: rank 0 writes, and with model shards all ranks take part
- * in the gathers of each tensor. */
-static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, int full, rc_error *err)
+/* One directory (a checkpoint, best/ or final/: c NULL, no optimizer state), staged whole
+ * then published. Every rank calls it: rank 0 writes, and with model shards or shares all
+ * ranks take part in the gathers of each tensor. */
+static int save_dir(const rci_ckpt_state *s, const rci_ckpt_counters *c, const rc_train_options *o,
+                    const char *name, rc_error *err)
 {
-    const char *wd = rci_deployer_workdir(t->d);
-    int main = rc_deployer_is_main(t->d), rc = 0;
-    char tmp[4200], final[4200], hidden[300], path[4300];
-    snprintf(hidden, sizeof hidden, ".tmp-%.250s", name);
-    if (join(tmp, sizeof tmp, wd, hidden) || join(final, sizeof final, wd, name))
-        rc = rc_error_set(err, RC_ERR_ARG, "%s: path too long", wd);
-    if (main && !rc) {
-        remove_tree(tmp);
-        if (mkdir(tmp, 0777))
-            rc = rc_error_set(err, RC_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        if (!rc && t->model && !join(path, sizeof path, tmp, "config.json"))
-            rc = rc_config_save(path, &t->model->config, err);
-    }
-    join(path, sizeof path, tmp, "model.safetensors");
-    int r2 = write_tensors(t, path, 0, main && !rc, err);
+    const char *wd = rci_deployer_workdir(s->d);
+    int main = rc_deployer_is_main(s->d), rc = 0;
+    char tmp[4400], path[4500];
+    if (main)
+        rc = rci_workdir_stage(wd, name, tmp, sizeof tmp, err);
+    if (main && !rc && s->config && !rci_path_join(path, sizeof path, tmp, "config.json"))
+        rc = rc_config_save(path, s->config, err);
+    rci_path_join(path, sizeof path, tmp, "model.safetensors");
+    int r2 = write_tensors(s, path, 0, main && !rc, err);
     rc = rc ? rc : r2;
-    if (main && !rc && full)
-        fault_point(t);
-    if (full) {
-        join(path, sizeof path, tmp, "optimizer.safetensors");
-        r2 = write_tensors(t, path, 1, main && !rc, err);
+    if (main && !rc && c)
+        fault_point(c->step);
+    if (c) {
+        rci_path_join(path, sizeof path, tmp, "optimizer.safetensors");
+        r2 = write_tensors(s, path, 1, main && !rc, err);
         rc = rc ? rc : r2;
     }
-    if (main && !rc && full)
-        rc = write_state(t, o, tmp, err);
+    if (main && !rc && c)
+        rc = write_state(s, c, o, tmp, err);
     if (main && !rc)
-        rc = write_tokenizer(o, tmp, err);
+        rc = rci_tok_copy_files(o->tokenizer_dir, tmp, err);
     if (main && !rc)
-        rc = publish(tmp, final, err);
+        rc = rci_workdir_publish(wd, name, tmp, err);
     return rc;
 }
 
-int rci_trainer_sync_params(rc_trainer *t, rc_error *err)
+int rci_ckpt_gather_params(const rci_ckpt_state *s, rc_params *params, rc_error *err)
 {
-    if (t->mp == 1)
+    const rc_mesh *m = rc_deployer_mesh(s->d);
+    if (m->mp == 1)
         return 0;
-    nn_weights *w = rci_params_weights(t->params);
-    const rc_mesh *m = rc_deployer_mesh(t->d);
-    if (rci_params_restore(t->params))
-        return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld parameters", (long long)w->numel);
-    w = rci_params_weights(t->params);
+    if (rci_params_restore(params))
+        return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld parameters",
+                            (long long)rc_params_numel(params));
+    nn_weights *w = rci_params_weights(params);
     size_t most = (size_t)largest_param(w) * sizeof(float);
     float *full = malloc(most), *mine = malloc(most);
     int rc = full && mine ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     for (int i = 0; !rc && i < w->n; i++) {
-        rc = gather_tensor(t, i, t->master ? t->master : t->local, t->master != NULL, mine, full, err);
+        rc = gather_tensor(s, i, s->weights, s->master, mine, full, err);
         /* a zero master is whole on the first rank of both axes: down the data axis first */
-        if (!rc && t->master && t->zero)
+        if (!rc && s->master && s->zero)
             rc = rc_comm_bcast(m->dp_comm, full, (size_t)w->p[i].numel * sizeof *full, 0, err);
         if (!rc)
             rc = rc_comm_bcast(m->mp_comm, full, (size_t)w->p[i].numel * sizeof *full, 0, err);
@@ -350,27 +256,25 @@ int rci_trainer_sync_params(rc_trainer *t, rc_error *err)
     return rc;
 }
 
-int rci_trainer_save(rc_trainer *t, const rc_train_options *o, const char *name, rc_error *err)
+int rci_ckpt_save(const rci_ckpt_state *s, const rci_ckpt_counters *c, const rc_train_options *o,
+                  const char *name, rc_error *err)
 {
-    if (!rci_deployer_workdir(t->d))
+    const char *wd = rci_deployer_workdir(s->d);
+    if (!wd)
         return 0;
     char ck[64];
-    snprintf(ck, sizeof ck, "checkpoint-%lld", (long long)t->step);
-    int rc = save_dir(t, o, name ? name : ck, 1, err);
-    if (!rc && !name && rc_deployer_is_main(t->d))
-        rc = set_pointer(rci_deployer_workdir(t->d), ck, err);
-    if (rc_deployer_agree(t->d, rc, err))
-        return -1;
-    if (!name)
-        snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", ck);
-    return 0;
+    rci_workdir_checkpoint_name(c->step, ck, sizeof ck);
+    int rc = save_dir(s, c, o, name ? name : ck, err);
+    if (!rc && !name && rc_deployer_is_main(s->d))
+        rc = rci_workdir_set_last(wd, ck, err);
+    return rc_deployer_agree(s->d, rc, err);
 }
 
-int rci_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *err)
+int rci_ckpt_save_final(const rci_ckpt_state *s, const rc_train_options *o, rc_error *err)
 {
-    if (!rci_deployer_workdir(t->d))
+    if (!rci_deployer_workdir(s->d))
         return 0;
-    return rc_deployer_agree(t->d, save_dir(t, o, "final", 0, err), err);
+    return rc_deployer_agree(s->d, save_dir(s, NULL, o, "final", err), err);
 }
 
 int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir, rc_error *err)
@@ -380,63 +284,10 @@ int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir,
         return rc_error_set(err, RC_ERR_ARG, "model save: %s", !m ? "no model" : !dir ? "no directory" : "the weights are not allocated");
     if (rci_nn_model_save(dir, &m->config, w, err))
         return -1;
-    rc_train_options o = {.tokenizer_dir = tokenizer_dir};
-    return write_tokenizer(&o, dir, err);
-}
-
-/* ---- leftovers of a killed save ------------------------------------------------------- */
-
-static int is_leftover(const char *workdir, const char *name)
-{
-    size_t n = strlen(name);
-    if (strncmp(name, ".tmp-", 5) == 0 && n > 5)
-        return 1;
-    if (strcmp(name, "last_checkpoint.tmp") == 0 || strcmp(name, "log.jsonl.tmp") == 0)
-        return 1;
-    /* NAME.old is the previous NAME, renamed just before the new one took its place: stale
-     * only when NAME is there (otherwise it is the one complete copy) */
-    char final[4200];
-    struct stat st;
-    if (n > 4 && strcmp(name + n - 4, ".old") == 0 &&
-        snprintf(final, sizeof final, "%s/%.*s", workdir, (int)(n - 4), name) < (int)sizeof final)
-        return stat(final, &st) == 0 && S_ISDIR(st.st_mode);
-    return 0;
-}
-
-int rci_ckpt_clean(const char *workdir)
-{
-    DIR *dir = opendir(workdir);
-    if (!dir)
-        return 0;
-    int removed = 0;
-    struct dirent *e;
-    while ((e = readdir(dir))) {
-        char path[4400];
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || !is_leftover(workdir, e->d_name) ||
-            join(path, sizeof path, workdir, e->d_name))
-            continue;
-        struct stat st;
-        if (lstat(path, &st) == 0 && (S_ISDIR(st.st_mode) ? remove_tree(path) : remove(path)) == 0)
-            removed++;
-    }
-    closedir(dir);
-    return removed;
+    return rci_tok_copy_files(tokenizer_dir, dir, err);
 }
 
 /* ---- resume ---------------------------------------------------------------------------- */
-
-int rci_ckpt_last(const char *workdir, char *name, size_t size)
-{
-    char path[4200];
-    join(path, sizeof path, workdir, "last_checkpoint");
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    int ok = fgets(name, (int)size, f) != NULL;
-    fclose(f);
-    name[strcspn(name, "\r\n")] = 0;
-    return ok && name[0] ? 0 : -1;
-}
 
 /* reads n floats of tensor `name` of checkpoint ck into dst */
 static int read_tensor(rc_checkpoint *ck, const char *name, float *dst, int64_t n, rc_error *err)
@@ -448,37 +299,36 @@ static int read_tensor(rc_checkpoint *ck, const char *name, float *dst, int64_t 
     return rc_safetensors_read_f32(f, i, dst, n, err);
 }
 
-/* reads tensor `name` into the trainer layout buffer `dst` (a shard of it with model
- * shards: read whole into tmp, then cut; with shared, dst holds this rank's share of the
- * layout alone: the moments with zero) */
-static int load_one(rc_trainer *t, rc_checkpoint *ck, const char *name, int i, float *tmp, float *part,
+/* reads tensor `name` into the local-layout buffer `dst` (a shard of it with model shards:
+ * read whole into tmp, then cut; with shared and zero, dst holds this rank's share of the
+ * layout alone: the moments and master) */
+static int load_one(const rci_ckpt_state *s, rc_checkpoint *ck, const char *name, int i, float *tmp, float *part,
                     rc_buffer *dst, int shared, rc_error *err)
 {
-    nn_weights *w = rci_params_weights(t->params);
-    if (read_tensor(ck, name, tmp, w->p[i].numel, err))
+    const rc_mesh *m = rc_deployer_mesh(s->d);
+    if (read_tensor(ck, name, tmp, s->table->p[i].numel, err))
         return -1;
     const float *mine = tmp;
-    if (t->mp > 1) {
-        rc_tensor h = param_header(w, i);
-        rc_shard_take(&t->specs[i], &h, t->mp, rc_deployer_mesh(t->d)->mp_rank, tmp, part);
+    if (m->mp > 1) {
+        rc_tensor h = param_header(s->table, i);
+        rc_shard_take(&s->specs[i], &h, m->mp, m->mp_rank, tmp, part);
         mine = part;
     }
-    if (shared && t->zero) {
+    if (shared && s->zero) {
         int64_t lo, n;
-        share_of(t, i, &lo, &n);
-        return n ? rc_buffer_upload(dst, (size_t)(lo - t->share_lo) * sizeof(float), mine + (lo - t->loff[i]),
+        share_of(s, i, &lo, &n);
+        return n ? rc_buffer_upload(dst, (size_t)(lo - s->share_lo) * sizeof(float), mine + (lo - s->off[i]),
                                     (size_t)n * sizeof(float), err)
                  : 0;
     }
-    return rc_buffer_upload(dst, (size_t)t->loff[i] * sizeof(float), mine,
-                            (size_t)t->lnum[i] * sizeof(float), err);
+    return rc_buffer_upload(dst, (size_t)s->off[i] * sizeof(float), mine, (size_t)s->num[i] * sizeof(float), err);
 }
 
-/* parameters and moments, tensor by tensor, into this rank's buffers */
-static int load_tensors(rc_trainer *t, const char *dir, rc_error *err)
+/* weights and moments, tensor by tensor, into this rank's buffers */
+static int load_tensors(const rci_ckpt_state *s, const char *dir, rc_error *err)
 {
-    nn_weights *w = rci_params_weights(t->params);
-    char path[4200], name[160];
+    const nn_weights *w = s->table;
+    char path[4500], name[160];
     float *tmp = malloc((size_t)largest_param(w) * sizeof *tmp);
     float *part = malloc((size_t)largest_param(w) * sizeof *part);
     if (!tmp || !part) {
@@ -486,21 +336,21 @@ static int load_tensors(rc_trainer *t, const char *dir, rc_error *err)
         free(part);
         return rc_error_set(err, RC_ERR_MEMORY, "resume: out of memory");
     }
-    join(path, sizeof path, dir, "model.safetensors");
+    rci_path_join(path, sizeof path, dir, "model.safetensors");
     rc_checkpoint *ck = rc_checkpoint_open(path, err);
     int rc = ck ? 0 : -1;
     for (int i = 0; !rc && i < w->n; i++) /* 16-bit weights: the master, rounded into them after */
-        rc = load_one(t, ck, w->p[i].name, i, tmp, part, t->master ? t->master : t->local, t->master != NULL, err);
+        rc = load_one(s, ck, w->p[i].name, i, tmp, part, s->weights, s->master, err);
     rc_checkpoint_close(ck);
-    join(path, sizeof path, dir, "optimizer.safetensors");
+    rci_path_join(path, sizeof path, dir, "optimizer.safetensors");
     ck = rc ? NULL : rc_checkpoint_open(path, err);
     rc = rc || !ck ? -1 : 0;
     for (int i = 0; !rc && i < w->n; i++) {
         snprintf(name, sizeof name, "exp_avg.%s", w->p[i].name);
-        rc = load_one(t, ck, name, i, tmp, part, t->m, 1, err);
+        rc = load_one(s, ck, name, i, tmp, part, s->m, 1, err);
         snprintf(name, sizeof name, "exp_avg_sq.%s", w->p[i].name);
         if (!rc)
-            rc = load_one(t, ck, name, i, tmp, part, t->v, 1, err);
+            rc = load_one(s, ck, name, i, tmp, part, s->v, 1, err);
     }
     rc_checkpoint_close(ck);
     free(tmp);
@@ -581,65 +431,64 @@ static int state_read(json_t *s, const char *path, const rc_train_options *o, sa
     return 0;
 }
 
-static int load_state(rc_trainer *t, const rc_train_options *o, const char *dir, rc_error *err)
+/* trainer_state.json of dir into c, checked against this run: its options (the global
+ * batch) and its seed (c->seed) */
+static int load_state(const rci_ckpt_state *s, rci_ckpt_counters *c, const rc_train_options *o, const char *dir,
+                      rc_error *err)
 {
-    char path[4200];
-    join(path, sizeof path, dir, "trainer_state.json");
+    char path[4500];
+    rci_path_join(path, sizeof path, dir, "trainer_state.json");
     json_error_t je;
-    json_t *s = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!s)
+    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!j)
         return rc_error_set(err, RC_ERR_FORMAT, "%s: line %d: %s", path, je.line, je.text);
     saved_state st;
-    int bad = state_read(s, path, o, &st, err);
-    json_decref(s);
+    int bad = state_read(j, path, o, &st, err);
+    json_decref(j);
     if (bad)
         return -1;
-    const rc_mesh *m = rc_deployer_mesh(t->d);
+    const rc_mesh *m = rc_deployer_mesh(s->d);
     int64_t was = st.batch * st.dp * st.accum, now = (int64_t)o->batch_size * m->dp * (o->grad_accum > 0 ? o->grad_accum : 1);
     if (was != now)
         return rc_error_set(err, RC_ERR_ARG,
                             "%s: saved with a global batch of %lld examples, resumed with %lld: resume with the same batch size x processes x accumulation",
                             path, (long long)was, (long long)now);
-    if ((uint64_t)st.seed != t->seed)
+    if ((uint64_t)st.seed != c->seed)
         return rc_error_set(err, RC_ERR_ARG, "%s: saved with seed %llu, resumed with %llu", path,
-                            (unsigned long long)st.seed, (unsigned long long)t->seed);
-    t->step = st.step;
-    t->opt_step = st.opt_step;
-    t->epoch = (int)st.epoch;
-    t->epoch_step = st.epoch_step;
-    t->best_eval = isnan(st.best) ? INFINITY : st.best;
-    if (t->scaling) { /* the saved scale carries on (a run saved without scaling: the option's) */
-        t->scale = isnan(st.scale) ? t->scale : st.scale;
-        t->good_steps = st.good;
+                            (unsigned long long)st.seed, (unsigned long long)c->seed);
+    c->step = st.step;
+    c->opt_step = st.opt_step;
+    c->epoch = (int)st.epoch;
+    c->epoch_step = st.epoch_step;
+    c->best = isnan(st.best) ? INFINITY : st.best;
+    if (c->scaling) { /* the saved scale carries on (a run saved without scaling: the option's) */
+        c->scale = isnan(st.scale) ? c->scale : st.scale;
+        c->good_steps = st.good;
     }
     return 0;
 }
 
-int rci_trainer_resume(rc_trainer *t, const rc_train_options *o, rc_error *err)
+int rci_ckpt_resume(const rci_ckpt_state *s, rci_ckpt_counters *c, const rc_train_options *o, char *name,
+                    size_t size, rc_error *err)
 {
-    const char *wd = rci_deployer_workdir(t->d);
-    char name[256], dir[4400];
-    if (!wd || rci_ckpt_last(wd, name, sizeof name)) {
-        rci_deployer_note(t->d, "resume: no complete checkpoint in %s; starting at step 0", wd ? wd : "(no workdir)");
+    const char *wd = rci_deployer_workdir(s->d);
+    char dir[4400];
+    if (!wd || rci_workdir_last(wd, name, size)) {
+        rci_deployer_note(s->d, "resume: no complete checkpoint in %s; starting at step 0", wd ? wd : "(no workdir)");
         /* every step runs again: the records of an earlier try go */
-        return rc_deployer_agree(t->d, wd ? rci_deployer_log_resume(t->d, 0, err) : 0, err) ? -1 : 0;
+        return rc_deployer_agree(s->d, wd ? rci_deployer_log_resume(s->d, 0, err) : 0, err) ? -1 : 0;
     }
-    if (join(dir, sizeof dir, wd, name))
+    if (rci_path_join(dir, sizeof dir, wd, name))
         return rc_error_set(err, RC_ERR_ARG, "%s: path too long", wd);
     /* every rank reads the same files (the workdir is shared, as a checkpoint directory is) */
-    int rc = load_state(t, o, dir, err); /* the small file first: a broken one is refused before the tensors */
+    int rc = load_state(s, c, o, dir, err); /* the small file first: a broken one is refused before the tensors */
     if (!rc)
-        rc = load_tensors(t, dir, err);
-    if (rc_deployer_agree(t->d, rc, err))
-        return -1;
-    if (t->master) /* the 16-bit weights rounded from the master, as after a step */
-        rc = rci_trainer_round_master(t, err);
-    if (rc_deployer_agree(t->d, rc, err))
+        rc = load_tensors(s, dir, err);
+    if (rc_deployer_agree(s->d, rc, err))
         return -1;
     /* the steps after the checkpoint run again: their old records go */
-    if (rc_deployer_agree(t->d, rci_deployer_log_resume(t->d, t->step, err), err))
+    if (rc_deployer_agree(s->d, rci_deployer_log_resume(s->d, c->step, err), err))
         return -1;
-    snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", name);
-    rci_deployer_note(t->d, "resume: continuing from %s (step %lld)", dir, (long long)t->step);
-    return 0;
+    rci_deployer_note(s->d, "resume: continuing from %s (step %lld)", dir, (long long)c->step);
+    return 1;
 }

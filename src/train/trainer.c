@@ -2,9 +2,10 @@
  * accumulation, averaging over the data axis, clipping, the optimizer and its schedule,
  * evaluation, checkpoints and exact resume. */
 #include "backend.h"
+#include "ckpt.h"
+#include "workdir.h"
 #include "infer.h"
-#include "sharded.h"
-#include "trainer_internal.h"
+#include "step.h"
 #include "redco/data.h"
 #include "redco/predict.h"
 
@@ -18,6 +19,64 @@
 
 enum { GRAD_BUCKET = 1 << 22 }; /* floats per all-reduce */
 
+/* A compiled step: the user's loss (and gradients) for one batch shape, built once. */
+typedef struct {
+    rci_step st;                  /* record, run graph, plan; st.outs[0] is the loss */
+    rc_tensor *targets;           /* the first cross-entropy's targets (in st.g): they count
+                                     tokens, read from the batch array of their name ... */
+    int ignore;                   /* ... except this id */
+    int64_t batch_rows;
+    int loss_out;                 /* the loss is st.outs[loss_out]: 1 with loss scaling, where
+                                     st.outs[0] is the loss x the scale (the batch's array
+                                     RCI_LOSS_SCALE) that the gradients are taken of */
+} compiled_step;
+
+/* the name of the batch array that carries the loss scale into a train step */
+#define RCI_LOSS_SCALE "redco.loss_scale"
+
+struct rc_trainer {
+    rc_deployer *d;
+    rc_collate_fn collate;
+    rc_loss_fn loss_fn;
+    void *user;
+    rc_params *params;
+    const rc_model *model;
+    uint64_t seed;
+    int shuffle;
+    compiled_step train, eval, eval_tail;
+    int mp;                       /* model shards (1: the plain data-parallel path) */
+    rc_sharded shards;            /* mp > 1: the plan and this rank's parameter shards */
+    int remat;                    /* the fit's rc_train_options.remat */
+    rc_shard_spec *specs;         /* mp > 1: how each parameter splits (shards.specs) */
+    rc_backend *be;               /* where the state lives and the updates run */
+    rc_buffer *local;             /* each parameter's shard, flat f32 (shards.local; mp 1: the
+                                     parameters' own buffer); not the trainer's to free */
+    int64_t *loff, *lnum;         /* per parameter: element offset and size in local, grad, m, v */
+    int64_t local_numel;
+    rc_buffer *grad;              /* flat, like local */
+    rc_buffer *m, *v;             /* AdamW's moments of local's elements [share_lo, share_lo +
+                                     share_n), made by the first fit */
+    int zero;                     /* the moments are this rank's share of the data axis's
+                                     (rc_train_options.zero; else share_lo 0, share_n all) */
+    int64_t share_lo, share_n;
+    rc_dtype dtype;               /* the weights' dtype (local's): rc_train_options.dtype */
+    rc_buffer *master;            /* 16-bit weights: the f32 master weights of local's elements
+                                     [share_lo, share_lo + share_n), laid out like m and v (the
+                                     checkpoints' weights); NULL with f32 weights */
+    int scaling;                  /* dynamic loss scaling (rc_train_options.loss_scale) */
+    double scale;                 /* the loss scale S (1 without scaling) */
+    int64_t good_steps;           /* steps with finite gradients since S last changed */
+    int64_t skipped;              /* steps skipped for non-finite gradients, this fit */
+    int64_t step, opt_step;       /* optimizer steps done (opt_step counts AdamW's bias terms) */
+    int epoch;
+    int64_t epoch_step;           /* steps done in the current epoch */
+    double eval_loss, best_eval;
+    int64_t eval_tokens;
+    char last_ckpt[256];          /* name of the last complete checkpoint */
+    int tail_noted;               /* the epoch-tail note was printed */
+    struct rc_predictor *eval_predictor; /* made at the first evaluation with a metric */
+};
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -27,7 +86,7 @@ static double now_s(void)
 
 /* ---- compiled steps ----------------------------------------------------------------------- */
 
-static void step_free(rc_step *s)
+static void step_free(compiled_step *s)
 {
     rci_step_free(&s->st);
     memset(s, 0, sizeof *s);
@@ -115,7 +174,7 @@ static rc_graph *record_loss(rc_trainer *t, void *user, const rc_batch *b, int s
 
 /* Records the user's loss for batches shaped like b and builds its step (step.h): with
  * model shards this rank runs its share, with_grads adds the gradients. */
-static int step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b, int with_grads, rc_error *err)
+static int step_compile(compiled_step *s, rc_trainer *t, void *user, const rc_batch *b, int with_grads, rc_error *err)
 {
     memset(s, 0, sizeof *s);
     int np = rc_params_count(t->params), first_shards = t->mp > 1 && !t->shards.specs;
@@ -148,7 +207,7 @@ static int step_compile(rc_step *s, rc_trainer *t, void *user, const rc_batch *b
 
 /* predicted tokens of batch b: targets of the first cross-entropy not ignored (read from
  * the batch, on the host), or the batch's rows when the loss has none */
-static int64_t step_tokens(const rc_step *s, const rc_batch *b)
+static int64_t step_tokens(const compiled_step *s, const rc_batch *b)
 {
     const rc_array *a = s->targets ? rc_batch_get(b, s->targets->name) : NULL;
     if (!a || a->dtype != RC_I32 || s->targets->dtype != RC_I32)
@@ -168,7 +227,7 @@ static rc_rng step_key(const rc_trainer *t, int64_t step)
     return rc_rng_fold(rc_rng_fold(rc_rng_new(t->seed), 0x57E9C0DEull), (uint64_t)step);
 }
 
-static int step_run(rc_step *s, const rc_batch *b, rc_rng key, rc_rng shared, double *loss, int64_t *tokens,
+static int step_run(compiled_step *s, const rc_batch *b, rc_rng key, rc_rng shared, double *loss, int64_t *tokens,
                     rc_error *err)
 {
     float l;
@@ -401,7 +460,9 @@ static int master_update(rc_trainer *t, const rc_train_options *o, const rci_upd
     return rc;
 }
 
-int rci_trainer_round_master(rc_trainer *t, rc_error *err)
+/* The f32 master share rounded into the 16-bit weights, then (zero) all-gathered over the
+ * data axis: every rank's local whole again. */
+static int round_master(rc_trainer *t, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
     if (t->be->round_f32(t->be, t->local, t->share_lo, t->dtype, t->master, 0, t->share_n, err))
@@ -473,7 +534,7 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         t->good_steps = 0;
     }
     if (t->master) /* the 16-bit weights from the master (zero: all-gathered) */
-        return rc_deployer_agree(t->d, rc, err) ? -1 : rci_trainer_round_master(t, err);
+        return rc_deployer_agree(t->d, rc, err) ? -1 : round_master(t, err);
     if (!t->zero)
         return rc;
     /* zero: each rank updated its share of the f32 weights in local, which are the master
@@ -481,6 +542,54 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
     return rc_comm_allgather_f32(m->dp_comm, t->local, 0, t->local_numel, GRAD_BUCKET, err);
+}
+
+/* ---- checkpoints: the state lent to ckpt.c as a view ------------------------------------ */
+
+static rci_ckpt_state ckpt_state(const rc_trainer *t)
+{
+    return (rci_ckpt_state){t->d, rci_params_weights(t->params), t->specs, t->loff, t->lnum,
+                            t->master ? t->master : t->local, t->master != NULL, t->m, t->v, t->zero,
+                            t->share_lo, t->share_n, t->model ? &t->model->config : NULL};
+}
+
+static rci_ckpt_counters ckpt_counters(const rc_trainer *t)
+{
+    return (rci_ckpt_counters){t->step, t->opt_step, t->epoch, t->epoch_step, t->seed, t->best_eval, t->dtype,
+                               t->scaling, t->scale, t->good_steps};
+}
+
+/* checkpoint-STEP (name NULL) or a named one ("best") */
+static int save(rc_trainer *t, const rc_train_options *o, const char *name, rc_error *err)
+{
+    rci_ckpt_state s = ckpt_state(t);
+    rci_ckpt_counters c = ckpt_counters(t);
+    if (rci_ckpt_save(&s, &c, o, name, err))
+        return -1;
+    if (!name && rci_deployer_workdir(t->d))
+        rci_workdir_checkpoint_name(t->step, t->last_ckpt, sizeof t->last_ckpt);
+    return 0;
+}
+
+/* the workdir's last complete checkpoint, if any, continued from: with 16-bit weights the
+ * master is rounded into them, as after a step */
+static int resume(rc_trainer *t, const rc_train_options *o, rc_error *err)
+{
+    rci_ckpt_state s = ckpt_state(t);
+    rci_ckpt_counters c = ckpt_counters(t);
+    char name[256];
+    int resumed = rci_ckpt_resume(&s, &c, o, name, sizeof name, err);
+    if (resumed <= 0)
+        return resumed;
+    t->step = c.step;
+    t->opt_step = c.opt_step;
+    t->epoch = c.epoch;
+    t->epoch_step = c.epoch_step;
+    t->best_eval = c.best;
+    t->scale = c.scale;
+    t->good_steps = c.good_steps;
+    snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", name);
+    return t->master ? rc_deployer_agree(t->d, round_master(t, err), err) : 0;
 }
 
 /* ---- evaluation ------------------------------------------------------------------------ */
@@ -498,7 +607,7 @@ int rc_trainer_eval(rc_trainer *t, rc_examples ex, int batch_size, double *loss,
     int rc = order ? 0 : rc_error_set(err, RC_ERR_MEMORY, "eval: out of memory");
     for (int64_t at = lo; !rc && at < hi; at += batch_size) {
         int count = (int)(hi - at < batch_size ? hi - at : batch_size);
-        rc_step *s = count == batch_size ? &t->eval : &t->eval_tail;
+        compiled_step *s = count == batch_size ? &t->eval : &t->eval_tail;
         rc_batch b;
         rc = collate(t, user_of(t, ex), &b, order + at, count, err);
         if (!rc && s->st.plan && s->batch_rows != count)
@@ -662,7 +771,7 @@ static int evaluate_and_log(rc_trainer *t, const rc_train_options *o, const rc_e
     double score = with_metric ? (o->metric_higher_is_better ? -vals[3] : vals[3]) : t->eval_loss;
     if (score < t->best_eval) {
         t->best_eval = score;
-        return rci_trainer_save(t, o, "best", err);
+        return save(t, o, "best", err);
     }
     return 0;
 }
@@ -757,7 +866,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (rc_deployer_agree(t->d, moment_buffers(t, o->zero, err), err) ||
         rc_deployer_agree(t->d, master_buffer(t, err), err))
         return -1;
-    if (o->resume && rci_trainer_resume(t, o, err))
+    if (o->resume && resume(t, o, err))
         return -1;
     int64_t total = o->steps > 0 ? o->steps : o->epochs * steps_in_epoch(t, o, train, 0);
     rc_schedule sched = {o->schedule, o->lr, 0.0, o->warmup, total};
@@ -813,7 +922,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         if (!rc && o->eval_every > 0 && t->step % o->eval_every == 0 && t->step < total)
             rc = evaluate_and_log(t, o, eval, err);
         if (!rc && o->save_every > 0 && t->step % o->save_every == 0 && t->step < total)
-            rc = rci_trainer_save(t, o, NULL, err);
+            rc = save(t, o, NULL, err);
         if (!rc && o->catch_signals && t->step < total && !(rc = stop_agreed(t, &stopped, err)) && stopped)
             break;
     }
@@ -821,13 +930,14 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (!rc && !stopped)
         rc = evaluate_and_log(t, o, eval, err);
     if (!rc)
-        rc = rci_trainer_save(t, o, NULL, err);
+        rc = save(t, o, NULL, err);
+    rci_ckpt_state state = ckpt_state(t);
     if (!rc && !stopped)
-        rc = rci_trainer_save_final(t, o, err);
+        rc = rci_ckpt_save_final(&state, o, err);
     nn_weights *w = rci_params_weights(t->params);
     int64_t held = w && w->buf ? w->numel * (int64_t)rc_dtype_size(w->dtype) : 0;
     if (!rc)
-        rc = rci_trainer_sync_params(t, err);
+        rc = rci_ckpt_gather_params(&state, t->params, err);
     rci_params_touch(t->params); /* updated in place, or gathered from the shards */
     if (!rc) /* the last update done before fit returns, on a device that queues work */
         rc = rc_backend_wait(t->be, err);
