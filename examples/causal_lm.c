@@ -31,31 +31,28 @@ typedef struct {
 
 /* collate: n window indices -> ids [n, T] (the window's first T tokens) and targets [n, T]
  * (each token's successor). */
-static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     lm *d = user;
     int64_t T = d->T;
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     int32_t *targets = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
     if (!ids || !targets)
-        return -1;
-    for (int i = 0; i < n; i++) {
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's ids and targets");
+    for (int i = 0; i < n; i++) { /* a failure says why (the trainer prints it) */
         int64_t window = examples[i] + (d->eval ? d->n_train : 0);
-        rc_error err = {0};
-        if (rc_dataset_window(d->data, T, window, ids + i * T, targets + i * T, &err)) {
-            fprintf(stderr, "causal_lm: %s\n", err.msg);
+        if (rc_dataset_window(d->data, T, window, ids + i * T, targets + i * T, err))
             return -1;
-        }
     }
     return 0;
 }
 
 /* loss: the mean next-token cross-entropy, recorded once for the whole (global) batch;
  * the trainer adds the backward graph and splits the batch over the processes. */
-static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     lm *d = user;
-    (void)params, (void)rng; /* the built-in model reads its own parameters; no dropout */
+    (void)params, (void)rng, (void)err; /* the built-in model reads its own parameters; no dropout */
     rc_tensor *logits = rc_model_logits(g, d->model, rc_batch_input(g, b, "ids"), NULL, NULL); /* [B, T, V] */
     return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), RC_IGNORE_INDEX);
 }
@@ -214,7 +211,7 @@ int main(int argc, char **argv)
     rc_trainer_free(t);
     rc_deployer_free(dep); /* and MPI, which it started when run under mpirun */
     rc_model_free(d.model);
-    rc_dataset_free(d.data);
+    rc_dataset_close(d.data);
     rc_tokenizer_free(tok);
     return rc ? 1 : 0;
 }

@@ -137,7 +137,7 @@ static int targets(ddpg *d, const int64_t *rows, int n, float *y);
 /* collate: one step of every environment into the replay buffer, the target networks'
  * soft update, then n transitions drawn from the buffer: obs [n, OBS], act [n, 1] and their
  * targets y [n]. Without shuffling, the trainer's indices at step s start at s B dp. */
-static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     ddpg *d = user;
     int64_t step = examples[0] / ((int64_t)d->c.batch * d->mesh->dp);
@@ -145,15 +145,15 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
         d->step = step;
         d->failed = explore(d, 0) || soft_update(d);
     }
-    if (d->failed)
-        return -1;
+    if (d->failed) /* acting failed: its reason */
+        return rc_error_set(err, d->err.code ? d->err.code : RC_ERR_ARG, "%s", d->err.msg);
     float *obs = rc_batch_add(out, "obs", RC_F32, 2, (int64_t[]){n, OBS});
     float *act = rc_batch_add(out, "act", RC_F32, 2, (int64_t[]){n, 1});
     float *y = rc_batch_add(out, "y", RC_F32, 1, (int64_t[]){n});
     int64_t *rows = malloc(sizeof(int64_t) * (size_t)n);
     if (!obs || !act || !y || !rows) {
         free(rows);
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for %d transitions", n);
     }
     for (int i = 0; i < n; i++) {
         int64_t row = rows[i] = (int64_t)(rc_rng_uniform(&d->rng) * (double)d->size);
@@ -162,15 +162,15 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
     }
     int rc = targets(d, rows, n, y);
     free(rows);
-    return rc;
+    return rc ? rc_error_set(err, d->err.code ? d->err.code : RC_ERR_ARG, "%s", d->err.msg) : 0;
 }
 
 /* loss: critic_weight times the critic's error, plus the actor's -mean Q(s, mu(s)) through
  * the critic with its weights held (rc_stop_gradient) */
-static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     ddpg *d = user;
-    (void)rng;
+    (void)rng, (void)err;
     rc_tensor *w[NW], *held[NW], *obs = rc_batch_input(g, b, "obs");
     weights_get(g, params, w);
     for (int i = 0; i < NW; i++)
@@ -178,15 +178,15 @@ static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng
     rc_tensor *actor_loss = rc_neg(g, rc_mean_all(g, critic(g, held, obs, actor(g, w, obs, d->high), d->high)));
     if (d->actor_only)
         return actor_loss;
-    rc_tensor *err = rc_sub(g, critic(g, w, obs, rc_batch_input(g, b, "act"), d->high), rc_batch_input(g, b, "y"));
-    return rc_add(g, rc_scale(g, rc_mean_all(g, rc_mul(g, err, err)), d->c.critic_weight), actor_loss);
+    rc_tensor *td = rc_sub(g, critic(g, w, obs, rc_batch_input(g, b, "act"), d->high), rc_batch_input(g, b, "y"));
+    return rc_add(g, rc_scale(g, rc_mean_all(g, rc_mul(g, td, td)), d->c.critic_weight), actor_loss);
 }
 
 /* predict: the actor's torque, [B, 1] */
-static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     ddpg *d = user;
-    (void)rng;
+    (void)rng, (void)err;
     rc_tensor *w[NW];
     weights_get(g, params, w);
     return actor(g, w, rc_batch_input(g, b, "obs"), d->high);
@@ -212,7 +212,7 @@ static int net_plan_make(ddpg *d, net_plan *p, int rows, int is_target)
         return rc_error_set(&d->err, RC_ERR_MEMORY, "ddpg: out of memory");
     p->g = rc_graph_new();
     p->out = is_target ? target_value(p->g, d->target, &p->in, d->high)
-                       : predict(p->g, d->params, &p->in, rc_rng_new(d->c.seed), d);
+                       : predict(p->g, d->params, &p->in, rc_rng_new(d->c.seed), d, &d->err);
     if (rc_graph_error(p->g))
         return rc_error_set(&d->err, RC_ERR_ARG, "ddpg: %s", rc_graph_error(p->g));
     p->plan = rc_plan_new_on(rc_deployer_backend(d->dep), p->g, &p->out, 1, &d->err);

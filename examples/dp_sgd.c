@@ -199,13 +199,13 @@ static rc_tensor *dp_loss(rc_graph *g, rc_tensor *const w[NW], rc_tensor *x, rc_
 /* ---- the three functions -------------------------------------------------------------- */
 
 /* collate: n image indices -> images [n, 1, 28, 28] (standardised), labels [n] */
-static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     const split *s = user;
     float *x = rc_batch_add(out, "images", RC_F32, 4, (int64_t[]){n, 1, SIDE, SIDE});
     int32_t *y = rc_batch_add(out, "labels", RC_I32, 1, (int64_t[]){n});
     if (!x || !y)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int b = 0; b < n; b++) {
         int64_t e = examples[b] >= 0 ? examples[b] : 0;
         const float *px = s->set.pixels + e * SIDE * SIDE;
@@ -217,10 +217,10 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
 }
 
 /* loss: DP-SGD's (training), or the plain mean loss (evaluation) */
-static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     const split *s = user;
-    (void)rng;
+    (void)rng, (void)err;
     rc_tensor *w[NW], *x = rc_batch_input(g, b, "images"), *y = rc_batch_input(g, b, "labels");
     weights_get(g, params, w);
     if (s->plain)
@@ -229,17 +229,18 @@ static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng
 }
 
 /* predict: the logits [B, 10] */
-static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)rng, (void)user;
+    (void)rng, (void)user, (void)err;
     rc_tensor *w[NW];
     weights_get(g, params, w);
     return forward(g, w, rc_batch_input(g, b, "images"), 0);
 }
 
 /* output: the arg-max against the label */
-static int output(int64_t example, const float *row, int64_t row_len, void *user)
+static int output(int64_t example, const float *row, int64_t row_len, void *user, rc_error *err)
 {
+    (void)err;
     split *s = user;
     int best = 0;
     for (int k = 1; k < row_len; k++)
@@ -311,7 +312,7 @@ static int check_per_example(rc_params *params, const split *train, int B)
     for (int i = 0; i < B; i++)
         idx[i] = i;
     rc_error err = {0};
-    int rc = collate(&b, idx, B, (void *)train);
+    int rc = collate(&b, idx, B, (void *)train, &err);
     rc_tensor *x = rc ? NULL : rc_const(g, "images", RC_F32, 4, b.a[0].shape, b.a[0].data);
     rc_tensor *y = rc ? NULL : rc_const(g, "labels", RC_I32, 1, b.a[1].shape, b.a[1].data);
     rc_tensor *clip = rc_input(g, "clip", RC_F32, 1, (int64_t[]){1});

@@ -101,14 +101,14 @@ static rc_params *cnn_params(uint64_t seed)
 /* ---- the three functions -------------------------------------------------------------- */
 
 /* collate: n image indices -> images [n, 1, 28, 28] (in [0, 1]) and labels [n] */
-static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     const rc_image_set *s = images(user);
     int64_t hw = s->h * s->w;
     float *x = rc_batch_add(out, "images", RC_F32, 4, (int64_t[]){n, 1, s->h, s->w});
     int32_t *y = rc_batch_add(out, "labels", RC_I32, 1, (int64_t[]){n});
     if (!x || !y)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int i = 0; i < n; i++) {
         memcpy(x + i * hw, s->pixels + examples[i] * hw, (size_t)hw * sizeof *x);
         y[i] = s->labels[examples[i]];
@@ -117,23 +117,24 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
 }
 
 /* loss: the mean cross-entropy of the batch */
-static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)rng, (void)user;
+    (void)rng, (void)user, (void)err;
     rc_tensor *logits = cnn(g, params, rc_batch_input(g, b, "images"));
     return rc_cross_entropy(g, logits, rc_batch_input(g, b, "labels"), -100);
 }
 
 /* predict: the logits [B, 10] */
-static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)rng, (void)user;
+    (void)rng, (void)user, (void)err;
     return cnn(g, params, rc_batch_input(g, b, "images"));
 }
 
 /* output: one row of logits per test image, in order; counts the right guesses */
-static int output(int64_t example, const float *row, int64_t row_len, void *user)
+static int output(int64_t example, const float *row, int64_t row_len, void *user, rc_error *err)
 {
+    (void)err;
     fashion *d = user;
     int best = 0;
     for (int k = 1; k < row_len; k++)

@@ -112,14 +112,14 @@ static rc_params *mlp_params(uint64_t seed)
 /* ---- the three functions -------------------------------------------------------------- */
 
 /* collate: n examples of the shard -> images [n, 1, 28, 28] (in [0, 1]) and labels [n] */
-static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     const shard *s = user;
     int64_t hw = s->set->h * s->set->w;
     float *x = rc_batch_add(out, "images", RC_F32, 4, (int64_t[]){n, 1, s->set->h, s->set->w});
     int32_t *y = rc_batch_add(out, "labels", RC_I32, 1, (int64_t[]){n});
     if (!x || !y)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int i = 0; i < n; i++) {
         int64_t r = row_of(s, examples[i]);
         memcpy(x + i * hw, s->set->pixels + r * hw, (size_t)hw * sizeof *x);
@@ -129,23 +129,24 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
 }
 
 /* loss: the mean cross-entropy of the batch */
-static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)rng, (void)user;
+    (void)rng, (void)user, (void)err;
     rc_tensor *logits = mlp(g, params, rc_batch_input(g, b, "images"));
     return rc_cross_entropy(g, logits, rc_batch_input(g, b, "labels"), -100);
 }
 
 /* predict: the logits [B, 10] */
-static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)rng, (void)user;
+    (void)rng, (void)user, (void)err;
     return mlp(g, params, rc_batch_input(g, b, "images"));
 }
 
 /* output: one row of logits per example, in order; counts the right guesses */
-static int output(int64_t example, const float *row, int64_t row_len, void *user)
+static int output(int64_t example, const float *row, int64_t row_len, void *user, rc_error *err)
 {
+    (void)err;
     shard *s = user;
     int best = 0;
     for (int k = 1; k < row_len; k++)

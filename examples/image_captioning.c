@@ -320,7 +320,7 @@ static void image_copy(float *dst, const rc_image_set *s, int64_t i)
 
 /* collate: n images -> images [n, 1, 28, 28], ids [n, T] (<|endoftext|> + caption, padded
  * with <|endoftext|>) and targets [n, T] (caption + <|endoftext|>, padded with -100) */
-static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     cap *d = user;
     int64_t T = d->a.T;
@@ -328,7 +328,7 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     int32_t *targets = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
     if (!images || !ids || !targets)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int b = 0; b < n; b++) {
         int k = caption_of(d, examples[b], d->eval);
         image_copy(images + b * SIDE * SIDE, images_of(d), examples[b]);
@@ -341,10 +341,10 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
 }
 
 /* loss: the caption's cross-entropy given the image, teacher forced */
-static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     cap *d = user;
-    (void)rng; /* no dropout */
+    (void)rng, (void)err; /* no dropout */
     rc_tensor *enc = encode(g, params, &d->a, rc_batch_input(g, b, "images"));
     rc_tensor *logits = decode(g, params, &d->a, rc_batch_input(g, b, "ids"), enc);
     return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), RC_IGNORE_INDEX);
@@ -352,7 +352,7 @@ static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng
 
 /* collate for generation: n live rows -> images, ids [n, T] (the prefix so far, padded) and
  * at [n, 1, T] (1 at the prefix's last position) */
-static int collate_step(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate_step(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     cap *d = user;
     int64_t T = d->a.T;
@@ -360,7 +360,7 @@ static int collate_step(rc_batch *out, const int64_t *examples, int n, void *use
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     float *at = rc_batch_add(out, "at", RC_F32, 3, (int64_t[]){n, 1, T});
     if (!images || !ids || !at)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int b = 0; b < n; b++) {
         int64_t row = d->live[examples[b]];
         image_copy(images + b * SIDE * SIDE, &d->test, row / d->beams);
@@ -372,10 +372,10 @@ static int collate_step(rc_batch *out, const int64_t *examples, int n, void *use
 }
 
 /* predict: the logits of the next token of each row [B, vocab] */
-static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     cap *d = user;
-    (void)rng;
+    (void)rng, (void)err;
     rc_tensor *enc = encode(g, params, &d->a, rc_batch_input(g, b, "images"));
     rc_tensor *logits = decode(g, params, &d->a, rc_batch_input(g, b, "ids"), enc); /* [B, T, V] */
     rc_tensor *next = rc_matmul(g, rc_batch_input(g, b, "at"), logits, 0, 0);    /* [B, 1, V] */
@@ -383,8 +383,9 @@ static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_
 }
 
 /* output: the logits of example (live row) i, kept on rank 0 */
-static int output(int64_t example, const float *row, int64_t row_len, void *user)
+static int output(int64_t example, const float *row, int64_t row_len, void *user, rc_error *err)
 {
+    (void)err;
     cap *d = user;
     memcpy(d->logits + d->live[example] * d->a.vocab, row, (size_t)row_len * sizeof *row);
     return 0;
@@ -698,7 +699,7 @@ static int save_check(rc_deployer *dep, cap *d, rc_params *params, const char *p
     rc_batch b = {0};
     int64_t ex[N_DUMP] = {0, 1, 2, 3, 4, 5, 6, 7};
     d->eval = 1;
-    int rc = collate(&b, ex, N_DUMP, d);
+    int rc = collate(&b, ex, N_DUMP, d, err);
     d->eval = 0;
     rc_graph *g = rc_graph_new();
     rc_tensor *enc = encode(g, params, &d->a, rc_batch_input(g, &b, "images"));

@@ -39,21 +39,18 @@ typedef struct {
  * writes -100 where the next token is part of the prompt or past the end:
  *   ids      P0 P1 P2 C0 C1 E  pad pad
  *   targets  -- -- C0 C1 E  -- --  --       (-- = -100, not in the loss) */
-static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     instruct *d = user;
     int64_t T = d->T;
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     int32_t *targets = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
     if (!ids || !targets)
-        return -1;
-    for (int i = 0; i < n; i++) {
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's ids and targets");
+    for (int i = 0; i < n; i++) { /* a failure says why (the trainer prints it) */
         rc_data_example e;
-        rc_error err = {0};
-        if (rc_dataset_example(d->data, examples[i] + (d->eval ? d->n_train : 0), &e, &err)) {
-            fprintf(stderr, "instruction_tuning: %s\n", err.msg);
+        if (rc_dataset_example(d->data, examples[i] + (d->eval ? d->n_train : 0), &e, err))
             return -1;
-        }
         rc_data_example_pack(&e, T, d->pad, ids + i * T, targets + i * T);
     }
     return 0;
@@ -61,10 +58,10 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
 
 /* loss: cross-entropy over the completion tokens only. The mean is over the targets that
  * are not -100, so a batch's loss does not depend on how long its prompts are. */
-static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     instruct *d = user;
-    (void)params, (void)rng;
+    (void)params, (void)rng, (void)err;
     rc_tensor *logits = rc_model_logits(g, d->model, rc_batch_input(g, b, "ids"), NULL, NULL); /* [B, T, V] */
     return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), RC_IGNORE_INDEX);
 }
@@ -111,7 +108,8 @@ static int predict(rc_model *m, const rc_tokenizer *tok, const rc_data_example *
 static void show_packing(instruct *d, int64_t i)
 {
     rc_batch b = {0};
-    if (collate(&b, &i, 1, d) == 0) {
+    rc_error err = {0};
+    if (collate(&b, &i, 1, d, &err) == 0) {
         const int32_t *ids = rc_batch_get(&b, "ids")->data, *tg = rc_batch_get(&b, "targets")->data;
         printf("example %lld packed:\n  ids     ", (long long)i);
         for (int64_t t = 0; t < d->T; t++)
@@ -304,7 +302,7 @@ int main(int argc, char **argv)
     rc_trainer_free(t);
     rc_deployer_free(dep); /* and MPI, which it started when run under mpirun */
     rc_model_free(d.model);
-    rc_dataset_free(d.data);
+    rc_dataset_close(d.data);
     rc_tokenizer_free(tok);
     if (tmpfile[0]) {
         remove(tmpfile);

@@ -35,27 +35,26 @@ typedef struct {
 /* ---- the three functions -------------------------------------------------------------- */
 
 /* collate: window indices -> ids [n, T] and targets [n, T] (each token's successor) */
-static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     lm *d = user;
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, d->T});
     int32_t *targets = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, d->T});
-    rc_error err = {0};
-    for (int i = 0; ids && targets && i < n; i++)
+    if (!ids || !targets)
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's ids and targets");
+    for (int i = 0; i < n; i++) /* a failure says why (the trainer prints it) */
         if (rc_dataset_window(d->data, d->T, examples[i] + (d->eval ? d->n_train : 0), ids + i * d->T,
-                              targets + i * d->T, &err)) {
-            fprintf(stderr, "lora_finetune: %s\n", err.msg);
+                              targets + i * d->T, err))
             return -1;
-        }
-    return ids && targets ? 0 : -1;
+    return 0;
 }
 
 /* loss: the model's logits already include the attached adapters; `params` (the adapters)
  * are what the trainer differentiates */
-static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     lm *d = user;
-    (void)params, (void)rng;
+    (void)params, (void)rng, (void)err;
     rc_tensor *logits = rc_model_logits(g, d->model, rc_batch_input(g, b, "ids"), NULL, NULL);
     return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), RC_IGNORE_INDEX);
 }
@@ -232,7 +231,7 @@ int main(int argc, char **argv)
     rc_lora_free(l);
     rc_deployer_free(dep);
     rc_model_free(d.model);
-    rc_dataset_free(d.data);
+    rc_dataset_close(d.data);
     rc_tokenizer_free(tok);
     free(base);
     return rc || !frozen ? 1 : 0;

@@ -117,7 +117,7 @@ static void weights_get(rc_graph *g, rc_params *params, rc_tensor *w[NW])
 /* ---- the three functions -------------------------------------------------------------- */
 
 /* collate: n task indices -> xs, ys [n, K, 1] (support) and xq, yq [n, Q, 1] (query) */
-static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     maml *d = user;
     int K = d->K, Q = d->Q;
@@ -128,7 +128,7 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
     double *x = malloc((size_t)(K + Q) * sizeof *x), *y = malloc((size_t)(K + Q) * sizeof *y);
     if (!xs || !ys || !xq || !yq || !x || !y) {
         free(x), free(y);
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     }
     for (int b = 0; b < n; b++) {
         task_points(d, d->epoch, examples[b], x, y);
@@ -142,10 +142,10 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
 }
 
 /* loss: the mean query loss after the inner step (the trainer differentiates through it) */
-static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     maml *d = user;
-    (void)rng;
+    (void)rng, (void)err;
     rc_tensor *w[NW], *adapted[NW], *pre = NULL, *post = NULL;
     weights_get(g, params, w);
     maml_step(g, w, rc_batch_input(g, b, "xs"), rc_batch_input(g, b, "ys"), rc_batch_input(g, b, "xq"),
@@ -154,10 +154,10 @@ static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng
 }
 
 /* predict: each task's query MSE before and after adapting, [B, 2] */
-static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     maml *d = user;
-    (void)rng;
+    (void)rng, (void)err;
     rc_tensor *w[NW], *adapted[NW], *pre = NULL, *post = NULL;
     weights_get(g, params, w);
     maml_step(g, w, rc_batch_input(g, b, "xs"), rc_batch_input(g, b, "ys"), rc_batch_input(g, b, "xq"),
@@ -170,10 +170,10 @@ static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_
 }
 
 /* output: one row [pre, post] per task, in order */
-static int output(int64_t example, const float *row, int64_t row_len, void *user)
+static int output(int64_t example, const float *row, int64_t row_len, void *user, rc_error *err)
 {
     maml *d = user;
-    (void)example, (void)row_len;
+    (void)example, (void)row_len, (void)err;
     d->pre += row[0];
     d->post += row[1];
     d->tasks++;

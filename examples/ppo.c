@@ -128,11 +128,11 @@ static rc_tensor *clamp(rc_graph *g, rc_tensor *x, double lo, double hi)
  * rank's rollout. Without shuffling, the trainer gives rank r the indices s B dp + r B + k
  * (k < B) at step s of an epoch, so (index / (B dp)) B + index % B numbers this rank's
  * examples 0 .. T-1, and perm puts them in this epoch's order. */
-static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     ppo *d = user;
-    if (d->failed)
-        return -1;
+    if (d->failed) /* acting failed: its reason */
+        return rc_error_set(err, d->err.code ? d->err.code : RC_ERR_ARG, "%s", d->err.msg);
     int D = d->obs_dim;
     int64_t B = d->c.batch, dp = d->mesh->dp;
     float *obs = rc_batch_add(out, "obs", RC_F32, 2, (int64_t[]){n, D});
@@ -141,7 +141,7 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
     float *adv = rc_batch_add(out, "adv", RC_F32, 1, (int64_t[]){n});
     float *ret = rc_batch_add(out, "ret", RC_F32, 1, (int64_t[]){n});
     if (!obs || !act || !logp || !adv || !ret)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for %d transitions", n);
     for (int i = 0; i < n; i++) {
         int64_t row = d->perm[(examples[i] / (B * dp)) * B + examples[i] % B];
         memcpy(obs + (int64_t)i * D, d->r_obs + row * D, sizeof(float) * (size_t)D);
@@ -154,10 +154,10 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
 }
 
 /* loss: clipped surrogate + vf_coef value error - ent_coef entropy, means over the batch */
-static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     ppo *d = user;
-    (void)rng;
+    (void)rng, (void)err;
     rc_tensor *logits, *value, *adv = rc_batch_input(g, b, "adv");
     actor_critic(g, params, rc_batch_input(g, b, "obs"), &logits, &value);
     rc_tensor *logp = log_softmax(g, logits);                                      /* [B, A] */
@@ -166,17 +166,17 @@ static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng
     rc_tensor *ratio = rc_exp(g, rc_sub(g, logp_a, rc_batch_input(g, b, "logp")));
     rc_tensor *surrogate = minimum(g, rc_mul(g, ratio, adv),
                                    rc_mul(g, clamp(g, ratio, 1.0 - d->c.clip, 1.0 + d->c.clip), adv));
-    rc_tensor *err = rc_sub(g, value, rc_batch_input(g, b, "ret"));
+    rc_tensor *value_err = rc_sub(g, value, rc_batch_input(g, b, "ret"));
     rc_tensor *entropy = rc_neg(g, rc_sum(g, rc_mul(g, rc_exp(g, logp), logp), 1, 0));
     rc_tensor *total = rc_neg(g, rc_mean_all(g, surrogate));
-    total = rc_add(g, total, rc_scale(g, rc_mean_all(g, rc_mul(g, err, err)), d->c.vf_coef));
+    total = rc_add(g, total, rc_scale(g, rc_mean_all(g, rc_mul(g, value_err, value_err)), d->c.vf_coef));
     return rc_sub(g, total, rc_scale(g, rc_mean_all(g, entropy), d->c.ent_coef));
 }
 
 /* predict: [B, A + 1], the actor's logits then the critic's value */
-static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)rng, (void)user;
+    (void)rng, (void)user, (void)err;
     rc_tensor *logits, *value;
     actor_critic(g, params, rc_batch_input(g, b, "obs"), &logits, &value);
     if (!value)
@@ -196,7 +196,7 @@ static int act_plan(ppo *d)
     if (!rc_batch_add(&d->act_batch, "obs", RC_F32, 2, (int64_t[]){d->c.envs, d->obs_dim}))
         return rc_error_set(&d->err, RC_ERR_MEMORY, "ppo: out of memory");
     d->act_graph = rc_graph_new();
-    d->act_out = predict(d->act_graph, d->params, &d->act_batch, rc_rng_new(d->c.seed), d);
+    d->act_out = predict(d->act_graph, d->params, &d->act_batch, rc_rng_new(d->c.seed), d, &d->err);
     if (rc_graph_error(d->act_graph))
         return rc_error_set(&d->err, RC_ERR_ARG, "ppo: act: %s", rc_graph_error(d->act_graph));
     d->act_plan = rc_plan_new_on(rc_deployer_backend(d->dep), d->act_graph, &d->act_out, 1, &d->err);

@@ -53,7 +53,7 @@ static int example_get(const reverse_task *d, int64_t i, int32_t *src, int32_t *
  *                                         PAD x5 x7 x3  EOS PAD
  *   targets   what each decoder position predicts, -100 past the end
  *                                         x5  x7 x3 EOS -100 -100 */
-static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     reverse_task *d = user;
     int64_t S = d->max_len + 1;
@@ -64,7 +64,7 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
     int32_t *src = malloc((size_t)S * sizeof *src), *tgt = malloc((size_t)S * sizeof *tgt);
     if (!enc || !mask || !dec || !targets || !src || !tgt) {
         free(src), free(tgt);
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     }
     for (int i = 0; i < n; i++) {
         int len = example_get(d, examples[i], src, tgt);
@@ -87,9 +87,9 @@ static rc_tensor *logits_of(rc_graph *g, const reverse_task *d, const rc_batch *
 }
 
 /* loss: mean cross-entropy over the target tokens (the -100 padding is skipped) */
-static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)params, (void)rng;
+    (void)params, (void)rng, (void)err;
     return rc_cross_entropy(g, logits_of(g, user, b), rc_batch_input(g, b, "targets"), RC_IGNORE_INDEX);
 }
 
@@ -97,10 +97,10 @@ static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng
  * the positions where a logit equals its row's maximum, times the ids 0 .. V-1, maxed
  * over the vocabulary (ties take the largest id). Teacher forced: position k sees the
  * true target tokens before it. */
-static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     reverse_task *d = user;
-    (void)params, (void)rng;
+    (void)params, (void)rng, (void)err;
     int64_t V = d->model->config.vocab_size;
     float *ids = malloc((size_t)V * sizeof *ids);
     if (!ids)
@@ -115,8 +115,9 @@ static rc_tensor *predict(rc_graph *g, rc_params *params, const rc_batch *b, rc_
 }
 
 /* output: called once per example, in order, with its row of predict's output */
-static int output(int64_t example, const float *row, int64_t row_len, void *user)
+static int output(int64_t example, const float *row, int64_t row_len, void *user, rc_error *err)
 {
+    (void)err;
     reverse_task *d = user;
     int32_t src[64], tgt[64];
     int len = example_get(d, example, src, tgt), all = 1;

@@ -24,13 +24,13 @@ static int64_t count(int epoch, void *user)
 }
 
 /* collate: n example indices -> ids [n, T] and targets [n, T] */
-static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
+static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err)
 {
     lm *d = user;
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     int32_t *targets = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
     if (!ids || !targets)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int i = 0; i < n; i++)
         for (int t = 0; t < T; t++) {
             ids[i * T + t] = d->tokens[examples[i] * T + t];
@@ -40,10 +40,10 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user)
 }
 
 /* loss: the scalar to minimise, recorded in global shapes as if on one device */
-static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     lm *d = user;
-    (void)params, (void)rng;
+    (void)params, (void)rng, (void)err;
     rc_tensor *logits = rc_model_logits(g, d->model, rc_batch_input(g, b, "ids"), NULL, NULL);
     return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), -100);
 }

@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rc_dataset *ds = rc_dataset_open(path, &o, &err);
     if (ds) {
         read_back(ds);
-        rc_dataset_free(ds);
+        rc_dataset_close(ds);
     }
     return 0;
 }

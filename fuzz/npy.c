@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         rc_dataset_window(ds, 8, w, in, tg, &err);
         rc_dataset_read(ds, 0, 8, in, &err);
-        rc_dataset_free(ds);
+        rc_dataset_close(ds);
     }
     return 0;
 }

@@ -291,15 +291,17 @@ typedef struct {
     rc_model *model;
     rc_lora *lora;
     rc_dataset *train, *eval;
-    rc_task task, eval_task;
+    rc_task *task, *eval_task;
     rc_deployer *d;
 } session;
 
 static void session_free(session *s)
 {
+    rc_task_free(s->task);
+    rc_task_free(s->eval_task);
     rc_deployer_free(s->d);
-    rc_dataset_free(s->train);
-    rc_dataset_free(s->eval);
+    rc_dataset_close(s->train);
+    rc_dataset_close(s->eval);
     rc_lora_free(s->lora);
     rc_model_free(s->model);
     rc_tokenizer_free(s->tok);
@@ -374,20 +376,10 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
         if (rc_deployer_agree(s->d, rc, &err))
             return 1;
     }
-    if (rc_task_init(&s->task, s->model, s->train, o->seq_len, &err) ||
-        (s->eval && rc_task_init(&s->eval_task, s->model, s->eval, o->seq_len, &err)))
+    if (!(s->task = rc_task_new(s->model, s->train, o->seq_len, &err)) ||
+        (s->eval && !(s->eval_task = rc_task_new(s->model, s->eval, o->seq_len, &err))))
         return cli_fail(cmd, "%s: %s", o->data, err.msg);
     return 0;
-}
-
-/* A task collate failure carries its own message. */
-static const char *reason(const session *s, const rc_error *err)
-{
-    if (s->task.err.code)
-        return s->task.err.msg;
-    if (s->eval_task.err.code)
-        return s->eval_task.err.msg;
-    return err->msg;
 }
 
 /* After a LoRA fit: the saving printed (this process's trainer state, measured, against what
@@ -434,8 +426,8 @@ int cmd_train(int argc, char **argv)
     }
     rc_error err = {0};
     /* LoRA: the trainer's parameters are the adapters (no model config in its checkpoints) */
-    rc_trainer *t = s.lora ? rc_trainer_new(s.d, rc_task_collate, rc_task_loss, &s.task, rc_lora_params(s.lora), NULL, &err)
-                           : rc_trainer_new(s.d, rc_task_collate, rc_task_loss, &s.task, s.model->params, s.model, &err);
+    rc_trainer *t = s.lora ? rc_trainer_new(s.d, rc_task_collate, rc_task_loss, s.task, rc_lora_params(s.lora), NULL, &err)
+                           : rc_trainer_new(s.d, rc_task_collate, rc_task_loss, s.task, s.model->params, s.model, &err);
     rc_train_options to = {.steps = o.steps, .epochs = (int)o.epochs, .batch_size = (int)o.batch,
                            .grad_accum = (int)o.accum, .shuffle = !o.no_shuffle, .optimizer = o.optimizer,
                            .lr = o.lr, .weight_decay = o.wd, .grad_clip = o.clip, .remat = (int)o.remat, .zero = o.zero,
@@ -447,7 +439,7 @@ int cmd_train(int argc, char **argv)
                            .log_every = o.log_every, .eval_every = o.eval_every, .save_every = o.save_every,
                            .shard_overrides = o.shards.o, .n_shard_overrides = o.shards.n,
                            .resume = o.resume, .catch_signals = 1, .tokenizer_dir = o.tokenizer ? o.tokenizer : s.model->dir[0] ? s.model->dir : NULL};
-    rc_examples train = {rc_task_count, &s.task}, eval = {rc_task_count, &s.eval_task};
+    rc_examples train = {rc_task_count, s.task}, eval = {rc_task_count, s.eval_task};
     rc_train_result res = {0};
     rc = t ? rc_trainer_fit(t, &to, train, s.eval ? &eval : NULL, &res, &err) : -1;
     int64_t full_state = 0;
@@ -455,7 +447,7 @@ int cmd_train(int argc, char **argv)
         rc = lora_finish(&o, &s, &res, &full_state, &err);
     int stopped = rc && err.code == RC_ERR_INTERRUPTED ? res.stop_signal : 0;
     if (rc)
-        cli_fail(cmd, "%s", stopped ? err.msg : reason(&s, &err));
+        cli_fail(cmd, "%s", err.msg);
     else if (o.json && rc_deployer_is_main(s.d)) {
         json_t *j = json_pack("{s:I, s:o, s:o, s:o}", "step", (json_int_t)res.step, "loss",
                               cli_json_real(res.loss), "eval_loss", cli_json_real(res.eval_loss), "lr",
@@ -488,12 +480,12 @@ int cmd_eval(int argc, char **argv)
         return rc;
     }
     rc_error err = {0};
-    rc_trainer *t = rc_trainer_new(s.d, rc_task_collate, rc_task_loss, &s.task, s.model->params, s.model, &err);
+    rc_trainer *t = rc_trainer_new(s.d, rc_task_collate, rc_task_loss, s.task, s.model->params, s.model, &err);
     double loss = NAN;
     int64_t tokens = 0;
-    rc = t ? rc_trainer_eval(t, (rc_examples){rc_task_count, &s.task}, (int)o.batch, &loss, &tokens, &err) : -1;
+    rc = t ? rc_trainer_eval(t, (rc_examples){rc_task_count, s.task}, (int)o.batch, &loss, &tokens, &err) : -1;
     if (rc) {
-        cli_fail(cmd, "%s", reason(&s, &err));
+        cli_fail(cmd, "%s", err.msg);
     } else if (rc_deployer_is_main(s.d)) {
         if (o.json)
             cli_print_json(json_pack("{s:o, s:o, s:I}", "loss", cli_json_real(loss), "ppl", cli_json_real(exp(loss)),

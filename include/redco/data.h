@@ -155,7 +155,7 @@ typedef struct {
 
 /* Opens PATH by its extension (.npy, .txt, .jsonl). OPTS may be NULL for a .npy. */
 rc_dataset *rc_dataset_open(const char *path, const rc_dataset_opts *opts, rc_error *err);
-void rc_dataset_free(rc_dataset *ds);
+void rc_dataset_close(rc_dataset *ds);
 const rc_dataset_info *rc_dataset_info_get(const rc_dataset *ds);
 rc_data_kind rc_dataset_kind(const rc_dataset *ds);
 

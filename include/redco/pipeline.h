@@ -172,14 +172,18 @@ rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *
 
 /* ---- the three functions ---------------------------------------------------------------- */
 
-typedef int (*rc_collate_fn)(rc_batch *out, const int64_t *examples, int n, void *user);
+/* Each function receives err: a function that fails returns -1 (collate, output) or NULL
+ * (loss, predict) and may say why with rc_error_set(err, code, "..."); the trainer or
+ * predictor then stops with that reason, naming the examples of the batch. (A loss or
+ * predict that fails through a graph op needs nothing more: the graph's error is used.) */
+typedef int (*rc_collate_fn)(rc_batch *out, const int64_t *examples, int n, void *user, rc_error *err);
 typedef rc_tensor *(*rc_loss_fn)(rc_graph *g, rc_params *params, const rc_batch *batch,
-                                 rc_rng rng, void *user);
+                                 rc_rng rng, void *user, rc_error *err);
 typedef rc_tensor *(*rc_predict_fn)(rc_graph *g, rc_params *params, const rc_batch *batch,
-                                    rc_rng rng, void *user);
+                                    rc_rng rng, void *user, rc_error *err);
 /* turns the prediction rows of one batch (valid examples only) into per-example results:
  * called with the predict output's data for example `example` (row `row` of the batch) */
-typedef int (*rc_output_fn)(int64_t example, const float *row, int64_t row_len, void *user);
+typedef int (*rc_output_fn)(int64_t example, const float *row, int64_t row_len, void *user, rc_error *err);
 
 /* ---- deployer: processes, mesh, randomness, workdir, logging ------------------------------ */
 
@@ -340,19 +344,22 @@ int rc_trainer_eval(rc_trainer *t, rc_examples ex, int batch_size, double *loss,
 struct rc_dataset;
 
 /* Language modelling (token windows), instruction tuning (prompt masked out of the loss)
- * and, for T5, sequence to sequence, on a dataset from redco/data.h. */
-typedef struct {
-    rc_model *model;
-    struct rc_dataset *data;
-    int64_t seq_len;              /* tokens per example (T5: source and target each) */
-    int32_t pad;                  /* padding id for inputs */
-    rc_error err;                 /* why the last collate failed */
-} rc_task;
+ * and, for T5, sequence to sequence, on a dataset from redco/data.h: the three functions
+ * for a built-in model. The task reads the model and the dataset, which stay the caller's
+ * and must outlive it:
+ *     rc_task *task = rc_task_new(model, data, seq_len, &err);
+ *     rc_trainer *t = rc_trainer_new(d, rc_task_collate, rc_task_loss, task, model->params, model, &err);
+ *     ... rc_trainer_fit(t, &o, (rc_examples){rc_task_count, task}, NULL, &result, &err) ...
+ *     rc_task_free(task); */
+typedef struct rc_task rc_task;
 
-int rc_task_init(rc_task *t, rc_model *m, struct rc_dataset *data, int64_t seq_len, rc_error *err);
+/* NULL with err set when the data does not suit the model (a T5 needs source/target
+ * .jsonl, no window of seq_len tokens, seq_len past the model's positions). */
+rc_task *rc_task_new(rc_model *m, struct rc_dataset *data, int64_t seq_len, rc_error *err);
+void rc_task_free(rc_task *t);
 int64_t rc_task_count(int epoch, void *task);
-int rc_task_collate(rc_batch *out, const int64_t *examples, int n, void *task);
-rc_tensor *rc_task_loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *task);
+int rc_task_collate(rc_batch *out, const int64_t *examples, int n, void *task, rc_error *err);
+rc_tensor *rc_task_loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *task, rc_error *err);
 
 #ifdef __cplusplus
 }

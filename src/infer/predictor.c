@@ -66,9 +66,13 @@ static rc_graph *record_predict(rc_predictor *p, const rc_batch *b, rc_tensor **
         return NULL;
     }
     rc_rng key = rc_rng_fold(rc_rng_new(rci_deployer_seed(p->d)), 0x9ED1C7);
-    *out = p->predict(g, p->params, b, key, p->user);
-    if (!rc_graph_error(g) && !*out)
-        rci_fail(g, RC_ERR_ARG, "predict function returned no tensor");
+    rc_error why = {0};
+    *out = p->predict(g, p->params, b, key, p->user, &why);
+    if (!rc_graph_error(g) && !*out) {
+        rc_graph_free(g);
+        rci_user_failed(err, &why, "predict: the predict function returned no tensor");
+        return NULL;
+    }
     int64_t rows = b->n ? b->a[0].shape[0] : 0;
     if (!rc_graph_error(g) && ((*out)->ndim < 1 || (*out)->shape[0] != rows)) {
         char sh[96];
@@ -203,9 +207,10 @@ static int run_local(rc_predictor *p, int64_t n, int64_t first, int b, int64_t v
     rc_batch batch;
     memset(&batch, 0, sizeof batch);
     int rc = 0;
-    if (p->collate(&batch, idx, b, p->user))
-        rc = rc_error_set(err, RC_ERR_ARG, "predict: collate failed for %d examples starting at example %lld",
-                          b, (long long)first);
+    rc_error why = {0};
+    if (p->collate(&batch, idx, b, p->user, &why))
+        rc = rci_user_failed(err, &why, "predict: collate failed for %d examples starting at example %lld", b,
+                             (long long)first);
     if (!rc && (batch.n < 1 || batch.a[0].shape[0] != b))
         rc = rc_error_set(err, RC_ERR_SHAPE, "predict: collate of %d examples made %s", b,
                           batch.n < 1 ? "no arrays" : "arrays whose leading dimension is not the example count");
@@ -262,8 +267,9 @@ static int emit_round(rc_predictor *p, const rc_mesh *m, int64_t n, int64_t star
         const float *rows = (const float *)((const char *)all + at);
         for (int64_t i = 0; p->output && i < valid; i++) {
             int64_t ex = start + (int64_t)q * b + i;
-            if (p->output(ex, rows + i * row_len, row_len, p->user))
-                return rc_error_set(err, RC_ERR_ARG, "predict: the output function failed for example %lld", (long long)ex);
+            rc_error why = {0};
+            if (p->output(ex, rows + i * row_len, row_len, p->user, &why))
+                return rci_user_failed(err, &why, "predict: the output function failed for example %lld", (long long)ex);
         }
         at += bytes;
     }

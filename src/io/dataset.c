@@ -676,13 +676,13 @@ rc_dataset *rc_dataset_open(const char *path, const rc_dataset_opts *opts, rc_er
             ds->n_tokens = ds->n_ids + ds->n_tgt;
     }
     if (rc) {
-        rc_dataset_free(ds);
+        rc_dataset_close(ds);
         return NULL;
     }
     return ds;
 }
 
-void rc_dataset_free(rc_dataset *ds)
+void rc_dataset_close(rc_dataset *ds)
 {
     if (!ds)
         return;

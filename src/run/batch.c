@@ -1,7 +1,8 @@
-/* batch.c - batches of named host arrays, and their graph inputs. */
-#include "internal.h"
-#include "redco/pipeline.h"
+/* batch.c - batches of named host arrays, their graph inputs, and the reasons the user's
+ * functions give when they fail. */
+#include "run.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,4 +85,16 @@ int rc_batch_feed(const rc_batch *b, rc_plan *p, rc_error *err)
             return -1;
     }
     return 0;
+}
+
+int rci_user_failed(rc_error *err, const rc_error *why, const char *fmt, ...)
+{
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (why->code || why->msg[0])
+        return rc_error_set(err, why->code ? why->code : RC_ERR_ARG, "%s: %s", what, why->msg);
+    return rc_error_set(err, RC_ERR_ARG, "%s (it gave no reason)", what);
 }

@@ -30,4 +30,9 @@ void rci_deployer_note(rc_deployer *d, const char *fmt, ...) __attribute__((form
 
 uint64_t rci_deployer_seed(const rc_deployer *d);
 
+/* ---- the user's functions (batch.c) ------------------------------------------------------ */
+/* A user's function failed: err = "WHAT: the reason it gave in why" (why's code), or
+ * "WHAT (it gave no reason)" when it set none; WHAT from the printf-style format. -1. */
+int rci_user_failed(rc_error *err, const rc_error *why, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

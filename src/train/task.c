@@ -5,17 +5,22 @@
 #include "redco/data.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-int rc_task_init(rc_task *t, rc_model *m, struct rc_dataset *data, int64_t seq_len, rc_error *err)
+struct rc_task {
+    rc_model *model;
+    struct rc_dataset *data;
+    int64_t seq_len;              /* tokens per example (T5: source and target each) */
+    int32_t pad;                  /* padding id for inputs */
+};
+
+/* the checks of rc_task_new on a filled task */
+static int task_check(rc_task *t, rc_error *err)
 {
-    memset(t, 0, sizeof *t);
-    t->model = m;
-    t->data = data;
-    t->seq_len = seq_len;
-    t->pad = m->config.pad_token_id >= 0 ? m->config.pad_token_id
-           : m->config.eos_token_id >= 0 ? m->config.eos_token_id : 0;
-    rc_data_kind kind = rc_dataset_kind(data);
+    rc_model *m = t->model;
+    int64_t seq_len = t->seq_len;
+    rc_data_kind kind = rc_dataset_kind(t->data);
     int t5 = m->config.type == RC_MODEL_T5;
     if (seq_len < 1)
         return rc_error_set(err, RC_ERR_ARG, "task: sequence length %lld", (long long)seq_len);
@@ -31,6 +36,34 @@ int rc_task_init(rc_task *t, rc_model *m, struct rc_dataset *data, int64_t seq_l
     return 0;
 }
 
+rc_task *rc_task_new(rc_model *m, struct rc_dataset *data, int64_t seq_len, rc_error *err)
+{
+    if (!m || !data) {
+        rc_error_set(err, RC_ERR_ARG, "task: a model and a dataset are required");
+        return NULL;
+    }
+    rc_task *t = calloc(1, sizeof *t);
+    if (!t) {
+        rc_error_set(err, RC_ERR_MEMORY, "task: out of memory");
+        return NULL;
+    }
+    t->model = m;
+    t->data = data;
+    t->seq_len = seq_len;
+    t->pad = m->config.pad_token_id >= 0 ? m->config.pad_token_id
+           : m->config.eos_token_id >= 0 ? m->config.eos_token_id : 0;
+    if (task_check(t, err)) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void rc_task_free(rc_task *t)
+{
+    free(t);
+}
+
 int64_t rc_task_count(int epoch, void *task)
 {
     rc_task *t = task;
@@ -41,7 +74,7 @@ int64_t rc_task_count(int epoch, void *task)
 }
 
 /* T5: encoder ids and mask from the source, decoder input [start, target...] and targets */
-static int collate_seq2seq(rc_task *t, rc_batch *out, const int64_t *ex, int n)
+static int collate_seq2seq(rc_task *t, rc_batch *out, const int64_t *ex, int n, rc_error *err)
 {
     int64_t T = t->seq_len;
     int32_t *enc = rc_batch_add(out, "enc_ids", RC_I32, 2, (int64_t[]){n, T});
@@ -49,11 +82,11 @@ static int collate_seq2seq(rc_task *t, rc_batch *out, const int64_t *ex, int n)
     int32_t *dec = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
     if (!enc || !mask || !dec || !tg)
-        return rc_error_set(&t->err, RC_ERR_MEMORY, "collate: out of memory");
+        return rc_error_set(err, RC_ERR_MEMORY, "collate: out of memory");
     int32_t start = t->model->config.decoder_start_token_id >= 0 ? t->model->config.decoder_start_token_id : t->pad;
     for (int i = 0; i < n; i++) {
         rc_data_example e;
-        if (rc_dataset_example(t->data, ex[i], &e, &t->err))
+        if (rc_dataset_example(t->data, ex[i], &e, err))
             return -1;
         for (int64_t k = 0; k < T; k++) {
             enc[i * T + k] = k < e.n ? e.ids[k] : t->pad;
@@ -65,34 +98,34 @@ static int collate_seq2seq(rc_task *t, rc_batch *out, const int64_t *ex, int n)
     return 0;
 }
 
-int rc_task_collate(rc_batch *out, const int64_t *ex, int n, void *task)
+int rc_task_collate(rc_batch *out, const int64_t *ex, int n, void *task, rc_error *err)
 {
     rc_task *t = task;
     int64_t T = t->seq_len;
     if (rc_dataset_kind(t->data) == RC_DATA_SEQ2SEQ)
-        return collate_seq2seq(t, out, ex, n);
+        return collate_seq2seq(t, out, ex, n, err);
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
     if (!ids || !tg)
-        return rc_error_set(&t->err, RC_ERR_MEMORY, "collate: out of memory");
+        return rc_error_set(err, RC_ERR_MEMORY, "collate: out of memory");
     for (int i = 0; i < n; i++) {
         if (rc_dataset_kind(t->data) == RC_DATA_LM) {
-            if (rc_dataset_window(t->data, T, ex[i], ids + i * T, tg + i * T, &t->err))
+            if (rc_dataset_window(t->data, T, ex[i], ids + i * T, tg + i * T, err))
                 return -1;
             continue;
         }
         rc_data_example e;
-        if (rc_dataset_example(t->data, ex[i], &e, &t->err))
+        if (rc_dataset_example(t->data, ex[i], &e, err))
             return -1;
         rc_data_example_pack(&e, T, t->pad, ids + i * T, tg + i * T);
     }
     return 0;
 }
 
-rc_tensor *rc_task_loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *task)
+rc_tensor *rc_task_loss(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *task, rc_error *err)
 {
     rc_task *t = task;
-    (void)params, (void)rng;
+    (void)params, (void)rng, (void)err; /* a failure is the graph's error */
     rc_tensor *enc = NULL, *mask = NULL;
     if (rc_batch_get(b, "enc_ids")) {
         enc = rc_batch_input(g, b, "enc_ids");

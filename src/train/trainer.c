@@ -151,9 +151,13 @@ static rc_graph *record_loss(rc_trainer *t, void *user, const rc_batch *b, int s
         return NULL;
     }
     rc_graph_set_remat(g, t->remat);
-    loss[0] = t->loss_fn(g, t->params, b, rc_rng_new(t->seed), user);
-    if (!rc_graph_error(g) && !loss[0])
-        rci_fail(g, RC_ERR_ARG, "loss function returned no tensor");
+    rc_error why = {0};
+    loss[0] = t->loss_fn(g, t->params, b, rc_rng_new(t->seed), user, &why);
+    if (!rc_graph_error(g) && !loss[0]) {
+        rc_graph_free(g);
+        rci_user_failed(err, &why, "loss: the loss function returned no tensor");
+        return NULL;
+    }
     if (!rc_graph_error(g) && rc_tensor_numel(loss[0]) != 1)
         rci_fail(g, RC_ERR_SHAPE, "loss function returned %lld values, not a scalar",
                 (long long)rc_tensor_numel(loss[0]));
@@ -335,10 +339,11 @@ static void *user_of(const rc_trainer *t, rc_examples ex)
 static int collate(rc_trainer *t, void *user, rc_batch *b, const int64_t *idx, int n, rc_error *err)
 {
     memset(b, 0, sizeof *b);
-    if (t->collate(b, idx, n, user)) {
+    rc_error why = {0};
+    if (t->collate(b, idx, n, user, &why)) {
         rc_batch_free(b);
-        return rc_error_set(err, RC_ERR_ARG, "collate failed for %d examples starting at example %lld", n,
-                            (long long)idx[0]);
+        return rci_user_failed(err, &why, "collate failed for %d examples starting at example %lld", n,
+                               (long long)idx[0]);
     }
     return 0;
 }

@@ -96,14 +96,14 @@ static int64_t count(int epoch, void *user)
     return 16;
 }
 
-static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
+static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
 {
     lm *d = user;
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     int32_t *enc = rc_batch_add(out, "enc", RC_I32, 2, (int64_t[]){n, T});
     int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
     if (!ids || !enc || !tg)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int i = 0; i < n; i++) {
         memcpy(ids + i * T, d->ids + ex[i] * T, T * sizeof *ids);
         memcpy(enc + i * T, d->enc + ex[i] * T, T * sizeof *enc);
@@ -112,10 +112,10 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
     return 0;
 }
 
-static rc_tensor *lm_loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *lm_loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     lm *d = user;
-    (void)p, (void)rng;
+    (void)p, (void)rng, (void)err;
     rc_tensor *enc = d->model->config.type == RC_MODEL_T5 ? rc_batch_input(g, b, "enc") : NULL;
     rc_tensor *l = rc_model_logits(g, d->model, rc_batch_input(g, b, "ids"), enc, NULL);
     return rc_cross_entropy(g, l, rc_batch_input(g, b, "targets"), RC_IGNORE_INDEX);

@@ -35,15 +35,15 @@ typedef struct {
     int64_t row_len;
 } toy;
 
-static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
+static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
 {
     toy *t = user;
     float *x = rc_batch_add(out, "x", RC_F32, 2, (int64_t[]){n, 3});
     if (!x)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for x");
     for (int i = 0; i < n; i++) {
         if (ex[i] < 0 || ex[i] >= t->n || ex[i] == t->fail_collate_at)
-            return -1;
+            return rc_error_set(err, RC_ERR_ARG, "example %lld is marked to fail", (long long)ex[i]);
         double v = (double)ex[i];
         x[3 * i] = (float)v;
         x[3 * i + 1] = (float)(v * v);
@@ -53,10 +53,10 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
 }
 
 /* x [n, 3] @ W [3, 2], W = ((1, 0), (0, 1), (0.5, -1)): (i + 0.5, i^2 - 1) */
-static rc_tensor *predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     toy *t = user;
-    (void)rng;
+    (void)rng, (void)err;
     t->compiles++;
     rc_tensor *y = rc_matmul(g, rc_batch_input(g, b, "x"), rc_params_get(g, p, "W"), 0, 0);
     if (t->as_f64)
@@ -64,8 +64,9 @@ static rc_tensor *predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng r
     return t->bad_shape ? rc_sum_all(g, y) : y;
 }
 
-static int output(int64_t example, const float *row, int64_t row_len, void *user)
+static int output(int64_t example, const float *row, int64_t row_len, void *user, rc_error *err)
 {
+    (void)err;
     toy *t = user;
     if (example == t->fail_output_at)
         return -1;
@@ -129,13 +130,17 @@ static void run_toy(rc_deployer *d, const char *what)
         t.next = 0;
         t.fail_collate_at = 9;
         err = (rc_error){0};
-        CHECKF(rc_predictor_run(p, t.n, 2, &err) == -1 && strstr(err.msg, "collate failed"), "%s: collate failure: %s",
-               what, err.msg);
+        /* the collate function's own reason, after the examples of the batch */
+        CHECKF(rc_predictor_run(p, t.n, 2, &err) == -1 && strstr(err.msg, "collate failed") &&
+               strstr(err.msg, "starting at example 8: example 9 is marked to fail") && err.code == RC_ERR_ARG,
+               "%s: collate failure: %s", what, err.msg);
         t.fail_collate_at = -1;
         t.fail_output_at = 13;
         t.next = 0;
         err = (rc_error){0};
-        CHECKF(rc_predictor_run(p, t.n, 2, &err) == -1 && strstr(err.msg, "output function failed for example 13"),
+        /* an output function that fails without a reason: said so */
+        CHECKF(rc_predictor_run(p, t.n, 2, &err) == -1 &&
+               strstr(err.msg, "output function failed for example 13 (it gave no reason)"),
                "%s: output failure: %s", what, err.msg);
         t.fail_output_at = -1;
         err = (rc_error){0};
@@ -163,29 +168,30 @@ static void run_toy(rc_deployer *d, const char *what)
 
 enum { T = 6 };
 
-static int lm_collate(rc_batch *out, const int64_t *ex, int n, void *user)
+static int lm_collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
 {
     (void)user;
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     if (!ids)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int i = 0; i < n; i++)
         for (int k = 0; k < T; k++)
             ids[i * T + k] = (int32_t)((ex[i] * 31 + k * 7) % 256);
     return 0;
 }
 
-static rc_tensor *lm_predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *lm_predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     toy *t = user;
-    (void)p, (void)rng;
+    (void)p, (void)rng, (void)err;
     rc_tensor *l = rc_model_logits(g, t->model, rc_batch_input(g, b, "ids"), NULL, NULL);
     l = l ? rc_slice(g, l, 1, T - 1, T) : NULL; /* [n, 1, vocab] */
     return t->softmax && l ? rc_softmax(g, l) : l;
 }
 
-static int lm_output(int64_t example, const float *row, int64_t row_len, void *user)
+static int lm_output(int64_t example, const float *row, int64_t row_len, void *user, rc_error *err)
 {
+    (void)err;
     toy *t = user;
     if (example != t->next || example >= t->n)
         return -1;

@@ -185,7 +185,7 @@ static void test_npy_versions_and_dtypes(void)
             CHECK(rc_dataset_window(ds, 3, 1, in, tg, &err) == 0);
             CHECK(in[0] == 256 && in[1] == 50256 && in[2] == 65535);
             CHECK(tg[0] == 50256 && tg[1] == 65535 && tg[2] == 7);
-            rc_dataset_free(ds);
+            rc_dataset_close(ds);
         }
     }
     /* Python 2 era "10L" shapes and an empty array */
@@ -200,7 +200,7 @@ static void test_npy_versions_and_dtypes(void)
                   NULL, 0);
     rc_dataset *ds = rc_dataset_open(tmp_path("e.npy"), NULL, &err);
     CHECKF(ds && rc_dataset_tokens(ds) == 0 && rc_dataset_windows(ds, 4) == 0, "%s", err.msg);
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
 }
 
 static void expect_npy_error(const char *what, const void *bytes, size_t n, int code,
@@ -219,7 +219,7 @@ static void expect_npy_error(const char *what, const void *bytes, size_t n, int 
     rc_error err2 = {0};
     rc_dataset *ds = rc_dataset_open(path, NULL, &err2);
     CHECKF(ds == NULL && has(err2.msg, part), "%s via dataset: %s", what, err2.msg);
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
 }
 
 static void expect_npy_dict_error(const char *what, int major, const char *dict,
@@ -363,7 +363,7 @@ static void test_windows(void)
         rc_data_example ex;
         rc_error err = {0};
         CHECK(rc_dataset_example(ds, 0, &ex, &err) == -1 && has(err.msg, "not examples"));
-        rc_dataset_free(ds);
+        rc_dataset_close(ds);
     }
     /* ids checked as they are read: negative, and past the tokenizer's vocabulary */
     int32_t ids[6] = {1, 2, -3, 4, 50257, 6};
@@ -373,7 +373,7 @@ static void test_windows(void)
     int32_t in[2], tg[2];
     CHECK(ds && rc_dataset_window(ds, 2, 0, in, tg, &err) == -1 && has(err.msg, "-3") &&
           has(err.msg, "position 2") && has(err.msg, "badids.npy"));
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
     rc_dataset_opts o = {.tokenizer = tok};
     ids[2] = 3;
     CHECK(rc_npy_write(tmp_path("badids.npy"), RC_NPY_I32, ids, 6, &err) == 0);
@@ -381,7 +381,7 @@ static void test_windows(void)
     CHECK(ds && rc_dataset_window(ds, 2, 0, in, tg, &err) == 0);
     CHECK(ds && rc_dataset_window(ds, 2, 1, in, tg, &err) == -1 && has(err.msg, "50257") &&
           has(err.msg, "[0, 50257)"));
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
 }
 
 /* ---- epoch order and data split ------------------------------------------------------- */
@@ -589,7 +589,7 @@ static void test_txt_streaming(void)
         else
             CHECK(info->chunks == 1);
         free(got);
-        rc_dataset_free(ds);
+        rc_dataset_close(ds);
     }
     /* no safe point at all: the chunk grows to 64 chunks, then is cut at a UTF-8 boundary
      * and the cut is reported */
@@ -613,7 +613,7 @@ static void test_txt_streaming(void)
         free(dec);
         free(got);
     }
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
     /* invalid UTF-8 is an error naming the file and the byte range */
     write_file(tmp_path("bad.txt"), "good text\nthen \xff bad\n", 21);
     ds = rc_dataset_open(tmp_path("bad.txt"), &o, &err);
@@ -654,7 +654,7 @@ static void test_cache(void)
     int32_t *got = all_tokens(ds, &n);
     CHECK(same_ids(got, n, whole, n_whole));
     free(got);
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
 
     /* second open: read from the cache, nothing tokenized */
     ds = rc_dataset_open(data, &o, &err);
@@ -666,7 +666,7 @@ static void test_cache(void)
         got = all_tokens(ds, &n);
         CHECK(same_ids(got, n, whole, n_whole));
         free(got);
-        rc_dataset_free(ds);
+        rc_dataset_close(ds);
     }
 
     /* a different tokenizer (here: the same files plus a tokenizer_config.json) has another
@@ -687,7 +687,7 @@ static void test_cache(void)
     rc_dataset_opts o2 = {.tokenizer = tok, .tokenizer_path = copy_dir};
     ds = rc_dataset_open(data, &o2, &err);
     CHECK(ds && rc_dataset_info_get(ds)->cache == RC_CACHE_HIT);   /* same file contents */
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
     char cfg[1300];
     snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", copy_dir);
     write_file(cfg, "{}", 2);
@@ -695,14 +695,14 @@ static void test_cache(void)
     CHECK(ds && rc_dataset_info_get(ds)->cache == RC_CACHE_WRITTEN &&
           strcmp(rc_dataset_info_get(ds)->cache_path, i1.cache_path) != 0 &&
           rc_dataset_info_get(ds)->tokenized_bytes == (int64_t)tl);
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
     /* a tokenizer path naming a file fingerprints that file (and its known siblings) */
     char vocab[1300];
     snprintf(vocab, sizeof vocab, "%s/vocab.json", copy_dir);
     rc_dataset_opts o3 = {.tokenizer = tok, .tokenizer_path = vocab};
     ds = rc_dataset_open(data, &o3, &err);
     CHECK(ds && rc_dataset_info_get(ds)->cache != RC_CACHE_OFF);
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
 
     /* data newer than its cache: tokenized again, with the new text */
     const char *text2 = "Changed text.\n";
@@ -723,14 +723,14 @@ static void test_cache(void)
         free(got);
         free(w2);
     }
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
 
     /* no_cache: nothing read or written */
     rc_dataset_opts o4 = {.tokenizer = tok, .tokenizer_path = gpt2_dir, .no_cache = 1};
     ds = rc_dataset_open(data, &o4, &err);
     CHECK(ds && rc_dataset_info_get(ds)->cache == RC_CACHE_OFF &&
           rc_dataset_info_get(ds)->tokenized_bytes > 0);
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
 
     /* a cache that cannot be written: the dataset still opens (tokens in memory) and says
      * so. The data's name leaves no room for the cache's suffix (names are at most 255
@@ -748,7 +748,7 @@ static void test_cache(void)
         CHECK(same_ids(got, n, whole, n_whole));
         free(got);
     }
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
     CHECK(count_prefixed("xxxxxxxxxx") == 1);       /* the data only */
     if (geteuid() != 0) {
         char rodir[1100], rodata[1200];
@@ -759,7 +759,7 @@ static void test_cache(void)
         chmod(rodir, 0555);
         ds = rc_dataset_open(rodata, &o, &err);
         CHECKF(ds && rc_dataset_info_get(ds)->cache == RC_CACHE_UNWRITABLE, "%s", err.msg);
-        rc_dataset_free(ds);
+        rc_dataset_close(ds);
         chmod(rodir, 0755);
     }
     free(whole);
@@ -797,10 +797,10 @@ static void test_jsonl(void)
         CHECK(rc_dataset_info_get(ds)->cache == RC_CACHE_WRITTEN &&
               rc_dataset_info_get(ds)->lines == 4);
         free(got);
-        rc_dataset_free(ds);
+        rc_dataset_close(ds);
         ds = rc_dataset_open(tmp_path("lm.jsonl"), &o, &err);
         CHECK(ds && rc_dataset_info_get(ds)->cache == RC_CACHE_HIT && rc_dataset_tokens(ds) == ne);
-        rc_dataset_free(ds);
+        rc_dataset_close(ds);
     }
 
     /* instruction tuning: the prompt masked out */
@@ -851,7 +851,7 @@ static void test_jsonl(void)
         }
         rc_data_example ex;
         CHECK(rc_dataset_example(ds, 2, &ex, &err) == -1 && has(err.msg, "example 2"));
-        rc_dataset_free(ds);
+        rc_dataset_close(ds);
     }
 
     /* sequence to sequence: source and target kept apart */
@@ -873,7 +873,7 @@ static void test_jsonl(void)
         free(t);
         int32_t buf[4];
         CHECK(rc_dataset_read(ds, 0, 1, buf, &err) == -1 && has(err.msg, "not a token stream"));
-        rc_dataset_free(ds);
+        rc_dataset_close(ds);
     }
 }
 
@@ -912,7 +912,7 @@ static void test_sentencepiece(void)
                    "whole", models[m], (long long)n, (long long)rc_dataset_info_get(ds)->chunks,
                    (long long)n_whole);
             free(got);
-            rc_dataset_free(ds);
+            rc_dataset_close(ds);
         }
         free(whole);
 
@@ -926,7 +926,7 @@ static void test_sentencepiece(void)
             int bos_first = ex.ids[0] == rc_tokenizer_bos(t);
             CHECK(bos_first == (m == 0) && ex.ids[ex.n - 1] == rc_tokenizer_eos(t) &&
                   ex.loss_mask[0] == 0 && ex.loss_mask[ex.n - 1] == 1);
-            rc_dataset_free(ds);
+            rc_dataset_close(ds);
         }
         const char *lm = "{\"text\": \"Emma Woodhouse\"}\n{\"text\": \"handsome\"}\n";
         write_file(tmp_path("spm_lm.jsonl"), lm, strlen(lm));
@@ -944,7 +944,7 @@ static void test_sentencepiece(void)
             free(got);
             free(da);
             free(db);
-            rc_dataset_free(ds);
+            rc_dataset_close(ds);
         }
         rc_tokenizer_free(t);
     }
@@ -959,7 +959,7 @@ static void expect_jsonl_error(const char *content, const char *part)
     rc_dataset *ds = rc_dataset_open(tmp_path("bad.jsonl"), &o, &err);
     CHECKF(ds == NULL && has(err.msg, "bad.jsonl") && has(err.msg, part), "want '%s', got: %s",
            part, err.msg);
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
 }
 
 static void test_jsonl_errors(void)
@@ -1031,7 +1031,7 @@ static int cache_mode(const char *data, const char *tokdir, size_t chunk)
     const rc_dataset_info *info = rc_dataset_info_get(ds);
     printf("%s %d %lld %lld\n", info->cache_path, (int)info->cache, (long long)info->chunks,
            (long long)info->unsafe_cuts);
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
     rc_tokenizer_free(t);
     return 0;
 }

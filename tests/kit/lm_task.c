@@ -27,14 +27,14 @@ int64_t lm_task_count(int epoch, void *user)
     return (k->ntok - 1) / k->T;
 }
 
-int lm_task_collate(rc_batch *out, const int64_t *ex, int n, void *user)
+int lm_task_collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
 {
     const lm_task *k = user;
     int T = k->T;
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
     if (!ids || !tg)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int i = 0; i < n; i++)
         for (int t = 0; t < T; t++) {
             ids[i * T + t] = k->tok[ex[i] * T + t];
@@ -43,10 +43,10 @@ int lm_task_collate(rc_batch *out, const int64_t *ex, int n, void *user)
     return 0;
 }
 
-rc_tensor *lm_task_loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+rc_tensor *lm_task_loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     const lm_task *k = user;
-    (void)p, (void)rng;
+    (void)p, (void)rng, (void)err;
     rc_tensor *logits = rc_model_logits(g, k->model, rc_batch_input(g, b, "ids"), NULL, NULL);
     return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), RC_IGNORE_INDEX);
 }

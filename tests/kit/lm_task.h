@@ -21,7 +21,7 @@ int lm_task_init(lm_task *k, int T, int64_t ntok, uint64_t seed);
 void lm_task_free(lm_task *k);
 
 int64_t lm_task_count(int epoch, void *user);
-int lm_task_collate(rc_batch *out, const int64_t *ex, int n, void *user);
-rc_tensor *lm_task_loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user);
+int lm_task_collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err);
+rc_tensor *lm_task_loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err);
 
 #endif

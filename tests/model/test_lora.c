@@ -187,7 +187,7 @@ static int64_t metric_count(int epoch, void *user)
     return 32;
 }
 
-static int metric_collate(rc_batch *out, const int64_t *ex, int n, void *user)
+static int metric_collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
 {
     (void)user;
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, 8});
@@ -196,26 +196,27 @@ static int metric_collate(rc_batch *out, const int64_t *ex, int n, void *user)
         ids[i] = (int32_t)((ex[i / 8] * 13 + i) % 256);
         tg[i] = (ids[i] + 1) % 256;
     }
-    return ids && tg ? 0 : -1;
+    return ids && tg ? 0 : rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
 }
 
-static rc_tensor *metric_loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *metric_loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)p, (void)rng;
+    (void)p, (void)rng, (void)err;
     rc_tensor *y = rc_model_logits(g, ((metric_task *)user)->m, rc_batch_input(g, b, "ids"), NULL, NULL);
     return rc_cross_entropy(g, y, rc_batch_input(g, b, "targets"), RC_IGNORE_INDEX);
 }
 
 /* every logit of the example as its row */
-static rc_tensor *metric_predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *metric_predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)p, (void)rng;
+    (void)p, (void)rng, (void)err;
     rc_tensor *y = rc_model_logits(g, ((metric_task *)user)->m, rc_batch_input(g, b, "ids"), NULL, NULL);
     return y ? rc_reshape(g, y, 2, (int64_t[]){y->shape[0], y->shape[1] * y->shape[2]}) : NULL;
 }
 
-static int metric_output(int64_t example, const float *row, int64_t n, void *user)
+static int metric_output(int64_t example, const float *row, int64_t n, void *user, rc_error *err)
 {
+    (void)err;
     for (int64_t i = 0; i < n; i++)
         ((metric_task *)user)->sum += row[i] * (double)(1 + (example + i) % 7);
     return 0;

@@ -418,26 +418,27 @@ typedef struct {
     int bad;
 } pred_ctx;
 
-static int pred_collate(rc_batch *out, const int64_t *ex, int n, void *user)
+static int pred_collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
 {
     pred_ctx *c = user;
     int32_t *x = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     if (!x)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int i = 0; i < n; i++)
         memcpy(x + i * T, c->ids + ex[i] * T, T * sizeof *x);
     return 0;
 }
 
-static rc_tensor *pred_logits(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *pred_logits(rc_graph *g, rc_params *params, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     pred_ctx *c = user;
-    (void)params, (void)rng;
+    (void)params, (void)rng, (void)err;
     return rc_model_logits(g, c->m, rc_batch_input(g, b, "ids"), NULL, NULL); /* bf16 [n, T, V] */
 }
 
-static int pred_output(int64_t example, const float *row, int64_t row_len, void *user)
+static int pred_output(int64_t example, const float *row, int64_t row_len, void *user, rc_error *err)
 {
+    (void)err;
     pred_ctx *c = user;
     int64_t V = c->m->config.vocab_size;
     if (example < 0 || example >= B || row_len != T * V)

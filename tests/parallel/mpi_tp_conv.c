@@ -85,13 +85,13 @@ static int64_t count(int epoch, void *user)
     return ((job *)user)->n;
 }
 
-static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
+static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
 {
     job *j = user;
     float *x = rc_batch_add(out, "image", RC_F32, 4, (int64_t[]){n, 1, HW, HW});
     int32_t *y = rc_batch_add(out, "label", RC_I32, 1, (int64_t[]){n});
     if (!x || !y)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int i = 0; i < n; i++) {
         int64_t k = j->offset + ex[i];
         memcpy(x + (int64_t)i * HW * HW, images.pixels + k * HW * HW, HW * HW * sizeof *x);
@@ -129,15 +129,15 @@ static rc_tensor *logits(rc_graph *g, rc_params *p, const rc_batch *b, const job
     return rc_add(g, rc_matmul(g, h, rc_params_get(g, p, "fc"), 0, 0), rc_params_get(g, p, "fc_b"));
 }
 
-static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)rng;
+    (void)rng, (void)err;
     return rc_cross_entropy(g, logits(g, p, b, user), rc_batch_input(g, b, "label"), -100);
 }
 
-static rc_tensor *predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)rng;
+    (void)rng, (void)err;
     return logits(g, p, b, user);
 }
 
@@ -148,8 +148,9 @@ typedef struct {
 } pjob;
 
 /* the predicted logits, on rank 0 */
-static int output(int64_t example, const float *row, int64_t row_len, void *user)
+static int output(int64_t example, const float *row, int64_t row_len, void *user, rc_error *err)
 {
+    (void)err;
     if (row_len != 10 || example < 0 || example >= N_EVAL)
         return -1;
     memcpy(((pjob *)user)->rows + example * 10, row, 10 * sizeof *row);

@@ -245,41 +245,46 @@ static void test_task_eval(void)
     CHECKF(m && m->config.vocab_size == V, "%s", err.msg);
     c.vocab_size = 0;
     CHECK(rc_model_from_config(&c, 9, &err) == NULL && err.code);
-    rc_task task;
-    CHECK(m && ds && rc_task_init(&task, m, ds, T, &err) == 0);
-    CHECK(m && ds && rc_task_count(0, &task) == (N - 1) / T);
-    CHECK(m && ds && rc_task_init(&task, m, ds, 1000, &err) == -1 && check_has(err.msg, "1000"));
-    if (!m || !ds || rc_task_init(&task, m, ds, T, &err)) {
+    CHECK(m && ds && rc_task_new(m, ds, 1000, &err) == NULL && check_has(err.msg, "1000"));
+    rc_task *task = m && ds ? rc_task_new(m, ds, T, &err) : NULL;
+    CHECKF(task && rc_task_count(0, task) == (N - 1) / T, "%s", err.msg);
+    if (!task) {
         rc_model_free(m);
-        rc_dataset_free(ds);
+        rc_dataset_close(ds);
         return;
     }
     rc_batch b = {0};
-    CHECK(rc_task_collate(&b, (int64_t[]){2, 0}, 2, &task) == 0);
+    CHECK(rc_task_collate(&b, (int64_t[]){2, 0}, 2, task, &err) == 0);
+    /* an example past the data: the task's collate says which, through the trainer's message */
+    rc_batch bad = {0};
+    rc_error why = {0};
+    CHECK(rc_task_collate(&bad, (int64_t[]){(N - 1) / T + 5}, 1, task, &why) == -1 && why.code && why.msg[0]);
+    rc_batch_free(&bad);
     const rc_array *in = rc_batch_get(&b, "ids"), *tg = rc_batch_get(&b, "targets");
     CHECK(in && tg && in->ndim == 2 && in->shape[0] == 2 && in->shape[1] == T && rc_batch_get(&b, "x") == NULL);
     CHECK(in && tg && ((int32_t *)in->data)[0] == ids[2 * T] && ((int32_t *)tg->data)[0] == ids[2 * T + 1] &&
           ((int32_t *)in->data)[T] == ids[0]);
     rc_graph *g = rc_graph_new();
-    rc_tensor *loss = rc_task_loss(g, m->params, &b, rc_rng_new(1), &task);
+    rc_tensor *loss = rc_task_loss(g, m->params, &b, rc_rng_new(1), task, &err);
     CHECKF(loss && loss->ndim == 0 && !rc_graph_error(g), "%s", rc_graph_error(g));
     rc_graph_free(g);
     rc_batch_free(&b);
 
     rc_deployer_options o = {.seed = 1, .mp = 1};
     rc_deployer *d = rc_deployer_new(NULL, NULL, &o, &err);
-    rc_trainer *t = d ? rc_trainer_new(d, rc_task_collate, rc_task_loss, &task, m->params, m, &err) : NULL;
+    rc_trainer *t = d ? rc_trainer_new(d, rc_task_collate, rc_task_loss, task, m->params, m, &err) : NULL;
     CHECKF(t, "%s", err.msg);
     double mean = NAN;
     int64_t tokens = 0;
-    rc_examples ex = {rc_task_count, &task};
+    rc_examples ex = {rc_task_count, task};
     CHECKF(t && rc_trainer_eval(t, ex, 3, &mean, &tokens, &err) == 0, "%s", err.msg);
     CHECKF(fabs(mean - log((double)V)) < 0.2 && tokens == (N - 1) / T * T,
            "eval loss %g (ln %d = %g) over %lld tokens", mean, V, log((double)V), (long long)tokens);
     rc_trainer_free(t);
     rc_deployer_free(d);
+    rc_task_free(task);
     rc_model_free(m);
-    rc_dataset_free(ds);
+    rc_dataset_close(ds);
 }
 
 /* ---- the deployer in one process --------------------------------------------------- */
@@ -375,13 +380,13 @@ static int64_t mlp_count(int epoch, void *user)
     return EX;
 }
 
-static int mlp_collate(rc_batch *out, const int64_t *ex, int n, void *user)
+static int mlp_collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
 {
     mlp_data *d = user;
     float *x = rc_batch_add(out, "x", RC_F32, 2, (int64_t[]){n, UM_MLP_IN});
     int32_t *y = rc_batch_add(out, "y", RC_I32, 1, (int64_t[]){n});
     if (!x || !y)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int i = 0; i < n; i++) {
         memcpy(x + i * UM_MLP_IN, d->x[ex[i]], sizeof d->x[0]);
         y[i] = d->y[ex[i]];
@@ -389,9 +394,9 @@ static int mlp_collate(rc_batch *out, const int64_t *ex, int n, void *user)
     return 0;
 }
 
-static rc_tensor *mlp_loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *mlp_loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)rng, (void)user;
+    (void)rng, (void)user, (void)err;
     rc_tensor *w[UM_MLP_N];
     for (int i = 0; i < UM_MLP_N; i++)
         w[i] = rc_params_get(g, p, um_mlp_names[i]);

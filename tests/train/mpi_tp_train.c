@@ -40,14 +40,14 @@ static int32_t pick(int64_t ex, int k, int salt, int n)
     return (int32_t)((ex * 7919 + k * 104729 + salt * 15485863 + (ex * k) % 13) % n);
 }
 
-static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
+static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
 {
     job *j = user;
     if (j->kind == KIND_MLP) {
         float *x = rc_batch_add(out, "x", RC_F32, 2, (int64_t[]){n, UM_MLP_IN});
         int32_t *y = rc_batch_add(out, "y", RC_I32, 1, (int64_t[]){n});
         if (!x || !y)
-            return -1;
+            return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
         for (int i = 0; i < n; i++) {
             for (int k = 0; k < UM_MLP_IN; k++)
                 x[i * UM_MLP_IN + k] = (float)(pick(ex[i], k, 1, 200) - 100) / 50.0f;
@@ -60,7 +60,7 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
         int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, UM_TT});
         int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, UM_TT});
         if (!im || !ids || !tg)
-            return -1;
+            return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
         for (int i = 0; i < n; i++) {
             for (int k = 0; k < 3 * 64; k++)
                 im[i * 3 * 64 + k] = (float)(pick(ex[i], k, 3, 100) - 50) / 25.0f;
@@ -76,7 +76,7 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, S});
     int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, S});
     if (!enc || !ids || !tg)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int i = 0; i < n; i++)
         for (int k = 0; k < S; k++) {
             enc[i * S + k] = pick(ex[i], k, 6, V);
@@ -91,10 +91,10 @@ static rc_tensor *input(rc_graph *g, const rc_batch *b, const char *name)
     return rc_batch_input(g, b, name);
 }
 
-static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     job *j = user;
-    (void)rng;
+    (void)rng, (void)err;
     if (j->kind == KIND_T5)
         return rc_cross_entropy(g, rc_model_logits(g, j->t5, input(g, b, "ids"), input(g, b, "enc_ids"), NULL),
                                 input(g, b, "targets"), -100);

@@ -25,17 +25,18 @@ typedef struct {
 } task;
 
 /* eval predictor: logits of the last position [n, V] */
-static rc_tensor *predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *predict(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     task *k = user;
-    (void)p, (void)rng;
+    (void)p, (void)rng, (void)err;
     rc_tensor *logits = rc_model_logits(g, k->lm.model, rc_batch_input(g, b, "ids"), NULL, NULL);
     rc_tensor *last = rc_slice(g, logits, 1, T - 1, T);
     return rc_reshape(g, last, 2, (int64_t[]){logits->shape[0], logits->shape[2]});
 }
 
-static int output(int64_t example, const float *row, int64_t len, void *user)
+static int output(int64_t example, const float *row, int64_t len, void *user, rc_error *err)
 {
+    (void)err;
     task *k = user;
     int64_t best = 0;
     for (int64_t v = 1; v < len; v++)
@@ -138,8 +139,8 @@ static void test_memory(task *k, int P, int rank)
     if (t) {
         rc_graph *g = rc_graph_new();
         rc_batch b = {0};
-        lm_task_collate(&b, (int64_t[]){0, 1}, 2, k);
-        rc_tensor *l = lm_task_loss(g, k->lm.model->params, &b, rc_rng_new(1), k);
+        lm_task_collate(&b, (int64_t[]){0, 1}, 2, k, &err);
+        rc_tensor *l = lm_task_loss(g, k->lm.model->params, &b, rc_rng_new(1), k, &err);
         int n = rc_params_count(k->lm.model->params);
         rc_tensor **p = calloc((size_t)n, sizeof *p);
         rc_shard_spec *s = calloc((size_t)n, sizeof *s);

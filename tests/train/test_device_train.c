@@ -25,13 +25,13 @@ static int64_t count(int epoch, void *user)
 }
 
 /* x [n, IN], y [n, 1] */
-static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
+static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
 {
     (void)user;
     float *x = rc_batch_add(out, "x", RC_F32, 2, (int64_t[]){n, IN});
     float *y = rc_batch_add(out, "y", RC_F32, 2, (int64_t[]){n, 1});
     if (!x || !y)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int i = 0; i < n; i++) {
         memcpy(x + i * IN, xs + ex[i] * IN, IN * sizeof *x);
         y[i] = ys[ex[i]];
@@ -40,9 +40,9 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
 }
 
 /* mean((tanh(x W1 + b1) W2 + b2 - y)^2) */
-static rc_tensor *mse(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *mse(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
-    (void)rng, (void)user;
+    (void)rng, (void)user, (void)err;
     rc_tensor *h = rc_tanh(g, rc_add(g, rc_matmul(g, rc_batch_input(g, b, "x"), rc_params_get(g, p, "w1"), 0, 0),
                                      rc_params_get(g, p, "b1")));
     rc_tensor *out = rc_add(g, rc_matmul(g, h, rc_params_get(g, p, "w2"), 0, 0), rc_params_get(g, p, "b2"));
@@ -51,10 +51,10 @@ static rc_tensor *mse(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, 
 }
 
 /* a loss with a softmax: an op the device may lack */
-static rc_tensor *with_softmax(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *with_softmax(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     rc_tensor *h = rc_matmul(g, rc_batch_input(g, b, "x"), rc_params_get(g, p, "w1"), 0, 0);
-    (void)rng, (void)user;
+    (void)rng, (void)user, (void)err;
     return rc_mean_all(g, rc_softmax(g, h));
 }
 

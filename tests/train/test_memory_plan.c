@@ -63,14 +63,14 @@ static int64_t count(int epoch, void *user)
 }
 
 /* ids and next-token targets of a fixed pseudo-random stream */
-static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
+static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
 {
     const job *j = user;
     int64_t shape[2] = {n, j->seq_len}, vocab = j->m->config.vocab_size;
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, shape);
     int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, shape);
     if (!ids || !tg)
-        return -1;
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
     for (int i = 0; i < n; i++)
         for (int t = 0; t <= j->seq_len; t++) {
             int32_t v = (int32_t)((ex[i] * 7919 + t * 104729) % vocab);
@@ -82,10 +82,10 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user)
     return 0;
 }
 
-static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user)
+static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     rc_model *m = ((job *)user)->m;
-    (void)p, (void)rng;
+    (void)p, (void)rng, (void)err;
     rc_tensor *logits = rc_model_logits(g, m, rc_batch_input(g, b, "ids"), NULL, NULL);
     return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), RC_IGNORE_INDEX);
 }
