@@ -34,7 +34,7 @@ typedef struct {
     int32_t *enc;                 /* T5: encoder tokens [max_rows, n_enc], every row the prompt */
     int64_t n_enc;
     float *logits;                /* [rows, vocab] at the last position */
-    rc_sharded *shards;           /* model shards (NULL: the whole model here) */
+    rci_sharded *shards;           /* model shards (NULL: the whole model here) */
 } decoder;
 
 /* the decoder's cache memory, noted in the caller's stats before it goes */
@@ -66,7 +66,7 @@ static void decoder_free(decoder *d)
 /* Room for max_rows rows of cap decoder positions; T5 also keeps the encoder prompts enc
  * [n_given, n_enc], repeated to fill the rows (beam search: one prompt for every beam). */
 static int decoder_init(decoder *d, rc_model *m, int max_rows, int64_t cap, const int32_t *enc,
-                        int n_given, int64_t n_enc, rc_sharded *shards, rc_error *err)
+                        int n_given, int64_t n_enc, rci_sharded *shards, rc_error *err)
 {
     memset(d, 0, sizeof *d);
     d->shards = shards;
@@ -700,7 +700,7 @@ int rc_generate_batch(rc_model *m, const int32_t *prompts, int n_batch, int64_t 
     int64_t cap = decoder_cap(m, n_prompt, M);
     decoder d;
     int rc = 0;
-    rc_sharded shards, *sh = NULL;
+    rci_sharded shards, *sh = NULL;
     if (o->stats)
         memset(o->stats, 0, sizeof *o->stats);
     if (o->deployer && rc_deployer_mesh(o->deployer)->mp > 1) {

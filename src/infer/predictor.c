@@ -32,7 +32,7 @@ struct rc_predictor {
     float *rows;                  /* this replica's valid rows of the current round */
     size_t rows_cap;              /* floats */
     int mp;                       /* model shards */
-    rc_sharded shards;            /* mp > 1: the plan and this rank's shards */
+    rci_sharded shards;            /* mp > 1: the plan and this rank's shards */
 };
 
 static void step_free(pred_step *s)

@@ -139,7 +139,7 @@ static int tokenizer_fingerprint(const char *path, char out[17], rc_error *err)
 /* ---- token sinks: the cache writer, or memory ---------------------------------------- */
 
 typedef struct {
-    rc_npy_writer *w;         /* NULL: into mem */
+    rci_npy_writer *w;         /* NULL: into mem */
     int32_t *mem;
     int64_t n, cap;
 } tok_sink;
@@ -591,7 +591,7 @@ static int open_stream(rc_dataset *ds, const rc_dataset_opts *o, rc_error *err)
     const rc_tokenizer *tok = o->tokenizer;
     int txt = has_suffix(ds->path, ".txt");
     rc_npy_dtype dtype = rc_tokenizer_vocab_size(tok) <= 65536 ? RC_NPY_U16 : RC_NPY_I32;
-    rc_npy_writer w;
+    rci_npy_writer w;
     tok_sink s = {0};
 
     if (o->tokenizer_path && !o->no_cache) {

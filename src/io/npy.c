@@ -308,7 +308,7 @@ static void npy_header(uint8_t *h, rc_npy_dtype dtype, int64_t n)
     h[NPY_WRITER_HEADER - 1] = '\n';
 }
 
-static void writer_free(rc_npy_writer *w)
+static void writer_free(rci_npy_writer *w)
 {
     free(w->path);
     free(w->tmp);
@@ -316,7 +316,7 @@ static void writer_free(rc_npy_writer *w)
     w->f = NULL;
 }
 
-int rci_npy_writer_open(rc_npy_writer *w, const char *path, rc_npy_dtype dtype, rc_error *err)
+int rci_npy_writer_open(rci_npy_writer *w, const char *path, rc_npy_dtype dtype, rc_error *err)
 {
     memset(w, 0, sizeof *w);
     w->dtype = dtype;
@@ -350,7 +350,7 @@ int rci_npy_writer_open(rc_npy_writer *w, const char *path, rc_npy_dtype dtype, 
     return 0;
 }
 
-int rci_npy_writer_append(rc_npy_writer *w, const int32_t *ids, int64_t n, rc_error *err)
+int rci_npy_writer_append(rci_npy_writer *w, const int32_t *ids, int64_t n, rc_error *err)
 {
     uint8_t buf[4096];
     int es = (int)w->dtype;
@@ -373,7 +373,7 @@ int rci_npy_writer_append(rc_npy_writer *w, const int32_t *ids, int64_t n, rc_er
     return 0;
 }
 
-int rci_npy_writer_commit(rc_npy_writer *w, rc_error *err)
+int rci_npy_writer_commit(rci_npy_writer *w, rc_error *err)
 {
     uint8_t h[NPY_WRITER_HEADER];
     npy_header(h, w->dtype, w->n);
@@ -400,7 +400,7 @@ int rci_npy_writer_commit(rc_npy_writer *w, rc_error *err)
     return 0;
 }
 
-void rci_npy_writer_abort(rc_npy_writer *w)
+void rci_npy_writer_abort(rci_npy_writer *w)
 {
     if (w->f) {
         fclose(w->f);
@@ -412,7 +412,7 @@ void rci_npy_writer_abort(rc_npy_writer *w)
 int rc_npy_write(const char *path, rc_npy_dtype dtype, const int32_t *ids, int64_t n,
                  rc_error *err)
 {
-    rc_npy_writer w;
+    rci_npy_writer w;
     if (rci_npy_writer_open(&w, path, dtype, err))
         return -1;
     if (rci_npy_writer_append(&w, ids, n, err)) {

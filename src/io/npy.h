@@ -14,14 +14,14 @@ typedef struct {
     char *path, *tmp;
     rc_npy_dtype dtype;
     int64_t n;
-} rc_npy_writer;
+} rci_npy_writer;
 
 /* Fails (errno kept, err set) when the temporary file cannot be created. */
-int rci_npy_writer_open(rc_npy_writer *w, const char *path, rc_npy_dtype dtype, rc_error *err);
-int rci_npy_writer_append(rc_npy_writer *w, const int32_t *ids, int64_t n, rc_error *err);
+int rci_npy_writer_open(rci_npy_writer *w, const char *path, rc_npy_dtype dtype, rc_error *err);
+int rci_npy_writer_append(rci_npy_writer *w, const int32_t *ids, int64_t n, rc_error *err);
 /* Finishes the header, flushes and renames into place. Frees the writer either way. */
-int rci_npy_writer_commit(rc_npy_writer *w, rc_error *err);
+int rci_npy_writer_commit(rci_npy_writer *w, rc_error *err);
 /* Removes the temporary file and frees the writer. */
-void rci_npy_writer_abort(rc_npy_writer *w);
+void rci_npy_writer_abort(rci_npy_writer *w);
 
 #endif

@@ -20,7 +20,7 @@
 #include <string.h>
 
 typedef struct {
-    const plan *p;
+    const rci_shard_analysis *p;
     rc_graph *lg;
     int mp, rank;
     rc_tensor **map;             /* global node id -> its local node */
@@ -33,7 +33,7 @@ typedef struct {
 } local;
 
 /* the extent of a split axis on one shard (vocabularies round up) */
-static int64_t shard_len(const cand *c, int mp)
+static int64_t shard_len(const rci_shard_cand *c, int mp)
 {
     return c->c_outer * ((c->groups + mp - 1) / mp) * c->c_inner;
 }
@@ -42,7 +42,7 @@ static void local_shape(const local *l, const rc_tensor *y, int64_t *shape)
 {
     for (int i = 0; i < y->ndim; i++)
         shape[i] = y->shape[i];
-    const state *s = &l->p->st[y->id];
+    const rci_shard_state *s = &l->p->st[y->id];
     if (s->kind == ST_SPLIT)
         shape[s->c[0].axis] = shard_len(&s->c[0], l->mp);
 }
@@ -81,7 +81,7 @@ static rc_tensor *merge_view(rc_graph *g, rc_tensor *x, int ax, int64_t outer)
 
 /* x, replicated, cut along axis ax to this shard's part of the split c (through mp_enter,
  * so x's gradient is all-reduced whole) */
-static rc_tensor *cut(local *l, rc_tensor *x, int ax, const cand *c)
+static rc_tensor *cut(local *l, rc_tensor *x, int ax, const rci_shard_cand *c)
 {
     rc_graph *g = l->lg;
     int64_t per = c->groups / l->mp * c->c_inner, first = l->rank * per;
@@ -91,7 +91,7 @@ static rc_tensor *cut(local *l, rc_tensor *x, int ax, const cand *c)
 
 /* x, this shard's part of a tensor split on axis ax as c, made whole on every rank: placed
  * in zeros at its offset and summed over the model axis; vocabulary padding cut off */
-static rc_tensor *gather(local *l, rc_tensor *x, int ax, const cand *c)
+static rc_tensor *gather(local *l, rc_tensor *x, int ax, const rci_shard_cand *c)
 {
     rc_graph *g = l->lg;
     int64_t run = shard_len(c, l->mp) / c->c_outer, whole = run * l->mp;
@@ -105,10 +105,10 @@ static rc_tensor *gather(local *l, rc_tensor *x, int ax, const cand *c)
 /* x (replicated, full along the consumer's split axis) cut to this shard's part */
 static rc_tensor *slice_for(local *l, const rc_tensor *y, const rc_tensor *gx, rc_tensor *x)
 {
-    const state *s = &l->p->st[y->id];
+    const rci_shard_state *s = &l->p->st[y->id];
     if (s->kind != ST_SPLIT || !x)
         return x;
-    const cand *c = &s->c[0];
+    const rci_shard_cand *c = &s->c[0];
     int ax = c->axis - (y->ndim - gx->ndim);
     int64_t full = c->c_outer * c->groups * c->c_inner;
     if (ax < 0 || x->shape[ax] != full || full == shard_len(c, l->mp))
@@ -123,7 +123,7 @@ static rc_tensor *row_cut(local *l, const rc_tensor *y, rc_tensor *x)
     int wi = l->p->param_of[y->src[1]->id];
     const rc_shard_spec *s = &l->spec[wi];
     int ax = y->op == RC_OP_CONV2D ? 1 : x->ndim - 1;
-    cand c = {ax, s->outer, s->groups, s->inner, s->outer, s->inner};
+    rci_shard_cand c = {ax, s->outer, s->groups, s->inner, s->outer, s->inner};
     return cut(l, x, ax, &c);
 }
 
@@ -139,7 +139,7 @@ static rc_tensor *input(local *l, const rc_tensor *y, int i)
             l->whole[gx->id] = rc_mp_reduce(l->lg, x);
         x = l->whole[gx->id];
     }
-    const state *gs = &l->p->st[gx->id];
+    const rci_shard_state *gs = &l->p->st[gx->id];
     if ((a & ACT_GATHER) && gs->kind == ST_SPLIT) {
         if (!l->gathered[gx->id])
             l->gathered[gx->id] = gather(l, x, gs->c[0].axis, &gs->c[0]);
@@ -169,7 +169,7 @@ static rc_tensor *input(local *l, const rc_tensor *y, int i)
 static rc_tensor *cross_entropy_shards(local *l, const rc_tensor *y, rc_tensor *z, rc_tensor *targets)
 {
     rc_graph *g = l->lg;
-    const cand *c = &l->p->st[y->src[0]->id].c[0];
+    const rci_shard_cand *c = &l->p->st[y->src[0]->id].c[0];
     int64_t V = c->groups, Vl = shard_len(c, l->mp), first = l->rank * Vl;
     int ignore = y->iparam[0];
     rc_tensor *zm = z;
@@ -214,7 +214,7 @@ static rc_tensor *conv_shard(local *l, const rc_tensor *y, rc_tensor **x)
     if (!in || !w)
         return NULL;
     if (axis == 0 && q.groups > 1 && in->shape[1] == y->src[0]->shape[1] && q.groups % l->mp == 0) {
-        cand c = {1, 1, q.groups, in->shape[1] / q.groups, 1, 1};
+        rci_shard_cand c = {1, 1, q.groups, in->shape[1] / q.groups, 1, 1};
         in = cut(l, in, 1, &c);
     }
     if (in && w->shape[1] > 0 && q.groups > 1)
@@ -376,7 +376,7 @@ static int localize(local *l, const rc_tensor *y, rc_error *err)
 static rc_tensor *local_output(local *l, const rc_tensor *y, int keep_split)
 {
     rc_tensor *x = l->map[y->id];
-    const state *s = &l->p->st[y->id];
+    const rci_shard_state *s = &l->p->st[y->id];
     if (s->kind == ST_PARTIAL) {
         if (!l->whole[y->id])
             l->whole[y->id] = rc_mp_reduce(l->lg, x);
@@ -395,7 +395,7 @@ int rc_shard_partition_outputs(rc_graph *g, rc_tensor *const *outs, int nout, co
                                rc_shard_spec *specs, rc_shard_graph *sg, rc_error *err)
 {
     memset(sg, 0, sizeof *sg);
-    plan *p = NULL;
+    rci_shard_analysis *p = NULL;
     if (rank < 0 || rank >= mp)
         return rc_error_set(err, RC_ERR_ARG, "partition: rank %d of %d shards", rank, mp);
     if (rci_shard_plan_run(g, outs, nout, params, n, mp, allow_replicate, specs, NULL, &p, err))

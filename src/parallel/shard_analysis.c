@@ -1,4 +1,4 @@
-/* shard_analysis.c - runs the tensor-parallel analysis over a graph and hands the plan
+/* shard_analysis.c - runs the tensor-parallel analysis over a graph and hands the rci_shard_analysis
  * over. One round visits every node up to the outputs in order and applies its op's rule
  * (shard_propagate.c), then settles what only the whole graph decides: outputs nothing
  * resolved split their vocabulary, the column-parallel inputs are marked, and the
@@ -19,7 +19,7 @@
 static const rc_shard_spec replicated_spec = {RC_SHARD_REPLICATED, -1, 1, 1, 1, 1, "", 0};
 
 /* clears what one round of analysis builds */
-static void plan_reset(plan *p)
+static void plan_reset(rci_shard_analysis *p)
 {
     int size = rc_graph_size(p->g);
     memset(p->st, 0, (size_t)size * sizeof *p->st);
@@ -39,7 +39,7 @@ static void plan_reset(plan *p)
 
 /* One round over the graph. Returns the parameter that must be replicated before the
  * next round (a GQA key/value projection first), or -1 when the plan is complete. */
-static int analyse(plan *p)
+static int analyse(rci_shard_analysis *p)
 {
     plan_reset(p);
     for (int i = 0; i <= p->last; i++)
@@ -53,7 +53,7 @@ static int analyse(plan *p)
 
 /* Rounds until every split divides, each replicating one parameter that did not (noted in
  * its spec); the ones whose groups did not divide are listed in u. */
-static void analyse_rounds(plan *p, undivided *u)
+static void analyse_rounds(rci_shard_analysis *p, rci_shard_undivided *u)
 {
     for (int round = 0; round <= p->n; round++) {
         int bad = analyse(p);
@@ -75,7 +75,7 @@ static void analyse_rounds(plan *p, undivided *u)
     }
 }
 
-void rci_shard_plan_free(plan *p)
+void rci_shard_plan_free(rci_shard_analysis *p)
 {
     if (!p)
         return;
@@ -91,11 +91,11 @@ void rci_shard_plan_free(plan *p)
 }
 
 /* The plan with its per-node tables; NULL (err set) out of memory. */
-static plan *plan_new(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *const *params, int n, int mp,
+static rci_shard_analysis *plan_new(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *const *params, int n, int mp,
                       rc_shard_spec *specs, rc_error *err)
 {
     int size = rc_graph_size(g);
-    plan *p = calloc(1, sizeof *p);
+    rci_shard_analysis *p = calloc(1, sizeof *p);
     char *forced = calloc((size_t)n + 1, 1);
     if (!p || !forced) {
         free(p);
@@ -103,7 +103,7 @@ static plan *plan_new(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *
         rc_error_set(err, RC_ERR_MEMORY, "plan: out of memory");
         return NULL;
     }
-    *p = (plan){.g = g, .mp = mp, .n = n, .params = params, .spec = specs, .forced = forced,
+    *p = (rci_shard_analysis){.g = g, .mp = mp, .n = n, .params = params, .spec = specs, .forced = forced,
                 .outs = outs, .nout = nout};
     for (int k = 0; k < nout; k++)
         p->last = outs[k]->id > p->last ? outs[k]->id : p->last;
@@ -124,7 +124,7 @@ static plan *plan_new(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *
 }
 
 /* Finds the parameters among the graph's nodes and takes the caller's fixed splits. */
-static int take_params(plan *p, rc_error *err)
+static int take_params(rci_shard_analysis *p, rc_error *err)
 {
     for (int i = 0; i < p->n; i++) {
         if (!p->params[i]) /* a parameter the graph does not use */
@@ -139,8 +139,8 @@ static int take_params(plan *p, rc_error *err)
     return 0;
 }
 
-/* every state final, for the partitioner */
-static void finalize_states(plan *p)
+/* every rci_shard_state final, for the partitioner */
+static void finalize_states(rci_shard_analysis *p)
 {
     for (int i = 0; i <= p->last; i++)
         rci_shard_finalize_state(p, &p->st[i]);
@@ -150,7 +150,7 @@ static void finalize_states(plan *p)
 }
 
 int rci_shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *const *params, int n, int mp,
-                       int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, plan **keep,
+                       int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, rci_shard_analysis **keep,
                        rc_error *err)
 {
     int ok_outs = outs && nout >= 1;
@@ -159,10 +159,10 @@ int rci_shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor 
     if (!g || rc_graph_error(g) || !ok_outs || mp < 1 || n < 0)
         return rc_error_set(err, RC_ERR_ARG, "plan: a graph without errors, an output and mp >= 1 are needed%s%s",
                             g && rc_graph_error(g) ? ": " : "", g && rc_graph_error(g) ? rc_graph_error(g) : "");
-    plan *p = plan_new(g, outs, nout, params, n, mp, specs, err);
+    rci_shard_analysis *p = plan_new(g, outs, nout, params, n, mp, specs, err);
     if (!p)
         return -1;
-    undivided u = {0};
+    rci_shard_undivided u = {0};
     int rc = take_params(p, err);
     if (!rc)
         analyse_rounds(p, &u);

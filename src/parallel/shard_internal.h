@@ -6,7 +6,7 @@
  *   shard.c            the public rc_shard_* entry points          -> analysis, layout
  *   shard_analysis.c   rounds over the graph, the plan handed over -> propagate, report, layout
  *   shard_propagate.c  how each op carries a layout to its output  -> report, layout
- *   shard_report.c     the collectives the plan costs, and errors  -> layout
+ *   shard_report.c     the collectives the rci_shard_analysis costs, and errors  -> layout
  *   shard_layout.c     the layout rules: which parameter splits how
  * partition.c uses the finished plan through rci_shard_plan_run. */
 #ifndef REDCO_SHARD_INTERNAL_H
@@ -21,7 +21,7 @@ typedef struct {
     int axis;
     int64_t c_outer, groups, c_inner;  /* in the current tensor's axis */
     int64_t o_outer, o_inner;          /* in the origin linear's output features */
-} cand;
+} rci_shard_cand;
 
 /* What an activation is on the model axis:
  *   ST_REPLICATED  whole on every rank;
@@ -29,15 +29,15 @@ typedef struct {
  *   ST_SPLIT_ANY   split by a column-parallel linear whose granularity is not chosen yet:
  *                  the candidates c[] list the axes its features may be split on;
  *   ST_SPLIT       split on one axis (c[0]). */
-typedef enum { ST_REPLICATED = 0, ST_PARTIAL, ST_SPLIT_ANY, ST_SPLIT } st_kind;
+typedef enum { ST_REPLICATED = 0, ST_PARTIAL, ST_SPLIT_ANY, ST_SPLIT } rci_shard_kind;
 
 typedef struct {
-    st_kind kind;
+    rci_shard_kind kind;
     int ncand;                   /* ST_SPLIT_ANY: the candidates; ST_SPLIT: 1, the split */
-    cand c[MAX_CAND];
+    rci_shard_cand c[MAX_CAND];
     int norig;
     int orig[MAX_ORIG];          /* the column-parallel linears the split comes from */
-} state;
+} rci_shard_state;
 
 /* A column-parallel linear: its weight, output axis, and how the split was resolved. */
 typedef struct {
@@ -46,7 +46,7 @@ typedef struct {
     int64_t outer, groups, inner;
     int nbias;
     int bias[MAX_BIAS], bias_axis[MAX_BIAS];
-} origin;
+} rci_shard_origin;
 
 typedef struct {
     rc_graph *g;
@@ -55,8 +55,8 @@ typedef struct {
     int mp, n;
     rc_tensor *const *params;
     int *param_of;               /* node id -> parameter index, or -1 */
-    state *st;                   /* per node id */
-    origin *orig;
+    rci_shard_state *st;                   /* per node id */
+    rci_shard_origin *orig;
     int norig, cap_orig;
     rc_shard_spec *spec;
     char *forced;                /* parameters to keep replicated (notes already written) */
@@ -69,7 +69,7 @@ typedef struct {
     char *reduced;               /* node id -> 1 once its partial sum has been made whole */
     unsigned char *act;          /* [node id * RC_MAX_SRC + input]: ACT_* for the partitioner */
     int *follow;                 /* node id -> the node whose split a splittable input takes, or -1 */
-} plan;
+} rci_shard_analysis;
 
 /* What the partitioner does to input i of a node (bits). */
 enum {
@@ -84,8 +84,8 @@ enum {
 /* Runs the analysis (shard_analysis.c); with keep, hands over the plan with every node's
  * final state (split-any states resolved) for the partitioner. */
 int rci_shard_plan_run(rc_graph *g, rc_tensor *const *outs, int nout, rc_tensor *const *params, int n, int mp,
-                       int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, plan **keep,
+                       int allow_replicate, rc_shard_spec *specs, rc_shard_comm *comm, rci_shard_analysis **keep,
                        rc_error *err);
-void rci_shard_plan_free(plan *p);
+void rci_shard_plan_free(rci_shard_analysis *p);
 
 #endif

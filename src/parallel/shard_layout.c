@@ -21,13 +21,13 @@ int rci_shard_same_cut(int64_t outer_a, int64_t groups_a, int64_t inner_a, int64
            (groups_a + mp - 1) / mp * inner_a == (groups_b + mp - 1) / mp * inner_b;
 }
 
-void rci_shard_fixed_role(plan *p, int param, rc_shard_role role)
+void rci_shard_fixed_role(rci_shard_analysis *p, int param, rc_shard_role role)
 {
     if (param >= 0 && p->forced[param] && p->spec[param].axis >= 0 && p->spec[param].role == RC_SHARD_REPLICATED)
         p->spec[param].role = role;
 }
 
-int rci_shard_set_spec(plan *p, int param, rc_shard_role role, int axis, int64_t outer, int64_t groups,
+int rci_shard_set_spec(rci_shard_analysis *p, int param, rc_shard_role role, int axis, int64_t outer, int64_t groups,
                        int64_t inner, int vocab)
 {
     if (param >= 0 && p->forced[param] && p->spec[param].axis == axis)
@@ -52,25 +52,25 @@ int rci_shard_set_spec(plan *p, int param, rc_shard_role role, int axis, int64_t
     return 0;
 }
 
-int rci_shard_new_origin(plan *p, int param, int axis)
+int rci_shard_new_origin(rci_shard_analysis *p, int param, int axis)
 {
     if (p->norig == p->cap_orig) {
         int cap = p->cap_orig ? 2 * p->cap_orig : 64;
-        origin *o = realloc(p->orig, (size_t)cap * sizeof *o);
+        rci_shard_origin *o = realloc(p->orig, (size_t)cap * sizeof *o);
         if (!o)
             return -1;
         p->orig = o;
         p->cap_orig = cap;
     }
-    p->orig[p->norig] = (origin){.param = param, .axis = axis};
+    p->orig[p->norig] = (rci_shard_origin){.param = param, .axis = axis};
     return p->norig++;
 }
 
 /* Records the resolution of the origins of s with candidate c (vocab: padding allowed). */
-static void resolve(plan *p, const state *s, const cand *c, int vocab)
+static void resolve(rci_shard_analysis *p, const rci_shard_state *s, const rci_shard_cand *c, int vocab)
 {
     for (int k = 0; k < s->norig; k++) {
-        origin *o = &p->orig[s->orig[k]];
+        rci_shard_origin *o = &p->orig[s->orig[k]];
         if (o->resolved)
             continue;
         o->resolved = 1;
@@ -86,16 +86,16 @@ static void resolve(plan *p, const state *s, const cand *c, int vocab)
     }
 }
 
-void rci_shard_choose(plan *p, state *s, int k, int vocab)
+void rci_shard_choose(rci_shard_analysis *p, rci_shard_state *s, int k, int vocab)
 {
-    cand c = s->c[k];
+    rci_shard_cand c = s->c[k];
     resolve(p, s, &c, vocab);
     s->kind = ST_SPLIT;
     s->ncand = 1;
     s->c[0] = c;
 }
 
-int rci_shard_find_cand(const state *s, int axis)
+int rci_shard_find_cand(const rci_shard_state *s, int axis)
 {
     for (int k = 0; k < s->ncand; k++)
         if (s->c[k].axis == axis)
@@ -104,7 +104,7 @@ int rci_shard_find_cand(const state *s, int axis)
 }
 
 /* 1 when some origin of the split-any s is already decided */
-static int any_resolved(const plan *p, const state *s)
+static int any_resolved(const rci_shard_analysis *p, const rci_shard_state *s)
 {
     for (int k = 0; k < s->norig; k++)
         if (p->orig[s->orig[k]].resolved)
@@ -112,10 +112,10 @@ static int any_resolved(const plan *p, const state *s)
     return 0;
 }
 
-void rci_shard_resolve_outputs(plan *p)
+void rci_shard_resolve_outputs(rci_shard_analysis *p)
 {
     for (int k = 0; k < p->nout; k++) {
-        state *last = &p->st[p->outs[k]->id];
+        rci_shard_state *last = &p->st[p->outs[k]->id];
         int c = last->kind == ST_SPLIT_ANY ? rci_shard_find_cand(last, p->outs[k]->ndim - 1) : -1;
         if (c >= 0 && !any_resolved(p, last))
             rci_shard_choose(p, last, c, 1);
@@ -123,20 +123,20 @@ void rci_shard_resolve_outputs(plan *p)
 }
 
 /* The candidate the origin's resolution refines, seen in this tensor. */
-void rci_shard_finalize_state(const plan *p, state *s)
+void rci_shard_finalize_state(const rci_shard_analysis *p, rci_shard_state *s)
 {
     if (s->kind != ST_SPLIT_ANY)
         return;
-    const origin *o = s->norig ? &p->orig[s->orig[0]] : NULL;
+    const rci_shard_origin *o = s->norig ? &p->orig[s->orig[0]] : NULL;
     for (int k = 0; o && o->resolved && k < s->ncand; k++) {
-        const cand *c = &s->c[k];
+        const rci_shard_cand *c = &s->c[k];
         if (o->outer % c->o_outer || o->inner % c->o_inner)
             continue;
         int64_t a = o->outer / c->o_outer, b = o->inner / c->o_inner;
         if (a * o->groups * b != c->groups)
             continue;
-        cand r = {c->axis, c->c_outer * a, o->groups, c->c_inner * b, o->outer, o->inner};
-        *s = (state){.kind = ST_SPLIT, .ncand = 1};
+        rci_shard_cand r = {c->axis, c->c_outer * a, o->groups, c->c_inner * b, o->outer, o->inner};
+        *s = (rci_shard_state){.kind = ST_SPLIT, .ncand = 1};
         s->c[0] = r;
         return;
     }

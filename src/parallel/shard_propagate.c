@@ -24,7 +24,7 @@
 
 /* Input i of y, a partial sum, is made whole: one all-reduce per tensor, however many
  * consumers need it whole. */
-static void make_whole(plan *p, state *s, const rc_tensor *y, int i)
+static void make_whole(rci_shard_analysis *p, rci_shard_state *s, const rc_tensor *y, int i)
 {
     if (s->kind != ST_PARTIAL)
         return;
@@ -39,7 +39,7 @@ static void make_whole(plan *p, state *s, const rc_tensor *y, int i)
 
 /* Input i of y, whose split y cannot work with, is made whole: all-gathered if it ends up
  * split (not part of the Megatron pattern; a split-any may still end replicated). */
-static void drop(plan *p, state *s, const rc_tensor *y, int i)
+static void drop(rci_shard_analysis *p, rci_shard_state *s, const rc_tensor *y, int i)
 {
     if (s->kind == ST_SPLIT || s->kind == ST_SPLIT_ANY)
         p->act[y->id * RC_MAX_SRC + i] |= ACT_GATHER;
@@ -47,7 +47,7 @@ static void drop(plan *p, state *s, const rc_tensor *y, int i)
 }
 
 /* Drops the candidates on `axis` (y reduces over it, input i); a split there is gathered. */
-static void forbid_axis(plan *p, state *s, int axis, const rc_tensor *y, int i)
+static void forbid_axis(rci_shard_analysis *p, rci_shard_state *s, int axis, const rc_tensor *y, int i)
 {
     if (s->kind == ST_SPLIT && s->c[0].axis == axis) {
         drop(p, s, y, i);
@@ -76,7 +76,7 @@ static int64_t post_of(const rc_tensor *t, int axis)
 
 /* Candidate c of `in` seen in `out` of a reshape: it lands inside one axis, or spans
  * several whole axes (then one candidate per axis). Returns how many were written. */
-static int reshape_cand(const cand *c, const rc_tensor *in, const rc_tensor *out, cand *res, int room)
+static int reshape_cand(const rci_shard_cand *c, const rc_tensor *in, const rc_tensor *out, rci_shard_cand *res, int room)
 {
     int64_t stride = c->c_inner * post_of(in, c->axis), size = c->groups;
     int n = 0;
@@ -85,7 +85,7 @@ static int reshape_cand(const cand *c, const rc_tensor *in, const rc_tensor *out
         if (post <= stride && stride % post == 0) {
             int64_t inner = stride / post;
             if (inner * size <= ext && ext % (inner * size) == 0) {
-                res[n++] = (cand){b, ext / (inner * size), size, inner, c->o_outer, c->o_inner};
+                res[n++] = (rci_shard_cand){b, ext / (inner * size), size, inner, c->o_outer, c->o_inner};
                 return n;
             }
         }
@@ -93,18 +93,18 @@ static int reshape_cand(const cand *c, const rc_tensor *in, const rc_tensor *out
         if (ext > 1 && post >= stride && post * ext <= stride * size && post % stride == 0) {
             int64_t in_g = post / stride, out_g = size / (in_g * ext);
             if (size % (in_g * ext) == 0)
-                res[n++] = (cand){b, 1, ext, 1, c->o_outer * out_g, c->o_inner * in_g};
+                res[n++] = (rci_shard_cand){b, 1, ext, 1, c->o_outer * out_g, c->o_inner * in_g};
         }
     }
     return n;
 }
 
-static void through_reshape(plan *p, state *s, const rc_tensor *in, const rc_tensor *out)
+static void through_reshape(rci_shard_analysis *p, rci_shard_state *s, const rc_tensor *in, const rc_tensor *out)
 {
     /* out is the reshape node, its input 0 is in */
     if (s->kind != ST_SPLIT_ANY && s->kind != ST_SPLIT)
         return;
-    state r = *s;
+    rci_shard_state r = *s;
     r.ncand = 0;
     for (int k = 0; k < s->ncand; k++)
         r.ncand += reshape_cand(&s->c[k], in, out, r.c + r.ncand, MAX_CAND - r.ncand);
@@ -115,7 +115,7 @@ static void through_reshape(plan *p, state *s, const rc_tensor *in, const rc_ten
     *s = r;
 }
 
-static void through_permute(state *s, const rc_tensor *t)
+static void through_permute(rci_shard_state *s, const rc_tensor *t)
 {
     for (int k = 0; k < s->ncand; k++)
         for (int i = 0; i < t->ndim; i++)
@@ -127,13 +127,13 @@ static void through_permute(state *s, const rc_tensor *t)
 
 /* ---- ops with parameters: linears and embeddings ------------------------------------------ */
 
-static int is_param(const plan *p, const rc_tensor *t)
+static int is_param(const rci_shard_analysis *p, const rc_tensor *t)
 {
     return t && p->param_of[t->id] >= 0;
 }
 
 /* matmul(x, W) with W a 2-D parameter: a linear layer */
-static int is_linear(const plan *p, const rc_tensor *y)
+static int is_linear(const rci_shard_analysis *p, const rc_tensor *y)
 {
     return y->op == RC_OP_MATMUL && is_param(p, y->src[1]) && y->src[1]->ndim == 2 && !y->iparam[0];
 }
@@ -153,7 +153,7 @@ static int from_input(const rc_tensor *t)
 
 /* matmul(x, W) with W a parameter whose split is fixed (an override): the input is brought
  * to the form the split needs, the output takes the split's form */
-static void linear_fixed(plan *p, rc_tensor *y, state *xs, state *out, int in_axis)
+static void linear_fixed(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *xs, rci_shard_state *out, int in_axis)
 {
     int wi = p->param_of[y->src[1]->id], last = y->src[0]->ndim - 1;
     const rc_shard_spec *ws = &p->spec[wi];
@@ -179,35 +179,35 @@ static void linear_fixed(plan *p, rc_tensor *y, state *xs, state *out, int in_ax
         return;
     }
     rci_shard_fixed_role(p, wi, RC_SHARD_COLUMN);
-    *out = (state){.kind = ST_SPLIT, .ncand = 1};
-    out->c[0] = (cand){y->ndim - 1, ws->outer, ws->groups, ws->inner, ws->outer, ws->inner};
+    *out = (rci_shard_state){.kind = ST_SPLIT, .ncand = 1};
+    out->c[0] = (rci_shard_cand){y->ndim - 1, ws->outer, ws->groups, ws->inner, ws->outer, ws->inner};
 }
 
 /* matmul(x, W) fed a whole x: column parallel, its output a split-any of the features
  * (or, for a head tied to a vocabulary-split table, split on the vocabulary) */
-static void column_output(plan *p, const rc_tensor *y, int wi, int out_axis, state *out)
+static void column_output(rci_shard_analysis *p, const rc_tensor *y, int wi, int out_axis, rci_shard_state *out)
 {
     const rc_shard_spec *ws = &p->spec[wi];
     if (ws->role == RC_SHARD_VOCAB && ws->axis == out_axis) { /* a head tied to the table */
         out->kind = ST_SPLIT;
         out->ncand = 1;
-        out->c[0] = (cand){y->ndim - 1, 1, ws->groups, 1, 1, 1};
+        out->c[0] = (rci_shard_cand){y->ndim - 1, 1, ws->groups, 1, 1, 1};
         return;
     }
     int o = rci_shard_new_origin(p, wi, out_axis);
     if (o < 0)
         return;
     int64_t N = y->src[1]->shape[out_axis];
-    *out = (state){.kind = ST_SPLIT_ANY, .ncand = 1, .norig = 1};
-    out->c[0] = (cand){y->ndim - 1, 1, N, 1, 1, 1};
+    *out = (rci_shard_state){.kind = ST_SPLIT_ANY, .ncand = 1, .norig = 1};
+    out->c[0] = (rci_shard_cand){y->ndim - 1, 1, N, 1, 1, 1};
     out->orig[0] = o;
 }
 
 /* matmul(x, W) with W a parameter: column or row parallel */
-static void linear(plan *p, rc_tensor *y, state *out)
+static void linear(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     rc_tensor *x = y->src[0], *w = y->src[1];
-    state xs = p->st[x->id];
+    rci_shard_state xs = p->st[x->id];
     int wi = p->param_of[w->id], tb = y->iparam[1];
     int out_axis = tb ? 0 : 1, in_axis = tb ? 1 : 0, last = x->ndim - 1;
     make_whole(p, &xs, y, 0);
@@ -223,7 +223,7 @@ static void linear(plan *p, rc_tensor *y, state *out)
     if (xs.kind == ST_SPLIT_ANY && rci_shard_find_cand(&xs, last) >= 0)
         rci_shard_choose(p, &xs, rci_shard_find_cand(&xs, last), 0);
     if (xs.kind == ST_SPLIT && xs.c[0].axis == last) { /* row parallel */
-        const cand *c = &xs.c[0];
+        const rci_shard_cand *c = &xs.c[0];
         if (rci_shard_set_spec(p, wi, RC_SHARD_ROW, in_axis, c->c_outer, c->groups, c->c_inner, 0) == 0) {
             out->kind = ST_PARTIAL;
             return;
@@ -240,10 +240,10 @@ static void linear(plan *p, rc_tensor *y, state *out)
 
 /* rows of a table by token ids: a table of parameters splits the vocabulary (a fixed split
  * of its columns splits the output features instead) */
-static void embedding(plan *p, rc_tensor *y, state *out)
+static void embedding(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     rc_tensor *table = y->src[0], *ids = y->src[1];
-    state ts = p->st[table->id], is = p->st[ids->id];
+    rci_shard_state ts = p->st[table->id], is = p->st[ids->id];
     drop(p, &is, y, 1);
     if (!is_param(p, table)) {
         make_whole(p, &ts, y, 0);
@@ -254,8 +254,8 @@ static void embedding(plan *p, rc_tensor *y, state *out)
     const rc_shard_spec *s = &p->spec[ti];
     if (p->forced[ti] && s->axis == 1) {
         rci_shard_fixed_role(p, ti, RC_SHARD_COLUMN);
-        *out = (state){.kind = ST_SPLIT, .ncand = 1};
-        out->c[0] = (cand){y->ndim - 1, s->outer, s->groups, s->inner, s->outer, s->inner};
+        *out = (rci_shard_state){.kind = ST_SPLIT, .ncand = 1};
+        out->c[0] = (rci_shard_cand){y->ndim - 1, s->outer, s->groups, s->inner, s->outer, s->inner};
         return;
     }
     if (p->forced[ti] ? s->axis == 0 : from_input(ids) && rci_shard_set_spec(p, ti, RC_SHARD_VOCAB, 0, 1, table->shape[0], 1, 1) == 0) {
@@ -268,7 +268,7 @@ static void embedding(plan *p, rc_tensor *y, state *out)
 
 /* a replicated operand of an element-wise op: a parameter broadcast along the split axis
  * (a bias) follows the split; an activation is sliced locally */
-static void follow(plan *p, const state *lead, const rc_tensor *lead_t, const rc_tensor *y, rc_tensor *r)
+static void follow(rci_shard_analysis *p, const rci_shard_state *lead, const rc_tensor *lead_t, const rc_tensor *y, rc_tensor *r)
 {
     int bi = p->param_of[r->id];
     if (bi < 0)
@@ -279,12 +279,12 @@ static void follow(plan *p, const state *lead, const rc_tensor *lead_t, const rc
         if (ax_r < 0 || r->shape[ax_r] != y->shape[ax_y])
             continue;
         if (lead->kind == ST_SPLIT) {
-            const cand *c = &lead->c[0];
+            const rci_shard_cand *c = &lead->c[0];
             rci_shard_set_spec(p, bi, RC_SHARD_BIAS, ax_r, c->c_outer, c->groups, c->c_inner, 0);
             continue;
         }
         for (int o = 0; o < lead->norig; o++) {
-            origin *og = &p->orig[lead->orig[o]];
+            rci_shard_origin *og = &p->orig[lead->orig[o]];
             if (og->nbias < MAX_BIAS) {
                 og->bias[og->nbias] = bi;
                 og->bias_axis[og->nbias++] = ax_r;
@@ -296,18 +296,18 @@ static void follow(plan *p, const state *lead, const rc_tensor *lead_t, const rc
 
 /* Operand o of y, split (or split-any) while the leading operand has the concrete split
  * lead: 1 when o's split can agree with it (a split-any is resolved to match). */
-static int split_agrees(plan *p, const state *lead, const rc_tensor *lead_t, const rc_tensor *o, const rc_tensor *y)
+static int split_agrees(rci_shard_analysis *p, const rci_shard_state *lead, const rc_tensor *lead_t, const rc_tensor *o, const rc_tensor *y)
 {
-    state *os = &p->st[o->id];
+    rci_shard_state *os = &p->st[o->id];
     if (lead->kind != ST_SPLIT)
         return 0;
-    const cand *c = &lead->c[0];
+    const rci_shard_cand *c = &lead->c[0];
     int ax = c->axis + (y->ndim - lead_t->ndim) - (y->ndim - o->ndim);
     for (int k = 0; k < os->ncand; k++) {
-        const cand *d = &os->c[k];
+        const rci_shard_cand *d = &os->c[k];
         if (d->axis == ax && rci_shard_same_cut(c->c_outer, c->groups, c->c_inner, d->c_outer, d->groups, d->c_inner, p->mp)) {
             if (os->kind == ST_SPLIT_ANY) {
-                state r = *os;
+                rci_shard_state r = *os;
                 rci_shard_choose(p, &r, k, 0);
             }
             return 1;
@@ -318,11 +318,11 @@ static int split_agrees(plan *p, const state *lead, const rc_tensor *lead_t, con
 
 /* the operand that leads an element-wise op: a concrete split before a split-any; -1 when
  * none is split */
-static int split_lead(const plan *p, const rc_tensor *y)
+static int split_lead(const rci_shard_analysis *p, const rc_tensor *y)
 {
     int lead = -1;
     for (int i = 0; i < y->nsrc; i++) {
-        const state *s = y->src[i] ? &p->st[y->src[i]->id] : NULL;
+        const rci_shard_state *s = y->src[i] ? &p->st[y->src[i]->id] : NULL;
         if (s && s->kind == ST_SPLIT && (lead < 0 || p->st[y->src[lead]->id].kind != ST_SPLIT))
             lead = i; /* a concrete split leads over a split-any */
         if (s && s->kind == ST_SPLIT_ANY && lead < 0)
@@ -334,7 +334,7 @@ static int split_lead(const plan *p, const rc_tensor *y)
 /* Partial sums among y's inputs: 1 when y adds or subtracts partial sums only, so its
  * output is one too; otherwise they are made whole (a partial sum meets a bias or the
  * residual stream). */
-static int sums_stay_partial(plan *p, const rc_tensor *y)
+static int sums_stay_partial(rci_shard_analysis *p, const rc_tensor *y)
 {
     int partial = 0, all_partial = 1;
     for (int i = 0; i < y->nsrc; i++)
@@ -348,7 +348,7 @@ static int sums_stay_partial(plan *p, const rc_tensor *y)
         return 1;
     for (int i = 0; i < y->nsrc; i++)
         if (y->src[i] && p->st[y->src[i]->id].kind == ST_PARTIAL) {
-            state s = p->st[y->src[i]->id];
+            rci_shard_state s = p->st[y->src[i]->id];
             make_whole(p, &s, y, i);
         }
     return 0;
@@ -356,10 +356,10 @@ static int sums_stay_partial(plan *p, const rc_tensor *y)
 
 /* operand i of y beside the leading split s (of operand lt): a replicated one follows it
  * (sliced, or a bias split with it), a split-any joins it, another split is gathered */
-static void beside_lead(plan *p, const rc_tensor *y, int i, state *s, const rc_tensor *lt)
+static void beside_lead(rci_shard_analysis *p, const rc_tensor *y, int i, rci_shard_state *s, const rc_tensor *lt)
 {
     rc_tensor *o = y->src[i];
-    const state *os = &p->st[o->id];
+    const rci_shard_state *os = &p->st[o->id];
     if (os->kind == ST_REPLICATED || os->kind == ST_PARTIAL) {
         follow(p, s, lt, y, o);
         p->act[y->id * RC_MAX_SRC + i] |= ACT_SLICE; /* a parameter: already its shard */
@@ -371,7 +371,7 @@ static void beside_lead(plan *p, const rc_tensor *y, int i, state *s, const rc_t
         p->act[y->id * RC_MAX_SRC + i] |= ACT_GATHER | ACT_SLICE; /* another split: whole, then cut */
 }
 
-static void elementwise(plan *p, rc_tensor *y, state *out)
+static void elementwise(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     int lead = split_lead(p, y);
     memset(out, 0, sizeof *out);
@@ -382,7 +382,7 @@ static void elementwise(plan *p, rc_tensor *y, state *out)
     if (lead < 0)
         return;
     rc_tensor *lt = y->src[lead];
-    state s = p->st[lt->id];
+    rci_shard_state s = p->st[lt->id];
     for (int i = 0; i < y->nsrc; i++)
         if (y->src[i] && i != lead)
             beside_lead(p, y, i, &s, lt);
@@ -394,7 +394,7 @@ static void elementwise(plan *p, rc_tensor *y, state *out)
 /* Heads the shard count does not divide: their projections are noted for the next round
  * to replicate; key/value heads shared by groups of query heads (c_inner > 1: repeated),
  * GQA, take precedence. */
-static void note_heads_undivided(plan *p, const state *s, const cand *c)
+static void note_heads_undivided(rci_shard_analysis *p, const rci_shard_state *s, const rci_shard_cand *c)
 {
     for (int o = 0; o < s->norig; o++) {
         int param = p->orig[s->orig[o]].param;
@@ -412,7 +412,7 @@ static void note_heads_undivided(plan *p, const state *s, const cand *c)
 
 /* operand i of an attention matmul: a split-any takes a batch axis (the heads) or is made
  * whole; a split on one of the last two axes is gathered */
-static void attention_operand(plan *p, rc_tensor *y, int i, state *s)
+static void attention_operand(rci_shard_analysis *p, rc_tensor *y, int i, rci_shard_state *s)
 {
     *s = p->st[y->src[i]->id];
     make_whole(p, s, y, i);
@@ -436,9 +436,9 @@ static void attention_operand(plan *p, rc_tensor *y, int i, state *s)
 }
 
 /* a matmul between activations (attention): batch axes may carry the split */
-static void batched(plan *p, rc_tensor *y, state *out)
+static void batched(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
-    state s[2];
+    rci_shard_state s[2];
     memset(out, 0, sizeof *out);
     for (int i = 0; i < 2; i++)
         attention_operand(p, y, i, &s[i]);
@@ -447,7 +447,7 @@ static void batched(plan *p, rc_tensor *y, state *out)
         return;
     int other = !lead, ax = s[lead].c[0].axis + (y->ndim - y->src[lead]->ndim);
     int ax_o = ax - (y->ndim - y->src[other]->ndim);
-    const cand *c = &s[lead].c[0], *d = &s[other].c[0];
+    const rci_shard_cand *c = &s[lead].c[0], *d = &s[other].c[0];
     if (s[other].kind == ST_REPLICATED) /* e.g. a GQA key replicated: this shard's heads of it */
         p->act[y->id * RC_MAX_SRC + other] |= ACT_SLICE;
     else if (d->axis != ax_o || !rci_shard_same_cut(c->c_outer, c->groups, c->c_inner, d->c_outer, d->groups, d->c_inner, p->mp))
@@ -459,10 +459,10 @@ static void batched(plan *p, rc_tensor *y, state *out)
 
 /* the additive mask of a softmax (T5's position bias, a padding mask) meets the scores'
  * split: a replicated mask is cut to this shard's heads */
-static void softmax_mask(plan *p, rc_tensor *y, const state *out)
+static void softmax_mask(rci_shard_analysis *p, rc_tensor *y, const rci_shard_state *out)
 {
     rc_tensor *m = y->src[1];
-    state mask = p->st[m->id];
+    rci_shard_state mask = p->st[m->id];
     make_whole(p, &mask, y, 1);
     if (out->kind != ST_SPLIT && out->kind != ST_SPLIT_ANY)
         drop(p, &mask, y, 1);
@@ -473,7 +473,7 @@ static void softmax_mask(plan *p, rc_tensor *y, const state *out)
 }
 
 /* 1 when t is consumed by exactly one node of the graph up to `last` */
-static int single_use(const plan *p, const rc_tensor *t, int last)
+static int single_use(const rci_shard_analysis *p, const rc_tensor *t, int last)
 {
     int uses = 0;
     for (int i = t->id + 1; i <= last && uses < 2; i++) {
@@ -487,10 +487,10 @@ static int single_use(const plan *p, const rc_tensor *t, int last)
 /* concat: a split along another axis carries through; replicated operands are cut to the
  * shard, except a splittable input (a key/value cache) used only here, which arrives as
  * this shard's part */
-static void concat(plan *p, rc_tensor *y, state *out)
+static void concat(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     int ax = y->iparam[0], lead = -1;
-    state s[RC_MAX_SRC];
+    rci_shard_state s[RC_MAX_SRC];
     for (int i = 0; i < y->nsrc; i++) {
         s[i] = p->st[y->src[i]->id];
         make_whole(p, &s[i], y, i);
@@ -526,29 +526,29 @@ static void concat(plan *p, rc_tensor *y, state *out)
 /* ---- convolutions and pooling (NCHW: the channels on axis 1) ------------------------------- */
 
 /* conv2d(x, W, b) with W [O, C/groups, KH, KW] a parameter */
-static int is_conv(const plan *p, const rc_tensor *y)
+static int is_conv(const rci_shard_analysis *p, const rc_tensor *y)
 {
     return y->op == RC_OP_CONV2D && is_param(p, y->src[1]) && (y->nsrc < 3 || !y->src[2] || is_param(p, y->src[2]));
 }
 
 /* 1 when the channel split c gives every shard whole groups of a conv with `groups` groups
  * (contiguous runs of C / mp channels, mp dividing the groups) */
-static int groups_aligned(const plan *p, const cand *c, int groups)
+static int groups_aligned(const rci_shard_analysis *p, const rci_shard_cand *c, int groups)
 {
     return c->axis == 1 && c->c_outer == 1 && c->groups % p->mp == 0 && groups % p->mp == 0;
 }
 
 /* The split of a conv's output channels (and of W's axis 0, b's axis 0) that gives each
  * shard whole groups: [1, groups, O / groups]. */
-static cand group_cut(const rc_tensor *y, int groups)
+static rci_shard_cand group_cut(const rc_tensor *y, int groups)
 {
     int64_t O = y->shape[1];
-    return (cand){1, 1, groups, O / groups, 1, O / groups};
+    return (rci_shard_cand){1, 1, groups, O / groups, 1, O / groups};
 }
 
 /* a row-parallel conv (W split on its input channels): a partial sum, made whole at once
  * when a bias is to be added (once, after the all-reduce: the partitioner does so) */
-static void conv_row_output(plan *p, const rc_tensor *y, state *out)
+static void conv_row_output(rci_shard_analysis *p, const rc_tensor *y, rci_shard_state *out)
 {
     memset(out, 0, sizeof *out);
     if (y->nsrc > 2 && y->src[2]) {
@@ -559,29 +559,29 @@ static void conv_row_output(plan *p, const rc_tensor *y, state *out)
 }
 
 /* a conv whose output channels split as c, with its weight's and bias's splits recorded */
-static void conv_split_output(plan *p, const rc_tensor *y, const cand *c, rc_shard_role role, state *out)
+static void conv_split_output(rci_shard_analysis *p, const rc_tensor *y, const rci_shard_cand *c, rc_shard_role role, rci_shard_state *out)
 {
     int wi = p->param_of[y->src[1]->id];
     if (rci_shard_set_spec(p, wi, role, 0, c->c_outer, c->groups, c->c_inner, 0))
         return;
     if (y->nsrc > 2 && y->src[2])
         rci_shard_set_spec(p, p->param_of[y->src[2]->id], RC_SHARD_BIAS, 0, c->c_outer, c->groups, c->c_inner, 0);
-    *out = (state){.kind = ST_SPLIT, .ncand = 1};
+    *out = (rci_shard_state){.kind = ST_SPLIT, .ncand = 1};
     out->c[0] = *c;
 }
 
 /* a conv with a weight split fixed by the caller: the input brought to the form the split
  * needs (a whole input of a row split is cut to its channels by the partitioner) */
-static void conv_fixed(plan *p, rc_tensor *y, state *xs, state *out)
+static void conv_fixed(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *xs, rci_shard_state *out)
 {
     int wi = p->param_of[y->src[1]->id], groups = y->iparam[6];
     const rc_shard_spec *ws = &p->spec[wi];
-    cand wc = {1, ws->outer, ws->groups, ws->inner, ws->outer, ws->inner};
+    rci_shard_cand wc = {1, ws->outer, ws->groups, ws->inner, ws->outer, ws->inner};
     int k = xs->kind == ST_SPLIT_ANY ? rci_shard_find_cand(xs, 1) : -1;
     if (k >= 0 && (ws->axis == 1 || (ws->axis == 0 && groups > 1)))
         rci_shard_choose(p, xs, k, 0);
     int ch = xs->kind == ST_SPLIT && xs->c[0].axis == 1;
-    const cand *c = &xs->c[0];
+    const rci_shard_cand *c = &xs->c[0];
     if (ch && ws->axis == 1 && groups == 1 &&
         rci_shard_same_cut(c->c_outer, c->groups, c->c_inner, ws->outer, ws->groups, ws->inner, p->mp)) {
         rci_shard_fixed_role(p, wi, RC_SHARD_ROW);
@@ -608,7 +608,7 @@ static void conv_fixed(plan *p, rc_tensor *y, state *xs, state *out)
 
 /* A grouped conv fed a whole input: column parallel on whole groups (the partitioner cuts
  * the input to their channels), or whole when the shards do not divide the groups. */
-static void conv_grouped_column(plan *p, rc_tensor *y, state *out)
+static void conv_grouped_column(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     int wi = p->param_of[y->src[1]->id], groups = y->iparam[6];
     if (groups % p->mp) {
@@ -616,7 +616,7 @@ static void conv_grouped_column(plan *p, rc_tensor *y, state *out)
                  "conv with %d groups: %d shards would split a group, kept whole", groups, p->mp);
         return;
     }
-    cand c = group_cut(y, groups);
+    rci_shard_cand c = group_cut(y, groups);
     conv_split_output(p, y, &c, RC_SHARD_COLUMN, out);
 }
 
@@ -624,11 +624,11 @@ static void conv_grouped_column(plan *p, rc_tensor *y, state *out)
  * output on its channel axis); fed channel-split x, row parallel (W split on its input
  * channels, the output a partial sum); a grouped conv fed a split of whole groups carries
  * it (depthwise), otherwise its input is made whole. */
-static void conv(plan *p, rc_tensor *y, state *out)
+static void conv(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     rc_tensor *x = y->src[0];
     int wi = p->param_of[y->src[1]->id], groups = y->iparam[6];
-    state xs = p->st[x->id];
+    rci_shard_state xs = p->st[x->id];
     memset(out, 0, sizeof *out);
     make_whole(p, &xs, y, 0);
     if (p->forced[wi]) {
@@ -639,7 +639,7 @@ static void conv(plan *p, rc_tensor *y, state *out)
     if (k >= 0 && (groups == 1 || groups_aligned(p, &xs.c[k], groups)))
         rci_shard_choose(p, &xs, k, 0);
     if (xs.kind == ST_SPLIT && xs.c[0].axis == 1 && groups == 1) { /* row parallel */
-        const cand *c = &xs.c[0];
+        const rci_shard_cand *c = &xs.c[0];
         if (rci_shard_set_spec(p, wi, RC_SHARD_ROW, 1, c->c_outer, c->groups, c->c_inner, 0) == 0)
             conv_row_output(p, y, out);
         else
@@ -647,7 +647,7 @@ static void conv(plan *p, rc_tensor *y, state *out)
         return;
     }
     if (xs.kind == ST_SPLIT && xs.c[0].axis == 1 && groups_aligned(p, &xs.c[0], groups)) {
-        cand c = group_cut(y, groups); /* whole groups on every shard: the split carries */
+        rci_shard_cand c = group_cut(y, groups); /* whole groups on every shard: the split carries */
         conv_split_output(p, y, &c, RC_SHARD_COLUMN, out);
         return;
     }
@@ -667,10 +667,10 @@ static void conv(plan *p, rc_tensor *y, state *out)
     int o = rci_shard_new_origin(p, wi, 0); /* column parallel: a split-any of the channels */
     if (o < 0)
         return;
-    *out = (state){.kind = ST_SPLIT_ANY, .ncand = 1, .norig = 1};
-    out->c[0] = (cand){1, 1, y->shape[1], 1, 1, 1};
+    *out = (rci_shard_state){.kind = ST_SPLIT_ANY, .ncand = 1, .norig = 1};
+    out->c[0] = (rci_shard_cand){1, 1, y->shape[1], 1, 1, 1};
     out->orig[0] = o;
-    origin *og = &p->orig[o];
+    rci_shard_origin *og = &p->orig[o];
     if (y->nsrc > 2 && y->src[2]) {
         og->bias[og->nbias] = p->param_of[y->src[2]->id];
         og->bias_axis[og->nbias++] = 0;
@@ -678,7 +678,7 @@ static void conv(plan *p, rc_tensor *y, state *out)
 }
 
 /* max / average pooling: a channel (or batch) split carries, the pooled axes cannot stay split */
-static void pool(plan *p, rc_tensor *y, state *out)
+static void pool(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     *out = p->st[y->src[0]->id];
     make_whole(p, out, y, 0);
@@ -689,14 +689,14 @@ static void pool(plan *p, rc_tensor *y, state *out)
 /* ---- the other ops, and one node's rule --------------------------------------------------- */
 
 /* exp, log, activations...: element by element, any split carries; a partial sum whole */
-static void pointwise(plan *p, rc_tensor *y, state *out)
+static void pointwise(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     *out = p->st[y->src[0]->id];
     make_whole(p, out, y, 0);
 }
 
 /* a*x + b: a partial sum stays one when b is 0 */
-static void affine(plan *p, rc_tensor *y, state *out)
+static void affine(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     *out = p->st[y->src[0]->id];
     if (out->kind == ST_PARTIAL && y->fparam[1] != 0)
@@ -704,7 +704,7 @@ static void affine(plan *p, rc_tensor *y, state *out)
 }
 
 /* softmax, norms, rotary: they work along the last axis, which cannot stay split */
-static void last_axis_op(plan *p, rc_tensor *y, state *out)
+static void last_axis_op(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     rc_tensor *a = y->src[0];
     *out = p->st[a->id];
@@ -715,14 +715,14 @@ static void last_axis_op(plan *p, rc_tensor *y, state *out)
 }
 
 /* slice, pad: along iparam[0], which cannot stay split */
-static void slice_or_pad(plan *p, rc_tensor *y, state *out)
+static void slice_or_pad(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     *out = p->st[y->src[0]->id];
     forbid_axis(p, out, y->iparam[0], y, 0);
 }
 
 /* broadcast to more leading axes: the split axis moves along */
-static void expand(plan *p, rc_tensor *y, state *out)
+static void expand(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     rc_tensor *a = y->src[0];
     *out = p->st[a->id];
@@ -731,7 +731,7 @@ static void expand(plan *p, rc_tensor *y, state *out)
 }
 
 /* sum, max over axis iparam[0] (kept as 1 when iparam[1]): that axis cannot stay split */
-static void reduce(plan *p, rc_tensor *y, state *out)
+static void reduce(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
 {
     *out = p->st[y->src[0]->id];
     make_whole(p, out, y, 0);
@@ -741,10 +741,10 @@ static void reduce(plan *p, rc_tensor *y, state *out)
 }
 
 /* logits split on the whole vocabulary: the vocabulary-parallel loss; otherwise whole */
-static void cross_entropy(plan *p, rc_tensor *y)
+static void cross_entropy(rci_shard_analysis *p, rc_tensor *y)
 {
     rc_tensor *a = y->src[0];
-    state in = p->st[a->id];
+    rci_shard_state in = p->st[a->id];
     make_whole(p, &in, y, 0);
     if (in.kind == ST_SPLIT_ANY && rci_shard_find_cand(&in, a->ndim - 1) >= 0)
         rci_shard_choose(p, &in, rci_shard_find_cand(&in, a->ndim - 1), 1);
@@ -755,19 +755,19 @@ static void cross_entropy(plan *p, rc_tensor *y)
 }
 
 /* an op the rules do not know: its inputs whole, its output replicated */
-static void unknown_op(plan *p, rc_tensor *y)
+static void unknown_op(rci_shard_analysis *p, rc_tensor *y)
 {
     for (int i = 0; i < y->nsrc; i++)
         if (y->src[i]) {
-            state s = p->st[y->src[i]->id];
+            rci_shard_state s = p->st[y->src[i]->id];
             make_whole(p, &s, y, i);
             drop(p, &s, y, i);
         }
 }
 
-void rci_shard_propagate(plan *p, rc_tensor *y)
+void rci_shard_propagate(rci_shard_analysis *p, rc_tensor *y)
 {
-    state *out = &p->st[y->id];
+    rci_shard_state *out = &p->st[y->id];
     memset(out, 0, sizeof *out);
     switch (y->op) {
     case RC_OP_MATMUL:
@@ -838,7 +838,7 @@ void rci_shard_propagate(plan *p, rc_tensor *y)
 /* The inputs of linears and convs whose weight ended up split on its outputs (column
  * parallel or a vocabulary head): Megatron's f, mp_enter in the partitioned graph. Decided once the
  * plan is complete, since a split-any may end unresolved (its weight then replicated). */
-void rci_shard_mark_column_inputs(plan *p)
+void rci_shard_mark_column_inputs(rci_shard_analysis *p)
 {
     for (int i = 0; i <= p->last; i++) {
         const rc_tensor *y = rc_graph_node(p->g, i);
@@ -847,7 +847,7 @@ void rci_shard_mark_column_inputs(plan *p)
             continue;
         const rc_shard_spec *ws = &p->spec[p->param_of[y->src[1]->id]];
         int out_axis = conv2d ? 0 : y->iparam[1] ? 0 : 1;
-        const state *xs = &p->st[y->src[0]->id];
+        const rci_shard_state *xs = &p->st[y->src[0]->id];
         unsigned a = p->act[y->id * RC_MAX_SRC];
         int whole_input = xs->kind == ST_REPLICATED || (xs->kind == ST_PARTIAL && (a & ACT_REDUCE)) || (a & ACT_GATHER);
         if (ws->axis == out_axis && (ws->role == RC_SHARD_COLUMN || ws->role == RC_SHARD_VOCAB) && whole_input) {
@@ -861,8 +861,8 @@ void rci_shard_mark_column_inputs(plan *p)
      * gradients are all-reduced backward */
     for (int i = 0; i <= p->last; i++) {
         const rc_tensor *y = rc_graph_node(p->g, i);
-        state fin = p->st[i];
-        const state *ys = &fin;
+        rci_shard_state fin = p->st[i];
+        const rci_shard_state *ys = &fin;
         rci_shard_finalize_state(p, &fin); /* a split-any resolved later is split here too */
         for (int k = 0; k < y->nsrc && ys->kind == ST_SPLIT; k++) {
             const rc_tensor *x = y->src[k];

@@ -17,20 +17,20 @@ static int64_t numel_bytes(const rc_tensor *t)
     return rc_tensor_numel(t) * 4;
 }
 
-void rci_shard_count_allreduce(plan *p, const rc_tensor *t)
+void rci_shard_count_allreduce(rci_shard_analysis *p, const rc_tensor *t)
 {
     p->comm.allreduce_fwd++;
     p->comm.bytes_fwd += (double)numel_bytes(t);
 }
 
-void rci_shard_count_vocab_loss(plan *p, const rc_tensor *logits)
+void rci_shard_count_vocab_loss(rci_shard_analysis *p, const rc_tensor *logits)
 {
     int64_t rows = rc_tensor_numel(logits) / logits->shape[logits->ndim - 1];
     p->comm.allreduce_fwd += 3;
     p->comm.bytes_fwd += 3.0 * (double)rows * 4;
 }
 
-void rci_shard_count_gathers(plan *p)
+void rci_shard_count_gathers(rci_shard_analysis *p)
 {
     char *seen = calloc((size_t)p->last + 1, 1);
     for (int i = 0; seen && i <= p->last; i++) {
@@ -39,7 +39,7 @@ void rci_shard_count_gathers(plan *p)
             const rc_tensor *x = y->src[k];
             if (!x || !(p->act[i * RC_MAX_SRC + k] & ACT_GATHER) || seen[x->id])
                 continue;
-            state s = p->st[x->id];
+            rci_shard_state s = p->st[x->id];
             rci_shard_finalize_state(p, &s);
             if (s.kind == ST_SPLIT) {
                 seen[x->id] = 1;
@@ -51,7 +51,7 @@ void rci_shard_count_gathers(plan *p)
     free(seen);
 }
 
-void rci_shard_count_backward(plan *p)
+void rci_shard_count_backward(rci_shard_analysis *p)
 {
     /* a backward all-reduce only where a gradient flows: inputs that depend on parameters */
     char *grads = calloc((size_t)p->last + 1, 1);
@@ -69,7 +69,7 @@ void rci_shard_count_backward(plan *p)
     free(grads);
 }
 
-void rci_shard_undivided_add(undivided *u, const char *name, int64_t groups)
+void rci_shard_undivided_add(rci_shard_undivided *u, const char *name, int64_t groups)
 {
     if (u->n < 64)
         u->groups[u->n++] = groups;
@@ -91,7 +91,7 @@ static void workable(const int64_t *groups, int n, char *buf, size_t size)
     }
 }
 
-int rci_shard_undivided_error(const undivided *u, int mp, rc_error *err)
+int rci_shard_undivided_error(const rci_shard_undivided *u, int mp, rc_error *err)
 {
     char ok[256];
     workable(u->groups, u->n, ok, sizeof ok);

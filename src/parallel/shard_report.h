@@ -12,22 +12,22 @@ typedef struct {
     int n;
     char names[400];             /* "NAME (G groups), ..." */
     size_t used;
-} undivided;
+} rci_shard_undivided;
 
 /* one forward all-reduce of tensor t (a partial sum made whole) */
-void rci_shard_count_allreduce(plan *p, const rc_tensor *t);
+void rci_shard_count_allreduce(rci_shard_analysis *p, const rc_tensor *t);
 /* the vocabulary-parallel cross-entropy over logits: three all-reduces per row (the row
  * max, the sum of exponentials, the target logit) */
-void rci_shard_count_vocab_loss(plan *p, const rc_tensor *logits);
+void rci_shard_count_vocab_loss(rci_shard_analysis *p, const rc_tensor *logits);
 /* the gathers the partitioner will run (once per tensor that ends up split where a
  * consumer needs it whole) */
-void rci_shard_count_gathers(plan *p);
+void rci_shard_count_gathers(rci_shard_analysis *p);
 /* the backward all-reduces: the input gradients of column-parallel layers (Megatron's f),
  * where a gradient flows */
-void rci_shard_count_backward(plan *p);
+void rci_shard_count_backward(rci_shard_analysis *p);
 
-void rci_shard_undivided_add(undivided *u, const char *name, int64_t groups);
+void rci_shard_undivided_add(rci_shard_undivided *u, const char *name, int64_t groups);
 /* the error for mp shards not dividing u's parameters, with the shard counts that would */
-int rci_shard_undivided_error(const undivided *u, int mp, rc_error *err);
+int rci_shard_undivided_error(const rci_shard_undivided *u, int mp, rc_error *err);
 
 #endif

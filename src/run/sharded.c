@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void rci_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int allow_replicate)
+void rci_sharded_init(rci_sharded *s, const rc_mesh *mesh, rc_params *params, int allow_replicate)
 {
     memset(s, 0, sizeof *s);
     s->mesh = mesh;
@@ -16,7 +16,7 @@ void rci_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int
     s->allow_replicate = allow_replicate;
 }
 
-void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, rc_buffer *local, const int64_t *off,
+void rci_sharded_use(rci_sharded *s, const rc_shard_spec *specs, rc_buffer *local, const int64_t *off,
                      rc_buffer *frozen_local, const int64_t *frozen_off)
 {
     if (s->owned) {
@@ -34,7 +34,7 @@ void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, rc_buffer *local
     s->owned = 0;
 }
 
-void rci_sharded_free(rc_sharded *s)
+void rci_sharded_free(rci_sharded *s)
 {
     if (s && s->owned) {
         free(s->specs);
@@ -47,7 +47,7 @@ void rci_sharded_free(rc_sharded *s)
         memset(s, 0, sizeof *s);
 }
 
-int rci_sharded_refresh(rc_sharded *s, rc_error *err)
+int rci_sharded_refresh(rci_sharded *s, rc_error *err)
 {
     if (!s->owned || !s->local || s->version == rci_params_version(s->params))
         return 0;
@@ -122,7 +122,7 @@ void rci_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n)
 }
 
 /* LoRA: the frozen base weights' shards (their specs), taken once like the adapters' */
-static int take_frozen(rc_sharded *s, const rci_frozen *fz, const rc_shard_spec *specs, rc_error *err)
+static int take_frozen(rci_sharded *s, const rci_frozen *fz, const rc_shard_spec *specs, rc_error *err)
 {
     nn_weights *w = rci_params_weights(fz->base);
     if (!w || !w->buf)
@@ -155,7 +155,7 @@ static rc_shard_spec adapter_spec(const rc_shard_spec *base, int axis)
  * [out, r] on axis 0, of its input features A [r, in] on axis 1 (the other stays whole), so
  * the adapters' update lands split exactly as the base projection's output. specs[0 .. n)
  * are the adapters, specs[n ..) the base weights; the user's overrides are already in. */
-static int plan_adapters(rc_sharded *s, rc_graph *g, rc_tensor *out, rc_tensor *const *leaves, int n, int nf,
+static int plan_adapters(rci_sharded *s, rc_graph *g, rc_tensor *out, rc_tensor *const *leaves, int n, int nf,
                          rc_shard_spec *specs, rc_error *err)
 {
     const rci_frozen *fz = rci_params_frozen(s->params);
@@ -180,7 +180,7 @@ static int plan_adapters(rc_sharded *s, rc_graph *g, rc_tensor *out, rc_tensor *
 }
 
 /* the first graph's plan kept: shard buffers filled from the full weights */
-static int take_shards(rc_sharded *s, rc_shard_spec *specs, rc_error *err)
+static int take_shards(rci_sharded *s, rc_shard_spec *specs, rc_error *err)
 {
     nn_weights *w = rci_params_weights(s->params);
     if (!w || !w->buf)
@@ -203,7 +203,7 @@ static int take_shards(rc_sharded *s, rc_shard_spec *specs, rc_error *err)
 }
 
 /* leaves, then (LoRA) the frozen base weights' leaves in g; malloc'ed */
-static rc_tensor **all_leaves(rc_sharded *s, rc_graph *g, rc_tensor *const *leaves, int n, int nf)
+static rc_tensor **all_leaves(rci_sharded *s, rc_graph *g, rc_tensor *const *leaves, int n, int nf)
 {
     const rci_frozen *fz = rci_params_frozen(s->params);
     rc_tensor **all = calloc((size_t)(n + nf) + 1, sizeof *all);
@@ -215,7 +215,7 @@ static rc_tensor **all_leaves(rc_sharded *s, rc_graph *g, rc_tensor *const *leav
     return all;
 }
 
-int rci_sharded_partition(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
+int rci_sharded_partition(rci_sharded *s, rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
                           rc_tensor *const *leaves, rc_shard_graph *sg, rc_error *err)
 {
     const rci_frozen *fz = rci_params_frozen(s->params);

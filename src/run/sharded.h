@@ -23,18 +23,18 @@ typedef struct {
      * adapters (specs[n ..) after params' n), flat like local */
     rc_buffer *frozen_local;
     int64_t *frozen_off;
-} rc_sharded;
+} rci_sharded;
 
-void rci_sharded_init(rc_sharded *s, const rc_mesh *mesh, rc_params *params, int allow_replicate);
+void rci_sharded_init(rci_sharded *s, const rc_mesh *mesh, rc_params *params, int allow_replicate);
 /* Runs on a trainer's plan and shards (which stay the trainer's and must outlive s); with
  * LoRA also on its frozen base shards (NULL, NULL without). */
-void rci_sharded_use(rc_sharded *s, const rc_shard_spec *specs, rc_buffer *local, const int64_t *off,
+void rci_sharded_use(rci_sharded *s, const rc_shard_spec *specs, rc_buffer *local, const int64_t *off,
                      rc_buffer *frozen_local, const int64_t *frozen_off);
-void rci_sharded_free(rc_sharded *s);
+void rci_sharded_free(rci_sharded *s);
 /* Takes the shards again when they are this object's and the full weights changed since
  * they were taken (written by the user, updated by a fit): a Predictor made before training
  * predicts with the trained weights. */
-int rci_sharded_refresh(rc_sharded *s, rc_error *err);
+int rci_sharded_refresh(rci_sharded *s, rc_error *err);
 
 /* Shards of the weights w in one flat buffer: parameter i's at off[i], num[i] floats (num
  * may be NULL); returns the total floats. */
@@ -51,7 +51,7 @@ void rci_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n);
  * unused): the first call plans (with s's overrides) and takes the shards from the full
  * weights, later calls follow that plan. The local parameters are bound to the shards;
  * the caller frees sg. */
-int rci_sharded_partition(rc_sharded *s, rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
+int rci_sharded_partition(rci_sharded *s, rc_graph *g, rc_tensor *const *outs, int nout, const int *keep_split,
                           rc_tensor *const *leaves, rc_shard_graph *sg, rc_error *err);
 
 #endif

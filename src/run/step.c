@@ -23,7 +23,7 @@ void rci_step_free(rci_step *s)
 }
 
 /* the run graph and its outputs: g itself, or this rank's share of it */
-static int step_partition(rci_step *s, const rci_step_spec *spec, rc_sharded *shards, rc_error *err)
+static int step_partition(rci_step *s, const rci_step_spec *spec, rci_sharded *shards, rc_error *err)
 {
     if (!shards) {
         s->run = s->g;
@@ -47,7 +47,7 @@ static int step_backward(rci_step *s, const rci_step_spec *spec, rc_error *err)
     return 0;
 }
 
-int rci_step_build(rci_step *s, rc_graph *g, const rci_step_spec *spec, rc_sharded *shards,
+int rci_step_build(rci_step *s, rc_graph *g, const rci_step_spec *spec, rci_sharded *shards,
                    rc_backend *be, rc_error *err)
 {
     memset(s, 0, sizeof *s);

@@ -30,7 +30,7 @@ typedef struct {
  * this rank's graph under their plan; with gradients, those of outs[0] with respect to
  * every parameter; the plan on be over the outputs and gradients, with the model-axis
  * collective when there are shards. */
-int rci_step_build(rci_step *s, rc_graph *g, const rci_step_spec *spec, rc_sharded *shards,
+int rci_step_build(rci_step *s, rc_graph *g, const rci_step_spec *spec, rci_sharded *shards,
                    rc_backend *be, rc_error *err);
 void rci_step_free(rci_step *s);
 

@@ -17,15 +17,15 @@ typedef struct {
     int32_t id, prev, next;
 } bpe_sym;
 
-static int push_pair(const rc_tokenizer *t, tok_work *w, const bpe_sym *sym, int32_t left)
+static int push_pair(const rc_tokenizer *t, rci_tok_work *w, const bpe_sym *sym, int32_t left)
 {
     int32_t right = sym[left].next, rank, id;
     if (right < 0 || !rci_pairmap_get(&t->merges, sym[left].id, sym[right].id, &rank, &id)) return 0;
-    tok_hent e = {rank, left, id, 0};
+    rci_tok_hent e = {rank, left, id, 0};
     return rci_heap_push(w, e);
 }
 
-static int bpe_merge_ids(const rc_tokenizer *t, tok_work *w, const int32_t *ids, int64_t n, tok_ids *out)
+static int bpe_merge_ids(const rc_tokenizer *t, rci_tok_work *w, const int32_t *ids, int64_t n, rci_tok_ids *out)
 {
     if (n == 1) return rci_ids_put(out, ids[0]);
     if (rci_work_reserve_sym(w, n, sizeof(bpe_sym))) return -1;
@@ -39,7 +39,7 @@ static int bpe_merge_ids(const rc_tokenizer *t, tok_work *w, const int32_t *ids,
     for (int64_t i = 0; i + 1 < n; i++)
         if (push_pair(t, w, sym, (int32_t)i)) return -1;
     while (w->heap_len) {
-        tok_hent e = rci_heap_pop(w);
+        rci_tok_hent e = rci_heap_pop(w);
         int32_t left = e.pos, right = sym[left].next, rank, id;
         if (sym[left].id < 0 || right < 0) continue;
         if (!rci_pairmap_get(&t->merges, sym[left].id, sym[right].id, &rank, &id) || id != e.a) continue;
@@ -56,7 +56,7 @@ static int bpe_merge_ids(const rc_tokenizer *t, tok_work *w, const int32_t *ids,
 }
 
 /* A byte-level word: raw bytes -> one-char tokens -> merges. */
-int rci_bpe_bytes(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out)
+int rci_bpe_bytes(const rc_tokenizer *t, rci_tok_work *w, const char *s, size_t n, rci_tok_ids *out)
 {
     int hit = rci_work_cache_get(w, s, n, out);
     if (hit) return hit < 0 ? -1 : 0;
@@ -74,7 +74,7 @@ int rci_bpe_bytes(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, t
 
 /* A word of text for a tokenizer.json BPE model: each char its token, else its <0xXX>
  * pieces (byte_fallback), else unk (runs fused with fuse_unk), then merges. */
-int rci_bpe_word(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out)
+int rci_bpe_word(const rc_tokenizer *t, rci_tok_work *w, const char *s, size_t n, rci_tok_ids *out)
 {
     if (n == 0) return 0;
     int hit = rci_work_cache_get(w, s, n, out);

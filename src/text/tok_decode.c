@@ -14,7 +14,7 @@
 
 /* Appends bytes as UTF-8. per_byte: each byte of an invalid sequence becomes U+FFFD (as
  * sentencepiece does); otherwise each maximal invalid subpart does (as from_utf8_lossy). */
-static int put_lossy(tok_buf *out, const char *s, size_t n, int per_byte)
+static int put_lossy(rci_tok_buf *out, const char *s, size_t n, int per_byte)
 {
     static const char rep[] = "\xEF\xBF\xBD";
     size_t i = 0;
@@ -51,13 +51,13 @@ static int put_lossy(tok_buf *out, const char *s, size_t n, int per_byte)
 }
 
 /* Byte-level: every char of a token back to its byte; tokens with other chars as is. */
-static int decode_bytelevel(const rc_tokenizer *t, const int32_t *ids, int64_t n, int skip, tok_buf *out)
+static int decode_bytelevel(const rc_tokenizer *t, const int32_t *ids, int64_t n, int skip, rci_tok_buf *out)
 {
     int uni[256], inv[512];
     rci_bytelevel_map(uni);
     for (int i = 0; i < 512; i++) inv[i] = -1;
     for (int b = 0; b < 256; b++) inv[uni[b]] = b;
-    tok_buf raw = {0};
+    rci_tok_buf raw = {0};
     int rc = 0;
     for (int64_t i = 0; i < n && !rc; i++) {
         if (skip && (t->tok_flags[ids[i]] & TOKF_SPECIAL)) continue;
@@ -86,7 +86,7 @@ static int decode_bytelevel(const rc_tokenizer *t, const int32_t *ids, int64_t n
 }
 
 /* Replaces U+2581 with ' '; with drop, removes it instead (Metaspace's first token). */
-static int put_meta(tok_buf *out, const char *s, size_t n, int drop)
+static int put_meta(rci_tok_buf *out, const char *s, size_t n, int drop)
 {
     size_t k = 0;
     while (k < n) {
@@ -104,9 +104,9 @@ static int put_meta(tok_buf *out, const char *s, size_t n, int drop)
 /* sentencepiece's DecodeIds: controls vanish, unknowns read unk_surface, byte pieces join
  * into UTF-8 (U+FFFD per bad byte), U+2581 -> ' ', and the first piece of the text drops
  * one leading U+2581. */
-static int decode_spm(const rc_tokenizer *t, const int32_t *ids, int64_t n, int skip, tok_buf *out)
+static int decode_spm(const rc_tokenizer *t, const int32_t *ids, int64_t n, int skip, rci_tok_buf *out)
 {
-    tok_buf bytes = {0};
+    rci_tok_buf bytes = {0};
     int rc = 0;
     for (int64_t i = 0; i <= n && !rc; i++) {
         int f = i < n ? t->tok_flags[ids[i]] : 0;
@@ -140,9 +140,9 @@ static int decode_spm(const rc_tokenizer *t, const int32_t *ids, int64_t n, int 
 /* tokenizers' decoders for Metaspace / byte-fallback models: per token U+2581 -> ' '
  * (Metaspace: dropped in the first token), runs of <0xXX> tokens -> their bytes when
  * valid UTF-8 (else one U+FFFD per token), joined, then dec_strip leading spaces cut. */
-static int decode_hf(const rc_tokenizer *t, const int32_t *ids, int64_t n, int skip, tok_buf *out)
+static int decode_hf(const rc_tokenizer *t, const int32_t *ids, int64_t n, int skip, rci_tok_buf *out)
 {
-    tok_buf bytes = {0};
+    rci_tok_buf bytes = {0};
     int rc = 0, nbytes = 0;
     int64_t first = 1;
     size_t start = out->len;
@@ -181,7 +181,7 @@ static int decode_hf(const rc_tokenizer *t, const int32_t *ids, int64_t n, int s
     return rc;
 }
 
-int rci_tok_decode(const rc_tokenizer *t, const int32_t *ids, int64_t n, int skip_special, tok_buf *out)
+int rci_tok_decode(const rc_tokenizer *t, const int32_t *ids, int64_t n, int skip_special, rci_tok_buf *out)
 {
     if (t->dec == TOK_DEC_BYTELEVEL) return decode_bytelevel(t, ids, n, skip_special, out);
     if (t->dec == TOK_DEC_SPM) return decode_spm(t, ids, n, skip_special, out);

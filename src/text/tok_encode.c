@@ -30,7 +30,7 @@ static int added_find(const rc_tokenizer *t, const char *s, size_t n, size_t fro
     for (size_t p = from; p < n; p++) {
         unsigned char c = (unsigned char)s[p];
         for (int k = t->added_first[c][0]; k < t->added_first[c][1]; k++) {
-            const tok_added *a = &t->added[t->added_order[k]];
+            const rci_tok_added *a = &t->added[t->added_order[k]];
             if (a->len > n - p || memcmp(s + p, a->text, a->len)) continue;
             size_t b = p, e = p + a->len;
             if (a->single_word) {
@@ -64,7 +64,7 @@ static int added_find(const rc_tokenizer *t, const char *s, size_t n, size_t fro
 /* ---- pre-tokenizer and model ------------------------------------------------------------ */
 
 /* One word through the model of a tokenizer.json (or vocab.json) tokenizer. */
-static int model_word(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out)
+static int model_word(const rc_tokenizer *t, rci_tok_work *w, const char *s, size_t n, rci_tok_ids *out)
 {
     if (t->model == TOK_MODEL_UNIGRAM) return rci_unigram_encode(t, w, s, n, out);
     return rci_bpe_word(t, w, s, n, out);
@@ -72,16 +72,16 @@ static int model_word(const rc_tokenizer *t, tok_work *w, const char *s, size_t 
 
 static int on_model_word(void *ctx, size_t start, size_t end)
 {
-    tok_word_ctx *c = ctx;
+    rci_tok_word_ctx *c = ctx;
     return model_word(c->t, c->w, c->s + start, end - start, c->out);
 }
 
 static int on_bytelevel_piece(void *ctx, size_t start, size_t end)
 {
-    tok_word_ctx *c = ctx;
+    rci_tok_word_ctx *c = ctx;
     if (c->t->model == TOK_MODEL_BPE) return rci_bpe_bytes(c->t, c->w, c->s + start, end - start, c->out);
     /* other models see the byte-level spelling of the piece */
-    tok_buf mapped = {0};
+    rci_tok_buf mapped = {0};
     int rc = rci_bytelevel_spell(c->s + start, end - start, &mapped);
     if (!rc) rc = model_word(c->t, c->w, mapped.p, mapped.len, c->out);
     free(mapped.p);
@@ -89,13 +89,13 @@ static int on_bytelevel_piece(void *ctx, size_t start, size_t end)
 }
 
 /* One normalized segment through the pre-tokenizer and model of t. */
-static int encode_segment(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, int first,
-                          tok_ids *out, rc_error *err)
+static int encode_segment(const rc_tokenizer *t, rci_tok_work *w, const char *s, size_t n, int first,
+                          rci_tok_ids *out, rc_error *err)
 {
     int rc = 0;
     if (n == 0) return 0;
     if (t->pre == TOK_PRE_BYTELEVEL) {
-        tok_buf pre = {0};
+        rci_tok_buf pre = {0};
         if (t->add_prefix_space && s[0] != ' ') {
             if (rci_buf_put(&pre, " ", 1) || rci_buf_put(&pre, s, n)) {
                 free(pre.p);
@@ -104,18 +104,18 @@ static int encode_segment(const rc_tokenizer *t, tok_work *w, const char *s, siz
             s = pre.p;
             n = pre.len;
         }
-        tok_word_ctx c = {t, w, s, out};
+        rci_tok_word_ctx c = {t, w, s, out};
         rc = rci_bytelevel_split(s, n, on_bytelevel_piece, &c);
         free(pre.p);
     } else if (t->pre == TOK_PRE_METASPACE) {
-        tok_buf m = {0};
+        rci_tok_buf m = {0};
         int prepend = t->prepend_scheme == TOK_PREPEND_ALWAYS || (t->prepend_scheme == TOK_PREPEND_FIRST && first);
         rc = rci_metaspace_spell(s, n, prepend, &m);
-        tok_word_ctx c = {t, w, m.p, out};
+        rci_tok_word_ctx c = {t, w, m.p, out};
         if (!rc) rc = rci_meta_words(m.p, m.len, t->meta_split, on_model_word, &c);
         free(m.p);
     } else if (t->model == TOK_MODEL_BPE && t->split_meta) {
-        tok_word_ctx c = {t, w, s, out};
+        rci_tok_word_ctx c = {t, w, s, out};
         rc = rci_meta_words(s, n, 0, on_model_word, &c);
     } else {
         rc = model_word(t, w, s, n, out);
@@ -125,8 +125,8 @@ static int encode_segment(const rc_tokenizer *t, tok_work *w, const char *s, siz
 
 /* One stretch of text between added tokens: SentencePiece's normalizer and model, or the
  * tokenizer.json normalizers, pre-tokenizer and model. */
-static int encode_text(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, int first,
-                       tok_ids *out, rc_error *err)
+static int encode_text(const rc_tokenizer *t, rci_tok_work *w, const char *s, size_t n, int first,
+                       rci_tok_ids *out, rc_error *err)
 {
     if (n == 0) return 0;
     if (t->model == TOK_MODEL_SPM_BPE || t->model == TOK_MODEL_SPM_UNIGRAM) {
@@ -145,10 +145,10 @@ static int encode_text(const rc_tokenizer *t, tok_work *w, const char *s, size_t
 
 /* ---- the whole text ----------------------------------------------------------------------- */
 
-int rci_tok_encode(const rc_tokenizer *t, const char *text, size_t len, int add_special, tok_ids *out,
+int rci_tok_encode(const rc_tokenizer *t, const char *text, size_t len, int add_special, rci_tok_ids *out,
                    rc_error *err)
 {
-    tok_work *w = rci_work_new();
+    rci_tok_work *w = rci_work_new();
     int rc = w ? 0 : rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     for (int i = 0; !rc && add_special && i < t->n_prefix; i++)
         if (rci_ids_put(out, t->prefix_ids[i])) rc = rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);

@@ -20,7 +20,7 @@ int rci_tok_read_file(const char *path, char **data, size_t *len, rc_error *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return rc_error_set(err, RC_ERR_IO, "%s: cannot open", path);
-    tok_buf b = {0};
+    rci_tok_buf b = {0};
     char chunk[65536];
     size_t got;
     while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {

@@ -256,9 +256,9 @@ static int load_unigram_model(rc_tokenizer *t, json_t *model, json_t *added, rc_
 
 /* ---- tokenizer.json: normalizer, pre-tokenizer, post-processor, decoder ------------------ */
 
-static int norm_push(rc_tokenizer *t, tok_norm **out, rc_error *err)
+static int norm_push(rc_tokenizer *t, rci_tok_norm **out, rc_error *err)
 {
-    tok_norm *n = realloc(t->norm, (size_t)(t->n_norm + 1) * sizeof *n);
+    rci_tok_norm *n = realloc(t->norm, (size_t)(t->n_norm + 1) * sizeof *n);
     if (!n) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     t->norm = n;
     *out = &n[t->n_norm++];
@@ -318,7 +318,7 @@ bad:
 }
 
 /* A Replace pattern: {"String": s} or {"Regex": "c{n,}" | "c+"} with one literal char c. */
-static int parse_replace(rc_tokenizer *t, json_t *nj, tok_norm *x, rc_error *err)
+static int parse_replace(rc_tokenizer *t, json_t *nj, rci_tok_norm *x, rc_error *err)
 {
     json_t *pat = json_object_get(nj, "pattern");
     const char *content = json_string_value(json_object_get(nj, "content"));
@@ -370,7 +370,7 @@ static int parse_normalizer(rc_tokenizer *t, json_t *nj, int depth, rc_error *er
         json_array_foreach(list, i, e) if (parse_normalizer(t, e, depth + 1, err)) return -1;
         return 0;
     }
-    tok_norm *x = NULL;
+    rci_tok_norm *x = NULL;
     if (!strcmp(type, "Prepend")) {
         const char *s = json_string_value(json_object_get(nj, "prepend"));
         if (!s) return rc_error_set(err, RC_ERR_FORMAT, "%s: Prepend normalizer without \"prepend\"", t->path);

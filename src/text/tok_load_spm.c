@@ -352,7 +352,7 @@ static int fill_from_proto(rc_tokenizer *t, const spm_proto *m, rc_error *err)
 
 static int spm_normalizer(rc_tokenizer *t, const spm_proto *m, rc_error *err)
 {
-    tok_norm *x = calloc(1, sizeof *x);
+    rci_tok_norm *x = calloc(1, sizeof *x);
     if (!x) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     t->norm = x;
     t->n_norm = 1;

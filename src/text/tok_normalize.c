@@ -20,7 +20,7 @@ static const char META[] = "\xE2\x96\x81";
 
 /* ---- the charsmap (Darts-clone double array) ----------------------------------------------- */
 
-int rci_charsmap_init(tok_charsmap *m, uint8_t *blob, size_t n, const char *path, rc_error *err)
+int rci_charsmap_init(rci_tok_charsmap *m, uint8_t *blob, size_t n, const char *path, rc_error *err)
 {
     memset(m, 0, sizeof *m);
     if (n < 4) return rc_error_set(err, RC_ERR_FORMAT, "%s: precompiled_charsmap of %zu bytes is truncated", path, n);
@@ -51,7 +51,7 @@ static uint32_t unit_offset(uint32_t u)
 
 /* Prefixes of key[0..n) that are keys of the map, shortest first: their lengths and
  * replacement strings. Returns how many (at most max). A NUL byte ends the key. */
-static int charsmap_prefixes(const tok_charsmap *m, const char *key, size_t n, size_t *lens,
+static int charsmap_prefixes(const rci_tok_charsmap *m, const char *key, size_t n, size_t *lens,
                              const char **repl, size_t *repl_len, int max)
 {
     if (!m->nunits) return 0;
@@ -83,7 +83,7 @@ static int charsmap_prefixes(const tok_charsmap *m, const char *key, size_t n, s
 
 /* sentencepiece's NormalizePrefix: the longest user-defined piece or charsmap key at s,
  * else one character unchanged. */
-static size_t spm_prefix(const rc_tokenizer *t, const tok_charsmap *m, const char *s, size_t n,
+static size_t spm_prefix(const rc_tokenizer *t, const rci_tok_charsmap *m, const char *s, size_t n,
                          const char **out, size_t *out_len)
 {
     size_t best = 0;
@@ -111,14 +111,14 @@ static size_t spm_prefix(const rc_tokenizer *t, const tok_charsmap *m, const cha
     return l;
 }
 
-static int put_ws(tok_buf *out, int escape)
+static int put_ws(rci_tok_buf *out, int escape)
 {
     return escape ? rci_buf_put(out, META, 3) : rci_buf_put(out, " ", 1);
 }
 
-int rci_spm_normalize(const rc_tokenizer *t, const char *s, size_t n, tok_buf *out)
+int rci_spm_normalize(const rc_tokenizer *t, const char *s, size_t n, rci_tok_buf *out)
 {
-    const tok_charsmap *m = &t->norm[0].map;
+    const rci_tok_charsmap *m = &t->norm[0].map;
     const char *r;
     size_t rl;
     if (t->spm_remove_ws) {               /* leading whitespace goes */
@@ -162,7 +162,7 @@ int rci_spm_normalize(const rc_tokenizer *t, const char *s, size_t n, tok_buf *o
 
 /* tokenizers' Precompiled normalizer: per grapheme cluster shorter than 6 bytes, its first
  * (shortest) key prefix replaces the whole cluster; otherwise char by char. */
-static int precompiled_normalize(const tok_charsmap *m, const char *s, size_t n, tok_buf *out)
+static int precompiled_normalize(const rci_tok_charsmap *m, const char *s, size_t n, rci_tok_buf *out)
 {
     size_t pos = 0, lens[1], rl[1];
     const char *r[1];
@@ -187,12 +187,12 @@ static int precompiled_normalize(const tok_charsmap *m, const char *s, size_t n,
 }
 
 /* Applies the tokenizer.json normalizers to s[0..n) into out. */
-int rci_hf_normalize(const rc_tokenizer *t, const char *s, size_t n, tok_buf *out, tok_buf *tmp)
+int rci_hf_normalize(const rc_tokenizer *t, const char *s, size_t n, rci_tok_buf *out, rci_tok_buf *tmp)
 {
     out->len = 0;
     if (rci_buf_put(out, s, n)) return -1;
     for (int i = 0; i < t->n_norm; i++) {
-        const tok_norm *x = &t->norm[i];
+        const rci_tok_norm *x = &t->norm[i];
         tmp->len = 0;
         const char *p = out->p;
         size_t len = out->len;
@@ -250,7 +250,7 @@ int rci_hf_normalize(const rc_tokenizer *t, const char *s, size_t n, tok_buf *ou
         } else {
             continue;
         }
-        tok_buf swap = *out;
+        rci_tok_buf swap = *out;
         *out = *tmp;
         *tmp = swap;
     }

@@ -22,12 +22,12 @@ rc_tokenizer *rci_tok_load_spm(const char *path, rc_error *err);
 
 /* The ids of valid UTF-8 text[0..len) appended to out (with the post-processor's ids
  * around them when add_special is set); -1 with err set on failure. */
-int rci_tok_encode(const rc_tokenizer *t, const char *text, size_t len, int add_special, tok_ids *out,
+int rci_tok_encode(const rc_tokenizer *t, const char *text, size_t len, int add_special, rci_tok_ids *out,
                    rc_error *err);
 
 /* ---- tok_decode.c ----------------------------------------------------------------------- */
 
 /* The text of ids[0..n) (each a token of t) appended to out; -1 when out of memory. */
-int rci_tok_decode(const rc_tokenizer *t, const int32_t *ids, int64_t n, int skip_special, tok_buf *out);
+int rci_tok_decode(const rc_tokenizer *t, const int32_t *ids, int64_t n, int skip_special, rci_tok_buf *out);
 
 #endif

@@ -28,7 +28,7 @@ void rci_bytelevel_map(int uni[256])
 }
 
 /* Appends the byte-level spelling of s[0..n) (each byte one character) to out. */
-int rci_bytelevel_spell(const char *s, size_t n, tok_buf *out)
+int rci_bytelevel_spell(const char *s, size_t n, rci_tok_buf *out)
 {
     int uni[256];
     rci_bytelevel_map(uni);
@@ -75,7 +75,7 @@ static size_t contraction(const char *s, size_t n, size_t pos)
     return 0;
 }
 
-int rci_bytelevel_split(const char *s, size_t n, tok_piece_fn fn, void *ctx)
+int rci_bytelevel_split(const char *s, size_t n, rci_tok_piece_fn fn, void *ctx)
 {
     const int L = 1 << UNI_LETTER, N = 1 << UNI_NUMBER, S = 1 << UNI_SPACE;
     size_t pos = 0;
@@ -129,7 +129,7 @@ static int is_meta(const char *s, size_t n, size_t i)
 
 /* Appends s[0..n) with each ' ' spelled U+2581, after one U+2581 first when prepend is
  * set and s starts with neither a space nor U+2581. */
-int rci_metaspace_spell(const char *s, size_t n, int prepend, tok_buf *out)
+int rci_metaspace_spell(const char *s, size_t n, int prepend, rci_tok_buf *out)
 {
     int rc = 0;
     if (prepend && n && s[0] != ' ' && !is_meta(s, n, 0)) rc = rci_buf_put(out, META, 3);
@@ -137,7 +137,7 @@ int rci_metaspace_spell(const char *s, size_t n, int prepend, tok_buf *out)
     return rc;
 }
 
-int rci_meta_words(const char *s, size_t n, int split_all, tok_piece_fn fn, void *ctx)
+int rci_meta_words(const char *s, size_t n, int split_all, rci_tok_piece_fn fn, void *ctx)
 {
     size_t start = 0, i = 0;
     while (i < n) {

@@ -18,7 +18,7 @@ typedef struct {
 } spm_sym;
 
 /* A pair of neighbours whose joined text is a piece goes on the heap. */
-static int spm_pair(const rc_tokenizer *t, tok_work *w, const char *s, const spm_sym *sym, int32_t left)
+static int spm_pair(const rc_tokenizer *t, rci_tok_work *w, const char *s, const spm_sym *sym, int32_t left)
 {
     int32_t right = left >= 0 ? sym[left].next : -1;
     if (left < 0 || right < 0 || sym[left].freeze || sym[right].freeze) return 0;
@@ -28,12 +28,12 @@ static int spm_pair(const rc_tokenizer *t, tok_work *w, const char *s, const spm
     if ((t->tok_flags[id] & TOKF_UNUSED) &&
         rci_strmap_set(&w->cache2, s + sym[left].start, (size_t)size, sym[left].len))
         return -1;
-    tok_hent e = {t->spm_rank[id], left, right, size};
+    rci_tok_hent e = {t->spm_rank[id], left, right, size};
     return rci_heap_push(w, e);
 }
 
 /* Appends the ids of piece s[0..n): an unused piece splits back into its halves. */
-static int spm_emit(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, int *prev_unk, tok_ids *out)
+static int spm_emit(const rc_tokenizer *t, rci_tok_work *w, const char *s, size_t n, int *prev_unk, rci_tok_ids *out)
 {
     int64_t id = rci_strmap_get(&t->vocab, s, n);
     if (id >= 0 && (t->tok_flags[id] & TOKF_UNUSED)) {
@@ -45,8 +45,8 @@ static int spm_emit(const rc_tokenizer *t, tok_work *w, const char *s, size_t n,
     return rci_spm_put_piece(t, s, n, id, prev_unk, out);
 }
 
-static int spm_bpe_piece(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, int *prev_unk,
-                         tok_ids *out)
+static int spm_bpe_piece(const rc_tokenizer *t, rci_tok_work *w, const char *s, size_t n, int *prev_unk,
+                         rci_tok_ids *out)
 {
     int64_t cnt = 0;
     for (size_t i = 0; i < n; i += (size_t)rci_utf8_len((unsigned char)s[i])) cnt++;
@@ -74,7 +74,7 @@ static int spm_bpe_piece(const rc_tokenizer *t, tok_work *w, const char *s, size
     for (int32_t i = 0; i + 1 < k; i++)
         if (spm_pair(t, w, s, sym, i)) return -1;
     while (w->heap_len) {
-        tok_hent e = rci_heap_pop(w);
+        rci_tok_hent e = rci_heap_pop(w);
         int32_t left = e.pos, right = e.a;
         if (sym[left].len == 0 || sym[right].len == 0 || sym[left].len + sym[right].len != e.b) continue;
         sym[left].len += sym[right].len;
@@ -91,7 +91,7 @@ static int spm_bpe_piece(const rc_tokenizer *t, tok_work *w, const char *s, size
 /* One U+2581-led word: its cached ids, else SentencePiece BPE on it (then cached). */
 static int on_word(void *ctx, size_t start, size_t end)
 {
-    tok_word_ctx *c = ctx;
+    rci_tok_word_ctx *c = ctx;
     const char *word = c->s + start;
     size_t len = end - start;
     if (len == 0) return 0;
@@ -104,11 +104,11 @@ static int on_word(void *ctx, size_t start, size_t end)
     return rci_work_cache_put(c->w, word, len, c->out->p + before, c->out->len - before);
 }
 
-int rci_spm_bpe_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out)
+int rci_spm_bpe_encode(const rc_tokenizer *t, rci_tok_work *w, const char *s, size_t n, rci_tok_ids *out)
 {
     int prev_unk = 0;
     if (!t->split_meta) return spm_bpe_piece(t, w, s, n, &prev_unk, out);
     /* merges never cross a U+2581 that follows another char: encode (and cache) the words */
-    tok_word_ctx c = {t, w, s, out};
+    rci_tok_word_ctx c = {t, w, s, out};
     return rci_meta_words(s, n, 0, on_word, &c);
 }

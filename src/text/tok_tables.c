@@ -10,7 +10,7 @@
 
 /* ---- buffers ------------------------------------------------------------------------- */
 
-int rci_buf_put(tok_buf *b, const void *s, size_t n)
+int rci_buf_put(rci_tok_buf *b, const void *s, size_t n)
 {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
@@ -26,7 +26,7 @@ int rci_buf_put(tok_buf *b, const void *s, size_t n)
     return 0;
 }
 
-int rci_ids_put(tok_ids *v, int32_t id)
+int rci_ids_put(rci_tok_ids *v, int32_t id)
 {
     if (v->len == v->cap) {
         int64_t cap = v->cap ? v->cap * 2 : 64;
@@ -59,7 +59,7 @@ static uint32_t tok_hash(const char *s, size_t n)
     return (uint32_t)(h >> 32);
 }
 
-static int64_t strmap_find(const tok_strmap *m, const char *s, size_t n, uint32_t h)
+static int64_t strmap_find(const rci_tok_strmap *m, const char *s, size_t n, uint32_t h)
 {
     uint64_t i = h & (m->nslot - 1);
     for (;;) {
@@ -71,14 +71,14 @@ static int64_t strmap_find(const tok_strmap *m, const char *s, size_t n, uint32_
     }
 }
 
-int64_t rci_strmap_get(const tok_strmap *m, const char *s, size_t n)
+int64_t rci_strmap_get(const rci_tok_strmap *m, const char *s, size_t n)
 {
     if (!m->nslot) return -1;
     int64_t e = strmap_find(m, s, n, tok_hash(s, n));
     return e < 0 ? -1 : m->val[e];
 }
 
-static int strmap_grow(tok_strmap *m)
+static int strmap_grow(rci_tok_strmap *m)
 {
     uint64_t nslot = m->nslot ? m->nslot * 2 : 64;
     int64_t *slot = malloc(nslot * sizeof *slot);
@@ -95,7 +95,7 @@ static int strmap_grow(tok_strmap *m)
     return 0;
 }
 
-static int64_t strmap_insert(tok_strmap *m, const char *s, size_t n, int64_t val, int replace)
+static int64_t strmap_insert(rci_tok_strmap *m, const char *s, size_t n, int64_t val, int replace)
 {
     if ((uint64_t)(m->n + 1) * 2 > m->nslot && strmap_grow(m)) return INT64_MIN;
     uint32_t h = tok_hash(s, n);
@@ -136,17 +136,17 @@ static int64_t strmap_insert(tok_strmap *m, const char *s, size_t n, int64_t val
     return val;
 }
 
-int rci_strmap_set(tok_strmap *m, const char *s, size_t n, int64_t val)
+int rci_strmap_set(rci_tok_strmap *m, const char *s, size_t n, int64_t val)
 {
     return strmap_insert(m, s, n, val, 1) == INT64_MIN ? -1 : 0;
 }
 
-int64_t rci_strmap_add(tok_strmap *m, const char *s, size_t n, int64_t val)
+int64_t rci_strmap_add(rci_tok_strmap *m, const char *s, size_t n, int64_t val)
 {
     return strmap_insert(m, s, n, val, 0);
 }
 
-void rci_strmap_free(tok_strmap *m)
+void rci_strmap_free(rci_tok_strmap *m)
 {
     free(m->arena);
     free(m->key_off);
@@ -165,7 +165,7 @@ static uint64_t pair_hash(uint64_t k)
     return k;
 }
 
-int rci_pairmap_set(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
+int rci_pairmap_set(rci_tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
 {
     if ((uint64_t)(m->n + 1) * 2 > m->nslot) {
         uint64_t nslot = m->nslot ? m->nslot * 2 : 1024;
@@ -203,7 +203,7 @@ int rci_pairmap_set(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t 
     return 0;
 }
 
-int rci_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id)
+int rci_pairmap_get(const rci_tok_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id)
 {
     if (!m->nslot) return 0;
     uint64_t k = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
@@ -219,7 +219,7 @@ int rci_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, int32_t *rank, i
     return 0;
 }
 
-void rci_pairmap_free(tok_pairmap *m)
+void rci_pairmap_free(rci_tok_pairmap *m)
 {
     free(m->key);
     free(m->rank);
@@ -229,12 +229,12 @@ void rci_pairmap_free(tok_pairmap *m)
 
 /* ---- the work area ---------------------------------------------------------------------- */
 
-tok_work *rci_work_new(void)
+rci_tok_work *rci_work_new(void)
 {
-    return calloc(1, sizeof(tok_work));
+    return calloc(1, sizeof(rci_tok_work));
 }
 
-void rci_work_free(tok_work *w)
+void rci_work_free(rci_tok_work *w)
 {
     if (!w) return;
     free(w->sym);
@@ -249,7 +249,7 @@ void rci_work_free(tok_work *w)
     free(w);
 }
 
-int rci_work_reserve_sym(tok_work *w, int64_t n, size_t size)
+int rci_work_reserve_sym(rci_tok_work *w, int64_t n, size_t size)
 {
     if (n <= w->sym_cap) return 0;
     void *p = realloc(w->sym, (size_t)n * size);
@@ -259,21 +259,21 @@ int rci_work_reserve_sym(tok_work *w, int64_t n, size_t size)
     return 0;
 }
 
-static int heap_less(const tok_hent *a, const tok_hent *b)
+static int heap_less(const rci_tok_hent *a, const rci_tok_hent *b)
 {
     return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
 }
 
-int rci_heap_push(tok_work *w, tok_hent e)
+int rci_heap_push(rci_tok_work *w, rci_tok_hent e)
 {
     if (w->heap_len == w->heap_cap) {
         int64_t cap = w->heap_cap ? w->heap_cap * 2 : 256;
-        tok_hent *h = realloc(w->heap, (size_t)cap * sizeof *h);
+        rci_tok_hent *h = realloc(w->heap, (size_t)cap * sizeof *h);
         if (!h) return -1;
         w->heap = h;
         w->heap_cap = cap;
     }
-    tok_hent *h = w->heap;
+    rci_tok_hent *h = w->heap;
     int64_t i = w->heap_len++;
     while (i > 0) {
         int64_t p = (i - 1) / 2;
@@ -285,10 +285,10 @@ int rci_heap_push(tok_work *w, tok_hent e)
     return 0;
 }
 
-tok_hent rci_heap_pop(tok_work *w)
+rci_tok_hent rci_heap_pop(rci_tok_work *w)
 {
-    tok_hent *h = w->heap;
-    tok_hent top = h[0], last = h[--w->heap_len];
+    rci_tok_hent *h = w->heap;
+    rci_tok_hent top = h[0], last = h[--w->heap_len];
     int64_t i = 0, n = w->heap_len;
     for (;;) {
         int64_t c = 2 * i + 1;
@@ -305,7 +305,7 @@ tok_hent rci_heap_pop(tok_work *w)
 enum { CACHE_MAX_WORD = 256 };
 
 /* The cached ids of a word, appended to out: 1 when found, 0 when not. */
-int rci_work_cache_get(tok_work *w, const char *s, size_t n, tok_ids *out)
+int rci_work_cache_get(rci_tok_work *w, const char *s, size_t n, rci_tok_ids *out)
 {
     if (n > CACHE_MAX_WORD) return 0;
     int64_t v = rci_strmap_get(&w->cache, s, n);
@@ -316,7 +316,7 @@ int rci_work_cache_get(tok_work *w, const char *s, size_t n, tok_ids *out)
     return 1;
 }
 
-int rci_work_cache_put(tok_work *w, const char *s, size_t n, const int32_t *ids, int64_t cnt)
+int rci_work_cache_put(rci_tok_work *w, const char *s, size_t n, const int32_t *ids, int64_t cnt)
 {
     if (n > CACHE_MAX_WORD || cnt >= (1 << 20)) return 0;
     int64_t off = w->cache_ids.len;

@@ -33,7 +33,7 @@ typedef struct {
 
 typedef struct {
     /* distinct words: their text (in `words`), counts and current symbols */
-    tok_strmap words;
+    rci_tok_strmap words;
     int64_t n_words;
     int64_t *wcount;
     int64_t *woff;            /* start of each word's symbols in sym */
@@ -57,8 +57,8 @@ typedef struct {
     int64_t heap_len, heap_cap;
 
     /* tokens: raw bytes by id, and text -> id */
-    tok_strmap tokens;
-    tok_buf merges;           /* (a, b) int32 pairs in the order learned */
+    rci_tok_strmap tokens;
+    rci_tok_buf merges;           /* (a, b) int32 pairs in the order learned */
 } trainer;
 
 static void trainer_free(trainer *t)
@@ -327,7 +327,7 @@ static const char *token_text(const trainer *t, int32_t id, size_t *n)
 }
 
 /* The id of a's text followed by b's, a new one when it is not a token yet. */
-static int64_t merged_id(trainer *t, int32_t a, int32_t b, tok_buf *scratch)
+static int64_t merged_id(trainer *t, int32_t a, int32_t b, rci_tok_buf *scratch)
 {
     size_t na, nb;
     const char *sa = token_text(t, a, &na), *sb = token_text(t, b, &nb);
@@ -366,7 +366,7 @@ static int apply_merge(trainer *t, int64_t p, int32_t id, int64_t step)
 /* ---- output ------------------------------------------------------------------------- */
 
 /* A token's bytes in the byte-level alphabet (each byte one code point) into out. */
-static int bytelevel_text(const char *s, size_t n, tok_buf *out)
+static int bytelevel_text(const char *s, size_t n, rci_tok_buf *out)
 {
     out->len = 0;
     if (rci_bytelevel_spell(s, n, out)) return -1;
@@ -376,7 +376,7 @@ static int bytelevel_text(const char *s, size_t n, tok_buf *out)
 static int write_vocab(const trainer *t, const char *path, rc_error *err)
 {
     json_t *o = json_object();
-    tok_buf b = {0};
+    rci_tok_buf b = {0};
     int rc = o ? 0 : -1;
     for (int64_t id = 0; !rc && id < t->tokens.n; id++) {
         size_t n;
@@ -401,7 +401,7 @@ static int write_merges(const trainer *t, const char *path, rc_error *err)
     if (!f) return rc_error_set(err, RC_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
     const int32_t *m = (const int32_t *)t->merges.p;
     size_t n_merges = t->merges.len / (2 * sizeof *m);
-    tok_buf x = {0}, y = {0};
+    rci_tok_buf x = {0}, y = {0};
     int bad = fputs("#version: 0.2\n", f) < 0;
     for (size_t k = 0; !bad && k < n_merges; k++) {
         size_t na, nb;
@@ -432,7 +432,7 @@ static int make_dir(const char *dir, rc_error *err)
 static int learn(trainer *t, const char *text, size_t len, const rc_bpe_train_opts *o, rc_error *err)
 {
     int64_t min_frequency = o->min_frequency < 1 ? 2 : o->min_frequency;
-    tok_buf scratch = {0};
+    rci_tok_buf scratch = {0};
     int rc = 0;
     for (int c = 0; c < 256; c++) {
         char s = (char)c;

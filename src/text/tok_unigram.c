@@ -17,7 +17,7 @@ typedef struct {
 /* Viterbi over the pieces that match at each char (sentencepiece's EncodeOptimized; the
  * same walk as tokenizers' Unigram). SentencePiece sums scores in float, tokenizers in
  * double; an unknown char scores min_score - 10. */
-int rci_unigram_encode(const rc_tokenizer *t, tok_work *w, const char *s, size_t n, tok_ids *out)
+int rci_unigram_encode(const rc_tokenizer *t, rci_tok_work *w, const char *s, size_t n, rci_tok_ids *out)
 {
     if (n == 0) return 0;
     if (n + 1 > (size_t)INT32_MAX) return -1;

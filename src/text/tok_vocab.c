@@ -53,7 +53,7 @@ int rci_tok_set_token(rc_tokenizer *t, int32_t id, const char *s, size_t n, rc_e
 {
     if (id < 0 || id >= t->n_tokens) return rc_error_set(err, RC_ERR_FORMAT, "%s: token id %d out of range", t->path, (int)id);
     if (n > (size_t)INT32_MAX) return rc_error_set(err, RC_ERR_FORMAT, "%s: token %d is too long", t->path, (int)id);
-    tok_buf b = {t->tok_arena, t->tok_arena_len, t->tok_arena_cap};
+    rci_tok_buf b = {t->tok_arena, t->tok_arena_len, t->tok_arena_cap};
     if (rci_buf_put(&b, s, n)) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     t->tok_arena = b.p;
     t->tok_arena_cap = b.cap;
@@ -113,10 +113,10 @@ int rci_tok_add_added(rc_tokenizer *t, int32_t id, const char *s, size_t n, int 
                       int rstrip, int single_word, rc_error *err)
 {
     if (n == 0) return rc_error_set(err, RC_ERR_FORMAT, "%s: added token %d has empty content", t->path, (int)id);
-    tok_added *a = realloc(t->added, (size_t)(t->n_added + 1) * sizeof *a);
+    rci_tok_added *a = realloc(t->added, (size_t)(t->n_added + 1) * sizeof *a);
     if (!a) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
     t->added = a;
-    tok_added *x = &a[t->n_added];
+    rci_tok_added *x = &a[t->n_added];
     memset(x, 0, sizeof *x);
     x->text = malloc(n + 1);
     if (!x->text) return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", t->path);
@@ -196,7 +196,7 @@ int rci_tok_finish(rc_tokenizer *t, rc_error *err)
             t->byte_piece[b] = (int32_t)i;
     }
     for (int i = 0; i < t->n_added; i++) {
-        tok_added *a = &t->added[i];
+        rci_tok_added *a = &t->added[i];
         if (a->special) t->tok_flags[a->id] |= TOKF_SPECIAL;
     }
     int32_t sp[3] = {t->bos, t->eos, t->pad};
@@ -225,7 +225,7 @@ int rci_tok_ids_append(int32_t **arr, int *n, int32_t id)
 /* Unknowns become their <0xXX> pieces with byte_fallback (unk for a byte without one);
  * otherwise a run of unknowns reads as one unk. */
 int rci_spm_put_piece(const rc_tokenizer *t, const char *s, size_t n, int64_t id, int *prev_unk,
-                      tok_ids *out)
+                      rci_tok_ids *out)
 {
     if (id < 0) id = t->unk_id;
     if (id == t->unk_id && t->byte_fallback) {

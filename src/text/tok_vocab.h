@@ -49,7 +49,7 @@ typedef struct {
     size_t nunits;
     const char *strings;      /* NUL-separated replacement strings */
     size_t nstrings;
-} tok_charsmap;
+} rci_tok_charsmap;
 
 typedef struct {
     int kind;
@@ -58,16 +58,16 @@ typedef struct {
     size_t str_len, pattern_len;
     int min_run;
     int left, right;
-    tok_charsmap map;
+    rci_tok_charsmap map;
     uint8_t *map_blob;        /* owns map's memory */
-} tok_norm;
+} rci_tok_norm;
 
 typedef struct {
     int32_t id;
     char *text;
     size_t len;
     int special, lstrip, rstrip, single_word;
-} tok_added;
+} rci_tok_added;
 
 struct rc_tokenizer {
     char path[512];           /* the file it came from, for messages */
@@ -85,8 +85,8 @@ struct rc_tokenizer {
     float *score_f;           /* SentencePiece scores (float, as sentencepiece sums them) */
     double *score_d;          /* tokenizer.json unigram scores (f64, as tokenizers sums) */
 
-    tok_strmap vocab;         /* token text -> id (the model's pieces) */
-    tok_pairmap merges;       /* BPE (tokenizer.json / vocab.json) */
+    rci_tok_strmap vocab;         /* token text -> id (the model's pieces) */
+    rci_tok_pairmap merges;       /* BPE (tokenizer.json / vocab.json) */
     int32_t byte_id[256];     /* byte-level: byte -> id of its one-char token, -1 if none */
     int32_t byte_piece[256];  /* <0xXX> piece ids for byte fallback, -1 if none */
     int32_t unk_id;
@@ -96,14 +96,14 @@ struct rc_tokenizer {
     int32_t *spm_rank;        /* SPM BPE: merge priority of each piece (0 = best) */
     float min_score_f, max_score_f;
     double min_score_d;
-    tok_strmap prefixes;      /* unigram: every prefix of a piece -> piece id or -2 */
+    rci_tok_strmap prefixes;      /* unigram: every prefix of a piece -> piece id or -2 */
     int split_meta;           /* text may be cut before each '▁' that follows a non-'▁' */
     char unk_surface[32];
     char **user_pieces;       /* SentencePiece user-defined pieces (matched whole) */
     int n_user;
 
     /* normalizer, pre-tokenizer options */
-    tok_norm *norm;
+    rci_tok_norm *norm;
     int n_norm;
     int spm_dummy_prefix, spm_remove_ws, spm_escape_ws;
     int add_prefix_space;     /* ByteLevel */
@@ -112,7 +112,7 @@ struct rc_tokenizer {
     int dec_strip;            /* Strip decoder: leading spaces cut; Metaspace: 1 drops
                                  the '▁' of the first token */
 
-    tok_added *added;
+    rci_tok_added *added;
     int n_added;
     int16_t added_first[256][2]; /* per first byte: range [lo, hi) of added_order */
     int *added_order;         /* added tokens by first byte, longest first */
@@ -148,6 +148,6 @@ int rci_tok_finish(rc_tokenizer *t, rc_error *err);
  * (id < 0 or unk_id) becomes the <0xXX> pieces of its bytes with byte_fallback, else one
  * unk per run of unknowns (*prev_unk carries the run across calls). */
 int rci_spm_put_piece(const rc_tokenizer *t, const char *s, size_t n, int64_t id, int *prev_unk,
-                      tok_ids *out);
+                      rci_tok_ids *out);
 
 #endif

@@ -114,7 +114,7 @@ int rc_tokenizer_encode(const rc_tokenizer *t, const char *text, size_t len, int
     if (bad < len)
         return rc_error_set(err, RC_ERR_ARG, "%s: input is not valid UTF-8 (byte 0x%02X at offset %zu)", t->path,
                             (unsigned char)text[bad], bad);
-    tok_ids out = {0};
+    rci_tok_ids out = {0};
     if (rci_tok_encode(t, text, len, add_special, &out, err)) {
         free(out.p);
         return -1;
@@ -136,7 +136,7 @@ int rc_tokenizer_decode(const rc_tokenizer *t, const int32_t *ids, int64_t n, in
         if (ids[i] < 0 || ids[i] >= t->n_tokens || t->tok_len[ids[i]] < 0)
             return rc_error_set(err, RC_ERR_INDEX, "%s: token id %d (position %lld) is outside the vocabulary of %lld ids",
                                 t->path, (int)ids[i], (long long)i, (long long)t->n_tokens);
-    tok_buf out = {0};
+    rci_tok_buf out = {0};
     int rc = rci_buf_put(&out, "", 0);
     if (!rc) rc = rci_tok_decode(t, ids, n, skip_special, &out);
     if (rc) {

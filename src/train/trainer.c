@@ -45,7 +45,7 @@ struct rc_trainer {
     int shuffle;
     compiled_step train, eval, eval_tail;
     int mp;                       /* model shards (1: the plain data-parallel path) */
-    rc_sharded shards;            /* mp > 1: the plan and this rank's parameter shards */
+    rci_sharded shards;            /* mp > 1: the plan and this rank's parameter shards */
     int remat;                    /* the fit's rc_train_options.remat */
     rc_shard_spec *specs;         /* mp > 1: how each parameter splits (shards.specs) */
     rc_backend *be;               /* where the state lives and the updates run */
