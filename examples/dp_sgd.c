@@ -205,7 +205,7 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc
     float *x = rc_batch_add(out, "images", RC_F32, 4, (int64_t[]){n, 1, SIDE, SIDE});
     int32_t *y = rc_batch_add(out, "labels", RC_I32, 1, (int64_t[]){n});
     if (!x || !y)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int b = 0; b < n; b++) {
         int64_t e = examples[b] >= 0 ? examples[b] : 0;
         const float *px = s->set.pixels + e * SIDE * SIDE;

@@ -108,7 +108,7 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc
     float *x = rc_batch_add(out, "images", RC_F32, 4, (int64_t[]){n, 1, s->h, s->w});
     int32_t *y = rc_batch_add(out, "labels", RC_I32, 1, (int64_t[]){n});
     if (!x || !y)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int i = 0; i < n; i++) {
         memcpy(x + i * hw, s->pixels + examples[i] * hw, (size_t)hw * sizeof *x);
         y[i] = s->labels[examples[i]];

@@ -328,7 +328,7 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     int32_t *targets = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
     if (!images || !ids || !targets)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int b = 0; b < n; b++) {
         int k = caption_of(d, examples[b], d->eval);
         image_copy(images + b * SIDE * SIDE, images_of(d), examples[b]);
@@ -360,7 +360,7 @@ static int collate_step(rc_batch *out, const int64_t *examples, int n, void *use
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     float *at = rc_batch_add(out, "at", RC_F32, 3, (int64_t[]){n, 1, T});
     if (!images || !ids || !at)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int b = 0; b < n; b++) {
         int64_t row = d->live[examples[b]];
         image_copy(images + b * SIDE * SIDE, &d->test, row / d->beams);

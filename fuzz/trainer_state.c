@@ -38,7 +38,7 @@ static int collate(rc_batch *out, const int64_t *examples, int n, void *user, rc
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     int32_t *targets = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
     if (!ids || !targets)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int i = 0; i < n; i++)
         for (int t = 0; t < T; t++) {
             ids[i * T + t] = d->tokens[examples[i] * T + t];

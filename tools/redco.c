@@ -1,8 +1,26 @@
-/* redco - the command line: train, eval, generate, tokenize. */
+/* redco - the command line: one table of commands (tools/cmd_*.c), the usage text from it. */
 #include "cli.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* The commands: one table, read by the usage text and by main (and by the docs' check,
+ * tests/kit/check_docs.py, which wants each described in docs/architecture.md). */
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"train", cmd_train, "train a preset or a Hugging Face model directory on text or tokens"},
+    {"eval", cmd_eval, "loss and perplexity of a model on data"},
+    {"generate", cmd_generate, "continue a prompt with a model"},
+    {"plan", cmd_plan, "the tensor-parallel plan of a model over N shards (no weights allocated)"},
+    {"tokenize", cmd_tokenize, "text -> token ids, or ids -> text (--decode)"},
+    {"tokenizer-train", cmd_tokenizer_train, "learn a byte-level BPE vocabulary from a text file"},
+    {"devices", cmd_devices, "list the OpenCL devices (opencl:N) and their memory"},
+    {"privacy", cmd_privacy, "epsilon of a DP-SGD run, or the noise multiplier for a target epsilon"},
+};
+enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
 static void usage(FILE *f)
 {
@@ -11,19 +29,12 @@ static void usage(FILE *f)
             "\n"
             "usage: redco <command> [options]      (redco <command> --help for its options)\n"
             "\n"
-            "commands:\n"
-            "  train      train a preset or a Hugging Face model directory on text or tokens\n"
-            "  eval       loss and perplexity of a model on data\n"
-            "  generate   continue a prompt with a model\n"
-            "  plan       the tensor-parallel plan of a model over N shards (no weights allocated)\n"
-            "  tokenize   text -> token ids, or ids -> text (--decode)\n"
-            "  tokenizer-train  learn a byte-level BPE vocabulary from a text file\n"
-            "  devices    list the OpenCL devices (opencl:N) and their memory\n"
-            "  privacy    epsilon of a DP-SGD run, or the noise multiplier for a target epsilon\n"
-            "  version    print the version\n"
-            "\n"
-            "Distributed runs: mpirun -np P redco train ..., or redco train --nproc P ...\n",
+            "commands:\n",
             REDCO_VERSION);
+    for (int i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-16s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "  %-16s %s\n\nDistributed runs: mpirun -np P redco train ..., or redco train --nproc P ...\n",
+            "version", "print the version");
 }
 
 int main(int argc, char **argv)
@@ -42,22 +53,9 @@ int main(int argc, char **argv)
         printf("redco %s\n", REDCO_VERSION);
         return 0;
     }
-    if (!strcmp(cmd, "train"))
-        return cli_exit_status(cmd_train(argc - 1, argv + 1));
-    if (!strcmp(cmd, "eval"))
-        return cli_exit_status(cmd_eval(argc - 1, argv + 1));
-    if (!strcmp(cmd, "generate"))
-        return cli_exit_status(cmd_generate(argc - 1, argv + 1));
-    if (!strcmp(cmd, "plan"))
-        return cli_exit_status(cmd_plan(argc - 1, argv + 1));
-    if (!strcmp(cmd, "tokenizer-train"))
-        return cli_exit_status(cmd_tokenizer_train(argc - 1, argv + 1));
-    if (!strcmp(cmd, "devices"))
-        return cli_exit_status(cmd_devices(argc - 1, argv + 1));
-    if (!strcmp(cmd, "tokenize"))
-        return cli_exit_status(cmd_tokenize(argc - 1, argv + 1));
-    if (!strcmp(cmd, "privacy"))
-        return cli_exit_status(cmd_privacy(argc - 1, argv + 1));
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(cmd, commands[i].name))
+            return cli_exit_status(commands[i].run(argc - 1, argv + 1));
     fprintf(stderr, "redco: unknown command '%s' (see 'redco help')\n", cmd);
     return 2;
 }

@@ -103,7 +103,7 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error
     int32_t *enc = rc_batch_add(out, "enc", RC_I32, 2, (int64_t[]){n, T});
     int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
     if (!ids || !enc || !tg)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int i = 0; i < n; i++) {
         memcpy(ids + i * T, d->ids + ex[i] * T, T * sizeof *ids);
         memcpy(enc + i * T, d->enc + ex[i] * T, T * sizeof *enc);

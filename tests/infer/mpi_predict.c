@@ -173,7 +173,7 @@ static int lm_collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_er
     (void)user;
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     if (!ids)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int i = 0; i < n; i++)
         for (int k = 0; k < T; k++)
             ids[i * T + k] = (int32_t)((ex[i] * 31 + k * 7) % 256);

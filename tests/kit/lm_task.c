@@ -34,7 +34,7 @@ int lm_task_collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_erro
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
     if (!ids || !tg)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int i = 0; i < n; i++)
         for (int t = 0; t < T; t++) {
             ids[i * T + t] = k->tok[ex[i] * T + t];

@@ -423,7 +423,7 @@ static int pred_collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_
     pred_ctx *c = user;
     int32_t *x = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
     if (!x)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int i = 0; i < n; i++)
         memcpy(x + i * T, c->ids + ex[i] * T, T * sizeof *x);
     return 0;

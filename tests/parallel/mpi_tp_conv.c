@@ -91,7 +91,7 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error
     float *x = rc_batch_add(out, "image", RC_F32, 4, (int64_t[]){n, 1, HW, HW});
     int32_t *y = rc_batch_add(out, "label", RC_I32, 1, (int64_t[]){n});
     if (!x || !y)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int i = 0; i < n; i++) {
         int64_t k = j->offset + ex[i];
         memcpy(x + (int64_t)i * HW * HW, images.pixels + k * HW * HW, HW * HW * sizeof *x);

@@ -386,7 +386,7 @@ static int mlp_collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_e
     float *x = rc_batch_add(out, "x", RC_F32, 2, (int64_t[]){n, UM_MLP_IN});
     int32_t *y = rc_batch_add(out, "y", RC_I32, 1, (int64_t[]){n});
     if (!x || !y)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int i = 0; i < n; i++) {
         memcpy(x + i * UM_MLP_IN, d->x[ex[i]], sizeof d->x[0]);
         y[i] = d->y[ex[i]];

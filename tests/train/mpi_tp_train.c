@@ -47,7 +47,7 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error
         float *x = rc_batch_add(out, "x", RC_F32, 2, (int64_t[]){n, UM_MLP_IN});
         int32_t *y = rc_batch_add(out, "y", RC_I32, 1, (int64_t[]){n});
         if (!x || !y)
-            return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+            return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
         for (int i = 0; i < n; i++) {
             for (int k = 0; k < UM_MLP_IN; k++)
                 x[i * UM_MLP_IN + k] = (float)(pick(ex[i], k, 1, 200) - 100) / 50.0f;
@@ -60,7 +60,7 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error
         int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, UM_TT});
         int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, UM_TT});
         if (!im || !ids || !tg)
-            return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+            return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
         for (int i = 0; i < n; i++) {
             for (int k = 0; k < 3 * 64; k++)
                 im[i * 3 * 64 + k] = (float)(pick(ex[i], k, 3, 100) - 50) / 25.0f;
@@ -76,7 +76,7 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, S});
     int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, S});
     if (!enc || !ids || !tg)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int i = 0; i < n; i++)
         for (int k = 0; k < S; k++) {
             enc[i * S + k] = pick(ex[i], k, 6, V);

@@ -31,7 +31,7 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error
     float *x = rc_batch_add(out, "x", RC_F32, 2, (int64_t[]){n, IN});
     float *y = rc_batch_add(out, "y", RC_F32, 2, (int64_t[]){n, 1});
     if (!x || !y)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int i = 0; i < n; i++) {
         memcpy(x + i * IN, xs + ex[i] * IN, IN * sizeof *x);
         y[i] = ys[ex[i]];

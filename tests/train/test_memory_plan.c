@@ -70,7 +70,7 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, shape);
     int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, shape);
     if (!ids || !tg)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch\'s arrays");
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
     for (int i = 0; i < n; i++)
         for (int t = 0; t <= j->seq_len; t++) {
             int32_t v = (int32_t)((ex[i] * 7919 + t * 104729) % vocab);
