@@ -236,19 +236,9 @@ int rci_lora_leaves(rc_graph *g, rc_lora *l, nn_lora *out)
     return rc_graph_error(g) ? -1 : 0;
 }
 
-int rci_lora_base_of(const rc_lora *l, int k)
-{
-    return l->base[k];
-}
-
 void rci_lora_detach(rc_lora *l)
 {
     l->m = NULL;
-}
-
-int rci_lora_count(const rc_lora *l)
-{
-    return l->n;
 }
 
 /* ---- merge --------------------------------------------------------------------------- */

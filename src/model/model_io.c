@@ -1,5 +1,5 @@
 /* model_io.c - model directories: config.json plus safetensors weights, read and written
- * with Hugging Face names and layouts. */
+ * with Hugging Face names and layouts, and the tokenizer files that travel with them. */
 #include "internal.h"
 #include "nn_internal.h"
 #include "redco/safetensors.h"
@@ -153,3 +153,41 @@ int rci_nn_model_save(const char *dir, const rc_model_config *c, const nn_weight
     return rc;
 }
 
+/* ---- tokenizer files ------------------------------------------------------------------ */
+
+static const char *const tokenizer_files[] = {
+    "tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model", "tokenizer_config.json",
+    "special_tokens_map.json", NULL};
+
+/* from copied to to; an absent from is not copied (0) */
+static int copy_file(const char *from, const char *to, rc_error *err)
+{
+    FILE *in = fopen(from, "rb");
+    if (!in)
+        return 0;
+    FILE *out = fopen(to, "wb");
+    int rc = out ? 0 : rc_error_set(err, RC_ERR_IO, "%s: cannot create: %s", to, strerror(errno));
+    char buf[65536];
+    size_t n;
+    while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n)
+            rc = rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", to, strerror(errno));
+    fclose(in);
+    if (out && fclose(out) && !rc)
+        rc = rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", to, strerror(errno));
+    return rc;
+}
+
+int rci_nn_model_copy_tokenizer(const char *from, const char *dir, rc_error *err)
+{
+    char src[4200], dst[4200];
+    for (int i = 0; from && tokenizer_files[i]; i++) {
+        int a = snprintf(src, sizeof src, "%s/%s", from, tokenizer_files[i]);
+        int b = snprintf(dst, sizeof dst, "%s/%s", dir, tokenizer_files[i]);
+        if (a < 0 || b < 0 || (size_t)a >= sizeof src || (size_t)b >= sizeof dst)
+            return rc_error_set(err, RC_ERR_ARG, "%s: path too long", dir);
+        if (copy_file(src, dst, err))
+            return -1;
+    }
+    return 0;
+}

@@ -72,6 +72,13 @@ typedef struct {
     double scale;
 } nn_lora;
 
+/* The adapters' leaves in g, indexed by the model's table (out->a and out->b malloc'ed: the
+ * caller frees them, also after a failure); lora.c. */
+struct rc_lora;
+int rci_lora_leaves(rc_graph *g, struct rc_lora *l, nn_lora *out);
+/* The model is going away: the adapters forget it (rc_lora_free then only frees them). */
+void rci_lora_detach(struct rc_lora *l);
+
 /* The inputs of one forward pass, in global shapes. */
 typedef struct {
     rc_tensor *ids;               /* i32 [B, T]: tokens (T5: decoder input tokens) */
@@ -108,5 +115,9 @@ int rci_nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_bac
  * weights' dtype: F32, BF16 or F16, Hugging Face names), creating DIR; each file is
  * written to a temporary name and renamed. */
 int rci_nn_model_save(const char *dir, const rc_model_config *c, const nn_weights *w, rc_error *err);
+/* Copies the tokenizer files of directory from (tokenizer.json, vocab.json, merges.txt,
+ * tokenizer.model, tokenizer_config.json, special_tokens_map.json: those that exist) into
+ * dir; from NULL copies nothing. */
+int rci_nn_model_copy_tokenizer(const char *from, const char *dir, rc_error *err);
 
 #endif

@@ -31,33 +31,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const tokenizer_files[] = {
-    "tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model", "tokenizer_config.json",
-    "special_tokens_map.json", NULL};
-
 /* dir + "/" + name into out; -1 when it does not fit */
 static __attribute__((noinline)) int join(char *out, size_t size, const char *dir, const char *name)
 {
     int n = snprintf(out, size, "%s/%s", dir, name);
     return n < 0 || (size_t)n >= size ? -1 : 0;
-}
-
-static int copy_file(const char *from, const char *to, rc_error *err)
-{
-    FILE *in = fopen(from, "rb");
-    if (!in)
-        return 0; /* absent files are simply not copied */
-    FILE *out = fopen(to, "wb");
-    int rc = out ? 0 : rc_error_set(err, RC_ERR_IO, "%s: cannot create: %s", to, strerror(errno));
-    char buf[65536];
-    size_t n;
-    while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, n, out) != n)
-            rc = rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", to, strerror(errno));
-    fclose(in);
-    if (out && fclose(out) && !rc)
-        rc = rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", to, strerror(errno));
-    return rc;
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -95,19 +73,6 @@ static int write_state(rc_trainer *t, const rc_train_options *o, const char *dir
                  ? 0 : rc_error_set(err, RC_ERR_IO, "%s: cannot write", path);
     json_decref(s);
     return rc;
-}
-
-static int write_tokenizer(const rc_train_options *o, const char *dir, rc_error *err)
-{
-    char from[4200], to[4200];
-    for (int i = 0; o->tokenizer_dir && tokenizer_files[i]; i++) {
-        if (join(from, sizeof from, o->tokenizer_dir, tokenizer_files[i]) ||
-            join(to, sizeof to, dir, tokenizer_files[i]))
-            return rc_error_set(err, RC_ERR_ARG, "%s: path too long", dir);
-        if (copy_file(from, to, err))
-            return -1;
-    }
-    return 0;
 }
 
 /* Replaces workdir/name by the complete directory tmp. */
@@ -317,7 +282,7 @@ static int save_dir(rc_trainer *t, const rc_train_options *o, const char *name, 
     if (main && !rc && full)
         rc = write_state(t, o, tmp, err);
     if (main && !rc)
-        rc = write_tokenizer(o, tmp, err);
+        rc = rci_nn_model_copy_tokenizer(o->tokenizer_dir, tmp, err);
     if (main && !rc)
         rc = publish(tmp, final, err);
     return rc;
@@ -371,17 +336,6 @@ int rci_trainer_save_final(rc_trainer *t, const rc_train_options *o, rc_error *e
     if (!rci_deployer_workdir(t->d))
         return 0;
     return rc_deployer_agree(t->d, save_dir(t, o, "final", 0, err), err);
-}
-
-int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir, rc_error *err)
-{
-    nn_weights *w = m && m->params ? rci_params_weights(m->params) : NULL;
-    if (!m || !dir || !w)
-        return rc_error_set(err, RC_ERR_ARG, "model save: %s", !m ? "no model" : !dir ? "no directory" : "the weights are not allocated");
-    if (rci_nn_model_save(dir, &m->config, w, err))
-        return -1;
-    rc_train_options o = {.tokenizer_dir = tokenizer_dir};
-    return write_tokenizer(&o, dir, err);
 }
 
 /* ---- leftovers of a killed save ------------------------------------------------------- */
