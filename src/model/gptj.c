@@ -100,7 +100,8 @@ static int gptj_weights(const rc_model_config *c, nn_weights *w)
     }
     rc |= rci_nn_weights_add(w, "transformer.ln_f.weight", 1, (int64_t[]){C});
     rc |= rci_nn_weights_add(w, "transformer.ln_f.bias", 1, (int64_t[]){C});
-    rc |= rci_nn_weights_add(w, "lm_head.weight", 2, (int64_t[]){c->vocab_size, C});
+    if (!c->tie_word_embeddings) /* tied: the head's weight is wte (its bias stays its own) */
+        rc |= rci_nn_weights_add(w, "lm_head.weight", 2, (int64_t[]){c->vocab_size, C});
     rc |= rci_nn_weights_add(w, "lm_head.bias", 1, (int64_t[]){c->vocab_size});
     return rc ? -1 : 0;
 }
@@ -140,7 +141,8 @@ static rc_tensor *gptj_logits(nn_ctx *x)
     rc_graph *g = x->g;
     double eps = x->c->norm_eps;
     rc_tensor *pos = rci_nn_positions(x, x->in->ids->shape[1], 0);
-    rc_tensor *h = rc_embedding(g, rci_nn_p(x, "transformer.wte.weight"), x->in->ids);
+    rc_tensor *wte = rci_nn_p(x, "transformer.wte.weight");
+    rc_tensor *h = rc_embedding(g, wte, x->in->ids);
     for (int l = 0; l < x->c->n_layer; l++) {
         rci_nn_block_begin(x, l);
         rc_tensor *a = rc_layer_norm(g, h, rci_nn_p(x, "transformer.h.%d.ln_1.weight", l),
@@ -149,7 +151,8 @@ static rc_tensor *gptj_logits(nn_ctx *x)
         rci_nn_block_end(x, l, x->c->n_layer);
     }
     h = rc_layer_norm(g, h, rci_nn_p(x, "transformer.ln_f.weight"), rci_nn_p(x, "transformer.ln_f.bias"), eps);
-    return rci_nn_linear(g, h, rci_nn_p(x, "lm_head.weight"), rci_nn_p(x, "lm_head.bias"));
+    rc_tensor *head = x->c->tie_word_embeddings ? wte : rci_nn_p(x, "lm_head.weight");
+    return rci_nn_linear(g, h, head, rci_nn_p(x, "lm_head.bias"));
 }
 
 const nn_family rci_nn_gptj_family = {
@@ -163,6 +166,7 @@ const nn_family rci_nn_gptj_family = {
     .write = gptj_write,
     .count = gptj_count,
     .presets = gptj_presets,
+    .tied = (const char *const[]){"lm_head.weight", NULL},
     .weights = gptj_weights,
     .logits = gptj_logits,
 };
