@@ -1,6 +1,7 @@
 /* model.c - the built-in models (rc_model_*): a configuration and its family's weights as an
  * rc_params (params.c), with the LoRA adapters attached to it (lora.c); created from a preset
- * or a Hugging Face directory (model_io.c), saved, converted, and recorded into graphs. */
+ * or a Hugging Face directory (model_io.c), saved, converted, and recorded into graphs (with
+ * its weights, or from a configuration alone without them). */
 #include "internal.h"
 #include "backend.h"
 #include "params.h"
@@ -133,4 +134,63 @@ rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *
     free(lora.a);
     free(lora.b);
     return logits;
+}
+
+/* ---- a model's graph from its configuration alone -------------------------------------- */
+
+void rc_model_graph_free(rc_model_graph *out)
+{
+    if (!out)
+        return;
+    for (int i = 0; out->names && i < out->n_params; i++)
+        free(out->names[i]);
+    free(out->names);
+    free(out->params);
+    memset(out, 0, sizeof *out);
+}
+
+/* out's leaves and names for table w (unbound: w has no buffer); a graph error stays the
+ * graph's */
+static int record_leaves(rc_graph *g, const nn_weights *w, rc_model_graph *out, rc_error *err)
+{
+    out->n_params = w->n;
+    out->numel = w->numel;
+    out->params = calloc((size_t)w->n + 1, sizeof *out->params);
+    out->names = calloc((size_t)w->n + 1, sizeof *out->names);
+    int ok = out->params && out->names;
+    for (int i = 0; ok && i < w->n; i++)
+        ok = (out->names[i] = strdup(w->p[i].name)) != NULL;
+    if (!ok)
+        return rc_error_set(err, RC_ERR_MEMORY, "model record: out of memory for %d parameters", w->n);
+    rci_nn_model_leaves(g, w, out->params);
+    return 0;
+}
+
+int rc_model_record(rc_graph *g, const rc_model_config *c, rc_dtype dtype, rc_tensor *ids, rc_tensor *enc_ids,
+                    rc_tensor *mask, rc_model_graph *out, rc_error *err)
+{
+    if (!out)
+        return rc_error_set(err, RC_ERR_ARG, "model record: no result to fill");
+    memset(out, 0, sizeof *out);
+    if (!g || !c)
+        return rc_error_set(err, RC_ERR_ARG, "model record: %s", !g ? "no graph" : "no configuration");
+    if (dtype != RC_F32 && dtype != RC_BF16 && dtype != RC_F16)
+        return rc_error_set(err, RC_ERR_DTYPE, "model record: dtype %s is not f32, bf16 or f16",
+                            rc_dtype_name(dtype));
+    if (rc_config_validate(c, err))
+        return -1;
+    nn_weights w = {.dtype = dtype};
+    int rc = rci_nn_model_weights(c, &w, err);
+    if (!rc)
+        rc = record_leaves(g, &w, out, err);
+    if (!rc) {
+        nn_inputs in = {.ids = ids, .enc_ids = enc_ids, .mask = mask};
+        out->logits = rci_nn_model_logits(g, c, &w, out->params, &in);
+    }
+    rci_nn_weights_free(&w);
+    if (!rc && rc_graph_error(g))
+        rc = rc_error_set(err, rc_graph_error_code(g), "%s", rc_graph_error(g));
+    if (rc)
+        rc_model_graph_free(out);
+    return rc ? -1 : 0;
 }
