@@ -153,7 +153,7 @@ typedef struct {
     const char *scaled_init;      /* weights whose names end so start with std 0.02 / sqrt(2
                                      layers) (GPT-2's residual projections), or NULL */
     const char *const *tied;      /* checkpoint tensors that may alias a parameter the table
-                                     lacks (tied embeddings), NULL-terminated */
+                                     lacks (tied embeddings), NULL-terminated; or NULL */
     int (*weights)(const rc_model_config *c, nn_weights *w);   /* adds every parameter; -1: memory */
     rc_tensor *(*logits)(nn_ctx *x);                          /* logits [B, T, vocab] */
     /* LoRA (lora.c) */
