@@ -1,8 +1,6 @@
 /* cmd_plan.c - `redco plan`: the tensor-parallel plan of a model, without allocating its
  * weights: each parameter's split, the memory of one rank, the collectives of one step. */
 #include "cli.h"
-#include "internal.h"
-#include "nn.h"
 #include "redco/device.h"
 #include "redco/memory.h"
 #include "redco/shard.h"
@@ -125,27 +123,24 @@ static int parse(int argc, char **argv, options *o)
 /* config only: a preset, or DIR/config.json (the weights are never read) */
 typedef struct {
     rc_graph *g;
-    nn_weights w;
-    rc_tensor **p, *loss;
+    rc_model_graph m;             /* the parameter leaves, never allocated */
+    rc_tensor *loss;
 } model_graph;
 
 /* the loss of one replica's batch, with unbound (never allocated) parameters */
 static int build(const rc_model_config *c, const options *o, model_graph *m, rc_error *err)
 {
     memset(m, 0, sizeof *m);
-    if (rci_nn_model_weights(c, &m->w, err))
-        return -1;
-    m->g = rc_graph_new();
-    m->p = calloc((size_t)m->w.n, sizeof *m->p);
-    if (!m->g || !m->p)
+    if (!(m->g = rc_graph_new()))
         return rc_error_set(err, RC_ERR_MEMORY, "plan: out of memory");
-    rci_nn_model_leaves(m->g, &m->w, m->p);
     int64_t shape[2] = {o->batch, o->seq_len};
-    nn_inputs in = {.ids = rc_input(m->g, "ids", RC_I32, 2, shape)};
+    rc_tensor *ids = rc_input(m->g, "ids", RC_I32, 2, shape), *enc_ids = NULL;
     if (c->type == RC_MODEL_T5)
-        in.enc_ids = rc_input(m->g, "enc_ids", RC_I32, 2, shape);
+        enc_ids = rc_input(m->g, "enc_ids", RC_I32, 2, shape);
     rc_tensor *tg = rc_input(m->g, "targets", RC_I32, 2, shape);
-    m->loss = rc_cross_entropy(m->g, rci_nn_model_logits(m->g, c, &m->w, m->p, &in), tg, -100);
+    if (rc_model_record(m->g, c, RC_F32, ids, enc_ids, NULL, &m->m, err))
+        return -1;
+    m->loss = rc_cross_entropy(m->g, m->m.logits, tg, -100);
     if (rc_graph_error(m->g))
         return rc_error_set(err, rc_graph_error_code(m->g), "%s", rc_graph_error(m->g));
     return 0;
@@ -153,9 +148,8 @@ static int build(const rc_model_config *c, const options *o, model_graph *m, rc_
 
 static void free_graph(model_graph *m)
 {
+    rc_model_graph_free(&m->m);
     rc_graph_free(m->g);
-    free(m->p);
-    rci_nn_weights_free(&m->w);
 }
 
 static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size)
@@ -276,19 +270,20 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
                        const device_fit *dev)
 {
     printf("%s (%s), %lld parameters, mp %lld x dp %lld, batch %lld x %lld tokens per replica\n\n", o->model,
-           c->model_type, (long long)m->w.numel, (long long)o->mp, (long long)o->dp, (long long)o->batch,
+           c->model_type, (long long)m->m.numel, (long long)o->mp, (long long)o->dp, (long long)o->batch,
            (long long)o->seq_len);
     printf("%-58s %-16s %-10s %4s %-16s %s\n", "parameter", "shape", "split", "axis", "local shape", "note");
-    for (int i = 0; i < m->w.n; i++) {
+    for (int i = 0; i < m->m.n_params; i++) {
+        const rc_tensor *p = m->m.params[i];
         char sh[64], loc[64];
         int64_t local[4];
-        rc_shard_local_shape(&s[i], m->p[i], (int)o->mp, local);
-        shape_text(m->w.p[i].ndim, m->w.p[i].shape, sh, sizeof sh);
-        shape_text(m->w.p[i].ndim, local, loc, sizeof loc);
+        rc_shard_local_shape(&s[i], p, (int)o->mp, local);
+        shape_text(p->ndim, p->shape, sh, sizeof sh);
+        shape_text(p->ndim, local, loc, sizeof loc);
         char axis[16] = "-";
         if (s[i].axis >= 0)
             snprintf(axis, sizeof axis, "%d", s[i].axis);
-        printf("%-58s %-16s %-10s %4s %-16s %s\n", m->w.p[i].name, sh, rc_shard_role_name(s[i].role), axis, loc,
+        printf("%-58s %-16s %-10s %4s %-16s %s\n", m->m.names[i], sh, rc_shard_role_name(s[i].role), axis, loc,
                s[i].note);
     }
     print_memory(o, mem);
@@ -341,21 +336,22 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                        const device_fit *dev)
 {
     json_t *params = json_array();
-    for (int i = 0; i < m->w.n; i++) {
+    for (int i = 0; i < m->m.n_params; i++) {
+        const rc_tensor *p = m->m.params[i];
         int64_t local[4];
-        rc_shard_local_shape(&s[i], m->p[i], (int)o->mp, local);
+        rc_shard_local_shape(&s[i], p, (int)o->mp, local);
         json_t *shape = json_array(), *lshape = json_array();
-        for (int k = 0; k < m->w.p[i].ndim; k++) {
-            json_array_append_new(shape, json_integer(m->w.p[i].shape[k]));
+        for (int k = 0; k < p->ndim; k++) {
+            json_array_append_new(shape, json_integer(p->shape[k]));
             json_array_append_new(lshape, json_integer(local[k]));
         }
-        json_array_append_new(params, json_pack("{s:s, s:o, s:s, s:i, s:o, s:s}", "name", m->w.p[i].name, "shape",
+        json_array_append_new(params, json_pack("{s:s, s:o, s:s, s:i, s:o, s:s}", "name", m->m.names[i], "shape",
                                                 shape, "split", rc_shard_role_name(s[i].role), "axis", s[i].axis,
                                                 "local_shape", lshape, "note", s[i].note));
     }
     json_t *out = json_pack("{s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:{s:I, s:I, s:b, s:I, s:s}, "
                             "s:{s:I, s:I, s:f, s:f, s:I, s:I}}",
-                            "model", o->model, "model_type", c->model_type, "parameters", (json_int_t)m->w.numel,
+                            "model", o->model, "model_type", c->model_type, "parameters", (json_int_t)m->m.numel,
                             "mp", (json_int_t)o->mp, "dp", (json_int_t)o->dp, "params", params, "memory_bytes",
                             rank_json(&mem->rank), "options", "batch_size", (json_int_t)o->batch, "seq_len",
                             (json_int_t)o->seq_len, "zero", o->zero, "remat", (json_int_t)o->remat, "dtype",
@@ -417,11 +413,12 @@ int cmd_plan(int argc, char **argv)
         free_graph(&m);
         return cli_fail(cmd, "%s", err.msg);
     }
-    rc_shard_spec *s = calloc((size_t)m.w.n, sizeof *s);
+    int n = m.m.n_params;
+    rc_shard_spec *s = calloc((size_t)n + 1, sizeof *s);
     rc_shard_comm comm = {0};
-    rc = s ? rc_shard_apply(s, m.p, m.w.n, o.shards.o, o.shards.n, (int)o.mp, &err) : -1;
+    rc = s ? rc_shard_apply(s, m.m.params, n, o.shards.o, o.shards.n, (int)o.mp, &err) : -1;
     if (!rc)
-        rc = rc_shard_plan(m.g, m.loss, m.p, m.w.n, (int)o.mp, o.allow, s, &comm, &err);
+        rc = rc_shard_plan(m.g, m.loss, m.m.params, n, (int)o.mp, o.allow, s, &comm, &err);
     if (o.mp == 1) /* one shard: the counts are where collectives would go, none run */
         memset(&comm, 0, sizeof comm);
     device_fit dev = {0};
@@ -431,8 +428,8 @@ int cmd_plan(int argc, char **argv)
     if (!rc)
         rc = plan_memory(&c, &o, dev.be, &mem, &err);
     if (!rc && dev.be) { /* the ops of the step with its backward pass */
-        rc_tensor **grads = calloc((size_t)m.w.n + 1, sizeof *grads);
-        if (grads && rc_backward(m.g, m.loss, m.p, m.w.n, grads) == 0)
+        rc_tensor **grads = calloc((size_t)n + 1, sizeof *grads);
+        if (grads && rc_backward(m.g, m.loss, m.m.params, n, grads) == 0)
             device_check(&dev, m.g, &mem);
         else
             rc = rc_error_set(&err, RC_ERR_MEMORY, "plan: the backward pass: %s", rc_graph_error(m.g));

@@ -1,4 +1,5 @@
-/* redco/model.h - model configurations (Hugging Face config.json) and presets. */
+/* redco/model.h - model configurations (Hugging Face config.json) and presets, and a model's
+ * forward pass recorded from its configuration alone. */
 #ifndef REDCO_MODEL_H
 #define REDCO_MODEL_H
 
@@ -96,6 +97,34 @@ const char *rc_config_architecture(const rc_model_config *c);
 /* Activation name (HF spelling) -> rc_act_kind: relu; gelu (erf); gelu_new, gelu_fast,
  * gelu_pytorch_tanh (tanh form); silu, swish; sigmoid. -1 when unknown. */
 int rc_config_activation(const char *name);
+
+/* ---- a model's graph from its configuration ------------------------------------------- */
+
+/* What rc_model_record recorded. */
+typedef struct {
+    rc_tensor *logits;            /* [B, T, vocab_size] in the weights' dtype */
+    int n_params;
+    rc_tensor **params;           /* [n_params] the parameter leaves in the family's order (that
+                                     of rc_model_create's params): each weight's dtype and shape,
+                                     bound to no memory */
+    char **names;                 /* [n_params] their Hugging Face names, whole (a leaf's own
+                                     name keeps 63 bytes), e.g. "transformer.h.0.attn.c_attn.weight" */
+    int64_t numel;                /* elements of them all: rc_config_param_count(c) */
+} rc_model_graph;
+
+/* Records the forward pass of the model that c describes into g, without its weights: one
+ * parameter leaf per weight of the family's Hugging Face table, unbound (no weight memory
+ * is allocated: a 65B model records in milliseconds), and the logits of ids, i32 [B, T]
+ * (T5: the decoder's input, with enc_ids i32 [B, S] the encoder's; other families NULL),
+ * with mask [B, Tk] (any float dtype: 1 attend, 0 padding; Tk = T, T5: S) or NULL. dtype
+ * (f32, bf16, f16) is the weights' and so the graph's. The graph is an ordinary one: add a
+ * loss, differentiate, partition and plan it (rc_plan_estimate) as recorded; bind the
+ * leaves to run it. A config that rc_config_validate refuses is an error naming its HF key;
+ * bad inputs are the graph's error, also copied to err. 0, or -1 with out zeroed. */
+int rc_model_record(rc_graph *g, const rc_model_config *c, rc_dtype dtype, rc_tensor *ids,
+                    rc_tensor *enc_ids, rc_tensor *mask, rc_model_graph *out, rc_error *err);
+/* Frees out's arrays (the nodes are the graph's) and zeroes it. */
+void rc_model_graph_free(rc_model_graph *out);
 
 #ifdef __cplusplus
 }

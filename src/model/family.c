@@ -1,6 +1,7 @@
-/* model.c - a model from its family: each family file exports one table (nn_family) of
- * its parameter table and forward pass, and this file picks from the tables; also
- * initialisation and the parameter leaves. The layers the families share are layers.c. */
+/* family.c - the table of model families, and a model from its family: each family file
+ * exports one nn_family (its config.json keys, presets, parameter table and forward pass),
+ * and this file picks from the table; also initialisation and the parameter leaves. The
+ * layers the families share are layers.c. */
 #include "internal.h"
 #include "nn_internal.h"
 
@@ -8,16 +9,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const nn_family *const families[] = {
+/* The families, in the order their names and presets are listed. A new family is a file that
+ * exports its nn_family, and its line here. */
+extern const nn_family rci_nn_gpt2_family, rci_nn_llama_family, rci_nn_opt_family, rci_nn_gptj_family,
+    rci_nn_t5_family;
+const nn_family *const rci_nn_families[] = {
     &rci_nn_gpt2_family, &rci_nn_llama_family, &rci_nn_opt_family, &rci_nn_gptj_family, &rci_nn_t5_family,
+    NULL,
 };
 
-/* the family of type, or NULL */
-static const nn_family *family_of(rc_model_type type)
+const nn_family *rci_nn_family_of(rc_model_type type)
 {
-    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
-        if (families[i]->type == type)
-            return families[i];
+    for (int i = 0; rci_nn_families[i]; i++)
+        if (rci_nn_families[i]->type == type)
+            return rci_nn_families[i];
+    return NULL;
+}
+
+const nn_family *rci_nn_family_named(const char *model_type)
+{
+    for (int i = 0; rci_nn_families[i]; i++)
+        for (const nn_variant *v = rci_nn_families[i]->variants; v->model_type; v++)
+            if (strcmp(model_type, v->model_type) == 0)
+                return rci_nn_families[i];
     return NULL;
 }
 
@@ -26,7 +40,7 @@ int rci_nn_model_weights(const rc_model_config *c, nn_weights *w, rc_error *err)
     if (c->vocab_size <= 0 || c->d_model <= 0 || c->n_head <= 0 || c->head_dim <= 0 || c->n_layer < 0)
         return rc_error_set(err, RC_ERR_ARG, "model %s: vocab %d, d_model %d, %d heads of %d: not a model",
                             c->model_type, c->vocab_size, c->d_model, c->n_head, c->head_dim);
-    const nn_family *f = family_of(c->type);
+    const nn_family *f = rci_nn_family_of(c->type);
     if (!f)
         return rc_error_set(err, RC_ERR_ARG, "model: unknown model type %d", (int)c->type);
     if (f->weights(c, w))
@@ -40,12 +54,13 @@ static int ends_with(const char *s, const char *tail)
     return n >= m && !strcmp(s + n - m, tail);
 }
 
-/* Parameter p's initial values into x (numel floats); normal draws come from rng. */
-static void init_values(const rc_model_config *c, const nn_param *p, float *x, rc_rng *rng)
+/* Parameter p's initial values into x (numel floats); normal draws come from rng; weights
+ * whose names end in `scaled` (or none: NULL) start smaller. */
+static void init_values(const rc_model_config *c, const char *scaled, const nn_param *p, float *x, rc_rng *rng)
 {
     double resid = 0.02 / sqrt(2.0 * (c->n_layer > 0 ? c->n_layer : 1));
     int is_norm = strstr(p->name, "norm") || strstr(p->name, "ln_");
-    double std = c->type == RC_MODEL_GPT2 && ends_with(p->name, "c_proj.weight") ? resid : 0.02;
+    double std = scaled && ends_with(p->name, scaled) ? resid : 0.02;
     for (int64_t j = 0; j < p->numel; j++) {
         if (p->ndim == 1)
             x[j] = is_norm && ends_with(p->name, "weight") ? 1.0f : 0.0f;
@@ -56,6 +71,7 @@ static void init_values(const rc_model_config *c, const nn_param *p, float *x, r
 
 int rci_nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed, rc_error *err)
 {
+    const nn_family *f = rci_nn_family_of(c->type);
     rc_rng rng = rc_rng_new(seed);
     int64_t most = 1;
     for (int i = 0; i < w->n; i++)
@@ -65,7 +81,7 @@ int rci_nn_model_init(const rc_model_config *c, nn_weights *w, uint64_t seed, rc
         return rc_error_set(err, RC_ERR_MEMORY, "model: out of memory for %lld floats", (long long)most);
     int rc = 0;
     for (int i = 0; !rc && i < w->n; i++) {
-        init_values(c, &w->p[i], x, &rng);
+        init_values(c, f ? f->scaled_init : NULL, &w->p[i], x, &rng);
         rc = rci_nn_weights_write(w, i, x, err);
     }
     free(x);
@@ -91,8 +107,11 @@ rc_tensor *rci_nn_model_logits(rc_graph *g, const rc_model_config *c, const nn_w
         return NULL;
     if (!in || !in->ids || in->ids->ndim != 2 || in->ids->dtype != RC_I32)
         return rci_fail(g, RC_ERR_ARG, "model: ids must be an i32 [batch, tokens] tensor");
-    if (c->type == RC_MODEL_T5 && (!in->enc_ids || in->enc_ids->ndim != 2))
-        return rci_fail(g, RC_ERR_ARG, "model: t5 needs encoder ids [batch, tokens]");
+    const nn_family *f = rci_nn_family_of(c->type);
+    if (!f)
+        return rci_fail(g, RC_ERR_ARG, "model: unknown model type %d", (int)c->type);
+    if (f->encoder_decoder && (!in->enc_ids || in->enc_ids->ndim != 2))
+        return rci_fail(g, RC_ERR_ARG, "model: %s needs encoder ids [batch, tokens]", c->model_type);
     if (c->max_positions && in->past + in->ids->shape[1] > c->max_positions)
         return rci_fail(g, RC_ERR_SHAPE, "model: %lld positions exceed the model's %d",
                        (long long)(in->past + in->ids->shape[1]), c->max_positions);
@@ -100,9 +119,6 @@ rc_tensor *rci_nn_model_logits(rc_graph *g, const rc_model_config *c, const nn_w
         return rci_fail(g, RC_ERR_UNSUPPORTED,
                        "model %s: %lld positions exceed sliding_window %d, which redco does not implement",
                        c->model_type, (long long)(in->past + in->ids->shape[1]), c->sliding_window);
-    const nn_family *f = family_of(c->type);
-    if (!f)
-        return rci_fail(g, RC_ERR_ARG, "model: unknown model type %d", (int)c->type);
     nn_ctx x = {g, c, w, p, in};
     return f->logits(&x);
 }

@@ -1,10 +1,101 @@
 /* gpt2.c - GPT-2: learned positions, pre-LN blocks, gelu (tanh form) MLP, causal
- * attention, LM head tied to the token embedding. Weights are Conv1D, stored (in, out). */
+ * attention, LM head tied to the token embedding. Weights are Conv1D, stored (in, out).
+ * GPT2Config's keys (shared with GPT-J), defaults and presets, the parameter table and count,
+ * the forward pass. */
 #include "internal.h"
 #include "nn_internal.h"
 
 #include <math.h>
 #include <stdio.h>
+
+/* ---- config.json ---------------------------------------------------------------------- */
+
+/* GPT2Config() */
+static void gpt2_defaults(rc_model_config *c)
+{
+    c->vocab_size = 50257, c->max_positions = 1024, c->d_model = 768;
+    c->n_layer = 12, c->n_head = 12, c->d_ff = -1;  /* n_inner None: 4 n_embd */
+    c->norm_eps = 1e-5;
+    snprintf(c->activation, sizeof c->activation, "gelu_new");
+    c->bos_token_id = c->eos_token_id = 50256;
+    c->tie_word_embeddings = 1;
+    c->resid_dropout = c->embd_dropout = c->attn_dropout = 0.1;
+}
+
+int rci_nn_gpt2_read_keys(cfg_reader *r, rc_model_config *c)
+{
+    return rci_cfg_need_int(r, "n_embd", "hidden_size", &c->d_model) ||
+           rci_cfg_need_int(r, "n_layer", "num_hidden_layers", &c->n_layer) ||
+           rci_cfg_need_int(r, "n_head", "num_attention_heads", &c->n_head) ||
+           rci_cfg_int_strict(r, "n_positions", "max_position_embeddings", &c->max_positions) ||
+           rci_cfg_int(r, "n_inner", NULL, &c->d_ff) ||
+           rci_cfg_real(r, "layer_norm_epsilon", &c->norm_eps) ||
+           rci_cfg_str(r, "activation_function", c->activation, sizeof c->activation) ||
+           rci_cfg_real(r, "resid_pdrop", &c->resid_dropout) ||
+           rci_cfg_real(r, "embd_pdrop", &c->embd_dropout) ||
+           rci_cfg_real(r, "attn_pdrop", &c->attn_dropout) ? -1 : 0;
+}
+
+/* GPT-2's keys; settings the forward pass does not implement are errors */
+static int gpt2_read(cfg_reader *r, rc_model_config *c)
+{
+    return rci_nn_gpt2_read_keys(r, c) || rci_cfg_reject_bool(r, "scale_attn_weights", 0) ||
+           rci_cfg_reject_bool(r, "scale_attn_by_inverse_layer_idx", 1) ||
+           rci_cfg_reject_bool(r, "add_cross_attention", 1) ? -1 : 0;
+}
+
+static const nn_keys gpt2_keys = {
+    .d_model = "n_embd", .n_layer = "n_layer", .n_decoder_layer = "-", .n_head = "n_head",
+    .head_dim = "head_dim", .d_ff = "n_inner", .max_positions = "n_positions",
+    .norm_eps = "layer_norm_epsilon", .activation = "activation_function",
+};
+
+static int gpt2_check(const rc_model_config *c, const char *where, rc_error *err)
+{
+    return rci_cfg_check_split_heads(c, &gpt2_keys, where, err);
+}
+
+void rci_nn_gpt2_write_keys(json_t *o, const rc_model_config *c)
+{
+    rci_cfg_put_int(o, "n_embd", c->d_model);
+    rci_cfg_put_int(o, "n_layer", c->n_layer);
+    rci_cfg_put_int(o, "n_head", c->n_head);
+    rci_cfg_put_int(o, "n_positions", c->max_positions);
+    rci_cfg_put_int(o, "n_inner", c->d_ff);
+    rci_cfg_put_real(o, "layer_norm_epsilon", c->norm_eps);
+    rci_cfg_put_str(o, "activation_function", c->activation);
+    rci_cfg_put_real(o, "resid_pdrop", c->resid_dropout);
+    rci_cfg_put_real(o, "embd_pdrop", c->embd_dropout);
+    rci_cfg_put_real(o, "attn_pdrop", c->attn_dropout);
+}
+
+static double gpt2_count(const rc_model_config *c)
+{
+    double d = c->d_model, V = c->vocab_size, ff = c->d_ff;
+    double layer = 2 * d + rci_nn_linear_params(d, 3 * d, 1) + rci_nn_linear_params(d, d, 1) + 2 * d +
+                   rci_nn_linear_params(d, ff, 1) + rci_nn_linear_params(ff, d, 1);
+    return V * d + (double)c->max_positions * d + c->n_layer * layer + 2 * d +
+           (c->tie_word_embeddings ? 0 : V * d);
+}
+
+/* Published sizes (OpenAI) and redco's small ones. */
+static const nn_preset gpt2_presets[] = {
+    {.name = "gpt2", 50257, 768, 12, 12, 3072, 1024},
+    {.name = "gpt2-medium", 50257, 1024, 24, 16, 4096, 1024},
+    {.name = "gpt2-large", 50257, 1280, 36, 20, 5120, 1024},
+    {.name = "gpt2-xl", 50257, 1600, 48, 25, 6400, 1024},
+    /* a GPT-2 of 7.3M parameters with the real vocabulary: the demo trains it on 2 cores */
+    {.name = "gpt2-mini", 50257, 128, 4, 4, 512, 256},
+    /* the demo's GPT-2: 1.3M parameters over the 4096 ids of a BPE vocabulary learned from
+     * the demo's book (redco tokenizer-train), <|endoftext|> last. Sized for a 3-minute run
+     * on 2 cores, which sees the book about 7 times: GPT-2's dropout stays on */
+    {.name = "gpt2-demo", 4096, 128, 4, 4, 512, 256, .eos = 4095},
+    /* for tests: bos = eos inside the small vocabulary */
+    {.name = "tiny-gpt2", 256, 64, 2, 4, 256, 128, .eos = 255},
+    {NULL},
+};
+
+/* ---- the model ------------------------------------------------------------------------ */
 
 rc_model_config rci_nn_gpt2_config(int vocab, int positions, int layers, int heads, int d_model)
 {
@@ -93,4 +184,21 @@ static rc_tensor *gpt2_logits(nn_ctx *x)
     return rc_matmul(g, h, head, 0, 1);
 }
 
-const nn_family rci_nn_gpt2_family = {RC_MODEL_GPT2, gpt2_weights, gpt2_logits};
+const nn_family rci_nn_gpt2_family = {
+    .type = RC_MODEL_GPT2,
+    .variants = (const nn_variant[]){{"gpt2", "GPT2LMHeadModel"}, {NULL}},
+    .keys = &gpt2_keys,
+    .defaults = gpt2_defaults,
+    .read = gpt2_read,
+    .check = gpt2_check,
+    .write = rci_nn_gpt2_write_keys,
+    .count = gpt2_count,
+    .presets = gpt2_presets,
+    .scaled_init = "c_proj.weight",
+    .tied = (const char *const[]){"lm_head.weight", NULL},
+    .weights = gpt2_weights,
+    .logits = gpt2_logits,
+    .lora_targets = "c_attn",
+    .lora_modules = "GPT-2: c_attn, c_proj, c_fc",
+    .conv1d = 1,
+};

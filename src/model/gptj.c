@@ -1,11 +1,82 @@
 /* gptj.c - GPT-J: attention and MLP in parallel off one layer norm, interleaved rotary
  * embedding on the first rotary_dim dims of each head, no attention biases, LM head with a
- * bias. Weights are torch Linear, stored (out, in). */
+ * bias. Weights are torch Linear, stored (out, in). GPTJConfig's keys (GPT-2's and
+ * rotary_dim), defaults and presets, the parameter table and count, the forward pass. */
 #include "internal.h"
 #include "nn_internal.h"
 
 #include <math.h>
 #include <stdio.h>
+
+/* ---- config.json ---------------------------------------------------------------------- */
+
+/* GPTJConfig() */
+static void gptj_defaults(rc_model_config *c)
+{
+    c->vocab_size = 50400, c->max_positions = 2048, c->d_model = 4096;
+    c->n_layer = 28, c->n_head = 16, c->d_ff = -1;  /* n_inner None: 4 n_embd */
+    c->rotary_dim = 64;
+    c->rope_theta = 10000.0;  /* fixed in GPT-J's sinusoid table */
+    c->norm_eps = 1e-5;
+    snprintf(c->activation, sizeof c->activation, "gelu_new");
+    c->bos_token_id = c->eos_token_id = 50256;
+}
+
+static int gptj_read(cfg_reader *r, rc_model_config *c)
+{
+    return rci_nn_gpt2_read_keys(r, c) || rci_cfg_int(r, "rotary_dim", NULL, &c->rotary_dim) ? -1 : 0;
+}
+
+/* rotary_dim null: the whole head */
+static void gptj_derive(rc_model_config *c)
+{
+    if (c->rotary_dim < 0)
+        c->rotary_dim = c->head_dim;
+}
+
+static const nn_keys gptj_keys = {
+    .d_model = "n_embd", .n_layer = "n_layer", .n_decoder_layer = "-", .n_head = "n_head",
+    .head_dim = "head_dim", .d_ff = "n_inner", .max_positions = "n_positions",
+    .norm_eps = "layer_norm_epsilon", .activation = "activation_function",
+};
+
+static int gptj_check(const rc_model_config *c, const char *where, rc_error *err)
+{
+    if (rci_cfg_check_split_heads(c, &gptj_keys, where, err))
+        return -1;
+    if (c->rotary_dim < 2 || c->rotary_dim % 2 != 0 || c->rotary_dim > c->head_dim)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: rotary_dim %d must be even and in "
+                            "[2, %d] (the head size n_embd / n_head)", where, c->rotary_dim,
+                            c->head_dim);
+    return 0;
+}
+
+static void gptj_write(json_t *o, const rc_model_config *c)
+{
+    rci_nn_gpt2_write_keys(o, c);
+    rci_cfg_put_int(o, "rotary_dim", c->rotary_dim);
+}
+
+static double gptj_count(const rc_model_config *c)
+{
+    double d = c->d_model, V = c->vocab_size, ff = c->d_ff;
+    double layer = 2 * d + 4 * d * d + rci_nn_linear_params(d, ff, 1) + rci_nn_linear_params(ff, d, 1);
+    return V * d + c->n_layer * layer + 2 * d + (c->tie_word_embeddings ? 0 : V * d) + V;
+}
+
+static void tiny_gptj(rc_model_config *c)
+{
+    c->rotary_dim = 8;  /* less than the head: the unrotated part of a head is tested */
+}
+
+/* GPT-J-6B, and a tiny one for tests (bos = eos inside its vocabulary) */
+static const nn_preset gptj_presets[] = {
+    {.name = "gpt-j-6b", 50400, 4096, 28, 16, 16384, 2048},
+    {.name = "tiny-gptj", 256, 64, 2, 4, 256, 128, .eos = 255, .more = tiny_gptj},
+    {NULL},
+};
+
+/* ---- the model ------------------------------------------------------------------------ */
 
 static int gptj_weights(const rc_model_config *c, nn_weights *w)
 {
@@ -29,7 +100,8 @@ static int gptj_weights(const rc_model_config *c, nn_weights *w)
     }
     rc |= rci_nn_weights_add(w, "transformer.ln_f.weight", 1, (int64_t[]){C});
     rc |= rci_nn_weights_add(w, "transformer.ln_f.bias", 1, (int64_t[]){C});
-    rc |= rci_nn_weights_add(w, "lm_head.weight", 2, (int64_t[]){c->vocab_size, C});
+    if (!c->tie_word_embeddings) /* tied: the head's weight is wte (its bias stays its own) */
+        rc |= rci_nn_weights_add(w, "lm_head.weight", 2, (int64_t[]){c->vocab_size, C});
     rc |= rci_nn_weights_add(w, "lm_head.bias", 1, (int64_t[]){c->vocab_size});
     return rc ? -1 : 0;
 }
@@ -69,7 +141,8 @@ static rc_tensor *gptj_logits(nn_ctx *x)
     rc_graph *g = x->g;
     double eps = x->c->norm_eps;
     rc_tensor *pos = rci_nn_positions(x, x->in->ids->shape[1], 0);
-    rc_tensor *h = rc_embedding(g, rci_nn_p(x, "transformer.wte.weight"), x->in->ids);
+    rc_tensor *wte = rci_nn_p(x, "transformer.wte.weight");
+    rc_tensor *h = rc_embedding(g, wte, x->in->ids);
     for (int l = 0; l < x->c->n_layer; l++) {
         rci_nn_block_begin(x, l);
         rc_tensor *a = rc_layer_norm(g, h, rci_nn_p(x, "transformer.h.%d.ln_1.weight", l),
@@ -78,7 +151,22 @@ static rc_tensor *gptj_logits(nn_ctx *x)
         rci_nn_block_end(x, l, x->c->n_layer);
     }
     h = rc_layer_norm(g, h, rci_nn_p(x, "transformer.ln_f.weight"), rci_nn_p(x, "transformer.ln_f.bias"), eps);
-    return rci_nn_linear(g, h, rci_nn_p(x, "lm_head.weight"), rci_nn_p(x, "lm_head.bias"));
+    rc_tensor *head = x->c->tie_word_embeddings ? wte : rci_nn_p(x, "lm_head.weight");
+    return rci_nn_linear(g, h, head, rci_nn_p(x, "lm_head.bias"));
 }
 
-const nn_family rci_nn_gptj_family = {RC_MODEL_GPTJ, gptj_weights, gptj_logits};
+const nn_family rci_nn_gptj_family = {
+    .type = RC_MODEL_GPTJ,
+    .variants = (const nn_variant[]){{"gptj", "GPTJForCausalLM"}, {NULL}},
+    .keys = &gptj_keys,
+    .defaults = gptj_defaults,
+    .read = gptj_read,
+    .derive = gptj_derive,
+    .check = gptj_check,
+    .write = gptj_write,
+    .count = gptj_count,
+    .presets = gptj_presets,
+    .tied = (const char *const[]){"lm_head.weight", NULL},
+    .weights = gptj_weights,
+    .logits = gptj_logits,
+};

@@ -159,17 +159,9 @@ rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T, int first)
 
 rc_tensor *rci_nn_act(nn_ctx *x, rc_tensor *h)
 {
-    static const struct {
-        const char *name;
-        rc_act_kind act;
-    } acts[] = {
-        {"gelu_new", RC_ACT_GELU_TANH}, {"gelu_pytorch_tanh", RC_ACT_GELU_TANH},
-        {"gelu_fast", RC_ACT_GELU_TANH}, {"gelu", RC_ACT_GELU_ERF}, {"relu", RC_ACT_RELU},
-        {"silu", RC_ACT_SILU}, {"swish", RC_ACT_SILU}, {"sigmoid", RC_ACT_SIGMOID},
-    };
-    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
-        if (!strcmp(x->c->activation, acts[i].name))
-            return rc_act(x->g, h, acts[i].act, 0);
-    return rci_fail(x->g, RC_ERR_UNSUPPORTED, "model %s: activation '%s' is not supported",
-                   x->c->model_type, x->c->activation);
+    int act = rc_config_activation(x->c->activation);
+    if (act < 0)
+        return rci_fail(x->g, RC_ERR_UNSUPPORTED, "model %s: activation '%s' is not supported",
+                        x->c->model_type, x->c->activation);
+    return rc_act(x->g, h, (rc_act_kind)act, 0);
 }

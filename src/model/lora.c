@@ -1,6 +1,7 @@
 /* lora.c - LoRA adapters on a built-in model: their parameters (PEFT's names), their
  * leaves for the forward pass, PEFT's adapter directory written and read, and the merge
  * into the model's weights. */
+#include "nn_internal.h"
 #include "params.h"
 #include "redco/lora.h"
 #include "redco/safetensors.h"
@@ -103,11 +104,25 @@ static int declare(rc_lora *l, rc_error *err)
         for (int k = 0; k < l->ntargets; k++)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? "," : "", l->targets[k]);
         return rc_error_set(err, RC_ERR_ARG, "lora: no module of the %s model matches the targets '%s' (%s)",
-                            l->m->config.model_type, list,
-                            l->conv1d ? "GPT-2: c_attn, c_proj, c_fc" :
-                                        "LLaMA: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+                            l->m->config.model_type, list, rci_nn_family_of(l->m->config.type)->lora_modules);
     }
     return 0;
+}
+
+/* "gpt2 and llama": the families LoRA adapts */
+static void lora_families(char *buf, size_t size)
+{
+    int n = 0, k = 0;
+    for (int i = 0; rci_nn_families[i]; i++)
+        n += rci_nn_families[i]->lora_targets != NULL;
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; rci_nn_families[i] && len < size; i++)
+        if (rci_nn_families[i]->lora_targets) {
+            const char *sep = k == 0 ? "" : k == n - 1 ? " and " : ", ";
+            len += (size_t)snprintf(buf + len, size - len, "%s%s", sep, rci_nn_families[i]->variants[0].model_type);
+            k++;
+        }
 }
 
 /* a new, unattached set of adapters of model m; NULL with err set */
@@ -117,9 +132,12 @@ static rc_lora *lora_make(rc_model *m, int r, double alpha, const char *targets,
         rc_error_set(err, RC_ERR_ARG, "lora: no model");
         return NULL;
     }
-    if (m->config.type != RC_MODEL_GPT2 && m->config.type != RC_MODEL_LLAMA) {
-        rc_error_set(err, RC_ERR_UNSUPPORTED, "lora: model type '%s': LoRA supports the gpt2 and llama families",
-                     m->config.model_type);
+    const nn_family *f = rci_nn_family_of(m->config.type);
+    if (!f || !f->lora_targets) {
+        char names[200];
+        lora_families(names, sizeof names);
+        rc_error_set(err, RC_ERR_UNSUPPORTED, "lora: model type '%s': LoRA supports the %s families",
+                     m->config.model_type, names);
         return NULL;
     }
     if (m->lora) {
@@ -138,9 +156,9 @@ static rc_lora *lora_make(rc_model *m, int r, double alpha, const char *targets,
     l->m = m;
     l->r = r;
     l->alpha = alpha > 0 ? alpha : r;
-    l->conv1d = m->config.type == RC_MODEL_GPT2;
+    l->conv1d = f->conv1d;
     if (!targets)
-        targets = l->conv1d ? "c_attn" : "q_proj,v_proj";
+        targets = f->lora_targets;
     if (parse_targets(l, targets, err) || declare(l, err)) {
         rc_lora_free(l);
         return NULL;
@@ -218,19 +236,9 @@ int rci_lora_leaves(rc_graph *g, rc_lora *l, nn_lora *out)
     return rc_graph_error(g) ? -1 : 0;
 }
 
-int rci_lora_base_of(const rc_lora *l, int k)
-{
-    return l->base[k];
-}
-
 void rci_lora_detach(rc_lora *l)
 {
     l->m = NULL;
-}
-
-int rci_lora_count(const rc_lora *l)
-{
-    return l->n;
 }
 
 /* ---- merge --------------------------------------------------------------------------- */

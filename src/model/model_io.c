@@ -1,7 +1,7 @@
 /* model_io.c - model directories: config.json plus safetensors weights, read and written
- * with Hugging Face names and layouts. */
+ * with Hugging Face names and layouts, and the tokenizer files that travel with them. */
 #include "internal.h"
-#include "nn.h"
+#include "nn_internal.h"
 #include "redco/safetensors.h"
 
 #include <errno.h>
@@ -11,10 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* Tensors a checkpoint may carry that alias a parameter of the table (tied embeddings). */
-static const char *const tied_aliases[] = {
-    "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight", NULL};
 
 static int shapes_equal(const rc_st_tensor *t, const nn_param *p)
 {
@@ -83,9 +79,10 @@ int rci_nn_model_load_dtype(const char *dir, rc_model_config *c, nn_weights *w, 
     int rc = ck ? 0 : -1;
     for (int i = 0; !rc && i < w->n; i++)
         rc = load_param(ck, w, i, err);
-    for (int k = 0; !rc && tied_aliases[k]; k++)
-        if (rci_nn_weights_find(w, tied_aliases[k]) < 0)
-            rc_checkpoint_find(ck, tied_aliases[k], NULL, NULL); /* a tied copy: accept it */
+    const char *const *tied = rci_nn_family_of(c->type)->tied; /* a loaded config's family exists */
+    for (int k = 0; !rc && tied && tied[k]; k++)
+        if (rci_nn_weights_find(w, tied[k]) < 0)
+            rc_checkpoint_find(ck, tied[k], NULL, NULL); /* a tied copy: accept it */
     if (!rc && rc_checkpoint_check_unused(ck, err) > 0)
         rc = -1;
     rc_checkpoint_close(ck);
@@ -155,3 +152,4 @@ int rci_nn_model_save(const char *dir, const rc_model_config *c, const nn_weight
     free(host);
     return rc;
 }
+

@@ -72,6 +72,13 @@ typedef struct {
     double scale;
 } nn_lora;
 
+/* The adapters' leaves in g, indexed by the model's table (out->a and out->b malloc'ed: the
+ * caller frees them, also after a failure); lora.c. */
+struct rc_lora;
+int rci_lora_leaves(rc_graph *g, struct rc_lora *l, nn_lora *out);
+/* The model is going away: the adapters forget it (rc_lora_free then only frees them). */
+void rci_lora_detach(struct rc_lora *l);
+
 /* The inputs of one forward pass, in global shapes. */
 typedef struct {
     rc_tensor *ids;               /* i32 [B, T]: tokens (T5: decoder input tokens) */

@@ -1,5 +1,5 @@
-/* params.c - named parameters in one flat buffer, their graph leaves, and the built-in
- * models as parameters plus a configuration. */
+/* params.c - named parameters in one flat buffer (nn_weights) on a backend, and their graph
+ * leaves; what the rooms above see of them beyond the public API is params.h. */
 #include "internal.h"
 #include "backend.h"
 #include "params.h"
@@ -327,8 +327,7 @@ rc_tensor *rc_params_get(rc_graph *g, rc_params *p, const char *name)
     return leaf(g, p, i);
 }
 
-/* Every parameter's leaf in g, in table order (the families index them). */
-static rc_tensor **all_leaves(rc_graph *g, rc_params *p)
+rc_tensor **rci_params_leaves(rc_graph *g, rc_params *p)
 {
     for (int i = 0; i < p->w.n; i++)
         if (!rc_params_get(g, p, p->w.p[i].name))
@@ -336,115 +335,15 @@ static rc_tensor **all_leaves(rc_graph *g, rc_params *p)
     return p->leaves;
 }
 
-/* ---- built-in models ------------------------------------------------------------------ */
-
-/* a model directory: it has a config.json */
-static int has_config(const char *path)
+rc_params *rci_params_adopt(nn_weights *w, rc_backend *be)
 {
-    char cfg[4200];
-    FILE *f;
-    snprintf(cfg, sizeof cfg, "%s/config.json", path);
-    f = fopen(cfg, "r");
-    if (f)
-        fclose(f);
-    return f != NULL;
-}
-
-rc_model *rc_model_create(const char *preset_or_dir, uint64_t seed, rc_error *err)
-{
-    return rc_model_load(preset_or_dir, seed, RC_F32, err);
-}
-
-rc_model *rc_model_load(const char *preset_or_dir, uint64_t seed, rc_dtype dtype, rc_error *err)
-{
-    if (dtype != RC_F32 && dtype != RC_BF16 && dtype != RC_F16) {
-        rc_error_set(err, RC_ERR_DTYPE, "model %s: dtype %s is not f32, bf16 or f16", preset_or_dir,
-                     rc_dtype_name(dtype));
-        return NULL;
-    }
-    rc_model *m = calloc(1, sizeof *m);
-    if (!m || !(m->params = rc_params_new())) {
-        free(m);
-        rc_error_set(err, RC_ERR_MEMORY, "model: out of memory");
-        return NULL;
-    }
-    nn_weights *w = &m->params->w;
-    int rc;
-    if (has_config(preset_or_dir)) {
-        rc = rci_nn_model_load_dtype(preset_or_dir, &m->config, w, m->params->be, dtype, err);
-        snprintf(m->dir, sizeof m->dir, "%s", preset_or_dir);
-    } else {
-        rc = rc_config_preset(preset_or_dir, &m->config, err);
-        if (!rc)
-            rc = rci_nn_model_weights(&m->config, w, err);
-        w->dtype = dtype; /* f32 draws rounded to it */
-        if (!rc && rci_nn_weights_alloc(w, m->params->be, err))
-            rc = rc_error_set(err, RC_ERR_MEMORY, "model %s: cannot allocate %lld parameters",
-                              preset_or_dir, (long long)w->numel);
-        if (!rc)
-            rc = rci_nn_model_init(&m->config, w, seed, err);
-    }
-    if (rc) {
-        rc_model_free(m);
-        return NULL;
-    }
-    return m;
-}
-
-rc_model *rc_model_from_config(const rc_model_config *c, uint64_t seed, rc_error *err)
-{
-    if (rc_config_validate(c, err))
-        return NULL;
-    rc_model *m = calloc(1, sizeof *m);
-    if (!m || !(m->params = rc_params_new())) {
-        free(m);
-        rc_error_set(err, RC_ERR_MEMORY, "model: out of memory");
-        return NULL;
-    }
-    m->config = *c;
-    nn_weights *w = &m->params->w;
-    if (rci_nn_model_weights(c, w, err) || rci_nn_weights_alloc(w, m->params->be, err) ||
-        rci_nn_model_init(c, w, seed, err)) {
-        rc_model_free(m);
-        return NULL;
-    }
-    return m;
-}
-
-int rc_model_to_dtype(rc_model *m, rc_dtype dt, rc_error *err)
-{
-    if (!m)
-        return rc_error_set(err, RC_ERR_ARG, "model to dtype: no model");
-    return rc_params_to_dtype(m->params, dt, err);
-}
-
-void rc_model_free(rc_model *m)
-{
-    if (!m)
-        return;
-    if (m->lora) /* the adapters outlive their model: detached, they only wait to be freed */
-        rci_lora_detach(m->lora);
-    rc_params_free(m->params);
-    free(m);
-}
-
-rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *enc_ids,
-                           rc_tensor *mask)
-{
-    rc_tensor **p = all_leaves(g, m->params);
+    rc_params *p = calloc(1, sizeof(rc_params));
     if (!p)
         return NULL;
-    nn_lora lora = {0};
-    if (m->lora && rci_lora_leaves(g, m->lora, &lora)) {
-        free(lora.a);
-        free(lora.b);
-        return NULL;
-    }
-    nn_inputs in = {.ids = ids, .enc_ids = enc_ids, .mask = mask, .lora = m->lora ? &lora : NULL};
-    rc_tensor *logits = rci_nn_model_logits(g, &m->config, &m->params->w, p, &in);
-    free(lora.a);
-    free(lora.b);
-    return logits;
+    p->w = *w;
+    p->be = be;
+    memset(w, 0, sizeof *w);
+    return p;
 }
 
 void rci_params_set_frozen(rc_params *p, const rci_frozen *f)

@@ -1,6 +1,6 @@
 /* params.h - what the rooms above the model room see of parameters beyond the public API:
  * the weights table behind an rc_params, where it lives, giving it up while model shards
- * hold the values, its version, and LoRA's adapters with their frozen base. */
+ * hold the values, its version, and the frozen base that LoRA's adapters sit on. */
 #ifndef REDCO_PARAMS_H
 #define REDCO_PARAMS_H
 
@@ -8,6 +8,12 @@
 #include "nn.h"
 #include "redco/pipeline.h"
 
+/* A params object holding table w and its buffer on be (a built-in model's weights): w is
+ * taken, left zeroed. NULL when out of memory (w is then still the caller's). */
+rc_params *rci_params_adopt(nn_weights *w, rc_backend *be);
+/* Every parameter's leaf in g, in table order (the order the families index them); NULL with
+ * g's error set. The array is the params object's, valid until the next graph. */
+rc_tensor **rci_params_leaves(rc_graph *g, rc_params *p);
 /* the flat table behind a params object (allocated, unless released) */
 nn_weights *rci_params_weights(rc_params *p);
 /* the backend the parameters live on */
@@ -36,16 +42,5 @@ typedef struct {
 void rci_params_set_frozen(rc_params *p, const rci_frozen *f);
 /* NULL when p has no frozen companion */
 const rci_frozen *rci_params_frozen(const rc_params *p);
-
-/* ---- LoRA (lora.c) ------------------------------------------------------------------- */
-struct rc_lora;
-/* the adapters' leaves in g, indexed by the model's table (out->a and out->b malloc'ed:
- * the caller frees them, also after a failure) */
-int rci_lora_leaves(rc_graph *g, struct rc_lora *l, nn_lora *out);
-/* adapted modules, and adapter k's base weight (its index in the model's table) */
-int rci_lora_count(const struct rc_lora *l);
-int rci_lora_base_of(const struct rc_lora *l, int k);
-/* the model is going away: the adapters forget it (rc_lora_free then only frees them) */
-void rci_lora_detach(struct rc_lora *l);
 
 #endif

@@ -1,13 +1,168 @@
 /* t5.c - T5: encoder-decoder with relative position buckets (bidirectional in the encoder,
  * causal in the decoder) shared by all layers of a stack, RMS-style layer norm without bias
  * or mean, no score scaling, ReLU or gated-gelu (v1.1 / Flan) feed-forward, and a tied head
- * scaled by d_model^-0.5. Weights are torch Linear, stored (out, in). */
+ * scaled by d_model^-0.5. Weights are torch Linear, stored (out, in). T5Config's keys,
+ * defaults and presets, the parameter table and count, the forward pass. */
 #include "internal.h"
 #include "nn_internal.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* ---- config.json ---------------------------------------------------------------------- */
+
+/* T5Config() */
+static void t5_defaults(rc_model_config *c)
+{
+    c->vocab_size = 32128, c->d_model = 512, c->head_dim = 64, c->d_ff = 2048;
+    c->n_layer = 6, c->n_decoder_layer = -1, c->n_head = 8;
+    c->rel_buckets = 32, c->rel_max_distance = 128;
+    c->norm_eps = 1e-6;
+    snprintf(c->activation, sizeof c->activation, "relu");
+    c->tie_word_embeddings = 1;
+    c->resid_dropout = c->embd_dropout = c->attn_dropout = 0.1;
+    c->pad_token_id = 0, c->eos_token_id = 1;
+}
+
+/* feed_forward_proj "ACT" or "gated-ACT" ("gated-gelu" means gelu_new); the derived
+ * dense_act_fn / is_gated_act keys, when present, override it as they do in T5Config */
+static int read_ffn(cfg_reader *r, rc_model_config *c)
+{
+    char proj[48] = "relu";
+    if (rci_cfg_str(r, "feed_forward_proj", proj, sizeof proj))
+        return -1;
+    const char *dash = strchr(proj, '-');
+    if (dash && (strncmp(proj, "gated-", 6) != 0 || strchr(dash + 1, '-')))
+        return rc_error_set(r->err, RC_ERR_FORMAT, "%s: feed_forward_proj '%s' is not of the "
+                            "form ACT or gated-ACT", r->file, proj);
+    c->gated_ffn = dash != NULL;
+    const char *act = dash ? dash + 1 : proj;
+    if (strcmp(proj, "gated-gelu") == 0)
+        act = "gelu_new";
+    if (strlen(act) >= sizeof c->activation)
+        return rc_error_set(r->err, RC_ERR_FORMAT, "%s: feed_forward_proj '%s' is too long",
+                            r->file, proj);
+    snprintf(c->activation, sizeof c->activation, "%.*s", (int)sizeof c->activation - 1, act);
+    return rci_cfg_str(r, "dense_act_fn", c->activation, sizeof c->activation) ||
+           rci_cfg_bool(r, "is_gated_act", &c->gated_ffn) ? -1 : 0;
+}
+
+static int t5_read(cfg_reader *r, rc_model_config *c)
+{
+    if (rci_cfg_need_int(r, "d_model", "hidden_size", &c->d_model) ||
+        rci_cfg_need_int(r, "num_layers", "num_hidden_layers", &c->n_layer) ||
+        rci_cfg_need_int(r, "num_heads", "num_attention_heads", &c->n_head) ||
+        rci_cfg_need_int(r, "d_ff", NULL, &c->d_ff) ||
+        rci_cfg_need_int(r, "d_kv", NULL, &c->head_dim) ||
+        rci_cfg_int(r, "num_decoder_layers", NULL, &c->n_decoder_layer) ||
+        rci_cfg_int_strict(r, "relative_attention_num_buckets", NULL, &c->rel_buckets) ||
+        rci_cfg_int_strict(r, "relative_attention_max_distance", NULL, &c->rel_max_distance) ||
+        rci_cfg_real(r, "layer_norm_epsilon", &c->norm_eps) ||
+        rci_cfg_real(r, "dropout_rate", &c->resid_dropout) ||
+        rci_cfg_id(r, "decoder_start_token_id", &c->decoder_start_token_id))
+        return -1;
+    c->embd_dropout = c->attn_dropout = c->resid_dropout;
+    return read_ffn(r, c);
+}
+
+/* num_decoder_layers null: num_layers; the decoder starts from the pad token */
+static void t5_derive(rc_model_config *c)
+{
+    if (c->n_decoder_layer < 0)
+        c->n_decoder_layer = c->n_layer;
+    if (c->decoder_start_token_id < 0)
+        c->decoder_start_token_id = c->pad_token_id;
+}
+
+static const nn_keys t5_keys = {
+    .d_model = "d_model", .n_layer = "num_layers", .n_decoder_layer = "num_decoder_layers",
+    .n_head = "num_heads", .head_dim = "d_kv", .d_ff = "d_ff", .max_positions = "n_positions",
+    .norm_eps = "layer_norm_epsilon", .activation = "dense_act_fn",
+};
+
+/* no positions (relative buckets instead); d_kv free of d_model / num_heads */
+static int t5_check(const rc_model_config *c, const char *where, rc_error *err)
+{
+    if (rci_cfg_positive(where, "num_decoder_layers", c->n_decoder_layer, err) ||
+        rci_cfg_positive(where, "d_kv", c->head_dim, err) || rci_cfg_check_no_kv_groups(c, &t5_keys, where, err))
+        return -1;
+    /* the bucket formula takes log(max_distance / max_exact), max_exact = buckets / 2
+     * (decoder) or buckets / 4 (encoder): both must be positive and smaller */
+    if (c->rel_buckets < 4 || c->rel_buckets % 2 != 0)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: relative_attention_num_buckets %d "
+                            "must be even and at least 4", where, c->rel_buckets);
+    if (c->rel_max_distance <= c->rel_buckets / 2)
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: relative_attention_max_distance %d "
+                            "must exceed relative_attention_num_buckets / 2 = %d", where,
+                            c->rel_max_distance, c->rel_buckets / 2);
+    return 0;
+}
+
+static void t5_write(json_t *o, const rc_model_config *c)
+{
+    char proj[48];
+    if (c->gated_ffn && strcmp(c->activation, "gelu_new") == 0)
+        snprintf(proj, sizeof proj, "gated-gelu");
+    else
+        snprintf(proj, sizeof proj, "%s%s", c->gated_ffn ? "gated-" : "", c->activation);
+    rci_cfg_put_int(o, "d_model", c->d_model);
+    rci_cfg_put_int(o, "num_layers", c->n_layer);
+    rci_cfg_put_int(o, "num_decoder_layers", c->n_decoder_layer);
+    rci_cfg_put_int(o, "num_heads", c->n_head);
+    rci_cfg_put_int(o, "d_kv", c->head_dim);
+    rci_cfg_put_int(o, "d_ff", c->d_ff);
+    rci_cfg_put_str(o, "feed_forward_proj", proj);
+    rci_cfg_put_str(o, "dense_act_fn", c->activation);
+    rci_cfg_put_bool(o, "is_gated_act", c->gated_ffn);
+    rci_cfg_put_int(o, "relative_attention_num_buckets", c->rel_buckets);
+    rci_cfg_put_int(o, "relative_attention_max_distance", c->rel_max_distance);
+    rci_cfg_put_real(o, "layer_norm_epsilon", c->norm_eps);
+    rci_cfg_put_real(o, "dropout_rate", c->resid_dropout);
+    rci_cfg_put_bool(o, "is_encoder_decoder", 1);
+    rci_cfg_put_id(o, "decoder_start_token_id", c->decoder_start_token_id);
+}
+
+static double t5_count(const rc_model_config *c)
+{
+    double d = c->d_model, V = c->vocab_size, inner = (double)c->n_head * c->head_dim;
+    double attn = 4 * d * inner + d;  /* q, k, v, o and the layer norm before it */
+    double ff = (c->gated_ffn ? 3 : 2) * d * c->d_ff + d;
+    double rel = (double)c->rel_buckets * c->n_head;  /* first layer of each stack */
+    double enc = c->n_layer * (attn + ff) + rel + d;
+    double dec = c->n_decoder_layer * (2 * attn + ff) + rel + d;
+    return V * d + enc + dec + (c->tie_word_embeddings ? 0 : V * d);
+}
+
+/* t5-3b and t5-11b: heads of 128 */
+static void t5_wide_heads(rc_model_config *c)
+{
+    c->head_dim = 128;
+}
+
+/* for tests: small heads, a gated-gelu (v1.1) feed-forward, an untied head, few buckets */
+static void tiny_t5(rc_model_config *c)
+{
+    c->head_dim = 16;
+    c->gated_ffn = 1;
+    snprintf(c->activation, sizeof c->activation, "gelu_new");
+    c->tie_word_embeddings = 0;
+    c->rel_buckets = 8, c->rel_max_distance = 16;
+}
+
+/* T5 v1.0's sizes (no max_positions: relative buckets), and a tiny one */
+static const nn_preset t5_presets[] = {
+    {.name = "t5-small", 32128, 512, 6, 8, 2048, 0},
+    {.name = "t5-base", 32128, 768, 12, 12, 3072, 0},
+    {.name = "t5-large", 32128, 1024, 24, 16, 4096, 0},
+    {.name = "t5-3b", 32128, 1024, 24, 32, 16384, 0, .more = t5_wide_heads},
+    {.name = "t5-11b", 32128, 1024, 24, 128, 65536, 0, .more = t5_wide_heads},
+    {.name = "tiny-t5", 256, 64, 2, 4, 128, 0, .more = tiny_t5},
+    {NULL},
+};
+
+/* ---- the model ------------------------------------------------------------------------ */
 
 static int t5_weights(const rc_model_config *c, nn_weights *w)
 {
@@ -165,4 +320,20 @@ static rc_tensor *t5_logits(nn_ctx *x)
     return rc_matmul(g, h, rci_nn_p(x, "lm_head.weight"), 0, 1);
 }
 
-const nn_family rci_nn_t5_family = {RC_MODEL_T5, t5_weights, t5_logits};
+const nn_family rci_nn_t5_family = {
+    .type = RC_MODEL_T5,
+    .variants = (const nn_variant[]){{"t5", "T5ForConditionalGeneration"}, {NULL}},
+    .keys = &t5_keys,
+    .defaults = t5_defaults,
+    .read = t5_read,
+    .derive = t5_derive,
+    .check = t5_check,
+    .write = t5_write,
+    .count = t5_count,
+    .presets = t5_presets,
+    .encoder_decoder = 1,
+    .tied = (const char *const[]){"encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
+                                  "lm_head.weight", NULL},
+    .weights = t5_weights,
+    .logits = t5_logits,
+};

@@ -277,16 +277,6 @@ int rci_ckpt_save_final(const rci_ckpt_state *s, const rc_train_options *o, rc_e
     return rc_deployer_agree(s->d, save_dir(s, NULL, o, "final", err), err);
 }
 
-int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir, rc_error *err)
-{
-    nn_weights *w = m && m->params ? rci_params_weights(m->params) : NULL;
-    if (!m || !dir || !w)
-        return rc_error_set(err, RC_ERR_ARG, "model save: %s", !m ? "no model" : !dir ? "no directory" : "the weights are not allocated");
-    if (rci_nn_model_save(dir, &m->config, w, err))
-        return -1;
-    return rci_tok_copy_files(tokenizer_dir, dir, err);
-}
-
 /* ---- resume ---------------------------------------------------------------------------- */
 
 /* reads n floats of tensor `name` of checkpoint ck into dst */

@@ -5,7 +5,7 @@
  * parameter count: the weights in their dtype, the f32 gradient sum, and of the optimizer's
  * share the f32 moments and (16-bit weights) the f32 master; the backend's scratch is its
  * own rule (rci_backend_scratch_peak) over the step's nodes in the order they run. */
-#include "nn.h"
+#include "internal.h"
 #include "backend.h"
 #include "redco/memory.h"
 
@@ -17,7 +17,7 @@
 
 /* the graph of one step on one rank, and what it was built from */
 typedef struct {
-    nn_weights w;
+    rc_model_graph model;         /* the parameter leaves (never allocated) and the logits */
     rc_graph *g;
     rc_tensor **p, **grads, **outs;
     rc_tensor *loss;              /* what the gradients are of: with f16, the loss x its scale */
@@ -30,11 +30,10 @@ static void step_graph_free(step_graph *s)
 {
     rc_shard_graph_free(&s->local);
     rc_graph_free(s->g);
-    free(s->p);
     free(s->grads);
     free(s->outs);
     free(s->specs);
-    rci_nn_weights_free(&s->w);
+    rc_model_graph_free(&s->model);
 }
 
 static int check_options(const rc_memory_options *o, rc_error *err)
@@ -50,26 +49,24 @@ static int check_options(const rc_memory_options *o, rc_error *err)
     return 0;
 }
 
-/* the loss of one replica's batch over unbound parameters, as rc_task_loss records it */
+/* the loss of one replica's batch over unbound parameters, as rc_task_loss records it: the
+ * leaves, hence the whole graph, in the weights' dtype */
 static int record(step_graph *s, const rc_model_config *c, const rc_memory_options *o, rc_error *err)
 {
-    if (rci_nn_model_weights(c, &s->w, err))
-        return -1;
-    s->w.dtype = o->dtype; /* the leaves, hence the whole graph, in the weights' dtype */
-    s->g = rc_graph_new();
-    s->p = calloc((size_t)s->w.n + 1, sizeof *s->p);
-    if (!s->g || !s->p)
+    if (!(s->g = rc_graph_new()))
         return rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
     rc_graph_set_remat(s->g, o->remat);
-    rci_nn_model_leaves(s->g, &s->w, s->p);
     int64_t shape[2] = {o->batch, o->seq_len};
-    nn_inputs in = {.ids = rc_input(s->g, "ids", RC_I32, 2, shape)};
+    rc_tensor *ids = rc_input(s->g, "ids", RC_I32, 2, shape), *enc_ids = NULL, *mask = NULL;
     if (c->type == RC_MODEL_T5) {
-        in.enc_ids = rc_input(s->g, "enc_ids", RC_I32, 2, shape);
-        in.mask = rc_input(s->g, "enc_mask", RC_F32, 2, shape);
+        enc_ids = rc_input(s->g, "enc_ids", RC_I32, 2, shape);
+        mask = rc_input(s->g, "enc_mask", RC_F32, 2, shape);
     }
     rc_tensor *tg = rc_input(s->g, "targets", RC_I32, 2, shape);
-    s->loss = rc_cross_entropy(s->g, rci_nn_model_logits(s->g, c, &s->w, s->p, &in), tg, RC_IGNORE_INDEX);
+    if (rc_model_record(s->g, c, o->dtype, ids, enc_ids, mask, &s->model, err))
+        return rci_error_prefix(err, "memory plan");
+    s->p = s->model.params;
+    s->loss = rc_cross_entropy(s->g, s->model.logits, tg, RC_IGNORE_INDEX);
     if (o->dtype == RC_F16 && s->loss) { /* the trainer's loss scale, an input of the step */
         rc_tensor *scale = rc_input(s->g, "redco.loss_scale", RC_F32, 1, (int64_t[]){1});
         s->unscaled = s->loss;
@@ -83,13 +80,14 @@ static int record(step_graph *s, const rc_model_config *c, const rc_memory_optio
 /* mp > 1: rank 0's share of the graph, as the Trainer's step builds it */
 static int partition(step_graph *s, const rc_memory_options *o, int mp, rc_error *err)
 {
-    s->specs = calloc((size_t)s->w.n + 1, sizeof *s->specs);
+    int n = s->model.n_params;
+    s->specs = calloc((size_t)n + 1, sizeof *s->specs);
     if (!s->specs)
         return rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
-    if (rc_shard_apply(s->specs, s->p, s->w.n, o->overrides, o->n_overrides, mp, err))
+    if (rc_shard_apply(s->specs, s->p, n, o->overrides, o->n_overrides, mp, err))
         return -1;
     rc_tensor *outs[2] = {s->loss, s->unscaled};
-    return rc_shard_partition_outputs(s->g, outs, s->unscaled ? 2 : 1, NULL, s->p, s->w.n, mp, 0, o->allow_replicate,
+    return rc_shard_partition_outputs(s->g, outs, s->unscaled ? 2 : 1, NULL, s->p, n, mp, 0, o->allow_replicate,
                                       s->specs, &s->local, err);
 }
 
@@ -156,7 +154,7 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
     rc_graph *run = mp > 1 ? s.local.g : s.g;
     int nl = s.unscaled ? 2 : 1; /* the losses planned before the gradients */
     rc_tensor *loss = mp > 1 ? s.local.out : s.loss, **params = mp > 1 ? s.local.params : s.p;
-    int n = s.w.n;
+    int n = s.model.n_params;
     if (!rc) {
         s.grads = calloc((size_t)n + 1, sizeof *s.grads);
         s.outs = calloc((size_t)n + 2, sizeof *s.outs);
@@ -184,7 +182,7 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
     }
     int64_t inputs = leaf_bytes(run, params, n), wb = (int64_t)rc_dtype_size(o->dtype);
     int half = o->dtype != RC_F32;
-    m->params = s.w.numel;
+    m->params = s.model.numel;
     m->share = o->zero ? (m->local + dp - 1) / dp : m->local;
     m->arena = (int64_t)st.peak_bytes;
     m->weights = wb * m->local;

@@ -20,8 +20,8 @@ B, TGT, SRC = 2, 7, 9
 
 
 def cases():
-    """(name, model) pairs covering GQA, untied heads, post-LN OPT, partial rotary and
-    both T5 feed-forward forms."""
+    """(name, model) pairs covering GQA, untied heads, post-LN OPT, partial rotary, GPT-J's
+    tied head and both T5 feed-forward forms."""
     yield "gpt2", T.GPT2LMHeadModel(T.GPT2Config(
         vocab_size=97, n_positions=16, n_embd=32, n_layer=2, n_head=4))
     yield "gpt2-untied-gelu", T.GPT2LMHeadModel(T.GPT2Config(
@@ -59,6 +59,11 @@ def cases():
         vocab_size=96, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
         feed_forward_proj="relu", relative_attention_num_buckets=8,
         relative_attention_max_distance=16))
+    # last, so the cases above keep their random draws: GPT-J's head tied to wte (its bias
+    # stays its own), as GPTJForCausalLM ties it when the config says so
+    yield "gptj-tied", T.GPTJForCausalLM(T.GPTJConfig(
+        vocab_size=103, n_positions=16, n_embd=32, n_layer=2, n_head=4, rotary_dim=8,
+        tie_word_embeddings=True))
 
 
 def randomise(model, gen):
