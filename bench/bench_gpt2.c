@@ -55,7 +55,7 @@ static rc_buffer *buffer_or_fail(size_t bytes, const char *what)
 
 /* seconds of one AdamW update over all parameters, held flat as a trainer holds them
  * (parameters, gradient, moments: one buffer each) */
-static double time_adamw(nn_weights *w, rc_buffer *grad, rc_buffer *m, rc_buffer *v, int64_t step)
+static double time_adamw(rci_nn_weights *w, rc_buffer *grad, rc_buffer *m, rc_buffer *v, int64_t step)
 {
     rc_adam opt = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1, .step = step};
     rc_error err = {0};
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
     if (argc > 4 && rc_config_preset(argv[2], &cfg, &err))
         bench_fail(NAME, "rc_config_preset", err.msg);
     rc_set_threads(0);
-    nn_weights w = {0};
+    rci_nn_weights w = {0};
     if (rci_nn_model_weights(&cfg, &w, &err))
         bench_fail(NAME, "rci_nn_model_weights", err.msg);
     if (rci_nn_weights_alloc(&w, be, &err))
@@ -154,7 +154,7 @@ int main(int argc, char **argv)
         bench_fail(NAME, "rci_nn_model_leaves", rc_graph_error(g));
     rc_tensor *ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *tg = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, T});
-    nn_inputs in = {.ids = ids};
+    rci_nn_inputs in = {.ids = ids};
     outs[0] = rc_cross_entropy(g, rci_nn_model_logits(g, &cfg, &w, p, &in), tg, -100);
     if (!rc_graph_error(g))
         rc_backward(g, outs[0], p, w.n, outs + 1);

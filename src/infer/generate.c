@@ -14,7 +14,7 @@
 
 typedef struct {
     const rc_model_config *c;
-    nn_weights *w;
+    rci_nn_weights *w;
     rc_tensor **leaves;           /* parameter leaves of the current graph (w->n) */
     int t5;
     int rows, max_rows;
@@ -120,7 +120,7 @@ static rc_tensor *decoder_graph(decoder *d, rc_graph *g, int64_t T)
     int64_t R = d->rows;
     if (rci_nn_model_leaves(g, d->w, d->leaves))
         return NULL;
-    nn_inputs in = {0};
+    rci_nn_inputs in = {0};
     if (d->t5) {
         in.ids = rc_input(g, "decoder_ids", RC_I32, 2, (int64_t[]){R, d->len + T});
         in.enc_ids = rc_input(g, "encoder_ids", RC_I32, 2, (int64_t[]){R, d->n_enc});

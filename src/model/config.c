@@ -21,7 +21,7 @@
 
 /* What every family starts from (ids and the sizes left to derive unset), then transformers'
  * class defaults of the family. */
-static void config_defaults(const nn_family *f, const char *model_type, rc_model_config *c)
+static void config_defaults(const rci_nn_family *f, const char *model_type, rc_model_config *c)
 {
     memset(c, 0, sizeof *c);
     c->type = f->type;
@@ -33,7 +33,7 @@ static void config_defaults(const nn_family *f, const char *model_type, rc_model
 
 /* Fills the "-1: derive" fields, as the HF classes do with their None defaults; a derived
  * size that does not fit an int (4 x n_embd) is an error naming where. */
-static int config_derive(const nn_family *f, rc_model_config *c, const char *where, rc_error *err)
+static int config_derive(const rci_nn_family *f, rc_model_config *c, const char *where, rc_error *err)
 {
     if (c->d_ff < 0) {
         int64_t ff = 4 * (int64_t)c->d_model;
@@ -54,10 +54,10 @@ static int config_derive(const nn_family *f, rc_model_config *c, const char *whe
 
 const char *rc_config_architecture(const rc_model_config *c)
 {
-    const nn_family *f = rci_nn_family_of(c->type);
+    const rci_nn_family *f = rci_nn_family_of(c->type);
     if (!f)
         return "?";
-    for (const nn_variant *v = f->variants; v->model_type; v++)
+    for (const rci_nn_variant *v = f->variants; v->model_type; v++)
         if (strcmp(c->model_type, v->model_type) == 0)
             return v->architecture;
     return f->variants[0].architecture;
@@ -84,9 +84,9 @@ static void bytes_text(double b, char *buf, size_t size)
     snprintf(buf, size, "%.3g %s", b, units[u]);
 }
 
-static int config_check_sizes(const nn_family *f, const rc_model_config *c, const char *where, rc_error *err)
+static int config_check_sizes(const rci_nn_family *f, const rc_model_config *c, const char *where, rc_error *err)
 {
-    const nn_keys *k = f->keys;
+    const rci_nn_keys *k = f->keys;
     const struct { const char *key; int v; } layers[] = {{k->n_layer, c->n_layer}, {k->n_decoder_layer, c->n_decoder_layer}};
     for (int i = 0; i < 2; i++)
         if (layers[i].v > MAX_LAYERS)
@@ -118,10 +118,10 @@ static int config_check_sizes(const nn_family *f, const rc_model_config *c, cons
  * the shared settings and the size limits. */
 static int config_check(const rc_model_config *c, const char *where, rc_error *err)
 {
-    const nn_family *f = rci_nn_family_of(c->type);
+    const rci_nn_family *f = rci_nn_family_of(c->type);
     if (!f)
         return rc_error_set(err, RC_ERR_ARG, "%s: unknown model type %d", where, (int)c->type);
-    const nn_keys *k = f->keys;
+    const rci_nn_keys *k = f->keys;
     if (rci_cfg_positive(where, "vocab_size", c->vocab_size, err) ||
         rci_cfg_positive(where, k->d_model, c->d_model, err) ||
         rci_cfg_positive(where, k->n_layer, c->n_layer, err) ||
@@ -158,11 +158,11 @@ static void model_types_text(char *buf, size_t size)
     size_t len = 0;
     buf[0] = 0;
     for (int i = 0; rci_nn_families[i]; i++)
-        for (const nn_variant *v = rci_nn_families[i]->variants; v->model_type && len < size; v++)
+        for (const rci_nn_variant *v = rci_nn_families[i]->variants; v->model_type && len < size; v++)
             len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? ", " : "", v->model_type);
 }
 
-static int config_from_json(cfg_reader *r, rc_model_config *c)
+static int config_from_json(rci_cfg_reader *r, rc_model_config *c)
 {
     if (!json_is_object(r->root))
         return rc_error_set(r->err, RC_ERR_FORMAT, "%s: the top level is not a JSON object",
@@ -173,7 +173,7 @@ static int config_from_json(cfg_reader *r, rc_model_config *c)
                             r->file);
     if (!json_is_string(mt))
         return rc_error_set(r->err, RC_ERR_FORMAT, "%s: model_type must be a string", r->file);
-    const nn_family *f = rci_nn_family_named(json_string_value(mt));
+    const rci_nn_family *f = rci_nn_family_named(json_string_value(mt));
     if (!f) {
         char known[200];
         model_types_text(known, sizeof known);
@@ -227,7 +227,7 @@ int rc_config_load(const char *path, rc_model_config *c, rc_error *err)
             rc = rc_error_set(err, RC_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s",
                               file, jerr.line, jerr.column, jerr.text);
     } else {
-        cfg_reader r = {root, file, err};
+        rci_cfg_reader r = {root, file, err};
         rc_model_config tmp;
         rc = config_from_json(&r, &tmp);
         if (rc == 0)
@@ -354,24 +354,24 @@ const char *const *rc_config_preset_names(void)
         return names;
     int n = 0;
     for (int i = 0; rci_nn_families[i]; i++)
-        for (const nn_preset *p = rci_nn_families[i]->presets; p->name; p++)
+        for (const rci_nn_preset *p = rci_nn_families[i]->presets; p->name; p++)
             n++;
     const char **list = calloc((size_t)n + 1, sizeof *list);
     if (!list)
         return none;
     n = 0;
     for (int i = 0; rci_nn_families[i]; i++)
-        for (const nn_preset *p = rci_nn_families[i]->presets; p->name; p++)
+        for (const rci_nn_preset *p = rci_nn_families[i]->presets; p->name; p++)
             list[n++] = p->name;
     names = list;
     return names;
 }
 
 /* the preset called name and its family, or NULL */
-static const nn_preset *preset_find(const char *name, const nn_family **family)
+static const rci_nn_preset *preset_find(const char *name, const rci_nn_family **family)
 {
     for (int i = 0; name && rci_nn_families[i]; i++)
-        for (const nn_preset *p = rci_nn_families[i]->presets; p->name; p++)
+        for (const rci_nn_preset *p = rci_nn_families[i]->presets; p->name; p++)
             if (strcmp(p->name, name) == 0) {
                 *family = rci_nn_families[i];
                 return p;
@@ -381,8 +381,8 @@ static const nn_preset *preset_find(const char *name, const nn_family **family)
 
 int rc_config_preset(const char *name, rc_model_config *c, rc_error *err)
 {
-    const nn_family *f = NULL;
-    const nn_preset *p = preset_find(name, &f);
+    const rci_nn_family *f = NULL;
+    const rci_nn_preset *p = preset_find(name, &f);
     if (!p) {
         const char *const *names = rc_config_preset_names();
         char list[400] = "";
@@ -411,7 +411,7 @@ int rc_config_preset(const char *name, rc_model_config *c, rc_error *err)
  * overflowing int64. */
 int64_t rc_config_param_count(const rc_model_config *c)
 {
-    const nn_family *f = rci_nn_family_of(c->type);
+    const rci_nn_family *f = rci_nn_family_of(c->type);
     double n = f ? f->count(c) : 0;
     return n < 0x1p62 ? (int64_t)n : INT64_MAX;
 }

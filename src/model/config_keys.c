@@ -13,13 +13,13 @@
 enum { KEY_ABSENT = 0, KEY_SET = 1, KEY_NULL = 2 };
 
 /* "FILE: KEY must be WHAT" */
-static int wrong_type(cfg_reader *r, const char *key, const char *what)
+static int wrong_type(rci_cfg_reader *r, const char *key, const char *what)
 {
     return rc_error_set(r->err, RC_ERR_FORMAT, "%s: %s must be %s", r->file, key, what);
 }
 
 /* Reads an integer key: KEY_ABSENT, KEY_SET (stored), KEY_NULL, or -1 (wrong type). */
-static int read_int(cfg_reader *r, const char *key, int *dst)
+static int read_int(rci_cfg_reader *r, const char *key, int *dst)
 {
     json_t *v = json_object_get(r->root, key);
     if (!v)
@@ -37,7 +37,7 @@ static int read_int(cfg_reader *r, const char *key, int *dst)
 }
 
 /* An integer with an attribute_map alias: both present and different is an error. */
-static int read_int2(cfg_reader *r, const char *key, const char *alias, int *dst)
+static int read_int2(rci_cfg_reader *r, const char *key, const char *alias, int *dst)
 {
     int a = 0, b = 0;
     int ra = read_int(r, key, &a);
@@ -56,7 +56,7 @@ static int read_int2(cfg_reader *r, const char *key, const char *alias, int *dst
     return ra == KEY_NULL || rb == KEY_NULL ? KEY_NULL : KEY_ABSENT;
 }
 
-int rci_cfg_need_int(cfg_reader *r, const char *key, const char *alias, int *dst)
+int rci_cfg_need_int(rci_cfg_reader *r, const char *key, const char *alias, int *dst)
 {
     int s = read_int2(r, key, alias, dst);
     if (s < 0)
@@ -67,7 +67,7 @@ int rci_cfg_need_int(cfg_reader *r, const char *key, const char *alias, int *dst
     return s == KEY_NULL ? wrong_type(r, key, "an integer, not null") : 0;
 }
 
-int rci_cfg_int(cfg_reader *r, const char *key, const char *alias, int *dst)
+int rci_cfg_int(rci_cfg_reader *r, const char *key, const char *alias, int *dst)
 {
     int s = read_int2(r, key, alias, dst);
     if (s == KEY_NULL)
@@ -75,7 +75,7 @@ int rci_cfg_int(cfg_reader *r, const char *key, const char *alias, int *dst)
     return s < 0 ? -1 : 0;
 }
 
-int rci_cfg_int_strict(cfg_reader *r, const char *key, const char *alias, int *dst)
+int rci_cfg_int_strict(rci_cfg_reader *r, const char *key, const char *alias, int *dst)
 {
     int s = read_int2(r, key, alias, dst);
     if (s == KEY_NULL)
@@ -83,7 +83,7 @@ int rci_cfg_int_strict(cfg_reader *r, const char *key, const char *alias, int *d
     return s < 0 ? -1 : 0;
 }
 
-int rci_cfg_real(cfg_reader *r, const char *key, double *dst)
+int rci_cfg_real(rci_cfg_reader *r, const char *key, double *dst)
 {
     json_t *v = json_object_get(r->root, key);
     if (v && !json_is_number(v))
@@ -93,7 +93,7 @@ int rci_cfg_real(cfg_reader *r, const char *key, double *dst)
     return 0;
 }
 
-int rci_cfg_bool(cfg_reader *r, const char *key, int *dst)
+int rci_cfg_bool(rci_cfg_reader *r, const char *key, int *dst)
 {
     json_t *v = json_object_get(r->root, key);
     if (v && !json_is_boolean(v))
@@ -103,7 +103,7 @@ int rci_cfg_bool(cfg_reader *r, const char *key, int *dst)
     return 0;
 }
 
-int rci_cfg_str(cfg_reader *r, const char *key, char *dst, size_t size)
+int rci_cfg_str(rci_cfg_reader *r, const char *key, char *dst, size_t size)
 {
     json_t *v = json_object_get(r->root, key);
     if (v && !json_is_string(v))
@@ -116,7 +116,7 @@ int rci_cfg_str(cfg_reader *r, const char *key, char *dst, size_t size)
     return 0;
 }
 
-int rci_cfg_id(cfg_reader *r, const char *key, int *dst)
+int rci_cfg_id(rci_cfg_reader *r, const char *key, int *dst)
 {
     json_t *v = json_object_get(r->root, key);
     if (!v)
@@ -134,7 +134,7 @@ int rci_cfg_id(cfg_reader *r, const char *key, int *dst)
     return 0;
 }
 
-int rci_cfg_reject_bool(cfg_reader *r, const char *key, int bad)
+int rci_cfg_reject_bool(rci_cfg_reader *r, const char *key, int bad)
 {
     int v = !bad;
     if (rci_cfg_bool(r, key, &v))
@@ -181,13 +181,13 @@ int rci_cfg_positive(const char *where, const char *key, int v, rc_error *err)
     return rc_error_set(err, RC_ERR_FORMAT, "%s: %s must be positive, got %d", where, key, v);
 }
 
-static int heads_do_not_divide(const rc_model_config *c, const nn_keys *k, const char *where, rc_error *err)
+static int heads_do_not_divide(const rc_model_config *c, const rci_nn_keys *k, const char *where, rc_error *err)
 {
     return rc_error_set(err, RC_ERR_FORMAT, "%s: %s %d does not divide %s %d", where, k->n_head, c->n_head,
                         k->d_model, c->d_model);
 }
 
-int rci_cfg_check_head_dim(const rc_model_config *c, const nn_keys *k, const char *where, rc_error *err)
+int rci_cfg_check_head_dim(const rc_model_config *c, const rci_nn_keys *k, const char *where, rc_error *err)
 {
     if (c->head_dim >= 1)
         return 0;
@@ -196,7 +196,7 @@ int rci_cfg_check_head_dim(const rc_model_config *c, const nn_keys *k, const cha
     return rci_cfg_positive(where, k->head_dim, c->head_dim, err);
 }
 
-int rci_cfg_check_no_kv_groups(const rc_model_config *c, const nn_keys *k, const char *where, rc_error *err)
+int rci_cfg_check_no_kv_groups(const rc_model_config *c, const rci_nn_keys *k, const char *where, rc_error *err)
 {
     if (c->n_kv_head == 0 || c->n_kv_head == c->n_head)
         return 0;
@@ -204,7 +204,7 @@ int rci_cfg_check_no_kv_groups(const rc_model_config *c, const nn_keys *k, const
                         "configs have key/value head groups", where, c->n_kv_head, k->n_head, c->n_head);
 }
 
-int rci_cfg_check_split_heads(const rc_model_config *c, const nn_keys *k, const char *where, rc_error *err)
+int rci_cfg_check_split_heads(const rc_model_config *c, const rci_nn_keys *k, const char *where, rc_error *err)
 {
     if (rci_cfg_positive(where, k->max_positions, c->max_positions, err) ||
         rci_cfg_check_head_dim(c, k, where, err))

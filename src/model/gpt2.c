@@ -22,7 +22,7 @@ static void gpt2_defaults(rc_model_config *c)
     c->resid_dropout = c->embd_dropout = c->attn_dropout = 0.1;
 }
 
-int rci_nn_gpt2_read_keys(cfg_reader *r, rc_model_config *c)
+int rci_nn_gpt2_read_keys(rci_cfg_reader *r, rc_model_config *c)
 {
     return rci_cfg_need_int(r, "n_embd", "hidden_size", &c->d_model) ||
            rci_cfg_need_int(r, "n_layer", "num_hidden_layers", &c->n_layer) ||
@@ -37,14 +37,14 @@ int rci_nn_gpt2_read_keys(cfg_reader *r, rc_model_config *c)
 }
 
 /* GPT-2's keys; settings the forward pass does not implement are errors */
-static int gpt2_read(cfg_reader *r, rc_model_config *c)
+static int gpt2_read(rci_cfg_reader *r, rc_model_config *c)
 {
     return rci_nn_gpt2_read_keys(r, c) || rci_cfg_reject_bool(r, "scale_attn_weights", 0) ||
            rci_cfg_reject_bool(r, "scale_attn_by_inverse_layer_idx", 1) ||
            rci_cfg_reject_bool(r, "add_cross_attention", 1) ? -1 : 0;
 }
 
-static const nn_keys gpt2_keys = {
+static const rci_nn_keys gpt2_keys = {
     .d_model = "n_embd", .n_layer = "n_layer", .n_decoder_layer = "-", .n_head = "n_head",
     .head_dim = "head_dim", .d_ff = "n_inner", .max_positions = "n_positions",
     .norm_eps = "layer_norm_epsilon", .activation = "activation_function",
@@ -79,7 +79,7 @@ static double gpt2_count(const rc_model_config *c)
 }
 
 /* Published sizes (OpenAI) and redco's small ones. */
-static const nn_preset gpt2_presets[] = {
+static const rci_nn_preset gpt2_presets[] = {
     {.name = "gpt2", 50257, 768, 12, 12, 3072, 1024},
     {.name = "gpt2-medium", 50257, 1024, 24, 16, 4096, 1024},
     {.name = "gpt2-large", 50257, 1280, 36, 20, 5120, 1024},
@@ -107,7 +107,7 @@ rc_model_config rci_nn_gpt2_config(int vocab, int positions, int layers, int hea
     return c;
 }
 
-static int gpt2_weights(const rc_model_config *c, nn_weights *w)
+static int gpt2_weights(const rc_model_config *c, rci_nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff;
     char name[96];
@@ -133,7 +133,7 @@ static int gpt2_weights(const rc_model_config *c, nn_weights *w)
 }
 
 /* Conv1D `mod` of layer l applied to h, with its bias (and its LoRA adapter, if any) */
-static rc_tensor *conv(nn_ctx *x, int l, const char *mod, rc_tensor *h)
+static rc_tensor *conv(rci_nn_ctx *x, int l, const char *mod, rc_tensor *h)
 {
     rc_tensor *w = rci_nn_p(x, "transformer.h.%d.%s.weight", l, mod);
     rc_tensor *y = rci_nn_conv1d(x->g, h, w, rci_nn_p(x, "transformer.h.%d.%s.bias", l, mod));
@@ -141,7 +141,7 @@ static rc_tensor *conv(nn_ctx *x, int l, const char *mod, rc_tensor *h)
 }
 
 /* causal self-attention of h [B, T, C] in layer l */
-static rc_tensor *attention(nn_ctx *x, int l, rc_tensor *h)
+static rc_tensor *attention(rci_nn_ctx *x, int l, rc_tensor *h)
 {
     rc_graph *g = x->g;
     int64_t B = h->shape[0], T = h->shape[1], C = x->c->d_model, H = x->c->n_head, D = C / H;
@@ -156,12 +156,12 @@ static rc_tensor *attention(nn_ctx *x, int l, rc_tensor *h)
     return conv(x, l, "attn.c_proj", y);
 }
 
-static rc_tensor *mlp(nn_ctx *x, int l, rc_tensor *h)
+static rc_tensor *mlp(rci_nn_ctx *x, int l, rc_tensor *h)
 {
     return conv(x, l, "mlp.c_proj", rci_nn_act(x, conv(x, l, "mlp.c_fc", h)));
 }
 
-static rc_tensor *gpt2_logits(nn_ctx *x)
+static rc_tensor *gpt2_logits(rci_nn_ctx *x)
 {
     rc_graph *g = x->g;
     double eps = x->c->norm_eps;
@@ -184,9 +184,9 @@ static rc_tensor *gpt2_logits(nn_ctx *x)
     return rc_matmul(g, h, head, 0, 1);
 }
 
-const nn_family rci_nn_gpt2_family = {
+const rci_nn_family rci_nn_gpt2_family = {
     .type = RC_MODEL_GPT2,
-    .variants = (const nn_variant[]){{"gpt2", "GPT2LMHeadModel"}, {NULL}},
+    .variants = (const rci_nn_variant[]){{"gpt2", "GPT2LMHeadModel"}, {NULL}},
     .keys = &gpt2_keys,
     .defaults = gpt2_defaults,
     .read = gpt2_read,

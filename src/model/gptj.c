@@ -22,7 +22,7 @@ static void gptj_defaults(rc_model_config *c)
     c->bos_token_id = c->eos_token_id = 50256;
 }
 
-static int gptj_read(cfg_reader *r, rc_model_config *c)
+static int gptj_read(rci_cfg_reader *r, rc_model_config *c)
 {
     return rci_nn_gpt2_read_keys(r, c) || rci_cfg_int(r, "rotary_dim", NULL, &c->rotary_dim) ? -1 : 0;
 }
@@ -34,7 +34,7 @@ static void gptj_derive(rc_model_config *c)
         c->rotary_dim = c->head_dim;
 }
 
-static const nn_keys gptj_keys = {
+static const rci_nn_keys gptj_keys = {
     .d_model = "n_embd", .n_layer = "n_layer", .n_decoder_layer = "-", .n_head = "n_head",
     .head_dim = "head_dim", .d_ff = "n_inner", .max_positions = "n_positions",
     .norm_eps = "layer_norm_epsilon", .activation = "activation_function",
@@ -70,7 +70,7 @@ static void tiny_gptj(rc_model_config *c)
 }
 
 /* GPT-J-6B, and a tiny one for tests (bos = eos inside its vocabulary) */
-static const nn_preset gptj_presets[] = {
+static const rci_nn_preset gptj_presets[] = {
     {.name = "gpt-j-6b", 50400, 4096, 28, 16, 16384, 2048},
     {.name = "tiny-gptj", 256, 64, 2, 4, 256, 128, .eos = 255, .more = tiny_gptj},
     {NULL},
@@ -78,7 +78,7 @@ static const nn_preset gptj_presets[] = {
 
 /* ---- the model ------------------------------------------------------------------------ */
 
-static int gptj_weights(const rc_model_config *c, nn_weights *w)
+static int gptj_weights(const rc_model_config *c, rci_nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff;
     char name[96];
@@ -107,7 +107,7 @@ static int gptj_weights(const rc_model_config *c, nn_weights *w)
 }
 
 /* [B, T, C] -> [B, H, T, D], rotated on the first rotary_dim dims when `rotate` */
-static rc_tensor *heads(nn_ctx *x, rc_tensor *h, rc_tensor *pos, int rotate)
+static rc_tensor *heads(rci_nn_ctx *x, rc_tensor *h, rc_tensor *pos, int rotate)
 {
     rc_graph *g = x->g;
     int64_t B = h->shape[0], T = h->shape[1], H = x->c->n_head, D = x->c->head_dim;
@@ -117,7 +117,7 @@ static rc_tensor *heads(nn_ctx *x, rc_tensor *h, rc_tensor *pos, int rotate)
     return rc_permute(g, h, (int[]){0, 2, 1, 3});
 }
 
-static rc_tensor *attention(nn_ctx *x, int l, rc_tensor *h, rc_tensor *pos)
+static rc_tensor *attention(rci_nn_ctx *x, int l, rc_tensor *h, rc_tensor *pos)
 {
     rc_graph *g = x->g;
     rc_tensor *q = heads(x, rci_nn_linear(g, h, rci_nn_p(x, "transformer.h.%d.attn.q_proj.weight", l), NULL), pos, 1);
@@ -128,7 +128,7 @@ static rc_tensor *attention(nn_ctx *x, int l, rc_tensor *h, rc_tensor *pos)
     return rci_nn_linear(g, y, rci_nn_p(x, "transformer.h.%d.attn.out_proj.weight", l), NULL);
 }
 
-static rc_tensor *mlp(nn_ctx *x, int l, rc_tensor *h)
+static rc_tensor *mlp(rci_nn_ctx *x, int l, rc_tensor *h)
 {
     rc_graph *g = x->g;
     h = rci_nn_linear(g, h, rci_nn_p(x, "transformer.h.%d.mlp.fc_in.weight", l), rci_nn_p(x, "transformer.h.%d.mlp.fc_in.bias", l));
@@ -136,7 +136,7 @@ static rc_tensor *mlp(nn_ctx *x, int l, rc_tensor *h)
                      rci_nn_p(x, "transformer.h.%d.mlp.fc_out.bias", l));
 }
 
-static rc_tensor *gptj_logits(nn_ctx *x)
+static rc_tensor *gptj_logits(rci_nn_ctx *x)
 {
     rc_graph *g = x->g;
     double eps = x->c->norm_eps;
@@ -155,9 +155,9 @@ static rc_tensor *gptj_logits(nn_ctx *x)
     return rci_nn_linear(g, h, head, rci_nn_p(x, "lm_head.bias"));
 }
 
-const nn_family rci_nn_gptj_family = {
+const rci_nn_family rci_nn_gptj_family = {
     .type = RC_MODEL_GPTJ,
-    .variants = (const nn_variant[]){{"gptj", "GPTJForCausalLM"}, {NULL}},
+    .variants = (const rci_nn_variant[]){{"gptj", "GPTJForCausalLM"}, {NULL}},
     .keys = &gptj_keys,
     .defaults = gptj_defaults,
     .read = gptj_read,

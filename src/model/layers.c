@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int find_v(nn_ctx *x, const char *fmt, va_list ap, char *name, size_t size)
+static int find_v(rci_nn_ctx *x, const char *fmt, va_list ap, char *name, size_t size)
 {
     vsnprintf(name, size, fmt, ap);
     return rci_nn_weights_find(x->w, name);
 }
 
-rc_tensor *rci_nn_p(nn_ctx *x, const char *fmt, ...)
+rc_tensor *rci_nn_p(rci_nn_ctx *x, const char *fmt, ...)
 {
     char name[128];
     va_list ap;
@@ -27,7 +27,7 @@ rc_tensor *rci_nn_p(nn_ctx *x, const char *fmt, ...)
     return x->p[i];
 }
 
-int rci_nn_has(nn_ctx *x, const char *fmt, ...)
+int rci_nn_has(rci_nn_ctx *x, const char *fmt, ...)
 {
     char name[128];
     va_list ap;
@@ -49,9 +49,9 @@ rc_tensor *rci_nn_conv1d(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *b)
     return b ? rc_add(g, y, b) : y;
 }
 
-rc_tensor *rci_nn_lora(nn_ctx *x, rc_tensor *h, rc_tensor *y, rc_tensor *w)
+rc_tensor *rci_nn_lora(rci_nn_ctx *x, rc_tensor *h, rc_tensor *y, rc_tensor *w)
 {
-    const nn_lora *lo = x->in->lora;
+    const rci_nn_lora_set *lo = x->in->lora;
     if (!lo || !y || !w)
         return y;
     for (int i = 0; i < x->w->n; i++) {
@@ -101,7 +101,7 @@ rc_tensor *rci_nn_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *
     return rc_reshape(g, y, 3, (int64_t[]){B, Tq, H * D});
 }
 
-void rci_nn_cache(nn_ctx *x, int layer, rc_tensor **k, rc_tensor **v)
+void rci_nn_cache(rci_nn_ctx *x, int layer, rc_tensor **k, rc_tensor **v)
 {
     if (x->in->past_kv && x->in->past > 0) {
         *k = rc_concat(x->g, (rc_tensor *[]){x->in->past_kv[2 * layer], *k}, 2, 2);
@@ -113,7 +113,7 @@ void rci_nn_cache(nn_ctx *x, int layer, rc_tensor **k, rc_tensor **v)
     }
 }
 
-rc_tensor *rci_nn_mask_bias(nn_ctx *x)
+rc_tensor *rci_nn_mask_bias(rci_nn_ctx *x)
 {
     rc_tensor *m = x->in->mask;
     if (!m)
@@ -131,21 +131,21 @@ rc_tensor *rci_nn_mask_bias(nn_ctx *x)
     return rc_reshape(x->g, b, 4, (int64_t[]){m->shape[0], 1, 1, m->shape[1]});
 }
 
-void rci_nn_block_begin(nn_ctx *x, int l)
+void rci_nn_block_begin(rci_nn_ctx *x, int l)
 {
     int every = rc_graph_remat(x->g);
     if (every && l % every == 0)
         rc_remat_begin(x->g);
 }
 
-void rci_nn_block_end(nn_ctx *x, int l, int n)
+void rci_nn_block_end(rci_nn_ctx *x, int l, int n)
 {
     int every = rc_graph_remat(x->g);
     if (every && (l % every == every - 1 || l == n - 1))
         rc_remat_end(x->g);
 }
 
-rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T, int first)
+rc_tensor *rci_nn_positions(rci_nn_ctx *x, int64_t T, int first)
 {
     int32_t *d = malloc((size_t)(T ? T : 1) * sizeof *d);
     if (!d)
@@ -157,7 +157,7 @@ rc_tensor *rci_nn_positions(nn_ctx *x, int64_t T, int first)
     return pos;
 }
 
-rc_tensor *rci_nn_act(nn_ctx *x, rc_tensor *h)
+rc_tensor *rci_nn_act(rci_nn_ctx *x, rc_tensor *h)
 {
     int act = rc_config_activation(x->c->activation);
     if (act < 0)

@@ -30,7 +30,7 @@ static void llama_defaults(rc_model_config *c)
     }
 }
 
-static int llama_read(cfg_reader *r, rc_model_config *c)
+static int llama_read(rci_cfg_reader *r, rc_model_config *c)
 {
     if (rci_cfg_need_int(r, "hidden_size", NULL, &c->d_model) ||
         rci_cfg_need_int(r, "num_hidden_layers", NULL, &c->n_layer) ||
@@ -66,7 +66,7 @@ static void llama_derive(rc_model_config *c)
     c->rotary_dim = c->head_dim;
 }
 
-static const nn_keys llama_keys = {
+static const rci_nn_keys llama_keys = {
     .d_model = "hidden_size", .n_layer = "num_hidden_layers", .n_decoder_layer = "-",
     .n_head = "num_attention_heads", .head_dim = "head_dim", .d_ff = "intermediate_size",
     .max_positions = "max_position_embeddings", .norm_eps = "rms_norm_eps", .activation = "hidden_act",
@@ -136,7 +136,7 @@ static void tiny_llama(rc_model_config *c)
 }
 
 /* LLaMA-1's sizes, and a tiny one for tests */
-static const nn_preset llama_presets[] = {
+static const rci_nn_preset llama_presets[] = {
     {.name = "llama-7b", 32000, 4096, 32, 32, 11008, 2048},
     {.name = "llama-13b", 32000, 5120, 40, 40, 13824, 2048},
     {.name = "llama-65b", 32000, 8192, 80, 64, 22016, 2048},
@@ -146,7 +146,7 @@ static const nn_preset llama_presets[] = {
 
 /* ---- the model ------------------------------------------------------------------------ */
 
-static int llama_weights(const rc_model_config *c, nn_weights *w)
+static int llama_weights(const rc_model_config *c, rci_nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff, D = c->head_dim;
     int64_t Q = c->n_head * D, KV = c->n_kv_head * D;
@@ -185,7 +185,7 @@ static int llama_weights(const rc_model_config *c, nn_weights *w)
 
 /* torch Linear of layer l's module `mod`, with its bias when the table has one (and its
  * LoRA adapter when it has one) */
-static rc_tensor *proj(nn_ctx *x, int l, const char *mod, rc_tensor *h)
+static rc_tensor *proj(rci_nn_ctx *x, int l, const char *mod, rc_tensor *h)
 {
     rc_tensor *b = rci_nn_has(x, "model.layers.%d.%s.bias", l, mod) ? rci_nn_p(x, "model.layers.%d.%s.bias", l, mod) : NULL;
     rc_tensor *w = rci_nn_p(x, "model.layers.%d.%s.weight", l, mod);
@@ -193,7 +193,7 @@ static rc_tensor *proj(nn_ctx *x, int l, const char *mod, rc_tensor *h)
 }
 
 /* [B, T, heads*D] -> rotated [B, heads, T, D] */
-static rc_tensor *rotary_heads(nn_ctx *x, rc_tensor *h, int heads, rc_tensor *pos)
+static rc_tensor *rotary_heads(rci_nn_ctx *x, rc_tensor *h, int heads, rc_tensor *pos)
 {
     rc_graph *g = x->g;
     int64_t B = h->shape[0], T = h->shape[1], D = x->c->head_dim;
@@ -202,7 +202,7 @@ static rc_tensor *rotary_heads(nn_ctx *x, rc_tensor *h, int heads, rc_tensor *po
     return rc_permute(g, h, (int[]){0, 2, 1, 3});
 }
 
-static rc_tensor *attention(nn_ctx *x, int l, rc_tensor *h, rc_tensor *pos)
+static rc_tensor *attention(rci_nn_ctx *x, int l, rc_tensor *h, rc_tensor *pos)
 {
     rc_tensor *q = rotary_heads(x, proj(x, l, "self_attn.q_proj", h), x->c->n_head, pos);
     rc_tensor *k = rotary_heads(x, proj(x, l, "self_attn.k_proj", h), x->c->n_kv_head, pos);
@@ -213,13 +213,13 @@ static rc_tensor *attention(nn_ctx *x, int l, rc_tensor *h, rc_tensor *pos)
 }
 
 /* down(act(gate(h)) * up(h)) */
-static rc_tensor *mlp(nn_ctx *x, int l, rc_tensor *h)
+static rc_tensor *mlp(rci_nn_ctx *x, int l, rc_tensor *h)
 {
     rc_tensor *gate = rci_nn_act(x, proj(x, l, "mlp.gate_proj", h));
     return proj(x, l, "mlp.down_proj", rc_mul(x->g, gate, proj(x, l, "mlp.up_proj", h)));
 }
 
-static rc_tensor *llama_logits(nn_ctx *x)
+static rc_tensor *llama_logits(rci_nn_ctx *x)
 {
     rc_graph *g = x->g;
     double eps = x->c->norm_eps;
@@ -239,9 +239,9 @@ static rc_tensor *llama_logits(nn_ctx *x)
     return rc_matmul(g, h, head, 0, 1);
 }
 
-const nn_family rci_nn_llama_family = {
+const rci_nn_family rci_nn_llama_family = {
     .type = RC_MODEL_LLAMA,
-    .variants = (const nn_variant[]){{"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {NULL}},
+    .variants = (const rci_nn_variant[]){{"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {NULL}},
     .keys = &llama_keys,
     .defaults = llama_defaults,
     .read = llama_read,

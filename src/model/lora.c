@@ -30,7 +30,7 @@ struct rc_lora {
 
 /* the module of weight `name` ("X.weight" -> "X") into mod; 0 when it is no projection
  * LoRA can adapt (not 2-D, an embedding or the head) */
-static int module_of(const nn_param *p, char *mod, size_t size)
+static int module_of(const rci_nn_param *p, char *mod, size_t size)
 {
     size_t n = strlen(p->name);
     if (p->ndim != 2 || n < 8 || strcmp(p->name + n - 7, ".weight") || strstr(p->name, "wte") ||
@@ -80,7 +80,7 @@ static int fill_a(float *x, int64_t numel, int ndim, const int64_t *shape, rc_rn
 /* the adapters' table: A [r, in] and B [out, r] for every matching module */
 static int declare(rc_lora *l, rc_error *err)
 {
-    nn_weights *w = rci_params_weights(l->m->params);
+    rci_nn_weights *w = rci_params_weights(l->m->params);
     if (!w)
         return rc_error_set(err, RC_ERR_ARG, "lora: the model's weights are not in memory");
     if (!(l->base = calloc((size_t)w->n + 1, sizeof *l->base)) || !(l->params = rc_params_new()))
@@ -132,7 +132,7 @@ static rc_lora *lora_make(rc_model *m, int r, double alpha, const char *targets,
         rc_error_set(err, RC_ERR_ARG, "lora: no model");
         return NULL;
     }
-    const nn_family *f = rci_nn_family_of(m->config.type);
+    const rci_nn_family *f = rci_nn_family_of(m->config.type);
     if (!f || !f->lora_targets) {
         char names[200];
         lora_families(names, sizeof names);
@@ -218,9 +218,9 @@ double rc_lora_scaling(const rc_lora *l)
     return l ? l->alpha / l->r : 0.0;
 }
 
-int rci_lora_leaves(rc_graph *g, rc_lora *l, nn_lora *out)
+int rci_lora_leaves(rc_graph *g, rc_lora *l, rci_nn_lora_set *out)
 {
-    nn_weights *w = rci_params_weights(l->m->params);
+    rci_nn_weights *w = rci_params_weights(l->m->params);
     memset(out, 0, sizeof *out);
     out->a = calloc((size_t)w->n + 1, sizeof *out->a);
     out->b = calloc((size_t)w->n + 1, sizeof *out->b);
@@ -260,7 +260,7 @@ int rc_lora_merge(rc_lora *l, rc_error *err)
 {
     if (!l || !l->m)
         return rc_error_set(err, RC_ERR_ARG, "lora merge: %s", l ? "the model was freed" : "no adapters");
-    nn_weights *w = rci_params_weights(l->m->params);
+    rci_nn_weights *w = rci_params_weights(l->m->params);
     if (!w)
         return rc_error_set(err, RC_ERR_ARG, "lora merge: the model's weights are not in memory");
     int rc = 0;

@@ -26,7 +26,7 @@ static int has_config(const char *path)
 
 /* The weights of config c in dtype dt on be, drawn from seed (rci_nn_model_init); on failure
  * w is freed. */
-static int random_weights(const rc_model_config *c, nn_weights *w, rc_backend *be, rc_dtype dt, uint64_t seed,
+static int random_weights(const rc_model_config *c, rci_nn_weights *w, rc_backend *be, rc_dtype dt, uint64_t seed,
                           rc_error *err)
 {
     int rc = rci_nn_model_weights(c, w, err);
@@ -41,7 +41,7 @@ static int random_weights(const rc_model_config *c, nn_weights *w, rc_backend *b
 }
 
 /* A model of config c holding weights w (taken: freed on failure). */
-static rc_model *model_new(const rc_model_config *c, nn_weights *w, rc_backend *be, const char *dir, rc_error *err)
+static rc_model *model_new(const rc_model_config *c, rci_nn_weights *w, rc_backend *be, const char *dir, rc_error *err)
 {
     rc_model *m = calloc(1, sizeof *m);
     if (m)
@@ -71,7 +71,7 @@ rc_model *rc_model_load(const char *preset_or_dir, uint64_t seed, rc_dtype dtype
     }
     rc_backend *be = rci_backend_cpu();
     rc_model_config c;
-    nn_weights w = {0};
+    rci_nn_weights w = {0};
     if (has_config(preset_or_dir)) {
         if (rci_nn_model_load_dtype(preset_or_dir, &c, &w, be, dtype, err))
             return NULL;
@@ -85,7 +85,7 @@ rc_model *rc_model_load(const char *preset_or_dir, uint64_t seed, rc_dtype dtype
 rc_model *rc_model_from_config(const rc_model_config *c, uint64_t seed, rc_error *err)
 {
     rc_backend *be = rci_backend_cpu();
-    nn_weights w = {0};
+    rci_nn_weights w = {0};
     if (rc_config_validate(c, err) || random_weights(c, &w, be, RC_F32, seed, err))
         return NULL;
     return model_new(c, &w, be, NULL, err);
@@ -110,7 +110,7 @@ void rc_model_free(rc_model *m)
 
 int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir, rc_error *err)
 {
-    nn_weights *w = m && m->params ? rci_params_weights(m->params) : NULL;
+    rci_nn_weights *w = m && m->params ? rci_params_weights(m->params) : NULL;
     if (!m || !dir || !w)
         return rc_error_set(err, RC_ERR_ARG, "model save: %s",
                             !m ? "no model" : !dir ? "no directory" : "the weights are not allocated");
@@ -124,13 +124,13 @@ rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *
     rc_tensor **p = rci_params_leaves(g, m->params);
     if (!p)
         return NULL;
-    nn_lora lora = {0};
+    rci_nn_lora_set lora = {0};
     if (m->lora && rci_lora_leaves(g, m->lora, &lora)) {
         free(lora.a);
         free(lora.b);
         return NULL;
     }
-    nn_inputs in = {.ids = ids, .enc_ids = enc_ids, .mask = mask, .lora = m->lora ? &lora : NULL};
+    rci_nn_inputs in = {.ids = ids, .enc_ids = enc_ids, .mask = mask, .lora = m->lora ? &lora : NULL};
     rc_tensor *logits = rci_nn_model_logits(g, &m->config, rci_params_weights(m->params), p, &in);
     free(lora.a);
     free(lora.b);
@@ -152,7 +152,7 @@ void rc_model_graph_free(rc_model_graph *out)
 
 /* out's leaves and names for table w (unbound: w has no buffer); a graph error stays the
  * graph's */
-static int record_leaves(rc_graph *g, const nn_weights *w, rc_model_graph *out, rc_error *err)
+static int record_leaves(rc_graph *g, const rci_nn_weights *w, rc_model_graph *out, rc_error *err)
 {
     out->n_params = w->n;
     out->numel = w->numel;
@@ -180,12 +180,12 @@ int rc_model_record(rc_graph *g, const rc_model_config *c, rc_dtype dtype, rc_te
                             rc_dtype_name(dtype));
     if (rc_config_validate(c, err))
         return -1;
-    nn_weights w = {.dtype = dtype};
+    rci_nn_weights w = {.dtype = dtype};
     int rc = rci_nn_model_weights(c, &w, err);
     if (!rc)
         rc = record_leaves(g, &w, out, err);
     if (!rc) {
-        nn_inputs in = {.ids = ids, .enc_ids = enc_ids, .mask = mask};
+        rci_nn_inputs in = {.ids = ids, .enc_ids = enc_ids, .mask = mask};
         out->logits = rci_nn_model_logits(g, c, &w, out->params, &in);
     }
     rci_nn_weights_free(&w);

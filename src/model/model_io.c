@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int shapes_equal(const rc_st_tensor *t, const nn_param *p)
+static int shapes_equal(const rc_st_tensor *t, const rci_nn_param *p)
 {
     if (t->ndim != p->ndim)
         return 0;
@@ -30,9 +30,9 @@ static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size)
     rc_shape_str(&t, buf, size);
 }
 
-static int load_param(rc_checkpoint *ck, nn_weights *w, int i, rc_error *err)
+static int load_param(rc_checkpoint *ck, rci_nn_weights *w, int i, rc_error *err)
 {
-    const nn_param *p = &w->p[i];
+    const rci_nn_param *p = &w->p[i];
     rc_safetensors *f;
     int idx;
     if (rc_checkpoint_find(ck, p->name, &f, &idx) < 0)
@@ -57,13 +57,13 @@ static int load_param(rc_checkpoint *ck, nn_weights *w, int i, rc_error *err)
     return rc;
 }
 
-int rci_nn_model_load(const char *dir, rc_model_config *c, nn_weights *w, rc_backend *be,
+int rci_nn_model_load(const char *dir, rc_model_config *c, rci_nn_weights *w, rc_backend *be,
                       rc_error *err)
 {
     return rci_nn_model_load_dtype(dir, c, w, be, RC_F32, err);
 }
 
-int rci_nn_model_load_dtype(const char *dir, rc_model_config *c, nn_weights *w, rc_backend *be,
+int rci_nn_model_load_dtype(const char *dir, rc_model_config *c, rci_nn_weights *w, rc_backend *be,
                             rc_dtype dt, rc_error *err)
 {
     memset(w, 0, sizeof *w);
@@ -123,7 +123,7 @@ static int config_set_dtype(const char *path, rc_dtype t, rc_error *err)
     return rc;
 }
 
-int rci_nn_model_save(const char *dir, const rc_model_config *c, const nn_weights *w, rc_error *err)
+int rci_nn_model_save(const char *dir, const rc_model_config *c, const rci_nn_weights *w, rc_error *err)
 {
     char path[4096];
     if (make_dir(dir, err))

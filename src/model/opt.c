@@ -25,7 +25,7 @@ static void opt_defaults(rc_model_config *c)
     c->pad_token_id = 1, c->bos_token_id = 2, c->eos_token_id = 2;
 }
 
-static int opt_read(cfg_reader *r, rc_model_config *c)
+static int opt_read(rci_cfg_reader *r, rc_model_config *c)
 {
     if (rci_cfg_need_int(r, "hidden_size", NULL, &c->d_model) ||
         rci_cfg_need_int(r, "num_hidden_layers", NULL, &c->n_layer) ||
@@ -52,7 +52,7 @@ static void opt_derive(rc_model_config *c)
         c->word_embed_proj_dim = c->d_model;
 }
 
-static const nn_keys opt_keys = {
+static const rci_nn_keys opt_keys = {
     .d_model = "hidden_size", .n_layer = "num_hidden_layers", .n_decoder_layer = "-",
     .n_head = "num_attention_heads", .head_dim = "head_dim", .d_ff = "ffn_dim",
     .max_positions = "max_position_embeddings", .norm_eps = "layer_norm_eps",
@@ -109,7 +109,7 @@ static void opt_350m(rc_model_config *c)
 }
 
 /* facebook/opt-* sizes, and a tiny one for tests */
-static const nn_preset opt_presets[] = {
+static const rci_nn_preset opt_presets[] = {
     {.name = "opt-125m", 50272, 768, 12, 12, 3072, 2048},
     {.name = "opt-350m", 50272, 1024, 24, 16, 4096, 2048, .more = opt_350m},
     {.name = "opt-1.3b", 50272, 2048, 24, 32, 8192, 2048},
@@ -126,7 +126,7 @@ static const nn_preset opt_presets[] = {
 
 #define OPT_L "model.decoder.layers.%d."
 
-static int opt_weights(const rc_model_config *c, nn_weights *w)
+static int opt_weights(const rc_model_config *c, rci_nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff, P = c->word_embed_proj_dim;
     char name[96];
@@ -168,14 +168,14 @@ static int opt_weights(const rc_model_config *c, nn_weights *w)
     return rc ? -1 : 0;
 }
 
-static rc_tensor *proj(nn_ctx *x, int l, const char *mod, rc_tensor *h)
+static rc_tensor *proj(rci_nn_ctx *x, int l, const char *mod, rc_tensor *h)
 {
     rc_tensor *b = x->c->enable_bias ? rci_nn_p(x, OPT_L "%s.bias", l, mod) : NULL;
     return rci_nn_linear(x->g, h, rci_nn_p(x, OPT_L "%s.weight", l, mod), b);
 }
 
 /* layer norm of layer l's module `mod`; without parameters when layer_norm_affine is 0 */
-static rc_tensor *norm(nn_ctx *x, int l, const char *mod, rc_tensor *h)
+static rc_tensor *norm(rci_nn_ctx *x, int l, const char *mod, rc_tensor *h)
 {
     if (!x->c->layer_norm_affine)
         return rc_layer_norm(x->g, h, NULL, NULL, x->c->norm_eps);
@@ -183,7 +183,7 @@ static rc_tensor *norm(nn_ctx *x, int l, const char *mod, rc_tensor *h)
                          x->c->norm_eps);
 }
 
-static rc_tensor *attention(nn_ctx *x, int l, rc_tensor *h)
+static rc_tensor *attention(rci_nn_ctx *x, int l, rc_tensor *h)
 {
     int H = x->c->n_head;
     rc_tensor *q = rci_nn_heads(x->g, proj(x, l, "self_attn.q_proj", h), H);
@@ -194,19 +194,19 @@ static rc_tensor *attention(nn_ctx *x, int l, rc_tensor *h)
     return proj(x, l, "self_attn.out_proj", y);
 }
 
-static rc_tensor *mlp(nn_ctx *x, int l, rc_tensor *h)
+static rc_tensor *mlp(rci_nn_ctx *x, int l, rc_tensor *h)
 {
     return proj(x, l, "fc2", rci_nn_act(x, proj(x, l, "fc1", h)));
 }
 
 /* positions 2 + (past .. past + T - 1); with a padding mask HF counts only unmasked
  * tokens (cumsum of the mask), which equals this for left-aligned, unpadded prefixes */
-static rc_tensor *positions(nn_ctx *x, int64_t T)
+static rc_tensor *positions(rci_nn_ctx *x, int64_t T)
 {
     return rci_nn_positions(x, T, OPT_POS_OFFSET);
 }
 
-static rc_tensor *opt_logits(nn_ctx *x)
+static rc_tensor *opt_logits(rci_nn_ctx *x)
 {
     rc_graph *g = x->g;
     int pre = x->c->do_layer_norm_before, project = x->c->word_embed_proj_dim != x->c->d_model;
@@ -239,9 +239,9 @@ static rc_tensor *opt_logits(nn_ctx *x)
     return rc_matmul(g, h, head, 0, 1);
 }
 
-const nn_family rci_nn_opt_family = {
+const rci_nn_family rci_nn_opt_family = {
     .type = RC_MODEL_OPT,
-    .variants = (const nn_variant[]){{"opt", "OPTForCausalLM"}, {NULL}},
+    .variants = (const rci_nn_variant[]){{"opt", "OPTForCausalLM"}, {NULL}},
     .keys = &opt_keys,
     .defaults = opt_defaults,
     .read = opt_read,

@@ -1,4 +1,4 @@
-/* params.c - named parameters in one flat buffer (nn_weights) on a backend, and their graph
+/* params.c - named parameters in one flat buffer (rci_nn_weights) on a backend, and their graph
  * leaves; what the rooms above see of them beyond the public API is params.h. */
 #include "internal.h"
 #include "backend.h"
@@ -10,7 +10,7 @@
 #include <string.h>
 
 struct rc_params {
-    nn_weights w;
+    rci_nn_weights w;
     rc_backend *be;               /* where the buffer lives */
     uint64_t graph;               /* serial of the graph the cached leaves belong to */
     int released;                 /* the full buffer was given up (model shards hold the values) */
@@ -116,7 +116,7 @@ uint64_t rci_params_version(const rc_params *p)
 /* Parameter i's values as its rule says into x; normal draws come from the shared stream r. */
 static int init_one(rc_params *p, int i, double std, uint64_t seed, rc_rng *r, float *x)
 {
-    const nn_param *q = &p->w.p[i];
+    const rci_nn_param *q = &p->w.p[i];
     static const rc_init automatic = {RC_INIT_AUTO, 0, NULL, NULL};
     const rc_init *in = p->inits ? &p->inits[i] : &automatic; /* built-in models: none */
     if (in->kind == RC_INIT_FILL)
@@ -256,7 +256,7 @@ int rc_params_to(rc_params *p, rc_backend *be, rc_error *err)
     if (p->released)
         return rc_error_set(err, RC_ERR_ARG, "params to %s: the values are held as model shards",
                             rc_backend_name(be));
-    nn_weights moved = p->w;
+    rci_nn_weights moved = p->w;
     moved.buf = NULL;
     if (!p->w.buf) { /* not allocated yet: it will be there */
         p->be = be;
@@ -307,7 +307,7 @@ static rc_tensor *leaf(rc_graph *g, rc_params *p, int i)
             return rci_fail(g, RC_ERR_MEMORY, "params: out of memory");
     }
     if (!p->leaves[i]) {
-        const nn_param *q = &p->w.p[i];
+        const rci_nn_param *q = &p->w.p[i];
         p->leaves[i] = rc_param(g, q->name, p->w.dtype, q->ndim, q->shape);
         if (p->leaves[i] && p->w.buf)
             rc_graph_bind(g, p->leaves[i], p->w.buf, rci_nn_weights_offset(&p->w, i));
@@ -335,7 +335,7 @@ rc_tensor **rci_params_leaves(rc_graph *g, rc_params *p)
     return p->leaves;
 }
 
-rc_params *rci_params_adopt(nn_weights *w, rc_backend *be)
+rc_params *rci_params_adopt(rci_nn_weights *w, rc_backend *be)
 {
     rc_params *p = calloc(1, sizeof(rc_params));
     if (!p)
@@ -357,7 +357,7 @@ const rci_frozen *rci_params_frozen(const rc_params *p)
 }
 
 /* the nn view of a params object, for the modules that share the flat buffer */
-nn_weights *rci_params_weights(rc_params *p)
+rci_nn_weights *rci_params_weights(rc_params *p)
 {
     return ready(p, NULL) ? NULL : &p->w;
 }

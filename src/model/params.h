@@ -10,12 +10,12 @@
 
 /* A params object holding table w and its buffer on be (a built-in model's weights): w is
  * taken, left zeroed. NULL when out of memory (w is then still the caller's). */
-rc_params *rci_params_adopt(nn_weights *w, rc_backend *be);
+rc_params *rci_params_adopt(rci_nn_weights *w, rc_backend *be);
 /* Every parameter's leaf in g, in table order (the order the families index them); NULL with
  * g's error set. The array is the params object's, valid until the next graph. */
 rc_tensor **rci_params_leaves(rc_graph *g, rc_params *p);
 /* the flat table behind a params object (allocated, unless released) */
-nn_weights *rci_params_weights(rc_params *p);
+rci_nn_weights *rci_params_weights(rc_params *p);
 /* the backend the parameters live on */
 rc_backend *rci_params_backend(const rc_params *p);
 /* Frees the full buffer while model shards hold the values (leaves then unbound), and

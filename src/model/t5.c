@@ -28,7 +28,7 @@ static void t5_defaults(rc_model_config *c)
 
 /* feed_forward_proj "ACT" or "gated-ACT" ("gated-gelu" means gelu_new); the derived
  * dense_act_fn / is_gated_act keys, when present, override it as they do in T5Config */
-static int read_ffn(cfg_reader *r, rc_model_config *c)
+static int read_ffn(rci_cfg_reader *r, rc_model_config *c)
 {
     char proj[48] = "relu";
     if (rci_cfg_str(r, "feed_forward_proj", proj, sizeof proj))
@@ -49,7 +49,7 @@ static int read_ffn(cfg_reader *r, rc_model_config *c)
            rci_cfg_bool(r, "is_gated_act", &c->gated_ffn) ? -1 : 0;
 }
 
-static int t5_read(cfg_reader *r, rc_model_config *c)
+static int t5_read(rci_cfg_reader *r, rc_model_config *c)
 {
     if (rci_cfg_need_int(r, "d_model", "hidden_size", &c->d_model) ||
         rci_cfg_need_int(r, "num_layers", "num_hidden_layers", &c->n_layer) ||
@@ -76,7 +76,7 @@ static void t5_derive(rc_model_config *c)
         c->decoder_start_token_id = c->pad_token_id;
 }
 
-static const nn_keys t5_keys = {
+static const rci_nn_keys t5_keys = {
     .d_model = "d_model", .n_layer = "num_layers", .n_decoder_layer = "num_decoder_layers",
     .n_head = "num_heads", .head_dim = "d_kv", .d_ff = "d_ff", .max_positions = "n_positions",
     .norm_eps = "layer_norm_epsilon", .activation = "dense_act_fn",
@@ -152,7 +152,7 @@ static void tiny_t5(rc_model_config *c)
 }
 
 /* T5 v1.0's sizes (no max_positions: relative buckets), and a tiny one */
-static const nn_preset t5_presets[] = {
+static const rci_nn_preset t5_presets[] = {
     {.name = "t5-small", 32128, 512, 6, 8, 2048, 0},
     {.name = "t5-base", 32128, 768, 12, 12, 3072, 0},
     {.name = "t5-large", 32128, 1024, 24, 16, 4096, 0},
@@ -164,7 +164,7 @@ static const nn_preset t5_presets[] = {
 
 /* ---- the model ------------------------------------------------------------------------ */
 
-static int t5_weights(const rc_model_config *c, nn_weights *w)
+static int t5_weights(const rc_model_config *c, rci_nn_weights *w)
 {
     int64_t C = c->d_model, F = c->d_ff, I = (int64_t)c->n_head * c->head_dim;
     char name[128];
@@ -228,7 +228,7 @@ static int32_t rel_bucket(int64_t rel, int bidirectional, int buckets, int max_d
 }
 
 /* position bias [1, H, Tq, Tk] from the stack's first-layer bucket table */
-static rc_tensor *position_bias(nn_ctx *x, const char *stack, int64_t Tq, int64_t Tk, int64_t q0, int bidir)
+static rc_tensor *position_bias(rci_nn_ctx *x, const char *stack, int64_t Tq, int64_t Tk, int64_t q0, int bidir)
 {
     rc_graph *g = x->g;
     int32_t *d = malloc((size_t)(Tq * Tk > 0 ? Tq * Tk : 1) * sizeof *d);
@@ -245,14 +245,14 @@ static rc_tensor *position_bias(nn_ctx *x, const char *stack, int64_t Tq, int64_
     return rc_reshape(g, b, 4, (int64_t[]){1, x->c->n_head, Tq, Tk});
 }
 
-static rc_tensor *norm(nn_ctx *x, const char *stack, int l, int sub, rc_tensor *h)
+static rc_tensor *norm(rci_nn_ctx *x, const char *stack, int l, int sub, rc_tensor *h)
 {
     return rc_rms_norm(x->g, h, rci_nn_p(x, "%s.block.%d.layer.%d.layer_norm.weight", stack, l, sub),
                        x->c->norm_eps, 0.0);
 }
 
 /* attention of h over kv (itself for self-attention) with an additive bias; no scaling */
-static rc_tensor *attention(nn_ctx *x, const char *stack, int l, int sub, rc_tensor *h, rc_tensor *kv,
+static rc_tensor *attention(rci_nn_ctx *x, const char *stack, int l, int sub, rc_tensor *h, rc_tensor *kv,
                             rc_tensor *bias, int causal)
 {
     rc_graph *g = x->g;
@@ -266,7 +266,7 @@ static rc_tensor *attention(nn_ctx *x, const char *stack, int l, int sub, rc_ten
     return rci_nn_linear(g, y, rci_nn_p(x, pre, stack, l, sub, kind, "o"), NULL);
 }
 
-static rc_tensor *ffn(nn_ctx *x, const char *stack, int l, int sub, rc_tensor *h)
+static rc_tensor *ffn(rci_nn_ctx *x, const char *stack, int l, int sub, rc_tensor *h)
 {
     rc_graph *g = x->g;
     const char *pre = "%s.block.%d.layer.%d.DenseReluDense.%s.weight";
@@ -279,7 +279,7 @@ static rc_tensor *ffn(nn_ctx *x, const char *stack, int l, int sub, rc_tensor *h
     return rci_nn_linear(g, a, rci_nn_p(x, pre, stack, l, sub, "wo"), NULL);
 }
 
-static rc_tensor *encoder(nn_ctx *x, rc_tensor *mask_bias)
+static rc_tensor *encoder(rci_nn_ctx *x, rc_tensor *mask_bias)
 {
     rc_graph *g = x->g;
     int64_t S = x->in->enc_ids->shape[1];
@@ -297,7 +297,7 @@ static rc_tensor *encoder(nn_ctx *x, rc_tensor *mask_bias)
     return rc_rms_norm(g, h, rci_nn_p(x, "encoder.final_layer_norm.weight"), x->c->norm_eps, 0.0);
 }
 
-static rc_tensor *t5_logits(nn_ctx *x)
+static rc_tensor *t5_logits(rci_nn_ctx *x)
 {
     rc_graph *g = x->g;
     rc_tensor *mask_bias = rci_nn_mask_bias(x);
@@ -320,9 +320,9 @@ static rc_tensor *t5_logits(nn_ctx *x)
     return rc_matmul(g, h, rci_nn_p(x, "lm_head.weight"), 0, 1);
 }
 
-const nn_family rci_nn_t5_family = {
+const rci_nn_family rci_nn_t5_family = {
     .type = RC_MODEL_T5,
-    .variants = (const nn_variant[]){{"t5", "T5ForConditionalGeneration"}, {NULL}},
+    .variants = (const rci_nn_variant[]){{"t5", "T5ForConditionalGeneration"}, {NULL}},
     .keys = &t5_keys,
     .defaults = t5_defaults,
     .read = t5_read,

@@ -7,19 +7,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-int rci_nn_weights_add(nn_weights *w, const char *name, int ndim, const int64_t *shape)
+int rci_nn_weights_add(rci_nn_weights *w, const char *name, int ndim, const int64_t *shape)
 {
     if (ndim < 1 || ndim > 4 || w->buf)
         return -1;
     if (w->n == w->cap) {
         int cap = w->cap ? 2 * w->cap : 64;
-        nn_param *p = realloc(w->p, (size_t)cap * sizeof *p);
+        rci_nn_param *p = realloc(w->p, (size_t)cap * sizeof *p);
         if (!p)
             return -1;
         w->p = p;
         w->cap = cap;
     }
-    nn_param *p = &w->p[w->n++];
+    rci_nn_param *p = &w->p[w->n++];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = ndim;
@@ -39,12 +39,12 @@ static int storage_ok(rc_dtype t)
     return t == RC_F32 || t == RC_BF16 || t == RC_F16;
 }
 
-size_t rci_nn_weights_bytes(const nn_weights *w)
+size_t rci_nn_weights_bytes(const rci_nn_weights *w)
 {
     return (size_t)w->numel * rc_dtype_size(w->dtype);
 }
 
-int rci_nn_weights_alloc(nn_weights *w, rc_backend *be, rc_error *err)
+int rci_nn_weights_alloc(rci_nn_weights *w, rc_backend *be, rc_error *err)
 {
     if (!storage_ok(w->dtype))
         return rc_error_set(err, RC_ERR_DTYPE, "the parameters: dtype %s is not f32, bf16 or f16",
@@ -57,19 +57,19 @@ int rci_nn_weights_alloc(nn_weights *w, rc_backend *be, rc_error *err)
                                                  rc_dtype_name(w->dtype));
 }
 
-void rci_nn_weights_free(nn_weights *w)
+void rci_nn_weights_free(rci_nn_weights *w)
 {
     free(w->p);
     rc_buffer_free(w->buf);
     memset(w, 0, sizeof *w);
 }
 
-size_t rci_nn_weights_offset(const nn_weights *w, int i)
+size_t rci_nn_weights_offset(const rci_nn_weights *w, int i)
 {
     return (size_t)w->p[i].offset * rc_dtype_size(w->dtype);
 }
 
-int rci_nn_weights_read_raw(const nn_weights *w, int i, void *host, rc_error *err)
+int rci_nn_weights_read_raw(const rci_nn_weights *w, int i, void *host, rc_error *err)
 {
     if (!w->buf)
         return rc_error_set(err, RC_ERR_ARG, "weights: '%s' has no memory", w->p[i].name);
@@ -77,7 +77,7 @@ int rci_nn_weights_read_raw(const nn_weights *w, int i, void *host, rc_error *er
                               (size_t)w->p[i].numel * rc_dtype_size(w->dtype), err);
 }
 
-int rci_nn_weights_write_raw(nn_weights *w, int i, const void *host, rc_error *err)
+int rci_nn_weights_write_raw(rci_nn_weights *w, int i, const void *host, rc_error *err)
 {
     if (!w->buf)
         return rc_error_set(err, RC_ERR_ARG, "weights: '%s' has no memory", w->p[i].name);
@@ -86,7 +86,7 @@ int rci_nn_weights_write_raw(nn_weights *w, int i, const void *host, rc_error *e
 }
 
 /* 16-bit storage: the stored words of parameter i pass through a scratch array */
-static uint16_t *half_scratch(const nn_weights *w, int i, rc_error *err)
+static uint16_t *half_scratch(const rci_nn_weights *w, int i, rc_error *err)
 {
     uint16_t *h = malloc((size_t)(w->p[i].numel ? w->p[i].numel : 1) * sizeof *h);
     if (!h)
@@ -94,7 +94,7 @@ static uint16_t *half_scratch(const nn_weights *w, int i, rc_error *err)
     return h;
 }
 
-int rci_nn_weights_read(const nn_weights *w, int i, float *host, rc_error *err)
+int rci_nn_weights_read(const rci_nn_weights *w, int i, float *host, rc_error *err)
 {
     if (w->dtype == RC_F32)
         return rci_nn_weights_read_raw(w, i, host, err);
@@ -106,7 +106,7 @@ int rci_nn_weights_read(const nn_weights *w, int i, float *host, rc_error *err)
     return rc;
 }
 
-int rci_nn_weights_write(nn_weights *w, int i, const float *host, rc_error *err)
+int rci_nn_weights_write(rci_nn_weights *w, int i, const float *host, rc_error *err)
 {
     if (w->dtype == RC_F32)
         return rci_nn_weights_write_raw(w, i, host, err);
@@ -119,7 +119,7 @@ int rci_nn_weights_write(nn_weights *w, int i, const float *host, rc_error *err)
     return rc;
 }
 
-int rci_nn_weights_convert(nn_weights *w, rc_dtype dt, rc_error *err)
+int rci_nn_weights_convert(rci_nn_weights *w, rc_dtype dt, rc_error *err)
 {
     if (!storage_ok(dt))
         return rc_error_set(err, RC_ERR_DTYPE, "weights: dtype %s is not f32, bf16 or f16", rc_dtype_name(dt));
@@ -129,7 +129,7 @@ int rci_nn_weights_convert(nn_weights *w, rc_dtype dt, rc_error *err)
         w->dtype = dt;
         return 0;
     }
-    nn_weights to = *w;
+    rci_nn_weights to = *w;
     to.dtype = dt;
     to.buf = NULL;
     int64_t most = 1;
@@ -151,7 +151,7 @@ int rci_nn_weights_convert(nn_weights *w, rc_dtype dt, rc_error *err)
     return 0;
 }
 
-int rci_nn_weights_find(const nn_weights *w, const char *name)
+int rci_nn_weights_find(const rci_nn_weights *w, const char *name)
 {
     for (int i = 0; i < w->n; i++)
         if (!strcmp(w->p[i].name, name))

@@ -51,7 +51,7 @@ int rci_sharded_refresh(rci_sharded *s, rc_error *err)
 {
     if (!s->owned || !s->local || s->version == rci_params_version(s->params))
         return 0;
-    nn_weights *w = rci_params_weights(s->params);
+    rci_nn_weights *w = rci_params_weights(s->params);
     if (!w || !w->buf)
         return rc_error_set(err, RC_ERR_ARG, "model shards: the full weights are not in memory to take shards from");
     if (rci_sharded_take(s->specs, w, s->mesh->mp, s->mesh->mp_rank, s->local, s->off, err))
@@ -61,14 +61,14 @@ int rci_sharded_refresh(rci_sharded *s, rc_error *err)
 }
 
 /* parameter i of w as a tensor header (shape only), for the shard helpers */
-static rc_tensor weight_header(const nn_weights *w, int i)
+static rc_tensor weight_header(const rci_nn_weights *w, int i)
 {
     rc_tensor t = {.ndim = w->p[i].ndim, .dtype = RC_F32};
     memcpy(t.shape, w->p[i].shape, sizeof(int64_t) * (size_t)t.ndim);
     return t;
 }
 
-int64_t rci_sharded_layout(const rc_shard_spec *specs, const nn_weights *w, int mp, int64_t *off, int64_t *num)
+int64_t rci_sharded_layout(const rc_shard_spec *specs, const rci_nn_weights *w, int mp, int64_t *off, int64_t *num)
 {
     int64_t total = 0;
     for (int i = 0; i < w->n; i++) {
@@ -85,7 +85,7 @@ int64_t rci_sharded_layout(const rc_shard_spec *specs, const nn_weights *w, int 
     return total;
 }
 
-int rci_sharded_take(const rc_shard_spec *specs, const nn_weights *w, int mp, int rank, rc_buffer *local,
+int rci_sharded_take(const rc_shard_spec *specs, const rci_nn_weights *w, int mp, int rank, rc_buffer *local,
                      const int64_t *off, rc_error *err)
 {
     int64_t most = 1;
@@ -124,7 +124,7 @@ void rci_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n)
 /* LoRA: the frozen base weights' shards (their specs), taken once like the adapters' */
 static int take_frozen(rci_sharded *s, const rci_frozen *fz, const rc_shard_spec *specs, rc_error *err)
 {
-    nn_weights *w = rci_params_weights(fz->base);
+    rci_nn_weights *w = rci_params_weights(fz->base);
     if (!w || !w->buf)
         return rc_error_set(err, RC_ERR_ARG, "model shards: the frozen weights are not in memory to take shards from");
     s->frozen_off = calloc((size_t)w->n + 1, sizeof *s->frozen_off);
@@ -182,7 +182,7 @@ static int plan_adapters(rci_sharded *s, rc_graph *g, rc_tensor *out, rc_tensor 
 /* the first graph's plan kept: shard buffers filled from the full weights */
 static int take_shards(rci_sharded *s, rc_shard_spec *specs, rc_error *err)
 {
-    nn_weights *w = rci_params_weights(s->params);
+    rci_nn_weights *w = rci_params_weights(s->params);
     if (!w || !w->buf)
         return rc_error_set(err, RC_ERR_ARG, "model shards: the full weights are not in memory to take shards from");
     s->off = calloc((size_t)w->n + 1, sizeof *s->off);

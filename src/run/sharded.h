@@ -38,10 +38,10 @@ int rci_sharded_refresh(rci_sharded *s, rc_error *err);
 
 /* Shards of the weights w in one flat buffer: parameter i's at off[i], num[i] floats (num
  * may be NULL); returns the total floats. */
-int64_t rci_sharded_layout(const rc_shard_spec *specs, const nn_weights *w, int mp, int64_t *off, int64_t *num);
+int64_t rci_sharded_layout(const rc_shard_spec *specs, const rci_nn_weights *w, int mp, int64_t *off, int64_t *num);
 /* Every parameter's shard for `rank` copied from the full weights w into local (at element
  * off[i]), through host memory. */
-int rci_sharded_take(const rc_shard_spec *specs, const nn_weights *w, int mp, int rank, rc_buffer *local,
+int rci_sharded_take(const rc_shard_spec *specs, const rci_nn_weights *w, int mp, int rank, rc_buffer *local,
                      const int64_t *off, rc_error *err);
 /* specs = plan, every entry fixed: a later graph follows the plan of the first. */
 void rci_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n);

@@ -65,7 +65,7 @@ static void fault_point(int64_t step)
 /* ---- the files of a directory: full tensors written one at a time -------------------- */
 
 /* the parameter table's entry i as a tensor header (for its shape) */
-static rc_tensor param_header(const nn_weights *w, int i)
+static rc_tensor param_header(const rci_nn_weights *w, int i)
 {
     rc_tensor h = {.dtype = RC_F32, .ndim = w->p[i].ndim};
     for (int k = 0; k < h.ndim; k++)
@@ -132,7 +132,7 @@ static int gather_tensor(const rci_ckpt_state *s, int i, const rc_buffer *src, i
 }
 
 /* the element count of the largest parameter (at least 1) */
-static int64_t largest_param(const nn_weights *w)
+static int64_t largest_param(const rci_nn_weights *w)
 {
     int64_t biggest = 1;
     for (int i = 0; i < w->n; i++)
@@ -167,7 +167,7 @@ static int stream_source(void *ctx, int k, const void **data, rc_error *err)
  * forever in a gather. */
 static int write_tensors(const rci_ckpt_state *s, const char *path, int moments, int write, rc_error *err)
 {
-    const nn_weights *w = s->table;
+    const rci_nn_weights *w = s->table;
     int n = moments ? 2 * w->n : w->n;
     size_t most = (size_t)largest_param(w) * sizeof(float);
     stream st = {s, moments, 0, malloc(most), malloc(most)};
@@ -237,7 +237,7 @@ int rci_ckpt_gather_params(const rci_ckpt_state *s, rc_params *params, rc_error 
     if (rci_params_restore(params))
         return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld parameters",
                             (long long)rc_params_numel(params));
-    nn_weights *w = rci_params_weights(params);
+    rci_nn_weights *w = rci_params_weights(params);
     size_t most = (size_t)largest_param(w) * sizeof(float);
     float *full = malloc(most), *mine = malloc(most);
     int rc = full && mine ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
@@ -317,7 +317,7 @@ static int load_one(const rci_ckpt_state *s, rc_checkpoint *ck, const char *name
 /* weights and moments, tensor by tensor, into this rank's buffers */
 static int load_tensors(const rci_ckpt_state *s, const char *dir, rc_error *err)
 {
-    const nn_weights *w = s->table;
+    const rci_nn_weights *w = s->table;
     char path[4500], name[160];
     float *tmp = malloc((size_t)largest_param(w) * sizeof *tmp);
     float *part = malloc((size_t)largest_param(w) * sizeof *part);

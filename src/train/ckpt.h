@@ -13,7 +13,7 @@
  * shard). */
 typedef struct {
     rc_deployer *d;               /* its mesh (model and data axes) and its workdir */
-    const nn_weights *table;      /* every parameter's name and global shape */
+    const rci_nn_weights *table;      /* every parameter's name and global shape */
     const rc_shard_spec *specs;   /* with model shards (mesh mp > 1): each parameter's split */
     const int64_t *off, *num;     /* per parameter: element offset and count in the local layout */
     rc_buffer *weights;           /* f32: the weights in the local layout, or with 16-bit

@@ -129,7 +129,7 @@ static int moment_buffers(rc_trainer *t, int zero, rc_error *err)
  * buffers shaped like them; the full copy of the weights goes until the end of fit */
 static int shard_state(rc_trainer *t, rc_error *err)
 {
-    nn_weights *w = rci_params_weights(t->params);
+    rci_nn_weights *w = rci_params_weights(t->params);
     t->specs = t->shards.specs;
     t->local = t->shards.local;
     t->local_numel = rci_sharded_layout(t->specs, w, t->mp, t->loff, t->lnum);
@@ -283,7 +283,7 @@ rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn los
     /* one shard: the state is the parameters' own layout; with shards it is made once the
      * plan is known (the first compiled step) */
     if (t && t->mp == 1) {
-        nn_weights *w = rci_params_weights(params);
+        rci_nn_weights *w = rci_params_weights(params);
         t->local = rc_params_buffer(params, 0, NULL);
         t->local_numel = n;
         for (int i = 0; t->loff && t->lnum && i < np; i++) {
@@ -409,7 +409,7 @@ static int optimizer_update(rc_trainer *t, const rc_train_options *o, const rci_
  * none on 1-D parameters unless asked. malloc'ed; NULL when memory runs out. */
 static rci_update_part *state_parts(const rc_trainer *t, const rc_train_options *o)
 {
-    nn_weights *w = rci_params_weights(t->params);
+    rci_nn_weights *w = rci_params_weights(t->params);
     rci_update_part *parts = malloc((size_t)(w->n ? w->n : 1) * sizeof *parts);
     int64_t end = t->share_lo + t->share_n;
     for (int i = 0; parts && i < w->n; i++) {
@@ -939,7 +939,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     rci_ckpt_state state = ckpt_state(t);
     if (!rc && !stopped)
         rc = rci_ckpt_save_final(&state, o, err);
-    nn_weights *w = rci_params_weights(t->params);
+    rci_nn_weights *w = rci_params_weights(t->params);
     int64_t held = w && w->buf ? w->numel * (int64_t)rc_dtype_size(w->dtype) : 0;
     if (!rc)
         rc = rci_ckpt_gather_params(&state, t->params, err);

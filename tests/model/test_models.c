@@ -79,7 +79,7 @@ static float *values(rc_plan *p, const rc_tensor *t)
 }
 
 /* every weight copied out, flat */
-static float *weights_flat(const nn_weights *w)
+static float *weights_flat(const rci_nn_weights *w)
 {
     float *x = malloc((size_t)(w->numel ? w->numel : 1) * sizeof *x);
     if (x && rc_buffer_download(w->buf, 0, x, (size_t)w->numel * sizeof *x, NULL)) {
@@ -92,7 +92,7 @@ static float *weights_flat(const nn_weights *w)
 static int compare(const char *dir)
 {
     rc_model_config c;
-    nn_weights w;
+    rci_nn_weights w;
     rc_error err = {0};
     char path[4096];
     if (rci_nn_model_load(dir, &c, &w, rc_backend_cpu(), &err)) {
@@ -107,7 +107,7 @@ static int compare(const char *dir)
     rc_graph *g = rc_graph_new();
     rc_tensor **p = calloc((size_t)w.n, sizeof *p), **grads = calloc((size_t)w.n, sizeof *grads);
     rci_nn_model_leaves(g, &w, p);
-    nn_inputs in = {.ids = ref_ids(g, ref, "input_ids"), .enc_ids = ref_ids(g, ref, "encoder_ids")};
+    rci_nn_inputs in = {.ids = ref_ids(g, ref, "input_ids"), .enc_ids = ref_ids(g, ref, "encoder_ids")};
     rc_tensor *labels = ref_ids(g, ref, "labels");
     rc_tensor *logits = rci_nn_model_logits(g, &c, &w, p, &in);
     rc_tensor *loss = rc_cross_entropy(g, logits, labels, -100);
@@ -170,7 +170,7 @@ static int compare(const char *dir)
 static int resave(const char *dir, const char *out)
 {
     rc_model_config c;
-    nn_weights w;
+    rci_nn_weights w;
     rc_error err = {0};
     if (rci_nn_model_load(dir, &c, &w, rc_backend_cpu(), &err) || rci_nn_model_save(out, &c, &w, &err)) {
         fprintf(stderr, "resave: %s\n", err.msg);
@@ -183,7 +183,7 @@ static int resave(const char *dir, const char *out)
 static const char *const tiny[] = {"tiny-gpt2", "tiny-llama", "tiny-opt", "tiny-gptj", "tiny-t5"};
 
 /* A preset with random weights: config and allocated, initialised weights. */
-static int make_model(const char *preset, rc_model_config *c, nn_weights *w)
+static int make_model(const char *preset, rc_model_config *c, rci_nn_weights *w)
 {
     rc_error err = {0};
     memset(w, 0, sizeof *w);
@@ -200,7 +200,7 @@ static void test_round_trip(const char *tmp)
 {
     for (size_t k = 0; k < sizeof tiny / sizeof tiny[0]; k++) {
         rc_model_config c, c2;
-        nn_weights w, w2;
+        rci_nn_weights w, w2;
         rc_error err = {0};
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/%s", tmp, tiny[k]);
@@ -230,18 +230,18 @@ static void test_kv_cache(void)
     enum { T = 6 };
     for (size_t k = 0; k < sizeof tiny / sizeof tiny[0]; k++) {
         rc_model_config c;
-        nn_weights w;
+        rci_nn_weights w;
         if (!strcmp(tiny[k], "tiny-t5") || make_model(tiny[k], &c, &w))
             continue;
         int32_t ids[T] = {5, 17, 3, 99, 42, 7};
         rc_graph *g = rc_graph_new();
         rc_tensor **p = calloc((size_t)w.n, sizeof *p), **kv = calloc(2 * (size_t)c.n_layer, sizeof *kv);
         rci_nn_model_leaves(g, &w, p);
-        nn_inputs full = {.ids = rc_const(g, "ids", RC_I32, 2, (int64_t[]){1, T}, ids)};
+        rci_nn_inputs full = {.ids = rc_const(g, "ids", RC_I32, 2, (int64_t[]){1, T}, ids)};
         rc_tensor *lf = rci_nn_model_logits(g, &c, &w, p, &full);
-        nn_inputs prefix = {.ids = rc_const(g, "ids", RC_I32, 2, (int64_t[]){1, T - 1}, ids), .new_kv = kv};
+        rci_nn_inputs prefix = {.ids = rc_const(g, "ids", RC_I32, 2, (int64_t[]){1, T - 1}, ids), .new_kv = kv};
         rci_nn_model_logits(g, &c, &w, p, &prefix);
-        nn_inputs step = {.ids = rc_const(g, "ids", RC_I32, 2, (int64_t[]){1, 1}, ids + T - 1),
+        rci_nn_inputs step = {.ids = rc_const(g, "ids", RC_I32, 2, (int64_t[]){1, 1}, ids + T - 1),
                           .past = T - 1, .past_kv = kv};
         rc_tensor *ls = rci_nn_model_logits(g, &c, &w, p, &step);
         CHECKF(!rc_graph_error(g), "%s: %s", tiny[k], rc_graph_error(g));
@@ -270,7 +270,7 @@ static void test_kv_cache(void)
 static void test_load_errors(const char *tmp)
 {
     rc_model_config c, c2;
-    nn_weights w, w2;
+    rci_nn_weights w, w2;
     rc_error err = {0};
     char dir[4200], path[4300];
     if (make_model("tiny-gpt2", &c, &w))
@@ -295,7 +295,7 @@ static void test_load_errors(const char *tmp)
     wide.d_model = c.d_model + 4;
     wide.n_head = 1;
     wide.head_dim = wide.d_model;
-    nn_weights ww = {0};
+    rci_nn_weights ww = {0};
     CHECK(rci_nn_model_weights(&wide, &ww, &err) == 0 && rci_nn_weights_alloc(&ww, rc_backend_cpu(), &err) == 0);
     CHECK(rci_nn_model_save(path, &c, &ww, &err) == 0); /* config of c, tensors of `wide` */
     err = (rc_error){0};
@@ -304,7 +304,7 @@ static void test_load_errors(const char *tmp)
     /* an extra tensor the model does not use */
     snprintf(path, sizeof path, "%s/extra", tmp);
     CHECK(rci_nn_model_save(path, &c, &w, &err) == 0);
-    nn_weights plus = w;
+    rci_nn_weights plus = w;
     plus.p = calloc((size_t)w.n + 1, sizeof *plus.p);
     memcpy(plus.p, w.p, (size_t)w.n * sizeof *plus.p);
     plus.p[w.n] = w.p[w.n - 1];

@@ -67,10 +67,10 @@ static float *values(rc_plan *pl, const rc_tensor *t)
  * mp = world size: equal losses, each shard's gradient equal to its cut of the whole's,
  * and the collectives the runtime runs equal to the plan's counts. Global inputs must be
  * bound; the local graph's inputs take their data by name. */
-static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc_tensor **p, nn_weights *wp,
+static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc_tensor **p, rci_nn_weights *wp,
                             rc_mesh *m, const rc_shard_override *ov, int n_ov, const feed *in, int nin)
 {
-    nn_weights w = *wp;
+    rci_nn_weights w = *wp;
     rc_error err = {0};
     int mp = m->size, rank = m->rank;
     rc_tensor **grads = calloc((size_t)w.n + 1, sizeof *grads);
@@ -171,7 +171,7 @@ static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc
 static void check_family(const char *preset, rc_mesh *m, int overrides)
 {
     rc_model_config c;
-    nn_weights w = {0};
+    rci_nn_weights w = {0};
     rc_error err = {0};
     CHECK(rc_config_preset(preset, &c, &err) == 0 && rci_nn_model_weights(&c, &w, &err) == 0 &&
           rci_nn_weights_alloc(&w, rc_backend_cpu(), &err) == 0 && rci_nn_model_init(&c, &w, 5, &err) == 0);
@@ -192,7 +192,7 @@ static void check_family(const char *preset, rc_mesh *m, int overrides)
     rc_graph *g = rc_graph_new();
     rc_tensor **p = calloc((size_t)w.n, sizeof *p);
     rci_nn_model_leaves(g, &w, p);
-    nn_inputs in = {.ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, T})};
+    rci_nn_inputs in = {.ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, T})};
     if (c.type == RC_MODEL_T5)
         in.enc_ids = rc_input(g, "enc_ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *targets = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, T});
@@ -210,7 +210,7 @@ static void check_family(const char *preset, rc_mesh *m, int overrides)
 }
 
 /* a user's parameter table: random values, norms at 1 */
-static void user_weights(nn_weights *w, const char *const *names, const int64_t (*shapes)[3], int n)
+static void user_weights(rci_nn_weights *w, const char *const *names, const int64_t (*shapes)[3], int n)
 {
     for (int i = 0; i < n; i++)
         rci_nn_weights_add(w, names[i], shapes[i][2] ? 3 : shapes[i][1] ? 2 : 1, shapes[i]);
@@ -228,7 +228,7 @@ static void user_weights(nn_weights *w, const char *const *names, const int64_t 
 /* a user-defined MLP written with graph ops: 3 linear layers, a 4-class cross-entropy */
 static void check_mlp(rc_mesh *m)
 {
-    nn_weights w = {0};
+    rci_nn_weights w = {0};
     user_weights(&w, um_mlp_names, um_mlp_shapes, UM_MLP_N);
     rc_graph *g = rc_graph_new();
     rc_tensor *p[UM_MLP_N];
@@ -249,7 +249,7 @@ static void check_mlp(rc_mesh *m)
 /* image to text (user_models.h): patch embedding, one decoder block, an untied head */
 static void check_image_to_text(rc_mesh *m)
 {
-    nn_weights w = {0};
+    rci_nn_weights w = {0};
     user_weights(&w, um_i2t_names, um_i2t_shapes, UM_I2T_N);
     rc_graph *g = rc_graph_new();
     rc_tensor *p[UM_I2T_N];

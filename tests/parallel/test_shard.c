@@ -11,7 +11,7 @@
 
 typedef struct {
     rc_graph *g;
-    nn_weights w;
+    rci_nn_weights w;
     rc_tensor **p;
     rc_tensor *loss;
     rc_model_config c;
@@ -29,7 +29,7 @@ static int build(built *b, const char *preset, int64_t B, int64_t T)
     rci_nn_model_leaves(b->g, &b->w, b->p);
     rc_tensor *ids = rc_input(b->g, "ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *tg = rc_input(b->g, "targets", RC_I32, 2, (int64_t[]){B, T});
-    nn_inputs in = {.ids = ids};
+    rci_nn_inputs in = {.ids = ids};
     if (b->c.type == RC_MODEL_T5)
         in.enc_ids = rc_input(b->g, "enc_ids", RC_I32, 2, (int64_t[]){B, T});
     b->loss = rc_cross_entropy(b->g, rci_nn_model_logits(b->g, &b->c, &b->w, b->p, &in), tg, -100);

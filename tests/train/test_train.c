@@ -15,7 +15,7 @@ typedef struct {
     rc_plan *plan;
 } trainer;
 
-static int trainer_plan(trainer *t, const nn_weights *w)
+static int trainer_plan(trainer *t, const rci_nn_weights *w)
 {
     t->grads = calloc((size_t)w->n, sizeof *t->grads);
     rc_tensor **outs = calloc((size_t)w->n + 1, sizeof *outs);
@@ -36,7 +36,7 @@ static int trainer_plan(trainer *t, const nn_weights *w)
 
 /* The gradients of the last run copied into grad, laid out as w's buffer (the optimizers
  * take parameters and gradients at the same element offsets). */
-static int trainer_grads(trainer *t, const nn_weights *w, rc_buffer *grad, float *host)
+static int trainer_grads(trainer *t, const rci_nn_weights *w, rc_buffer *grad, float *host)
 {
     for (int i = 0; i < w->n; i++)
         if (rc_plan_read(t->plan, t->grads[i], host, NULL) ||
@@ -58,7 +58,7 @@ static void trainer_free(trainer *t)
 static void test_mlp_sgd(void)
 {
     enum { N = 64, IN = 4, HID = 32 };
-    nn_weights w = {0}, teacher = {0};
+    rci_nn_weights w = {0}, teacher = {0};
     const char *names[4] = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
     int64_t shapes[4][2] = {{IN, HID}, {HID}, {HID, 1}, {1}};
     for (int i = 0; i < 4; i++) {
@@ -127,7 +127,7 @@ static void test_transformer_adamw(void)
 {
     enum { V = 16, B = 8, T = 16 };
     rc_model_config cfg = rci_nn_gpt2_config(V, T, 2, 2, 32);
-    nn_weights w = {0};
+    rci_nn_weights w = {0};
     rc_error err = {0};
     CHECK(rci_nn_model_weights(&cfg, &w, &err) == 0 && rci_nn_weights_alloc(&w, rc_backend_cpu(), &err) == 0 &&
           rci_nn_model_init(&cfg, &w, 11, &err) == 0);
@@ -136,7 +136,7 @@ static void test_transformer_adamw(void)
     rci_nn_model_leaves(t.g, &w, t.p);
     rc_tensor *ids = rc_input(t.g, "ids", RC_I32, 2, (int64_t[]){B, T});
     rc_tensor *tg = rc_input(t.g, "targets", RC_I32, 2, (int64_t[]){B, T});
-    nn_inputs in = {.ids = ids};
+    rci_nn_inputs in = {.ids = ids};
     t.loss = rc_cross_entropy(t.g, rci_nn_model_logits(t.g, &cfg, &w, t.p, &in), tg, -100);
     CHECK(trainer_plan(&t, &w) == 0);
     int32_t perm[V], xb[B * T], yb[B * T];
