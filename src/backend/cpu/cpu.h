@@ -7,7 +7,8 @@
 
 /* One node's run with host addresses.
  * Contract: the backend calls a kernel once per non-view, non-leaf node, after every src
- * has its values. out points at rc_tensor_nbytes(node) bytes of uninitialised memory (the
+ * has its values; the node fits its op (rci_node_check passed when its plan was made), so
+ * a kernel checks no structure. out points at rc_tensor_nbytes(node) bytes of uninitialised memory (the
  * kernel writes every element), never overlapping any input. All tensors are contiguous
  * row-major. Element-wise and where/equal inputs broadcast numpy-style against the
  * node's shape (shapes right-aligned, size-1 axes repeat). A kernel returns 0, or -1 with
