@@ -219,7 +219,7 @@ int main(int argc, char **argv)
     bench_copy copy;
     int64_t copy_n = w.numel > (1 << 26) ? w.numel : (1 << 26);
     int passes = (int)((28.0 * (double)w.numel) / (8.0 * (double)copy_n) + 0.5);
-    int on_cpu = be == rc_backend_cpu(); /* the streaming copy measures host memory */
+    int on_cpu = be == rc_device_open("cpu", 0, NULL); /* the streaming copy measures host memory */
     passes = passes < 1 ? 1 : passes;
     if (on_cpu && bench_copy_init(&copy, copy_n))
         bench_fail(NAME, "streaming copy", "cannot allocate its arrays");

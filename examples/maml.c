@@ -21,6 +21,7 @@
  *   build/maml [--steps 1500] [--meta-batch 8] [--shots 10] [--alpha 0.01] [--lr 1e-3]
  *              [--hidden 40] [--workdir DIR]
  */
+#include "redco/device.h"
 #include "redco/pipeline.h"
 #include "redco/predict.h"
 
@@ -231,7 +232,7 @@ static int check_second_order(double alpha)
     rc_rng r = rc_rng_new(5);
     rc_error err = {0};
     /* the weights: one buffer of doubles, each tensor bound to its range */
-    rc_buffer *wbuf = rc_buffer_new(rc_backend_cpu(), sizeof wdata, &err);
+    rc_buffer *wbuf = rc_buffer_new(rc_device_open("cpu", 0, NULL), sizeof wdata, &err);
     if (!wbuf) {
         fprintf(stderr, "maml: check: %s\n", err.msg);
         rc_graph_free(g);

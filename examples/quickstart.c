@@ -1,5 +1,6 @@
 /* quickstart.c - the README's example: fit y = 3x - 1 with one linear layer and SGD. */
 #include "redco.h"
+#include "redco/device.h"
 
 #include <stdio.h>
 
@@ -28,8 +29,9 @@ int main(void)
     /* 3. the parameters live in a backend buffer (w, then b; zeroed), bound to the graph;
      *    their gradients go to a buffer of the same layout for the optimizer */
     rc_error e = {0};
-    rc_buffer *wb = rc_buffer_new(rc_backend_cpu(), 2 * sizeof(float), &e);
-    rc_buffer *gb = rc_buffer_new(rc_backend_cpu(), 2 * sizeof(float), &e);
+    rc_backend *cpu = rc_device_open("cpu", 0, &e);
+    rc_buffer *wb = rc_buffer_new(cpu, 2 * sizeof(float), &e);
+    rc_buffer *gb = rc_buffer_new(cpu, 2 * sizeof(float), &e);
     if (wb && gb) {
         rc_graph_bind(g, wp, wb, 0);
         rc_graph_bind(g, bp, wb, sizeof(float));

@@ -248,7 +248,9 @@ float rc_bf16_to_f32(uint16_t h);
 uint16_t rc_f32_to_f16(float f);
 float rc_f16_to_f32(uint16_t h);
 /* n elements of dtype st at src converted to dtype dt at dst (f32, f64, bf16, f16; the same
- * dtype copies). f64 to 16 bits rounds through f32. Returns 0, or -1 for another dtype. */
+ * dtype copies) as the scalar functions above convert them: 16-bit values widen exactly
+ * and f64 to 16 bits rounds through f32. dst may be src itself (in place).
+ * Long arrays convert over the OpenMP threads. Returns 0, or -1 for another dtype. */
 int rc_convert(void *dst, rc_dtype dt, const void *src, rc_dtype st, int64_t n);
 size_t rc_tensor_nbytes(const rc_tensor *t);
 /* Writes e.g. "[4, 8]" into buf; returns buf. */
@@ -262,8 +264,9 @@ const char *rc_op_name(rc_op op);
 typedef struct rc_backend rc_backend;
 typedef struct rc_buffer rc_buffer;
 
-/* The CPU backend: buffers in host memory, kernels with OpenMP and OpenBLAS. */
-rc_backend *rc_backend_cpu(void);
+/* Backends are opened by name with rc_device_open (redco/device.h): "cpu" is the CPU
+ * backend (buffers in host memory, kernels with OpenMP and OpenBLAS), "opencl:N" an OpenCL
+ * device. */
 const char *rc_backend_name(const rc_backend *be);
 /* Bytes the device has (0: unknown), bytes held by redco's buffers now, and their peak. */
 void rc_backend_memory(const rc_backend *be, size_t *total, size_t *used, size_t *peak);

@@ -1,7 +1,8 @@
-/* device.h - OpenCL devices: listing them and opening one as a backend.
+/* device.h - devices: opening one as a backend by name, and listing the OpenCL devices.
  *
- * Devices are numbered 0, 1, ... over every OpenCL platform the ICD loader finds, in the
- * loader's platform order, then each platform's device order:
+ * rc_device_open is the one way to get a backend: "cpu", or an OpenCL device "opencl:N".
+ * OpenCL devices are numbered 0, 1, ... over every OpenCL platform the ICD loader finds,
+ * in the loader's platform order, then each platform's device order:
  *
  *     int n = rc_opencl_device_count(&err);          // -1: no platform or device (err says
  *     for (int i = 0; i < n; i++) {                  //     what to install)
@@ -9,7 +10,8 @@
  *         rc_opencl_device_info(i, &d, &err);
  *         printf("opencl:%d %s (%s), %zu bytes\n", i, d.name, d.platform, d.global_bytes);
  *     }
- *     rc_backend *gpu = rc_backend_opencl(0, &err);   // then rc_plan_new_on(gpu, ...)
+ *     rc_backend *gpu = rc_device_open("opencl:0", 0, &err);  // then rc_plan_new_on(gpu, ...)
+ *     rc_backend *cpu = rc_device_open("cpu", 0, &err);       // never fails
  */
 #ifndef REDCO_DEVICE_H
 #define REDCO_DEVICE_H
@@ -37,15 +39,13 @@ typedef struct {
 int rc_opencl_device_count(rc_error *err);
 /* The description of device `index`; 0, or -1 with err set. */
 int rc_opencl_device_info(int index, rc_device_info *info, rc_error *err);
-/* The backend of device `index` ("opencl:N"): opened on the first call (its kernel program
- * built then) and kept for the whole process; NULL with err set when it cannot be. */
-rc_backend *rc_backend_opencl(int index, rc_error *err);
-
 /* The backend a device name asks for: "cpu"; "opencl" (device local_rank modulo the device
  * count); "opencl:N"; or "opencl:N,M,..." (entry local_rank modulo the list's length).
  * NULL or "" reads the environment's REDCO_DEVICE, and without it the CPU. local_rank < 0
  * takes the launcher's (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID; 0
- * without one). NULL with err set for an unknown name or a device that cannot be opened. */
+ * without one). A device is opened on its first call (an OpenCL device's kernel program
+ * built then) and kept for the whole process: the same name gives the same backend. NULL
+ * with err set for an unknown name or a device that cannot be opened. */
 rc_backend *rc_device_open(const char *spec, int local_rank, rc_error *err);
 
 #ifdef __cplusplus

@@ -13,7 +13,7 @@
 #ifndef REDCO_BACKEND_H
 #define REDCO_BACKEND_H
 
-#include "redco.h"
+#include "internal.h"
 
 /* A place in device memory: byte `off` of buffer `buf`. */
 typedef struct {
@@ -65,11 +65,11 @@ typedef struct {
 } rci_adam_consts;
 rci_adam_consts rci_adam_setup(const rci_update *u);
 
-/* Element strides of a contiguous tensor of shape[nd]; and of t's elements along the axes
- * of shape[nd] (right-aligned, 0 on broadcast axes), -1 when t does not broadcast to it.
- * (shared.c) */
-void rci_contiguous_strides(int nd, const int64_t *shape, int64_t *st);
-int rci_bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64_t *st);
+/* A product of at most this many rows (batches times m) by a shared operand B (a decoding
+ * step) reads B once as it is stored, without a GEMM: both backends' rule (shared.c). */
+enum { RCI_MATMUL_FEW_ROWS = 4 };
+int rci_matmul_few_rows(const rci_matmul_dims *d);
+
 /* The axes of shape[nd] simplified for k stride sets st[j]: size-1 axes dropped, axes that
  * continue each other in every set merged, into mshape and mst (zero beyond the merged
  * axes); returns the merged axes, >= 1 (no axis left: one of size 1, strides 0). */
@@ -127,8 +127,12 @@ struct rc_buffer {
     void *impl;                   /* the backend's handle (host memory on the CPU) */
 };
 
-/* The CPU backend (src/backend/cpu/). */
+/* The backends (users open them by name: rc_device_open, device.c): the CPU's
+ * (src/backend/cpu/), and OpenCL device `index`'s (src/backend/opencl/), opened on the
+ * first call (its kernel program built then) and kept for the whole process; NULL with err
+ * set when it cannot be. */
 rc_backend *rci_backend_cpu(void);
+rc_backend *rci_backend_opencl(int index, rc_error *err);
 
 /* The scratch bytes be holds after running nodes[0..n) in that order from `held`: leaves,
  * views and the model-axis collectives (the plan's own work) take none. (buffer.c) */

@@ -5,11 +5,6 @@
 
 #include <stdlib.h>
 
-rc_backend *rc_backend_cpu(void)
-{
-    return rci_backend_cpu();
-}
-
 const char *rc_backend_name(const rc_backend *be)
 {
     return be ? be->name : "none";

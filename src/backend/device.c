@@ -1,6 +1,7 @@
-/* device.c - a device named by the user ("cpu", "opencl", "opencl:N", "opencl:N,M,...")
- * resolved to a backend for this process. */
+/* device.c - the one way to open a device: a name ("cpu", "opencl", "opencl:N",
+ * "opencl:N,M,...") resolved to a backend for this process. */
 #include "internal.h"
+#include "backend.h"
 #include "redco/device.h"
 
 #include <stdio.h>
@@ -48,15 +49,15 @@ rc_backend *rc_device_open(const char *spec, int local_rank, rc_error *err)
     if (!spec || !*spec)
         spec = getenv("REDCO_DEVICE");
     if (!spec || !*spec || !strcmp(spec, "cpu"))
-        return rc_backend_cpu();
+        return rci_backend_cpu();
     if (local_rank < 0)
         local_rank = local_rank_from_env();
     if (!strcmp(spec, "opencl")) {
         int n = rc_opencl_device_count(err);
-        return n < 0 ? NULL : rc_backend_opencl(local_rank % n, err);
+        return n < 0 ? NULL : rci_backend_opencl(local_rank % n, err);
     }
     if (strncmp(spec, "opencl:", 7))
         return bad_spec(spec, err);
     int index = pick_from_list(spec + 7, local_rank);
-    return index < 0 ? bad_spec(spec, err) : rc_backend_opencl(index, err);
+    return index < 0 ? bad_spec(spec, err) : rci_backend_opencl(index, err);
 }

@@ -1,42 +1,11 @@
-/* shared.c - what every backend's host code computes the same way: element strides of
- * contiguous and broadcast tensors, and AdamW's per-step constants. */
+/* shared.c - what every backend's host code computes the same way: the axes of a strided
+ * box merged, the product of a few rows that reads its weights directly, and AdamW's
+ * per-step constants. */
 #include "internal.h"
 #include "backend.h"
 
 #include <math.h>
 #include <string.h>
-
-void rci_contiguous_strides(int nd, const int64_t *shape, int64_t *st)
-{
-    int64_t s = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        st[i] = s;
-        s *= shape[i];
-    }
-}
-
-int rci_bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64_t *st)
-{
-    int off = nd - t->ndim;
-    if (off < 0)
-        return -1;
-    int64_t s = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        int j = i - off;
-        if (j < 0) {
-            st[i] = 0;
-            continue;
-        }
-        if (t->shape[j] == shape[i])
-            st[i] = shape[i] == 1 ? 0 : s;
-        else if (t->shape[j] == 1)
-            st[i] = 0;
-        else
-            return -1;
-        s *= t->shape[j];
-    }
-    return 0;
-}
 
 int rci_merge_axes(int nd, const int64_t *shape, int k, int64_t st[][RC_MAX_DIMS], int64_t *mshape,
                    int64_t mst[][RC_MAX_DIMS])
@@ -62,6 +31,11 @@ int rci_merge_axes(int nd, const int64_t *shape, int k, int64_t st[][RC_MAX_DIMS
     if (m == 0)
         mshape[m++] = 1;
     return m;
+}
+
+int rci_matmul_few_rows(const rci_matmul_dims *d)
+{
+    return d->bb == 1 && (d->batch == 1 || !d->ta) && d->batch * d->m <= RCI_MATMUL_FEW_ROWS;
 }
 
 rci_adam_consts rci_adam_setup(const rci_update *u)

@@ -70,6 +70,35 @@ int rci_dtype_is_half(rc_dtype t);
 rc_dtype rci_compute_dtype(rc_dtype t);
 int64_t rci_shape_numel(int ndim, const int64_t *shape);
 
+/* ---- a node's structure (node_check.c) ---- */
+
+/* 0 when node's inputs (present, of the dtypes its op takes), their shapes and its integer
+ * parameters fit its op; else -1 with err naming the op, what does not fit and the node
+ * (id, shape, dtype). The plan checks every node with it before anything runs, so kernels
+ * take their nodes as valid. */
+int rci_node_check(const rc_tensor *node, rc_error *err);
+/* node checked by rci_node_check, for a builder: node, or NULL with the graph's error set */
+rc_tensor *rci_node_checked(rc_graph *g, rc_tensor *node);
+
+/* Element strides of a contiguous tensor of shape[nd]; and of t's elements along the axes
+ * of shape[nd] (right-aligned, 0 on broadcast axes), -1 when t does not broadcast to it. */
+void rci_contiguous_strides(int nd, const int64_t *shape, int64_t *st);
+int rci_bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64_t *st);
+
+/* A matrix product's transposes and sizes: op(A) [m, k], op(B) [kb, n] (kb == k when it is
+ * valid), and the batches of the output and of each operand (1: shared by every batch; 0
+ * when a size is 0). From a MATMUL node whose operands have at least 2 dimensions. */
+typedef struct {
+    int ta, tb;
+    int64_t m, n, k, kb;
+    int64_t batch, ba, bb;
+} rci_matmul_dims;
+rci_matmul_dims rci_matmul_dims_of(const rc_tensor *node);
+
+/* A convolution's (or pooling's) output extent along one axis of n with a kernel of k:
+ * (n + 2 pad - dil (k - 1) - 1) / stride + 1, 0 when the dilated kernel does not fit. */
+int64_t rci_conv_out_size(int64_t n, int64_t k, int stride, int pad, int dil);
+
 /* Gradient rule of one node: given the gradient of its output, add the nodes for the
  * gradients of its inputs into gsrc[i] (NULL where an input gets none). In grad.c. */
 int rci_grad_node(rc_graph *g, rc_tensor *node, rc_tensor *gout, rc_tensor **gsrc);

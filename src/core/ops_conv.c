@@ -32,14 +32,6 @@ static int conv_params_check(rc_graph *g, const char *op, const rc_conv2d_params
     return 0;
 }
 
-/* output size of one axis: (n + 2 pad - dil (k - 1) - 1) / stride + 1; < 1 when the
- * (dilated) kernel does not fit */
-static int64_t out_size(int64_t n, int64_t k, int stride, int pad, int dil)
-{
-    int64_t span = n + 2 * (int64_t)pad - (int64_t)dil * (k - 1) - 1;
-    return span < 0 ? 0 : span / stride + 1;
-}
-
 static void conv_store(rc_tensor *y, const rc_conv2d_params *q)
 {
     y->iparam[0] = q->stride[0], y->iparam[1] = q->stride[1];
@@ -98,8 +90,8 @@ rc_tensor *rc_conv2d(rc_graph *g, rc_tensor *x, rc_tensor *w, rc_tensor *bias,
         return rci_fail(g, RC_ERR_SHAPE, "conv2d: bias %s %s does not fit %lld output channels (need [%lld] %s)",
                         rc_shape_str(bias, sb, sizeof sb), rc_dtype_name(bias->dtype),
                         (long long)w->shape[0], (long long)w->shape[0], rc_dtype_name(x->dtype));
-    int64_t oh = out_size(x->shape[2], w->shape[2], q.stride[0], q.padding[0], q.dilation[0]);
-    int64_t ow = out_size(x->shape[3], w->shape[3], q.stride[1], q.padding[1], q.dilation[1]);
+    int64_t oh = rci_conv_out_size(x->shape[2], w->shape[2], q.stride[0], q.padding[0], q.dilation[0]);
+    int64_t ow = rci_conv_out_size(x->shape[3], w->shape[3], q.stride[1], q.padding[1], q.dilation[1]);
     if (oh < 1 || ow < 1 || w->shape[2] < 1 || w->shape[3] < 1) {
         char sw[96];
         return rci_fail(g, RC_ERR_SHAPE, "conv2d: kernel of weight %s (dilation %d, %d) does not fit "
@@ -119,8 +111,8 @@ static int conv_grad_check(rc_graph *g, const char *op, const rc_tensor *gy, int
                            int64_t h, int64_t w, int64_t o, int64_t kh, int64_t kw,
                            const rc_conv2d_params *q)
 {
-    int64_t oh = out_size(h, kh, q->stride[0], q->padding[0], q->dilation[0]);
-    int64_t ow = out_size(w, kw, q->stride[1], q->padding[1], q->dilation[1]);
+    int64_t oh = rci_conv_out_size(h, kh, q->stride[0], q->padding[0], q->dilation[0]);
+    int64_t ow = rci_conv_out_size(w, kw, q->stride[1], q->padding[1], q->dilation[1]);
     if (gy->shape[0] == n && gy->shape[1] == o && gy->shape[2] == oh && gy->shape[3] == ow &&
         oh >= 1 && ow >= 1 && c % q->groups == 0 && o % q->groups == 0)
         return 0;
@@ -194,8 +186,8 @@ static int pool_check(rc_graph *g, const char *op, const rc_tensor *x, rc_pool_k
             return -1;
         }
     }
-    *oh = out_size(x->shape[2], p->kernel[0], p->stride[0] ? p->stride[0] : p->kernel[0], p->padding[0], 1);
-    *ow = out_size(x->shape[3], p->kernel[1], p->stride[1] ? p->stride[1] : p->kernel[1], p->padding[1], 1);
+    *oh = rci_conv_out_size(x->shape[2], p->kernel[0], p->stride[0] ? p->stride[0] : p->kernel[0], p->padding[0], 1);
+    *ow = rci_conv_out_size(x->shape[3], p->kernel[1], p->stride[1] ? p->stride[1] : p->kernel[1], p->padding[1], 1);
     if (*oh < 1 || *ow < 1) {
         char s[96];
         rci_fail(g, RC_ERR_SHAPE, "%s: kernel %d x %d does not fit input %s padded by %d, %d", op,

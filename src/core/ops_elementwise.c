@@ -9,14 +9,11 @@ static rc_tensor *binary(rc_graph *g, rc_op op, rc_tensor *a, rc_tensor *b)
     rc_tensor *src[2] = {a, b};
     if (rci_inputs_bad(g, 2, src) || rci_float_input(g, rc_op_name(op), a))
         return NULL;
-    if (a->dtype != b->dtype)
-        return rci_fail(g, RC_ERR_DTYPE, "%s: dtypes %s and %s differ", rc_op_name(op),
-                       rc_dtype_name(a->dtype), rc_dtype_name(b->dtype));
     int ndim;
     int64_t shape[RC_MAX_DIMS];
     if (rci_broadcast_shapes(g, rc_op_name(op), a, b, &ndim, shape))
         return NULL;
-    return rci_node_new(g, op, a->dtype, ndim, shape, 2, src);
+    return rci_node_checked(g, rci_node_new(g, op, a->dtype, ndim, shape, 2, src));
 }
 
 rc_tensor *rc_add(rc_graph *g, rc_tensor *a, rc_tensor *b) { return binary(g, RC_OP_ADD, a, b); }
@@ -77,12 +74,6 @@ rc_tensor *rc_where(rc_graph *g, rc_tensor *cond, rc_tensor *a, rc_tensor *b)
     rc_tensor *src[3] = {cond, a, b};
     if (rci_inputs_bad(g, 3, src) || rci_float_input(g, "where", a))
         return NULL;
-    if (a->dtype != b->dtype)
-        return rci_fail(g, RC_ERR_DTYPE, "where: branch dtypes %s and %s differ",
-                       rc_dtype_name(a->dtype), rc_dtype_name(b->dtype));
-    if (cond->dtype != a->dtype && cond->dtype != RC_I32)
-        return rci_fail(g, RC_ERR_DTYPE, "where: condition dtype %s (use i32 or %s)",
-                       rc_dtype_name(cond->dtype), rc_dtype_name(a->dtype));
     int n1, n2;
     int64_t s1[RC_MAX_DIMS], s2[RC_MAX_DIMS];
     if (rci_broadcast_shapes(g, "where", a, b, &n1, s1))
@@ -92,7 +83,7 @@ rc_tensor *rc_where(rc_graph *g, rc_tensor *cond, rc_tensor *a, rc_tensor *b)
         ab.shape[i] = s1[i];
     if (rci_broadcast_shapes(g, "where", cond, &ab, &n2, s2))
         return NULL;
-    return rci_node_new(g, RC_OP_WHERE, a->dtype, n2, s2, 3, src);
+    return rci_node_checked(g, rci_node_new(g, RC_OP_WHERE, a->dtype, n2, s2, 3, src));
 }
 
 rc_tensor *rc_equal(rc_graph *g, rc_tensor *a, rc_tensor *b)
@@ -100,16 +91,14 @@ rc_tensor *rc_equal(rc_graph *g, rc_tensor *a, rc_tensor *b)
     rc_tensor *src[2] = {a, b};
     if (rci_inputs_bad(g, 2, src))
         return NULL;
-    if (a->dtype != b->dtype)
-        return rci_fail(g, RC_ERR_DTYPE, "equal: dtypes %s and %s differ",
-                       rc_dtype_name(a->dtype), rc_dtype_name(b->dtype));
     if (a->dtype != RC_I32 && rci_float_input(g, "equal", a))
         return NULL;
     int ndim;
     int64_t shape[RC_MAX_DIMS];
     if (rci_broadcast_shapes(g, "equal", a, b, &ndim, shape))
         return NULL;
-    return rci_node_new(g, RC_OP_EQUAL, a->dtype == RC_I32 ? RC_F32 : a->dtype, ndim, shape, 2, src);
+    rc_dtype t = a->dtype == RC_I32 ? RC_F32 : a->dtype;
+    return rci_node_checked(g, rci_node_new(g, RC_OP_EQUAL, t, ndim, shape, 2, src));
 }
 
 rc_tensor *rc_cast(rc_graph *g, rc_tensor *a, rc_dtype t)

@@ -1,5 +1,7 @@
 /* ops_nn.c - builders of the neural-network ops: softmax, norms, embedding lookup,
- * rotary position embedding, cross-entropy and one-hot. */
+ * rotary position embedding, cross-entropy and one-hot. What a node's inputs must be beyond
+ * what its shape needs (a mask, a norm's weight, the loss gradient's upstream) is
+ * rci_node_check's (node_check.c). */
 #include "internal.h"
 
 static int ids_input(rc_graph *g, const char *op, const rc_tensor *t)
@@ -9,22 +11,6 @@ static int ids_input(rc_graph *g, const char *op, const rc_tensor *t)
     char s[96];
     rci_fail(g, RC_ERR_DTYPE, "%s: ids %s have dtype %s (must be i32)", op,
             rc_shape_str(t, s, sizeof s), rc_dtype_name(t->dtype));
-    return -1;
-}
-
-/* A per-feature vector (norm weight or bias) must be [C] of x's dtype. */
-static int feature_vector(rc_graph *g, const char *op, const char *what, const rc_tensor *v,
-                          const rc_tensor *x)
-{
-    if (!v)
-        return 0;
-    int64_t c = x->shape[x->ndim - 1];
-    if (v->ndim == 1 && v->shape[0] == c && v->dtype == x->dtype)
-        return 0;
-    char sv[96], sx[96];
-    rci_fail(g, RC_ERR_SHAPE, "%s: %s %s %s does not fit input %s (need [%lld] %s)", op, what,
-            rc_shape_str(v, sv, sizeof sv), rc_dtype_name(v->dtype), rc_shape_str(x, sx, sizeof sx),
-            (long long)c, rc_dtype_name(x->dtype));
     return -1;
 }
 
@@ -39,27 +25,13 @@ rc_tensor *rc_softmax_ext(rc_graph *g, rc_tensor *a, rc_tensor *mask, double sca
         return NULL;
     if (a->ndim < 1)
         return rci_fail(g, RC_ERR_SHAPE, "softmax: input is a scalar");
-    if (mask) {
-        int ndim;
-        int64_t shape[RC_MAX_DIMS];
-        if (mask->dtype != a->dtype)
-            return rci_fail(g, RC_ERR_DTYPE, "softmax: mask dtype %s differs from input %s",
-                           rc_dtype_name(mask->dtype), rc_dtype_name(a->dtype));
-        if (rci_broadcast_shapes(g, "softmax mask", a, mask, &ndim, shape))
-            return NULL;
-        if (ndim != a->ndim || rci_shape_numel(ndim, shape) != rc_tensor_numel(a)) {
-            char sa[96], sm[96];
-            return rci_fail(g, RC_ERR_SHAPE, "softmax: mask %s must broadcast to the input %s",
-                           rc_shape_str(mask, sm, sizeof sm), rc_shape_str(a, sa, sizeof sa));
-        }
-    }
     rc_tensor *src[2] = {a, mask};
     rc_tensor *y = rci_node_new(g, RC_OP_SOFTMAX, a->dtype, a->ndim, a->shape, 2, src);
     if (y) {
         y->fparam[0] = scale;
         y->iparam[0] = !!causal;
     }
-    return y;
+    return rci_node_checked(g, y);
 }
 
 rc_tensor *rc_layer_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, rc_tensor *bias, double eps)
@@ -68,14 +40,11 @@ rc_tensor *rc_layer_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, rc_tensor
         return NULL;
     if (x->ndim < 1)
         return rci_fail(g, RC_ERR_SHAPE, "layer_norm: input is a scalar");
-    if (feature_vector(g, "layer_norm", "weight", weight, x) ||
-        feature_vector(g, "layer_norm", "bias", bias, x))
-        return NULL;
     rc_tensor *src[3] = {x, weight, bias};
     rc_tensor *y = rci_node_new(g, RC_OP_LAYER_NORM, x->dtype, x->ndim, x->shape, 3, src);
     if (y)
         y->fparam[0] = eps;
-    return y;
+    return rci_node_checked(g, y);
 }
 
 rc_tensor *rc_rms_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, double eps, double offset)
@@ -84,15 +53,13 @@ rc_tensor *rc_rms_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, double eps,
         return NULL;
     if (x->ndim < 1)
         return rci_fail(g, RC_ERR_SHAPE, "rms_norm: input is a scalar");
-    if (feature_vector(g, "rms_norm", "weight", weight, x))
-        return NULL;
     rc_tensor *src[2] = {x, weight};
     rc_tensor *y = rci_node_new(g, RC_OP_RMS_NORM, x->dtype, x->ndim, x->shape, 2, src);
     if (y) {
         y->fparam[0] = eps;
         y->fparam[1] = offset;
     }
-    return y;
+    return rci_node_checked(g, y);
 }
 
 rc_tensor *rc_embedding(rc_graph *g, rc_tensor *table, rc_tensor *ids)
@@ -246,16 +213,12 @@ rc_tensor *rc_cross_entropy_grad(rc_graph *g, rc_tensor *logits, rc_tensor *targ
     rc_tensor *src[3] = {logits, targets, g_out};
     if (rci_inputs_bad(g, 3, src))
         return NULL;
-    rc_tensor *check = rc_cross_entropy(g, logits, targets, ignore_index); /* validates shapes */
-    if (!check)
+    if (!rc_cross_entropy(g, logits, targets, ignore_index)) /* the loss's rules for the inputs */
         return NULL;
-    if (rc_tensor_numel(g_out) != 1 || g_out->dtype != check->dtype)
-        return rci_fail(g, RC_ERR_SHAPE, "cross_entropy_grad: the upstream gradient must be a %s scalar (the loss's dtype)",
-                       rc_dtype_name(check->dtype));
     rc_tensor *y = rci_node_new(g, RC_OP_CROSS_ENTROPY_GRAD, logits->dtype, logits->ndim, logits->shape, 3, src);
     if (y)
         y->iparam[0] = ignore_index;
-    return y;
+    return rci_node_checked(g, y);
 }
 
 rc_tensor *rc_one_hot(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_index, rc_dtype t)

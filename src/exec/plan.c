@@ -251,6 +251,16 @@ static int check_supported(rc_plan *p, rc_error *err)
     return 0;
 }
 
+/* Every node the plan holds fits its op (rci_node_check): an invalid node is refused here,
+ * naming it, and the kernels never see one. */
+static int check_nodes(const rc_plan *p, rc_error *err)
+{
+    for (int i = 0; i < p->n; i++)
+        if (rci_node_check(p->order[i], err))
+            return -1;
+    return 0;
+}
+
 /* Constants: each plan holds and uploads its own copy. */
 static int upload_constants(rc_plan *p, rc_error *err)
 {
@@ -327,7 +337,7 @@ static rc_plan *plan_new(rc_backend *be, rc_graph *g, rc_tensor *const *outputs,
     for (int i = 0; i < n; i++)
         p->is_output[outputs[i]->id] = 1;
     p->stats.nodes = p->n;
-    if (plan_memory(p, outputs, n, err) || (!dry && check_supported(p, err)) ||
+    if (check_nodes(p, err) || plan_memory(p, outputs, n, err) || (!dry && check_supported(p, err)) ||
         (!dry && upload_constants(p, err))) {
         rc_plan_free(p);
         return NULL;

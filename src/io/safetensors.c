@@ -1,7 +1,6 @@
 /* safetensors.c - reading (memory-mapped, validated) and writing safetensors files.
  * The format and the validation rules are described in include/redco/safetensors.h. */
 #include "redco/safetensors.h"
-#include "half.h"
 #include "internal.h"
 
 #include <errno.h>
@@ -66,11 +65,6 @@ struct rc_safetensors {
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
-static uint16_t load_le16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
 static uint32_t load_le32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -79,13 +73,6 @@ static uint32_t load_le32(const uint8_t *p)
 static uint64_t load_le64(const uint8_t *p)
 {
     return (uint64_t)load_le32(p) | (uint64_t)load_le32(p + 4) << 32;
-}
-
-static float f32_from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
 }
 
 /* "[2, 3]" into buf. */
@@ -423,24 +410,22 @@ const char *rc_st_dtype_name(rc_dtype t)
     return NULL;
 }
 
-/* element k of tensor t's bytes p as an f64 */
-static double load_f64(const uint8_t *p, int64_t k)
+/* n elements of dtype st at the file's bytes p converted by rc_convert (a little-endian
+ * file on a little-endian host, as the copy of an equal dtype): directly when p is aligned
+ * for st, else a block at a time through aligned memory */
+static void convert_from_file(void *dst, rc_dtype dt, const uint8_t *p, rc_dtype st, int64_t n)
 {
-    uint64_t u = load_le64(p + 8 * k);
-    double x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-/* element k of tensor t's bytes p as an f32: f32 and 16-bit values exactly, bit for bit
- * (no trip through double, which would make a signalling NaN quiet); f64 rounded */
-static float load_f32(const rc_st_tensor *t, const uint8_t *p, int64_t k)
-{
-    switch (t->dtype) {
-    case RC_F32: return f32_from_bits(load_le32(p + 4 * k));
-    case RC_BF16: return rci_bf16_to_f32(load_le16(p + 2 * k));
-    case RC_F16: return rci_f16_to_f32(load_le16(p + 2 * k));
-    default: return (float)load_f64(p, k);
+    enum { BLOCK = 4096 };
+    size_t es = rc_dtype_size(st), ds = rc_dtype_size(dt);
+    if ((uintptr_t)p % es == 0) {
+        rc_convert(dst, dt, p, st, n);
+        return;
+    }
+    double block[BLOCK];   /* BLOCK elements of any dtype */
+    for (int64_t k = 0; k < n; k += BLOCK) {
+        int64_t len = n - k < BLOCK ? n - k : BLOCK;
+        memcpy(block, p + k * (int64_t)es, (size_t)len * es);
+        rc_convert((char *)dst + k * (int64_t)ds, dt, block, st, len);
     }
 }
 
@@ -467,18 +452,7 @@ int rc_safetensors_read(const rc_safetensors *f, int i, rc_dtype dt, void *dst, 
         return rc_error_set(err, RC_ERR_DTYPE, "%s: tensor '%s' has dtype %s, which does not convert to %s "
                             "(F32, F64, BF16 and F16 convert between f32, f64, bf16 and f16)", f->path,
                             t->name, t->dtype_name, rc_dtype_name(dt));
-    for (int64_t k = 0; k < n; k++) {
-        if (dt == RC_F64) {
-            ((double *)dst)[k] = t->dtype == RC_F64 ? load_f64(p, k) : (double)load_f32(t, p, k);
-            continue;
-        }
-        float v = load_f32(t, p, k);
-        switch (dt) {
-        case RC_F32: ((float *)dst)[k] = v; break;
-        case RC_BF16: ((uint16_t *)dst)[k] = rci_f32_to_bf16(v); break;
-        default: ((uint16_t *)dst)[k] = rci_f32_to_f16(v); break;
-        }
-    }
+    convert_from_file(dst, dt, p, (rc_dtype)t->dtype, n);
     return 0;
 }
 

@@ -397,7 +397,7 @@ static void test_backend_case(rc_backend *gpu, const conv_case *k, const rc_pool
             free(h);
         }
         rc_error err = {0};
-        int ok = ocl_run(rc_backend_cpu(), RC_F32, k, pp, vals, ref, &err) == 0;
+        int ok = ocl_run(rc_device_open("cpu", 0, NULL), RC_F32, k, pp, vals, ref, &err) == 0;
         CHECKF(ok, "cpu run: %s", err.msg);
         ok = ok && ocl_run(gpu, t, k, pp, vals, got, &err) == 0;
         CHECKF(ok, "%s %s run: %s", rc_backend_name(gpu), rc_dtype_name(t), err.msg);
@@ -434,9 +434,9 @@ static void test_all_cases(rc_backend *be)
 static void test_half_cpu(void)
 {
     for (int op = RC_OP_CONV2D; op <= RC_OP_POOL2D_GRAD; op++)
-        CHECK(rc_backend_supports(rc_backend_cpu(), (rc_op)op, RC_BF16) &&
-              rc_backend_supports(rc_backend_cpu(), (rc_op)op, RC_F16));
-    test_all_cases(rc_backend_cpu());
+        CHECK(rc_backend_supports(rc_device_open("cpu", 0, NULL), (rc_op)op, RC_BF16) &&
+              rc_backend_supports(rc_device_open("cpu", 0, NULL), (rc_op)op, RC_F16));
+    test_all_cases(rc_device_open("cpu", 0, NULL));
 }
 
 static void test_opencl(void)

@@ -71,7 +71,7 @@ static void test_logits(void)
         rc_model *m = rc_model_create(families[k], 5, &err);
         int32_t ids[B * T], enc[B * T], tg[B * T];
         make_ids(m ? m->config.vocab_size : 2, 9 + k, B * T, ids, enc, tg);
-        float *cpu = m ? logits_on(rc_backend_cpu(), m, ids, enc, &err) : NULL;
+        float *cpu = m ? logits_on(rc_device_open("cpu", 0, NULL), m, ids, enc, &err) : NULL;
         float *dev = cpu && !rc_params_to(m->params, gpu, &err) ? logits_on(gpu, m, ids, enc, &err) : NULL;
         int64_t n = m ? (int64_t)B * T * m->config.vocab_size : 0;
         double d = cpu && dev ? rel_diff(dev, cpu, n) : INFINITY;
@@ -206,7 +206,7 @@ static void test_generation(void)
             for (int beams = 1; beams <= 3; beams += 2) {
                 rc_error err = {0};
                 int64_t nc = 0, nd = 0;
-                int32_t *cpu = generate_on(presets[k], dtypes[d], rc_backend_cpu(), beams, &nc, &err);
+                int32_t *cpu = generate_on(presets[k], dtypes[d], rc_device_open("cpu", 0, NULL), beams, &nc, &err);
                 int32_t *dev = cpu ? generate_on(presets[k], dtypes[d], gpu, beams, &nd, &err) : NULL;
                 CHECKF(cpu && dev && nc == nd && !memcmp(cpu, dev, (size_t)nc * sizeof *cpu),
                        "%s %s %s: tokens on opencl differ from the cpu's %s", presets[k], rc_dtype_name(dtypes[d]),

@@ -724,7 +724,7 @@ static void test_cast_all(rc_dtype from, rc_dtype to)
 /* The CPU runs every op it runs in f32 in bf16 and f16 too: nothing is left to refuse. */
 static void test_supported(void)
 {
-    rc_backend *cpu = rc_backend_cpu();
+    rc_backend *cpu = rc_device_open("cpu", 0, NULL);
     int missing = 0;
     for (int op = 0; op < RC_OP_COUNT; op++)
         if (rc_backend_supports(cpu, (rc_op)op, RC_F32)) {
@@ -739,7 +739,7 @@ static void test_supported(void)
 /* f32 kernels only: the CPU's table with a supports() that refuses 16-bit dtypes */
 static int f32_only(const rc_backend *be, rc_op op, rc_dtype t)
 {
-    return t != RC_BF16 && t != RC_F16 && rc_backend_cpu()->supports(be, op, t);
+    return t != RC_BF16 && t != RC_F16 && rc_device_open("cpu", 0, NULL)->supports(be, op, t);
 }
 
 /* A backend without 16-bit kernels refuses a plan that needs one, naming the op and the
@@ -748,7 +748,7 @@ static int f32_only(const rc_backend *be, rc_op op, rc_dtype t)
  * support taken away; its plan is built, never run. */
 static void test_refused_elsewhere(void)
 {
-    rc_backend f32_cpu = *rc_backend_cpu();
+    rc_backend f32_cpu = *rc_device_open("cpu", 0, NULL);
     f32_cpu.name = "f32-only";
     f32_cpu.supports = f32_only;
     rc_error err = {0};

@@ -1,13 +1,16 @@
 /* test_kernels.c - the CPU kernels against naive reference loops.
  *
  * Nodes are built by hand (no graph): a zeroed rc_tensor with op, dtype, shape, src and
- * params set, its values in host memory kept beside it here. A run copies the inputs into
- * CPU backend buffers, runs the node through the backend's run_node, and copies the output
- * back (poisoned before the run: kernels must write every element). References are
+ * params set, its values in host memory kept beside it here. A run checks the node as a
+ * plan does (rci_node_check: a node that does not fit its op is refused there, never given
+ * to a kernel), copies the inputs into CPU backend buffers, runs the node through the
+ * backend's run_node, and copies the output back (poisoned before the run: kernels must
+ * write every element). References are
  * computed in double from the same (rounded) input values. Every test runs in f32 and
  * f64, and the whole suite runs once on one thread and once on three, so both the serial
  * and the threaded paths are covered. */
 #include "check.h"
+#include "redco/device.h"
 #include "internal.h"
 #include "backend.h"
 
@@ -113,7 +116,7 @@ static rc_tensor *rnd(rc_dtype t, int ndim, const int64_t *shape, double lo, dou
 static rc_buffer *buffer_of(const rc_tensor *t, rc_error *e)
 {
     size_t nb = rc_tensor_nbytes(t);
-    rc_buffer *b = rc_buffer_new(rc_backend_cpu(), nb ? nb : 1, e);
+    rc_buffer *b = rc_buffer_new(rc_device_open("cpu", 0, NULL), nb ? nb : 1, e);
     if (b && rc_buffer_upload(b, 0, data_of(t), nb, e)) {
         rc_buffer_free(b);
         return NULL;
@@ -121,15 +124,16 @@ static rc_buffer *buffer_of(const rc_tensor *t, rc_error *e)
     return b;
 }
 
-/* Runs node y on the CPU backend with the per-run key run_key (dropout's): its inputs'
- * and its own (poisoned) values copied into buffers, its output copied back. */
+/* Runs node y on the CPU backend with the per-run key run_key (dropout's): checked as a
+ * plan checks it, its inputs' and its own (poisoned) values copied into buffers, its output
+ * copied back. */
 static int run_node(rc_tensor *y, uint64_t run_key, rc_error *e)
 {
-    rc_backend *be = rc_backend_cpu();
+    rc_backend *be = rc_device_open("cpu", 0, NULL);
     rc_buffer *bufs[1 + RC_MAX_SRC] = {0};
     rci_node_run r = {.node = y, .run_key = run_key};
     int rc = -1;
-    if (!(bufs[0] = buffer_of(y, e)))
+    if (rci_node_check(y, e) || !(bufs[0] = buffer_of(y, e)))
         goto done;
     r.out = (rci_mem){bufs[0], 0};
     for (int k = 0; k < y->nsrc; k++) {

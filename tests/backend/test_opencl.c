@@ -623,7 +623,7 @@ static double train_both(rc_graph *g, rc_plan *pc, rc_plan *pg, mirrors *mr, rc_
     rc_error err = {0};
     const rci_leaf_source *src = rci_graph_source(g, wrt[0]->id);
     size_t bytes = rc_buffer_size(src->buf);
-    trainee t[2] = {{rc_backend_cpu(), pc, src->buf, NULL, NULL, NULL},
+    trainee t[2] = {{rc_device_open("cpu", 0, NULL), pc, src->buf, NULL, NULL, NULL},
                     {gpu, pg, mirror_of(mr, src->buf, &err), NULL, NULL, NULL}};
     double e = INFINITY;
     int ok = t[1].w != NULL;
@@ -834,8 +834,10 @@ static void test_devices(void)
     rc_backend_memory(gpu, &total, NULL, NULL);
     CHECK(total == d.global_bytes);
     CHECK(!strcmp(rc_backend_name(gpu), "opencl:0"));
-    CHECK(rc_backend_opencl(0, &err) == gpu);
-    CHECK(!rc_backend_opencl(n, &err) && check_has(err.msg, "no device"));
+    CHECK(rc_device_open("opencl:0", 0, &err) == gpu);
+    char past[32];
+    snprintf(past, sizeof past, "opencl:%d", n);
+    CHECK(!rc_device_open(past, 0, &err) && check_has(err.msg, "no device"));
     CHECK(rc_opencl_device_info(-1, &d, &err) == -1);
     printf("  device 0: %s (%s, %s), %zu bytes\n", d.name, d.platform, d.type, d.global_bytes);
 }
@@ -917,7 +919,7 @@ static void test_optimizer(void)
         w[i] = (float)(uniform() * 2 - 1);
         g[i] = (float)(uniform() * 0.2 - 0.1);
     }
-    rc_backend *be[2] = {rc_backend_cpu(), gpu};
+    rc_backend *be[2] = {rc_device_open("cpu", 0, NULL), gpu};
     rc_buffer *bw[2], *bg[2], *bm[2], *bv[2];
     for (int k = 0; k < 2; k++) {
         bw[k] = buffer_of(be[k], w, N);
@@ -1011,7 +1013,7 @@ static void test_half_optimizer(void)
 {
     enum { NW = 6011, NF = 6007 };
     rc_error err = {0};
-    rc_backend *be[2] = {rc_backend_cpu(), gpu};
+    rc_backend *be[2] = {rc_device_open("cpu", 0, NULL), gpu};
     rc_dtype dts[2] = {RC_BF16, RC_F16};
     uint16_t *words = malloc(NW * sizeof *words), *wout[2] = {malloc(NW * 2), malloc(NW * 2)};
     float *f = malloc(NF * sizeof *f), *fout[2] = {malloc(NF * 4), malloc(NF * 4)};

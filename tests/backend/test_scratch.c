@@ -123,7 +123,7 @@ static void *cpu_case_run(void *arg)
 {
     cpu_case *c = arg;
     rci_cpu_half_chunk(c->chunk);
-    step_scratch(rc_backend_cpu(), c->dt, c->B, c->T, &c->held, c->what);
+    step_scratch(rc_device_open("cpu", 0, NULL), c->dt, c->B, c->T, &c->held, c->what);
     return NULL;
 }
 

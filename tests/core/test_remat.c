@@ -96,7 +96,7 @@ static void test_peak(void)
     }
     int64_t n0, n1;
     size_t p0 = 0, p1 = 0;
-    rc_backend *cpu = rc_backend_cpu();
+    rc_backend *cpu = rc_device_open("cpu", 0, NULL);
     float *a = m ? model_grads(cpu, m, 0, &n0, &p0) : NULL, *b = m ? model_grads(cpu, m, 1, &n1, &p1) : NULL;
     size_t params = m ? (size_t)rc_params_numel(m->params) * sizeof(float) : 0;
     /* the arena holds the gradients (outputs) too: compare what is left, the activations */
@@ -174,9 +174,9 @@ static void test_opencl(void)
 int main(void)
 {
     rc_set_threads(2);
-    test_families(rc_backend_cpu());
+    test_families(rc_device_open("cpu", 0, NULL));
     test_peak();
-    test_dropout(rc_backend_cpu());
+    test_dropout(rc_device_open("cpu", 0, NULL));
     test_opencl();
     return check_summary("test_remat");
 }

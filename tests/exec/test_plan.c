@@ -5,6 +5,7 @@
 #include "check.h"
 #include "internal.h" /* rci_node_new: a node no builder makes */
 #include "redco.h"
+#include "redco/device.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -257,7 +258,7 @@ static void test_two_plans(void)
     rc_tensor *loss = rc_mean_all(g, rc_mul(g, d, d)), *grads[3];
     CHECKF(rc_backward(g, loss, w, 3, grads) == 0, "%s", rc_graph_error(g));
     rc_error err = {0};
-    rc_buffer *params = rc_buffer_new(rc_backend_cpu(), MLP_PARAMS * sizeof(float), &err);
+    rc_buffer *params = rc_buffer_new(rc_device_open("cpu", 0, NULL), MLP_PARAMS * sizeof(float), &err);
     CHECKF(params, "%s", err.msg);
     static const int at[3] = {W1_AT, B1_AT, W2_AT};
     for (int i = 0; i < 3; i++)
@@ -328,8 +329,8 @@ static void test_graph_bind(void)
     rc_tensor *x = rc_input(g, "x", RC_F32, 1, (int64_t[]){3});
     rc_tensor *y = rc_scale(g, x, 2.0);
     rc_error err = {0};
-    rc_buffer *xb = rc_buffer_new(rc_backend_cpu(), 8 * sizeof(float), &err);
-    rc_buffer *other = rc_buffer_new(rc_backend_cpu(), 3 * sizeof(float), &err);
+    rc_buffer *xb = rc_buffer_new(rc_device_open("cpu", 0, NULL), 8 * sizeof(float), &err);
+    rc_buffer *other = rc_buffer_new(rc_device_open("cpu", 0, NULL), 3 * sizeof(float), &err);
     CHECKF(xb && other, "%s", err.msg);
     if (!xb || !other)
         goto done;
@@ -374,9 +375,29 @@ static void test_unsupported_dtype(void)
     CHECKF(err.code == RC_ERR_UNSUPPORTED && check_has(err.msg, "exp") && check_has(err.msg, "i32") &&
            check_has(err.msg, "cpu"), "code %d: %s", err.code, err.msg);
     err = (rc_error){0};
-    CHECK(rc_plan_new_on(rc_backend_cpu(), g, &y, 1, &err) == NULL);
+    CHECK(rc_plan_new_on(rc_device_open("cpu", 0, NULL), g, &y, 1, &err) == NULL);
     CHECKF(err.code == RC_ERR_UNSUPPORTED && check_has(err.msg, "exp") && check_has(err.msg, "i32") &&
            check_has(err.msg, "cpu"), "code %d: %s", err.code, err.msg);
+    rc_graph_free(g);
+}
+
+/* A node that does not fit its op (made by hand: the builders refuse it) is refused when the
+ * plan is built, before anything runs: one error naming the op, the node and the shapes. */
+static void test_invalid_node(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *src[2] = {rc_input(g, "a", RC_F32, 1, (int64_t[]){4}), rc_input(g, "b", RC_F32, 1, (int64_t[]){3})};
+    rc_tensor *y = rci_node_new(g, RC_OP_MUL, RC_F32, 1, (int64_t[]){4}, 2, src);
+    CHECKF(y && !rc_graph_error(g), "%s", rc_graph_error(g));
+    rc_error err = {0};
+    CHECK(rc_plan_new(g, &y, 1, &err) == NULL);
+    char node[32];
+    snprintf(node, sizeof node, "node %d", y ? y->id : -1);
+    CHECKF(err.code == RC_ERR_SHAPE && check_has(err.msg, "mul") && check_has(err.msg, node) &&
+           check_has(err.msg, "[3]") && check_has(err.msg, "[4]"), "code %d: %s", err.code, err.msg);
+    rc_plan_stats st;
+    err = (rc_error){0};
+    CHECK(rc_plan_estimate(g, &y, 1, &st, &err) == -1 && check_has(err.msg, "mul"));
     rc_graph_free(g);
 }
 
@@ -392,7 +413,7 @@ static void test_threads(void)
  * copies check their ranges. */
 static void test_backend_memory(void)
 {
-    rc_backend *be = rc_backend_cpu();
+    rc_backend *be = rc_device_open("cpu", 0, NULL);
     size_t total, used0, used1, peak;
     rc_error err = {0};
     CHECK(!strcmp(rc_backend_name(be), "cpu"));
@@ -422,6 +443,7 @@ int main(void)
     test_two_plans();
     test_graph_bind();
     test_unsupported_dtype();
+    test_invalid_node();
     test_backend_memory();
     test_threads();
     return check_summary("test_plan");

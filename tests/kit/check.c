@@ -149,7 +149,7 @@ int check_weights_add_params(check_weights *w, const char *prefix, rc_params *p,
 rc_backend *check_opencl(const char *what)
 {
     rc_error err = {0};
-    rc_backend *be = rc_backend_opencl(0, &err);
+    rc_backend *be = rc_device_open("opencl:0", 0, &err);
     if (be)
         return be;
     const char *req = getenv("REDCO_REQUIRE_OPENCL");

@@ -9,6 +9,7 @@
  *   - errors: an invalid config names its key, a bad dtype or missing encoder ids says so,
  *     and the result is left zeroed. */
 #include "check.h"
+#include "redco/device.h"
 #include "redco/model.h"
 #include "redco/pipeline.h"
 
@@ -84,7 +85,7 @@ static void test_tables(void)
 static void test_counts(void)
 {
     size_t before, after;
-    rc_backend_memory(rc_backend_cpu(), NULL, &before, NULL);
+    rc_backend_memory(rc_device_open("cpu", 0, NULL), NULL, &before, NULL);
     for (const char *const *n = rc_config_preset_names(); *n; n++) {
         rc_error err = {0};
         rc_model_config c;
@@ -97,7 +98,7 @@ static void test_counts(void)
         rc_model_graph_free(&r);
         rc_graph_free(g);
     }
-    rc_backend_memory(rc_backend_cpu(), NULL, &after, NULL);
+    rc_backend_memory(rc_device_open("cpu", 0, NULL), NULL, &after, NULL);
     CHECKF(after == before, "%zu bytes in use after recording, %zu before", after, before);
 
     rc_model_config v[6];

@@ -8,6 +8,7 @@
  *   test_models --resave DIR OUT  loads DIR and saves it to OUT
  */
 #include "check.h"
+#include "redco/device.h"
 #include "nn.h"
 #include "redco/safetensors.h"
 
@@ -95,7 +96,7 @@ static int compare(const char *dir)
     rci_nn_weights w;
     rc_error err = {0};
     char path[4096];
-    if (rci_nn_model_load(dir, &c, &w, rc_backend_cpu(), &err)) {
+    if (rci_nn_model_load(dir, &c, &w, rc_device_open("cpu", 0, NULL), &err)) {
         fprintf(stderr, "load: %s\n", err.msg);
         return 1;
     }
@@ -172,7 +173,7 @@ static int resave(const char *dir, const char *out)
     rc_model_config c;
     rci_nn_weights w;
     rc_error err = {0};
-    if (rci_nn_model_load(dir, &c, &w, rc_backend_cpu(), &err) || rci_nn_model_save(out, &c, &w, &err)) {
+    if (rci_nn_model_load(dir, &c, &w, rc_device_open("cpu", 0, NULL), &err) || rci_nn_model_save(out, &c, &w, &err)) {
         fprintf(stderr, "resave: %s\n", err.msg);
         return 1;
     }
@@ -188,7 +189,7 @@ static int make_model(const char *preset, rc_model_config *c, rci_nn_weights *w)
     rc_error err = {0};
     memset(w, 0, sizeof *w);
     if (rc_config_preset(preset, c, &err) || rci_nn_model_weights(c, w, &err) ||
-        rci_nn_weights_alloc(w, rc_backend_cpu(), &err) || rci_nn_model_init(c, w, 7, &err)) {
+        rci_nn_weights_alloc(w, rc_device_open("cpu", 0, NULL), &err) || rci_nn_model_init(c, w, 7, &err)) {
         CHECKF(0, "%s: %s", preset, err.msg);
         return -1;
     }
@@ -207,7 +208,7 @@ static void test_round_trip(const char *tmp)
         if (make_model(tiny[k], &c, &w))
             continue;
         CHECKF(rci_nn_model_save(dir, &c, &w, &err) == 0, "%s", err.msg);
-        CHECKF(rci_nn_model_load(dir, &c2, &w2, rc_backend_cpu(), &err) == 0, "%s", err.msg);
+        CHECKF(rci_nn_model_load(dir, &c2, &w2, rc_device_open("cpu", 0, NULL), &err) == 0, "%s", err.msg);
         if (err.code) {
             rci_nn_weights_free(&w);
             continue;
@@ -286,7 +287,7 @@ static void test_load_errors(const char *tmp)
     const float *data[2] = {zeros, zeros};
     /* only one tensor: everything else is missing */
     CHECK(rc_safetensors_write(path, 1, names, ndims, shapes, data, 0, NULL, &err) == 0);
-    CHECK(rci_nn_model_load(dir, &c2, &w2, rc_backend_cpu(), &err) == -1 && strstr(err.msg, "missing") &&
+    CHECK(rci_nn_model_load(dir, &c2, &w2, rc_device_open("cpu", 0, NULL), &err) == -1 && strstr(err.msg, "missing") &&
           strstr(err.msg, "wpe.weight"));
     /* a wrong shape */
     err = (rc_error){0};
@@ -296,10 +297,10 @@ static void test_load_errors(const char *tmp)
     wide.n_head = 1;
     wide.head_dim = wide.d_model;
     rci_nn_weights ww = {0};
-    CHECK(rci_nn_model_weights(&wide, &ww, &err) == 0 && rci_nn_weights_alloc(&ww, rc_backend_cpu(), &err) == 0);
+    CHECK(rci_nn_model_weights(&wide, &ww, &err) == 0 && rci_nn_weights_alloc(&ww, rc_device_open("cpu", 0, NULL), &err) == 0);
     CHECK(rci_nn_model_save(path, &c, &ww, &err) == 0); /* config of c, tensors of `wide` */
     err = (rc_error){0};
-    CHECK(rci_nn_model_load(path, &c2, &w2, rc_backend_cpu(), &err) == -1 && strstr(err.msg, "shape") &&
+    CHECK(rci_nn_model_load(path, &c2, &w2, rc_device_open("cpu", 0, NULL), &err) == -1 && strstr(err.msg, "shape") &&
           strstr(err.msg, "transformer.wte.weight") && strstr(err.msg, "model.safetensors"));
     /* an extra tensor the model does not use */
     snprintf(path, sizeof path, "%s/extra", tmp);
@@ -312,7 +313,7 @@ static void test_load_errors(const char *tmp)
     plus.n = w.n + 1;
     CHECK(rci_nn_model_save(path, &c, &plus, &err) == 0);
     err = (rc_error){0};
-    CHECK(rci_nn_model_load(path, &c2, &w2, rc_backend_cpu(), &err) == -1 && strstr(err.msg, "mystery"));
+    CHECK(rci_nn_model_load(path, &c2, &w2, rc_device_open("cpu", 0, NULL), &err) == -1 && strstr(err.msg, "mystery"));
     free(plus.p);
     free(zeros);
     rci_nn_weights_free(&ww);

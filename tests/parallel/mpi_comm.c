@@ -2,6 +2,7 @@
  * launcher). Every rank checks; each prints its own summary and exits non-zero on failure. */
 #include "check.h"
 #include "internal.h"
+#include "redco/device.h"
 #include "redco/dist.h"
 
 #include <stdio.h>
@@ -42,7 +43,7 @@ static void test_collectives(rc_mesh *m)
     for (int i = 0; i < N; i++)
         x[i] = (float)(m->rank + 1) * (float)i;
     /* mean in buckets of 77 over a buffer, from element 3: (sum over ranks of (r + 1)) / size * i */
-    rc_buffer *buf = rc_buffer_new(rc_backend_cpu(), (N + 3) * sizeof *x, &err);
+    rc_buffer *buf = rc_buffer_new(rc_device_open("cpu", 0, NULL), (N + 3) * sizeof *x, &err);
     CHECK(buf && rc_buffer_upload(buf, 3 * sizeof *x, x, N * sizeof *x, &err) == 0);
     CHECK(buf && rc_comm_allreduce_mean_f32(m->world, buf, 3 * sizeof *x, N, 77, &err) == 0);
     CHECK(buf && rc_buffer_download(buf, 3 * sizeof *x, x, N * sizeof *x, &err) == 0);

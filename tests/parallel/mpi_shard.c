@@ -2,6 +2,7 @@
  * size), each rank's local graph gives the same loss and, for its shards, the same
  * parameter gradients as the whole model on one process, for every family. */
 #include "check.h"
+#include "redco/device.h"
 #include "nn.h"
 #include "redco/dist.h"
 #include "redco/shard.h"
@@ -97,7 +98,7 @@ static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc
     rc_buffer **shards = calloc((size_t)w.n, sizeof *shards);
     for (int i = 0; i < w.n; i++) {
         float *whole = malloc((size_t)w.p[i].numel * sizeof *whole), *part = malloc(rc_tensor_nbytes(sg.params[i]));
-        shards[i] = rc_buffer_new(rc_backend_cpu(), rc_tensor_nbytes(sg.params[i]), &err);
+        shards[i] = rc_buffer_new(rc_device_open("cpu", 0, NULL), rc_tensor_nbytes(sg.params[i]), &err);
         int ok = whole && part && shards[i] && rci_nn_weights_read(&w, i, whole, &err) == 0;
         if (ok)
             rc_shard_take(&specs[i], p[i], mp, rank, whole, part);
@@ -174,7 +175,7 @@ static void check_family(const char *preset, rc_mesh *m, int overrides)
     rci_nn_weights w = {0};
     rc_error err = {0};
     CHECK(rc_config_preset(preset, &c, &err) == 0 && rci_nn_model_weights(&c, &w, &err) == 0 &&
-          rci_nn_weights_alloc(&w, rc_backend_cpu(), &err) == 0 && rci_nn_model_init(&c, &w, 5, &err) == 0);
+          rci_nn_weights_alloc(&w, rc_device_open("cpu", 0, NULL), &err) == 0 && rci_nn_model_init(&c, &w, 5, &err) == 0);
     rc_rng r = rc_rng_new(9);
     float *all = malloc((size_t)w.numel * sizeof *all);
     CHECK(all && rc_buffer_download(w.buf, 0, all, (size_t)w.numel * sizeof *all, &err) == 0);
@@ -214,7 +215,7 @@ static void user_weights(rci_nn_weights *w, const char *const *names, const int6
 {
     for (int i = 0; i < n; i++)
         rci_nn_weights_add(w, names[i], shapes[i][2] ? 3 : shapes[i][1] ? 2 : 1, shapes[i]);
-    CHECK(rci_nn_weights_alloc(w, rc_backend_cpu(), NULL) == 0);
+    CHECK(rci_nn_weights_alloc(w, rc_device_open("cpu", 0, NULL), NULL) == 0);
     rc_rng r = rc_rng_new(21);
     for (int i = 0; i < w->n; i++) {
         float *x = malloc((size_t)w->p[i].numel * sizeof *x);

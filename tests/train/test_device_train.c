@@ -116,8 +116,9 @@ static void test_errors(void)
     rc_error err = {0};
     CHECK(rc_device_open("tpu", 0, &err) == NULL && check_has(err.msg, "tpu") && check_has(err.msg, "opencl:N"));
     CHECK(rc_device_open("opencl:x", 0, &err) == NULL && check_has(err.msg, "opencl:x"));
-    CHECK(rc_device_open("cpu", 0, &err) == rc_backend_cpu());
-    CHECK(rc_device_open("opencl:0,0", 1, &err) == rc_backend_opencl(0, &err));
+    rc_backend *cpu = rc_device_open("cpu", 0, &err);
+    CHECK(cpu && !strcmp(rc_backend_name(cpu), "cpu") && rc_device_open("cpu", 3, &err) == cpu);
+    CHECK(rc_device_open("opencl:0,0", 1, &err) == rc_device_open("opencl:0", 0, &err));
     /* a softmax on a device without that kernel: the step fails when it is built, naming it */
     rc_deployer_options dopt = {.seed = 7, .mp = 1, .local = 1, .device = "opencl:0"};
     rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
@@ -148,7 +149,7 @@ static void test_errors(void)
 static void test_out_of_memory(void)
 {
     rc_error err = {0};
-    rc_backend *gpu = rc_backend_opencl(0, &err);
+    rc_backend *gpu = rc_device_open("opencl:0", 0, &err);
     size_t used0, used1;
     rc_backend_memory(gpu, NULL, &used0, NULL);
     rc_params *p = rc_params_new();
@@ -175,7 +176,7 @@ static void test_out_of_memory(void)
 static void test_foreign_buffer(void)
 {
     rc_error err = {0};
-    rc_backend *gpu = rc_backend_opencl(0, &err);
+    rc_backend *gpu = rc_device_open("opencl:0", 0, &err);
     rc_params *p = mlp();
     CHECK(p && rc_params_to(p, gpu, &err) == 0);
     rc_graph *g = rc_graph_new();

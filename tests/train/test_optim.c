@@ -2,6 +2,7 @@
  *   test_optim --adamw   prints 5 AdamW steps on a fixed problem (for tests/ref) */
 #include "check.h"
 #include "redco.h"
+#include "redco/device.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,7 +31,7 @@ static void test_schedules(void)
 static rc_buffer *floats_new(const float *host, int64_t n)
 {
     rc_error err = {0};
-    rc_buffer *b = rc_buffer_new(rc_backend_cpu(), (size_t)n * sizeof(float), &err);
+    rc_buffer *b = rc_buffer_new(rc_device_open("cpu", 0, NULL), (size_t)n * sizeof(float), &err);
     if (b && host && rc_buffer_upload(b, 0, host, (size_t)n * sizeof(float), &err)) {
         rc_buffer_free(b);
         b = NULL;

@@ -1,6 +1,7 @@
 /* test_train.c - a tiny MLP (SGD) and a tiny causal transformer LM (AdamW) built from
  * the ops must lose at least 90% of their initial loss on synthetic tasks. */
 #include "check.h"
+#include "redco/device.h"
 #include "nn.h"
 
 #include <math.h>
@@ -66,7 +67,7 @@ static void test_mlp_sgd(void)
         rci_nn_weights_add(&teacher, names[i], shapes[i][1] ? 2 : 1, shapes[i]);
     }
     rc_error err = {0};
-    CHECK(rci_nn_weights_alloc(&w, rc_backend_cpu(), &err) == 0);
+    CHECK(rci_nn_weights_alloc(&w, rc_device_open("cpu", 0, NULL), &err) == 0);
     float *start = malloc((size_t)w.numel * sizeof *start), *tw = malloc((size_t)w.numel * sizeof *tw);
     rc_rng rng = rc_rng_new(3);
     for (int64_t i = 0; i < w.numel; i++) {
@@ -99,7 +100,7 @@ static void test_mlp_sgd(void)
     t.loss = rc_mean_all(t.g, rc_mul(t.g, d, d));
     CHECK(trainer_plan(&t, &w) == 0);
     CHECK(t.plan && rc_plan_set_input(t.plan, xi, x, &err) == 0 && rc_plan_set_input(t.plan, yi, y, &err) == 0);
-    rc_buffer *grad = rc_buffer_new(rc_backend_cpu(), (size_t)w.numel * sizeof(float), &err);
+    rc_buffer *grad = rc_buffer_new(rc_device_open("cpu", 0, NULL), (size_t)w.numel * sizeof(float), &err);
     float first = 0, last = 0;
     for (int step = 0; step < 2000 && t.plan && grad; step++) {
         if (rc_plan_run(t.plan, &err) || rc_plan_read(t.plan, t.loss, &last, &err) ||
@@ -129,7 +130,7 @@ static void test_transformer_adamw(void)
     rc_model_config cfg = rci_nn_gpt2_config(V, T, 2, 2, 32);
     rci_nn_weights w = {0};
     rc_error err = {0};
-    CHECK(rci_nn_model_weights(&cfg, &w, &err) == 0 && rci_nn_weights_alloc(&w, rc_backend_cpu(), &err) == 0 &&
+    CHECK(rci_nn_model_weights(&cfg, &w, &err) == 0 && rci_nn_weights_alloc(&w, rc_device_open("cpu", 0, NULL), &err) == 0 &&
           rci_nn_model_init(&cfg, &w, 11, &err) == 0);
     trainer t = {.g = rc_graph_new()};
     t.p = calloc((size_t)w.n, sizeof *t.p);
@@ -149,8 +150,8 @@ static void test_transformer_adamw(void)
         perm[j] = s;
     }
     size_t bytes = (size_t)w.numel * sizeof(float);
-    rc_buffer *grad = rc_buffer_new(rc_backend_cpu(), bytes, &err), *m = rc_buffer_new(rc_backend_cpu(), bytes, &err);
-    rc_buffer *v = rc_buffer_new(rc_backend_cpu(), bytes, &err);
+    rc_buffer *grad = rc_buffer_new(rc_device_open("cpu", 0, NULL), bytes, &err), *m = rc_buffer_new(rc_device_open("cpu", 0, NULL), bytes, &err);
+    rc_buffer *v = rc_buffer_new(rc_device_open("cpu", 0, NULL), bytes, &err);
     float *host = malloc(bytes);
     CHECK(grad && m && v && host);
     rc_adam opt = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.01};

@@ -7,7 +7,8 @@
 
 /* One node's run with host addresses.
  * Contract: the backend calls a kernel once per non-view, non-leaf node, after every src
- * has its values. out points at rc_tensor_nbytes(node) bytes of uninitialised memory (the
+ * has its values; the node fits its op (rci_node_check passed when its plan was made), so
+ * a kernel checks no structure. out points at rc_tensor_nbytes(node) bytes of uninitialised memory (the
  * kernel writes every element), never overlapping any input. All tensors are contiguous
  * row-major. Element-wise and where/equal inputs broadcast numpy-style against the
  * node's shape (shapes right-aligned, size-1 axes repeat). A kernel returns 0, or -1 with
@@ -18,26 +19,23 @@ typedef struct {
     void *out;
     const void *in[RC_MAX_SRC];   /* NULL where src[k] is NULL */
     uint64_t run_key;             /* mixed into dropout masks and normals (rci_node_run's) */
+    float *work;                  /* the node's workspace, handed by the backend (cpu.c), as */
+    size_t work_floats;           /* many floats as rci_cpu_half_work asks (0 for the others) */
 } rci_cpu_args;
 
 int rci_cpu_kernel_f32(const rci_cpu_args *a, rc_error *err);  /* node dtype f32 (src may be i32) */
 int rci_cpu_kernel_f64(const rci_cpu_args *a, rc_error *err);  /* node dtype f64 */
 /* A node reading or writing bf16 / f16 values (kernels_half.c): computed in f32. */
 int rci_cpu_kernel_half(const rci_cpu_args *a, rc_error *err);
-/* n 16-bit values of dtype t (bf16 or f16) widened to f32, and f32 rounded to them (nearest,
- * ties to even), over threads when n is large. */
-void rci_cpu_widen(float *dst, const uint16_t *src, rc_dtype t, int64_t n);
-void rci_cpu_narrow(uint16_t *dst, const float *src, rc_dtype t, int64_t n);
+/* The f32 floats of workspace node (one rci_cpu_kernel_half runs) takes: its kernel's own
+ * sizing, which the backend both hands it and reports as scratch (one rule). */
+size_t rci_cpu_half_work(const rc_tensor *node);
 /* The f32 floats a 16-bit node's piece aims at (large nodes run in pieces; <= 0: the
  * default, 4M); tests make it small to run the pieces on small tensors. */
 void rci_cpu_half_chunk(int64_t floats);
-/* The bytes of 16-bit scratch the calling thread holds after running node (one that
- * rci_cpu_kernel_half runs) when it held `held` bytes before: the node's need, as its
- * kernel sizes it, under the scratch's growth policy. */
-size_t rci_cpu_half_scratch(const rc_tensor *node, size_t held);
 /* Dtype-agnostic data movement: PERMUTE, SLICE (copying form), PAD, CONCAT, EXPAND, CAST.
- * Returns 1 when it handled the op, 0 when the op is not one of its, -1 on error. */
-int rci_cpu_kernel_move(const rci_cpu_args *a, rc_error *err);
+ * Returns 1 when it handled the op, 0 when the op is not one of its (it cannot fail). */
+int rci_cpu_kernel_move(const rci_cpu_args *a);
 /* 1 for the ops kernel_move handles */
 int rci_cpu_is_move(rc_op op);
 

@@ -1,7 +1,8 @@
 /* kernels_conv.h - the CPU kernels of 2-D convolution and pooling (NCHW), written over
  * `real`. Not a header of declarations: kernels_real.c includes it, so that it is compiled
  * with kernels_real.c for float and for double and uses that file's helpers (par_range,
- * need_src, real_dtype). Everything here is static.
+ * op_name). Everything here is static. The geometry was checked with the node
+ * (rci_node_check).
  *
  * Convolution is im2col + GEMM, one image and group at a time: the columns of one image
  * and group, col [C/groups * KH * KW, OH * OW], are built by threads, and the GEMM runs on
@@ -185,23 +186,10 @@ static int conv_scratch(const rc_tensor *node, const conv_geom *q, real **col, r
     return 0;
 }
 
-static int conv_inputs(const rc_tensor *node, rc_error *err)
-{
-    if (need_src(node, 0, real_dtype(), err) || need_src(node, 1, real_dtype(), err))
-        return -1;
-    if (node->src[0]->ndim != 4 || node->src[1]->ndim != 4 || node->ndim != 4 || node->iparam[6] < 1)
-        return rc_error_set(err, RC_ERR_SHAPE, "%s: inputs must be 4-D (NCHW)", op_name(node));
-    return 0;
-}
-
 static int k_conv2d(const rci_cpu_args *io, rc_error *err)
 {
     const rc_tensor *node = io->node;
-    if (conv_inputs(node, err))
-        return -1;
     const rc_tensor *b = node->nsrc > 2 ? node->src[2] : NULL;
-    if (b && need_src(node, 2, real_dtype(), err))
-        return -1;
     conv_geom q = conv_geom_of(node, node->src[0]->shape, node->src[1]->shape, node->shape);
     const real *x = io->in[0], *w = io->in[1], *bias = b ? io->in[2] : NULL;
     real *y = io->out, *col;
@@ -234,8 +222,6 @@ static int k_conv2d(const rci_cpu_args *io, rc_error *err)
 static int k_conv2d_grad_input(const rci_cpu_args *io, rc_error *err)
 {
     const rc_tensor *node = io->node;
-    if (conv_inputs(node, err))
-        return -1;
     conv_geom q = conv_geom_of(node, node->shape, node->src[1]->shape, node->src[0]->shape);
     const real *gy = io->in[0], *w = io->in[1];
     real *gx = io->out, *col;
@@ -263,8 +249,6 @@ static int k_conv2d_grad_input(const rci_cpu_args *io, rc_error *err)
 static int k_conv2d_grad_weight(const rci_cpu_args *io, rc_error *err)
 {
     const rc_tensor *node = io->node;
-    if (conv_inputs(node, err))
-        return -1;
     conv_geom q = conv_geom_of(node, node->src[1]->shape, node->shape, node->src[0]->shape);
     const real *gy = io->in[0], *x = io->in[1];
     real *gw = io->out, *col;
@@ -359,23 +343,9 @@ static void pool_grad_range(void *ctx, int64_t p0, int64_t p1, int part)
     }
 }
 
-static int pool_inputs(const rc_tensor *node, int nsrc, rc_error *err)
-{
-    for (int k = 0; k < nsrc; k++)
-        if (need_src(node, k, real_dtype(), err))
-            return -1;
-    if (node->ndim != 4 || node->src[0]->ndim != 4 || node->iparam[1] < 1 || node->iparam[2] < 1 ||
-        node->iparam[3] < 1 || node->iparam[4] < 1)
-        return rc_error_set(err, RC_ERR_SHAPE, "%s: inputs must be 4-D (NCHW) with a kernel and stride",
-                            op_name(node));
-    return 0;
-}
-
-static int k_pool2d(const rci_cpu_args *io, rc_error *err)
+static int k_pool2d(const rci_cpu_args *io)
 {
     const rc_tensor *node = io->node;
-    if (pool_inputs(node, 1, err))
-        return -1;
     pool_args a = pool_args_of(io, node->src[0]->shape, node->shape);
     a.x = io->in[0];
     int64_t planes = node->shape[0] * node->shape[1];
@@ -384,11 +354,9 @@ static int k_pool2d(const rci_cpu_args *io, rc_error *err)
 }
 
 /* src0 gy [N, C, OH, OW], src1 x [N, C, H, W]; out x's shape */
-static int k_pool2d_grad(const rci_cpu_args *io, rc_error *err)
+static int k_pool2d_grad(const rci_cpu_args *io)
 {
     const rc_tensor *node = io->node;
-    if (pool_inputs(node, 2, err))
-        return -1;
     pool_args a = pool_args_of(io, node->shape, node->src[0]->shape);
     a.gy = io->in[0];
     a.x = io->in[1];

@@ -1,7 +1,7 @@
 /* kernels_half.c - the CPU kernels of nodes with 16-bit (bf16, f16) values.
  *
  * 16-bit values are storage; arithmetic is f32. A node that reads or writes 16-bit values
- * has its 16-bit inputs widened into f32 scratch, runs the f32 kernel (kernels_real.c) on
+ * has its 16-bit inputs widened into f32 workspace, runs the f32 kernel (kernels_real.c) on
  * a copy of the node whose 16-bit dtypes read f32, and has its f32 result rounded to the
  * node's dtype (nearest, ties to even): the reductions, norms, softmax and losses inside
  * accumulate exactly as in f32. Two ops skip the round trip: an embedding lookup copies
@@ -11,73 +11,30 @@
  * bf16 GEMM (cblas_sbgemm) when the library exports it (REDCO_HAVE_SBGEMM, found by
  * CMake), else the widened copies and sgemm.
  *
- * Large nodes run in pieces so that the scratch stays near 4M floats (16 MB): row-wise ops
+ * Large nodes run in pieces so that the workspace stays near 4M floats (16 MB): row-wise ops
  * (arithmetic, where and equal on inputs of the node's shape, a [C] bias or a scalar;
  * unary maths, activations, norms, softmax, the losses) by rows, products by batches, by
  * rows of A (the shared B widened once), or by slices of the inner dimension (A^T B,
  * summed in f32). Other large nodes (other broadcasts, a broadcast softmax mask, dropout,
- * reductions, the embedding gradient) widen whole. The scratch is one block per thread, grown
- * to the largest need seen and kept (counted in the backend's used bytes), so runs after
- * the first allocate nothing. Each path sizes its scratch through one function
- * (whole_need, rows_need, matmul_need), which rci_cpu_half_scratch also reports: the
- * memory plan knows the scratch from the kernels' own rules. */
+ * reductions, the embedding gradient) widen whole. The f32 copies live in the workspace the
+ * backend hands each node (cpu.c owns it: one block per thread, grown and counted there).
+ * Each path sizes what it takes through one function (whole_need, rows_need, matmul_need),
+ * and rci_cpu_half_work reports the same sizes to the backend: the workspace, the memory
+ * plan and the kernels follow one rule. */
 #include "cpu.h"
 #include "half.h"
 
 #include <cblas.h>
 #include <limits.h>
 #include <omp.h>
-#include <stdlib.h>
 #include <string.h>
-#include <threads.h>
-#ifdef __F16C__
-#include <immintrin.h>
-#endif
 
 enum {
     PAR_MIN = 32768,  /* elements below which a loop runs on one thread */
     BLOCK = 256,      /* inner elements a decoding product (B stored [n, k]) widens at a time */
-    KN_BLOCK = 2048,  /* columns a decoding product (B stored [k, n]) sums at a time: long
+    KN_BLOCK = 2048   /* columns a decoding product (B stored [k, n]) sums at a time: long
                          runs of each row of B, read in order */
-    FEW_ROWS = 4      /* matrix products of at most this many rows read 16-bit weights directly */
 };
-
-/* ---- conversions over arrays ------------------------------------------------------------ */
-
-/* f16 <-> f32 by the F16C instructions where the build targets them (the same results:
- * exact widening, rounding to nearest even, NaN made quiet with its top payload bits) */
-static void widen_run(float *restrict dst, const uint16_t *restrict src, rc_dtype t, int64_t n)
-{
-    int64_t i = 0;
-    if (t == RC_BF16) {
-        for (; i < n; i++)
-            dst[i] = rci_bf16_to_f32(src[i]);
-        return;
-    }
-#ifdef __F16C__
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + i))));
-#endif
-    for (; i < n; i++)
-        dst[i] = rci_f16_to_f32(src[i]);
-}
-
-static void narrow_run(uint16_t *restrict dst, const float *restrict src, rc_dtype t, int64_t n)
-{
-    int64_t i = 0;
-    if (t == RC_BF16) {
-        for (; i < n; i++)
-            dst[i] = rci_f32_to_bf16(src[i]);
-        return;
-    }
-#ifdef __F16C__
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(dst + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-#endif
-    for (; i < n; i++)
-        dst[i] = rci_f32_to_f16(src[i]);
-}
 
 /* the number of pieces a loop over n elements is cut into for threads (1: this thread) */
 static int64_t pieces_for(int64_t n)
@@ -86,82 +43,33 @@ static int64_t pieces_for(int64_t n)
     return n <= PAR_MIN || p < 2 || omp_in_parallel() ? 1 : p;
 }
 
-void rci_cpu_widen(float *dst, const uint16_t *src, rc_dtype t, int64_t n)
+/* n 16-bit values of dtype t widened to f32 / f32 rounded to them, over threads when n is
+ * long (rc_convert, the library's one array converter) */
+static void widen(float *dst, const uint16_t *src, rc_dtype t, int64_t n)
 {
-    int64_t parts = pieces_for(n);
-    #pragma omp parallel for schedule(static) num_threads((int)parts) if (parts > 1)
-    for (int64_t p = 0; p < parts; p++)
-        widen_run(dst + n * p / parts, src + n * p / parts, t, n * (p + 1) / parts - n * p / parts);
+    rc_convert(dst, RC_F32, src, t, n);
 }
 
-void rci_cpu_narrow(uint16_t *dst, const float *src, rc_dtype t, int64_t n)
+static void narrow(uint16_t *dst, const float *src, rc_dtype t, int64_t n)
 {
-    int64_t parts = pieces_for(n);
-    #pragma omp parallel for schedule(static) num_threads((int)parts) if (parts > 1)
-    for (int64_t p = 0; p < parts; p++)
-        narrow_run(dst + n * p / parts, src + n * p / parts, t, n * (p + 1) / parts - n * p / parts);
+    rc_convert(dst, t, src, RC_F32, n);
 }
 
-/* ---- scratch ------------------------------------------------------------------------------ */
+/* ---- workspace -------------------------------------------------------------------------- */
 
-/* This thread's scratch. A thread that exits frees it (scratch_at_exit, through a C11
- * thread-specific key whose value is the block itself), so threads a program starts and
- * ends leak nothing. */
-typedef struct {
-    float *p;
-    size_t cap;                   /* floats */
-} scratch_block;
-
-static _Thread_local scratch_block scratch;
-static tss_t scratch_key;
-static once_flag scratch_once = ONCE_FLAG_INIT;
-static int scratch_key_made;
-
-static void scratch_at_exit(void *block)
+/* n floats of the workspace the backend hands the node (io->work: as many floats as
+ * rci_cpu_half_work says the node takes, which is what each path asks for here) */
+static int work_get(const rci_cpu_args *io, size_t n, float **p, rc_error *err)
 {
-    scratch_block *s = block;
-    rc_backend *be = rci_backend_cpu();
-    be->used_bytes -= s->cap * sizeof(float);
-    free(s->p);
-    *s = (scratch_block){NULL, 0};
-}
-
-static void scratch_key_make(void)
-{
-    scratch_key_made = tss_create(&scratch_key, scratch_at_exit) == thrd_success;
-}
-
-/* The growth policy: the floats held after a need of n floats with cap held (a quarter
- * more than asked, so that slightly larger nodes later allocate nothing) */
-static size_t scratch_grown(size_t cap, size_t n)
-{
-    return n <= cap ? cap : n + n / 4;
-}
-
-/* n floats of this thread's scratch, grown when needed (its bytes counted by the backend) */
-static float *scratch_get(size_t n, rc_error *err)
-{
-    if (n <= scratch.cap)
-        return scratch.p;
-    size_t cap = scratch_grown(scratch.cap, n);
-    float *p = aligned_alloc(64, (cap * sizeof(float) + 63) / 64 * 64);
-    call_once(&scratch_once, scratch_key_make);
-    if (!p || !scratch_key_made || tss_set(scratch_key, &scratch) != thrd_success) {
-        free(p);
-        rc_error_set(err, RC_ERR_MEMORY, "cpu: cannot allocate %zu bytes of 16-bit scratch",
-                     cap * sizeof(float));
-        return NULL;
-    }
-    rc_backend *be = rci_backend_cpu(); /* nodes run from one thread at a time, as buffers are made */
-    be->used_bytes += (cap - scratch.cap) * sizeof(float);
-    be->peak_bytes = be->used_bytes > be->peak_bytes ? be->used_bytes : be->peak_bytes;
-    free(scratch.p);
-    scratch = (scratch_block){p, cap};
-    return scratch.p;
+    *p = io->work;
+    if (n <= io->work_floats)
+        return 0;
+    return rc_error_set(err, RC_ERR_MEMORY, "%s: %zu floats of 16-bit workspace given, %zu needed",
+                        rc_op_name(io->node->op), io->work_floats, n);
 }
 
 /* Large nodes go through the f32 kernel in pieces (rows, batches, or slices of the inner
- * dimension of a product) so that the scratch stays near this many floats. */
+ * dimension of a product) so that the workspace stays near this many floats. */
 static int64_t chunk_floats = (int64_t)1 << 22;
 
 void rci_cpu_half_chunk(int64_t floats)
@@ -188,7 +96,7 @@ static int run_piece(const rci_cpu_args *io, int nd, const int64_t *shape, rc_te
     const rc_tensor *node = io->node;
     rc_tensor piece;
     shadow_of(&piece, node, nd, shape);
-    rci_cpu_args a = {&piece, out, {0}, io->run_key};
+    rci_cpu_args a = {&piece, out, {0}, io->run_key, NULL, 0};
     for (int k = 0; k < node->nsrc; k++) {
         piece.src[k] = node->src[k] ? &srcs[k] : NULL;
         a.in[k] = in[k];
@@ -224,7 +132,7 @@ static size_t rows_need(const rows_plan *rp)
     return (size_t)(rp->ncut * rp->per * rp->len) + rp->whole;
 }
 
-/* Floats of scratch a node that is not a product or a 16-bit embedding needs: by rows
+/* Floats of workspace a node that is not a product or a 16-bit embedding needs: by rows
  * when it runs by rows, else whole. */
 static size_t through_need(const rc_tensor *node)
 {
@@ -242,10 +150,10 @@ static int through_f32(const rci_cpu_args *io, rc_error *err)
         return by_rows(io, &rp, err) < 0 ? -1 : 0;
     rc_tensor shadow = *node, srcs[RC_MAX_SRC];
     int out_half = rci_dtype_is_half(node->dtype);
-    float *at = scratch_get(whole_need(node), err);
-    if (!at)
+    float *at;
+    if (work_get(io, whole_need(node), &at, err))
         return -1;
-    rci_cpu_args a = {&shadow, io->out, {0}, io->run_key};
+    rci_cpu_args a = {&shadow, io->out, {0}, io->run_key, NULL, 0};
     shadow.view_src = NULL;
     for (int k = 0; k < node->nsrc; k++) {
         const rc_tensor *s = node->src[k];
@@ -255,7 +163,7 @@ static int through_f32(const rci_cpu_args *io, rc_error *err)
         srcs[k] = *s;
         srcs[k].dtype = RC_F32;
         shadow.src[k] = &srcs[k];
-        rci_cpu_widen(at, io->in[k], s->dtype, rc_tensor_numel(s));
+        widen(at, io->in[k], s->dtype, rc_tensor_numel(s));
         a.in[k] = at;
         at += rc_tensor_numel(s);
     }
@@ -266,7 +174,7 @@ static int through_f32(const rci_cpu_args *io, rc_error *err)
     if (rci_cpu_kernel_f32(&a, err))
         return -1;
     if (out_half)
-        rci_cpu_narrow(io->out, a.out, node->dtype, rc_tensor_numel(node));
+        narrow(io->out, a.out, node->dtype, rc_tensor_numel(node));
     return 0;
 }
 
@@ -311,8 +219,8 @@ static int rows_plan_of(const rc_tensor *node, rows_plan *rp)
         return 0;
     int loss = node->op == RC_OP_CROSS_ENTROPY || node->op == RC_OP_CROSS_ENTROPY_GRAD;
     const rc_tensor *lead = loss ? node->src[0] : node; /* the tensor whose rows are cut */
-    if (!lead || lead->ndim < 1 || (loss && (node->nsrc < 2 || !node->src[1])))
-        return 0; /* the f32 kernel names what is wrong */
+    if (lead->ndim < 1)
+        return 0;
     rp->loss = loss;
     rp->causal = node->op == RC_OP_SOFTMAX && node->iparam[0] && node->ndim >= 2;
     rp->len = lead->shape[lead->ndim - 1];
@@ -352,8 +260,8 @@ static int by_rows(const rci_cpu_args *io, const rows_plan *rp, rc_error *err)
     int64_t count = 0;
     for (int64_t r = 0; loss && r < rows; r++)
         count += tg[r] != node->iparam[0];
-    float *buf = scratch_get(rows_need(rp), err);
-    if (!buf)
+    float *buf;
+    if (work_get(io, rows_need(rp), &buf, err))
         return -1;
     rc_tensor srcs[RC_MAX_SRC];
     const void *in[RC_MAX_SRC] = {0};
@@ -366,7 +274,7 @@ static int by_rows(const rci_cpu_args *io, const rows_plan *rp, rc_error *err)
         shadow_of(&srcs[k], s, rc_tensor_numel(s) == 1 && !loss ? 0 : loss ? s->ndim : 1, loss ? s->shape : one);
         in[k] = io->in[k];
         if (rci_dtype_is_half(s->dtype)) {
-            widen_run(at, io->in[k], s->dtype, rc_tensor_numel(s));
+            rci_half_widen_run(at, io->in[k], s->dtype, rc_tensor_numel(s));
             in[k] = at;
             at += rc_tensor_numel(s);
         }
@@ -388,7 +296,7 @@ static int by_rows(const rci_cpu_args *io, const rows_plan *rp, rc_error *err)
             shadow_of(&srcs[k], s, targets ? 1 : nd, targets ? &n : shape);
             int64_t off = r0 * (targets ? 1 : len);
             if (rci_dtype_is_half(s->dtype)) {
-                rci_cpu_widen(p, (const uint16_t *)io->in[k] + off, s->dtype, n * len);
+                widen(p, (const uint16_t *)io->in[k] + off, s->dtype, n * len);
                 in[k] = p;
                 p += n * len;
             } else {
@@ -410,7 +318,7 @@ static int by_rows(const rci_cpu_args *io, const rows_plan *rp, rc_error *err)
         }
         if (run_piece(io, nd, shape, srcs, in, p, err))
             return -1;
-        rci_cpu_narrow((uint16_t *)io->out + r0 * len, p, node->dtype, n * len);
+        narrow((uint16_t *)io->out + r0 * len, p, node->dtype, n * len);
     }
     if (node->op == RC_OP_CROSS_ENTROPY)
         *(float *)io->out = count ? (float)(total / (double)count) : 0.0f;
@@ -421,14 +329,8 @@ static int by_rows(const rci_cpu_args *io, const rows_plan *rp, rc_error *err)
 
 static int embedding_half(const rci_cpu_args *io, rc_error *err)
 {
-    const rc_tensor *node = io->node, *tab = node->src[0], *ids_t = node->src[1];
-    if (!tab || !ids_t || tab->dtype != node->dtype || ids_t->dtype != RC_I32)
-        return rc_error_set(err, RC_ERR_DTYPE, "embedding: a %s output needs a %s table and i32 ids (got %s and %s)",
-                            rc_dtype_name(node->dtype), rc_dtype_name(node->dtype),
-                            tab ? rc_dtype_name(tab->dtype) : "none", ids_t ? rc_dtype_name(ids_t->dtype) : "none");
-    int64_t c = node->ndim ? node->shape[node->ndim - 1] : 1, count = rc_tensor_numel(ids_t);
-    if (tab->ndim != 2 || tab->shape[1] != c || count * c != rc_tensor_numel(node))
-        return rc_error_set(err, RC_ERR_SHAPE, "embedding: table, ids and output do not fit");
+    const rc_tensor *node = io->node, *tab = node->src[0];
+    int64_t c = node->shape[node->ndim - 1], count = rc_tensor_numel(node->src[1]);
     int64_t rows = tab->shape[0], offset = node->iparam[2] ? node->iparam[3] : 0;
     int64_t v = node->iparam[2] ? node->iparam[4] : rows;
     const int32_t *ids = io->in[1];
@@ -462,7 +364,7 @@ typedef struct {
 /* columns [j0, j1) of c = a op(B) with B stored [k, n]: rows of B scaled and added */
 static void few_rows_kn(const few_rows *f, int64_t j0, int64_t j1)
 {
-    float acc[FEW_ROWS][KN_BLOCK], w[KN_BLOCK];
+    float acc[RCI_MATMUL_FEW_ROWS][KN_BLOCK], w[KN_BLOCK];
     for (int64_t jb = j0; jb < j1; jb += KN_BLOCK) {
         int64_t len = j1 - jb < KN_BLOCK ? j1 - jb : KN_BLOCK;
         for (int64_t r = 0; r < f->rows; r++)
@@ -481,7 +383,7 @@ static void few_rows_kn(const few_rows *f, int64_t j0, int64_t j1)
             }
         for (; p < f->k; p++) {
             const uint16_t *restrict bp = f->b + p * f->n + jb;
-            widen_run(w, bp, f->t, len);
+            rci_half_widen_run(w, bp, f->t, len);
             for (int64_t r = 0; r < f->rows; r++) {
                 float x = f->a[r * f->k + p];
                 float *restrict ar = acc[r];
@@ -499,7 +401,7 @@ static void few_rows_nk(const few_rows *f, int64_t j0, int64_t j1)
 {
     float w[BLOCK];
     for (int64_t j = j0; j < j1; j++) {
-        float acc[FEW_ROWS][16] = {{0}};
+        float acc[RCI_MATMUL_FEW_ROWS][16] = {{0}};
         const uint16_t *bj = f->b + j * f->k;
         if (f->t == RC_BF16 && f->rows == 1) { /* widening is a shift: fused into the sums */
             const float *restrict ar = f->a;
@@ -513,7 +415,7 @@ static void few_rows_nk(const few_rows *f, int64_t j0, int64_t j1)
         }
         for (int64_t p0 = 0; p0 < f->k && !(f->t == RC_BF16 && f->rows == 1); p0 += BLOCK) {
             int64_t len = f->k - p0 < BLOCK ? f->k - p0 : BLOCK, p = 0;
-            widen_run(w, bj + p0, f->t, len);
+            rci_half_widen_run(w, bj + p0, f->t, len);
             for (int64_t r = 0; r < f->rows; r++) {
                 const float *restrict ar = f->a + r * f->k + p0;
                 float *restrict s = acc[r];
@@ -553,7 +455,7 @@ static void few_rows_run(const few_rows *f)
 static void rows_widen(float *a, const uint16_t *src, rc_dtype t, int ta, int64_t rows, int64_t k)
 {
     if (!ta) {
-        widen_run(a, src, t, rows * k);
+        rci_half_widen_run(a, src, t, rows * k);
         return;
     }
     for (int64_t r = 0; r < rows; r++)
@@ -561,35 +463,12 @@ static void rows_widen(float *a, const uint16_t *src, rc_dtype t, int ta, int64_
             a[r * k + p] = t == RC_BF16 ? rci_bf16_to_f32(src[p * rows + r]) : rci_f16_to_f32(src[p * rows + r]);
 }
 
-/* A checked 16-bit product: transposes, sizes, batches of the output and of each operand */
-typedef struct {
-    int ta, tb;
-    int64_t m, n, k, batch, ba, bb;
-} mm_dims;
-
-/* 1 when node is a product the 16-bit paths take (its dims in *d), 0 when the f32 kernel
- * is left to name what is wrong */
-static int mm_dims_of(const rc_tensor *node, mm_dims *d)
+/* The product's dims (rci_matmul_dims_of, of a node checked with the plan); 0 when its
+ * inner dimension is empty: the f32 kernel writes the zeros */
+static int mm_dims_of(const rc_tensor *node, rci_matmul_dims *d)
 {
-    const rc_tensor *A = node->src[0], *B = node->src[1];
-    if (!A || !B || A->dtype != node->dtype || B->dtype != node->dtype || A->ndim < 2 ||
-        B->ndim < 2 || node->ndim < 2)
-        return 0;
-    d->ta = node->iparam[0] != 0, d->tb = node->iparam[1] != 0;
-    d->m = A->shape[A->ndim - (d->ta ? 1 : 2)], d->k = A->shape[A->ndim - (d->ta ? 2 : 1)];
-    int64_t kb = B->shape[B->ndim - (d->tb ? 1 : 2)];
-    d->n = B->shape[B->ndim - (d->tb ? 2 : 1)];
-    if (d->k != kb || d->k == 0 || node->shape[node->ndim - 2] != d->m || node->shape[node->ndim - 1] != d->n)
-        return 0;
-    d->batch = rc_tensor_numel(node) / (d->m * d->n);
-    d->ba = rc_tensor_numel(A) / (d->m * d->k), d->bb = rc_tensor_numel(B) / (d->k * d->n);
-    return (d->ba == d->batch || d->ba == 1) && (d->bb == d->batch || d->bb == 1);
-}
-
-/* a decoding step: a few rows times a shared matrix, read as its 16-bit words */
-static int mm_few_rows(const mm_dims *d)
-{
-    return d->bb == 1 && (d->batch == 1 || !d->ta) && d->batch * d->m <= FEW_ROWS;
+    *d = rci_matmul_dims_of(node);
+    return d->k != 0;
 }
 
 /* How a product too large for one piece runs (mm_pieces_of) */
@@ -597,10 +476,10 @@ typedef struct {
     int form;                     /* 0: whole (it fits, or none of the forms), 1: by batches,
                                      2: by rows of op(A), 3: by slices of the inner dimension */
     int64_t per;                  /* batches, rows or inner elements a piece */
-    size_t need;                  /* floats of scratch */
+    size_t need;                  /* floats of workspace */
 } mm_pieces;
 
-static mm_pieces mm_pieces_of(const mm_dims *d)
+static mm_pieces mm_pieces_of(const rci_matmul_dims *d)
 {
     int64_t m = d->m, n = d->n, k = d->k, batch = d->batch;
     mm_pieces p = {0, 0, 0};
@@ -638,13 +517,13 @@ static int mm_sbgemm(const rc_tensor *node)
 #endif
 }
 
-/* Floats of scratch a 16-bit product needs, on the path matmul_half takes */
+/* Floats of workspace a 16-bit product needs, on the path matmul_half takes */
 static size_t matmul_need(const rc_tensor *node)
 {
-    mm_dims d;
+    rci_matmul_dims d;
     if (!mm_dims_of(node, &d))
         return through_need(node);
-    if (mm_few_rows(&d))
+    if (rci_matmul_few_rows(&d))
         return (size_t)(d.batch * d.m * (d.k + d.n));
     if (mm_sbgemm(node))
         return (size_t)(d.batch * d.m * d.n);
@@ -652,10 +531,10 @@ static size_t matmul_need(const rc_tensor *node)
     return p.form ? p.need : through_need(node);
 }
 
-/* A product too large for one piece of scratch, as p plans: by batches when both operands
+/* A product too large for one piece of workspace, as p plans: by batches when both operands
  * are batched, by rows of op(A) when B is shared and A is not read transposed, by slices of
  * the inner dimension (summed in f32) for A^T B of two matrices; 0, or -1 on error. */
-static int matmul_pieces(const rci_cpu_args *io, const mm_dims *d, const mm_pieces *p, rc_error *err)
+static int matmul_pieces(const rci_cpu_args *io, const rci_matmul_dims *d, const mm_pieces *p, rc_error *err)
 {
     const rc_tensor *node = io->node, *A = node->src[0], *B = node->src[1];
     int ta = d->ta, tb = d->tb;
@@ -665,8 +544,8 @@ static int matmul_pieces(const rci_cpu_args *io, const mm_dims *d, const mm_piec
     uint16_t *out = io->out;
     rc_tensor srcs[2];
     const void *in[2];
-    float *buf = scratch_get(p->need, err);
-    if (!buf)
+    float *buf;
+    if (work_get(io, p->need, &buf, err))
         return -1;
     if (p->form == 1) {
         for (int64_t z = 0; z < batch; z += per) {
@@ -675,13 +554,13 @@ static int matmul_pieces(const rci_cpu_args *io, const mm_dims *d, const mm_piec
             float *fa = buf, *fb = buf + nb * m * k, *fo = fb + nb * k * n;
             shadow_of(&srcs[0], A, 3, sa);
             shadow_of(&srcs[1], B, 3, sb);
-            rci_cpu_widen(fa, a + z * m * k, t, nb * m * k);
-            rci_cpu_widen(fb, b + z * k * n, t, nb * k * n);
+            widen(fa, a + z * m * k, t, nb * m * k);
+            widen(fb, b + z * k * n, t, nb * k * n);
             in[0] = fa;
             in[1] = fb;
             if (run_piece(io, 3, so, srcs, in, fo, err))
                 return -1;
-            rci_cpu_narrow(out + z * m * n, fo, t, nb * m * n);
+            narrow(out + z * m * n, fo, t, nb * m * n);
         }
         return 0;
     }
@@ -690,16 +569,16 @@ static int matmul_pieces(const rci_cpu_args *io, const mm_dims *d, const mm_piec
         float *fb = buf, *fa = buf + k * n, *fo = fa + per * k;
         int64_t sb[2] = {B->shape[B->ndim - 2], B->shape[B->ndim - 1]};
         shadow_of(&srcs[1], B, 2, sb);
-        rci_cpu_widen(fb, b, t, k * n);
+        widen(fb, b, t, k * n);
         in[1] = fb;
         for (int64_t r0 = 0; r0 < rows; r0 += per) {
             int64_t nr = rows - r0 < per ? rows - r0 : per, sa[2] = {nr, k}, so[2] = {nr, n};
             shadow_of(&srcs[0], A, 2, sa);
-            rci_cpu_widen(fa, a + r0 * k, t, nr * k);
+            widen(fa, a + r0 * k, t, nr * k);
             in[0] = fa;
             if (run_piece(io, 2, so, srcs, in, fo, err))
                 return -1;
-            rci_cpu_narrow(out + r0 * n, fo, t, nr * n);
+            narrow(out + r0 * n, fo, t, nr * n);
         }
         return 0;
     }
@@ -707,53 +586,53 @@ static int matmul_pieces(const rci_cpu_args *io, const mm_dims *d, const mm_piec
     float *fo = buf, *fa = buf + m * n, *fb = fa + per * m;
     for (int64_t p0 = 0; p0 < k; p0 += per) {
         int64_t nk = k - p0 < per ? k - p0 : per;
-        rci_cpu_widen(fa, a + p0 * m, t, nk * m);
-        rci_cpu_widen(fb, b + p0 * n, t, nk * n);
+        widen(fa, a + p0 * m, t, nk * m);
+        widen(fb, b + p0 * n, t, nk * n);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)nk, 1.0f, fa,
                     (blasint)m, fb, (blasint)n, p0 ? 1.0f : 0.0f, fo, (blasint)n);
     }
-    rci_cpu_narrow(out, fo, t, m * n);
+    narrow(out, fo, t, m * n);
     return 0;
 }
 
 #ifdef REDCO_HAVE_SBGEMM
 /* every batch through OpenBLAS's bf16 GEMM into f32 c, then rounded */
-static int matmul_sbgemm(const rci_cpu_args *io, const mm_dims *d, rc_error *err)
+static int matmul_sbgemm(const rci_cpu_args *io, const rci_matmul_dims *d, rc_error *err)
 {
     const rc_tensor *node = io->node;
     int ta = d->ta, tb = d->tb;
     int64_t batch = d->batch, m = d->m, n = d->n, k = d->k;
     int64_t sa = d->ba == 1 ? 0 : m * k, sb = d->bb == 1 ? 0 : k * n;
-    float *c = scratch_get(matmul_need(node), err);
-    if (!c)
+    float *c;
+    if (work_get(io, matmul_need(node), &c, err))
         return -1;
     const uint16_t *a = io->in[0], *b = io->in[1];
     for (int64_t z = 0; z < batch; z++)
         cblas_sbgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                      (blasint)m, (blasint)n, (blasint)k, 1.0f, a + z * sa, (blasint)(ta ? m : k),
                      b + z * sb, (blasint)(tb ? k : n), 0.0f, c + z * m * n, (blasint)n);
-    rci_cpu_narrow(io->out, c, node->dtype, batch * m * n);
+    narrow(io->out, c, node->dtype, batch * m * n);
     return 0;
 }
 #endif
 
-/* Every path takes its scratch as matmul_need says (the need rci_cpu_half_scratch reports). */
+/* Every path takes its workspace as matmul_need says (the need rci_cpu_half_work reports). */
 static int matmul_half(const rci_cpu_args *io, rc_error *err)
 {
     const rc_tensor *node = io->node, *A = node->src[0], *B = node->src[1];
-    mm_dims d;
+    rci_matmul_dims d;
     if (!mm_dims_of(node, &d))
-        return through_f32(io, err); /* the f32 kernel names what is wrong */
+        return through_f32(io, err);
     int64_t rows = d.batch * d.m, n = d.n, k = d.k;
-    if (mm_few_rows(&d)) {
+    if (rci_matmul_few_rows(&d)) {
         /* a decoding step: the 16-bit matrix read as it is */
-        float *s = scratch_get(matmul_need(node), err);
-        if (!s)
+        float *s;
+        if (work_get(io, matmul_need(node), &s, err))
             return -1;
         rows_widen(s, io->in[0], A->dtype, d.ta, rows, k);
         few_rows f = {s, io->in[1], s + rows * k, B->dtype, d.tb, rows, n, k};
         few_rows_run(&f);
-        narrow_run(io->out, f.c, node->dtype, rows * n);
+        rci_half_narrow_run(io->out, f.c, node->dtype, rows * n);
         return 0;
     }
 #ifdef REDCO_HAVE_SBGEMM
@@ -768,9 +647,9 @@ static int matmul_half(const rci_cpu_args *io, rc_error *err)
 
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
-/* Floats of scratch the node takes (before the growth policy): the same dispatch as
- * rci_cpu_kernel_half, through the same functions its paths size their scratch with. */
-static size_t half_need(const rc_tensor *node)
+/* The same dispatch as rci_cpu_kernel_half, through the same functions its paths size
+ * their workspace with. */
+size_t rci_cpu_half_work(const rc_tensor *node)
 {
     if (rc_tensor_numel(node) == 0)
         return through_need(node);
@@ -779,11 +658,6 @@ static size_t half_need(const rc_tensor *node)
     if (node->op == RC_OP_EMBEDDING && rci_dtype_is_half(node->dtype))
         return 0;
     return through_need(node);
-}
-
-size_t rci_cpu_half_scratch(const rc_tensor *node, size_t held)
-{
-    return scratch_grown(held / sizeof(float), half_need(node)) * sizeof(float);
 }
 
 int rci_cpu_kernel_half(const rci_cpu_args *io, rc_error *err)

@@ -5,7 +5,6 @@
  * set of element strides and written with another. Size-1 axes are dropped and axes that
  * continue each other in both are merged, so most copies end as rows of memcpy. */
 #include "cpu.h"
-#include "half.h"
 
 #include <omp.h>
 #include <string.h>
@@ -13,7 +12,8 @@
 enum {
     PAR_MIN = 32768,  /* elements below which a copy runs on one thread */
     CHUNK_MIN = 4096, /* the shortest piece a long row is split into for threads */
-    TILE = 32         /* side of the square tiles of a transposing copy */
+    TILE = 32,        /* side of the square tiles of a transposing copy */
+    CAST_BLOCK = 256  /* elements a cast from or to i32 takes through doubles at a time */
 };
 
 static int64_t min64(int64_t a, int64_t b)
@@ -192,70 +192,42 @@ static void copy_strided(char *dst, const int64_t *ds, const char *src, const in
     par_range(copy_rows_range, &c, rows * c.pieces, total);
 }
 
-static int bad_shape(const rc_tensor *node, rc_error *err)
-{
-    char s[96];
-    return rc_error_set(err, RC_ERR_SHAPE, "%s: input shapes do not fit the output %s",
-                        rc_op_name(node->op), rc_shape_str(node, s, sizeof s));
-}
-
 /* out axis i = src axis iparam[i] */
-static int move_permute(const rci_cpu_args *io, rc_error *err)
+static void move_permute(const rci_cpu_args *io)
 {
     const rc_tensor *node = io->node;
     const rc_tensor *s = node->src[0];
     int nd = node->ndim;
-    if (s->ndim != nd)
-        return bad_shape(node, err);
     int64_t sst[RC_MAX_DIMS], ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
     rci_contiguous_strides(s->ndim, s->shape, sst);
     rci_contiguous_strides(node->ndim, node->shape, ds);
-    int seen = 0;
-    for (int i = 0; i < nd; i++) {
-        int p = node->iparam[i];
-        if (p < 0 || p >= nd || (seen >> p) & 1 || s->shape[p] != node->shape[i])
-            return rc_error_set(err, RC_ERR_ARG, "permute: axis %d of the permutation is %d", i, p);
-        seen |= 1 << p;
-        ss[i] = sst[p];
-    }
+    for (int i = 0; i < nd; i++)
+        ss[i] = sst[node->iparam[i]];
     copy_strided(io->out, ds, io->in[0], ss, nd, node->shape, rc_dtype_size(node->dtype));
-    return 0;
 }
 
 /* src0 along axis iparam[0], [iparam[1], iparam[2]) */
-static int move_slice(const rci_cpu_args *io, rc_error *err)
+static void move_slice(const rci_cpu_args *io)
 {
     const rc_tensor *node = io->node;
     const rc_tensor *s = node->src[0];
     int nd = node->ndim, ax = node->iparam[0];
-    int64_t start = node->iparam[1], end = node->iparam[2];
-    if (s->ndim != nd || ax < 0 || ax >= nd || start < 0 || end > s->shape[ax] ||
-        end - start != node->shape[ax])
-        return bad_shape(node, err);
-    for (int i = 0; i < nd; i++)
-        if (i != ax && s->shape[i] != node->shape[i])
-            return bad_shape(node, err);
+    int64_t start = node->iparam[1];
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
     rci_contiguous_strides(s->ndim, s->shape, ss);
     rci_contiguous_strides(node->ndim, node->shape, ds);
     size_t es = rc_dtype_size(node->dtype);
     copy_strided(io->out, ds, (const char *)io->in[0] + start * ss[ax] * (int64_t)es, ss, nd,
                  node->shape, es);
-    return 0;
 }
 
 /* src0 placed at offset iparam[1] along axis iparam[0] in zeros of the node's shape */
-static int move_pad(const rci_cpu_args *io, rc_error *err)
+static void move_pad(const rci_cpu_args *io)
 {
     const rc_tensor *node = io->node;
     const rc_tensor *s = node->src[0];
     int nd = node->ndim, ax = node->iparam[0];
     int64_t before = node->iparam[1];
-    if (s->ndim != nd || ax < 0 || ax >= nd || before < 0 || before + s->shape[ax] > node->shape[ax])
-        return bad_shape(node, err);
-    for (int i = 0; i < nd; i++)
-        if (i != ax && s->shape[i] != node->shape[i])
-            return bad_shape(node, err);
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
     rci_contiguous_strides(s->ndim, s->shape, ss);
     rci_contiguous_strides(node->ndim, node->shape, ds);
@@ -263,32 +235,16 @@ static int move_pad(const rci_cpu_args *io, rc_error *err)
     memset(io->out, 0, rc_tensor_nbytes(node));
     copy_strided((char *)io->out + before * ds[ax] * (int64_t)es, ds, io->in[0], ss, nd, s->shape,
                  es);
-    return 0;
 }
 
 /* src0 .. src{n-1} joined along axis iparam[0] */
-static int move_concat(const rci_cpu_args *io, rc_error *err)
+static void move_concat(const rci_cpu_args *io)
 {
     const rc_tensor *node = io->node;
     int nd = node->ndim, ax = node->iparam[0];
-    if (ax < 0 || ax >= nd)
-        return bad_shape(node, err);
-    int64_t at = 0;
-    for (int k = 0; k < node->nsrc; k++) {
-        const rc_tensor *s = node->src[k];
-        if (s->ndim != nd)
-            return bad_shape(node, err);
-        for (int i = 0; i < nd; i++)
-            if (i != ax && s->shape[i] != node->shape[i])
-                return bad_shape(node, err);
-        at += s->shape[ax];
-    }
-    if (at != node->shape[ax])
-        return bad_shape(node, err);
-    int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
+    int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS], at = 0;
     rci_contiguous_strides(node->ndim, node->shape, ds);
     size_t es = rc_dtype_size(node->dtype);
-    at = 0;
     for (int k = 0; k < node->nsrc; k++) {
         const rc_tensor *s = node->src[k];
         rci_contiguous_strides(s->ndim, s->shape, ss);
@@ -296,21 +252,18 @@ static int move_concat(const rci_cpu_args *io, rc_error *err)
                      es);
         at += s->shape[ax];
     }
-    return 0;
 }
 
 /* src0 broadcast to the node's shape (right-aligned; size-1 or missing axes repeat) */
-static int move_expand(const rci_cpu_args *io, rc_error *err)
+static void move_expand(const rci_cpu_args *io)
 {
     const rc_tensor *node = io->node;
     const rc_tensor *s = node->src[0];
     int nd = node->ndim;
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
-    if (rci_bcast_strides(s, nd, node->shape, ss))
-        return bad_shape(node, err);
+    rci_bcast_strides(s, nd, node->shape, ss);
     rci_contiguous_strides(node->ndim, node->shape, ds);
     copy_strided(io->out, ds, io->in[0], ss, nd, node->shape, rc_dtype_size(node->dtype));
-    return 0;
 }
 
 /* float -> i32 truncates toward zero; NaN gives 0, out-of-range values saturate */
@@ -325,100 +278,74 @@ static int32_t to_i32(double v)
     return (int32_t)v;
 }
 
-/* element i of x (dtype t) as a double; 16-bit values widen exactly */
-static double cast_load(const void *x, rc_dtype t, int64_t i)
+/* n i32 at x converted to dtype `to` at y, and n elements of dtype `from` at x to i32 at y:
+ * f32 and f64 directly, 16 bits through a block of doubles (exact for i32 and for 16-bit
+ * values) and rc_convert, so i32 values round to 16 bits through f32 */
+static void cast_from_i32(void *y, rc_dtype to, const int32_t *restrict x, int64_t n)
 {
-    switch (t) {
-    case RC_F32: return ((const float *)x)[i];
-    case RC_F64: return ((const double *)x)[i];
-    case RC_I32: return ((const int32_t *)x)[i];
-    case RC_BF16: return rci_bf16_to_f32(((const uint16_t *)x)[i]);
-    default: return rci_f16_to_f32(((const uint16_t *)x)[i]);
+    if (to == RC_F32) {
+        float *restrict b = y;
+        for (int64_t i = 0; i < n; i++)
+            b[i] = (float)x[i];
+    } else if (to == RC_F64) {
+        double *restrict b = y;
+        for (int64_t i = 0; i < n; i++)
+            b[i] = x[i];
+    } else {
+        double block[CAST_BLOCK];
+        for (int64_t i = 0; i < n; i += CAST_BLOCK) {
+            int64_t len = min64(CAST_BLOCK, n - i);
+            cast_from_i32(block, RC_F64, x + i, len);
+            rc_convert((char *)y + i * (int64_t)rc_dtype_size(to), to, block, RC_F64, len);
+        }
     }
 }
 
-/* v stored as element i of y (dtype t); to 16 bits through f32 (f64 and i32 values round
- * twice: to f32, then to 16 bits) */
-static void cast_store(void *y, rc_dtype t, int64_t i, double v)
+static void cast_to_i32(int32_t *restrict y, const void *x, rc_dtype from, int64_t n)
 {
-    switch (t) {
-    case RC_F32: ((float *)y)[i] = (float)v; break;
-    case RC_F64: ((double *)y)[i] = v; break;
-    case RC_I32: ((int32_t *)y)[i] = to_i32(v); break;
-    case RC_BF16: ((uint16_t *)y)[i] = rci_f32_to_bf16((float)v); break;
-    default: ((uint16_t *)y)[i] = rci_f32_to_f16((float)v); break;
+    if (from == RC_F32) {
+        const float *restrict a = x;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = to_i32(a[i]);
+    } else if (from == RC_F64) {
+        const double *restrict a = x;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = to_i32(a[i]);
+    } else {
+        double block[CAST_BLOCK];
+        for (int64_t i = 0; i < n; i += CAST_BLOCK) {
+            int64_t len = min64(CAST_BLOCK, n - i);
+            rc_convert(block, RC_F64, (const char *)x + i * (int64_t)rc_dtype_size(from), from, len);
+            cast_to_i32(y + i, block, RC_F64, len);
+        }
     }
 }
 
-/* elements [i0, i1) of a cast; the node's src0 holds the input */
+/* elements [i0, i1) of a cast; the node's src0 holds the input. Between float dtypes it is
+ * rc_convert (to 16 bits through f32: f64 values round twice, to f32, then to 16 bits). */
 static void cast_range(void *ctx, int64_t i0, int64_t i1)
 {
     const rci_cpu_args *io = ctx;
     const rc_tensor *node = io->node;
-    const void *x = io->in[0];
-    void *y = io->out;
     rc_dtype from = node->src[0]->dtype, to = node->dtype;
-    if (to == RC_F32 && (from == RC_BF16 || from == RC_F16)) {
-        rci_cpu_widen((float *)y + i0, (const uint16_t *)x + i0, from, i1 - i0);
-    } else if (from == RC_F32 && (to == RC_BF16 || to == RC_F16)) {
-        rci_cpu_narrow((uint16_t *)y + i0, (const float *)x + i0, to, i1 - i0);
-    } else if (from == RC_BF16 || from == RC_F16 || to == RC_BF16 || to == RC_F16) {
-        for (int64_t i = i0; i < i1; i++)
-            cast_store(y, to, i, cast_load(x, from, i));
-    } else if (from == RC_F32 && to == RC_F64) {
-        const float *restrict a = x;
-        double *restrict b = y;
-        for (int64_t i = i0; i < i1; i++)
-            b[i] = a[i];
-    } else if (from == RC_F64 && to == RC_F32) {
-        const double *restrict a = x;
-        float *restrict b = y;
-        for (int64_t i = i0; i < i1; i++)
-            b[i] = (float)a[i];
-    } else if (from == RC_I32 && to == RC_F32) {
-        const int32_t *restrict a = x;
-        float *restrict b = y;
-        for (int64_t i = i0; i < i1; i++)
-            b[i] = (float)a[i];
-    } else if (from == RC_I32 && to == RC_F64) {
-        const int32_t *restrict a = x;
-        double *restrict b = y;
-        for (int64_t i = i0; i < i1; i++)
-            b[i] = a[i];
-    } else if (from == RC_F32 && to == RC_I32) {
-        const float *restrict a = x;
-        int32_t *restrict b = y;
-        for (int64_t i = i0; i < i1; i++)
-            b[i] = to_i32(a[i]);
-    } else { /* f64 -> i32 */
-        const double *restrict a = x;
-        int32_t *restrict b = y;
-        for (int64_t i = i0; i < i1; i++)
-            b[i] = to_i32(a[i]);
-    }
+    const char *x = (const char *)io->in[0] + i0 * (int64_t)rc_dtype_size(from);
+    char *y = (char *)io->out + i0 * (int64_t)rc_dtype_size(to);
+    if (from == RC_I32)
+        cast_from_i32(y, to, (const int32_t *)(const void *)x, i1 - i0);
+    else if (to == RC_I32)
+        cast_to_i32((int32_t *)(void *)y, x, from, i1 - i0);
+    else
+        rc_convert(y, to, x, from, i1 - i0);
 }
 
-static int cast_supported(rc_dtype t)
-{
-    return (unsigned)t < RC_DTYPE_COUNT;
-}
-
-static int move_cast(const rci_cpu_args *io, rc_error *err)
+static void move_cast(const rci_cpu_args *io)
 {
     const rc_tensor *node = io->node;
-    const rc_tensor *s = node->src[0];
     int64_t n = rc_tensor_numel(node);
-    if (rc_tensor_numel(s) != n)
-        return bad_shape(node, err);
-    if (s->dtype == node->dtype) {
+    if (node->src[0]->dtype == node->dtype)
         memcpy(io->out, io->in[0], rc_tensor_nbytes(node));
-        return 0;
-    }
-    if (!cast_supported(s->dtype) || !cast_supported(node->dtype))
-        return rc_error_set(err, RC_ERR_UNSUPPORTED, "cast: %s to %s is not supported",
-                            rc_dtype_name(s->dtype), rc_dtype_name(node->dtype));
-    par_range(cast_range, (void *)io, n, n);
-    return 0;
+    else
+        par_range(cast_range, (void *)io, n, n);
 }
 
 int rci_cpu_is_move(rc_op op)
@@ -427,37 +354,20 @@ int rci_cpu_is_move(rc_op op)
            op == RC_OP_EXPAND || op == RC_OP_CAST;
 }
 
-int rci_cpu_kernel_move(const rci_cpu_args *io, rc_error *err)
+int rci_cpu_kernel_move(const rci_cpu_args *io)
 {
     const rc_tensor *node = io->node;
-    rc_op op = node->op;
-    if (op != RC_OP_PERMUTE && op != RC_OP_SLICE && op != RC_OP_PAD && op != RC_OP_CONCAT &&
-        op != RC_OP_EXPAND && op != RC_OP_CAST)
+    if (!rci_cpu_is_move(node->op))
         return 0;
-    if (node->nsrc < 1)
-        return rc_error_set(err, RC_ERR_ARG, "%s: no input", rc_op_name(op));
-    for (int k = 0; k < node->nsrc; k++) {
-        const rc_tensor *s = node->src[k];
-        if (!s)
-            return rc_error_set(err, RC_ERR_ARG, "%s: input %d is missing", rc_op_name(op), k);
-        if (op != RC_OP_CAST && s->dtype != node->dtype)
-            return rc_error_set(err, RC_ERR_DTYPE, "%s: input %d has dtype %s, output %s",
-                                rc_op_name(op), k, rc_dtype_name(s->dtype),
-                                rc_dtype_name(node->dtype));
-    }
-    if (rc_dtype_size(node->dtype) == 0)
-        return rc_error_set(err, RC_ERR_DTYPE, "%s: unknown dtype %d", rc_op_name(op),
-                            (int)node->dtype);
     if (rc_tensor_numel(node) == 0)
         return 1;
-    int r;
-    switch (op) {
-    case RC_OP_PERMUTE: r = move_permute(io, err); break;
-    case RC_OP_SLICE: r = move_slice(io, err); break;
-    case RC_OP_PAD: r = move_pad(io, err); break;
-    case RC_OP_CONCAT: r = move_concat(io, err); break;
-    case RC_OP_EXPAND: r = move_expand(io, err); break;
-    default: r = move_cast(io, err); break;
+    switch (node->op) {
+    case RC_OP_PERMUTE: move_permute(io); break;
+    case RC_OP_SLICE: move_slice(io); break;
+    case RC_OP_PAD: move_pad(io); break;
+    case RC_OP_CONCAT: move_concat(io); break;
+    case RC_OP_EXPAND: move_expand(io); break;
+    default: move_cast(io); break;
     }
-    return r < 0 ? -1 : 1;
+    return 1;
 }

@@ -9,6 +9,7 @@
  * instruction; the results are the same correctly rounded floats). Everything that
  * depends only on the step is computed once per call, outside the loops. */
 #include "cpu.h"
+#include "half.h"
 
 #include <math.h>
 
@@ -104,7 +105,7 @@ static void accumulate_half(float *acc, const uint16_t *g, rc_dtype st, int64_t 
     for (int64_t b = 0; b < nb; b++) {
         float wide[CHUNK];
         int64_t lo = b * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
-        rci_cpu_widen(wide, g + lo, st, len);
+        rci_half_widen_run(wide, g + lo, st, len);
         accumulate_f32(acc + lo, wide, len, scale, add);
     }
 }
@@ -129,7 +130,7 @@ int rci_cpu_round_f32(rc_backend *be, rc_buffer *dst, int64_t dat, rc_dtype dt, 
     if (dt != RC_BF16 && dt != RC_F16)
         return rc_error_set(err, RC_ERR_DTYPE, "%s: round f32 into %s (bf16 or f16)", be->name, rc_dtype_name(dt));
     if (n > 0)
-        rci_cpu_narrow((uint16_t *)dst->impl + dat, floats(src) + sat, dt, n);
+        rc_convert((uint16_t *)dst->impl + dat, dt, floats(src) + sat, RC_F32, n);
     return 0;
 }
 

@@ -1,5 +1,7 @@
 /* opencl.h - what the OpenCL backend's files share: the device's state behind the
- * rc_backend table, the kernels of its program, and how a kernel is launched.
+ * rc_backend table, the kernels of its program, and how a kernel is launched. The files
+ * stack as context.c (the device) under run.c and update.c (nodes, optimizer work) under
+ * opencl.c (the backend's table).
  *
  * One device, one context, one in-order queue: kernels, copies and fills run in the
  * order they are queued, so a node's inputs are written before it reads them and
@@ -83,13 +85,24 @@ static inline cl_mem rci_ocl_mem(const rc_buffer *b)
     return (cl_mem)b->impl;
 }
 
+/* ---- the device (context.c, the bottom of the backend) ---- */
+
+enum { RCI_OCL_MAX_DEVICES = 64 };   /* over all platforms */
+
+/* Device `index` opened: context, in-order queue, and the program of kernels.cl for f32
+ * values with its kernels (on a build failure the error holds the compiler's log; the
+ * programs for bf16 and f16 values, kernels.cl with RC_STORE_BF16 and RC_STORE_F16, are
+ * built when a node first needs them). The table's name and memory figures are set, its
+ * functions are not (opencl.c's). NULL with err set. */
+rci_ocl *rci_ocl_open(int index, rc_error *err);
+
 /* A short name of an OpenCL status code ("CL_OUT_OF_RESOURCES", ...). */
 const char *rci_ocl_status(cl_int status);
+/* The error of an OpenCL call `what` that returned s (memory or unsupported); -1. */
+int rci_ocl_fail(const rc_backend *be, const char *what, cl_int s, rc_error *err);
+/* The error of an allocation of `bytes` the device cannot hold, and why; -1. */
+int rci_ocl_out_of_memory(const rc_backend *be, size_t bytes, const char *why, rc_error *err);
 
-/* Builds the program of kernels.cl on a device for f32 values and creates its kernels; on
- * a build failure the error holds the compiler's log. The programs for bf16 and f16 values
- * (kernels.cl with RC_STORE_BF16, RC_STORE_F16) are built when a node first needs them. */
-int rci_ocl_build(rci_ocl *o, rc_error *err);
 /* Builds one program from OpenCL C source with the backend's options (*out NULL on a
  * failure, whose error ends with the compiler's log). */
 int rci_ocl_build_program(rci_ocl *o, const char *src, cl_program *out, rc_error *err);
@@ -114,7 +127,7 @@ cl_mem rci_ocl_scratch(rci_ocl *o, size_t bytes, rc_error *err);
  * held (released and made again exactly as large, when larger) */
 size_t rci_ocl_scratch_grown(size_t held, size_t need);
 
-/* The backend's node and optimizer work (run.c, update.c). */
+/* ---- the backend's node and optimizer work (run.c, update.c), above the device ---- */
 int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t);
 int rci_ocl_run_node(rc_backend *be, const rci_node_run *r, rc_error *err);
 /* the scratch held after running node (backend.h's scratch_bytes) */

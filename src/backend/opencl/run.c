@@ -1,6 +1,7 @@
-/* run.c - the OpenCL backend's nodes: which ops it runs (supports), and one node's run:
- * checks of the inputs as the CPU kernels make them, then a kernel of kernels.cl (or
- * CLBlast's GEMM) queued on the device's in-order queue.
+/* run.c - the OpenCL backend's nodes: which ops it runs (supports), and one node's run: a
+ * kernel of kernels.cl (or CLBlast's GEMM) queued on the device's in-order queue. The
+ * node's structure was checked with its plan (rci_node_check); a run checks only where
+ * its memory is and the values that must be in range (ids).
  *
  * Memory is (cl_mem, element offset): elements of 4 bytes (f32, i32) or 2 (bf16, f16), so
  * a byte offset is the element size times an element offset. Boxes (shapes with per-input
@@ -56,17 +57,12 @@ static void box_make(box *b, int nd, const int64_t *shape, int k, int64_t st[][R
 }
 
 /* the node's inputs 0 .. nin-1 broadcast over its shape */
-static int bcast_box(const rc_tensor *node, int nin, box *b, rc_error *err)
+static void bcast_box(const rc_tensor *node, int nin, box *b)
 {
     int64_t st[3][RC_MAX_DIMS];
     for (int k = 0; k < nin; k++)
-        if (rci_bcast_strides(node->src[k], node->ndim, node->shape, st[k])) {
-            char so[96];
-            return rc_error_set(err, RC_ERR_SHAPE, "%s: inputs do not broadcast to the output %s",
-                                op_name(node), rc_shape_str(node, so, sizeof so));
-        }
+        rci_bcast_strides(node->src[k], node->ndim, node->shape, st[k]);
     box_make(b, node->ndim, node->shape, nin, st);
-    return 0;
 }
 
 /* ---- arguments ------------------------------------------------------------------------- */
@@ -112,24 +108,6 @@ static int launch(rci_ocl *o, const rc_tensor *node, rci_ocl_kernel k, const rci
 
 #define ARG(v) {sizeof(v), &(v)}
 
-static int need_src(const rc_tensor *node, int k, rc_dtype t, rc_error *err)
-{
-    const rc_tensor *s = k < node->nsrc ? node->src[k] : NULL;
-    if (!s)
-        return rc_error_set(err, RC_ERR_ARG, "%s: input %d is missing", op_name(node), k);
-    if (s->dtype != t)
-        return rc_error_set(err, RC_ERR_DTYPE, "%s: input %d has dtype %s, expected %s",
-                            op_name(node), k, rc_dtype_name(s->dtype), rc_dtype_name(t));
-    return 0;
-}
-
-static int same_size(const rc_tensor *node, rc_error *err)
-{
-    if (rc_tensor_numel(node->src[0]) != rc_tensor_numel(node))
-        return rc_error_set(err, RC_ERR_SHAPE, "%s: input and output sizes differ", op_name(node));
-    return 0;
-}
-
 /* The places of the output and the first nin inputs. */
 static int places(const rci_node_run *r, int nin, place *out, place *in, rc_error *err)
 {
@@ -158,7 +136,7 @@ static int run_unary(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[1] = {{0}};
-    if (need_src(node, 0, storage(node), err) || same_size(node, err) || places(r, 1, &out, in, err))
+    if (places(r, 1, &out, in, err))
         return -1;
     cl_long n = rc_tensor_numel(node);
     cl_int op = node->op == RC_OP_AFFINE ? 0 : node->op == RC_OP_EXP ? 1 : node->op == RC_OP_LOG ? 2
@@ -173,11 +151,9 @@ static int run_act(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[1] = {{0}};
-    if (need_src(node, 0, storage(node), err) || same_size(node, err) || places(r, 1, &out, in, err))
+    if (places(r, 1, &out, in, err))
         return -1;
     cl_int kind = node->iparam[0], order = node->iparam[1];
-    if (kind < 0 || kind >= RC_ACT_COUNT || order < 0 || order > 2)
-        return rc_error_set(err, RC_ERR_ARG, "act: activation %d, derivative order %d", kind, order);
     cl_long n = rc_tensor_numel(node);
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n), ARG(kind),
                        ARG(order)};
@@ -189,9 +165,9 @@ static int run_binary(rci_ocl *o, const rci_node_run *r, rc_error *err)
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
     box b;
-    if (need_src(node, 0, storage(node), err) || need_src(node, 1, storage(node), err) ||
-        bcast_box(node, 2, &b, err) || places(r, 2, &out, in, err))
+    if (places(r, 2, &out, in, err))
         return -1;
+    bcast_box(node, 2, &b);
     cl_long n = rc_tensor_numel(node);
     cl_int op = node->op - RC_OP_ADD, nd = b.nd;   /* ADD, SUB, MUL, DIV in order */
     cl_long8 shape = long8_of(b.shape), sa = long8_of(b.st[0]), sb = long8_of(b.st[1]);
@@ -204,14 +180,12 @@ static int run_binary(rci_ocl *o, const rci_node_run *r, rc_error *err)
 static int run_where(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
-    if (node->nsrc < 3 || !node->src[0])
-        return rc_error_set(err, RC_ERR_ARG, "where: needs a condition and two inputs");
     cl_int cond_i32 = node->src[0]->dtype == RC_I32;
     place out = {0}, in[3] = {{0}};
     box b;
-    if ((!cond_i32 && need_src(node, 0, storage(node), err)) || need_src(node, 1, storage(node), err) ||
-        need_src(node, 2, storage(node), err) || bcast_box(node, 3, &b, err) || places(r, 3, &out, in, err))
+    if (places(r, 3, &out, in, err))
         return -1;
+    bcast_box(node, 3, &b);
     cl_long n = rc_tensor_numel(node);
     cl_int nd = b.nd;
     cl_long8 shape = long8_of(b.shape), sc = long8_of(b.st[0]), sa = long8_of(b.st[1]),
@@ -226,15 +200,12 @@ static int run_where(rci_ocl *o, const rci_node_run *r, rc_error *err)
 static int run_equal(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
-    if (node->nsrc < 2 || !node->src[0] || !node->src[1])
-        return rc_error_set(err, RC_ERR_ARG, "equal: needs two inputs");
     cl_int is_i32 = node->src[0]->dtype == RC_I32;
-    rc_dtype t = is_i32 ? RC_I32 : storage(node);
     place out = {0}, in[2] = {{0}};
     box b;
-    if (need_src(node, 0, t, err) || need_src(node, 1, t, err) || bcast_box(node, 2, &b, err) ||
-        places(r, 2, &out, in, err))
+    if (places(r, 2, &out, in, err))
         return -1;
+    bcast_box(node, 2, &b);
     cl_long n = rc_tensor_numel(node);
     cl_int nd = b.nd;
     cl_long8 shape = long8_of(b.shape), sa = long8_of(b.st[0]), sb = long8_of(b.st[1]);
@@ -270,42 +241,16 @@ static int copy_box(rci_ocl *o, rc_dtype t, cl_mem dst, int64_t doff, const int6
     return rci_ocl_launch_as(o, rc_dtype_size(t) == 2 ? t : RC_F32, OCL_COPY, a, 9, (size_t)n, what, err);
 }
 
-static int bad_shape(const rc_tensor *node, rc_error *err)
-{
-    char s[96];
-    return rc_error_set(err, RC_ERR_SHAPE, "%s: input shapes do not fit the output %s",
-                        op_name(node), rc_shape_str(node, s, sizeof s));
-}
-
-/* every input has the node's ndim and shape except along axis ax */
-static int fits_but_axis(const rc_tensor *node, const rc_tensor *s, int ax)
-{
-    if (s->ndim != node->ndim || ax < 0 || ax >= node->ndim)
-        return 0;
-    for (int i = 0; i < node->ndim; i++)
-        if (i != ax && s->shape[i] != node->shape[i])
-            return 0;
-    return 1;
-}
-
 static int run_permute(rci_ocl *o, const rci_node_run *r, const place *out, const place *in,
                        rc_error *err)
 {
     const rc_tensor *node = r->node, *s = node->src[0];
     int nd = node->ndim;
-    if (s->ndim != nd)
-        return bad_shape(node, err);
     int64_t sst[RC_MAX_DIMS], ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
     rci_contiguous_strides(nd, s->shape, sst);
     rci_contiguous_strides(nd, node->shape, ds);
-    int seen = 0;
-    for (int i = 0; i < nd; i++) {
-        int p = node->iparam[i];
-        if (p < 0 || p >= nd || (seen >> p) & 1 || s->shape[p] != node->shape[i])
-            return rc_error_set(err, RC_ERR_ARG, "permute: axis %d of the permutation is %d", i, p);
-        seen |= 1 << p;
-        ss[i] = sst[p];
-    }
+    for (int i = 0; i < nd; i++)
+        ss[i] = sst[node->iparam[i]];
     return copy_box(o, node->dtype, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape,
                     "permute", err);
 }
@@ -315,10 +260,7 @@ static int run_slice(rci_ocl *o, const rci_node_run *r, const place *out, const 
 {
     const rc_tensor *node = r->node, *s = node->src[0];
     int ax = node->iparam[0];
-    int64_t start = node->iparam[1], end = node->iparam[2];
-    if (!fits_but_axis(node, s, ax) || start < 0 || end > s->shape[ax] ||
-        end - start != node->shape[ax])
-        return bad_shape(node, err);
+    int64_t start = node->iparam[1];
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
     rci_contiguous_strides(s->ndim, s->shape, ss);
     rci_contiguous_strides(node->ndim, node->shape, ds);
@@ -332,8 +274,6 @@ static int run_pad(rci_ocl *o, const rci_node_run *r, const place *out, const pl
     const rc_tensor *node = r->node, *s = node->src[0];
     int ax = node->iparam[0];
     int64_t before = node->iparam[1];
-    if (!fits_but_axis(node, s, ax) || before < 0 || before + s->shape[ax] > node->shape[ax])
-        return bad_shape(node, err);
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
     rci_contiguous_strides(s->ndim, s->shape, ss);
     rci_contiguous_strides(node->ndim, node->shape, ds);
@@ -347,17 +287,8 @@ static int run_concat(rci_ocl *o, const rci_node_run *r, const place *out, rc_er
 {
     const rc_tensor *node = r->node;
     int ax = node->iparam[0];
-    int64_t at = 0;
-    for (int k = 0; k < node->nsrc; k++) {
-        if (!fits_but_axis(node, node->src[k], ax))
-            return bad_shape(node, err);
-        at += node->src[k]->shape[ax];
-    }
-    if (at != node->shape[ax])
-        return bad_shape(node, err);
-    int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
+    int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS], at = 0;
     rci_contiguous_strides(node->ndim, node->shape, ds);
-    at = 0;
     for (int k = 0; k < node->nsrc; k++) {
         const rc_tensor *s = node->src[k];
         place in = {0};
@@ -378,8 +309,7 @@ static int run_expand(rci_ocl *o, const rci_node_run *r, const place *out, const
     const rc_tensor *node = r->node, *s = node->src[0];
     int nd = node->ndim;
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
-    if (rci_bcast_strides(s, nd, node->shape, ss))
-        return bad_shape(node, err);
+    rci_bcast_strides(s, nd, node->shape, ss);
     rci_contiguous_strides(nd, node->shape, ds);
     return copy_box(o, node->dtype, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape,
                     "expand", err);
@@ -396,8 +326,6 @@ static int run_cast(rci_ocl *o, const rci_node_run *r, const place *out, const p
 {
     const rc_tensor *node = r->node, *s = node->src[0];
     cl_long n = rc_tensor_numel(node);
-    if (rc_tensor_numel(s) != n)
-        return bad_shape(node, err);
     if (s->dtype == node->dtype)
         return o->be.copy(&o->be, r->out.buf, r->out.off, r->in[0].buf, r->in[0].off,
                           rc_tensor_nbytes(node), err);
@@ -422,19 +350,12 @@ static int is_move(rc_op op)
            op == RC_OP_EXPAND;
 }
 
-/* movement ops and casts: inputs of the node's dtype (a cast's of f32 or i32) */
+/* movement ops and casts, of the dtypes the device holds (no f64) */
 static int run_move(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
-    if (node->nsrc < 1)
-        return rc_error_set(err, RC_ERR_ARG, "%s: no input", op_name(node));
     for (int k = 0; k < node->nsrc; k++) {
         const rc_tensor *s = node->src[k];
-        if (!s)
-            return rc_error_set(err, RC_ERR_ARG, "%s: input %d is missing", op_name(node), k);
-        if (node->op != RC_OP_CAST && s->dtype != node->dtype)
-            return rc_error_set(err, RC_ERR_DTYPE, "%s: input %d has dtype %s, output %s",
-                                op_name(node), k, rc_dtype_name(s->dtype), rc_dtype_name(node->dtype));
         if (!cast_dtype(s->dtype))
             return rc_error_set(err, RC_ERR_DTYPE, "%s: dtype %s is not supported on %s",
                                 op_name(node), rc_dtype_name(s->dtype), o->be.name);
@@ -509,20 +430,15 @@ static int run_reduce(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[1] = {{0}};
-    if (need_src(node, 0, storage(node), err) || places(r, 1, &out, in, err))
+    if (places(r, 1, &out, in, err))
         return -1;
     const rc_tensor *s = node->src[0];
     int axis = node->iparam[0];
-    if (axis < 0 || axis >= s->ndim)
-        return rc_error_set(err, RC_ERR_ARG, "%s: axis %d of a %d-D input", op_name(node), axis,
-                            s->ndim);
     int64_t outer = 1, inner = 1, n = s->shape[axis];
     for (int i = 0; i < axis; i++)
         outer *= s->shape[i];
     for (int i = axis + 1; i < s->ndim; i++)
         inner *= s->shape[i];
-    if (outer * inner != rc_tensor_numel(node))
-        return rc_error_set(err, RC_ERR_SHAPE, "%s: output size does not match", op_name(node));
     box kept = {2, {outer, inner}, {{n * inner, 1}}}, summed = {1, {n}, {{inner}}};
     return reduce_boxes(o, storage(node), &out, &in[0], &kept, &summed, node->op == RC_OP_MAX,
                         op_name(node), err);
@@ -533,16 +449,12 @@ static int run_sum_to(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[1] = {{0}};
-    if (need_src(node, 0, storage(node), err) || places(r, 1, &out, in, err))
+    if (places(r, 1, &out, in, err))
         return -1;
     const rc_tensor *s = node->src[0];
     int sd = s->ndim;
     int64_t os[RC_MAX_DIMS], st[RC_MAX_DIMS];
-    if (node->ndim > sd || rci_bcast_strides(node, sd, s->shape, os)) {
-        char a[96], b[96];
-        return rc_error_set(err, RC_ERR_SHAPE, "sum_to: %s cannot be summed to %s",
-                            rc_shape_str(s, a, sizeof a), rc_shape_str(node, b, sizeof b));
-    }
+    rci_bcast_strides(node, sd, s->shape, os);
     if (rc_tensor_numel(s) == rc_tensor_numel(node))
         return o->be.copy(&o->be, r->out.buf, r->out.off, r->in[0].buf, r->in[0].off,
                           rc_tensor_nbytes(node), err);
@@ -573,16 +485,6 @@ static int run_sum_to(rci_ocl *o, const rci_node_run *r, rc_error *err)
 static int64_t last_dim(const rc_tensor *t)
 {
     return t->ndim ? t->shape[t->ndim - 1] : 1;
-}
-
-/* src[k] is optional: NULL is fine, otherwise it must be [C] of the node's dtype */
-static int optional_vector(const rc_tensor *node, int k, int64_t c, rc_error *err)
-{
-    const rc_tensor *s = k < node->nsrc ? node->src[k] : NULL;
-    if (s && (s->dtype != storage(node) || rc_tensor_numel(s) != c))
-        return rc_error_set(err, RC_ERR_SHAPE, "%s: input %d must be [%lld] %s", op_name(node), k,
-                            (long long)c, rc_dtype_name(storage(node)));
-    return 0;
 }
 
 /* an optional input's place; the output's (never read) when absent */
@@ -639,16 +541,10 @@ static int run_softmax(rci_ocl *o, const rci_node_run *r, rc_error *err)
     place out = {0}, in[1] = {{0}}, mask = {0};
     cl_int has_mask;
     int64_t mst[BOX_MAX] = {0}, shape[BOX_MAX] = {0};
-    if (need_src(node, 0, storage(node), err) || same_size(node, err) || places(r, 1, &out, in, err) ||
-        optional_place(r, 1, &out, &mask, &has_mask, err))
+    if (places(r, 1, &out, in, err) || optional_place(r, 1, &out, &mask, &has_mask, err))
         return -1;
-    if (has_mask && (need_src(node, 1, storage(node), err)))
-        return -1;
-    if (has_mask && rci_bcast_strides(node->src[1], node->ndim, node->shape, mst)) {
-        char so[96];
-        return rc_error_set(err, RC_ERR_SHAPE, "softmax: the mask does not broadcast to %s",
-                            rc_shape_str(node, so, sizeof so));
-    }
+    if (has_mask)
+        rci_bcast_strides(node->src[1], node->ndim, node->shape, mst);
     memcpy(shape, node->shape, (size_t)node->ndim * sizeof *shape);
     int nd = node->ndim;
     cl_long c = last_dim(node), rows = rc_tensor_numel(node) / c;
@@ -671,9 +567,8 @@ static int run_layer_norm(rci_ocl *o, const rci_node_run *r, rc_error *err)
     place out = {0}, in[1] = {{0}}, w = {0}, b = {0};
     cl_int has_w, has_b;
     cl_long c = last_dim(node), rows = rc_tensor_numel(node) / c;
-    if (need_src(node, 0, storage(node), err) || same_size(node, err) || optional_vector(node, 1, c, err) ||
-        optional_vector(node, 2, c, err) || places(r, 1, &out, in, err) ||
-        optional_place(r, 1, &out, &w, &has_w, err) || optional_place(r, 2, &out, &b, &has_b, err))
+    if (places(r, 1, &out, in, err) || optional_place(r, 1, &out, &w, &has_w, err) ||
+        optional_place(r, 2, &out, &b, &has_b, err))
         return -1;
     acc_arg eps = {node->fparam[0], (cl_float)node->fparam[0]};
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
@@ -688,8 +583,7 @@ static int run_rms_norm(rci_ocl *o, const rci_node_run *r, rc_error *err)
     place out = {0}, in[1] = {{0}}, w = {0};
     cl_int has_w;
     cl_long c = last_dim(node), rows = rc_tensor_numel(node) / c;
-    if (need_src(node, 0, storage(node), err) || same_size(node, err) || optional_vector(node, 1, c, err) ||
-        places(r, 1, &out, in, err) || optional_place(r, 1, &out, &w, &has_w, err))
+    if (places(r, 1, &out, in, err) || optional_place(r, 1, &out, &w, &has_w, err))
         return -1;
     acc_arg eps = {node->fparam[0], (cl_float)node->fparam[0]};
     cl_float offset = (cl_float)node->fparam[1];
@@ -747,13 +641,10 @@ static int run_embedding(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
-    if (need_src(node, 0, storage(node), err) || need_src(node, 1, RC_I32, err) ||
-        places(r, 2, &out, in, err))
+    if (places(r, 2, &out, in, err))
         return -1;
     const rc_tensor *tab = node->src[0];
     cl_long c = last_dim(node), count = rc_tensor_numel(node->src[1]);
-    if (tab->ndim != 2 || tab->shape[1] != c || count * c != rc_tensor_numel(node))
-        return rc_error_set(err, RC_ERR_SHAPE, "embedding: table, ids and output do not fit");
     int64_t v = node->iparam[2] ? node->iparam[4] : tab->shape[0];
     if (check_ids(o, &in[1], count, v, 0, 0, "embedding", "id", err))
         return -1;
@@ -768,15 +659,10 @@ static int run_embedding_grad(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
-    if (need_src(node, 0, RC_I32, err) || need_src(node, 1, storage(node), err) ||
-        places(r, 2, &out, in, err))
+    if (places(r, 2, &out, in, err))
         return -1;
-    if (node->ndim != 2)
-        return rc_error_set(err, RC_ERR_SHAPE, "embedding_grad: output must be [vocab, dim]");
     int64_t v = node->iparam[2] ? node->iparam[4] : node->shape[0];
     cl_long c = node->shape[1], count = rc_tensor_numel(node->src[0]), rows = node->shape[0];
-    if (count * c != rc_tensor_numel(node->src[1]))
-        return rc_error_set(err, RC_ERR_SHAPE, "embedding_grad: ids and gradient do not fit");
     place acc;   /* the sums in f32: the output, or scratch rounded into it at the end */
     if (check_ids(o, &in[0], count, v, 0, 0, "embedding_grad", "id", err) ||
         f32_temps(o, node, &out, 0, rows * c, &acc, err))
@@ -806,11 +692,9 @@ static int run_one_hot(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[1] = {{0}};
-    if (need_src(node, 0, RC_I32, err) || places(r, 1, &out, in, err))
+    if (places(r, 1, &out, in, err))
         return -1;
     cl_long depth = last_dim(node), count = rc_tensor_numel(node->src[0]);
-    if (count * depth != rc_tensor_numel(node))
-        return rc_error_set(err, RC_ERR_SHAPE, "one_hot: ids and output do not fit");
     int64_t v = node->iparam[2] ? node->iparam[4] : depth;
     cl_int ignore = node->iparam[1];
     if (check_ids(o, &in[0], count, v, ignore, 1, "one_hot", "id", err))
@@ -821,16 +705,13 @@ static int run_one_hot(rci_ocl *o, const rci_node_run *r, rc_error *err)
     return launch(o, node, OCL_ONE_HOT, a, 8, (size_t)(count * depth), "one_hot", err);
 }
 
-/* logits src0 [..., V] and targets src1 i32 [...]: checked, rows and V set */
+/* logits src0 [..., V] and targets src1 i32 [...]: rows and V set, the targets checked */
 static int ce_inputs(rci_ocl *o, const rc_tensor *node, const place *tg, cl_long *rows, cl_long *v,
                      rc_error *err)
 {
     const rc_tensor *lt = node->src[0];
     *v = last_dim(lt);
     *rows = lead_rows(lt);
-    if (lt->ndim < 1 || rc_tensor_numel(node->src[1]) != *rows)
-        return rc_error_set(err, RC_ERR_SHAPE, "%s: %lld targets for %lld rows", op_name(node),
-                            (long long)rc_tensor_numel(node->src[1]), (long long)*rows);
     return check_ids(o, tg, *rows, *v, node->iparam[0], 1, op_name(node), "target", err);
 }
 
@@ -854,8 +735,7 @@ static int run_cross_entropy(rci_ocl *o, const rci_node_run *r, rc_error *err)
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
     cl_long rows, v;
-    if (need_src(node, 0, storage(node), err) || need_src(node, 1, RC_I32, err) ||
-        places(r, 2, &out, in, err) || ce_inputs(o, node, &in[1], &rows, &v, err))
+    if (places(r, 2, &out, in, err) || ce_inputs(o, node, &in[1], &rows, &v, err))
         return -1;
     cl_mem loss = rci_ocl_scratch(o, ce_scratch(o, node, rows, v), err);
     if (!loss)
@@ -876,11 +756,8 @@ static int run_cross_entropy_grad(rci_ocl *o, const rci_node_run *r, rc_error *e
     const rc_tensor *node = r->node;
     place out = {0}, in[3] = {{0}};
     cl_long rows, v;
-    if (need_src(node, 0, storage(node), err) || need_src(node, 1, RC_I32, err) ||
-        need_src(node, 2, RC_F32, err) || places(r, 3, &out, in, err))
+    if (places(r, 3, &out, in, err))
         return -1;
-    if (rc_tensor_numel(node->src[2]) != 1)
-        return rc_error_set(err, RC_ERR_SHAPE, "cross_entropy_grad: the upstream gradient is not a scalar");
     place tmp;   /* the exponentials in f32: the output, or scratch after the scale */
     if (ce_inputs(o, node, &in[1], &rows, &v, err) ||
         f32_temps(o, node, &out, CE_SCALE_FLOATS, rows * v, &tmp, err))
@@ -905,20 +782,12 @@ static int run_rope(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
-    if (need_src(node, 0, storage(node), err) || need_src(node, 1, RC_I32, err) || same_size(node, err) ||
-        places(r, 2, &out, in, err))
+    if (places(r, 2, &out, in, err))
         return -1;
     int nd = node->ndim, mode = node->iparam[1];
     cl_long rot = node->iparam[0];
-    if (nd < 3)
-        return rc_error_set(err, RC_ERR_SHAPE, "rope: input must be [..., T, heads, head_dim]");
     cl_long d = node->shape[nd - 1], h = node->shape[nd - 2], n = rc_tensor_numel(node);
     cl_long np = rc_tensor_numel(node->src[1]);
-    if (rot < 0 || rot % 2 || rot > d || (mode != RC_ROPE_INTERLEAVED && mode != RC_ROPE_HALF))
-        return rc_error_set(err, RC_ERR_ARG, "rope: rotary dims %lld, mode %d for head dim %lld",
-                            (long long)rot, mode, (long long)d);
-    if (np == 0)
-        return rc_error_set(err, RC_ERR_SHAPE, "rope: no positions");
     cl_int inter = mode == RC_ROPE_INTERLEAVED, inverse = node->iparam[2] != 0;
     cl_double theta = node->fparam[0];
     rci_ocl_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
@@ -934,7 +803,7 @@ static int run_dropout(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[1] = {{0}};
-    if (need_src(node, 0, storage(node), err) || same_size(node, err) || places(r, 1, &out, in, err))
+    if (places(r, 1, &out, in, err))
         return -1;
     double p = node->fparam[0];
     if (p == 0)
@@ -972,8 +841,6 @@ static int blast_failed(rci_ocl *o, CLBlastStatusCode s, rc_error *err)
     return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: matmul: CLBlast status %d", o->be.name, (int)s);
 }
 
-enum { MATMUL_FEW_ROWS = 4 };   /* products of at most this many rows: k_matmul_rows */
-
 /* n 16-bit values (dtype t) at src widened into f32 at element `at` of dst */
 static int widen_into(rci_ocl *o, cl_mem dst, int64_t at, const place *src, rc_dtype t, int64_t n,
                       rc_error *err)
@@ -984,7 +851,7 @@ static int widen_into(rci_ocl *o, cl_mem dst, int64_t at, const place *src, rc_d
     return rci_ocl_launch(o, OCL_CAST, a, 7, (size_t)n, "matmul", err);
 }
 
-/* a decoding step: rows (<= MATMUL_FEW_ROWS) of a times the shared 2-D b, whose 16-bit
+/* a decoding step: rows (<= RCI_MATMUL_FEW_ROWS) of a times the shared 2-D b, whose 16-bit
  * words are read as they are (half the bytes of f32 weights), summed in f32 */
 static int matmul_rows(rci_ocl *o, const rc_tensor *node, const place *out, const place *in,
                        int64_t rows, int64_t n, int64_t k, rc_error *err)
@@ -996,31 +863,6 @@ static int matmul_rows(rci_ocl *o, const rc_tensor *node, const place *out, cons
     return launch(o, node, OCL_MATMUL_ROWS, a, 11, (size_t)n, "matmul", err);
 }
 
-/* a checked product: transposes, sizes, batches of the output and of each operand */
-typedef struct {
-    int ta, tb;
-    int64_t m, n, k, batch, ba, bb;
-} matmul_dims;
-
-/* the dims of a product of operands of at least 2 dimensions (run_matmul checks them) */
-static matmul_dims matmul_dims_of(const rc_tensor *node)
-{
-    const rc_tensor *A = node->src[0], *B = node->src[1];
-    matmul_dims d = {node->iparam[0] != 0, node->iparam[1] != 0, 0, 0, 0, 0, 0, 0};
-    d.m = A->shape[A->ndim - (d.ta ? 1 : 2)], d.k = A->shape[A->ndim - (d.ta ? 2 : 1)];
-    d.n = B->shape[B->ndim - (d.tb ? 2 : 1)];
-    d.batch = d.m && d.n ? rc_tensor_numel(node) / (d.m * d.n) : 0;
-    d.ba = d.m && d.k ? rc_tensor_numel(A) / (d.m * d.k) : 0;
-    d.bb = d.k && d.n ? rc_tensor_numel(B) / (d.k * d.n) : 0;
-    return d;
-}
-
-/* a decoding step: a few rows times a shared matrix (k_matmul_rows, no scratch) */
-static int matmul_few_rows(const matmul_dims *d)
-{
-    return d->bb == 1 && (d->batch == 1 || !d->ta) && d->batch * d->m <= MATMUL_FEW_ROWS;
-}
-
 enum { MATMUL_CHUNK = 1 << 23 };   /* f32 elements of the 16-bit product's result per SGEMM */
 
 /* How a 16-bit product runs through SGEMM: c by rows of op(a) (stacked) or by batches,
@@ -1030,7 +872,7 @@ typedef struct {
     int64_t unit, units, per;
 } matmul_chunks;
 
-static matmul_chunks matmul_chunks_of(const matmul_dims *d)
+static matmul_chunks matmul_chunks_of(const rci_matmul_dims *d)
 {
     matmul_chunks c;
     c.stacked = d->batch == 1 || (d->bb == 1 && d->ba == d->batch && !d->ta);
@@ -1042,7 +884,7 @@ static matmul_chunks matmul_chunks_of(const matmul_dims *d)
 }
 
 /* Bytes of scratch matmul_half takes: [a | b | chunk of c] in f32 */
-static size_t matmul_half_scratch(const matmul_dims *d)
+static size_t matmul_half_scratch(const rci_matmul_dims *d)
 {
     matmul_chunks c = matmul_chunks_of(d);
     return (size_t)(d->ba * d->m * d->k + d->bb * d->k * d->n + c.per * c.unit) * sizeof(cl_float);
@@ -1051,7 +893,7 @@ static size_t matmul_half_scratch(const matmul_dims *d)
 /* A product of 16-bit operands (dtype st) through SGEMM: both widened into scratch
  * [a | b | chunk of c], c computed a chunk of rows (or of batches) at a time and rounded
  * into the output, so the scratch never holds the whole f32 result (logits). */
-static int matmul_half(rci_ocl *o, rc_dtype st, const matmul_dims *d, const place *out, const place *in,
+static int matmul_half(rci_ocl *o, rc_dtype st, const rci_matmul_dims *d, const place *out, const place *in,
                        rc_error *err)
 {
     int64_t m = d->m, n = d->n, k = d->k;
@@ -1095,27 +937,14 @@ static int run_matmul(rci_ocl *o, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     place out = {0}, in[2] = {{0}};
-    if (need_src(node, 0, storage(node), err) || need_src(node, 1, storage(node), err) ||
-        places(r, 2, &out, in, err))
+    if (places(r, 2, &out, in, err))
         return -1;
-    const rc_tensor *A = node->src[0], *B = node->src[1];
-    int ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
-    if (A->ndim < 2 || B->ndim < 2 || node->ndim < 2)
-        return rc_error_set(err, RC_ERR_SHAPE, "matmul: operands must have at least 2 dimensions");
-    matmul_dims d = matmul_dims_of(node);
-    int64_t m = d.m, k = d.k, n = d.n, kb = B->shape[B->ndim - (tb ? 1 : 2)];
-    if (k != kb || node->shape[node->ndim - 2] != m || node->shape[node->ndim - 1] != n)
-        return rc_error_set(err, RC_ERR_SHAPE, "matmul: [%lld, %lld] @ [%lld, %lld] -> [%lld, %lld]",
-                            (long long)m, (long long)k, (long long)kb, (long long)n,
-                            (long long)node->shape[node->ndim - 2],
-                            (long long)node->shape[node->ndim - 1]);
+    rci_matmul_dims d = rci_matmul_dims_of(node);
+    int ta = d.ta, tb = d.tb;
+    int64_t m = d.m, k = d.k, n = d.n, batch = d.batch, ba = d.ba, bb = d.bb;
     if (k == 0)
         return o->be.fill_zero(&o->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err);
-    int64_t batch = d.batch, ba = d.ba, bb = d.bb;
-    if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
-        return rc_error_set(err, RC_ERR_SHAPE, "matmul: batches %lld @ %lld -> %lld do not match",
-                            (long long)ba, (long long)bb, (long long)batch);
-    if (matmul_few_rows(&d)) /* decoding, f32 too: one pass over the weights, no GEMM set-up */
+    if (rci_matmul_few_rows(&d)) /* decoding, f32 too: one pass over the weights, no GEMM set-up */
         return matmul_rows(o, node, &out, in, batch * m, n, k, err);
     if (storage(node) != RC_F32)
         return matmul_half(o, storage(node), &d, &out, in, err);
@@ -1157,13 +986,8 @@ static int run_conv2d(rci_ocl *o, const rci_node_run *r, rc_error *err)
     const rc_tensor *node = r->node;
     int nin = node->op == RC_OP_CONV2D && node->nsrc > 2 && node->src[2] ? 3 : 2;
     place out = {0}, in[3] = {{0}};
-    for (int k = 0; k < nin; k++)
-        if (need_src(node, k, node->dtype, err))
-            return -1;
     if (places(r, nin, &out, in, err))
         return -1;
-    if (node->ndim != 4 || node->src[0]->ndim != 4 || node->src[1]->ndim != 4 || node->iparam[6] < 1)
-        return rc_error_set(err, RC_ERR_SHAPE, "%s: inputs must be 4-D (NCHW)", op_name(node));
     const rc_tensor *s0 = node->src[0], *s1 = node->src[1];
     size_t n = (size_t)rc_tensor_numel(node);
     if (node->op == RC_OP_CONV2D) {
@@ -1189,16 +1013,10 @@ static int run_pool2d(rci_ocl *o, const rci_node_run *r, rc_error *err)
     const rc_tensor *node = r->node;
     int grad = node->op == RC_OP_POOL2D_GRAD, nin = grad ? 2 : 1;
     place out = {0}, in[2] = {{0}};
-    for (int k = 0; k < nin; k++)
-        if (need_src(node, k, node->dtype, err))
-            return -1;
     if (places(r, nin, &out, in, err))
         return -1;
     const rc_tensor *x = grad ? node->src[1] : node->src[0], *y = grad ? node->src[0] : node;
     const int32_t *ip = node->iparam;
-    if (node->ndim != 4 || x->ndim != 4 || y->ndim != 4 || ip[1] < 1 || ip[2] < 1 || ip[3] < 1 || ip[4] < 1)
-        return rc_error_set(err, RC_ERR_SHAPE, "%s: inputs must be 4-D (NCHW) with a kernel and stride",
-                            op_name(node));
     cl_long16 p = {{x->shape[0] * x->shape[1], x->shape[2], x->shape[3], y->shape[2], y->shape[3], ip[1],
                     ip[2], ip[3], ip[4], ip[5], ip[6], 0, 0, 0, 0, 0}};
     cl_int avg = ip[0] == RC_POOL_AVG;
@@ -1273,26 +1091,23 @@ int rci_ocl_supports(const rc_backend *be, rc_op op, rc_dtype t)
     }
 }
 
-/* Bytes of scratch node takes on this device: the dispatch of rci_ocl_run_node, through
- * the functions its kernels size their scratch with; 0 for what fails its checks */
+/* Bytes of scratch node (a checked one) takes on this device: the dispatch of
+ * rci_ocl_run_node, through the functions its kernels size their scratch with */
 static size_t node_scratch(const rci_ocl *o, const rc_tensor *node)
 {
     const rc_tensor *s = node->nsrc > 0 ? node->src[0] : NULL;
-    if (rc_tensor_numel(node) == 0 || is_move(node->op) || node->op == RC_OP_CAST || (!s && node->op != RC_OP_FULL))
+    if (rc_tensor_numel(node) == 0 || is_move(node->op) || node->op == RC_OP_CAST || !s)
         return 0;
     switch (node->op) {
     case RC_OP_MATMUL: {
-        const rc_tensor *B = node->nsrc > 1 ? node->src[1] : NULL;
-        if (storage(node) == RC_F32 || !B || s->ndim < 2 || B->ndim < 2 || node->ndim < 2)
+        if (storage(node) == RC_F32)
             return 0;
-        matmul_dims d = matmul_dims_of(node);
-        return d.k == 0 || matmul_few_rows(&d) ? 0 : matmul_half_scratch(&d);
+        rci_matmul_dims d = rci_matmul_dims_of(node);
+        return d.k == 0 || rci_matmul_few_rows(&d) ? 0 : matmul_half_scratch(&d);
     }
     case RC_OP_SUM:
-    case RC_OP_MAX: {
-        int axis = node->iparam[0];
-        return axis < 0 || axis >= s->ndim ? 0 : reduce_scratch(o, rc_tensor_numel(node), s->shape[axis]);
-    }
+    case RC_OP_MAX:
+        return reduce_scratch(o, rc_tensor_numel(node), s->shape[node->iparam[0]]);
     case RC_OP_SUM_TO:
         if (rc_tensor_numel(s) == rc_tensor_numel(node) || rc_tensor_numel(s) == 0)
             return 0;
@@ -1300,10 +1115,10 @@ static size_t node_scratch(const rci_ocl *o, const rc_tensor *node)
     case RC_OP_SOFTMAX:
         return f32_temps_scratch(node, 0, rc_tensor_numel(node));
     case RC_OP_EMBEDDING_GRAD:
-        return node->ndim == 2 ? f32_temps_scratch(node, 0, rc_tensor_numel(node)) : 0;
+        return f32_temps_scratch(node, 0, rc_tensor_numel(node));
     case RC_OP_CROSS_ENTROPY:
     case RC_OP_CROSS_ENTROPY_GRAD:
-        return s->ndim < 1 ? 0 : ce_scratch(o, node, lead_rows(s), last_dim(s));
+        return ce_scratch(o, node, lead_rows(s), last_dim(s));
     default:
         return 0;
     }
