@@ -9,7 +9,8 @@
  * model's own weights are read as bound constants and never change.
  *
  *   rc_lora *l = rc_lora_new(model, &(rc_lora_options){.r = 8, .targets = "q_proj,v_proj"}, seed, &err);
- *   rc_trainer *t = rc_trainer_new(d, rc_task_collate, rc_task_loss, &task, rc_lora_params(l), NULL, &err);
+ *   rc_task *task = rc_task_new(model, data, seq_len, &err);
+ *   rc_trainer *t = rc_trainer_new(d, rc_task_collate, rc_task_loss, task, rc_lora_params(l), NULL, &err);
  *   ... rc_trainer_fit ...
  *   rc_lora_save(l, "adapter", &err);       // a PEFT directory: PeftModel.from_pretrained loads it
  *   rc_lora_merge(l, &err);                  // or fold it into the model's weights

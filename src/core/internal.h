@@ -37,9 +37,6 @@ const rci_leaf_source *rci_graph_source(const rc_graph *g, int id);
  * executor binds buffers through it (rc_graph_bind). */
 rci_leaf_source *rci_graph_source_slot(rc_graph *g, int id);
 
-/* The graph a plan runs, and whether node t is one of the plan's nodes. */
-const rc_graph *rci_plan_graph(const rc_plan *p);
-int rci_plan_has(const rc_plan *p, const rc_tensor *t);
 
 /* Puts "what: " before err's message (when err is not NULL); returns -1. Names the tensor
  * or state a failure concerns, e.g. the buffer a device could not allocate. */

@@ -6,6 +6,7 @@
  * training step and an evaluation step) each have their own memory. */
 #include "internal.h"
 #include "backend.h"
+#include "exec.h"
 
 #include <stdio.h>
 #include <stdlib.h>

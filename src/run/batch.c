@@ -1,5 +1,6 @@
 /* batch.c - batches of named host arrays, their graph inputs, and the reasons the user's
  * functions give when they fail. */
+#include "exec.h"
 #include "run.h"
 
 #include <stdarg.h>
