@@ -7,6 +7,7 @@
 #include "check.h"
 #include "internal.h"
 #include "backend.h"
+#include "exec.h"
 #include "redco/device.h"
 #include "redco/pipeline.h"
 #include "opencl/opencl.h"
