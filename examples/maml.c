@@ -232,9 +232,11 @@ static int check_second_order(double alpha)
     rc_rng r = rc_rng_new(5);
     rc_error err = {0};
     /* the weights: one buffer of doubles, each tensor bound to its range */
-    rc_buffer *wbuf = rc_buffer_new(rc_device_open("cpu", 0, NULL), sizeof wdata, &err);
+    rc_backend *cpu = rc_device_open("cpu", 0, &err);
+    rc_buffer *wbuf = rc_buffer_new(cpu, sizeof wdata, &err);
     if (!wbuf) {
         fprintf(stderr, "maml: check: %s\n", err.msg);
+        rc_device_close(cpu);
         rc_graph_free(g);
         return -1;
     }
@@ -272,6 +274,7 @@ static int check_second_order(double alpha)
         fprintf(stderr, "maml: check: %s\n", rc_graph_error(g) ? rc_graph_error(g) : err.msg);
         rc_plan_free(plan);
         rc_buffer_free(wbuf);
+        rc_device_close(cpu);
         rc_graph_free(g);
         return -1;
     }
@@ -301,6 +304,7 @@ static int check_second_order(double alpha)
                (long long)numel, alpha, sqrt(e_full / norm), sqrt(e_first / norm));
     rc_plan_free(plan);
     rc_buffer_free(wbuf);
+    rc_device_close(cpu);
     rc_graph_free(g);
     return rc;
 }

@@ -55,6 +55,7 @@ int main(void)
     rc_plan_free(plan);
     rc_buffer_free(wb);
     rc_buffer_free(gb);
+    rc_device_close(cpu);
     rc_graph_free(g);
     return 0;
 }

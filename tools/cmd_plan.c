@@ -444,5 +444,6 @@ int cmd_plan(int argc, char **argv)
         print_text(&c, &o, &m, s, &mem, &comm, o.dp > 1 ? buckets : 0, &dev);
     free(s);
     free_graph(&m);
+    rc_device_close(dev.be);
     return rc ? 1 : 0;
 }

@@ -12,6 +12,9 @@
  *     }
  *     rc_backend *gpu = rc_device_open("opencl:0", 0, &err);  // then rc_plan_new_on(gpu, ...)
  *     rc_backend *cpu = rc_device_open("cpu", 0, &err);       // never fails
+ *     ...
+ *     rc_device_close(gpu);   // released once its last buffer is freed too
+ *     rc_device_close(cpu);
  */
 #ifndef REDCO_DEVICE_H
 #define REDCO_DEVICE_H
@@ -44,9 +47,16 @@ int rc_opencl_device_info(int index, rc_device_info *info, rc_error *err);
  * NULL or "" reads the environment's REDCO_DEVICE, and without it the CPU. local_rank < 0
  * takes the launcher's (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID; 0
  * without one). A device is opened on its first call (an OpenCL device's kernel program
- * built then) and kept for the whole process: the same name gives the same backend. NULL
- * with err set for an unknown name or a device that cannot be opened. */
+ * built then) and shared: while it is open the same name gives the same backend. NULL with
+ * err set for an unknown name or a device that cannot be opened. Each open is closed with
+ * rc_device_close. */
 rc_backend *rc_device_open(const char *spec, int local_rank, rc_error *err);
+/* Gives back one open of rc_device_open. When every open of a device is closed and its
+ * last buffer freed (now, or when that buffer is freed later), its resources are released
+ * (an OpenCL device's context, queue, programs and scratch; the CPU holds none) and a later
+ * open starts afresh; be must not be used after its last close but through the buffers
+ * still alive. NULL does nothing. */
+void rc_device_close(rc_backend *be);
 
 #ifdef __cplusplus
 }

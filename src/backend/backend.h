@@ -116,9 +116,16 @@ struct rc_backend {
     /* the host address of byte `off` of b when b is host memory (the CPU), else NULL: the
      * collectives hand it to MPI directly instead of staging through host memory */
     void *(*host_address)(const rc_backend *be, const rc_buffer *b, size_t off);
+    /* frees the device's own resources (context, queue, programs, scratch) and the table
+     * itself; NULL for a backend that holds none (the CPU's). Called once, by
+     * rci_backend_release_idle, when the last open is closed and no buffer is left. */
+    void (*release)(rc_backend *be);
     size_t total_bytes;           /* the device's memory (0: unknown) */
     size_t used_bytes;            /* held by this backend's buffers now */
     size_t peak_bytes;            /* the most ever held */
+    int opens;                    /* rc_device_open calls not yet closed (device.c) */
+    int closing;                  /* the last open was closed: released with the last buffer */
+    int64_t buffers;              /* buffers alive (buffer.c) */
 };
 
 struct rc_buffer {
@@ -137,6 +144,10 @@ rc_backend *rci_backend_opencl(int index, rc_error *err);
 /* The scratch bytes be holds after running nodes[0..n) in that order from `held`: leaves,
  * views and the model-axis collectives (the plan's own work) take none. (buffer.c) */
 size_t rci_backend_scratch_peak(const rc_backend *be, size_t held, const rc_tensor *const *nodes, int n);
+
+/* Releases be (its release entry) when it is closing, no open remains and no buffer is
+ * left; after that be must not be used. (buffer.c) */
+void rci_backend_release_idle(rc_backend *be);
 
 /* A buffer whose bytes are not zero-filled (a plan's arena). */
 rc_buffer *rci_buffer_new_uninit(rc_backend *be, size_t bytes, rc_error *err);

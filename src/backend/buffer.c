@@ -50,6 +50,7 @@ static rc_buffer *buffer_new(rc_backend *be, size_t bytes, int zero, rc_error *e
         return NULL;
     }
     be->used_bytes += bytes;
+    be->buffers++;
     if (be->used_bytes > be->peak_bytes)
         be->peak_bytes = be->used_bytes;
     return b;
@@ -65,13 +66,22 @@ rc_buffer *rci_buffer_new_uninit(rc_backend *be, size_t bytes, rc_error *err)
     return buffer_new(be, bytes, 0, err);
 }
 
+void rci_backend_release_idle(rc_backend *be)
+{
+    if (be->closing && be->opens == 0 && be->buffers == 0 && be->release)
+        be->release(be);
+}
+
 void rc_buffer_free(rc_buffer *b)
 {
     if (!b)
         return;
-    b->be->buffer_free(b->be, b);
-    b->be->used_bytes -= b->size;
+    rc_backend *be = b->be;
+    be->buffer_free(be, b);
+    be->used_bytes -= b->size;
+    be->buffers--;
     free(b);
+    rci_backend_release_idle(be); /* the last buffer of a closed device */
 }
 
 size_t rc_buffer_size(const rc_buffer *b)

@@ -44,7 +44,7 @@ static rc_backend *bad_spec(const char *spec, rc_error *err)
     return NULL;
 }
 
-rc_backend *rc_device_open(const char *spec, int local_rank, rc_error *err)
+static rc_backend *device_of(const char *spec, int local_rank, rc_error *err)
 {
     if (!spec || !*spec)
         spec = getenv("REDCO_DEVICE");
@@ -60,4 +60,24 @@ rc_backend *rc_device_open(const char *spec, int local_rank, rc_error *err)
         return bad_spec(spec, err);
     int index = pick_from_list(spec + 7, local_rank);
     return index < 0 ? bad_spec(spec, err) : rci_backend_opencl(index, err);
+}
+
+rc_backend *rc_device_open(const char *spec, int local_rank, rc_error *err)
+{
+    rc_backend *be = device_of(spec, local_rank, err);
+    if (be) {
+        be->opens++;
+        be->closing = 0;
+    }
+    return be;
+}
+
+void rc_device_close(rc_backend *be)
+{
+    if (!be || be->opens <= 0)
+        return;
+    if (--be->opens == 0) {
+        be->closing = 1;
+        rci_backend_release_idle(be); /* now, or with its last buffer */
+    }
 }

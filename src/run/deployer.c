@@ -32,7 +32,7 @@ struct rc_deployer {
                                      workdir when it was opened ("" none) */
     int earlier_log;              /* rank 0: log.jsonl held records then */
     int fits;                     /* fits begun on this deployer */
-    rc_backend *be;               /* the device this process runs on */
+    rc_backend *be;               /* the device this process runs on (opened here, closed by free) */
 };
 
 static double now_s(void)
@@ -162,6 +162,7 @@ void rc_deployer_free(rc_deployer *d)
     if (d->log)
         fclose(d->log);
     rc_tboard_close(d->tb);
+    rc_device_close(d->be); /* released once the buffers made on it (parameters moved there) go */
     rc_mesh_free(&d->mesh);
     if (d->owns_mpi)
         rc_dist_finalize();

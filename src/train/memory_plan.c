@@ -191,7 +191,7 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
     m->optimizer = 8 * m->share;
     m->master = half ? 4 * m->share : 0;
     m->activations = m->arena - grad_out + inputs;
-    m->scratch = step_scratch(o->backend ? o->backend : rc_device_open("cpu", 0, NULL), run, s.outs, n + nl);
+    m->scratch = step_scratch(o->backend ? o->backend : rci_backend_cpu(), run, s.outs, n + nl);
     if (m->scratch < 0) {
         step_graph_free(&s);
         return rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
@@ -271,7 +271,7 @@ int rc_memory_fits(const rc_rank_memory *m, const rc_memory_options *o, int shar
                    rc_error *err)
 {
     const rc_rank_memory r = *m;
-    const rc_backend *be = o->backend ? o->backend : rc_device_open("cpu", 0, NULL);
+    const rc_backend *be = o->backend ? o->backend : rci_backend_cpu();
     size_t total;
     rc_backend_memory(be, &total, NULL, NULL);
     int n = sharers > 1 ? sharers : 1;

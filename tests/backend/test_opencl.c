@@ -1070,6 +1070,34 @@ static void test_half_optimizer(void)
     free(words), free(wout[0]), free(wout[1]), free(f), free(fout[0]), free(fout[1]);
 }
 
+/* rc_device_close: with every open of the device closed, a buffer still alive keeps it
+ * working; freeing that buffer releases it (context, programs, CLBlast's cache), and the
+ * next open builds it afresh and runs a plan. Last: the test's device is gone after it. */
+static void test_close(void)
+{
+    rc_error err = {0};
+    rc_backend *be = gpu;
+    gpu = NULL;
+    float x[4] = {1, 2, 3, 4}, y[4] = {0};
+    rc_buffer *b = rc_buffer_new(be, sizeof x, &err);
+    CHECKF(b && be->buffers == 1, "close: %lld buffers alive before the close", (long long)be->buffers);
+    while (be->opens > 0)
+        rc_device_close(be);
+    CHECK(b && be->closing && !rc_buffer_upload(b, 0, x, sizeof x, &err) && !rc_buffer_download(b, 0, y, sizeof y, &err) &&
+          y[3] == 4);
+    rc_buffer_free(b); /* the last buffer of a closed device: released here */
+    rc_backend *again = rc_device_open("opencl:0", 0, &err);
+    CHECKF(again && again->opens == 1 && !again->closing && again->buffers == 0, "reopen: %s", err.msg);
+    rc_graph *g = rc_graph_new();
+    rc_tensor *in = rc_input(g, "x", RC_F32, 1, (int64_t[]){4}), *out = rc_add(g, in, in);
+    rc_plan *p = again ? rc_plan_new_on(again, g, &out, 1, &err) : NULL;
+    CHECKF(p && !rc_plan_set_input(p, in, x, &err) && !rc_plan_run(p, &err) && !rc_plan_read(p, out, y, &err) &&
+           y[0] == 2 && y[3] == 8, "a plan on the reopened device: %s", err.msg);
+    rc_plan_free(p);
+    rc_graph_free(g);
+    rc_device_close(again);
+}
+
 int main(void)
 {
     rc_set_threads(2);
@@ -1096,5 +1124,6 @@ int main(void)
     for (int i = 0; i < 5; i++)
         test_model(presets[i], 1e-4);
     printf("  worst relative error: forward %.2e, gradients %.2e\n", worst_fwd, worst_grad);
+    test_close();
     return check_summary("opencl");
 }

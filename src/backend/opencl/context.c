@@ -324,8 +324,10 @@ int rci_ocl_launch_as(rci_ocl *o, rc_dtype store, rci_ocl_kernel k, const rci_oc
 
 /* ---- opening a device --------------------------------------------------------------------- */
 
-static void ocl_close(rci_ocl *o)
+void rci_ocl_close(rci_ocl *o)
 {
+    if (o->queue)
+        clFinish(o->queue);
     for (int k = 0; k < OCL_KERNEL_COUNT; k++) {
         if (o->kernels[k])
             clReleaseKernel(o->kernels[k]);
@@ -359,6 +361,7 @@ rci_ocl *rci_ocl_open(int index, rc_error *err)
         rc_error_set(err, RC_ERR_MEMORY, "opencl: out of host memory");
         return NULL;
     }
+    o->index = index;
     snprintf(o->name, sizeof o->name, "opencl:%d", index);
     o->be.name = o->name;   /* for errors; opencl.c fills in the table's functions */
     o->device = ref.device;
@@ -378,11 +381,11 @@ rci_ocl *rci_ocl_open(int index, rc_error *err)
     if (s != CL_SUCCESS) {
         rci_ocl_fail(&o->be, !o->ctx ? "clCreateContext" : !o->queue ? "clCreateCommandQueue" : "clCreateBuffer",
                      s, err);
-        ocl_close(o);
+        rci_ocl_close(o);
         return NULL;
     }
     if (build(o, err)) {
-        ocl_close(o);
+        rci_ocl_close(o);
         return NULL;
     }
     return o;

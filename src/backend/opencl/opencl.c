@@ -3,6 +3,7 @@
  * node and optimizer work of run.c and update.c over the device of context.c. */
 #include "opencl.h"
 
+#include <clblast_c.h>
 #include <stdlib.h>
 
 static rci_ocl *ocl(const rc_backend *be)
@@ -115,6 +116,8 @@ static void *ocl_host_address(const rc_backend *be, const rc_buffer *b, size_t o
 
 /* ---- the backend ------------------------------------------------------------------------ */
 
+static void ocl_release(rc_backend *be);
+
 /* the table of opened device o (its name and memory figures are the device's, context.c) */
 static void table_fill(rci_ocl *o)
 {
@@ -134,10 +137,23 @@ static void table_fill(rci_ocl *o)
     be->accumulate = rci_ocl_accumulate;
     be->round_f32 = rci_ocl_round_f32;
     be->host_address = ocl_host_address;
+    be->release = ocl_release;
 }
 
-/* the devices opened so far, kept for the process */
+/* the devices open now (until every open is closed and their buffers are freed) */
 static rci_ocl *opened[RCI_OCL_MAX_DEVICES];
+
+/* The device's last open was closed and its last buffer freed: its work finishes, CLBlast
+ * forgets the programs it compiled for the context, and everything is released; the next
+ * open of the device builds it afresh. */
+static void ocl_release(rc_backend *be)
+{
+    rci_ocl *o = ocl(be);
+    opened[o->index] = NULL;
+    clFinish(o->queue);
+    CLBlastClearCache();
+    rci_ocl_close(o);
+}
 
 /* At exit, the work still queued finishes first: a process that returns from main with
  * kernels queued would otherwise tear down the runtime (PoCL compiles queued kernels in

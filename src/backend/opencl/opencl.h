@@ -64,6 +64,7 @@ typedef enum {
 /* One opened device: the rc_backend table first, so a backend pointer is this too. */
 typedef struct {
     rc_backend be;
+    int index;                    /* N */
     char name[32];                /* "opencl:N" */
     cl_device_id device;
     cl_context ctx;
@@ -95,6 +96,8 @@ enum { RCI_OCL_MAX_DEVICES = 64 };   /* over all platforms */
  * built when a node first needs them). The table's name and memory figures are set, its
  * functions are not (opencl.c's). NULL with err set. */
 rci_ocl *rci_ocl_open(int index, rc_error *err);
+/* Releases everything of an opened device (its work finished first) and frees o. */
+void rci_ocl_close(rci_ocl *o);
 
 /* A short name of an OpenCL status code ("CL_OUT_OF_RESOURCES", ...). */
 const char *rci_ocl_status(cl_int status);
