@@ -190,19 +190,19 @@ static int check_matmul(const rc_tensor *node, rc_error *err)
     if (need_all(node, 2, err))
         return -1;
     const rc_tensor *A = node->src[0], *B = node->src[1];
-    char sa[96], sb[96];
-    rc_shape_str(A, sa, sizeof sa);
-    rc_shape_str(B, sb, sizeof sb);
+    char sa[96], sb[96]; /* the shapes are written only for a message */
     if (A->ndim < 2 || B->ndim < 2 || node->ndim < 2)
-        return bad(err, RC_ERR_SHAPE, node, "%s @ %s: operands and output need at least 2 dimensions", sa, sb);
+        return bad(err, RC_ERR_SHAPE, node, "%s @ %s: operands and output need at least 2 dimensions",
+                   rc_shape_str(A, sa, sizeof sa), rc_shape_str(B, sb, sizeof sb));
     rci_matmul_dims d = rci_matmul_dims_of(node);
     if (d.k != d.kb || node->shape[node->ndim - 2] != d.m || node->shape[node->ndim - 1] != d.n)
         return bad(err, RC_ERR_SHAPE, node, "%s%s @ %s%s multiplies [%lld, %lld] by [%lld, %lld], which does not "
-                   "give the output", sa, d.ta ? "^T" : "", sb, d.tb ? "^T" : "", (long long)d.m, (long long)d.k,
-                   (long long)d.kb, (long long)d.n);
+                   "give the output", rc_shape_str(A, sa, sizeof sa), d.ta ? "^T" : "", rc_shape_str(B, sb, sizeof sb),
+                   d.tb ? "^T" : "", (long long)d.m, (long long)d.k, (long long)d.kb, (long long)d.n);
     if (d.m && d.n && d.k && ((d.ba != d.batch && d.ba != 1) || (d.bb != d.batch && d.bb != 1)))
-        return bad(err, RC_ERR_SHAPE, node, "%s @ %s: batches %lld @ %lld -> %lld do not match", sa, sb,
-                   (long long)d.ba, (long long)d.bb, (long long)d.batch);
+        return bad(err, RC_ERR_SHAPE, node, "%s @ %s: batches %lld @ %lld -> %lld do not match",
+                   rc_shape_str(A, sa, sizeof sa), rc_shape_str(B, sb, sizeof sb), (long long)d.ba, (long long)d.bb,
+                   (long long)d.batch);
     return 0;
 }
 
@@ -230,15 +230,15 @@ static int check_ids_op(const rc_tensor *node, rc_error *err)
         return -1;
     const rc_tensor *ids = node->src[at], *other = node->src[!at];
     int64_t count = rc_tensor_numel(ids), c = last_dim(node);
-    char si[96], so[96];
-    rc_shape_str(ids, si, sizeof si);
+    char si[96], so[96]; /* the shapes are written only for a message */
     if (node->op == RC_OP_EMBEDDING && (other->ndim != 2 || other->shape[1] != c || count * c != rc_tensor_numel(node)))
-        return bad(err, RC_ERR_SHAPE, node, "table %s and ids %s do not fit the output", rc_shape_str(other, so, sizeof so), si);
+        return bad(err, RC_ERR_SHAPE, node, "table %s and ids %s do not fit the output",
+                   rc_shape_str(other, so, sizeof so), rc_shape_str(ids, si, sizeof si));
     if (node->op == RC_OP_EMBEDDING_GRAD && (node->ndim != 2 || count * c != rc_tensor_numel(other)))
-        return bad(err, RC_ERR_SHAPE, node, "ids %s and gradient %s do not fit the output [vocab, dim]", si,
-                   rc_shape_str(other, so, sizeof so));
+        return bad(err, RC_ERR_SHAPE, node, "ids %s and gradient %s do not fit the output [vocab, dim]",
+                   rc_shape_str(ids, si, sizeof si), rc_shape_str(other, so, sizeof so));
     if (node->op == RC_OP_ONE_HOT && count * c != rc_tensor_numel(node))
-        return bad(err, RC_ERR_SHAPE, node, "ids %s do not fit the output", si);
+        return bad(err, RC_ERR_SHAPE, node, "ids %s do not fit the output", rc_shape_str(ids, si, sizeof si));
     return 0;
 }
 
@@ -254,15 +254,14 @@ static int check_loss(const rc_tensor *node, rc_error *err)
     if (!grad && node->dtype != loss)
         return bad(err, RC_ERR_DTYPE, node, "the loss of %s logits is %s", rc_dtype_name(logits), rc_dtype_name(loss));
     int64_t rows = lt->ndim ? rci_shape_numel(lt->ndim - 1, lt->shape) : 0;
-    char sl[96];
-    rc_shape_str(lt, sl, sizeof sl);
+    char sl[96]; /* the shape is written only for a message */
     if (lt->ndim < 1 || rc_tensor_numel(node->src[1]) != rows)
         return bad(err, RC_ERR_SHAPE, node, "%lld targets for the %lld rows of logits %s",
-                   (long long)rc_tensor_numel(node->src[1]), (long long)rows, sl);
+                   (long long)rc_tensor_numel(node->src[1]), (long long)rows, rc_shape_str(lt, sl, sizeof sl));
     if (grad && rc_tensor_numel(node->src[2]) != 1)
         return bad(err, RC_ERR_SHAPE, node, "the upstream gradient is not a scalar");
     if ((grad ? rc_tensor_numel(lt) : 1) != rc_tensor_numel(node))
-        return bad(err, RC_ERR_SHAPE, node, "logits %s and output do not fit", sl);
+        return bad(err, RC_ERR_SHAPE, node, "logits %s and output do not fit", rc_shape_str(lt, sl, sizeof sl));
     return 0;
 }
 
@@ -286,19 +285,19 @@ static int check_reduce(const rc_tensor *node, rc_error *err)
     if (need_all(node, 1, err))
         return -1;
     const rc_tensor *s = node->src[0];
-    char sh[96];
-    rc_shape_str(s, sh, sizeof sh);
+    char sh[96]; /* the shape is written only for a message */
     if (node->op == RC_OP_SUM_TO) {
         int64_t st[RC_MAX_DIMS];
         return node->ndim <= s->ndim && rci_bcast_strides(node, s->ndim, s->shape, st) == 0
-                   ? 0 : bad(err, RC_ERR_SHAPE, node, "%s cannot be summed to the output", sh);
+                   ? 0 : bad(err, RC_ERR_SHAPE, node, "%s cannot be summed to the output", rc_shape_str(s, sh, sizeof sh));
     }
     int axis = node->iparam[0];
     if (axis < 0 || axis >= s->ndim)
-        return bad(err, RC_ERR_ARG, node, "axis %d of input %s", axis, sh);
+        return bad(err, RC_ERR_ARG, node, "axis %d of input %s", axis, rc_shape_str(s, sh, sizeof sh));
     int64_t kept = rci_shape_numel(axis, s->shape) * rci_shape_numel(s->ndim - axis - 1, s->shape + axis + 1);
     return kept == rc_tensor_numel(node)
-               ? 0 : bad(err, RC_ERR_SHAPE, node, "input %s reduced over axis %d does not fit the output", sh, axis);
+               ? 0 : bad(err, RC_ERR_SHAPE, node, "input %s reduced over axis %d does not fit the output",
+                         rc_shape_str(s, sh, sizeof sh), axis);
 }
 
 /* PERMUTE, SLICE, PAD, CONCAT, EXPAND: inputs of the node's dtype placed in its shape */

@@ -121,15 +121,14 @@ static rc_tensor *rope(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_dims, 
     rc_tensor *src[2] = {x, pos};
     if (rci_inputs_bad(g, 2, src) || rci_float_input(g, "rope", x) || ids_input(g, "rope", pos))
         return NULL;
-    char sx[96], sp[96];
-    rc_shape_str(x, sx, sizeof sx);
-    rc_shape_str(pos, sp, sizeof sp);
+    char sx[96], sp[96]; /* the shapes are written only for a message */
     if (x->ndim < 3)
-        return rci_fail(g, RC_ERR_SHAPE, "rope: input %s must be [..., T, heads, head_dim]", sx);
+        return rci_fail(g, RC_ERR_SHAPE, "rope: input %s must be [..., T, heads, head_dim]",
+                        rc_shape_str(x, sx, sizeof sx));
     int64_t d = x->shape[x->ndim - 1];
     if (rot_dims <= 0 || rot_dims % 2 || rot_dims > d)
         return rci_fail(g, RC_ERR_ARG, "rope: rotary dims %d must be even and in (0, %lld] for input %s",
-                       rot_dims, (long long)d, sx);
+                       rot_dims, (long long)d, rc_shape_str(x, sx, sizeof sx));
     if (mode != RC_ROPE_INTERLEAVED && mode != RC_ROPE_HALF)
         return rci_fail(g, RC_ERR_ARG, "rope: unknown mode %d", (int)mode);
     int64_t rows = rci_shape_numel(x->ndim - 2, x->shape);
@@ -137,7 +136,7 @@ static rc_tensor *rope(rc_graph *g, rc_tensor *x, rc_tensor *pos, int rot_dims, 
     if (np == 0 || rows % np || np % x->shape[x->ndim - 3])
         return rci_fail(g, RC_ERR_SHAPE,
                        "rope: positions %s must cover the sequence axis of %s ([T] or [..., T])",
-                       sp, sx);
+                       rc_shape_str(pos, sp, sizeof sp), rc_shape_str(x, sx, sizeof sx));
     if (!(theta > 0))
         return rci_fail(g, RC_ERR_ARG, "rope: theta %g must be positive", theta);
     rc_tensor *y = rci_node_new(g, RC_OP_ROPE, x->dtype, x->ndim, x->shape, 2, src);
