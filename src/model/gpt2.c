@@ -92,7 +92,7 @@ static const rci_nn_preset gpt2_presets[] = {
     {.name = "gpt2-demo", 4096, 128, 4, 4, 512, 256, .eos = 4095},
     /* for tests: bos = eos inside the small vocabulary */
     {.name = "tiny-gpt2", 256, 64, 2, 4, 256, 128, .eos = 255},
-    {NULL},
+    {0},
 };
 
 /* ---- the model ------------------------------------------------------------------------ */
@@ -186,7 +186,7 @@ static rc_tensor *gpt2_logits(rci_nn_ctx *x)
 
 const rci_nn_family rci_nn_gpt2_family = {
     .type = RC_MODEL_GPT2,
-    .variants = (const rci_nn_variant[]){{"gpt2", "GPT2LMHeadModel"}, {NULL}},
+    .variants = (const rci_nn_variant[]){{"gpt2", "GPT2LMHeadModel"}, {0}},
     .keys = &gpt2_keys,
     .defaults = gpt2_defaults,
     .read = gpt2_read,

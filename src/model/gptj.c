@@ -73,7 +73,7 @@ static void tiny_gptj(rc_model_config *c)
 static const rci_nn_preset gptj_presets[] = {
     {.name = "gpt-j-6b", 50400, 4096, 28, 16, 16384, 2048},
     {.name = "tiny-gptj", 256, 64, 2, 4, 256, 128, .eos = 255, .more = tiny_gptj},
-    {NULL},
+    {0},
 };
 
 /* ---- the model ------------------------------------------------------------------------ */
@@ -157,7 +157,7 @@ static rc_tensor *gptj_logits(rci_nn_ctx *x)
 
 const rci_nn_family rci_nn_gptj_family = {
     .type = RC_MODEL_GPTJ,
-    .variants = (const rci_nn_variant[]){{"gptj", "GPTJForCausalLM"}, {NULL}},
+    .variants = (const rci_nn_variant[]){{"gptj", "GPTJForCausalLM"}, {0}},
     .keys = &gptj_keys,
     .defaults = gptj_defaults,
     .read = gptj_read,

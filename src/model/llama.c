@@ -141,7 +141,7 @@ static const rci_nn_preset llama_presets[] = {
     {.name = "llama-13b", 32000, 5120, 40, 40, 13824, 2048},
     {.name = "llama-65b", 32000, 8192, 80, 64, 22016, 2048},
     {.name = "tiny-llama", 256, 64, 2, 4, 160, 128, .more = tiny_llama},
-    {NULL},
+    {0},
 };
 
 /* ---- the model ------------------------------------------------------------------------ */
@@ -241,7 +241,7 @@ static rc_tensor *llama_logits(rci_nn_ctx *x)
 
 const rci_nn_family rci_nn_llama_family = {
     .type = RC_MODEL_LLAMA,
-    .variants = (const rci_nn_variant[]){{"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {NULL}},
+    .variants = (const rci_nn_variant[]){{"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {0}},
     .keys = &llama_keys,
     .defaults = llama_defaults,
     .read = llama_read,

@@ -119,7 +119,7 @@ static const rci_nn_preset opt_presets[] = {
     {.name = "opt-30b", 50272, 7168, 48, 56, 28672, 2048},
     {.name = "opt-66b", 50272, 9216, 64, 72, 36864, 2048},
     {.name = "tiny-opt", 256, 64, 2, 4, 256, 128},
-    {NULL},
+    {0},
 };
 
 /* ---- the model ------------------------------------------------------------------------ */
@@ -241,7 +241,7 @@ static rc_tensor *opt_logits(rci_nn_ctx *x)
 
 const rci_nn_family rci_nn_opt_family = {
     .type = RC_MODEL_OPT,
-    .variants = (const rci_nn_variant[]){{"opt", "OPTForCausalLM"}, {NULL}},
+    .variants = (const rci_nn_variant[]){{"opt", "OPTForCausalLM"}, {0}},
     .keys = &opt_keys,
     .defaults = opt_defaults,
     .read = opt_read,

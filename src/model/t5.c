@@ -159,7 +159,7 @@ static const rci_nn_preset t5_presets[] = {
     {.name = "t5-3b", 32128, 1024, 24, 32, 16384, 0, .more = t5_wide_heads},
     {.name = "t5-11b", 32128, 1024, 24, 128, 65536, 0, .more = t5_wide_heads},
     {.name = "tiny-t5", 256, 64, 2, 4, 128, 0, .more = tiny_t5},
-    {NULL},
+    {0},
 };
 
 /* ---- the model ------------------------------------------------------------------------ */
@@ -322,7 +322,7 @@ static rc_tensor *t5_logits(rci_nn_ctx *x)
 
 const rci_nn_family rci_nn_t5_family = {
     .type = RC_MODEL_T5,
-    .variants = (const rci_nn_variant[]){{"t5", "T5ForConditionalGeneration"}, {NULL}},
+    .variants = (const rci_nn_variant[]){{"t5", "T5ForConditionalGeneration"}, {0}},
     .keys = &t5_keys,
     .defaults = t5_defaults,
     .read = t5_read,
