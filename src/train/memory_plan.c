@@ -7,7 +7,6 @@
  * own rule (rci_backend_scratch_peak) over the step's nodes in the order they run. */
 #include "internal.h"
 #include "backend.h"
-#include "redco/device.h"
 #include "redco/memory.h"
 
 #include <ctype.h>
