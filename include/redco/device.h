@@ -34,7 +34,9 @@ typedef struct {
     size_t global_bytes;      /* CL_DEVICE_GLOBAL_MEM_SIZE */
     size_t max_alloc_bytes;   /* CL_DEVICE_MAX_MEM_ALLOC_SIZE: the largest one buffer */
     int compute_units;
-    int fp64;                 /* 1 with cl_khr_fp64 */
+    int fp64;                 /* 1 with cl_khr_fp64 (CUDA devices: 1) */
+    int compute_major;        /* CUDA devices: the compute capability (9.0: 9, 0); 0 for OpenCL */
+    int compute_minor;
 } rc_device_info;
 
 /* The number of OpenCL devices (>= 1), or -1 with err saying that there is no platform or
@@ -42,6 +44,12 @@ typedef struct {
 int rc_opencl_device_count(rc_error *err);
 /* The description of device `index`; 0, or -1 with err set. */
 int rc_opencl_device_info(int index, rc_device_info *info, rc_error *err);
+/* The number of CUDA devices (>= 1), or -1 with err saying what is missing (this build has
+ * no CUDA, the driver's libcuda.so.1 is not there, or it finds no device) and what to use
+ * instead. The CUDA libraries are opened on this call, never before. */
+int rc_cuda_device_count(rc_error *err);
+/* The description of CUDA device `index` ("cuda:N"): name, memory, compute capability. */
+int rc_cuda_device_info(int index, rc_device_info *info, rc_error *err);
 /* The backend a device name asks for: "cpu"; "opencl" (device local_rank modulo the device
  * count); "opencl:N"; or "opencl:N,M,..." (entry local_rank modulo the list's length).
  * NULL or "" reads the environment's REDCO_DEVICE, and without it the CPU. local_rank < 0

@@ -81,3 +81,15 @@ void rc_device_close(rc_backend *be)
         rci_backend_release_idle(be); /* now, or with its last buffer */
     }
 }
+
+/* Until the CUDA backend lands: no CUDA in this build. */
+int rc_cuda_device_count(rc_error *err)
+{
+    return rc_error_set(err, RC_ERR_UNSUPPORTED, "cuda: this redco was built without CUDA: use --device opencl or cpu");
+}
+
+int rc_cuda_device_info(int index, rc_device_info *info, rc_error *err)
+{
+    (void)index, (void)info;
+    return rc_cuda_device_count(err);
+}
