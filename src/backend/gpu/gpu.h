@@ -61,7 +61,7 @@ typedef enum {
     RCI_K_COUNT
 } rci_gpu_kernel;
 
-/* "k_fill", ... in the order above (run.c) */
+/* "k_fill", ... in the order above (node.c) */
 extern const char *const rci_gpu_kernel_names[RCI_K_COUNT];
 
 /* The kernel source (dialect.h, the shared per-element header and kernels.cl, in that
@@ -141,6 +141,8 @@ struct rci_gpu {
  * sum_squares, accumulate, round_f32, host_address); the device backend fills the buffer
  * entries, wait and release. */
 void rci_gpu_table_fill(rci_gpu *g);
+
+/* ---- node.c: what the nodes' runs share ---- */
 
 /* At least `bytes` of scratch device memory, valid until the next call (a regrowth frees
  * the old memory after the work queued on it); counted in the backend's used and peak

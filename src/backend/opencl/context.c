@@ -1,8 +1,14 @@
 /* context.c - one OpenCL device at the bottom of the OpenCL backend: finding devices
  * (the public listing), opening one (context, in-order queue, the kernel programs built
- * once per storage), errors named after OpenCL's status codes, the kernels' scratch memory,
- * and launching a kernel. The files above it (run.c, update.c, and opencl.c, the backend's
- * table) call it; it calls none of them. */
+ * once per storage), errors named after OpenCL's status codes, and the device's
+ * rci_gpu_ops but the GEMM: memory, fills, reads and launching a kernel. The files above
+ * it (blas.c, and opencl.c, the backend's table) call it; it calls none of them (of the
+ * shared layer, only its kernel names and out-of-memory error). */
+
+/* The kernel source is CMake's rci_ocl_source until CMake names it rci_gpu_source (gpu.h);
+ * then this line goes. */
+#define rci_gpu_source rci_ocl_source
+
 #include "opencl.h"
 #include "redco/device.h"
 
@@ -155,24 +161,7 @@ int rci_ocl_fail(const rc_backend *be, const char *what, cl_int s, rc_error *err
                         "%s: %s failed: %s", be->name, what, rci_ocl_status(s));
 }
 
-int rci_ocl_out_of_memory(const rc_backend *be, size_t bytes, const char *why, rc_error *err)
-{
-    return rc_error_set(err, RC_ERR_MEMORY,
-                        "%s: cannot allocate %zu bytes (%zu in use of %zu): %s; try a smaller "
-                        "batch or more model shards (--mp)",
-                        be->name, bytes, be->used_bytes, be->total_bytes, why);
-}
-
 /* ---- the program ------------------------------------------------------------------------ */
-
-static const char *kernel_names[OCL_KERNEL_COUNT] = {
-    "k_fill", "k_unary", "k_act", "k_binary", "k_where", "k_equal", "k_copy", "k_cast_f32_i32",
-    "k_cast_i32_f32", "k_reduce", "k_dropout", "k_adamw", "k_sgd", "k_accumulate", "k_sum_squares",
-    "k_softmax", "k_layer_norm", "k_rms_norm", "k_check_ids", "k_embedding", "k_embedding_grad",
-    "k_one_hot", "k_ce_rows", "k_ce_mean", "k_ce_scale", "k_ce_grad", "k_rope", "k_reduce_part",
-    "k_reduce_finish", "k_cast", "k_matmul_rows", "k_conv2d", "k_conv2d_grad_input",
-    "k_conv2d_grad_weight", "k_pool2d", "k_pool2d_grad", "k_normal",
-};
 
 /* the start of the compiler's log (its first errors), in err */
 static int build_failed(rci_ocl *o, cl_program prog, cl_int s, rc_error *err)
@@ -200,13 +189,13 @@ static int build_with(rci_ocl *o, const char *src, const char *extra, cl_program
     cl_program prog = clCreateProgramWithSource(o->ctx, 1, &src, NULL, &s);
     *out = NULL;
     if (s != CL_SUCCESS)
-        return rci_ocl_fail(&o->be, "clCreateProgramWithSource", s, err);
+        return rci_ocl_fail(&o->gpu.be, "clCreateProgramWithSource", s, err);
     cl_device_fp_config fp = 0;
     clGetDeviceInfo(o->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
     char opts[192];
     snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s%s",
              fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT ? " -cl-fp32-correctly-rounded-divide-sqrt" : "",
-             o->fp64 ? " -DRC_FP64" : "", extra);
+             o->gpu.fp64 ? " -DRC_FP64" : "", extra);
     s = clBuildProgram(prog, 1, &o->device, opts, NULL, NULL);
     if (s != CL_SUCCESS) {
         build_failed(o, prog, s, err);
@@ -225,83 +214,80 @@ int rci_ocl_build_program(rci_ocl *o, const char *src, cl_program *out, rc_error
 /* the kernels of program prog (rope only with fp64) */
 static int create_kernels(rci_ocl *o, cl_program prog, cl_kernel *kernels, rc_error *err)
 {
-    for (int k = 0; k < OCL_KERNEL_COUNT; k++) {
-        if (k == OCL_ROPE && !o->fp64)
+    for (int k = 0; k < RCI_K_COUNT; k++) {
+        if (k == RCI_K_ROPE && !o->gpu.fp64)
             continue;
         cl_int s;
-        kernels[k] = clCreateKernel(prog, kernel_names[k], &s);
+        kernels[k] = clCreateKernel(prog, rci_gpu_kernel_names[k], &s);
         if (s != CL_SUCCESS)
             return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: kernel %s: %s", o->name,
-                                kernel_names[k], rci_ocl_status(s));
+                                rci_gpu_kernel_names[k], rci_ocl_status(s));
     }
     return 0;
 }
 
 static int build(rci_ocl *o, rc_error *err)
 {
-    if (rci_ocl_build_program(o, rci_ocl_source, &o->program, err))
+    if (rci_ocl_build_program(o, rci_gpu_source, &o->program, err))
         return -1;
     return create_kernels(o, o->program, o->kernels, err);
 }
 
 /* kernel k of the program for values stored as `store`, building a 16-bit one first */
-static cl_kernel kernel_for(rci_ocl *o, rc_dtype store, rci_ocl_kernel k, rc_error *err)
+static cl_kernel kernel_for(rci_ocl *o, rc_dtype store, rci_gpu_kernel k, rc_error *err)
 {
     if (store != RC_BF16 && store != RC_F16)
         return o->kernels[k];
     int h = store == RC_F16;
     if (!o->half_program[h]) {
         const char *opt = h ? " -DRC_STORE_F16" : " -DRC_STORE_BF16";
-        if (build_with(o, rci_ocl_source, opt, &o->half_program[h], err))
+        if (build_with(o, rci_gpu_source, opt, &o->half_program[h], err))
             return NULL;
         if (create_kernels(o, o->half_program[h], o->half_kernels[h], err))
             return NULL;
     }
     if (!o->half_kernels[h][k])
         rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: kernel %s for %s values was not built", o->name,
-                     kernel_names[k], rc_dtype_name(store));
+                     rci_gpu_kernel_names[k], rc_dtype_name(store));
     return o->half_kernels[h][k];
 }
 
-/* ---- scratch and launching ---------------------------------------------------------------- */
+/* ---- memory, fills, reads and launching (the ops) ------------------------------------------ */
 
-size_t rci_ocl_scratch_grown(size_t held, size_t need)
+int rci_ocl_mem_alloc(rci_gpu *g, size_t bytes, rci_gpu_mem *out, const char *why, rc_error *err)
 {
-    return need > held ? need : held;
-}
-
-/* The scratch counts in the backend's used and peak bytes (the 16-bit products' f32
- * copies are device memory like any other), as the CPU's 16-bit scratch does. */
-cl_mem rci_ocl_scratch(rci_ocl *o, size_t bytes, rc_error *err)
-{
-    if (rci_ocl_scratch_grown(o->scratch_bytes, bytes) == o->scratch_bytes)
-        return o->scratch;
-    if (o->scratch)
-        clReleaseMemObject(o->scratch);
-    o->be.used_bytes -= o->scratch_bytes;
-    o->scratch_bytes = 0;
     cl_int s;
-    o->scratch = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, bytes, NULL, &s);
-    if (s != CL_SUCCESS) {
-        o->scratch = NULL;
-        rci_ocl_out_of_memory(&o->be, bytes, "scratch memory for a kernel", err);
-        return NULL;
-    }
-    o->scratch_bytes = bytes;
-    o->be.used_bytes += bytes;
-    o->be.peak_bytes = o->be.used_bytes > o->be.peak_bytes ? o->be.used_bytes : o->be.peak_bytes;
-    return o->scratch;
+    cl_mem m = clCreateBuffer(rci_ocl_of(g)->ctx, CL_MEM_READ_WRITE, bytes, NULL, &s);
+    *out = NULL;
+    if (s != CL_SUCCESS)
+        return rci_gpu_out_of_memory(&g->be, bytes, why, err);
+    *out = m;
+    return 0;
 }
 
-int rci_ocl_launch(rci_ocl *o, rci_ocl_kernel k, const rci_ocl_arg *args, int nargs, size_t n,
+void rci_ocl_mem_free(rci_gpu *g, rci_gpu_mem m)
+{
+    (void)g;
+    clReleaseMemObject((cl_mem)m);
+}
+
+int rci_ocl_fill(rci_gpu *g, rci_gpu_mem m, size_t off, const void *pattern, size_t psize, size_t bytes,
+                 rc_error *err)
+{
+    cl_int s = clEnqueueFillBuffer(rci_ocl_of(g)->queue, (cl_mem)m, pattern, psize, off, bytes, 0, NULL, NULL);
+    return s == CL_SUCCESS ? 0 : rci_ocl_fail(&g->be, "fill", s, err);
+}
+
+int rci_ocl_read(rci_gpu *g, rci_gpu_mem m, size_t off, void *host, size_t bytes, rc_error *err)
+{
+    cl_int s = clEnqueueReadBuffer(rci_ocl_of(g)->queue, (cl_mem)m, CL_TRUE, off, bytes, host, 0, NULL, NULL);
+    return s == CL_SUCCESS ? 0 : rci_ocl_fail(&g->be, "download", s, err);
+}
+
+int rci_ocl_launch(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_arg *args, int nargs, size_t n,
                    const char *what, rc_error *err)
 {
-    return rci_ocl_launch_as(o, RC_F32, k, args, nargs, n, what, err);
-}
-
-int rci_ocl_launch_as(rci_ocl *o, rc_dtype store, rci_ocl_kernel k, const rci_ocl_arg *args,
-                      int nargs, size_t n, const char *what, rc_error *err)
-{
+    rci_ocl *o = rci_ocl_of(g);
     if (n == 0)
         return 0;   /* OpenCL refuses an empty range */
     cl_kernel kern = kernel_for(o, store, k, err);
@@ -311,14 +297,14 @@ int rci_ocl_launch_as(rci_ocl *o, rc_dtype store, rci_ocl_kernel k, const rci_oc
         cl_int s = clSetKernelArg(kern, (cl_uint)i, args[i].size, args[i].value);
         if (s != CL_SUCCESS)
             return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: %s: argument %d of %s: %s", o->name,
-                                what, i, kernel_names[k], rci_ocl_status(s));
+                                what, i, rci_gpu_kernel_names[k], rci_ocl_status(s));
     }
     cl_int s = clEnqueueNDRangeKernel(o->queue, kern, 1, NULL, &n, NULL, 0, NULL, NULL);
     if (s != CL_SUCCESS)
         return rc_error_set(err, s == CL_OUT_OF_RESOURCES || s == CL_MEM_OBJECT_ALLOCATION_FAILURE
                                      ? RC_ERR_MEMORY : RC_ERR_UNSUPPORTED,
                             "%s: %s: running %s over %zu items: %s", o->name, what,
-                            kernel_names[k], n, rci_ocl_status(s));
+                            rci_gpu_kernel_names[k], n, rci_ocl_status(s));
     return 0;
 }
 
@@ -328,7 +314,7 @@ void rci_ocl_close(rci_ocl *o)
 {
     if (o->queue)
         clFinish(o->queue);
-    for (int k = 0; k < OCL_KERNEL_COUNT; k++) {
+    for (int k = 0; k < RCI_K_COUNT; k++) {
         if (o->kernels[k])
             clReleaseKernel(o->kernels[k]);
         for (int h = 0; h < 2; h++)
@@ -340,10 +326,8 @@ void rci_ocl_close(rci_ocl *o)
     for (int h = 0; h < 2; h++)
         if (o->half_program[h])
             clReleaseProgram(o->half_program[h]);
-    if (o->scratch)
-        clReleaseMemObject(o->scratch);
-    if (o->fault)
-        clReleaseMemObject(o->fault);
+    if (o->gpu.fault)
+        clReleaseMemObject((cl_mem)o->gpu.fault);
     if (o->queue)
         clReleaseCommandQueue(o->queue);
     if (o->ctx)
@@ -363,23 +347,23 @@ rci_ocl *rci_ocl_open(int index, rc_error *err)
     }
     o->index = index;
     snprintf(o->name, sizeof o->name, "opencl:%d", index);
-    o->be.name = o->name;   /* for errors; opencl.c fills in the table's functions */
+    o->gpu.be.name = o->name;   /* for errors; opencl.c fills in the table's functions and the ops */
     o->device = ref.device;
     cl_ulong global = 0, max_alloc = 0;
     clGetDeviceInfo(ref.device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global, &global, NULL);
     clGetDeviceInfo(ref.device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
-    o->be.total_bytes = (size_t)global;
+    o->gpu.be.total_bytes = (size_t)global;
     o->max_alloc = max_alloc ? (size_t)max_alloc : (size_t)global;
-    o->fp64 = has_fp64(ref.device);
+    o->gpu.fp64 = has_fp64(ref.device);
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ref.platform, 0};
     cl_int s;
     o->ctx = clCreateContext(props, 1, &ref.device, NULL, NULL, &s);
     if (s == CL_SUCCESS)
         o->queue = clCreateCommandQueue(o->ctx, ref.device, 0, &s);
     if (s == CL_SUCCESS)
-        o->fault = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, sizeof(cl_int), NULL, &s);
+        o->gpu.fault = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, sizeof(cl_int), NULL, &s);
     if (s != CL_SUCCESS) {
-        rci_ocl_fail(&o->be, !o->ctx ? "clCreateContext" : !o->queue ? "clCreateCommandQueue" : "clCreateBuffer",
+        rci_ocl_fail(&o->gpu.be, !o->ctx ? "clCreateContext" : !o->queue ? "clCreateCommandQueue" : "clCreateBuffer",
                      s, err);
         rci_ocl_close(o);
         return NULL;

@@ -1,6 +1,7 @@
 /* opencl.c - the OpenCL backend's table: buffers in device memory (allocate, free, copies,
  * fills), waiting, and opening a device as a backend, whose table holds these and the
- * node and optimizer work of run.c and update.c over the device of context.c. */
+ * shared layer's node and optimizer work (gpu/run.c, gpu/update.c) over the ops of
+ * context.c and blas.c. */
 #include "opencl.h"
 
 #include <clblast_c.h>
@@ -18,15 +19,15 @@ static int ocl_alloc(rc_backend *be, rc_buffer *b, size_t bytes, int zero, rc_er
     rci_ocl *o = ocl(be);
     size_t size = bytes ? (bytes + 3) / 4 * 4 : 4;
     if (be->total_bytes && be->used_bytes + bytes > be->total_bytes)
-        return rci_ocl_out_of_memory(be, bytes, "the device's memory is full", err);
+        return rci_gpu_out_of_memory(be, bytes, "the device's memory is full", err);
     if (size > o->max_alloc)
-        return rci_ocl_out_of_memory(be, bytes, "larger than the device's largest buffer", err);
+        return rci_gpu_out_of_memory(be, bytes, "larger than the device's largest buffer", err);
     cl_int s;
     cl_mem m = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, size, NULL, &s);
     if (s != CL_SUCCESS)
         return s == CL_MEM_OBJECT_ALLOCATION_FAILURE || s == CL_OUT_OF_RESOURCES ||
                        s == CL_OUT_OF_HOST_MEMORY
-                   ? rci_ocl_out_of_memory(be, bytes, rci_ocl_status(s), err)
+                   ? rci_gpu_out_of_memory(be, bytes, rci_ocl_status(s), err)
                    : rci_ocl_fail(be, "clCreateBuffer", s, err);
     b->impl = m;
     if (zero) {
@@ -36,7 +37,7 @@ static int ocl_alloc(rc_backend *be, rc_buffer *b, size_t bytes, int zero, rc_er
             clReleaseMemObject(m);
             b->impl = NULL;
             return s == CL_MEM_OBJECT_ALLOCATION_FAILURE || s == CL_OUT_OF_RESOURCES
-                       ? rci_ocl_out_of_memory(be, bytes, rci_ocl_status(s), err)
+                       ? rci_gpu_out_of_memory(be, bytes, rci_ocl_status(s), err)
                        : rci_ocl_fail(be, "clEnqueueFillBuffer", s, err);
         }
     }
@@ -61,9 +62,7 @@ static int ocl_upload(rc_backend *be, rc_buffer *b, size_t off, const void *host
 static int ocl_download(rc_backend *be, const rc_buffer *b, size_t off, void *host, size_t bytes,
                         rc_error *err)
 {
-    cl_int s = clEnqueueReadBuffer(ocl(be)->queue, rci_ocl_mem(b), CL_TRUE, off, bytes, host, 0,
-                                   NULL, NULL);
-    return s == CL_SUCCESS ? 0 : rci_ocl_fail(be, "download", s, err);
+    return rci_ocl_read(&ocl(be)->gpu, b->impl, off, host, bytes, err);
 }
 
 /* Overlapping ranges of one buffer (clEnqueueCopyBuffer refuses them) go through a
@@ -76,11 +75,11 @@ static int ocl_copy(rc_backend *be, rc_buffer *dst, size_t doff, const rc_buffer
     if (d == sm && doff == soff)
         return 0;
     if (d == sm && doff < soff + bytes && soff < doff + bytes) {
-        cl_int s;
-        cl_mem t = clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, bytes, NULL, &s);
-        if (s != CL_SUCCESS)
-            return rci_ocl_out_of_memory(be, bytes, "a temporary for an overlapping copy", err);
-        s = clEnqueueCopyBuffer(o->queue, sm, t, soff, 0, bytes, 0, NULL, NULL);
+        rci_gpu_mem tm;
+        if (rci_ocl_mem_alloc(&o->gpu, bytes, &tm, "a temporary for an overlapping copy", err))
+            return -1;
+        cl_mem t = tm;
+        cl_int s = clEnqueueCopyBuffer(o->queue, sm, t, soff, 0, bytes, 0, NULL, NULL);
         if (s == CL_SUCCESS)
             s = clEnqueueCopyBuffer(o->queue, t, d, 0, doff, bytes, 0, NULL, NULL);
         if (s == CL_SUCCESS)
@@ -95,10 +94,7 @@ static int ocl_copy(rc_backend *be, rc_buffer *dst, size_t doff, const rc_buffer
 static int ocl_fill_zero(rc_backend *be, rc_buffer *b, size_t off, size_t bytes, rc_error *err)
 {
     cl_uchar z = 0;
-    if (!bytes)
-        return 0;
-    cl_int s = clEnqueueFillBuffer(ocl(be)->queue, rci_ocl_mem(b), &z, 1, off, bytes, 0, NULL, NULL);
-    return s == CL_SUCCESS ? 0 : rci_ocl_fail(be, "fill", s, err);
+    return bytes ? rci_ocl_fill(&ocl(be)->gpu, b->impl, off, &z, 1, bytes, err) : 0;
 }
 
 static int ocl_wait(rc_backend *be, rc_error *err)
@@ -107,36 +103,35 @@ static int ocl_wait(rc_backend *be, rc_error *err)
     return s == CL_SUCCESS ? 0 : rci_ocl_fail(be, "clFinish", s, err);
 }
 
-/* device memory: the collectives stage through host memory */
-static void *ocl_host_address(const rc_backend *be, const rc_buffer *b, size_t off)
-{
-    (void)be, (void)b, (void)off;
-    return NULL;
-}
-
 /* ---- the backend ------------------------------------------------------------------------ */
 
 static void ocl_release(rc_backend *be);
 
-/* the table of opened device o (its name and memory figures are the device's, context.c) */
+/* what the OpenCL device supplies to the shared layer */
+static const rci_gpu_ops ocl_ops = {
+    .mem_alloc = rci_ocl_mem_alloc,
+    .mem_free = rci_ocl_mem_free,
+    .fill = rci_ocl_fill,
+    .read = rci_ocl_read,
+    .launch = rci_ocl_launch,
+    .matmul = rci_ocl_matmul,
+    .matmul_scratch = rci_ocl_matmul_scratch,
+};
+
+/* the table and ops of opened device o (its name and memory figures are the device's,
+ * context.c) */
 static void table_fill(rci_ocl *o)
 {
-    rc_backend *be = &o->be;
+    rc_backend *be = &o->gpu.be;
+    o->gpu.ops = &ocl_ops;
+    rci_gpu_table_fill(&o->gpu);
     be->buffer_alloc = ocl_alloc;
     be->buffer_free = ocl_free;
     be->upload = ocl_upload;
     be->download = ocl_download;
     be->copy = ocl_copy;
     be->fill_zero = ocl_fill_zero;
-    be->supports = rci_ocl_supports;
-    be->run_node = rci_ocl_run_node;
-    be->scratch_bytes = rci_ocl_scratch_bytes;
     be->wait = ocl_wait;
-    be->update = rci_ocl_update;
-    be->sum_squares = rci_ocl_sum_squares;
-    be->accumulate = rci_ocl_accumulate;
-    be->round_f32 = rci_ocl_round_f32;
-    be->host_address = ocl_host_address;
     be->release = ocl_release;
 }
 
@@ -152,6 +147,7 @@ static void ocl_release(rc_backend *be)
     opened[o->index] = NULL;
     clFinish(o->queue);
     CLBlastClearCache();
+    rci_gpu_scratch_free(&o->gpu);
     rci_ocl_close(o);
 }
 
@@ -176,5 +172,5 @@ rc_backend *rci_backend_opencl(int index, rc_error *err)
     }
     if (!opened[index] && (opened[index] = rci_ocl_open(index, err)))
         table_fill(opened[index]);
-    return opened[index] ? &opened[index]->be : NULL;
+    return opened[index] ? &opened[index]->gpu.be : NULL;
 }

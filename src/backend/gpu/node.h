@@ -1,0 +1,141 @@
+/* node.h - what the shared layer's node files share (inside src/backend/gpu/ only): node.c
+ * at the bottom (kernel names, storage, scratch, places, boxes), the nodes' runs above it
+ * (ops_elementwise.c: element-wise ops, movement, casts, random draws; ops_rows.c:
+ * reductions, softmax, norms, ids, cross-entropy, rope, matrix products, convolution and
+ * pooling), and run.c on top (supports, the dispatch, scratch sizes, the table, which
+ * holds update.c's optimizer work too).
+ *
+ * Memory is (rci_gpu_mem, element offset): elements of 4 bytes (f32, i32) or 2 (bf16,
+ * f16), so a byte offset is the element size times an element offset. Boxes (shapes with
+ * per-input strides) are simplified as the CPU does: size-1 axes dropped, axes that
+ * continue each other merged. */
+#ifndef REDCO_GPU_NODE_H
+#define REDCO_GPU_NODE_H
+
+#include "gpu.h"
+
+/* a kernel argument of a variable's value */
+#define ARG(v) {sizeof(v), &(v)}
+
+enum { RCI_GPU_BOX_MAX = 8 };   /* axes a kernel's long8 can carry (RC_MAX_DIMS <= 8) */
+
+/* A box of nd axes and the element strides of up to 3 inputs (or output and input) on it. */
+typedef struct {
+    int nd;
+    int64_t shape[RCI_GPU_BOX_MAX];
+    int64_t st[3][RCI_GPU_BOX_MAX];
+} rci_gpu_box;
+
+static inline rci_gpu_long8 rci_gpu_long8_of(const int64_t *v)
+{
+    rci_gpu_long8 r;
+    for (int i = 0; i < RCI_GPU_BOX_MAX; i++)
+        r.s[i] = v[i];
+    return r;
+}
+
+static inline const char *rci_gpu_op_name(const rc_tensor *node)
+{
+    return rc_op_name(node->op);
+}
+
+static inline int64_t rci_gpu_last_dim(const rc_tensor *t)
+{
+    return t->ndim ? t->shape[t->ndim - 1] : 1;
+}
+
+/* the product of all axes but the last */
+static inline int64_t rci_gpu_lead_rows(const rc_tensor *t)
+{
+    int64_t r = 1;
+    for (int i = 0; i + 1 < t->ndim; i++)
+        r *= t->shape[i];
+    return r;
+}
+
+static inline int rci_gpu_is_move(rc_op op)
+{
+    return op == RC_OP_PERMUTE || op == RC_OP_SLICE || op == RC_OP_PAD || op == RC_OP_CONCAT ||
+           op == RC_OP_EXPAND;
+}
+
+/* kernel k of the node's storage over n work-items */
+static inline int rci_gpu_launch_node(rci_gpu *g, const rc_tensor *node, rci_gpu_kernel k,
+                                      const rci_gpu_arg *args, int nargs, size_t n, const char *what,
+                                      rc_error *err)
+{
+    return g->ops->launch(g, rci_gpu_storage(node), k, args, nargs, n, what, err);
+}
+
+/* kernel k of the f32 program (i32 and conversions) over n work-items */
+static inline int rci_gpu_launch_f32(rci_gpu *g, rci_gpu_kernel k, const rci_gpu_arg *args, int nargs,
+                                     size_t n, const char *what, rc_error *err)
+{
+    return g->ops->launch(g, RC_F32, k, args, nargs, n, what, err);
+}
+
+/* ---- node.c ---- */
+
+/* Drops size-1 axes of shape[nd] and merges axes that continue each other in all k stride
+ * sets; a box of no axes becomes one axis of size 1. */
+void rci_gpu_box_make(rci_gpu_box *b, int nd, const int64_t *shape, int k, int64_t st[][RC_MAX_DIMS]);
+/* the node's inputs 0 .. nin-1 broadcast over its shape */
+void rci_gpu_bcast_box(const rc_tensor *node, int nin, rci_gpu_box *b);
+
+/* the place of memory m holding elements of dtype t */
+int rci_gpu_place_of(const rci_mem *m, const rc_tensor *node, rc_dtype t, rci_gpu_place *p, rc_error *err);
+/* The places of the output and the first nin inputs. */
+int rci_gpu_places(const rci_node_run *r, int nin, rci_gpu_place *out, rci_gpu_place *in, rc_error *err);
+/* an optional input's place; the output's (never read) when absent */
+int rci_gpu_optional_place(const rci_node_run *r, int k, const rci_gpu_place *out, rci_gpu_place *p,
+                           int32_t *has, rc_error *err);
+
+/* Bytes of scratch rci_gpu_f32_temps takes: none for f32 values, else skip + n floats */
+size_t rci_gpu_f32_temps_scratch(const rc_tensor *node, int64_t skip, int64_t n);
+/* n f32 temporaries for a kernel that would keep them in its output: the output itself
+ * for f32 values, else scratch from float `skip` on */
+int rci_gpu_f32_temps(rci_gpu *g, const rc_tensor *node, const rci_gpu_place *out, int64_t skip, int64_t n,
+                      rci_gpu_place *tmp, rc_error *err);
+
+/* ---- ops_elementwise.c: one node each (its memory placed, its output not empty) ---- */
+
+int rci_gpu_run_full(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_unary(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_act(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_binary(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_where(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_equal(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_move(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* movement ops and casts */
+int rci_gpu_run_dropout(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_normal(rci_gpu *g, const rci_node_run *r, rc_error *err);
+
+/* ---- ops_rows.c ---- */
+
+int rci_gpu_run_reduce(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* SUM, MAX */
+int rci_gpu_run_sum_to(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_softmax(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_layer_norm(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_rms_norm(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_embedding(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_embedding_grad(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_one_hot(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_cross_entropy(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_cross_entropy_grad(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_rope(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_matmul(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_conv2d(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* and its gradients */
+int rci_gpu_run_pool2d(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* and its gradient */
+/* Bytes of scratch node (a checked one) takes: the sizes those runs take their scratch by */
+size_t rci_gpu_node_scratch(const rci_gpu *g, const rc_tensor *node);
+
+/* ---- update.c: the optimizer's work (backend.h's update, accumulate, round_f32, sum_squares) ---- */
+
+int rci_gpu_update(rc_backend *be, const rci_update *u, rc_error *err);
+int rci_gpu_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buffer *src, size_t soff, int64_t n,
+                       rc_dtype st, float scale, int add, rc_error *err);
+int rci_gpu_round_f32(rc_backend *be, rc_buffer *dst, int64_t dat, rc_dtype dt, const rc_buffer *src, int64_t sat,
+                      int64_t n, rc_error *err);
+int rci_gpu_sum_squares(rc_backend *be, const rc_buffer *b, const rci_update_part *parts, int nparts, double *out,
+                        rc_error *err);
+
+#endif

@@ -1,0 +1,506 @@
+/* ops_rows.c - the shared layer's nodes over rows and windows: reductions (sum, max,
+ * sum_to), softmax and the norms, the id ops (embedding and its gradient, one-hot, the
+ * cross-entropy loss and its gradient, with their id checks), rope, matrix products, and
+ * convolution and pooling; and the scratch each takes (rci_gpu_node_scratch).
+ *
+ * Kernels that keep temporaries in their output (softmax, the cross-entropy gradient, the
+ * embedding gradient's sums) keep them in f32 scratch instead for 16-bit values. A matrix
+ * product is the device's GEMM (g->ops->matmul) but for an empty inner axis (zeros) and a
+ * few rows times a shared matrix (a decoding step), in any dtype: one kernel that reads the
+ * weights once, as stored (16-bit words directly), summing in the CPU's order. */
+#include "node.h"
+
+#include <string.h>
+
+/* ---- reductions ------------------------------------------------------------------------------ */
+
+enum {
+    REDUCE_CHUNK = 1024,   /* summed elements per work-item in the two-pass reduction */
+    REDUCE_FEW = 4096      /* outputs below which long sums take two passes */
+};
+
+/* Bytes of scratch a reduction of n outputs, each a sum of m elements, takes: its chunks'
+ * partial sums when it runs in two passes (few outputs of long sums), else none */
+static size_t reduce_scratch(const rci_gpu *g, int64_t n, int64_t m)
+{
+    if (m < 2 * REDUCE_CHUNK || n >= REDUCE_FEW)
+        return 0;
+    int64_t chunks = (m + REDUCE_CHUNK - 1) / REDUCE_CHUNK;
+    return (size_t)(n * chunks) * (g->fp64 ? sizeof(double) : sizeof(float));
+}
+
+/* out [kept box] = the sum (or max) over the summed box of the input at `in`: one
+ * work-item per output, or, for few outputs of long sums, fixed chunks summed in parallel
+ * (scratch) and then combined in chunk order: the same order on every run */
+static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, const rci_gpu_place *in,
+                        const rci_gpu_box *kept, const rci_gpu_box *summed, int is_max, const char *what,
+                        rc_error *err)
+{
+    int64_t n = 1, m = 1;
+    for (int i = 0; i < kept->nd; i++)
+        n *= kept->shape[i];
+    for (int i = 0; i < summed->nd; i++)
+        m *= summed->shape[i];
+    int32_t mx = is_max, knd = kept->nd, snd = summed->nd;
+    rci_gpu_long8 ksh = rci_gpu_long8_of(kept->shape), kst = rci_gpu_long8_of(kept->st[0]);
+    rci_gpu_long8 ssh = rci_gpu_long8_of(summed->shape), sst = rci_gpu_long8_of(summed->st[0]);
+    size_t part_bytes = reduce_scratch(g, n, m);
+    if (!part_bytes) {
+        rci_gpu_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in->mem), ARG(in->off), ARG(n), ARG(m),
+                           ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
+        return g->ops->launch(g, store, RCI_K_REDUCE, a, 13, (size_t)n, what, err);
+    }
+    int64_t chunk = REDUCE_CHUNK, chunks = (m + chunk - 1) / chunk;
+    rci_gpu_mem part = rci_gpu_scratch(g, part_bytes, err);
+    if (!part)
+        return -1;
+    rci_gpu_arg a[] = {ARG(part), ARG(in->mem), ARG(in->off), ARG(n), ARG(m), ARG(chunk), ARG(chunks),
+                       ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
+    rci_gpu_arg f[] = {ARG(out->mem), ARG(out->off), ARG(part), ARG(n), ARG(chunks), ARG(mx)};
+    if (g->ops->launch(g, store, RCI_K_REDUCE_PART, a, 14, (size_t)(n * chunks), what, err))
+        return -1;
+    return g->ops->launch(g, store, RCI_K_REDUCE_FINISH, f, 6, (size_t)n, what, err);
+}
+
+/* sum / max over axis iparam[0]: kept (outer, inner), summed n */
+int rci_gpu_run_reduce(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[1] = {{0}};
+    if (rci_gpu_places(r, 1, &out, in, err))
+        return -1;
+    const rc_tensor *s = node->src[0];
+    int axis = node->iparam[0];
+    int64_t outer = 1, inner = 1, n = s->shape[axis];
+    for (int i = 0; i < axis; i++)
+        outer *= s->shape[i];
+    for (int i = axis + 1; i < s->ndim; i++)
+        inner *= s->shape[i];
+    rci_gpu_box kept = {2, {outer, inner}, {{n * inner, 1}}}, summed = {1, {n}, {{inner}}};
+    return reduce_boxes(g, rci_gpu_storage(node), &out, &in[0], &kept, &summed, node->op == RC_OP_MAX,
+                        rci_gpu_op_name(node), err);
+}
+
+/* src0 summed down to the node's shape: the input's axes split into kept and summed ones */
+int rci_gpu_run_sum_to(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[1] = {{0}};
+    if (rci_gpu_places(r, 1, &out, in, err))
+        return -1;
+    const rc_tensor *s = node->src[0];
+    int sd = s->ndim;
+    int64_t os[RC_MAX_DIMS], st[RC_MAX_DIMS];
+    rci_bcast_strides(node, sd, s->shape, os);
+    if (rc_tensor_numel(s) == rc_tensor_numel(node))
+        return g->be.copy(&g->be, r->out.buf, r->out.off, r->in[0].buf, r->in[0].off,
+                          rc_tensor_nbytes(node), err);
+    if (rc_tensor_numel(s) == 0)
+        return g->be.fill_zero(&g->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err);
+    rci_contiguous_strides(sd, s->shape, st);
+    int64_t ksh[RC_MAX_DIMS], kst[1][RC_MAX_DIMS], ssh[RC_MAX_DIMS], sst[1][RC_MAX_DIMS];
+    int kn = 0, sn = 0;
+    for (int i = 0; i < sd; i++) {
+        if (s->shape[i] == 1)
+            continue;
+        if (os[i]) {
+            ksh[kn] = s->shape[i];
+            kst[0][kn++] = st[i];
+        } else {
+            ssh[sn] = s->shape[i];
+            sst[0][sn++] = st[i];
+        }
+    }
+    rci_gpu_box kept, summed;
+    rci_gpu_box_make(&kept, kn, ksh, 1, kst);
+    rci_gpu_box_make(&summed, sn, ssh, 1, sst);
+    return reduce_boxes(g, rci_gpu_storage(node), &out, &in[0], &kept, &summed, 0, "sum_to", err);
+}
+
+/* ---- softmax and norms: one work-item per row of the last axis ------------------------------ */
+
+/* eps as the kernels' accumulator type: double with fp64, else float */
+typedef struct {
+    double d;
+    float f;
+} acc_arg;
+
+static rci_gpu_arg acc_value(const rci_gpu *g, const acc_arg *a)
+{
+    rci_gpu_arg r = g->fp64 ? (rci_gpu_arg){sizeof a->d, &a->d} : (rci_gpu_arg){sizeof a->f, &a->f};
+    return r;
+}
+
+/* softmax over the last axis of src0 * fparam[0] + src1 (optional mask, broadcast) */
+int rci_gpu_run_softmax(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[1] = {{0}}, mask = {0};
+    int32_t has_mask;
+    int64_t mst[RCI_GPU_BOX_MAX] = {0}, shape[RCI_GPU_BOX_MAX] = {0};
+    if (rci_gpu_places(r, 1, &out, in, err) || rci_gpu_optional_place(r, 1, &out, &mask, &has_mask, err))
+        return -1;
+    if (has_mask)
+        rci_bcast_strides(node->src[1], node->ndim, node->shape, mst);
+    memcpy(shape, node->shape, (size_t)node->ndim * sizeof *shape);
+    int nd = node->ndim;
+    int64_t c = rci_gpu_last_dim(node), rows = rc_tensor_numel(node) / c;
+    int64_t tq = nd >= 2 ? node->shape[nd - 2] : 1;
+    int32_t causal = node->iparam[0] != 0, cnd = nd;
+    float scale = (float)node->fparam[0];
+    rci_gpu_long8 sh = rci_gpu_long8_of(shape), ms = rci_gpu_long8_of(mst);
+    rci_gpu_place tmp;
+    if (rci_gpu_f32_temps(g, node, &out, 0, rows * c, &tmp, err))
+        return -1;
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(tmp.mem), ARG(tmp.off), ARG(in[0].mem),
+                       ARG(in[0].off), ARG(mask.mem), ARG(mask.off), ARG(has_mask), ARG(rows), ARG(c),
+                       ARG(tq), ARG(causal), ARG(scale), ARG(cnd), ARG(sh), ARG(ms)};
+    return rci_gpu_launch_node(g, node, RCI_K_SOFTMAX, a, 17, (size_t)rows, "softmax", err);
+}
+
+int rci_gpu_run_layer_norm(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[1] = {{0}}, w = {0}, b = {0};
+    int32_t has_w, has_b;
+    int64_t c = rci_gpu_last_dim(node), rows = rc_tensor_numel(node) / c;
+    if (rci_gpu_places(r, 1, &out, in, err) || rci_gpu_optional_place(r, 1, &out, &w, &has_w, err) ||
+        rci_gpu_optional_place(r, 2, &out, &b, &has_b, err))
+        return -1;
+    acc_arg eps = {node->fparam[0], (float)node->fparam[0]};
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
+                       ARG(w.off), ARG(has_w), ARG(b.mem), ARG(b.off), ARG(has_b), ARG(rows), ARG(c),
+                       acc_value(g, &eps)};
+    return rci_gpu_launch_node(g, node, RCI_K_LAYER_NORM, a, 13, (size_t)rows, "layer_norm", err);
+}
+
+int rci_gpu_run_rms_norm(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[1] = {{0}}, w = {0};
+    int32_t has_w;
+    int64_t c = rci_gpu_last_dim(node), rows = rc_tensor_numel(node) / c;
+    if (rci_gpu_places(r, 1, &out, in, err) || rci_gpu_optional_place(r, 1, &out, &w, &has_w, err))
+        return -1;
+    acc_arg eps = {node->fparam[0], (float)node->fparam[0]};
+    float offset = (float)node->fparam[1];
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
+                       ARG(w.off), ARG(has_w), ARG(rows), ARG(c), acc_value(g, &eps), ARG(offset)};
+    return rci_gpu_launch_node(g, node, RCI_K_RMS_NORM, a, 11, (size_t)rows, "rms_norm", err);
+}
+
+/* ---- ids: embedding, one-hot, cross-entropy, rope ------------------------------------------- */
+
+/* Every one of the count ids at `ids` is in [0, n) or equal to ignore (when has_ignore);
+ * otherwise the CPU's error naming the first bad one. Reads one int back (a sync). */
+static int check_ids(rci_gpu *g, const rci_gpu_place *ids, int64_t count, int64_t n, int32_t ignore,
+                     int has_ignore, const char *op, const char *noun, rc_error *err)
+{
+    if (count <= 0)
+        return 0;
+    if (count > INT32_MAX)
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: %lld ids (at most %d on %s)", op,
+                            (long long)count, INT32_MAX, g->be.name);
+    int32_t none = INT32_MAX, first = INT32_MAX, ig = ignore, hi = has_ignore;
+    int64_t cnt = count, lim = n;
+    if (g->ops->fill(g, g->fault, 0, &none, sizeof none, sizeof none, err))
+        return -1;
+    rci_gpu_arg a[] = {ARG(ids->mem), ARG(ids->off), ARG(cnt), ARG(lim), ARG(ig), ARG(hi),
+                       ARG(g->fault)};
+    if (rci_gpu_launch_f32(g, RCI_K_CHECK_IDS, a, 7, (size_t)count, op, err) ||
+        g->ops->read(g, g->fault, 0, &first, sizeof first, err))
+        return -1;
+    if (first == INT32_MAX)
+        return 0;
+    int32_t id = 0;
+    if (g->ops->read(g, ids->mem, (size_t)(ids->off + first) * sizeof id, &id, sizeof id, err))
+        return -1;
+    return rc_error_set(err, RC_ERR_INDEX, "%s: %s %d at position %lld is outside [0, %lld)", op, noun, id,
+                        (long long)first, (long long)n);
+}
+
+/* table src0 [V, C], ids src1 i32 [...] -> [..., C]; shard mode (iparam[2]): the table
+ * holds rows [iparam[3], iparam[3] + V) of iparam[4] */
+int rci_gpu_run_embedding(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[2] = {{0}};
+    if (rci_gpu_places(r, 2, &out, in, err))
+        return -1;
+    const rc_tensor *tab = node->src[0];
+    int64_t c = rci_gpu_last_dim(node), count = rc_tensor_numel(node->src[1]);
+    int64_t v = node->iparam[2] ? node->iparam[4] : tab->shape[0];
+    if (check_ids(g, &in[1], count, v, 0, 0, "embedding", "id", err))
+        return -1;
+    int64_t rows = tab->shape[0], first = node->iparam[2] ? node->iparam[3] : 0;
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(count), ARG(c), ARG(rows), ARG(first)};
+    return rci_gpu_launch_node(g, node, RCI_K_EMBEDDING, a, 10, (size_t)(count * c), "embedding", err);
+}
+
+/* ids src0 i32 [...], grad src1 [..., C] -> [V, C]: zeros, then out[ids[i]] += grad[i] */
+int rci_gpu_run_embedding_grad(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[2] = {{0}};
+    if (rci_gpu_places(r, 2, &out, in, err))
+        return -1;
+    int64_t v = node->iparam[2] ? node->iparam[4] : node->shape[0];
+    int64_t c = node->shape[1], count = rc_tensor_numel(node->src[0]), rows = node->shape[0];
+    rci_gpu_place acc;   /* the sums in f32: the output, or scratch rounded into it at the end */
+    if (check_ids(g, &in[0], count, v, 0, 0, "embedding_grad", "id", err) ||
+        rci_gpu_f32_temps(g, node, &out, 0, rows * c, &acc, err))
+        return -1;
+    float zero = 0;
+    if (g->ops->fill(g, acc.mem, (size_t)acc.off * sizeof zero, &zero, sizeof zero,
+                     (size_t)(rows * c) * sizeof zero, err))
+        return -1;
+    int64_t first = node->iparam[2] ? node->iparam[3] : 0;
+    int32_t skip = node->iparam[1];
+    rci_gpu_arg a[] = {ARG(acc.mem), ARG(acc.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(count), ARG(c), ARG(rows), ARG(first), ARG(skip)};
+    if (rci_gpu_launch_node(g, node, RCI_K_EMBEDDING_GRAD, a, 11, (size_t)c, "embedding_grad", err))
+        return -1;
+    if (rci_gpu_storage(node) == RC_F32)
+        return 0;
+    int64_t n = rows * c;
+    int32_t from = RC_F32, to = node->dtype;
+    rci_gpu_arg k[] = {ARG(out.mem), ARG(out.off), ARG(to), ARG(acc.mem), ARG(acc.off), ARG(from), ARG(n)};
+    return rci_gpu_launch_f32(g, RCI_K_CAST, k, 7, (size_t)n, "embedding_grad", err);
+}
+
+/* ids src0 i32 [...] -> [..., depth]; ids equal to iparam[1] give zero rows */
+int rci_gpu_run_one_hot(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[1] = {{0}};
+    if (rci_gpu_places(r, 1, &out, in, err))
+        return -1;
+    int64_t depth = rci_gpu_last_dim(node), count = rc_tensor_numel(node->src[0]);
+    int64_t v = node->iparam[2] ? node->iparam[4] : depth;
+    int32_t ignore = node->iparam[1];
+    if (check_ids(g, &in[0], count, v, ignore, 1, "one_hot", "id", err))
+        return -1;
+    int64_t first = node->iparam[2] ? node->iparam[3] : 0;
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(count),
+                       ARG(depth), ARG(first), ARG(ignore)};
+    return rci_gpu_launch_node(g, node, RCI_K_ONE_HOT, a, 8, (size_t)(count * depth), "one_hot", err);
+}
+
+/* logits src0 [..., V] and targets src1 i32 [...]: rows and V set, the targets checked */
+static int ce_inputs(rci_gpu *g, const rc_tensor *node, const rci_gpu_place *tg, int64_t *rows, int64_t *v,
+                     rc_error *err)
+{
+    const rc_tensor *lt = node->src[0];
+    *v = rci_gpu_last_dim(lt);
+    *rows = rci_gpu_lead_rows(lt);
+    return check_ids(g, tg, *rows, *v, node->iparam[0], 1, rci_gpu_op_name(node), "target", err);
+}
+
+enum { CE_SCALE_FLOATS = 16 };   /* cross_entropy_grad: its scale's floats before the exponentials */
+
+/* Bytes of scratch the losses take over `rows` rows of v logits: the per-row losses
+ * (cross_entropy); the scale, then from float 16 the exponentials when not f32
+ * (cross_entropy_grad) */
+static size_t ce_scratch(const rci_gpu *g, const rc_tensor *node, int64_t rows, int64_t v)
+{
+    if (node->op == RC_OP_CROSS_ENTROPY)
+        return (size_t)(rows ? rows : 1) * (g->fp64 ? sizeof(double) : sizeof(float));
+    size_t temps = rci_gpu_f32_temps_scratch(node, CE_SCALE_FLOATS, rows * v);
+    return temps > sizeof(float) ? temps : sizeof(float);
+}
+
+/* the mean over targets != iparam[0] of logsumexp(row) - row[target]: per-row losses in
+ * scratch, then their sum in row order */
+int rci_gpu_run_cross_entropy(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[2] = {{0}};
+    int64_t rows, v;
+    if (rci_gpu_places(r, 2, &out, in, err) || ce_inputs(g, node, &in[1], &rows, &v, err))
+        return -1;
+    rci_gpu_mem loss = rci_gpu_scratch(g, ce_scratch(g, node, rows, v), err);
+    if (!loss)
+        return -1;
+    int32_t ignore = node->iparam[0];
+    rci_gpu_arg a[] = {ARG(loss), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem), ARG(in[1].off),
+                       ARG(rows), ARG(v), ARG(ignore)};
+    if (rows > 0 && rci_gpu_launch_node(g, node, RCI_K_CE_ROWS, a, 8, (size_t)rows, "cross_entropy", err))
+        return -1;
+    rci_gpu_arg m[] = {ARG(out.mem), ARG(out.off), ARG(loss), ARG(in[1].mem), ARG(in[1].off),
+                       ARG(rows), ARG(ignore)};
+    return rci_gpu_launch_f32(g, RCI_K_CE_MEAN, m, 7, 1, "cross_entropy", err);
+}
+
+/* (softmax - onehot) * g / count over valid rows; src2 the scalar upstream gradient */
+int rci_gpu_run_cross_entropy_grad(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[3] = {{0}};
+    int64_t rows, v;
+    if (rci_gpu_places(r, 3, &out, in, err))
+        return -1;
+    rci_gpu_place tmp;   /* the exponentials in f32: the output, or scratch after the scale */
+    if (ce_inputs(g, node, &in[1], &rows, &v, err) ||
+        rci_gpu_f32_temps(g, node, &out, CE_SCALE_FLOATS, rows * v, &tmp, err))
+        return -1;
+    rci_gpu_mem scale = rci_gpu_scratch(g, ce_scratch(g, node, rows, v), err);
+    if (!scale)
+        return -1;
+    int32_t ignore = node->iparam[0];
+    rci_gpu_arg a[] = {ARG(scale), ARG(in[1].mem), ARG(in[1].off), ARG(rows), ARG(ignore),
+                       ARG(in[2].mem), ARG(in[2].off)};
+    if (rci_gpu_launch_f32(g, RCI_K_CE_SCALE, a, 7, 1, "cross_entropy_grad", err))
+        return -1;
+    rci_gpu_arg ga[] = {ARG(out.mem), ARG(out.off), ARG(tmp.mem), ARG(tmp.off), ARG(in[0].mem),
+                        ARG(in[0].off), ARG(in[1].mem), ARG(in[1].off), ARG(scale), ARG(rows), ARG(v),
+                        ARG(ignore)};
+    return rci_gpu_launch_node(g, node, RCI_K_CE_GRAD, ga, 12, (size_t)rows, "cross_entropy_grad", err);
+}
+
+/* x src0 [..., T, H, D], positions src1 i32 (row r uses pos[r % P]); iparam: rotary dims,
+ * mode, inverse; fparam[0] theta */
+int rci_gpu_run_rope(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[2] = {{0}};
+    if (rci_gpu_places(r, 2, &out, in, err))
+        return -1;
+    int nd = node->ndim, mode = node->iparam[1];
+    int64_t rot = node->iparam[0];
+    int64_t d = node->shape[nd - 1], h = node->shape[nd - 2], n = rc_tensor_numel(node);
+    int64_t np = rc_tensor_numel(node->src[1]);
+    int32_t inter = mode == RC_ROPE_INTERLEAVED, inverse = node->iparam[2] != 0;
+    double theta = node->fparam[0];
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(np), ARG(n), ARG(h), ARG(d), ARG(rot), ARG(inter),
+                       ARG(inverse), ARG(theta)};
+    return rci_gpu_launch_node(g, node, RCI_K_ROPE, a, 14, (size_t)n, "rope", err);
+}
+
+/* ---- matrix products ---------------------------------------------------------------------- */
+
+/* a decoding step: rows (<= RCI_MATMUL_FEW_ROWS) of a times the shared 2-D b, whose 16-bit
+ * words are read as they are (half the bytes of f32 weights), summed in f32 */
+static int matmul_rows(rci_gpu *g, const rc_tensor *node, const rci_gpu_place *out, const rci_gpu_place *in,
+                       int64_t rows, int64_t n, int64_t k, rc_error *err)
+{
+    int64_t cr = rows, cn = n, ck = k;
+    int32_t ta = node->iparam[0] != 0, tb = node->iparam[1] != 0;
+    rci_gpu_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(cr), ARG(cn), ARG(ck), ARG(ta), ARG(tb)};
+    return rci_gpu_launch_node(g, node, RCI_K_MATMUL_ROWS, a, 11, (size_t)n, "matmul", err);
+}
+
+/* src0 a [..., M, K] (stored [..., K, M] when iparam[0]), src1 b [..., K, N] (stored
+ * [..., N, K] when iparam[1]) -> [..., M, N]; either operand may be shared by all batches */
+int rci_gpu_run_matmul(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[2] = {{0}};
+    if (rci_gpu_places(r, 2, &out, in, err))
+        return -1;
+    rci_matmul_dims d = rci_matmul_dims_of(node);
+    if (d.k == 0)
+        return g->be.fill_zero(&g->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err);
+    if (rci_matmul_few_rows(&d)) /* decoding, f32 too: one pass over the weights, no GEMM set-up */
+        return matmul_rows(g, node, &out, in, d.batch * d.m, d.n, d.k, err);
+    return g->ops->matmul(g, node, &d, rci_gpu_storage(node), &out, in, err);
+}
+
+/* ---- convolution and pooling (NCHW; direct kernels, one work-item per output element) ------------ */
+
+/* n, c, h, w, o, kh, kw, oh, ow, stride h, w, padding h, w, dilation h, w, groups (kernels.cl) */
+static rci_gpu_long16 conv_geometry(const rc_tensor *node, const rc_tensor *x, const rc_tensor *w,
+                                    const rc_tensor *y)
+{
+    const int32_t *ip = node->iparam;
+    rci_gpu_long16 geo = {{x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0], w->shape[2],
+                           w->shape[3], y->shape[2], y->shape[3], ip[0], ip[1], ip[2], ip[3], ip[4], ip[5],
+                           ip[6]}};
+    return geo;
+}
+
+/* CONV2D: x, weight, bias? -> y; CONV2D_GRAD_INPUT: gy, weight -> gx; CONV2D_GRAD_WEIGHT: gy, x -> gw */
+int rci_gpu_run_conv2d(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    int nin = node->op == RC_OP_CONV2D && node->nsrc > 2 && node->src[2] ? 3 : 2;
+    rci_gpu_place out = {0}, in[3] = {{0}};
+    if (rci_gpu_places(r, nin, &out, in, err))
+        return -1;
+    const rc_tensor *s0 = node->src[0], *s1 = node->src[1];
+    size_t n = (size_t)rc_tensor_numel(node);
+    if (node->op == RC_OP_CONV2D) {
+        rci_gpu_long16 geo = conv_geometry(node, s0, s1, node);
+        int32_t has_bias = nin == 3;
+        rci_gpu_place b = has_bias ? in[2] : in[0];
+        rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                           ARG(in[1].off), ARG(b.mem), ARG(b.off), ARG(has_bias), ARG(geo)};
+        return rci_gpu_launch_node(g, node, RCI_K_CONV2D, a, 10, n, "conv2d", err);
+    }
+    int gi = node->op == RC_OP_CONV2D_GRAD_INPUT;
+    rci_gpu_long16 geo = gi ? conv_geometry(node, node, s1, s0) : conv_geometry(node, s1, node, s0);
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(geo)};
+    return rci_gpu_launch_node(g, node, gi ? RCI_K_CONV2D_GRAD_INPUT : RCI_K_CONV2D_GRAD_WEIGHT, a, 7, n,
+                               rci_gpu_op_name(node), err);
+}
+
+/* POOL2D: x -> y; POOL2D_GRAD: gy, x -> gx. Geometry: planes, h, w, oh, ow, kernel h, w,
+ * stride h, w, padding h, w (kernels.cl) */
+int rci_gpu_run_pool2d(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    int grad = node->op == RC_OP_POOL2D_GRAD, nin = grad ? 2 : 1;
+    rci_gpu_place out = {0}, in[2] = {{0}};
+    if (rci_gpu_places(r, nin, &out, in, err))
+        return -1;
+    const rc_tensor *x = grad ? node->src[1] : node->src[0], *y = grad ? node->src[0] : node;
+    const int32_t *ip = node->iparam;
+    rci_gpu_long16 p = {{x->shape[0] * x->shape[1], x->shape[2], x->shape[3], y->shape[2], y->shape[3],
+                         ip[1], ip[2], ip[3], ip[4], ip[5], ip[6], 0, 0, 0, 0, 0}};
+    int32_t avg = ip[0] == RC_POOL_AVG;
+    size_t n = (size_t)rc_tensor_numel(node);
+    if (!grad) {
+        rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(avg), ARG(p)};
+        return rci_gpu_launch_node(g, node, RCI_K_POOL2D, a, 6, n, "pool2d", err);
+    }
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(avg), ARG(p)};
+    return rci_gpu_launch_node(g, node, RCI_K_POOL2D_GRAD, a, 8, n, "pool2d_grad", err);
+}
+
+/* ---- scratch ----------------------------------------------------------------------------------- */
+
+/* the dispatch of run.c's run_node, through the functions its kernels size their scratch
+ * with (and the device's for a GEMM) */
+size_t rci_gpu_node_scratch(const rci_gpu *g, const rc_tensor *node)
+{
+    const rc_tensor *s = node->nsrc > 0 ? node->src[0] : NULL;
+    if (rc_tensor_numel(node) == 0 || rci_gpu_is_move(node->op) || node->op == RC_OP_CAST || !s)
+        return 0;
+    switch (node->op) {
+    case RC_OP_MATMUL: {
+        rci_matmul_dims d = rci_matmul_dims_of(node);
+        return d.k == 0 || rci_matmul_few_rows(&d) ? 0 : g->ops->matmul_scratch(g, &d, rci_gpu_storage(node));
+    }
+    case RC_OP_SUM:
+    case RC_OP_MAX:
+        return reduce_scratch(g, rc_tensor_numel(node), s->shape[node->iparam[0]]);
+    case RC_OP_SUM_TO:
+        if (rc_tensor_numel(s) == rc_tensor_numel(node) || rc_tensor_numel(s) == 0)
+            return 0;
+        return reduce_scratch(g, rc_tensor_numel(node), rc_tensor_numel(s) / rc_tensor_numel(node));
+    case RC_OP_SOFTMAX:
+        return rci_gpu_f32_temps_scratch(node, 0, rc_tensor_numel(node));
+    case RC_OP_EMBEDDING_GRAD:
+        return rci_gpu_f32_temps_scratch(node, 0, rc_tensor_numel(node));
+    case RC_OP_CROSS_ENTROPY:
+    case RC_OP_CROSS_ENTROPY_GRAD:
+        return ce_scratch(g, node, rci_gpu_lead_rows(s), rci_gpu_last_dim(s));
+    default:
+        return 0;
+    }
+}
+
