@@ -239,7 +239,7 @@ static int create_kernels(rci_ocl *o, cl_program prog, cl_kernel *kernels, rc_er
 
 static int build(rci_ocl *o, rc_error *err)
 {
-    if (rci_ocl_build_program(o, rci_ocl_source, &o->program, err))
+    if (rci_ocl_build_program(o, rci_gpu_source, &o->program, err))
         return -1;
     return create_kernels(o, o->program, o->kernels, err);
 }
@@ -252,7 +252,7 @@ static cl_kernel kernel_for(rci_ocl *o, rc_dtype store, rci_ocl_kernel k, rc_err
     int h = store == RC_F16;
     if (!o->half_program[h]) {
         const char *opt = h ? " -DRC_STORE_F16" : " -DRC_STORE_BF16";
-        if (build_with(o, rci_ocl_source, opt, &o->half_program[h], err))
+        if (build_with(o, rci_gpu_source, opt, &o->half_program[h], err))
             return NULL;
         if (create_kernels(o, o->half_program[h], o->half_kernels[h], err))
             return NULL;

@@ -143,7 +143,8 @@ int rci_ocl_round_f32(rc_backend *be, rc_buffer *dst, int64_t dat, rc_dtype dt, 
 int rci_ocl_sum_squares(rc_backend *be, const rc_buffer *b, const rci_update_part *parts, int nparts, double *out,
                         rc_error *err);
 
-/* kernels.cl as text (written into the build directory by CMake) */
-extern const char rci_ocl_source[];
+/* the device source (dialect.h, scalar.h and kernels.cl: gpu.h's rci_gpu_source, written
+ * into the build directory by CMake) */
+extern const char rci_gpu_source[];
 
 #endif
