@@ -4,6 +4,8 @@ ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
+# the CUDA backend: AUTO (built when the CUDA toolkit's headers are found), ON or OFF
+REDCO_CUDA ?= AUTO
 
 .PHONY: all setup build demo test sanitize fuzz bench clean
 
@@ -13,7 +15,7 @@ setup:
 	@bash scripts/setup.sh
 
 $(BUILD)/Makefile: CMakeLists.txt
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DREDCO_CUDA=$(REDCO_CUDA) >/dev/null
 
 build: setup $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)

@@ -3,6 +3,7 @@
 #define REDCO_INTERNAL_H
 
 #include "redco.h"
+#include "scalar.h"   /* rci_hash64 and the per-element functions the device kernels share */
 
 #include <stdarg.h>
 
@@ -99,8 +100,5 @@ int64_t rci_conv_out_size(int64_t n, int64_t k, int stride, int pad, int dil);
 /* Gradient rule of one node: given the gradient of its output, add the nodes for the
  * gradients of its inputs into gsrc[i] (NULL where an input gets none). In grad.c. */
 int rci_grad_node(rc_graph *g, rc_tensor *node, rc_tensor *gout, rc_tensor **gsrc);
-
-/* The element-wise random stream of dropout (also in rng.c, used by kernels). */
-uint64_t rci_hash64(uint64_t x);
 
 #endif

@@ -5,15 +5,6 @@
 
 #include <math.h>
 
-/* splitmix64's finaliser: a bijective 64-bit mix with good avalanche. */
-uint64_t rci_hash64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 rc_rng rc_rng_new(uint64_t seed)
 {
     rc_rng r = {rci_hash64(seed), 0};

@@ -7,7 +7,7 @@ The house rules of the source tree, read from the object files a build made:
 - no two files depend on each other, directly or through a loop of files;
 - no file calls a file of a higher room. A file's room is the first folder under src/
   (src/backend/cpu/cpu.c is in `backend`), tools/ is the program above every room, and a
-  generated file (the embedded OpenCL source) belongs to the room that embeds it.
+  generated file (the embedded device source) belongs to the room that embeds it.
 
 The room order is written once, in docs/architecture.md, as the line
     Room order (lowest first): `core` → `backend` → ...
@@ -64,7 +64,7 @@ def room_of(src, order):
         return "tools"
     if parts[0] == "src" and len(parts) > 2:
         return parts[1]
-    if parts[0] == "generated" and "opencl" in parts[-1]:
+    if parts[0] == "generated" and parts[-1].startswith("gpu_source"):
         return "backend"
     return None
 

@@ -14,7 +14,8 @@
  * otherwise once per thread inside an OpenMP parallel loop: small ops never enter the
  * OpenMP runtime. The inner loops are plain `for` loops over contiguous `real *restrict`
  * so the compiler vectorises them. <tgmath.h> makes exp, tanh, ... pick the float
- * functions for float arguments.
+ * functions for float arguments. The per-element functions the device kernels compute
+ * alike (exp as rci_fexp, the activations) are src/core/scalar.h's, over RC_REAL.
  */
 #include "cpu.h"
 
@@ -96,28 +97,6 @@ static int64_t lead_rows(const rc_tensor *t)
     for (int i = 0; i + 1 < t->ndim; i++)
         r *= t->shape[i];
     return r;
-}
-
-/* exp that vectorises: for float, 2^k p(r) with r = x - k ln2 (Cody-Waite split of ln2),
- * |r| <= ln2 / 2, p the degree-6 Taylor polynomial: relative error below 2e-7, no calls
- * and no branches, so loops over it run 8 lanes wide (libm's expf is a scalar call).
- * Below -87.3 (where expf is subnormal) it gives 0, above 88.7 infinity; NaN gives NaN. Double uses libm's exp. */
-static inline real fexp(real x)
-{
-    if (sizeof(real) == sizeof(double))
-        return exp(x);
-    float xf = (float)x;
-    /* clamped so the exponent bits stay in range; NaN lands on -87.3 here and is passed
-     * through at the end */
-    float c = xf > -87.3f ? (xf < 88.7f ? xf : 88.7f) : -87.3f;
-    int32_t ki = (int32_t)(c * 1.44269504f + 128.5f) - 128; /* round to nearest: the sum is positive */
-    float k = (float)ki;
-    float r = c - k * 0.693145752f - k * 1.42860677e-6f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    int32_t bits = (ki + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return xf != xf ? xf : xf < -87.3f ? 0.0f : xf > 88.7f ? INFINITY : p * scale;
 }
 
 /* The sum of x[0, n) in double, kept in 8 interleaved partial sums so that the loop
@@ -243,7 +222,7 @@ static void unary_range(void *ctx, int64_t i0, int64_t i1, int part)
         break;
     case RC_OP_EXP:
         for (int64_t i = i0; i < i1; i++)
-            o[i] = fexp(x[i]);
+            o[i] = rci_fexp(x[i]);
         break;
     case RC_OP_LOG:
         for (int64_t i = i0; i < i1; i++)
@@ -275,69 +254,6 @@ static int k_unary(const rci_cpu_args *io)
 
 /* ---- activations ------------------------------------------------------------------------------ */
 
-/* sigmoid without overflow: exp of a non-positive number only */
-static inline real sigmoid(real x)
-{
-    if (x >= 0)
-        return 1 / (1 + fexp(-x));
-    real e = fexp(x);
-    return e / (1 + e);
-}
-
-/* tanh through one exp (the libm tanhf is several times slower than expf); accurate to
- * a few ulp of 1, which is what gelu needs. */
-static inline real tanh_exp(real u)
-{
-    real e = fexp(-2 * fabs(u)), t = (1 - e) / (1 + e);
-    return u < 0 ? -t : t;
-}
-
-/* 0.5 x (1 + tanh(u)), u = k (x + a x^3), and its derivatives. */
-static inline real act_gelu_tanh(real x, int order)
-{
-    const real k = (real)0.7978845608028654, a = (real)0.044715;
-    real u = k * (x + a * x * x * x), t = tanh_exp(u);
-    if (order == 0)
-        return (real)0.5 * x * (1 + t);
-    real s = 1 - t * t, u1 = k * (1 + 3 * a * x * x);
-    if (order == 1)
-        return (real)0.5 * (1 + t) + (real)0.5 * x * s * u1;
-    real u2 = 6 * a * k * x;
-    return s * u1 + (real)0.5 * x * s * (u2 - 2 * t * u1 * u1);
-}
-
-/* x Phi(x) and its derivatives. */
-static inline real act_gelu_erf(real x, int order)
-{
-    real cdf = (real)0.5 * (1 + erf(x * (real)0.7071067811865476));
-    if (order == 0)
-        return x * cdf;
-    real pdf = fexp((real)-0.5 * x * x) * (real)0.3989422804014327;
-    if (order == 1)
-        return cdf + x * pdf;
-    return pdf * (2 - x * x);
-}
-
-static inline real act_silu(real x, int order)
-{
-    real sg = sigmoid(x);
-    if (order == 0)
-        return x * sg;
-    if (order == 1)
-        return sg * (1 + x * (1 - sg));
-    return sg * (1 - sg) * (2 + x * (1 - 2 * sg));
-}
-
-static inline real act_sigmoid(real x, int order)
-{
-    real sg = sigmoid(x);
-    if (order == 0)
-        return sg;
-    if (order == 1)
-        return sg * (1 - sg);
-    return sg * (1 - sg) * (1 - 2 * sg);
-}
-
 static void act_range(void *ctx, int64_t i0, int64_t i1, int part)
 {
     const rci_cpu_args *io = ctx;
@@ -360,19 +276,19 @@ static void act_range(void *ctx, int64_t i0, int64_t i1, int part)
         break;
     case RC_ACT_GELU_TANH:
         for (int64_t i = i0; i < i1; i++)
-            o[i] = act_gelu_tanh(x[i], order);
+            o[i] = rci_act_gelu_tanh(x[i], order);
         break;
     case RC_ACT_GELU_ERF:
         for (int64_t i = i0; i < i1; i++)
-            o[i] = act_gelu_erf(x[i], order);
+            o[i] = rci_act_gelu_erf(x[i], order);
         break;
     case RC_ACT_SILU:
         for (int64_t i = i0; i < i1; i++)
-            o[i] = act_silu(x[i], order);
+            o[i] = rci_act_silu(x[i], order);
         break;
     default: /* RC_ACT_SIGMOID */
         for (int64_t i = i0; i < i1; i++)
-            o[i] = act_sigmoid(x[i], order);
+            o[i] = rci_act_sigmoid(x[i], order);
         break;
     }
 }
@@ -671,7 +587,7 @@ static void softmax_range(void *ctx, int64_t r0, int64_t r1, int part)
             continue;
         }
         for (int64_t j = 0; j < cnt; j++)
-            o[j] = fexp(o[j] - mx);
+            o[j] = rci_fexp(o[j] - mx);
         real inv = (real)(1 / dsum(o, cnt));
         for (int64_t j = 0; j < cnt; j++)
             o[j] *= inv;
@@ -898,7 +814,7 @@ static double sum_exp(const real *restrict x, int64_t v, real mx)
     for (int64_t j0 = 0; j0 < v; j0 += EXP_BLOCK) {
         int64_t n = min64(EXP_BLOCK, v - j0);
         for (int64_t j = 0; j < n; j++)
-            e[j] = fexp(x[j0 + j] - mx);
+            e[j] = rci_fexp(x[j0 + j] - mx);
         s += dsum(e, n);
     }
     return s;
@@ -989,7 +905,7 @@ static void cross_entropy_grad_range(void *ctx, int64_t r0, int64_t r1, int part
         }
         real mx = row_max(xr, v);
         for (int64_t j = 0; j < v; j++)
-            o[j] = fexp(xr[j] - mx);
+            o[j] = rci_fexp(xr[j] - mx);
         real k = (real)(1 / dsum(o, v)) * scale;
         for (int64_t j = 0; j < v; j++)
             o[j] *= k;

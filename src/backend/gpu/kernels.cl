@@ -1,18 +1,20 @@
-/* kernels.cl - the OpenCL backend's kernels (OpenCL C 1.2), embedded into the library at
- * build time (CMake writes it into a C string) and built once per device and storage of
- * float values (below).
+/* kernels.cl - the device kernels of the OpenCL and CUDA backends, written once: OpenCL C
+ * 1.2 in the small dialect of dialect.h, which also compiles as CUDA C++ under NVRTC. CMake
+ * embeds dialect.h, src/core/scalar.h (what the CPU kernels compute per element alike:
+ * 16-bit conversions, the hash, exp, activations) and this file, in that order, into the
+ * library as one C string, rci_gpu_source (gpu.h); a backend builds it once per device and
+ * storage of float values (below).
  *
- * Each kernel runs one work-item per output element (i in [0, n)). Memory is named as a
- * buffer plus an element offset (a plan's arena holds many tensors). Broadcast and strided
- * ops take up to 8 axes as long8 vectors (shape and element strides per input, axis 0
- * outermost); the host drops size-1 axes and merges contiguous ones first.
+ * Each kernel runs one work-item per output element (i in [0, n)) and returns for the
+ * work-items past its count (CUDA launches whole blocks). Memory is named as a buffer plus
+ * an element offset (a plan's arena holds many tensors). Broadcast and strided ops take up
+ * to 8 axes as long8 vectors (shape and element strides per input, axis 0 outermost); the
+ * host drops size-1 axes and merges contiguous ones first.
  *
  * The arithmetic is the CPU kernels' (src/backend/cpu/kernels_real.c, update.c): the same
  * expressions in the same order, contraction into fused multiply-adds off, division and
  * square root correctly rounded when the device supports it (the host asks for it). */
-#pragma OPENCL FP_CONTRACT OFF
 #ifdef RC_FP64
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
 typedef double acc_t;     /* accumulator of sums */
 #else
 typedef float acc_t;
@@ -22,45 +24,9 @@ typedef float acc_t;
  * The program is built once for f32 values and, on first use, once each for bf16
  * (-DRC_STORE_BF16) and f16 (-DRC_STORE_F16). store_t is how a float value is stored (16-bit
  * values as ushort words: no cl_khr_fp16 needed), word_t the element the movement kernel
- * copies. ld widens an element to float, st rounds a float into one; arithmetic is float
- * in every program, so a 16-bit node computes as the f32 kernel and rounds once. The
- * conversions are src/core/half.h's, bit for bit: nearest, ties to even; NaN stays NaN
- * (made quiet); f16 keeps subnormals and overflows to infinity. */
-static float bf16_to_f32(ushort h)
-{
-    return as_float((uint)h << 16);
-}
-
-static ushort f32_to_bf16(float f)
-{
-    uint u = as_uint(f);
-    uint rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return (ushort)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
-}
-
-static float f16_to_f32(ushort h)
-{
-    uint sign = (uint)(h & 0x8000u) << 16, em = h & 0x7fffu;
-    uint normal = (em << 13) + ((127u - 15u) << 23);          /* exponent rebiased */
-    uint special = 0x7f800000u | (em & 0x3ffu) << 13            /* inf, NaN (payload kept, */
-                   | (em > 0x7c00u ? 0x00400000u : 0u);          /* made quiet as F16C does) */
-    float sub = (float)em * 5.9604644775390625e-8f;            /* zero, subnormal: em 2^-24 */
-    uint bits = em >= 0x7c00u ? special : em >= 0x0400u ? normal : as_uint(sub);
-    return as_float(sign | bits);
-}
-
-static ushort f32_to_f16(float f)
-{
-    uint u = as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    /* normal: rebias, round the 13 dropped bits to nearest even */
-    uint normal = (a - ((127u - 15u) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
-    /* below 2^-14: adding 0.5 leaves |f| rounded to a multiple of 2^-24 in the low bits */
-    uint sub = as_uint(as_float(a) + 0.5f) - 0x3f000000u;
-    uint nan = 0x7e00u | ((a >> 13) & 0x3ffu);
-    uint bits = a > 0x7f800000u ? nan : a >= 0x477ff000u ? 0x7c00u : a >= 0x38800000u ? normal : sub;
-    return (ushort)(sign | bits);
-}
-
+ * copies. ld widens an element to float, st rounds a float into one (scalar.h's
+ * conversions, as the CPU's); arithmetic is float in every program, so a 16-bit node
+ * computes as the f32 kernel and rounds once. */
 #if defined(RC_STORE_BF16) || defined(RC_STORE_F16)
 typedef ushort store_t;
 typedef ushort word_t;
@@ -72,9 +38,9 @@ typedef uint word_t;
 static float ld(__global const store_t *p, long i)
 {
 #if defined(RC_STORE_BF16)
-    return bf16_to_f32(p[i]);
+    return rci_bf16_to_f32(p[i]);
 #elif defined(RC_STORE_F16)
-    return f16_to_f32(p[i]);
+    return rci_f16_to_f32(p[i]);
 #else
     return p[i];
 #endif
@@ -83,9 +49,9 @@ static float ld(__global const store_t *p, long i)
 static void st(__global store_t *p, long i, float v)
 {
 #if defined(RC_STORE_BF16)
-    p[i] = f32_to_bf16(v);
+    p[i] = rci_f32_to_bf16(v);
 #elif defined(RC_STORE_F16)
-    p[i] = f32_to_f16(v);
+    p[i] = rci_f32_to_f16(v);
 #else
     p[i] = v;
 #endif
@@ -95,8 +61,8 @@ static void st(__global store_t *p, long i, float v)
 static long box_offset(long i, int nd, long8 shape, long8 st)
 {
     long sh[8], s[8];
-    vstore8(shape, 0, sh);
-    vstore8(st, 0, s);
+    long8_get(shape, sh);
+    long8_get(st, s);
     long off = 0;
     for (int d = nd - 1; d >= 0; d--) {
         long c = i % sh[d];
@@ -115,18 +81,6 @@ __kernel void k_fill(__global store_t *o, long oo, long n, float v)
         st(o, oo + i, v);
 }
 
-/* the CPU's exp: 2^k p(r), r = x - k ln2 (Cody-Waite), p the degree-6 Taylor polynomial */
-static float fexp(float x)
-{
-    float c = x > -87.3f ? (x < 88.7f ? x : 88.7f) : -87.3f;
-    int ki = (int)(c * 1.44269504f + 128.5f) - 128;
-    float k = (float)ki;
-    float r = c - k * 0.693145752f - k * 1.42860677e-6f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    float scale = as_float((ki + 127) << 23);
-    return x != x ? x : x < -87.3f ? 0.0f : x > 88.7f ? INFINITY : p * scale;
-}
-
 /* op: 0 affine (x * s + c), 1 exp, 2 log, 3 sqrt, 4 rsqrt, 5 tanh */
 __kernel void k_unary(__global store_t *o, long oo, __global const store_t *x, long xo, long n, int op,
                       float s, float c)
@@ -137,71 +91,13 @@ __kernel void k_unary(__global store_t *o, long oo, __global const store_t *x, l
     float v = ld(x, xo + i), r;
     switch (op) {
     case 0: r = v * s + c; break;
-    case 1: r = fexp(v); break;
+    case 1: r = rci_fexp(v); break;
     case 2: r = log(v); break;
     case 3: r = sqrt(v); break;
     case 4: r = 1 / sqrt(v); break;
     default: r = tanh(v); break;
     }
     st(o, oo + i, r);
-}
-
-static float sigmoid_f(float x)
-{
-    if (x >= 0)
-        return 1 / (1 + fexp(-x));
-    float e = fexp(x);
-    return e / (1 + e);
-}
-
-static float tanh_exp(float u)
-{
-    float e = fexp(-2 * fabs(u)), t = (1 - e) / (1 + e);
-    return u < 0 ? -t : t;
-}
-
-static float act_gelu_tanh(float x, int order)
-{
-    const float k = 0.7978845608028654f, a = 0.044715f;
-    float u = k * (x + a * x * x * x), t = tanh_exp(u);
-    if (order == 0)
-        return 0.5f * x * (1 + t);
-    float s = 1 - t * t, u1 = k * (1 + 3 * a * x * x);
-    if (order == 1)
-        return 0.5f * (1 + t) + 0.5f * x * s * u1;
-    float u2 = 6 * a * k * x;
-    return s * u1 + 0.5f * x * s * (u2 - 2 * t * u1 * u1);
-}
-
-static float act_gelu_erf(float x, int order)
-{
-    float cdf = 0.5f * (1 + erf(x * 0.7071067811865476f));
-    if (order == 0)
-        return x * cdf;
-    float pdf = fexp(-0.5f * x * x) * 0.3989422804014327f;
-    if (order == 1)
-        return cdf + x * pdf;
-    return pdf * (2 - x * x);
-}
-
-static float act_silu(float x, int order)
-{
-    float sg = sigmoid_f(x);
-    if (order == 0)
-        return x * sg;
-    if (order == 1)
-        return sg * (1 + x * (1 - sg));
-    return sg * (1 - sg) * (2 + x * (1 - 2 * sg));
-}
-
-static float act_sigmoid(float x, int order)
-{
-    float sg = sigmoid_f(x);
-    if (order == 0)
-        return sg;
-    if (order == 1)
-        return sg * (1 - sg);
-    return sg * (1 - sg) * (1 - 2 * sg);
 }
 
 /* kind: rc_act_kind (relu, gelu tanh, gelu erf, silu, sigmoid); order 0, 1, 2 */
@@ -214,10 +110,10 @@ __kernel void k_act(__global store_t *o, long oo, __global const store_t *x, lon
     float v = ld(x, xo + i), r;
     switch (kind) {
     case 0: r = order == 0 ? (v > 0 ? v : 0) : order == 1 ? (v > 0 ? 1 : 0) : 0; break;
-    case 1: r = act_gelu_tanh(v, order); break;
-    case 2: r = act_gelu_erf(v, order); break;
-    case 3: r = act_silu(v, order); break;
-    default: r = act_sigmoid(v, order); break;
+    case 1: r = rci_act_gelu_tanh(v, order); break;
+    case 2: r = rci_act_gelu_erf(v, order); break;
+    case 3: r = rci_act_silu(v, order); break;
+    default: r = rci_act_sigmoid(v, order); break;
     }
     st(o, oo + i, r);
 }
@@ -324,14 +220,14 @@ __kernel void k_cast(__global uchar *o, long oo, int to, __global const uchar *x
     switch (from) {
     case DT_F32: v = ((__global const float *)x)[xo + i]; break;
     case DT_I32: v = (float)((__global const int *)x)[xo + i]; break;
-    case DT_BF16: v = bf16_to_f32(((__global const ushort *)x)[xo + i]); break;
-    default: v = f16_to_f32(((__global const ushort *)x)[xo + i]); break;
+    case DT_BF16: v = rci_bf16_to_f32(((__global const ushort *)x)[xo + i]); break;
+    default: v = rci_f16_to_f32(((__global const ushort *)x)[xo + i]); break;
     }
     switch (to) {
     case DT_F32: ((__global float *)o)[oo + i] = v; break;
     case DT_I32: ((__global int *)o)[oo + i] = to_i32(v); break;
-    case DT_BF16: ((__global ushort *)o)[oo + i] = f32_to_bf16(v); break;
-    default: ((__global ushort *)o)[oo + i] = f32_to_f16(v); break;
+    case DT_BF16: ((__global ushort *)o)[oo + i] = rci_f32_to_bf16(v); break;
+    default: ((__global ushort *)o)[oo + i] = rci_f32_to_f16(v); break;
     }
 }
 
@@ -471,8 +367,8 @@ __kernel void k_softmax(__global store_t *out, long oo, __global float *tmp, lon
         t[j] = ld(xr, j) * scale;
     if (has_mask) {
         long sh[8], ms[8], moff = 0, rr = r;
-        vstore8(shape, 0, sh);
-        vstore8(mst, 0, ms);
+        long8_get(shape, sh);
+        long8_get(mst, ms);
         for (int i = nd - 2; i >= 0; i--) {
             moff += (rr % sh[i]) * ms[i];
             rr /= sh[i];
@@ -490,7 +386,7 @@ __kernel void k_softmax(__global store_t *out, long oo, __global float *tmp, lon
         return;
     }
     for (long j = 0; j < cnt; j++)
-        t[j] = fexp(t[j] - mx);
+        t[j] = rci_fexp(t[j] - mx);
     float inv = (float)(1 / dsum_f(t, cnt));
     for (long j = 0; j < cnt; j++)
         st(o, j, t[j] * inv);
@@ -612,9 +508,9 @@ static acc_t sum_exp(__global const store_t *x, long v, float mx)
         long i = 0;
         for (; i + 8 <= n; i += 8)
             for (int k = 0; k < 8; k++)
-                acc[k] += fexp(ld(x, j0 + i + k) - mx);
+                acc[k] += rci_fexp(ld(x, j0 + i + k) - mx);
         for (; i < n; i++)
-            t += fexp(ld(x, j0 + i) - mx);
+            t += rci_fexp(ld(x, j0 + i) - mx);
         for (int k = 0; k < 8; k++)
             t += acc[k];
         s += t;
@@ -687,7 +583,7 @@ __kernel void k_ce_grad(__global store_t *out, long oo, __global float *tmp, lon
     }
     float sc = scale[0], mx = row_max(xr, v);
     for (long j = 0; j < v; j++)
-        e[j] = fexp(ld(xr, j) - mx);
+        e[j] = rci_fexp(ld(xr, j) - mx);
     float k = (float)(1 / dsum_f(e, v)) * sc, et = e[t];
     for (long j = 0; j < v; j++)
         st(o, j, e[j] * k);
@@ -761,15 +657,6 @@ __kernel void k_matmul_rows(__global store_t *o, long oo, __global const store_t
 
 /* ---- dropout --------------------------------------------------------------------------------- */
 
-/* splitmix64's finaliser (rci_hash64 in src/core/rng.c) */
-static ulong hash64(ulong x)
-{
-    x += 0x9E3779B97F4A7C15UL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9UL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBUL;
-    return x ^ (x >> 31);
-}
-
 /* kept iff rc_rng_uniform_at(key, i) >= p, i.e. (hash >> 11) >= ceil(p 2^53) = thresh
  * (exact in integers: no double needed); kept values scaled */
 __kernel void k_dropout(__global store_t *o, long oo, __global const store_t *x, long xo, long n,
@@ -778,7 +665,7 @@ __kernel void k_dropout(__global store_t *o, long oo, __global const store_t *x,
     long i = get_global_id(0);
     if (i >= n)
         return;
-    ulong u = hash64(key ^ hash64((ulong)i)) >> 11;
+    ulong u = rci_hash64(key ^ rci_hash64((ulong)i)) >> 11;
     st(o, oo + i, u >= thresh ? ld(x, xo + i) * scale : 0);
 }
 
@@ -789,7 +676,7 @@ __kernel void k_normal(__global store_t *o, long oo, long n, ulong key)
     long i = get_global_id(0);
     if (i >= n)
         return;
-    ulong h = hash64(key ^ hash64((ulong)i));
+    ulong h = rci_hash64(key ^ rci_hash64((ulong)i));
     float u1 = (float)((h >> 40) + 1) * 0x1p-24f, u2 = (float)(h & 0xffffffUL) * 0x1p-24f;
     st(o, oo + i, sqrt(-2.0f * log(u1)) * cos(6.283185307179586f * u2));
 }

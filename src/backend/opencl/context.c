@@ -5,10 +5,6 @@
  * it (blas.c, and opencl.c, the backend's table) call it; it calls none of them (of the
  * shared layer, only its kernel names and out-of-memory error). */
 
-/* The kernel source is CMake's rci_ocl_source until CMake names it rci_gpu_source (gpu.h);
- * then this line goes. */
-#define rci_gpu_source rci_ocl_source
-
 #include "opencl.h"
 #include "redco/device.h"
 
