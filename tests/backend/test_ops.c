@@ -80,6 +80,8 @@ struct op_case {
     int bitwise;            /* a device's f32 forward equals the CPU's bit for bit */
     int cpu_only;           /* an op the devices do not run (f64 casts) */
     int devices_only;       /* a device's path alone (the CPU runs only the reference) */
+    int loss;               /* a loss: a 16-bit graph's output is f32 */
+    int f32_of_ids;         /* the output of i32 leaves alone is f32 (equal) */
 };
 
 /* the dtype the graph being built serves: t itself, or the dtype whose reference it is */
@@ -415,8 +417,8 @@ static const op_case cases[] = {
     {"where_scalar", b_where, 3, {N(2, 0, 2, 4, 1), F(0, -2, 2, 0), F(3, -2, 2, 2, 4, 5)}, D_FLOAT, {0}, .grad = GRAD_FD},
     {"where_big", b_where, 3, {N(2, 0, 2, 200, 300), F(2, -2, 2, 200, 300), F(2, -2, 2, 200, 1)}, D_FLOAT, {0}, .grad = GRAD},
     {"where_made", b_where, 2, {F(2, -1, 1, 4, 9), F(2, -1, 1, 4, 9)}, D_FLOAT, {1}, .grad = GRAD},
-    {"equal", b_equal, 2, {N(2, 0, 3, 5, 7), N(1, 0, 3, 7)}, D_ALL, {0}, .grad = NO_GRAD},
-    {"equal_ids", b_equal, 2, {I(3, 0, 3, 2, 3, 4), I(1, 0, 3, 4)}, D_F32, {0}, .grad = NO_GRAD},
+    {"equal", b_equal, 2, {N(2, 0, 3, 5, 7), N(1, 0, 3, 7)}, D_ALL, {0}, .grad = NO_GRAD, .f32_of_ids = 1},
+    {"equal_ids", b_equal, 2, {I(3, 0, 3, 2, 3, 4), I(1, 0, 3, 4)}, D_F32, {0}, .grad = NO_GRAD, .f32_of_ids = 1},
     /* data movement (i32 too) */
     {"permute", b_move, 1, {F(4, -2, 2, 2, 3, 5, 4)}, D_ALL, {0, 2031}, .grad = GRAD_FD},
     {"permute_3d", b_move, 1, {F(3, -2, 2, 2, 3, 4)}, D_ALL, {0, 120}, .grad = GRAD_FD},
@@ -522,10 +524,10 @@ static const op_case cases[] = {
     {"one_hot_add", b_one_hot, 2, {I(2, 0, 6, 2, 5), F(1, -1, 1, 6)}, D_FLOAT, {6, 2}, .grad = GRAD_FD},
     {"one_hot_shard", b_one_hot, 1, {I(1, 0, 11, 17)}, D_FLOAT, {4, 2, 5, 11}, .grad = NO_GRAD},
     {"one_hot_big", b_one_hot, 1, {I(1, 0, 40, 5000)}, D_FLOAT, {40, -100}, .grad = NO_GRAD},
-    {"cross_entropy", b_cross_entropy, 2, {F(3, -8, 8, 3, 40, 13), I(2, 0, 13, 3, 40)}, D_FLOAT, {0, RC_IGNORE_INDEX}, .grad = GRAD, .ulps = 1, .gulps = 1},
-    {"cross_entropy_ignore", b_cross_entropy, 2, {F(3, -8, 8, 3, 40, 13), I(2, 0, 13, 3, 40)}, D_FLOAT, {0, 5}, .grad = GRAD, .ulps = 1, .gulps = 1},
-    {"cross_entropy_small", b_cross_entropy, 2, {F(3, -5, 5, 2, 3, 7), I(2, 0, 7, 2, 3)}, D_FLOAT, {0, 1}, .grad = GRAD_FD, .ulps = 1, .gulps = 1},
-    {"cross_entropy_wide", b_cross_entropy, 2, {F(2, -5, 5, 60, 1031), I(1, 0, 1031, 60)}, D_FLOAT, {0, 7}, .grad = GRAD, .tol = 2, .ulps = 1, .gulps = 1},
+    {"cross_entropy", b_cross_entropy, 2, {F(3, -8, 8, 3, 40, 13), I(2, 0, 13, 3, 40)}, D_FLOAT, {0, RC_IGNORE_INDEX}, .grad = GRAD, .ulps = 1, .gulps = 1, .loss = 1},
+    {"cross_entropy_ignore", b_cross_entropy, 2, {F(3, -8, 8, 3, 40, 13), I(2, 0, 13, 3, 40)}, D_FLOAT, {0, 5}, .grad = GRAD, .ulps = 1, .gulps = 1, .loss = 1},
+    {"cross_entropy_small", b_cross_entropy, 2, {F(3, -5, 5, 2, 3, 7), I(2, 0, 7, 2, 3)}, D_FLOAT, {0, 1}, .grad = GRAD_FD, .ulps = 1, .gulps = 1, .loss = 1},
+    {"cross_entropy_wide", b_cross_entropy, 2, {F(2, -5, 5, 60, 1031), I(1, 0, 1031, 60)}, D_FLOAT, {0, 7}, .grad = GRAD, .tol = 2, .ulps = 1, .gulps = 1, .loss = 1},
     {"cross_entropy_grad", b_cross_entropy, 3, {F(2, -5, 5, 6, 20), I(1, 0, 20, 6), L(0, 0.5, 2, 0)}, D_FLOAT, {1, 1}, .grad = GRAD_FD},
     {"rope_interleaved", b_rope, 1, {F(4, -2, 2, 2, 5, 3, 8)}, D_FLOAT, {6, RC_ROPE_INTERLEAVED, 0, 1}, {10000}, .grad = GRAD},
     {"rope_half", b_rope, 1, {F(4, -2, 2, 2, 5, 3, 8)}, D_FLOAT, {6, RC_ROPE_HALF, 0, 1}, {10000}, .grad = GRAD},
@@ -549,11 +551,11 @@ static const op_case cases[] = {
     /* composites */
     {"collectives", b_collectives, 1, {F(2, -1, 1, 3, 4)}, D_FLOAT, .grad = GRAD},
     {"mlp", b_mlp, 5, {F(2, -1, 1, 16, 32), F(2, -0.2, 0.2, 32, 64), F(1, -0.1, 0.1, 64), F(2, -0.15, 0.15, 64, 24),
-                      I(1, 0, 24, 16)}, D_FLOAT, .grad = GRAD, .tol = 30, .ulps = 1, .gulps = 2},
+                      I(1, 0, 24, 16)}, D_FLOAT, .grad = GRAD, .tol = 30, .ulps = 1, .gulps = 2, .loss = 1},
     {"attention_block", b_block, 9, {I(2, 0, 20, 2, 6), I(2, 0, 20, 2, 6), I(1, 3, 9, 6), F(2, -0.5, 0.5, 20, 16),
                                      F(1, 0.8, 1.2, 16), F(1, -0.5, 0.5, 16), F(2, -0.5, 0.5, 16, 48),
                                      F(2, -0.5, 0.5, 16, 16), F(1, 0.8, 1.2, 16)}, D_FLOAT, .grad = GRAD, .tol = 10,
-     .ulps = 1, .gulps = 2},
+     .ulps = 1, .gulps = 2, .loss = 1},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -902,6 +904,12 @@ static void check_target(const op_case *c, rc_dtype t, target *tg, double *const
         return;
     CHECKF(res.nout == ref->nout, "%s %s on %s: %d outputs, the reference %d", c->name, rc_dtype_name(t), tg->name,
            res.nout, ref->nout);
+    int ids_only = 1;
+    for (int i = 0; i < c->n; i++)
+        ids_only &= leaf_dtype(&c->in[i], t) == RC_I32;
+    rc_dtype want = c->f32_of_ids && ids_only ? RC_F32 : ref->dt[0] == RC_I32 ? RC_I32 : c->loss && is_half(t) ? RC_F32 : t;
+    CHECKF(res.dt[0] == want, "%s %s on %s: the output is %s, not %s", c->name, rc_dtype_name(t), tg->name,
+           rc_dtype_name(res.dt[0]), rc_dtype_name(want));
     for (int k = 0; k < res.nout && k < ref->nout; k++) {
         /* 16-bit gradients pass through the graph's 16-bit intermediate nodes: measured as
          * a whole (1 - y^2 of a rounded tanh near 1 has no correct digit left) */
