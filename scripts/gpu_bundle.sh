@@ -151,6 +151,22 @@ stage() {
     rm "$dir/libs.txt"
 }
 
+# a .npy of 4000 uint16 token ids below 256 at $1 (tiny-gpt2's vocabulary), for a tiny
+# `redco train`
+write_tokens() {
+    python3 - "$1" 4000 <<'EOF'
+import random, struct, sys
+from array import array
+path, n = sys.argv[1], int(sys.argv[2])
+rng = random.Random(0)
+ids = array("H", (rng.randrange(256) for _ in range(n)))
+head = "{'descr': '<u2', 'fortran_order': False, 'shape': (%d,), }" % n
+head += " " * (63 - (10 + len(head)) % 64) + "\n"
+with open(path, "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head.encode() + ids.tobytes())
+EOF
+}
+
 # the newest glibc symbol version the bundle needs
 glibc_needed() {
     objdump -T "$1"/bin/* "$1"/lib/* 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sort -uV | tail -1
@@ -182,7 +198,9 @@ check_resolution() {
             /not found/ {print p ": " $1 " not found"; next}
             $2 == "=>" && $3 ~ /^\// {print p ": " $3}' >>"$tmp/resolved"
     done
-    for f in "redco devices" "bench_generate --dtype f32 tiny-gpt2"; do
+    write_tokens "$tmp/tokens.npy" || return 1
+    for f in "redco devices" "bench_generate --dtype f32 tiny-gpt2" \
+        "redco train --model tiny-gpt2 --data $tmp/tokens.npy --workdir $tmp/w --steps 2 --batch-size 2 --seq-len 16"; do
         # shellcheck disable=SC2086
         OCL_ICD_VENDORS=$tmp LD_LIBRARY_PATH=$dir/lib LD_DEBUG=libs "$dir"/bin/$f >/dev/null 2>"$tmp/log" </dev/null
         sed -n "s/.*calling init: /${f%% *}: /p" "$tmp/log" >>"$tmp/resolved"
@@ -201,7 +219,8 @@ check_resolution() {
 }
 
 # the programs in a chroot that holds glibc and the bundle alone (nothing else of this
-# machine's libraries): redco's help and device list, a CPU op suite, a tiny benchmark
+# machine's libraries): redco's help and device list, a CPU op suite, tiny benchmarks and
+# a tiny training run (the Deployer, the Trainer, checkpoints: no MPI started)
 check_chroot() {
     local dir=$1 jail lib rc=0 out
     [ "$(id -u)" = 0 ] || { say "chroot test skipped: needs root"; return 0; }
@@ -227,6 +246,9 @@ check_chroot() {
     [ -x "$jail/bundle/bin/test_kernels" ] && run_jail /bundle/bin/test_kernels
     run_jail /bundle/bin/bench_gpt2 1 tiny-gpt2 2 16
     run_jail /bundle/bin/bench_generate --dtype f32 tiny-gpt2
+    write_tokens "$jail/tmp/tokens.npy" &&
+        run_jail /bundle/bin/redco train --model tiny-gpt2 --data /tmp/tokens.npy --workdir /tmp/w --steps 2 \
+            --batch-size 2 --seq-len 16 --json
     umount -l "$jail/sys" 2>/dev/null
     umount "$jail/proc" 2>/dev/null
     rm -rf "$jail"

@@ -121,12 +121,14 @@ jget() {
         sed 's/^null$//'
 }
 
-# awk arithmetic on numbers: calc EXPR A B ... ($1, $2 ... in EXPR); empty if any is empty
+# awk arithmetic on numbers: calc EXPR A B ... ($1, $2 ... in EXPR); empty if any is
+# empty or the result is not finite
 calc() {
     local expr=$1 v
     shift
     for v in "$@"; do [ -n "$v" ] || return 0; done
-    awk -v args="$*" "BEGIN { \$0 = args; printf \"%.6g\", ($expr) }"
+    v=$(awk -v args="$*" "BEGIN { \$0 = args; printf \"%.6g\", ($expr) }" 2>/dev/null)
+    case $v in *inf* | *nan*) ;; *) printf '%s' "$v" ;; esac # a division by zero: no figure
 }
 
 # true or false: whether the awk condition EXPR holds on A B ...; empty if any is empty
