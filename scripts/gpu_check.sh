@@ -168,11 +168,22 @@ run() {
         echo "not started: the budget of ${BUDGET}s is spent" >"$WORK/logs/$name.log"
         return 125
     fi
-    note "$name: $* (at most ${limit}s)"
+    note "$name: $(shown "$@") (at most ${limit}s)"
     timeout -k 5 "$limit" "$@" >"$WORK/logs/$name.log" 2>&1 </dev/null
     rc=$?
     [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "cut after ${limit}s (timeout)" >>"$WORK/logs/$name.log" && rc=124
     return $rc
+}
+
+# a command as shown in the progress lines: without env's words and the variables it sets
+# (but REDCO_*), the bundle's folder as bundle/
+shown() {
+    local w out=""
+    for w in "$@"; do
+        case $w in env | -u | OMPI_COMM_WORLD_SIZE | PMI_SIZE | PMIX_RANK | MPI_LOCALNRANKS | LD_LIBRARY_PATH=*) continue ;; esac
+        out+="${out:+ }${w/#$BUNDLE\//bundle/}"
+    done
+    echo "$out"
 }
 
 # the last lines of a program's log, for a failure
@@ -407,13 +418,11 @@ part_step() {
         fi
         figure "gpt2_step_$dtype" "$RDEV" "$REDCO_STEP_S" "s/step" "$TORCH_STEP_S" ratio "${ratio:-null}" \
             goal "$want" met "${met:-null}" model "$PRESET" batch "$BATCH" seq "$SEQ" steps "$STEPS" \
-            peer_attention "${TORCH_ATTENTION:-}" \
-            what "redco train (forward, backward, AdamW; $dtype) vs PyTorch eager ($peer_how)"
+            peer_attention "${TORCH_ATTENTION:-}"
     done
     # PyTorch with the attention redco runs (no fused kernel): what fused attention is worth
     torch_step bf16 math
-    figure gpt2_step_bf16_torch_math_attention "$TDEV" "$TORCH_STEP_S" "s/step" null model "$PRESET" \
-        what "PyTorch's bf16 step with attention as plain products and softmax, for reference"
+    figure gpt2_step_bf16_torch_math_attention "$TDEV" "$TORCH_STEP_S" "s/step" null model "$PRESET"
 }
 
 part_matmul() {
@@ -439,24 +448,20 @@ part_matmul() {
     met=$(holds '$1 >= 0.8' "$ratio")
     goal matmul_f32_in_step_at_80pct_of_cublas "$met"
     figure matmul_f32_in_step "$RDEV" "$(calc '$1 / $2' "$gflop" "$mm_s")" GFLOP/s "$cub" ratio "${ratio:-null}" \
-        goal "ratio >= 0.8" met "${met:-null}" matmul_gflop "${gflop:-null}" matmul_s "${mm_s:-null}" \
-        what "redco's matmul kernels in the f32 step (per-kernel timing) vs torch.matmul (cuBLAS, TF32 off) on the same shapes"
+        goal "ratio >= 0.8" met "${met:-null}" matmul_gflop "${gflop:-null}" matmul_s "${mm_s:-null}"
     ratio=$(calc '$1 / $2' "$alone" "$cub")
-    figure matmul_f32_alone "$RDEV" "$alone" GFLOP/s "$cub" ratio "${ratio:-null}" \
-        what "the step's matmuls alone in one redco plan, f32, vs cuBLAS on the same shapes"
+    figure matmul_f32_alone "$RDEV" "$alone" GFLOP/s "$cub" ratio "${ratio:-null}"
     ratio=$(calc '$1 / $2' "$alone16" "$cub16")
     met=$(holds '$1 >= 0.8' "$ratio")
     goal matmul_bf16_at_80pct_of_cublas "$met"
     figure matmul_bf16_alone "$RDEV" "$alone16" GFLOP/s "$cub16" ratio "${ratio:-null}" goal "ratio >= 0.8" \
-        met "${met:-null}" what "the step's matmuls alone in one redco plan, bf16, vs cuBLAS bf16 on the same shapes"
+        met "${met:-null}"
     ratio=$(calc '100 * $1 / ($1 + $2)' "$transfer" "$step_s")
     met=$(holds '$1 < 1' "$ratio")
     goal host_transfers_under_1pct "$met"
     figure host_transfers "$RDEV" "$ratio" "% of step" null goal "value < 1" met "${met:-null}" \
-        transfer_s "${transfer:-null}" step_s "${step_s:-null}" bytes $((2 * BATCH * SEQ * 4 + 4)) \
-        what "bench_gpt2: the step's copies between host and device (ids and targets in, the loss out) as a share of the f32 step"
-    figure gpt2_fwd_bwd_f32 "$RDEV" "${step_s:-null}" "s/step" null \
-        what "bench_gpt2: forward and backward alone (no optimizer), f32, dropout as the preset"
+        transfer_s "${transfer:-null}" step_s "${step_s:-null}" bytes $((2 * BATCH * SEQ * 4 + 4))
+    figure gpt2_fwd_bwd_f32 "$RDEV" "${step_s:-null}" "s/step" null
 }
 
 part_decode() {
@@ -475,7 +480,7 @@ part_decode() {
         met=$(holds '$1 <= 1' "$ratio")
         goal "decode_${dtype}_no_slower_than_pytorch" "$met"
         figure "decode_$dtype" "$RDEV" "$rms" ms/token "$tms" ratio "${ratio:-null}" goal "ratio <= 1" met "${met:-null}" \
-            model "$preset" what "greedy decoding at batch 1, prompt 8, 20 new tokens, best of 3: bench_generate vs PyTorch eager with a key/value cache"
+            model "$preset"
     done
 }
 
