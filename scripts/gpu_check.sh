@@ -358,7 +358,7 @@ sizes() {
     if [ $QUICK = 1 ]; then
         PRESET=tiny-gpt2 BATCH=2 SEQ=32 STEPS=4 VOCAB=256
     else
-        PRESET=gpt2 BATCH=8 SEQ=1024 STEPS=10 VOCAB=50257
+        PRESET=gpt2 BATCH=8 SEQ=1024 STEPS=8 VOCAB=50257
     fi
 }
 
@@ -378,14 +378,19 @@ EOF
 }
 
 # redco's training step in DTYPE: seconds per step from the trainer's log (tokens per
-# second of each step after the first two), into REDCO_STEP_S
+# second of each step after the first two), into REDCO_STEP_S; a run cut at its time still
+# gives the steps it logged (REDCO_STEPS_LOGGED says how many)
 redco_step() {
-    local dtype=$1 name=redco_train_$1 wd=$WORK/train_$1
-    REDCO_STEP_S=""
+    local dtype=$1 name=redco_train_$1 wd=$WORK/train_$1 rc
+    REDCO_STEP_S="" REDCO_STEPS_LOGGED=0
     rm -rf "$wd"
     run "$name" 240 "${RC_ENV[@]}" "$BUNDLE/bin/redco" train --model "$PRESET" --data "$WORK/tokens.npy" --workdir "$wd" \
         --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ" --grad-clip 0 --log-every 1 --device "$RDEV" \
-        --dtype "$dtype" --json || { part_failed "step" "redco train --dtype $dtype: exit $?"; tail_log "$name"; return; }
+        --dtype "$dtype" --json
+    rc=$?
+    [ $rc -eq 0 ] || { part_failed "step" "redco train --dtype $dtype: exit $rc"; tail_log "$name"; }
+    [ -f "$wd/log.jsonl" ] || return
+    REDCO_STEPS_LOGGED=$(grep -c tokens_per_s "$wd/log.jsonl")
     REDCO_STEP_S=$(sed -n 's/.*"train\/tokens_per_s": \([0-9.eE+-]*\).*/\1/p' "$wd/log.jsonl" | tail -n +3 | sort -g |
         awk -v bt=$((BATCH * SEQ)) '{ t[++k] = $1 } END { if (!k) exit; m = k % 2 ? t[(k + 1) / 2] : (t[k / 2] + t[k / 2 + 1]) / 2; printf "%.6g", bt / m }')
     rm -rf "$wd"
@@ -417,7 +422,7 @@ part_step() {
             goal bf16_step_within_1.3x_of_pytorch "$met"
         fi
         figure "gpt2_step_$dtype" "$RDEV" "$REDCO_STEP_S" "s/step" "$TORCH_STEP_S" ratio "${ratio:-null}" \
-            goal "$want" met "${met:-null}" model "$PRESET" batch "$BATCH" seq "$SEQ" steps "$STEPS" \
+            goal "$want" met "${met:-null}" model "$PRESET" batch "$BATCH" seq "$SEQ" steps "$REDCO_STEPS_LOGGED" \
             peer_attention "${TORCH_ATTENTION:-}"
     done
     # PyTorch with the attention redco runs (no fused kernel): what fused attention is worth
