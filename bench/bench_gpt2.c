@@ -3,9 +3,13 @@
  * on the step's matmul shapes (measured in the same run), the host transfers of a step,
  * memory, the executor's own overhead, and the AdamW update (on the CPU, against the
  * machine's memory bandwidth). One JSON line per figure.
- *   bench_gpt2 [--device D] [--remat N] [REPS [PRESET B T]]
- *       GPT-2 124M at B=4, T=64 unless a preset is named; D: cpu (default), opencl:N;
- *       --remat N recomputes every N blocks in the backward pass (the arena shows the saving)
+ *   bench_gpt2 [--device D] [--remat N] [--shapes FILE] [--gemm-bf16] [REPS [PRESET B T]]
+ *       GPT-2 124M at B=4, T=64 unless a preset is named; D: cpu (default), opencl:N, cuda:N;
+ *       --remat N recomputes every N blocks in the backward pass (the arena shows the saving);
+ *       --shapes FILE writes the step's matmul shapes there, one JSON line per distinct
+ *       product ({"a": [...], "b": [...], "ta": 0|1, "tb": 0|1, "count": n}: what
+ *       scripts/torch_gpt2_step.py times with cuBLAS); --gemm-bf16 also times the step's
+ *       matmuls alone in bf16 (gemm_gflops_same_shapes_bf16)
  * Any failing call prints one line naming it and exits 1. */
 #include "common.h"
 #include "nn.h"
@@ -67,7 +71,7 @@ static double time_adamw(rci_nn_weights *w, rc_buffer *grad, rc_buffer *m, rc_bu
 
 /* seconds of the step's matmuls alone on the device: each MATMUL node of g copied, with
  * inputs of its operands' shapes, into one graph (best of reps runs) */
-static double gemm_seconds(const rc_graph *g, int reps)
+static double gemm_seconds(const rc_graph *g, rc_dtype dtype, int reps)
 {
     rc_graph *mg = rc_graph_new();
     rc_tensor **outs = alloc_or_fail((size_t)rc_graph_size(g) * sizeof *outs, "matmul outputs");
@@ -77,8 +81,8 @@ static double gemm_seconds(const rc_graph *g, int reps)
         if (t->op != RC_OP_MATMUL)
             continue;
         const rc_tensor *a = t->src[0], *b = t->src[1];
-        outs[n++] = rc_matmul(mg, rc_input(mg, "a", RC_F32, a->ndim, a->shape),
-                              rc_input(mg, "b", RC_F32, b->ndim, b->shape), t->iparam[0], t->iparam[1]);
+        outs[n++] = rc_matmul(mg, rc_input(mg, "a", dtype, a->ndim, a->shape),
+                              rc_input(mg, "b", dtype, b->ndim, b->shape), t->iparam[0], t->iparam[1]);
     }
     rc_error err = {0};
     rc_plan *plan = rc_graph_error(mg) ? NULL : rc_plan_new_on(be, mg, outs, n, &err);
@@ -108,6 +112,51 @@ static double gemm_seconds(const rc_graph *g, int reps)
     return best;
 }
 
+static int same_shape(const rc_tensor *a, const rc_tensor *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d])
+            return 0;
+    return 1;
+}
+
+/* the step's matmul shapes into path: one JSON line per distinct (a, b, ta, tb) with its
+ * count of nodes */
+static void write_shapes(const rc_graph *g, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        bench_fail(NAME, "--shapes", "cannot open the file for writing");
+    for (int i = 0; i < rc_graph_size(g); i++) {
+        const rc_tensor *t = rc_graph_node(g, i), *seen = NULL;
+        if (t->op != RC_OP_MATMUL)
+            continue;
+        int count = 0;
+        for (int j = 0; j < rc_graph_size(g) && !seen; j++) { /* counted at its first node */
+            const rc_tensor *u = rc_graph_node(g, j);
+            if (u->op != RC_OP_MATMUL || u->iparam[0] != t->iparam[0] || u->iparam[1] != t->iparam[1] ||
+                !same_shape(u->src[0], t->src[0]) || !same_shape(u->src[1], t->src[1]))
+                continue;
+            if (j < i)
+                seen = u;
+            count++;
+        }
+        if (seen)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            const rc_tensor *x = t->src[k];
+            fprintf(f, k ? "], \"b\": [" : "{\"a\": [");
+            for (int d = 0; d < x->ndim; d++)
+                fprintf(f, d ? ", %lld" : "%lld", (long long)x->shape[d]);
+        }
+        fprintf(f, "], \"ta\": %d, \"tb\": %d, \"count\": %d}\n", (int)t->iparam[0], (int)t->iparam[1], count);
+    }
+    if (fclose(f))
+        bench_fail(NAME, "--shapes", "writing the file failed");
+}
+
 /* flag's value taken out of argv (the rest are positional); NULL when absent */
 static const char *take_flag(int *argc, char **argv, const char *flag)
 {
@@ -122,10 +171,24 @@ static const char *take_flag(int *argc, char **argv, const char *flag)
     return d;
 }
 
+/* 1 when the switch (a flag without a value) is in argv, which it is taken out of */
+static int take_switch(int *argc, char **argv, const char *flag)
+{
+    for (int i = 1; i < *argc; i++)
+        if (!strcmp(argv[i], flag)) {
+            memmove(argv + i, argv + i + 1, (size_t)(*argc - i - 1) * sizeof *argv);
+            *argc -= 1;
+            return 1;
+        }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     rc_error err = {0};
     const char *device = take_flag(&argc, argv, "--device"), *remat = take_flag(&argc, argv, "--remat");
+    const char *shapes = take_flag(&argc, argv, "--shapes");
+    int gemm_bf16 = take_switch(&argc, argv, "--gemm-bf16");
     if (!(be = rc_device_open(device ? device : "cpu", 0, &err)))
         bench_fail(NAME, "rc_device_open", err.msg);
     int reps = argc > 1 ? atoi(argv[1]) : 3;
@@ -193,7 +256,10 @@ int main(int argc, char **argv)
         best = t2 - t1 < best ? t2 - t1 : best;
         transfer = (t1 - t0) + (t3 - t2) < transfer ? (t1 - t0) + (t3 - t2) : transfer;
     }
-    double gemm_s = gemm_seconds(g, reps);
+    double gemm_s = gemm_seconds(g, RC_F32, reps);
+    double gemm_bf16_s = gemm_bf16 ? gemm_seconds(g, RC_BF16, reps) : NAN;
+    if (shapes)
+        write_shapes(g, shapes);
     /* the same step with per-kernel timing, for the breakdown */
     rc_plan_set_timing(plan, 1);
     if (rc_plan_run(plan, &err))
@@ -262,6 +328,7 @@ int main(int argc, char **argv)
      * step comes to what its matmuls alone reach */
     bench_set_num(o, "gemm_gflops_same_shapes", flop / gemm_s * 1e-9);
     bench_set_num(o, "step_vs_gemm_rate", gemm_s / best);
+    bench_set_num(o, "gemm_gflops_same_shapes_bf16", flop / gemm_bf16_s * 1e-9); /* null without --gemm-bf16 */
     bench_set_num(o, "host_transfer_s", transfer);
     bench_set_int(o, "nodes", (long long)st.nodes);
     bench_set_num(o, "plan_s", plan_s);
