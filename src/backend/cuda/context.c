@@ -182,18 +182,39 @@ static int storage_slot(rc_dtype store)
     return store == RC_BF16 ? 1 : store == RC_F16 ? 2 : 0;
 }
 
-/* the module of kernels.cl for values stored as `store`, compiled by NVRTC for the device's
- * compute capability, with its functions */
+/* The CUBINs NVRTC made, per storage, kept for the process: a device opened again (or a
+ * second device of the same compute capability) loads them without compiling again. */
+static struct {
+    int major, minor;
+    void *image;
+} images[3];
+
+/* the CUBIN of kernels.cl for storage slot h and c's compute capability */
+static const void *image_for(rci_cuda *c, int h, rc_error *err)
+{
+    static const rc_dtype stores[3] = {RC_F32, RC_BF16, RC_F16};
+    if (images[h].image && images[h].major == c->major && images[h].minor == c->minor)
+        return images[h].image;
+    void *image = NULL;
+    size_t bytes = 0;
+    if (rci_nvrtc_compile(rci_gpu_source, c->major, c->minor, stores[h], c->gpu.fp64, &image, &bytes, err))
+        return NULL;
+    free(images[h].image);
+    images[h].image = image;
+    images[h].major = c->major;
+    images[h].minor = c->minor;
+    return image;
+}
+
+/* the module of kernels.cl for values stored as `store` (compiled by NVRTC for the device's
+ * compute capability) loaded, with its functions */
 static int build(rci_cuda *c, rc_dtype store, rc_error *err)
 {
     int h = storage_slot(store);
-    void *image = NULL;
-    size_t bytes = 0;
-    if (rci_nvrtc_compile(rci_gpu_source, c->major, c->minor, h == 1 ? RC_BF16 : h == 2 ? RC_F16 : RC_F32,
-                          c->gpu.fp64, &image, &bytes, err))
+    const void *image = image_for(c, h, err);
+    if (!image)
         return -1;
     CUresult r = c->cu->module_load_data(&c->modules[h], image);
-    free(image);
     if (r != CUDA_SUCCESS) {
         c->modules[h] = NULL;
         return rci_cu_fail(&c->gpu.be, "loading the kernels (cuModuleLoadData)", r, err);

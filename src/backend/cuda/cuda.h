@@ -10,7 +10,8 @@
  * value, and a tensor is (CUdeviceptr, element offset) as two kernel arguments, as on
  * OpenCL. The kernels are kernels.cl compiled as CUDA C++ by NVRTC (nvrtc.c) into a CUBIN
  * for the device's compute capability, one module per storage (f32, bf16, f16), built on
- * its first launch. */
+ * its first launch; the CUBINs are kept for the process, so a device opened again loads
+ * them without compiling. */
 #ifndef REDCO_CUDA_H
 #define REDCO_CUDA_H
 
