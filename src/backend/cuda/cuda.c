@@ -109,13 +109,6 @@ static int cu_wait(rc_backend *be, rc_error *err)
     return r == CUDA_SUCCESS ? 0 : rci_cu_fail(be, "cuStreamSynchronize", r, err);
 }
 
-/* device memory: the collectives stage through host memory */
-static void *cu_host_address(const rc_backend *be, const rc_buffer *b, size_t off)
-{
-    (void)be, (void)b, (void)off;
-    return NULL;
-}
-
 /* ---- the backend ------------------------------------------------------------------------ */
 
 static const rci_gpu_ops ops = {
@@ -130,7 +123,8 @@ static const rci_gpu_ops ops = {
 
 static void cu_release(rc_backend *be);
 
-/* the table of opened device c: the shared node and optimizer entries, then its own */
+/* the table of opened device c: the shared node and optimizer entries (host_address among
+ * them: device memory, which the collectives stage through the host), then its own */
 static void table_fill(rci_cuda *c)
 {
     rc_backend *be = &c->gpu.be;
@@ -143,7 +137,6 @@ static void table_fill(rci_cuda *c)
     be->copy = cu_copy;
     be->fill_zero = cu_fill_zero;
     be->wait = cu_wait;
-    be->host_address = cu_host_address;
     be->release = cu_release;
 }
 
