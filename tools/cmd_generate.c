@@ -15,14 +15,15 @@ static const char *help =
     "usage: redco generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
     "                      [--top-k K] [--top-p P] [--num-beams B] [--seed S] [--tokenizer DIR]\n"
     "                      [--dtype f32|bf16|f16] [--mp N] [--allow-replicate] [--nproc P]\n"
-    "                      [--device D] [--lora DIR] [--json]\n"
+    "                      [--device D] [--tf32] [--lora DIR] [--json]\n"
     "\n"
     "Continues the prompt with the model (a Hugging Face model directory, e.g. a workdir's\n"
     "final/) and prints the prompt and the new text. Temperature 0 (the default) is greedy;\n"
     "with a temperature the same seed gives the same text. Generation stops at the model's\n"
     "end-of-sequence token or after --max-new-tokens (default 40). For T5 the prompt is the\n"
-    "encoder's input. --device cpu|opencl|opencl:N runs it there (default: $REDCO_DEVICE,\n"
-    "else cpu). --dtype bf16 or f16 loads the weights in 16 bits (converted from the\n"
+    "encoder's input. --device cpu|opencl|opencl:N|cuda|cuda:N runs it there (default:\n"
+    "$REDCO_DEVICE, else cpu); --tf32 lets a CUDA device's f32 matrix products use TF32 tensor\n"
+    "cores (faster, 10-bit mantissas; default exact f32). --dtype bf16 or f16 loads the weights in 16 bits (converted from the\n"
     "checkpoint's dtype; a BF16 checkpoint in bf16 as stored) and runs the model and its\n"
     "key/value cache in that dtype, halving the bytes read per token; default f32.\n"
     "--lora DIR applies a PEFT LoRA adapter directory (e.g. a workdir's adapter/ from\n"
@@ -39,12 +40,12 @@ typedef struct {
     rc_dtype dtype;
     int64_t max_new, top_k, beams, seed, mp, nproc;
     double temperature, top_p;
-    int json, allow_replicate;
+    int json, allow_replicate, tf32;
 } options;
 
 enum {
     F_MODEL = CLI_FLAG0, F_PROMPT, F_TOKENIZER, F_MAX_NEW, F_TOP_K, F_BEAMS, F_SEED, F_TEMPERATURE, F_TOP_P,
-    F_MP, F_NPROC, F_JSON, F_ALLOW_REPLICATE, F_DEVICE, F_DTYPE, F_LORA
+    F_MP, F_NPROC, F_JSON, F_ALLOW_REPLICATE, F_DEVICE, F_DTYPE, F_LORA, F_TF32
 };
 
 static const struct option flags[] = {
@@ -63,6 +64,7 @@ static const struct option flags[] = {
     {"json", no_argument, NULL, F_JSON},
     {"allow-replicate", no_argument, NULL, F_ALLOW_REPLICATE},
     {"device", required_argument, NULL, F_DEVICE},
+    {"tf32", no_argument, NULL, F_TF32},
     {"dtype", required_argument, NULL, F_DTYPE},
     {"lora", required_argument, NULL, F_LORA},
     {NULL, 0, NULL, 0},
@@ -76,6 +78,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     switch (c) {
     case F_MODEL: o->model = v; return 0;
     case F_DEVICE: o->device = v; return 0;
+    case F_TF32: o->tf32 = 1; return 0;
     case F_LORA: o->lora = v; return 0;
     case F_DTYPE:
         if (!strcmp(v, "f32") || !strcmp(v, "float32"))
@@ -173,7 +176,7 @@ int cmd_generate(int argc, char **argv)
     rc = rc_dist_init(&argc, &argv, &err);
     cli_rank = rc_dist_rank(); /* only rank 0 prints */
     rc_deployer_options dopt = {.seed = (uint64_t)o.seed, .mp = o.mp ? (int)o.mp : rc_dist_size(), .json = o.json,
-                                .device = o.device};
+                                .device = o.device, .tf32 = o.tf32};
     if (!rc && !(d = rc_deployer_new(&argc, &argv, &dopt, &err)))
         rc = -1;
     if (!rc && !(m = rc_model_load(o.model, 0, o.dtype, &err)))

@@ -20,7 +20,7 @@ static const char *train_help =
     "                   [--optimizer adamw|sgd] [--weight-decay X] [--grad-clip X] [--warmup N]\n"
     "                   [--schedule constant|linear|cosine] [--grad-accum K] [--seed S]\n"
     "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--log-every N]\n"
-    "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--remat[=N]] [--zero]\n"
+    "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--tf32] [--remat[=N]] [--zero]\n"
     "                   [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
     "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--collective-timeout S]\n"
     "                   [--lora-r R [--lora-alpha A] [--lora-targets M,M,...] [--lora-merge]]\n"
@@ -31,8 +31,10 @@ static const char *train_help =
     "run continues from the workdir's last complete checkpoint until step N. --nproc P\n"
     "starts P processes with mpiexec (or run the command under mpirun/srun yourself).\n"
     "--mp N splits the model over N of them (the plan of `redco plan`; --shard overrides\n"
-    "one parameter's split). --device cpu|opencl|opencl:N runs the steps and keeps the model\n"
-    "and optimizer state there (default: $REDCO_DEVICE, else cpu; `redco devices` lists them).\n"
+    "one parameter's split). --device cpu|opencl|opencl:N|cuda|cuda:N runs the steps and keeps\n"
+    "the model and optimizer state there (default: $REDCO_DEVICE, else cpu; `redco devices`\n"
+    "lists them). --tf32 lets f32 matrix products on a CUDA device round their operands to\n"
+    "TF32 on tensor cores: several times faster, 10-bit mantissas (default: exact f32).\n"
     "--remat[=N] keeps only every N-th transformer block's input (default 1: every block's)\n"
     "and recomputes the blocks in the backward pass: less memory, the same gradients.\n"
     "--zero shards the AdamW moments over the data-parallel processes (ZeRO stage 1): each\n"
@@ -69,7 +71,7 @@ static const char *train_help =
 
 static const char *eval_help =
     "usage: redco eval --model DIR --data PATH [--tokenizer DIR] [--seq-len N] [--batch-size N]\n"
-    "                  [--mp N] [--nproc P] [--device D] [--dtype f32|bf16|f16] [--lora DIR]\n"
+    "                  [--mp N] [--nproc P] [--device D] [--tf32] [--dtype f32|bf16|f16] [--lora DIR]\n"
     "                  [--json] [--collective-timeout S]\n"
     "\n"
     "Mean cross-entropy of the model over every predicted token of the data (language-model\n"
@@ -77,6 +79,7 @@ static const char *eval_help =
     "of stdout is {\"loss\": ..., \"ppl\": ..., \"tokens\": N}; a loss or perplexity that is NaN\n"
     "or infinite is null. Processes split the data, and with --mp N the model too (the\n"
     "training plan). --dtype bf16|f16 runs the model with its weights in that dtype.\n"
+    "--device and --tf32 as for `redco train`.\n"
     "--lora DIR applies a PEFT LoRA adapter directory (folded into the weights).\n";
 
 typedef struct {
@@ -89,7 +92,7 @@ typedef struct {
         mp, nproc, remat;
     double lr, wd, clip, loss_scale, coll_timeout;
     int64_t loss_scale_window;
-    int resume, no_shuffle, json, zero;
+    int resume, no_shuffle, json, zero, tf32;
     rc_dtype dtype;
     cli_shards shards;
 } options;
@@ -99,7 +102,7 @@ enum {
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
     F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO,
     F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW, F_LORA, F_LORA_R, F_LORA_ALPHA, F_LORA_TARGETS, F_LORA_MERGE,
-    F_COLL_TIMEOUT
+    F_COLL_TIMEOUT, F_TF32
 };
 
 static const struct option eval_flags[] = {
@@ -112,6 +115,7 @@ static const struct option eval_flags[] = {
     {"nproc", required_argument, NULL, F_NPROC},
     {"mp", required_argument, NULL, F_MP},
     {"device", required_argument, NULL, F_DEVICE},
+    {"tf32", no_argument, NULL, F_TF32},
     {"dtype", required_argument, NULL, F_DTYPE},
     {"lora", required_argument, NULL, F_LORA},
     {"json", no_argument, NULL, F_JSON},
@@ -129,6 +133,7 @@ static const struct option train_flags[] = {
     {"nproc", required_argument, NULL, F_NPROC},
     {"mp", required_argument, NULL, F_MP},
     {"device", required_argument, NULL, F_DEVICE},
+    {"tf32", no_argument, NULL, F_TF32},
     {"remat", optional_argument, NULL, F_REMAT},
     {"zero", no_argument, NULL, F_ZERO},
     {"dtype", required_argument, NULL, F_DTYPE},
@@ -186,6 +191,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_OPTIMIZER: o->optimizer = v; return 0;
     case F_SCHEDULE: o->schedule = v; return 0;
     case F_DEVICE: o->device = v; return 0;
+    case F_TF32: o->tf32 = 1; return 0;
     case F_LORA: o->lora = v; return 0;
     case F_LORA_TARGETS: o->lora_targets = v; return 0;
     case F_LORA_MERGE: o->lora_merge = 1; return 0;
@@ -333,7 +339,7 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
     memset(s, 0, sizeof *s);
     rc_deployer_options dopt = {.seed = (uint64_t)o->seed, .mp = (int)o->mp,
                                 .workdir = is_train ? o->workdir : NULL, .verbose = 1, .json = o->json,
-                                .device = o->device, .collective_timeout = o->coll_timeout > 0 ? o->coll_timeout : -1};
+                                .device = o->device, .tf32 = o->tf32, .collective_timeout = o->coll_timeout > 0 ? o->coll_timeout : -1};
     if (rc_dist_init(argc, argv, &err))
         return cli_fail(cmd, "%s", err.msg);
     cli_rank = rc_dist_rank(); /* only rank 0 prints errors: every rank agrees on them first */

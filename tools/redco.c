@@ -17,7 +17,7 @@ static const struct {
     {"plan", cmd_plan, "the tensor-parallel plan of a model over N shards (no weights allocated)"},
     {"tokenize", cmd_tokenize, "text -> token ids, or ids -> text (--decode)"},
     {"tokenizer-train", cmd_tokenizer_train, "learn a byte-level BPE vocabulary from a text file"},
-    {"devices", cmd_devices, "list the OpenCL devices (opencl:N) and their memory"},
+    {"devices", cmd_devices, "list the OpenCL (opencl:N) and CUDA (cuda:N) devices and their memory"},
     {"privacy", cmd_privacy, "epsilon of a DP-SGD run, or the noise multiplier for a target epsilon"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };

@@ -197,8 +197,11 @@ typedef struct {
     int json;                     /* quiet human output (for --json runs) */
     int local;                    /* a world of one even under a launcher (reference runs) */
     const char *device;           /* where the model's state and steps live: "cpu", "opencl",
-                                     "opencl:N" or "opencl:N,M,..." (see rc_device_open); NULL:
-                                     the environment's REDCO_DEVICE, else the CPU */
+                                     "opencl:N", "opencl:N,M,...", "cuda", "cuda:N" or
+                                     "cuda:N,M,..." (see rc_device_open); NULL: the
+                                     environment's REDCO_DEVICE, else the CPU */
+    int tf32;                     /* 1: f32 matrix products on a CUDA device may use TF32
+                                     tensor cores (rc_device_allow_tf32); 0: exact f32 */
     double collective_timeout;    /* seconds a collective may wait for the other ranks before
                                      the job is aborted naming the op and the missing ranks
                                      (rc_comm_set_timeout); 0: 600, < 0: no limit */
@@ -219,7 +222,7 @@ int rc_deployer_is_main(const rc_deployer *d);
 /* the backend this process runs on (the options' device) */
 rc_backend *rc_deployer_backend(const rc_deployer *d);
 /* The processes of the job that run on this process's device: the ranks of this host on
- * the CPU, those that opened the same device of this host with OpenCL (1 for a deployer
+ * the CPU, those that opened the same device of this host (OpenCL or CUDA; 1 for a deployer
  * of its own, o->local); the share of its memory a rank may count on (rc_memory_fits).
  * Collective: every rank of the job calls it. */
 int rc_deployer_device_sharers(const rc_deployer *d);

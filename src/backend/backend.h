@@ -120,6 +120,8 @@ struct rc_backend {
      * itself; NULL for a backend that holds none (the CPU's). Called once, by
      * rci_backend_release_idle, when the last open is closed and no buffer is left. */
     void (*release)(rc_backend *be);
+    int tf32;                     /* f32 products may round their operands to TF32 on tensor
+                                     cores (rc_device_allow_tf32; only CUDA's cuBLAS does) */
     size_t total_bytes;           /* the device's memory (0: unknown) */
     size_t used_bytes;            /* held by this backend's buffers now */
     size_t peak_bytes;            /* the most ever held */
@@ -135,11 +137,13 @@ struct rc_buffer {
 };
 
 /* The backends (users open them by name: rc_device_open, device.c): the CPU's
- * (src/backend/cpu/), and OpenCL device `index`'s (src/backend/opencl/), opened on the
- * first call (its kernel program built then) and kept for the whole process; NULL with err
- * set when it cannot be. */
+ * (src/backend/cpu/), OpenCL device `index`'s (src/backend/opencl/) and CUDA device
+ * `index`'s (src/backend/cuda/, only in a build with CUDA's headers: REDCO_HAVE_CUDA),
+ * opened on the first call and kept until the last open is closed and the last buffer
+ * freed; NULL with err set when it cannot be. */
 rc_backend *rci_backend_cpu(void);
 rc_backend *rci_backend_opencl(int index, rc_error *err);
+rc_backend *rci_backend_cuda(int index, rc_error *err);
 
 /* The scratch bytes be holds after running nodes[0..n) in that order from `held`: leaves,
  * views and the model-axis collectives (the plan's own work) take none. (buffer.c) */

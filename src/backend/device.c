@@ -1,5 +1,6 @@
 /* device.c - the one way to open a device: a name ("cpu", "opencl", "opencl:N",
- * "opencl:N,M,...") resolved to a backend for this process. */
+ * "opencl:N,M,...", "cuda", "cuda:N", "cuda:N,M,...") resolved to a backend for this
+ * process. */
 #include "internal.h"
 #include "backend.h"
 #include "redco/device.h"
@@ -39,10 +40,39 @@ static int pick_from_list(const char *list, int local_rank)
 
 static rc_backend *bad_spec(const char *spec, rc_error *err)
 {
-    rc_error_set(err, RC_ERR_ARG, "device '%s': expected cpu, opencl, opencl:N or opencl:N,M,... "
-                 "(redco devices lists the OpenCL devices)", spec);
+    rc_error_set(err, RC_ERR_ARG, "device '%s': expected cpu, opencl, opencl:N, opencl:N,M,..., cuda, "
+                 "cuda:N or cuda:N,M,... (redco devices lists the OpenCL and CUDA devices)", spec);
     return NULL;
 }
+
+#ifdef REDCO_HAVE_CUDA
+static rc_backend *cuda_backend(int index, rc_error *err)
+{
+    return rci_backend_cuda(index, err);
+}
+#else
+/* A build without CUDA's headers has no CUDA backend (src/backend/cuda/ is not built). */
+#define NO_CUDA "cuda: this redco was built without CUDA (the CUDA toolkit's headers were not found when it " \
+                "was built): use --device opencl or cpu"
+
+int rc_cuda_device_count(rc_error *err)
+{
+    return rc_error_set(err, RC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+int rc_cuda_device_info(int index, rc_device_info *info, rc_error *err)
+{
+    (void)index, (void)info;
+    return rc_error_set(err, RC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+static rc_backend *cuda_backend(int index, rc_error *err)
+{
+    (void)index;
+    rc_error_set(err, RC_ERR_UNSUPPORTED, NO_CUDA);
+    return NULL;
+}
+#endif
 
 static rc_backend *device_of(const char *spec, int local_rank, rc_error *err)
 {
@@ -56,10 +86,19 @@ static rc_backend *device_of(const char *spec, int local_rank, rc_error *err)
         int n = rc_opencl_device_count(err);
         return n < 0 ? NULL : rci_backend_opencl(local_rank % n, err);
     }
-    if (strncmp(spec, "opencl:", 7))
-        return bad_spec(spec, err);
-    int index = pick_from_list(spec + 7, local_rank);
-    return index < 0 ? bad_spec(spec, err) : rci_backend_opencl(index, err);
+    if (!strcmp(spec, "cuda")) {
+        int n = rc_cuda_device_count(err);
+        return n < 0 ? NULL : cuda_backend(local_rank % n, err);
+    }
+    if (!strncmp(spec, "opencl:", 7)) {
+        int index = pick_from_list(spec + 7, local_rank);
+        return index < 0 ? bad_spec(spec, err) : rci_backend_opencl(index, err);
+    }
+    if (!strncmp(spec, "cuda:", 5)) {
+        int index = pick_from_list(spec + 5, local_rank);
+        return index < 0 ? bad_spec(spec, err) : cuda_backend(index, err);
+    }
+    return bad_spec(spec, err);
 }
 
 rc_backend *rc_device_open(const char *spec, int local_rank, rc_error *err)
@@ -82,14 +121,8 @@ void rc_device_close(rc_backend *be)
     }
 }
 
-/* Until the CUDA backend lands: no CUDA in this build. */
-int rc_cuda_device_count(rc_error *err)
+void rc_device_allow_tf32(rc_backend *be, int on)
 {
-    return rc_error_set(err, RC_ERR_UNSUPPORTED, "cuda: this redco was built without CUDA: use --device opencl or cpu");
-}
-
-int rc_cuda_device_info(int index, rc_device_info *info, rc_error *err)
-{
-    (void)index, (void)info;
-    return rc_cuda_device_count(err);
+    if (be)
+        be->tf32 = on != 0;
 }

@@ -136,6 +136,8 @@ rc_deployer *rc_deployer_new(int *argc, char ***argv, const rc_deployer_options 
     }
     rc_comm_set_timeout(o->collective_timeout ? o->collective_timeout : 600.0);
     d->be = rc_device_open(o->device, -1, err);
+    if (d->be && o->tf32)
+        rc_device_allow_tf32(d->be, 1);
     if (rc_comm_agree(d->mesh.world, d->be ? 0 : -1, err)) {
         rc_deployer_free(d);
         return NULL;

@@ -1,0 +1,91 @@
+/* blas.c - the CUDA backend's matrix products through cuBLAS, on the device's stream.
+ *
+ * redco's matrices are row-major; cuBLAS's are column-major. A row-major C [m, n] is the
+ * column-major C^T [n, m] in the same memory, and C^T = op(B)^T op(A)^T, so each product
+ * is one cuBLAS GEMM with the operands swapped (B first), the transposes and leading
+ * dimensions as they are. f32 operands multiply in f32 (CUBLAS_COMPUTE_32F: no TF32 unless
+ * the backend's tf32 is on, rc_device_allow_tf32); bf16 and f16 operands and results stay
+ * 16-bit in memory and multiply on tensor cores with f32 accumulation, without scratch. */
+#include "cuda.h"
+
+#include <limits.h>
+
+/* one GEMM's operands in cuBLAS's terms (already swapped) */
+typedef struct {
+    cublasOperation_t op_first, op_second;
+    int64_t rows, cols, depth;        /* cuBLAS's m, n, k */
+    CUdeviceptr first, second, out;
+    int64_t ld_first, ld_second, ld_out;
+    int64_t stride_first, stride_second, stride_out;
+    int64_t count;
+} gemm;
+
+static int too_large(const rci_cuda *c, const gemm *q, rc_error *err)
+{
+    int64_t v[] = {q->rows, q->cols, q->depth, q->ld_first, q->ld_second, q->ld_out, q->count};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+        if (v[i] > INT_MAX)
+            return rc_error_set(err, RC_ERR_UNSUPPORTED,
+                                "%s: matmul: a size of %lld is more than cuBLAS's int takes", c->name,
+                                (long long)v[i]);
+    return 0;
+}
+
+static int run_gemm(rci_cuda *c, const gemm *q, const rci_matmul_dims *d, rc_dtype store, rc_error *err)
+{
+    if (too_large(c, q, err))
+        return -1;
+    cudaDataType t = store == RC_BF16 ? CUDA_R_16BF : store == RC_F16 ? CUDA_R_16F : CUDA_R_32F;
+    cublasComputeType_t compute = store == RC_F32 && c->gpu.be.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                     : CUBLAS_COMPUTE_32F;
+    float one = 1.0f, zero = 0.0f;
+    cublasStatus_t s = c->cb->gemm_strided_batched_ex(
+        c->blas, q->op_first, q->op_second, (int)q->rows, (int)q->cols, (int)q->depth, &one,
+        (const void *)(uintptr_t)q->first, t, (int)q->ld_first, q->stride_first,
+        (const void *)(uintptr_t)q->second, t, (int)q->ld_second, q->stride_second, &zero,
+        (void *)(uintptr_t)q->out, t, (int)q->ld_out, q->stride_out, (int)q->count, compute, CUBLAS_GEMM_DEFAULT);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    return rc_error_set(err, s == CUBLAS_STATUS_ALLOC_FAILED ? RC_ERR_MEMORY : RC_ERR_UNSUPPORTED,
+                        "%s: matmul of [%lld, %lld] by [%lld, %lld] in %lld batches (%s): %s",
+                        c->name, (long long)d->m, (long long)d->k, (long long)d->k, (long long)d->n,
+                        (long long)d->batch, rc_dtype_name(store), rci_cublas_status(s));
+}
+
+/* A [.., m, k] (stored [.., k, m] when ta) times B [.., k, n] (stored [.., n, k] when tb)
+ * into C [.., m, n]: one GEMM over the stacked rows when the batches of A are rows of one
+ * matrix against a shared B, else a strided batch (stride 0 for a shared operand). */
+int rci_cu_matmul(rci_gpu *g, const rc_tensor *node, const rci_matmul_dims *d, rc_dtype store,
+                  const rci_gpu_place *out, const rci_gpu_place *in, rc_error *err)
+{
+    rci_cuda *c = rci_cuda_of(g);
+    (void)node;
+    if (rci_cu_use(c, err))
+        return -1;
+    size_t es = store == RC_F32 ? 4 : 2;
+    int64_t m = d->m, n = d->n, k = d->k;
+    int stacked = d->batch == 1 || (d->bb == 1 && d->ba == d->batch && !d->ta);
+    gemm q;
+    q.op_first = d->tb ? CUBLAS_OP_T : CUBLAS_OP_N;   /* B^T's op */
+    q.op_second = d->ta ? CUBLAS_OP_T : CUBLAS_OP_N;  /* A^T's op */
+    q.rows = n;
+    q.cols = stacked ? d->batch * m : m;
+    q.depth = k;
+    q.first = rci_cu_ptr(in[1].mem) + (CUdeviceptr)in[1].off * es;
+    q.second = rci_cu_ptr(in[0].mem) + (CUdeviceptr)in[0].off * es;
+    q.out = rci_cu_ptr(out->mem) + (CUdeviceptr)out->off * es;
+    q.ld_first = d->tb ? k : n;
+    q.ld_second = d->ta ? m : k;
+    q.ld_out = n;
+    q.stride_first = stacked || d->bb == 1 ? 0 : k * n;
+    q.stride_second = stacked || d->ba == 1 ? 0 : m * k;
+    q.stride_out = stacked ? 0 : m * n;
+    q.count = stacked ? 1 : d->batch;
+    return run_gemm(c, &q, d, store, err);
+}
+
+size_t rci_cu_matmul_scratch(const rci_gpu *g, const rci_matmul_dims *d, rc_dtype store)
+{
+    (void)g, (void)d, (void)store;
+    return 0;
+}
