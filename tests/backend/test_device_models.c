@@ -1,4 +1,5 @@
-/* test_device_models.c - the built-in model families on an OpenCL device against the CPU:
+/* test_device_models.c - the built-in model families on a device (--device SPEC: OpenCL's
+ * first by default; "cuda" on a GPU machine) against the CPU:
  * logits of the five families; through one plan, the loss and every parameter's gradient
  * of each family (the same run twice bitwise the same), then five AdamW steps by the
  * backends' own accumulate, sum_squares and update (per tensor, 1e-4); five AdamW steps
@@ -7,8 +8,8 @@
  * greedy generation gives the same tokens and beam search the same beams, with f32 and
  * with bf16 weights (and a bf16 key/value cache).
  *
- * Without an OpenCL device the test prints why and passes, unless REDCO_REQUIRE_OPENCL=1
- * (CI sets it): then it fails. */
+ * Without the device the test prints why and passes, unless REDCO_REQUIRE_OPENCL=1 (CI
+ * sets it) or, for cuda, REDCO_REQUIRE_CUDA=1: then it fails. */
 #include "check.h"
 #include "internal.h"
 #include "backend.h"
@@ -25,6 +26,7 @@
 enum { B = 2, T = 8, STEPS = 5 };
 
 static rc_backend *gpu;
+static const char *device = "opencl:0";   /* --device */
 static const char *const families[] = {"tiny-gpt2", "tiny-llama", "tiny-opt", "tiny-gptj", "tiny-t5"};
 
 /* n ids, encoder ids and targets (one ignored) from a fixed stream */
@@ -166,16 +168,16 @@ static void test_training(void)
         rc_error err = {0};
         char worst[160] = "";
         int ok = train(presets[k], "cpu", &cpu, &err) == 0;
-        ok = ok && train(presets[k], "opencl:0", &dev, &err) == 0;
+        ok = ok && train(presets[k], device, &dev, &err) == 0;
         double d = ok ? check_weights_diff(&dev, &cpu, worst, sizeof worst, NULL) : INFINITY;
-        CHECKF(d <= 1e-4, "%s: %d steps on opencl vs cpu: %.3g (%s) %s", presets[k], STEPS, d, worst, err.msg);
-        ok = ok && train(presets[k], "opencl:0", &again, &err) == 0;
+        CHECKF(d <= 1e-4, "%s: %d steps on %s vs cpu: %.3g (%s) %s", presets[k], STEPS, device, d, worst, err.msg);
+        ok = ok && train(presets[k], device, &again, &err) == 0;
         int same = ok && dev.n == again.n;
         for (int i = 0; same && i < dev.n; i++)
             same = !memcmp(dev.data[i], again.data[i], (size_t)dev.numel[i] * sizeof(float));
-        CHECKF(same, "%s: two trainings on opencl are not bitwise identical %s", presets[k], err.msg);
-        printf("%-10s %d AdamW steps: opencl vs cpu %.2e (worst %s); twice on opencl bitwise %s\n", presets[k],
-               STEPS, d, worst, same ? "equal" : "DIFFERENT");
+        CHECKF(same, "%s: two trainings on %s are not bitwise identical %s", presets[k], device, err.msg);
+        printf("%-10s %d AdamW steps: %s vs cpu %.2e (worst %s); twice there bitwise %s\n", presets[k], STEPS,
+               device, d, worst, same ? "equal" : "DIFFERENT");
         check_weights_free(&cpu);
         check_weights_free(&dev);
         check_weights_free(&again);
@@ -215,8 +217,8 @@ static void test_generation(void)
                 int32_t *cpu = generate_on(presets[k], dtypes[d], rc_device_open("cpu", 0, NULL), beams, &nc, &err);
                 int32_t *dev = cpu ? generate_on(presets[k], dtypes[d], gpu, beams, &nd, &err) : NULL;
                 CHECKF(cpu && dev && nc == nd && !memcmp(cpu, dev, (size_t)nc * sizeof *cpu),
-                       "%s %s %s: tokens on opencl differ from the cpu's %s", presets[k], rc_dtype_name(dtypes[d]),
-                       beams > 1 ? "beam search" : "greedy", err.msg);
+                       "%s %s %s: tokens on %s differ from the cpu's %s", presets[k], rc_dtype_name(dtypes[d]),
+                       beams > 1 ? "beam search" : "greedy", device, err.msg);
                 free(cpu);
                 free(dev);
             }
@@ -492,10 +494,13 @@ static void test_model(const char *preset, double tol)
 }
 
 
-int main(void)
+int main(int argc, char **argv)
 {
     rc_set_threads(2);
-    if (!(gpu = check_opencl("test_device_models")))
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--device"))
+            device = argv[i + 1];
+    if (!(gpu = check_device("test_device_models", device)))
         return check_summary("test_device_models");
     test_logits();
     const char *presets[] = {"tiny-gpt2", "tiny-llama", "tiny-opt", "tiny-gptj", "tiny-t5"};

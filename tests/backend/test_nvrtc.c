@@ -12,16 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* gpu.h's kernels by index */
-static const char *const names[] = {
-    "k_fill", "k_unary", "k_act", "k_binary", "k_where", "k_equal", "k_copy", "k_cast_f32_i32",
-    "k_cast_i32_f32", "k_reduce", "k_dropout", "k_adamw", "k_sgd", "k_accumulate", "k_sum_squares",
-    "k_softmax", "k_layer_norm", "k_rms_norm", "k_check_ids", "k_embedding", "k_embedding_grad",
-    "k_one_hot", "k_ce_rows", "k_ce_mean", "k_ce_scale", "k_ce_grad", "k_rope", "k_reduce_part",
-    "k_reduce_finish", "k_cast", "k_matmul_rows", "k_conv2d", "k_conv2d_grad_input",
-    "k_conv2d_grad_weight", "k_pool2d", "k_pool2d_grad", "k_normal",
-};
-_Static_assert(sizeof names / sizeof *names == RCI_K_COUNT, "one name per kernel of gpu.h");
 
 /* 1 when the ELF image (bytes long) defines a function symbol `name` */
 static int has_function(const unsigned char *image, size_t bytes, const char *name)
@@ -65,9 +55,9 @@ int main(void)
             built++;
             int found = 0;
             for (int k = 0; k < RCI_K_COUNT; k++) {
-                int has = has_function(image, bytes, names[k]);
+                int has = has_function(image, bytes, rci_gpu_kernel_names[k]);
                 CHECKF(has, "sm_%d%d %s: no entry %s in the CUBIN", archs[a][0], archs[a][1],
-                       rc_dtype_name(stores[s]), names[k]);
+                       rc_dtype_name(stores[s]), rci_gpu_kernel_names[k]);
                 found += has;
             }
             CHECK(found == RCI_K_COUNT);

@@ -769,27 +769,6 @@ done:
 
 /* The largest |a - r| / max(|r|, floor * max|r|) over elements: NaNs agree with NaNs,
  * infinities must be equal. */
-static double rel_err(const double *a, const double *r, int64_t n, double floor_frac)
-{
-    double scale = 0, worst = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (isfinite(r[i]))
-            scale = fmax(scale, fabs(r[i]));
-    double floor = fmax(floor_frac * scale, 1e-30);
-    for (int64_t i = 0; i < n; i++) {
-        if (isnan(a[i]) && isnan(r[i]))
-            continue;
-        if (!isfinite(a[i]) || !isfinite(r[i])) {
-            if (a[i] != r[i])
-                return INFINITY;
-            continue;
-        }
-        double d = fabs(a[i] - r[i]) / fmax(fabs(r[i]), floor);
-        worst = fmax(worst, d);
-    }
-    return worst;
-}
-
 /* ||a - r|| / ||r|| (L2 norms; NaN: infinite) */
 static double norm_err(const double *a, const double *r, int64_t n)
 {
@@ -927,7 +906,7 @@ static void check_target(const op_case *c, rc_dtype t, target *tg, double *const
          * a whole (1 - y^2 of a rounded tanh near 1 has no correct digit left) */
         int half = is_half(t);
         double e = half && k > 0 ? norm_err(res.val[k], ref->val[k], res.numel[k])
-                                 : rel_err(res.val[k], ref->val[k], res.numel[k], half ? 1e-2 : 1e-3);
+                                 : check_rel_error(res.val[k], ref->val[k], res.numel[k], half ? 1e-2 : 1e-3);
         double tol = res.dt[k] == RC_I32 ? 0 : tolerance(c, t, k > 0);
         if (k == 0)
             w->fwd = fmax(w->fwd, e);
@@ -1055,31 +1034,6 @@ static double uniform(void)
     return (double)(rng_state >> 11) * 0x1.0p-53;
 }
 
-/* n floats in a new buffer of be */
-static rc_buffer *buffer_of(rc_backend *be, const float *x, int64_t n)
-{
-    rc_error err = {0};
-    rc_buffer *b = rc_buffer_new(be, n * sizeof(float), &err);
-    if (b)
-        rc_buffer_upload(b, 0, x, n * sizeof(float), &err);
-    return b;
-}
-
-/* the largest |a - b| / max(|b|, 1e-3 max|b|) of two buffers' n floats */
-static double buffer_diff(rc_buffer *a, rc_buffer *b, int64_t n)
-{
-    rc_error err = {0};
-    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
-    double *dx = malloc(n * sizeof *dx), *dy = malloc(n * sizeof *dy);
-    rc_buffer_download(a, 0, x, n * sizeof *x, &err);
-    rc_buffer_download(b, 0, y, n * sizeof *y, &err);
-    for (int64_t i = 0; i < n; i++)
-        dx[i] = x[i], dy[i] = y[i];
-    double e = rel_err(dx, dy, n, 1e-3);
-    free(x), free(y), free(dx), free(dy);
-    return e;
-}
-
 /* AdamW (3 steps, 3 parts, clipping), SGD, accumulate, sums of squares */
 static void test_optimizer(rc_backend *dev, const char *name)
 {
@@ -1093,10 +1047,10 @@ static void test_optimizer(rc_backend *dev, const char *name)
     rc_backend *be[2] = {cpu, dev};
     rc_buffer *bw[2], *bg[2], *bm[2], *bv[2];
     for (int k = 0; k < 2; k++) {
-        bw[k] = buffer_of(be[k], w, N);
-        bg[k] = buffer_of(be[k], g, N);
-        bm[k] = buffer_of(be[k], m, N);
-        bv[k] = buffer_of(be[k], m, N);
+        bw[k] = check_buffer_of(be[k], w, N);
+        bg[k] = check_buffer_of(be[k], g, N);
+        bm[k] = check_buffer_of(be[k], m, N);
+        bv[k] = check_buffer_of(be[k], m, N);
     }
     rci_update_part parts[3] = {{0, 5000, 0.1}, {5000, 3, 0}, {5003, N - 5003, 0.01}};
     for (int step = 1; step <= 3; step++)
@@ -1105,8 +1059,8 @@ static void test_optimizer(rc_backend *dev, const char *name)
                             step == 2 ? 0.5 : 1.0, 1, 0, 0};
             CHECKF(!be[k]->update(be[k], &u, &err), "adamw on %s: %s", be[k]->name, err.msg);
         }
-    double e_adam = fmax(fmax(buffer_diff(bw[1], bw[0], N), buffer_diff(bm[1], bm[0], N)),
-                         fmax(buffer_diff(bv[1], bv[0], N), buffer_diff(bg[1], bg[0], N)));
+    double e_adam = fmax(fmax(check_buffer_diff(bw[1], bw[0], N), check_buffer_diff(bm[1], bm[0], N)),
+                         fmax(check_buffer_diff(bv[1], bv[0], N), check_buffer_diff(bg[1], bg[0], N)));
     CHECKF(e_adam <= 1e-6, "%s: adamw: relative error %.3g", name, e_adam);
     for (int k = 0; k < 2; k++) {
         rci_update u = {bw[k], bg[k], NULL, NULL, parts, 3, 0.1, 0, 0, 0, 1, 0.25, 0, 0, 0};
@@ -1115,8 +1069,8 @@ static void test_optimizer(rc_backend *dev, const char *name)
         CHECK(!be[k]->accumulate(be[k], bm[k], 3, bg[k], 40, 9000, RC_F32, 0.5f, 1, &err));
         CHECK(!be[k]->accumulate(be[k], bv[k], 0, bg[k], 0, N, RC_F32, 2.0f, 0, &err));
     }
-    double e_sgd = fmax(fmax(buffer_diff(bw[1], bw[0], N), buffer_diff(bg[1], bg[0], N)),
-                        fmax(buffer_diff(bm[1], bm[0], N), buffer_diff(bv[1], bv[0], N)));
+    double e_sgd = fmax(fmax(check_buffer_diff(bw[1], bw[0], N), check_buffer_diff(bg[1], bg[0], N)),
+                        fmax(check_buffer_diff(bm[1], bm[0], N), check_buffer_diff(bv[1], bv[0], N)));
     CHECKF(e_sgd <= 1e-6, "%s: sgd and accumulate: relative error %.3g", name, e_sgd);
     /* three parts in one call (one read back): each part's sum as the CPU's */
     const rci_update_part sqp[3] = {{17, N - 17, 0}, {0, 5, 0}, {100, 9000, 0}};
@@ -1187,7 +1141,7 @@ static void test_half_optimizer(rc_backend *dev, const char *name)
         rc_buffer *bw[2], *bf[2];
         for (int k = 0; k < 2; k++) {
             bw[k] = rc_buffer_new(be[k], NW * 2, &err);
-            bf[k] = buffer_of(be[k], f, NF);
+            bf[k] = check_buffer_of(be[k], f, NF);
             CHECK(bw[k] && bf[k] && !rc_buffer_upload(bw[k], 0, words, NW * 2, &err));
         }
         for (size_t c = 0; c < sizeof acc / sizeof *acc; c++) {
@@ -1293,20 +1247,6 @@ static void test_casts(rc_backend *dev, const char *name)
 
 /* ---- casts of every pattern on the CPU, bit for bit the scalar conversions ------------------- */
 
-static float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 static uint16_t narrow(rc_dtype t, float f)
 {
     return t == RC_BF16 ? rc_f32_to_bf16(f) : rc_f32_to_f16(f);
@@ -1337,8 +1277,8 @@ static void test_cast_all(rc_dtype from, rc_dtype to)
     if (p && !rc_plan_set_input(p, x, in, &err) && !rc_plan_run(p, &err) && !rc_plan_read(p, y, out, &err)) {
         bad = 0;
         for (int64_t i = 0; i < n; i++) {
-            float v = from == RC_F32 ? bits_f32(in[i]) : widen(from, in16[i]);
-            int ok = to == RC_F32 ? out[i] == f32_bits(v) : out16[i] == narrow(to, v);
+            float v = from == RC_F32 ? rci_bits_f32(in[i]) : widen(from, in16[i]);
+            int ok = to == RC_F32 ? out[i] == rci_f32_bits(v) : out16[i] == narrow(to, v);
             if (!ok && bad++ < 3)
                 fprintf(stderr, "cast %s -> %s: 0x%x gives 0x%x\n", rc_dtype_name(from), rc_dtype_name(to),
                         from == RC_F32 ? in[i] : in16[i], to == RC_F32 ? out[i] : out16[i]);

@@ -4,6 +4,7 @@
  * dtypes), a plan refused by a backend without 16-bit kernels, and a 16-bit kernel's
  * run-time error. The 16-bit ops' values are test_ops' table. */
 #include "check.h"
+#include "internal.h"
 #include "redco.h"
 #include "backend.h"
 #include "redco/device.h"
@@ -12,20 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
 
 static float widen(rc_dtype t, uint16_t h)
 {
@@ -84,7 +71,7 @@ static void test_conversions(rc_dtype t)
         } else {
             bad_trip += back != h;
             if (t == RC_BF16)
-                bad_trip += f32_bits(f) != h << 16;
+                bad_trip += rci_f32_bits(f) != h << 16;
         }
     }
     CHECKF(bad_trip == 0 && bad_nan == 0, "%s: %d round trips and %d NaNs differ", rc_dtype_name(t),
@@ -98,7 +85,7 @@ static void test_conversions(rc_dtype t)
             u = (u & (t == RC_BF16 ? 0xffff0000u : 0xffffe000u)) | (t == RC_BF16 ? 0x8000u : 0x1000u);
         if (i % 4 == 2 && t == RC_F16) /* the f16 range, subnormals included */
             u = (u & 0x80000000u) | (0x33000000u + (u & 0x7fffffffu) % (0x47800000u - 0x33000000u));
-        float x = bits_f32(u);
+        float x = rci_bits_f32(u);
         if (isnan(x))
             continue;
         uint16_t got = narrow(t, x), want = nearest_ref(t, x);
@@ -108,11 +95,11 @@ static void test_conversions(rc_dtype t)
     }
     CHECKF(bad == 0, "%s: %d roundings differ from the nearest value", rc_dtype_name(t), bad);
     if (t == RC_BF16) {
-        CHECK(rc_f32_to_bf16(bits_f32(0x3f808000u)) == 0x3f80); /* tie: to even (down) */
-        CHECK(rc_f32_to_bf16(bits_f32(0x3f818000u)) == 0x3f82); /* tie: to even (up) */
-        CHECK(rc_f32_to_bf16(bits_f32(0x3f808001u)) == 0x3f81);
-        CHECK(rc_f32_to_bf16(bits_f32(0x7f7fffffu)) == 0x7f80); /* FLT_MAX rounds to inf */
-        CHECK(rc_f32_to_bf16(bits_f32(0x7f800001u)) == 0x7fc0); /* NaN in the low bits stays NaN */
+        CHECK(rc_f32_to_bf16(rci_bits_f32(0x3f808000u)) == 0x3f80); /* tie: to even (down) */
+        CHECK(rc_f32_to_bf16(rci_bits_f32(0x3f818000u)) == 0x3f82); /* tie: to even (up) */
+        CHECK(rc_f32_to_bf16(rci_bits_f32(0x3f808001u)) == 0x3f81);
+        CHECK(rc_f32_to_bf16(rci_bits_f32(0x7f7fffffu)) == 0x7f80); /* FLT_MAX rounds to inf */
+        CHECK(rc_f32_to_bf16(rci_bits_f32(0x7f800001u)) == 0x7fc0); /* NaN in the low bits stays NaN */
     } else {
         CHECK(rc_f32_to_f16(65504.0f) == 0x7bff);
         CHECK(rc_f32_to_f16(65519.99f) == 0x7bff);

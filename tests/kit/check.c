@@ -146,18 +146,26 @@ int check_weights_add_params(check_weights *w, const char *prefix, rc_params *p,
     return 0;
 }
 
-rc_backend *check_opencl(const char *what)
+rc_backend *check_device(const char *what, const char *spec)
 {
     rc_error err = {0};
-    rc_backend *be = rc_device_open("opencl:0", 0, &err);
+    rc_backend *be = rc_device_open(spec, 0, &err);
     if (be)
         return be;
-    const char *req = getenv("REDCO_REQUIRE_OPENCL");
-    int required = (req && !strcmp(req, "1")) || rc_opencl_device_count(NULL) > 0;
-    CHECKF(!required, "%s: no OpenCL backend (a device is there, or REDCO_REQUIRE_OPENCL=1): %s", what, err.msg);
+    int cuda = !strncmp(spec, "cuda", 4);
+    const char *kind = cuda ? "CUDA" : "OpenCL", *var = cuda ? "REDCO_REQUIRE_CUDA" : "REDCO_REQUIRE_OPENCL";
+    const char *req = getenv(var);
+    int present = cuda ? rc_cuda_device_count(NULL) > 0 : rc_opencl_device_count(NULL) > 0;
+    int required = (req && !strcmp(req, "1")) || present;
+    CHECKF(!required, "%s: no %s backend (a device is there, or %s=1): %s", what, kind, var, err.msg);
     if (!required)
-        printf("%s: not run (no OpenCL device; set REDCO_REQUIRE_OPENCL=1 to fail): %s\n", what, err.msg);
+        printf("%s: not run (no %s device; set %s=1 to fail): %s\n", what, kind, var, err.msg);
     return NULL;
+}
+
+rc_backend *check_opencl(const char *what)
+{
+    return check_device(what, "opencl:0");
 }
 
 int check_weights_add_file(check_weights *w, const char *path, int dtype)
@@ -299,4 +307,53 @@ const char *check_dump_path(int argc, char **argv)
         if (!strcmp(argv[i], "--dump"))
             return argv[i + 1];
     return NULL;
+}
+
+double check_rel_error(const double *a, const double *r, int64_t n, double floor_frac)
+{
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(r[i]))
+            scale = fmax(scale, fabs(r[i]));
+    double floor = fmax(floor_frac * scale, 1e-30);
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) && isnan(r[i]))
+            continue;
+        if (!isfinite(a[i]) || !isfinite(r[i])) {
+            if (a[i] != r[i])
+                return INFINITY;
+            continue;
+        }
+        worst = fmax(worst, fabs(a[i] - r[i]) / fmax(fabs(r[i]), floor));
+    }
+    return worst;
+}
+
+rc_buffer *check_buffer_of(rc_backend *be, const float *x, int64_t n)
+{
+    rc_error err = {0};
+    rc_buffer *b = rc_buffer_new(be, (size_t)n * sizeof(float), &err);
+    if (b && rc_buffer_upload(b, 0, x, (size_t)n * sizeof(float), &err)) {
+        rc_buffer_free(b);
+        b = NULL;
+    }
+    CHECKF(b, "a buffer of %lld floats: %s", (long long)n, err.msg);
+    return b;
+}
+
+double check_buffer_diff(rc_buffer *a, rc_buffer *b, int64_t n)
+{
+    rc_error err = {0};
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    double *dx = malloc((size_t)n * sizeof *dx), *dy = malloc((size_t)n * sizeof *dy);
+    double e = INFINITY;
+    if (x && y && dx && dy && !rc_buffer_download(a, 0, x, (size_t)n * sizeof *x, &err) &&
+        !rc_buffer_download(b, 0, y, (size_t)n * sizeof *y, &err)) {
+        for (int64_t i = 0; i < n; i++)
+            dx[i] = x[i], dy[i] = y[i];
+        e = check_rel_error(dx, dy, n, 1e-3);
+    }
+    CHECKF(isfinite(e) || !err.msg[0], "reading two buffers back: %s", err.msg);
+    free(x), free(y), free(dx), free(dy);
+    return e;
 }

@@ -15,6 +15,16 @@ int check_summary(const char *suite);
 
 /* 1 when msg contains part (NULL msg: 0) */
 int check_has(const char *msg, const char *part);
+/* The largest |a - r| / max(|r|, floor_frac max|r|) over n elements (the max over r's finite
+ * ones; the floor at least 1e-30): NaN against NaN and equal infinities agree; any other
+ * non-finite element makes it INFINITY. */
+double check_rel_error(const double *a, const double *r, int64_t n, double floor_frac);
+struct rc_backend;
+struct rc_buffer;
+/* n floats in a new buffer of be (NULL, a failed check, when it cannot be made) */
+struct rc_buffer *check_buffer_of(struct rc_backend *be, const float *x, int64_t n);
+/* check_rel_error(a, b, n, 1e-3) of two buffers' n floats (INFINITY when one cannot be read) */
+double check_buffer_diff(struct rc_buffer *a, struct rc_buffer *b, int64_t n);
 /* Weights copied tensor by tensor, each with the tolerance a comparison claims for it. */
 typedef struct {
     int n;            /* tensors */
@@ -49,11 +59,13 @@ double check_weights_diff(const check_weights *a, const check_weights *ref, char
 /* a dump file: 0, or -1 with a message on stderr */
 int check_weights_save(const check_weights *w, const char *path);
 int check_weights_load(check_weights *w, const char *path);
-struct rc_backend;
 /* The first OpenCL device's backend, or NULL: then a check fails when REDCO_REQUIRE_OPENCL=1
  * (CI sets it) or a device is there (its backend should have opened); otherwise `what` is
  * printed as not run, with the reason. */
 struct rc_backend *check_opencl(const char *what);
+/* The same for device `spec` ("opencl:N", "cuda", "cuda:N"): a missing CUDA device fails
+ * when REDCO_REQUIRE_CUDA=1 or a CUDA device is there. */
+struct rc_backend *check_device(const char *what, const char *spec);
 /* the value of "--dump PATH" in argv (NULL when absent) */
 const char *check_dump_path(int argc, char **argv);
 /* The whole file at path, NUL-terminated (malloc'd; *len bytes before the NUL), or NULL

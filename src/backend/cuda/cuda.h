@@ -19,6 +19,7 @@
 #include <cublas_api.h>
 
 #include "gpu/gpu.h"
+#include "cuda/nvrtc.h"
 
 /* ---- the libraries (load.c) ---- */
 
@@ -137,10 +138,5 @@ int rci_cu_launch(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_ar
 int rci_cu_matmul(rci_gpu *g, const rc_tensor *node, const rci_matmul_dims *d, rc_dtype store,
                   const rci_gpu_place *out, const rci_gpu_place *in, rc_error *err);
 size_t rci_cu_matmul_scratch(const rci_gpu *g, const rci_matmul_dims *d, rc_dtype store);
-
-/* ---- NVRTC (nvrtc.c): the kernel source as a CUBIN for sm_<major><minor>, the program for
- * float values stored as `store`, with RC_FP64 when fp64; *image malloc'd ---- */
-int rci_nvrtc_compile(const char *src, int major, int minor, rc_dtype store, int fp64, void **image,
-                      size_t *bytes, rc_error *err);
 
 #endif
