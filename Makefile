@@ -32,7 +32,7 @@ sanitize: setup
 	@bash scripts/pyref.sh
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DREDCO_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -j 1
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/kit/lsan.supp ctest --output-on-failure -j 1
 
 # The parsers of untrusted files under libFuzzer with ASan and UBSan (clang; fuzz/README.md):
 # each harness runs FUZZ_SECONDS from its seed corpus; FUZZ=NAME runs one. A crash fails.
