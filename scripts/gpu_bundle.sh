@@ -82,12 +82,7 @@ configure() {
 # the CMake targets the check needs, as far as this tree has them
 targets() {
     local t
-    echo redco_cli test_device_models bench_gpt2 bench_generate
-    if [ -f "$ROOT/tests/backend/test_ops.c" ]; then
-        echo test_ops
-    else # the op suites the op table replaces
-        echo test_kernels test_half test_opencl test_opencl_half
-    fi
+    echo redco_cli test_ops test_device_models bench_gpt2 bench_generate
     for t in "$ROOT"/tests/*/test_cuda*.c; do
         [ -f "$t" ] && basename "$t" .c
     done
@@ -243,7 +238,7 @@ check_chroot() {
     out=$(chroot "$jail" /usr/bin/env -i LD_LIBRARY_PATH=/bundle/lib /bundle/bin/redco devices 2>&1)
     echo "$out" | tail -2 | sed 's/^/  chroot> /'
     echo "$out" | grep -q "error while loading shared libraries" && { echo "chroot: redco devices: $out" >&2; rc=1; }
-    [ -x "$jail/bundle/bin/test_kernels" ] && run_jail /bundle/bin/test_kernels
+    run_jail /bundle/bin/test_ops cpu
     run_jail /bundle/bin/bench_gpt2 1 tiny-gpt2 2 16
     run_jail /bundle/bin/bench_generate --dtype f32 tiny-gpt2
     write_tokens "$jail/tmp/tokens.npy" &&

@@ -294,16 +294,12 @@ run_test() {
     emit check "test:$name" device "$dev" value "$status" unit status peer null seconds $((SECONDS - t0)) reason "$reason"
 }
 
-# the op table (or, in a tree before it, the op suites that run on a device) and the
-# device model tests, on DEVICE (cuda or opencl) with ENV... set
+# the op table and the device model tests, on DEVICE (cuda or opencl) with ENV... set
 device_tests() {
     local dev=$1 t
     shift
     if [ -x "$BUNDLE/bin/test_ops" ]; then
         run_test "op_table_$dev" "$dev" 200 "${RC_ENV[@]}" "$@" "$BUNDLE/bin/test_ops" --device "$dev"
-    elif [ "$dev" = opencl ]; then # the suites the op table replaces: OpenCL's
-        run_test "op_suite_opencl" "$dev" 200 "${RC_ENV[@]}" "$@" "$BUNDLE/bin/test_opencl"
-        run_test "op_suite_opencl_half" "$dev" 200 "${RC_ENV[@]}" "$@" "$BUNDLE/bin/test_opencl_half"
     else
         TESTS_FAILED=$((TESTS_FAILED + 1))
         note "op_table_$dev: this bundle has no test_ops (tests/backend/test_ops.c): the op table cannot run on $dev"
