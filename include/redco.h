@@ -152,6 +152,26 @@ typedef enum {
     RC_OP_NORMAL,        /* standard normal draws of this node's shape, no inputs: element i from
                             the 64-bit key in iparam[0..1] mixed with a key of the plan chosen by
                             iparam[2] (rc_rng_scope); no gradient (see rc_normal) */
+    RC_OP_ATTENTION,     /* fused attention (rc_attention): src0 q [B, H, Tq, D], src1 k [B, KV, Tk, D],
+                            src2 v [B, KV, Tk, Dv], src3 additive bias broadcast to [B, H, Tq, Tk] or
+                            NULL -> [B, H, Tq, Dv] = softmax(q k^T * fparam[0] + bias) v, computed
+                            in tiles with an online softmax (no [Tq, Tk] tensor); KV divides H,
+                            query head h reads key/value head h / (H / KV); iparam[0] = 1: causal
+                            with the query offset Tk - Tq (query i sees keys j <= i + Tk - Tq,
+                            as SOFTMAX's); a row that sees no key gives zeros */
+    RC_OP_ATTENTION_STATS, /* per query row of an ATTENTION, for its backward: src0..3 as ATTENTION,
+                            src4 the upstream gradient dO [B, H, Tq, Dv] -> [B, H, Tq, 2] in the
+                            compute dtype (f32 for 16-bit, f64 for f64): [..., 0] = the row's
+                            log-sum-exp of the scaled, biased, masked scores (-inf when it sees
+                            no key), [..., 1] = delta = dO . o = sum_j p_j (dO . v_j), from the
+                            unrounded o (the forward recomputed, not read: a 16-bit o's rounding
+                            would enter every dS); iparam[0], fparam[0] as ATTENTION */
+    RC_OP_ATTENTION_GRAD, /* one gradient of an ATTENTION, probabilities recomputed tile by tile:
+                            src0..3 as ATTENTION, src4 dO, src5 its ATTENTION_STATS; iparam[0],
+                            fparam[0] as ATTENTION; iparam[1] = the input it differentiates
+                            (0: q, 1: k, 2: v, 3: bias) -> that input's shape, q's dtype; dk and dv
+                            sum over the query heads sharing a key/value head, dbias over the
+                            axes the bias broadcasts over */
     RC_OP_COUNT
 } rc_op;
 
@@ -373,6 +393,19 @@ rc_tensor *rc_matmul(rc_graph *g, rc_tensor *a, rc_tensor *b, int trans_a, int t
 /* softmax over the last axis of a * scale + mask; mask may be NULL; causal 0/1. */
 rc_tensor *rc_softmax(rc_graph *g, rc_tensor *a);
 rc_tensor *rc_softmax_ext(rc_graph *g, rc_tensor *a, rc_tensor *mask, double scale, int causal);
+/* Fused attention: softmax(q k^T * scale + bias) v without the [Tq, Tk] scores.
+ * q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv] -> [B, H, Tq, Dv]. KV divides H: query
+ * head h reads key/value head h / (H / KV) (grouped-query attention, nothing copied). bias
+ * (NULL: none) is added to the scaled scores and broadcasts to [B, H, Tq, Tk]: a padding
+ * mask [B, 1, 1, Tk] of 0 / -1e9, T5's position bias [1, H, Tq, Tk] (it gets a gradient).
+ * causal: query i sees keys j <= i + Tk - Tq (Tq < Tk: decoding against a key/value cache),
+ * as rc_softmax_ext. All inputs share one float dtype; 16-bit inputs compute in f32.
+ * The same as matmul(softmax_ext(matmul(q, repeat(k)^T), bias, scale, causal), repeat(v)).
+ * No attention dropout: apply rc_dropout to the unfused graph where it is wanted.
+ * Its backward (rc_backward) adds one ATTENTION_STATS node (row log-sum-exp and dO . o)
+ * and one ATTENTION_GRAD node per input. The CPU backend runs it; the devices do not yet. */
+rc_tensor *rc_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
+                        double scale, int causal);
 /* layer norm over the last axis; weight and bias [C] may be NULL */
 rc_tensor *rc_layer_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, rc_tensor *bias, double eps);
 /* RMS norm over the last axis times (weight + offset): offset 0 for T5 and LLaMA */

@@ -328,6 +328,15 @@ int rci_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
         return grad_matmul(g, y, G, gs);
     case RC_OP_SOFTMAX:
         return grad_softmax(g, y, G, gs);
+    case RC_OP_ATTENTION: {
+        /* the row statistics once, then one node per input, each recomputing the
+         * probabilities tile by tile (an unused one is never planned) */
+        rc_tensor *st = rci_attention_stats(g, y, G);
+        for (int k = 0; k < 4 && st; k++)
+            if (y->src[k])
+                gs[k] = rci_attention_grad(g, y, G, st, k);
+        return 0;
+    }
     case RC_OP_LAYER_NORM:
     case RC_OP_RMS_NORM:
         return grad_norm(g, y, G, gs);

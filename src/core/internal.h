@@ -97,6 +97,12 @@ rci_matmul_dims rci_matmul_dims_of(const rc_tensor *node);
  * (n + 2 pad - dil (k - 1) - 1) / stride + 1, 0 when the dilated kernel does not fit. */
 int64_t rci_conv_out_size(int64_t n, int64_t k, int stride, int pad, int dil);
 
+/* The backward nodes of an ATTENTION node att given its upstream gradient dout (ops_nn.c;
+ * layouts in redco.h): its ATTENTION_STATS, and the ATTENTION_GRAD of input `which`
+ * (0 q, 1 k, 2 v, 3 bias) reading those stats. */
+rc_tensor *rci_attention_stats(rc_graph *g, rc_tensor *att, rc_tensor *dout);
+rc_tensor *rci_attention_grad(rc_graph *g, rc_tensor *att, rc_tensor *dout, rc_tensor *stats, int which);
+
 /* Gradient rule of one node: given the gradient of its output, add the nodes for the
  * gradients of its inputs into gsrc[i] (NULL where an input gets none). In grad.c. */
 int rci_grad_node(rc_graph *g, rc_tensor *node, rc_tensor *gout, rc_tensor **gsrc);

@@ -424,6 +424,67 @@ static int check_pool(const rc_tensor *node, rc_error *err)
                         ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6]);
 }
 
+/* ATTENTION, ATTENTION_STATS, ATTENTION_GRAD: q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv]
+ * (KV divides H), bias (src3, optional) broadcast to [B, H, Tq, Tk], all of q's dtype; STATS
+ * adds dO [B, H, Tq, Dv] and is [B, H, Tq, 2] in q's compute dtype; GRAD adds dO and the
+ * stats and has the shape of the input iparam[1] (0 q, 1 k, 2 v, 3 bias) names. */
+static int check_attention(const rc_tensor *node, rc_error *err)
+{
+    const rc_tensor *q = node->nsrc > 0 ? node->src[0] : NULL;
+    if (!q)
+        return bad(err, RC_ERR_ARG, node, "input 0 (q) is missing");
+    rc_dtype t = q->dtype;
+    for (int i = 0; i < 3; i++)
+        if (need(node, i, t, err))
+            return -1;
+    const rc_tensor *k = node->src[1], *v = node->src[2];
+    const rc_tensor *bias = node->nsrc > 3 ? node->src[3] : NULL;
+    char sq[96], sk[96], sv[96], sb[96];
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] ||
+        k->shape[1] != v->shape[1] || k->shape[2] != v->shape[2] || k->shape[3] != q->shape[3] ||
+        k->shape[1] < 1 || q->shape[1] % k->shape[1])
+        return bad(err, RC_ERR_SHAPE, node, "q %s, k %s, v %s must be [B, H, Tq, D], [B, KV, Tk, D], "
+                   "[B, KV, Tk, Dv] with KV dividing H", rc_shape_str(q, sq, sizeof sq),
+                   rc_shape_str(k, sk, sizeof sk), rc_shape_str(v, sv, sizeof sv));
+    int64_t full[4] = {q->shape[0], q->shape[1], q->shape[2], k->shape[2]}, st[4];
+    if (bias && (bias->dtype != t || rci_bcast_strides(bias, 4, full, st)))
+        return bad(err, RC_ERR_SHAPE, node, "bias %s %s must be %s and broadcast to [%lld, %lld, %lld, %lld]",
+                   rc_shape_str(bias, sb, sizeof sb), rc_dtype_name(bias->dtype), rc_dtype_name(t),
+                   (long long)full[0], (long long)full[1], (long long)full[2], (long long)full[3]);
+    if (node->iparam[0] != 0 && node->iparam[0] != 1)
+        return bad(err, RC_ERR_ARG, node, "causal flag %d (0 or 1)", node->iparam[0]);
+    int64_t os[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
+    const rc_tensor *out = node; /* the tensor of shape [B, H, Tq, Dv]: the output or o and dO */
+    rc_dtype want = t;
+    if (node->op != RC_OP_ATTENTION) {
+        if (need(node, 4, t, err) || (node->op == RC_OP_ATTENTION_GRAD && need(node, 5, rci_compute_dtype(t), err)))
+            return -1;
+        out = node->src[4];
+    }
+    int ok = out->ndim == 4;
+    for (int i = 0; ok && i < 4; i++)
+        ok = out->shape[i] == os[i];
+    if (ok && node->op == RC_OP_ATTENTION_STATS)
+        ok = node->ndim == 4 && node->shape[3] == 2 &&
+             node->shape[0] == os[0] && node->shape[1] == os[1] && node->shape[2] == os[2];
+    if (node->op == RC_OP_ATTENTION_STATS)
+        want = rci_compute_dtype(t);
+    if (ok && node->op == RC_OP_ATTENTION_GRAD) {
+        const rc_tensor *s = node->src[5];
+        int w = node->iparam[1];
+        ok = s->ndim == 4 && s->shape[0] == os[0] && s->shape[1] == os[1] && s->shape[2] == os[2] &&
+             s->shape[3] == 2 && w >= 0 && w <= 3 && (w < 3 || bias) && rci_same_shape(node, node->src[w]);
+    }
+    if (!ok)
+        return bad(err, RC_ERR_SHAPE, node, "output or gradient inputs do not fit q %s, k %s, v %s "
+                   "(an ATTENTION is [B, H, Tq, Dv], its stats [B, H, Tq, 2], a gradient its input's shape)",
+                   rc_shape_str(q, sq, sizeof sq), rc_shape_str(k, sk, sizeof sk), rc_shape_str(v, sv, sizeof sv));
+    if (node->dtype != want)
+        return bad(err, RC_ERR_DTYPE, node, "dtype %s for inputs of %s (expected %s)", rc_dtype_name(node->dtype),
+                   rc_dtype_name(t), rc_dtype_name(want));
+    return 0;
+}
+
 /* ---- the check ------------------------------------------------------------------------------ */
 
 static int check_none(const rc_tensor *node, rc_error *err)
@@ -464,6 +525,8 @@ static const node_rule rules[RC_OP_COUNT] = {
     [RC_OP_MP_MAX] = check_same_elements, [RC_OP_CAST] = check_same_elements,
     [RC_OP_CONV2D] = check_conv, [RC_OP_CONV2D_GRAD_INPUT] = check_conv, [RC_OP_CONV2D_GRAD_WEIGHT] = check_conv,
     [RC_OP_POOL2D] = check_pool, [RC_OP_POOL2D_GRAD] = check_pool,
+    [RC_OP_ATTENTION] = check_attention, [RC_OP_ATTENTION_STATS] = check_attention,
+    [RC_OP_ATTENTION_GRAD] = check_attention,
 };
 
 int rci_node_check(const rc_tensor *node, rc_error *err)

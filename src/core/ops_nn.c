@@ -240,3 +240,57 @@ rc_tensor *rc_one_hot(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_ind
     }
     return y;
 }
+
+/* The node's layout is RC_OP_ATTENTION's (redco.h): srcs q, k, v, bias (NULL: none),
+ * fparam[0] = scale, iparam[0] = causal; node_check.c's check_attention decides the rest. */
+rc_tensor *rc_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
+                        double scale, int causal)
+{
+    rc_tensor *src[4] = {q, k, v, bias};
+    if (rci_inputs_bad(g, 3, src) || rci_float_input(g, "attention", q))
+        return NULL;
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4) {
+        char sq[96], sk[96], sv[96];
+        return rci_fail(g, RC_ERR_SHAPE, "attention: q %s, k %s, v %s must be [B, H, Tq, D], "
+                        "[B, KV, Tk, D], [B, KV, Tk, Dv]", rc_shape_str(q, sq, sizeof sq),
+                        rc_shape_str(k, sk, sizeof sk), rc_shape_str(v, sv, sizeof sv));
+    }
+    int64_t shape[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
+    rc_tensor *y = rci_node_new(g, RC_OP_ATTENTION, q->dtype, 4, shape, 4, src);
+    if (y) {
+        y->fparam[0] = scale;
+        y->iparam[0] = !!causal;
+    }
+    return rci_node_checked(g, y);
+}
+
+rc_tensor *rci_attention_stats(rc_graph *g, rc_tensor *att, rc_tensor *dout)
+{
+    rc_tensor *src[5] = {att->src[0], att->src[1], att->src[2], att->src[3], dout};
+    if (rci_inputs_bad(g, 1, &dout))
+        return NULL;
+    int64_t shape[4] = {att->shape[0], att->shape[1], att->shape[2], 2};
+    rc_tensor *y = rci_node_new(g, RC_OP_ATTENTION_STATS, rci_compute_dtype(att->dtype), 4, shape, 5, src);
+    if (y) {
+        y->fparam[0] = att->fparam[0];
+        y->iparam[0] = att->iparam[0];
+    }
+    return rci_node_checked(g, y);
+}
+
+rc_tensor *rci_attention_grad(rc_graph *g, rc_tensor *att, rc_tensor *dout, rc_tensor *stats, int which)
+{
+    rc_tensor *src[6] = {att->src[0], att->src[1], att->src[2], att->src[3], dout, stats};
+    if (rci_inputs_bad(g, 1, &stats))
+        return NULL;
+    if (which < 0 || which > 3 || !src[which])
+        return rci_fail(g, RC_ERR_ARG, "attention_grad: no input %d to differentiate", which);
+    const rc_tensor *x = src[which];
+    rc_tensor *y = rci_node_new(g, RC_OP_ATTENTION_GRAD, att->dtype, x->ndim, x->shape, 6, src);
+    if (y) {
+        y->fparam[0] = att->fparam[0];
+        y->iparam[0] = att->iparam[0];
+        y->iparam[1] = which;
+    }
+    return rci_node_checked(g, y);
+}

@@ -84,6 +84,8 @@ struct op_case {
     int devices_only;       /* a device's path alone (the CPU runs only the reference) */
     int loss;               /* a loss: a 16-bit graph's output is f32 */
     int f32_of_ids;         /* the output of i32 leaves alone is f32 (equal) */
+    rc_op needs;            /* an op a device backend may not have yet (0: none): where its
+                             * `supports` says no, the case is skipped there with a note */
 };
 
 /* the dtype the graph being built serves: t itself, or the dtype whose reference it is */
@@ -239,6 +241,14 @@ static rc_tensor *b_softmax(rc_graph *g, rc_tensor **x, rc_dtype t, const op_cas
     if (c->ip[0] == 0)
         return rc_softmax(g, x[0]);
     return rc_softmax_ext(g, x[0], c->ip[0] == 1 ? x[1] : NULL, c->fp[0], c->ip[1]);
+}
+
+/* fused attention: q x0 [B, H, Tq, D], k x1, v x2 [B, KV, Tk, .], bias x3 when ip[0], causal
+ * ip[1], scale fp[0] */
+static rc_tensor *b_attention(rc_graph *g, rc_tensor **x, rc_dtype t, const op_case *c)
+{
+    (void)t;
+    return rc_attention(g, x[0], x[1], x[2], c->ip[0] ? x[3] : NULL, c->fp[0], c->ip[1]);
 }
 
 /* ip[0]: 0 layer_norm (weight x1 when ip[1], bias the next leaf when ip[2]); 1 rms_norm
@@ -558,6 +568,19 @@ static const op_case cases[] = {
                                      F(1, 0.8, 1.2, 16), F(1, -0.5, 0.5, 16), F(2, -0.5, 0.5, 16, 48),
                                      F(2, -0.5, 0.5, 16, 16), F(1, 0.8, 1.2, 16)}, D_FLOAT, .grad = GRAD, .tol = 10,
      .ulps = 1, .gulps = 2, .loss = 1},
+    /* fused attention (every mask kind, GQA, decoding against a cache; T not a multiple of a
+     * tile); the unfused graph's equality is tests/core/test_attention.c's. Last in the
+     * table: a case's values are drawn from its index */
+    {"attention_causal_gqa", b_attention, 3, {F(4, -2, 2, 2, 6, 37, 24), F(4, -2, 2, 2, 2, 37, 24), F(4, -2, 2, 2, 2, 37, 24)},
+     D_FLOAT, {0, 1}, {0.2}, .grad = GRAD, .tol = 30, .needs = RC_OP_ATTENTION},
+    {"attention_t5_bias", b_attention, 4, {F(4, -2, 2, 2, 4, 37, 16), F(4, -2, 2, 2, 4, 37, 16), F(4, -2, 2, 2, 4, 37, 8),
+     F(4, -2, 2, 1, 4, 37, 37)}, D_FLOAT, {1, 0}, {0.25}, .grad = GRAD, .tol = 30, .needs = RC_OP_ATTENTION},
+    {"attention_padding_mqa", b_attention, 4, {F(4, -2, 2, 2, 4, 33, 16), F(4, -2, 2, 2, 1, 33, 16), F(4, -2, 2, 2, 1, 33, 16),
+     F(4, -3, 0, 2, 1, 1, 33)}, D_FLOAT, {1, 1}, {0.25}, .grad = GRAD, .tol = 30, .needs = RC_OP_ATTENTION},
+    {"attention_decode", b_attention, 3, {F(4, -2, 2, 2, 6, 3, 24), F(4, -2, 2, 2, 2, 40, 24), F(4, -2, 2, 2, 2, 40, 24)},
+     D_FLOAT, {0, 1}, {0.2}, .grad = GRAD, .tol = 30, .needs = RC_OP_ATTENTION},
+    {"attention_small", b_attention, 4, {F(4, -2, 2, 1, 2, 4, 3), F(4, -2, 2, 1, 1, 6, 3), F(4, -2, 2, 1, 1, 6, 2),
+     F(4, -1, 1, 1, 2, 4, 6)}, D_FLOAT, {1, 1}, {0.6}, .grad = GRAD_FD, .tol = 30, .needs = RC_OP_ATTENTION},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -973,6 +996,8 @@ static int applies(const target *tg, const op_case *c, rc_dtype t, unsigned bit)
     int on_device = tg->be != cpu;
     if (!(tg->dtypes & bit) || (on_device && c->cpu_only) || (!on_device && c->devices_only))
         return 0;
+    if (on_device && c->needs && !rc_backend_supports(tg->be, c->needs, RC_F32))
+        return 0; /* run_case says so */
     return t != RC_F64 || (tg->be == cpu && !tg->serial && !tg->hidden);
 }
 
@@ -1009,6 +1034,9 @@ static void run_case(int ci, const op_case *c)
         for (int i = 0; i < c->n; i++)
             free(vals[i]);
     }
+    for (int k = 0; c->needs && k < ntargets; k++)
+        if (targets[k].be != cpu && !rc_backend_supports(targets[k].be, c->needs, RC_F32))
+            printf("  %-22s %s: not on %s yet\n", c->name, rc_op_name(c->needs), targets[k].name);
     if (!any)
         return;
     for (int k = 0; k < ntargets; k++)

@@ -1232,6 +1232,7 @@ static int k_normal(const rci_cpu_args *io)
 /* ---- dispatch --------------------------------------------------------------------------------------- */
 
 #include "kernels_conv.h"
+#include "kernels_attention.h"
 
 int RC_KERNEL_FN(const rci_cpu_args *io, rc_error *err)
 {
@@ -1274,6 +1275,10 @@ int RC_KERNEL_FN(const rci_cpu_args *io, rc_error *err)
         return k_matmul(io, err);
     case RC_OP_SOFTMAX:
         return k_softmax(io);
+    case RC_OP_ATTENTION:
+    case RC_OP_ATTENTION_STATS:
+    case RC_OP_ATTENTION_GRAD:
+        return k_attention(io);
     case RC_OP_LAYER_NORM:
         return k_layer_norm(io);
     case RC_OP_RMS_NORM:

@@ -1,0 +1,330 @@
+/* kernels_attention.h - fused attention on the CPU: ATTENTION, ATTENTION_STATS and
+ * ATTENTION_GRAD (their layouts are in redco.h). Included by kernels_real.c, so it is
+ * compiled over `real` twice (f32, f64); 16-bit nodes come through kernels_half.c's
+ * widening to f32.
+ *
+ * Every kernel works on tiles: ATT_BQ query rows against ATT_BK keys of one (batch, head),
+ * scores computed into a tile on the stack (att_scores) and never kept, so no [Tq, Tk]
+ * tensor exists. The forward pass keeps, per row, the running maximum m, the running sum l
+ * of exp(s - m) and the output row rescaled as m grows (the online softmax of
+ * FlashAttention-2); the output row is the accumulator. The backward recomputes each
+ * probability from the row's log-sum-exp: p = exp(s - lse), dP = dO . v_j,
+ * dS = p (dP - delta) with delta = dO . o (the stats pass sums it as sum_j p_j dP_j, from
+ * the unrounded output), then dq = scale dS k, dk = scale dS^T q,
+ * dv = p^T dO, dbias = dS summed over the bias's broadcast axes.
+ *
+ * Threads (par_range) take whole units that write disjoint rows of the output: the forward,
+ * the stats and dq take (batch, head, query tile); dk and dv take (batch, key/value head,
+ * key tile) and loop over the query heads of its group and every query tile; dbias takes
+ * the bias's own rows (its non-broadcast axes among batch, head, query) and loops over the
+ * broadcast ones. */
+
+enum { ATT_BQ = 32, ATT_BK = 64 };
+
+typedef struct {
+    const rc_tensor *node;
+    const real *q, *k, *v, *bias;
+    const real *dout;            /* STATS, GRAD: the upstream gradient [B, H, Tq, Dv] */
+    const real *stats;           /* GRAD: [B, H, Tq, 2] (lse, delta) */
+    real *out;
+    int64_t B, H, KV, G, Tq, Tk, D, Dv;
+    int64_t bst[4];              /* the bias's strides along [B, H, Tq, Tk] (0: broadcast) */
+    real scale;
+    int causal;
+} att_ctx;
+
+static int64_t att_visible(const att_ctx *c, int64_t i)
+{
+    if (!c->causal)
+        return c->Tk;
+    int64_t n = i + (c->Tk - c->Tq) + 1; /* keys j <= i + Tk - Tq */
+    return n < 0 ? 0 : n > c->Tk ? c->Tk : n;
+}
+
+/* s[r * ATT_BK + jj] = q_i . k_j * scale + bias for rows i0 + r (r < ni) and keys j0 + jj
+ * (jj < nj) of batch b, query head h; -INFINITY where the causal mask hides the key */
+static void att_scores(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t j0,
+                       int64_t nj, real *s)
+{
+    int64_t D = c->D;
+    const real *qb = c->q + (b * c->H + h) * c->Tq * D;
+    const real *kb = c->k + (b * c->KV + h / c->G) * c->Tk * D;
+    for (int64_t r = 0; r < ni; r++) {
+        int64_t i = i0 + r, vis = att_visible(c, i);
+        const real *restrict qi = qb + i * D;
+        real *restrict sr = s + r * ATT_BK;
+        const real *br = c->bias ? c->bias + b * c->bst[0] + h * c->bst[1] + i * c->bst[2] : NULL;
+        for (int64_t jj = 0; jj < nj; jj++) {
+            int64_t j = j0 + jj;
+            if (j >= vis) {
+                sr[jj] = -INFINITY;
+                continue;
+            }
+            const real *restrict kj = kb + j * D;
+            real acc = 0;
+            for (int64_t d = 0; d < D; d++)
+                acc += qi[d] * kj[d];
+            acc *= c->scale;
+            sr[jj] = br ? acc + br[j * c->bst[3]] : acc;
+        }
+    }
+}
+
+static real att_exp(real x)
+{
+    return x == -INFINITY ? 0 : rci_fexp(x);
+}
+
+static real att_dot(const real *restrict a, const real *restrict b, int64_t n)
+{
+    real acc = 0;
+    for (int64_t d = 0; d < n; d++)
+        acc += a[d] * b[d];
+    return acc;
+}
+
+/* The online softmax over rows [i0, i0 + ni) of (b, h): the output rows (when out), each
+ * row's log-sum-exp (when lse; -INFINITY for a row that sees no key, whose output is zeros)
+ * and delta = dO . o (when delta), summed as sum_j p_j (dO . v_j) beside the output, so that
+ * it is the unrounded output's even when the stored output is 16-bit */
+static void att_rows(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t ni, real *out, real *lse,
+                     real *delta)
+{
+    real s[ATT_BQ * ATT_BK], m[ATT_BQ], l[ATT_BQ], da[ATT_BQ];
+    const real *dob = c->dout ? c->dout + ((b * c->H + h) * c->Tq + i0) * c->Dv : NULL;
+    int64_t Dv = c->Dv, jend = att_visible(c, i0 + ni - 1); /* the last row sees the most */
+    const real *vb = c->v + (b * c->KV + h / c->G) * c->Tk * Dv;
+    for (int64_t r = 0; r < ni; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0;
+        da[r] = 0;
+        for (int64_t d = 0; out && d < Dv; d++)
+            out[r * Dv + d] = 0;
+    }
+    for (int64_t j0 = 0; j0 < jend; j0 += ATT_BK) {
+        int64_t nj = min64(ATT_BK, jend - j0);
+        att_scores(c, b, h, i0, ni, j0, nj, s);
+        for (int64_t r = 0; r < ni; r++) {
+            real *restrict sr = s + r * ATT_BK;
+            real mx = m[r];
+            for (int64_t jj = 0; jj < nj; jj++)
+                mx = sr[jj] > mx ? sr[jj] : mx;
+            if (mx == -INFINITY)
+                continue;
+            real corr = att_exp(m[r] - mx), sum = 0; /* 0 for the first visible tile */
+            for (int64_t jj = 0; jj < nj; jj++) {
+                sr[jj] = att_exp(sr[jj] - mx);
+                sum += sr[jj];
+            }
+            l[r] = l[r] * corr + sum;
+            m[r] = mx;
+            if (delta) {
+                real acc = 0;
+                for (int64_t jj = 0; jj < nj; jj++)
+                    if (sr[jj] != 0)
+                        acc += sr[jj] * att_dot(dob + r * Dv, vb + (j0 + jj) * Dv, Dv);
+                da[r] = da[r] * corr + acc;
+            }
+            if (!out)
+                continue;
+            real *restrict orow = out + r * Dv;
+            if (corr != 1)
+                for (int64_t d = 0; d < Dv; d++)
+                    orow[d] *= corr;
+            for (int64_t jj = 0; jj < nj; jj++) {
+                real p = sr[jj];
+                const real *restrict vj = vb + (j0 + jj) * Dv;
+                if (p != 0)
+                    for (int64_t d = 0; d < Dv; d++)
+                        orow[d] += p * vj[d];
+            }
+        }
+    }
+    for (int64_t r = 0; r < ni; r++) {
+        real inv = l[r] > 0 ? 1 / l[r] : 0;
+        for (int64_t d = 0; out && d < Dv; d++)
+            out[r * Dv + d] *= inv;
+        if (lse)
+            lse[r] = l[r] > 0 ? m[r] + log(l[r]) : -INFINITY;
+        if (delta)
+            delta[r] = da[r] * inv;
+    }
+}
+
+/* units (b, h, query tile) [u0, u1): the forward output, or the stats */
+static void att_query_range(void *ctx, int64_t u0, int64_t u1, int part)
+{
+    const att_ctx *c = ctx;
+    int64_t nt = (c->Tq + ATT_BQ - 1) / ATT_BQ, Dv = c->Dv;
+    (void)part;
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t bh = u / nt, i0 = u % nt * ATT_BQ, ni = min64(ATT_BQ, c->Tq - i0);
+        int64_t b = bh / c->H, h = bh % c->H, row0 = bh * c->Tq + i0;
+        if (c->node->op == RC_OP_ATTENTION) {
+            att_rows(c, b, h, i0, ni, c->out + row0 * Dv, NULL, NULL);
+            continue;
+        }
+        real lse[ATT_BQ], delta[ATT_BQ];
+        att_rows(c, b, h, i0, ni, NULL, lse, delta);
+        for (int64_t r = 0; r < ni; r++) {
+            c->out[(row0 + r) * 2] = lse[r];
+            c->out[(row0 + r) * 2 + 1] = delta[r];
+        }
+    }
+}
+
+/* units (b, h, query tile) [u0, u1) of dq = scale dS k */
+static void att_dq_range(void *ctx, int64_t u0, int64_t u1, int part)
+{
+    const att_ctx *c = ctx;
+    int64_t nt = (c->Tq + ATT_BQ - 1) / ATT_BQ, D = c->D, Dv = c->Dv;
+    real s[ATT_BQ * ATT_BK];
+    (void)part;
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t bh = u / nt, i0 = u % nt * ATT_BQ, ni = min64(ATT_BQ, c->Tq - i0);
+        int64_t b = bh / c->H, h = bh % c->H, row0 = bh * c->Tq + i0;
+        int64_t jend = att_visible(c, i0 + ni - 1), kvh = (b * c->KV + h / c->G) * c->Tk;
+        real *dq = c->out + row0 * D;
+        for (int64_t x = 0; x < ni * D; x++)
+            dq[x] = 0;
+        for (int64_t j0 = 0; j0 < jend; j0 += ATT_BK) {
+            int64_t nj = min64(ATT_BK, jend - j0);
+            att_scores(c, b, h, i0, ni, j0, nj, s);
+            for (int64_t r = 0; r < ni; r++) {
+                real lse = c->stats[(row0 + r) * 2], delta = c->stats[(row0 + r) * 2 + 1];
+                const real *dor = c->dout + (row0 + r) * Dv;
+                real *restrict dqr = dq + r * D;
+                for (int64_t jj = 0; jj < nj; jj++) {
+                    real p = lse == -INFINITY ? 0 : att_exp(s[r * ATT_BK + jj] - lse);
+                    if (p == 0)
+                        continue;
+                    real ds = p * (att_dot(dor, c->v + (kvh + j0 + jj) * Dv, Dv) - delta) * c->scale;
+                    const real *restrict kj = c->k + (kvh + j0 + jj) * D;
+                    for (int64_t d = 0; d < D; d++)
+                        dqr[d] += ds * kj[d];
+                }
+            }
+        }
+    }
+}
+
+/* units (b, kv head, key tile) [u0, u1) of dk = scale dS^T q (which 1) or dv = p^T dO
+ * (which 2), summed over the query heads of the group */
+static void att_dkv_range(void *ctx, int64_t u0, int64_t u1, int part)
+{
+    const att_ctx *c = ctx;
+    int which = c->node->iparam[1];
+    int64_t nt = (c->Tk + ATT_BK - 1) / ATT_BK, D = c->D, Dv = c->Dv, w = which == 1 ? D : Dv;
+    int64_t qt = (c->Tq + ATT_BQ - 1) / ATT_BQ;
+    real s[ATT_BQ * ATT_BK];
+    (void)part;
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t bk = u / nt, j0 = u % nt * ATT_BK, nj = min64(ATT_BK, c->Tk - j0);
+        int64_t b = bk / c->KV, kvh = bk % c->KV, key0 = bk * c->Tk + j0;
+        real *o = c->out + key0 * w;
+        for (int64_t x = 0; x < nj * w; x++)
+            o[x] = 0;
+        for (int64_t h = kvh * c->G; h < (kvh + 1) * c->G; h++)
+            for (int64_t t = 0; t < qt; t++) {
+                int64_t i0 = t * ATT_BQ, ni = min64(ATT_BQ, c->Tq - i0), row0 = (b * c->H + h) * c->Tq + i0;
+                if (att_visible(c, i0 + ni - 1) <= j0)
+                    continue; /* no row of the tile sees these keys */
+                att_scores(c, b, h, i0, ni, j0, nj, s);
+                for (int64_t r = 0; r < ni; r++) {
+                    real lse = c->stats[(row0 + r) * 2], delta = c->stats[(row0 + r) * 2 + 1];
+                    const real *restrict dor = c->dout + (row0 + r) * Dv;
+                    const real *restrict qi = c->q + (row0 + r) * D;
+                    for (int64_t jj = 0; jj < nj; jj++) {
+                        real p = lse == -INFINITY ? 0 : att_exp(s[r * ATT_BK + jj] - lse);
+                        if (p == 0)
+                            continue;
+                        real *restrict oj = o + jj * w;
+                        if (which == 2) {
+                            for (int64_t d = 0; d < Dv; d++)
+                                oj[d] += p * dor[d];
+                            continue;
+                        }
+                        real ds = p * (att_dot(dor, c->v + (key0 + jj) * Dv, Dv) - delta) * c->scale;
+                        for (int64_t d = 0; d < D; d++)
+                            oj[d] += ds * qi[d];
+                    }
+                }
+            }
+    }
+}
+
+/* units [u0, u1): rows of the bias gradient (its non-broadcast axes among batch, head and
+ * query), each the sum of dS over the broadcast ones */
+static void att_dbias_range(void *ctx, int64_t u0, int64_t u1, int part)
+{
+    const att_ctx *c = ctx;
+    const int64_t *st = c->bst;
+    int64_t eh = st[1] ? c->H : 1, ei = st[2] ? c->Tq : 1, Dv = c->Dv, nk = st[3] ? c->Tk : 1;
+    real s[ATT_BK];
+    (void)part;
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t ub = u / (eh * ei), uh = u / ei % eh, ui = u % ei;
+        real *o = c->out + ub * st[0] + uh * st[1] + ui * st[2];
+        for (int64_t j = 0; j < nk; j++)
+            o[j * st[3]] = 0;
+        for (int64_t b = st[0] ? ub : 0; b < (st[0] ? ub + 1 : c->B); b++)
+            for (int64_t h = st[1] ? uh : 0; h < (st[1] ? uh + 1 : c->H); h++)
+                for (int64_t i = st[2] ? ui : 0; i < (st[2] ? ui + 1 : c->Tq); i++) {
+                    int64_t row = (b * c->H + h) * c->Tq + i, kv0 = (b * c->KV + h / c->G) * c->Tk;
+                    real lse = c->stats[row * 2], delta = c->stats[row * 2 + 1];
+                    if (lse == -INFINITY)
+                        continue;
+                    int64_t vis = att_visible(c, i);
+                    for (int64_t j0 = 0; j0 < vis; j0 += ATT_BK) {
+                        int64_t nj = min64(ATT_BK, vis - j0);
+                        att_scores(c, b, h, i, 1, j0, nj, s);
+                        for (int64_t jj = 0; jj < nj; jj++) {
+                            real p = att_exp(s[jj] - lse);
+                            if (p != 0)
+                                o[(j0 + jj) * st[3]] += p * (att_dot(c->dout + row * Dv, c->v + (kv0 + j0 + jj) * Dv, Dv) - delta);
+                        }
+                    }
+                }
+    }
+}
+
+static int k_attention(const rci_cpu_args *io)
+{
+    const rc_tensor *node = io->node, *q = node->src[0], *k = node->src[1], *v = node->src[2];
+    att_ctx c = {node, io->in[0], io->in[1], io->in[2], node->src[3] ? io->in[3] : NULL,
+                 NULL, NULL, io->out, q->shape[0], q->shape[1], k->shape[1], q->shape[1] / k->shape[1],
+                 q->shape[2], k->shape[2], q->shape[3], v->shape[3], {0}, (real)node->fparam[0],
+                 node->iparam[0] != 0};
+    if (node->src[3]) {
+        int64_t full[4] = {c.B, c.H, c.Tq, c.Tk};
+        rci_bcast_strides(node->src[3], 4, full, c.bst);
+    }
+    int64_t work = c.B * c.H * c.Tq * c.Tk * (c.D + c.Dv);
+    int64_t qunits = c.B * c.H * ((c.Tq + ATT_BQ - 1) / ATT_BQ);
+    if (node->op == RC_OP_ATTENTION) {
+        par_range(att_query_range, &c, qunits, work);
+        return 0;
+    }
+    if (node->op == RC_OP_ATTENTION_STATS) {
+        c.dout = io->in[4];
+        par_range(att_query_range, &c, qunits, work);
+        return 0;
+    }
+    c.dout = io->in[4];
+    c.stats = io->in[5];
+    switch (node->iparam[1]) {
+    case 0:
+        par_range(att_dq_range, &c, qunits, work);
+        break;
+    case 1:
+    case 2:
+        par_range(att_dkv_range, &c, c.B * c.KV * ((c.Tk + ATT_BK - 1) / ATT_BK), work);
+        break;
+    default: {
+        const int64_t *st = c.bst;
+        par_range(att_dbias_range, &c, (st[0] ? c.B : 1) * (st[1] ? c.H : 1) * (st[2] ? c.Tq : 1), work);
+        break;
+    }
+    }
+    return 0;
+}
