@@ -41,38 +41,43 @@ static int64_t att_visible(const att_ctx *c, int64_t i)
     return n < 0 ? 0 : n > c->Tk ? c->Tk : n;
 }
 
-/* s[r * ATT_BK + jj] = q_i . k_j * scale + bias for rows i0 + r (r < ni) and keys j0 + jj
- * (jj < nj) of batch b, query head h; -INFINITY where the causal mask hides the key */
+/* C[m, n] = alpha op(A) op(B) + beta C, row-major, in one BLAS call (single-threaded inside
+ * the kernels' parallel loops) */
+static void att_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const real *a, int64_t lda,
+                     const real *b, int64_t ldb, real beta, real *c, int64_t ldc)
+{
+    enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE opb = tb ? CblasTrans : CblasNoTrans;
+    if (sizeof(real) == sizeof(double))
+        cblas_dgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, (double)alpha,
+                    (const double *)(const void *)a, (blasint)lda, (const double *)(const void *)b,
+                    (blasint)ldb, (double)beta, (double *)(void *)c, (blasint)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, (float)alpha,
+                    (const float *)(const void *)a, (blasint)lda, (const float *)(const void *)b,
+                    (blasint)ldb, (float)beta, (float *)(void *)c, (blasint)ldc);
+}
+
+/* s[r * ATT_BK + jj] = q_i . k_j * scale + bias for rows i = i0 + r (r < ni) and keys
+ * j = j0 + jj (jj < nj) of batch b, query head h; -INFINITY where the causal mask hides the
+ * key. One product of the query tile by the key tile. */
 static void att_scores(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t j0,
                        int64_t nj, real *s)
 {
     int64_t D = c->D;
     const real *qb = c->q + (b * c->H + h) * c->Tq * D;
     const real *kb = c->k + (b * c->KV + h / c->G) * c->Tk * D;
+    att_gemm(0, 1, ni, nj, D, c->scale, qb + i0 * D, D, kb + j0 * D, D, 0, s, ATT_BK);
     for (int64_t r = 0; r < ni; r++) {
         int64_t i = i0 + r, vis = att_visible(c, i);
-        const real *restrict qi = qb + i * D;
         real *restrict sr = s + r * ATT_BK;
         const real *br = c->bias ? c->bias + b * c->bst[0] + h * c->bst[1] + i * c->bst[2] : NULL;
-        for (int64_t jj = 0; jj < nj; jj++) {
-            int64_t j = j0 + jj;
-            if (j >= vis) {
-                sr[jj] = -INFINITY;
-                continue;
-            }
-            const real *restrict kj = kb + j * D;
-            real acc = 0;
-            for (int64_t d = 0; d < D; d++)
-                acc += qi[d] * kj[d];
-            acc *= c->scale;
-            sr[jj] = br ? acc + br[j * c->bst[3]] : acc;
-        }
+        int64_t st = c->bst[3];
+        for (int64_t jj = 0; br && jj < nj && j0 + jj < vis; jj++)
+            sr[jj] += br[(j0 + jj) * st];
+        for (int64_t jj = vis - j0 < 0 ? 0 : vis - j0; jj < nj; jj++)
+            sr[jj] = -INFINITY;
     }
-}
-
-static real att_exp(real x)
-{
-    return x == -INFINITY ? 0 : rci_fexp(x);
 }
 
 static real att_dot(const real *restrict a, const real *restrict b, int64_t n)
@@ -83,15 +88,43 @@ static real att_dot(const real *restrict a, const real *restrict b, int64_t n)
     return acc;
 }
 
+/* dp[r * ATT_BK + jj] = dO_i . v_j for the same tile (dout, v of batch b, query head h) */
+static void att_dp(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t j0, int64_t nj, real *dp)
+{
+    int64_t Dv = c->Dv;
+    const real *dob = c->dout + (b * c->H + h) * c->Tq * Dv;
+    const real *vb = c->v + (b * c->KV + h / c->G) * c->Tk * Dv;
+    att_gemm(0, 1, ni, nj, Dv, 1, dob + i0 * Dv, Dv, vb + j0 * Dv, Dv, 0, dp, ATT_BK);
+}
+
+/* p = exp(s - lse) in place over the tile, and with dp: dp = p (dp - delta) * scale (dS
+ * scaled, the factor both dq and dk take); stats rows from row0 */
+static void att_probs(const att_ctx *c, int64_t row0, int64_t ni, int64_t nj, real *s, real *dp)
+{
+    for (int64_t r = 0; r < ni; r++) {
+        real lse = c->stats[(row0 + r) * 2], delta = c->stats[(row0 + r) * 2 + 1];
+        real *restrict sr = s + r * ATT_BK;
+        if (lse == -INFINITY) /* a row that sees no key */
+            lse = 0;
+        for (int64_t jj = 0; jj < nj; jj++)
+            sr[jj] = rci_fexp(sr[jj] - lse); /* exp(-inf) = 0 (rci_fexp_f32 too) */
+        if (!dp)
+            continue;
+        real *restrict dr = dp + r * ATT_BK;
+        for (int64_t jj = 0; jj < nj; jj++)
+            dr[jj] = sr[jj] * (dr[jj] - delta) * c->scale;
+    }
+}
+
 /* The online softmax over rows [i0, i0 + ni) of (b, h): the output rows (when out), each
  * row's log-sum-exp (when lse; -INFINITY for a row that sees no key, whose output is zeros)
  * and delta = dO . o (when delta), summed as sum_j p_j (dO . v_j) beside the output, so that
- * it is the unrounded output's even when the stored output is 16-bit */
+ * it is the unrounded output's even when the stored output is 16-bit. Per key tile: S = Q K^T
+ * (one product), the rows' maxima and sums updated, then O = O * corr + P V (one product). */
 static void att_rows(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t ni, real *out, real *lse,
                      real *delta)
 {
-    real s[ATT_BQ * ATT_BK], m[ATT_BQ], l[ATT_BQ], da[ATT_BQ];
-    const real *dob = c->dout ? c->dout + ((b * c->H + h) * c->Tq + i0) * c->Dv : NULL;
+    real s[ATT_BQ * ATT_BK], dp[ATT_BQ * ATT_BK], m[ATT_BQ], l[ATT_BQ], da[ATT_BQ];
     int64_t Dv = c->Dv, jend = att_visible(c, i0 + ni - 1); /* the last row sees the most */
     const real *vb = c->v + (b * c->KV + h / c->G) * c->Tk * Dv;
     for (int64_t r = 0; r < ni; r++) {
@@ -104,41 +137,34 @@ static void att_rows(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t
     for (int64_t j0 = 0; j0 < jend; j0 += ATT_BK) {
         int64_t nj = min64(ATT_BK, jend - j0);
         att_scores(c, b, h, i0, ni, j0, nj, s);
+        if (delta)
+            att_dp(c, b, h, i0, ni, j0, nj, dp);
         for (int64_t r = 0; r < ni; r++) {
             real *restrict sr = s + r * ATT_BK;
             real mx = m[r];
             for (int64_t jj = 0; jj < nj; jj++)
                 mx = sr[jj] > mx ? sr[jj] : mx;
-            if (mx == -INFINITY)
+            if (mx == -INFINITY) { /* nothing visible yet: zero weights for the product */
+                for (int64_t jj = 0; jj < nj; jj++)
+                    sr[jj] = 0;
                 continue;
-            real corr = att_exp(m[r] - mx), sum = 0; /* 0 for the first visible tile */
-            for (int64_t jj = 0; jj < nj; jj++) {
-                sr[jj] = att_exp(sr[jj] - mx);
-                sum += sr[jj];
             }
-            l[r] = l[r] * corr + sum;
+            real corr = rci_fexp(m[r] - mx); /* 0 for the first visible tile */
+            for (int64_t jj = 0; jj < nj; jj++)
+                sr[jj] = rci_fexp(sr[jj] - mx);
+            l[r] = l[r] * corr + (real)dsum(sr, nj);
             m[r] = mx;
             if (delta) {
-                real acc = 0;
+                real *restrict dr = dp + r * ATT_BK;
                 for (int64_t jj = 0; jj < nj; jj++)
-                    if (sr[jj] != 0)
-                        acc += sr[jj] * att_dot(dob + r * Dv, vb + (j0 + jj) * Dv, Dv);
-                da[r] = da[r] * corr + acc;
+                    dr[jj] *= sr[jj];
+                da[r] = da[r] * corr + (real)dsum(dr, nj);
             }
-            if (!out)
-                continue;
-            real *restrict orow = out + r * Dv;
-            if (corr != 1)
-                for (int64_t d = 0; d < Dv; d++)
-                    orow[d] *= corr;
-            for (int64_t jj = 0; jj < nj; jj++) {
-                real p = sr[jj];
-                const real *restrict vj = vb + (j0 + jj) * Dv;
-                if (p != 0)
-                    for (int64_t d = 0; d < Dv; d++)
-                        orow[d] += p * vj[d];
-            }
+            for (int64_t d = 0; out && corr != 1 && d < Dv; d++)
+                out[r * Dv + d] *= corr;
         }
+        if (out)
+            att_gemm(0, 0, ni, Dv, nj, 1, s, ATT_BK, vb + j0 * Dv, Dv, 1, out, Dv);
     }
     for (int64_t r = 0; r < ni; r++) {
         real inv = l[r] > 0 ? 1 / l[r] : 0;
@@ -173,50 +199,42 @@ static void att_query_range(void *ctx, int64_t u0, int64_t u1, int part)
     }
 }
 
-/* units (b, h, query tile) [u0, u1) of dq = scale dS k */
+/* units (b, h, query tile) [u0, u1) of dq = scale dS K: per key tile S, dP = dO V^T, dS,
+ * then dq += dS K (three products) */
 static void att_dq_range(void *ctx, int64_t u0, int64_t u1, int part)
 {
     const att_ctx *c = ctx;
-    int64_t nt = (c->Tq + ATT_BQ - 1) / ATT_BQ, D = c->D, Dv = c->Dv;
-    real s[ATT_BQ * ATT_BK];
+    int64_t nt = (c->Tq + ATT_BQ - 1) / ATT_BQ, D = c->D;
+    real s[ATT_BQ * ATT_BK], dp[ATT_BQ * ATT_BK];
     (void)part;
     for (int64_t u = u0; u < u1; u++) {
         int64_t bh = u / nt, i0 = u % nt * ATT_BQ, ni = min64(ATT_BQ, c->Tq - i0);
         int64_t b = bh / c->H, h = bh % c->H, row0 = bh * c->Tq + i0;
-        int64_t jend = att_visible(c, i0 + ni - 1), kvh = (b * c->KV + h / c->G) * c->Tk;
+        int64_t jend = att_visible(c, i0 + ni - 1);
+        const real *kb = c->k + (b * c->KV + h / c->G) * c->Tk * D;
         real *dq = c->out + row0 * D;
         for (int64_t x = 0; x < ni * D; x++)
             dq[x] = 0;
         for (int64_t j0 = 0; j0 < jend; j0 += ATT_BK) {
             int64_t nj = min64(ATT_BK, jend - j0);
             att_scores(c, b, h, i0, ni, j0, nj, s);
-            for (int64_t r = 0; r < ni; r++) {
-                real lse = c->stats[(row0 + r) * 2], delta = c->stats[(row0 + r) * 2 + 1];
-                const real *dor = c->dout + (row0 + r) * Dv;
-                real *restrict dqr = dq + r * D;
-                for (int64_t jj = 0; jj < nj; jj++) {
-                    real p = lse == -INFINITY ? 0 : att_exp(s[r * ATT_BK + jj] - lse);
-                    if (p == 0)
-                        continue;
-                    real ds = p * (att_dot(dor, c->v + (kvh + j0 + jj) * Dv, Dv) - delta) * c->scale;
-                    const real *restrict kj = c->k + (kvh + j0 + jj) * D;
-                    for (int64_t d = 0; d < D; d++)
-                        dqr[d] += ds * kj[d];
-                }
-            }
+            att_dp(c, b, h, i0, ni, j0, nj, dp);
+            att_probs(c, row0, ni, nj, s, dp);
+            att_gemm(0, 0, ni, D, nj, 1, dp, ATT_BK, kb + j0 * D, D, 1, dq, D);
         }
     }
 }
 
-/* units (b, kv head, key tile) [u0, u1) of dk = scale dS^T q (which 1) or dv = p^T dO
- * (which 2), summed over the query heads of the group */
+/* units (b, kv head, key tile) [u0, u1) of dk = scale dS^T Q (which 1) or dv = P^T dO
+ * (which 2), summed over the query heads of the group and every query tile that sees a key
+ * of the tile */
 static void att_dkv_range(void *ctx, int64_t u0, int64_t u1, int part)
 {
     const att_ctx *c = ctx;
     int which = c->node->iparam[1];
     int64_t nt = (c->Tk + ATT_BK - 1) / ATT_BK, D = c->D, Dv = c->Dv, w = which == 1 ? D : Dv;
     int64_t qt = (c->Tq + ATT_BQ - 1) / ATT_BQ;
-    real s[ATT_BQ * ATT_BK];
+    real s[ATT_BQ * ATT_BK], dp[ATT_BQ * ATT_BK];
     (void)part;
     for (int64_t u = u0; u < u1; u++) {
         int64_t bk = u / nt, j0 = u % nt * ATT_BK, nj = min64(ATT_BK, c->Tk - j0);
@@ -230,25 +248,14 @@ static void att_dkv_range(void *ctx, int64_t u0, int64_t u1, int part)
                 if (att_visible(c, i0 + ni - 1) <= j0)
                     continue; /* no row of the tile sees these keys */
                 att_scores(c, b, h, i0, ni, j0, nj, s);
-                for (int64_t r = 0; r < ni; r++) {
-                    real lse = c->stats[(row0 + r) * 2], delta = c->stats[(row0 + r) * 2 + 1];
-                    const real *restrict dor = c->dout + (row0 + r) * Dv;
-                    const real *restrict qi = c->q + (row0 + r) * D;
-                    for (int64_t jj = 0; jj < nj; jj++) {
-                        real p = lse == -INFINITY ? 0 : att_exp(s[r * ATT_BK + jj] - lse);
-                        if (p == 0)
-                            continue;
-                        real *restrict oj = o + jj * w;
-                        if (which == 2) {
-                            for (int64_t d = 0; d < Dv; d++)
-                                oj[d] += p * dor[d];
-                            continue;
-                        }
-                        real ds = p * (att_dot(dor, c->v + (key0 + jj) * Dv, Dv) - delta) * c->scale;
-                        for (int64_t d = 0; d < D; d++)
-                            oj[d] += ds * qi[d];
-                    }
+                if (which == 2) {
+                    att_probs(c, row0, ni, nj, s, NULL);
+                    att_gemm(1, 0, nj, Dv, ni, 1, s, ATT_BK, c->dout + row0 * Dv, Dv, 1, o, Dv);
+                    continue;
                 }
+                att_dp(c, b, h, i0, ni, j0, nj, dp);
+                att_probs(c, row0, ni, nj, s, dp);
+                att_gemm(1, 0, nj, D, ni, 1, dp, ATT_BK, c->q + row0 * D, D, 1, o, D);
             }
     }
 }
@@ -279,7 +286,7 @@ static void att_dbias_range(void *ctx, int64_t u0, int64_t u1, int part)
                         int64_t nj = min64(ATT_BK, vis - j0);
                         att_scores(c, b, h, i, 1, j0, nj, s);
                         for (int64_t jj = 0; jj < nj; jj++) {
-                            real p = att_exp(s[jj] - lse);
+                            real p = rci_fexp(s[jj] - lse);
                             if (p != 0)
                                 o[(j0 + jj) * st[3]] += p * (att_dot(c->dout + row * Dv, c->v + (kv0 + j0 + jj) * Dv, Dv) - delta);
                         }
