@@ -19,7 +19,9 @@
  * the bias's own rows (its non-broadcast axes among batch, head, query) and loops over the
  * broadcast ones. */
 
-enum { ATT_BQ = 32, ATT_BK = 64 };
+/* query rows and keys of a tile: a tile of scores and one of dP on a kernel's stack, 32 KB
+ * each in f64 */
+enum { ATT_BQ = 64, ATT_BK = 64 };
 
 typedef struct {
     const rc_tensor *node;
