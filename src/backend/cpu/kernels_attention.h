@@ -5,7 +5,8 @@
  *
  * Every kernel works on tiles: ATT_BQ query rows against ATT_BK keys of one (batch, head),
  * scores computed into a tile on the stack (att_scores) and never kept, so no [Tq, Tk]
- * tensor exists. The forward pass keeps, per row, the running maximum m, the running sum l
+ * tensor exists; a tile's products (Q K^T, dO V^T, P V, dS K, dS^T Q, P^T dO) are BLAS calls.
+ * The forward pass keeps, per row, the running maximum m, the running sum l
  * of exp(s - m) and the output row rescaled as m grows (the online softmax of
  * FlashAttention-2); the output row is the accumulator. The backward recomputes each
  * probability from the row's log-sum-exp: p = exp(s - lse), dP = dO . v_j,
