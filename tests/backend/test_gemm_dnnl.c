@@ -11,8 +11,8 @@
  * has bf16 dot products (AVX512_BF16; oneDNN's ISA query agrees), and the test prints
  * oneDNN's kernel; with "widen" (CTest runs it with DNNL_MAX_CPU_ISA=AVX512_CORE, a CPU
  * without bf16 units as oneDNN sees it) none does: today's path stays. f16 products take
- * oneDNN only where it has a non-reference f16 kernel (none in Debian's oneDNN 2.6); the
- * test prints which. A product handed to rci_cpu_dnnl_matmul that the path does not take
+ * oneDNN only where the CPU has AVX512_FP16 and oneDNN a non-reference f16 kernel (none in
+ * Debian's oneDNN 2.6); the test prints which. A product handed to rci_cpu_dnnl_matmul that the path does not take
  * is an error naming the shapes, not an abort. */
 #include "check.h"
 #include "cpu/cpu.h"

@@ -4,9 +4,10 @@
  * (AVX512_BF16 or AMX: oneDNN's effective ISA includes avx512_core_bf16): operands read as
  * they are stored, products summed in f32, the sum rounded once to bf16 (nearest, ties to
  * even), so it equals kernels_half.c's widen + sgemm + round up to the order of the sums.
- * An f16 product takes the same path where oneDNN has an f16 kernel for the CPU that is not
- * its reference code (none in Debian's oneDNN 2.6). Everything else keeps kernels_half.c's
- * paths; so does the CPU whose oneDNN chooses only its reference kernel for a layout.
+ * An f16 product takes the same path where the CPU also has AVX512_FP16 (cpuid) and oneDNN
+ * an f16 kernel for it that is not its reference code (Debian's oneDNN 2.6 has none).
+ * Everything else keeps kernels_half.c's paths; so does a product for which oneDNN offers
+ * only its reference kernel.
  *
  * Operands map onto oneDNN's memory descriptors without copies: a transposed operand is
  * its strides, a batch of products one 3-D matmul, an operand shared by every batch a
@@ -29,6 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <threads.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #if DNNL_CPU_RUNTIME != DNNL_RUNTIME_OMP
 /* another runtime (TBB, sequential) would not follow rc_set_threads' thread count */
@@ -55,6 +59,7 @@ static struct {
     mtx_t lock;
     int ready;                    /* 1: the engine and stream exist */
     int bf16;                     /* 1: the CPU has bf16 dot products */
+    int f16;                      /* 1: the CPU has f16 arithmetic (AVX512_FP16) */
     int off;                      /* 1: rci_cpu_dnnl_use(0) turned the path off */
     int at_exit;                  /* 1: cache_free is registered with atexit */
     dnnl_engine_t engine;
@@ -69,6 +74,17 @@ static int g_lock_made;
 static void lock_make(void)
 {
     g_lock_made = mtx_init(&g.lock, mtx_plain) == thrd_success;
+}
+
+/* 1 when the CPU has AVX512_FP16 (cpuid leaf 7: EDX bit 23); oneDNN 2.6 names no f16 ISA */
+static int cpu_has_f16(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 23 & 1);
+#else
+    return 0;
+#endif
 }
 
 /* the engine, the stream and the ISA test; under the lock. 0, or -1 when oneDNN cannot
@@ -87,6 +103,7 @@ static int ready(void)
     /* ISA values are nested bit sets: AMX's includes avx512_core_bf16's bits */
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
     g.bf16 = (isa & bf16) == bf16;
+    g.f16 = g.bf16 && cpu_has_f16();
     g.ready = 1;
     return 0;
 }
@@ -167,7 +184,8 @@ static void slot_make(gemm_slot *s)
  * or the dtype has no 16-bit units here */
 static gemm_slot *slot_of(const gemm_key *q)
 {
-    if (g.off || ready() || (q->t == RC_BF16 && !g.bf16) || (q->t != RC_BF16 && q->t != RC_F16))
+    if (g.off || ready() || (q->t == RC_BF16 && !g.bf16) || (q->t == RC_F16 && !g.f16) ||
+        (q->t != RC_BF16 && q->t != RC_F16))
         return NULL;
     for (int i = 0; i < g.used; i++)
         if (same_key(&g.slot[i].key, q))
