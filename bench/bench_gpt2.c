@@ -9,9 +9,13 @@
  *       --shapes FILE writes the step's matmul shapes there, one JSON line per distinct
  *       product ({"a": [...], "b": [...], "ta": 0|1, "tb": 0|1, "count": n}: what
  *       scripts/torch_gpt2_step.py times with cuBLAS); --gemm-bf16 also times the step's
- *       matmuls alone in bf16 (gemm_gflops_same_shapes_bf16)
+ *       matmuls alone in bf16 (gemm_gflops_same_shapes_bf16); --bf16 also runs the same step
+ *       with bf16 weights and activations after the f32 one (line gpt2_124m_bf16_vs_f32: both
+ *       steps, their GEMM rates on the step's shapes, the ratios, and on the CPU the same bf16
+ *       step and GEMMs on the widening path, bf16 products widened to f32 for sgemm)
  * Any failing call prints one line naming it and exits 1. */
 #include "common.h"
+#include "internal.h"
 #include "nn.h"
 #include "redco/device.h"
 
@@ -22,6 +26,11 @@
 #include <sys/resource.h>
 
 static const char *NAME = "bench_gpt2";
+
+/* the CPU's bf16 products on oneDNN (src/backend/cpu/cpu.h): turned on or off (< 0 asks);
+ * the kernel a product of these dims runs on, NULL on the widening path */
+int rci_cpu_dnnl_use(int on);
+const char *rci_cpu_dnnl_kernel(rc_dtype t, const rci_matmul_dims *d);
 
 /* 2 M N K over the matmuls of the graph */
 static double matmul_flop(const rc_graph *g)
@@ -157,6 +166,100 @@ static void write_shapes(const rc_graph *g, const char *path)
         bench_fail(NAME, "--shapes", "writing the file failed");
 }
 
+/* best seconds of reps runs (after one warm-up) of the step's graph, recorded with w's
+ * dtype; the graph (for its matmuls) in *gout, its plan freed */
+static double step_seconds(const rc_model_config *cfg, const rci_nn_weights *w, int B, int T, int reps,
+                           const int32_t *xb, const int32_t *yb, rc_graph **gout)
+{
+    rc_error err = {0};
+    rc_graph *g = rc_graph_new();
+    rc_tensor **p = alloc_or_fail((size_t)w->n * sizeof *p, "parameter leaves");
+    rc_tensor **outs = alloc_or_fail((size_t)(w->n + 1) * sizeof *outs, "outputs");
+    if (!g || rci_nn_model_leaves(g, w, p))
+        bench_fail(NAME, "rci_nn_model_leaves", g ? rc_graph_error(g) : "out of memory");
+    rc_tensor *ids = rc_input(g, "ids", RC_I32, 2, (int64_t[]){B, T});
+    rc_tensor *tg = rc_input(g, "targets", RC_I32, 2, (int64_t[]){B, T});
+    rci_nn_inputs in = {.ids = ids};
+    outs[0] = rc_cross_entropy(g, rci_nn_model_logits(g, cfg, w, p, &in), tg, -100);
+    if (!rc_graph_error(g))
+        rc_backward(g, outs[0], p, w->n, outs + 1);
+    if (rc_graph_error(g))
+        bench_fail(NAME, "recording the step", rc_graph_error(g));
+    rc_plan *plan = rc_plan_new_on(be, g, outs, w->n + 1, &err);
+    if (!plan || rc_plan_set_input(plan, ids, xb, &err) || rc_plan_set_input(plan, tg, yb, &err))
+        bench_fail(NAME, "the step's plan", err.msg);
+    double best = 1e30;
+    for (int r = 0; r <= reps; r++) { /* the first run warms up */
+        double t0 = bench_now();
+        if (rc_plan_run(plan, &err))
+            bench_fail(NAME, "rc_plan_run", err.msg);
+        double dt = bench_now() - t0;
+        best = r && dt < best ? dt : best;
+    }
+    rc_plan_free(plan);
+    free(p), free(outs);
+    *gout = g;
+    return best;
+}
+
+/* the kernel the CPU runs bf16 products of g's first matmul on: oneDNN's name, or
+ * "widen+sgemm" */
+static const char *bf16_kernel(const rc_graph *g)
+{
+    for (int i = 0; i < rc_graph_size(g); i++) {
+        const rc_tensor *t = rc_graph_node(g, i);
+        if (t->op != RC_OP_MATMUL)
+            continue;
+        rci_matmul_dims d = rci_matmul_dims_of(t);
+        const char *k = rci_cpu_dnnl_kernel(RC_BF16, &d);
+        return k ? k : "widen+sgemm";
+    }
+    return "none";
+}
+
+/* --bf16: the step again with w in bf16, against the f32 figures measured before in this
+ * run (f32_s, f32_gemm_s); on the CPU also with the oneDNN path off */
+static void bf16_vs_f32(const rc_model_config *cfg, rci_nn_weights *w, int B, int T, int reps, const int32_t *xb,
+                        const int32_t *yb, double flop, double f32_s, double f32_gemm_s)
+{
+    rc_error err = {0};
+    int on_cpu = be == rc_device_open("cpu", 0, NULL);
+    if (rci_nn_weights_convert(w, RC_BF16, &err))
+        bench_fail(NAME, "rci_nn_weights_convert", err.msg);
+    rc_graph *g;
+    double bf16_s = step_seconds(cfg, w, B, T, reps, xb, yb, &g);
+    double bf16_gemm_s = gemm_seconds(g, RC_BF16, reps);
+    const char *kernel = on_cpu ? bf16_kernel(g) : "device";
+    double widen_s = NAN, widen_gemm_s = NAN;
+    if (on_cpu && rci_cpu_dnnl_use(-1) && strcmp(kernel, "widen+sgemm")) {
+        rc_graph *g2;
+        rci_cpu_dnnl_use(0);
+        widen_s = step_seconds(cfg, w, B, T, reps, xb, yb, &g2);
+        widen_gemm_s = gemm_seconds(g2, RC_BF16, reps);
+        rci_cpu_dnnl_use(1);
+        rc_graph_free(g2);
+    }
+    json_t *o = bench_line("gpt2_124m_bf16_vs_f32");
+    bench_set_str(o, "device", rc_backend_name(be));
+    bench_set_int(o, "batch", B);
+    bench_set_int(o, "seq", T);
+    bench_set_int(o, "threads", rc_get_threads());
+    bench_set_str(o, "bf16_matmul_kernel", kernel);
+    bench_set_num(o, "f32_step_s", f32_s);
+    bench_set_num(o, "bf16_step_s", bf16_s);
+    bench_set_num(o, "bf16_speedup", f32_s / bf16_s); /* the goal: >= 1.6 with AVX512_BF16 */
+    bench_set_num(o, "f32_gemm_gflops", flop / f32_gemm_s * 1e-9);
+    bench_set_num(o, "bf16_gemm_gflops", flop / bf16_gemm_s * 1e-9);
+    bench_set_num(o, "bf16_gemm_speedup", f32_gemm_s / bf16_gemm_s);
+    /* the same bf16 step with products widened to f32 for sgemm (the path before oneDNN;
+     * null where that is the only path) */
+    bench_set_num(o, "bf16_widen_step_s", widen_s);
+    bench_set_num(o, "bf16_widen_gemm_gflops", flop / widen_gemm_s * 1e-9);
+    if (bench_print(o))
+        bench_fail(NAME, "writing a JSON line", "jansson or stdout failed");
+    rc_graph_free(g);
+}
+
 /* flag's value taken out of argv (the rest are positional); NULL when absent */
 static const char *take_flag(int *argc, char **argv, const char *flag)
 {
@@ -189,6 +292,7 @@ int main(int argc, char **argv)
     const char *device = take_flag(&argc, argv, "--device"), *remat = take_flag(&argc, argv, "--remat");
     const char *shapes = take_flag(&argc, argv, "--shapes");
     int gemm_bf16 = take_switch(&argc, argv, "--gemm-bf16");
+    int bf16 = take_switch(&argc, argv, "--bf16");
     if (!(be = rc_device_open(device ? device : "cpu", 0, &err)))
         bench_fail(NAME, "rc_device_open", err.msg);
     int reps = argc > 1 ? atoi(argv[1]) : 3;
@@ -370,6 +474,8 @@ int main(int argc, char **argv)
         if (st.op_count[op])
             fprintf(stderr, "  %-16s %4lld kernels %8.2f ms\n", rc_op_name((rc_op)op),
                     (long long)st.op_count[op], 1e3 * st.op_s[op]);
+    if (bf16)
+        bf16_vs_f32(&cfg, &w, B, T, reps, xb, yb, flop, best, gemm_s);
     rc_plan_free(plan);
     rc_graph_free(g);
     rci_nn_weights_free(&w);

@@ -6,8 +6,9 @@ set -euo pipefail
 # OpenCL: the ICD loader and headers, PoCL (OpenCL on the CPU, so every kernel runs in the
 # tests), clinfo, and CLBlast (the OpenCL BLAS). zlib reads gzip-compressed IDX files;
 # dataset-fashion-mnist puts Fashion-MNIST's IDX files in /usr/share/datasets/fashion-mnist.
+# oneDNN (libdnnl-dev) runs the CPU's bf16 matrix products on its bf16 units.
 # clang, its OpenMP and its runtimes (libFuzzer, ASan, UBSan) build the fuzzers (make fuzz).
-packages="build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev libutf8proc-dev python3-venv ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo libclblast-dev zlib1g-dev dataset-fashion-mnist clang libomp-dev libclang-rt-dev"
+packages="build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin libjansson-dev libutf8proc-dev python3-venv ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo libclblast-dev zlib1g-dev dataset-fashion-mnist clang libomp-dev libclang-rt-dev"
 
 missing=""
 for p in $packages; do

@@ -33,6 +33,18 @@ size_t rci_cpu_half_work(const rc_tensor *node);
 /* The f32 floats a 16-bit node's piece aims at (large nodes run in pieces; <= 0: the
  * default, 4M); tests make it small to run the pieces on small tensors. */
 void rci_cpu_half_chunk(int64_t floats);
+/* 16-bit matrix products on the CPU's bf16 (or f16) units through oneDNN (gemm_dnnl.c).
+ * takes: 1 when a product of dtype t and dims d (k > 0) runs there: the CPU has the
+ * instructions and oneDNN a kernel for it that is not its reference code (the answer is
+ * cached with the kernel). matmul: runs node (of dims d, takes 1) from io's host
+ * addresses, into its 16-bit output directly (no workspace); 0, or -1 with err naming the
+ * shapes. kernel: oneDNN's name for the kernel that runs it (e.g. "brg:avx512_core_bf16"),
+ * NULL when takes is 0. use: turns the path on (1) or off (0; < 0 only asks) and returns
+ * whether it was on: tests compare it with the widening path. */
+int rci_cpu_dnnl_takes(rc_dtype t, const rci_matmul_dims *d);
+int rci_cpu_dnnl_matmul(const rci_cpu_args *io, const rci_matmul_dims *d, rc_error *err);
+const char *rci_cpu_dnnl_kernel(rc_dtype t, const rci_matmul_dims *d);
+int rci_cpu_dnnl_use(int on);
 /* Dtype-agnostic data movement: PERMUTE, SLICE (copying form), PAD, CONCAT, EXPAND, CAST.
  * Returns 1 when it handled the op, 0 when the op is not one of its (it cannot fail). */
 int rci_cpu_kernel_move(const rci_cpu_args *a);

@@ -7,9 +7,10 @@
  * accumulate exactly as in f32. Two ops skip the round trip: an embedding lookup copies
  * the table's 16-bit rows, and a matrix product of a few rows by a shared 2-D 16-bit
  * matrix (a decoding step) reads the matrix's 16-bit words directly, accumulating in f32,
- * so that it reads half the bytes of f32 weights. Other matrix products use OpenBLAS's
- * bf16 GEMM (cblas_sbgemm) when the library exports it (REDCO_HAVE_SBGEMM, found by
- * CMake), else the widened copies and sgemm.
+ * so that it reads half the bytes of f32 weights. Other matrix products run on the CPU's
+ * bf16 units through oneDNN where it has them (gemm_dnnl.c: 16-bit operands as stored, f32
+ * sums, no workspace), else on OpenBLAS's bf16 GEMM (cblas_sbgemm) when the library
+ * exports it (REDCO_HAVE_SBGEMM, found by CMake), else on the widened copies and sgemm.
  *
  * Large nodes run in pieces so that the workspace stays near 4M floats (16 MB): row-wise ops
  * (arithmetic, where and equal on inputs of the node's shape, a [C] bias or a scalar;
@@ -525,6 +526,8 @@ static size_t matmul_need(const rc_tensor *node)
         return through_need(node);
     if (rci_matmul_few_rows(&d))
         return (size_t)(d.batch * d.m * (d.k + d.n));
+    if (rci_cpu_dnnl_takes(node->dtype, &d))
+        return 0;
     if (mm_sbgemm(node))
         return (size_t)(d.batch * d.m * d.n);
     mm_pieces p = mm_pieces_of(&d);
@@ -635,6 +638,8 @@ static int matmul_half(const rci_cpu_args *io, rc_error *err)
         rci_half_narrow_run(io->out, f.c, node->dtype, rows * n);
         return 0;
     }
+    if (rci_cpu_dnnl_takes(node->dtype, &d))
+        return rci_cpu_dnnl_matmul(io, &d, err);
 #ifdef REDCO_HAVE_SBGEMM
     if (mm_sbgemm(node))
         return matmul_sbgemm(io, &d, err);
