@@ -58,6 +58,11 @@ typedef enum {
     RCI_K_POOL2D,
     RCI_K_POOL2D_GRAD,
     RCI_K_NORMAL,
+    RCI_K_ATTENTION,         /* fused attention: the forward, its stats and gradients */
+    RCI_K_ATTENTION_STATS,
+    RCI_K_ATTENTION_DQ,
+    RCI_K_ATTENTION_DKV,
+    RCI_K_ATTENTION_DBIAS,
     RCI_K_COUNT
 } rci_gpu_kernel;
 

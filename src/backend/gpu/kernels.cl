@@ -902,3 +902,262 @@ __kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_
         }
     st(gx, xo + e, acc);
 }
+
+/* ---- fused attention (the CPU's kernels_attention.h): one work-item per output row --------
+ * dims: s0 B, s1 H, s2 KV, s3 Tq, s4 Tk, s5 D, s6 Dv, s7 causal; bst: the bias's element
+ * strides along [B, H, Tq, Tk] (0 where it broadcasts) and s4 = 1 when there is a bias.
+ * q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv], dO [B, H, Tq, Dv], stats
+ * [B, H, Tq, 2] (lse, delta) as float. Query head h reads kv head h / (H / KV); query i
+ * sees keys j < att_visible(i). A score is q_i . k_j * scale + bias in float (the CPU's f32
+ * kernel), dot products and sums in acc_t. An output row is computed ATT_CHUNK columns at a
+ * time, its scores recomputed per chunk, so no head size is too large for a work-item's
+ * private memory. No work-items share a sum (no atomics): results repeat bit for bit. */
+enum { ATT_CHUNK = 64 };
+
+typedef struct {
+    long B, H, KV, Tq, Tk, D, Dv;
+    long bst[4];
+    int causal, has_bias;
+    float scale;
+} att_dims;
+
+static att_dims att_dims_of(long8 dims, long8 bst, float scale)
+{
+    long d[8], s[8];
+    long8_get(dims, d);
+    long8_get(bst, s);
+    att_dims a;
+    a.B = d[0];
+    a.H = d[1];
+    a.KV = d[2];
+    a.Tq = d[3];
+    a.Tk = d[4];
+    a.D = d[5];
+    a.Dv = d[6];
+    a.causal = d[7] != 0;
+    for (int i = 0; i < 4; i++)
+        a.bst[i] = s[i];
+    a.has_bias = s[4] != 0;
+    a.scale = scale;
+    return a;
+}
+
+/* the keys query row i sees: j <= i + Tk - Tq when causal */
+static long att_visible(const att_dims *a, long i)
+{
+    if (!a->causal)
+        return a->Tk;
+    long n = i + (a->Tk - a->Tq) + 1;
+    return n < 0 ? 0 : n > a->Tk ? a->Tk : n;
+}
+
+static acc_t att_dot(__global const store_t *x, long xi, __global const store_t *y, long yi, long n)
+{
+    acc_t s = 0;
+    for (long d = 0; d < n; d++)
+        s += (acc_t)ld(x, xi + d) * ld(y, yi + d);
+    return s;
+}
+
+/* where query row `row` = (b H + h) Tq + i reads: its q row, the first k and v rows of its
+ * kv head, its bias row (element offsets, the buffers' offsets included) */
+typedef struct {
+    long b, h, i, q, k, v, bias;
+} att_row;
+
+static att_row att_row_of(const att_dims *a, long row, long qo, long ko, long vo, long bo)
+{
+    att_row r;
+    r.i = row % a->Tq;
+    r.h = row / a->Tq % a->H;
+    r.b = row / (a->Tq * a->H);
+    long kv = r.b * a->KV + r.h / (a->H / a->KV);
+    r.q = qo + row * a->D;
+    r.k = ko + kv * a->Tk * a->D;
+    r.v = vo + kv * a->Tk * a->Dv;
+    r.bias = bo + r.b * a->bst[0] + r.h * a->bst[1] + r.i * a->bst[2];
+    return r;
+}
+
+/* the score of key j for row r */
+static float att_score(const att_dims *a, const att_row *r, __global const store_t *q,
+                       __global const store_t *k, __global const store_t *bias, long j)
+{
+    float s = (float)att_dot(q, r->q, k, r->k + j * a->D, a->D) * a->scale;
+    if (a->has_bias)
+        s += ld(bias, r->bias + j * a->bst[3]);
+    return s;
+}
+
+/* the row's largest score over its visible keys (-INFINITY when none) */
+static float att_max(const att_dims *a, const att_row *r, __global const store_t *q,
+                     __global const store_t *k, __global const store_t *bias, long vis)
+{
+    float m = -INFINITY;
+    for (long j = 0; j < vis; j++) {
+        float s = att_score(a, r, q, k, bias, j);
+        m = s > m ? s : m;
+    }
+    return m;
+}
+
+/* o [B, H, Tq, Dv]: softmax(scores) v per query row; zeros for a row that sees no key */
+__kernel void k_attention(__global store_t *o, long oo, __global const store_t *q, long qo,
+                          __global const store_t *k, long ko, __global const store_t *v, long vo,
+                          __global const store_t *bias, long bo, long8 dims, long8 bst, float scale)
+{
+    long row = get_global_id(0);
+    att_dims a = att_dims_of(dims, bst, scale);
+    if (row >= a.B * a.H * a.Tq)
+        return;
+    att_row r = att_row_of(&a, row, qo, ko, vo, bo);
+    long vis = att_visible(&a, r.i);
+    float m = att_max(&a, &r, q, k, bias, vis);
+    for (long c0 = 0; c0 < a.Dv; c0 += ATT_CHUNK) {
+        long nc = a.Dv - c0 < ATT_CHUNK ? a.Dv - c0 : ATT_CHUNK;
+        acc_t acc[ATT_CHUNK], l = 0;
+        for (long c = 0; c < nc; c++)
+            acc[c] = 0;
+        for (long j = 0; m != -INFINITY && j < vis; j++) {
+            float p = rci_fexp(att_score(&a, &r, q, k, bias, j) - m);
+            l += p;
+            for (long c = 0; c < nc; c++)
+                acc[c] += (acc_t)p * ld(v, r.v + j * a.Dv + c0 + c);
+        }
+        for (long c = 0; c < nc; c++)
+            st(o, oo + row * a.Dv + c0 + c, l > 0 ? (float)(acc[c] / l) : 0);
+    }
+}
+
+/* o [B, H, Tq, 2] float: per query row the log-sum-exp of its scores (-INFINITY when it
+ * sees no key) and delta = sum_j p_j (dO . v_j) */
+__kernel void k_attention_stats(__global float *o, long oo, __global const store_t *q, long qo,
+                                __global const store_t *k, long ko, __global const store_t *v, long vo,
+                                __global const store_t *bias, long bo, __global const store_t *dout,
+                                long doo, long8 dims, long8 bst, float scale)
+{
+    long row = get_global_id(0);
+    att_dims a = att_dims_of(dims, bst, scale);
+    if (row >= a.B * a.H * a.Tq)
+        return;
+    att_row r = att_row_of(&a, row, qo, ko, vo, bo);
+    long vis = att_visible(&a, r.i);
+    float m = att_max(&a, &r, q, k, bias, vis);
+    acc_t l = 0, da = 0;
+    for (long j = 0; m != -INFINITY && j < vis; j++) {
+        float p = rci_fexp(att_score(&a, &r, q, k, bias, j) - m);
+        l += p;
+        da += (acc_t)p * att_dot(dout, doo + row * a.Dv, v, r.v + j * a.Dv, a.Dv);
+    }
+    o[oo + row * 2] = l > 0 ? (float)((acc_t)m + log(l)) : -INFINITY;
+    o[oo + row * 2 + 1] = l > 0 ? (float)(da / l) : 0;
+}
+
+/* p and dS = p (dP - delta) scale of row r's key j (p alone when dp_too is 0) */
+static float att_ds(const att_dims *a, const att_row *r, long row, __global const store_t *q,
+                    __global const store_t *k, __global const store_t *v, __global const store_t *bias,
+                    __global const store_t *dout, long doo, __global const float *stats, long so, long j,
+                    int dp_too)
+{
+    float lse = stats[so + row * 2], delta = stats[so + row * 2 + 1];
+    if (lse == -INFINITY) /* a row that sees no key */
+        lse = 0;
+    float p = rci_fexp(att_score(a, r, q, k, bias, j) - lse);
+    if (!dp_too)
+        return p;
+    float dp = (float)att_dot(dout, doo + row * a->Dv, v, r->v + j * a->Dv, a->Dv);
+    return p * (dp - delta) * a->scale;
+}
+
+/* dq [B, H, Tq, D]: per query row, sum_j dS_j k_j */
+__kernel void k_attention_dq(__global store_t *o, long oo, __global const store_t *q, long qo,
+                             __global const store_t *k, long ko, __global const store_t *v, long vo,
+                             __global const store_t *bias, long bo, __global const store_t *dout, long doo,
+                             __global const float *stats, long so, long8 dims, long8 bst, float scale)
+{
+    long row = get_global_id(0);
+    att_dims a = att_dims_of(dims, bst, scale);
+    if (row >= a.B * a.H * a.Tq)
+        return;
+    att_row r = att_row_of(&a, row, qo, ko, vo, bo);
+    long vis = att_visible(&a, r.i);
+    for (long c0 = 0; c0 < a.D; c0 += ATT_CHUNK) {
+        long nc = a.D - c0 < ATT_CHUNK ? a.D - c0 : ATT_CHUNK;
+        acc_t acc[ATT_CHUNK];
+        for (long c = 0; c < nc; c++)
+            acc[c] = 0;
+        for (long j = 0; j < vis; j++) {
+            float ds = att_ds(&a, &r, row, q, k, v, bias, dout, doo, stats, so, j, 1);
+            for (long c = 0; c < nc; c++)
+                acc[c] += (acc_t)ds * ld(k, r.k + j * a.D + c0 + c);
+        }
+        for (long c = 0; c < nc; c++)
+            st(o, oo + row * a.D + c0 + c, (float)acc[c]);
+    }
+}
+
+/* dk [B, KV, Tk, D] (which 1: sum dS_i q_i) or dv [B, KV, Tk, Dv] (which 2: sum p_i dO_i)
+ * per key row, over the query heads of its group and the query rows that see the key */
+__kernel void k_attention_dkv(__global store_t *o, long oo, __global const store_t *q, long qo,
+                              __global const store_t *k, long ko, __global const store_t *v, long vo,
+                              __global const store_t *bias, long bo, __global const store_t *dout, long doo,
+                              __global const float *stats, long so, long8 dims, long8 bst, float scale,
+                              int which)
+{
+    long n = get_global_id(0);
+    att_dims a = att_dims_of(dims, bst, scale);
+    if (n >= a.B * a.KV * a.Tk)
+        return;
+    long j = n % a.Tk, kvh = n / a.Tk % a.KV, b = n / (a.Tk * a.KV), G = a.H / a.KV;
+    long w = which == 1 ? a.D : a.Dv, i0 = a.causal ? j - (a.Tk - a.Tq) : 0;
+    i0 = i0 < 0 ? 0 : i0;
+    for (long c0 = 0; c0 < w; c0 += ATT_CHUNK) {
+        long nc = w - c0 < ATT_CHUNK ? w - c0 : ATT_CHUNK;
+        acc_t acc[ATT_CHUNK];
+        for (long c = 0; c < nc; c++)
+            acc[c] = 0;
+        for (long h = kvh * G; h < (kvh + 1) * G; h++)
+            for (long i = i0; i < a.Tq; i++) {
+                long row = (b * a.H + h) * a.Tq + i;
+                att_row r = att_row_of(&a, row, qo, ko, vo, bo);
+                float f = att_ds(&a, &r, row, q, k, v, bias, dout, doo, stats, so, j, which == 1);
+                for (long c = 0; c < nc; c++)
+                    acc[c] += (acc_t)f * (which == 1 ? ld(q, r.q + c0 + c) : ld(dout, doo + row * a.Dv + c0 + c));
+            }
+        for (long c = 0; c < nc; c++)
+            st(o, oo + n * w + c0 + c, (float)acc[c]);
+    }
+}
+
+/* dbias, the bias's shape: each element the sum of p (dP - delta) over the axes of
+ * [B, H, Tq, Tk] it broadcasts along (rows that see no key, keys not seen: nothing) */
+__kernel void k_attention_dbias(__global store_t *o, long oo, __global const store_t *q, long qo,
+                                __global const store_t *k, long ko, __global const store_t *v, long vo,
+                                __global const store_t *bias, long bo, __global const store_t *dout,
+                                long doo, __global const float *stats, long so, long8 dims, long8 bst,
+                                float scale)
+{
+    long e = get_global_id(0);
+    att_dims a = att_dims_of(dims, bst, scale);
+    const long *s = a.bst;
+    long eb = s[0] ? a.B : 1, eh = s[1] ? a.H : 1, ei = s[2] ? a.Tq : 1, ej = s[3] ? a.Tk : 1;
+    if (e >= eb * eh * ei * ej)
+        return;
+    long uj = e % ej, ui = e / ej % ei, uh = e / (ej * ei) % eh, ub = e / (ej * ei * eh);
+    acc_t acc = 0;
+    for (long b = s[0] ? ub : 0; b < (s[0] ? ub + 1 : a.B); b++)
+        for (long h = s[1] ? uh : 0; h < (s[1] ? uh + 1 : a.H); h++)
+            for (long i = s[2] ? ui : 0; i < (s[2] ? ui + 1 : a.Tq); i++) {
+                long row = (b * a.H + h) * a.Tq + i, vis = att_visible(&a, i);
+                if (stats[so + row * 2] == -INFINITY)
+                    continue;
+                att_row r = att_row_of(&a, row, qo, ko, vo, bo);
+                for (long j = s[3] ? uj : 0; j < (s[3] ? uj + 1 : a.Tk) && j < vis; j++) {
+                    float p = att_ds(&a, &r, row, q, k, v, bias, dout, doo, stats, so, j, 0);
+                    float dp = (float)att_dot(dout, doo + row * a.Dv, v, r.v + j * a.Dv, a.Dv);
+                    if (p != 0)
+                        acc += p * (dp - stats[so + row * 2 + 1]);
+                }
+            }
+    st(o, oo + ub * s[0] + uh * s[1] + ui * s[2] + uj * s[3], (float)acc);
+}

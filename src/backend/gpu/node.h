@@ -2,8 +2,8 @@
  * at the bottom (kernel names, storage, scratch, places, boxes), the nodes' runs above it
  * (ops_elementwise.c: element-wise ops, movement, casts, random draws; ops_rows.c:
  * reductions, softmax, norms, ids, cross-entropy, rope, matrix products, convolution and
- * pooling), and run.c on top (supports, the dispatch, scratch sizes, the table, which
- * holds update.c's optimizer work too).
+ * pooling; ops_attention.c: fused attention), and run.c on top (supports, the dispatch,
+ * scratch sizes, the table, which holds update.c's optimizer work too).
  *
  * Memory is (rci_gpu_mem, element offset): elements of 4 bytes (f32, i32) or 2 (bf16,
  * f16), so a byte offset is the element size times an element offset. Boxes (shapes with
@@ -125,6 +125,10 @@ int rci_gpu_run_rope(rci_gpu *g, const rci_node_run *r, rc_error *err);
 int rci_gpu_run_matmul(rci_gpu *g, const rci_node_run *r, rc_error *err);
 int rci_gpu_run_conv2d(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* and its gradients */
 int rci_gpu_run_pool2d(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* and its gradient */
+
+/* ---- ops_attention.c ---- */
+
+int rci_gpu_run_attention(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* and its stats, gradients */
 /* Bytes of scratch node (a checked one) takes: the sizes those runs take their scratch by */
 size_t rci_gpu_node_scratch(const rci_gpu *g, const rc_tensor *node);
 

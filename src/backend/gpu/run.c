@@ -59,6 +59,9 @@ static int gpu_supports(const rc_backend *be, rc_op op, rc_dtype t)
     case RC_OP_CONV2D_GRAD_WEIGHT:
     case RC_OP_POOL2D:
     case RC_OP_POOL2D_GRAD:
+    case RC_OP_ATTENTION:
+    case RC_OP_ATTENTION_STATS:
+    case RC_OP_ATTENTION_GRAD:
         return real;
     default:
         return 0;
@@ -114,6 +117,9 @@ static int gpu_run_node(rc_backend *be, const rci_node_run *r, rc_error *err)
     case RC_OP_CONV2D_GRAD_WEIGHT: return rci_gpu_run_conv2d(g, r, err);
     case RC_OP_POOL2D:
     case RC_OP_POOL2D_GRAD: return rci_gpu_run_pool2d(g, r, err);
+    case RC_OP_ATTENTION:
+    case RC_OP_ATTENTION_STATS:
+    case RC_OP_ATTENTION_GRAD: return rci_gpu_run_attention(g, r, err);
     default: return rci_gpu_run_unary(g, r, err);   /* AFFINE, EXP, LOG, SQRT, RSQRT, TANH */
     }
 }

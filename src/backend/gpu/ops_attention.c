@@ -1,0 +1,61 @@
+/* ops_attention.c - the fused attention nodes on a device: ATTENTION, ATTENTION_STATS and
+ * ATTENTION_GRAD (layouts in redco.h), with kernels.cl's k_attention* kernels, one
+ * work-item per output row (per bias element for the bias's gradient). No scratch: each
+ * kernel recomputes the scores it needs. */
+#include "node.h"
+
+/* the kernels' dims (B, H, KV, Tq, Tk, D, Dv, causal) and the bias's strides along
+ * [B, H, Tq, Tk] with s[4] = 1 when there is a bias */
+static void att_geometry(const rc_tensor *node, rci_gpu_long8 *dims, rci_gpu_long8 *bst)
+{
+    const rc_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2], *bias = node->src[3];
+    int64_t d[8] = {q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3],
+                    v->shape[3], node->iparam[0] != 0};
+    int64_t s[8] = {0};
+    if (bias) {
+        int64_t full[4] = {d[0], d[1], d[3], d[4]};
+        rci_bcast_strides(bias, 4, full, s);
+        s[4] = 1;
+    }
+    *dims = rci_gpu_long8_of(d);
+    *bst = rci_gpu_long8_of(s);
+}
+
+int rci_gpu_run_attention(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node, *q = node->src[0], *k = node->src[1];
+    rci_gpu_place out = {0}, in[3] = {{0}}, bias = {0}, dout = {0}, stats = {0};
+    int32_t has_bias, which = node->op == RC_OP_ATTENTION_GRAD ? node->iparam[1] : 0;
+    if (rci_gpu_places(r, 3, &out, in, err) || rci_gpu_optional_place(r, 3, &out, &bias, &has_bias, err))
+        return -1;
+    if (node->op != RC_OP_ATTENTION && rci_gpu_place_of(&r->in[4], node, node->src[4]->dtype, &dout, err))
+        return -1;
+    if (node->op == RC_OP_ATTENTION_GRAD && rci_gpu_place_of(&r->in[5], node, node->src[5]->dtype, &stats, err))
+        return -1;
+    rci_gpu_long8 dims, bst;
+    att_geometry(node, &dims, &bst);
+    float scale = (float)node->fparam[0];
+    size_t qrows = (size_t)(q->shape[0] * q->shape[1] * q->shape[2]);
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(in[2].mem), ARG(in[2].off), ARG(bias.mem), ARG(bias.off),
+                       ARG(dout.mem), ARG(dout.off), ARG(stats.mem), ARG(stats.off), ARG(dims), ARG(bst),
+                       ARG(scale), ARG(which)};
+    rci_gpu_arg fwd[] = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[14], a[15], a[16]};
+    rci_gpu_arg st[] = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[14], a[15], a[16]};
+    if (node->op == RC_OP_ATTENTION)
+        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION, fwd, 13, qrows, "attention", err);
+    if (node->op == RC_OP_ATTENTION_STATS)
+        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_STATS, st, 15, qrows, "attention_stats", err);
+    switch (which) {
+    case 0:
+        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DQ, a, 17, qrows, "attention_grad (q)", err);
+    case 1:
+    case 2:
+        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DKV, a, 18,
+                                   (size_t)(k->shape[0] * k->shape[1] * k->shape[2]),
+                                   which == 1 ? "attention_grad (k)" : "attention_grad (v)", err);
+    default:
+        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DBIAS, a, 17, (size_t)rc_tensor_numel(node),
+                                   "attention_grad (bias)", err);
+    }
+}
