@@ -1,6 +1,7 @@
 /* mpi_shard.c - the partitioner: with the model split over every process (mp = world
  * size), each rank's local graph gives the same loss and, for its shards, the same
- * parameter gradients as the whole model on one process, for every family. */
+ * parameter gradients as the whole model on one process, for every family (and with the
+ * fused attention op for three of them). */
 #include "check.h"
 #include "redco/device.h"
 #include "nn.h"
@@ -284,6 +285,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < 5; i++)
         check_family(presets[i], &m, 0);
     check_family("tiny-gpt2", &m, 1);
+    /* the fused attention op split by heads: GPT-2, Llama's grouped kv heads, T5's bias */
+    rci_nn_set_fused_attention(1);
+    const char *fused[] = {"tiny-gpt2", "tiny-llama", "tiny-t5"};
+    for (int i = 0; i < 3; i++)
+        check_family(fused[i], &m, 0);
+    rci_nn_set_fused_attention(0);
     check_mlp(&m);
     check_image_to_text(&m);
     char name[64];
