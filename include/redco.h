@@ -171,7 +171,9 @@ typedef enum {
                             fparam[0] as ATTENTION; iparam[1] = the input it differentiates
                             (0: q, 1: k, 2: v, 3: bias) -> that input's shape, q's dtype; dk and dv
                             sum over the query heads sharing a key/value head, dbias over the
-                            axes the bias broadcasts over */
+                            axes the bias broadcasts over; 4: q, k and v at once (one pass over
+                            the tiles) -> 1-D [nq + nk + nv], dq, dk, dv flat one after the other,
+                            read through views (leading slice, reshape) */
     RC_OP_COUNT
 } rc_op;
 
@@ -402,8 +404,9 @@ rc_tensor *rc_softmax_ext(rc_graph *g, rc_tensor *a, rc_tensor *mask, double sca
  * as rc_softmax_ext. All inputs share one float dtype; 16-bit inputs compute in f32.
  * The same as matmul(softmax_ext(matmul(q, repeat(k)^T), bias, scale, causal), repeat(v)).
  * No attention dropout: apply rc_dropout to the unfused graph where it is wanted.
- * Its backward (rc_backward) adds one ATTENTION_STATS node (row log-sum-exp and dO . o)
- * and one ATTENTION_GRAD node per input. The CPU backend runs it; the devices do not yet. */
+ * Its backward (rc_backward) adds one ATTENTION_STATS node (row log-sum-exp and dO . o),
+ * one ATTENTION_GRAD node for q, k and v together (packed; the gradients are views of it)
+ * and, with a bias, one for the bias. The CPU backend runs it; the devices do not yet. */
 rc_tensor *rc_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
                         double scale, int causal);
 /* layer norm over the last axis; weight and bias [C] may be NULL */

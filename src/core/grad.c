@@ -110,6 +110,27 @@ static int grad_matmul(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
     return 0;
 }
 
+/* ATTENTION: the row statistics once, then dq, dk and dv from one packed ATTENTION_GRAD
+ * (one pass that recomputes each tile's probabilities once for all three), each a view of
+ * it (a leading slice, reshaped), and the bias's from its own node (an unused node is never
+ * planned). */
+static int grad_attention(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+{
+    rc_tensor *st = rci_attention_stats(g, y, G);
+    rc_tensor *all = st ? rci_attention_grad(g, y, G, st, 4) : NULL;
+    int64_t off = 0;
+    for (int k = 0; k < 3 && all; k++) {
+        const rc_tensor *x = y->src[k];
+        int64_t n = rc_tensor_numel(x);
+        rc_tensor *part = rc_slice(g, all, 0, off, off + n);
+        gs[k] = part ? rc_reshape(g, part, x->ndim, x->shape) : NULL;
+        off += n;
+    }
+    if (st && y->src[3])
+        gs[3] = rci_attention_grad(g, y, G, st, 3);
+    return 0;
+}
+
 static int grad_softmax(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 {
     /* dz = y * (G - sum(G y)) for z = x * scale + mask (in f32 for 16-bit y) */
@@ -328,15 +349,8 @@ int rci_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
         return grad_matmul(g, y, G, gs);
     case RC_OP_SOFTMAX:
         return grad_softmax(g, y, G, gs);
-    case RC_OP_ATTENTION: {
-        /* the row statistics once, then one node per input, each recomputing the
-         * probabilities tile by tile (an unused one is never planned) */
-        rc_tensor *st = rci_attention_stats(g, y, G);
-        for (int k = 0; k < 4 && st; k++)
-            if (y->src[k])
-                gs[k] = rci_attention_grad(g, y, G, st, k);
-        return 0;
-    }
+    case RC_OP_ATTENTION:
+        return grad_attention(g, y, G, gs);
     case RC_OP_LAYER_NORM:
     case RC_OP_RMS_NORM:
         return grad_norm(g, y, G, gs);

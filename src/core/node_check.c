@@ -427,7 +427,8 @@ static int check_pool(const rc_tensor *node, rc_error *err)
 /* ATTENTION, ATTENTION_STATS, ATTENTION_GRAD: q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv]
  * (KV divides H), bias (src3, optional) broadcast to [B, H, Tq, Tk], all of q's dtype; STATS
  * adds dO [B, H, Tq, Dv] and is [B, H, Tq, 2] in q's compute dtype; GRAD adds dO and the
- * stats and has the shape of the input iparam[1] (0 q, 1 k, 2 v, 3 bias) names. */
+ * stats and has the shape of the input iparam[1] (0 q, 1 k, 2 v, 3 bias) names, or with
+ * iparam[1] 4 is 1-D, q's, k's and v's element counts together (dq, dk, dv packed). */
 static int check_attention(const rc_tensor *node, rc_error *err)
 {
     const rc_tensor *q = node->nsrc > 0 ? node->src[0] : NULL;
@@ -473,7 +474,10 @@ static int check_attention(const rc_tensor *node, rc_error *err)
         const rc_tensor *s = node->src[5];
         int w = node->iparam[1];
         ok = s->ndim == 4 && s->shape[0] == os[0] && s->shape[1] == os[1] && s->shape[2] == os[2] &&
-             s->shape[3] == 2 && w >= 0 && w <= 3 && (w < 3 || bias) && rci_same_shape(node, node->src[w]);
+             s->shape[3] == 2 && w >= 0 && w <= 4 && (w != 3 || bias) &&
+             (w == 4 ? node->ndim == 1 && node->shape[0] == rc_tensor_numel(q) + rc_tensor_numel(k) +
+                                                               rc_tensor_numel(v)
+                     : rci_same_shape(node, node->src[w]));
     }
     if (!ok)
         return bad(err, RC_ERR_SHAPE, node, "output or gradient inputs do not fit q %s, k %s, v %s "

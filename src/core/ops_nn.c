@@ -283,10 +283,15 @@ rc_tensor *rci_attention_grad(rc_graph *g, rc_tensor *att, rc_tensor *dout, rc_t
     rc_tensor *src[6] = {att->src[0], att->src[1], att->src[2], att->src[3], dout, stats};
     if (rci_inputs_bad(g, 1, &stats))
         return NULL;
-    if (which < 0 || which > 3 || !src[which])
+    if (which < 0 || which > 4 || (which < 4 && !src[which]))
         return rci_fail(g, RC_ERR_ARG, "attention_grad: no input %d to differentiate", which);
-    const rc_tensor *x = src[which];
-    rc_tensor *y = rci_node_new(g, RC_OP_ATTENTION_GRAD, att->dtype, x->ndim, x->shape, 6, src);
+    rc_tensor *y;
+    if (which == 4) { /* dq, dk, dv packed */
+        int64_t n = rc_tensor_numel(src[0]) + rc_tensor_numel(src[1]) + rc_tensor_numel(src[2]);
+        y = rci_node_new(g, RC_OP_ATTENTION_GRAD, att->dtype, 1, &n, 6, src);
+    } else {
+        y = rci_node_new(g, RC_OP_ATTENTION_GRAD, att->dtype, src[which]->ndim, src[which]->shape, 6, src);
+    }
     if (y) {
         y->fparam[0] = att->fparam[0];
         y->iparam[0] = att->iparam[0];

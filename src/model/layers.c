@@ -83,9 +83,31 @@ static rc_tensor *repeat_kv(rc_graph *g, rc_tensor *k, int64_t heads)
     return rc_reshape(g, e, 4, (int64_t[]){B, heads, T, D});
 }
 
+/* off until every backend runs the fused op (rci_nn_set_fused_attention) */
+static int fused_attention;
+
+void rci_nn_set_fused_attention(int on)
+{
+    fused_attention = on != 0;
+}
+
+/* the fused op: key/value heads read in place, the bias in q's dtype as the op wants it */
+static rc_tensor *attention_fused(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
+                                  double scale, int causal)
+{
+    int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = v->shape[3];
+    if (bias && bias->dtype != q->dtype)
+        bias = rc_cast(g, bias, q->dtype);
+    rc_tensor *y = rc_attention(g, q, k, v, bias, scale, causal);   /* [B, H, Tq, D] */
+    y = rc_permute(g, y, (int[]){0, 2, 1, 3});                        /* [B, Tq, H, D] */
+    return rc_reshape(g, y, 3, (int64_t[]){B, Tq, H * D});
+}
+
 rc_tensor *rci_nn_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
                         double scale, int causal)
 {
+    if (fused_attention)
+        return attention_fused(g, q, k, v, bias, scale, causal);
     rc_tensor *src[3] = {q, k, v};
     if (rci_inputs_bad(g, 3, src))
         return NULL;

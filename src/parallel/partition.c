@@ -10,6 +10,7 @@
  *              one term per element is non-zero; one collective kind, and the gradient is
  *              the shard's cut of the whole gradient);
  *   vocabulary shards for embeddings and the cross-entropy;
+ *   fused attention with this shard's heads (a key/value with fewer heads cut to its own);
  *   convs with the local channel counts (a row-parallel conv's bias added after its
  *   all-reduce; a grouped column conv's whole input cut to its groups).
  * Splittable inputs (a key/value cache) become leaves of this shard's shape. */
@@ -235,6 +236,31 @@ static rc_tensor *pool_shard(rc_graph *g, const rc_tensor *y, rc_tensor *x)
     return ip[0] == RC_POOL_MAX ? rc_max_pool2d(g, x, &q) : rc_avg_pool2d(g, x, &q);
 }
 
+/* fused attention on a shard: split by heads, a key or value that arrived whole (its kv
+ * heads fewer than the query heads, so the generic cut passed it by) is cut to this shard's
+ * kv heads, or with one kv head entered whole; either way through mp_enter, so its
+ * gradient, a sum over every shard's query heads, is all-reduced */
+static rc_tensor *attention_shard(local *l, const rc_tensor *y, rc_tensor **x)
+{
+    const rci_shard_state *s = &l->p->st[y->id];
+    for (int i = 1; i < 3 && l->mp > 1 && s->kind == ST_SPLIT && s->c[0].axis == 1 && x[i]; i++) {
+        int64_t KV = y->src[i]->shape[1];
+        if (KV == y->shape[1] || x[i]->shape[1] != KV)
+            continue; /* as many kv heads as query heads (cut as q), or already this shard's */
+        if (KV == 1) {
+            if (!l->entered[y->src[i]->id])
+                l->entered[y->src[i]->id] = rc_mp_enter(l->lg, x[i]);
+            x[i] = l->entered[y->src[i]->id];
+        } else {
+            rci_shard_cand c = {1, 1, KV, 1, 1, 1};
+            if (!l->sliced[y->src[i]->id])
+                l->sliced[y->src[i]->id] = cut(l, x[i], 1, &c);
+            x[i] = l->sliced[y->src[i]->id];
+        }
+    }
+    return rc_attention(l->lg, x[0], x[1], x[2], x[3], y->fparam[0], y->iparam[0]);
+}
+
 static rc_tensor *unary(rc_graph *g, rc_op op, rc_tensor *x)
 {
     switch (op) {
@@ -307,6 +333,7 @@ static rc_tensor *rebuild(local *l, const rc_tensor *y, rc_tensor **x, const int
     case RC_OP_STOP_GRADIENT: return rc_stop_gradient(g, x[0]);
     case RC_OP_CONV2D: return conv_shard(l, y, x);
     case RC_OP_POOL2D: return pool_shard(g, y, x[0]);
+    case RC_OP_ATTENTION: return attention_shard(l, y, x);
     case RC_OP_MP_ENTER: return rc_mp_enter(g, x[0]);
     case RC_OP_MP_REDUCE: return rc_mp_reduce(g, x[0]);
     case RC_OP_MP_MAX: return rc_mp_max(g, x[0]);

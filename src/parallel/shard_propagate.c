@@ -4,7 +4,8 @@
  * node's, and marks what the partitioner must do to an input (ACT_* in p->act): make a
  * partial sum whole, gather a split an op cannot use, slice a replicated operand to the
  * shard. Linears fed a whole activation start a split-any (column parallel), linears fed
- * feature-split ones are row parallel, attention takes the heads, element-wise ops,
+ * feature-split ones are row parallel, attention (the products or the fused op) takes the
+ * heads, element-wise ops,
  * reshapes, permutes and concatenations carry a split, norms / softmax / reductions rule
  * out the axis they reduce over; an op without a rule gets its inputs whole. Convolutions
  * follow the linears on their channel axis (NCHW axis 1): fed a whole input, column
@@ -472,6 +473,64 @@ static void softmax_mask(rci_shard_analysis *p, rc_tensor *y, const rci_shard_st
         p->act[y->id * RC_MAX_SRC + 1] |= ACT_GATHER | ACT_SLICE;
 }
 
+/* key/value operand i (1 k, 2 v) of a fused attention whose output is split as c (axis
+ * 0 the batch, 1 the heads): a split that cuts its kv heads as c cuts the query heads (KV
+ * and H both divided by the shard count, shard r's query heads then reading shard r's kv
+ * heads) is kept; otherwise it is made whole, and partition.c cuts it to the shard's kv
+ * heads (or, one kv head, enters it). 0 when that cannot be done. */
+static int attention_kv(rci_shard_analysis *p, rc_tensor *y, int i, const rci_shard_cand *c, rci_shard_state *s)
+{
+    const rc_tensor *x = y->src[i];
+    int64_t H = y->shape[1], KV = x->shape[1];
+    int heads = c->axis == 1 && KV != H;
+    if (heads && (c->c_outer != 1 || c->c_inner != 1 || (KV > 1 && KV % p->mp)))
+        return 0;
+    if (s->kind == ST_SPLIT && s->c[0].axis == c->axis &&
+        (heads ? s->c[0].c_outer == 1 && s->c[0].c_inner == 1 && s->c[0].groups == KV
+               : rci_shard_same_cut(c->c_outer, c->groups, c->c_inner, s->c[0].c_outer, s->c[0].groups,
+                                    s->c[0].c_inner, p->mp)))
+        return 1;
+    if (s->kind == ST_SPLIT)
+        p->act[y->id * RC_MAX_SRC + i] |= ACT_GATHER;
+    p->act[y->id * RC_MAX_SRC + i] |= ACT_SLICE; /* whole: partition.c cuts it */
+    return 1;
+}
+
+/* fused attention (q, k, v, bias): split by heads (or batch) as q is; k and v follow with
+ * their own kv heads (attention_kv), the bias as a softmax mask does; any other split, or
+ * heads the shard count does not divide, leaves the op whole */
+static void attention(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *out)
+{
+    rci_shard_state s[3];
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < 3; i++)
+        attention_operand(p, y, i, &s[i]);
+    int ok = s[0].kind == ST_SPLIT;
+    for (int i = 1; i < 3 && ok; i++)
+        ok = attention_kv(p, y, i, &s[0].c[0], &s[i]);
+    if (!ok) {
+        for (int i = 0; i < 4; i++)
+            if (y->src[i]) {
+                rci_shard_state w = i < 3 ? s[i] : p->st[y->src[i]->id];
+                make_whole(p, &w, y, i);
+                drop(p, &w, y, i);
+                p->act[y->id * RC_MAX_SRC + i] &= ~(unsigned)ACT_SLICE;
+            }
+        return;
+    }
+    *out = s[0];
+    out->norig = 0;
+    if (!y->src[3])
+        return;
+    rc_tensor *m = y->src[3];
+    rci_shard_state mask = p->st[m->id];
+    make_whole(p, &mask, y, 3);
+    if (mask.kind == ST_REPLICATED)
+        p->act[y->id * RC_MAX_SRC + 3] |= ACT_SLICE;
+    else if (!split_agrees(p, out, y, m, y))
+        p->act[y->id * RC_MAX_SRC + 3] |= ACT_GATHER | ACT_SLICE;
+}
+
 /* 1 when t is consumed by exactly one node of the graph up to `last` */
 static int single_use(const rci_shard_analysis *p, const rc_tensor *t, int last)
 {
@@ -827,6 +886,9 @@ void rci_shard_propagate(rci_shard_analysis *p, rc_tensor *y)
     case RC_OP_POOL2D:
         pool(p, y, out);
         return;
+    case RC_OP_ATTENTION:
+        attention(p, y, out);
+        return;
     default:
         unknown_op(p, y);
         return;
@@ -869,7 +931,9 @@ void rci_shard_mark_column_inputs(rci_shard_analysis *p)
             if (!x || !(p->act[i * RC_MAX_SRC + k] & ACT_SLICE) || is_param(p, x))
                 continue;
             int ax = ys->c[0].axis - (y->ndim - x->ndim);
-            if (p->mp > 1 && ax >= 0 && x->shape[ax] == y->shape[ys->c[0].axis])
+            /* a fused attention's whole key/value with fewer heads: cut or entered there */
+            int kv = y->op == RC_OP_ATTENTION && (k == 1 || k == 2) && ax == 1 && x->shape[1] != y->shape[1];
+            if (p->mp > 1 && ax >= 0 && (kv || x->shape[ax] == y->shape[ys->c[0].axis]))
                 p->col_input[x->id] = 1;
         }
     }

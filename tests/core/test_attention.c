@@ -13,6 +13,7 @@
  * [B, H, T, T]. */
 #include "check.h"
 #include "gradcheck.h"
+#include "internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -304,6 +305,47 @@ static void test_memory(void)
            (long long)big, (long long)B * H * T * T);
 }
 
+/* ---- one gradient per node -------------------------------------------------------------- */
+
+/* The per-input ATTENTION_GRAD nodes (iparam[1] 0, 1, 2: what a backend may run one at a
+ * time) against the packed one rc_backward builds (4), f64, causal GQA with Tq < Tk and
+ * sizes not a multiple of a tile: the same sums in the same order */
+static void test_single_grads(void)
+{
+    enum { B = 2, H = 6, KV = 2, TQ = 70, TK = 75, D = 8 };
+    rc_graph *g = rc_graph_new();
+    int64_t sq[4] = {B, H, TQ, D}, sk[4] = {B, KV, TK, D};
+    rc_tensor *x[4] = {rc_input(g, "q", RC_F64, 4, sq), rc_input(g, "k", RC_F64, 4, sk), rc_input(g, "v", RC_F64, 4, sk),
+                       rc_input(g, "do", RC_F64, 4, sq)};
+    rc_tensor *att = rc_attention(g, x[0], x[1], x[2], NULL, 0.3, 1);
+    rc_tensor *st = att ? rci_attention_stats(g, att, x[3]) : NULL;
+    rc_tensor *outs[4] = {st ? rci_attention_grad(g, att, x[3], st, 4) : NULL};
+    for (int w = 0; w < 3 && st; w++)
+        outs[1 + w] = rci_attention_grad(g, att, x[3], st, w);
+    rc_error err = {0};
+    rc_plan *p = rc_graph_error(g) ? NULL : rc_plan_new(g, outs, 4, &err);
+    CHECKF(p, "single gradients: %s %s", rc_graph_error(g) ? rc_graph_error(g) : "", err.msg);
+    int64_t n[3] = {B * H * TQ * D, B * KV * TK * D, B * KV * TK * D}, total = n[0] + n[1] + n[2];
+    double *vals = malloc((size_t)total * sizeof *vals), *packed = malloc((size_t)total * sizeof *packed);
+    for (int64_t i = 0; i < total; i++)
+        vals[i] = uniform(-2, 2);
+    double *in[4] = {vals, vals + n[0], vals + n[0] + n[1], vals + total - n[0]};
+    for (int i = 0; p && i < 4; i++)
+        CHECK(!rc_plan_set_input(p, x[i], in[i], &err));
+    CHECKF(!p || (!rc_plan_run(p, &err) && !rc_plan_read(p, outs[0], packed, &err)), "run: %s", err.msg);
+    for (int w = 0, off = 0; p && w < 3; off += (int)n[w], w++) {
+        double *one = malloc((size_t)n[w] * sizeof *one), worst = 0;
+        CHECK(!rc_plan_read(p, outs[1 + w], one, &err));
+        for (int64_t i = 0; i < n[w]; i++)
+            worst = fmax(worst, fabs(one[i] - packed[off + i]) / (1 + fabs(one[i])));
+        CHECKF(worst < 1e-12, "gradient %d alone differs from the packed one by %.3g", w, worst);
+        free(one);
+    }
+    free(vals), free(packed);
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
 /* ---- errors ------------------------------------------------------------------------------ */
 
 static void test_errors(void)
@@ -339,6 +381,7 @@ int main(void)
     test_errors();
     test_against_unfused();
     test_finite_differences();
+    test_single_grads();
     test_memory();
     return check_summary("test_attention");
 }

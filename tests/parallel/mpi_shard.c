@@ -1,6 +1,7 @@
 /* mpi_shard.c - the partitioner: with the model split over every process (mp = world
  * size), each rank's local graph gives the same loss and, for its shards, the same
- * parameter gradients as the whole model on one process, for every family. */
+ * parameter gradients as the whole model on one process, for every family (and with the
+ * fused attention op for three of them). */
 #include "check.h"
 #include "redco/device.h"
 #include "nn.h"
@@ -169,12 +170,16 @@ static void compare_sharded(const char *preset, rc_graph *g, rc_tensor *loss, rc
 }
 
 
-static void check_family(const char *preset, rc_mesh *m, int overrides)
+/* kv_heads > 0: the preset with that many key/value heads */
+static void check_family_kv(const char *preset, rc_mesh *m, int overrides, int kv_heads)
 {
     rc_model_config c;
     rci_nn_weights w = {0};
     rc_error err = {0};
-    CHECK(rc_config_preset(preset, &c, &err) == 0 && rci_nn_model_weights(&c, &w, &err) == 0 &&
+    CHECK(rc_config_preset(preset, &c, &err) == 0);
+    if (kv_heads > 0)
+        c.n_kv_head = kv_heads;
+    CHECK(rci_nn_model_weights(&c, &w, &err) == 0 &&
           rci_nn_weights_alloc(&w, rc_device_open("cpu", 0, NULL), &err) == 0 && rci_nn_model_init(&c, &w, 5, &err) == 0);
     rc_rng r = rc_rng_new(9);
     float *all = malloc((size_t)w.numel * sizeof *all);
@@ -205,9 +210,15 @@ static void check_family(const char *preset, rc_mesh *m, int overrides)
                                            {"transformer.h.1.mlp.c_proj.weight", 1, 0},
                                            {"transformer.wte.weight", -1, 0}};
     int n_ov = overrides && c.type == RC_MODEL_GPT2 ? 3 : 0;
-    compare_sharded(n_ov ? "gpt2+override" : preset, g, loss, p, &w, m, ov, n_ov, inputs, 3);
+    compare_sharded(n_ov ? "gpt2+override" : kv_heads == 1 ? "llama-mqa" : preset, g, loss, p, &w, m, ov, n_ov,
+                    inputs, 3);
     free(p);
     rci_nn_weights_free(&w);
+}
+
+static void check_family(const char *preset, rc_mesh *m, int overrides)
+{
+    check_family_kv(preset, m, overrides, 0);
 }
 
 /* a user's parameter table: random values, norms at 1 */
@@ -284,6 +295,13 @@ int main(int argc, char **argv)
     for (int i = 0; i < 5; i++)
         check_family(presets[i], &m, 0);
     check_family("tiny-gpt2", &m, 1);
+    /* the fused attention op split by heads: GPT-2, Llama's grouped kv heads, T5's bias */
+    rci_nn_set_fused_attention(1);
+    const char *fused[] = {"tiny-gpt2", "tiny-llama", "tiny-t5"};
+    for (int i = 0; i < 3; i++)
+        check_family(fused[i], &m, 0);
+    check_family_kv("tiny-llama", &m, 0, 1); /* one kv head: whole on every shard */
+    rci_nn_set_fused_attention(0);
     check_mlp(&m);
     check_image_to_text(&m);
     char name[64];

@@ -18,7 +18,9 @@
  * the stats and dq take (batch, head, query tile); dk and dv take (batch, key/value head,
  * key tile) and loop over the query heads of its group and every query tile; dbias takes
  * the bias's own rows (its non-broadcast axes among batch, head, query) and loops over the
- * broadcast ones. */
+ * broadcast ones. The packed gradient (iparam[1] 4, what rc_backward builds) takes (batch,
+ * key/value head) and makes dq, dk and dv in one pass: 2 + 5 tile products for the whole
+ * backward (stats, then S, dP, dv, dk, dq) instead of 2 + 3 + 3 + 2 with a node each. */
 
 /* query rows and keys of a tile: a tile of scores and one of dP on a kernel's stack, 32 KB
  * each in f64 */
@@ -263,6 +265,47 @@ static void att_dkv_range(void *ctx, int64_t u0, int64_t u1, int part)
     }
 }
 
+/* units (b, kv head) [u0, u1) of the packed gradient (iparam[1] 4): dq, dk, dv in one pass,
+ * the first half of FlashAttention-2's backward. Per key tile, for each query head of the
+ * group and each query tile that sees a key of it: S and dP = dO V^T (two products), P and
+ * dS from them once, then dv += P^T dO, dk += dS^T Q and dq += dS K (three products). A unit
+ * owns its group's dq rows as well as its dk, dv rows, so no two threads write one row and
+ * the sums run in a fixed order. */
+static void att_dqkv_range(void *ctx, int64_t u0, int64_t u1, int part)
+{
+    const att_ctx *c = ctx;
+    int64_t D = c->D, Dv = c->Dv, qt = (c->Tq + ATT_BQ - 1) / ATT_BQ;
+    real *dq = c->out, *dk = dq + c->B * c->H * c->Tq * D, *dv = dk + c->B * c->KV * c->Tk * D;
+    real s[ATT_BQ * ATT_BK], dp[ATT_BQ * ATT_BK];
+    (void)part;
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t b = u / c->KV, kvh = u % c->KV, key0 = u * c->Tk;
+        const real *kb = c->k + key0 * D;
+        real *dqg = dq + (b * c->H + kvh * c->G) * c->Tq * D;
+        for (int64_t x = 0; x < c->G * c->Tq * D; x++)
+            dqg[x] = 0;
+        for (int64_t x = 0; x < c->Tk * D; x++)
+            dk[key0 * D + x] = 0;
+        for (int64_t x = 0; x < c->Tk * Dv; x++)
+            dv[key0 * Dv + x] = 0;
+        for (int64_t j0 = 0; j0 < c->Tk; j0 += ATT_BK) {
+            int64_t nj = min64(ATT_BK, c->Tk - j0);
+            for (int64_t h = kvh * c->G; h < (kvh + 1) * c->G; h++)
+                for (int64_t t = 0; t < qt; t++) {
+                    int64_t i0 = t * ATT_BQ, ni = min64(ATT_BQ, c->Tq - i0), row0 = (b * c->H + h) * c->Tq + i0;
+                    if (att_visible(c, i0 + ni - 1) <= j0)
+                        continue; /* no row of the tile sees these keys */
+                    att_scores(c, b, h, i0, ni, j0, nj, s);
+                    att_dp(c, b, h, i0, ni, j0, nj, dp);
+                    att_probs(c, row0, ni, nj, s, dp);
+                    att_gemm(1, 0, nj, Dv, ni, 1, s, ATT_BK, c->dout + row0 * Dv, Dv, 1, dv + (key0 + j0) * Dv, Dv);
+                    att_gemm(1, 0, nj, D, ni, 1, dp, ATT_BK, c->q + row0 * D, D, 1, dk + (key0 + j0) * D, D);
+                    att_gemm(0, 0, ni, D, nj, 1, dp, ATT_BK, kb + j0 * D, D, 1, dq + row0 * D, D);
+                }
+        }
+    }
+}
+
 /* units [u0, u1): rows of the bias gradient (its non-broadcast axes among batch, head and
  * query), each the sum of dS over the broadcast ones */
 static void att_dbias_range(void *ctx, int64_t u0, int64_t u1, int part)
@@ -329,6 +372,9 @@ static int k_attention(const rci_cpu_args *io)
     case 1:
     case 2:
         par_range(att_dkv_range, &c, c.B * c.KV * ((c.Tk + ATT_BK - 1) / ATT_BK), work);
+        break;
+    case 4:
+        par_range(att_dqkv_range, &c, c.B * c.KV, work);
         break;
     default: {
         const int64_t *st = c.bst;
