@@ -46,14 +46,25 @@ int rci_gpu_run_attention(rci_gpu *g, const rci_node_run *r, rc_error *err)
         return rci_gpu_launch_node(g, node, RCI_K_ATTENTION, fwd, 13, qrows, "attention", err);
     if (node->op == RC_OP_ATTENTION_STATS)
         return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_STATS, st, 15, qrows, "attention_stats", err);
+    size_t krows = (size_t)(k->shape[0] * k->shape[1] * k->shape[2]);
     switch (which) {
     case 0:
         return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DQ, a, 17, qrows, "attention_grad (q)", err);
     case 1:
     case 2:
-        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DKV, a, 18,
-                                   (size_t)(k->shape[0] * k->shape[1] * k->shape[2]),
+        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DKV, a, 18, krows,
                                    which == 1 ? "attention_grad (k)" : "attention_grad (v)", err);
+    case 4: /* packed [dq | dk | dv]: the three kernels into consecutive parts of the output
+             * (the arguments hold out.off's and which's addresses: each launch reads them) */
+        if (rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DQ, a, 17, qrows, "attention_grad (q)", err))
+            return -1;
+        out.off += rc_tensor_numel(q);
+        which = 1;
+        if (rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DKV, a, 18, krows, "attention_grad (k)", err))
+            return -1;
+        out.off += rc_tensor_numel(k);
+        which = 2;
+        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DKV, a, 18, krows, "attention_grad (v)", err);
     default:
         return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DBIAS, a, 17, (size_t)rc_tensor_numel(node),
                                    "attention_grad (bias)", err);
