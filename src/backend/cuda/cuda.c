@@ -39,12 +39,6 @@ static int cu_alloc(rc_backend *be, rc_buffer *b, size_t bytes, int zero, rc_err
     return 0;
 }
 
-static void cu_free(rc_backend *be, rc_buffer *b)
-{
-    if (b->impl)
-        rci_cu_mem_free(&cuda_of(be)->gpu, b->impl);
-}
-
 /* Host memory is copied on the stream: pageable memory is staged before the call returns,
  * so the caller may reuse it at once; page-locked memory (which the driver copies from
  * directly, later) is waited for. */
@@ -61,11 +55,6 @@ static int cu_upload(rc_backend *be, rc_buffer *b, size_t off, const void *host,
                                                           (CUdeviceptr)(uintptr_t)host) == CUDA_SUCCESS)
         r = c->cu->stream_synchronize(c->stream);
     return r == CUDA_SUCCESS ? 0 : rci_cu_fail(be, "upload", r, err);
-}
-
-static int cu_download(rc_backend *be, const rc_buffer *b, size_t off, void *host, size_t bytes, rc_error *err)
-{
-    return rci_cu_read(&cuda_of(be)->gpu, rci_gpu_mem_of(b), off, host, bytes, err);
 }
 
 /* Overlapping ranges of one buffer go through a temporary (a device-to-device copy of
@@ -92,12 +81,6 @@ static int cu_copy(rc_backend *be, rc_buffer *dst, size_t doff, const rc_buffer 
         r = c->cu->memcpy_dtod_async(d, s, bytes, c->stream);
     }
     return r == CUDA_SUCCESS ? 0 : rci_cu_fail(be, "copy", r, err);
-}
-
-static int cu_fill_zero(rc_backend *be, rc_buffer *b, size_t off, size_t bytes, rc_error *err)
-{
-    unsigned char z = 0;
-    return rci_cu_fill(&cuda_of(be)->gpu, rci_gpu_mem_of(b), off, &z, 1, bytes, err);
 }
 
 static int cu_wait(rc_backend *be, rc_error *err)
@@ -131,11 +114,8 @@ static void table_fill(rci_cuda *c)
     c->gpu.ops = &ops;
     rci_gpu_table_fill(&c->gpu);
     be->buffer_alloc = cu_alloc;
-    be->buffer_free = cu_free;
     be->upload = cu_upload;
-    be->download = cu_download;
     be->copy = cu_copy;
-    be->fill_zero = cu_fill_zero;
     be->wait = cu_wait;
     be->release = cu_release;
 }

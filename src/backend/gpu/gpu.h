@@ -143,8 +143,9 @@ struct rci_gpu {
 /* ---- run.c: nodes ---- */
 
 /* Fills be's node and optimizer entries (supports, run_node, scratch_bytes, update,
- * sum_squares, accumulate, round_f32, host_address); the device backend fills the buffer
- * entries, wait and release. */
+ * sum_squares, accumulate, round_f32, host_address) and the buffer entries that are g's ops
+ * as they are (buffer_free, download, fill_zero); the device backend fills buffer_alloc,
+ * upload, copy, wait and release. */
 void rci_gpu_table_fill(rci_gpu *g);
 
 /* ---- node.c: what the nodes' runs share ---- */

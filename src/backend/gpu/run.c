@@ -131,9 +131,33 @@ static void *gpu_host_address(const rc_backend *be, const rc_buffer *b, size_t o
     return NULL;
 }
 
+/* the buffer entries that are the device's ops as they are: freeing, reading back, zeroing */
+static void gpu_buffer_free(rc_backend *be, rc_buffer *b)
+{
+    rci_gpu *g = (rci_gpu *)(void *)be;
+    if (b->impl)
+        g->ops->mem_free(g, b->impl);
+}
+
+static int gpu_download(rc_backend *be, const rc_buffer *b, size_t off, void *host, size_t bytes, rc_error *err)
+{
+    rci_gpu *g = (rci_gpu *)(void *)be;
+    return g->ops->read(g, b->impl, off, host, bytes, err);
+}
+
+static int gpu_fill_zero(rc_backend *be, rc_buffer *b, size_t off, size_t bytes, rc_error *err)
+{
+    rci_gpu *g = (rci_gpu *)(void *)be;
+    unsigned char z = 0;
+    return bytes ? g->ops->fill(g, b->impl, off, &z, 1, bytes, err) : 0;
+}
+
 void rci_gpu_table_fill(rci_gpu *g)
 {
     rc_backend *be = &g->be;
+    be->buffer_free = gpu_buffer_free;
+    be->download = gpu_download;
+    be->fill_zero = gpu_fill_zero;
     be->supports = gpu_supports;
     be->run_node = gpu_run_node;
     be->scratch_bytes = gpu_scratch_bytes;

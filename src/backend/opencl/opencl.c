@@ -44,25 +44,12 @@ static int ocl_alloc(rc_backend *be, rc_buffer *b, size_t bytes, int zero, rc_er
     return 0;
 }
 
-static void ocl_free(rc_backend *be, rc_buffer *b)
-{
-    (void)be;
-    if (b->impl)
-        clReleaseMemObject(rci_ocl_mem(b));
-}
-
 static int ocl_upload(rc_backend *be, rc_buffer *b, size_t off, const void *host, size_t bytes,
                       rc_error *err)
 {
     cl_int s = clEnqueueWriteBuffer(ocl(be)->queue, rci_ocl_mem(b), CL_TRUE, off, bytes, host, 0,
                                     NULL, NULL);
     return s == CL_SUCCESS ? 0 : rci_ocl_fail(be, "upload", s, err);
-}
-
-static int ocl_download(rc_backend *be, const rc_buffer *b, size_t off, void *host, size_t bytes,
-                        rc_error *err)
-{
-    return rci_ocl_read(&ocl(be)->gpu, b->impl, off, host, bytes, err);
 }
 
 /* Overlapping ranges of one buffer (clEnqueueCopyBuffer refuses them) go through a
@@ -89,12 +76,6 @@ static int ocl_copy(rc_backend *be, rc_buffer *dst, size_t doff, const rc_buffer
     }
     cl_int s = clEnqueueCopyBuffer(o->queue, sm, d, soff, doff, bytes, 0, NULL, NULL);
     return s == CL_SUCCESS ? 0 : rci_ocl_fail(be, "copy", s, err);
-}
-
-static int ocl_fill_zero(rc_backend *be, rc_buffer *b, size_t off, size_t bytes, rc_error *err)
-{
-    cl_uchar z = 0;
-    return bytes ? rci_ocl_fill(&ocl(be)->gpu, b->impl, off, &z, 1, bytes, err) : 0;
 }
 
 static int ocl_wait(rc_backend *be, rc_error *err)
@@ -126,11 +107,8 @@ static void table_fill(rci_ocl *o)
     o->gpu.ops = &ocl_ops;
     rci_gpu_table_fill(&o->gpu);
     be->buffer_alloc = ocl_alloc;
-    be->buffer_free = ocl_free;
     be->upload = ocl_upload;
-    be->download = ocl_download;
     be->copy = ocl_copy;
-    be->fill_zero = ocl_fill_zero;
     be->wait = ocl_wait;
     be->release = ocl_release;
 }
