@@ -29,28 +29,6 @@ static double uniform(void)
     return (double)(rng_state >> 11) * 0x1.0p-53;
 }
 
-/* the largest |a - b| / max(|b|, 1e-3 max|b|) over elements (NaN pairs agree) */
-static double rel_error(const float *a, const float *b, int64_t n)
-{
-    double scale = 0, worst = 0;
-    for (int64_t i = 0; i < n; i++)
-        scale = fabs(b[i]) > scale ? fabs(b[i]) : scale;
-    for (int64_t i = 0; i < n; i++) {
-        if (isnan(a[i]) && isnan(b[i]))
-            continue;
-        if (isinf(a[i]) || isinf(b[i])) {
-            if (a[i] != b[i])
-                return INFINITY;
-            continue;
-        }
-        double floor = 1e-3 * scale > 1e-30 ? 1e-3 * scale : 1e-30;
-        double d = fabs((double)a[i] - b[i]) / (fabs(b[i]) > floor ? fabs(b[i]) : floor);
-        if (!(d <= worst))
-            worst = d;
-    }
-    return worst;
-}
-
 /* ---- buffers, errors, devices ------------------------------------------------------------ */
 
 static void test_buffers(void)
@@ -226,7 +204,7 @@ static void test_normal(void)
         CHECK(!rc_plan_run(pc, &err) && !rc_plan_run(pg, &err));
         for (int j = 0; j < 2; j++) {
             CHECK(!rc_plan_read(pc, y[j], b, &err) && !rc_plan_read(pg, y[j], a, &err));
-            double e = rel_error(a, b, n);
+            double e = check_rel_error_f32(a, b, n, 1e-3);
             worst = e > worst ? e : worst;
             if (j == 1 && step == 0)
                 memcpy(first, a, n * sizeof *a);

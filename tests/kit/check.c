@@ -329,6 +329,19 @@ double check_rel_error(const double *a, const double *r, int64_t n, double floor
     return worst;
 }
 
+double check_rel_error_f32(const float *a, const float *r, int64_t n, double floor_frac)
+{
+    double *da = malloc((size_t)(n > 0 ? n : 1) * sizeof *da), *dr = malloc((size_t)(n > 0 ? n : 1) * sizeof *dr);
+    double e = INFINITY;
+    if (da && dr) {
+        for (int64_t i = 0; i < n; i++)
+            da[i] = a[i], dr[i] = r[i];
+        e = check_rel_error(da, dr, n, floor_frac);
+    }
+    free(da), free(dr);
+    return e;
+}
+
 rc_buffer *check_buffer_of(rc_backend *be, const float *x, int64_t n)
 {
     rc_error err = {0};
@@ -345,15 +358,11 @@ double check_buffer_diff(rc_buffer *a, rc_buffer *b, int64_t n)
 {
     rc_error err = {0};
     float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
-    double *dx = malloc((size_t)n * sizeof *dx), *dy = malloc((size_t)n * sizeof *dy);
     double e = INFINITY;
-    if (x && y && dx && dy && !rc_buffer_download(a, 0, x, (size_t)n * sizeof *x, &err) &&
-        !rc_buffer_download(b, 0, y, (size_t)n * sizeof *y, &err)) {
-        for (int64_t i = 0; i < n; i++)
-            dx[i] = x[i], dy[i] = y[i];
-        e = check_rel_error(dx, dy, n, 1e-3);
-    }
+    if (x && y && !rc_buffer_download(a, 0, x, (size_t)n * sizeof *x, &err) &&
+        !rc_buffer_download(b, 0, y, (size_t)n * sizeof *y, &err))
+        e = check_rel_error_f32(x, y, n, 1e-3);
     CHECKF(isfinite(e) || !err.msg[0], "reading two buffers back: %s", err.msg);
-    free(x), free(y), free(dx), free(dy);
+    free(x), free(y);
     return e;
 }

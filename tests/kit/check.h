@@ -19,6 +19,8 @@ int check_has(const char *msg, const char *part);
  * ones; the floor at least 1e-30): NaN against NaN and equal infinities agree; any other
  * non-finite element makes it INFINITY. */
 double check_rel_error(const double *a, const double *r, int64_t n, double floor_frac);
+/* the same over floats */
+double check_rel_error_f32(const float *a, const float *r, int64_t n, double floor_frac);
 struct rc_backend;
 struct rc_buffer;
 /* n floats in a new buffer of be (NULL, a failed check, when it cannot be made) */
