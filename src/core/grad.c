@@ -113,10 +113,21 @@ static int grad_matmul(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 /* ATTENTION: the row statistics once, then dq, dk and dv from one packed ATTENTION_GRAD
  * (one pass that recomputes each tile's probabilities once for all three), each a view of
  * it (a leading slice, reshaped), and the bias's from its own node (an unused node is never
- * planned). */
+ * planned). Past 2^31 elements in all (a slice's offsets are 32-bit) each input has its own
+ * node. */
 static int grad_attention(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 {
     rc_tensor *st = rci_attention_stats(g, y, G);
+    int64_t total = 0;
+    for (int k = 0; k < 3; k++)
+        total += rc_tensor_numel(y->src[k]);
+    if (total > INT32_MAX) { /* past a slice's offsets: one node per input */
+        for (int k = 0; k < 3 && st; k++)
+            gs[k] = rci_attention_grad(g, y, G, st, k);
+        if (st && y->src[3])
+            gs[3] = rci_attention_grad(g, y, G, st, 3);
+        return 0;
+    }
     rc_tensor *all = st ? rci_attention_grad(g, y, G, st, 4) : NULL;
     int64_t off = 0;
     for (int k = 0; k < 3 && all; k++) {

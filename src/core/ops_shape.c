@@ -138,6 +138,9 @@ rc_tensor *rc_slice(rc_graph *g, rc_tensor *a, int axis, int64_t start, int64_t 
     }
     if (start == 0 && end == a->shape[ax])
         return a;
+    if (end > INT32_MAX)
+        return rci_fail(g, RC_ERR_UNSUPPORTED, "slice: [%lld, %lld) of axis %d: offsets past 2^31 are not supported",
+                        (long long)start, (long long)end, ax);
     int64_t shape[RC_MAX_DIMS];
     for (int i = 0; i < a->ndim; i++)
         shape[i] = a->shape[i];

@@ -83,8 +83,9 @@ static rc_tensor *repeat_kv(rc_graph *g, rc_tensor *k, int64_t heads)
     return rc_reshape(g, e, 4, (int64_t[]){B, heads, T, D});
 }
 
-/* off until every backend runs the fused op (rci_nn_set_fused_attention) */
-static int fused_attention;
+/* on: every backend runs the fused op; off records the products and softmax (benchmarks
+ * compare the two, rci_nn_set_fused_attention) */
+static int fused_attention = 1;
 
 void rci_nn_set_fused_attention(int on)
 {

@@ -238,8 +238,9 @@ static rc_tensor *pool_shard(rc_graph *g, const rc_tensor *y, rc_tensor *x)
 
 /* fused attention on a shard: split by heads, a key or value that arrived whole (its kv
  * heads fewer than the query heads, so the generic cut passed it by) is cut to this shard's
- * kv heads, or with one kv head entered whole; either way through mp_enter, so its
- * gradient, a sum over every shard's query heads, is all-reduced */
+ * kv heads, or, fewer kv heads than shards, entered whole and this shard's one kv head
+ * taken; either way through mp_enter, so its gradient, a sum over every shard's query
+ * heads, is all-reduced */
 static rc_tensor *attention_shard(local *l, const rc_tensor *y, rc_tensor **x)
 {
     const rci_shard_state *s = &l->p->st[y->id];
@@ -247,10 +248,15 @@ static rc_tensor *attention_shard(local *l, const rc_tensor *y, rc_tensor **x)
         int64_t KV = y->src[i]->shape[1];
         if (KV == y->shape[1] || x[i]->shape[1] != KV)
             continue; /* as many kv heads as query heads (cut as q), or already this shard's */
-        if (KV == 1) {
-            if (!l->entered[y->src[i]->id])
-                l->entered[y->src[i]->id] = rc_mp_enter(l->lg, x[i]);
-            x[i] = l->entered[y->src[i]->id];
+        if (KV % l->mp) {
+            /* fewer kv heads than shards: this shard's query heads all read kv head h */
+            int64_t h = l->rank * (y->shape[1] / l->mp) / (y->shape[1] / KV);
+            int id = y->src[i]->id;
+            if (!l->entered[id])
+                l->entered[id] = rc_mp_enter(l->lg, x[i]);
+            if (KV > 1 && !l->sliced[id])
+                l->sliced[id] = rc_slice(l->lg, l->entered[id], 1, h, h + 1);
+            x[i] = KV > 1 ? l->sliced[id] : l->entered[id];
         } else {
             rci_shard_cand c = {1, 1, KV, 1, 1, 1};
             if (!l->sliced[y->src[i]->id])

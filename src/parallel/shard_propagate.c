@@ -393,15 +393,16 @@ static void elementwise(rci_shard_analysis *p, rc_tensor *y, rci_shard_state *ou
 }
 
 /* Heads the shard count does not divide: their projections are noted for the next round
- * to replicate; key/value heads shared by groups of query heads (c_inner > 1: repeated),
- * GQA, take precedence. */
-static void note_heads_undivided(rci_shard_analysis *p, const rci_shard_state *s, const rci_shard_cand *c)
+ * to replicate; key/value heads shared by groups of query heads (c_inner > 1: repeated,
+ * or shared: a fused attention's own kv heads), GQA, take precedence. */
+static void note_heads_undivided(rci_shard_analysis *p, const rci_shard_state *s, const rci_shard_cand *c,
+                                 int shared)
 {
     for (int o = 0; o < s->norig; o++) {
         int param = p->orig[s->orig[o]].param;
         if (p->forced[param])
             continue;
-        if (c->c_inner > 1 && p->gqa_param < 0) {
+        if ((c->c_inner > 1 || shared) && p->gqa_param < 0) {
             p->gqa_param = param;
             p->fail_groups = c->groups;
         } else if (c->c_inner == 1 && p->fail_param < 0) {
@@ -424,7 +425,8 @@ static void attention_operand(rci_shard_analysis *p, rc_tensor *y, int i, rci_sh
             if (s->c[c].axis < nb)
                 k = c;
         if (k >= 0 && s->c[k].groups % p->mp) {
-            note_heads_undivided(p, s, &s->c[k]);
+            int kv = y->op == RC_OP_ATTENTION && (i == 1 || i == 2) && y->src[i]->shape[1] != y->shape[1];
+            note_heads_undivided(p, s, &s->c[k], kv);
             drop(p, s, y, i);
         } else if (k >= 0) {
             rci_shard_choose(p, s, k, 0);
@@ -477,13 +479,15 @@ static void softmax_mask(rci_shard_analysis *p, rc_tensor *y, const rci_shard_st
  * 0 the batch, 1 the heads): a split that cuts its kv heads as c cuts the query heads (KV
  * and H both divided by the shard count, shard r's query heads then reading shard r's kv
  * heads) is kept; otherwise it is made whole, and partition.c cuts it to the shard's kv
- * heads (or, one kv head, enters it). 0 when that cannot be done. */
+ * heads, or, when each shard's query heads share one kv head (fewer kv heads than shards),
+ * enters it whole and takes that head. 0 when that cannot be done. */
 static int attention_kv(rci_shard_analysis *p, rc_tensor *y, int i, const rci_shard_cand *c, rci_shard_state *s)
 {
     const rc_tensor *x = y->src[i];
     int64_t H = y->shape[1], KV = x->shape[1];
     int heads = c->axis == 1 && KV != H;
-    if (heads && (c->c_outer != 1 || c->c_inner != 1 || (KV > 1 && KV % p->mp)))
+    int one_head = H % p->mp == 0 && (H / KV) % (H / p->mp) == 0; /* a shard's heads in one group */
+    if (heads && (c->c_outer != 1 || c->c_inner != 1 || (KV % p->mp && !one_head)))
         return 0;
     if (s->kind == ST_SPLIT && s->c[0].axis == c->axis &&
         (heads ? s->c[0].c_outer == 1 && s->c[0].c_inner == 1 && s->c[0].groups == KV
