@@ -6,10 +6,18 @@
  *       default: tiny-gpt2 gpt2 on the CPU, each in f32 then bf16 (same run, same weights:
  *       the bf16 model is the f32 one rounded; records generate_greedy and
  *       generate_greedy_bf16, the dtype also in "dtype")
+ *   bench_generate [--device D] --attention-compare [PRESET ...]
+ *       only the fused against unfused attention lines (generate_greedy_attention), gpt2
+ *       unless presets are named, in f32: decoding with attention as product, softmax,
+ *       product and as the fused op (rci_nn_set_fused_attention off, on; the two
+ *       alternate, best of 3 calls each), after a prompt of 8 tokens and after one of 512
+ *       (capped at the model's positions less the new tokens), where the cached keys make
+ *       attention a larger part of a token
  * The decode time is the span between the first and the last new token (stamped by the
  * on_token callback) over the steps between them, best of 3 calls; the prompt time is the
  * span from the call to the first token. Any failure prints one line and exits 1. */
 #include "common.h"
+#include "nn.h"
 #include "redco/device.h"
 #include "redco/predict.h"
 
@@ -34,8 +42,10 @@ static int on_token(int row, int32_t id, void *user)
     return 0;
 }
 
-/* best of 3 calls: seconds per decode step and to the first token */
-static void time_decoding(const char *name, rc_model *m, const int32_t *prompt, double *step_s, double *prompt_s)
+/* best of `calls` calls: seconds per decode step and to the first token, after a prompt
+ * of n tokens */
+static void time_decoding(const char *name, rc_model *m, const int32_t *prompt, int64_t n, int calls,
+                          double *step_s, double *prompt_s)
 {
     rc_generate_options o = rc_generate_defaults(m);
     o.max_new_tokens = NEW;
@@ -44,13 +54,13 @@ static void time_decoding(const char *name, rc_model *m, const int32_t *prompt, 
     o.on_token = on_token;
     o.user = &s;
     *step_s = *prompt_s = 1e30;
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < calls; r++) {
         int32_t *out = NULL;
         int64_t n_out = 0;
         rc_error err = {0};
         s.n = 0;
         double t0 = bench_now();
-        if (rc_generate(m, prompt, P, &o, &out, &n_out, &err))
+        if (rc_generate(m, prompt, n, &o, &out, &n_out, &err))
             bench_fail(name, "rc_generate", err.msg);
         free(out);
         if (n_out != NEW || s.n != NEW)
@@ -59,6 +69,54 @@ static void time_decoding(const char *name, rc_model *m, const int32_t *prompt, 
         *step_s = step < *step_s ? step : *step_s;
         *prompt_s = first < *prompt_s ? first : *prompt_s;
     }
+}
+
+/* --attention-compare: for each prompt length (8 and 512, capped at the model's positions
+ * less the new tokens), decoding in f32 with attention as product, softmax, product
+ * (unfused) and then as the fused op; one generate_greedy_attention line each */
+static void attention_compare(const char *name, rc_backend *be, const int32_t *base)
+{
+    rc_error err = {0};
+    rc_model *m = rc_model_create(name, 1, &err);
+    if (!m || rc_params_to(m->params, be, &err))
+        bench_fail(name, "rc_model_create", err.msg);
+    int64_t lens[2] = {P, 512}, room = m->config.max_positions - NEW;
+    int32_t *p = malloc(512 * sizeof *p);
+    if (!p)
+        bench_fail(name, "the prompt", "out of memory");
+    for (int k = 0; k < 512; k++) /* the 8 tokens again and again, shifted each time round */
+        p[k] = (base[k % P] + 31 * (k / P)) % m->config.vocab_size;
+    for (int j = 0; j < 2; j++) {
+        int64_t n = lens[j] < room ? lens[j] : room;
+        if (n < 1 || (j && n <= lens[0]))
+            continue;
+        /* unfused and fused alternate, best of 3 calls each, so both see the same machine */
+        double step_s[2] = {1e30, 1e30}, prompt_s[2] = {1e30, 1e30};
+        for (int r = 0; r < 3; r++)
+            for (int on = 0; on < 2; on++) {
+                double st, pr;
+                rci_nn_set_fused_attention(on);
+                time_decoding(name, m, p, n, 1, &st, &pr);
+                step_s[on] = st < step_s[on] ? st : step_s[on];
+                prompt_s[on] = pr < prompt_s[on] ? pr : prompt_s[on];
+            }
+        json_t *o = bench_line("generate_greedy_attention");
+        bench_set_str(o, "model", name);
+        bench_set_str(o, "dtype", "f32");
+        bench_set_str(o, "device", rc_backend_name(be));
+        bench_set_int(o, "prompt", n);
+        bench_set_int(o, "new_tokens", NEW);
+        bench_set_num(o, "unfused_ms_per_token", 1e3 * step_s[0]);
+        bench_set_num(o, "fused_ms_per_token", 1e3 * step_s[1]);
+        bench_set_num(o, "speedup", step_s[0] / step_s[1]); /* > 1: fused decodes faster */
+        bench_set_num(o, "unfused_prompt_ms", 1e3 * prompt_s[0]);
+        bench_set_num(o, "fused_prompt_ms", 1e3 * prompt_s[1]);
+        bench_set_int(o, "threads", rc_get_threads());
+        if (bench_print(o))
+            bench_fail(name, "writing a JSON line", "jansson or stdout failed");
+    }
+    free(p);
+    rc_model_free(m);
 }
 
 /* the value of flag (e.g. --device D) taken out of argv (the rest are model names) */
@@ -74,11 +132,24 @@ static const char *take_flag(int *argc, char **argv, const char *flag)
     return NULL;
 }
 
+/* 1 when the switch (a flag without a value) is in argv, which it is taken out of */
+static int take_switch(int *argc, char **argv, const char *flag)
+{
+    for (int i = 1; i < *argc; i++)
+        if (!strcmp(argv[i], flag)) {
+            memmove(argv + i, argv + i + 1, (size_t)(*argc - i - 1) * sizeof *argv);
+            *argc -= 1;
+            return 1;
+        }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     rc_error derr = {0};
     const char *device = take_flag(&argc, argv, "--device");
     const char *dtypes = take_flag(&argc, argv, "--dtype");
+    int compare = take_switch(&argc, argv, "--attention-compare");
     rc_dtype dts[3];
     int n_dt = 0;
     char list[64];
@@ -92,9 +163,13 @@ int main(int argc, char **argv)
     if (!be)
         bench_fail("bench_generate", "rc_device_open", derr.msg);
     const char *def[] = {"tiny-gpt2", "gpt2"};
-    const char *const *names = argc > 1 ? (const char *const *)argv + 1 : def;
-    int count = argc > 1 ? argc - 1 : 2;
+    const char *const *names = argc > 1 ? (const char *const *)argv + 1 : compare ? def + 1 : def;
+    int count = argc > 1 ? argc - 1 : compare ? 1 : 2;
     int32_t prompt[P] = {464, 2068, 7586, 21831, 18045, 625, 262, 16931};
+    for (int i = 0; compare && i < count; i++)
+        attention_compare(names[i], be, prompt);
+    if (compare)
+        return 0;
     for (int i = 0; i < count; i++) {
         rc_error err = {0};
         rc_model *m = rc_model_create(names[i], 1, &err);
@@ -112,7 +187,7 @@ int main(int argc, char **argv)
             if (rc_model_to_dtype(m, dts[k], &err))
                 bench_fail(names[i], "rc_model_to_dtype", err.msg);
             double step_s, prompt_s;
-            time_decoding(names[i], m, p, &step_s, &prompt_s);
+            time_decoding(names[i], m, p, P, 3, &step_s, &prompt_s);
             /* f32 keeps the record name scripts/bench_compare.py compares across builds */
             json_t *o = bench_line(dts[k] == RC_F32 ? "generate_greedy"
                                    : dts[k] == RC_BF16 ? "generate_greedy_bf16" : "generate_greedy_f16");

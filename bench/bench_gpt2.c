@@ -13,6 +13,13 @@
  *       with bf16 weights and activations after the f32 one (line gpt2_124m_bf16_vs_f32: both
  *       steps, their GEMM rates on the step's shapes, the ratios, and on the CPU the same bf16
  *       step and GEMMs on the widening path, bf16 products widened to f32 for sgemm)
+ *   bench_gpt2 [--device D] --attention-compare [--attention-seqs T:B,...] [REPS [PRESET]]
+ *       only the fused against unfused attention lines (gpt2_124m_attention_fused_vs_unfused,
+ *       one per T): the f32 step recorded with attention as product, softmax, product and
+ *       then as the fused op (rci_nn_set_fused_attention off, on), best of REPS (default 2)
+ *       after one warm-up each, and the planned arena's activation peak of each;
+ *       default 256:4,1024:1,2048:1 (T:B; B left out: 4 up to T = 256, else 1), GPT-2 124M
+ *       unless a preset is named, its position table lengthened to the longest T
  * Any failing call prints one line naming it and exits 1. */
 #include "common.h"
 #include "internal.h"
@@ -167,9 +174,10 @@ static void write_shapes(const rc_graph *g, const char *path)
 }
 
 /* best seconds of reps runs (after one warm-up) of the step's graph, recorded with w's
- * dtype; the graph (for its matmuls) in *gout, its plan freed */
+ * dtype; the graph (for its matmuls) in *gout, the plan's figures in *stats (when not
+ * NULL), its plan freed */
 static double step_seconds(const rc_model_config *cfg, const rci_nn_weights *w, int B, int T, int reps,
-                           const int32_t *xb, const int32_t *yb, rc_graph **gout)
+                           const int32_t *xb, const int32_t *yb, rc_graph **gout, rc_plan_stats *stats)
 {
     rc_error err = {0};
     rc_graph *g = rc_graph_new();
@@ -196,6 +204,8 @@ static double step_seconds(const rc_model_config *cfg, const rci_nn_weights *w, 
         double dt = bench_now() - t0;
         best = r && dt < best ? dt : best;
     }
+    if (stats)
+        *stats = rc_plan_get_stats(plan);
     rc_plan_free(plan);
     free(p), free(outs);
     *gout = g;
@@ -227,14 +237,14 @@ static void bf16_vs_f32(const rc_model_config *cfg, rci_nn_weights *w, int B, in
     if (rci_nn_weights_convert(w, RC_BF16, &err))
         bench_fail(NAME, "rci_nn_weights_convert", err.msg);
     rc_graph *g;
-    double bf16_s = step_seconds(cfg, w, B, T, reps, xb, yb, &g);
+    double bf16_s = step_seconds(cfg, w, B, T, reps, xb, yb, &g, NULL);
     double bf16_gemm_s = gemm_seconds(g, RC_BF16, reps);
     const char *kernel = on_cpu ? bf16_kernel(g) : "device";
     double widen_s = NAN, widen_gemm_s = NAN;
     if (on_cpu && rci_cpu_dnnl_use(-1) && strcmp(kernel, "widen+sgemm")) {
         rc_graph *g2;
         rci_cpu_dnnl_use(0);
-        widen_s = step_seconds(cfg, w, B, T, reps, xb, yb, &g2);
+        widen_s = step_seconds(cfg, w, B, T, reps, xb, yb, &g2, NULL);
         widen_gemm_s = gemm_seconds(g2, RC_BF16, reps);
         rci_cpu_dnnl_use(1);
         rc_graph_free(g2);
@@ -258,6 +268,92 @@ static void bf16_vs_f32(const rc_model_config *cfg, rci_nn_weights *w, int B, in
     if (bench_print(o))
         bench_fail(NAME, "writing a JSON line", "jansson or stdout failed");
     rc_graph_free(g);
+}
+
+/* --attention-compare: the sequence lengths and batches it runs, "T:B,..." (B left out:
+ * 4 up to T = 256, else 1) */
+enum { MAX_SEQS = 8 };
+typedef struct {
+    int T, B;
+} seq_batch;
+
+static int parse_seqs(const char *list, seq_batch *sb)
+{
+    char copy[256];
+    int n = 0;
+    snprintf(copy, sizeof copy, "%s", list);
+    for (char *t = strtok(copy, ","); t; t = strtok(NULL, ",")) {
+        char *colon = strchr(t, ':');
+        int T = atoi(t), B = colon ? atoi(colon + 1) : T <= 256 ? 4 : 1;
+        if (n == MAX_SEQS || T < 1 || B < 1)
+            bench_fail(NAME, "--attention-seqs", "at most 8 entries T or T:B with T, B >= 1");
+        sb[n++] = (seq_batch){T, B};
+    }
+    if (!n)
+        bench_fail(NAME, "--attention-seqs", "no entry");
+    return n;
+}
+
+/* n ids below vocab, for the batch and the targets */
+static void random_ids(int32_t *xb, int32_t *yb, int n, int vocab)
+{
+    rc_rng r = rc_rng_new(2);
+    for (int i = 0; i < n; i++) {
+        xb[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)vocab);
+        yb[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)vocab);
+    }
+}
+
+static int count_op(const rc_graph *g, rc_op op)
+{
+    int n = 0;
+    for (int i = 0; i < rc_graph_size(g); i++)
+        n += rc_graph_node(g, i)->op == op;
+    return n;
+}
+
+/* --attention-compare: for each (T, B), the step with attention as product, softmax,
+ * product (unfused) and then as the fused op: best step time and the planned arena's
+ * activation peak (the arena less the gradients, as gpt2_124m_memory reports it) */
+static void attention_compare(const rc_model_config *cfg, const rci_nn_weights *w, const seq_batch *sb, int n,
+                              int reps, const char *model)
+{
+    for (int i = 0; i < n; i++) {
+        int B = sb[i].B, T = sb[i].T;
+        int32_t *xb = alloc_or_fail(sizeof(int32_t) * B * T, "batch");
+        int32_t *yb = alloc_or_fail(sizeof(int32_t) * B * T, "batch");
+        random_ids(xb, yb, B * T, cfg->vocab_size);
+        double step_s[2], act_mb[2];
+        for (int on = 0; on < 2; on++) {
+            rc_graph *g;
+            rc_plan_stats st;
+            rci_nn_set_fused_attention(on);
+            step_s[on] = step_seconds(cfg, w, B, T, reps, xb, yb, &g, &st);
+            if ((count_op(g, RC_OP_ATTENTION) > 0) != on)
+                bench_fail(NAME, "--attention-compare", "the switch did not change the recorded attention");
+            rc_graph_free(g);
+            double grads = (double)w->numel * (double)rc_dtype_size(w->dtype);
+            act_mb[on] = ((double)st.peak_bytes - grads) * 1e-6;
+            fprintf(stderr, "  T=%d B=%d %s: step %.3f s, activations %.1f MB\n", T, B, on ? "fused" : "unfused",
+                    step_s[on], act_mb[on]);
+        }
+        json_t *o = bench_line("gpt2_124m_attention_fused_vs_unfused");
+        bench_set_str(o, "model", model);
+        bench_set_str(o, "device", rc_backend_name(be));
+        bench_set_int(o, "T", T);
+        bench_set_int(o, "B", B);
+        bench_set_int(o, "threads", rc_get_threads());
+        bench_set_int(o, "reps", reps);
+        bench_set_num(o, "unfused_step_s", step_s[0]);
+        bench_set_num(o, "fused_step_s", step_s[1]);
+        bench_set_num(o, "speedup", step_s[0] / step_s[1]);          /* > 1: fused is faster */
+        bench_set_num(o, "unfused_activation_peak_mb", act_mb[0]);  /* 1 MB = 1e6 bytes */
+        bench_set_num(o, "fused_activation_peak_mb", act_mb[1]);
+        bench_set_num(o, "peak_ratio", act_mb[1] / act_mb[0]);      /* < 1: fused needs less */
+        if (bench_print(o))
+            bench_fail(NAME, "writing a JSON line", "jansson or stdout failed");
+        free(xb), free(yb);
+    }
 }
 
 /* flag's value taken out of argv (the rest are positional); NULL when absent */
@@ -286,15 +382,43 @@ static int take_switch(int *argc, char **argv, const char *flag)
     return 0;
 }
 
+/* --attention-compare [--attention-seqs LIST] [REPS [PRESET]]: only the fused against
+ * unfused lines; the position table as long as the longest sequence asks */
+static int compare_main(int argc, char **argv, const char *seqs)
+{
+    rc_error err = {0};
+    seq_batch sb[MAX_SEQS];
+    int n = parse_seqs(seqs ? seqs : "256:4,1024:1,2048:1", sb);
+    int reps = argc > 1 ? atoi(argv[1]) : 2;
+    if (reps < 1)
+        bench_fail(NAME, "arguments", "usage: bench_gpt2 --attention-compare [--attention-seqs T:B,...] [REPS [PRESET]]");
+    rc_model_config cfg = rci_nn_gpt2_config(50257, 1024, 12, 12, 768);
+    if (argc > 2 && rc_config_preset(argv[2], &cfg, &err))
+        bench_fail(NAME, "rc_config_preset", err.msg);
+    for (int i = 0; i < n; i++)
+        cfg.max_positions = sb[i].T > cfg.max_positions ? sb[i].T : cfg.max_positions;
+    rc_set_threads(0);
+    rci_nn_weights w = {0};
+    if (rci_nn_model_weights(&cfg, &w, &err) || rci_nn_weights_alloc(&w, be, &err) ||
+        rci_nn_model_init(&cfg, &w, 1, &err))
+        bench_fail(NAME, "the model's weights", err.msg);
+    attention_compare(&cfg, &w, sb, n, reps, argc > 2 ? argv[2] : "gpt2_124m");
+    rci_nn_weights_free(&w);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     rc_error err = {0};
     const char *device = take_flag(&argc, argv, "--device"), *remat = take_flag(&argc, argv, "--remat");
-    const char *shapes = take_flag(&argc, argv, "--shapes");
+    const char *shapes = take_flag(&argc, argv, "--shapes"), *seqs = take_flag(&argc, argv, "--attention-seqs");
     int gemm_bf16 = take_switch(&argc, argv, "--gemm-bf16");
     int bf16 = take_switch(&argc, argv, "--bf16");
+    int compare = take_switch(&argc, argv, "--attention-compare");
     if (!(be = rc_device_open(device ? device : "cpu", 0, &err)))
         bench_fail(NAME, "rc_device_open", err.msg);
+    if (compare)
+        return compare_main(argc, argv, seqs);
     int reps = argc > 1 ? atoi(argv[1]) : 3;
     int B = argc > 4 ? atoi(argv[3]) : 4, T = argc > 4 ? atoi(argv[4]) : 64;
     if (reps < 1 || B < 1 || T < 1)
@@ -329,11 +453,7 @@ int main(int argc, char **argv)
         bench_fail(NAME, "recording the step", rc_graph_error(g));
     int32_t *xb = alloc_or_fail(sizeof(int32_t) * B * T, "batch");
     int32_t *yb = alloc_or_fail(sizeof(int32_t) * B * T, "batch");
-    rc_rng r = rc_rng_new(2);
-    for (int i = 0; i < B * T; i++) {
-        xb[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)cfg.vocab_size);
-        yb[i] = (int32_t)(rc_rng_next_u64(&r) % (uint64_t)cfg.vocab_size);
-    }
+    random_ids(xb, yb, B * T, cfg.vocab_size);
     double t0 = bench_now();
     rc_plan *plan = rc_plan_new_on(be, g, outs, w.n + 1, &err);
     double plan_s = bench_now() - t0;
