@@ -196,6 +196,7 @@ static double step_seconds(const rc_model_config *cfg, const rci_nn_weights *w, 
     rc_plan *plan = rc_plan_new_on(be, g, outs, w->n + 1, &err);
     if (!plan || rc_plan_set_input(plan, ids, xb, &err) || rc_plan_set_input(plan, tg, yb, &err))
         bench_fail(NAME, "the step's plan", err.msg);
+    if (getenv("OPTIME")) rc_plan_set_timing(plan, 1);
     double best = 1e30;
     for (int r = 0; r <= reps; r++) { /* the first run warms up */
         double t0 = bench_now();
@@ -332,6 +333,7 @@ static void attention_compare(const rc_model_config *cfg, const rci_nn_weights *
             if ((count_op(g, RC_OP_ATTENTION) > 0) != on)
                 bench_fail(NAME, "--attention-compare", "the switch did not change the recorded attention");
             rc_graph_free(g);
+            for (int op = 0; getenv("OPTIME") && op < RC_OP_COUNT; op++) if (st.op_s[op] > 0.02) fprintf(stderr, "     %-22s %.3f s\n", rc_op_name((rc_op)op), st.op_s[op]);
             double grads = (double)w->numel * (double)rc_dtype_size(w->dtype);
             act_mb[on] = ((double)st.peak_bytes - grads) * 1e-6;
             fprintf(stderr, "  T=%d B=%d %s: step %.3f s, activations %.1f MB\n", T, B, on ? "fused" : "unfused",
