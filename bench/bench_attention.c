@@ -28,7 +28,8 @@ static void bench_one(int B, int H, int T, int D, int fused, int reps, const flo
     rc_tensor *x[4] = {rc_input(g, "q", RC_F32, 4, s), rc_input(g, "k", RC_F32, 4, s), rc_input(g, "v", RC_F32, 4, s),
                        rc_input(g, "r", RC_F32, 4, s)};
     double scale = 1 / sqrt((double)D);
-    rc_tensor *y = fused ? rc_attention(g, x[0], x[1], x[2], NULL, scale, 1) : unfused(g, x[0], x[1], x[2], scale);
+    rc_tensor *y = fused ? rc_attention(g, x[0], x[1], x[2], NULL, scale, 1, 0, (rc_rng){0, 0})
+                         : unfused(g, x[0], x[1], x[2], scale);
     rc_tensor *outs[4];
     rc_backward(g, rc_sum_all(g, rc_mul(g, y, x[3])), x, 3, outs + 1);
     outs[0] = y;

@@ -158,17 +158,22 @@ typedef enum {
                             in tiles with an online softmax (no [Tq, Tk] tensor); KV divides H,
                             query head h reads key/value head h / (H / KV); iparam[0] = 1: causal
                             with the query offset Tk - Tq (query i sees keys j <= i + Tk - Tq,
-                            as SOFTMAX's); a row that sees no key gives zeros */
+                            as SOFTMAX's); a row that sees no key gives zeros. Dropout on the
+                            probabilities when fparam[1] = p > 0: DROPOUT's mask (key in
+                            iparam[2..3] mixed with the plan's run key) over the virtual
+                            [B, H, Tq, Tk] probabilities, element ((b H + h) Tq + i) Tk + j */
     RC_OP_ATTENTION_STATS, /* per query row of an ATTENTION, for its backward: src0..3 as ATTENTION,
                             src4 the upstream gradient dO [B, H, Tq, Dv] -> [B, H, Tq, 2] in the
                             compute dtype (f32 for 16-bit, f64 for f64): [..., 0] = the row's
                             log-sum-exp of the scaled, biased, masked scores (-inf when it sees
                             no key), [..., 1] = delta = dO . o = sum_j p_j (dO . v_j), from the
                             unrounded o (the forward recomputed, not read: a 16-bit o's rounding
-                            would enter every dS); iparam[0], fparam[0] as ATTENTION */
+                            would enter every dS; with dropout, o the dropped one's);
+                            iparam[0], iparam[2..3], fparam[0..1] as ATTENTION */
     RC_OP_ATTENTION_GRAD, /* one gradient of an ATTENTION, probabilities recomputed tile by tile:
                             src0..3 as ATTENTION, src4 dO, src5 its ATTENTION_STATS; iparam[0],
-                            fparam[0] as ATTENTION; iparam[1] = the input it differentiates
+                            iparam[2..3], fparam[0..1] as ATTENTION (the same dropout mask);
+                            iparam[1] = the input it differentiates
                             (0: q, 1: k, 2: v, 3: bias) -> that input's shape, q's dtype; dk and dv
                             sum over the query heads sharing a key/value head, dbias over the
                             axes the bias broadcasts over; 4: q, k and v at once (one pass over
@@ -395,20 +400,24 @@ rc_tensor *rc_matmul(rc_graph *g, rc_tensor *a, rc_tensor *b, int trans_a, int t
 /* softmax over the last axis of a * scale + mask; mask may be NULL; causal 0/1. */
 rc_tensor *rc_softmax(rc_graph *g, rc_tensor *a);
 rc_tensor *rc_softmax_ext(rc_graph *g, rc_tensor *a, rc_tensor *mask, double scale, int causal);
-/* Fused attention: softmax(q k^T * scale + bias) v without the [Tq, Tk] scores.
+/* Fused attention: dropout(softmax(q k^T * scale + bias)) v without the [Tq, Tk] scores.
  * q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv] -> [B, H, Tq, Dv]. KV divides H: query
  * head h reads key/value head h / (H / KV) (grouped-query attention, nothing copied). bias
  * (NULL: none) is added to the scaled scores and broadcasts to [B, H, Tq, Tk]: a padding
  * mask [B, 1, 1, Tk] of 0 / -1e9, T5's position bias [1, H, Tq, Tk] (it gets a gradient).
  * causal: query i sees keys j <= i + Tk - Tq (Tq < Tk: decoding against a key/value cache),
  * as rc_softmax_ext. All inputs share one float dtype; 16-bit inputs compute in f32.
- * The same as matmul(softmax_ext(matmul(q, repeat(k)^T), bias, scale, causal), repeat(v)).
- * No attention dropout: apply rc_dropout to the unfused graph where it is wanted.
+ * dropout in [0, 1): the probability that attention dropout zeroes a probability (the kept
+ * ones scaled by 1 / (1 - dropout)); 0: none, key then ignored. The mask is rc_dropout's
+ * with the same key over the [B, H, Tq, Tk] probabilities (drawn afresh per run from the
+ * plan's key, rc_plan_set_rng; the backward reuses it), so the op is the same as
+ * matmul(dropout(softmax_ext(matmul(q, repeat(k)^T), bias, scale, causal), dropout, key),
+ * repeat(v)) up to rounding, mask for mask.
  * Its backward (rc_backward) adds one ATTENTION_STATS node (row log-sum-exp and dO . o),
  * one ATTENTION_GRAD node for q, k and v together (packed; the gradients are views of it)
- * and, with a bias, one for the bias. The CPU backend runs it; the devices do not yet. */
+ * and, with a bias, one for the bias. The CPU and the devices (OpenCL, CUDA) run it. */
 rc_tensor *rc_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
-                        double scale, int causal);
+                        double scale, int causal, double dropout, rc_rng key);
 /* layer norm over the last axis; weight and bias [C] may be NULL */
 rc_tensor *rc_layer_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, rc_tensor *bias, double eps);
 /* RMS norm over the last axis times (weight + offset): offset 0 for T5 and LLaMA */

@@ -428,7 +428,8 @@ static int check_pool(const rc_tensor *node, rc_error *err)
  * (KV divides H), bias (src3, optional) broadcast to [B, H, Tq, Tk], all of q's dtype; STATS
  * adds dO [B, H, Tq, Dv] and is [B, H, Tq, 2] in q's compute dtype; GRAD adds dO and the
  * stats and has the shape of the input iparam[1] (0 q, 1 k, 2 v, 3 bias) names, or with
- * iparam[1] 4 is 1-D, q's, k's and v's element counts together (dq, dk, dv packed). */
+ * iparam[1] 4 is 1-D, q's, k's and v's element counts together (dq, dk, dv packed). The
+ * dropout probability fparam[1] is in [0, 1). */
 static int check_attention(const rc_tensor *node, rc_error *err)
 {
     const rc_tensor *q = node->nsrc > 0 ? node->src[0] : NULL;
@@ -454,6 +455,8 @@ static int check_attention(const rc_tensor *node, rc_error *err)
                    (long long)full[0], (long long)full[1], (long long)full[2], (long long)full[3]);
     if (node->iparam[0] != 0 && node->iparam[0] != 1)
         return bad(err, RC_ERR_ARG, node, "causal flag %d (0 or 1)", node->iparam[0]);
+    if (!(node->fparam[1] >= 0 && node->fparam[1] < 1))
+        return bad(err, RC_ERR_ARG, node, "dropout probability %g outside [0, 1)", node->fparam[1]);
     int64_t os[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
     const rc_tensor *out = node; /* the tensor of shape [B, H, Tq, Dv]: the output or o and dO */
     rc_dtype want = t;

@@ -241,14 +241,29 @@ rc_tensor *rc_one_hot(rc_graph *g, rc_tensor *ids, int64_t depth, int ignore_ind
     return y;
 }
 
+/* ATTENTION's parameters that its STATS and GRAD nodes repeat: scale, causal and the
+ * dropout probability and key */
+static void attention_params_copy(rc_tensor *y, const rc_tensor *att)
+{
+    y->fparam[0] = att->fparam[0];
+    y->fparam[1] = att->fparam[1];
+    y->iparam[0] = att->iparam[0];
+    y->iparam[2] = att->iparam[2];
+    y->iparam[3] = att->iparam[3];
+}
+
 /* The node's layout is RC_OP_ATTENTION's (redco.h): srcs q, k, v, bias (NULL: none),
- * fparam[0] = scale, iparam[0] = causal; node_check.c's check_attention decides the rest. */
+ * fparam[0] = scale, iparam[0] = causal, fparam[1] = dropout and iparam[2..3] its key,
+ * hashed as rc_dropout's (0 without dropout); node_check.c's check_attention decides the
+ * rest. */
 rc_tensor *rc_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
-                        double scale, int causal)
+                        double scale, int causal, double dropout, rc_rng key)
 {
     rc_tensor *src[4] = {q, k, v, bias};
     if (rci_inputs_bad(g, 3, src) || rci_float_input(g, "attention", q))
         return NULL;
+    if (!(dropout >= 0.0 && dropout < 1.0))
+        return rci_fail(g, RC_ERR_ARG, "attention: dropout probability %g outside [0, 1)", dropout);
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4) {
         char sq[96], sk[96], sv[96];
         return rci_fail(g, RC_ERR_SHAPE, "attention: q %s, k %s, v %s must be [B, H, Tq, D], "
@@ -261,6 +276,12 @@ rc_tensor *rc_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, r
         y->fparam[0] = scale;
         y->iparam[0] = !!causal;
     }
+    if (y && dropout > 0) {
+        uint64_t h = rci_hash64(key.key ^ rci_hash64(key.counter));
+        y->fparam[1] = dropout;
+        y->iparam[2] = (int32_t)(uint32_t)(h & 0xffffffffu);
+        y->iparam[3] = (int32_t)(uint32_t)(h >> 32);
+    }
     return rci_node_checked(g, y);
 }
 
@@ -271,10 +292,8 @@ rc_tensor *rci_attention_stats(rc_graph *g, rc_tensor *att, rc_tensor *dout)
         return NULL;
     int64_t shape[4] = {att->shape[0], att->shape[1], att->shape[2], 2};
     rc_tensor *y = rci_node_new(g, RC_OP_ATTENTION_STATS, rci_compute_dtype(att->dtype), 4, shape, 5, src);
-    if (y) {
-        y->fparam[0] = att->fparam[0];
-        y->iparam[0] = att->iparam[0];
-    }
+    if (y)
+        attention_params_copy(y, att);
     return rci_node_checked(g, y);
 }
 
@@ -293,8 +312,7 @@ rc_tensor *rci_attention_grad(rc_graph *g, rc_tensor *att, rc_tensor *dout, rc_t
         y = rci_node_new(g, RC_OP_ATTENTION_GRAD, att->dtype, src[which]->ndim, src[which]->shape, 6, src);
     }
     if (y) {
-        y->fparam[0] = att->fparam[0];
-        y->iparam[0] = att->iparam[0];
+        attention_params_copy(y, att);
         y->iparam[1] = which;
     }
     return rci_node_checked(g, y);

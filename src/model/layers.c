@@ -99,7 +99,7 @@ static rc_tensor *attention_fused(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_te
     int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = v->shape[3];
     if (bias && bias->dtype != q->dtype)
         bias = rc_cast(g, bias, q->dtype);
-    rc_tensor *y = rc_attention(g, q, k, v, bias, scale, causal);   /* [B, H, Tq, D] */
+    rc_tensor *y = rc_attention(g, q, k, v, bias, scale, causal, 0, (rc_rng){0, 0}); /* [B, H, Tq, D] */
     y = rc_permute(g, y, (int[]){0, 2, 1, 3});                        /* [B, Tq, H, D] */
     return rc_reshape(g, y, 3, (int64_t[]){B, Tq, H * D});
 }

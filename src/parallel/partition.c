@@ -264,7 +264,13 @@ static rc_tensor *attention_shard(local *l, const rc_tensor *y, rc_tensor **x)
             x[i] = l->sliced[y->src[i]->id];
         }
     }
-    return rc_attention(l->lg, x[0], x[1], x[2], x[3], y->fparam[0], y->iparam[0]);
+    rc_tensor *a = rc_attention(l->lg, x[0], x[1], x[2], x[3], y->fparam[0], y->iparam[0], 0, (rc_rng){0, 0});
+    if (a) { /* the dropout mask drawn by local index, as a DROPOUT's here: the hashed key copied */
+        a->fparam[1] = y->fparam[1];
+        a->iparam[2] = y->iparam[2];
+        a->iparam[3] = y->iparam[3];
+    }
+    return a;
 }
 
 static rc_tensor *unary(rc_graph *g, rc_op op, rc_tensor *x)

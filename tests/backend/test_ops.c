@@ -242,11 +242,11 @@ static rc_tensor *b_softmax(rc_graph *g, rc_tensor **x, rc_dtype t, const op_cas
 }
 
 /* fused attention: q x0 [B, H, Tq, D], k x1, v x2 [B, KV, Tk, .], bias x3 when ip[0], causal
- * ip[1], scale fp[0] */
+ * ip[1], scale fp[0], dropout fp[1] (b_random's key) */
 static rc_tensor *b_attention(rc_graph *g, rc_tensor **x, rc_dtype t, const op_case *c)
 {
     (void)t;
-    return rc_attention(g, x[0], x[1], x[2], c->ip[0] ? x[3] : NULL, c->fp[0], c->ip[1]);
+    return rc_attention(g, x[0], x[1], x[2], c->ip[0] ? x[3] : NULL, c->fp[0], c->ip[1], c->fp[1], rc_rng_new(5));
 }
 
 /* ip[0]: 0 layer_norm (weight x1 when ip[1], bias the next leaf when ip[2]); 1 rms_norm
@@ -583,6 +583,21 @@ static const op_case cases[] = {
      * rows (one along the keys has a zero gradient: softmax ignores a row's shift) */
     {"attention_wide", b_attention, 4, {F(4, -2, 2, 1, 2, 5, 80), F(4, -2, 2, 1, 1, 7, 80), F(4, -2, 2, 1, 1, 7, 72),
      F(3, -1, 1, 2, 1, 7)}, D_FLOAT, {1, 1}, {0.1}, .grad = GRAD, .tol = 30, .ulps = 3, .gulps = 2},
+    /* with attention dropout (p 0.3: rc_dropout's mask over the [B, H, Tq, Tk] probabilities) */
+    {"attention_dropout_causal_gqa", b_attention, 3, {F(4, -2, 2, 2, 6, 37, 24), F(4, -2, 2, 2, 2, 37, 24),
+     F(4, -2, 2, 2, 2, 37, 24)}, D_FLOAT, {0, 1}, {0.2, 0.3}, .grad = GRAD, .tol = 30, .ulps = 3, .gulps = 2},
+    {"attention_dropout_t5_bias", b_attention, 4, {F(4, -2, 2, 2, 4, 37, 16), F(4, -2, 2, 2, 4, 37, 16),
+     F(4, -2, 2, 2, 4, 37, 8), F(4, -2, 2, 1, 4, 37, 37)}, D_FLOAT, {1, 0}, {0.25, 0.3}, .grad = GRAD, .tol = 30,
+     .ulps = 3, .gulps = 2},
+    {"attention_dropout_decode", b_attention, 4, {F(4, -2, 2, 2, 6, 3, 24), F(4, -2, 2, 2, 2, 40, 24),
+     F(4, -2, 2, 2, 2, 40, 24), F(4, -3, 0, 2, 1, 1, 40)}, D_FLOAT, {1, 1}, {0.2, 0.3}, .grad = GRAD, .tol = 30,
+     .ulps = 3, .gulps = 2},
+    {"attention_dropout_small", b_attention, 4, {F(4, -2, 2, 1, 2, 4, 3), F(4, -2, 2, 1, 1, 6, 3),
+     F(4, -2, 2, 1, 1, 6, 2), F(4, -1, 1, 1, 2, 4, 6)}, D_FLOAT, {1, 1}, {0.6, 0.3}, .grad = GRAD_FD, .tol = 30,
+     .ulps = 3, .gulps = 2},
+    {"attention_dropout_wide", b_attention, 4, {F(4, -2, 2, 1, 2, 5, 80), F(4, -2, 2, 1, 1, 7, 80),
+     F(4, -2, 2, 1, 1, 7, 72), F(3, -1, 1, 2, 1, 7)}, D_FLOAT, {1, 1}, {0.1, 0.3}, .grad = GRAD, .tol = 30,
+     .ulps = 3, .gulps = 2},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 

@@ -4,13 +4,16 @@
  * and the bias, at odd sizes (no size a multiple of a tile), every mask kind (none, causal,
  * a padding bias, T5's [1, H, Tq, Tk] bias, causal with padding), grouped-query heads
  * (H = 6 over KV = 2 and KV = 1), decoding against a cache (Tq = 1 and 3, Tk = 40), causal
- * rows that see no key (Tq > Tk), in f64, f32, bf16 and f16 (16-bit values against the f64
+ * rows that see no key (Tq > Tk), attention dropout (p = 0.3: the fused op's mask is
+ * rc_dropout's with the same key over the [B, H, Tq, Tk] probabilities of the unfused
+ * graph, under a run key set on the plan), in f64, f32, bf16 and f16 (16-bit values against the f64
  * graph on the same rounded inputs, with the op table's 16-bit tolerances; the unfused graph
  * in the same dtype is printed beside it, as [unfused forward/gradients]). The gradients
  * are also checked by finite differences (tests/kit/gradcheck.h). Last, the activation
  * memory of a forward + backward graph at T = 512: the fused plan's arena against the
  * unfused one's (printed with the time of a run), and no node of the fused graph the size of
- * [B, H, T, T]. */
+ * [B, H, T, T]. Besides: dropout 0 is no dropout whatever the key, a new run key draws a new
+ * mask (the same key the same one), a probability outside [0, 1) is an error naming the op. */
 #include "check.h"
 #include "gradcheck.h"
 #include "internal.h"
@@ -27,19 +30,29 @@ typedef struct {
     int64_t B, H, KV, Tq, Tk, D, Dv;
     int bias;     /* NONE, PAD ([B, 1, 1, Tk]: 0 or a large negative), T5 ([1, H, Tq, Tk]) */
     int causal;
+    double drop;  /* attention dropout (0: none) */
 } att_cfg;
 
+/* the dropout key of every graph here, and the run key of the plans */
+static const rc_rng drop_key = {0x5eed, 3}, run_key = {77, 1};
+
 static const att_cfg cfgs[] = {
-    {"plain", 2, 6, 6, 37, 37, 24, 24, NONE, 0},
-    {"causal", 2, 6, 6, 37, 37, 24, 24, NONE, 1},
-    {"causal_129_gqa", 1, 6, 2, 129, 129, 24, 16, NONE, 1},
-    {"padding_gqa", 2, 6, 2, 37, 37, 24, 24, PAD, 0},
-    {"causal_padding_mqa", 2, 6, 1, 37, 37, 24, 24, PAD, 1},
-    {"t5_bias", 2, 6, 6, 37, 37, 24, 24, T5, 0},
-    {"t5_bias_causal_gqa", 2, 6, 2, 37, 37, 24, 24, T5, 1},
-    {"decode_1", 2, 6, 2, 1, 40, 24, 24, NONE, 1},
-    {"decode_3_padding", 2, 6, 2, 3, 40, 24, 24, PAD, 1},
-    {"rows_without_keys", 1, 2, 1, 5, 3, 4, 4, NONE, 1},
+    {"plain", 2, 6, 6, 37, 37, 24, 24, NONE, 0, 0},
+    {"causal", 2, 6, 6, 37, 37, 24, 24, NONE, 1, 0},
+    {"causal_129_gqa", 1, 6, 2, 129, 129, 24, 16, NONE, 1, 0},
+    {"padding_gqa", 2, 6, 2, 37, 37, 24, 24, PAD, 0, 0},
+    {"causal_padding_mqa", 2, 6, 1, 37, 37, 24, 24, PAD, 1, 0},
+    {"t5_bias", 2, 6, 6, 37, 37, 24, 24, T5, 0, 0},
+    {"t5_bias_causal_gqa", 2, 6, 2, 37, 37, 24, 24, T5, 1, 0},
+    {"decode_1", 2, 6, 2, 1, 40, 24, 24, NONE, 1, 0},
+    {"decode_3_padding", 2, 6, 2, 3, 40, 24, 24, PAD, 1, 0},
+    {"rows_without_keys", 1, 2, 1, 5, 3, 4, 4, NONE, 1, 0},
+    {"drop_plain", 2, 6, 6, 37, 37, 24, 24, NONE, 0, 0.3},
+    {"drop_causal_129_gqa", 1, 6, 2, 129, 129, 24, 16, NONE, 1, 0.3},
+    {"drop_padding_gqa", 2, 6, 2, 37, 37, 24, 24, PAD, 0, 0.3},
+    {"drop_t5_bias_causal_gqa", 2, 6, 2, 37, 37, 24, 24, T5, 1, 0.3},
+    {"drop_decode_3_padding", 2, 6, 2, 3, 40, 24, 24, PAD, 1, 0.3},
+    {"drop_rows_without_keys", 1, 2, 1, 5, 3, 4, 4, NONE, 1, 0.5},
 };
 
 static uint64_t rng_state = 99;
@@ -60,9 +73,10 @@ static int64_t numel4(const int64_t *s)
     return s[0] * s[1] * s[2] * s[3];
 }
 
-/* The unfused graph of today's attention layer, the kv heads repeated by expand. */
+/* The unfused graph of today's attention layer, the kv heads repeated by expand, dropout
+ * (rc_dropout with drop_key) on the probabilities when drop > 0. */
 static rc_tensor *unfused(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
-                          double scale, int causal)
+                          double scale, int causal, double drop)
 {
     int64_t B = q->shape[0], H = q->shape[1], KV = k->shape[1], Tk = k->shape[2];
     rc_tensor *kv[2] = {k, v};
@@ -73,7 +87,7 @@ static rc_tensor *unfused(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v,
         kv[i] = rc_reshape(g, x, 4, (int64_t[]){B, H, Tk, d});
     }
     rc_tensor *p = rc_softmax_ext(g, rc_matmul(g, q, kv[0], 0, 1), bias, scale, causal);
-    return rc_matmul(g, p, kv[1], 0, 0);
+    return rc_matmul(g, rc_dropout(g, p, drop, drop_key), kv[1], 0, 0);
 }
 
 typedef struct {
@@ -102,8 +116,8 @@ static int run(const att_cfg *c, int fused, rc_dtype t, double *const *vals, out
         rc_convert(host[i], t, vals[i], RC_F64, numel4(shapes[i]));
     }
     double scale = 1 / sqrt((double)c->D);
-    rc_tensor *y = fused ? rc_attention(g, leaf[0], leaf[1], leaf[2], leaf[3], scale, c->causal)
-                         : unfused(g, leaf[0], leaf[1], leaf[2], leaf[3], scale, c->causal);
+    rc_tensor *y = fused ? rc_attention(g, leaf[0], leaf[1], leaf[2], leaf[3], scale, c->causal, c->drop, drop_key)
+                         : unfused(g, leaf[0], leaf[1], leaf[2], leaf[3], scale, c->causal, c->drop);
     rc_tensor *r = rc_const(g, "r", t, 4, sy, host[4]);
     rc_tensor *outs[5] = {y};
     rc_backward(g, rc_sum_all(g, rc_mul(g, y, r)), leaf, nl, outs + 1);
@@ -118,6 +132,7 @@ static int run(const att_cfg *c, int fused, rc_dtype t, double *const *vals, out
         snprintf(msg, size, "plan: %s", err.msg);
         goto done;
     }
+    rc_plan_set_rng(p, run_key);
     for (int i = 0; i < nl; i++)
         if (rc_plan_set_input(p, leaf[i], host[i], &err)) {
             snprintf(msg, size, "input %d: %s", i, err.msg);
@@ -169,7 +184,7 @@ static void test_against_unfused(void)
         bias_shape(c, sb);
         int64_t n[5] = {c->B * c->H * c->Tq * c->D, c->B * c->KV * c->Tk * c->D, c->B * c->KV * c->Tk * c->Dv,
                         numel4(sb), c->B * c->H * c->Tq * c->Dv};
-        printf("  %-20s", c->name);
+        printf("  %-24s", c->name);
         for (int d = 0; d < 4; d++) {
             rc_dtype t = dts[d];
             double *vals[5];
@@ -225,12 +240,18 @@ static void test_against_unfused(void)
 
 static rc_tensor *gc_t5_causal(rc_graph *g, rc_tensor **x)
 {
-    return rc_attention(g, x[0], x[1], x[2], x[3], 0.6, 1);
+    return rc_attention(g, x[0], x[1], x[2], x[3], 0.6, 1, 0, drop_key);
 }
 
 static rc_tensor *gc_plain(rc_graph *g, rc_tensor **x)
 {
-    return rc_attention(g, x[0], x[1], x[2], NULL, 0.45, 0);
+    return rc_attention(g, x[0], x[1], x[2], NULL, 0.45, 0, 0, drop_key);
+}
+
+/* the mask stays for every run of the plan (one run key) */
+static rc_tensor *gc_t5_causal_dropout(rc_graph *g, rc_tensor **x)
+{
+    return rc_attention(g, x[0], x[1], x[2], x[3], 0.6, 1, 0.3, drop_key);
 }
 
 #define F64(...) {.dtype = RC_F64, .ndim = 4, .shape = {__VA_ARGS__}}
@@ -243,6 +264,8 @@ static void test_finite_differences(void)
         {"attention_padding_bias", 4, {F64(2, 2, 4, 3), F64(2, 1, 6, 3), F64(2, 1, 6, 3), F64(2, 1, 1, 6)},
          gc_t5_causal, 1, 0, 0},
         {"attention_plain_mqa", 3, {F64(2, 3, 4, 5), F64(2, 1, 3, 5), F64(2, 1, 3, 2)}, gc_plain, 1, 0, 0},
+        {"attention_dropout_t5_gqa", 4, {F64(1, 4, 5, 3), F64(1, 2, 7, 3), F64(1, 2, 7, 2), F64(1, 4, 5, 7)},
+         gc_t5_causal_dropout, 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         double e = gc_run(&cases[i], 0);
@@ -270,7 +293,8 @@ static void test_memory(void)
         rc_tensor *x[4] = {rc_input(g, "q", RC_F32, 4, s), rc_input(g, "k", RC_F32, 4, s), rc_input(g, "v", RC_F32, 4, s),
                            rc_input(g, "r", RC_F32, 4, s)};
         double scale = 1 / sqrt((double)D);
-        rc_tensor *y = fused ? rc_attention(g, x[0], x[1], x[2], NULL, scale, 1) : unfused(g, x[0], x[1], x[2], NULL, scale, 1);
+        rc_tensor *y = fused ? rc_attention(g, x[0], x[1], x[2], NULL, scale, 1, 0, drop_key)
+                             : unfused(g, x[0], x[1], x[2], NULL, scale, 1, 0);
         rc_tensor *outs[4];
         rc_backward(g, rc_sum_all(g, rc_mul(g, y, x[3])), x, 3, outs + 1);
         outs[0] = y;
@@ -309,15 +333,16 @@ static void test_memory(void)
 
 /* The per-input ATTENTION_GRAD nodes (iparam[1] 0, 1, 2: what a backend may run one at a
  * time) against the packed one rc_backward builds (4), f64, causal GQA with Tq < Tk and
- * sizes not a multiple of a tile: the same sums in the same order */
-static void test_single_grads(void)
+ * sizes not a multiple of a tile, without and with dropout (drop): the same sums in the same
+ * order */
+static void test_single_grads(double drop)
 {
     enum { B = 2, H = 6, KV = 2, TQ = 70, TK = 75, D = 8 };
     rc_graph *g = rc_graph_new();
     int64_t sq[4] = {B, H, TQ, D}, sk[4] = {B, KV, TK, D};
     rc_tensor *x[4] = {rc_input(g, "q", RC_F64, 4, sq), rc_input(g, "k", RC_F64, 4, sk), rc_input(g, "v", RC_F64, 4, sk),
                        rc_input(g, "do", RC_F64, 4, sq)};
-    rc_tensor *att = rc_attention(g, x[0], x[1], x[2], NULL, 0.3, 1);
+    rc_tensor *att = rc_attention(g, x[0], x[1], x[2], NULL, 0.3, 1, drop, drop_key);
     rc_tensor *st = att ? rci_attention_stats(g, att, x[3]) : NULL;
     rc_tensor *outs[4] = {st ? rci_attention_grad(g, att, x[3], st, 4) : NULL};
     for (int w = 0; w < 3 && st; w++)
@@ -338,12 +363,57 @@ static void test_single_grads(void)
         CHECK(!rc_plan_read(p, outs[1 + w], one, &err));
         for (int64_t i = 0; i < n[w]; i++)
             worst = fmax(worst, fabs(one[i] - packed[off + i]) / (1 + fabs(one[i])));
-        CHECKF(worst < 1e-12, "gradient %d alone differs from the packed one by %.3g", w, worst);
+        CHECKF(worst < 1e-12, "gradient %d alone differs from the packed one by %.3g (dropout %g)", w, worst, drop);
         free(one);
     }
     free(vals), free(packed);
     rc_plan_free(p);
     rc_graph_free(g);
+}
+
+/* ---- dropout's keys ------------------------------------------------------------------------ */
+
+/* y [1, 2, 9, 4] of causal attention with dropout p and key `key` under run key `run`
+ * (into y); 0 or -1 */
+static int dropout_run(double p, rc_rng key, rc_rng run, double *y)
+{
+    enum { T = 9, D = 4 };
+    int64_t s[4] = {1, 2, T, D};
+    double vals[2 * T * D];
+    for (int i = 0; i < 2 * T * D; i++)
+        vals[i] = sin(0.37 * i + 1);
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x[3] = {rc_input(g, "q", RC_F64, 4, s), rc_input(g, "k", RC_F64, 4, s), rc_input(g, "v", RC_F64, 4, s)};
+    rc_tensor *out = rc_attention(g, x[0], x[1], x[2], NULL, 0.5, 1, p, key);
+    rc_error err = {0};
+    rc_plan *pl = out ? rc_plan_new(g, &out, 1, &err) : NULL;
+    int rc = pl ? 0 : -1;
+    if (pl)
+        rc_plan_set_rng(pl, run);
+    for (int i = 0; pl && i < 3; i++)
+        rc |= rc_plan_set_input(pl, x[i], vals, &err);
+    rc = rc || !pl || rc_plan_run(pl, &err) || rc_plan_read(pl, out, y, &err) ? -1 : 0;
+    rc_plan_free(pl);
+    rc_graph_free(g);
+    return rc;
+}
+
+/* dropout 0 is no dropout whatever the key; the run key and the node's key choose the mask */
+static void test_dropout_keys(void)
+{
+    enum { N = 2 * 9 * 4 };
+    double plain[N], zero[N], a[N], b[N], other_run[N], other_key[N];
+    rc_rng k2 = {0x5eed, 4}, run2 = {78, 1};
+    CHECK(!dropout_run(0, (rc_rng){0, 0}, run_key, plain));
+    CHECK(!dropout_run(0, drop_key, run2, zero));
+    CHECKF(!memcmp(plain, zero, sizeof plain), "dropout 0 with a key differs from no dropout");
+    CHECK(!dropout_run(0.3, drop_key, run_key, a));
+    CHECK(!dropout_run(0.3, drop_key, run_key, b));
+    CHECK(!dropout_run(0.3, drop_key, run2, other_run));
+    CHECK(!dropout_run(0.3, k2, run_key, other_key));
+    CHECKF(!memcmp(a, b, sizeof a), "the same keys drew different masks");
+    CHECKF(memcmp(a, other_run, sizeof a) && memcmp(a, other_key, sizeof a) && memcmp(a, plain, sizeof a),
+           "another run key or node key drew the same mask");
 }
 
 /* ---- errors ------------------------------------------------------------------------------ */
@@ -354,7 +424,7 @@ static void test_errors(void)
     rc_tensor *q = rc_input(g, "q", RC_F32, 4, (int64_t[]){2, 6, 5, 8});
     rc_tensor *k = rc_input(g, "k", RC_F32, 4, (int64_t[]){2, 4, 7, 8});
     rc_tensor *v = rc_input(g, "v", RC_F32, 4, (int64_t[]){2, 4, 7, 8});
-    CHECK(!rc_attention(g, q, k, v, NULL, 1, 0));
+    CHECK(!rc_attention(g, q, k, v, NULL, 1, 0, 0, drop_key));
     CHECKF(check_has(rc_graph_error(g), "KV dividing H") && check_has(rc_graph_error(g), "[2, 4, 7, 8]"), "%s",
            rc_graph_error(g));
     rc_graph_free(g);
@@ -363,7 +433,7 @@ static void test_errors(void)
     k = rc_input(g, "k", RC_F32, 4, (int64_t[]){2, 2, 7, 8});
     v = rc_input(g, "v", RC_F32, 4, (int64_t[]){2, 2, 7, 8});
     rc_tensor *bias = rc_input(g, "bias", RC_F32, 4, (int64_t[]){1, 6, 5, 6});
-    CHECK(!rc_attention(g, q, k, v, bias, 1, 0));
+    CHECK(!rc_attention(g, q, k, v, bias, 1, 0, 0, drop_key));
     CHECKF(check_has(rc_graph_error(g), "bias [1, 6, 5, 6]") && check_has(rc_graph_error(g), "[2, 6, 5, 7]"), "%s",
            rc_graph_error(g));
     rc_graph_free(g);
@@ -371,9 +441,20 @@ static void test_errors(void)
     q = rc_input(g, "q", RC_F32, 3, (int64_t[]){6, 5, 8});
     k = rc_input(g, "k", RC_F32, 4, (int64_t[]){2, 2, 7, 8});
     v = rc_input(g, "v", RC_F32, 4, (int64_t[]){2, 2, 7, 8});
-    CHECK(!rc_attention(g, q, k, v, NULL, 1, 0));
+    CHECK(!rc_attention(g, q, k, v, NULL, 1, 0, 0, drop_key));
     CHECKF(check_has(rc_graph_error(g), "attention: q [6, 5, 8]"), "%s", rc_graph_error(g));
     rc_graph_free(g);
+    static const double bad_p[3] = {1, -0.1, NAN};
+    for (int i = 0; i < 3; i++) {
+        g = rc_graph_new();
+        q = rc_input(g, "q", RC_F32, 4, (int64_t[]){2, 6, 5, 8});
+        k = rc_input(g, "k", RC_F32, 4, (int64_t[]){2, 2, 7, 8});
+        v = rc_input(g, "v", RC_F32, 4, (int64_t[]){2, 2, 7, 8});
+        CHECK(!rc_attention(g, q, k, v, NULL, 1, 0, bad_p[i], drop_key));
+        CHECKF(check_has(rc_graph_error(g), "attention: dropout probability") &&
+               check_has(rc_graph_error(g), "outside [0, 1)"), "%s", rc_graph_error(g));
+        rc_graph_free(g);
+    }
 }
 
 int main(void)
@@ -381,7 +462,9 @@ int main(void)
     test_errors();
     test_against_unfused();
     test_finite_differences();
-    test_single_grads();
+    test_single_grads(0);
+    test_single_grads(0.3);
+    test_dropout_keys();
     test_memory();
     return check_summary("test_attention");
 }

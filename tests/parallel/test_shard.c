@@ -1,6 +1,7 @@
 /* test_shard.c - the tensor-parallel plan derived from graphs: the split of every
  * parameter of each family, GQA, the padded vocabulary, the error for a shard count that
- * divides nothing, the Megatron communication count, and name / layout independence. */
+ * divides nothing, the Megatron communication count, and name / layout independence; the
+ * fused attention op keeps its dropout's probability and key on every shard. */
 #include "check.h"
 #include "nn.h"
 #include "redco/shard.h"
@@ -267,6 +268,46 @@ static void test_names_and_layouts(void)
     CHECK(s[0][1].role == RC_SHARD_ROW && s[0][2].role == RC_SHARD_COLUMN && s[0][3].role == RC_SHARD_ROW);
 }
 
+/* the fused attention op with dropout, partitioned: every local ATTENTION keeps the
+ * probability and the key (its mask drawn by local index, as a DROPOUT's under the
+ * partition) */
+static void test_attention_dropout(void)
+{
+    built b;
+    rci_nn_set_fused_attention(1);
+    CHECK(build(&b, "tiny-gpt2", 2, 8) == 0);
+    rci_nn_set_fused_attention(0);
+    int n = 0;
+    for (int i = 0; i < rc_graph_size(b.g); i++) {
+        rc_tensor *t = rc_graph_node(b.g, i);
+        if (t->op != RC_OP_ATTENTION)
+            continue;
+        t->fparam[1] = 0.25; /* as rc_attention with dropout would store it */
+        t->iparam[2] = 12345 + n;
+        t->iparam[3] = -7;
+        n++;
+    }
+    CHECKF(n == b.c.n_layer, "%d fused attention nodes for %d layers", n, (int)b.c.n_layer);
+    rc_shard_spec *s = calloc((size_t)b.w.n, sizeof *s);
+    rc_shard_graph sg;
+    rc_error err = {0};
+    CHECKF(rc_shard_partition(b.g, b.loss, b.p, b.w.n, 2, 1, 0, s, &sg, &err) == 0, "%s", err.msg);
+    int local = 0;
+    for (int i = 0; !err.msg[0] && i < rc_graph_size(sg.g); i++) {
+        const rc_tensor *t = rc_graph_node(sg.g, i);
+        if (t->op != RC_OP_ATTENTION)
+            continue;
+        CHECKF(t->fparam[1] == 0.25 && t->iparam[2] == 12345 + local && t->iparam[3] == -7,
+               "local attention %d: dropout %g key %d, %d", local, t->fparam[1], t->iparam[2], t->iparam[3]);
+        local++;
+    }
+    CHECKF(err.msg[0] || local == n, "%d local fused attention nodes for %d", local, n);
+    if (!err.msg[0])
+        rc_shard_graph_free(&sg);
+    free(s);
+    unbuild(&b);
+}
+
 int main(void)
 {
     test_gpt2();
@@ -275,5 +316,6 @@ int main(void)
     test_vocab_padding();
     test_names_and_layouts();
     test_overrides();
+    test_attention_dropout();
     return check_summary("test_shard");
 }

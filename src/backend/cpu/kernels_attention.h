@@ -14,6 +14,13 @@
  * the unrounded output), then dq = scale dS k, dk = scale dS^T q,
  * dv = p^T dO, dbias = dS summed over the bias's broadcast axes.
  *
+ * Attention dropout (fparam[1] = p > 0) multiplies each probability by its factor z, 0 or
+ * 1 / (1 - p), drawn as k_dropout draws element ((b H + h) Tq + i) Tk + j of the [B, H,
+ * Tq, Tk] probabilities (att_keep): the forward sums the row's softmax from the undropped
+ * probabilities and multiplies V by Z = z p; the backward takes dv = Z^T dO,
+ * dP = z (dO . v_j) and dS = p (dP - delta), delta = dO . o = sum_j Z_j (dO . v_j). Without
+ * dropout no pass draws anything.
+ *
  * Threads (par_range) take whole units that write disjoint rows of the output: the forward,
  * the stats and dq take (batch, head, query tile); dk and dv take (batch, key/value head,
  * key tile) and loop over the query heads of its group and every query tile; dbias takes
@@ -36,7 +43,21 @@ typedef struct {
     int64_t bst[4];              /* the bias's strides along [B, H, Tq, Tk] (0: broadcast) */
     real scale;
     int causal;
+    double drop;                 /* the dropout probability (0: none) */
+    real keep;                   /* a kept probability's factor 1 / (1 - drop) */
+    uint64_t key;                /* the node's key mixed with the run key, as k_dropout's */
+    uint64_t thresh;             /* ceil(drop 2^53) */
 } att_ctx;
+
+/* the dropout factor of probability (row, j), row = (b H + h) Tq + i: keep or 0, as
+ * k_dropout keeps the flat element row Tk + j (c->drop > 0). Its test
+ * rc_rng_uniform_at(key, i) >= p is u = m 2^-53 >= p with m = hash >> 11 < 2^53, i.e.
+ * m >= ceil(p 2^53) exactly: the same draw, inlined, in integers. */
+static real att_keep(const att_ctx *c, int64_t row, int64_t j)
+{
+    uint64_t m = rci_hash64(c->key ^ rci_hash64((uint64_t)(row * c->Tk + j))) >> 11;
+    return m >= c->thresh ? c->keep : 0;
+}
 
 static int64_t att_visible(const att_ctx *c, int64_t i)
 {
@@ -103,8 +124,9 @@ static void att_dp(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t n
 }
 
 /* p = exp(s - lse) in place over the tile, and with dp: dp = p (dp - delta) * scale (dS
- * scaled, the factor both dq and dk take); stats rows from row0 */
-static void att_probs(const att_ctx *c, int64_t row0, int64_t ni, int64_t nj, real *s, real *dp)
+ * scaled, the factor both dq and dk take); stats rows from row0, keys from j0. With
+ * dropout: s = z p (what multiplies dO into dv) and dp = p (z dp - delta) * scale. */
+static void att_probs(const att_ctx *c, int64_t row0, int64_t ni, int64_t j0, int64_t nj, real *s, real *dp)
 {
     for (int64_t r = 0; r < ni; r++) {
         real lse = c->stats[(row0 + r) * 2], delta = c->stats[(row0 + r) * 2 + 1];
@@ -113,6 +135,16 @@ static void att_probs(const att_ctx *c, int64_t row0, int64_t ni, int64_t nj, re
             lse = 0;
         for (int64_t jj = 0; jj < nj; jj++)
             sr[jj] = rci_fexp(sr[jj] - lse); /* exp(-inf) = 0 (rci_fexp_f32 too) */
+        if (c->drop > 0) {
+            real *restrict dr = dp ? dp + r * ATT_BK : NULL;
+            for (int64_t jj = 0; jj < nj; jj++) {
+                real z = att_keep(c, row0 + r, j0 + jj);
+                if (dr)
+                    dr[jj] = sr[jj] * (z * dr[jj] - delta) * c->scale;
+                sr[jj] *= z;
+            }
+            continue;
+        }
         if (!dp)
             continue;
         real *restrict dr = dp + r * ATT_BK;
@@ -131,6 +163,7 @@ static void att_rows(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t
 {
     real s[ATT_BQ * ATT_BK], dp[ATT_BQ * ATT_BK], m[ATT_BQ], l[ATT_BQ], da[ATT_BQ];
     int64_t Dv = c->Dv, jend = att_visible(c, i0 + ni - 1); /* the last row sees the most */
+    int64_t row0 = (b * c->H + h) * c->Tq + i0;
     const real *vb = c->v + (b * c->KV + h / c->G) * c->Tk * Dv;
     for (int64_t r = 0; r < ni; r++) {
         m[r] = -INFINITY;
@@ -159,6 +192,9 @@ static void att_rows(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t
                 sr[jj] = rci_fexp(sr[jj] - mx);
             l[r] = l[r] * corr + (real)dsum(sr, nj);
             m[r] = mx;
+            if (c->drop > 0) /* l sums the softmax; V and dO . v_j take z p */
+                for (int64_t jj = 0; jj < nj; jj++)
+                    sr[jj] *= att_keep(c, row0 + r, j0 + jj);
             if (delta) {
                 real *restrict dr = dp + r * ATT_BK;
                 for (int64_t jj = 0; jj < nj; jj++)
@@ -224,7 +260,7 @@ static void att_dq_range(void *ctx, int64_t u0, int64_t u1, int part)
             int64_t nj = min64(ATT_BK, jend - j0);
             att_scores(c, b, h, i0, ni, j0, nj, s);
             att_dp(c, b, h, i0, ni, j0, nj, dp);
-            att_probs(c, row0, ni, nj, s, dp);
+            att_probs(c, row0, ni, j0, nj, s, dp);
             att_gemm(0, 0, ni, D, nj, 1, dp, ATT_BK, kb + j0 * D, D, 1, dq, D);
         }
     }
@@ -254,12 +290,12 @@ static void att_dkv_range(void *ctx, int64_t u0, int64_t u1, int part)
                     continue; /* no row of the tile sees these keys */
                 att_scores(c, b, h, i0, ni, j0, nj, s);
                 if (which == 2) {
-                    att_probs(c, row0, ni, nj, s, NULL);
+                    att_probs(c, row0, ni, j0, nj, s, NULL);
                     att_gemm(1, 0, nj, Dv, ni, 1, s, ATT_BK, c->dout + row0 * Dv, Dv, 1, o, Dv);
                     continue;
                 }
                 att_dp(c, b, h, i0, ni, j0, nj, dp);
-                att_probs(c, row0, ni, nj, s, dp);
+                att_probs(c, row0, ni, j0, nj, s, dp);
                 att_gemm(1, 0, nj, D, ni, 1, dp, ATT_BK, c->q + row0 * D, D, 1, o, D);
             }
     }
@@ -297,7 +333,7 @@ static void att_dqkv_range(void *ctx, int64_t u0, int64_t u1, int part)
                         continue; /* no row of the tile sees these keys */
                     att_scores(c, b, h, i0, ni, j0, nj, s);
                     att_dp(c, b, h, i0, ni, j0, nj, dp);
-                    att_probs(c, row0, ni, nj, s, dp);
+                    att_probs(c, row0, ni, j0, nj, s, dp);
                     att_gemm(1, 0, nj, Dv, ni, 1, s, ATT_BK, c->dout + row0 * Dv, Dv, 1, dv + (key0 + j0) * Dv, Dv);
                     att_gemm(1, 0, nj, D, ni, 1, dp, ATT_BK, c->q + row0 * D, D, 1, dk + (key0 + j0) * D, D);
                     att_gemm(0, 0, ni, D, nj, 1, dp, ATT_BK, kb + j0 * D, D, 1, dq + row0 * D, D);
@@ -333,8 +369,12 @@ static void att_dbias_range(void *ctx, int64_t u0, int64_t u1, int part)
                         att_scores(c, b, h, i, 1, j0, nj, s);
                         for (int64_t jj = 0; jj < nj; jj++) {
                             real p = rci_fexp(s[jj] - lse);
-                            if (p != 0)
-                                o[(j0 + jj) * st[3]] += p * (att_dot(c->dout + row * Dv, c->v + (kv0 + j0 + jj) * Dv, Dv) - delta);
+                            if (p == 0)
+                                continue;
+                            real dp = att_dot(c->dout + row * Dv, c->v + (kv0 + j0 + jj) * Dv, Dv);
+                            if (c->drop > 0)
+                                dp *= att_keep(c, row, j0 + jj);
+                            o[(j0 + jj) * st[3]] += p * (dp - delta);
                         }
                     }
                 }
@@ -347,10 +387,17 @@ static int k_attention(const rci_cpu_args *io)
     att_ctx c = {node, io->in[0], io->in[1], io->in[2], node->src[3] ? io->in[3] : NULL,
                  NULL, NULL, io->out, q->shape[0], q->shape[1], k->shape[1], q->shape[1] / k->shape[1],
                  q->shape[2], k->shape[2], q->shape[3], v->shape[3], {0}, (real)node->fparam[0],
-                 node->iparam[0] != 0};
+                 node->iparam[0] != 0, 0, 0, 0, 0};
     if (node->src[3]) {
         int64_t full[4] = {c.B, c.H, c.Tq, c.Tk};
         rci_bcast_strides(node->src[3], 4, full, c.bst);
+    }
+    c.drop = node->fparam[1];
+    if (c.drop > 0) { /* k_dropout's key: the node's, mixed with the plan's run key */
+        c.keep = (real)(1 / (1 - c.drop));
+        c.key = (uint64_t)(uint32_t)node->iparam[2] | ((uint64_t)(uint32_t)node->iparam[3] << 32);
+        c.key ^= rci_hash64(io->run_key);
+        c.thresh = (uint64_t)ceil(c.drop * 9007199254740992.0); /* drop < 1: below 2^53 */
     }
     int64_t work = c.B * c.H * c.Tq * c.Tk * (c.D + c.Dv);
     int64_t qunits = c.B * c.H * ((c.Tq + ATT_BQ - 1) / ATT_BQ);

@@ -911,7 +911,11 @@ __kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_
  * sees keys j < att_visible(i). A score is q_i . k_j * scale + bias in float (the CPU's f32
  * kernel), dot products and sums in acc_t. An output row is computed ATT_CHUNK columns at a
  * time, its scores recomputed per chunk, so no head size is too large for a work-item's
- * private memory. No work-items share a sum (no atomics): results repeat bit for bit. */
+ * private memory. No work-items share a sum (no atomics): results repeat bit for bit.
+ * Attention dropout (thresh > 0): probability (row, j) is multiplied by k_dropout's factor
+ * of the flat element row Tk + j of the [B, H, Tq, Tk] probabilities (att_keep, with the
+ * key and threshold k_dropout gets): the softmax's sum is the undropped one, V and
+ * dO . v_j take z p, dP = z (dO . v_j). */
 enum { ATT_CHUNK = 64 };
 
 typedef struct {
@@ -919,9 +923,11 @@ typedef struct {
     long bst[4];
     int causal, has_bias;
     float scale;
+    ulong key, thresh;            /* dropout's key and threshold (0: no dropout) */
+    float keep;                   /* a kept probability's factor 1 / (1 - p) */
 } att_dims;
 
-static att_dims att_dims_of(long8 dims, long8 bst, float scale)
+static att_dims att_dims_of(long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep)
 {
     long d[8], s[8];
     long8_get(dims, d);
@@ -939,7 +945,20 @@ static att_dims att_dims_of(long8 dims, long8 bst, float scale)
         a.bst[i] = s[i];
     a.has_bias = s[4] != 0;
     a.scale = scale;
+    a.key = key;
+    a.thresh = thresh;
+    a.keep = keep;
     return a;
+}
+
+/* the dropout factor of probability (row, j), row = (b H + h) Tq + i: keep or 0 as
+ * k_dropout keeps element row Tk + j; 1 without dropout */
+static float att_keep(const att_dims *a, long row, long j)
+{
+    if (a->thresh == 0)
+        return 1;
+    ulong u = rci_hash64(a->key ^ rci_hash64((ulong)(row * a->Tk + j))) >> 11;
+    return u >= a->thresh ? a->keep : 0;
 }
 
 /* the keys query row i sees: j <= i + Tk - Tq when causal */
@@ -1004,10 +1023,11 @@ static float att_max(const att_dims *a, const att_row *r, __global const store_t
 /* o [B, H, Tq, Dv]: softmax(scores) v per query row; zeros for a row that sees no key */
 __kernel void k_attention(__global store_t *o, long oo, __global const store_t *q, long qo,
                           __global const store_t *k, long ko, __global const store_t *v, long vo,
-                          __global const store_t *bias, long bo, long8 dims, long8 bst, float scale)
+                          __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
+                          ulong key, ulong thresh, float keep)
 {
     long row = get_global_id(0);
-    att_dims a = att_dims_of(dims, bst, scale);
+    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     if (row >= a.B * a.H * a.Tq)
         return;
     att_row r = att_row_of(&a, row, qo, ko, vo, bo);
@@ -1019,10 +1039,10 @@ __kernel void k_attention(__global store_t *o, long oo, __global const store_t *
         for (long c = 0; c < nc; c++)
             acc[c] = 0;
         for (long j = 0; m != -INFINITY && j < vis; j++) {
-            float p = rci_fexp(att_score(&a, &r, q, k, bias, j) - m);
+            float p = rci_fexp(att_score(&a, &r, q, k, bias, j) - m), z = p * att_keep(&a, row, j);
             l += p;
             for (long c = 0; c < nc; c++)
-                acc[c] += (acc_t)p * ld(v, r.v + j * a.Dv + c0 + c);
+                acc[c] += (acc_t)z * ld(v, r.v + j * a.Dv + c0 + c);
         }
         for (long c = 0; c < nc; c++)
             st(o, oo + row * a.Dv + c0 + c, l > 0 ? (float)(acc[c] / l) : 0);
@@ -1030,14 +1050,15 @@ __kernel void k_attention(__global store_t *o, long oo, __global const store_t *
 }
 
 /* o [B, H, Tq, 2] float: per query row the log-sum-exp of its scores (-INFINITY when it
- * sees no key) and delta = sum_j p_j (dO . v_j) */
+ * sees no key) and delta = sum_j z_j p_j (dO . v_j) */
 __kernel void k_attention_stats(__global float *o, long oo, __global const store_t *q, long qo,
                                 __global const store_t *k, long ko, __global const store_t *v, long vo,
                                 __global const store_t *bias, long bo, __global const store_t *dout,
-                                long doo, long8 dims, long8 bst, float scale)
+                                long doo, long8 dims, long8 bst, float scale, ulong key, ulong thresh,
+                                float keep)
 {
     long row = get_global_id(0);
-    att_dims a = att_dims_of(dims, bst, scale);
+    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     if (row >= a.B * a.H * a.Tq)
         return;
     att_row r = att_row_of(&a, row, qo, ko, vo, bo);
@@ -1047,13 +1068,13 @@ __kernel void k_attention_stats(__global float *o, long oo, __global const store
     for (long j = 0; m != -INFINITY && j < vis; j++) {
         float p = rci_fexp(att_score(&a, &r, q, k, bias, j) - m);
         l += p;
-        da += (acc_t)p * att_dot(dout, doo + row * a.Dv, v, r.v + j * a.Dv, a.Dv);
+        da += (acc_t)(p * att_keep(&a, row, j)) * att_dot(dout, doo + row * a.Dv, v, r.v + j * a.Dv, a.Dv);
     }
     o[oo + row * 2] = l > 0 ? (float)((acc_t)m + log(l)) : -INFINITY;
     o[oo + row * 2 + 1] = l > 0 ? (float)(da / l) : 0;
 }
 
-/* p and dS = p (dP - delta) scale of row r's key j (p alone when dp_too is 0) */
+/* dS = p (dP - delta) scale of row r's key j, dP = z (dO . v_j); z p alone when dp_too is 0 */
 static float att_ds(const att_dims *a, const att_row *r, long row, __global const store_t *q,
                     __global const store_t *k, __global const store_t *v, __global const store_t *bias,
                     __global const store_t *dout, long doo, __global const float *stats, long so, long j,
@@ -1062,10 +1083,10 @@ static float att_ds(const att_dims *a, const att_row *r, long row, __global cons
     float lse = stats[so + row * 2], delta = stats[so + row * 2 + 1];
     if (lse == -INFINITY) /* a row that sees no key */
         lse = 0;
-    float p = rci_fexp(att_score(a, r, q, k, bias, j) - lse);
+    float p = rci_fexp(att_score(a, r, q, k, bias, j) - lse), z = att_keep(a, row, j);
     if (!dp_too)
-        return p;
-    float dp = (float)att_dot(dout, doo + row * a->Dv, v, r->v + j * a->Dv, a->Dv);
+        return p * z;
+    float dp = (float)att_dot(dout, doo + row * a->Dv, v, r->v + j * a->Dv, a->Dv) * z;
     return p * (dp - delta) * a->scale;
 }
 
@@ -1073,10 +1094,11 @@ static float att_ds(const att_dims *a, const att_row *r, long row, __global cons
 __kernel void k_attention_dq(__global store_t *o, long oo, __global const store_t *q, long qo,
                              __global const store_t *k, long ko, __global const store_t *v, long vo,
                              __global const store_t *bias, long bo, __global const store_t *dout, long doo,
-                             __global const float *stats, long so, long8 dims, long8 bst, float scale)
+                             __global const float *stats, long so, long8 dims, long8 bst, float scale,
+                             ulong key, ulong thresh, float keep)
 {
     long row = get_global_id(0);
-    att_dims a = att_dims_of(dims, bst, scale);
+    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     if (row >= a.B * a.H * a.Tq)
         return;
     att_row r = att_row_of(&a, row, qo, ko, vo, bo);
@@ -1096,16 +1118,16 @@ __kernel void k_attention_dq(__global store_t *o, long oo, __global const store_
     }
 }
 
-/* dk [B, KV, Tk, D] (which 1: sum dS_i q_i) or dv [B, KV, Tk, Dv] (which 2: sum p_i dO_i)
+/* dk [B, KV, Tk, D] (which 1: sum dS_i q_i) or dv [B, KV, Tk, Dv] (which 2: sum z_i p_i dO_i)
  * per key row, over the query heads of its group and the query rows that see the key */
 __kernel void k_attention_dkv(__global store_t *o, long oo, __global const store_t *q, long qo,
                               __global const store_t *k, long ko, __global const store_t *v, long vo,
                               __global const store_t *bias, long bo, __global const store_t *dout, long doo,
                               __global const float *stats, long so, long8 dims, long8 bst, float scale,
-                              int which)
+                              ulong key, ulong thresh, float keep, int which)
 {
     long n = get_global_id(0);
-    att_dims a = att_dims_of(dims, bst, scale);
+    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     if (n >= a.B * a.KV * a.Tk)
         return;
     long j = n % a.Tk, kvh = n / a.Tk % a.KV, b = n / (a.Tk * a.KV), G = a.H / a.KV;
@@ -1129,16 +1151,17 @@ __kernel void k_attention_dkv(__global store_t *o, long oo, __global const store
     }
 }
 
-/* dbias, the bias's shape: each element the sum of p (dP - delta) over the axes of
- * [B, H, Tq, Tk] it broadcasts along (rows that see no key, keys not seen: nothing) */
+/* dbias, the bias's shape: each element the sum of p (dP - delta), dP = z (dO . v_j), over
+ * the axes of [B, H, Tq, Tk] it broadcasts along (rows that see no key, keys not seen:
+ * nothing) */
 __kernel void k_attention_dbias(__global store_t *o, long oo, __global const store_t *q, long qo,
                                 __global const store_t *k, long ko, __global const store_t *v, long vo,
                                 __global const store_t *bias, long bo, __global const store_t *dout,
                                 long doo, __global const float *stats, long so, long8 dims, long8 bst,
-                                float scale)
+                                float scale, ulong key, ulong thresh, float keep)
 {
     long e = get_global_id(0);
-    att_dims a = att_dims_of(dims, bst, scale);
+    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     const long *s = a.bst;
     long eb = s[0] ? a.B : 1, eh = s[1] ? a.H : 1, ei = s[2] ? a.Tq : 1, ej = s[3] ? a.Tk : 1;
     if (e >= eb * eh * ei * ej)
@@ -1153,8 +1176,9 @@ __kernel void k_attention_dbias(__global store_t *o, long oo, __global const sto
                     continue;
                 att_row r = att_row_of(&a, row, qo, ko, vo, bo);
                 for (long j = s[3] ? uj : 0; j < (s[3] ? uj + 1 : a.Tk) && j < vis; j++) {
-                    float p = att_ds(&a, &r, row, q, k, v, bias, dout, doo, stats, so, j, 0);
-                    float dp = (float)att_dot(dout, doo + row * a.Dv, v, r.v + j * a.Dv, a.Dv);
+                    float lse = stats[so + row * 2];
+                    float p = rci_fexp(att_score(&a, &r, q, k, bias, j) - lse);
+                    float dp = (float)att_dot(dout, doo + row * a.Dv, v, r.v + j * a.Dv, a.Dv) * att_keep(&a, row, j);
                     if (p != 0)
                         acc += p * (dp - stats[so + row * 2 + 1]);
                 }
