@@ -1079,6 +1079,17 @@ static acc_t att_dot(__global const store_t *x, long xi, __global const store_t 
     return s;
 }
 
+/* acc[c] += f[r] t[r][c] for the tile's rows r in [lo, hi) and columns c < nc, rows outer
+ * (as the keys or query rows ascend). The loops run fixed counts, guarded, so that a GPU
+ * compiler can keep acc and f in registers. */
+static void att_accumulate(acc_t *acc, const acc_t *f, LOCAL_MEM const float *t, int lo, int hi, long nc)
+{
+    for (int r = 0; r < ATT_TK; r++)
+        for (int c = 0; c < ATT_CHUNK; c++)
+            if (r >= lo && r < hi && c < nc)
+                acc[c] += f[r] * t[r * ATT_CHUNK + c];
+}
+
 /* the score of key j for row r from its dot product q_i . k_j */
 static float att_score(const att_dims *a, const att_row *r, __global const store_t *bias, acc_t dot, long j)
 {
@@ -1099,10 +1110,11 @@ static float att_max(const att_dims *a, const att_group *g, const att_row *r, LO
     for (long j0 = 0; j0 < g->vis; j0 += ATT_TK) {
         att_tile_dots(s, t, q, r->q, g->active, k, r->k, a->D, j0, a->Tk);
         int nj = att_clamp(vis - j0);
-        for (int jj = 0; jj < nj; jj++) {
-            float x = att_score(a, r, bias, s[jj], j0 + jj);
-            m = x > m ? x : m;
-        }
+        for (int jj = 0; jj < ATT_TK; jj++)
+            if (jj < nj) {
+                float x = att_score(a, r, bias, s[jj], j0 + jj);
+                m = x > m ? x : m;
+            }
     }
     return m;
 }
@@ -1125,23 +1137,23 @@ __kernel void k_attention(__global store_t *o, long oo, __global const store_t *
     for (long c0 = 0; c0 < a.Dv; c0 += ATT_CHUNK) {
         long nc = a.Dv - c0 < ATT_CHUNK ? a.Dv - c0 : ATT_CHUNK;
         acc_t acc[ATT_CHUNK], l = 0, s[ATT_TK];
-        for (long c = 0; c < nc; c++)
+        for (int c = 0; c < ATT_CHUNK; c++)
             acc[c] = 0;
         for (long j0 = 0; j0 < g.vis; j0 += ATT_TK) {
             att_tile_dots(s, t, q, r.q, g.active, k, r.k, a.D, j0, a.Tk);
             int nj = att_clamp(vis - j0);
-            for (int jj = 0; jj < nj; jj++) {
-                float p = rci_fexp(att_score(&a, &r, bias, s[jj], j0 + jj) - m);
-                l += p;
-                s[jj] = p * att_keep(&a, row, j0 + jj);   /* z */
-            }
+            for (int jj = 0; jj < ATT_TK; jj++)
+                if (jj < nj) {
+                    float p = rci_fexp(att_score(&a, &r, bias, s[jj], j0 + jj) - m);
+                    l += p;
+                    s[jj] = p * att_keep(&a, row, j0 + jj);   /* z */
+                }
             att_load(t, v, r.v, a.Dv, j0, a.Tk, c0, nc);
-            for (int jj = 0; jj < nj; jj++)
-                for (long c = 0; c < nc; c++)
-                    acc[c] += s[jj] * t[jj * ATT_CHUNK + c];
+            att_accumulate(acc, s, t, 0, nj, nc);
         }
-        for (long c = 0; g.active && c < nc; c++)
-            st(o, oo + row * a.Dv + c0 + c, l > 0 ? (float)(acc[c] / l) : 0);
+        for (int c = 0; c < ATT_CHUNK; c++)
+            if (g.active && c < nc)
+                st(o, oo + row * a.Dv + c0 + c, l > 0 ? (float)(acc[c] / l) : 0);
     }
 }
 
@@ -1167,13 +1179,15 @@ __kernel void k_attention_stats(__global float *o, long oo, __global const store
     for (long j0 = 0; j0 < g.vis; j0 += ATT_TK) {
         att_tile_dots(s, t, q, r.q, g.active, k, r.k, a.D, j0, a.Tk);
         int nj = att_clamp(vis - j0);
-        for (int jj = 0; jj < nj; jj++)
-            p[jj] = rci_fexp(att_score(&a, &r, bias, s[jj], j0 + jj) - m);
+        for (int jj = 0; jj < ATT_TK; jj++)
+            if (jj < nj)
+                p[jj] = rci_fexp(att_score(&a, &r, bias, s[jj], j0 + jj) - m);
         att_tile_dots(s, t, dout, doo + row * a.Dv, g.active, v, r.v, a.Dv, j0, a.Tk);   /* dO . v_j */
-        for (int jj = 0; jj < nj; jj++) {
-            l += p[jj];
-            da += (acc_t)(p[jj] * att_keep(&a, row, j0 + jj)) * s[jj];
-        }
+        for (int jj = 0; jj < ATT_TK; jj++)
+            if (jj < nj) {
+                l += p[jj];
+                da += (acc_t)(p[jj] * att_keep(&a, row, j0 + jj)) * s[jj];
+            }
     }
     if (!g.active)
         return;
@@ -1212,21 +1226,21 @@ __kernel void k_attention_dq(__global store_t *o, long oo, __global const store_
     for (long c0 = 0; c0 < a.D; c0 += ATT_CHUNK) {
         long nc = a.D - c0 < ATT_CHUNK ? a.D - c0 : ATT_CHUNK;
         acc_t acc[ATT_CHUNK], s[ATT_TK], dov[ATT_TK];
-        for (long c = 0; c < nc; c++)
+        for (int c = 0; c < ATT_CHUNK; c++)
             acc[c] = 0;
         for (long j0 = 0; j0 < g.vis; j0 += ATT_TK) {
             att_tile_dots(s, t, q, r.q, g.active, k, r.k, a.D, j0, a.Tk);
             att_tile_dots(dov, t, dout, doo + row * a.Dv, g.active, v, r.v, a.Dv, j0, a.Tk);
             int nj = att_clamp(vis - j0);
-            for (int jj = 0; jj < nj; jj++)
-                s[jj] = att_ds(&a, &r, row, bias, stats, so, j0 + jj, s[jj], dov[jj], 1);
+            for (int jj = 0; jj < ATT_TK; jj++)
+                if (jj < nj)
+                    s[jj] = att_ds(&a, &r, row, bias, stats, so, j0 + jj, s[jj], dov[jj], 1);
             att_load(t, k, r.k, a.D, j0, a.Tk, c0, nc);
-            for (int jj = 0; jj < nj; jj++)
-                for (long c = 0; c < nc; c++)
-                    acc[c] += s[jj] * t[jj * ATT_CHUNK + c];
+            att_accumulate(acc, s, t, 0, nj, nc);
         }
-        for (long c = 0; g.active && c < nc; c++)
-            st(o, oo + row * a.D + c0 + c, (float)acc[c]);
+        for (int c = 0; c < ATT_CHUNK; c++)
+            if (g.active && c < nc)
+                st(o, oo + row * a.D + c0 + c, (float)acc[c]);
     }
 }
 
@@ -1254,7 +1268,7 @@ __kernel void k_attention_dkv(__global store_t *o, long oo, __global const store
     for (long c0 = 0; c0 < w; c0 += ATT_CHUNK) {
         long nc = w - c0 < ATT_CHUNK ? w - c0 : ATT_CHUNK;
         acc_t acc[ATT_CHUNK], s[ATT_TK], dov[ATT_TK];
-        for (long c = 0; c < nc; c++)
+        for (int c = 0; c < ATT_CHUNK; c++)
             acc[c] = 0;
         for (long h = kvh * G; h < (kvh + 1) * G; h++) {
             long hrow = (b * a.H + h) * a.Tq;   /* the head's first query row */
@@ -1263,22 +1277,22 @@ __kernel void k_attention_dkv(__global store_t *o, long oo, __global const store
                 if (which == 1)
                     att_tile_dots(dov, t, v, vr, active, dout, doo + hrow * a.Dv, a.Dv, it, a.Tq);
                 int lo = active ? att_clamp(i0 - it) : 0, hi = active ? att_clamp(a.Tq - it) : 0;
-                for (int ii = lo; ii < hi; ii++) {
-                    long row = hrow + it + ii;
-                    att_row r = att_row_of(&a, row, qo, ko, vo, bo);
-                    s[ii] = att_ds(&a, &r, row, bias, stats, so, j, s[ii], which == 1 ? dov[ii] : 0, which == 1);
-                }
+                for (int ii = 0; ii < ATT_TK; ii++)
+                    if (ii >= lo && ii < hi) {
+                        long row = hrow + it + ii;
+                        att_row r = att_row_of(&a, row, qo, ko, vo, bo);
+                        s[ii] = att_ds(&a, &r, row, bias, stats, so, j, s[ii], which == 1 ? dov[ii] : 0, which == 1);
+                    }
                 if (which == 1)
                     att_load(t, q, qo + hrow * a.D, a.D, it, a.Tq, c0, nc);
                 else
                     att_load(t, dout, doo + hrow * a.Dv, a.Dv, it, a.Tq, c0, nc);
-                for (int ii = lo; ii < hi; ii++)
-                    for (long c = 0; c < nc; c++)
-                        acc[c] += s[ii] * t[ii * ATT_CHUNK + c];
+                att_accumulate(acc, s, t, lo, hi, nc);
             }
         }
-        for (long c = 0; active && c < nc; c++)
-            st(o, oo + n * w + c0 + c, (float)acc[c]);
+        for (int c = 0; c < ATT_CHUNK; c++)
+            if (active && c < nc)
+                st(o, oo + n * w + c0 + c, (float)acc[c]);
     }
 }
 
