@@ -253,8 +253,9 @@ int rci_cu_launch(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_ar
         params[i] = (void *)(uintptr_t)args[i].value;   /* the driver reads each value */
     size_t block = group ? group : BLOCK, blocks = (n + block - 1) / block;
     if (blocks > 0x7fffffff || block > 1024)
-        return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: %s: %zu items of %s in blocks of %zu: too many for one launch",
-                            c->name, what, n, rci_gpu_kernel_names[k], block);
+        return rc_error_set(err, RC_ERR_UNSUPPORTED,
+                            "%s: %s: %zu items of %s in blocks of %zu: too many for one launch", c->name, what, n,
+                            rci_gpu_kernel_names[k], block);
     CUresult r = c->cu->launch_kernel(c->functions[h][k], (unsigned)blocks, 1, 1, (unsigned)block, 1, 1, 0,
                                       c->stream, params, NULL);
     if (r != CUDA_SUCCESS)

@@ -91,7 +91,7 @@ int rci_gpu_run_attention(rci_gpu *g, const rci_node_run *r, rc_error *err)
     case 1:
     case 2:
         return rci_gpu_launch_groups(g, node, RCI_K_ATTENTION_DKV, a, 21, kg, ATT_GROUP,
-                                   which == 1 ? "attention_grad (k)" : "attention_grad (v)", err);
+                                     which == 1 ? "attention_grad (k)" : "attention_grad (v)", err);
     case 4: /* packed [dq | dk | dv]: the three kernels into consecutive parts of the output
              * (the arguments hold out.off's and which's addresses: each launch reads them) */
         if (rci_gpu_launch_groups(g, node, RCI_K_ATTENTION_DQ, a, 20, qg, ATT_GROUP, "attention_grad (q)", err))
