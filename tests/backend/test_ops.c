@@ -598,6 +598,15 @@ static const op_case cases[] = {
     {"attention_dropout_wide", b_attention, 4, {F(4, -2, 2, 1, 2, 5, 80), F(4, -2, 2, 1, 1, 7, 80),
      F(4, -2, 2, 1, 1, 7, 72), F(3, -1, 1, 2, 1, 7)}, D_FLOAT, {1, 1}, {0.1, 0.3}, .grad = GRAD, .tol = 30,
      .ulps = 3, .gulps = 2},
+    /* past the device kernels' tiles (work-groups of 64 rows, 16 keys per tile): query groups
+     * spanning two heads of a kv group, several key-row groups for dk and dv, partial tiles;
+     * one decoding row per head against a long cache with a padding mask and dropout */
+    {"attention_tiles_causal_gqa", b_attention, 4, {F(4, -2, 2, 1, 4, 70, 20), F(4, -2, 2, 1, 2, 70, 20),
+     F(4, -2, 2, 1, 2, 70, 12), F(4, -1, 1, 1, 4, 70, 70)}, D_FLOAT, {1, 1}, {0.2}, .grad = GRAD, .tol = 30,
+     .ulps = 3, .gulps = 2},
+    {"attention_tiles_decode_dropout", b_attention, 4, {F(4, -2, 2, 2, 6, 1, 24), F(4, -2, 2, 2, 2, 150, 24),
+     F(4, -2, 2, 2, 2, 150, 24), F(4, -3, 0, 2, 1, 1, 150)}, D_FLOAT, {1, 1}, {0.2, 0.3}, .grad = GRAD, .tol = 30,
+     .ulps = 3, .gulps = 2},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { BLOCK = 256 };   /* threads per block of every launch */
+enum { BLOCK = 256 };   /* threads per block of a launch that names no group size */
 
 /* ---- errors ------------------------------------------------------------------------------- */
 
@@ -234,7 +234,7 @@ static int build(rci_cuda *c, rc_dtype store, rc_error *err)
 }
 
 int rci_cu_launch(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_arg *args, int nargs,
-                  size_t n, const char *what, rc_error *err)
+                  size_t n, size_t group, const char *what, rc_error *err)
 {
     rci_cuda *c = rci_cuda_of(g);
     enum { MAX_ARGS = 32 };
@@ -251,16 +251,17 @@ int rci_cu_launch(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_ar
     void *params[MAX_ARGS];
     for (int i = 0; i < nargs; i++)
         params[i] = (void *)(uintptr_t)args[i].value;   /* the driver reads each value */
-    size_t blocks = (n + BLOCK - 1) / BLOCK;
-    if (blocks > 0x7fffffff)
-        return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: %s: %zu items of %s are too many for one launch",
-                            c->name, what, n, rci_gpu_kernel_names[k]);
-    CUresult r = c->cu->launch_kernel(c->functions[h][k], (unsigned)blocks, 1, 1, BLOCK, 1, 1, 0, c->stream,
-                                      params, NULL);
+    size_t block = group ? group : BLOCK, blocks = (n + block - 1) / block;
+    if (blocks > 0x7fffffff || block > 1024)
+        return rc_error_set(err, RC_ERR_UNSUPPORTED,
+                            "%s: %s: %zu items of %s in blocks of %zu: too many for one launch", c->name, what, n,
+                            rci_gpu_kernel_names[k], block);
+    CUresult r = c->cu->launch_kernel(c->functions[h][k], (unsigned)blocks, 1, 1, (unsigned)block, 1, 1, 0,
+                                      c->stream, params, NULL);
     if (r != CUDA_SUCCESS)
         return rc_error_set(err, r == CUDA_ERROR_OUT_OF_MEMORY ? RC_ERR_MEMORY : RC_ERR_UNSUPPORTED,
-                            "%s: %s: running %s over %zu items: %s", c->name, what, rci_gpu_kernel_names[k], n,
-                            rci_cu_status(r));
+                            "%s: %s: running %s over %zu items in blocks of %zu: %s", c->name, what,
+                            rci_gpu_kernel_names[k], n, block, rci_cu_status(r));
     return 0;
 }
 

@@ -131,7 +131,7 @@ int rci_cu_fill(rci_gpu *g, rci_gpu_mem m, size_t off, const void *pattern, size
                 rc_error *err);
 int rci_cu_read(rci_gpu *g, rci_gpu_mem m, size_t off, void *host, size_t bytes, rc_error *err);
 int rci_cu_launch(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_arg *args, int nargs,
-                  size_t n, const char *what, rc_error *err);
+                  size_t n, size_t group, const char *what, rc_error *err);
 
 /* ---- cuBLAS's products (blas.c) ---- */
 

@@ -10,6 +10,12 @@
  *   so a function without an execution space is a __device__ one.
  * - get_global_id(0) is the thread's index in the grid. CUDA launches whole blocks, so
  *   every kernel returns for work-items past its item count.
+ * - Work-groups (the blocks): get_local_id(0), get_group_id(0), get_local_size(0) are
+ *   threadIdx.x, blockIdx.x, blockDim.x; barrier(CLK_LOCAL_MEM_FENCE) is __syncthreads().
+ *   Local memory: an array declared __local at a kernel's outermost scope is __shared__;
+ *   a helper's parameter pointing into it is LOCAL_MEM float * (OpenCL's __local; empty
+ *   here, a generic pointer reaching shared memory). A kernel with barriers must not
+ *   return early from any work-item: it guards the work instead.
  * - long8 and long16 are structs of 8 and 16 longs named as OpenCL's components (s0 ..
  *   s7, s0 .. sf): the same 64 and 128 bytes by value (rci_gpu_long8, rci_gpu_long16).
  * - Math functions are called with float arguments: CUDA's C++ overloads pick the float
@@ -24,6 +30,9 @@
 
 #define __kernel extern "C" __global__
 #define __global
+#define __local __shared__
+#define LOCAL_MEM
+#define CLK_LOCAL_MEM_FENCE 1
 
 typedef unsigned char uchar;
 typedef unsigned short ushort;
@@ -51,6 +60,31 @@ static long get_global_id(int dim)
     return (long)blockIdx.x * blockDim.x + threadIdx.x;
 }
 
+static long get_local_id(int dim)
+{
+    (void)dim;
+    return threadIdx.x;
+}
+
+static long get_group_id(int dim)
+{
+    (void)dim;
+    return blockIdx.x;
+}
+
+static long get_local_size(int dim)
+{
+    (void)dim;
+    return blockDim.x;
+}
+
+/* every thread of the block waits here; shared memory written before is seen after */
+static void barrier(int flags)
+{
+    (void)flags;
+    __syncthreads();
+}
+
 static int atomic_min(int *p, int v)
 {
     return atomicMin(p, v);
@@ -67,6 +101,8 @@ static float rci_bits_f32(uint u)
 }
 
 #else /* OpenCL C */
+
+#define LOCAL_MEM __local
 
 #pragma OPENCL FP_CONTRACT OFF
 #ifdef RC_FP64

@@ -119,10 +119,11 @@ typedef struct {
     /* bytes from byte off of m into host memory, once the work queued before is done */
     int (*read)(rci_gpu *g, rci_gpu_mem m, size_t off, void *host, size_t bytes, rc_error *err);
     /* kernel k of the program for float values stored as `store` (RC_F32, RC_BF16 or RC_F16;
-     * a program is built on its first launch) over n work-items (0: nothing runs); the
-     * error names `what` */
+     * a program is built on its first launch) over n work-items (0: nothing runs) in
+     * work-groups of `group` work-items (n a multiple of it; 0: the backend's choice, for
+     * kernels that share no local memory); the error names `what` */
     int (*launch)(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_arg *args, int nargs,
-                  size_t n, const char *what, rc_error *err);
+                  size_t n, size_t group, const char *what, rc_error *err);
     /* the product of a MATMUL node (dims d, operands and result stored as `store`) when it
      * is a GEMM (k > 0 and not rci_matmul_few_rows: run.c runs those) */
     int (*matmul)(rci_gpu *g, const rc_tensor *node, const rci_matmul_dims *d, rc_dtype store,

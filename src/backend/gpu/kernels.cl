@@ -6,7 +6,8 @@
  * storage of float values (below).
  *
  * Each kernel runs one work-item per output element (i in [0, n)) and returns for the
- * work-items past its count (CUDA launches whole blocks). Memory is named as a buffer plus
+ * work-items past its count (CUDA launches whole blocks); the attention kernels instead run
+ * work-groups of the host's size that share tiles in local memory (their section). Memory is named as a buffer plus
  * an element offset (a plan's arena holds many tensors). Broadcast and strided ops take up
  * to 8 axes as long8 vectors (shape and element strides per input, axis 0 outermost); the
  * host drops size-1 axes and merges contiguous ones first.
@@ -903,20 +904,35 @@ __kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_
     st(gx, xo + e, acc);
 }
 
-/* ---- fused attention (the CPU's kernels_attention.h): one work-item per output row --------
+/* ---- fused attention (the CPU's kernels_attention.h): tiles in local memory ---------------
  * dims: s0 B, s1 H, s2 KV, s3 Tq, s4 Tk, s5 D, s6 Dv, s7 causal; bst: the bias's element
  * strides along [B, H, Tq, Tk] (0 where it broadcasts) and s4 = 1 when there is a bias.
  * q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv], dO [B, H, Tq, Dv], stats
  * [B, H, Tq, 2] (lse, delta) as float. Query head h reads kv head h / (H / KV); query i
  * sees keys j < att_visible(i). A score is q_i . k_j * scale + bias in float (the CPU's f32
- * kernel), dot products and sums in acc_t. An output row is computed ATT_CHUNK columns at a
- * time, its scores recomputed per chunk, so no head size is too large for a work-item's
- * private memory. No work-items share a sum (no atomics): results repeat bit for bit.
- * Attention dropout (thresh > 0): probability (row, j) is multiplied by k_dropout's factor
- * of the flat element row Tk + j of the [B, H, Tq, Tk] probabilities (att_keep, with the
- * key and threshold k_dropout gets): the softmax's sum is the undropped one, V and
- * dO . v_j take z p, dP = z (dO . v_j). */
-enum { ATT_CHUNK = 64 };
+ * kernel), dot products and sums in acc_t.
+ *
+ * Tiling: a work-group (its size is the host's, ops_attention.c: 64) holds one work-item per
+ * output row, all of one kv head: k_attention, _stats and _dq take consecutive query rows of
+ * the G = H / KV query heads sharing kv head (b, kv) (those rows are consecutive in q), so a
+ * decoding step's few rows per head still share a group; k_attention_dkv takes consecutive
+ * key rows of one kv head. The rows the group reads in common (k and v rows; q and dO rows
+ * for dkv) pass through local memory ATT_TK rows by ATT_CHUNK columns at a time, loaded once
+ * for the group between two barriers (att_load), so each is read from global memory once
+ * per group instead of once per work-item. Every loop around a barrier is bounded by values
+ * the whole group shares; a work-item past the rows (or a row past its visible keys) skips
+ * the work, never the barrier. A work-item's own rows (its q row; its k and v rows for dkv)
+ * it reads itself. An output row is computed ATT_CHUNK columns at a time, its scores
+ * recomputed per chunk, so no head size is too large for private or local memory.
+ *
+ * Each sum adds the same terms in the same order as the one-row-per-work-item kernels
+ * before (keys, then query heads and rows, ascending; dot products over d ascending): the
+ * tiling moves data, not arithmetic, and no work-items share a sum (no atomics), so results
+ * repeat bit for bit. Attention dropout (thresh > 0): probability (row, j) is multiplied by
+ * k_dropout's factor of the flat element row Tk + j of the [B, H, Tq, Tk] probabilities
+ * (att_keep, with the key and threshold k_dropout gets): the softmax's sum is the undropped
+ * one, V and dO . v_j take z p, dP = z (dO . v_j). */
+enum { ATT_CHUNK = 64, ATT_TK = 16 };
 
 typedef struct {
     long B, H, KV, Tq, Tk, D, Dv;
@@ -970,12 +986,10 @@ static long att_visible(const att_dims *a, long i)
     return n < 0 ? 0 : n > a->Tk ? a->Tk : n;
 }
 
-static acc_t att_dot(__global const store_t *x, long xi, __global const store_t *y, long yi, long n)
+/* n clamped to [0, ATT_TK]: how many of a tile's rows a work-item uses */
+static int att_clamp(long n)
 {
-    acc_t s = 0;
-    for (long d = 0; d < n; d++)
-        s += (acc_t)ld(x, xi + d) * ld(y, yi + d);
-    return s;
+    return n < 0 ? 0 : n > ATT_TK ? ATT_TK : (int)n;
 }
 
 /* where query row `row` = (b H + h) Tq + i reads: its q row, the first k and v rows of its
@@ -998,24 +1012,109 @@ static att_row att_row_of(const att_dims *a, long row, long qo, long ko, long vo
     return r;
 }
 
-/* the score of key j for row r */
-static float att_score(const att_dims *a, const att_row *r, __global const store_t *q,
-                       __global const store_t *k, __global const store_t *bias, long j)
+/* A query work-group (k_attention, _stats, _dq): its work-item's row, whether that row
+ * exists, and the keys the group covers (the most any of its rows sees). `row` is the
+ * group's first row for a work-item past the rows: the k and v rows every work-item loads
+ * from are its kv head's. */
+typedef struct {
+    long row, vis;
+    int active;
+} att_group;
+
+static att_group att_query_group(const att_dims *a)
 {
-    float s = (float)att_dot(q, r->q, k, r->k + j * a->D, a->D) * a->scale;
+    long n = a->H / a->KV * a->Tq, ls = (long)get_local_size(0), per = (n + ls - 1) / ls;
+    long g = (long)get_group_id(0), r0 = g % per * ls, r1 = r0 + ls < n ? r0 + ls - 1 : n - 1;
+    att_group q;
+    long li = (long)get_local_id(0);
+    q.active = r0 + li < n;
+    q.row = g / per * n + r0 + (q.active ? li : 0);
+    /* the group's largest i: the last row's, or Tq - 1 when it spans two heads */
+    q.vis = att_visible(a, r0 / a->Tq != r1 / a->Tq ? a->Tq - 1 : r1 % a->Tq);
+    return q;
+}
+
+/* Rows [r0, r0 + ATT_TK) (those below nrows) and columns [c0, c0 + nc) of the row-major x
+ * (rows of w elements from element `base`) into t[ATT_TK][ATT_CHUNK] as floats, by the
+ * whole work-group between two barriers (the first lets the group finish with t's last
+ * contents). Every work-item of the group must call it. */
+static void att_load(LOCAL_MEM float *t, __global const store_t *x, long base, long w, long r0, long nrows,
+                     long c0, long nc)
+{
+    long ls = (long)get_local_size(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long e = (long)get_local_id(0); e < ATT_TK * nc; e += ls) {
+        long r = e / nc, c = e % nc;
+        if (r0 + r < nrows)
+            t[r * ATT_CHUNK + c] = ld(x, base + (r0 + r) * w + c0 + c);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* s[r] = x_own . y_(r0 + r) over w columns for r < ATT_TK (in acc_t, d ascending), y's rows
+ * from element ybase (nrows of them) loaded into t a chunk at a time; x_own is the
+ * work-item's row at element xi, read only when `own` (the group calls it together). */
+static void att_tile_dots(acc_t *s, LOCAL_MEM float *t, __global const store_t *x, long xi, int own,
+                          __global const store_t *y, long ybase, long w, long r0, long nrows)
+{
+    for (int r = 0; r < ATT_TK; r++)
+        s[r] = 0;
+    for (long c0 = 0; c0 < w; c0 += ATT_CHUNK) {
+        long nc = w - c0 < ATT_CHUNK ? w - c0 : ATT_CHUNK;
+        att_load(t, y, ybase, w, r0, nrows, c0, nc);
+        for (long c = 0; own && c < nc; c++) {
+            acc_t xv = ld(x, xi + c0 + c);
+            for (int r = 0; r < ATT_TK; r++)
+                s[r] += xv * t[r * ATT_CHUNK + c];
+        }
+    }
+}
+
+/* x_xi . y_yi over n elements (dbias reads its rows directly) */
+static acc_t att_dot(__global const store_t *x, long xi, __global const store_t *y, long yi, long n)
+{
+    acc_t s = 0;
+    for (long d = 0; d < n; d++)
+        s += (acc_t)ld(x, xi + d) * ld(y, yi + d);
+    return s;
+}
+
+/* acc[c] += f[r] t[r][c] for the tile's rows r in [lo, hi) and columns c < nc, rows outer
+ * (as the keys or query rows ascend). The loops run fixed counts, guarded, so that a GPU
+ * compiler can keep acc and f in registers. */
+static void att_accumulate(acc_t *acc, const acc_t *f, LOCAL_MEM const float *t, int lo, int hi, long nc)
+{
+    for (int r = 0; r < ATT_TK; r++)
+        for (int c = 0; c < ATT_CHUNK; c++)
+            if (r >= lo && r < hi && c < nc)
+                acc[c] += f[r] * t[r * ATT_CHUNK + c];
+}
+
+/* the score of key j for row r from its dot product q_i . k_j */
+static float att_score(const att_dims *a, const att_row *r, __global const store_t *bias, acc_t dot, long j)
+{
+    float s = (float)dot * a->scale;
     if (a->has_bias)
         s += ld(bias, r->bias + j * a->bst[3]);
     return s;
 }
 
-/* the row's largest score over its visible keys (-INFINITY when none) */
-static float att_max(const att_dims *a, const att_row *r, __global const store_t *q,
-                     __global const store_t *k, __global const store_t *bias, long vis)
+/* the row's largest score over its visible keys (-INFINITY when none); the group calls it
+ * together */
+static float att_max(const att_dims *a, const att_group *g, const att_row *r, LOCAL_MEM float *t,
+                     __global const store_t *q, __global const store_t *k, __global const store_t *bias,
+                     long vis)
 {
     float m = -INFINITY;
-    for (long j = 0; j < vis; j++) {
-        float s = att_score(a, r, q, k, bias, j);
-        m = s > m ? s : m;
+    acc_t s[ATT_TK];
+    for (long j0 = 0; j0 < g->vis; j0 += ATT_TK) {
+        att_tile_dots(s, t, q, r->q, g->active, k, r->k, a->D, j0, a->Tk);
+        int nj = att_clamp(vis - j0);
+        for (int jj = 0; jj < ATT_TK; jj++)
+            if (jj < nj) {
+                float x = att_score(a, r, bias, s[jj], j0 + jj);
+                m = x > m ? x : m;
+            }
     }
     return m;
 }
@@ -1026,26 +1125,35 @@ __kernel void k_attention(__global store_t *o, long oo, __global const store_t *
                           __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
                           ulong key, ulong thresh, float keep)
 {
-    long row = get_global_id(0);
+    __local float t[ATT_TK * ATT_CHUNK];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
-    if (row >= a.B * a.H * a.Tq)
-        return;
+    att_group g = att_query_group(&a);
+    long row = g.row;
     att_row r = att_row_of(&a, row, qo, ko, vo, bo);
-    long vis = att_visible(&a, r.i);
-    float m = att_max(&a, &r, q, k, bias, vis);
+    long vis = g.active ? att_visible(&a, r.i) : 0;
+    float m = att_max(&a, &g, &r, t, q, k, bias, vis);
+    if (m == -INFINITY)
+        vis = 0;
     for (long c0 = 0; c0 < a.Dv; c0 += ATT_CHUNK) {
         long nc = a.Dv - c0 < ATT_CHUNK ? a.Dv - c0 : ATT_CHUNK;
-        acc_t acc[ATT_CHUNK], l = 0;
-        for (long c = 0; c < nc; c++)
+        acc_t acc[ATT_CHUNK], l = 0, s[ATT_TK];
+        for (int c = 0; c < ATT_CHUNK; c++)
             acc[c] = 0;
-        for (long j = 0; m != -INFINITY && j < vis; j++) {
-            float p = rci_fexp(att_score(&a, &r, q, k, bias, j) - m), z = p * att_keep(&a, row, j);
-            l += p;
-            for (long c = 0; c < nc; c++)
-                acc[c] += (acc_t)z * ld(v, r.v + j * a.Dv + c0 + c);
+        for (long j0 = 0; j0 < g.vis; j0 += ATT_TK) {
+            att_tile_dots(s, t, q, r.q, g.active, k, r.k, a.D, j0, a.Tk);
+            int nj = att_clamp(vis - j0);
+            for (int jj = 0; jj < ATT_TK; jj++)
+                if (jj < nj) {
+                    float p = rci_fexp(att_score(&a, &r, bias, s[jj], j0 + jj) - m);
+                    l += p;
+                    s[jj] = p * att_keep(&a, row, j0 + jj);   /* z */
+                }
+            att_load(t, v, r.v, a.Dv, j0, a.Tk, c0, nc);
+            att_accumulate(acc, s, t, 0, nj, nc);
         }
-        for (long c = 0; c < nc; c++)
-            st(o, oo + row * a.Dv + c0 + c, l > 0 ? (float)(acc[c] / l) : 0);
+        for (int c = 0; c < ATT_CHUNK; c++)
+            if (g.active && c < nc)
+                st(o, oo + row * a.Dv + c0 + c, l > 0 ? (float)(acc[c] / l) : 0);
     }
 }
 
@@ -1057,36 +1165,48 @@ __kernel void k_attention_stats(__global float *o, long oo, __global const store
                                 long doo, long8 dims, long8 bst, float scale, ulong key, ulong thresh,
                                 float keep)
 {
-    long row = get_global_id(0);
+    __local float t[ATT_TK * ATT_CHUNK];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
-    if (row >= a.B * a.H * a.Tq)
-        return;
+    att_group g = att_query_group(&a);
+    long row = g.row;
     att_row r = att_row_of(&a, row, qo, ko, vo, bo);
-    long vis = att_visible(&a, r.i);
-    float m = att_max(&a, &r, q, k, bias, vis);
-    acc_t l = 0, da = 0;
-    for (long j = 0; m != -INFINITY && j < vis; j++) {
-        float p = rci_fexp(att_score(&a, &r, q, k, bias, j) - m);
-        l += p;
-        da += (acc_t)(p * att_keep(&a, row, j)) * att_dot(dout, doo + row * a.Dv, v, r.v + j * a.Dv, a.Dv);
+    long vis = g.active ? att_visible(&a, r.i) : 0;
+    float m = att_max(&a, &g, &r, t, q, k, bias, vis);
+    if (m == -INFINITY)
+        vis = 0;
+    acc_t l = 0, da = 0, s[ATT_TK];
+    float p[ATT_TK];
+    for (long j0 = 0; j0 < g.vis; j0 += ATT_TK) {
+        att_tile_dots(s, t, q, r.q, g.active, k, r.k, a.D, j0, a.Tk);
+        int nj = att_clamp(vis - j0);
+        for (int jj = 0; jj < ATT_TK; jj++)
+            if (jj < nj)
+                p[jj] = rci_fexp(att_score(&a, &r, bias, s[jj], j0 + jj) - m);
+        att_tile_dots(s, t, dout, doo + row * a.Dv, g.active, v, r.v, a.Dv, j0, a.Tk);   /* dO . v_j */
+        for (int jj = 0; jj < ATT_TK; jj++)
+            if (jj < nj) {
+                l += p[jj];
+                da += (acc_t)(p[jj] * att_keep(&a, row, j0 + jj)) * s[jj];
+            }
     }
+    if (!g.active)
+        return;
     o[oo + row * 2] = l > 0 ? (float)((acc_t)m + log(l)) : -INFINITY;
     o[oo + row * 2 + 1] = l > 0 ? (float)(da / l) : 0;
 }
 
-/* dS = p (dP - delta) scale of row r's key j, dP = z (dO . v_j); z p alone when dp_too is 0 */
-static float att_ds(const att_dims *a, const att_row *r, long row, __global const store_t *q,
-                    __global const store_t *k, __global const store_t *v, __global const store_t *bias,
-                    __global const store_t *dout, long doo, __global const float *stats, long so, long j,
-                    int dp_too)
+/* dS = p (dP - delta) scale of row r's key j from q_i . k_j and dO_i . v_j, dP = z (dO . v_j);
+ * z p alone when dp_too is 0 */
+static float att_ds(const att_dims *a, const att_row *r, long row, __global const store_t *bias,
+                    __global const float *stats, long so, long j, acc_t qk, acc_t dov, int dp_too)
 {
     float lse = stats[so + row * 2], delta = stats[so + row * 2 + 1];
     if (lse == -INFINITY) /* a row that sees no key */
         lse = 0;
-    float p = rci_fexp(att_score(a, r, q, k, bias, j) - lse), z = att_keep(a, row, j);
+    float p = rci_fexp(att_score(a, r, bias, qk, j) - lse), z = att_keep(a, row, j);
     if (!dp_too)
         return p * z;
-    float dp = (float)att_dot(dout, doo + row * a->Dv, v, r->v + j * a->Dv, a->Dv) * z;
+    float dp = (float)dov * z;
     return p * (dp - delta) * a->scale;
 }
 
@@ -1097,57 +1217,82 @@ __kernel void k_attention_dq(__global store_t *o, long oo, __global const store_
                              __global const float *stats, long so, long8 dims, long8 bst, float scale,
                              ulong key, ulong thresh, float keep)
 {
-    long row = get_global_id(0);
+    __local float t[ATT_TK * ATT_CHUNK];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
-    if (row >= a.B * a.H * a.Tq)
-        return;
+    att_group g = att_query_group(&a);
+    long row = g.row;
     att_row r = att_row_of(&a, row, qo, ko, vo, bo);
-    long vis = att_visible(&a, r.i);
+    long vis = g.active ? att_visible(&a, r.i) : 0;
     for (long c0 = 0; c0 < a.D; c0 += ATT_CHUNK) {
         long nc = a.D - c0 < ATT_CHUNK ? a.D - c0 : ATT_CHUNK;
-        acc_t acc[ATT_CHUNK];
-        for (long c = 0; c < nc; c++)
+        acc_t acc[ATT_CHUNK], s[ATT_TK], dov[ATT_TK];
+        for (int c = 0; c < ATT_CHUNK; c++)
             acc[c] = 0;
-        for (long j = 0; j < vis; j++) {
-            float ds = att_ds(&a, &r, row, q, k, v, bias, dout, doo, stats, so, j, 1);
-            for (long c = 0; c < nc; c++)
-                acc[c] += (acc_t)ds * ld(k, r.k + j * a.D + c0 + c);
+        for (long j0 = 0; j0 < g.vis; j0 += ATT_TK) {
+            att_tile_dots(s, t, q, r.q, g.active, k, r.k, a.D, j0, a.Tk);
+            att_tile_dots(dov, t, dout, doo + row * a.Dv, g.active, v, r.v, a.Dv, j0, a.Tk);
+            int nj = att_clamp(vis - j0);
+            for (int jj = 0; jj < ATT_TK; jj++)
+                if (jj < nj)
+                    s[jj] = att_ds(&a, &r, row, bias, stats, so, j0 + jj, s[jj], dov[jj], 1);
+            att_load(t, k, r.k, a.D, j0, a.Tk, c0, nc);
+            att_accumulate(acc, s, t, 0, nj, nc);
         }
-        for (long c = 0; c < nc; c++)
-            st(o, oo + row * a.D + c0 + c, (float)acc[c]);
+        for (int c = 0; c < ATT_CHUNK; c++)
+            if (g.active && c < nc)
+                st(o, oo + row * a.D + c0 + c, (float)acc[c]);
     }
 }
 
 /* dk [B, KV, Tk, D] (which 1: sum dS_i q_i) or dv [B, KV, Tk, Dv] (which 2: sum z_i p_i dO_i)
- * per key row, over the query heads of its group and the query rows that see the key */
+ * per key row, over the query heads of its group and the query rows that see the key; a
+ * work-group holds consecutive key rows of one kv head and loads the query heads' q and dO
+ * rows in tiles */
 __kernel void k_attention_dkv(__global store_t *o, long oo, __global const store_t *q, long qo,
                               __global const store_t *k, long ko, __global const store_t *v, long vo,
                               __global const store_t *bias, long bo, __global const store_t *dout, long doo,
                               __global const float *stats, long so, long8 dims, long8 bst, float scale,
                               ulong key, ulong thresh, float keep, int which)
 {
-    long n = get_global_id(0);
+    __local float t[ATT_TK * ATT_CHUNK];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
-    if (n >= a.B * a.KV * a.Tk)
-        return;
-    long j = n % a.Tk, kvh = n / a.Tk % a.KV, b = n / (a.Tk * a.KV), G = a.H / a.KV;
+    long ls = (long)get_local_size(0), per = (a.Tk + ls - 1) / ls, grp = (long)get_group_id(0);
+    long bkv = grp / per, jfirst = grp % per * ls, j = jfirst + (long)get_local_id(0);
+    long b = bkv / a.KV, kvh = bkv % a.KV, G = a.H / a.KV, n = bkv * a.Tk + j;
+    int active = j < a.Tk;
     long w = which == 1 ? a.D : a.Dv, i0 = a.causal ? j - (a.Tk - a.Tq) : 0;
+    long gi0 = a.causal ? jfirst - (a.Tk - a.Tq) : 0;   /* the group's first query row */
     i0 = i0 < 0 ? 0 : i0;
+    gi0 = gi0 < 0 ? 0 : gi0;
+    long kr = ko + n * a.D, vr = vo + n * a.Dv;   /* the work-item's own k and v rows */
     for (long c0 = 0; c0 < w; c0 += ATT_CHUNK) {
         long nc = w - c0 < ATT_CHUNK ? w - c0 : ATT_CHUNK;
-        acc_t acc[ATT_CHUNK];
-        for (long c = 0; c < nc; c++)
+        acc_t acc[ATT_CHUNK], s[ATT_TK], dov[ATT_TK];
+        for (int c = 0; c < ATT_CHUNK; c++)
             acc[c] = 0;
-        for (long h = kvh * G; h < (kvh + 1) * G; h++)
-            for (long i = i0; i < a.Tq; i++) {
-                long row = (b * a.H + h) * a.Tq + i;
-                att_row r = att_row_of(&a, row, qo, ko, vo, bo);
-                float f = att_ds(&a, &r, row, q, k, v, bias, dout, doo, stats, so, j, which == 1);
-                for (long c = 0; c < nc; c++)
-                    acc[c] += (acc_t)f * (which == 1 ? ld(q, r.q + c0 + c) : ld(dout, doo + row * a.Dv + c0 + c));
+        for (long h = kvh * G; h < (kvh + 1) * G; h++) {
+            long hrow = (b * a.H + h) * a.Tq;   /* the head's first query row */
+            for (long it = gi0; it < a.Tq; it += ATT_TK) {
+                att_tile_dots(s, t, k, kr, active, q, qo + hrow * a.D, a.D, it, a.Tq);
+                if (which == 1)
+                    att_tile_dots(dov, t, v, vr, active, dout, doo + hrow * a.Dv, a.Dv, it, a.Tq);
+                int lo = active ? att_clamp(i0 - it) : 0, hi = active ? att_clamp(a.Tq - it) : 0;
+                for (int ii = 0; ii < ATT_TK; ii++)
+                    if (ii >= lo && ii < hi) {
+                        long row = hrow + it + ii;
+                        att_row r = att_row_of(&a, row, qo, ko, vo, bo);
+                        s[ii] = att_ds(&a, &r, row, bias, stats, so, j, s[ii], which == 1 ? dov[ii] : 0, which == 1);
+                    }
+                if (which == 1)
+                    att_load(t, q, qo + hrow * a.D, a.D, it, a.Tq, c0, nc);
+                else
+                    att_load(t, dout, doo + hrow * a.Dv, a.Dv, it, a.Tq, c0, nc);
+                att_accumulate(acc, s, t, lo, hi, nc);
             }
-        for (long c = 0; c < nc; c++)
-            st(o, oo + n * w + c0 + c, (float)acc[c]);
+        }
+        for (int c = 0; c < ATT_CHUNK; c++)
+            if (active && c < nc)
+                st(o, oo + n * w + c0 + c, (float)acc[c]);
     }
 }
 
@@ -1177,7 +1322,7 @@ __kernel void k_attention_dbias(__global store_t *o, long oo, __global const sto
                 att_row r = att_row_of(&a, row, qo, ko, vo, bo);
                 for (long j = s[3] ? uj : 0; j < (s[3] ? uj + 1 : a.Tk) && j < vis; j++) {
                     float lse = stats[so + row * 2];
-                    float p = rci_fexp(att_score(&a, &r, q, k, bias, j) - lse);
+                    float p = rci_fexp(att_score(&a, &r, bias, att_dot(q, r.q, k, r.k + j * a.D, a.D), j) - lse);
                     float dp = (float)att_dot(dout, doo + row * a.Dv, v, r.v + j * a.Dv, a.Dv) * att_keep(&a, row, j);
                     if (p != 0)
                         acc += p * (dp - stats[so + row * 2 + 1]);

@@ -64,14 +64,22 @@ static inline int rci_gpu_launch_node(rci_gpu *g, const rc_tensor *node, rci_gpu
                                       const rci_gpu_arg *args, int nargs, size_t n, const char *what,
                                       rc_error *err)
 {
-    return g->ops->launch(g, rci_gpu_storage(node), k, args, nargs, n, what, err);
+    return g->ops->launch(g, rci_gpu_storage(node), k, args, nargs, n, 0, what, err);
+}
+
+/* kernel k of the node's storage over `groups` work-groups of `group` work-items each */
+static inline int rci_gpu_launch_groups(rci_gpu *g, const rc_tensor *node, rci_gpu_kernel k,
+                                        const rci_gpu_arg *args, int nargs, size_t groups, size_t group,
+                                        const char *what, rc_error *err)
+{
+    return g->ops->launch(g, rci_gpu_storage(node), k, args, nargs, groups * group, group, what, err);
 }
 
 /* kernel k of the f32 program (i32 and conversions) over n work-items */
 static inline int rci_gpu_launch_f32(rci_gpu *g, rci_gpu_kernel k, const rci_gpu_arg *args, int nargs,
                                      size_t n, const char *what, rc_error *err)
 {
-    return g->ops->launch(g, RC_F32, k, args, nargs, n, what, err);
+    return g->ops->launch(g, RC_F32, k, args, nargs, n, 0, what, err);
 }
 
 /* ---- node.c ---- */

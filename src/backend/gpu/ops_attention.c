@@ -1,11 +1,23 @@
 /* ops_attention.c - the fused attention nodes on a device: ATTENTION, ATTENTION_STATS and
- * ATTENTION_GRAD (layouts in redco.h), with kernels.cl's k_attention* kernels, one
- * work-item per output row (per bias element for the bias's gradient). No scratch: each
- * kernel recomputes the scores it needs. Attention dropout: the key and threshold of
- * rci_gpu_run_dropout, the mask redrawn by every kernel. */
+ * ATTENTION_GRAD (layouts in redco.h), with kernels.cl's k_attention* kernels: one work-item
+ * per output row in work-groups of ATT_GROUP rows of one kv head, which share the key and
+ * value tiles (the query and dO tiles for dk and dv) in local memory; the bias's gradient
+ * one work-item per bias element. No scratch: each kernel recomputes the scores it needs.
+ * Attention dropout: the key and threshold of rci_gpu_run_dropout, the mask redrawn by
+ * every kernel. */
 #include "node.h"
 
 #include <math.h>
+
+/* work-items per work-group of the tiled kernels (rows of one kv head; any size works for
+ * the kernels, which read it as get_local_size) */
+enum { ATT_GROUP = 64 };
+
+/* the work-groups covering `rows` rows per kv head of B KV kv heads */
+static size_t att_groups(int64_t bkv, int64_t rows)
+{
+    return (size_t)(bkv * ((rows + ATT_GROUP - 1) / ATT_GROUP));
+}
 
 /* the kernels' dims (B, H, KV, Tq, Tk, D, Dv, causal) and the bias's strides along
  * [B, H, Tq, Tk] with s[4] = 1 when there is a bias */
@@ -58,7 +70,8 @@ int rci_gpu_run_attention(rci_gpu *g, const rci_node_run *r, rc_error *err)
     float scale = (float)node->fparam[0], keep;
     uint64_t key, thresh;
     att_dropout(r, &key, &thresh, &keep);
-    size_t qrows = (size_t)(q->shape[0] * q->shape[1] * q->shape[2]);
+    int64_t bkv = k->shape[0] * k->shape[1];
+    size_t qg = att_groups(bkv, q->shape[1] / k->shape[1] * q->shape[2]), kg = att_groups(bkv, k->shape[2]);
     rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
                        ARG(in[1].off), ARG(in[2].mem), ARG(in[2].off), ARG(bias.mem), ARG(bias.off),
                        ARG(dout.mem), ARG(dout.off), ARG(stats.mem), ARG(stats.off), ARG(dims), ARG(bst),
@@ -68,28 +81,28 @@ int rci_gpu_run_attention(rci_gpu *g, const rci_node_run *r, rc_error *err)
     rci_gpu_arg st[] = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[14], a[15], a[16],
                         a[17], a[18], a[19]};
     if (node->op == RC_OP_ATTENTION)
-        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION, fwd, 16, qrows, "attention", err);
+        return rci_gpu_launch_groups(g, node, RCI_K_ATTENTION, fwd, 16, qg, ATT_GROUP, "attention", err);
     if (node->op == RC_OP_ATTENTION_STATS)
-        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_STATS, st, 18, qrows, "attention_stats", err);
-    size_t krows = (size_t)(k->shape[0] * k->shape[1] * k->shape[2]);
+        return rci_gpu_launch_groups(g, node, RCI_K_ATTENTION_STATS, st, 18, qg, ATT_GROUP, "attention_stats",
+                                     err);
     switch (which) {
     case 0:
-        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DQ, a, 20, qrows, "attention_grad (q)", err);
+        return rci_gpu_launch_groups(g, node, RCI_K_ATTENTION_DQ, a, 20, qg, ATT_GROUP, "attention_grad (q)", err);
     case 1:
     case 2:
-        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DKV, a, 21, krows,
-                                   which == 1 ? "attention_grad (k)" : "attention_grad (v)", err);
+        return rci_gpu_launch_groups(g, node, RCI_K_ATTENTION_DKV, a, 21, kg, ATT_GROUP,
+                                     which == 1 ? "attention_grad (k)" : "attention_grad (v)", err);
     case 4: /* packed [dq | dk | dv]: the three kernels into consecutive parts of the output
              * (the arguments hold out.off's and which's addresses: each launch reads them) */
-        if (rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DQ, a, 20, qrows, "attention_grad (q)", err))
+        if (rci_gpu_launch_groups(g, node, RCI_K_ATTENTION_DQ, a, 20, qg, ATT_GROUP, "attention_grad (q)", err))
             return -1;
         out.off += rc_tensor_numel(q);
         which = 1;
-        if (rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DKV, a, 21, krows, "attention_grad (k)", err))
+        if (rci_gpu_launch_groups(g, node, RCI_K_ATTENTION_DKV, a, 21, kg, ATT_GROUP, "attention_grad (k)", err))
             return -1;
         out.off += rc_tensor_numel(k);
         which = 2;
-        return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DKV, a, 21, krows, "attention_grad (v)", err);
+        return rci_gpu_launch_groups(g, node, RCI_K_ATTENTION_DKV, a, 21, kg, ATT_GROUP, "attention_grad (v)", err);
     default:
         return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_DBIAS, a, 20, (size_t)rc_tensor_numel(node),
                                    "attention_grad (bias)", err);

@@ -132,7 +132,7 @@ static int copy_box(rci_gpu *g, rc_dtype t, rci_gpu_mem dst, int64_t doff, const
                   s8 = rci_gpu_long8_of(b.st[1]);
     rci_gpu_arg a[] = {ARG(dst), ARG(dof), ARG(src), ARG(sof), ARG(n), ARG(bnd), ARG(sh), ARG(d8),
                        ARG(s8)};
-    return g->ops->launch(g, rc_dtype_size(t) == 2 ? t : RC_F32, RCI_K_COPY, a, 9, (size_t)n, what, err);
+    return g->ops->launch(g, rc_dtype_size(t) == 2 ? t : RC_F32, RCI_K_COPY, a, 9, (size_t)n, 0, what, err);
 }
 
 static int run_permute(rci_gpu *g, const rci_node_run *r, const rci_gpu_place *out, const rci_gpu_place *in,

@@ -48,7 +48,7 @@ static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, co
     if (!part_bytes) {
         rci_gpu_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in->mem), ARG(in->off), ARG(n), ARG(m),
                            ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
-        return g->ops->launch(g, store, RCI_K_REDUCE, a, 13, (size_t)n, what, err);
+        return g->ops->launch(g, store, RCI_K_REDUCE, a, 13, (size_t)n, 0, what, err);
     }
     int64_t chunk = REDUCE_CHUNK, chunks = (m + chunk - 1) / chunk;
     rci_gpu_mem part = rci_gpu_scratch(g, part_bytes, err);
@@ -57,9 +57,9 @@ static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, co
     rci_gpu_arg a[] = {ARG(part), ARG(in->mem), ARG(in->off), ARG(n), ARG(m), ARG(chunk), ARG(chunks),
                        ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
     rci_gpu_arg f[] = {ARG(out->mem), ARG(out->off), ARG(part), ARG(n), ARG(chunks), ARG(mx)};
-    if (g->ops->launch(g, store, RCI_K_REDUCE_PART, a, 14, (size_t)(n * chunks), what, err))
+    if (g->ops->launch(g, store, RCI_K_REDUCE_PART, a, 14, (size_t)(n * chunks), 0, what, err))
         return -1;
-    return g->ops->launch(g, store, RCI_K_REDUCE_FINISH, f, 6, (size_t)n, what, err);
+    return g->ops->launch(g, store, RCI_K_REDUCE_FINISH, f, 6, (size_t)n, 0, what, err);
 }
 
 /* sum / max over axis iparam[0]: kept (outer, inner), summed n */

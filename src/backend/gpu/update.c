@@ -67,7 +67,7 @@ int rci_gpu_accumulate(rc_backend *be, rc_buffer *dst, int64_t dat, const rc_buf
     float sc = scale;
     int32_t a_add = add != 0;
     rci_gpu_arg a[] = {ARG(d), ARG(dofs), ARG(s), ARG(so), ARG(count), ARG(sc), ARG(a_add)};
-    return gpu(be)->ops->launch(gpu(be), st, RCI_K_ACCUMULATE, a, 7, (size_t)n, "accumulate", err);
+    return gpu(be)->ops->launch(gpu(be), st, RCI_K_ACCUMULATE, a, 7, (size_t)n, 0, "accumulate", err);
 }
 
 /* The master weights rounded into 16-bit words on the device: k_cast from f32 (its

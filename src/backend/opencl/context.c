@@ -281,7 +281,7 @@ int rci_ocl_read(rci_gpu *g, rci_gpu_mem m, size_t off, void *host, size_t bytes
 }
 
 int rci_ocl_launch(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_arg *args, int nargs, size_t n,
-                   const char *what, rc_error *err)
+                   size_t group, const char *what, rc_error *err)
 {
     rci_ocl *o = rci_ocl_of(g);
     if (n == 0)
@@ -295,12 +295,12 @@ int rci_ocl_launch(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_a
             return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: %s: argument %d of %s: %s", o->name,
                                 what, i, rci_gpu_kernel_names[k], rci_ocl_status(s));
     }
-    cl_int s = clEnqueueNDRangeKernel(o->queue, kern, 1, NULL, &n, NULL, 0, NULL, NULL);
+    cl_int s = clEnqueueNDRangeKernel(o->queue, kern, 1, NULL, &n, group ? &group : NULL, 0, NULL, NULL);
     if (s != CL_SUCCESS)
         return rc_error_set(err, s == CL_OUT_OF_RESOURCES || s == CL_MEM_OBJECT_ALLOCATION_FAILURE
                                      ? RC_ERR_MEMORY : RC_ERR_UNSUPPORTED,
-                            "%s: %s: running %s over %zu items: %s", o->name, what,
-                            rci_gpu_kernel_names[k], n, rci_ocl_status(s));
+                            "%s: %s: running %s over %zu items in groups of %zu: %s", o->name, what,
+                            rci_gpu_kernel_names[k], n, group, rci_ocl_status(s));
     return 0;
 }
 

@@ -77,7 +77,7 @@ int rci_ocl_fill(rci_gpu *g, rci_gpu_mem m, size_t off, const void *pattern, siz
                  rc_error *err);
 int rci_ocl_read(rci_gpu *g, rci_gpu_mem m, size_t off, void *host, size_t bytes, rc_error *err);
 int rci_ocl_launch(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_arg *args, int nargs, size_t n,
-                   const char *what, rc_error *err);
+                   size_t group, const char *what, rc_error *err);
 
 /* ---- CLBlast's GEMM (blas.c): the ops' matmul and matmul_scratch ---- */
 int rci_ocl_matmul(rci_gpu *g, const rc_tensor *node, const rci_matmul_dims *d, rc_dtype store,
