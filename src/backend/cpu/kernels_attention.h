@@ -67,40 +67,11 @@ static int64_t att_visible(const att_ctx *c, int64_t i)
     return n < 0 ? 0 : n > c->Tk ? c->Tk : n;
 }
 
-/* c[n] = alpha a op(B) + beta c for one row a[k]: plain loops, since a BLAS call per tile
- * costs more than the tile when decoding (one query row against a long cache) */
-static void att_row_gemm(int tb, int64_t n, int64_t k, real alpha, const real *restrict a, const real *b,
-                         int64_t ldb, real beta, real *restrict c)
-{
-    for (int64_t j = 0; j < n; j++)
-        c[j] = beta == 0 ? 0 : beta * c[j];
-    if (tb) { /* B [n, k]: a dot per output */
-        for (int64_t j = 0; j < n; j++) {
-            const real *restrict bj = b + j * ldb;
-            real acc = 0;
-            for (int64_t x = 0; x < k; x++)
-                acc += a[x] * bj[x];
-            c[j] += alpha * acc;
-        }
-        return;
-    }
-    for (int64_t x = 0; x < k; x++) { /* B [k, n]: a row of B per input */
-        const real *restrict bx = b + x * ldb;
-        real ax = alpha * a[x];
-        for (int64_t j = 0; j < n; j++)
-            c[j] += ax * bx[j];
-    }
-}
-
 /* C[m, n] = alpha op(A) op(B) + beta C, row-major, in one BLAS call (single-threaded inside
  * the kernels' parallel loops) */
 static void att_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const real *a, int64_t lda,
                      const real *b, int64_t ldb, real beta, real *c, int64_t ldc)
 {
-    if (m == 1 && !ta) {
-        att_row_gemm(tb, n, k, alpha, a, b, ldb, beta, c);
-        return;
-    }
     enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE opb = tb ? CblasTrans : CblasNoTrans;
     if (sizeof(real) == sizeof(double))
