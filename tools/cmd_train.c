@@ -135,7 +135,7 @@ static const struct option train_flags[] = {
     {"device", required_argument, NULL, F_DEVICE},
     {"tf32", no_argument, NULL, F_TF32},
     {"remat", optional_argument, NULL, F_REMAT},
-    {"zero", no_argument, NULL, F_ZERO},
+    {"zero", optional_argument, NULL, F_ZERO},
     {"dtype", required_argument, NULL, F_DTYPE},
     {"loss-scale", required_argument, NULL, F_LOSS_SCALE},
     {"loss-scale-window", required_argument, NULL, F_LOSS_SCALE_WINDOW},
@@ -200,7 +200,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_REMAT: return v ? cli_int64(cmd, f, v, 1, 1 << 16, &o->remat) : (o->remat = 1, 0);
     case F_JSON: o->json = 1; return 0;
     case F_COLL_TIMEOUT: return cli_double(cmd, f, v, 0, 1e9, &o->coll_timeout);
-    case F_ZERO: o->zero = 1; return 0;
+    case F_ZERO: return cli_zero(cmd, v, &o->zero);
     case F_DTYPE:
         o->dtype = weight_dtype(v);
         return o->dtype == RC_DTYPE_COUNT ? cli_usage(cmd, "--dtype '%s': f32, bf16 or f16", v) : 0;

@@ -46,6 +46,9 @@ static int check_options(const rc_memory_options *o, rc_error *err)
                             o->remat);
     if (o->dtype != RC_F32 && o->dtype != RC_BF16 && o->dtype != RC_F16)
         return rc_error_set(err, RC_ERR_ARG, "memory plan: dtype %s (f32, bf16 or f16)", rc_dtype_name(o->dtype));
+    if (o->zero < 0 || o->zero > 2)
+        return rc_error_set(err, RC_ERR_ARG, "memory plan: zero %d: the ZeRO stage is 0, 1 or 2 (stage 3 is not "
+                            "built yet)", o->zero);
     return 0;
 }
 
@@ -186,7 +189,11 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
     m->share = o->zero ? (m->local + dp - 1) / dp : m->local;
     m->arena = (int64_t)st.peak_bytes;
     m->weights = wb * m->local;
-    m->gradients = 4 * m->local + grad_out; /* the f32 sum + the step's own, in the dtype */
+    /* the step's own gradients (in the dtype) + their f32 sum: of all of local, or with
+     * zero 2 of the share plus the window the step's gradients are reduce-scattered
+     * through, min(2^20, the share) floats (trainer.c's ZERO2_WINDOW) */
+    m->window = o->zero >= 2 && dp > 1 ? (m->share < (1 << 20) ? m->share : 1 << 20) : 0;
+    m->gradients = 4 * (o->zero >= 2 ? m->share + m->window : m->local) + grad_out;
     m->optimizer = 8 * m->share;
     m->master = half ? 4 * m->share : 0;
     m->activations = m->arena - grad_out + inputs;
