@@ -244,7 +244,7 @@ int rc_memory_largest(const rc_model_config *c, const rc_memory_options *o, int6
         return rc_error_set(err, RC_ERR_ARG, "memory plan: no model or options");
     if (check_options(o, err))
         return -1;
-    int n = 0, mp = o->mp > 0 ? o->mp : 1;
+    int n = 0, mp = o->mp > 0 ? o->mp : 1, dp = o->dp > 0 ? o->dp : 1;
     const char **names = family_presets(c, &n);
     if (!names)
         return rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
@@ -255,8 +255,9 @@ int rc_memory_largest(const rc_model_config *c, const rc_memory_options *o, int6
             break;
         /* the weights and gradients alone, on a perfect split: too large means no need to
          * record the graph */
-        int64_t least = rc_config_param_count(&p) / mp * (2 * (int64_t)rc_dtype_size(o->dtype) + 4);
-        /* (weights + the step's gradients in the dtype, the f32 gradient sum) */
+        int64_t local = rc_config_param_count(&p) / mp;
+        int64_t least = local * 2 * (int64_t)rc_dtype_size(o->dtype) + 4 * (o->zero >= 2 ? local / dp : local);
+        /* (weights + the step's gradients in the dtype, the f32 gradient sum: zero 2's share) */
         if (least > budget || rc_memory_plan(&p, o, &r, NULL)) /* a plan that fails: mp divides nothing */
             continue;
         if (r.total + r.full_copy <= budget) {
