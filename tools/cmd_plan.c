@@ -14,7 +14,7 @@
 static const char *help =
     "usage: redco plan --model PRESET|DIR --mp N [--dp N] [--batch-size B] [--seq-len T]\n"
     "                  [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--allow-replicate]\n"
-    "                  [--zero] [--remat[=N]] [--dtype f32|bf16|f16] [--memory SIZE]\n"
+    "                  [--zero [1|2]] [--remat[=N]] [--dtype f32|bf16|f16] [--memory SIZE]\n"
     "                  [--device D] [--json]\n"
     "\n"
     "Derives from the model's graph how each parameter splits over N model shards (whole\n"
@@ -33,7 +33,8 @@ static const char *help =
     "--device D (cpu, opencl, opencl:N, cuda, cuda:N) also says whether one rank's memory\n"
     "fits the device's memory and which of the step's ops the device has no kernel for.\n"
     "--zero: each data-parallel rank keeps a 1/dp share of the optimizer state (and master\n"
-    "weights). --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
+    "weights); --zero 2 also of the f32 gradients (plus a reduce-scatter window of at most\n"
+    "4 MiB). --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
     "(default 1). --dtype bf16|f16: 16-bit weights and activations with f32 master weights,\n"
     "as `redco train --dtype` (the step's graph recorded in that dtype). --memory SIZE (80GB = 80e9\n"
     "bytes, 24GiB = 24 x 2^30, 512MiB): whether one rank fits, and the largest preset of the\n"

@@ -132,8 +132,8 @@ static int moment_buffers(rc_trainer *t, int zero, rc_error *err)
         return rc_error_set(err, RC_ERR_ARG, "train: zero %d, but an earlier fit of this trainer made its AdamW "
                             "moments with zero %d: use a new trainer (a checkpoint resumes either way)",
                             zero, t->zero);
-    if (t->m)
-        return 0;
+    if (t->m) /* (the gradients too, unless an earlier fit ran out of memory making them) */
+        return t->grad ? 0 : grad_buffers(t, err);
     int64_t hi;
     t->zero = zero;
     rc_comm_share(t->local_numel, zero ? m->dp : 1, m->dp_rank, &t->share_lo, &hi);
