@@ -18,10 +18,10 @@
  * - ZeRO stage 2 (zero 2: the f32 gradients sharded too) equals the run without as stage 1
  *   does (weights and moments per tensor within 1e-6; SGD and AdamW), with 2 micro-batches
  *   and clipping and with one micro-batch; in bf16 with one micro-batch bitwise, with two
- *   within 1e-2 (another summation order, carried on by bf16 rounding); each rank holds its share of the
- *   gradients and the reduce-scatter's window instead of the whole f32 gradients
- *   (state_bytes smaller than stage 1's by exactly that); 3 + 2 steps resumed with zero 2
- *   are bitwise the 5 straight.
+ *   within 1e-2 (another summation order, carried on by bf16 rounding); each rank holds its
+ *   share of the f32 gradients and the reduce-scatter's window instead of all of them
+ *   (state_bytes smaller than stage 1's by exactly that); in bf16, 3 + 2 steps resumed with
+ *   zero 2 are bitwise the 5 straight.
  * With --device D (opencl) every run is on that device (CTest mpi_zero_opencl_np2). */
 #include "check.h"
 #include "lm_task.h"
@@ -284,7 +284,8 @@ static void test_half(task *k, int dp, int mp, int rank)
             check_zero2("bf16", dp, mp, rank, n, &wp, &w2, file_diff(zero2, plain, STEPS, "optimizer"), 1e-2, &rz, &r2);
             if (!train(k, mp, "adamw", 2, HALF, resumed2, 0, NULL, NULL) &&
                 !train(k, mp, "adamw", 2, STEPS, resumed2, 1, &wr, NULL)) {
-                double rw = file_diff(resumed2, zero2, STEPS, "model"), rm = file_diff(resumed2, zero2, STEPS, "optimizer");
+                double rw = file_diff(resumed2, zero2, STEPS, "model");
+                double rm = file_diff(resumed2, zero2, STEPS, "optimizer");
                 double r16 = check_weights_diff(&wr, &w2, worst, sizeof worst, NULL);
                 CHECKF(rw == 0 && rm == 0 && r16 == 0, "bf16 dp %d x mp %d with zero 2: %d + %d steps resumed differ "
                        "from %d straight: master %.3g, moments %.3g, bf16 weights %.3g", dp, mp, HALF, STEPS - HALF,
@@ -296,7 +297,8 @@ static void test_half(task *k, int dp, int mp, int rank)
         accum = 1;
         snprintf(plain, sizeof plain, "%dx%d-bf16-micro-plain", dp, mp);
         snprintf(zero2, sizeof zero2, "%dx%d-bf16-micro-zero2", dp, mp);
-        if (!train(k, mp, "adamw", 0, STEPS, plain, 0, &wr, NULL) && !train(k, mp, "adamw", 2, STEPS, zero2, 0, &w2, &r2)) {
+        if (!train(k, mp, "adamw", 0, STEPS, plain, 0, &wr, NULL) &&
+            !train(k, mp, "adamw", 2, STEPS, zero2, 0, &w2, &r2)) {
             double mw = file_diff(zero2, plain, STEPS, "model");
             CHECKF(mw == 0, "bf16 dp %d x mp %d, one micro-batch: zero 2's master differs from the run without by %.3g",
                    dp, mp, mw);
