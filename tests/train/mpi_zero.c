@@ -21,7 +21,7 @@
  *   within 1e-2 (another summation order, carried on by bf16 rounding); each rank holds its
  *   share of the f32 gradients and the reduce-scatter's window instead of all of them
  *   (state_bytes smaller than stage 1's by exactly that); in bf16, 3 + 2 steps resumed with
- *   zero 2 are bitwise the 5 straight.
+ *   zero 2 are bitwise the 5 straight; zero 3 is an error naming stage 3.
  * With --device D (opencl) every run is on that device (CTest mpi_zero_opencl_np2). */
 #include "check.h"
 #include "lm_task.h"
@@ -76,6 +76,26 @@ static int train(task *k, int mp, const char *opt, int zero, int64_t steps, cons
     rc_model_free(k->model);
     rc_deployer_free(d);
     return ok ? 0 : -1;
+}
+
+/* rc_train_options.zero 3 (parameters sharded: not built yet) is an error naming stage 3,
+ * on every rank alike, before any step */
+static void test_stage3(task *k)
+{
+    rc_error err = {0};
+    char wd[160];
+    snprintf(wd, sizeof wd, "%s/stage3", root);
+    rc_deployer_options dopt = {.seed = 3, .workdir = wd, .device = device};
+    rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
+    k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
+    rc_trainer *t = k->model ? rc_trainer_new(d, lm_task_collate, lm_task_loss, k, k->model->params, k->model, &err)
+                             : NULL;
+    rc_train_options o = {.steps = 1, .batch_size = 2, .optimizer = "adamw", .lr = 1e-3, .zero = 3};
+    CHECKF(t && rc_trainer_fit(t, &o, (rc_examples){lm_task_count, k}, NULL, NULL, &err) == -1 &&
+           check_has(err.msg, "stage 3"), "zero 3: %s", err.msg);
+    rc_trainer_free(t);
+    rc_model_free(k->model);
+    rc_deployer_free(d);
 }
 
 /* every tensor of root/name/file appended to *w */
@@ -353,6 +373,7 @@ int main(int argc, char **argv)
     lm_task task_data;
     CHECK(lm_task_init(&task_data, T, NTOK, 11) == 0); /* 2000-4000 ids: a failure ends in a crash below */
     task *k = &task_data;
+    test_stage3(k);
     static const int meshes[5][2] = {{1, 1}, {2, 1}, {3, 1}, {2, 2}, {4, 1}};
     for (int m = 0; m < 5; m++) {
         int dp = meshes[m][0], mp = meshes[m][1];
