@@ -93,6 +93,17 @@ static int check_flag(cli_args *a, int c, int index, char **argv)
     return c;
 }
 
+/* digits only (no sign): a value an optional flag takes from the next argument */
+static int whole_number(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return 0;
+    return 1;
+}
+
 /* The next flag's val, CLI_ARG, CLI_END when argv is done, or CLI_BAD after a usage error. */
 static int args_next(cli_args *a, int argc, char **argv)
 {
@@ -103,8 +114,14 @@ static int args_next(cli_args *a, int argc, char **argv)
         optarg = NULL;
         int c = getopt_long(argc, argv, "-:h", a->flags, &index);
         a->value = optarg;
-        if (c != -1)
-            return check_flag(a, c, index, argv);
+        if (c != -1) {
+            c = check_flag(a, c, index, argv);
+            /* an optional value may also come apart when it is a whole number: --zero 2 */
+            if (c >= CLI_FLAG0 && !optarg && index >= 0 && a->flags[index].has_arg == optional_argument &&
+                optind < argc && whole_number(argv[optind]))
+                a->value = argv[optind++];
+            return c;
+        }
         a->rest = 1; /* getopt is done (and must not be asked again): past "--" all is positional */
     }
     if (optind >= argc)
@@ -142,6 +159,18 @@ int cli_int64(const char *cmd, const char *flag, const char *text, int64_t lo, i
                          (long long)hi);
     }
     *out = v;
+    return 0;
+}
+
+int cli_zero(const char *cmd, const char *v, int *out)
+{
+    int64_t stage = 1;
+    if (v && !strcmp(v, "3"))
+        return cli_usage(cmd, "--zero 3: ZeRO stage 3 (parameters sharded too) is not built yet; --zero 1 shards "
+                         "the optimizer state, --zero 2 the gradients too");
+    if (v && cli_int64(cmd, "--zero", v, 0, 2, &stage))
+        return 2;
+    *out = (int)stage;
     return 0;
 }
 

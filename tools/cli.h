@@ -18,7 +18,9 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
 
 /* Reading a command's flags with getopt_long: in argv's order (argv is never permuted, so
  * cli_relaunch sees it as given), --flag VALUE and --flag=VALUE alike, whole flag names
- * only (no abbreviations), -h for --help, and everything after "--" positional. Each
+ * only (no abbreviations), -h for --help, and everything after "--" positional. A flag
+ * with an optional value (optional_argument) takes --flag=VALUE, or the next argument when
+ * that is a whole number (--zero 2, --remat 2). Each
  * entry of a command's flag table gives its val (>= CLI_FLAG0, or CLI_HELP for help) and
  * has_arg; the table ends with a zero entry. */
 enum { CLI_END = -1, CLI_BAD = -2, CLI_ARG = 1, CLI_HELP = 'h', CLI_FLAG0 = 256 };
@@ -37,6 +39,9 @@ typedef int (*cli_take)(const char *cmd, int c, const cli_args *a, void *user);
 int cli_parse(const char *cmd, int argc, char **argv, const struct option *flags, const char *help, cli_take take,
               void *user);
 
+/* --zero[=STAGE] (train and plan): STAGE 0, 1 or 2 into *out, 1 without a value (v NULL);
+ * 0, or 2 with a usage error printed (stage 3 is one line saying it is not built yet). */
+int cli_zero(const char *cmd, const char *v, int *out);
 /* Whole numbers and reals with range checks; 0, or 2 (the exit status) with a usage error printed. */
 int cli_int64(const char *cmd, const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out);
 int cli_double(const char *cmd, const char *flag, const char *text, double lo, double hi, double *out);

@@ -14,7 +14,7 @@
 static const char *help =
     "usage: redco plan --model PRESET|DIR --mp N [--dp N] [--batch-size B] [--seq-len T]\n"
     "                  [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--allow-replicate]\n"
-    "                  [--zero] [--remat[=N]] [--dtype f32|bf16|f16] [--memory SIZE]\n"
+    "                  [--zero [1|2]] [--remat[=N]] [--dtype f32|bf16|f16] [--memory SIZE]\n"
     "                  [--device D] [--json]\n"
     "\n"
     "Derives from the model's graph how each parameter splits over N model shards (whole\n"
@@ -33,7 +33,8 @@ static const char *help =
     "--device D (cpu, opencl, opencl:N, cuda, cuda:N) also says whether one rank's memory\n"
     "fits the device's memory and which of the step's ops the device has no kernel for.\n"
     "--zero: each data-parallel rank keeps a 1/dp share of the optimizer state (and master\n"
-    "weights). --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
+    "weights); --zero 2 also of the f32 gradients (plus a reduce-scatter window of at most\n"
+    "4 MiB). --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
     "(default 1). --dtype bf16|f16: 16-bit weights and activations with f32 master weights,\n"
     "as `redco train --dtype` (the step's graph recorded in that dtype). --memory SIZE (80GB = 80e9\n"
     "bytes, 24GiB = 24 x 2^30, 512MiB): whether one rank fits, and the largest preset of the\n"
@@ -61,7 +62,7 @@ static const struct option flags[] = {
     {"allow-replicate", no_argument, NULL, F_ALLOW_REPLICATE},
     {"json", no_argument, NULL, F_JSON},
     {"device", required_argument, NULL, F_DEVICE},
-    {"zero", no_argument, NULL, F_ZERO},
+    {"zero", optional_argument, NULL, F_ZERO},
     {"remat", optional_argument, NULL, F_REMAT},
     {"dtype", required_argument, NULL, F_DTYPE},
     {"memory", required_argument, NULL, F_MEMORY},
@@ -93,7 +94,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_BATCH: return cli_int64(cmd, f, v, 1, 1 << 16, &o->batch);
     case F_SEQ_LEN: return cli_int64(cmd, f, v, 1, 1 << 20, &o->seq_len);
     case F_SHARD: return cli_shard(cmd, v, &o->shards);
-    case F_ZERO: o->zero = 1; return 0;
+    case F_ZERO: return cli_zero(cmd, v, &o->zero);
     case F_REMAT: return v ? cli_int64(cmd, f, v, 1, 1 << 16, &o->remat) : (o->remat = 1, 0);
     case F_DTYPE:
         o->dtype = weight_dtype(v);
@@ -218,7 +219,13 @@ static void options_text(const options *o, char *buf, size_t size)
         n += snprintf(buf + n, size - (size_t)n, ", remat every %lld block%s", (long long)o->remat,
                       o->remat > 1 ? "s" : "");
     if (o->zero)
-        snprintf(buf + n, size - (size_t)n, ", zero over dp %lld", (long long)o->dp);
+        snprintf(buf + n, size - (size_t)n, ", zero %d over dp %lld", o->zero, (long long)o->dp);
+}
+
+/* zero 2: the reduce-scatters of one micro-batch's gradients, one a window */
+static int64_t zero2_windows(const rc_rank_memory *r)
+{
+    return r->window ? (r->local + r->window - 1) / r->window : 0;
 }
 
 static void print_memory(const options *o, const memory *mem)
@@ -230,9 +237,11 @@ static void print_memory(const options *o, const memory *mem)
     printf("\nmemory of one rank (%s):\n", w);
     printf("  weights      %10s  %lld of %lld parameters x %zu bytes (%s)\n", bytes_text((double)r->weights, a, sizeof a),
            (long long)r->local, (long long)r->params, rc_dtype_size(o->dtype), dt);
-    printf("  gradients    %10s  the f32 accumulation %s + the step's gradient outputs %s\n",
-           bytes_text((double)r->gradients, a, sizeof a), bytes_text(4.0 * (double)r->local, b, sizeof b),
-           bytes_text((double)(r->gradients - 4 * r->local), c, sizeof c));
+    int64_t sum = 4 * (o->zero >= 2 ? r->share + r->window : r->local); /* the f32 accumulation */
+    printf("  gradients    %10s  the f32 accumulation %s%s + the step's gradient outputs %s\n",
+           bytes_text((double)r->gradients, a, sizeof a), bytes_text((double)sum, b, sizeof b),
+           o->zero >= 2 && r->window ? " (a 1/dp share and the reduce-scatter's window)" : "",
+           bytes_text((double)(r->gradients - sum), c, sizeof c));
     printf("  optimizer    %10s  AdamW m and v in f32 of %lld parameters%s\n",
            bytes_text((double)r->optimizer, a, sizeof a), (long long)r->share, o->zero ? " (a 1/dp share)" : "");
     if (r->master)
@@ -300,9 +309,14 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
     if (o->mp > 1)
         printf("  model axis  all-reduce backward  %4lld  (%.1f MiB)\n", (long long)comm->allreduce_bwd,
                comm->bytes_bwd / (1 << 20));
+    if (o->dp > 1 && o->zero >= 2) /* each micro-batch's gradients, a window at a time */
+        printf("  data axis   reduce-scatter gradients %4lld  (%.1f MiB in windows of %.1f MiB, each micro-batch)\n",
+               (long long)zero2_windows(&mem->rank), 4.0 * (double)mem->rank.local / (1 << 20),
+               4.0 * (double)mem->rank.window / (1 << 20));
     if (o->dp > 1 && o->zero) { /* each rank's share of the mean gradient, then its updated weights */
-        printf("  data axis   reduce-scatter gradients %4lld  (%.1f MiB in buckets of 16 MiB)\n", (long long)buckets,
-               4.0 * (double)mem->rank.local / (1 << 20));
+        if (o->zero == 1)
+            printf("  data axis   reduce-scatter gradients %4lld  (%.1f MiB in buckets of 16 MiB)\n", (long long)buckets,
+                   4.0 * (double)mem->rank.local / (1 << 20));
         printf("  data axis   all-gather weights       %4lld  (%.1f MiB of %s)\n", (long long)buckets,
                (double)rc_dtype_size(o->dtype) * (double)mem->rank.local / (1 << 20), rc_dtype_name(o->dtype));
     } else if (o->dp > 1)
@@ -323,12 +337,13 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
 /* the figures of rc_rank_memory as a JSON object */
 static json_t *rank_json(const rc_rank_memory *r)
 {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "parameters",
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "parameters",
                      (json_int_t)r->params, "local_parameters", (json_int_t)r->local, "optimizer_parameters",
                      (json_int_t)r->share, "weights", (json_int_t)r->weights, "gradients", (json_int_t)r->gradients,
                      "optimizer", (json_int_t)r->optimizer, "master", (json_int_t)r->master, "activations",
                      (json_int_t)r->activations, "arena", (json_int_t)r->arena, "total", (json_int_t)r->total,
-                     "full_copy", (json_int_t)r->full_copy, "scratch", (json_int_t)r->scratch);
+                     "full_copy", (json_int_t)r->full_copy, "scratch", (json_int_t)r->scratch, "gradient_window",
+                     (json_int_t)r->window);
 }
 
 static void print_json(const rc_model_config *c, const options *o, const model_graph *m,
@@ -360,9 +375,11 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                             (json_int_t)comm->allreduce_bwd, "model_bytes_forward", comm->bytes_fwd,
                             "model_bytes_backward", comm->bytes_bwd, "data_allreduce",
                             (json_int_t)(o->zero ? 0 : buckets), "model_allgather", (json_int_t)comm->allgather_fwd);
-    /* with zero the gradients are reduce-scattered and the updated weights all-gathered */
+    /* with zero the gradients are reduce-scattered (zero 2: each micro-batch's, a window at
+     * a time) and the updated weights all-gathered */
     json_t *coll = json_object_get(out, "collectives");
-    json_object_set_new(coll, "data_reduce_scatter", json_integer(o->zero ? buckets : 0));
+    json_object_set_new(coll, "data_reduce_scatter",
+                        json_integer(o->zero >= 2 ? zero2_windows(&mem->rank) : o->zero ? buckets : 0));
     json_object_set_new(coll, "data_allgather", json_integer(o->zero ? buckets : 0));
     if (o->memory_text) {
         int64_t need = mem->rank.total + mem->rank.full_copy;

@@ -20,8 +20,8 @@ static const char *train_help =
     "                   [--optimizer adamw|sgd] [--weight-decay X] [--grad-clip X] [--warmup N]\n"
     "                   [--schedule constant|linear|cosine] [--grad-accum K] [--seed S]\n"
     "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--log-every N]\n"
-    "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--tf32] [--remat[=N]] [--zero]\n"
-    "                   [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
+    "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--tf32] [--remat[=N]]\n"
+    "                   [--zero [1|2]] [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
     "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--collective-timeout S]\n"
     "                   [--lora-r R [--lora-alpha A] [--lora-targets M,M,...] [--lora-merge]]\n"
     "\n"
@@ -40,6 +40,9 @@ static const char *train_help =
     "--zero shards the AdamW moments over the data-parallel processes (ZeRO stage 1): each\n"
     "keeps and updates 1/dp of them; gradients are reduce-scattered and the updated weights\n"
     "all-gathered. The same training to float rounding; checkpoints are unchanged.\n"
+    "--zero 2 (or --zero=2) shards the f32 gradients too: each micro-batch's gradients are\n"
+    "reduce-scattered as the step ends and each process keeps only its 1/dp share, so no\n"
+    "process holds the whole model's f32 gradients. Stage 3 is not built yet.\n"
     "--dtype bf16|f16 trains with 16-bit weights and activations: the steps read the weights\n"
     "in that dtype, the optimizer updates f32 master weights (with --zero each process's\n"
     "share) and rounds them into the 16-bit weights; checkpoints and final/ hold the f32\n"
@@ -135,7 +138,7 @@ static const struct option train_flags[] = {
     {"device", required_argument, NULL, F_DEVICE},
     {"tf32", no_argument, NULL, F_TF32},
     {"remat", optional_argument, NULL, F_REMAT},
-    {"zero", no_argument, NULL, F_ZERO},
+    {"zero", optional_argument, NULL, F_ZERO},
     {"dtype", required_argument, NULL, F_DTYPE},
     {"loss-scale", required_argument, NULL, F_LOSS_SCALE},
     {"loss-scale-window", required_argument, NULL, F_LOSS_SCALE_WINDOW},
@@ -200,7 +203,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_REMAT: return v ? cli_int64(cmd, f, v, 1, 1 << 16, &o->remat) : (o->remat = 1, 0);
     case F_JSON: o->json = 1; return 0;
     case F_COLL_TIMEOUT: return cli_double(cmd, f, v, 0, 1e9, &o->coll_timeout);
-    case F_ZERO: o->zero = 1; return 0;
+    case F_ZERO: return cli_zero(cmd, v, &o->zero);
     case F_DTYPE:
         o->dtype = weight_dtype(v);
         return o->dtype == RC_DTYPE_COUNT ? cli_usage(cmd, "--dtype '%s': f32, bf16 or f16", v) : 0;

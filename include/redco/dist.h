@@ -83,6 +83,13 @@ void rc_comm_share(int64_t n, int size, int rank, int64_t *lo, int64_t *hi);
  * bounds the host memory that stages device buffers. */
 int rc_comm_reduce_scatter_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket,
                                     rc_error *err);
+/* The same for one window of the vector: buf at byte `offset` holds elements [at, at + len)
+ * of an n-element vector (len below MPI's int counts); afterwards this rank's share of the n
+ * (rc_comm_share) clipped to the window holds, at its place, the mean over the ranks; the
+ * rest of the window is left undefined. Every rank passes the same n, at and len (ZeRO
+ * stage 2 fills a window from its gradient outputs, then keeps its part). */
+int rc_comm_reduce_scatter_window_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t at,
+                                           int64_t len, rc_error *err);
 /* All-gather in place of n f32 at byte `offset` of buf: every rank's share (rc_comm_share)
  * goes to the same place on every rank. Bucketed as above. */
 int rc_comm_allgather_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket, rc_error *err);

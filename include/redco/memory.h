@@ -15,7 +15,9 @@ extern "C" {
 typedef struct {
     int dp, mp;                   /* the mesh (0: 1) */
     int64_t batch, seq_len;       /* one replica's micro-batch (>= 1) */
-    int zero;                     /* optimizer state (and master weights) sharded over dp */
+    int zero;                     /* the ZeRO stage (rc_train_options.zero): 1: optimizer state
+                                     (and master weights) sharded over dp; 2: the f32
+                                     gradients too; 0: none */
     int remat;                    /* N > 0: every N-th block recomputed (rc_train_options.remat) */
     rc_dtype dtype;               /* the weights: RC_F32 (0, default), RC_BF16 or RC_F16 */
     int allow_replicate;          /* as rc_shard_plan, with mp > 1 */
@@ -31,10 +33,13 @@ typedef struct {
     int64_t params;               /* the model's parameter elements */
     int64_t local;                /* the rank's: its model shard's elements */
     int64_t share;                /* the elements its optimizer keeps: ceil(local / dp) with
-                                     zero, else local */
+                                     zero (1 or 2), else local */
     int64_t weights;              /* local x bytes(dtype) */
-    int64_t gradients;            /* 4 local (the f32 accumulation buffer) + the step's own
-                                     gradient outputs in its arena, local x bytes(dtype) */
+    int64_t gradients;            /* the f32 accumulation buffer, 4 local (zero 2: 4 share + the
+                                     reduce-scatter's window, 4 min(2^20, share) with dp > 1),
+                                     + the step's own gradient outputs in its arena,
+                                     local x bytes(dtype) */
+    int64_t window;               /* zero 2 with dp > 1: the window's floats, else 0 */
     int64_t optimizer;            /* AdamW moments m, v in f32: 8 share */
     int64_t master;               /* f32 master weights for a 16-bit dtype: 4 share; f32: 0 */
     int64_t activations;          /* the step's arena less its gradient outputs, plus the

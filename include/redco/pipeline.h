@@ -261,12 +261,18 @@ typedef struct {
     int remat;                    /* N > 0: the built-in models keep only every N-th transformer
                                      block's input and recompute the blocks in the backward pass
                                      (rc_graph_set_remat; gradients unchanged, bitwise) */
-    int zero;                     /* 1: optimizer state sharded over the data axis (ZeRO stage 1):
-                                     each data-parallel rank keeps the AdamW moments of its 1/dp
-                                     share of the parameters (of its model shard), the mean
-                                     gradient is reduce-scattered, each rank updates its share
-                                     and the updated weights are all-gathered; the same
-                                     trajectory to float rounding, checkpoints unchanged */
+    int zero;                     /* the ZeRO stage over the data axis (0: none). 1: optimizer
+                                     state sharded: each data-parallel rank keeps the AdamW
+                                     moments of its 1/dp share of the parameters (of its model
+                                     shard), the mean gradient is reduce-scattered, each rank
+                                     updates its share and the updated weights are
+                                     all-gathered. 2: the f32 gradients too: each micro-batch's
+                                     gradient outputs are reduce-scattered (through a window of
+                                     min(2^20, share) floats) and only the rank's share is
+                                     accumulated, so no whole-model f32 gradient buffer. The
+                                     same trajectory to float rounding (stage 2 sums several
+                                     micro-batches in another order); checkpoints unchanged.
+                                     3 and above: an error (stage 3 is not built yet) */
     rc_dtype dtype;               /* the weights the steps read and their activations: RC_F32 (0,
                                      default), RC_BF16 or RC_F16. 16-bit: the parameters are
                                      converted to it at the first fit (rc_params_to_dtype: they
@@ -318,7 +324,8 @@ typedef struct {
     int64_t eval_tokens;
     double lr;
     /* memory of this rank during the steps, measured on the trainer's buffers: parameter
-     * shards, gradients and AdamW moments (with zero: this rank's share of the moments);
+     * shards, f32 gradients and AdamW moments (with zero: this rank's share of the moments;
+     * zero 2: of the gradients too, plus the reduce-scatter's window);
      * and any full copy of the weights kept beside them (0 with model shards: the full
      * buffer is given up and made again at the end) */
     int64_t state_bytes, full_weight_bytes;

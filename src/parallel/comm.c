@@ -459,33 +459,62 @@ static int reduce_scatter_bucket(rc_comm *c, float *h, const int *counts, const 
     return 0;
 }
 
+/* One window [at, at + len) of an n-element vector, held at byte off of buf: this rank's
+ * share of n clipped to the window ends up at its place there, the mean of the ranks'.
+ * stage: room for len floats when buf is device memory (NULL for host memory). */
+static int reduce_scatter_window(rc_comm *c, rc_buffer *buf, size_t off, int64_t n, int64_t at, int64_t len,
+                                 float *stage, int *counts, int *displ, rc_error *err)
+{
+    bucket_shares(c->size, n, at, len, counts, displ);
+    int me = c->rank, rc = 0;
+    /* device memory: the whole window goes down (every rank's part is summed), this rank's
+     * share of it comes back */
+    float *h = stage ? stage : rci_buffer_host(buf, off);
+    if (stage)
+        rc = rc_buffer_download(buf, off, stage, (size_t)len * sizeof(float), err);
+    if (!rc)
+        rc = reduce_scatter_bucket(c, h, counts, displ, err);
+    if (!rc && stage && counts[me])
+        rc = rc_buffer_upload(buf, off + (size_t)displ[me] * sizeof(float), stage + displ[me],
+                              (size_t)counts[me] * sizeof(float), err);
+    return rc;
+}
+
 int rc_comm_reduce_scatter_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t bucket,
                                     rc_error *err)
 {
     if (!c || c->size == 1 || n <= 0)
         return 0;
     bucket = bucket_size(bucket, n);
-    int *counts = malloc((size_t)c->size * 2 * sizeof *counts), *displ = counts + c->size;
+    int *counts = malloc((size_t)c->size * 2 * sizeof *counts), *displ = counts ? counts + c->size : NULL;
     int host = rci_buffer_host(buf, offset) != NULL;
     float *stage = host ? NULL : malloc((size_t)bucket * sizeof *stage);
     int rc = counts && (host || stage) ? 0 : rc_error_set(err, RC_ERR_MEMORY, "reduce-scatter: cannot stage %lld floats",
                                                          (long long)bucket);
     for (int64_t at = 0; !rc && at < n; at += bucket) {
         int64_t len = n - at < bucket ? n - at : bucket;
-        size_t off = offset + (size_t)at * sizeof(float);
-        bucket_shares(c->size, n, at, len, counts, displ);
-        int me = c->rank;
-        /* device memory: the whole bucket goes down (every rank's part is summed), this
-         * rank's share of it comes back */
-        float *h = host ? rci_buffer_host(buf, off) : stage;
-        if (!host)
-            rc = rc_buffer_download(buf, off, stage, (size_t)len * sizeof(float), err);
-        if (!rc)
-            rc = reduce_scatter_bucket(c, h, counts, displ, err);
-        if (!rc && !host && counts[me])
-            rc = rc_buffer_upload(buf, off + (size_t)displ[me] * sizeof(float), stage + displ[me],
-                                  (size_t)counts[me] * sizeof(float), err);
+        rc = reduce_scatter_window(c, buf, offset + (size_t)at * sizeof(float), n, at, len, stage, counts, displ, err);
     }
+    free(counts);
+    free(stage);
+    return rc;
+}
+
+int rc_comm_reduce_scatter_window_mean_f32(rc_comm *c, rc_buffer *buf, size_t offset, int64_t n, int64_t at,
+                                           int64_t len, rc_error *err)
+{
+    if (!c || c->size == 1 || len <= 0)
+        return 0;
+    if (at < 0 || len > MAX_PIECE || at + len > n)
+        return rc_error_set(err, RC_ERR_ARG, "reduce-scatter: window [%lld, %lld) of %lld floats (%lld at most)",
+                            (long long)at, (long long)(at + len), (long long)n, (long long)MAX_PIECE);
+    int *counts = malloc((size_t)c->size * 2 * sizeof *counts);
+    int host = rci_buffer_host(buf, offset) != NULL;
+    float *stage = host ? NULL : malloc((size_t)len * sizeof *stage);
+    int rc = counts && (host || stage) ? 0 : rc_error_set(err, RC_ERR_MEMORY, "reduce-scatter: cannot stage %lld floats",
+                                                         (long long)len);
+    if (!rc)
+        rc = reduce_scatter_window(c, buf, offset, n, at, len, stage, counts, counts + c->size, err);
     free(counts);
     free(stage);
     return rc;

@@ -46,6 +46,9 @@ static int check_options(const rc_memory_options *o, rc_error *err)
                             o->remat);
     if (o->dtype != RC_F32 && o->dtype != RC_BF16 && o->dtype != RC_F16)
         return rc_error_set(err, RC_ERR_ARG, "memory plan: dtype %s (f32, bf16 or f16)", rc_dtype_name(o->dtype));
+    if (o->zero < 0 || o->zero > 2)
+        return rc_error_set(err, RC_ERR_ARG, "memory plan: zero %d: the ZeRO stage is 0, 1 or 2 (stage 3 is not "
+                            "built yet)", o->zero);
     return 0;
 }
 
@@ -186,7 +189,11 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
     m->share = o->zero ? (m->local + dp - 1) / dp : m->local;
     m->arena = (int64_t)st.peak_bytes;
     m->weights = wb * m->local;
-    m->gradients = 4 * m->local + grad_out; /* the f32 sum + the step's own, in the dtype */
+    /* the step's own gradients (in the dtype) + their f32 sum: of all of local, or with
+     * zero 2 of the share plus the window the step's gradients are reduce-scattered
+     * through, min(2^20, the share) floats (trainer.c's ZERO2_WINDOW) */
+    m->window = o->zero >= 2 && dp > 1 ? (m->share < (1 << 20) ? m->share : 1 << 20) : 0;
+    m->gradients = 4 * (o->zero >= 2 ? m->share + m->window : m->local) + grad_out;
     m->optimizer = 8 * m->share;
     m->master = half ? 4 * m->share : 0;
     m->activations = m->arena - grad_out + inputs;
@@ -237,7 +244,7 @@ int rc_memory_largest(const rc_model_config *c, const rc_memory_options *o, int6
         return rc_error_set(err, RC_ERR_ARG, "memory plan: no model or options");
     if (check_options(o, err))
         return -1;
-    int n = 0, mp = o->mp > 0 ? o->mp : 1;
+    int n = 0, mp = o->mp > 0 ? o->mp : 1, dp = o->dp > 0 ? o->dp : 1;
     const char **names = family_presets(c, &n);
     if (!names)
         return rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
@@ -248,8 +255,9 @@ int rc_memory_largest(const rc_model_config *c, const rc_memory_options *o, int6
             break;
         /* the weights and gradients alone, on a perfect split: too large means no need to
          * record the graph */
-        int64_t least = rc_config_param_count(&p) / mp * (2 * (int64_t)rc_dtype_size(o->dtype) + 4);
-        /* (weights + the step's gradients in the dtype, the f32 gradient sum) */
+        int64_t local = rc_config_param_count(&p) / mp;
+        int64_t least = local * 2 * (int64_t)rc_dtype_size(o->dtype) + 4 * (o->zero >= 2 ? local / dp : local);
+        /* (weights + the step's gradients in the dtype, the f32 gradient sum: zero 2's share) */
         if (least > budget || rc_memory_plan(&p, o, &r, NULL)) /* a plan that fails: mp divides nothing */
             continue;
         if (r.total + r.full_copy <= budget) {

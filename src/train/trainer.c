@@ -18,6 +18,9 @@
 #include <unistd.h>
 
 enum { GRAD_BUCKET = 1 << 22 }; /* floats per all-reduce */
+/* ZeRO stage 2: the f32 window its gradient outputs are reduce-scattered through holds
+ * min(ZERO2_WINDOW, the largest share) floats (memory_plan.c's rule too) */
+enum { ZERO2_WINDOW = 1 << 20 };
 
 /* A compiled step: the user's loss (and gradients) for one batch shape, built once. */
 typedef struct {
@@ -53,11 +56,17 @@ struct rc_trainer {
                                      parameters' own buffer); not the trainer's to free */
     int64_t *loff, *lnum;         /* per parameter: element offset and size in local, grad, m, v */
     int64_t local_numel;
-    rc_buffer *grad;              /* flat, like local */
+    rc_buffer *grad;              /* the f32 gradient accumulation, made by the first fit: flat
+                                     like local, or with zero 2 only local's elements
+                                     [share_lo, share_lo + share_n) */
+    int64_t grad_at;              /* where grad[0] sits in local (zero 2: share_lo, else 0) */
+    rc_buffer *window;            /* zero 2 over dp > 1: window_n f32, the reduce-scatter's */
+    int64_t window_n;
     rc_buffer *m, *v;             /* AdamW's moments of local's elements [share_lo, share_lo +
                                      share_n), made by the first fit */
-    int zero;                     /* the moments are this rank's share of the data axis's
-                                     (rc_train_options.zero; else share_lo 0, share_n all) */
+    int zero;                     /* the ZeRO stage (rc_train_options.zero): 1 and 2: the moments
+                                     are this rank's share of the data axis's (else share_lo 0,
+                                     share_n all); 2: the gradients too */
     int64_t share_lo, share_n;
     rc_dtype dtype;               /* the weights' dtype (local's): rc_train_options.dtype */
     rc_buffer *master;            /* 16-bit weights: the f32 master weights of local's elements
@@ -92,28 +101,39 @@ static void step_free(compiled_step *s)
     memset(s, 0, sizeof *s);
 }
 
-/* The gradient buffer on the trainer's backend, laid out as local. */
-static int state_buffers(rc_trainer *t, rc_error *err)
+/* The f32 gradient accumulation on the trainer's backend: laid out as local, or with zero
+ * 2 as the moments (this rank's share) plus the window its gradients pass through. */
+static int grad_buffers(rc_trainer *t, rc_error *err)
 {
-    size_t bytes = (size_t)t->local_numel * sizeof(float);
-    if (!(t->grad = rc_buffer_new(t->be, bytes ? bytes : sizeof(float), err)))
-        return rci_error_prefix(err, "trainer: the gradients of %lld parameters", (long long)t->local_numel);
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    int64_t n = t->zero >= 2 ? t->share_n : t->local_numel;
+    t->grad_at = t->zero >= 2 ? t->share_lo : 0;
+    if (!(t->grad = rc_buffer_new(t->be, (size_t)(n ? n : 1) * sizeof(float), err)))
+        return rci_error_prefix(err, "trainer: the gradients of %lld parameters%s", (long long)n,
+                                t->zero >= 2 ? " (this rank's share)" : "");
+    if (t->zero < 2 || m->dp == 1) /* one rank: its share is all, nothing to scatter */
+        return 0;
+    int64_t most = (t->local_numel + m->dp - 1) / m->dp;
+    t->window_n = most < ZERO2_WINDOW ? most : ZERO2_WINDOW;
+    if (!(t->window = rc_buffer_new(t->be, (size_t)(t->window_n ? t->window_n : 1) * sizeof(float), err)))
+        return rci_error_prefix(err, "trainer: the gradients' reduce-scatter window of %lld floats",
+                                (long long)t->window_n);
     return 0;
 }
 
-/* AdamW's moments, made by the first fit: of all of local, or with zero of this rank's
- * share of it over the data axis (rc_comm_share of local_numel over dp). A later fit of the
- * same trainer keeps that layout. */
+/* AdamW's moments and the gradient buffers, made by the first fit (once the layout of
+ * local is known): of all of local, or with zero of this rank's share of it over the data
+ * axis (rc_comm_share of local_numel over dp). A later fit of the same trainer keeps that
+ * layout. */
 static int moment_buffers(rc_trainer *t, int zero, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
-    zero = zero != 0;
     if (t->m && t->zero != zero)
         return rc_error_set(err, RC_ERR_ARG, "train: zero %d, but an earlier fit of this trainer made its AdamW "
                             "moments with zero %d: use a new trainer (a checkpoint resumes either way)",
                             zero, t->zero);
-    if (t->m)
-        return 0;
+    if (t->m) /* (the gradients too, unless an earlier fit ran out of memory making them) */
+        return t->grad ? 0 : grad_buffers(t, err);
     int64_t hi;
     t->zero = zero;
     rc_comm_share(t->local_numel, zero ? m->dp : 1, m->dp_rank, &t->share_lo, &hi);
@@ -122,21 +142,19 @@ static int moment_buffers(rc_trainer *t, int zero, rc_error *err)
     if (!(t->m = rc_buffer_new(t->be, bytes, err)) || !(t->v = rc_buffer_new(t->be, bytes, err)))
         return rci_error_prefix(err, "trainer: the AdamW moments of %lld parameters%s", (long long)t->share_n,
                                 zero ? " (this rank's share)" : "");
-    return 0;
+    return grad_buffers(t, err);
 }
 
-/* mp > 1, once the first step took the shards: their layout, and gradient and moment
- * buffers shaped like them; the full copy of the weights goes until the end of fit */
-static int shard_state(rc_trainer *t, rc_error *err)
+/* mp > 1, once the first step took the shards: their layout (the gradient and moment
+ * buffers, made next by fit, are shaped like them); the full copy of the weights goes until
+ * the end of fit */
+static void shard_state(rc_trainer *t)
 {
     rci_nn_weights *w = rci_params_weights(t->params);
     t->specs = t->shards.specs;
     t->local = t->shards.local;
     t->local_numel = rci_sharded_layout(t->specs, w, t->mp, t->loff, t->lnum);
-    if (state_buffers(t, err))
-        return -1;
     rci_params_release(t->params);
-    return 0;
 }
 
 /* The loss function's record for batches shaped like b, checked, into loss[0]; with scaled,
@@ -199,7 +217,7 @@ static int step_compile(compiled_step *s, rc_trainer *t, void *user, const rc_ba
     int rc = g ? rci_step_build(&s->st, g, &spec, t->mp > 1 ? &t->shards : NULL, t->be, err) : -1;
     free(leaves);
     if (!rc && first_shards)
-        rc = shard_state(t, err);
+        shard_state(t);
     if (rc) {
         step_free(s);
         return -1;
@@ -291,8 +309,7 @@ rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn los
             t->lnum[i] = w->p[i].numel;
         }
     }
-    if (!t || !t->loff || !t->lnum || (np && !rc_params_buffer(params, 0, NULL)) ||
-        (t->mp == 1 && state_buffers(t, err))) {
+    if (!t || !t->loff || !t->lnum || (np && !rc_params_buffer(params, 0, NULL))) {
         rc_trainer_free(t);
         if (!err || !err->code) /* else the allocation's own message, naming the device */
             rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate state for %lld parameters", (long long)n);
@@ -320,6 +337,7 @@ void rc_trainer_free(rc_trainer *t)
     step_free(&t->eval_tail);
     rc_predictor_free(t->eval_predictor);
     rc_buffer_free(t->grad);
+    rc_buffer_free(t->window);
     rc_buffer_free(t->m);
     rc_buffer_free(t->v);
     rc_buffer_free(t->master);
@@ -369,6 +387,43 @@ static int add_grads(rc_trainer *t, float scale, int first, rc_error *err)
     return 0;
 }
 
+/* ZeRO stage 2: scale x the gradients of the last run of the train step reduce-scattered
+ * over the data axis, and this rank's share of the mean written (first) or added into grad.
+ * A window of local's elements at a time: each parameter's part of it widened into the
+ * window (exactly, from 16-bit gradients), the window reduce-scattered (every rank keeps its
+ * share's part, rc_comm_share of local_numel), that part accumulated in f32. */
+static int scatter_grads(rc_trainer *t, float scale, int first, rc_error *err)
+{
+    rc_comm *dp = rc_deployer_mesh(t->d)->dp_comm;
+    int np = rc_params_count(t->params);
+    int64_t share_hi = t->share_lo + t->share_n;
+    for (int64_t at = 0; at < t->local_numel; at += t->window_n) {
+        int64_t len = t->local_numel - at < t->window_n ? t->local_numel - at : t->window_n;
+        for (int i = 0; i < np; i++) {
+            int64_t lo = t->loff[i] > at ? t->loff[i] : at;
+            int64_t hi = t->loff[i] + t->lnum[i] < at + len ? t->loff[i] + t->lnum[i] : at + len;
+            rc_buffer *g;
+            size_t off;
+            if (hi <= lo)
+                continue;
+            if (rc_plan_memory(t->train.st.plan, t->train.st.grads[i], &g, &off))
+                return rc_error_set(err, RC_ERR_ARG, "trainer: the gradient of '%s' has no memory",
+                                    rc_params_name(t->params, i));
+            rc_dtype dt = t->train.st.grads[i]->dtype;
+            if (t->be->accumulate(t->be, t->window, lo - at, g, off + (size_t)(lo - t->loff[i]) * rc_dtype_size(dt),
+                                  hi - lo, dt, scale, 0, err))
+                return -1;
+        }
+        if (rc_comm_reduce_scatter_window_mean_f32(dp, t->window, 0, t->local_numel, at, len, err))
+            return -1;
+        int64_t lo = at > t->share_lo ? at : t->share_lo, hi = at + len < share_hi ? at + len : share_hi;
+        if (hi > lo && t->be->accumulate(t->be, t->grad, lo - t->share_lo, t->window, (size_t)(lo - at) * sizeof(float),
+                                         hi - lo, RC_F32, 1.0f, !first, err))
+            return -1;
+    }
+    return 0;
+}
+
 /* the global norm: split parameters summed over the model shards, replicated ones once;
  * with zero, parts are this rank's share and the shares' sums meet over the data axis */
 static int grad_norm(const rc_trainer *t, const rci_update_part *parts, double *norm, rc_error *err)
@@ -393,20 +448,22 @@ static int grad_norm(const rc_trainer *t, const rci_update_part *parts, double *
 }
 
 /* One optimizer step on the backend over every parameter's share of local, grad, m and v
- * (parts), the gradient first multiplied by clip (1: none); m and v start at share_lo. */
+ * (parts, in grad's layout), the gradient first multiplied by clip (1: none); m and v start
+ * at local's share_lo, grad at grad_at. */
 static int optimizer_update(rc_trainer *t, const rc_train_options *o, const rci_update_part *parts,
                             double lr, double clip, rc_error *err)
 {
     rci_update u = {t->local, t->grad, t->m, t->v, parts, rc_params_count(t->params), lr,
                     o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
                     o->eps > 0 ? o->eps : 1e-8, ++t->opt_step, clip,
-                    !o->optimizer || !strcmp(o->optimizer, "adamw"), t->share_lo, 0};
+                    !o->optimizer || !strcmp(o->optimizer, "adamw"), t->share_lo - t->grad_at, -t->grad_at};
     return t->be->update(t->be, &u, err);
 }
 
-/* Each parameter's elements in local that this rank updates (element offset, count: its
- * model shard, cut to this rank's share with zero; possibly none) and its weight decay:
- * none on 1-D parameters unless asked. malloc'ed; NULL when memory runs out. */
+/* Each parameter's elements in local that this rank updates (element offset in grad's
+ * layout, count: its model shard, cut to this rank's share with zero; possibly none) and
+ * its weight decay: none on 1-D parameters unless asked. malloc'ed; NULL when memory runs
+ * out. */
 static rci_update_part *state_parts(const rc_trainer *t, const rc_train_options *o)
 {
     rci_nn_weights *w = rci_params_weights(t->params);
@@ -416,7 +473,7 @@ static rci_update_part *state_parts(const rc_trainer *t, const rc_train_options 
         int decay = w->p[i].ndim >= 2 || o->decay_norms_and_biases;
         int64_t lo = t->loff[i] > t->share_lo ? t->loff[i] : t->share_lo;
         int64_t hi = t->loff[i] + t->lnum[i] < end ? t->loff[i] + t->lnum[i] : end;
-        parts[i] = (rci_update_part){lo, hi > lo ? hi - lo : 0, decay ? o->weight_decay : 0.0};
+        parts[i] = (rci_update_part){lo - t->grad_at, hi > lo ? hi - lo : 0, decay ? o->weight_decay : 0.0};
     }
     return parts;
 }
@@ -458,7 +515,8 @@ static int master_update(rc_trainer *t, const rc_train_options *o, const rci_upd
     rci_update u = {t->master, t->grad, t->m, t->v, parts, rc_params_count(t->params), lr,
                     o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
                     o->eps > 0 ? o->eps : 1e-8, t->opt_step + 1, clip,
-                    !o->optimizer || !strcmp(o->optimizer, "adamw"), t->share_lo, t->share_lo};
+                    !o->optimizer || !strcmp(o->optimizer, "adamw"), t->share_lo - t->grad_at,
+                    t->share_lo - t->grad_at};
     int rc = t->be->update(t->be, &u, err);
     if (!rc)
         t->opt_step++;
@@ -499,8 +557,11 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         rc_rng key = rc_rng_fold(rc_deployer_step_rng(t->d, t->step), (uint64_t)j);
         if (!rc)
             rc = step_run(&t->train, &b, key, step_key(t, t->step), &loss, &tokens, err);
-        if (!rc)
-            rc = add_grads(t, (float)(1.0 / (k * t->scale)), j == 0, err); /* the mean, unscaled */
+        /* the mean, unscaled; zero 2: reduce-scattered now (every rank must get there) */
+        if (t->window)
+            rc = rc_deployer_agree(t->d, rc, err) ? -1 : scatter_grads(t, (float)(1.0 / (k * t->scale)), j == 0, err);
+        else if (!rc)
+            rc = add_grads(t, (float)(1.0 / (k * t->scale)), j == 0, err);
         if (!rc) {
             sums[0] += loss / k;
             sums[1] += (double)tokens;
@@ -510,9 +571,10 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
     free(idx);
     if (rc_deployer_agree(t->d, rc, err))
         return -1;
-    /* the mean gradient: everywhere, or with zero each rank's share of it only */
-    rc = t->zero ? rc_comm_reduce_scatter_mean_f32(m->dp_comm, t->grad, 0, t->local_numel, GRAD_BUCKET, err)
-                 : rc_comm_allreduce_mean_f32(m->dp_comm, t->grad, 0, t->local_numel, GRAD_BUCKET, err);
+    /* the mean gradient: everywhere, or with zero each rank's share of it only (zero 2: done) */
+    rc = t->zero >= 2 ? 0
+         : t->zero    ? rc_comm_reduce_scatter_mean_f32(m->dp_comm, t->grad, 0, t->local_numel, GRAD_BUCKET, err)
+                      : rc_comm_allreduce_mean_f32(m->dp_comm, t->grad, 0, t->local_numel, GRAD_BUCKET, err);
     if (rc || rc_comm_allreduce_sum_f64(m->dp_comm, sums, 2, err))
         return -1;
     *loss_out = sums[0] / m->dp;
@@ -554,7 +616,7 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
 static rci_ckpt_state ckpt_state(const rc_trainer *t)
 {
     return (rci_ckpt_state){t->d, rci_params_weights(t->params), t->specs, t->loff, t->lnum,
-                            t->master ? t->master : t->local, t->master != NULL, t->m, t->v, t->zero,
+                            t->master ? t->master : t->local, t->master != NULL, t->m, t->v, t->zero != 0,
                             t->share_lo, t->share_n, t->model ? &t->model->config : NULL};
 }
 
@@ -725,6 +787,9 @@ static int check_options(const rc_trainer *t, const rc_train_options *o, rc_exam
         return rc_error_set(err, RC_ERR_ARG, "train: optimizer '%s' (adamw or sgd)", o->optimizer);
     if (o->steps <= 0 && o->epochs <= 0)
         return rc_error_set(err, RC_ERR_ARG, "train: give a number of steps or epochs");
+    if (o->zero < 0 || o->zero > 2)
+        return rc_error_set(err, RC_ERR_ARG, "train: zero %d: the ZeRO stage is 0 (none), 1 (optimizer state sharded) "
+                            "or 2 (gradients too); stage 3 is not built yet", o->zero);
     if (steps_in_epoch(t, o, ex, 0) < 1) {
         const rc_mesh *m = rc_deployer_mesh(t->d);
         return rc_error_set(err, RC_ERR_ARG,
@@ -947,8 +1012,10 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (!rc) /* the last update done before fit returns, on a device that queues work */
         rc = rc_backend_wait(t->be, err);
     if (out) {
-        /* weights and f32 gradients of local; f32 moments (and master) of the share */
-        out->state_bytes = t->local_numel * (int64_t)(rc_dtype_size(t->dtype) + sizeof(float)) +
+        /* weights of local; f32 gradients of local (zero 2: of the share, and the window);
+         * f32 moments (and master) of the share */
+        int64_t grads = t->zero >= 2 ? t->share_n + t->window_n : t->local_numel;
+        out->state_bytes = t->local_numel * (int64_t)rc_dtype_size(t->dtype) + grads * (int64_t)sizeof(float) +
                            t->share_n * (int64_t)sizeof(float) * (t->master ? 3 : 2);
         out->loss_scale = t->scale;
         out->skipped_steps = t->skipped;

@@ -4,7 +4,8 @@
   a flag that takes none, a missing value and a stray argument: exactly one line on
   stderr, beginning `redco CMD:` and naming the flag, and exit status 2;
 - --flag=value means what --flag value means (plan, train, tokenize), and --nproc=P
-  relaunches under mpiexec like --nproc P;
+  relaunches under mpiexec like --nproc P; --zero takes an optional stage (--zero, --zero 1,
+  --zero 2, --zero=2 train as the run without on 2 processes; --zero 3 is one line, exit 2);
 - tokenize's TEXT may come before or after the flags, and after "--" even when it looks
   like a flag;
 - train --json and eval --json: the last line of stdout is JSON with the documented keys;
@@ -246,10 +247,12 @@ def main():
     print("--remat and --remat=2: bitwise the weights of the run without, on 1 process and on 2 model shards")
 
     # --zero: AdamW's moments sharded over 2 data-parallel processes train the same model
-    # (per tensor, relative L2 1e-6) and write the same whole moments as the run without
+    # (per tensor, relative L2 1e-6) and write the same whole moments as the run without;
+    # so do --zero 2 and --zero=2 (the gradients sharded too); --zero 1 is --zero
     from safetensors.numpy import load_file
     tensors = []
-    for zero in [[], ["--zero"]]:
+    stages = [[], ["--zero"], ["--zero", "2"], ["--zero=2"], ["--zero", "1"]]
+    for zero in stages:
         wd = os.path.join(tmp, f"zero-{len(tensors)}")
         r = run(redco, "train", *base, "--workdir", wd, "--steps=3", "--lr=0.003", "--grad-clip=0.5",
                 "--nproc", "2", *zero)
@@ -257,12 +260,19 @@ def main():
         ok = r.returncode == 0 and all(os.path.exists(f) for f in files)
         check(ok, f"train --nproc 2 {zero}: {r.stderr[-300:]!r}")
         tensors.append({k: v for f in files for k, v in load_file(f).items()} if ok else {})
-    plain, zero = tensors
-    worst = max((float(np.linalg.norm(zero[k] - v) / max(np.linalg.norm(v), 1e-6 * math.sqrt(v.size)))
-                 for k, v in plain.items() if k in zero), default=math.inf)
-    check(plain and plain.keys() == zero.keys() and worst < 1e-6,
-          f"train --nproc 2 --zero: the weights or moments differ from the run without by {worst:.3g}")
-    print(f"--zero on 2 processes: weights and moments after 3 steps within {worst:.2e} of the run without")
+    plain = tensors[0]
+    for zero, got in zip(stages[1:], tensors[1:]):
+        worst = max((float(np.linalg.norm(got[k] - v) / max(np.linalg.norm(v), 1e-6 * math.sqrt(v.size)))
+                     for k, v in plain.items() if k in got), default=math.inf)
+        check(plain and plain.keys() == got.keys() and worst < 1e-6,
+              f"train --nproc 2 {zero}: the weights or moments differ from the run without by {worst:.3g}")
+        print(f"{' '.join(zero)} on 2 processes: weights and moments after 3 steps within {worst:.2e} of the run without")
+    # stage 3 is not built: one line naming it, exit 2, for train and plan
+    for cmd, args in (("train", [*base, "--workdir", os.path.join(tmp, "zero3"), "--steps=1"]),
+                      ("plan", ["--model", "gpt2", "--dp", "2"])):
+        line = usage_error(redco, cmd, [*args, "--zero", "3"], "--zero 3")
+        check("stage 3" in line and "not built" in line, f"{cmd} --zero 3: {line!r}")
+        usage_error(redco, cmd, [*args, "--zero=x"], "--zero")
 
     print(f"test_cli_flags: {PASSED[0]} passed, {len(FAILED)} failed")
     return 1 if FAILED else 0

@@ -15,6 +15,13 @@
  *   f32 master weights and the moments of the checkpoint per tensor within 1e-6, the 16-bit
  *   weights the same; each rank holds its share of the master beside its share of the
  *   moments; 3 + 2 steps resumed with zero are bitwise the 5 straight.
+ * - ZeRO stage 2 (zero 2: the f32 gradients sharded too) equals the run without as stage 1
+ *   does (weights and moments per tensor within 1e-6; SGD and AdamW), with 2 micro-batches
+ *   and clipping and with one micro-batch; in bf16 with one micro-batch bitwise, with two
+ *   within 1e-2 (another summation order, carried on by bf16 rounding); each rank holds its
+ *   share of the f32 gradients and the reduce-scatter's window instead of all of them
+ *   (state_bytes smaller than stage 1's by exactly that); in bf16, 3 + 2 steps resumed with
+ *   zero 2 are bitwise the 5 straight; zero 3 is an error naming stage 3.
  * With --device D (opencl) every run is on that device (CTest mpi_zero_opencl_np2). */
 #include "check.h"
 #include "lm_task.h"
@@ -32,6 +39,7 @@ static const double CLIP = 0.05;  /* below every step's gradient norm (checked) 
 
 static const char *device;        /* --device: where the runs are */
 static rc_dtype dtype;            /* the weights of the runs (RC_F32 but in test_half) */
+static int accum = ACCUM;         /* micro-batches per step (1 in test_one_micro) */
 static char root[64];             /* the runs' workdirs */
 
 typedef lm_task task;
@@ -53,7 +61,7 @@ static int train(task *k, int mp, const char *opt, int zero, int64_t steps, cons
     int dp = d ? rc_deployer_mesh(d)->dp : 1;
     /* eps 1e-6 (as mpi_train): the attention key bias has no gradient but rounding noise,
      * which eps 1e-8 would turn into full steps that differ with the summation order */
-    rc_train_options o = {.steps = steps, .batch_size = GLOBAL / ACCUM / dp, .grad_accum = ACCUM, .shuffle = 1,
+    rc_train_options o = {.steps = steps, .batch_size = GLOBAL / accum / dp, .grad_accum = accum, .shuffle = 1,
                           .optimizer = opt, .lr = !strcmp(opt, "sgd") ? 0.5 : 1e-2, .weight_decay = 0.01,
                           .grad_clip = CLIP, .eps = 1e-6, .schedule = RC_SCHEDULE_CONSTANT, .log_every = 1,
                           .resume = resume, .zero = zero, .dtype = dtype};
@@ -68,6 +76,26 @@ static int train(task *k, int mp, const char *opt, int zero, int64_t steps, cons
     rc_model_free(k->model);
     rc_deployer_free(d);
     return ok ? 0 : -1;
+}
+
+/* rc_train_options.zero 3 (parameters sharded: not built yet) is an error naming stage 3,
+ * on every rank alike, before any step */
+static void test_stage3(task *k)
+{
+    rc_error err = {0};
+    char wd[160];
+    snprintf(wd, sizeof wd, "%s/stage3", root);
+    rc_deployer_options dopt = {.seed = 3, .workdir = wd, .device = device};
+    rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
+    k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
+    rc_trainer *t = k->model ? rc_trainer_new(d, lm_task_collate, lm_task_loss, k, k->model->params, k->model, &err)
+                             : NULL;
+    rc_train_options o = {.steps = 1, .batch_size = 2, .optimizer = "adamw", .lr = 1e-3, .zero = 3};
+    CHECKF(t && rc_trainer_fit(t, &o, (rc_examples){lm_task_count, k}, NULL, NULL, &err) == -1 &&
+           check_has(err.msg, "stage 3"), "zero 3: %s", err.msg);
+    rc_trainer_free(t);
+    rc_model_free(k->model);
+    rc_deployer_free(d);
 }
 
 /* every tensor of root/name/file appended to *w */
@@ -113,6 +141,40 @@ static double least_norm(const char *name)
     return n ? least : -1;
 }
 
+/* The f32 gradient floats a rank holds with zero 2 beyond its share: the reduce-scatter's
+ * window, min(2^20, the largest share) floats (none on one rank); with zero 1, the rest of
+ * n. */
+static int64_t zero2_window(int64_t n, int dp)
+{
+    int64_t most = (n + dp - 1) / dp;
+    return dp == 1 ? 0 : most < (1 << 20) ? most : 1 << 20;
+}
+
+/* zero 2 against the run without (the same checks as zero 1's) and its state against
+ * zero 1's: smaller by the f32 gradients outside this rank's share less the window.
+ * n: the model shard's elements; per: the weights' bytes per element and the state's f32
+ * words per share element (moments, master) */
+static void check_zero2(const char *what, int dp, int mp, int rank, int64_t n, const check_weights *wp,
+                        const check_weights *w2, double em, double tol, const rc_train_result *r1,
+                        const rc_train_result *r2)
+{
+    char worst[256] = "";
+    double e = check_weights_diff(w2, wp, worst, sizeof worst, NULL);
+    int64_t lo, hi;
+    rc_comm_share(n, dp, rank / mp, &lo, &hi);
+    int64_t saved = (n - (hi - lo) - zero2_window(n, dp)) * (int64_t)sizeof(float);
+    CHECKF(tol ? e < tol && em < tol : e == 0 && em == 0, "%s dp %d x mp %d: zero 2 differs from the run without "
+           "(accum %d): weights %.3g (%s), moments %.3g (%s %.0e)", what, dp, mp, accum, e, worst, em,
+           tol ? "tolerance" : "bitwise", tol);
+    CHECKF(r2->state_bytes == r1->state_bytes - saved && (dp < 3 || saved > 0),
+           "%s dp %d x mp %d: state %lld bytes with zero 2, %lld with zero 1, expected %lld less", what, dp, mp,
+           (long long)r2->state_bytes, (long long)r1->state_bytes, (long long)saved);
+    if (rank == 0)
+        printf("%-5s dp %d x mp %d on %s: zero 2 vs without (accum %d): worst tensor %s, rel L2 %.2e; moments %.2e; "
+               "state per rank %lld with zero 1 -> %lld with zero 2\n", what, dp, mp, device ? device : "cpu", accum,
+               worst, e, em, (long long)r1->state_bytes, (long long)r2->state_bytes);
+}
+
 /* with and without zero on a dp x mp mesh: the same weights and moments; the state held */
 static void test_same(task *k, int dp, int mp, int rank, check_weights *adamw_plain, check_weights *adamw_zero)
 {
@@ -123,10 +185,18 @@ static void test_same(task *k, int dp, int mp, int rank, check_weights *adamw_pl
         snprintf(zero, sizeof zero, "%dx%d-%s-zero", dp, mp, opts[o]);
         check_weights wp = {0}, wz = {0};
         rc_train_result rp = {0}, rz = {0};
+        char zero2[64];
+        snprintf(zero2, sizeof zero2, "%dx%d-%s-zero2", dp, mp, opts[o]);
+        check_weights w2 = {0};
+        rc_train_result r2 = {0};
         if (train(k, mp, opts[o], 0, STEPS, plain, 0, &wp, &rp) || train(k, mp, opts[o], 1, STEPS, zero, 0, &wz, &rz)) {
             check_weights_free(&wp), check_weights_free(&wz);
             continue;
         }
+        if (!train(k, mp, opts[o], 2, STEPS, zero2, 0, &w2, &r2))
+            check_zero2(opts[o], dp, mp, rank, rp.state_bytes / (4 * (int64_t)sizeof(float)), &wp, &w2,
+                        file_diff(zero2, plain, STEPS, "optimizer"), 1e-6, &rz, &r2);
+        check_weights_free(&w2);
         double e = check_weights_diff(&wz, &wp, worst, sizeof worst, NULL);
         double em = file_diff(zero, plain, STEPS, "optimizer");
         double least = least_norm(plain);
@@ -153,6 +223,28 @@ static void test_same(task *k, int dp, int mp, int rank, check_weights *adamw_pl
             check_weights_free(&wp), check_weights_free(&wz);
         }
     }
+}
+
+/* zero 2 with one micro-batch a step (the gradient outputs reduce-scattered straight into
+ * the share): the same as without, SGD and AdamW; zero 1's state for the comparison */
+static void test_one_micro(task *k, int dp, int mp, int rank)
+{
+    const char *opts[2] = {"sgd", "adamw"};
+    accum = 1;
+    for (int o = 0; o < 2; o++) {
+        char plain[64], zero[64], zero2[64];
+        snprintf(plain, sizeof plain, "%dx%d-%s-micro-plain", dp, mp, opts[o]);
+        snprintf(zero, sizeof zero, "%dx%d-%s-micro-zero", dp, mp, opts[o]);
+        snprintf(zero2, sizeof zero2, "%dx%d-%s-micro-zero2", dp, mp, opts[o]);
+        check_weights wp = {0}, w2 = {0};
+        rc_train_result rp = {0}, r1 = {0}, r2 = {0};
+        if (!train(k, mp, opts[o], 0, STEPS, plain, 0, &wp, &rp) && !train(k, mp, opts[o], 1, 1, zero, 0, NULL, &r1) &&
+            !train(k, mp, opts[o], 2, STEPS, zero2, 0, &w2, &r2))
+            check_zero2(opts[o], dp, mp, rank, rp.state_bytes / (4 * (int64_t)sizeof(float)), &wp, &w2,
+                        file_diff(zero2, plain, STEPS, "optimizer"), 1e-6, &r1, &r2);
+        check_weights_free(&wp), check_weights_free(&w2);
+    }
+    accum = ACCUM;
 }
 
 /* bf16 weights with and without zero: the same f32 master and moments (the checkpoints'),
@@ -195,6 +287,45 @@ static void test_half(task *k, int dp, int mp, int rank)
                    r16);
         }
         check_weights_free(&wr);
+        /* zero 2 in bf16: with 2 micro-batches the mean gradient is summed in another order
+         * (each micro-batch's over the ranks, then the two), and a master weight a rounding
+         * apart can round into another bf16 weight, which the next steps' forward passes
+         * carry on: the master, moments and 16-bit weights within 1e-2 (4e-3 seen); 3 + 2
+         * steps resumed bitwise the 5 straight; with one micro-batch, bitwise the run
+         * without */
+        char zero2[64], resumed2[64];
+        snprintf(zero2, sizeof zero2, "%dx%d-bf16-zero2", dp, mp);
+        snprintf(resumed2, sizeof resumed2, "%dx%d-bf16-resume2", dp, mp);
+        check_weights w2 = {0};
+        rc_train_result r2 = {0};
+        if (!train(k, mp, "adamw", 2, STEPS, zero2, 0, &w2, &r2)) {
+            double mw = file_diff(zero2, plain, STEPS, "model");
+            CHECKF(mw < 1e-2, "bf16 dp %d x mp %d: zero 2's master differs from the run without by %.3g", dp, mp, mw);
+            check_zero2("bf16", dp, mp, rank, n, &wp, &w2, file_diff(zero2, plain, STEPS, "optimizer"), 1e-2, &rz, &r2);
+            if (!train(k, mp, "adamw", 2, HALF, resumed2, 0, NULL, NULL) &&
+                !train(k, mp, "adamw", 2, STEPS, resumed2, 1, &wr, NULL)) {
+                double rw = file_diff(resumed2, zero2, STEPS, "model");
+                double rm = file_diff(resumed2, zero2, STEPS, "optimizer");
+                double r16 = check_weights_diff(&wr, &w2, worst, sizeof worst, NULL);
+                CHECKF(rw == 0 && rm == 0 && r16 == 0, "bf16 dp %d x mp %d with zero 2: %d + %d steps resumed differ "
+                       "from %d straight: master %.3g, moments %.3g, bf16 weights %.3g", dp, mp, HALF, STEPS - HALF,
+                       STEPS, rw, rm, r16);
+            }
+            check_weights_free(&wr);
+        }
+        check_weights_free(&w2);
+        accum = 1;
+        snprintf(plain, sizeof plain, "%dx%d-bf16-micro-plain", dp, mp);
+        snprintf(zero2, sizeof zero2, "%dx%d-bf16-micro-zero2", dp, mp);
+        if (!train(k, mp, "adamw", 0, STEPS, plain, 0, &wr, NULL) &&
+            !train(k, mp, "adamw", 2, STEPS, zero2, 0, &w2, &r2)) {
+            double mw = file_diff(zero2, plain, STEPS, "model");
+            CHECKF(mw == 0, "bf16 dp %d x mp %d, one micro-batch: zero 2's master differs from the run without by %.3g",
+                   dp, mp, mw);
+            check_zero2("bf16", dp, mp, rank, n, &wr, &w2, file_diff(zero2, plain, STEPS, "optimizer"), 0, &rz, &r2);
+        }
+        accum = ACCUM;
+        check_weights_free(&wr), check_weights_free(&w2);
     }
     dtype = RC_F32;
     check_weights_free(&wp), check_weights_free(&wz);
@@ -242,6 +373,7 @@ int main(int argc, char **argv)
     lm_task task_data;
     CHECK(lm_task_init(&task_data, T, NTOK, 11) == 0); /* 2000-4000 ids: a failure ends in a crash below */
     task *k = &task_data;
+    test_stage3(k);
     static const int meshes[5][2] = {{1, 1}, {2, 1}, {3, 1}, {2, 2}, {4, 1}};
     for (int m = 0; m < 5; m++) {
         int dp = meshes[m][0], mp = meshes[m][1];
@@ -251,6 +383,7 @@ int main(int argc, char **argv)
         test_same(k, dp, mp, rank, &plain, &zero);
         if (plain.n && zero.n)
             test_resume(k, dp, mp, rank, &plain, &zero);
+        test_one_micro(k, dp, mp, rank);
         test_half(k, dp, mp, rank);
         /* a checkpoint of dp 2 x mp 2 with zero resumes on dp 4 with zero */
         if (dp == 2 && mp == 2 && plain.n) {

@@ -52,6 +52,7 @@ static const mem_case cases[] = {
     {"zero", "cpu", "gpt2", 1, 1, 256, 0, 1, RC_F32, 1},      /* mpiexec -n 2: dp 2 */
     {"bf16", "cpu", "gpt2", 1, 1, 1024, 0, 0, RC_BF16, 1},
     {"zero-bf16", "cpu", "gpt2", 1, 1, 256, 0, 1, RC_BF16, 1}, /* mpiexec -n 2: dp 2 */
+    {"zero2", "cpu", "gpt2", 1, 1, 256, 0, 2, RC_F32, 1},     /* mpiexec -n 2: dp 2, ZeRO stage 2 */
     {"opencl-bf16", "opencl", "gpt2", 1, 1, 128, 0, 0, RC_BF16, 1},
     {"unfused", "cpu", "gpt2", 1, 1, 1024, 0, 0, RC_F32, 0}, /* wrong plan: the fused graph's */
     {"unfused-remat", "cpu", "gpt2", 1, 1, 1024, 1, 0, RC_F32, 0},
@@ -198,7 +199,7 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
     int64_t rss = max_rss_bytes();
     if (rc == 0) {
         printf("%s: %s, batch %d x %d, %s%s, %s on %s (rank %d of %d)\n", c->name, c->model, c->batch, c->seq_len,
-               c->remat ? "remat" : "no remat", c->zero ? ", zero" : "", rc_dtype_name(c->dtype),
+               c->remat ? "remat" : "no remat", c->zero > 1 ? ", zero 2" : c->zero ? ", zero" : "", rc_dtype_name(c->dtype),
                rc_backend_name(rc_deployer_backend(d)),
                mesh->rank, mesh->size);
         printf("  plan: weights %.1f, gradients %.1f, optimizer %.1f, master %.1f, activations %.1f, "
@@ -206,10 +207,12 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
                plan.weights / 1048576.0, plan.gradients / 1048576.0, plan.optimizer / 1048576.0,
                plan.master / 1048576.0, plan.activations / 1048576.0, plan.scratch / 1048576.0,
                plan.total / 1048576.0);
-        /* the trainer's own buffers are the plan's rule exactly: weights, gradients, m, v, master */
-        CHECKF(r.state_bytes == plan.weights + 4 * plan.local + plan.optimizer + plan.master,
+        /* the trainer's own buffers are the plan's rule exactly: weights, f32 gradients (zero
+         * 2: the share and the window; dp 2 shares GPT-2 evenly), m, v, master */
+        int64_t sum = 4 * (c->zero >= 2 ? plan.share + plan.window : plan.local);
+        CHECKF(r.state_bytes == plan.weights + sum + plan.optimizer + plan.master,
                "trainer state %lld bytes, plan %lld", (long long)r.state_bytes,
-               (long long)(plan.weights + 4 * plan.local + plan.optimizer + plan.master));
+               (long long)(plan.weights + sum + plan.optimizer + plan.master));
         if (plan.full_copy)
             printf("  plus the full weights while sharding: %.1f MiB\n", plan.full_copy / 1048576.0);
         check_peak("backend peak", (double)peak, need, wrong, cpu ? 2 : 1);
@@ -243,6 +246,17 @@ static void test_rules(void)
     o.zero = 1; /* a balanced 1/dp share: 124439808 = 3 x 41479936 */
     CHECKF(rc_memory_plan(&c, &o, &zero, &err) == 0, "%s", err.msg);
     CHECK(zero.share == 41479936 && zero.optimizer == 8 * 41479936 && zero.activations == base.activations);
+    /* zero 2: the f32 gradient sum is the share and the window (2^20 floats), beside the
+     * step's own f32 gradient outputs */
+    o.zero = 2;
+    rc_rank_memory zero2;
+    CHECKF(rc_memory_plan(&c, &o, &zero2, &err) == 0, "%s", err.msg);
+    CHECK(zero2.share == 41479936 && zero2.window == 1 << 20 &&
+          zero2.gradients == 4 * (41479936 + (1 << 20)) + 4 * zero2.local && zero2.optimizer == zero.optimizer &&
+          zero2.total == zero.total - 4 * (zero.local - zero2.share - zero2.window) && zero.window == 0);
+    o.zero = 3; /* not built yet */
+    CHECK(rc_memory_plan(&c, &o, &zero2, &err) == -1 && check_has(err.msg, "stage 3"));
+    o.zero = 1;
     o.dp = 5; /* not dividing: ceil */
     CHECK(rc_memory_plan(&c, &o, &zero, &err) == 0 && zero.share == (124439808 + 4) / 5);
     o.dtype = RC_BF16;
@@ -292,6 +306,10 @@ static void test_rules(void)
     CHECK(rc_memory_largest(&l, &o, 80000000000LL, &name, &base, &err) == 0 && name == NULL);
     o.dp = 4, o.zero = 1;
     CHECK(rc_memory_largest(&l, &o, 80000000000LL, &name, &base, &err) == 0 && name == NULL);
+    o.dp = 8, o.zero = 2; /* zero 2 over 8: LLaMA-7B in f32 fits */
+    CHECKF(rc_memory_largest(&l, &o, 80000000000LL, &name, &base, &err) == 0 && name && !strcmp(name, "llama-7b"),
+           "%s", name ? name : "none");
+    o.zero = 1;
     o.dtype = RC_BF16, o.dp = 8;
     CHECKF(rc_memory_largest(&l, &o, 80000000000LL, &name, &base, &err) == 0 && name && !strcmp(name, "llama-7b"),
            "%s", name ? name : "none");
