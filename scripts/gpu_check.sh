@@ -471,8 +471,9 @@ part_matmul() {
 }
 
 part_attention() {
-    local log=$WORK/logs/bench_attention_compare.log seqs="$SEQ:$BATCH,2048:4" line T
+    local log=$WORK/logs/bench_attention_compare.log seqs line T
     sizes
+    seqs="$SEQ:$BATCH,2048:4"
     [ $QUICK = 1 ] && seqs="32:2,64:1"
     run bench_attention_compare 150 "${RC_ENV[@]}" "$BUNDLE/bin/bench_gpt2" --device "$RDEV" --attention-compare \
         --attention-seqs "$seqs" 2 "$PRESET" || { part_failed attention "bench_gpt2 --attention-compare: exit $?"
@@ -480,9 +481,9 @@ part_attention() {
     for T in $(sed -n 's/.*"gpt2_124m_attention_fused_vs_unfused".*"T": \([0-9]*\).*/\1/p' "$log"); do
         line=$WORK/logs/attention_T$T.line
         grep "\"T\": $T," "$log" | grep -m1 gpt2_124m_attention_fused_vs_unfused >"$line"
-        figure "gpt2_step_attention_fused_T$T" "$RDEV" "$(jget "$line" attention fused_step_s)" "s/step" null \
-            unfused_step_s "$(jget "$line" attention unfused_step_s)" speedup "$(jget "$line" attention speedup)" \
-            batch "$(jget "$line" attention B)" peak_ratio "$(jget "$line" attention peak_ratio)"
+        figure "gpt2_step_attention_fused_T$T" "$RDEV" "$(jget "$line" gpt2_124m_attention_fused_vs_unfused fused_step_s)" "s/step" null \
+            unfused_step_s "$(jget "$line" gpt2_124m_attention_fused_vs_unfused unfused_step_s)" speedup "$(jget "$line" gpt2_124m_attention_fused_vs_unfused speedup)" \
+            batch "$(jget "$line" gpt2_124m_attention_fused_vs_unfused B)" peak_ratio "$(jget "$line" gpt2_124m_attention_fused_vs_unfused peak_ratio)"
     done
 }
 
