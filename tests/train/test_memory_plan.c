@@ -9,6 +9,7 @@
  * parser). CMakeLists.txt runs each case as its own test. A case for a new option is one
  * line in `cases` and one name in CMakeLists.txt's REDCO_MEMORY_CASES, or for a mesh in
  * REDCO_MEMORY_MPI_CASES (run under mpiexec -n 2; the mesh's dp comes from the launcher;
+ * the -dp4 cases, REDCO_MEMORY_MPI4_CASES, under mpiexec -n 4;
  * "unfused": the families record products and a softmax instead of the fused attention
  * op, the fused plan the wrong one (with remat the other remat setting: there both graphs
  * peak at the head and the loss);
@@ -53,6 +54,8 @@ static const mem_case cases[] = {
     {"bf16", "cpu", "gpt2", 1, 1, 1024, 0, 0, RC_BF16, 1},
     {"zero-bf16", "cpu", "gpt2", 1, 1, 256, 0, 1, RC_BF16, 1}, /* mpiexec -n 2: dp 2 */
     {"zero2", "cpu", "gpt2", 1, 1, 256, 0, 2, RC_F32, 1},     /* mpiexec -n 2: dp 2, ZeRO stage 2 */
+    {"zero-dp4", "cpu", "gpt2", 1, 1, 128, 0, 1, RC_F32, 1},  /* mpiexec -n 4: dp 4 */
+    {"zero2-dp4", "cpu", "gpt2", 1, 1, 128, 0, 2, RC_F32, 1}, /* mpiexec -n 4: dp 4, ZeRO stage 2 */
     {"opencl-bf16", "opencl", "gpt2", 1, 1, 128, 0, 0, RC_BF16, 1},
     {"unfused", "cpu", "gpt2", 1, 1, 1024, 0, 0, RC_F32, 0}, /* wrong plan: the fused graph's */
     {"unfused-remat", "cpu", "gpt2", 1, 1, 1024, 1, 0, RC_F32, 0},
@@ -208,7 +211,7 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
                plan.master / 1048576.0, plan.activations / 1048576.0, plan.scratch / 1048576.0,
                plan.total / 1048576.0);
         /* the trainer's own buffers are the plan's rule exactly: weights, f32 gradients (zero
-         * 2: the share and the window; dp 2 shares GPT-2 evenly), m, v, master */
+         * 2: the share and the window; dp 2 and 4 share GPT-2 evenly), m, v, master */
         int64_t sum = 4 * (c->zero >= 2 ? plan.share + plan.window : plan.local);
         CHECKF(r.state_bytes == plan.weights + sum + plan.optimizer + plan.master,
                "trainer state %lld bytes, plan %lld", (long long)r.state_bytes,
