@@ -44,6 +44,7 @@ fuzz: setup
 
 # bench_tp also runs on 2 processes: data parallelism (mp 1) against tensor parallelism (mp 2).
 # bench_comm runs on 2 processes: blocking MPI_Allreduce against redco's watched allreduce.
+# bench_zero runs on 2 processes: a GPT-2 step's time and bytes sent at ZeRO stages 0, 1, 2.
 # bench_gpt2 and bench_generate also run on the first OpenCL device (PoCL here: a small model).
 MPIRUN = OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpiexec --oversubscribe -n 2
 # Each bench prints JSON lines on stdout; a failure prints one line naming the call on stderr.
@@ -51,6 +52,7 @@ bench: build
 	@for b in $(BUILD)/bench_*; do OMP_NUM_THREADS=$(JOBS) $$b || { echo "make bench: $$b failed" >&2; exit 1; }; done
 	@for mp in 1 2; do $(MPIRUN) $(BUILD)/bench_tp --mp $$mp || { echo "make bench: bench_tp --mp $$mp on 2 processes failed" >&2; exit 1; }; done
 	@$(MPIRUN) $(BUILD)/bench_comm || { echo "make bench: bench_comm on 2 processes failed" >&2; exit 1; }
+	@$(MPIRUN) $(BUILD)/bench_zero || { echo "make bench: bench_zero on 2 processes failed" >&2; exit 1; }
 	@OMP_NUM_THREADS=$(JOBS) $(BUILD)/bench_gpt2 --device opencl 3 gpt2-mini 4 64 || { echo "make bench: bench_gpt2 --device opencl failed" >&2; exit 1; }
 	@OMP_NUM_THREADS=$(JOBS) $(BUILD)/bench_generate --device opencl tiny-gpt2 gpt2-mini || { echo "make bench: bench_generate --device opencl failed" >&2; exit 1; }
 
