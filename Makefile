@@ -6,8 +6,11 @@ FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 # the CUDA backend: AUTO (built when the CUDA toolkit's headers are found), ON or OFF
 REDCO_CUDA ?= AUTO
+# `make install`: where (PREFIX) and under which staging root (DESTDIR) it installs
+PREFIX ?= /usr/local
+DESTDIR ?=
 
-.PHONY: all setup build demo test sanitize fuzz bench clean
+.PHONY: all setup build install demo test sanitize fuzz bench clean
 
 all: build
 
@@ -19,6 +22,11 @@ $(BUILD)/Makefile: CMakeLists.txt
 
 build: setup $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
+
+# headers, libredco.a, libredco.so, the program redco, lib/pkgconfig/redco.pc and the CMake
+# package lib/cmake/redco (README, "Build your own program")
+install: build
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD) --prefix $(PREFIX)
 
 demo: build
 	bash scripts/demo.sh
