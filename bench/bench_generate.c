@@ -119,37 +119,12 @@ static void attention_compare(const char *name, rc_backend *be, const int32_t *b
     rc_model_free(m);
 }
 
-/* the value of flag (e.g. --device D) taken out of argv (the rest are model names) */
-static const char *take_flag(int *argc, char **argv, const char *flag)
-{
-    for (int i = 1; i + 1 < *argc; i++)
-        if (!strcmp(argv[i], flag)) {
-            const char *d = argv[i + 1];
-            memmove(argv + i, argv + i + 2, (size_t)(*argc - i - 2) * sizeof *argv);
-            *argc -= 2;
-            return d;
-        }
-    return NULL;
-}
-
-/* 1 when the switch (a flag without a value) is in argv, which it is taken out of */
-static int take_switch(int *argc, char **argv, const char *flag)
-{
-    for (int i = 1; i < *argc; i++)
-        if (!strcmp(argv[i], flag)) {
-            memmove(argv + i, argv + i + 1, (size_t)(*argc - i - 1) * sizeof *argv);
-            *argc -= 1;
-            return 1;
-        }
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     rc_error derr = {0};
-    const char *device = take_flag(&argc, argv, "--device");
-    const char *dtypes = take_flag(&argc, argv, "--dtype");
-    int compare = take_switch(&argc, argv, "--attention-compare");
+    const char *device = bench_take_flag(&argc, argv, "--device");
+    const char *dtypes = bench_take_flag(&argc, argv, "--dtype");
+    int compare = bench_take_switch(&argc, argv, "--attention-compare");
     rc_dtype dts[3];
     int n_dt = 0;
     char list[64];

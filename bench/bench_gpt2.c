@@ -358,32 +358,6 @@ static void attention_compare(const rc_model_config *cfg, const rci_nn_weights *
     }
 }
 
-/* flag's value taken out of argv (the rest are positional); NULL when absent */
-static const char *take_flag(int *argc, char **argv, const char *flag)
-{
-    const char *d = NULL;
-    for (int i = 1; i + 1 < *argc; i++)
-        if (!strcmp(argv[i], flag)) {
-            d = argv[i + 1];
-            memmove(argv + i, argv + i + 2, (size_t)(*argc - i - 2) * sizeof *argv);
-            *argc -= 2;
-            break;
-        }
-    return d;
-}
-
-/* 1 when the switch (a flag without a value) is in argv, which it is taken out of */
-static int take_switch(int *argc, char **argv, const char *flag)
-{
-    for (int i = 1; i < *argc; i++)
-        if (!strcmp(argv[i], flag)) {
-            memmove(argv + i, argv + i + 1, (size_t)(*argc - i - 1) * sizeof *argv);
-            *argc -= 1;
-            return 1;
-        }
-    return 0;
-}
-
 /* --attention-compare [--attention-seqs LIST] [REPS [PRESET]]: only the fused against
  * unfused lines; the position table as long as the longest sequence asks */
 static int compare_main(int argc, char **argv, const char *seqs)
@@ -412,11 +386,11 @@ static int compare_main(int argc, char **argv, const char *seqs)
 int main(int argc, char **argv)
 {
     rc_error err = {0};
-    const char *device = take_flag(&argc, argv, "--device"), *remat = take_flag(&argc, argv, "--remat");
-    const char *shapes = take_flag(&argc, argv, "--shapes"), *seqs = take_flag(&argc, argv, "--attention-seqs");
-    int gemm_bf16 = take_switch(&argc, argv, "--gemm-bf16");
-    int bf16 = take_switch(&argc, argv, "--bf16");
-    int compare = take_switch(&argc, argv, "--attention-compare");
+    const char *device = bench_take_flag(&argc, argv, "--device"), *remat = bench_take_flag(&argc, argv, "--remat");
+    const char *shapes = bench_take_flag(&argc, argv, "--shapes"), *seqs = bench_take_flag(&argc, argv, "--attention-seqs");
+    int gemm_bf16 = bench_take_switch(&argc, argv, "--gemm-bf16");
+    int bf16 = bench_take_switch(&argc, argv, "--bf16");
+    int compare = bench_take_switch(&argc, argv, "--attention-compare");
     if (!(be = rc_device_open(device ? device : "cpu", 0, &err)))
         bench_fail(NAME, "rc_device_open", err.msg);
     if (compare)

@@ -41,24 +41,14 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error
 {
     lm *d = user;
     stamp(d);
-    int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
-    int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
-    if (!ids || !tg)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
-    for (int i = 0; i < n; i++)
-        for (int t = 0; t < T; t++) {
-            ids[i * T + t] = d->tok[ex[i] * T + t];
-            tg[i * T + t] = d->tok[ex[i] * T + t + 1];
-        }
-    return 0;
+    return bench_lm_batch(out, d->tok, T, ex, n, err);
 }
 
 static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     lm *d = user;
     (void)p, (void)rng, (void)err;
-    return rc_cross_entropy(g, rc_model_logits(g, d->model, rc_batch_input(g, b, "ids"), NULL, NULL),
-                            rc_batch_input(g, b, "targets"), -100);
+    return bench_lm_loss(g, d->model, b);
 }
 
 /* seconds per training step (steps 1..4 of a fit of 6), or -1 with err set */

@@ -80,15 +80,23 @@ int MPI_Iallreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op o
     return PMPI_Iallreduce(sb, rb, count, t, op, comm, req);
 }
 
+/* the sum of a v-collective's per-rank counts; the communicator's size and this rank */
+static int64_t counts_total(MPI_Comm comm, const int counts[], int *p, int *me)
+{
+    *p = 1, *me = 0;
+    PMPI_Comm_size(comm, p);
+    PMPI_Comm_rank(comm, me);
+    int64_t n = 0;
+    for (int r = 0; r < *p; r++)
+        n += counts[r];
+    return n;
+}
+
 int MPI_Ireduce_scatter(const void *sb, void *rb, const int counts[], MPI_Datatype t, MPI_Op op, MPI_Comm comm,
                         MPI_Request *req)
 {
-    int p = 1, me = 0;
-    PMPI_Comm_size(comm, &p);
-    PMPI_Comm_rank(comm, &me);
-    int64_t n = 0;
-    for (int r = 0; r < p; r++)
-        n += counts[r];
+    int p, me;
+    int64_t n = counts_total(comm, counts, &p, &me);
     count_comm(comm, n * type_bytes(t), (n - counts[me]) * type_bytes(t));
     return PMPI_Ireduce_scatter(sb, rb, counts, t, op, comm, req);
 }
@@ -96,12 +104,8 @@ int MPI_Ireduce_scatter(const void *sb, void *rb, const int counts[], MPI_Dataty
 int MPI_Iallgatherv(const void *sb, int scount, MPI_Datatype st, void *rb, const int counts[], const int displ[],
                     MPI_Datatype rt, MPI_Comm comm, MPI_Request *req)
 {
-    int p = 1, me = 0;
-    PMPI_Comm_size(comm, &p);
-    PMPI_Comm_rank(comm, &me);
-    int64_t n = 0;
-    for (int r = 0; r < p; r++)
-        n += counts[r];
+    int p, me;
+    int64_t n = counts_total(comm, counts, &p, &me);
     count_comm(comm, n * type_bytes(rt), (n - counts[(me + 1) % p]) * type_bytes(rt));
     return PMPI_Iallgatherv(sb, scount, st, rb, counts, displ, rt, comm, req);
 }
@@ -146,24 +150,14 @@ static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error
         d->comm[d->n_stamps] = comm_s;
     }
     d->n_stamps++;
-    int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
-    int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
-    if (!ids || !tg)
-        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
-    for (int i = 0; i < n; i++)
-        for (int t = 0; t < T; t++) {
-            ids[i * T + t] = d->tok[ex[i] * T + t];
-            tg[i * T + t] = d->tok[ex[i] * T + t + 1];
-        }
-    return 0;
+    return bench_lm_batch(out, d->tok, T, ex, n, err);
 }
 
 static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng, void *user, rc_error *err)
 {
     lm *d = user;
     (void)p, (void)rng, (void)err;
-    return rc_cross_entropy(g, rc_model_logits(g, d->model, rc_batch_input(g, b, "ids"), NULL, NULL),
-                            rc_batch_input(g, b, "targets"), -100);
+    return bench_lm_loss(g, d->model, b);
 }
 
 typedef struct {

@@ -1,6 +1,8 @@
 /* common.c - the benchmarks' shared helpers (see common.h). */
 #include "common.h"
 #include "redco.h"
+#include "redco/model.h"
+#include "redco/pipeline.h"
 
 #include <math.h>
 #include <omp.h>
@@ -121,4 +123,47 @@ double bench_plan_best(const char *name, rc_plan *p, int reps)
         best = dt < best ? dt : best;
     }
     return best;
+}
+
+const char *bench_take_flag(int *argc, char **argv, const char *flag)
+{
+    for (int i = 1; i + 1 < *argc; i++)
+        if (!strcmp(argv[i], flag)) {
+            const char *d = argv[i + 1];
+            memmove(argv + i, argv + i + 2, (size_t)(*argc - i - 2) * sizeof *argv);
+            *argc -= 2;
+            return d;
+        }
+    return NULL;
+}
+
+int bench_take_switch(int *argc, char **argv, const char *flag)
+{
+    for (int i = 1; i < *argc; i++)
+        if (!strcmp(argv[i], flag)) {
+            memmove(argv + i, argv + i + 1, (size_t)(*argc - i - 1) * sizeof *argv);
+            *argc -= 1;
+            return 1;
+        }
+    return 0;
+}
+
+int bench_lm_batch(rc_batch *out, const int32_t *tok, int T, const int64_t *ex, int n, rc_error *err)
+{
+    int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});
+    int32_t *tg = rc_batch_add(out, "targets", RC_I32, 2, (int64_t[]){n, T});
+    if (!ids || !tg)
+        return rc_error_set(err, RC_ERR_MEMORY, "no room for the batch's arrays");
+    for (int i = 0; i < n; i++)
+        for (int t = 0; t < T; t++) {
+            ids[i * T + t] = tok[ex[i] * T + t];
+            tg[i * T + t] = tok[ex[i] * T + t + 1];
+        }
+    return 0;
+}
+
+rc_tensor *bench_lm_loss(rc_graph *g, rc_model *m, const rc_batch *b)
+{
+    return rc_cross_entropy(g, rc_model_logits(g, m, rc_batch_input(g, b, "ids"), NULL, NULL),
+                            rc_batch_input(g, b, "targets"), -100);
 }

@@ -1,8 +1,12 @@
 /* common.h - what every benchmark shares: a clock, the one-line failure, JSON lines
- * written with jansson (a non-finite number becomes null), and a streaming copy that
- * measures the machine's memory bandwidth. */
+ * written with jansson (a non-finite number becomes null), a streaming copy that
+ * measures the machine's memory bandwidth, command-line flags, and the batches and loss
+ * of a language-model fit over a token stream. */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
+
+#include "redco.h"
+#include "redco/pipeline.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -37,5 +41,17 @@ int bench_copy_init(bench_copy *c, int64_t n);
 double bench_copy_run(bench_copy *c, int passes);
 double bench_copy_gbs(const bench_copy *c, int passes, double seconds);
 void bench_copy_free(bench_copy *c);
+
+/* flag's value (e.g. --device D) taken out of argv, the rest left in order; NULL when
+ * absent */
+const char *bench_take_flag(int *argc, char **argv, const char *flag);
+/* 1 when the switch (a flag without a value) is in argv, which it is taken out of */
+int bench_take_switch(int *argc, char **argv, const char *flag);
+
+/* A language model's batch: for each of the n examples ex, i32 "ids" [n, T] and next-token
+ * "targets" [n, T], example e being tokens e T .. e T + T of tok (T + 1 of them readable) */
+int bench_lm_batch(rc_batch *out, const int32_t *tok, int T, const int64_t *ex, int n, rc_error *err);
+/* the mean next-token cross-entropy of model m on such a batch */
+rc_tensor *bench_lm_loss(rc_graph *g, rc_model *m, const rc_batch *b);
 
 #endif
