@@ -124,6 +124,17 @@ rc_tensor *rc_transpose(rc_graph *g, rc_tensor *a, int axis0, int axis1)
     return rc_permute(g, a, perm);
 }
 
+/* 1 (the graph's error set) when an offset along axis ax does not fit the node's 32-bit
+ * parameters (slice's start and end, pad's before) */
+static int offset_past_32bit(rc_graph *g, const char *op, int ax, int64_t offset)
+{
+    if (offset <= INT32_MAX)
+        return 0;
+    rci_fail(g, RC_ERR_UNSUPPORTED, "%s: offset %lld on axis %d: offsets past 2^31 are not supported", op,
+             (long long)offset, ax);
+    return 1;
+}
+
 rc_tensor *rc_slice(rc_graph *g, rc_tensor *a, int axis, int64_t start, int64_t end)
 {
     if (rci_inputs_bad(g, 1, &a))
@@ -138,9 +149,8 @@ rc_tensor *rc_slice(rc_graph *g, rc_tensor *a, int axis, int64_t start, int64_t 
     }
     if (start == 0 && end == a->shape[ax])
         return a;
-    if (end > INT32_MAX)
-        return rci_fail(g, RC_ERR_UNSUPPORTED, "slice: [%lld, %lld) of axis %d: offsets past 2^31 are not supported",
-                        (long long)start, (long long)end, ax);
+    if (offset_past_32bit(g, "slice", ax, end))
+        return NULL;
     int64_t shape[RC_MAX_DIMS];
     for (int i = 0; i < a->ndim; i++)
         shape[i] = a->shape[i];
@@ -171,6 +181,8 @@ rc_tensor *rc_pad(rc_graph *g, rc_tensor *a, int axis, int64_t before, int64_t s
         return rci_fail(g, RC_ERR_SHAPE, "pad: %s at offset %lld does not fit extent %lld on axis %d",
                        rc_shape_str(a, s, sizeof s), (long long)before, (long long)size, ax);
     }
+    if (offset_past_32bit(g, "pad", ax, before))
+        return NULL;
     int64_t shape[RC_MAX_DIMS];
     for (int i = 0; i < a->ndim; i++)
         shape[i] = a->shape[i];

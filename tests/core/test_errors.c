@@ -45,6 +45,17 @@ static void test_shape_errors(void)
     EXPECT_GRAPH_ERROR(g, RC_ERR_SHAPE, "mul", "2^48");
     rc_graph_free(g);
 
+    /* slice and pad keep their offsets in 32-bit parameters: past 2^31 refused, not cut */
+    g = rc_graph_new();
+    rc_tensor *flat = f32(g, 1, (int64_t[]){(int64_t)1 << 32});
+    CHECK(flat && !rc_slice(g, flat, 0, 0, ((int64_t)1 << 31) + 5));
+    EXPECT_GRAPH_ERROR(g, RC_ERR_UNSUPPORTED, "slice", "2147483653", "2^31");
+    rc_graph_free(g);
+    g = rc_graph_new();
+    CHECK(!rc_pad(g, f32(g, 1, (int64_t[]){4}), 0, (int64_t)1 << 31, ((int64_t)1 << 31) + 4));
+    EXPECT_GRAPH_ERROR(g, RC_ERR_UNSUPPORTED, "pad", "2147483648", "2^31");
+    rc_graph_free(g);
+
     g = rc_graph_new();
     CHECK(!rc_matmul(g, f32(g, 2, (int64_t[]){3, 4}), f32(g, 2, (int64_t[]){5, 6}), 0, 0));
     EXPECT_GRAPH_ERROR(g, RC_ERR_SHAPE, "matmul", "[3, 4]", "[5, 6]", "4 vs 5");
