@@ -111,6 +111,54 @@ static void release(block *live, int *nlive, int id)
         }
 }
 
+static void block_rename(block *live, int nlive, int from, int to)
+{
+    for (int i = 0; i < nlive; i++)
+        if (live[i].id == from)
+            live[i].id = to;
+}
+
+/* Ops whose kernels, on every backend, read element i (or each row) of their first input
+ * before writing element i (that row) of the output and nothing else of it after, so the
+ * output may take the input's memory: the elementwise binary ops (the gradient sums of a
+ * tied weight or the residual stream) and the cross-entropy gradient (it may overwrite the
+ * logits, often a language model's largest activation). */
+static int op_may_take_input(rc_op op)
+{
+    switch (op) {
+    case RC_OP_ADD:
+    case RC_OP_SUB:
+    case RC_OP_MUL:
+    case RC_OP_DIV:
+    case RC_OP_CROSS_ENTROPY_GRAD:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The position in order of the owner whose memory node order[i] takes, or -1. It is the
+ * storage of the node's first input when: the op allows it; that input is the whole
+ * storage element for element (not a part of it: no offset, the same bytes and dtype as the
+ * output); nothing reads the storage after this node (so it is no output); it is an
+ * intermediate of this plan (not a leaf); and no other input shares it. */
+static int input_taken(const rc_plan *p, int i, const int *last, const int *pos_of)
+{
+    rc_tensor *t = p->order[i], *a = t->src[0];
+    if (!op_may_take_input(t->op) || !a)
+        return -1;
+    rc_tensor *r = storage_of(a);
+    if (a->view_offset != 0 || a->dtype != t->dtype || rc_tensor_nbytes(a) != rc_tensor_nbytes(t) ||
+        rc_tensor_nbytes(r) != rc_tensor_nbytes(t))
+        return -1;
+    if (last[r->id] != i || !p->owns[pos_of[r->id]])
+        return -1;
+    for (int s = 1; s < t->nsrc; s++)
+        if (t->src[s] && storage_of(t->src[s]) == r)
+            return -1;
+    return pos_of[r->id];
+}
+
 /* Liveness: last[id] = the last position in `order` that reads node id's storage. */
 static void last_uses(rc_plan *p, int *last, rc_tensor *const *outputs, int nout)
 {
@@ -125,6 +173,40 @@ static void last_uses(rc_plan *p, int *last, rc_tensor *const *outputs, int nout
         last[storage_of(outputs[i])->id] = p->n;
 }
 
+/* One layout of the arena by first fit in execution order: each owner's offset in
+ * p->offset; returns the peak. With in_place, a node whose op may take its input's memory
+ * (input_taken) does. */
+static size_t arena_layout(rc_plan *p, const int *last, const int *pos_of, block *live, int in_place)
+{
+    int nlive = 0;
+    size_t peak = 0;
+    for (int i = 0; i < p->n; i++) {
+        rc_tensor *t = p->order[i];
+        if (p->owns[i]) {
+            size_t size = align_up(rc_tensor_nbytes(t) ? rc_tensor_nbytes(t) : 1);
+            int taken = in_place ? input_taken(p, i, last, pos_of) : -1;
+            if (taken >= 0) {
+                p->offset[i] = p->offset[taken];
+                block_rename(live, nlive, p->order[taken]->id, t->id);
+            } else {
+                p->offset[i] = first_fit(live, &nlive, size, t->id, &peak);
+            }
+        }
+        /* free what this node was the last to read (after its own output was placed) */
+        for (int s = 0; s < t->nsrc; s++) {
+            rc_tensor *r = t->src[s] ? storage_of(t->src[s]) : NULL;
+            if (r && last[r->id] == i && p->owns[pos_of[r->id]])
+                release(live, &nlive, r->id);
+        }
+        if (p->owns[i] && last[t->id] == i)
+            release(live, &nlive, t->id);
+    }
+    return peak;
+}
+
+/* The arena: laid out with outputs taking their inputs' memory where they may and without,
+ * keeping the lower peak. First fit is greedy: a reuse that saves memory where it happens
+ * can leave gaps that cost more later (long-lived gradients placed differently). */
 static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout, rc_error *err)
 {
     rc_graph *g = p->g;
@@ -138,28 +220,19 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout, rc_error
         return rc_error_set(err, RC_ERR_MEMORY, "plan: out of memory for %d nodes", p->n);
     }
     last_uses(p, last, outputs, nout);
-    for (int i = 0; i < p->n; i++)
-        pos_of[p->order[i]->id] = i;
-    int nlive = 0;
-    size_t peak = 0;
     for (int i = 0; i < p->n; i++) {
         rc_tensor *t = p->order[i];
+        pos_of[t->id] = i;
         p->owns[i] = t->op != RC_OP_LEAF && !t->view_src;
         if (p->owns[i]) {
             p->stats.op_count[t->op]++;
-            size_t size = align_up(rc_tensor_nbytes(t) ? rc_tensor_nbytes(t) : 1);
-            p->offset[i] = first_fit(live, &nlive, size, t->id, &peak);
-            p->stats.naive_bytes += size;
+            p->stats.naive_bytes += align_up(rc_tensor_nbytes(t) ? rc_tensor_nbytes(t) : 1);
         }
-        /* free what this node was the last to read (after its own output was placed) */
-        for (int s = 0; s < t->nsrc; s++) {
-            rc_tensor *r = t->src[s] ? storage_of(t->src[s]) : NULL;
-            if (r && last[r->id] == i && p->owns[pos_of[r->id]])
-                release(live, &nlive, r->id);
-        }
-        if (p->owns[i] && last[t->id] == i)
-            release(live, &nlive, t->id);
     }
+    size_t in_place = arena_layout(p, last, pos_of, live, 1);
+    size_t peak = arena_layout(p, last, pos_of, live, 0);
+    if (in_place < peak)
+        peak = arena_layout(p, last, pos_of, live, 1);
     free(last);
     free(pos_of);
     free(live);

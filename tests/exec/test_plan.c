@@ -434,9 +434,109 @@ static void test_backend_memory(void)
     CHECK(used1 == used0);
 }
 
+/* An output takes its input's memory where the op allows (plan.c, op_may_take_input): a
+ * sum of two intermediates needs the two, not three; the cross-entropy gradient overwrites
+ * the logits it reads last. Values as computed on the host, in f32 and bf16, on the CPU
+ * and on OpenCL when present (then required with REDCO_REQUIRE_OPENCL=1). */
+static void in_place_on(rc_backend *be, rc_dtype dt)
+{
+    enum { R = 24, V = 1000 };
+    size_t es = dt == RC_F32 ? 4 : 2, slab = ((size_t)R * V * es + 63) / 64 * 64;
+    rc_graph *g = rc_graph_new();
+    rc_error err = {0};
+    rc_tensor *x = rc_input(g, "x", dt, 2, (int64_t[]){R, V});
+    rc_tensor *bias = rc_param(g, "bias", dt, 1, (int64_t[]){V});
+    rc_tensor *t = rc_input(g, "t", RC_I32, 1, (int64_t[]){R});
+    rc_tensor *sum = rc_add(g, rc_tanh(g, x), rc_exp(g, x));
+    rc_tensor *logits = rc_add(g, x, bias), *db = NULL;
+    rc_tensor *loss = rc_cross_entropy(g, logits, t, -1);
+    CHECKF(rc_backward(g, loss, &bias, 1, &db) == 0, "%s", rc_graph_error(g));
+    rc_tensor *dlogits = NULL; /* the gradient node db sums over rows */
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i]->op == RC_OP_CROSS_ENTROPY_GRAD)
+            dlogits = g->nodes[i];
+    rc_tensor *outs[3] = {sum, db, dlogits};
+    rc_plan *p = rc_plan_new_on(be, g, outs, 1, &err);
+    rc_plan_stats st = rc_plan_get_stats(p);
+    CHECKF(p && st.peak_bytes <= 2 * slab, "%s %s sum: arena %zu for two slabs of %zu: %s",
+           rc_backend_name(be), rc_dtype_name(dt), st.peak_bytes, slab, err.msg);
+    rc_plan_free(p);
+    p = rc_plan_new_on(be, g, outs + 1, 1, &err); /* the logits' gradient: one slab, not two */
+    st = rc_plan_get_stats(p);
+    CHECKF(p && st.peak_bytes < 2 * slab, "%s %s cross-entropy: arena %zu for a slab of %zu: %s",
+           rc_backend_name(be), rc_dtype_name(dt), st.peak_bytes, slab, err.msg);
+    rc_plan_free(p);
+    p = rc_plan_new_on(be, g, outs, 2, &err);
+    static float xd[R * V], bd[V], sd[R * V];
+    static uint16_t xh[R * V], bh[V];
+    int32_t td[R];
+    double want[V] = {0};
+    for (int i = 0; i < R * V; i++)
+        xd[i] = (float)sin(0.37 * i) * 2;
+    for (int j = 0; j < V; j++)
+        bd[j] = (float)cos(0.11 * j);
+    for (int r = 0; r < R; r++)
+        td[r] = r == 3 ? -1 : (r * 37) % V;
+    if (dt != RC_F32) { /* the values as bf16 holds them */
+        rc_convert(xh, dt, xd, RC_F32, R * V);
+        rc_convert(xd, RC_F32, xh, dt, R * V);
+        rc_convert(bh, dt, bd, RC_F32, V);
+        rc_convert(bd, RC_F32, bh, dt, V);
+    }
+    CHECKF(p && rc_plan_set_input(p, x, dt == RC_F32 ? (void *)xd : xh, &err) == 0 &&
+           rc_plan_set_input(p, bias, dt == RC_F32 ? (void *)bd : bh, &err) == 0 &&
+           rc_plan_set_input(p, t, td, &err) == 0 && rc_plan_run(p, &err) == 0, "%s", err.msg);
+    for (int r = 0; r < R; r++) { /* db = sum over rows of (softmax - onehot) / rows counted */
+        if (td[r] < 0)
+            continue;
+        double mx = -1e30, z = 0;
+        for (int j = 0; j < V; j++)
+            mx = fmax(mx, xd[r * V + j] + bd[j]);
+        for (int j = 0; j < V; j++)
+            z += exp(xd[r * V + j] + bd[j] - mx);
+        for (int j = 0; j < V; j++)
+            want[j] += (exp(xd[r * V + j] + bd[j] - mx) / z - (j == td[r])) / (R - 1);
+    }
+    float got[V];
+    uint16_t goth[R * V];
+    double err_db = 0, err_sum = 0;
+    CHECKF(rc_plan_read(p, db, dt == RC_F32 ? (void *)got : goth, &err) == 0, "%s", err.msg);
+    if (dt != RC_F32)
+        rc_convert(got, RC_F32, goth, dt, V);
+    for (int j = 0; j < V; j++)
+        err_db = fmax(err_db, fabs(got[j] - want[j]));
+    CHECKF(rc_plan_read(p, sum, dt == RC_F32 ? (void *)sd : goth, &err) == 0, "%s", err.msg);
+    if (dt != RC_F32)
+        rc_convert(sd, RC_F32, goth, dt, R * V);
+    for (int i = 0; i < R * V; i++)
+        err_sum = fmax(err_sum, fabs(sd[i] - (tanh(xd[i]) + exp(xd[i]))) / (1 + exp(xd[i])));
+    double tol = dt == RC_F32 ? 1e-5 : 2e-2;
+    CHECKF(err_db < tol * 0.05 && err_sum < tol, "%s %s: bias gradient error %g, sum error %g",
+           rc_backend_name(be), rc_dtype_name(dt), err_db, err_sum);
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
+static void test_in_place(void)
+{
+    rc_error err = {0};
+    rc_backend *cpu = rc_device_open("cpu", 0, NULL), *cl = rc_device_open("opencl:0", 0, &err);
+    const char *need = getenv("REDCO_REQUIRE_OPENCL");
+    CHECKF(cl || !need || strcmp(need, "1"), "REDCO_REQUIRE_OPENCL=1 but no OpenCL device: %s", err.msg);
+    rc_dtype dts[2] = {RC_F32, RC_BF16};
+    for (int d = 0; d < 2; d++) {
+        in_place_on(cpu, dts[d]);
+        if (cl)
+            in_place_on(cl, dts[d]);
+    }
+    rc_device_close(cl);
+    rc_device_close(cpu);
+}
+
 int main(void)
 {
     test_liveness_reuse();
+    test_in_place();
     test_views_and_outputs();
     test_no_allocation_in_run();
     test_exp_edges();

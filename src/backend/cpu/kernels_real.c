@@ -304,8 +304,9 @@ static int k_act(const rci_cpu_args *io)
 
 /* ---- broadcast binary ops, where, equal ------------------------------------------------------ */
 
-/* o[i] = a[i * sa] op b[i * sb]: strides 1 and 0 get their own loops so they vectorise. */
-static void binary_row(rc_op op, real *restrict o, const real *restrict a, int64_t sa,
+/* o[i] = a[i * sa] op b[i * sb]: strides 1 and 0 get their own loops so they vectorise. o may
+ * be a's own memory (plan.c, op_may_take_input). */
+static void binary_row(rc_op op, real *o, const real *a, int64_t sa,
                        const real *restrict b, int64_t sb, int64_t n)
 {
     if (sa == 1 && sb == 1) {
@@ -897,8 +898,8 @@ static void cross_entropy_grad_range(void *ctx, int64_t r0, int64_t r1, int part
     real scale = g->scale;
     (void)part;
     for (int64_t r = r0; r < r1; r++) {
-        real *restrict o = out + r * v;
-        const real *restrict xr = x + r * v;
+        real *o = out + r * v; /* may be the logits' own memory (plan.c, op_may_take_input) */
+        const real *xr = x + r * v;
         if (tg[r] == node->iparam[0]) {
             memset(o, 0, (size_t)v * sizeof *o);
             continue;
