@@ -592,6 +592,8 @@ double rc_rng_uniform_at(uint64_t key, uint64_t i);
 
 /* ---- optimizers (run by the buffers' backend) ------------------------------------- */
 
+/* Every field is used as given: no defaults here (beta1 0 is no momentum); the Trainer's
+ * defaults are rc_train_options's. */
 typedef struct {
     double lr, beta1, beta2, eps, weight_decay;
     int64_t step;             /* updates done so far, this one included (from 1) */

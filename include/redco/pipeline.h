@@ -63,10 +63,21 @@ int rc_batch_feed(const rc_batch *b, rc_plan *p, rc_error *err);
  * The graph leaves (rc_params_get) take the storage dtype. */
 typedef struct rc_params rc_params;
 
-/* How a parameter starts. */
+/* How a parameter starts. A parameter gets its first values from whichever comes first:
+ *   - rc_params_init_normal (every parameter, each as declared);
+ *   - rc_params_write or rc_params_write_raw of it, or rc_params_buffer of it (the caller
+ *     may write into the buffer: the parameter counts as given);
+ *   - otherwise rc_trainer_new or rc_predictor_new over the parameters: each parameter with
+ *     no values yet gets what rc_params_init_normal(p, RC_INIT_STD, seed) would give it, seed
+ *     the deployer's (rc_deployer_options.seed), the same on every rank and mesh shape and
+ *     whichever others were given (a verbose deployer notes it).
+ * Until then its values read as zeros. */
+#define RC_INIT_STD 0.02
+
 typedef enum {
-    RC_INIT_AUTO = 0,             /* rc_params_add's: N(0, std of rc_params_init_normal) for
-                                     2-D and larger, 0 for 1-D (biases). A norm gain
+    RC_INIT_AUTO = 0,             /* rc_params_add's: N(0, std) for 2-D and larger, std that of
+                                     rc_params_init_normal (RC_INIT_STD when a trainer or
+                                     predictor draws it); 0 for 1-D (biases). A norm gain
                                      (LayerNorm, RMSNorm weight) must say RC_INIT_ONES */
     RC_INIT_NORMAL,               /* N(0, std) with the std given here */
     RC_INIT_ZEROS,
@@ -98,10 +109,10 @@ int rc_params_add(rc_params *p, const char *name, int ndim, const int64_t *shape
  * -1 also for an unknown kind, a negative or non-finite std, or RC_INIT_FILL without fill. */
 int rc_params_add_init(rc_params *p, const char *name, int ndim, const int64_t *shape,
                        const rc_init *init);
-/* Initialises every parameter declared so far as it was declared. The normal draws of
- * RC_INIT_AUTO and RC_INIT_NORMAL come from one stream of `seed`, parameter after parameter
- * in declaration order; `std` is the std of RC_INIT_AUTO. -1 when the buffer cannot be
- * allocated or a fill fails. */
+/* Initialises every parameter declared so far as it was declared (values written before
+ * are replaced). The normal draws of RC_INIT_AUTO and RC_INIT_NORMAL come from one stream
+ * of `seed`, parameter after parameter in declaration order; `std` is the std of
+ * RC_INIT_AUTO. -1 when the buffer cannot be allocated or a fill fails. */
 int rc_params_init_normal(rc_params *p, double std, uint64_t seed);
 int rc_params_count(const rc_params *p);
 const char *rc_params_name(const rc_params *p, int i);
@@ -125,7 +136,8 @@ rc_dtype rc_params_dtype(const rc_params *p);
  * sets the dtype. Leaves recorded earlier keep the old dtype: record graphs after. */
 int rc_params_to_dtype(rc_params *p, rc_dtype dt, rc_error *err);
 /* The buffer holding the parameters and parameter i's byte offset in it (NULL when it
- * cannot be allocated); elements are of rc_params_dtype. */
+ * cannot be allocated); elements are of rc_params_dtype. Parameter i then counts as given
+ * values (see rc_init_kind): a trainer or predictor draws none for it. */
 rc_buffer *rc_params_buffer(rc_params *p, int i, size_t *offset);
 /* Moves the parameters to backend be (their values copied through host memory); the
  * Trainer and Predictor move them to their Deployer's backend. */
@@ -187,15 +199,20 @@ typedef int (*rc_output_fn)(int64_t example, const float *row, int64_t row_len, 
 
 /* ---- deployer: processes, mesh, randomness, workdir, logging ------------------------------ */
 
+/* A zeroed struct is a run of seed 0 on one model shard per replica, no files, quiet, on
+ * the device REDCO_DEVICE names (else the CPU). */
 typedef struct {
-    uint64_t seed;
-    int mp;                       /* model shards (1 until tensor parallelism) */
+    uint64_t seed;                /* the run's randomness: shuffling, dropout keys, the parameters
+                                     a trainer or predictor draws (RC_INIT_AUTO); 0 is a seed like
+                                     any other */
+    int mp;                       /* model shards per data-parallel replica (0: 1); the world
+                                     size is dp x mp */
     const char *workdir;          /* NULL: no files. Rank 0 appends log.jsonl there: one JSON
                                      object per line, {"step": S, "train/loss": x, ...}, a
                                      NaN or infinite value written as null */
-    int verbose;                  /* progress on rank 0's stderr */
-    int json;                     /* quiet human output (for --json runs) */
-    int local;                    /* a world of one even under a launcher (reference runs) */
+    int verbose;                  /* 1: progress and notes on rank 0's stderr; 0: none */
+    int json;                     /* 1: no human output even when verbose (for --json runs) */
+    int local;                    /* 1: a world of one even under a launcher (reference runs) */
     const char *device;           /* where the model's state and steps live: "cpu", "opencl",
                                      "opencl:N", "opencl:N,M,...", "cuda", "cuda:N" or
                                      "cuda:N,M,..." (see rc_device_open); NULL: the
@@ -247,18 +264,27 @@ typedef struct {
     void *user;
 } rc_examples;
 
+/* The options of a fit. A zeroed struct plus steps (or epochs), batch_size and lr is a
+ * complete AdamW run; each field says what 0 (or NULL) means. */
 typedef struct {
     int64_t steps;                /* optimizer steps in total (0: from epochs) */
-    int epochs;                   /* when steps is 0 */
-    int batch_size;               /* per data-parallel replica */
-    int grad_accum;               /* micro-batches per optimizer step (>= 1) */
-    int shuffle;                  /* shuffle examples each epoch from the seed */
-    const char *optimizer;        /* "adamw" or "sgd" */
-    double lr, weight_decay, beta1, beta2, eps, grad_clip; /* grad_clip 0: none */
-    rc_schedule_kind schedule;
-    int64_t warmup;
+    int epochs;                   /* when steps is 0: epochs x the steps of one epoch */
+    int batch_size;               /* per data-parallel replica (>= 1; no default) */
+    int grad_accum;               /* micro-batches per optimizer step (0: 1) */
+    int shuffle;                  /* 1: shuffle examples each epoch from the seed; 0: in order */
+    const char *optimizer;        /* "adamw" or "sgd" (NULL: "adamw") */
+    double lr;                    /* the peak learning rate (no default: 0 changes nothing) */
+    double weight_decay;          /* decoupled weight decay (AdamW's; SGD multiplies the weights
+                                     by 1 - lr wd): 0 none. 1-D parameters: see below */
+    double beta1, beta2, eps;     /* AdamW's; 0: 0.9, 0.999 and 1e-8 unless adam_as_given. A
+                                     beta outside [0, 1) or a negative eps is an error */
+    int adam_as_given;            /* 1: beta1, beta2 and eps are used as given, 0 included (beta1
+                                     = 0: no momentum, RMSprop-like); set all three then */
+    double grad_clip;             /* the global gradient norm's limit (0: no clipping) */
+    rc_schedule_kind schedule;    /* 0: RC_SCHEDULE_CONSTANT; LINEAR and COSINE decay to 0 */
+    int64_t warmup;               /* optimizer steps of linear warmup (0: none) */
     int decay_norms_and_biases;   /* 0 (default): no weight decay on 1-D parameters */
-    int remat;                    /* N > 0: the built-in models keep only every N-th transformer
+    int remat;                    /* 0: none. N > 0: the built-in models keep only every N-th transformer
                                      block's input and recompute the blocks in the backward pass
                                      (rc_graph_set_remat; gradients unchanged, bitwise) */
     int zero;                     /* the ZeRO stage over the data axis (0: none). 1: optimizer
@@ -289,8 +315,15 @@ typedef struct {
                                      0: 65536 for f16, none for f32 and bf16; > 0: that initial
                                      S (any dtype) */
     int64_t loss_scale_window;    /* good steps before S doubles (0: 2000) */
-    int64_t log_every, eval_every, save_every; /* 0: never (eval and save also at the end) */
-    int resume;                   /* continue from the workdir's last complete checkpoint */
+    int64_t log_every;            /* train/ figures into log.jsonl every N steps and at the last
+                                     (0: never) */
+    int64_t eval_every;           /* evaluate every N steps (0: only at the end); fit's eval set
+                                     NULL: never */
+    int64_t save_every;           /* a checkpoint every N steps (0: only at the end); the
+                                     deployer's workdir NULL: none */
+    int resume;                   /* 1: continue from the workdir's last complete checkpoint (none
+                                     there: from the start); 0: start afresh, and a workdir that
+                                     holds an earlier run's checkpoint is refused */
     int catch_signals;            /* 1: SIGINT and SIGTERM during fit finish the step in progress
                                      (all ranks agree on it after each step), write a checkpoint
                                      and fit returns -1 with RC_ERR_INTERRUPTED ("stopped by
@@ -299,20 +332,29 @@ typedef struct {
                                      at once (checkpoints are written atomically). In a job of
                                      redco's --nproc launcher SIGUSR1 and SIGUSR2 are its
                                      forwarded SIGTERM and SIGINT (rc_dist_stop_signal). The
-                                     previous handlers are restored when fit returns */
-    const char *tokenizer_dir;    /* copied into checkpoints and final/ */
-    /* optional eval predictor and metric, as upstream's eval_predictor / eval_metric_fn: at
-     * each evaluation the predict function runs over the eval examples (a Predictor), rank 0
-     * receives the rows in order through eval_output, then eval_metric returns the score,
-     * logged as eval/<metric_name>; best/ then keeps the best score instead of the lowest
-     * eval loss */
+                                     previous handlers are restored when fit returns. 0: the
+                                     signals keep the handlers they have */
+    const char *tokenizer_dir;    /* copied into checkpoints and final/ (NULL: none) */
+    /* Optional eval predictor and metric, as upstream's eval_predictor / eval_metric_fn (all
+     * NULL: the evaluation is the eval loss alone). With eval_predict and eval_metric, at
+     * each evaluation (eval_every, and at the end):
+     *   1. eval_begin(user), when given, on every rank: the metric's counters start afresh
+     *      (fashion_cnn's correct = seen = 0), so no evaluation sees an earlier one's rows;
+     *   2. the predict function runs over the eval examples (a Predictor) and rank 0
+     *      receives the rows in order through eval_output (NULL: rows dropped);
+     *   3. eval_metric(user) on rank 0 returns the score (shared with every rank), logged as
+     *      eval/<metric_name>; best/ then keeps the best score instead of the lowest eval
+     *      loss.
+     * user is the eval set's (rc_examples.user, else the trainer's). Without eval_begin the
+     * counters are the user's to reset (in eval_metric, say). */
     rc_predict_fn eval_predict;
     rc_output_fn eval_output;
     double (*eval_metric)(void *user);
-    const char *metric_name;      /* default "metric" */
-    int metric_higher_is_better;
+    void (*eval_begin)(void *user);
+    const char *metric_name;      /* NULL: "metric" */
+    int metric_higher_is_better;  /* 0: lower is better (as a loss); 1: higher (accuracy) */
     /* with model shards: splits the plan must take for these parameters instead of its own
-     * (the rest of the plan fits around them) */
+     * (the rest of the plan fits around them); NULL: none */
     const rc_shard_override *shard_overrides;
     int n_shard_overrides;
 } rc_train_options;
@@ -339,6 +381,11 @@ typedef struct {
 
 typedef struct rc_trainer rc_trainer;
 
+/* A trainer of params (moved to the deployer's device; parameters with no values yet get
+ * them here, see rc_init_kind) through collate and loss, which receive user. model: the
+ * built-in model params belong to (its config.json goes into checkpoints and final/), or
+ * NULL for parameters of one's own (checkpoints then hold the weights alone). d, params and
+ * model must outlive the trainer. */
 rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn loss, void *user,
                            rc_params *params, const rc_model *model, rc_error *err);
 void rc_trainer_free(rc_trainer *t);

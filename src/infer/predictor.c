@@ -150,7 +150,7 @@ rc_predictor *rc_predictor_new(rc_deployer *d, rc_collate_fn collate, rc_predict
         rc_error_set(err, RC_ERR_ARG, "predictor: deployer, collate, predict and params are required");
         return NULL;
     }
-    if (rc_params_to(params, rc_deployer_backend(d), err))
+    if (rc_params_to(params, rc_deployer_backend(d), err) || rci_deployer_init_params(d, params, "predictor", err))
         return NULL;
     rc_predictor *p = calloc(1, sizeof *p);
     if (!p) {

@@ -16,6 +16,8 @@ struct rc_params {
     int released;                 /* the full buffer was given up (model shards hold the values) */
     rc_tensor **leaves;           /* [w.n], created on first use in g */
     rc_init *inits;               /* [w.n] how each parameter starts */
+    unsigned char *given;         /* [w.n] 1 once parameter i has values (drawn, written, or its
+                                     buffer handed out); NULL (a built-in model's): all have */
     int init_cap;
     uint64_t version;             /* bumped whenever the values may have changed */
     rci_frozen frozen;            /* LoRA: the weights these adapters sit on (base NULL: none) */
@@ -36,6 +38,7 @@ void rc_params_free(rc_params *p)
     rci_nn_weights_free(&p->w);
     free(p->leaves);
     free(p->inits);
+    free(p->given);
     free(p);
 }
 
@@ -65,14 +68,18 @@ int rc_params_add_init(rc_params *p, const char *name, int ndim, const int64_t *
     if (p->w.n == p->init_cap) {
         int cap = p->init_cap ? 2 * p->init_cap : 64;
         rc_init *grown = realloc(p->inits, (size_t)cap * sizeof *grown);
-        if (!grown)
+        if (grown)
+            p->inits = grown;
+        unsigned char *marks = grown ? realloc(p->given, (size_t)cap) : NULL;
+        if (!marks)
             return -1;
-        p->inits = grown;
+        p->given = marks;
         p->init_cap = cap;
     }
     if (rci_nn_weights_add(&p->w, name, ndim, shape))
         return -1;
     p->inits[p->w.n - 1] = in;
+    p->given[p->w.n - 1] = 0;
     return 0;
 }
 
@@ -130,21 +137,57 @@ static int init_one(rc_params *p, int i, double std, uint64_t seed, rc_rng *r, f
     return 0;
 }
 
-int rc_params_init_normal(rc_params *p, double std, uint64_t seed)
+static int has_values(const rc_params *p, int i)
 {
-    if (!p || ready(p, NULL) || p->released)
-        return -1;
+    return !p->given || p->given[i];
+}
+
+/* Initialises the parameters as declared: all of them, or (missing_only) those with no
+ * values yet, whose values are then what initialising all would give them (the others'
+ * normal draws are made and dropped; their fills are not called). */
+static int init_params(rc_params *p, double std, uint64_t seed, int missing_only, rc_error *err)
+{
+    if (p->released)
+        return rc_error_set(err, RC_ERR_ARG, "params init: the values are held as model shards");
+    if (ready(p, err))
+        return rci_error_prefix(err, "params init");
     p->version++;
     rc_rng r = rc_rng_new(seed);
     int64_t most = 1;
     for (int i = 0; i < p->w.n; i++)
         most = p->w.p[i].numel > most ? p->w.p[i].numel : most;
     float *x = malloc((size_t)most * sizeof *x);
-    int rc = x ? 0 : -1;
-    for (int i = 0; !rc && i < p->w.n; i++)
-        rc = init_one(p, i, std, seed, &r, x) || rci_nn_weights_write(&p->w, i, x, NULL) ? -1 : 0;
+    int rc = x ? 0 : rc_error_set(err, RC_ERR_MEMORY, "params init: out of memory");
+    for (int i = 0; !rc && i < p->w.n; i++) {
+        int skip = missing_only && has_values(p, i);
+        if (skip && p->inits && p->inits[i].kind == RC_INIT_FILL)
+            continue; /* a fill draws from a key of its own: nothing to keep in step */
+        if (init_one(p, i, std, seed, &r, x))
+            rc = rc_error_set(err, RC_ERR_ARG, "params init: the fill of '%s' failed", p->w.p[i].name);
+        else if (!skip && !(rc = rci_nn_weights_write(&p->w, i, x, err)) && p->given)
+            p->given[i] = 1;
+    }
     free(x);
     return rc;
+}
+
+int rc_params_init_normal(rc_params *p, double std, uint64_t seed)
+{
+    return p ? init_params(p, std, seed, 0, NULL) : -1;
+}
+
+int rci_params_init_missing(rc_params *p, uint64_t seed, const char **first, rc_error *err)
+{
+    int missing = 0;
+    for (int i = p->w.n - 1; i >= 0; i--)
+        if (!has_values(p, i)) {
+            missing++;
+            if (first)
+                *first = p->w.p[i].name;
+        }
+    if (!missing)
+        return 0;
+    return init_params(p, RC_INIT_STD, seed, 1, err) ? -1 : missing;
 }
 
 int rc_params_count(const rc_params *p)
@@ -178,6 +221,12 @@ int64_t rc_params_tensor_numel(const rc_params *p, int i)
     return p && i >= 0 && i < p->w.n ? p->w.p[i].numel : 0;
 }
 
+static void mark_given(rc_params *p, int i)
+{
+    if (p->given)
+        p->given[i] = 1;
+}
+
 /* parameter i exists and the buffer is there */
 static int usable(rc_params *p, int i, const char *what, rc_error *err)
 {
@@ -196,6 +245,7 @@ int rc_params_write(rc_params *p, int i, const float *host, rc_error *err)
     if (usable(p, i, "write", err))
         return -1;
     p->version++;
+    mark_given(p, i);
     return rci_nn_weights_write(&p->w, i, host, err);
 }
 
@@ -223,6 +273,7 @@ int rc_params_write_raw(rc_params *p, int i, const void *host, rc_error *err)
     if (usable(p, i, "write", err))
         return -1;
     p->version++;
+    mark_given(p, i);
     return rci_nn_weights_write_raw(&p->w, i, host, err);
 }
 
@@ -286,6 +337,7 @@ rc_buffer *rc_params_buffer(rc_params *p, int i, size_t *offset)
 {
     if (usable(p, i, "buffer", NULL))
         return NULL;
+    mark_given(p, i); /* the caller may write it there */
     if (offset)
         *offset = rci_nn_weights_offset(&p->w, i);
     return p->w.buf;

@@ -26,6 +26,11 @@ int rci_params_restore(rc_params *p);
  * restored, updated by a fit), so that copies taken from them (a Predictor's model shards)
  * know when they are stale. */
 void rci_params_touch(rc_params *p);
+/* Gives each parameter that has no values yet (never drawn, written or handed out by
+ * rc_params_buffer) those rc_params_init_normal(p, RC_INIT_STD, seed) would give it, the
+ * same whichever others have values. Returns how many it gave values (then *first, when
+ * not NULL, names the first of them), or -1 with err set. */
+int rci_params_init_missing(rc_params *p, uint64_t seed, const char **first, rc_error *err);
 uint64_t rci_params_version(const rc_params *p);
 
 /* ---- parameters trained on top of frozen ones ------------------------------------------ */

@@ -1,6 +1,7 @@
 /* deployer.c - processes and mesh, the seed and its per-step keys, the workdir, and
  * rank 0's logging: a progress bar (plain lines when not a terminal), log.jsonl and
  * TensorBoard event files. */
+#include "params.h"
 #include "run.h"
 #include "workdir.h"
 #include "redco/device.h"
@@ -306,4 +307,17 @@ void rci_deployer_note(rc_deployer *d, const char *fmt, ...)
 uint64_t rci_deployer_seed(const rc_deployer *d)
 {
     return d->seed;
+}
+
+int rci_deployer_init_params(rc_deployer *d, rc_params *p, const char *who, rc_error *err)
+{
+    const char *first = NULL;
+    int drawn = rci_params_init_missing(p, d->seed, &first, err);
+    if (drawn < 0)
+        return rci_error_prefix(err, "%s", who);
+    if (drawn)
+        rci_deployer_note(d, "%s: %d parameter%s given no values (the first '%s') start%s as RC_INIT_AUTO draws "
+                          "(std %g) of seed %llu", who, drawn, drawn > 1 ? "s" : "", first, drawn > 1 ? "" : "s",
+                          RC_INIT_STD, (unsigned long long)d->seed);
+    return 0;
 }

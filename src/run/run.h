@@ -29,6 +29,10 @@ void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double l
 void rci_deployer_note(rc_deployer *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 uint64_t rci_deployer_seed(const rc_deployer *d);
+/* Parameters a trainer or predictor (`who`) is made over that have no values yet get
+ * RC_INIT_AUTO's draws from the deployer's seed (rci_params_init_missing: the same on every
+ * rank and mesh shape), with a note naming them. 0, or -1 with err set. */
+int rci_deployer_init_params(rc_deployer *d, rc_params *p, const char *who, rc_error *err);
 
 /* ---- the user's functions (batch.c) ------------------------------------------------------ */
 /* A user's function failed: err = "WHAT: the reason it gave in why" (why's code), or

@@ -285,7 +285,7 @@ rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn los
         rc_error_set(err, RC_ERR_ARG, "trainer: deployer, collate, loss and params are required");
         return NULL;
     }
-    if (rc_params_to(params, rc_deployer_backend(d), err))
+    if (rc_params_to(params, rc_deployer_backend(d), err) || rci_deployer_init_params(d, params, "trainer", err))
         return NULL;
     rc_trainer *t = calloc(1, sizeof *t);
     int64_t n = rc_params_numel(params);
@@ -300,16 +300,16 @@ rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn los
     }
     /* one shard: the state is the parameters' own layout; with shards it is made once the
      * plan is known (the first compiled step) */
-    if (t && t->mp == 1) {
-        rci_nn_weights *w = rci_params_weights(params);
-        t->local = rc_params_buffer(params, 0, NULL);
+    rci_nn_weights *w = np ? rci_params_weights(params) : NULL;
+    if (t && t->mp == 1 && w) {
+        t->local = w->buf;
         t->local_numel = n;
         for (int i = 0; t->loff && t->lnum && i < np; i++) {
             t->loff[i] = w->p[i].offset;
             t->lnum[i] = w->p[i].numel;
         }
     }
-    if (!t || !t->loff || !t->lnum || (np && !rc_params_buffer(params, 0, NULL))) {
+    if (!t || !t->loff || !t->lnum || (np && !w)) {
         rc_trainer_free(t);
         if (!err || !err->code) /* else the allocation's own message, naming the device */
             rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate state for %lld parameters", (long long)n);
@@ -447,15 +447,26 @@ static int grad_norm(const rc_trainer *t, const rci_update_part *parts, double *
     return 0;
 }
 
+/* AdamW's betas and eps as a fit uses them: as given with adam_as_given, else a field
+ * left 0 takes its default */
+static void adam_consts(const rc_train_options *o, double *beta1, double *beta2, double *eps)
+{
+    int given = o->adam_as_given;
+    *beta1 = given || o->beta1 != 0 ? o->beta1 : 0.9;
+    *beta2 = given || o->beta2 != 0 ? o->beta2 : 0.999;
+    *eps = given || o->eps != 0 ? o->eps : 1e-8;
+}
+
 /* One optimizer step on the backend over every parameter's share of local, grad, m and v
  * (parts, in grad's layout), the gradient first multiplied by clip (1: none); m and v start
  * at local's share_lo, grad at grad_at. */
 static int optimizer_update(rc_trainer *t, const rc_train_options *o, const rci_update_part *parts,
                             double lr, double clip, rc_error *err)
 {
-    rci_update u = {t->local, t->grad, t->m, t->v, parts, rc_params_count(t->params), lr,
-                    o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
-                    o->eps > 0 ? o->eps : 1e-8, ++t->opt_step, clip,
+    double b1, b2, eps;
+    adam_consts(o, &b1, &b2, &eps);
+    rci_update u = {t->local, t->grad, t->m, t->v, parts, rc_params_count(t->params), lr, b1, b2, eps,
+                    ++t->opt_step, clip,
                     !o->optimizer || !strcmp(o->optimizer, "adamw"), t->share_lo - t->grad_at, -t->grad_at};
     return t->be->update(t->be, &u, err);
 }
@@ -512,9 +523,10 @@ static int skip_step(rc_trainer *t, double norm, rc_error *err)
 static int master_update(rc_trainer *t, const rc_train_options *o, const rci_update_part *parts, double lr,
                          double clip, rc_error *err)
 {
-    rci_update u = {t->master, t->grad, t->m, t->v, parts, rc_params_count(t->params), lr,
-                    o->beta1 > 0 ? o->beta1 : 0.9, o->beta2 > 0 ? o->beta2 : 0.999,
-                    o->eps > 0 ? o->eps : 1e-8, t->opt_step + 1, clip,
+    double b1, b2, eps;
+    adam_consts(o, &b1, &b2, &eps);
+    rci_update u = {t->master, t->grad, t->m, t->v, parts, rc_params_count(t->params), lr, b1, b2, eps,
+                    t->opt_step + 1, clip,
                     !o->optimizer || !strcmp(o->optimizer, "adamw"), t->share_lo - t->grad_at,
                     t->share_lo - t->grad_at};
     int rc = t->be->update(t->be, &u, err);
@@ -725,8 +737,9 @@ static int weights_dtype(rc_trainer *t, const rc_train_options *o, rc_error *err
     if (rc_params_dtype(t->params) != dt && rc_params_to_dtype(t->params, dt, err))
         return -1;
     t->dtype = dt;
-    if (t->mp == 1)
-        t->local = rc_params_buffer(t->params, 0, NULL);
+    rci_nn_weights *w = t->mp == 1 && rc_params_count(t->params) ? rci_params_weights(t->params) : NULL;
+    if (w)
+        t->local = w->buf;
     return 0;
 }
 
@@ -779,6 +792,21 @@ static int compile_first(rc_trainer *t, const rc_train_options *o, rc_examples t
     return rc_deployer_agree(t->d, rc, err);
 }
 
+/* AdamW's constants in range (SGD reads none of them) */
+static int check_adam(const rc_train_options *o, rc_error *err)
+{
+    double beta[2], eps;
+    if (o->optimizer && strcmp(o->optimizer, "adamw"))
+        return 0;
+    adam_consts(o, &beta[0], &beta[1], &eps);
+    for (int k = 0; k < 2; k++)
+        if (!(beta[k] >= 0 && beta[k] < 1))
+            return rc_error_set(err, RC_ERR_ARG, "train: AdamW's beta%d %g is outside [0, 1)", k + 1, beta[k]);
+    if (!(eps >= 0) || isinf(eps))
+        return rc_error_set(err, RC_ERR_ARG, "train: AdamW's eps %g (finite, >= 0)", eps);
+    return 0;
+}
+
 static int check_options(const rc_trainer *t, const rc_train_options *o, rc_examples ex, rc_error *err)
 {
     if (o->batch_size < 1)
@@ -787,6 +815,8 @@ static int check_options(const rc_trainer *t, const rc_train_options *o, rc_exam
         return rc_error_set(err, RC_ERR_ARG, "train: optimizer '%s' (adamw or sgd)", o->optimizer);
     if (o->steps <= 0 && o->epochs <= 0)
         return rc_error_set(err, RC_ERR_ARG, "train: give a number of steps or epochs");
+    if (check_adam(o, err))
+        return -1;
     if (o->zero < 0 || o->zero > 2)
         return rc_error_set(err, RC_ERR_ARG, "train: zero %d: the ZeRO stage is 0 (none), 1 (optimizer state sharded) "
                             "or 2 (gradients too); stage 3 is not built yet", o->zero);
@@ -811,6 +841,8 @@ static int eval_metric(rc_trainer *t, const rc_train_options *o, rc_examples ex,
     if (t->mp > 1) /* the trainer's plan and shards: no full weights needed */
         rci_predictor_use_shards(t->eval_predictor, t->specs, t->local, t->loff, t->shards.frozen_local,
                                  t->shards.frozen_off);
+    if (o->eval_begin) /* the metric's counters start afresh on every rank */
+        o->eval_begin(user_of(t, ex));
     if (rc_predictor_run(t->eval_predictor, ex.count(0, ex.user), o->batch_size, err))
         return -1;
     *score = rc_deployer_is_main(t->d) ? o->eval_metric(user_of(t, ex)) : 0.0;

@@ -1,6 +1,7 @@
 /* mpi_tp_train.c - training on dp x mp meshes equals one process: for T5 (a built-in
  * encoder-decoder through rc_model_logits) and for two models written with graph ops
- * alone (user_models.h: an MLP and an image-to-text model), 5 SGD steps with the same
+ * alone (user_models.h: an MLP and an image-to-text model), and for the MLP declared with
+ * rc_params_add alone (its parameters drawn by the trainer: the same on every mesh), 5 SGD steps with the same
  * global batch of 4 on every mesh (dp, mp) in {(1,1), (2,1), (1,2), (2,2), (1,4)} whose
  * size is this world's, other than one process, give the same last loss and the same
  * weights as one local process, to float rounding (relative 1e-5, weights per tensor by
@@ -19,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { KIND_T5, KIND_MLP, KIND_I2T, N_EXAMPLES = 40, S = 8 };
+enum { KIND_T5, KIND_MLP, KIND_I2T, KIND_MLP_AUTO, N_KINDS, N_EXAMPLES = 40, S = 8 };
 
 static const char *device;        /* --device: where the meshes run (the reference: the CPU) */
 
@@ -43,7 +44,7 @@ static int32_t pick(int64_t ex, int k, int salt, int n)
 static int collate(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
 {
     job *j = user;
-    if (j->kind == KIND_MLP) {
+    if (j->kind == KIND_MLP || j->kind == KIND_MLP_AUTO) {
         float *x = rc_batch_add(out, "x", RC_F32, 2, (int64_t[]){n, UM_MLP_IN});
         int32_t *y = rc_batch_add(out, "y", RC_I32, 1, (int64_t[]){n});
         if (!x || !y)
@@ -98,19 +99,27 @@ static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng,
     if (j->kind == KIND_T5)
         return rc_cross_entropy(g, rc_model_logits(g, j->t5, input(g, b, "ids"), input(g, b, "enc_ids"), NULL),
                                 input(g, b, "targets"), -100);
-    int n = j->kind == KIND_MLP ? UM_MLP_N : UM_I2T_N;
-    const char *const *names = j->kind == KIND_MLP ? um_mlp_names : um_i2t_names;
+    int mlp = j->kind == KIND_MLP || j->kind == KIND_MLP_AUTO;
+    int n = mlp ? UM_MLP_N : UM_I2T_N;
+    const char *const *names = mlp ? um_mlp_names : um_i2t_names;
     rc_tensor *leaves[UM_I2T_N];
     for (int i = 0; i < n; i++)
         leaves[i] = rc_params_get(g, p, names[i]);
-    if (j->kind == KIND_MLP)
+    if (mlp)
         return um_mlp_loss(g, leaves, input(g, b, "x"), input(g, b, "y"));
     return um_i2t_loss(g, leaves, input(g, b, "image"), input(g, b, "ids"), input(g, b, "targets"));
 }
 
-/* the user's parameters: N(0, 0.2), norm weights 1 (user_models.h) */
+/* the user's parameters: N(0, 0.2), norm weights 1 (user_models.h); KIND_MLP_AUTO's given
+ * no values (the trainer draws them from the deployer's seed) */
 static rc_params *user_params(int kind)
 {
+    if (kind == KIND_MLP_AUTO) {
+        rc_params *p = rc_params_new();
+        for (int i = 0; p && i < UM_MLP_N; i++)
+            CHECK(rc_params_add(p, um_mlp_names[i], 2, um_mlp_shapes[i]) == 0);
+        return p;
+    }
     if (kind == KIND_MLP)
         return um_params_new(UM_MLP_N, um_mlp_names, um_mlp_shapes, NULL, 0.2, 17);
     return um_params_new(UM_I2T_N, um_i2t_names, um_i2t_shapes, um_i2t_init, 0.2, 17);
@@ -139,6 +148,14 @@ static double train(int kind, int mp, int local, check_weights *w, const char *p
     CHECKF(ok, "train kind %d mp %d: %s", kind, mp, err.msg);
     if (ok)
         CHECK(check_weights_add_params(w, prefix, params, 1e-5) == 0);
+    if (ok && kind == KIND_MLP_AUTO) { /* drawn, not zeros (N(0, 0.02): |a| about 0.02 x 23) */
+        float a[16 * 32];
+        double sq = 0;
+        CHECK(rc_params_read(params, 0, a, &err) == 0);
+        for (int i = 0; i < 16 * 32; i++)
+            sq += (double)a[i] * a[i];
+        CHECKF(sqrt(sq) > 0.2, "auto init: |a| %.3g after 5 steps", sqrt(sq));
+    }
     rc_trainer_free(t);
     rc_model_free(j.t5);
     rc_params_free(own);
@@ -160,10 +177,10 @@ int main(int argc, char **argv)
             device = argv[i + 1];
     if (dump && rank == 0)
         remove(dump); /* a failed run leaves no dump behind */
-    const char *names[3] = {"tiny-t5", "user MLP", "image-to-text"};
+    const char *names[N_KINDS] = {"tiny-t5", "user MLP", "image-to-text", "MLP, auto init"};
     static const int meshes[5][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {1, 4}};
     check_weights dumped = {0}; /* the first mesh of this world's size, per kind (--dump) */
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < N_KINDS; kind++) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "%s/", names[kind]);
         check_weights ref = {0};
