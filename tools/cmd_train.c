@@ -12,10 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *train_help =
-    "usage: redco train --model PRESET|DIR --data PATH [--tokenizer DIR] --workdir DIR [--mp N]\n"
+    "usage: redco train --model PRESET|DIR --data PATH [--tokenizer DIR] [--vocab-size N] --workdir DIR [--mp N]\n"
     "                   [--steps N | --epochs N] [--batch-size N] [--seq-len N] [--lr X]\n"
     "                   [--optimizer adamw|sgd] [--weight-decay X] [--grad-clip X] [--warmup N]\n"
     "                   [--schedule constant|linear|cosine] [--grad-accum K] [--seed S]\n"
@@ -26,7 +27,12 @@ static const char *train_help =
     "                   [--lora-r R [--lora-alpha A] [--lora-targets M,M,...] [--lora-merge]]\n"
     "\n"
     "Trains a model on .txt, .jsonl ({\"text\"}, {\"prompt\",\"completion\"}, {\"source\",\"target\"})\n"
-    "or .npy token data. --batch-size is per data-parallel process; the global batch is\n"
+    "or .npy token data; text needs a tokenizer: --tokenizer DIR (tokenizer.json, vocab.json and\n"
+    "merges.txt, or tokenizer.model; `redco tokenizer-train` makes one), or a --model directory\n"
+    "that holds one. A preset's vocabulary grows to the tokenizer's size, or --vocab-size N sets\n"
+    "it; a tokenizer with ids past the model's vocabulary is refused, one with fewer ids warned\n"
+    "about. The workdir is made once the run's inputs are checked: a refused run leaves none.\n"
+    "--batch-size is per data-parallel process; the global batch is\n"
     "batch-size x processes x grad-accum. --steps counts optimizer steps; with --resume the\n"
     "run continues from the workdir's last complete checkpoint until step N. --nproc P\n"
     "starts P processes with mpiexec (or run the command under mpirun/srun yourself).\n"
@@ -88,7 +94,7 @@ static const char *eval_help =
 typedef struct {
     const char *model, *data, *tokenizer, *workdir, *eval_data, *optimizer, *schedule, *device;
     const char *lora, *lora_targets;  /* eval: an adapter directory; train: --lora-targets */
-    int64_t lora_r;
+    int64_t lora_r, vocab_size;
     double lora_alpha;
     int lora_merge;
     int64_t steps, epochs, batch, seq_len, warmup, accum, seed, eval_every, save_every, log_every,
@@ -105,7 +111,7 @@ enum {
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
     F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO,
     F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW, F_LORA, F_LORA_R, F_LORA_ALPHA, F_LORA_TARGETS, F_LORA_MERGE,
-    F_COLL_TIMEOUT, F_TF32
+    F_COLL_TIMEOUT, F_TF32, F_VOCAB_SIZE
 };
 
 static const struct option eval_flags[] = {
@@ -166,6 +172,7 @@ static const struct option train_flags[] = {
     {"lora-alpha", required_argument, NULL, F_LORA_ALPHA},
     {"lora-targets", required_argument, NULL, F_LORA_TARGETS},
     {"lora-merge", no_argument, NULL, F_LORA_MERGE},
+    {"vocab-size", required_argument, NULL, F_VOCAB_SIZE},
     {NULL, 0, NULL, 0},
 };
 
@@ -211,6 +218,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_LOSS_SCALE_WINDOW: return cli_int64(cmd, f, v, 1, big, &o->loss_scale_window);
     case F_RESUME: o->resume = 1; return 0;
     case F_NO_SHUFFLE: o->no_shuffle = 1; return 0;
+    case F_VOCAB_SIZE: return cli_int64(cmd, f, v, 2, 1 << 24, &o->vocab_size);
     case F_SEQ_LEN: return cli_int64(cmd, f, v, 1, 1 << 20, &o->seq_len);
     case F_BATCH: return cli_int64(cmd, f, v, 1, 1 << 20, &o->batch);
     case F_NPROC: return cli_int64(cmd, f, v, 1, 4096, &o->nproc);
@@ -258,10 +266,37 @@ static int parse(const char *cmd, int argc, char **argv, options *o, int is_trai
     return 0;
 }
 
+/* What a tokenizer directory holds, for the lines that ask for one. */
+static const char *tokenizer_dir_help =
+    "a tokenizer directory holds tokenizer.json (Hugging Face tokenizers), vocab.json and merges.txt "
+    "(GPT-2 byte-level BPE) or tokenizer.model (SentencePiece); 'redco tokenizer-train' makes one";
+
+static int has_suffix(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* --tokenizer PATH names a directory, or one of a tokenizer directory's own files */
+static int tokenizer_path_ok(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) || S_ISDIR(st.st_mode))
+        return 1; /* a directory, or nothing: the loader says what is missing */
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    return !strcmp(base, "tokenizer.json") || !strcmp(base, "vocab.json") || !strcmp(base, "merges.txt") ||
+           has_suffix(base, ".model");
+}
+
 /* The tokenizer: --tokenizer, else the model directory's own files (NULL if it has none). */
 static rc_tokenizer *open_tokenizer(const char *cmd, const options *o, const char **path, rc_error *err)
 {
     *path = o->tokenizer;
+    if (*path && !tokenizer_path_ok(*path)) {
+        cli_fail(cmd, "--tokenizer %s is a file, not a tokenizer: %s", *path, tokenizer_dir_help);
+        return NULL;
+    }
     if (!*path) {
         const char *files[] = {"tokenizer.json", "vocab.json", "tokenizer.model"};
         for (int i = 0; i < 3 && !*path; i++) {
@@ -277,6 +312,60 @@ static rc_tokenizer *open_tokenizer(const char *cmd, const options *o, const cha
     if (!t)
         cli_fail(cmd, "%s", err->msg);
     return t;
+}
+
+/* Text data needs a tokenizer: 0, or 1 after the line that says how to give one. */
+static int text_needs_tokenizer(const char *cmd, const char *data, const rc_tokenizer *tok)
+{
+    if (tok || !data || !(has_suffix(data, ".txt") || has_suffix(data, ".jsonl")))
+        return 0;
+    return cli_fail(cmd, "%s: text data needs a tokenizer: give --tokenizer DIR (%s), or a --model directory "
+                    "that holds one", data, tokenizer_dir_help);
+}
+
+/* The model's configuration: DIR/config.json, or the preset's with its vocabulary set by
+ * --vocab-size, else grown to the tokenizer's size. A tokenizer with ids past the
+ * vocabulary is refused, one with fewer ids warned about. 0, or the exit status. */
+static int model_config(const char *cmd, const options *o, const rc_tokenizer *tok, const char *tok_path,
+                        rc_model_config *c, int *resized)
+{
+    rc_error err = {0};
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", o->model);
+    int is_dir = access(path, R_OK) == 0;
+    if (cli_model_config(o->model, c, &err))
+        return cli_fail(cmd, "%s", err.msg);
+    int64_t tv = tok ? rc_tokenizer_vocab_size(tok) : 0;
+    int preset_vocab = c->vocab_size;
+    *resized = 0;
+    if (o->vocab_size && is_dir)
+        return cli_usage(cmd, "--vocab-size: %s is a model directory; its config.json sets the vocabulary (%d)",
+                         o->model, c->vocab_size);
+    if (o->vocab_size)
+        c->vocab_size = (int)o->vocab_size;
+    else if (!is_dir && tv > c->vocab_size)
+        c->vocab_size = (int)tv;
+    if (tv > c->vocab_size)
+        return cli_fail(cmd, "the tokenizer in %s has %lld ids, more than the model's vocabulary of %d: %s",
+                        tok_path, (long long)tv, c->vocab_size,
+                        is_dir ? "use a model with a vocabulary that large, or a smaller tokenizer"
+                               : "give --vocab-size that large, or leave it out to take the tokenizer's");
+    if (c->vocab_size != preset_vocab) {
+        *resized = 1;
+        if (cli_rank == 0 && !o->json)
+            fprintf(stderr, "redco %s: %s with a vocabulary of %d ids (the preset has %d)\n", cmd, o->model,
+                    c->vocab_size, preset_vocab);
+        int32_t eos = tok ? rc_tokenizer_eos(tok) : -1, bos = tok ? rc_tokenizer_bos(tok) : -1;
+        c->eos_token_id = eos >= 0 && eos < c->vocab_size ? eos : -1;
+        c->bos_token_id = bos >= 0 && bos < c->vocab_size ? bos : c->eos_token_id;
+        if (rc_config_validate(c, &err))
+            return cli_fail(cmd, "%s", err.msg);
+    }
+    if (tok && tv < c->vocab_size && cli_rank == 0)
+        fprintf(stderr, "redco %s: warning: the tokenizer in %s has %lld ids, fewer than the model's vocabulary "
+                "of %d: ids %lld to %d never occur in the data\n", cmd, tok_path, (long long)tv, c->vocab_size,
+                (long long)tv, c->vocab_size - 1);
+    return 0;
 }
 
 static rc_dataset *open_data(const char *cmd, const char *path, rc_tokenizer *tok, const char *tok_path,
@@ -319,17 +408,16 @@ static void session_free(session *s)
 /* Before the model is loaded: a training run's memory (the plan of its step, nothing
  * allocated) against its share of the device; 0, or 1 after the refusal. A plan that fails
  * says nothing here: building the step reports the same failure where it happens. */
-static int preflight(const char *cmd, const options *o, rc_deployer *d)
+static int preflight(const char *cmd, const options *o, const rc_model_config *c, rc_deployer *d)
 {
     const rc_mesh *m = rc_deployer_mesh(d);
     rc_memory_options mo = {.dp = m->dp, .mp = m->mp, .batch = o->batch, .seq_len = o->seq_len, .zero = o->zero,
                             .remat = (int)o->remat, .dtype = o->dtype, .overrides = o->shards.o,
                             .n_overrides = o->shards.n, .backend = rc_deployer_backend(d)};
-    rc_model_config c;
     rc_rank_memory r;
     rc_error err = {0};
     int rc = 0, sharers = rc_deployer_device_sharers(d); /* collective: first, on every rank */
-    if (!cli_model_config(o->model, &c, NULL) && !rc_memory_plan(&c, &mo, &r, NULL))
+    if (!rc_memory_plan(c, &mo, &r, NULL))
         rc = rc_memory_fits(&r, &mo, sharers, o->model, &err);
     return rc_deployer_agree(d, rc, &err) ? cli_fail(cmd, "%s", err.msg) : 0;
 }
@@ -348,11 +436,28 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
     cli_rank = rc_dist_rank(); /* only rank 0 prints errors: every rank agrees on them first */
     if (!(s->d = rc_deployer_new(argc, argv, &dopt, &err)))
         return cli_fail(cmd, "%s", err.msg);
-    if (is_train && !o->lora_r && preflight(cmd, o, s->d))
+    s->tok = open_tokenizer(cmd, o, &tok_path, &err);
+    if (!s->tok && tok_path)
+        return 1;
+    rc_model_config c;
+    int rc, resized = 0;
+    if ((rc = model_config(cmd, o, s->tok, tok_path, &c, &resized)) || text_needs_tokenizer(cmd, o->data, s->tok) ||
+        text_needs_tokenizer(cmd, o->eval_data, s->tok))
+        return rc ? rc : 1;
+    if (is_train && !o->lora_r && preflight(cmd, o, &c, s->d))
         return 1;
     int main = rc_deployer_is_main(s->d);
-    int ok = (s->model = rc_model_load(o->model, (uint64_t)o->seed, o->dtype, &err)) != NULL;
-    if (!ok)
+    /* a preset of another vocabulary: made from its configuration */
+    if (resized)
+        s->model = rc_model_from_config(&c, (uint64_t)o->seed, &err);
+    else
+        s->model = rc_model_load(o->model, (uint64_t)o->seed, o->dtype, &err);
+    if (s->model && o->dtype != RC_F32 && rc_params_dtype(s->model->params) != o->dtype &&
+        rc_model_to_dtype(s->model, o->dtype, &err)) {
+        rc_model_free(s->model);
+        s->model = NULL;
+    }
+    if (!s->model)
         return cli_fail(cmd, "%s", err.msg);
     /* LoRA: the frozen model's weights live where the steps run (the trainer moves only the
      * adapters it trains) */
@@ -363,17 +468,11 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
         return cli_fail(cmd, "%s", err.msg);
     if (o->lora) { /* eval: the adapter folded into the weights, which then run as any model's */
         rc_lora *l = rc_lora_load(s->model, o->lora, &err);
-        int rc = l ? rc_lora_merge(l, &err) : -1;
+        int lrc = l ? rc_lora_merge(l, &err) : -1;
         rc_lora_free(l);
-        if (rc)
+        if (lrc)
             return cli_fail(cmd, "--lora %s: %s", o->lora, err.msg);
     }
-    s->tok = open_tokenizer(cmd, o, &tok_path, &err);
-    if (!s->tok && tok_path)
-        return 1;
-    if (s->tok && rc_tokenizer_vocab_size(s->tok) > s->model->config.vocab_size)
-        return cli_fail(cmd, "the tokenizer in %s has %lld ids, more than the model's vocabulary of %d",
-                        tok_path, (long long)rc_tokenizer_vocab_size(s->tok), s->model->config.vocab_size);
     /* rank 0 tokenizes and writes the caches; the others then read them */
     for (int turn = 0; turn < 2; turn++) {
         int rc = 0;

@@ -190,7 +190,10 @@ typedef int (*rc_output_fn)(int64_t example, const float *row, int64_t row_len, 
 typedef struct {
     uint64_t seed;
     int mp;                       /* model shards (1 until tensor parallelism) */
-    const char *workdir;          /* NULL: no files. Rank 0 appends log.jsonl there: one JSON
+    const char *workdir;          /* NULL: no files. Made when the first fit has checked its
+                                     options and built its state (or at the first
+                                     rc_deployer_log), so a refused run leaves none. Rank 0
+                                     appends log.jsonl there: one JSON
                                      object per line, {"step": S, "train/loss": x, ...}, a
                                      NaN or infinite value written as null */
     int verbose;                  /* progress on rank 0's stderr */
@@ -205,6 +208,9 @@ typedef struct {
     double collective_timeout;    /* seconds a collective may wait for the other ranks before
                                      the job is aborted naming the op and the missing ranks
                                      (rc_comm_set_timeout); 0: 600, < 0: no limit */
+    const char *run_config;       /* NULL, or text (the configuration that made the run, e.g.
+                                     JSON) rank 0 writes to workdir/run_config.json, atomically,
+                                     when a fit first writes into the workdir */
 } rc_deployer_options;
 
 typedef struct rc_deployer rc_deployer;

@@ -936,7 +936,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (rc_deployer_agree(t->d, moment_buffers(t, o->zero, err), err) ||
         rc_deployer_agree(t->d, master_buffer(t, err), err))
         return -1;
-    if (o->resume && resume(t, o, err))
+    if (rci_deployer_open_workdir(t->d, err) || (o->resume && resume(t, o, err)))
         return -1;
     int64_t total = o->steps > 0 ? o->steps : o->epochs * steps_in_epoch(t, o, train, 0);
     rc_schedule sched = {o->schedule, o->lr, 0.0, o->warmup, total};
