@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "redco/memory.h"
 #include "redco/data.h"
+#include "redco/dist.h"
 #include "redco/lora.h"
 #include "redco/pipeline.h"
 #include "redco/tokenizer.h"
@@ -25,6 +26,7 @@ static const char *train_help =
     "                   [--zero [1|2]] [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
     "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--collective-timeout S]\n"
     "                   [--lora-r R [--lora-alpha A] [--lora-targets M,M,...] [--lora-merge]]\n"
+    "                   [--config FILE]\n"
     "\n"
     "Trains a model on .txt, .jsonl ({\"text\"}, {\"prompt\",\"completion\"}, {\"source\",\"target\"})\n"
     "or .npy token data; text needs a tokenizer: --tokenizer DIR (tokenizer.json, vocab.json and\n"
@@ -32,6 +34,11 @@ static const char *train_help =
     "that holds one. A preset's vocabulary grows to the tokenizer's size, or --vocab-size N sets\n"
     "it; a tokenizer with ids past the model's vocabulary is refused, one with fewer ids warned\n"
     "about. The workdir is made once the run's inputs are checked: a refused run leaves none.\n"
+    "--config FILE reads flags from a JSON object keyed by their long names ({\"lr\": 0.001,\n"
+    "\"no-shuffle\": true, \"shard\": [\"NAME=1\"]}; null or false: not given); flags on the\n"
+    "command line win. The run's effective configuration is written to WORKDIR/run_config.json\n"
+    "(paths from the root), so `redco train --config WORKDIR/run_config.json --workdir NEW`\n"
+    "repeats it.\n"
     "--batch-size is per data-parallel process; the global batch is\n"
     "batch-size x processes x grad-accum. --steps counts optimizer steps; with --resume the\n"
     "run continues from the workdir's last complete checkpoint until step N. --nproc P\n"
@@ -94,6 +101,8 @@ static const char *eval_help =
 typedef struct {
     const char *model, *data, *tokenizer, *workdir, *eval_data, *optimizer, *schedule, *device;
     const char *lora, *lora_targets;  /* eval: an adapter directory; train: --lora-targets */
+    const char *config;               /* --config FILE */
+    json_t *config_doc;               /* its document: the strings taken from it */
     int64_t lora_r, vocab_size;
     double lora_alpha;
     int lora_merge;
@@ -111,7 +120,7 @@ enum {
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
     F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO,
     F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW, F_LORA, F_LORA_R, F_LORA_ALPHA, F_LORA_TARGETS, F_LORA_MERGE,
-    F_COLL_TIMEOUT, F_TF32, F_VOCAB_SIZE
+    F_COLL_TIMEOUT, F_TF32, F_VOCAB_SIZE, F_CONFIG
 };
 
 static const struct option eval_flags[] = {
@@ -173,6 +182,7 @@ static const struct option train_flags[] = {
     {"lora-targets", required_argument, NULL, F_LORA_TARGETS},
     {"lora-merge", no_argument, NULL, F_LORA_MERGE},
     {"vocab-size", required_argument, NULL, F_VOCAB_SIZE},
+    {"config", required_argument, NULL, F_CONFIG},
     {NULL, 0, NULL, 0},
 };
 
@@ -239,6 +249,142 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     }
 }
 
+/* The fewest significant digits that give x back (17 at most). */
+static int real_digits(double x)
+{
+    char text[40];
+    for (int p = 1; p < 17; p++) {
+        snprintf(text, sizeof text, "%.*g", p, x);
+        if (strtod(text, NULL) == x)
+            return p;
+    }
+    return 17;
+}
+
+/* A path as the run's configuration keeps it: from the root, so that the file works from
+ * any directory; a name that is no path (a preset) as it is. */
+static json_t *path_json(const char *path, int only_existing)
+{
+    char cwd[4096], full[8300];
+    if (!path)
+        return NULL;
+    if (path[0] == '/' || (only_existing && access(path, F_OK)) || !getcwd(cwd, sizeof cwd))
+        return json_string(path);
+    snprintf(full, sizeof full, "%s/%s", cwd, path);
+    return json_string(full);
+}
+
+/* One flag's value in the run's configuration (NULL: not given); *digits grows to the
+ * digits its reals need. */
+static json_t *option_json(const options *o, int flag, int *digits)
+{
+    double real = NAN;
+    json_t *v = NULL;
+    switch (flag) {
+    case F_MODEL: return path_json(o->model, 1);
+    case F_DATA: return path_json(o->data, 0);
+    case F_TOKENIZER: return path_json(o->tokenizer, 0);
+    case F_VOCAB_SIZE: return o->vocab_size ? json_integer(o->vocab_size) : NULL;
+    case F_WORKDIR: return path_json(o->workdir, 0);
+    case F_EVAL_DATA: return path_json(o->eval_data, 0);
+    case F_OPTIMIZER: return json_string(o->optimizer);
+    case F_SCHEDULE: return json_string(o->schedule);
+    case F_DEVICE: return o->device ? json_string(o->device) : NULL;
+    case F_TF32: return json_boolean(o->tf32);
+    case F_REMAT: return o->remat ? json_integer(o->remat) : json_false();
+    case F_ZERO: return json_integer(o->zero);
+    case F_DTYPE: return json_string(rc_dtype_name(o->dtype));
+    case F_JSON: return json_boolean(o->json);
+    case F_NO_SHUFFLE: return json_boolean(o->no_shuffle);
+    case F_LORA_MERGE: return json_boolean(o->lora_merge);
+    case F_LORA_TARGETS: return o->lora_targets ? json_string(o->lora_targets) : NULL;
+    case F_SEQ_LEN: return json_integer(o->seq_len);
+    case F_BATCH: return json_integer(o->batch);
+    case F_NPROC: return rc_dist_size() > 1 ? json_integer(rc_dist_size()) : NULL; /* the processes it ran on */
+    case F_MP: return json_integer(o->mp);
+    case F_STEPS: return o->steps ? json_integer(o->steps) : NULL;
+    case F_EPOCHS: return o->epochs ? json_integer(o->epochs) : NULL;
+    case F_WARMUP: return json_integer(o->warmup);
+    case F_ACCUM: return json_integer(o->accum);
+    case F_SEED: return json_integer(o->seed);
+    case F_EVAL_EVERY: return json_integer(o->eval_every);
+    case F_SAVE_EVERY: return json_integer(o->save_every);
+    case F_LOG_EVERY: return json_integer(o->log_every);
+    case F_LOSS_SCALE_WINDOW: return o->loss_scale_window ? json_integer(o->loss_scale_window) : NULL;
+    case F_LORA_R: return o->lora_r ? json_integer(o->lora_r) : NULL;
+    case F_SHARD:
+        if (!o->shards.n)
+            return NULL;
+        v = json_array();
+        for (int i = 0; i < o->shards.n; i++) {
+            char text[200];
+            const rc_shard_override *s = &o->shards.o[i];
+            if (s->axis < 0)
+                snprintf(text, sizeof text, "%s=replicated", o->shards.names[i]);
+            else if (s->groups)
+                snprintf(text, sizeof text, "%s=%d:%lld", o->shards.names[i], s->axis, (long long)s->groups);
+            else
+                snprintf(text, sizeof text, "%s=%d", o->shards.names[i], s->axis);
+            json_array_append_new(v, json_string(text));
+        }
+        return v;
+    case F_LR: real = o->lr; break;
+    case F_WD: real = o->wd; break;
+    case F_CLIP: real = o->clip; break;
+    case F_COLL_TIMEOUT: real = o->coll_timeout; break;
+    case F_LOSS_SCALE: real = o->loss_scale > 0 ? o->loss_scale : NAN; break;
+    case F_LORA_ALPHA: real = o->lora_alpha > 0 ? o->lora_alpha : NAN; break;
+    default: return NULL; /* --config and --resume: how a run was started, not what it is */
+    }
+    if (isnan(real))
+        return NULL;
+    int d = real_digits(real);
+    *digits = d > *digits ? d : *digits;
+    return json_real(real);
+}
+
+/* The run's effective configuration as JSON text (malloc'ed; NULL when out of memory):
+ * every flag of train by its long name, null when not given, so that `redco train
+ * --config WORKDIR/run_config.json` runs it again. */
+static char *run_config_text(const options *o)
+{
+    json_t *root = json_object();
+    int digits = 15; /* enough for what people type: 3e-4 reads 0.0003 */
+    for (const struct option *f = train_flags; root && f->name; f++) {
+        if (f->val == CLI_HELP || f->val == F_CONFIG || f->val == F_RESUME)
+            continue;
+        json_t *v = option_json(o, f->val, &digits);
+        json_object_set_new(root, f->name, v ? v : json_null());
+    }
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(digits)) : NULL;
+    json_decref(root);
+    size_t n = text ? strlen(text) : 0;
+    char *line = text ? realloc(text, n + 2) : NULL;
+    if (line)
+        memcpy(line + n, "\n", 2);
+    else
+        free(text);
+    return line;
+}
+
+/* The command line's flags, then --config's keys for the flags it did not give. */
+typedef struct {
+    options *o;
+    unsigned char given[CLI_MAX_FLAGS];
+} parsing;
+
+static int take_given(const char *cmd, int c, const cli_args *a, void *user)
+{
+    parsing *p = user;
+    if (c >= CLI_FLAG0 && c - CLI_FLAG0 < CLI_MAX_FLAGS)
+        p->given[c - CLI_FLAG0] = 1;
+    if (c == F_CONFIG) {
+        p->o->config = a->value;
+        return 0;
+    }
+    return take_flag(cmd, c, a, p->o);
+}
+
 /* Parses the flags of train (is_train) or eval; 0, -1 after --help, or the exit status of
  * a bad flag. */
 static int parse(const char *cmd, int argc, char **argv, options *o, int is_train)
@@ -246,7 +392,11 @@ static int parse(const char *cmd, int argc, char **argv, options *o, int is_trai
     *o = (options){.optimizer = "adamw", .schedule = "constant", .batch = 8, .seq_len = 64,
                    .accum = 1, .lr = 3e-4, .wd = 0.01, .clip = 1.0, .log_every = 10, .mp = 1,
                    .coll_timeout = 600};
-    int rc = cli_parse(cmd, argc, argv, is_train ? train_flags : eval_flags, is_train ? train_help : eval_help, take_flag, o);
+    parsing p = {.o = o};
+    const struct option *flags = is_train ? train_flags : eval_flags;
+    int rc = cli_parse(cmd, argc, argv, flags, is_train ? train_help : eval_help, take_given, &p);
+    if (!rc && o->config)
+        rc = cli_config_read(cmd, o->config, flags, p.given, take_flag, o, &o->config_doc);
     if (rc)
         return rc;
     if (!o->model || !o->data)
@@ -434,7 +584,11 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
     if (rc_dist_init(argc, argv, &err))
         return cli_fail(cmd, "%s", err.msg);
     cli_rank = rc_dist_rank(); /* only rank 0 prints errors: every rank agrees on them first */
-    if (!(s->d = rc_deployer_new(argc, argv, &dopt, &err)))
+    char *config = is_train ? run_config_text(o) : NULL;
+    dopt.run_config = config;
+    s->d = rc_deployer_new(argc, argv, &dopt, &err);
+    free(config);
+    if (!s->d)
         return cli_fail(cmd, "%s", err.msg);
     s->tok = open_tokenizer(cmd, o, &tok_path, &err);
     if (!s->tok && tok_path)
@@ -517,11 +671,12 @@ static int lora_finish(const options *o, session *s, const rc_train_result *res,
     return rc_deployer_agree(s->d, rc, err);
 }
 
-int cmd_train(int argc, char **argv)
+static int train(int argc, char **argv, options *op)
 {
     const char *cmd = "train";
     options o;
     int rc = parse(cmd, argc, argv, &o, 1);
+    op->config_doc = o.config_doc;
     if (rc)
         return rc < 0 ? 0 : rc;
     if ((rc = cli_relaunch(cmd, (int)o.nproc, argc, argv)) >= 0)
@@ -572,11 +727,20 @@ int cmd_train(int argc, char **argv)
     return stopped ? 128 + stopped : rc ? 1 : 0; /* a shell's code for a death by that signal */
 }
 
+int cmd_train(int argc, char **argv)
+{
+    options o = {0};
+    int rc = train(argc, argv, &o);
+    json_decref(o.config_doc);
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv)
 {
     const char *cmd = "eval";
     options o;
     int rc = parse(cmd, argc, argv, &o, 0);
+    json_decref(o.config_doc); /* eval takes no --config */
     if (rc)
         return rc < 0 ? 0 : rc;
     if ((rc = cli_relaunch(cmd, (int)o.nproc, argc, argv)) >= 0)

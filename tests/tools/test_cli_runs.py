@@ -2,7 +2,12 @@
 vocabularies"):
 - a run refused for bad input (a bad flag, missing data, an unknown model, a batch that
   fills no step, a mesh or memory that does not fit, a tokenizer too big for the model)
-  prints one line, exits non-zero and leaves nothing behind: no workdir, log or event file.
+  prints one line, exits non-zero and leaves nothing behind: no workdir, log or event file;
+- --config FILE (JSON, the flags' long names as keys): the effective configuration of a run
+  is WORKDIR/run_config.json, and `redco train --config WORKDIR/run_config.json --workdir
+  OTHER`, run from another directory, repeats the run (the same losses in log.jsonl, the
+  same final weights, bit for bit); flags on the command line win over the file's keys; an
+  unknown key, bad JSON or a value of the wrong kind is one line naming the key and file.
 """
 import json
 import os
@@ -68,6 +73,80 @@ def refusals(redco, tmp, data, text):
     print(f"{len(cases)} refusals: one line each, nothing left behind")
 
 
+def losses(workdir):
+    """log.jsonl's records less their timings (tokens/s)."""
+    with open(os.path.join(workdir, "log.jsonl")) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    return [{k: v for k, v in r.items() if not k.endswith("_per_s")} for r in recs]
+
+
+def same_file(a, b):
+    with open(a, "rb") as f, open(b, "rb") as g:
+        return f.read() == g.read()
+
+
+def config(redco, tmp, data):
+    """run_config.json repeats a run; the command line wins over --config; bad files refused."""
+    first = os.path.join(tmp, "cfg-first")
+    r = run(redco, "train", "--model", "tiny-gpt2", "--data", os.path.basename(data), "--seq-len", "16",
+            "--steps", "4", "--log-every", "1", "--lr", "0.002", "--schedule", "cosine", "--warmup", "1",
+            "--batch-size", "4", "--seed", "7", "--workdir", "cfg-first", cwd=tmp)
+    check(r.returncode == 0, f"train for run_config.json: {r.stderr[-500:]}")
+    cfg_path = os.path.join(first, "run_config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    check(cfg.get("lr") == 0.002 and cfg.get("schedule") == "cosine" and cfg.get("seed") == 7 and
+          cfg.get("data") == data and cfg.get("workdir") == first and "resume" not in cfg,
+          f"run_config.json holds the effective flags, paths from the root: {cfg}")
+    # from another directory, into another workdir: the same run
+    again = os.path.join(tmp, "cfg-again")
+    r = run(redco, "train", "--config", cfg_path, "--workdir", again, cwd="/")
+    check(r.returncode == 0, f"train --config run_config.json: {r.stderr[-500:]}")
+    if r.returncode == 0:
+        check(losses(first) == losses(again), "the repeated run's log.jsonl equals the first's (less timings)")
+        check(same_file(os.path.join(first, "final", "model.safetensors"),
+                        os.path.join(again, "final", "model.safetensors")),
+              "the repeated run's final weights equal the first's, bit for bit")
+        with open(os.path.join(again, "run_config.json")) as f:
+            cfg2 = json.load(f)
+        check({**cfg, "workdir": again} == cfg2, f"the repeated run's configuration: {cfg2}")
+    # the command line wins: --steps 2 over the file's 4, --lr over 0.002
+    wins = os.path.join(tmp, "cfg-wins")
+    r = run(redco, "train", "--steps", "2", "--config", cfg_path, "--workdir", wins, "--lr", "0.01")
+    rec = losses(wins) if r.returncode == 0 else []
+    check(len(rec) == 2 and rec[-1].get("train/lr") is not None,
+          f"--steps 2 on the command line wins over the file's 4: {len(rec)} records, {r.stderr[-300:]}")
+    with open(os.path.join(wins, "run_config.json")) as f:
+        cfg3 = json.load(f)
+    check(cfg3["steps"] == 2 and cfg3["lr"] == 0.01 and cfg3["seed"] == 7, f"merged configuration: {cfg3}")
+    # refusals: one usage line naming the key (or the line) and the file, and no workdir
+    bad = [({"model": "tiny-gpt2", "learning_rate": 0.1}, "learning_rate"),
+           ({"model": "tiny-gpt2", "steps": "many"}, "many"),
+           ({"model": "tiny-gpt2", "no-shuffle": "yes"}, "no-shuffle"),
+           ({"model": "tiny-gpt2", "steps": True}, "steps"),
+           ({"model": "tiny-gpt2", "shard": [["x=0"]]}, "shard"),
+           ({"model": "tiny-gpt2", "config": "other.json"}, "config")]
+    for i, (doc, word) in enumerate(bad):
+        path = os.path.join(tmp, f"bad{i}.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        wd = os.path.join(tmp, f"cfg-bad{i}")
+        r = run(redco, "train", "--config", path, "--data", data, "--workdir", wd)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 2 and len(lines) == 1 and word in lines[0] and path in lines[0],
+              f"--config {doc}: exit {r.returncode}, {r.stderr!r}")
+        check(not os.path.exists(wd), f"--config {doc}: a workdir was left")
+    path = os.path.join(tmp, "broken.json")
+    with open(path, "w") as f:
+        f.write('{"model": "tiny-gpt2",\n "steps": 2,,\n}')
+    r = run(redco, "train", "--config", path, "--data", data, "--workdir", os.path.join(tmp, "cfg-broken"))
+    check(r.returncode == 2 and "line 2" in r.stderr and path in r.stderr, f"bad JSON: {r.stderr!r}")
+    r = run(redco, "train", "--config", os.path.join(tmp, "none.json"), "--data", data, "--workdir",
+            os.path.join(tmp, "cfg-none"))
+    check(r.returncode == 2 and "none.json" in r.stderr, f"a missing config: {r.stderr!r}")
+    print("--config: run_config.json repeats a run bit for bit; the command line wins; bad files refused")
+
+
 GPT2_TOK = None
 
 
@@ -84,6 +163,7 @@ def main():
     shutil.copy(os.path.join(args.source, "data", "austen_excerpt.txt"), text)
     open(os.path.join(tmp, "x.csv"), "w").write("1,2\n")
     refusals(redco, tmp, data, text)
+    config(redco, tmp, data)
     shutil.rmtree(tmp, ignore_errors=True)
     return finish("test_cli_runs")
 
