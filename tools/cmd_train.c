@@ -21,7 +21,8 @@ static const char *train_help =
     "                   [--steps N | --epochs N] [--batch-size N] [--seq-len N] [--lr X]\n"
     "                   [--optimizer adamw|sgd] [--weight-decay X] [--grad-clip X] [--warmup N]\n"
     "                   [--schedule constant|linear|cosine] [--grad-accum K] [--seed S]\n"
-    "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--log-every N]\n"
+    "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--save-total-limit N]\n"
+    "                   [--log-every N]\n"
     "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--tf32] [--remat[=N]]\n"
     "                   [--zero [1|2]] [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
     "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--collective-timeout S]\n"
@@ -64,7 +65,9 @@ static const char *train_help =
     "not finite is skipped and S halved (noted, and train/loss_scale in the log); S doubles\n"
     "after --loss-scale-window good steps (default 2000). bf16 scales only when given S.\n"
     "Writes checkpoint-STEP/, last_checkpoint, best/, final/, log.jsonl and TensorBoard\n"
-    "event files into the workdir. With --json the last line of stdout is\n"
+    "event files into the workdir. --save-total-limit N keeps the newest N checkpoint-STEP/\n"
+    "(older ones removed once a new one is complete; best/, the best evaluation's checkpoint,\n"
+    "and final/ stay). With --json the last line of stdout is\n"
     "{\"step\": N, \"loss\": ..., \"eval_loss\": ..., \"lr\": ...} (loss: the last step's; eval_loss:\n"
     "the last evaluation's); a value that is NaN or infinite, or eval_loss with no\n"
     "--eval-data, is null; with --lora-r also \"state_bytes\" and \"full_state_bytes\".\n"
@@ -103,7 +106,7 @@ typedef struct {
     const char *lora, *lora_targets;  /* eval: an adapter directory; train: --lora-targets */
     const char *config;               /* --config FILE */
     json_t *config_doc;               /* its document: the strings taken from it */
-    int64_t lora_r, vocab_size;
+    int64_t lora_r, vocab_size, save_total_limit;
     double lora_alpha;
     int lora_merge;
     int64_t steps, epochs, batch, seq_len, warmup, accum, seed, eval_every, save_every, log_every,
@@ -120,7 +123,7 @@ enum {
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
     F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO,
     F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW, F_LORA, F_LORA_R, F_LORA_ALPHA, F_LORA_TARGETS, F_LORA_MERGE,
-    F_COLL_TIMEOUT, F_TF32, F_VOCAB_SIZE, F_CONFIG
+    F_COLL_TIMEOUT, F_TF32, F_VOCAB_SIZE, F_CONFIG, F_SAVE_TOTAL_LIMIT
 };
 
 static const struct option eval_flags[] = {
@@ -170,6 +173,7 @@ static const struct option train_flags[] = {
     {"seed", required_argument, NULL, F_SEED},
     {"eval-every", required_argument, NULL, F_EVAL_EVERY},
     {"save-every", required_argument, NULL, F_SAVE_EVERY},
+    {"save-total-limit", required_argument, NULL, F_SAVE_TOTAL_LIMIT},
     {"log-every", required_argument, NULL, F_LOG_EVERY},
     {"shard", required_argument, NULL, F_SHARD},
     {"lr", required_argument, NULL, F_LR},
@@ -228,6 +232,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_LOSS_SCALE_WINDOW: return cli_int64(cmd, f, v, 1, big, &o->loss_scale_window);
     case F_RESUME: o->resume = 1; return 0;
     case F_NO_SHUFFLE: o->no_shuffle = 1; return 0;
+    case F_SAVE_TOTAL_LIMIT: return cli_int64(cmd, f, v, 0, 1 << 20, &o->save_total_limit);
     case F_VOCAB_SIZE: return cli_int64(cmd, f, v, 2, 1 << 24, &o->vocab_size);
     case F_SEQ_LEN: return cli_int64(cmd, f, v, 1, 1 << 20, &o->seq_len);
     case F_BATCH: return cli_int64(cmd, f, v, 1, 1 << 20, &o->batch);
@@ -309,6 +314,7 @@ static json_t *option_json(const options *o, int flag, int *digits)
     case F_SEED: return json_integer(o->seed);
     case F_EVAL_EVERY: return json_integer(o->eval_every);
     case F_SAVE_EVERY: return json_integer(o->save_every);
+    case F_SAVE_TOTAL_LIMIT: return json_integer(o->save_total_limit);
     case F_LOG_EVERY: return json_integer(o->log_every);
     case F_LOSS_SCALE_WINDOW: return o->loss_scale_window ? json_integer(o->loss_scale_window) : NULL;
     case F_LORA_R: return o->lora_r ? json_integer(o->lora_r) : NULL;
@@ -700,6 +706,7 @@ static int train(int argc, char **argv, options *op)
                                        : !strcmp(o.schedule, "cosine") ? RC_SCHEDULE_COSINE
                                                                         : RC_SCHEDULE_CONSTANT,
                            .log_every = o.log_every, .eval_every = o.eval_every, .save_every = o.save_every,
+                           .save_total_limit = (int)o.save_total_limit,
                            .shard_overrides = o.shards.o, .n_shard_overrides = o.shards.n,
                            .resume = o.resume, .catch_signals = 1, .tokenizer_dir = o.tokenizer ? o.tokenizer : s.model->dir[0] ? s.model->dir : NULL};
     rc_examples train = {rc_task_count, s.task}, eval = {rc_task_count, s.eval_task};

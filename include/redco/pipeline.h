@@ -321,6 +321,11 @@ typedef struct {
      * (the rest of the plan fits around them) */
     const rc_shard_override *shard_overrides;
     int n_shard_overrides;
+    int save_total_limit;         /* N > 0: once a checkpoint-STEP/ is complete (and
+                                     last_checkpoint names it), the older checkpoint-STEP/
+                                     directories beyond the newest N are removed (renamed
+                                     aside first, so a kill leaves no partial checkpoint);
+                                     best/ and final/ are never removed. 0: all kept */
 } rc_train_options;
 
 typedef struct {

@@ -7,7 +7,11 @@ vocabularies"):
   is WORKDIR/run_config.json, and `redco train --config WORKDIR/run_config.json --workdir
   OTHER`, run from another directory, repeats the run (the same losses in log.jsonl, the
   same final weights, bit for bit); flags on the command line win over the file's keys; an
-  unknown key, bad JSON or a value of the wrong kind is one line naming the key and file.
+  unknown key, bad JSON or a value of the wrong kind is one line naming the key and file;
+- --save-total-limit N keeps the newest N checkpoint-STEP/ directories with best/ and
+  final/; last_checkpoint names a complete one; a run killed while writing a checkpoint
+  keeps the previous one (and those before it within the limit), and --resume from it ends
+  with the weights of a run without the limit.
 """
 import json
 import os
@@ -147,6 +151,45 @@ def config(redco, tmp, data):
     print("--config: run_config.json repeats a run bit for bit; the command line wins; bad files refused")
 
 
+def checkpoints(workdir):
+    return sorted((int(n.split("-")[1]) for n in os.listdir(workdir) if n.startswith("checkpoint-")))
+
+
+def save_total_limit(redco, tmp, data):
+    base = ["--model", "tiny-gpt2", "--data", data, "--seq-len", "16", "--batch-size", "4", "--steps", "9",
+            "--save-every", "2"]
+    full = os.path.join(tmp, "limit-none")
+    r = run(redco, "train", *base, "--workdir", full)
+    check(r.returncode == 0 and checkpoints(full) == [2, 4, 6, 8, 9], f"no limit: {checkpoints(full)}")
+    lim = os.path.join(tmp, "limit-2")
+    r = run(redco, "train", *base, "--workdir", lim, "--save-total-limit", "2", "--eval-data", data,
+            "--eval-every", "2")
+    entries = sorted(os.listdir(lim))
+    with open(os.path.join(lim, "last_checkpoint")) as f:
+        last = f.read().strip()
+    check(r.returncode == 0 and checkpoints(lim) == [8, 9] and "best" in entries and "final" in entries and
+          last == "checkpoint-9" and not [e for e in entries if e.startswith(".tmp")],
+          f"--save-total-limit 2: {entries}, last {last}, {r.stderr[-300:]}")
+    check(all(os.path.exists(os.path.join(lim, d, f)) for d in ("checkpoint-9", "best")
+              for f in ("model.safetensors", "optimizer.safetensors")), "the kept checkpoints and best/ are whole")
+    # killed while writing checkpoint-6: checkpoint-4 (and 2) stay, last_checkpoint names 4
+    kill = os.path.join(tmp, "limit-kill")
+    e = dict(os.environ, REDCO_FAULT_KILL_IN_SAVE="6")
+    r = subprocess.run([redco, "train", *base, "--workdir", kill, "--save-total-limit", "2"], capture_output=True,
+                       text=True, env=e, timeout=600)
+    with open(os.path.join(kill, "last_checkpoint")) as f:
+        last = f.read().strip()
+    check(r.returncode != 0 and checkpoints(kill) == [2, 4] and last == "checkpoint-4",
+          f"killed in the save of step 6: {sorted(os.listdir(kill))}, last {last}")
+    r = run(redco, "train", *base, "--workdir", kill, "--save-total-limit", "1", "--resume")
+    check(r.returncode == 0 and checkpoints(kill) == [9] and
+          not [n for n in os.listdir(kill) if n.startswith(".tmp")], f"resumed with limit 1: {sorted(os.listdir(kill))}")
+    check(r.returncode == 0 and same_file(os.path.join(kill, "final", "model.safetensors"),
+                                          os.path.join(full, "final", "model.safetensors")),
+          "the resumed run's final weights equal the run's without a limit")
+    print("--save-total-limit: the newest checkpoints, best/ and final/ kept; a kill in a save keeps the last")
+
+
 GPT2_TOK = None
 
 
@@ -164,6 +207,7 @@ def main():
     open(os.path.join(tmp, "x.csv"), "w").write("1,2\n")
     refusals(redco, tmp, data, text)
     config(redco, tmp, data)
+    save_total_limit(redco, tmp, data)
     shutil.rmtree(tmp, ignore_errors=True)
     return finish("test_cli_runs")
 
