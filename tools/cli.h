@@ -102,6 +102,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_presets(int argc, char **argv);
 int cmd_tokenizer_train(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int cmd_privacy(int argc, char **argv);

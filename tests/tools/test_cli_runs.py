@@ -11,7 +11,10 @@ vocabularies"):
 - --save-total-limit N keeps the newest N checkpoint-STEP/ directories with best/ and
   final/; last_checkpoint names a complete one; a run killed while writing a checkpoint
   keeps the previous one (and those before it within the limit), and --resume from it ends
-  with the weights of a run without the limit.
+  with the weights of a run without the limit;
+- `redco presets` lists every preset (those an unknown preset's error names) with its
+  parameters, vocabulary and positions, as --json does, and README's presets table holds the
+  same rows (gpt2-demo among them).
 """
 import json
 import os
@@ -190,6 +193,39 @@ def save_total_limit(redco, tmp, data):
     print("--save-total-limit: the newest checkpoints, best/ and final/ kept; a kill in a save keeps the last")
 
 
+def presets(redco, source):
+    r = run(redco, "presets", "--json")
+    check(r.returncode == 0, f"presets --json: {r.stderr}")
+    rows = json.loads(r.stdout) if r.returncode == 0 else []
+    names = [p["name"] for p in rows]
+    r = run(redco, "train", "--model", "no-such-preset", "--data", "x.npy", "--workdir", "/nonexistent/w",
+            "--steps", "1")
+    known = r.stderr.split("known: ")[-1].rstrip(")\n").split(", ")
+    check(names == known and "gpt2-demo" in names, f"presets: {names} against the known {known}")
+    # the plain table: one line per preset, its vocabulary and positions
+    r = run(redco, "presets")
+    lines = r.stdout.strip().splitlines()
+    check(r.returncode == 0 and len(lines) == len(rows) + 1, f"presets: {len(lines)} lines for {len(rows)}")
+    for p, line in zip(rows, lines[1:]):
+        w = line.split()
+        check(w[0] == p["name"] and w[1] == p["model_type"] and int(w[3]) == p["vocab_size"] and
+              w[4] == (str(p["max_positions"]) if p["max_positions"] else "relative"),
+              f"presets line {line!r} against {p}")
+    check(next(p for p in rows if p["name"] == "gpt2")["parameters"] == 124439808, "gpt2's parameters")
+    # README's table
+    readme = {}
+    with open(os.path.join(source, "README.md")) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) == 5 and cells[0].startswith("`") and cells[2].replace(",", "").isdigit():
+                readme[cells[0].strip("`")] = (cells[1], int(cells[2].replace(",", "")), int(cells[3]),
+                                               0 if cells[4] == "relative" else int(cells[4]))
+    want = {p["name"]: (p["model_type"], p["parameters"], p["vocab_size"], p["max_positions"]) for p in rows}
+    check(readme == want, f"README's presets table differs from `redco presets`: "
+          f"{sorted(set(readme.items()) ^ set(want.items()))}")
+    print(f"presets: {len(rows)} presets, README's table agrees")
+
+
 GPT2_TOK = None
 
 
@@ -208,6 +244,7 @@ def main():
     refusals(redco, tmp, data, text)
     config(redco, tmp, data)
     save_total_limit(redco, tmp, data)
+    presets(redco, args.source)
     shutil.rmtree(tmp, ignore_errors=True)
     return finish("test_cli_runs")
 
