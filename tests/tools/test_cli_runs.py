@@ -14,7 +14,13 @@ vocabularies"):
   with the weights of a run without the limit;
 - `redco presets` lists every preset (those an unknown preset's error names) with its
   parameters, vocabulary and positions, as --json does, and README's presets table holds the
-  same rows (gpt2-demo among them).
+  same rows (gpt2-demo among them);
+- a tiny preset trains on text with a tokenizer of its own (tokenizer-train, 300 ids): its
+  vocabulary grows to the tokenizer's (said at the start), final/ loads in generate;
+  --vocab-size N sets it, and a tokenizer with fewer ids than N is warned about at the
+  start; one with more ids than N (or than a model directory's vocabulary) is refused at
+  the start naming both sizes; --vocab-size with a model directory is a usage error;
+  --tokenizer naming one of a tokenizer directory's files works as the directory does.
 """
 import json
 import os
@@ -226,6 +232,47 @@ def presets(redco, source):
     print(f"presets: {len(rows)} presets, README's table agrees")
 
 
+def vocabularies(redco, tmp, text):
+    tok = os.path.join(tmp, "tok300")
+    r = run(redco, "tokenizer-train", "--data", text, "--vocab-size", "300", "--out", tok)
+    check(r.returncode == 0, f"tokenizer-train: {r.stderr}")
+    base = ["--data", text, "--tokenizer", tok, "--seq-len", "32", "--steps", "2", "--batch-size", "4"]
+    wd = os.path.join(tmp, "voc-grown")
+    r = run(redco, "train", "--model", "tiny-gpt2", *base, "--workdir", wd)
+    check(r.returncode == 0 and "vocabulary of 300 ids" in r.stderr and "warning" not in r.stderr,
+          f"tiny-gpt2 on text with a 300-id tokenizer: {r.stderr[-400:]!r}")
+    with open(os.path.join(wd, "final", "config.json")) as f:
+        cfg = json.load(f)
+    check(cfg["vocab_size"] == 300 and cfg["eos_token_id"] == 299, f"final/config.json: {cfg}")
+    r = run(redco, "generate", "--model", os.path.join(wd, "final"), "--prompt", "It is", "--max-new-tokens", "4",
+            "--json")
+    out = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
+    check(len(out.get("ids", [])) == 4 and all(0 <= i < 300 for i in out["ids"]), f"generate: {r.stderr} {out}")
+    # --vocab-size larger than the tokenizer: trained, with a warning at the start naming both
+    r = run(redco, "train", "--model", "tiny-llama", *base, "--vocab-size", "400", "--workdir",
+            os.path.join(tmp, "voc-400"))
+    warn = [line for line in r.stderr.splitlines() if "warning" in line]
+    check(r.returncode == 0 and len(warn) == 1 and "300" in warn[0] and "400" in warn[0] and
+          r.stderr.index(warn[0]) < r.stderr.index("step "), f"--vocab-size 400: {r.stderr[-500:]!r}")
+    # smaller than the tokenizer, a model directory's vocabulary too small: refused at the start
+    for what, args, words in (
+            ("--vocab-size 256", ["--model", "tiny-gpt2", *base, "--vocab-size", "256"], ["300", "256", "--vocab-size"]),
+            ("a model directory", ["--model", os.path.join(wd, "final"), "--data", text, "--tokenizer", GPT2_TOK,
+                                   "--steps", "2"], ["50257", "300"]),
+            ("--vocab-size with a directory", ["--model", os.path.join(wd, "final"), *base, "--vocab-size", "512"],
+             ["--vocab-size", "model directory"])):
+        w = os.path.join(tmp, "voc-refused")
+        r = run(redco, "train", *args, "--workdir", w)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode != 0 and len(lines) == 1 and all(x in lines[0] for x in words) and not os.path.exists(w),
+              f"{what}: exit {r.returncode}, {r.stderr!r}")
+    # one of the directory's files names the tokenizer as the directory does
+    r = run(redco, "train", "--model", "tiny-gpt2", *base[:2], "--tokenizer", os.path.join(tok, "vocab.json"),
+            *base[4:], "--workdir", os.path.join(tmp, "voc-file"))
+    check(r.returncode == 0 and "vocabulary of 300 ids" in r.stderr, f"--tokenizer DIR/vocab.json: {r.stderr[-300:]}")
+    print("vocabularies: a tiny preset trains on text; sizes that do not fit refused at the start")
+
+
 GPT2_TOK = None
 
 
@@ -245,6 +292,7 @@ def main():
     config(redco, tmp, data)
     save_total_limit(redco, tmp, data)
     presets(redco, args.source)
+    vocabularies(redco, tmp, text)
     shutil.rmtree(tmp, ignore_errors=True)
     return finish("test_cli_runs")
 
