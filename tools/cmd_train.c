@@ -65,7 +65,10 @@ static const char *train_help =
     "not finite is skipped and S halved (noted, and train/loss_scale in the log); S doubles\n"
     "after --loss-scale-window good steps (default 2000). bf16 scales only when given S.\n"
     "Writes checkpoint-STEP/, last_checkpoint, best/, final/, log.jsonl and TensorBoard\n"
-    "event files into the workdir. --save-total-limit N keeps the newest N checkpoint-STEP/\n"
+    "event files into the workdir; log.jsonl's train/loss is the mean since the last record,\n"
+    "train/epoch counts the fraction done. Text is tokenized once and cached in\n"
+    "$REDCO_CACHE_DIR, else $XDG_CACHE_HOME/redco, else ~/.cache/redco.\n"
+    "--save-total-limit N keeps the newest N checkpoint-STEP/\n"
     "(older ones removed once a new one is complete; best/, the best evaluation's checkpoint,\n"
     "and final/ stay). With --json the last line of stdout is\n"
     "{\"step\": N, \"loss\": ..., \"eval_loss\": ..., \"lr\": ...} (loss: the last step's; eval_loss:\n"
@@ -524,10 +527,27 @@ static int model_config(const char *cmd, const options *o, const rc_tokenizer *t
     return 0;
 }
 
+/* Where tokenized text is cached: $REDCO_CACHE_DIR, else $XDG_CACHE_HOME/redco, else
+ * $HOME/.cache/redco (NULL, beside the data, without a home) */
+static const char *cache_dir(char *buf, size_t size)
+{
+    const char *dir = getenv("REDCO_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (dir && *dir)
+        snprintf(buf, size, "%s", dir);
+    else if (xdg && *xdg == '/')
+        snprintf(buf, size, "%s/redco", xdg);
+    else if (home && *home)
+        snprintf(buf, size, "%s/.cache/redco", home);
+    else
+        return NULL;
+    return buf;
+}
+
 static rc_dataset *open_data(const char *cmd, const char *path, rc_tokenizer *tok, const char *tok_path,
                              int verbose, rc_error *err)
 {
-    rc_dataset_opts opts = {.tokenizer = tok, .tokenizer_path = tok_path};
+    char dir[4200];
+    rc_dataset_opts opts = {.tokenizer = tok, .tokenizer_path = tok_path, .cache_dir = cache_dir(dir, sizeof dir)};
     rc_dataset *ds = rc_dataset_open(path, &opts, err);
     if (!ds) {
         cli_fail(cmd, "%s", err->msg);
@@ -535,8 +555,8 @@ static rc_dataset *open_data(const char *cmd, const char *path, rc_tokenizer *to
     }
     const rc_dataset_info *info = rc_dataset_info_get(ds);
     if (verbose && info->cache == RC_CACHE_UNWRITABLE)
-        fprintf(stderr, "redco %s: note: cannot write the token cache beside %s; tokens kept in memory\n",
-                cmd, path);
+        fprintf(stderr, "redco %s: note: cannot write the token cache of %s in %s; tokens kept in memory\n", cmd,
+                path, opts.cache_dir ? opts.cache_dir : "its directory");
     return ds;
 }
 

@@ -307,8 +307,8 @@ static void clock_text(double s, char *buf, size_t size)
     snprintf(buf, size, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
 }
 
-void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,
-                          double tokens_per_s, int tick)
+void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr, double rate,
+                          const char *unit, int tick)
 {
     if (d->step0 < 0) /* the ETA counts from this process's first step */
         d->step0 = step - 1, d->t0 = now_s();
@@ -325,11 +325,12 @@ void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double l
         for (int i = 0; i < WIDTH; i++)
             bar[i] = i < fill ? '#' : '.';
         bar[WIDTH] = 0;
-        fprintf(stderr, "\r[%s] step %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  ETA %s%s", bar,
-                (long long)step, (long long)total, loss, lr, tokens_per_s, eta, final ? "\n" : "");
+        /* \033[K clears what a longer line before left */
+        fprintf(stderr, "\r[%s] step %lld/%lld  loss %.4f  lr %.3g  %.0f %s  ETA %s\033[K%s", bar,
+                (long long)step, (long long)total, loss, lr, rate, unit, eta, final ? "\n" : "");
     } else {
-        fprintf(stderr, "step %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  ETA %s\n", (long long)step,
-                (long long)total, loss, lr, tokens_per_s, eta);
+        fprintf(stderr, "step %lld/%lld  loss %.4f  lr %.3g  %.0f %s  ETA %s\n", (long long)step, (long long)total,
+                loss, lr, rate, unit, eta);
     }
     fflush(stderr);
 }

@@ -20,10 +20,18 @@ vocabularies"):
   --vocab-size N sets it, and a tokenizer with fewer ids than N is warned about at the
   start; one with more ids than N (or than a model directory's vocabulary) is refused at
   the start naming both sizes; --vocab-size with a model directory is a usage error;
-  --tokenizer naming one of a tokenizer directory's files works as the directory does.
+  --tokenizer naming one of a tokenizer directory's files works as the directory does;
+- log.jsonl's train/loss is the mean over the logging interval (--log-every 3 logs the
+  mean of --log-every 1's three records), train/epoch counts the fraction of the epoch
+  done; a language model logs train/tokens_per_s and eval/ppl, a classifier
+  (examples/fashion_cnn) train/examples_per_s and eval/examples and no perplexity;
+- the progress is plain lines when stderr is not a terminal;
+- tokenized text is cached in $REDCO_CACHE_DIR, else $XDG_CACHE_HOME/redco, not beside
+  the data.
 """
 import json
 import os
+import pty
 import shutil
 import subprocess
 import sys
@@ -273,6 +281,88 @@ def vocabularies(redco, tmp, text):
     print("vocabularies: a tiny preset trains on text; sizes that do not fit refused at the start")
 
 
+def logging(redco, tmp, data, build):
+    base = ["--model", "tiny-gpt2", "--data", data, "--seq-len", "16", "--batch-size", "4", "--steps", "9",
+            "--eval-data", data, "--eval-every", "9"]
+    every = os.path.join(tmp, "log-1")
+    r1 = run(redco, "train", *base, "--workdir", every, "--log-every", "1")
+    third = os.path.join(tmp, "log-3")
+    r3 = run(redco, "train", *base, "--workdir", third, "--log-every", "3")
+    check(r1.returncode == 0 and r3.returncode == 0, f"logging runs: {r1.stderr[-300:]} {r3.stderr[-300:]}")
+    a = [x for x in losses(every) if "train/loss" in x]
+    b = [x for x in losses(third) if "train/loss" in x]
+    check([x["step"] for x in b] == [3, 6, 9], f"--log-every 3 records: {[x['step'] for x in b]}")
+    for x in b:
+        mean = sum(y["train/loss"] for y in a if x["step"] - 3 < y["step"] <= x["step"]) / 3
+        check(abs(x["train/loss"] - mean) < 1e-6 * abs(mean), f"step {x['step']}: {x['train/loss']} is not the mean {mean}")
+    per_epoch = (len(np.load(data)) - 1) // 16 // 4
+    check(all(abs(x["train/epoch"] - x["step"] / per_epoch) < 1e-6 for x in a),
+          f"train/epoch is the fraction done ({per_epoch} steps an epoch): {[x['train/epoch'] for x in a][:3]}")
+    full = [json.loads(line) for line in open(os.path.join(every, "log.jsonl"))]
+    check(all("train/tokens_per_s" in x for x in full if "train/loss" in x) and
+          any("eval/ppl" in x and "eval/tokens" in x for x in full),
+          "a language model logs tokens/s and the eval perplexity")
+    plain = [line for line in r1.stderr.splitlines() if line.startswith("step ") and "ETA" in line]
+    check(len(plain) == 9 and all("tok/s" in line and "ETA" in line and "\r" not in line for line in plain),
+          f"plain progress lines when stderr is no terminal: {plain[:2]}")
+    # on a terminal: one line redrawn each step (carriage return, the bar, rate and ETA)
+    master, slave = pty.openpty()
+    p = subprocess.Popen([redco, "train", *base[:-4], "--workdir", os.path.join(tmp, "log-tty")],
+                         stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the program closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait()
+    os.close(master)
+    bars = out.decode(errors="replace").split("\r[")[1:]
+    check(p.returncode == 0 and len(bars) == 9 and all("tok/s" in x and "ETA" in x for x in bars) and
+          all("\n" not in x for x in bars[:-1]) and bars[-1].endswith("\n"),
+          f"a terminal's progress bar: {bars[:2]} ... {bars[-1:]}")
+    # a classifier: examples/s, eval examples, no perplexity
+    cnn = os.path.join(build, "fashion_cnn")
+    if os.path.exists("/usr/share/datasets/fashion-mnist") and os.path.exists(cnn):
+        wd = os.path.join(tmp, "log-cnn")
+        r = subprocess.run([cnn, "--steps", "4", "--train-limit", "128", "--test-limit", "64", "--batch", "32",
+                            "--workdir", wd], capture_output=True, text=True, timeout=600)
+        recs = [json.loads(line) for line in open(os.path.join(wd, "log.jsonl"))] if r.returncode == 0 else []
+        train = [x for x in recs if "train/loss" in x]
+        ev = [x for x in recs if "eval/loss" in x]
+        check(train and all("train/examples_per_s" in x and "train/tokens_per_s" not in x for x in train) and
+              ev and all("eval/examples" in x and "eval/ppl" not in x for x in ev) and "ex/s" in r.stderr,
+              f"a classifier's units: {recs} {r.stderr[-300:]}")
+    else:
+        check(False, "no Fashion-MNIST (scripts/setup.sh installs it) or no build/fashion_cnn")
+    print("logging: interval means, fractional epochs, the task's units")
+
+
+def caches(redco, tmp, text):
+    data_dir = os.path.join(tmp, "ro-data")
+    os.makedirs(data_dir)
+    corpus = os.path.join(data_dir, "corpus.txt")
+    shutil.copy(text, corpus)
+    base = ["--model", "tiny-gpt2", "--data", corpus, "--tokenizer", GPT2_TOK, "--vocab-size", "50257",
+            "--seq-len", "16", "--steps", "1", "--batch-size", "2"]
+    for env, where in (({"REDCO_CACHE_DIR": os.path.join(tmp, "cache-a")}, os.path.join(tmp, "cache-a")),
+                       ({"REDCO_CACHE_DIR": "", "XDG_CACHE_HOME": os.path.join(tmp, "xdg")},
+                        os.path.join(tmp, "xdg", "redco"))):
+        e = dict(os.environ, **env)
+        wd = os.path.join(tmp, f"cache-run-{len(os.listdir(tmp))}")
+        r = subprocess.run([redco, "train", *base, "--workdir", wd], capture_output=True, text=True, env=e,
+                           timeout=600)
+        cached = os.listdir(where) if os.path.isdir(where) else []
+        check(r.returncode == 0 and len(cached) == 1 and cached[0].startswith("corpus.txt-") and
+              cached[0].endswith(".npy") and os.listdir(data_dir) == ["corpus.txt"],
+              f"token cache with {env}: {cached}, beside the data {os.listdir(data_dir)}, {r.stderr[-300:]}")
+    print("caches: tokenized text goes to the cache directory")
+
+
 GPT2_TOK = None
 
 
@@ -293,6 +383,8 @@ def main():
     save_total_limit(redco, tmp, data)
     presets(redco, args.source)
     vocabularies(redco, tmp, text)
+    logging(redco, tmp, data, args.build)
+    caches(redco, tmp, text)
     shutil.rmtree(tmp, ignore_errors=True)
     return finish("test_cli_runs")
 
