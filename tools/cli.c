@@ -13,12 +13,13 @@
 #include <unistd.h>
 
 int cli_rank;
+static char line_context[4300]; /* said before each error line: "--config FILE: " while it is read */
 
 static void vline(const char *cmd, const char *fmt, va_list ap, int usage)
 {
     if (cli_rank != 0)
         return;
-    fprintf(stderr, "redco %s: ", cmd);
+    fprintf(stderr, "redco %s: %s", cmd, line_context);
     vfprintf(stderr, fmt, ap);
     if (usage)
         fprintf(stderr, " (see 'redco %s --help')", cmd);
@@ -234,4 +235,71 @@ int cli_model_config(const char *model, rc_model_config *c, rc_error *err)
     if (access(path, R_OK) == 0)
         return rc_config_load(model, c, err);
     return rc_config_preset(model, c, err);
+}
+
+/* One value of key for flag f as take receives it; 0 or the exit status. */
+static int config_value(const char *cmd, const char *path, const struct option *f, const char *key, json_t *v,
+                        cli_take take, void *user)
+{
+    char text[64];
+    cli_args a = {.cmd = cmd, .value = NULL};
+    snprintf(a.flag, sizeof a.flag, "--%s", f->name);
+    if (json_is_string(v))
+        a.value = json_string_value(v);
+    else if (json_is_integer(v))
+        snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(v)), a.value = text;
+    else if (json_is_real(v))
+        snprintf(text, sizeof text, "%.17g", json_real_value(v)), a.value = text;
+    else if (!json_is_true(v))
+        return cli_usage(cmd, "--config %s: key '%s' holds %s: give a string, a number, true or false", path, key,
+                         json_is_object(v) ? "an object" : "an array inside an array");
+    if (f->has_arg == no_argument && a.value)
+        return cli_usage(cmd, "--config %s: key '%s' is a flag without a value: true or false", path, key);
+    if (f->has_arg == required_argument && !a.value)
+        return cli_usage(cmd, "--config %s: key '%s' needs a value, not true", path, key);
+    snprintf(line_context, sizeof line_context, "--config %s, key '%s': ", path, key);
+    int rc = take(cmd, f->val, &a, user);
+    line_context[0] = 0;
+    return rc;
+}
+
+int cli_config_read(const char *cmd, const char *path, const struct option *flags, const unsigned char *given,
+                    cli_take take, void *user, json_t **doc)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    *doc = NULL;
+    if (!root)
+        return je.line > 0 ? cli_usage(cmd, "--config %s: bad JSON at line %d, column %d: %s", path, je.line,
+                                       je.column, je.text)
+                           : cli_usage(cmd, "--config %s: %s", path, je.text);
+    int rc = json_is_object(root) ? 0 : cli_usage(cmd, "--config %s: not a JSON object of flags", path);
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        const struct option *f = flags;
+        while (!rc && f->name && (strcmp(f->name, key) || f->val < CLI_FLAG0))
+            f++;
+        if (!rc && (!f->name || !strcmp(key, "config")))
+            rc = cli_usage(cmd, "--config %s: unknown key '%s' (the keys are the flags' long names, as \"lr\" for "
+                           "--lr)", path, key);
+        if (rc)
+            break;
+        if (given[f->val - CLI_FLAG0] || json_is_null(v) || json_is_false(v)) /* the command line wins */
+            continue;
+        if (json_is_array(v)) {
+            size_t i;
+            json_t *e;
+            json_array_foreach(v, i, e) {
+                if ((rc = config_value(cmd, path, f, key, e, take, user))) /* an array in it: refused */
+                    break;
+            }
+        } else {
+            rc = config_value(cmd, path, f, key, v, take, user);
+        }
+        if (rc)
+            break;
+    }
+    *doc = root; /* the values taken point into it */
+    return rc;
 }

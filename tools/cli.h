@@ -39,6 +39,20 @@ typedef int (*cli_take)(const char *cmd, int c, const cli_args *a, void *user);
 int cli_parse(const char *cmd, int argc, char **argv, const struct option *flags, const char *help, cli_take take,
               void *user);
 
+/* --config FILE: a JSON object whose keys are the command's flags' long names ("lr" for
+ * --lr), read after the command line; a flag the command line gave (given[val - CLI_FLAG0]
+ * set) keeps its value. A value is a string or a number (the flag's value), true (a flag
+ * that takes none, or an optional value left out), false or null (not given), or an array
+ * of values (a repeatable flag, as --shard). An unknown key (or "config"), bad JSON or a
+ * value of the wrong kind is a usage error naming the key and the file; each value goes
+ * through take as the command line's would, its strings inside *doc (the document, which
+ * the caller releases with json_decref when done with the values). Returns 0 or the exit
+ * status. */
+enum { CLI_MAX_FLAGS = 128 };
+struct json_t;
+int cli_config_read(const char *cmd, const char *path, const struct option *flags, const unsigned char *given,
+                    cli_take take, void *user, struct json_t **doc);
+
 /* --zero[=STAGE] (train and plan): STAGE 0, 1 or 2 into *out, 1 without a value (v NULL);
  * 0, or 2 with a usage error printed (stage 3 is one line saying it is not built yet). */
 int cli_zero(const char *cmd, const char *v, int *out);
@@ -88,6 +102,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_presets(int argc, char **argv);
 int cmd_tokenizer_train(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int cmd_privacy(int argc, char **argv);

@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "redco/memory.h"
 #include "redco/data.h"
+#include "redco/dist.h"
 #include "redco/lora.h"
 #include "redco/pipeline.h"
 #include "redco/tokenizer.h"
@@ -12,21 +13,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *train_help =
-    "usage: redco train --model PRESET|DIR --data PATH [--tokenizer DIR] --workdir DIR [--mp N]\n"
+    "usage: redco train --model PRESET|DIR --data PATH [--tokenizer DIR] [--vocab-size N] --workdir DIR [--mp N]\n"
     "                   [--steps N | --epochs N] [--batch-size N] [--seq-len N] [--lr X]\n"
     "                   [--optimizer adamw|sgd] [--weight-decay X] [--grad-clip X] [--warmup N]\n"
     "                   [--schedule constant|linear|cosine] [--grad-accum K] [--seed S]\n"
-    "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--log-every N]\n"
+    "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--save-total-limit N]\n"
+    "                   [--log-every N]\n"
     "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--tf32] [--remat[=N]]\n"
     "                   [--zero [1|2]] [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
     "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--collective-timeout S]\n"
     "                   [--lora-r R [--lora-alpha A] [--lora-targets M,M,...] [--lora-merge]]\n"
+    "                   [--config FILE]\n"
     "\n"
     "Trains a model on .txt, .jsonl ({\"text\"}, {\"prompt\",\"completion\"}, {\"source\",\"target\"})\n"
-    "or .npy token data. --batch-size is per data-parallel process; the global batch is\n"
+    "or .npy token data; text needs a tokenizer: --tokenizer DIR (tokenizer.json, vocab.json and\n"
+    "merges.txt, or tokenizer.model; `redco tokenizer-train` makes one), or a --model directory\n"
+    "that holds one. A preset's vocabulary grows to the tokenizer's size, or --vocab-size N sets\n"
+    "it; a tokenizer with ids past the model's vocabulary is refused, one with fewer ids warned\n"
+    "about. The workdir is made once the run's inputs are checked: a refused run leaves none.\n"
+    "--config FILE reads flags from a JSON object keyed by their long names ({\"lr\": 0.001,\n"
+    "\"no-shuffle\": true, \"shard\": [\"NAME=1\"]}; null or false: not given); flags on the\n"
+    "command line win. The run's effective configuration is written to WORKDIR/run_config.json\n"
+    "(paths from the root), so `redco train --config WORKDIR/run_config.json --workdir NEW`\n"
+    "repeats it.\n"
+    "--batch-size is per data-parallel process; the global batch is\n"
     "batch-size x processes x grad-accum. --steps counts optimizer steps; with --resume the\n"
     "run continues from the workdir's last complete checkpoint until step N. --nproc P\n"
     "starts P processes with mpiexec (or run the command under mpirun/srun yourself).\n"
@@ -51,7 +65,12 @@ static const char *train_help =
     "not finite is skipped and S halved (noted, and train/loss_scale in the log); S doubles\n"
     "after --loss-scale-window good steps (default 2000). bf16 scales only when given S.\n"
     "Writes checkpoint-STEP/, last_checkpoint, best/, final/, log.jsonl and TensorBoard\n"
-    "event files into the workdir. With --json the last line of stdout is\n"
+    "event files into the workdir; log.jsonl's train/loss is the mean since the last record,\n"
+    "train/epoch counts the fraction done. Text is tokenized once and cached in\n"
+    "$REDCO_CACHE_DIR, else $XDG_CACHE_HOME/redco, else ~/.cache/redco.\n"
+    "--save-total-limit N keeps the newest N checkpoint-STEP/\n"
+    "(older ones removed once a new one is complete; best/, the best evaluation's checkpoint,\n"
+    "and final/ stay). With --json the last line of stdout is\n"
     "{\"step\": N, \"loss\": ..., \"eval_loss\": ..., \"lr\": ...} (loss: the last step's; eval_loss:\n"
     "the last evaluation's); a value that is NaN or infinite, or eval_loss with no\n"
     "--eval-data, is null; with --lora-r also \"state_bytes\" and \"full_state_bytes\".\n"
@@ -88,7 +107,9 @@ static const char *eval_help =
 typedef struct {
     const char *model, *data, *tokenizer, *workdir, *eval_data, *optimizer, *schedule, *device;
     const char *lora, *lora_targets;  /* eval: an adapter directory; train: --lora-targets */
-    int64_t lora_r;
+    const char *config;               /* --config FILE */
+    json_t *config_doc;               /* its document: the strings taken from it */
+    int64_t lora_r, vocab_size, save_total_limit;
     double lora_alpha;
     int lora_merge;
     int64_t steps, epochs, batch, seq_len, warmup, accum, seed, eval_every, save_every, log_every,
@@ -105,7 +126,7 @@ enum {
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
     F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO,
     F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW, F_LORA, F_LORA_R, F_LORA_ALPHA, F_LORA_TARGETS, F_LORA_MERGE,
-    F_COLL_TIMEOUT, F_TF32
+    F_COLL_TIMEOUT, F_TF32, F_VOCAB_SIZE, F_CONFIG, F_SAVE_TOTAL_LIMIT
 };
 
 static const struct option eval_flags[] = {
@@ -155,6 +176,7 @@ static const struct option train_flags[] = {
     {"seed", required_argument, NULL, F_SEED},
     {"eval-every", required_argument, NULL, F_EVAL_EVERY},
     {"save-every", required_argument, NULL, F_SAVE_EVERY},
+    {"save-total-limit", required_argument, NULL, F_SAVE_TOTAL_LIMIT},
     {"log-every", required_argument, NULL, F_LOG_EVERY},
     {"shard", required_argument, NULL, F_SHARD},
     {"lr", required_argument, NULL, F_LR},
@@ -166,6 +188,8 @@ static const struct option train_flags[] = {
     {"lora-alpha", required_argument, NULL, F_LORA_ALPHA},
     {"lora-targets", required_argument, NULL, F_LORA_TARGETS},
     {"lora-merge", no_argument, NULL, F_LORA_MERGE},
+    {"vocab-size", required_argument, NULL, F_VOCAB_SIZE},
+    {"config", required_argument, NULL, F_CONFIG},
     {NULL, 0, NULL, 0},
 };
 
@@ -211,6 +235,8 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_LOSS_SCALE_WINDOW: return cli_int64(cmd, f, v, 1, big, &o->loss_scale_window);
     case F_RESUME: o->resume = 1; return 0;
     case F_NO_SHUFFLE: o->no_shuffle = 1; return 0;
+    case F_SAVE_TOTAL_LIMIT: return cli_int64(cmd, f, v, 0, 1 << 20, &o->save_total_limit);
+    case F_VOCAB_SIZE: return cli_int64(cmd, f, v, 2, 1 << 24, &o->vocab_size);
     case F_SEQ_LEN: return cli_int64(cmd, f, v, 1, 1 << 20, &o->seq_len);
     case F_BATCH: return cli_int64(cmd, f, v, 1, 1 << 20, &o->batch);
     case F_NPROC: return cli_int64(cmd, f, v, 1, 4096, &o->nproc);
@@ -231,6 +257,143 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     }
 }
 
+/* The fewest significant digits that give x back (17 at most). */
+static int real_digits(double x)
+{
+    char text[40];
+    for (int p = 1; p < 17; p++) {
+        snprintf(text, sizeof text, "%.*g", p, x);
+        if (strtod(text, NULL) == x)
+            return p;
+    }
+    return 17;
+}
+
+/* A path as the run's configuration keeps it: from the root, so that the file works from
+ * any directory; a name that is no path (a preset) as it is. */
+static json_t *path_json(const char *path, int only_existing)
+{
+    char cwd[4096], full[8300];
+    if (!path)
+        return NULL;
+    if (path[0] == '/' || (only_existing && access(path, F_OK)) || !getcwd(cwd, sizeof cwd))
+        return json_string(path);
+    snprintf(full, sizeof full, "%s/%s", cwd, path);
+    return json_string(full);
+}
+
+/* One flag's value in the run's configuration (NULL: not given); *digits grows to the
+ * digits its reals need. */
+static json_t *option_json(const options *o, int flag, int *digits)
+{
+    double real = NAN;
+    json_t *v = NULL;
+    switch (flag) {
+    case F_MODEL: return path_json(o->model, 1);
+    case F_DATA: return path_json(o->data, 0);
+    case F_TOKENIZER: return path_json(o->tokenizer, 0);
+    case F_VOCAB_SIZE: return o->vocab_size ? json_integer(o->vocab_size) : NULL;
+    case F_WORKDIR: return path_json(o->workdir, 0);
+    case F_EVAL_DATA: return path_json(o->eval_data, 0);
+    case F_OPTIMIZER: return json_string(o->optimizer);
+    case F_SCHEDULE: return json_string(o->schedule);
+    case F_DEVICE: return o->device ? json_string(o->device) : NULL;
+    case F_TF32: return json_boolean(o->tf32);
+    case F_REMAT: return o->remat ? json_integer(o->remat) : json_false();
+    case F_ZERO: return json_integer(o->zero);
+    case F_DTYPE: return json_string(rc_dtype_name(o->dtype));
+    case F_JSON: return json_boolean(o->json);
+    case F_NO_SHUFFLE: return json_boolean(o->no_shuffle);
+    case F_LORA_MERGE: return json_boolean(o->lora_merge);
+    case F_LORA_TARGETS: return o->lora_targets ? json_string(o->lora_targets) : NULL;
+    case F_SEQ_LEN: return json_integer(o->seq_len);
+    case F_BATCH: return json_integer(o->batch);
+    case F_NPROC: return rc_dist_size() > 1 ? json_integer(rc_dist_size()) : NULL; /* the processes it ran on */
+    case F_MP: return json_integer(o->mp);
+    case F_STEPS: return o->steps ? json_integer(o->steps) : NULL;
+    case F_EPOCHS: return o->epochs ? json_integer(o->epochs) : NULL;
+    case F_WARMUP: return json_integer(o->warmup);
+    case F_ACCUM: return json_integer(o->accum);
+    case F_SEED: return json_integer(o->seed);
+    case F_EVAL_EVERY: return json_integer(o->eval_every);
+    case F_SAVE_EVERY: return json_integer(o->save_every);
+    case F_SAVE_TOTAL_LIMIT: return json_integer(o->save_total_limit);
+    case F_LOG_EVERY: return json_integer(o->log_every);
+    case F_LOSS_SCALE_WINDOW: return o->loss_scale_window ? json_integer(o->loss_scale_window) : NULL;
+    case F_LORA_R: return o->lora_r ? json_integer(o->lora_r) : NULL;
+    case F_SHARD:
+        if (!o->shards.n)
+            return NULL;
+        v = json_array();
+        for (int i = 0; i < o->shards.n; i++) {
+            char text[200];
+            const rc_shard_override *s = &o->shards.o[i];
+            if (s->axis < 0)
+                snprintf(text, sizeof text, "%s=replicated", o->shards.names[i]);
+            else if (s->groups)
+                snprintf(text, sizeof text, "%s=%d:%lld", o->shards.names[i], s->axis, (long long)s->groups);
+            else
+                snprintf(text, sizeof text, "%s=%d", o->shards.names[i], s->axis);
+            json_array_append_new(v, json_string(text));
+        }
+        return v;
+    case F_LR: real = o->lr; break;
+    case F_WD: real = o->wd; break;
+    case F_CLIP: real = o->clip; break;
+    case F_COLL_TIMEOUT: real = o->coll_timeout; break;
+    case F_LOSS_SCALE: real = o->loss_scale > 0 ? o->loss_scale : NAN; break;
+    case F_LORA_ALPHA: real = o->lora_alpha > 0 ? o->lora_alpha : NAN; break;
+    default: return NULL; /* --config and --resume: how a run was started, not what it is */
+    }
+    if (isnan(real))
+        return NULL;
+    int d = real_digits(real);
+    *digits = d > *digits ? d : *digits;
+    return json_real(real);
+}
+
+/* The run's effective configuration as JSON text (malloc'ed; NULL when out of memory):
+ * every flag of train by its long name, null when not given, so that `redco train
+ * --config WORKDIR/run_config.json` runs it again. */
+static char *run_config_text(const options *o)
+{
+    json_t *root = json_object();
+    int digits = 15; /* enough for what people type: 3e-4 reads 0.0003 */
+    for (const struct option *f = train_flags; root && f->name; f++) {
+        if (f->val == CLI_HELP || f->val == F_CONFIG || f->val == F_RESUME)
+            continue;
+        json_t *v = option_json(o, f->val, &digits);
+        json_object_set_new(root, f->name, v ? v : json_null());
+    }
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(digits)) : NULL;
+    json_decref(root);
+    size_t n = text ? strlen(text) : 0;
+    char *line = text ? realloc(text, n + 2) : NULL;
+    if (line)
+        memcpy(line + n, "\n", 2);
+    else
+        free(text);
+    return line;
+}
+
+/* The command line's flags, then --config's keys for the flags it did not give. */
+typedef struct {
+    options *o;
+    unsigned char given[CLI_MAX_FLAGS];
+} parsing;
+
+static int take_given(const char *cmd, int c, const cli_args *a, void *user)
+{
+    parsing *p = user;
+    if (c >= CLI_FLAG0 && c - CLI_FLAG0 < CLI_MAX_FLAGS)
+        p->given[c - CLI_FLAG0] = 1;
+    if (c == F_CONFIG) {
+        p->o->config = a->value;
+        return 0;
+    }
+    return take_flag(cmd, c, a, p->o);
+}
+
 /* Parses the flags of train (is_train) or eval; 0, -1 after --help, or the exit status of
  * a bad flag. */
 static int parse(const char *cmd, int argc, char **argv, options *o, int is_train)
@@ -238,7 +401,11 @@ static int parse(const char *cmd, int argc, char **argv, options *o, int is_trai
     *o = (options){.optimizer = "adamw", .schedule = "constant", .batch = 8, .seq_len = 64,
                    .accum = 1, .lr = 3e-4, .wd = 0.01, .clip = 1.0, .log_every = 10, .mp = 1,
                    .coll_timeout = 600};
-    int rc = cli_parse(cmd, argc, argv, is_train ? train_flags : eval_flags, is_train ? train_help : eval_help, take_flag, o);
+    parsing p = {.o = o};
+    const struct option *flags = is_train ? train_flags : eval_flags;
+    int rc = cli_parse(cmd, argc, argv, flags, is_train ? train_help : eval_help, take_given, &p);
+    if (!rc && o->config)
+        rc = cli_config_read(cmd, o->config, flags, p.given, take_flag, o, &o->config_doc);
     if (rc)
         return rc;
     if (!o->model || !o->data)
@@ -258,10 +425,37 @@ static int parse(const char *cmd, int argc, char **argv, options *o, int is_trai
     return 0;
 }
 
+/* What a tokenizer directory holds, for the lines that ask for one. */
+static const char *tokenizer_dir_help =
+    "a tokenizer directory holds tokenizer.json (Hugging Face tokenizers), vocab.json and merges.txt "
+    "(GPT-2 byte-level BPE) or tokenizer.model (SentencePiece); 'redco tokenizer-train' makes one";
+
+static int has_suffix(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* --tokenizer PATH names a directory, or one of a tokenizer directory's own files */
+static int tokenizer_path_ok(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) || S_ISDIR(st.st_mode))
+        return 1; /* a directory, or nothing: the loader says what is missing */
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    return !strcmp(base, "tokenizer.json") || !strcmp(base, "vocab.json") || !strcmp(base, "merges.txt") ||
+           has_suffix(base, ".model");
+}
+
 /* The tokenizer: --tokenizer, else the model directory's own files (NULL if it has none). */
 static rc_tokenizer *open_tokenizer(const char *cmd, const options *o, const char **path, rc_error *err)
 {
     *path = o->tokenizer;
+    if (*path && !tokenizer_path_ok(*path)) {
+        cli_fail(cmd, "--tokenizer %s is a file, not a tokenizer: %s", *path, tokenizer_dir_help);
+        return NULL;
+    }
     if (!*path) {
         const char *files[] = {"tokenizer.json", "vocab.json", "tokenizer.model"};
         for (int i = 0; i < 3 && !*path; i++) {
@@ -279,10 +473,81 @@ static rc_tokenizer *open_tokenizer(const char *cmd, const options *o, const cha
     return t;
 }
 
+/* Text data needs a tokenizer: 0, or 1 after the line that says how to give one. */
+static int text_needs_tokenizer(const char *cmd, const char *data, const rc_tokenizer *tok)
+{
+    if (tok || !data || !(has_suffix(data, ".txt") || has_suffix(data, ".jsonl")))
+        return 0;
+    return cli_fail(cmd, "%s: text data needs a tokenizer: give --tokenizer DIR (%s), or a --model directory "
+                    "that holds one", data, tokenizer_dir_help);
+}
+
+/* The model's configuration: DIR/config.json, or the preset's with its vocabulary set by
+ * --vocab-size, else grown to the tokenizer's size. A tokenizer with ids past the
+ * vocabulary is refused, one with fewer ids warned about. 0, or the exit status. */
+static int model_config(const char *cmd, const options *o, const rc_tokenizer *tok, const char *tok_path,
+                        rc_model_config *c, int *resized)
+{
+    rc_error err = {0};
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", o->model);
+    int is_dir = access(path, R_OK) == 0;
+    if (cli_model_config(o->model, c, &err))
+        return cli_fail(cmd, "%s", err.msg);
+    int64_t tv = tok ? rc_tokenizer_vocab_size(tok) : 0;
+    int preset_vocab = c->vocab_size;
+    *resized = 0;
+    if (o->vocab_size && is_dir)
+        return cli_usage(cmd, "--vocab-size: %s is a model directory; its config.json sets the vocabulary (%d)",
+                         o->model, c->vocab_size);
+    if (o->vocab_size)
+        c->vocab_size = (int)o->vocab_size;
+    else if (!is_dir && tv > c->vocab_size)
+        c->vocab_size = (int)tv;
+    if (tv > c->vocab_size)
+        return cli_fail(cmd, "the tokenizer in %s has %lld ids, more than the model's vocabulary of %d: %s",
+                        tok_path, (long long)tv, c->vocab_size,
+                        is_dir ? "use a model with a vocabulary that large, or a smaller tokenizer"
+                               : "give --vocab-size that large, or leave it out to take the tokenizer's");
+    if (c->vocab_size != preset_vocab) {
+        *resized = 1;
+        if (cli_rank == 0 && !o->json)
+            fprintf(stderr, "redco %s: %s with a vocabulary of %d ids (the preset has %d)\n", cmd, o->model,
+                    c->vocab_size, preset_vocab);
+        int32_t eos = tok ? rc_tokenizer_eos(tok) : -1, bos = tok ? rc_tokenizer_bos(tok) : -1;
+        c->eos_token_id = eos >= 0 && eos < c->vocab_size ? eos : -1;
+        c->bos_token_id = bos >= 0 && bos < c->vocab_size ? bos : c->eos_token_id;
+        if (rc_config_validate(c, &err))
+            return cli_fail(cmd, "%s", err.msg);
+    }
+    if (tok && tv < c->vocab_size && cli_rank == 0)
+        fprintf(stderr, "redco %s: warning: the tokenizer in %s has %lld ids, fewer than the model's vocabulary "
+                "of %d: ids %lld to %d never occur in the data\n", cmd, tok_path, (long long)tv, c->vocab_size,
+                (long long)tv, c->vocab_size - 1);
+    return 0;
+}
+
+/* Where tokenized text is cached: $REDCO_CACHE_DIR, else $XDG_CACHE_HOME/redco, else
+ * $HOME/.cache/redco (NULL, beside the data, without a home) */
+static const char *cache_dir(char *buf, size_t size)
+{
+    const char *dir = getenv("REDCO_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (dir && *dir)
+        snprintf(buf, size, "%s", dir);
+    else if (xdg && *xdg == '/')
+        snprintf(buf, size, "%s/redco", xdg);
+    else if (home && *home)
+        snprintf(buf, size, "%s/.cache/redco", home);
+    else
+        return NULL;
+    return buf;
+}
+
 static rc_dataset *open_data(const char *cmd, const char *path, rc_tokenizer *tok, const char *tok_path,
                              int verbose, rc_error *err)
 {
-    rc_dataset_opts opts = {.tokenizer = tok, .tokenizer_path = tok_path};
+    char dir[4200];
+    rc_dataset_opts opts = {.tokenizer = tok, .tokenizer_path = tok_path, .cache_dir = cache_dir(dir, sizeof dir)};
     rc_dataset *ds = rc_dataset_open(path, &opts, err);
     if (!ds) {
         cli_fail(cmd, "%s", err->msg);
@@ -290,8 +555,8 @@ static rc_dataset *open_data(const char *cmd, const char *path, rc_tokenizer *to
     }
     const rc_dataset_info *info = rc_dataset_info_get(ds);
     if (verbose && info->cache == RC_CACHE_UNWRITABLE)
-        fprintf(stderr, "redco %s: note: cannot write the token cache beside %s; tokens kept in memory\n",
-                cmd, path);
+        fprintf(stderr, "redco %s: note: cannot write the token cache of %s in %s; tokens kept in memory\n", cmd,
+                path, opts.cache_dir ? opts.cache_dir : "its directory");
     return ds;
 }
 
@@ -319,17 +584,16 @@ static void session_free(session *s)
 /* Before the model is loaded: a training run's memory (the plan of its step, nothing
  * allocated) against its share of the device; 0, or 1 after the refusal. A plan that fails
  * says nothing here: building the step reports the same failure where it happens. */
-static int preflight(const char *cmd, const options *o, rc_deployer *d)
+static int preflight(const char *cmd, const options *o, const rc_model_config *c, rc_deployer *d)
 {
     const rc_mesh *m = rc_deployer_mesh(d);
     rc_memory_options mo = {.dp = m->dp, .mp = m->mp, .batch = o->batch, .seq_len = o->seq_len, .zero = o->zero,
                             .remat = (int)o->remat, .dtype = o->dtype, .overrides = o->shards.o,
                             .n_overrides = o->shards.n, .backend = rc_deployer_backend(d)};
-    rc_model_config c;
     rc_rank_memory r;
     rc_error err = {0};
     int rc = 0, sharers = rc_deployer_device_sharers(d); /* collective: first, on every rank */
-    if (!cli_model_config(o->model, &c, NULL) && !rc_memory_plan(&c, &mo, &r, NULL))
+    if (!rc_memory_plan(c, &mo, &r, NULL))
         rc = rc_memory_fits(&r, &mo, sharers, o->model, &err);
     return rc_deployer_agree(d, rc, &err) ? cli_fail(cmd, "%s", err.msg) : 0;
 }
@@ -346,13 +610,34 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
     if (rc_dist_init(argc, argv, &err))
         return cli_fail(cmd, "%s", err.msg);
     cli_rank = rc_dist_rank(); /* only rank 0 prints errors: every rank agrees on them first */
-    if (!(s->d = rc_deployer_new(argc, argv, &dopt, &err)))
+    char *config = is_train ? run_config_text(o) : NULL;
+    dopt.run_config = config;
+    s->d = rc_deployer_new(argc, argv, &dopt, &err);
+    free(config);
+    if (!s->d)
         return cli_fail(cmd, "%s", err.msg);
-    if (is_train && !o->lora_r && preflight(cmd, o, s->d))
+    s->tok = open_tokenizer(cmd, o, &tok_path, &err);
+    if (!s->tok && tok_path)
+        return 1;
+    rc_model_config c;
+    int rc, resized = 0;
+    if ((rc = model_config(cmd, o, s->tok, tok_path, &c, &resized)) || text_needs_tokenizer(cmd, o->data, s->tok) ||
+        text_needs_tokenizer(cmd, o->eval_data, s->tok))
+        return rc ? rc : 1;
+    if (is_train && !o->lora_r && preflight(cmd, o, &c, s->d))
         return 1;
     int main = rc_deployer_is_main(s->d);
-    int ok = (s->model = rc_model_load(o->model, (uint64_t)o->seed, o->dtype, &err)) != NULL;
-    if (!ok)
+    /* a preset of another vocabulary: made from its configuration */
+    if (resized)
+        s->model = rc_model_from_config(&c, (uint64_t)o->seed, &err);
+    else
+        s->model = rc_model_load(o->model, (uint64_t)o->seed, o->dtype, &err);
+    if (s->model && o->dtype != RC_F32 && rc_params_dtype(s->model->params) != o->dtype &&
+        rc_model_to_dtype(s->model, o->dtype, &err)) {
+        rc_model_free(s->model);
+        s->model = NULL;
+    }
+    if (!s->model)
         return cli_fail(cmd, "%s", err.msg);
     /* LoRA: the frozen model's weights live where the steps run (the trainer moves only the
      * adapters it trains) */
@@ -363,17 +648,11 @@ static int session_open(const char *cmd, const options *o, session *s, int *argc
         return cli_fail(cmd, "%s", err.msg);
     if (o->lora) { /* eval: the adapter folded into the weights, which then run as any model's */
         rc_lora *l = rc_lora_load(s->model, o->lora, &err);
-        int rc = l ? rc_lora_merge(l, &err) : -1;
+        int lrc = l ? rc_lora_merge(l, &err) : -1;
         rc_lora_free(l);
-        if (rc)
+        if (lrc)
             return cli_fail(cmd, "--lora %s: %s", o->lora, err.msg);
     }
-    s->tok = open_tokenizer(cmd, o, &tok_path, &err);
-    if (!s->tok && tok_path)
-        return 1;
-    if (s->tok && rc_tokenizer_vocab_size(s->tok) > s->model->config.vocab_size)
-        return cli_fail(cmd, "the tokenizer in %s has %lld ids, more than the model's vocabulary of %d",
-                        tok_path, (long long)rc_tokenizer_vocab_size(s->tok), s->model->config.vocab_size);
     /* rank 0 tokenizes and writes the caches; the others then read them */
     for (int turn = 0; turn < 2; turn++) {
         int rc = 0;
@@ -418,11 +697,12 @@ static int lora_finish(const options *o, session *s, const rc_train_result *res,
     return rc_deployer_agree(s->d, rc, err);
 }
 
-int cmd_train(int argc, char **argv)
+static int train(int argc, char **argv, options *op)
 {
     const char *cmd = "train";
     options o;
     int rc = parse(cmd, argc, argv, &o, 1);
+    op->config_doc = o.config_doc;
     if (rc)
         return rc < 0 ? 0 : rc;
     if ((rc = cli_relaunch(cmd, (int)o.nproc, argc, argv)) >= 0)
@@ -446,6 +726,7 @@ int cmd_train(int argc, char **argv)
                                        : !strcmp(o.schedule, "cosine") ? RC_SCHEDULE_COSINE
                                                                         : RC_SCHEDULE_CONSTANT,
                            .log_every = o.log_every, .eval_every = o.eval_every, .save_every = o.save_every,
+                           .save_total_limit = (int)o.save_total_limit,
                            .shard_overrides = o.shards.o, .n_shard_overrides = o.shards.n,
                            .resume = o.resume, .catch_signals = 1, .tokenizer_dir = o.tokenizer ? o.tokenizer : s.model->dir[0] ? s.model->dir : NULL};
     rc_examples train = {rc_task_count, s.task}, eval = {rc_task_count, s.eval_task};
@@ -473,11 +754,20 @@ int cmd_train(int argc, char **argv)
     return stopped ? 128 + stopped : rc ? 1 : 0; /* a shell's code for a death by that signal */
 }
 
+int cmd_train(int argc, char **argv)
+{
+    options o = {0};
+    int rc = train(argc, argv, &o);
+    json_decref(o.config_doc);
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv)
 {
     const char *cmd = "eval";
     options o;
     int rc = parse(cmd, argc, argv, &o, 0);
+    json_decref(o.config_doc); /* eval takes no --config */
     if (rc)
         return rc < 0 ? 0 : rc;
     if ((rc = cli_relaunch(cmd, (int)o.nproc, argc, argv)) >= 0)

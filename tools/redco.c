@@ -14,6 +14,7 @@ static const struct {
     {"train", cmd_train, "train a preset or a Hugging Face model directory on text or tokens"},
     {"eval", cmd_eval, "loss and perplexity of a model on data"},
     {"generate", cmd_generate, "continue a prompt with a model"},
+    {"presets", cmd_presets, "the architecture presets: parameters, vocabulary, positions"},
     {"plan", cmd_plan, "the tensor-parallel plan of a model over N shards (no weights allocated)"},
     {"tokenize", cmd_tokenize, "text -> token ids, or ids -> text (--decode)"},
     {"tokenizer-train", cmd_tokenizer_train, "learn a byte-level BPE vocabulary from a text file"},

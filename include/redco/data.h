@@ -47,7 +47,7 @@
  * are floor((N - 1) / T) windows (0 when N < T + 1).
  *
  * Token cache (.txt and {"text"} .jsonl): the tokens of DATA are saved beside it as
- * DATA.<fingerprint>.npy, where the fingerprint is 16 hex digits of a 64-bit FNV-1a hash
+ * DATA.<fingerprint>.npy (or in the options' cache_dir), where the fingerprint is 16 hex digits of a 64-bit FNV-1a hash
  * of the tokenizer files' names and contents (tokenizer.json, vocab.json, merges.txt,
  * tokenizer.model, tokenizer_config.json, special_tokens_map.json, added_tokens.json,
  * whichever exist) and of this library's tokenization rules version. A cache is used only
@@ -139,6 +139,12 @@ typedef struct {
     const char *tokenizer_path;     /* the directory or file the tokenizer was loaded from:
                                        its files name the cache. NULL: no cache */
     int no_cache;                   /* 1: never read or write a cache */
+    const char *cache_dir;          /* NULL: the cache beside DATA. Else the cache is
+                                       CACHE_DIR/NAME-<path>.<fingerprint>.npy, NAME being
+                                       DATA's file name and <path> 16 hex digits of a hash of
+                                       DATA's absolute path (files of one name in different
+                                       directories apart); CACHE_DIR and its parents are made
+                                       when missing */
     size_t chunk_bytes;             /* .txt read size; 0: 1 MiB (tests use small ones) */
 } rc_dataset_opts;
 

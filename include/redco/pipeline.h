@@ -207,7 +207,10 @@ typedef struct {
                                      any other */
     int mp;                       /* model shards per data-parallel replica (0: 1); the world
                                      size is dp x mp */
-    const char *workdir;          /* NULL: no files. Rank 0 appends log.jsonl there: one JSON
+    const char *workdir;          /* NULL: no files. Made when the first fit has checked its
+                                     options and built its state (or at the first
+                                     rc_deployer_log), so a refused run leaves none. Rank 0
+                                     appends log.jsonl there: one JSON
                                      object per line, {"step": S, "train/loss": x, ...}, a
                                      NaN or infinite value written as null */
     int verbose;                  /* 1: progress and notes on rank 0's stderr; 0: none */
@@ -222,6 +225,9 @@ typedef struct {
     double collective_timeout;    /* seconds a collective may wait for the other ranks before
                                      the job is aborted naming the op and the missing ranks
                                      (rc_comm_set_timeout); 0: 600, < 0: no limit */
+    const char *run_config;       /* NULL, or text (the configuration that made the run, e.g.
+                                     JSON) rank 0 writes to workdir/run_config.json, atomically,
+                                     when a fit first writes into the workdir */
 } rc_deployer_options;
 
 typedef struct rc_deployer rc_deployer;
@@ -357,6 +363,11 @@ typedef struct {
      * (the rest of the plan fits around them); NULL: none */
     const rc_shard_override *shard_overrides;
     int n_shard_overrides;
+    int save_total_limit;         /* N > 0: once a checkpoint-STEP/ is complete (and
+                                     last_checkpoint names it), the older checkpoint-STEP/
+                                     directories beyond the newest N are removed (renamed
+                                     aside first, so a kill leaves no partial checkpoint);
+                                     best/ and final/ are never removed. 0: all kept */
 } rc_train_options;
 
 typedef struct {

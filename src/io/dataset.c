@@ -1,6 +1,7 @@
 /* dataset.c - datasets for training: token streams cut into language-model windows, and
  * instruction / seq2seq examples; the token cache; epoch order and sharding.
  * The formats and rules are documented in include/redco/data.h. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "npy.h"
 #include "internal.h"
 
@@ -584,6 +585,43 @@ static int mtime_newer_or_equal(const struct stat *a, const struct stat *b)
     return a->st_mtim.tv_nsec >= b->st_mtim.tv_nsec;
 }
 
+/* mkdir -p dir; 0, or -1 when some part cannot be made */
+static int make_dirs(const char *dir)
+{
+    char path[1024];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return -1;
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(path, 0777) && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(path, 0777) && errno != EEXIST ? -1 : 0;
+}
+
+/* The cache file's path for the tokenizer fingerprint fp: beside DATA, or in o->cache_dir
+ * (made when missing; "" when it cannot be, and the tokens then stay in memory). */
+static void cache_path(rc_dataset *ds, const rc_dataset_opts *o, const char *fp)
+{
+    char *out = ds->info.cache_path, full[4096];
+    size_t size = sizeof ds->info.cache_path;
+    if (!o->cache_dir) {
+        snprintf(out, size, "%s.%s.npy", ds->path, fp);
+        return;
+    }
+    const char *name = strrchr(ds->path, '/');
+    name = name ? name + 1 : ds->path;
+    if (!realpath(ds->path, full))
+        snprintf(full, sizeof full, "%s", ds->path);
+    uint64_t h = fnv1a(0xCBF29CE484222325ull, full, strlen(full));
+    int n = snprintf(out, size, "%s/%s-%016llx.%s.npy", o->cache_dir, name, (unsigned long long)h, fp);
+    if (n < 0 || (size_t)n >= size || make_dirs(o->cache_dir))
+        out[0] = 0;
+}
+
 /* Tokenizes a .txt or {"text"} .jsonl into the token stream, through the cache when the
  * options allow one. */
 static int open_stream(rc_dataset *ds, const rc_dataset_opts *o, rc_error *err)
@@ -598,7 +636,7 @@ static int open_stream(rc_dataset *ds, const rc_dataset_opts *o, rc_error *err)
         char fp[17];
         if (tokenizer_fingerprint(o->tokenizer_path, fp, err))
             return -1;
-        snprintf(ds->info.cache_path, sizeof ds->info.cache_path, "%s.%s.npy", ds->path, fp);
+        cache_path(ds, o, fp);
         struct stat sd, sc;
         if (stat(ds->path, &sd) != 0)
             return rc_error_set(err, RC_ERR_IO, "%s: cannot open: %s", ds->path,
@@ -610,7 +648,7 @@ static int open_stream(rc_dataset *ds, const rc_dataset_opts *o, rc_error *err)
             ds->info.cache = RC_CACHE_HIT;
             return 0;
         }
-        if (rci_npy_writer_open(&w, ds->info.cache_path, dtype, NULL) == 0) {
+        if (ds->info.cache_path[0] && rci_npy_writer_open(&w, ds->info.cache_path, dtype, NULL) == 0) {
             s.w = &w;
             ds->info.cache = RC_CACHE_WRITTEN;
         } else {

@@ -32,6 +32,9 @@ struct rc_deployer {
     char earlier[256];            /* rank 0: the last checkpoint of an earlier run found in the
                                      workdir when it was opened ("" none) */
     int earlier_log;              /* rank 0: log.jsonl held records then */
+    int drop_log;                 /* rank 0: those records go when the workdir is opened */
+    int opened;                   /* rank 0: the workdir was made and its logs opened */
+    char *run_config;             /* written to workdir/run_config.json when it is opened */
     int fits;                     /* fits begun on this deployer */
     rc_backend *be;               /* the device this process runs on (opened here, closed by free) */
 };
@@ -50,26 +53,29 @@ static int make_dir(const char *dir, rc_error *err)
     return rc_error_set(err, RC_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
 }
 
-/* what an earlier run left in the workdir: its last checkpoint's name, records in the log */
-static void earlier_run(rc_deployer *d, const char *log_path)
+/* what an earlier run left in the workdir: its last checkpoint's name, records in the log
+ * (read only: a workdir that does not exist holds neither) */
+static void earlier_run(rc_deployer *d)
 {
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/log.jsonl", d->workdir);
     if (rci_workdir_last(d->workdir, d->earlier, sizeof d->earlier))
         d->earlier[0] = 0;
-    struct stat st;
-    d->earlier_log = stat(log_path, &st) == 0 && st.st_size > 0;
+    d->earlier_log = stat(path, &st) == 0 && st.st_size > 0;
 }
 
 int rci_deployer_fresh_start(rc_deployer *d, int resume, rc_error *err)
 {
     int rc = 0;
-    if (d->fits++ || d->mesh.rank != 0 || resume)
+    if (d->fits++ || d->mesh.rank != 0 || resume || !d->workdir[0])
         return rc_comm_agree(d->mesh.world, 0, err);
+    earlier_run(d);
     if (d->earlier[0])
         rc = rc_error_set(err, RC_ERR_ARG, "%s holds an earlier run (its last checkpoint: %s): --resume "
                           "(rc_train_options.resume) continues it; another workdir, or this one removed, "
                           "starts afresh", d->workdir, d->earlier);
-    else if (d->earlier_log) /* steps never saved: started again from 0, as a resume would */
-        rc = rci_deployer_log_resume(d, 0, err);
+    d->drop_log = d->earlier_log; /* steps never saved: started again from 0, as a resume would */
     return rc_comm_agree(d->mesh.world, rc, err);
 }
 
@@ -93,25 +99,57 @@ int rc_deployer_device_sharers(const rc_deployer *d)
     return same > 0 ? same : 1;
 }
 
-/* rank 0 opens the workdir's logs; everyone learns whether that worked */
-static int open_logs(rc_deployer *d, rc_error *err)
+/* text into path, atomically: a temporary file, synced, renamed */
+static int write_atomic(const char *path, const char *text, rc_error *err)
+{
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int rc = f ? 0 : -1;
+    if (f && (fputs(text, f) < 0 || fflush(f) || fsync(fileno(f))))
+        rc = -1;
+    if (f && fclose(f))
+        rc = -1;
+    if (!rc && rename(tmp, path))
+        rc = -1;
+    if (rc) {
+        rc_error_set(err, RC_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        remove(tmp);
+    }
+    return rc;
+}
+
+/* Rank 0 makes the workdir and opens its logs (log.jsonl, TensorBoard events), writes
+ * run_config.json, and drops an earlier try's records when the fit asked for it. */
+static int workdir_create(rc_deployer *d, rc_error *err)
+{
+    char path[4200];
+    d->opened = 1;
+    if (make_dir(d->workdir, err))
+        return -1;
+    int removed = rci_workdir_clean(d->workdir);
+    if (removed)
+        fprintf(stderr, "redco: removed %d temporary entr%s left in %s by an interrupted save\n", removed,
+                removed == 1 ? "y" : "ies", d->workdir);
+    snprintf(path, sizeof path, "%s/log.jsonl", d->workdir);
+    if (!(d->log = fopen(path, "a")))
+        return rc_error_set(err, RC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!(d->tb = rc_tboard_open(d->workdir, err)))
+        return -1;
+    snprintf(path, sizeof path, "%s/run_config.json", d->workdir);
+    if (d->run_config && write_atomic(path, d->run_config, err))
+        return -1;
+    if (d->drop_log && rci_deployer_log_resume(d, 0, err))
+        return -1;
+    d->drop_log = 0;
+    return 0;
+}
+
+int rci_deployer_open_workdir(rc_deployer *d, rc_error *err)
 {
     int rc = 0;
-    if (d->mesh.rank == 0 && d->workdir[0]) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/log.jsonl", d->workdir);
-        rc = make_dir(d->workdir, err);
-        int removed = rc ? 0 : rci_workdir_clean(d->workdir);
-        if (removed)
-            fprintf(stderr, "redco: removed %d temporary entr%s left in %s by an interrupted save\n", removed,
-                    removed == 1 ? "y" : "ies", d->workdir);
-        if (!rc)
-            earlier_run(d, path);
-        if (!rc && !(d->log = fopen(path, "a")))
-            rc = rc_error_set(err, RC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        if (!rc && !(d->tb = rc_tboard_open(d->workdir, err)))
-            rc = -1;
-    }
+    if (d->mesh.rank == 0 && d->workdir[0] && !d->opened)
+        rc = workdir_create(d, err);
     return rc_comm_agree(d->mesh.world, rc, err);
 }
 
@@ -151,11 +189,12 @@ rc_deployer *rc_deployer_new(int *argc, char ***argv, const rc_deployer_options 
     d->step0 = -1;
     if (o->workdir)
         snprintf(d->workdir, sizeof d->workdir, "%s", o->workdir);
-    if (open_logs(d, err)) {
+    if (o->run_config && !(d->run_config = strdup(o->run_config))) {
+        rc_error_set(err, RC_ERR_MEMORY, "deployer: out of memory");
         rc_deployer_free(d);
         return NULL;
     }
-    return d;
+    return d; /* the workdir is made when first written (rci_deployer_open_workdir) */
 }
 
 void rc_deployer_free(rc_deployer *d)
@@ -167,6 +206,7 @@ void rc_deployer_free(rc_deployer *d)
     rc_tboard_close(d->tb);
     rc_device_close(d->be); /* released once the buffers made on it (parameters moved there) go */
     rc_mesh_free(&d->mesh);
+    free(d->run_config);
     if (d->owns_mpi)
         rc_dist_finalize();
     free(d);
@@ -220,7 +260,11 @@ int rc_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const
 int rci_deployer_log(rc_deployer *d, int64_t step, const char *const *keys, const double *values,
                     int n, rc_error *err)
 {
-    if (d->mesh.rank != 0 || !d->log)
+    if (d->mesh.rank != 0 || !d->workdir[0])
+        return 0;
+    if (!d->opened && workdir_create(d, err)) /* a pipeline's own log, before any fit */
+        return -1;
+    if (!d->log)
         return 0;
     /* {"step": S, "key": value, ...} on one line, values to 9 significant digits (every
      * float's digits); a non-finite value is null */
@@ -264,8 +308,8 @@ static void clock_text(double s, char *buf, size_t size)
     snprintf(buf, size, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
 }
 
-void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,
-                          double tokens_per_s, int tick)
+void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr, double rate,
+                          const char *unit, int tick)
 {
     if (d->step0 < 0) /* the ETA counts from this process's first step */
         d->step0 = step - 1, d->t0 = now_s();
@@ -282,11 +326,12 @@ void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double l
         for (int i = 0; i < WIDTH; i++)
             bar[i] = i < fill ? '#' : '.';
         bar[WIDTH] = 0;
-        fprintf(stderr, "\r[%s] step %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  ETA %s%s", bar,
-                (long long)step, (long long)total, loss, lr, tokens_per_s, eta, final ? "\n" : "");
+        /* \033[K clears what a longer line before left */
+        fprintf(stderr, "\r[%s] step %lld/%lld  loss %.4f  lr %.3g  %.0f %s  ETA %s\033[K%s", bar,
+                (long long)step, (long long)total, loss, lr, rate, unit, eta, final ? "\n" : "");
     } else {
-        fprintf(stderr, "step %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  ETA %s\n", (long long)step,
-                (long long)total, loss, lr, tokens_per_s, eta);
+        fprintf(stderr, "step %lld/%lld  loss %.4f  lr %.3g  %.0f %s  ETA %s\n", (long long)step, (long long)total,
+                loss, lr, rate, unit, eta);
     }
     fflush(stderr);
 }

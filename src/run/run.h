@@ -22,10 +22,16 @@ int rci_deployer_log_resume(rc_deployer *d, int64_t step, rc_error *err);
  * continues it); an earlier try's records in log.jsonl with no checkpoint are dropped, as
  * a resume from nothing drops them. Later fits (and resumes) pass. */
 int rci_deployer_fresh_start(rc_deployer *d, int resume, rc_error *err);
-/* progress on rank 0's stderr: a bar redrawn every step on a terminal; otherwise a plain
- * line on the steps marked `tick` (the logging steps and the last) */
-void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr,
-                          double tokens_per_s, int tick);
+/* On every rank, once a fit's checks passed and its state is built: rank 0 makes the
+ * workdir, opens log.jsonl and the TensorBoard events and writes run_config.json (the
+ * options' run_config). Until then a run leaves nothing in the file system: a run refused
+ * for bad input makes no workdir. Later calls pass. */
+int rci_deployer_open_workdir(rc_deployer *d, rc_error *err);
+/* progress on rank 0's stderr: a bar redrawn every step on a terminal (one line: the bar,
+ * step, loss, lr, rate and ETA); otherwise a plain line on the steps marked `tick` (the
+ * logging steps and the last). rate is in unit ("tok/s", "ex/s"). */
+void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double loss, double lr, double rate,
+                          const char *unit, int tick);
 void rci_deployer_note(rc_deployer *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 uint64_t rci_deployer_seed(const rc_deployer *d);

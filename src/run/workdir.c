@@ -102,6 +102,72 @@ int rci_workdir_publish(const char *workdir, const char *name, const char *tmp, 
     return 0;
 }
 
+/* STEP of a directory entry named checkpoint-STEP; -1 for any other name */
+static int64_t checkpoint_step(const char *name)
+{
+    const char *p = name + 11;
+    if (strncmp(name, "checkpoint-", 11) || !*p || strlen(p) > 18)
+        return -1;
+    for (const char *q = p; *q; q++)
+        if (*q < '0' || *q > '9')
+            return -1;
+    return strtoll(p, NULL, 10);
+}
+
+static int step_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* the steps of the workdir's checkpoint-STEP directories, newest first (malloc'ed) */
+static int64_t *checkpoint_steps(const char *workdir, int *n)
+{
+    DIR *dir = opendir(workdir);
+    int64_t *steps = NULL;
+    int cap = 0;
+    *n = 0;
+    struct dirent *e;
+    while (dir && (e = readdir(dir))) {
+        int64_t s = checkpoint_step(e->d_name);
+        if (s < 0)
+            continue;
+        if (*n == cap) {
+            int64_t *more = realloc(steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *steps);
+            if (!more)
+                break;
+            steps = more;
+        }
+        steps[(*n)++] = s;
+    }
+    if (dir)
+        closedir(dir);
+    if (*n > 1)
+        qsort(steps, (size_t)*n, sizeof *steps, step_desc);
+    return steps;
+}
+
+int rci_workdir_rotate(const char *workdir, int keep, rc_error *err)
+{
+    char last[256] = "", name[64], path[PATH_MAX_LEN], aside[PATH_MAX_LEN];
+    int n, rc = 0;
+    if (rci_workdir_last(workdir, last, sizeof last))
+        last[0] = 0;
+    int64_t *steps = checkpoint_steps(workdir, &n);
+    for (int i = keep; !rc && i < n; i++) {
+        rci_workdir_checkpoint_name(steps[i], name, sizeof name);
+        if (!strcmp(name, last) || rci_path_join(path, sizeof path, workdir, name) ||
+            snprintf(aside, sizeof aside, "%s/.tmp-%s", workdir, name) >= (int)sizeof aside)
+            continue;
+        remove_tree(aside);
+        if (rename(path, aside) || remove_tree(aside))
+            rc = rc_error_set(err, RC_ERR_IO, "%s: cannot remove (keeping the newest %d checkpoints): %s", path,
+                              keep, strerror(errno));
+    }
+    free(steps);
+    return rc;
+}
+
 /* 1 for an entry an interrupted save left behind */
 static int is_leftover(const char *workdir, const char *name)
 {

@@ -30,6 +30,11 @@ int rci_workdir_last(const char *workdir, char *name, size_t size);
 /* Points last_checkpoint at name (written to a temporary file, synced, renamed). */
 int rci_workdir_set_last(const char *workdir, const char *name, rc_error *err);
 
+/* Keeps the newest `keep` checkpoint-STEP directories (by STEP; the one last_checkpoint
+ * names always): each older one is renamed to .tmp-checkpoint-STEP, then removed (a kill in
+ * between leaves a leftover rci_workdir_clean removes). */
+int rci_workdir_rotate(const char *workdir, int keep, rc_error *err);
+
 /* A fresh, empty workdir/.tmp-NAME to write directory NAME into; its path into tmp. */
 int rci_workdir_stage(const char *workdir, const char *name, char *tmp, size_t size, rc_error *err);
 /* Replaces workdir/NAME by the complete staged directory tmp. */

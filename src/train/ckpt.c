@@ -267,6 +267,8 @@ int rci_ckpt_save(const rci_ckpt_state *s, const rci_ckpt_counters *c, const rc_
     int rc = save_dir(s, c, o, name ? name : ck, err);
     if (!rc && !name && rc_deployer_is_main(s->d))
         rc = rci_workdir_set_last(wd, ck, err);
+    if (!rc && !name && o->save_total_limit > 0 && rc_deployer_is_main(s->d))
+        rc = rci_workdir_rotate(wd, o->save_total_limit, err);
     return rc_deployer_agree(s->d, rc, err);
 }
 

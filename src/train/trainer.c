@@ -29,6 +29,8 @@ typedef struct {
                                      tokens, read from the batch array of their name ... */
     int ignore;                   /* ... except this id */
     int64_t batch_rows;
+    int per_token;                /* a language model's step: more targets than examples (its
+                                     counts are tokens, a classifier's examples) */
     int loss_out;                 /* the loss is st.outs[loss_out]: 1 with loss scaling, where
                                      st.outs[0] is the loss x the scale (the batch's array
                                      RCI_LOSS_SCALE) that the gradients are taken of */
@@ -223,6 +225,7 @@ static int step_compile(compiled_step *s, rc_trainer *t, void *user, const rc_ba
         return -1;
     }
     s->batch_rows = b->n ? b->a[0].shape[0] : 0;
+    s->per_token = s->targets && rc_tensor_numel(s->targets) > s->batch_rows;
     s->loss_out = scaled;
     return 0;
 }
@@ -858,19 +861,29 @@ static int evaluate_and_log(rc_trainer *t, const rc_train_options *o, const rc_e
         return -1;
     char metric_key[64];
     snprintf(metric_key, sizeof metric_key, "eval/%.50s", o->metric_name ? o->metric_name : "metric");
-    const char *keys[4] = {"eval/loss", "eval/ppl", "eval/tokens", metric_key};
-    double vals[4] = {t->eval_loss, exp(t->eval_loss), (double)t->eval_tokens, NAN};
+    /* a language model's loss per token, with its perplexity; a classifier's per example */
+    int lm = t->eval.st.plan ? t->eval.per_token : t->eval_tail.per_token;
+    const char *keys[4] = {"eval/loss", lm ? "eval/tokens" : "eval/examples", metric_key, "eval/ppl"};
+    double vals[4] = {t->eval_loss, (double)t->eval_tokens, NAN, exp(t->eval_loss)};
     int with_metric = o->eval_predict && o->eval_metric;
-    if (with_metric && eval_metric(t, o, *eval, &vals[3], err))
+    if (with_metric && eval_metric(t, o, *eval, &vals[2], err))
         return -1;
-    rci_deployer_note(t->d, "step %lld: eval loss %.4f (ppl %.2f) over %lld tokens", (long long)t->step,
-                     t->eval_loss, exp(t->eval_loss), (long long)t->eval_tokens);
+    if (lm)
+        rci_deployer_note(t->d, "step %lld: eval loss %.4f (ppl %.2f) over %lld tokens", (long long)t->step,
+                         t->eval_loss, exp(t->eval_loss), (long long)t->eval_tokens);
+    else
+        rci_deployer_note(t->d, "step %lld: eval loss %.4f over %lld examples", (long long)t->step, t->eval_loss,
+                         (long long)t->eval_tokens);
     if (with_metric)
-        rci_deployer_note(t->d, "step %lld: %s %.6g", (long long)t->step, metric_key, vals[3]);
-    if (rci_deployer_log(t->d, t->step, keys, vals, with_metric ? 4 : 3, err))
+        rci_deployer_note(t->d, "step %lld: %s %.6g", (long long)t->step, metric_key, vals[2]);
+    if (!with_metric) { /* the perplexity takes the metric's place */
+        keys[2] = keys[3];
+        vals[2] = vals[3];
+    }
+    if (rci_deployer_log(t->d, t->step, keys, vals, 2 + with_metric + lm, err))
         return -1;
     /* best/: by the metric when there is one (its direction given), else by eval loss */
-    double score = with_metric ? (o->metric_higher_is_better ? -vals[3] : vals[3]) : t->eval_loss;
+    double score = with_metric ? (o->metric_higher_is_better ? -vals[2] : vals[2]) : t->eval_loss;
     if (score < t->best_eval) {
         t->best_eval = score;
         return save(t, o, "best", err);
@@ -968,7 +981,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (rc_deployer_agree(t->d, moment_buffers(t, o->zero, err), err) ||
         rc_deployer_agree(t->d, master_buffer(t, err), err))
         return -1;
-    if (o->resume && resume(t, o, err))
+    if (rci_deployer_open_workdir(t->d, err) || (o->resume && resume(t, o, err)))
         return -1;
     int64_t total = o->steps > 0 ? o->steps : o->epochs * steps_in_epoch(t, o, train, 0);
     rc_schedule sched = {o->schedule, o->lr, 0.0, o->warmup, total};
@@ -977,7 +990,11 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     int64_t *order = NULL;
     rc_data_split split;
     int order_epoch = -1, rc = 0;
-    double loss = NAN, lr = o->lr, t_last = now_s();
+    double loss = NAN, lr = o->lr;
+    /* the logging interval so far: its losses averaged, its tokens (or examples) over the
+     * time in its steps (evaluations and saves left out) */
+    double loss_sum = 0, tokens_sum = 0, step_time = 0;
+    int64_t interval_steps = 0;
     int stopped = 0;
     stop_handlers handlers;
     stop_handlers_set(&handlers, o->catch_signals);
@@ -1006,25 +1023,36 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         int64_t tokens = 0;
         double norm = 0;
         test_sleep(t, t->step);
+        double t0 = now_s();
         rc = train_step(t, o, user_of(t, train), &split, order, lr, &loss, &tokens, &norm, err);
+        step_time += now_s() - t0;
         if (rc)
             break;
         t->step++;
         t->epoch_step++;
-        double now = now_s(), tps = tokens / fmax(now - t_last, 1e-9);
-        t_last = now;
-        int tick = t->step == total || (o->log_every > 0 && t->step % o->log_every == 0);
+        loss_sum += loss;
+        tokens_sum += (double)tokens;
+        interval_steps++;
+        int lm = t->train.per_token, tick = t->step == total || (o->log_every > 0 && t->step % o->log_every == 0);
+        double mean = loss_sum / (double)interval_steps, rate = tokens_sum / fmax(step_time, 1e-9);
         if (tick && o->log_every > 0) {
-            const char *keys[6] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/epoch",
+            /* the epoch with its fraction done: 1.5 is half-way through the second */
+            double epoch = t->epoch + (double)t->epoch_step / (double)(in_epoch > 0 ? in_epoch : 1);
+            const char *keys[6] = {"train/loss", "train/lr", "train/grad_norm",
+                                   lm ? "train/tokens_per_s" : "train/examples_per_s", "train/epoch",
                                    "train/loss_scale"};
-            double vals[6] = {loss, lr, norm, tps, (double)t->epoch, t->scale};
+            double vals[6] = {mean, lr, norm, rate, epoch, t->scale};
             rc = rci_deployer_log(t->d, t->step, keys, vals, t->scaling ? 6 : 5, err);
         }
-        rci_deployer_progress(t->d, t->step, total, loss, lr, tps, tick);
+        rci_deployer_progress(t->d, t->step, total, mean, lr, rate, lm ? "tok/s" : "ex/s", tick);
         if (!rc && o->eval_every > 0 && t->step % o->eval_every == 0 && t->step < total)
             rc = evaluate_and_log(t, o, eval, err);
         if (!rc && o->save_every > 0 && t->step % o->save_every == 0 && t->step < total)
             rc = save(t, o, NULL, err);
+        if (tick) { /* a new interval */
+            loss_sum = tokens_sum = step_time = 0;
+            interval_steps = 0;
+        }
         if (!rc && o->catch_signals && t->step < total && !(rc = stop_agreed(t, &stopped, err)) && stopped)
             break;
     }
