@@ -77,6 +77,14 @@ class Hosts:
     def run(self, k, *cmd, timeout=120):
         return subprocess.run(self.argv(k, *cmd), capture_output=True, text=True, env=self.env, timeout=timeout)
 
+    def tx_bytes(self, k):
+        """bytes host k has sent on its link so far (the kernel's count)"""
+        with open(os.path.join(self.dir, "names")) as f:
+            ns = f"{f.read().strip()}-{k}"
+        r = subprocess.run(["ip", "netns", "exec", ns, "cat", "/sys/class/net/eth0/statistics/tx_bytes"],
+                           capture_output=True, text=True)
+        return int(r.stdout) if r.returncode == 0 else 0
+
     def ctl(self, *args):
         """hosts.sh cut|mend|slow DIR args...; its output"""
         r = subprocess.run(["bash", self.script, args[0], self.dir, *args[1:]], capture_output=True, text=True)
