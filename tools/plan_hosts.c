@@ -94,8 +94,8 @@ void cli_hosts_traffic_print(const cli_hosts_traffic *t, int64_t dp, int64_t mp)
     if (t->hosts == 1)
         printf("all on one host):\n");
     else
-        printf("host 0 holds %s, ..., host %lld %s):\n", span_text(0, n - 1, a, sizeof a), (long long)h,
-               span_text(h * n, last, b, sizeof b));
+        printf("host 0 holds %s, %shost %lld %s):\n", span_text(0, n - 1, a, sizeof a), h > 1 ? "..., " : "",
+               (long long)h, span_text(h * n, last, b, sizeof b));
     print_axis("model axis", mp, t->model_hosts, t->model_rank, t->model_host_out);
     print_axis("data axis ", dp, t->data_hosts, t->data_rank, t->data_host_out);
     if (t->model_hosts > 1)

@@ -19,7 +19,7 @@ import numpy as np
 from hostkit import Hosts, token_data, weights
 from refkit import check, finish, options
 
-TIMEOUT = 3
+TIMEOUT = 5
 
 
 def main():
