@@ -81,6 +81,11 @@ def main():
               f"plan: the model axis stays inside a host, the data axis spans 2: {plan.get('hosts')}")
         check(want > 0 and 0.9 < per_step / want < 1.1, f"bytes per step leaving host 1: {per_step:.0f} vs {want:.0f}")
 
+        r = subprocess.run([opt.redco, "plan", "--model", "tiny-gpt2", "--mp", "2", "--dp", "2", "--ranks-per-host", "2"],
+                           capture_output=True, text=True)
+        check("model axis  each group of 2 ranks inside one host" in r.stdout and
+              "data axis   each group of 2 ranks spans 2 hosts" in r.stdout, f"plan's text:\n{r.stdout[-800:]}")
+
         # a slow link to host 1: slower, the same weights
         print(hosts.ctl("slow", "1", "20ms", "10mbit"))
         slow = os.path.join(tmp, "slow")
