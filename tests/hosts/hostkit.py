@@ -59,10 +59,16 @@ class Hosts:
             sys.exit(1)
         env = dict(os.environ)
         env.update(MPI_ENV)
-        with open(os.path.join(self.dir, "env")) as f:
-            for line in f:
-                k, v = line.split(None, 1)[1].strip().split("=", 1)
-                env[k] = v
+        try:
+            with open(os.path.join(self.dir, "env")) as f:
+                for line in f:
+                    if line.startswith("export "):
+                        k, v = line[len("export "):].strip().split("=", 1)
+                        env[k] = v
+        except (OSError, ValueError) as e:
+            print(f"FAIL cannot read the test hosts' settings: {e}")
+            self.__exit__()
+            sys.exit(1)
         self.env = env
         return self
 

@@ -10,7 +10,7 @@
 #                             DIR/env       the OMPI_MCA_ settings, for `. DIR/env`
 #   hosts.sh exec DIR K CMD...   runs CMD on host K (0, 1, ...) as the user's shell would
 #   hosts.sh cut DIR K           the link of host K down (its port on the bridge)
-#   hosts.sh mend DIR K          the link of host K up again
+#   hosts.sh mend DIR K          the link of host K up again, once host 0 reaches it
 #   hosts.sh slow DIR K [DELAY] [RATE]  host K's link delayed (netem, when the kernel has
 #                             it) and rate-limited both ways (tbf without netem); prints
 #                             what it did
@@ -78,22 +78,27 @@ export OMPI_MCA_btl_tcp_if_include=$subnet.0/24
 export OMPI_MCA_oob_tcp_if_include=$subnet.0/24
 export OMPI_MCA_routed=direct
 export OMPI_MCA_orte_keep_fqdn_hostnames=1
+# the hosts share this machine's cores: each would bind its first rank to core 0
+export OMPI_MCA_hwloc_base_binding_policy=none
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export REDCO_HOSTS_DIR=$dir
 EOF
-    # wait until host 0 reaches every other host
     for ((k = 1; k < n; k++)); do
-        local ok=0
-        for _ in $(seq 50); do
-            # a TCP connection to a closed port: refused means the host answered
-            local said
-            said=$(ip netns exec "$p-0" timeout 1 bash -c "exec 3<>/dev/tcp/$(addr $k)/9" 2>&1 || true)
-            case $said in *refused*) ok=1; break ;; esac
-            sleep 0.1
-        done
-        [ $ok = 1 ] || die "host 0 cannot reach host $k ($(addr $k))"
+        reach "$p" "$k"
     done
+}
+
+# waits until host 0 reaches host k (5 s at most)
+reach() {
+    local p=$1 k=$2 said
+    for _ in $(seq 50); do
+        # a TCP connection to a closed port: refused means the host answered
+        said=$(ip netns exec "$p-0" timeout 1 bash -c "exec 3<>/dev/tcp/$(addr "$k")/9" 2>&1 || true)
+        case $said in *refused*) return 0 ;; esac
+        sleep 0.1
+    done
+    die "host 0 cannot reach host $k ($(addr "$k"))"
 }
 
 on_host() {
@@ -139,7 +144,7 @@ case $cmd in
     down) down "$@" ;;
     exec) on_host "$@" ;;
     cut) $(port "$1" "$2") down ;;
-    mend) $(port "$1" "$2") up ;;
+    mend) $(port "$1" "$2") up && reach "$(prefix_of "$1")" "$2" ;;
     slow) slow "$@" ;;
     *) die "unknown command '$cmd' (up, down, exec, cut, mend, slow)" ;;
 esac
