@@ -178,8 +178,8 @@ static int add_lost_hosts(char *line, size_t size, int n, const int *verdict, do
 }
 
 /* the line: the ranks of c that did not arrive and where each is; then the world's ranks
- * that answered from no collective, and the hosts that cannot be reached; 1 when some can't */
-static int report(const rc_comm *c, const char *op, double waited, int n, const char *heard, const answer *got,
+ * that answered from no collective, and the hosts that cannot be reached */
+static void report(const rc_comm *c, const char *op, double waited, int n, const char *heard, const answer *got,
                   const int *verdict, double probe)
 {
     char line[4096], host[128];
@@ -203,13 +203,11 @@ static int report(const rc_comm *c, const char *op, double waited, int n, const 
         if (w != me && !heard[w] && !(culprit && culprit[w]))
             add(line, sizeof line, "%s%d", k++ ? ", " : "; in no collective either: rank ", w);
     free(culprit);
-    int lost = add_lost_hosts(line, sizeof line, n, verdict, probe);
-    if (lost)
+    if (add_lost_hosts(line, sizeof line, n, verdict, probe))
         fprintf(stderr, "%s; ending the ranks that can be reached\n", line);
     else
         fprintf(stderr, "%s; aborting all ranks (raise --collective-timeout if a step can take this long)\n", line);
     fflush(stderr);
-    return lost > 0;
 }
 
 /* a host is lost: MPI_Abort would wait for its daemon forever. Leaves this rank's status
@@ -220,11 +218,11 @@ static void exit_lost(int me)
     const char *dir = getenv("REDCO_LAUNCHER");
     if (dir && *dir) {
         char path[4096];
-        const char *names[2] = {"rank-%d", "lost"};
         for (int i = 0; i < 2; i++) {
-            char name[32];
-            snprintf(name, sizeof name, names[i], me);
-            snprintf(path, sizeof path, "%s/%s", dir, name);
+            if (i == 0)
+                snprintf(path, sizeof path, "%s/rank-%d", dir, me);
+            else
+                snprintf(path, sizeof path, "%s/lost", dir);
             FILE *f = fopen(path, "w");
             if (f) {
                 fprintf(f, "1\n");
@@ -234,6 +232,23 @@ static void exit_lost(int me)
     }
     fflush(NULL);
     _exit(1);
+}
+
+/* verdict[w] for each world rank w that did not answer (heard[w] 0): is its host there at
+ * all? Probed at once, `seconds` at most; 1 when some host cannot be reached */
+static int probe_silent(int me, int n, const char *heard, int *verdict, double seconds)
+{
+    int *silent = calloc((size_t)n, sizeof *silent), *v = calloc((size_t)n, sizeof *v), k = 0, lost = 0;
+    for (int w = 0; silent && v && w < n; w++)
+        if (w != me && !heard[w])
+            silent[k++] = w;
+    if (silent && v)
+        rci_peers_probe(silent, k, v, seconds);
+    for (int i = 0; i < k; i++)
+        lost |= (verdict[silent[i]] = v[i]) == RCI_PEER_UNREACHABLE;
+    free(silent);
+    free(v);
+    return lost;
 }
 
 /* past the timeout: find out what every rank does; the lowest rank that timed out reports,
@@ -249,23 +264,13 @@ static void timed_out(rc_comm *c, const char *op, double waited)
     answer *got = calloc((size_t)n, sizeof *got);
     /* the others' timeouts started within a moment of ours: listen as long again, capped */
     double grace = coll_timeout < 2.0 ? coll_timeout : 2.0;
-    int *verdict = calloc((size_t)n, sizeof *verdict), *silent = calloc((size_t)n, sizeof *silent), lost = 0;
-    if (heard && got && verdict && silent) {
+    int *verdict = calloc((size_t)n, sizeof *verdict), lost = 0;
+    if (heard && got && verdict) {
         ask_everyone(me, n, heard, got, grace);
-        int k = 0; /* the ranks that did not answer: is their host there at all? */
-        for (int w = 0; w < n; w++)
-            if (w != me && !heard[w])
-                silent[k++] = w;
-        int *v = calloc((size_t)(k ? k : 1), sizeof *v);
-        if (v) {
-            rci_peers_probe(silent, k, v, grace);
-            for (int i = 0; i < k; i++)
-                lost |= (verdict[silent[i]] = v[i]) == RCI_PEER_UNREACHABLE;
-        }
-        free(v);
+        lost = probe_silent(me, n, heard, verdict, grace);
     }
-    if (!heard || !got || !verdict || !silent || lowest_timed_out == me) {
-        if (heard && got && verdict && silent)
+    if (!heard || !got || !verdict || lowest_timed_out == me) {
+        if (heard && got && verdict)
             report(c, op, waited, n, heard, got, verdict, grace);
         else
             fprintf(stderr, "redco: collective timeout: %s on %s waited %.0f s; aborting all ranks\n", op, c->group,
@@ -277,7 +282,6 @@ static void timed_out(rc_comm *c, const char *op, double waited)
     free(heard);
     free(got);
     free(verdict);
-    free(silent);
     if (lost)
         exit_lost(me);
     MPI_Abort(MPI_COMM_WORLD, 1);
