@@ -10,7 +10,7 @@ REDCO_CUDA ?= AUTO
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all setup build install demo test sanitize fuzz bench clean
+.PHONY: all setup build install demo test sanitize fuzz bench bench-hosts clean
 
 all: build
 
@@ -63,6 +63,11 @@ bench: build
 	@$(MPIRUN) $(BUILD)/bench_zero || { echo "make bench: bench_zero on 2 processes failed" >&2; exit 1; }
 	@OMP_NUM_THREADS=$(JOBS) $(BUILD)/bench_gpt2 --device opencl 3 gpt2-mini 4 64 || { echo "make bench: bench_gpt2 --device opencl failed" >&2; exit 1; }
 	@OMP_NUM_THREADS=$(JOBS) $(BUILD)/bench_generate --device opencl tiny-gpt2 gpt2-mini || { echo "make bench: bench_generate --device opencl failed" >&2; exit 1; }
+
+# bench_comm's all-reduce on 2 ranks: on one host (shared memory, TCP) and across two test
+# hosts (network namespaces, TCP over veth; root needed): scripts/bench_hosts.sh.
+bench-hosts: build
+	@bash scripts/bench_hosts.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -8,7 +8,8 @@ set -euo pipefail
 # dataset-fashion-mnist puts Fashion-MNIST's IDX files in /usr/share/datasets/fashion-mnist.
 # oneDNN (libdnnl-dev) runs the CPU's bf16 matrix products on its bf16 units.
 # clang, its OpenMP and its runtimes (libFuzzer, ASan, UBSan) build the fuzzers (make fuzz).
-packages="build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin libjansson-dev libutf8proc-dev python3-venv ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo libclblast-dev zlib1g-dev dataset-fashion-mnist clang libomp-dev libclang-rt-dev"
+# iproute2 (ip, tc) makes the test hosts of tests/hosts/hosts.sh (network namespaces).
+packages="build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin libjansson-dev libutf8proc-dev python3-venv ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo libclblast-dev zlib1g-dev dataset-fashion-mnist clang libomp-dev libclang-rt-dev iproute2"
 
 missing=""
 for p in $packages; do

@@ -90,6 +90,25 @@ int cli_shard(const char *cmd, const char *text, cli_shards *s);
  * name (no weights read). */
 int cli_model_config(const char *model, rc_model_config *c, rc_error *err);
 
+/* How a dp x mp mesh lies on hosts of per_host ranks each (ranks in order, plan_hosts.c),
+ * and the bytes of one step's collectives under a ring in rank order: what a rank sends on
+ * each axis, what crosses the network in all and leaves one host. */
+typedef struct {
+    int64_t per_host, hosts;
+    int64_t model_hosts, data_hosts;  /* the most hosts one group of the axis spans */
+    double model_rank, data_rank;     /* bytes a rank sends per step */
+    double model_across, data_across; /* bytes crossing between hosts per step, all ranks */
+    double model_host_out, data_host_out; /* of those, what host 0 sends (each full host alike) */
+} cli_hosts_traffic;
+/* model_vector: the model axis' all-reduced bytes a rank per step (forward and backward);
+ * data_vector: what a rank's data-axis collectives would send over p ranks as p grows (an
+ * all-reduce: twice its gradients' bytes; reduce-scatter + all-gather: their two vectors).
+ * 0, or -1 for per_host < 1 or more than 2^24 ranks. */
+int cli_hosts_traffic_of(int64_t dp, int64_t mp, int64_t per_host, double model_vector, double data_vector,
+                         cli_hosts_traffic *t);
+/* the "across hosts" section of `redco plan` */
+void cli_hosts_traffic_print(const cli_hosts_traffic *t, int64_t dp, int64_t mp);
+
 /* Prints a JSON object as one line of stdout (the --json contract) and releases it. */
 struct json_t;
 void cli_print_json(struct json_t *obj);

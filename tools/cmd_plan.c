@@ -15,7 +15,7 @@ static const char *help =
     "usage: redco plan --model PRESET|DIR --mp N [--dp N] [--batch-size B] [--seq-len T]\n"
     "                  [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--allow-replicate]\n"
     "                  [--zero [1|2]] [--remat[=N]] [--dtype f32|bf16|f16] [--memory SIZE]\n"
-    "                  [--device D] [--json]\n"
+    "                  [--device D] [--ranks-per-host N] [--json]\n"
     "\n"
     "Derives from the model's graph how each parameter splits over N model shards (whole\n"
     "heads for attention, alternating column/row splits for linear chains, the vocabulary\n"
@@ -38,18 +38,21 @@ static const char *help =
     "(default 1). --dtype bf16|f16: 16-bit weights and activations with f32 master weights,\n"
     "as `redco train --dtype` (the step's graph recorded in that dtype). --memory SIZE (80GB = 80e9\n"
     "bytes, 24GiB = 24 x 2^30, 512MiB): whether one rank fits, and the largest preset of the\n"
-    "model's family that fits under the same mesh and options.\n";
+    "model's family that fits under the same mesh and options.\n"
+    "--ranks-per-host N: how the mesh lies on hosts of N ranks each (mpiexec and Slurm place\n"
+    "ranks in order, N a host), whether each axis' groups stay inside a host, and the bytes\n"
+    "of one step that cross the network (each group's collective counted as a ring).\n";
 
 typedef struct {
     const char *model, *device, *memory_text;
-    int64_t mp, dp, batch, seq_len, remat, memory;
+    int64_t mp, dp, batch, seq_len, remat, memory, per_host;
     int allow, json, zero;
     rc_dtype dtype;
     cli_shards shards;
 } options;
 
 enum { F_MODEL = CLI_FLAG0, F_MP, F_DP, F_BATCH, F_SEQ_LEN, F_SHARD, F_ALLOW_REPLICATE, F_JSON, F_DEVICE,
-       F_ZERO, F_REMAT, F_DTYPE, F_MEMORY };
+       F_ZERO, F_REMAT, F_DTYPE, F_MEMORY, F_PER_HOST };
 
 static const struct option flags[] = {
     {"help", no_argument, NULL, CLI_HELP},
@@ -66,6 +69,7 @@ static const struct option flags[] = {
     {"remat", optional_argument, NULL, F_REMAT},
     {"dtype", required_argument, NULL, F_DTYPE},
     {"memory", required_argument, NULL, F_MEMORY},
+    {"ranks-per-host", required_argument, NULL, F_PER_HOST},
     {NULL, 0, NULL, 0},
 };
 
@@ -92,6 +96,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_MP: return cli_int64(cmd, f, v, 1, 1 << 16, &o->mp);
     case F_DP: return cli_int64(cmd, f, v, 1, 1 << 16, &o->dp);
     case F_BATCH: return cli_int64(cmd, f, v, 1, 1 << 16, &o->batch);
+    case F_PER_HOST: return cli_int64(cmd, f, v, 1, 1 << 16, &o->per_host);
     case F_SEQ_LEN: return cli_int64(cmd, f, v, 1, 1 << 20, &o->seq_len);
     case F_SHARD: return cli_shard(cmd, v, &o->shards);
     case F_ZERO: return cli_zero(cmd, v, &o->zero);
@@ -276,7 +281,7 @@ static void print_memory(const options *o, const memory *mem)
 
 static void print_text(const rc_model_config *c, const options *o, const model_graph *m,
                        const rc_shard_spec *s, const memory *mem, const rc_shard_comm *comm, int64_t buckets,
-                       const device_fit *dev)
+                       const device_fit *dev, const cli_hosts_traffic *hosts)
 {
     printf("%s (%s), %lld parameters, mp %lld x dp %lld, batch %lld x %lld tokens per replica\n\n", o->model,
            c->model_type, (long long)m->m.numel, (long long)o->mp, (long long)o->dp, (long long)o->batch,
@@ -324,6 +329,8 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
                4.0 * (double)mem->rank.local / (1 << 20));
     else
         printf("  data axis   none (dp 1)\n");
+    if (hosts->per_host)
+        cli_hosts_traffic_print(hosts, o->dp, o->mp);
     if (!dev->be)
         return;
     size_t total;
@@ -348,7 +355,7 @@ static json_t *rank_json(const rc_rank_memory *r)
 
 static void print_json(const rc_model_config *c, const options *o, const model_graph *m,
                        const rc_shard_spec *s, const memory *mem, const rc_shard_comm *comm, int64_t buckets,
-                       const device_fit *dev)
+                       const device_fit *dev, const cli_hosts_traffic *hosts)
 {
     json_t *params = json_array();
     for (int i = 0; i < m->m.n_params; i++) {
@@ -389,6 +396,17 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                                 mem->largest ? rank_json(&mem->largest_rank) : json_null());
         json_object_set_new(out, "memory", fit);
     }
+    if (hosts->per_host) /* how the mesh lies on hosts, the bytes of a step by axis */
+        json_object_set_new(out, "hosts", json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f}",
+                                                    "ranks_per_host", (json_int_t)hosts->per_host, "hosts",
+                                                    (json_int_t)hosts->hosts, "model_group_hosts",
+                                                    (json_int_t)hosts->model_hosts, "data_group_hosts",
+                                                    (json_int_t)hosts->data_hosts, "model_bytes_rank",
+                                                    hosts->model_rank, "data_bytes_rank", hosts->data_rank,
+                                                    "model_bytes_across", hosts->model_across, "data_bytes_across",
+                                                    hosts->data_across, "model_bytes_host_out",
+                                                    hosts->model_host_out, "data_bytes_host_out",
+                                                    hosts->data_host_out));
     if (dev->be) {
         size_t total;
         rc_backend_memory(dev->be, &total, NULL, NULL);
@@ -453,12 +471,20 @@ int cmd_plan(int argc, char **argv)
         free(grads);
     }
     int64_t buckets = (4 * mem.rank.local + (16 << 20) - 1) / (16 << 20);
+    cli_hosts_traffic hosts = {0};
+    /* a step's vectors: the model axis' all-reduces; the gradients' all-reduce (zero: their
+     * reduce-scatter and the weights' all-gather) */
+    double local = (double)mem.rank.local, data = o.zero ? (4.0 + (double)rc_dtype_size(o.dtype)) * local : 8.0 * local;
+    if (!rc && o.per_host && cli_hosts_traffic_of(o.dp, o.mp, o.per_host, comm.bytes_fwd + comm.bytes_bwd, data,
+                                                  &hosts))
+        rc = rc_error_set(&err, RC_ERR_ARG, "plan: --ranks-per-host: more than 2^24 ranks (mp %lld x dp %lld)",
+                          (long long)o.mp, (long long)o.dp);
     if (rc)
         cli_fail(cmd, "%s", err.msg);
     else if (o.json)
-        print_json(&c, &o, &m, s, &mem, &comm, o.dp > 1 ? buckets : 0, &dev);
+        print_json(&c, &o, &m, s, &mem, &comm, o.dp > 1 ? buckets : 0, &dev, &hosts);
     else
-        print_text(&c, &o, &m, s, &mem, &comm, o.dp > 1 ? buckets : 0, &dev);
+        print_text(&c, &o, &m, s, &mem, &comm, o.dp > 1 ? buckets : 0, &dev, &hosts);
     free(s);
     free_graph(&m);
     rc_device_close(dev.be);

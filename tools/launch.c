@@ -15,7 +15,12 @@
  * job under the one line that says what went wrong): it writes its exit status into its
  * own file of the directory named by REDCO_LAUNCHER and exits 0, and the launcher exits
  * with the status of the lowest rank that left one. A rank that cannot write there (on
- * another host) exits with its status as usual. */
+ * another host) exits with its status as usual.
+ *
+ * A rank whose watchdog found a host unreachable (src/parallel/watchdog.c) also leaves the
+ * file "lost": mpiexec would wait for that host's daemon forever, so the launcher gives it
+ * LOST_GRACE_S seconds to end, then kills it, and from then on passes only redco's own
+ * lines (not mpiexec's page about ranks that ended without MPI_Finalize). */
 #include "cli.h"
 #include "redco/dist.h"
 
@@ -34,6 +39,9 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t launcher_signal, launcher_signals;
+
+enum { LOST_GRACE_S = 3 };     /* how long mpiexec may take to end after a host was lost */
+static int lost_host;          /* a rank left "lost": relay redco's lines alone */
 
 static void on_launcher_signal(int sig)
 {
@@ -123,8 +131,10 @@ typedef struct {
 
 static void relay_line(const char *line, size_t n)
 {
-    static const char ours[] = "mpiexec: Forwarding signal ";
+    static const char ours[] = "mpiexec: Forwarding signal ", redco[] = "redco";
     if (n >= sizeof ours - 1 && !memcmp(line, ours, sizeof ours - 1))
+        return;
+    if (lost_host && (n < sizeof redco - 1 || memcmp(line, redco, sizeof redco - 1)))
         return;
     for (size_t done = 0; done < n;) {
         ssize_t w = write(2, line + done, n - done);
@@ -179,9 +189,11 @@ static int status_take(const char *dir)
     while (d && (e = readdir(d))) {
         int rank, c = 0;
         char path[PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (!strcmp(e->d_name, "lost"))
+            unlink(path);
         if (sscanf(e->d_name, "rank-%d", &rank) != 1)
             continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         FILE *f = fopen(path, "r");
         if (f && fscanf(f, "%d", &c) == 1 && c > 0 && c < 256 && (lowest < 0 || rank < lowest))
             lowest = rank, code = c;
@@ -195,12 +207,32 @@ static int status_take(const char *dir)
     return code;
 }
 
+/* a rank left "lost" in the status directory (a host cannot be reached) and mpiexec has
+ * not ended LOST_GRACE_S seconds later: it is killed and waited for; 1 then */
+static int lost_wait(const char *status, pid_t child)
+{
+    static double seen;
+    char path[PATH_MAX + 8];
+    if (!lost_host) {
+        snprintf(path, sizeof path, "%s/lost", status);
+        if (access(path, F_OK))
+            return 0;
+        lost_host = 1;
+        seen = clock_s();
+    }
+    if (clock_s() - seen < LOST_GRACE_S)
+        return 0;
+    kill(-child, SIGKILL); /* mpiexec's process group: it and the ranks it forked here */
+    waitpid(child, NULL, 0);
+    return 1;
+}
+
 /* waits for mpiexec, relaying its stderr and passing signals on; its exit status, as the
  * launcher's */
 static int launch_wait(pid_t child, int err_fd, const char *status)
 {
     static relay r;
-    int passed = 0, st = 0, open_pipe = 1;
+    int passed = 0, st = 0, open_pipe = 1, killed = 0;
     double noticed = 0;
     for (;;) {
         for (; passed < launcher_signals; passed++) {
@@ -222,6 +254,10 @@ static int launch_wait(pid_t child, int err_fd, const char *status)
         pid_t w = waitpid(child, &st, WNOHANG);
         if (w == child)
             break;
+        if (lost_wait(status, child)) {
+            killed = 1;
+            break;
+        }
         if (w < 0 && errno != EINTR)
             return 1;
     }
@@ -229,6 +265,10 @@ static int launch_wait(pid_t child, int err_fd, const char *status)
     while (open_pipe && poll(&left, 1, 0) > 0) /* what is left in the pipe, not waiting for more */
         open_pipe = relay_read(&r, err_fd, 0);
     relay_line(r.text, r.used);
+    if (killed) { /* a host was lost: the status its ranks left */
+        int code = status_take(status);
+        return code ? code : 1;
+    }
     if (WIFSIGNALED(st))
         return 128 + WTERMSIG(st);
     /* a rank's own status (also when mpiexec itself was signalled and exits 1); else

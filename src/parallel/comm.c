@@ -233,6 +233,8 @@ int rc_mesh_init(rc_mesh *m, int mp, rc_error *err)
             return rc_error_set(err, RC_ERR_IO, "mesh: MPI_Comm_split failed");
         }
     }
+    if (on) /* the ranks' hosts, for the watchdog (once, at the first mesh) */
+        rci_peers_gather();
     m->dp_comm = comm_new(dp, "data-parallel group");
     m->mp_comm = comm_new(mpc, "model-parallel group");
     if (!m->dp_comm || !m->mp_comm) {

@@ -9,7 +9,15 @@
  * from no collective at all, the likely culprits. Then the job is aborted (MPI_Abort ends
  * every rank: a stuck rank cannot be recovered from, and the alternative is a job that
  * hangs until its time limit). Questions and answers are point-to-point messages on
- * MPI_COMM_WORLD with tags of their own. */
+ * MPI_COMM_WORLD with tags of their own.
+ *
+ * A rank that does not answer is probed over TCP (peers.c): its host answers whatever the
+ * process does, so silence there means the host cannot be reached (a cut link, a host
+ * down), which the line says with the host's name and ranks, rather than "hung". Then
+ * MPI_Abort would wait forever for the lost host's daemon: each rank that found a host
+ * unreachable leaves its status for redco's launcher (REDCO_LAUNCHER, tools/launch.c; a
+ * file "lost" tells it to end mpiexec) and exits at once. Under a bare mpirun the ranks
+ * on reachable hosts end the same way, and mpirun itself may wait for the lost host. */
 #include "comm_internal.h"
 
 #include <limits.h>
@@ -19,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { TAG_QUERY = 0x7e17, TAG_ANSWER = 0x7e18 };
 
@@ -128,14 +137,56 @@ static void add(char *line, size_t size, const char *fmt, ...)
     va_end(ap);
 }
 
-/* the line: the ranks of c that did not arrive and where each is; then the world's ranks
- * that answered from no collective */
-static void report(const rc_comm *c, const char *op, double waited, int n, const char *heard, const answer *got)
+/* what a silent rank w is, from its probe: " on HOST" for a live one, the rest in words */
+static void add_silent(char *line, size_t size, int w, int verdict)
 {
-    char line[2048];
+    char host[128];
+    rci_peers_host(w, host, sizeof host);
+    if (verdict == RCI_PEER_UNREACHABLE)
+        add(line, size, " (its host %s cannot be reached)", host);
+    else if (verdict == RCI_PEER_GONE)
+        add(line, size, " (its process on %s is gone)", host);
+    else if (verdict == RCI_PEER_ALIVE)
+        add(line, size, " (in no collective on %s: hung, or busy far longer than the others)", host);
+    else
+        add(line, size, " (in no collective: hung, or busy far longer than the others)");
+}
+
+/* "; host H: ranks 2, 3 unreachable ..." for each host whose silent ranks its probes found
+ * unreachable; the count of such ranks */
+static int add_lost_hosts(char *line, size_t size, int n, const int *verdict, double probe)
+{
+    int lost = 0;
+    char *said = calloc((size_t)n, 1);
+    for (int w = 0; w < n && said; w++) {
+        if (verdict[w] != RCI_PEER_UNREACHABLE || said[w])
+            continue;
+        char host[128];
+        rci_peers_host(w, host, sizeof host);
+        int k = 0;
+        for (int v = w; v < n; v++)
+            k += verdict[v] == RCI_PEER_UNREACHABLE && rci_peers_same_host(v, w);
+        add(line, size, "; host %s unreachable (no TCP answer within %.0f s: a cut link or a host down, not a hung "
+            "process): rank%s", host, probe, k > 1 ? "s" : "");
+        k = 0;
+        for (int v = w; v < n; v++)
+            if (verdict[v] == RCI_PEER_UNREACHABLE && rci_peers_same_host(v, w))
+                said[v] = 1, lost++, add(line, size, "%s %d", k++ ? "," : "", v);
+    }
+    free(said);
+    return lost;
+}
+
+/* the line: the ranks of c that did not arrive and where each is; then the world's ranks
+ * that answered from no collective, and the hosts that cannot be reached */
+static void report(const rc_comm *c, const char *op, double waited, int n, const char *heard, const answer *got,
+                  const int *verdict, double probe)
+{
+    char line[4096], host[128];
     int me = c->world[c->rank], k = 0;
-    snprintf(line, sizeof line, "redco: collective timeout: %s on %s (collective #%ld of rank %d) waited %.0f s",
-             op, c->group, waiting.seq, me, waited);
+    rci_peers_host(me, host, sizeof host);
+    snprintf(line, sizeof line, "redco: collective timeout: %s on %s (collective #%ld of rank %d on %s) waited %.0f s",
+             op, c->group, waiting.seq, me, host, waited);
     char *culprit = calloc((size_t)n, 1);
     for (int r = 0; r < c->size; r++) {
         int w = c->world[r];
@@ -145,15 +196,59 @@ static void report(const rc_comm *c, const char *op, double waited, int n, const
         if (heard[w])
             add(line, sizeof line, " (it waits in %s on %s, %.1f s)", got[w].op, got[w].group, got[w].waited);
         else if (culprit)
-            culprit[w] = 1, add(line, sizeof line, " (in no collective: hung, or busy far longer than the others)");
+            culprit[w] = 1, add_silent(line, sizeof line, w, verdict[w]);
     }
     k = 0;
     for (int w = 0; w < n; w++)
         if (w != me && !heard[w] && !(culprit && culprit[w]))
             add(line, sizeof line, "%s%d", k++ ? ", " : "; in no collective either: rank ", w);
     free(culprit);
-    fprintf(stderr, "%s; aborting all ranks (raise --collective-timeout if a step can take this long)\n", line);
+    if (add_lost_hosts(line, sizeof line, n, verdict, probe))
+        fprintf(stderr, "%s; ending the ranks that can be reached\n", line);
+    else
+        fprintf(stderr, "%s; aborting all ranks (raise --collective-timeout if a step can take this long)\n", line);
     fflush(stderr);
+}
+
+/* a host is lost: MPI_Abort would wait for its daemon forever. Leaves this rank's status
+ * (1) where redco's launcher reads it, with the file "lost" that tells the launcher to end
+ * mpiexec, and exits. */
+static void exit_lost(int me)
+{
+    const char *dir = getenv("REDCO_LAUNCHER");
+    if (dir && *dir) {
+        char path[4096];
+        for (int i = 0; i < 2; i++) {
+            if (i == 0)
+                snprintf(path, sizeof path, "%s/rank-%d", dir, me);
+            else
+                snprintf(path, sizeof path, "%s/lost", dir);
+            FILE *f = fopen(path, "w");
+            if (f) {
+                fprintf(f, "1\n");
+                fclose(f);
+            }
+        }
+    }
+    fflush(NULL);
+    _exit(1);
+}
+
+/* verdict[w] for each world rank w that did not answer (heard[w] 0): is its host there at
+ * all? Probed at once, `seconds` at most; 1 when some host cannot be reached */
+static int probe_silent(int me, int n, const char *heard, int *verdict, double seconds)
+{
+    int *silent = calloc((size_t)n, sizeof *silent), *v = calloc((size_t)n, sizeof *v), k = 0, lost = 0;
+    for (int w = 0; silent && v && w < n; w++)
+        if (w != me && !heard[w])
+            silent[k++] = w;
+    if (silent && v)
+        rci_peers_probe(silent, k, v, seconds);
+    for (int i = 0; i < k; i++)
+        lost |= (verdict[silent[i]] = v[i]) == RCI_PEER_UNREACHABLE;
+    free(silent);
+    free(v);
+    return lost;
 }
 
 /* past the timeout: find out what every rank does; the lowest rank that timed out reports,
@@ -169,20 +264,26 @@ static void timed_out(rc_comm *c, const char *op, double waited)
     answer *got = calloc((size_t)n, sizeof *got);
     /* the others' timeouts started within a moment of ours: listen as long again, capped */
     double grace = coll_timeout < 2.0 ? coll_timeout : 2.0;
-    if (heard && got)
+    int *verdict = calloc((size_t)n, sizeof *verdict), lost = 0;
+    if (heard && got && verdict) {
         ask_everyone(me, n, heard, got, grace);
-    if (!heard || !got || lowest_timed_out == me) {
-        if (heard && got)
-            report(c, op, waited, n, heard, got);
+        lost = probe_silent(me, n, heard, verdict, grace);
+    }
+    if (!heard || !got || !verdict || lowest_timed_out == me) {
+        if (heard && got && verdict)
+            report(c, op, waited, n, heard, got, verdict, grace);
         else
             fprintf(stderr, "redco: collective timeout: %s on %s waited %.0f s; aborting all ranks\n", op, c->group,
                     waited);
-    } else { /* the reporting rank aborts the job: answer the late askers meanwhile */
+    } else { /* the reporting rank ends the job: answer the late askers meanwhile */
         for (double t0 = clock_s(); clock_s() - t0 < 2.0; nap_ms(1))
             answer_questions();
     }
     free(heard);
     free(got);
+    free(verdict);
+    if (lost)
+        exit_lost(me);
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
