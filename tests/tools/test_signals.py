@@ -11,7 +11,7 @@ SIGTERM at step N; checkpoint written to ..." on stderr and no page from mpiexec
   ranks, the ranks then mpiexec, everything at once (srun's tasks are signalled that way:
   every task together, srun's copy within the window), the launcher then mpiexec then the
   ranks, and mpiexec alone (it is deaf to SIGTERM; the launcher reads the pending signal);
-- under plain `mpiexec -n 2 --mca odls_base_sigkill_timeout 4` (no launcher; mpiexec passes a
+- under plain `mpiexec -n 2 --mca odls_base_sigkill_timeout 5` (no launcher; mpiexec passes a
   SIGTERM on to the ranks, and kills them 2 x that timeout after its own), exit status 1
   (Open MPI's for a job it aborted): mpiexec then the ranks, the ranks then mpiexec, all at
   once; and the reason for the setting: at mpiexec's default (1 s) its kill cuts the save
@@ -36,7 +36,7 @@ REDCO = None
 BASE = None
 STEPS = "400"
 HOLD = "1.5"  # seconds the ranks hold a stop before its checkpoint is written
-KILL_TIMEOUT = "4"  # odls_base_sigkill_timeout for plain mpiexec: more than HOLD and the save
+KILL_TIMEOUT = "5"  # odls_base_sigkill_timeout for plain mpiexec: more than HOLD and the save
 
 
 def train(*args, env=None, timeout=120):
