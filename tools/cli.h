@@ -63,9 +63,10 @@ int cli_double(const char *cmd, const char *flag, const char *text, double lo, d
 /* --nproc P: runs this command again under `mpiexec -n P` (with oversubscription, and root
  * allowed in containers) unless a launcher already started us: argv as given, less
  * --nproc P (or --nproc=P). This process waits for mpiexec, passes the first SIGINT or
- * SIGTERM it receives on to every rank as a stop notice and a second one as the end of the
- * job (launch.c). Returns the job's exit status (128 + the signal after a stop), or -1
- * when no relaunch is needed. */
+ * SIGTERM it receives on to every rank as a stop notice and a second one (not within
+ * RC_STOP_REPEAT_MS of the first) as the end of the job; mpiexec itself is deaf to SIGTERM,
+ * so that a scheduler signalling every process stops the job as well (launch.c). Returns
+ * the job's exit status (128 + the signal after a stop), or -1 when no relaunch is needed. */
 int cli_relaunch(const char *cmd, int nproc, int argc, char **argv);
 /* In a rank of the launcher's job (else nothing): its stop notices end the rank as the
  * signals they stand for would, until a fit catches them. Called first thing in main. */

@@ -1,15 +1,22 @@
 /* launch.c - `--nproc P`: this command again under `mpiexec -n P`, started and waited for by
  * this process, so that the signals a user or a scheduler sends it stop the job well.
  *
- * mpiexec meets SIGINT and SIGTERM by killing the ranks (SIGTERM, then SIGKILL a second
- * later, which can cut a checkpoint short), but passes SIGUSR1 and SIGUSR2 on to every rank
- * and lets the job go on. So mpiexec runs in a process group of its own (a terminal's
- * Ctrl-C reaches this launcher alone), and the launcher turns the first SIGTERM or SIGINT
- * into SIGUSR1 or SIGUSR2 for it; the ranks, which know they run under this launcher from
- * REDCO_LAUNCHER in their environment, read those as the SIGTERM or SIGINT they stand for
- * (rc_dist_stop_signal). A second signal is passed on as SIGTERM: mpiexec then ends the job
- * at once (checkpoints are written atomically). mpiexec's stderr, the ranks' with it, passes
- * through the launcher, less mpiexec's "Forwarding signal" lines about those notices.
+ * mpiexec (Open MPI) meets SIGINT, SIGTERM and SIGHUP by killing the ranks (SIGCONT; a
+ * second later SIGTERM; a second after that SIGKILL, which cuts a checkpoint short), but
+ * passes SIGUSR1 and SIGUSR2 on to every rank and lets the job go on. So mpiexec runs in a
+ * process group of its own (a terminal's Ctrl-C reaches this launcher alone) and starts
+ * with SIGTERM blocked (the mask survives exec, and Open MPI does not clear it; the ranks
+ * it starts get a clear mask): a SIGTERM sent to mpiexec itself, as Slurm sends one to every
+ * process of a job in no set order, stays pending and does nothing but tell the launcher
+ * (which reads it in /proc) to stop the job as for a SIGTERM of its own. The launcher turns the
+ * first SIGTERM or SIGINT into SIGUSR1 or SIGUSR2 for mpiexec; the ranks, which know they
+ * run under this launcher from REDCO_LAUNCHER in their environment, read those as the
+ * SIGTERM or SIGINT they stand for (rc_dist_stop_signal), and the SIGTERM that reaches them
+ * straight from the scheduler as the same stop. A signal within RC_STOP_REPEAT_MS of the
+ * first is a copy of it; a second one after that is passed on as SIGINT: mpiexec then ends
+ * the job at once (checkpoints are written atomically), as it does should the launcher die.
+ * mpiexec's stderr, the ranks' with it, passes through the launcher, less mpiexec's
+ * "Forwarding signal" lines about those notices.
  *
  * A rank of this job does not exit non-zero (mpiexec would print a page about a failed
  * job under the one line that says what went wrong): it writes its exit status into its
@@ -39,14 +46,25 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t launcher_signal, launcher_signals;
+static struct timespec launcher_first; /* when the first signal came */
 
 enum { LOST_GRACE_S = 3 };     /* how long mpiexec may take to end after a host was lost */
 static int lost_host;          /* a rank left "lost": relay redco's lines alone */
 
+/* counts the signals, less the copies of the first (RC_STOP_REPEAT_MS) */
 static void on_launcher_signal(int sig)
 {
-    if (!launcher_signal)
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
+    if (launcher_signal) {
+        double ms = 1e3 * (double)(now.tv_sec - launcher_first.tv_sec) +
+                    1e-6 * (double)(now.tv_nsec - launcher_first.tv_nsec);
+        if (ms < RC_STOP_REPEAT_MS)
+            return;
+    } else {
         launcher_signal = sig;
+        launcher_first = now;
+    }
     launcher_signals++;
 }
 
@@ -98,12 +116,16 @@ static void launch_env(int nproc, const char *status)
     }
 }
 
-/* the child: mpiexec in a process group of its own, reading nothing from the terminal,
- * writing its stderr into the launcher's pipe, and told to stop (SIGTERM) should the
- * launcher die */
+/* the child: mpiexec in a process group of its own, deaf to SIGTERM (blocked), reading
+ * nothing from the terminal, writing its stderr into the launcher's pipe, and told to end
+ * the job (SIGINT) should the launcher die */
 static void launch_child(char **args, pid_t parent, int err_pipe[2])
 {
     setpgid(0, 0);
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    sigprocmask(SIG_BLOCK, &term, NULL);
     int null = open("/dev/null", O_RDONLY);
     if (null >= 0) {
         dup2(null, 0);
@@ -112,9 +134,9 @@ static void launch_child(char **args, pid_t parent, int err_pipe[2])
     dup2(err_pipe[1], 2);
     close(err_pipe[0]);
     close(err_pipe[1]);
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    prctl(PR_SET_PDEATHSIG, SIGINT);
     if (getppid() != parent) /* the launcher died before prctl */
-        _exit(128 + SIGTERM);
+        _exit(128 + SIGINT);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     execvp(args[0], args);
@@ -227,6 +249,22 @@ static int lost_wait(const char *status, pid_t child)
     return 1;
 }
 
+/* 1 when a SIGTERM sent to mpiexec waits in its blocked set (/proc/PID/status, ShdPnd: the
+ * pending signals of the process, a hexadecimal mask with bit N-1 for signal N) */
+static int term_pending(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    unsigned long long mask = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "ShdPnd: %llx", &mask) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (int)(mask >> (SIGTERM - 1) & 1);
+}
+
 /* waits for mpiexec, relaying its stderr and passing signals on; its exit status, as the
  * launcher's */
 static int launch_wait(pid_t child, int err_fd, const char *status)
@@ -235,9 +273,12 @@ static int launch_wait(pid_t child, int err_fd, const char *status)
     int passed = 0, st = 0, open_pipe = 1, killed = 0;
     double noticed = 0;
     for (;;) {
+        /* a SIGTERM sent to mpiexec alone stops the job as one sent to the launcher does */
+        if (!launcher_signal && term_pending(child))
+            on_launcher_signal(SIGTERM);
         for (; passed < launcher_signals; passed++) {
             /* first: the stop notice for every rank; then: end the job now */
-            int sig = passed == 0 ? (launcher_signal == SIGINT ? SIGUSR2 : SIGUSR1) : SIGTERM;
+            int sig = passed == 0 ? (launcher_signal == SIGINT ? SIGUSR2 : SIGUSR1) : SIGINT;
             kill(child, sig);
             noticed = clock_s();
         }

@@ -43,6 +43,12 @@ int rc_dist_size(void);
  * for there (SIGUSR1 -> SIGTERM, SIGUSR2 -> SIGINT, any other itself; async-signal-safe). */
 int rc_dist_signals_forwarded(void);
 int rc_dist_stop_signal(int sig);
+/* A stop signal that comes within RC_STOP_REPEAT_MS of the first is a copy of it, not a
+ * second signal: mpiexec and srun pass on the SIGTERM they receive while a scheduler sends
+ * its own to every process of the job (Slurm, in no set order). A signal after that window
+ * (a second Ctrl-C) ends the process at once. The trainer's stop and redco's launcher both
+ * count signals this way. */
+enum { RC_STOP_REPEAT_MS = 2000 };
 /* Finalizes MPI when it is running; does nothing otherwise (no launcher, or finalized
  * already, e.g. by rc_deployer_free). */
 void rc_dist_finalize(void);

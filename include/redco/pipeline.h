@@ -335,7 +335,9 @@ typedef struct {
                                      and fit returns -1 with RC_ERR_INTERRUPTED ("stopped by
                                      SIGTERM at step N; checkpoint written to DIR") and the
                                      result's stop_signal set; a second signal ends the process
-                                     at once (checkpoints are written atomically). In a job of
+                                     at once (checkpoints are written atomically), but one
+                                     within RC_STOP_REPEAT_MS (2 s) of the first is a copy of it
+                                     (mpiexec's or srun's) and changes nothing. In a job of
                                      redco's --nproc launcher SIGUSR1 and SIGUSR2 are its
                                      forwarded SIGTERM and SIGINT (rc_dist_stop_signal). The
                                      previous handlers are restored when fit returns. 0: the

@@ -895,17 +895,24 @@ static int evaluate_and_log(rc_trainer *t, const rc_train_options *o, const rc_e
  * limit) end the fit after the step in progress, with a checkpoint ------------------------ */
 
 static volatile sig_atomic_t stop_signal;
+static struct timespec stop_first; /* when the first stop signal came */
 
 static void on_stop_signal(int sig)
 {
     int as = rc_dist_stop_signal(sig); /* SIGUSR1 / SIGUSR2: forwarded by redco's launcher */
     if (stop_signal && as != sig) /* the launcher repeats its notice until the job ends */
         return;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
+    double ms = 1e3 * (double)(now.tv_sec - stop_first.tv_sec) + 1e-6 * (double)(now.tv_nsec - stop_first.tv_nsec);
+    if (stop_signal && ms < RC_STOP_REPEAT_MS) /* a copy of the first: mpiexec's or srun's, or the scheduler's own */
+        return;
     if (stop_signal) { /* a second signal: stop now (the checkpoint writes are atomic) */
         signal(as, SIG_DFL);
         raise(as);
         return;
     }
+    stop_first = now;
     stop_signal = as;
 }
 
@@ -956,6 +963,19 @@ static void test_sleep(const rc_trainer *t, int64_t step)
         return;
     const char *secs = getenv("REDCO_TEST_SLEEP_SECONDS");
     sleep(secs ? (unsigned)atoi(secs) : 3600u);
+}
+
+/* A test hook: REDCO_TEST_STOP_SECONDS=S makes every rank wait S seconds (signals do not cut
+ * it short) after a stop is agreed, before its checkpoint is written: the save of a large
+ * model, for the tests of signals that come while one is written. */
+static void test_stop_wait(void)
+{
+    const char *secs = getenv("REDCO_TEST_STOP_SECONDS");
+    double end = now_s() + (secs ? atof(secs) : 0.0);
+    while (now_s() < end) {
+        struct timespec tick = {0, 10000000};
+        nanosleep(&tick, NULL);
+    }
 }
 
 int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
@@ -1057,6 +1077,8 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
             break;
     }
     free(order);
+    if (stopped)
+        test_stop_wait();
     if (!rc && !stopped)
         rc = evaluate_and_log(t, o, eval, err);
     if (!rc)

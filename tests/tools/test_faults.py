@@ -5,8 +5,7 @@
 - the same at --nproc 2 with the signal sent to every rank (what Slurm does), to one
   rank only (the ranks agree after each step), and to the launcher alone (SIGTERM and
   SIGINT: it passes a stop notice on to every rank); no page from mpiexec after a stop;
-- two signals to the launcher: the job ends at once, and resuming gives the same weights;
-- two signals in a row: the run ends at once, and resuming still gives the same weights;
+- (signals in every order, copies of a signal and a second one later: test_signals.py);
 - a rank killed with SIGKILL: the job ends within seconds and the launcher says which rank
   died and how;
 - a rank that hangs inside a step (REDCO_TEST_SLEEP_RANK/_STEP) with --collective-timeout 2:
@@ -128,13 +127,6 @@ def main():
     train("--workdir", stop, "--steps", "40", "--resume")
     same_weights(straight, stop, "1 process: stopped and resumed equals straight (bitwise)")
 
-    # two signals in a row: the run ends at once; what is on disk still resumes exactly
-    twice = os.path.join(tmp, "twice")
-    code, err = stopped_run(twice, 40, signals=2)
-    check(code in (143, -signal.SIGTERM), f"two signals: exit status {code}:\n{err[-1500:]}")
-    train("--workdir", twice, "--steps", "40", *(["--resume"] if os.path.exists(os.path.join(twice, "last_checkpoint")) else []))
-    same_weights(straight, twice, "two signals: resumed equals straight (bitwise)")
-
     # --nproc 2, SIGTERM to every rank (Slurm) and to one rank
     straight2, all2, one2 = (os.path.join(tmp, n) for n in ("straight2", "all2", "one2"))
     train("--workdir", straight2, "--steps", "300", "--nproc", "2")
@@ -147,19 +139,13 @@ def main():
 
     # --nproc 2, the signal to the launcher alone (a terminal's Ctrl-C, kill, a scheduler
     # signalling the batch script): it passes a stop notice on to every rank
-    term, intr, early = (os.path.join(tmp, n) for n in ("launcher_term", "launcher_int", "launcher_early"))
+    term, intr = (os.path.join(tmp, n) for n in ("launcher_term", "launcher_int"))
     code, err = stopped_run(term, 300, nproc=2, after=5)
     check_stop(term, code, err, "nproc 2, SIGTERM to the launcher")
     train("--workdir", term, "--steps", "300", "--nproc", "2", "--resume")
     same_weights(straight2, term, "nproc 2, SIGTERM to the launcher: resumed equals straight (bitwise)")
     code, err = stopped_run(intr, 300, nproc=2, after=5, sig=signal.SIGINT)
     check_stop(intr, code, err, "nproc 2, SIGINT to the launcher", sig="SIGINT")
-    # two signals to the launcher: the job ends at once; what is on disk resumes exactly
-    code, err = stopped_run(early, 300, nproc=2, after=5, signals=2)
-    check(code == 143, f"nproc 2, two signals to the launcher: exit status {code}:\n{err[-1500:]}")
-    train("--workdir", early, "--steps", "300", "--nproc", "2",
-          *(["--resume"] if os.path.exists(os.path.join(early, "last_checkpoint")) else []))
-    same_weights(straight2, early, "nproc 2, two signals to the launcher: resumed equals straight (bitwise)")
 
     # a rank killed: the job ends within seconds, and the launcher says which rank and how
     dead = os.path.join(tmp, "dead")
