@@ -21,29 +21,16 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-from safetensors.numpy import load_file
-
+import stopkit
 from refkit import MPI_ENV, check, finish, options
+from stopkit import check_stop, children, end_of, read_to_step, same_weights, tiny_run
 
 REDCO = None
 BASE = None
 
 
-def train(*args, env=None, timeout=120):
-    r = subprocess.run([REDCO, "train", *BASE, *args], capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, **MPI_ENV, **(env or {})})
-    check(r.returncode == 0, f"train {' '.join(args)} exited {r.returncode}:\n{r.stderr[-2000:]}")
-    return r
-
-
-def children(pid):
-    """the processes started by pid"""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
+def train(*args, **kw):
+    return stopkit.train(REDCO, BASE, *args, **kw)
 
 
 def ranks(launcher, n):
@@ -66,11 +53,7 @@ def stopped_run(workdir, steps, nproc=0, targets="self", signals=1, after=3, sig
         args += ["--nproc", str(nproc)]
     p = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                          env={**os.environ, **MPI_ENV})
-    lines = []
-    for line in p.stderr:
-        lines.append(line)
-        if line.startswith(f"step {after}/"):
-            break
+    lines = read_to_step(p, after)
     pids = [p.pid] if targets == "self" else ranks(p.pid, nproc)
     if targets == "one":
         pids = pids[-1:]
@@ -78,46 +61,15 @@ def stopped_run(workdir, steps, nproc=0, targets="self", signals=1, after=3, sig
     for _ in range(signals):
         for pid in pids:
             os.kill(pid, sig)
-    try:
-        _, rest = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        _, rest = p.communicate()
-        check(False, f"{workdir}: still running 60 s after SIGTERM")
-    return p.returncode, "".join(lines) + rest
-
-
-def same_weights(a, b, what):
-    wa, wb = (load_file(os.path.join(d, "final", "model.safetensors")) for d in (a, b))
-    check(wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa), what)
-
-
-def check_stop(workdir, code, err, what, sig="SIGTERM"):
-    want = 128 + getattr(signal, sig)
-    check(code == want, f"{what}: exit status {code} ({want} expected):\n{err[-1500:]}")
-    check("mpiexec" not in err, f"{what}: no page from mpiexec after a stop:\n{err[-1500:]}")
-    line = [ln for ln in err.splitlines() if f"stopped by {sig} at step" in ln]
-    check(len(line) == 1, f"{what}: one 'stopped by' line in:\n{err[-1500:]}")
-    if not line:
-        return
-    step = line[0].split("at step ")[1].split(";")[0]
-    ck = f"checkpoint-{step}"
-    check(line[0].endswith(f"checkpoint written to {os.path.join(workdir, ck)}"), f"{what}: {line[0]}")
-    with open(os.path.join(workdir, "last_checkpoint")) as f:
-        check(f.read().strip() == ck, f"{what}: last_checkpoint names {ck}")
-    for name in ("model.safetensors", "trainer_state.json"):
-        check(os.path.exists(os.path.join(workdir, ck, name)), f"{what}: {ck}/{name} written")
-    check(not os.path.exists(os.path.join(workdir, "final")), f"{what}: no final/ after a stop")
+    err = end_of(p, lines, workdir)
+    return p.returncode, err
 
 
 def main():
     global REDCO, BASE
     REDCO = options().redco
     tmp = tempfile.mkdtemp(prefix="redco-faults-")
-    data = os.path.join(tmp, "ids.npy")
-    rng = np.random.default_rng(0)
-    np.save(data, (np.cumsum(rng.integers(1, 4, size=6000)) % 250).astype(np.int32))
-    BASE = ["--model", "tiny-gpt2", "--data", data, "--seq-len", "16", "--log-every", "1"]
+    BASE = tiny_run(tmp)
 
     # one process: SIGTERM, then --resume to the end equals a run never stopped
     straight, stop = os.path.join(tmp, "straight"), os.path.join(tmp, "stop")

@@ -27,10 +27,9 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-from safetensors.numpy import load_file
-
+import stopkit
 from refkit import MPI_ENV, check, finish, options
+from stopkit import check_stop, children, end_of, read_to_step, same_weights, tiny_run
 
 REDCO = None
 BASE = None
@@ -39,20 +38,8 @@ HOLD = "1.5"  # seconds the ranks hold a stop before its checkpoint is written
 KILL_TIMEOUT = "5"  # odls_base_sigkill_timeout for plain mpiexec: more than HOLD and the save
 
 
-def train(*args, env=None, timeout=120):
-    r = subprocess.run([REDCO, "train", *BASE, *args], capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, **MPI_ENV, **(env or {})})
-    check(r.returncode == 0, f"train {' '.join(args)} exited {r.returncode}:\n{r.stderr[-2000:]}")
-    return r
-
-
-def children(pid):
-    """the processes started by pid"""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
+def train(*args, **kw):
+    return stopkit.train(REDCO, BASE, *args, **kw)
 
 
 def job_processes(p, form):
@@ -82,11 +69,7 @@ def signalled_run(workdir, form, order, sig=signal.SIGTERM, gap=0.3, env=None, a
     env = {**os.environ, **MPI_ENV, "REDCO_TEST_STOP_SECONDS": HOLD,
            **({} if form == "launcher" else {"OMPI_MCA_odls_base_sigkill_timeout": KILL_TIMEOUT}), **(env or {})}
     p = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-    lines = []
-    for line in p.stderr:
-        lines.append(line)
-        if line.startswith(f"step {after}/"):
-            break
+    lines = read_to_step(p, after)
     procs = job_processes(p, form)
     procs["all"] = procs["launcher"] + procs["mpiexec"] + procs["ranks"]
     check(len(procs["ranks"]) == 2 and procs["mpiexec"], f"{workdir}: the job's processes: {procs}")
@@ -99,43 +82,8 @@ def signalled_run(workdir, form, order, sig=signal.SIGTERM, gap=0.3, env=None, a
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-    try:
-        _, rest = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        _, rest = p.communicate()
-        check(False, f"{workdir}: still running 60 s after the signals")
-    return p.returncode, "".join(lines) + rest, time.time() - t0
-
-
-def same_weights(a, b, what):
-    wa, wb = (load_file(os.path.join(d, "final", "model.safetensors")) for d in (a, b))
-    check(wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa), what)
-
-
-def check_stop(workdir, code, err, what, want=143, sig="SIGTERM"):
-    """the exit status, the one line, no page from mpiexec, and the checkpoint it names: complete
-    and loadable"""
-    check(code == want, f"{what}: exit status {code} ({want} expected):\n{err[-1500:]}")
-    page = [ln for ln in err.splitlines() if "mpiexec" in ln or "mpirun" in ln or ln.startswith("---")]
-    check(not page, f"{what}: no page from mpiexec after a stop:\n{err[-1500:]}")
-    line = [ln for ln in err.splitlines() if f"stopped by {sig} at step" in ln]
-    check(len(line) == 1, f"{what}: one 'stopped by' line in:\n{err[-1500:]}")
-    if not line:
-        return
-    step = line[0].split("at step ")[1].split(";")[0]
-    ck = f"checkpoint-{step}"
-    check(line[0].endswith(f"checkpoint written to {os.path.join(workdir, ck)}"), f"{what}: {line[0]}")
-    with open(os.path.join(workdir, "last_checkpoint")) as f:
-        check(f.read().strip() == ck, f"{what}: last_checkpoint names {ck}")
-    for name in ("model.safetensors", "trainer_state.json"):
-        check(os.path.exists(os.path.join(workdir, ck, name)), f"{what}: {ck}/{name} written")
-    try:
-        weights = load_file(os.path.join(workdir, ck, "model.safetensors"))
-        check(len(weights) > 0, f"{what}: {ck}/model.safetensors holds tensors")
-    except Exception as e:  # noqa: BLE001 - any failure to load is the finding
-        check(False, f"{what}: {ck}/model.safetensors does not load: {e}")
-    check(not os.path.exists(os.path.join(workdir, "final")), f"{what}: no final/ after a stop")
+    err = end_of(p, lines, workdir)
+    return p.returncode, err, time.time() - t0
 
 
 def resumed_equal(straight, workdir, what, nproc="2"):
@@ -149,10 +97,7 @@ def main():
     global REDCO, BASE
     REDCO = options().redco
     tmp = tempfile.mkdtemp(prefix="redco-signals-")
-    data = os.path.join(tmp, "ids.npy")
-    rng = np.random.default_rng(0)
-    np.save(data, (np.cumsum(rng.integers(1, 4, size=6000)) % 250).astype(np.int32))
-    BASE = ["--model", "tiny-gpt2", "--data", data, "--seq-len", "16", "--log-every", "1"]
+    BASE = tiny_run(tmp)
     straight1, straight2 = os.path.join(tmp, "straight1"), os.path.join(tmp, "straight2")
     train("--workdir", straight1, "--steps", STEPS)
     train("--workdir", straight2, "--steps", STEPS, "--nproc", "2")
@@ -208,11 +153,7 @@ def signalled_copy(args, workdir, gap, hold=HOLD):
     (exit status, stderr, seconds from the first signal to the end)"""
     p = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                          env={**os.environ, **MPI_ENV, "REDCO_TEST_STOP_SECONDS": hold})
-    lines = []
-    for line in p.stderr:
-        lines.append(line)
-        if line.startswith("step 5/"):
-            break
+    lines = read_to_step(p, 5)
     t0 = time.time()
     os.kill(p.pid, signal.SIGTERM)
     time.sleep(gap)
@@ -220,13 +161,8 @@ def signalled_copy(args, workdir, gap, hold=HOLD):
         os.kill(p.pid, signal.SIGTERM)
     except ProcessLookupError:
         pass
-    try:
-        _, rest = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        _, rest = p.communicate()
-        check(False, f"{workdir}: still running 60 s after the signals")
-    return p.returncode, "".join(lines) + rest, time.time() - t0
+    err = end_of(p, lines, workdir)
+    return p.returncode, err, time.time() - t0
 
 
 if __name__ == "__main__":
