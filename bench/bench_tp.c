@@ -54,24 +54,10 @@ static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng,
 /* seconds per training step (steps 1..4 of a fit of 6), or -1 with err set */
 static double step_time(rc_deployer *d, lm *data, const char *preset, const char **what, rc_error *err)
 {
-    *what = "rc_model_create";
-    data->model = rc_model_create(preset, 1, err);
-    if (!data->model)
-        return -1;
-    *what = "rc_trainer_new";
-    rc_trainer *t = rc_trainer_new(d, collate, loss, data, data->model->params, data->model, err);
     int dp = rc_deployer_mesh(d)->dp;
     rc_train_options o = {.steps = STEPS, .batch_size = GLOBAL_BATCH / dp, .optimizer = "sgd", .lr = 1e-3};
     data->n_stamps = 0;
-    int rc = -1;
-    if (t) {
-        *what = "rc_trainer_fit";
-        rc = rc_trainer_fit(t, &o, (rc_examples){count, data}, NULL, NULL, err);
-    }
-    rc_trainer_free(t);
-    rc_model_free(data->model);
-    data->model = NULL;
-    if (rc)
+    if (bench_fit_preset(d, preset, &data->model, NULL, collate, loss, (rc_examples){count, data}, &o, what, err))
         return -1;
     /* one collate per step (and one more before them with model shards): the last is
      * step 5's, four before it step 1's */

@@ -170,24 +170,10 @@ typedef struct {
 static int fit_stage(rc_deployer *d, lm *data, const char *preset, int batch, int zero, figures *f,
                      const char **what, rc_error *err)
 {
-    *what = "rc_model_create";
-    data->model = rc_model_create(preset, 1, err);
-    if (!data->model)
-        return -1;
-    f->params = rc_params_numel(data->model->params);
-    *what = "rc_trainer_new";
-    rc_trainer *t = rc_trainer_new(d, collate, loss, data, data->model->params, data->model, err);
     rc_train_options o = {.steps = STEPS, .batch_size = batch, .optimizer = "adamw", .lr = 1e-4, .zero = zero};
     data->n_stamps = 0;
-    int rc = -1;
-    if (t) {
-        *what = "rc_trainer_fit";
-        rc = rc_trainer_fit(t, &o, (rc_examples){count, data}, NULL, NULL, err);
-    }
-    rc_trainer_free(t);
-    rc_model_free(data->model);
-    data->model = NULL;
-    if (rc)
+    if (bench_fit_preset(d, preset, &data->model, &f->params, collate, loss, (rc_examples){count, data}, &o,
+                         what, err))
         return -1;
     int last = data->n_stamps - 1; /* step 5's collate; step 1's four before */
     if (last < 4 || last >= MAX_STAMPS) {

@@ -167,3 +167,26 @@ rc_tensor *bench_lm_loss(rc_graph *g, rc_model *m, const rc_batch *b)
     return rc_cross_entropy(g, rc_model_logits(g, m, rc_batch_input(g, b, "ids"), NULL, NULL),
                             rc_batch_input(g, b, "targets"), -100);
 }
+
+int bench_fit_preset(rc_deployer *d, const char *preset, rc_model **model, int64_t *numel,
+                     rc_collate_fn collate, rc_loss_fn loss, rc_examples ex, const rc_train_options *o,
+                     const char **what, rc_error *err)
+{
+    *what = "rc_model_create";
+    *model = rc_model_create(preset, 1, err);
+    if (!*model)
+        return -1;
+    if (numel)
+        *numel = rc_params_numel((*model)->params);
+    *what = "rc_trainer_new";
+    rc_trainer *t = rc_trainer_new(d, collate, loss, ex.user, (*model)->params, *model, err);
+    int rc = -1;
+    if (t) {
+        *what = "rc_trainer_fit";
+        rc = rc_trainer_fit(t, o, ex, NULL, NULL, err);
+    }
+    rc_trainer_free(t);
+    rc_model_free(*model);
+    *model = NULL;
+    return rc;
+}

@@ -1,7 +1,7 @@
 /* common.h - what every benchmark shares: a clock, the one-line failure, JSON lines
  * written with jansson (a non-finite number becomes null), a streaming copy that
- * measures the machine's memory bandwidth, command-line flags, and the batches and loss
- * of a language-model fit over a token stream. */
+ * measures the machine's memory bandwidth, command-line flags, the batches and loss of a
+ * language-model fit over a token stream, and one fit of a preset. */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
@@ -53,5 +53,13 @@ int bench_take_switch(int *argc, char **argv, const char *flag);
 int bench_lm_batch(rc_batch *out, const int32_t *tok, int T, const int64_t *ex, int n, rc_error *err);
 /* the mean next-token cross-entropy of model m on such a batch */
 rc_tensor *bench_lm_loss(rc_graph *g, rc_model *m, const rc_batch *b);
+
+/* One fit of a fresh `preset` model (rc_model_create in f32): made into *model, where the
+ * loss reads it, trained with o over ex (ex.user is also the trainer's user), freed again;
+ * *numel (when not NULL) its parameter count. 0, or -1 with *what naming the call that
+ * failed and err its reason. */
+int bench_fit_preset(rc_deployer *d, const char *preset, rc_model **model, int64_t *numel,
+                     rc_collate_fn collate, rc_loss_fn loss, rc_examples ex, const rc_train_options *o,
+                     const char **what, rc_error *err);
 
 #endif
