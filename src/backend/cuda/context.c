@@ -317,6 +317,12 @@ static int start(rci_cuda *c, rc_error *err)
     if ((s = c->cb->set_stream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS)
         return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: cublasSetStream failed: %s", c->name,
                             rci_cublas_status(s));
+    /* 16-bit products sum in f32 to the end: no split-K reduction in 16 bits, which cuBLAS
+     * otherwise may choose (a bf16 GEMM's result rounds once, as on the CPU) */
+    if ((s = c->cb->set_math_mode(c->blas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) !=
+        CUBLAS_STATUS_SUCCESS)
+        return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: cublasSetMathMode failed: %s", c->name,
+                            rci_cublas_status(s));
     return rci_cu_mem_alloc(&c->gpu, sizeof(int32_t), &c->gpu.fault, "the id check's fault word", err);
 }
 

@@ -62,6 +62,7 @@ typedef struct {
     cublasStatus_t (*create)(cublasHandle_t *handle);
     cublasStatus_t (*destroy)(cublasHandle_t handle);
     cublasStatus_t (*set_stream)(cublasHandle_t handle, cudaStream_t stream);
+    cublasStatus_t (*set_math_mode)(cublasHandle_t handle, cublasMath_t mode);
     cublasStatus_t (*gemm_strided_batched_ex)(
         cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
         const void *alpha, const void *a, cudaDataType atype, int lda, long long stride_a, const void *b,

@@ -64,6 +64,7 @@ static const symbol_slot blas_symbols[] = {
     {"cublasCreate_v2", offsetof(rci_cu_blas, create), 0},
     {"cublasDestroy_v2", offsetof(rci_cu_blas, destroy), 0},
     {"cublasSetStream_v2", offsetof(rci_cu_blas, set_stream), 0},
+    {"cublasSetMathMode", offsetof(rci_cu_blas, set_math_mode), 0},
     {"cublasGemmStridedBatchedEx", offsetof(rci_cu_blas, gemm_strided_batched_ex), 0},
 };
 

@@ -58,19 +58,39 @@ static void st(__global store_t *p, long i, float v)
 #endif
 }
 
+/* Flat index i of a box `shape` (nd axes, i below its element count) to the element offsets
+ * of two readings of it with strides sa and sb (*ob only when ob is not NULL). The axes run
+ * a fixed count so a GPU compiler unrolls them into registers; the outermost axis takes the
+ * quotient left (no division), and 32-bit division serves while the index and the axis fit
+ * (64-bit division is a long software routine on GPUs). */
+static long box_offsets(long i, int nd, long8 shape, long8 sa, long8 sb, long *ob)
+{
+    long sh[8], s[8], t[8];
+    long8_get(shape, sh);
+    long8_get(sa, s);
+    long8_get(sb, t);
+    long oa = 0, o2 = 0;
+    for (int d = 7; d >= 1; d--)
+        if (d < nd) {
+            long q;
+            if (i <= 0xffffffffL && sh[d] <= 0xffffffffL)
+                q = (long)((uint)i / (uint)sh[d]);
+            else
+                q = i / sh[d];
+            long c = i - q * sh[d];
+            i = q;
+            oa += c * s[d];
+            o2 += c * t[d];
+        }
+    if (ob)
+        *ob = o2 + i * t[0];
+    return oa + i * s[0];
+}
+
 /* the element offset of flat index i of a box `shape` (nd axes) read with strides st */
 static long box_offset(long i, int nd, long8 shape, long8 st)
 {
-    long sh[8], s[8];
-    long8_get(shape, sh);
-    long8_get(st, s);
-    long off = 0;
-    for (int d = nd - 1; d >= 0; d--) {
-        long c = i % sh[d];
-        i /= sh[d];
-        off += c * s[d];
-    }
-    return off;
+    return box_offsets(i, nd, shape, st, st, (long *)0);
 }
 
 /* ---- fill, unary, activations ------------------------------------------------------ */
@@ -129,7 +149,8 @@ __kernel void k_binary(__global store_t *o, long oo, __global const store_t *a, 
     long i = get_global_id(0);
     if (i >= n)
         return;
-    float x = ld(a, ao + box_offset(i, nd, shape, sa)), y = ld(b, bo + box_offset(i, nd, shape, sb)), r;
+    long ib, ia = box_offsets(i, nd, shape, sa, sb, &ib);
+    float x = ld(a, ao + ia), y = ld(b, bo + ib), r;
     switch (op) {
     case 0: r = x + y; break;
     case 1: r = x - y; break;
@@ -161,7 +182,9 @@ __kernel void k_equal(__global store_t *o, long oo, __global const store_t *a, l
     long i = get_global_id(0);
     if (i >= n)
         return;
-    long ia = ao + box_offset(i, nd, shape, sa), ib = bo + box_offset(i, nd, shape, sb);
+    long ib, ia = box_offsets(i, nd, shape, sa, sb, &ib);
+    ia += ao;
+    ib += bo;
     int eq = is_i32 ? ((__global const int *)a)[ia] == ((__global const int *)b)[ib]
                     : ld(a, ia) == ld(b, ib);
     st(o, oo + i, eq ? 1 : 0);
@@ -177,7 +200,8 @@ __kernel void k_copy(__global word_t *d, long dofs, __global const word_t *s, lo
     long i = get_global_id(0);
     if (i >= n)
         return;
-    d[dofs + box_offset(i, nd, shape, ds)] = s[so + box_offset(i, nd, shape, ss)];
+    long is, id = box_offsets(i, nd, shape, ds, ss, &is);
+    d[dofs + id] = s[so + is];
 }
 
 /* the CPU's float -> i32: truncation toward zero, NaN 0, saturation */
@@ -260,7 +284,8 @@ __kernel void k_reduce(__global store_t *o, long oo, __global const store_t *x, 
 }
 
 /* k_reduce in two passes for few outputs of long sums: part[i * chunks + c] = the sum (or
- * max) of the summed elements [c * chunk, (c + 1) * chunk) of output i, in index order */
+ * max) of the summed elements [c * chunk, (c + 1) * chunk) of output i, in index order;
+ * neighbouring work-items take neighbouring outputs (a bias's gradient reads rows whole) */
 __kernel void k_reduce_part(__global acc_t *part, __global const store_t *x, long xo, long n,
                             long m, long chunk, long chunks, int is_max, int knd, long8 kshape,
                             long8 ks, int snd, long8 sshape, long8 ss)
@@ -268,7 +293,7 @@ __kernel void k_reduce_part(__global acc_t *part, __global const store_t *x, lon
     long id = get_global_id(0);
     if (id >= n * chunks)
         return;
-    long i = id / chunks, c = id % chunks, lo = c * chunk, hi = lo + chunk < m ? lo + chunk : m;
+    long c = id / n, i = id % n, lo = c * chunk, hi = lo + chunk < m ? lo + chunk : m;
     long base = xo + box_offset(i, knd, kshape, ks);
     acc_t r = is_max ? -INFINITY : 0;
     for (long j = lo; j < hi; j++) {
@@ -278,7 +303,7 @@ __kernel void k_reduce_part(__global acc_t *part, __global const store_t *x, lon
         else
             r += v;
     }
-    part[id] = r;
+    part[i * chunks + c] = r;
 }
 
 /* out[i] = the chunks' parts of output i combined in chunk order */
@@ -519,21 +544,78 @@ static acc_t sum_exp(__global const store_t *x, long v, float mx)
     return s;
 }
 
-/* loss[r] = logsumexp(row r) - row[target] (0 for an ignored target) */
+/* Cross-entropy's row kernels run CE_LANES work-items a row in work-groups of CE_GROUP (the
+ * host's, ops_rows.c): lane k takes the columns j = k mod 8, as the k-th of the CPU's 8
+ * accumulators does, so each sum adds the same terms in the same order as the CPU's (and
+ * the one-row-per-work-item kernels before), and the lanes read a row's 8 neighbouring
+ * values together. Loops around a barrier run bounds the group shares. */
+enum { CE_LANES = 8, CE_GROUP = 64 };
+
+/* the row's largest value as row_max finds it: the value at the first column that holds the
+ * maximum (of +0 and -0, the one seen first; NaNs never win a comparison); -INFINITY when
+ * none. The lanes' maxima and first columns meet in pm and pi; the group calls it together. */
+static float ce_row_max(LOCAL_MEM float *pm, LOCAL_MEM long *pi, __global const store_t *xr, long v, int lane,
+                        int live)
+{
+    long li = (long)get_local_id(0), at = -1;
+    float mx = -INFINITY;
+    for (long j = lane; live && j < v; j += CE_LANES) {
+        float x = ld(xr, j);
+        if (x > mx) {
+            mx = x;
+            at = j;
+        }
+    }
+    pm[li] = mx;
+    pi[li] = at;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float m = -INFINITY;
+    long mi = -1;
+    for (int k = 0; k < CE_LANES; k++) {
+        float c = pm[li - lane + k];
+        long ci = pi[li - lane + k];
+        if (c > m || (c == m && ci >= 0 && (mi < 0 || ci < mi))) {
+            m = c;
+            mi = ci;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return m;
+}
+
+/* loss[r] = logsumexp(row r) - row[target] (0 for an ignored target); the sum is sum_exp's:
+ * blocks of 512 in order, each its 8 accumulators (one a lane), then its tail */
 __kernel void k_ce_rows(__global acc_t *loss, __global const store_t *x, long xo,
                         __global const int *tg, long to, long rows, long v, int ignore)
 {
-    long r = get_global_id(0);
-    if (r >= rows)
-        return;
-    int t = tg[to + r];
-    if (t == ignore) {
-        loss[r] = 0;
-        return;
+    __local acc_t part[CE_GROUP];
+    __local float pm[CE_GROUP];
+    __local long pi[CE_GROUP];
+    long li = (long)get_local_id(0), r = (long)get_global_id(0) / CE_LANES;
+    int lane = (int)(li % CE_LANES), in = r < rows;
+    int t = in ? tg[to + r] : ignore, live = in && t != ignore;
+    __global const store_t *xr = x + xo + (in ? r : 0) * v;
+    float mx = ce_row_max(pm, pi, xr, v, lane, live);
+    acc_t s = 0;
+    for (long j0 = 0; j0 < v; j0 += 512) {
+        long n = v - j0 < 512 ? v - j0 : 512, n8 = n / 8 * 8;
+        acc_t acc = 0;
+        for (long i = lane; live && i < n8; i += CE_LANES)
+            acc += rci_fexp(ld(xr, j0 + i) - mx);
+        part[li] = acc;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lane == 0 && live) {
+            acc_t b = 0;
+            for (long i = n8; i < n; i++)
+                b += rci_fexp(ld(xr, j0 + i) - mx);
+            for (int k = 0; k < CE_LANES; k++)
+                b += part[li + k];
+            s += b;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
-    __global const store_t *xr = x + xo + r * v;
-    float mx = row_max(xr, v);
-    loss[r] = (acc_t)mx + log(sum_exp(xr, v, mx)) - (acc_t)ld(xr, t);
+    if (lane == 0 && in)
+        loss[r] = live ? (acc_t)mx + log(s) - (acc_t)ld(xr, t) : 0;
 }
 
 /* one work-item: out = the mean of loss over targets not ignored (0 when none); the loss
@@ -565,30 +647,42 @@ __kernel void k_ce_scale(__global float *scale, __global const int *tg, long to,
 }
 
 /* row r of the gradient: (softmax(row) - onehot(target)) * scale; zeros when ignored. The
- * exponentials are kept in float at tmp (the output itself for f32 values). */
-__kernel void k_ce_grad(__global store_t *out, long oo, __global float *tmp, long tmo,
-                        __global const store_t *x, long xo, __global const int *tg, long to,
-                        __global const float *scale, long rows, long v, int ignore)
+ * exponentials' sum is dsum_f's (8 accumulators, one a lane, then the tail); each lane
+ * computes its exponentials again for its outputs (the same floats: no temporaries). */
+__kernel void k_ce_grad(__global store_t *out, long oo, __global const store_t *x, long xo,
+                        __global const int *tg, long to, __global const float *scale, long rows, long v,
+                        int ignore)
 {
-    long r = get_global_id(0);
-    if (r >= rows)
-        return;
-    __global store_t *o = out + oo + r * v;
-    __global float *e = tmp + tmo + r * v;
-    __global const store_t *xr = x + xo + r * v;
-    int t = tg[to + r];
-    if (t == ignore) {
-        for (long j = 0; j < v; j++)
+    __local acc_t part[CE_GROUP];
+    __local float pm[CE_GROUP];
+    __local long pi[CE_GROUP];
+    long li = (long)get_local_id(0), r = (long)get_global_id(0) / CE_LANES, v8 = v / 8 * 8;
+    int lane = (int)(li % CE_LANES), in = r < rows;
+    int t = in ? tg[to + r] : ignore, live = in && t != ignore;
+    __global store_t *o = out + oo + (in ? r : 0) * v;
+    __global const store_t *xr = x + xo + (in ? r : 0) * v;
+    float mx = ce_row_max(pm, pi, xr, v, lane, live);
+    acc_t acc = 0, s = 0;
+    for (long j = lane; live && j < v8; j += CE_LANES)
+        acc += rci_fexp(ld(xr, j) - mx);
+    for (long i = v8; live && i < v; i++)   /* every lane, before any writes (out may be x) */
+        s += rci_fexp(ld(xr, i) - mx);
+    part[li] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!in)
+        return;   /* past the last barrier; from here a lane reads only the columns it writes */
+    if (!live) {
+        for (long j = lane; j < v; j += CE_LANES)
             st(o, j, 0);
         return;
     }
-    float sc = scale[0], mx = row_max(xr, v);
-    for (long j = 0; j < v; j++)
-        e[j] = rci_fexp(ld(xr, j) - mx);
-    float k = (float)(1 / dsum_f(e, v)) * sc, et = e[t];
-    for (long j = 0; j < v; j++)
-        st(o, j, e[j] * k);
-    st(o, t, et * k - sc);
+    for (int k = 0; k < CE_LANES; k++)
+        s += part[li - lane + k];
+    float sc = scale[0], k = (float)(1 / s) * sc;
+    for (long j = lane; j < v; j += CE_LANES) {
+        float e = rci_fexp(ld(xr, j) - mx);
+        st(o, j, j == t ? e * k - sc : e * k);
+    }
 }
 
 #ifdef RC_FP64
@@ -910,7 +1004,9 @@ __kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_
  * q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv], dO [B, H, Tq, Dv], stats
  * [B, H, Tq, 2] (lse, delta) as float. Query head h reads kv head h / (H / KV); query i
  * sees keys j < att_visible(i). A score is q_i . k_j * scale + bias in float (the CPU's f32
- * kernel), dot products and sums in acc_t.
+ * kernel), dot products and sums in att_acc: float, as the CPU's tiles sum in f32 (sgemm);
+ * double accumulators would double the registers of a row's 64 output columns and run at
+ * the FP64 rate of a GPU.
  *
  * Tiling: a work-group (its size is the host's, ops_attention.c: 64) holds one work-item per
  * output row, all of one kv head: k_attention, _stats and _dq take consecutive query rows of
@@ -933,6 +1029,8 @@ __kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_
  * (att_keep, with the key and threshold k_dropout gets): the softmax's sum is the undropped
  * one, V and dO . v_j take z p, dP = z (dO . v_j). */
 enum { ATT_CHUNK = 64, ATT_TK = 16 };
+
+typedef float att_acc;
 
 typedef struct {
     long B, H, KV, Tq, Tk, D, Dv;
@@ -998,18 +1096,25 @@ typedef struct {
     long b, h, i, q, k, v, bias;
 } att_row;
 
-static att_row att_row_of(const att_dims *a, long row, long qo, long ko, long vo, long bo)
+/* the same from query head h, its kv head kvh and row i of batch b (no division) */
+static att_row att_row_at(const att_dims *a, long b, long h, long kvh, long i, long qo, long ko, long vo, long bo)
 {
     att_row r;
-    r.i = row % a->Tq;
-    r.h = row / a->Tq % a->H;
-    r.b = row / (a->Tq * a->H);
-    long kv = r.b * a->KV + r.h / (a->H / a->KV);
-    r.q = qo + row * a->D;
+    r.i = i;
+    r.h = h;
+    r.b = b;
+    long kv = b * a->KV + kvh;
+    r.q = qo + ((b * a->H + h) * a->Tq + i) * a->D;
     r.k = ko + kv * a->Tk * a->D;
     r.v = vo + kv * a->Tk * a->Dv;
-    r.bias = bo + r.b * a->bst[0] + r.h * a->bst[1] + r.i * a->bst[2];
+    r.bias = bo + b * a->bst[0] + h * a->bst[1] + i * a->bst[2];
     return r;
+}
+
+static att_row att_row_of(const att_dims *a, long row, long qo, long ko, long vo, long bo)
+{
+    long h = row / a->Tq % a->H;
+    return att_row_at(a, row / (a->Tq * a->H), h, h / (a->H / a->KV), row % a->Tq, qo, ko, vo, bo);
 }
 
 /* A query work-group (k_attention, _stats, _dq): its work-item's row, whether that row
@@ -1051,10 +1156,10 @@ static void att_load(LOCAL_MEM float *t, __global const store_t *x, long base, l
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* s[r] = x_own . y_(r0 + r) over w columns for r < ATT_TK (in acc_t, d ascending), y's rows
+/* s[r] = x_own . y_(r0 + r) over w columns for r < ATT_TK (in att_acc, d ascending), y's rows
  * from element ybase (nrows of them) loaded into t a chunk at a time; x_own is the
  * work-item's row at element xi, read only when `own` (the group calls it together). */
-static void att_tile_dots(acc_t *s, LOCAL_MEM float *t, __global const store_t *x, long xi, int own,
+static void att_tile_dots(att_acc *s, LOCAL_MEM float *t, __global const store_t *x, long xi, int own,
                           __global const store_t *y, long ybase, long w, long r0, long nrows)
 {
     for (int r = 0; r < ATT_TK; r++)
@@ -1063,7 +1168,7 @@ static void att_tile_dots(acc_t *s, LOCAL_MEM float *t, __global const store_t *
         long nc = w - c0 < ATT_CHUNK ? w - c0 : ATT_CHUNK;
         att_load(t, y, ybase, w, r0, nrows, c0, nc);
         for (long c = 0; own && c < nc; c++) {
-            acc_t xv = ld(x, xi + c0 + c);
+            att_acc xv = ld(x, xi + c0 + c);
             for (int r = 0; r < ATT_TK; r++)
                 s[r] += xv * t[r * ATT_CHUNK + c];
         }
@@ -1071,18 +1176,18 @@ static void att_tile_dots(acc_t *s, LOCAL_MEM float *t, __global const store_t *
 }
 
 /* x_xi . y_yi over n elements (dbias reads its rows directly) */
-static acc_t att_dot(__global const store_t *x, long xi, __global const store_t *y, long yi, long n)
+static att_acc att_dot(__global const store_t *x, long xi, __global const store_t *y, long yi, long n)
 {
-    acc_t s = 0;
+    att_acc s = 0;
     for (long d = 0; d < n; d++)
-        s += (acc_t)ld(x, xi + d) * ld(y, yi + d);
+        s += (att_acc)ld(x, xi + d) * ld(y, yi + d);
     return s;
 }
 
 /* acc[c] += f[r] t[r][c] for the tile's rows r in [lo, hi) and columns c < nc, rows outer
  * (as the keys or query rows ascend). The loops run fixed counts, guarded, so that a GPU
  * compiler can keep acc and f in registers. */
-static void att_accumulate(acc_t *acc, const acc_t *f, LOCAL_MEM const float *t, int lo, int hi, long nc)
+static void att_accumulate(att_acc *acc, const att_acc *f, LOCAL_MEM const float *t, int lo, int hi, long nc)
 {
     for (int r = 0; r < ATT_TK; r++)
         for (int c = 0; c < ATT_CHUNK; c++)
@@ -1091,7 +1196,7 @@ static void att_accumulate(acc_t *acc, const acc_t *f, LOCAL_MEM const float *t,
 }
 
 /* the score of key j for row r from its dot product q_i . k_j */
-static float att_score(const att_dims *a, const att_row *r, __global const store_t *bias, acc_t dot, long j)
+static float att_score(const att_dims *a, const att_row *r, __global const store_t *bias, att_acc dot, long j)
 {
     float s = (float)dot * a->scale;
     if (a->has_bias)
@@ -1106,7 +1211,7 @@ static float att_max(const att_dims *a, const att_group *g, const att_row *r, LO
                      long vis)
 {
     float m = -INFINITY;
-    acc_t s[ATT_TK];
+    att_acc s[ATT_TK];
     for (long j0 = 0; j0 < g->vis; j0 += ATT_TK) {
         att_tile_dots(s, t, q, r->q, g->active, k, r->k, a->D, j0, a->Tk);
         int nj = att_clamp(vis - j0);
@@ -1136,7 +1241,7 @@ __kernel void k_attention(__global store_t *o, long oo, __global const store_t *
         vis = 0;
     for (long c0 = 0; c0 < a.Dv; c0 += ATT_CHUNK) {
         long nc = a.Dv - c0 < ATT_CHUNK ? a.Dv - c0 : ATT_CHUNK;
-        acc_t acc[ATT_CHUNK], l = 0, s[ATT_TK];
+        att_acc acc[ATT_CHUNK], l = 0, s[ATT_TK];
         for (int c = 0; c < ATT_CHUNK; c++)
             acc[c] = 0;
         for (long j0 = 0; j0 < g.vis; j0 += ATT_TK) {
@@ -1174,7 +1279,7 @@ __kernel void k_attention_stats(__global float *o, long oo, __global const store
     float m = att_max(&a, &g, &r, t, q, k, bias, vis);
     if (m == -INFINITY)
         vis = 0;
-    acc_t l = 0, da = 0, s[ATT_TK];
+    att_acc l = 0, da = 0, s[ATT_TK];
     float p[ATT_TK];
     for (long j0 = 0; j0 < g.vis; j0 += ATT_TK) {
         att_tile_dots(s, t, q, r.q, g.active, k, r.k, a.D, j0, a.Tk);
@@ -1186,19 +1291,19 @@ __kernel void k_attention_stats(__global float *o, long oo, __global const store
         for (int jj = 0; jj < ATT_TK; jj++)
             if (jj < nj) {
                 l += p[jj];
-                da += (acc_t)(p[jj] * att_keep(&a, row, j0 + jj)) * s[jj];
+                da += (att_acc)(p[jj] * att_keep(&a, row, j0 + jj)) * s[jj];
             }
     }
     if (!g.active)
         return;
-    o[oo + row * 2] = l > 0 ? (float)((acc_t)m + log(l)) : -INFINITY;
+    o[oo + row * 2] = l > 0 ? (float)((att_acc)m + log(l)) : -INFINITY;
     o[oo + row * 2 + 1] = l > 0 ? (float)(da / l) : 0;
 }
 
 /* dS = p (dP - delta) scale of row r's key j from q_i . k_j and dO_i . v_j, dP = z (dO . v_j);
  * z p alone when dp_too is 0 */
 static float att_ds(const att_dims *a, const att_row *r, long row, __global const store_t *bias,
-                    __global const float *stats, long so, long j, acc_t qk, acc_t dov, int dp_too)
+                    __global const float *stats, long so, long j, att_acc qk, att_acc dov, int dp_too)
 {
     float lse = stats[so + row * 2], delta = stats[so + row * 2 + 1];
     if (lse == -INFINITY) /* a row that sees no key */
@@ -1225,7 +1330,7 @@ __kernel void k_attention_dq(__global store_t *o, long oo, __global const store_
     long vis = g.active ? att_visible(&a, r.i) : 0;
     for (long c0 = 0; c0 < a.D; c0 += ATT_CHUNK) {
         long nc = a.D - c0 < ATT_CHUNK ? a.D - c0 : ATT_CHUNK;
-        acc_t acc[ATT_CHUNK], s[ATT_TK], dov[ATT_TK];
+        att_acc acc[ATT_CHUNK], s[ATT_TK], dov[ATT_TK];
         for (int c = 0; c < ATT_CHUNK; c++)
             acc[c] = 0;
         for (long j0 = 0; j0 < g.vis; j0 += ATT_TK) {
@@ -1267,7 +1372,7 @@ __kernel void k_attention_dkv(__global store_t *o, long oo, __global const store
     long kr = ko + n * a.D, vr = vo + n * a.Dv;   /* the work-item's own k and v rows */
     for (long c0 = 0; c0 < w; c0 += ATT_CHUNK) {
         long nc = w - c0 < ATT_CHUNK ? w - c0 : ATT_CHUNK;
-        acc_t acc[ATT_CHUNK], s[ATT_TK], dov[ATT_TK];
+        att_acc acc[ATT_CHUNK], s[ATT_TK], dov[ATT_TK];
         for (int c = 0; c < ATT_CHUNK; c++)
             acc[c] = 0;
         for (long h = kvh * G; h < (kvh + 1) * G; h++) {
@@ -1279,8 +1384,8 @@ __kernel void k_attention_dkv(__global store_t *o, long oo, __global const store
                 int lo = active ? att_clamp(i0 - it) : 0, hi = active ? att_clamp(a.Tq - it) : 0;
                 for (int ii = 0; ii < ATT_TK; ii++)
                     if (ii >= lo && ii < hi) {
-                        long row = hrow + it + ii;
-                        att_row r = att_row_of(&a, row, qo, ko, vo, bo);
+                        long row = hrow + it + ii;   /* no divisions per score: (b, h, i) known */
+                        att_row r = att_row_at(&a, b, h, kvh, it + ii, qo, ko, vo, bo);
                         s[ii] = att_ds(&a, &r, row, bias, stats, so, j, s[ii], which == 1 ? dov[ii] : 0, which == 1);
                     }
                 if (which == 1)
@@ -1312,7 +1417,7 @@ __kernel void k_attention_dbias(__global store_t *o, long oo, __global const sto
     if (e >= eb * eh * ei * ej)
         return;
     long uj = e % ej, ui = e / ej % ei, uh = e / (ej * ei) % eh, ub = e / (ej * ei * eh);
-    acc_t acc = 0;
+    att_acc acc = 0;
     for (long b = s[0] ? ub : 0; b < (s[0] ? ub + 1 : a.B); b++)
         for (long h = s[1] ? uh : 0; h < (s[1] ? uh + 1 : a.H); h++)
             for (long i = s[2] ? ui : 0; i < (s[2] ? ui + 1 : a.Tq); i++) {

@@ -15,23 +15,38 @@
 /* ---- reductions ------------------------------------------------------------------------------ */
 
 enum {
-    REDUCE_CHUNK = 1024,   /* summed elements per work-item in the two-pass reduction */
-    REDUCE_FEW = 4096      /* outputs below which long sums take two passes */
+    REDUCE_CHUNK_MIN = 128,    /* summed elements per work-item in the two-pass reduction, at least */
+    REDUCE_ITEMS = 1 << 16,    /* work-items the first pass aims at: enough to hide a GPU's latency */
+    REDUCE_CHUNKS_MAX = 1024   /* partial sums an output's second pass adds, at most */
 };
 
+/* How a reduction of n outputs, each a sum of m elements, splits: 0 for one pass (one
+ * work-item per output: enough of them, or short sums), else the number of chunks of *chunk
+ * elements each output's sum is cut into, summed in parallel, then combined in order */
+static int64_t reduce_split(int64_t n, int64_t m, int64_t *chunk)
+{
+    if (n <= 0 || n >= REDUCE_ITEMS || m < 2 * REDUCE_CHUNK_MIN)
+        return 0;
+    int64_t chunks = (m + REDUCE_CHUNK_MIN - 1) / REDUCE_CHUNK_MIN, want = (REDUCE_ITEMS + n - 1) / n;
+    want = want < 2 ? 2 : want;
+    chunks = chunks < want ? chunks : want;
+    chunks = chunks < REDUCE_CHUNKS_MAX ? chunks : REDUCE_CHUNKS_MAX;
+    *chunk = (m + chunks - 1) / chunks;
+    return (m + *chunk - 1) / *chunk;
+}
+
 /* Bytes of scratch a reduction of n outputs, each a sum of m elements, takes: its chunks'
- * partial sums when it runs in two passes (few outputs of long sums), else none */
+ * partial sums when it runs in two passes, else none */
 static size_t reduce_scratch(const rci_gpu *g, int64_t n, int64_t m)
 {
-    if (m < 2 * REDUCE_CHUNK || n >= REDUCE_FEW)
-        return 0;
-    int64_t chunks = (m + REDUCE_CHUNK - 1) / REDUCE_CHUNK;
+    int64_t chunk, chunks = reduce_split(n, m, &chunk);
     return (size_t)(n * chunks) * (g->fp64 ? sizeof(double) : sizeof(float));
 }
 
 /* out [kept box] = the sum (or max) over the summed box of the input at `in`: one
- * work-item per output, or, for few outputs of long sums, fixed chunks summed in parallel
- * (scratch) and then combined in chunk order: the same order on every run */
+ * work-item per output, or, for fewer outputs than a GPU needs busy, chunks (reduce_split,
+ * fixed by the sizes) summed in parallel (scratch) and then combined in chunk order: the
+ * same order on every run */
 static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, const rci_gpu_place *in,
                         const rci_gpu_box *kept, const rci_gpu_box *summed, int is_max, const char *what,
                         rc_error *err)
@@ -50,7 +65,7 @@ static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, co
                            ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
         return g->ops->launch(g, store, RCI_K_REDUCE, a, 13, (size_t)n, 0, what, err);
     }
-    int64_t chunk = REDUCE_CHUNK, chunks = (m + chunk - 1) / chunk;
+    int64_t chunk, chunks = reduce_split(n, m, &chunk);
     rci_gpu_mem part = rci_gpu_scratch(g, part_bytes, err);
     if (!part)
         return -1;
@@ -297,17 +312,21 @@ static int ce_inputs(rci_gpu *g, const rc_tensor *node, const rci_gpu_place *tg,
     return check_ids(g, tg, *rows, *v, node->iparam[0], 1, rci_gpu_op_name(node), "target", err);
 }
 
-enum { CE_SCALE_FLOATS = 16 };   /* cross_entropy_grad: its scale's floats before the exponentials */
+enum { CE_LANES = 8, CE_GROUP = 64 };   /* kernels.cl's: work-items a row, a work-group */
 
-/* Bytes of scratch the losses take over `rows` rows of v logits: the per-row losses
- * (cross_entropy); the scale, then from float 16 the exponentials when not f32
- * (cross_entropy_grad) */
-static size_t ce_scratch(const rci_gpu *g, const rc_tensor *node, int64_t rows, int64_t v)
+/* Bytes of scratch the losses take over `rows` rows: the per-row losses (cross_entropy), the
+ * scale (cross_entropy_grad) */
+static size_t ce_scratch(const rci_gpu *g, const rc_tensor *node, int64_t rows)
 {
     if (node->op == RC_OP_CROSS_ENTROPY)
         return (size_t)(rows ? rows : 1) * (g->fp64 ? sizeof(double) : sizeof(float));
-    size_t temps = rci_gpu_f32_temps_scratch(node, CE_SCALE_FLOATS, rows * v);
-    return temps > sizeof(float) ? temps : sizeof(float);
+    return sizeof(float);
+}
+
+/* work-groups of the row kernels over `rows` rows */
+static size_t ce_groups(int64_t rows)
+{
+    return ((size_t)rows * CE_LANES + CE_GROUP - 1) / CE_GROUP;
 }
 
 /* the mean over targets != iparam[0] of logsumexp(row) - row[target]: per-row losses in
@@ -319,13 +338,13 @@ int rci_gpu_run_cross_entropy(rci_gpu *g, const rci_node_run *r, rc_error *err)
     int64_t rows, v;
     if (rci_gpu_places(r, 2, &out, in, err) || ce_inputs(g, node, &in[1], &rows, &v, err))
         return -1;
-    rci_gpu_mem loss = rci_gpu_scratch(g, ce_scratch(g, node, rows, v), err);
+    rci_gpu_mem loss = rci_gpu_scratch(g, ce_scratch(g, node, rows), err);
     if (!loss)
         return -1;
     int32_t ignore = node->iparam[0];
     rci_gpu_arg a[] = {ARG(loss), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem), ARG(in[1].off),
                        ARG(rows), ARG(v), ARG(ignore)};
-    if (rows > 0 && rci_gpu_launch_node(g, node, RCI_K_CE_ROWS, a, 8, (size_t)rows, "cross_entropy", err))
+    if (rows > 0 && rci_gpu_launch_groups(g, node, RCI_K_CE_ROWS, a, 8, ce_groups(rows), CE_GROUP, "cross_entropy", err))
         return -1;
     rci_gpu_arg m[] = {ARG(out.mem), ARG(out.off), ARG(loss), ARG(in[1].mem), ARG(in[1].off),
                        ARG(rows), ARG(ignore)};
@@ -340,11 +359,9 @@ int rci_gpu_run_cross_entropy_grad(rci_gpu *g, const rci_node_run *r, rc_error *
     int64_t rows, v;
     if (rci_gpu_places(r, 3, &out, in, err))
         return -1;
-    rci_gpu_place tmp;   /* the exponentials in f32: the output, or scratch after the scale */
-    if (ce_inputs(g, node, &in[1], &rows, &v, err) ||
-        rci_gpu_f32_temps(g, node, &out, CE_SCALE_FLOATS, rows * v, &tmp, err))
+    if (ce_inputs(g, node, &in[1], &rows, &v, err))
         return -1;
-    rci_gpu_mem scale = rci_gpu_scratch(g, ce_scratch(g, node, rows, v), err);
+    rci_gpu_mem scale = rci_gpu_scratch(g, ce_scratch(g, node, rows), err);
     if (!scale)
         return -1;
     int32_t ignore = node->iparam[0];
@@ -352,10 +369,11 @@ int rci_gpu_run_cross_entropy_grad(rci_gpu *g, const rci_node_run *r, rc_error *
                        ARG(in[2].mem), ARG(in[2].off)};
     if (rci_gpu_launch_f32(g, RCI_K_CE_SCALE, a, 7, 1, "cross_entropy_grad", err))
         return -1;
-    rci_gpu_arg ga[] = {ARG(out.mem), ARG(out.off), ARG(tmp.mem), ARG(tmp.off), ARG(in[0].mem),
-                        ARG(in[0].off), ARG(in[1].mem), ARG(in[1].off), ARG(scale), ARG(rows), ARG(v),
-                        ARG(ignore)};
-    return rci_gpu_launch_node(g, node, RCI_K_CE_GRAD, ga, 12, (size_t)rows, "cross_entropy_grad", err);
+    rci_gpu_arg ga[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
+                        ARG(in[1].off), ARG(scale), ARG(rows), ARG(v), ARG(ignore)};
+    return rows > 0 ? rci_gpu_launch_groups(g, node, RCI_K_CE_GRAD, ga, 10, ce_groups(rows), CE_GROUP,
+                                            "cross_entropy_grad", err)
+                    : 0;
 }
 
 /* x src0 [..., T, H, D], positions src1 i32 (row r uses pos[r % P]); iparam: rotary dims,
@@ -498,7 +516,7 @@ size_t rci_gpu_node_scratch(const rci_gpu *g, const rc_tensor *node)
         return rci_gpu_f32_temps_scratch(node, 0, rc_tensor_numel(node));
     case RC_OP_CROSS_ENTROPY:
     case RC_OP_CROSS_ENTROPY_GRAD:
-        return ce_scratch(g, node, rci_gpu_lead_rows(s), rci_gpu_last_dim(s));
+        return ce_scratch(g, node, rci_gpu_lead_rows(s));
     default:
         return 0;
     }
