@@ -11,7 +11,8 @@
 #   in the bundle's MANIFEST), for -march=M (default x86-64-v3: the GPU machine's processor
 #   is not this one, so no -march=native);
 # - packs the programs the check runs (redco, the op table or the older op suites, the
-#   device model tests, any tests/*/test_cuda*.c, bench_gpt2, bench_generate), stripped,
+#   device model tests, any tests/*/test_cuda*.c, bench_gpt2, bench_generate,
+#   bench_attention), stripped,
 #   with every shared library they link except glibc's own and CUDA's/NVIDIA's (the GPU
 #   machine has those; it has none of OpenBLAS, OpenMPI, jansson, utf8proc, CLBlast,
 #   ocl-icd), into gpu-bundle/redco-bundle.tar.gz, and writes gpu-bundle/MANIFEST.txt;
@@ -82,7 +83,7 @@ configure() {
 # the CMake targets the check needs, as far as this tree has them
 targets() {
     local t
-    echo redco_cli test_ops test_device_models bench_gpt2 bench_generate
+    echo redco_cli test_ops test_device_models bench_gpt2 bench_generate bench_attention
     for t in "$ROOT"/tests/*/test_cuda*.c; do
         [ -f "$t" ] && basename "$t" .c
     done
@@ -241,6 +242,7 @@ check_chroot() {
     run_jail /bundle/bin/test_ops cpu
     run_jail /bundle/bin/bench_gpt2 1 tiny-gpt2 2 16
     run_jail /bundle/bin/bench_generate --dtype f32 tiny-gpt2
+    run_jail /bundle/bin/bench_attention --cases 1:32:1 --dropout 0.1
     write_tokens "$jail/tmp/tokens.npy" &&
         run_jail /bundle/bin/redco train --model tiny-gpt2 --data /tmp/tokens.npy --workdir /tmp/w --steps 2 \
             --batch-size 2 --seq-len 16 --json

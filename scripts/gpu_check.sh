@@ -14,8 +14,9 @@
 #               scripts/torch_gpt2_step.py (same model, forward, backward, AdamW)
 #   matmul      bench_gpt2 on the same step: its matmuls against cuBLAS's own rate on the
 #               same shapes (torch.matmul), and the host transfers per step
-#   attention   bench_gpt2 --attention-compare: the same step with the fused attention op
-#               against product, softmax, product, at 8 x 1024 and 4 x 2048
+#   attention   bench_attention: the fused op's kernels alone with and without attention
+#               dropout; bench_gpt2 --attention-compare: the same step with the fused
+#               attention op against product, softmax, product, at 8 x 1024 and 4 x 2048
 #   decode      greedy decoding of GPT-2 124M at batch 1: bench_generate beside PyTorch
 #   opencl      the op table and the device model tests on NVIDIA's OpenCL, when the driver
 #               has one (libnvidia-opencl.so.1)
@@ -470,9 +471,29 @@ part_matmul() {
     figure gpt2_fwd_bwd_f32 "$RDEV" "${step_s:-null}" "s/step" null
 }
 
+# the fused attention's kernels alone (bench_attention: GPT-2's 12 heads of 64, causal, f32)
+# at the step's batch and length, with attention dropout P: where their time goes
+attention_kernels() {
+    local drop=$1 name=bench_attention_$1 cases="$BATCH:$SEQ:2" f u
+    [ $QUICK = 1 ] && cases="$BATCH:$SEQ:1"
+    [ -x "$BUNDLE/bin/bench_attention" ] || { note "this bundle has no bench_attention: rebuild it"; return; }
+    run "$name" 90 "${RC_ENV[@]}" "$BUNDLE/bin/bench_attention" --device "$RDEV" --dropout "$drop" --cases "$cases" ||
+        { part_failed attention "bench_attention --dropout $drop: exit $?"; tail_log "$name"; return; }
+    f=$WORK/logs/$name.fused
+    u=$WORK/logs/$name.unfused
+    grep '"attention": "fused"' "$WORK/logs/$name.log" >"$f"
+    grep '"attention": "unfused"' "$WORK/logs/$name.log" >"$u"
+    figure "attention_kernels_dropout_$drop" "$RDEV" "$(jget "$f" bench_attention fwd_bwd_ms)" "ms" null \
+        unfused_ms "$(jget "$u" bench_attention fwd_bwd_ms)" attention_ms "$(jget "$f" bench_attention ms_attention)" \
+        stats_ms "$(jget "$f" bench_attention ms_attention_stats)" grad_ms "$(jget "$f" bench_attention ms_attention_grad)" \
+        unfused_matmul_ms "$(jget "$u" bench_attention ms_matmul)" batch "$BATCH" seq "$SEQ"
+}
+
 part_attention() {
     local log=$WORK/logs/bench_attention_compare.log seqs line T
     sizes
+    attention_kernels 0
+    attention_kernels 0.1
     seqs="$SEQ:$BATCH,2048:4"
     [ $QUICK = 1 ] && seqs="32:2,64:1"
     run bench_attention_compare 150 "${RC_ENV[@]}" "$BUNDLE/bin/bench_gpt2" --device "$RDEV" --attention-compare \
