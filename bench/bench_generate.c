@@ -9,7 +9,7 @@
  *   bench_generate [--device D] --attention-compare [PRESET ...]
  *       only the fused against unfused attention lines (generate_greedy_attention), gpt2
  *       unless presets are named, in f32: decoding with attention as product, softmax,
- *       product and as the fused op (rci_nn_set_fused_attention off, on; the two
+ *       product and as the fused op (rc_set_fused_attention off, on; the two
  *       alternate, best of 3 calls each), after a prompt of 8 tokens and after one of 512
  *       (capped at the model's positions less the new tokens), where the cached keys make
  *       attention a larger part of a token
@@ -95,7 +95,7 @@ static void attention_compare(const char *name, rc_backend *be, const int32_t *b
         for (int r = 0; r < 3; r++)
             for (int on = 0; on < 2; on++) {
                 double st, pr;
-                rci_nn_set_fused_attention(on);
+                rc_set_fused_attention(on);
                 time_decoding(name, m, p, n, 1, &st, &pr);
                 step_s[on] = st < step_s[on] ? st : step_s[on];
                 prompt_s[on] = pr < prompt_s[on] ? pr : prompt_s[on];

@@ -16,7 +16,7 @@
  *   bench_gpt2 [--device D] --attention-compare [--attention-seqs T:B,...] [REPS [PRESET]]
  *       only the fused against unfused attention lines (gpt2_124m_attention_fused_vs_unfused,
  *       one per T): the f32 step recorded with attention as product, softmax, product and
- *       then as the fused op (rci_nn_set_fused_attention off, on), best of REPS (default 2)
+ *       then as the fused op (rc_set_fused_attention off, on), best of REPS (default 2)
  *       after one warm-up each, and the planned arena's activation peak of each;
  *       default 256:4,1024:1,2048:1 (T:B; B left out: 4 up to T = 256, else 1), GPT-2 124M
  *       unless a preset is named, its position table lengthened to the longest T
@@ -328,7 +328,7 @@ static void attention_compare(const rc_model_config *cfg, const rci_nn_weights *
         for (int on = 0; on < 2; on++) {
             rc_graph *g;
             rc_plan_stats st;
-            rci_nn_set_fused_attention(on);
+            rc_set_fused_attention(on);
             step_s[on] = step_seconds(cfg, w, B, T, reps, xb, yb, &g, &st);
             if ((count_op(g, RC_OP_ATTENTION) > 0) != on)
                 bench_fail(NAME, "--attention-compare", "the switch did not change the recorded attention");

@@ -175,6 +175,14 @@ int cli_zero(const char *cmd, const char *v, int *out)
     return 0;
 }
 
+int cli_attention(const char *cmd, const char *v)
+{
+    if (strcmp(v, "fused") && strcmp(v, "unfused"))
+        return cli_usage(cmd, "--attention '%s': fused or unfused", v);
+    rc_set_fused_attention(!strcmp(v, "fused"));
+    return 0;
+}
+
 int cli_double(const char *cmd, const char *flag, const char *text, double lo, double hi, double *out)
 {
     char *end;

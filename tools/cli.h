@@ -56,6 +56,9 @@ int cli_config_read(const char *cmd, const char *path, const struct option *flag
 /* --zero[=STAGE] (train and plan): STAGE 0, 1 or 2 into *out, 1 without a value (v NULL);
  * 0, or 2 with a usage error printed (stage 3 is one line saying it is not built yet). */
 int cli_zero(const char *cmd, const char *v, int *out);
+/* --attention fused|unfused (train, eval, generate, plan): sets rc_set_fused_attention for
+ * the graphs recorded after it; 0, or 2 with a usage error printed. */
+int cli_attention(const char *cmd, const char *v);
 /* Whole numbers and reals with range checks; 0, or 2 (the exit status) with a usage error printed. */
 int cli_int64(const char *cmd, const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out);
 int cli_double(const char *cmd, const char *flag, const char *text, double lo, double hi, double *out);

@@ -15,7 +15,7 @@ static const char *help =
     "usage: redco generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
     "                      [--top-k K] [--top-p P] [--num-beams B] [--seed S] [--tokenizer DIR]\n"
     "                      [--dtype f32|bf16|f16] [--mp N] [--allow-replicate] [--nproc P]\n"
-    "                      [--device D] [--tf32] [--lora DIR] [--json]\n"
+    "                      [--device D] [--tf32] [--attention fused|unfused] [--lora DIR] [--json]\n"
     "\n"
     "Continues the prompt with the model (a Hugging Face model directory, e.g. a workdir's\n"
     "final/) and prints the prompt and the new text. Temperature 0 (the default) is greedy;\n"
@@ -26,6 +26,8 @@ static const char *help =
     "cores (faster, 10-bit mantissas; default exact f32). --dtype bf16 or f16 loads the weights in 16 bits (converted from the\n"
     "checkpoint's dtype; a BF16 checkpoint in bf16 as stored) and runs the model and its\n"
     "key/value cache in that dtype, halving the bytes read per token; default f32.\n"
+    "--attention unfused records attention as product, softmax, product instead of the fused\n"
+    "op (default), as `redco train --attention`.\n"
     "--lora DIR applies a PEFT LoRA adapter directory (e.g. a workdir's adapter/ from\n"
     "`redco train --lora-r`), folded into the weights.\n"
     "With --json the last line of stdout is\n"
@@ -45,7 +47,7 @@ typedef struct {
 
 enum {
     F_MODEL = CLI_FLAG0, F_PROMPT, F_TOKENIZER, F_MAX_NEW, F_TOP_K, F_BEAMS, F_SEED, F_TEMPERATURE, F_TOP_P,
-    F_MP, F_NPROC, F_JSON, F_ALLOW_REPLICATE, F_DEVICE, F_DTYPE, F_LORA, F_TF32
+    F_MP, F_NPROC, F_JSON, F_ALLOW_REPLICATE, F_DEVICE, F_DTYPE, F_LORA, F_TF32, F_ATTENTION
 };
 
 static const struct option flags[] = {
@@ -65,6 +67,7 @@ static const struct option flags[] = {
     {"allow-replicate", no_argument, NULL, F_ALLOW_REPLICATE},
     {"device", required_argument, NULL, F_DEVICE},
     {"tf32", no_argument, NULL, F_TF32},
+    {"attention", required_argument, NULL, F_ATTENTION},
     {"dtype", required_argument, NULL, F_DTYPE},
     {"lora", required_argument, NULL, F_LORA},
     {NULL, 0, NULL, 0},
@@ -79,6 +82,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_MODEL: o->model = v; return 0;
     case F_DEVICE: o->device = v; return 0;
     case F_TF32: o->tf32 = 1; return 0;
+    case F_ATTENTION: return cli_attention(cmd, v);
     case F_LORA: o->lora = v; return 0;
     case F_DTYPE:
         if (!strcmp(v, "f32") || !strcmp(v, "float32"))

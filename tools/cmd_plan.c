@@ -15,7 +15,7 @@ static const char *help =
     "usage: redco plan --model PRESET|DIR --mp N [--dp N] [--batch-size B] [--seq-len T]\n"
     "                  [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--allow-replicate]\n"
     "                  [--zero [1|2]] [--remat[=N]] [--dtype f32|bf16|f16] [--memory SIZE]\n"
-    "                  [--device D] [--ranks-per-host N] [--json]\n"
+    "                  [--attention fused|unfused] [--device D] [--ranks-per-host N] [--json]\n"
     "\n"
     "Derives from the model's graph how each parameter splits over N model shards (whole\n"
     "heads for attention, alternating column/row splits for linear chains, the vocabulary\n"
@@ -36,7 +36,9 @@ static const char *help =
     "weights); --zero 2 also of the f32 gradients (plus a reduce-scatter window of at most\n"
     "4 MiB). --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
     "(default 1). --dtype bf16|f16: 16-bit weights and activations with f32 master weights,\n"
-    "as `redco train --dtype` (the step's graph recorded in that dtype). --memory SIZE (80GB = 80e9\n"
+    "as `redco train --dtype` (the step's graph recorded in that dtype). --attention unfused:\n"
+    "attention as product, softmax, product, as `redco train --attention unfused` (every\n"
+    "layer's [T, T] probabilities among the activations). --memory SIZE (80GB = 80e9\n"
     "bytes, 24GiB = 24 x 2^30, 512MiB): whether one rank fits, and the largest preset of the\n"
     "model's family that fits under the same mesh and options.\n"
     "--ranks-per-host N: how the mesh lies on hosts of N ranks each (mpiexec and Slurm place\n"
@@ -46,13 +48,13 @@ static const char *help =
 typedef struct {
     const char *model, *device, *memory_text;
     int64_t mp, dp, batch, seq_len, remat, memory, per_host;
-    int allow, json, zero;
+    int allow, json, zero, unfused;
     rc_dtype dtype;
     cli_shards shards;
 } options;
 
 enum { F_MODEL = CLI_FLAG0, F_MP, F_DP, F_BATCH, F_SEQ_LEN, F_SHARD, F_ALLOW_REPLICATE, F_JSON, F_DEVICE,
-       F_ZERO, F_REMAT, F_DTYPE, F_MEMORY, F_PER_HOST };
+       F_ZERO, F_REMAT, F_DTYPE, F_MEMORY, F_PER_HOST, F_ATTENTION };
 
 static const struct option flags[] = {
     {"help", no_argument, NULL, CLI_HELP},
@@ -68,6 +70,7 @@ static const struct option flags[] = {
     {"zero", optional_argument, NULL, F_ZERO},
     {"remat", optional_argument, NULL, F_REMAT},
     {"dtype", required_argument, NULL, F_DTYPE},
+    {"attention", required_argument, NULL, F_ATTENTION},
     {"memory", required_argument, NULL, F_MEMORY},
     {"ranks-per-host", required_argument, NULL, F_PER_HOST},
     {NULL, 0, NULL, 0},
@@ -101,6 +104,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_SHARD: return cli_shard(cmd, v, &o->shards);
     case F_ZERO: return cli_zero(cmd, v, &o->zero);
     case F_REMAT: return v ? cli_int64(cmd, f, v, 1, 1 << 16, &o->remat) : (o->remat = 1, 0);
+    case F_ATTENTION: o->unfused = !strcmp(v, "unfused"); return cli_attention(cmd, v);
     case F_DTYPE:
         o->dtype = weight_dtype(v);
         return o->dtype == RC_DTYPE_COUNT ? cli_usage(cmd, "--dtype '%s': f32, bf16 or f16", v) : 0;
@@ -220,6 +224,8 @@ static const char *bytes_text(double b, char *buf, size_t size)
 static void options_text(const options *o, char *buf, size_t size)
 {
     int n = snprintf(buf, size, "%s weights, AdamW", rc_dtype_name(o->dtype));
+    if (o->unfused)
+        n += snprintf(buf + n, size - (size_t)n, ", unfused attention");
     if (o->remat)
         n += snprintf(buf + n, size - (size_t)n, ", remat every %lld block%s", (long long)o->remat,
                       o->remat > 1 ? "s" : "");
@@ -372,7 +378,7 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                                                 "local_shape", lshape, "note", s[i].note));
     }
     json_t *out = json_pack("{s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:{s:I, s:I, s:b, s:I, s:s}, "
-                            "s:{s:I, s:I, s:f, s:f, s:I, s:I}}",
+                            "s:{s:I, s:I, s:f, s:f, s:I, s:I}, s:s}",
                             "model", o->model, "model_type", c->model_type, "parameters", (json_int_t)m->m.numel,
                             "mp", (json_int_t)o->mp, "dp", (json_int_t)o->dp, "params", params, "memory_bytes",
                             rank_json(&mem->rank), "options", "batch_size", (json_int_t)o->batch, "seq_len",
@@ -381,7 +387,8 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                             "model_allreduce_forward", (json_int_t)comm->allreduce_fwd, "model_allreduce_backward",
                             (json_int_t)comm->allreduce_bwd, "model_bytes_forward", comm->bytes_fwd,
                             "model_bytes_backward", comm->bytes_bwd, "data_allreduce",
-                            (json_int_t)(o->zero ? 0 : buckets), "model_allgather", (json_int_t)comm->allgather_fwd);
+                            (json_int_t)(o->zero ? 0 : buckets), "model_allgather", (json_int_t)comm->allgather_fwd,
+                            "attention", o->unfused ? "unfused" : "fused");
     /* with zero the gradients are reduce-scattered (zero 2: each micro-batch's, a window at
      * a time) and the updated weights all-gathered */
     json_t *coll = json_object_get(out, "collectives");

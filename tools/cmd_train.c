@@ -24,6 +24,7 @@ static const char *train_help =
     "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--save-total-limit N]\n"
     "                   [--log-every N]\n"
     "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--tf32] [--remat[=N]]\n"
+    "                   [--attention fused|unfused]\n"
     "                   [--zero [1|2]] [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
     "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--collective-timeout S]\n"
     "                   [--lora-r R [--lora-alpha A] [--lora-targets M,M,...] [--lora-merge]]\n"
@@ -51,6 +52,10 @@ static const char *train_help =
     "TF32 on tensor cores: several times faster, 10-bit mantissas (default: exact f32).\n"
     "--remat[=N] keeps only every N-th transformer block's input (default 1: every block's)\n"
     "and recomputes the blocks in the backward pass: less memory, the same gradients.\n"
+    "--attention unfused computes attention as product, softmax, product, keeping every\n"
+    "layer's [T, T] probabilities for the backward pass, instead of the fused op (default),\n"
+    "which keeps none: the same training to rounding, far more activation memory (`redco\n"
+    "plan` shows it); faster only where the fused kernels are slower (README: GPU figures).\n"
     "--zero shards the AdamW moments over the data-parallel processes (ZeRO stage 1): each\n"
     "keeps and updates 1/dp of them; gradients are reduce-scattered and the updated weights\n"
     "all-gathered. The same training to float rounding; checkpoints are unchanged.\n"
@@ -95,14 +100,14 @@ static const char *train_help =
 static const char *eval_help =
     "usage: redco eval --model DIR --data PATH [--tokenizer DIR] [--seq-len N] [--batch-size N]\n"
     "                  [--mp N] [--nproc P] [--device D] [--tf32] [--dtype f32|bf16|f16] [--lora DIR]\n"
-    "                  [--json] [--collective-timeout S]\n"
+    "                  [--attention fused|unfused] [--json] [--collective-timeout S]\n"
     "\n"
     "Mean cross-entropy of the model over every predicted token of the data (language-model\n"
     "windows as in training), its perplexity, and the token count. With --json the last line\n"
     "of stdout is {\"loss\": ..., \"ppl\": ..., \"tokens\": N}; a loss or perplexity that is NaN\n"
     "or infinite is null. Processes split the data, and with --mp N the model too (the\n"
     "training plan). --dtype bf16|f16 runs the model with its weights in that dtype.\n"
-    "--device and --tf32 as for `redco train`.\n"
+    "--device, --tf32 and --attention as for `redco train`.\n"
     "--lora DIR applies a PEFT LoRA adapter directory (folded into the weights).\n";
 
 typedef struct {
@@ -118,6 +123,7 @@ typedef struct {
     double lr, wd, clip, loss_scale, coll_timeout;
     int64_t loss_scale_window;
     int resume, no_shuffle, json, zero, tf32;
+    const char *attention;            /* --attention: "fused" (NULL: not given) or "unfused" */
     rc_dtype dtype;
     cli_shards shards;
 } options;
@@ -127,7 +133,7 @@ enum {
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
     F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO,
     F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW, F_LORA, F_LORA_R, F_LORA_ALPHA, F_LORA_TARGETS, F_LORA_MERGE,
-    F_COLL_TIMEOUT, F_TF32, F_VOCAB_SIZE, F_CONFIG, F_SAVE_TOTAL_LIMIT
+    F_COLL_TIMEOUT, F_TF32, F_VOCAB_SIZE, F_CONFIG, F_SAVE_TOTAL_LIMIT, F_ATTENTION
 };
 
 static const struct option eval_flags[] = {
@@ -141,6 +147,7 @@ static const struct option eval_flags[] = {
     {"mp", required_argument, NULL, F_MP},
     {"device", required_argument, NULL, F_DEVICE},
     {"tf32", no_argument, NULL, F_TF32},
+    {"attention", required_argument, NULL, F_ATTENTION},
     {"dtype", required_argument, NULL, F_DTYPE},
     {"lora", required_argument, NULL, F_LORA},
     {"json", no_argument, NULL, F_JSON},
@@ -159,6 +166,7 @@ static const struct option train_flags[] = {
     {"mp", required_argument, NULL, F_MP},
     {"device", required_argument, NULL, F_DEVICE},
     {"tf32", no_argument, NULL, F_TF32},
+    {"attention", required_argument, NULL, F_ATTENTION},
     {"remat", optional_argument, NULL, F_REMAT},
     {"zero", optional_argument, NULL, F_ZERO},
     {"dtype", required_argument, NULL, F_DTYPE},
@@ -220,6 +228,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_SCHEDULE: o->schedule = v; return 0;
     case F_DEVICE: o->device = v; return 0;
     case F_TF32: o->tf32 = 1; return 0;
+    case F_ATTENTION: o->attention = v; return cli_attention(cmd, v);
     case F_LORA: o->lora = v; return 0;
     case F_LORA_TARGETS: o->lora_targets = v; return 0;
     case F_LORA_MERGE: o->lora_merge = 1; return 0;
@@ -300,6 +309,7 @@ static json_t *option_json(const options *o, int flag, int *digits)
     case F_SCHEDULE: return json_string(o->schedule);
     case F_DEVICE: return o->device ? json_string(o->device) : NULL;
     case F_TF32: return json_boolean(o->tf32);
+    case F_ATTENTION: return json_string(o->attention ? o->attention : "fused");
     case F_REMAT: return o->remat ? json_integer(o->remat) : json_false();
     case F_ZERO: return json_integer(o->zero);
     case F_DTYPE: return json_string(rc_dtype_name(o->dtype));

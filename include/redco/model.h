@@ -126,6 +126,15 @@ int rc_model_record(rc_graph *g, const rc_model_config *c, rc_dtype dtype, rc_te
 /* Frees out's arrays (the nodes are the graph's) and zeroes it. */
 void rc_model_graph_free(rc_model_graph *out);
 
+/* How the families record attention in the graphs recorded after the call, process-wide
+ * (as rc_set_threads): on (the default) as the fused op, rc_attention, which keeps no
+ * [T, T] tensor; off as product, softmax, product (Hugging Face's "eager" attention), whose
+ * scores and probabilities of every layer stay for the backward pass: far more activation
+ * memory (`redco plan` shows it), and faster only where the fused kernels are slower than
+ * the matrix products (the README's GPU figures). Both compute the same function. */
+void rc_set_fused_attention(int on);
+int rc_get_fused_attention(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -83,13 +83,18 @@ static rc_tensor *repeat_kv(rc_graph *g, rc_tensor *k, int64_t heads)
     return rc_reshape(g, e, 4, (int64_t[]){B, heads, T, D});
 }
 
-/* on: every backend runs the fused op; off records the products and softmax (benchmarks
- * compare the two, rci_nn_set_fused_attention) */
+/* on: every backend runs the fused op; off records the products and softmax
+ * (rc_set_fused_attention: `--attention unfused`, and benchmarks compare the two) */
 static int fused_attention = 1;
 
-void rci_nn_set_fused_attention(int on)
+void rc_set_fused_attention(int on)
 {
     fused_attention = on != 0;
+}
+
+int rc_get_fused_attention(void)
+{
+    return fused_attention;
 }
 
 /* the fused op: key/value heads read in place, the bias in q's dtype as the op wants it */

@@ -5,11 +5,6 @@
 #include "redco.h"
 #include "redco/model.h"
 
-/* on (the default): rci_nn_attention records the fused op (rc_attention); off: product,
- * softmax, product, key/value heads repeated for grouped queries. Process-wide; benchmarks
- * and tests compare the two. */
-void rci_nn_set_fused_attention(int on);
-
 /* One parameter: its Hugging Face name, shape and place in the flat buffer. */
 typedef struct {
     char name[96];

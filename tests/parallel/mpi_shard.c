@@ -296,12 +296,12 @@ int main(int argc, char **argv)
         check_family(presets[i], &m, 0);
     check_family("tiny-gpt2", &m, 1);
     /* the fused attention op split by heads: GPT-2, Llama's grouped kv heads, T5's bias */
-    rci_nn_set_fused_attention(1);
+    rc_set_fused_attention(1);
     const char *fused[] = {"tiny-gpt2", "tiny-llama", "tiny-t5"};
     for (int i = 0; i < 3; i++)
         check_family(fused[i], &m, 0);
     check_family_kv("tiny-llama", &m, 0, 1); /* one kv head: whole on every shard */
-    rci_nn_set_fused_attention(0);
+    rc_set_fused_attention(0);
     check_mlp(&m);
     check_image_to_text(&m);
     char name[64];

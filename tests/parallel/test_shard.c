@@ -274,9 +274,9 @@ static void test_names_and_layouts(void)
 static void test_attention_dropout(void)
 {
     built b;
-    rci_nn_set_fused_attention(1);
+    rc_set_fused_attention(1);
     CHECK(build(&b, "tiny-gpt2", 2, 8) == 0);
-    rci_nn_set_fused_attention(0);
+    rc_set_fused_attention(0);
     int n = 0;
     for (int i = 0; i < rc_graph_size(b.g); i++) {
         rc_tensor *t = rc_graph_node(b.g, i);

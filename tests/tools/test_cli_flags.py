@@ -9,7 +9,9 @@
 - tokenize's TEXT may come before or after the flags, and after "--" even when it looks
   like a flag;
 - train --json and eval --json: the last line of stdout is JSON with the documented keys;
-  a diverged model's NaN/infinite loss is null there, not invalid JSON.
+  a diverged model's NaN/infinite loss is null there, not invalid JSON;
+- --attention unfused trains and evaluates as the fused op, and plan counts its [T, T]
+  probabilities.
 """
 import argparse
 import json
@@ -232,6 +234,32 @@ def main():
     check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "device 'tpu'" in r.stderr,
           f"an unknown device: {r.returncode} {r.stderr!r}")
     print("--device opencl: train, eval and plan agree with the CPU; an unknown device is one line")
+
+    # --attention unfused (product, softmax, product): train and eval give the fused op's
+    # figures to rounding (generate: test_cli_runs), the run's configuration keeps it, plan counts the [T, T]
+    # probabilities among the activations; any other value is one line
+    for cmd in ("train", "eval", "generate", "plan"):
+        usage_error(redco, cmd, [*required[cmd], "--attention", "flash"], "--attention")
+    un_dir = os.path.join(tmp, "unfused")
+    un = last_json(run(redco, "train", *base, "--workdir", un_dir, "--steps=3", "--lr=0.003", "--json",
+                       "--attention", "unfused"))
+    check(un is not None and ref is not None and abs(un["loss"] - ref["loss"]) < 1e-5 * ref["loss"],
+          f"train --attention unfused: {un} vs the fused run's {ref}")
+    conf = os.path.join(un_dir, "run_config.json")
+    check(os.path.exists(conf) and json.load(open(conf)).get("attention") == "unfused",
+          "run_config.json keeps --attention unfused")
+    ev = last_json(run(redco, "eval", "--model", model, "--data", data, "--seq-len", "16", "--json",
+                       "--attention=unfused"))
+    check(ev is not None and cpu is not None and ev["tokens"] == cpu["tokens"] and
+          abs(ev["loss"] - cpu["loss"]) < 1e-5 * cpu["loss"], f"eval --attention unfused: {ev} vs {cpu}")
+    plans = [last_json(run(redco, "plan", "--model", "gpt2", "--mp", "1", "--batch-size", "4", "--seq-len", "1024",
+                           "--json", *extra)) for extra in ([], ["--attention", "unfused"])]
+    ok = all(p is not None for p in plans)
+    check(ok and plans[0]["attention"] == "fused" and plans[1]["attention"] == "unfused" and
+          plans[1]["memory_bytes"]["activations"] > 1.5 * plans[0]["memory_bytes"]["activations"],
+          f"plan --attention unfused: activations {[p and p['memory_bytes']['activations'] for p in plans]}")
+    print("--attention unfused: train and eval as the fused op; plan's activations",
+          [p and p["memory_bytes"]["activations"] for p in plans])
 
     # --remat: recomputing the blocks in the backward pass leaves the weights bitwise the same,
     # on one process and on 2 model shards

@@ -16,8 +16,8 @@ vocabularies"):
   parameters, vocabulary and positions, as --json does, and README's presets table holds the
   same rows (gpt2-demo among them);
 - a tiny preset trains on text with a tokenizer of its own (tokenizer-train, 300 ids): its
-  vocabulary grows to the tokenizer's (said at the start), final/ loads in generate;
-  --vocab-size N sets it, and a tokenizer with fewer ids than N is warned about at the
+  vocabulary grows to the tokenizer's (said at the start), final/ loads in generate
+  (with --attention unfused too: the same tokens); --vocab-size N sets it, and a tokenizer with fewer ids than N is warned about at the
   start; one with more ids than N (or than a model directory's vocabulary) is refused at
   the start naming both sizes; --vocab-size with a model directory is a usage error;
   --tokenizer naming one of a tokenizer directory's files works as the directory does;
@@ -256,6 +256,11 @@ def vocabularies(redco, tmp, text):
             "--json")
     out = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
     check(len(out.get("ids", [])) == 4 and all(0 <= i < 300 for i in out["ids"]), f"generate: {r.stderr} {out}")
+    # attention as product, softmax, product picks the same greedy tokens
+    r = run(redco, "generate", "--model", os.path.join(wd, "final"), "--prompt", "It is", "--max-new-tokens", "4",
+            "--json", "--attention", "unfused")
+    un = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
+    check(un.get("ids") == out.get("ids"), f"generate --attention unfused: {un} vs {out} {r.stderr[-300:]!r}")
     # --vocab-size larger than the tokenizer: trained, with a warning at the start naming both
     r = run(redco, "train", "--model", "tiny-llama", *base, "--vocab-size", "400", "--workdir",
             os.path.join(tmp, "voc-400"))

@@ -165,13 +165,13 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
                             .remat = c->remat, .zero = c->zero, .dtype = c->dtype,
                             .backend = rc_deployer_backend(d)};
     rc_rank_memory plan = {0}, other = {0};
-    rci_nn_set_fused_attention(c->fused);
+    rc_set_fused_attention(c->fused);
     CHECKF(m && rc_memory_plan(&m->config, &mo, &plan, &err) == 0, "plan: %s", err.msg);
     /* a wrong plan the measurement must reject: the fused attention's for an unfused case,
      * without zero for a zero case, the f32 plan's halved activations for a 16-bit case
      * (below), else the other remat setting */
     if (!c->fused && !c->remat) /* with remat both peak outside attention (the head, the loss) */
-        rci_nn_set_fused_attention(1);
+        rc_set_fused_attention(1);
     else if (c->zero)
         mo.zero = 0;
     else if (c->dtype != RC_F32)
@@ -179,7 +179,7 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
     else
         mo.remat = !c->remat;
     CHECKF(m && rc_memory_plan(&m->config, &mo, &other, &err) == 0, "plan: %s", err.msg);
-    rci_nn_set_fused_attention(c->fused);
+    rc_set_fused_attention(c->fused);
     int cpu = !strcmp(c->device, "cpu");
     /* with model shards the full weights are held while the first step takes its shards */
     double need = (double)(plan.total + plan.full_copy);
