@@ -56,7 +56,6 @@ static void test_absent(const char *why)
 
 /* ---- with a device ------------------------------------------------------------------------ */
 
-/* out on the CPU and on the device from the same random params; the relative error */
 /* ||a - b|| / ||b|| over n floats (L2 norms) */
 static double norm_error(const float *a, const float *b, int64_t n)
 {
@@ -68,10 +67,10 @@ static double norm_error(const float *a, const float *b, int64_t n)
     return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 
-/* out of g on the GPU against the CPU, the parameters drawn alike: the largest element's
- * relative error (check_rel_error_f32, floor 1e-3 of the largest), or with normwise the
- * norm-wise one (TF32 rounds each operand to 10 bits on the device alone: an output near
- * zero after cancellation keeps no correct digit, the product as a whole does) */
+/* out of g on the GPU against the CPU, the same random parameters on both: the largest
+ * element's relative error (check_rel_error_f32, floor 1e-3 of the largest), or with
+ * normwise the norm-wise one (TF32 rounds each operand to 10 bits on the device alone: an
+ * output near zero after cancellation keeps no correct digit, the product as a whole does) */
 static double run_both(rc_graph *g, rc_tensor *out, int normwise)
 {
     rc_error err = {0};

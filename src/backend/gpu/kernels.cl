@@ -515,35 +515,6 @@ __kernel void k_one_hot(__global store_t *o, long oo, __global const int *ids, l
     st(o, oo + e, id != ignore && (long)id - first == j ? 1 : 0);
 }
 
-static float row_max(__global const store_t *x, long v)
-{
-    float mx = -INFINITY;
-    for (long j = 0; j < v; j++)
-        mx = ld(x, j) > mx ? ld(x, j) : mx;
-    return mx;
-}
-
-/* the CPU's sum_exp: exp(x[j] - mx) in float, summed a block of 512 at a time (dsum's
- * order within a block), blocks added in order */
-static acc_t sum_exp(__global const store_t *x, long v, float mx)
-{
-    acc_t s = 0;
-    for (long j0 = 0; j0 < v; j0 += 512) {
-        long n = v - j0 < 512 ? v - j0 : 512;
-        acc_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, t = 0;
-        long i = 0;
-        for (; i + 8 <= n; i += 8)
-            for (int k = 0; k < 8; k++)
-                acc[k] += rci_fexp(ld(x, j0 + i + k) - mx);
-        for (; i < n; i++)
-            t += rci_fexp(ld(x, j0 + i) - mx);
-        for (int k = 0; k < 8; k++)
-            t += acc[k];
-        s += t;
-    }
-    return s;
-}
-
 /* Cross-entropy's row kernels run CE_LANES work-items a row in work-groups of CE_GROUP (the
  * host's, ops_rows.c): lane k takes the columns j = k mod 8, as the k-th of the CPU's 8
  * accumulators does, so each sum adds the same terms in the same order as the CPU's (and
@@ -551,9 +522,9 @@ static acc_t sum_exp(__global const store_t *x, long v, float mx)
  * values together. Loops around a barrier run bounds the group shares. */
 enum { CE_LANES = 8, CE_GROUP = 64 };
 
-/* the row's largest value as row_max finds it: the value at the first column that holds the
- * maximum (of +0 and -0, the one seen first; NaNs never win a comparison); -INFINITY when
- * none. The lanes' maxima and first columns meet in pm and pi; the group calls it together. */
+/* the row's largest value as the CPU's scan in column order finds it: the value at the
+ * first column that holds the maximum (of +0 and -0, the one seen first; NaNs never win a
+ * comparison); -INFINITY when none. The lanes' maxima and first columns meet in pm and pi; the group calls it together. */
 static float ce_row_max(LOCAL_MEM float *pm, LOCAL_MEM long *pi, __global const store_t *xr, long v, int lane,
                         int live)
 {
@@ -583,8 +554,9 @@ static float ce_row_max(LOCAL_MEM float *pm, LOCAL_MEM long *pi, __global const 
     return m;
 }
 
-/* loss[r] = logsumexp(row r) - row[target] (0 for an ignored target); the sum is sum_exp's:
- * blocks of 512 in order, each its 8 accumulators (one a lane), then its tail */
+/* loss[r] = logsumexp(row r) - row[target] (0 for an ignored target); the sum is the CPU's
+ * sum_exp: exp(x[j] - max) in float, blocks of 512 added in order, each block its 8
+ * accumulators (one a lane) and then its tail, as dsum sums */
 __kernel void k_ce_rows(__global acc_t *loss, __global const store_t *x, long xo,
                         __global const int *tg, long to, long rows, long v, int ignore)
 {

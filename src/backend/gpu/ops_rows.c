@@ -344,7 +344,8 @@ int rci_gpu_run_cross_entropy(rci_gpu *g, const rci_node_run *r, rc_error *err)
     int32_t ignore = node->iparam[0];
     rci_gpu_arg a[] = {ARG(loss), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem), ARG(in[1].off),
                        ARG(rows), ARG(v), ARG(ignore)};
-    if (rows > 0 && rci_gpu_launch_groups(g, node, RCI_K_CE_ROWS, a, 8, ce_groups(rows), CE_GROUP, "cross_entropy", err))
+    if (rows > 0 &&
+        rci_gpu_launch_groups(g, node, RCI_K_CE_ROWS, a, 8, ce_groups(rows), CE_GROUP, "cross_entropy", err))
         return -1;
     rci_gpu_arg m[] = {ARG(out.mem), ARG(out.off), ARG(loss), ARG(in[1].mem), ARG(in[1].off),
                        ARG(rows), ARG(ignore)};
