@@ -144,8 +144,9 @@ static int train(const char *preset, const char *device, check_weights *w, rc_er
      * change of g where |g| is near eps, so two devices' rounding of such gradients (and
      * of gradients zero in exact arithmetic, GPT-2's key bias) grows into the weights by
      * lr / eps. At eps 1e-6 tiny-llama's embedding rows came out 1.35e-4 apart on an H100
-     * and 1.7e-4 on PoCL after kernel changes that reorder no sum the CPU fixes (a few
-     * elements 1e-5 apart, every gradient within 6e-7); at 1e-5, 1e-5 apart (docs/gpu.md). */
+     * and 1.7e-4 on PoCL once the device attention kernels summed in float, as the CPU's
+     * f32 tiles do (a few elements 1e-5 apart, every gradient within 6e-7); at 1e-5, 1e-5
+     * apart (docs/gpu.md). */
     rc_train_options o = {.steps = STEPS, .batch_size = 4, .optimizer = "adamw", .lr = 1e-2, .eps = 1e-5,
                           .weight_decay = 0.01, .grad_clip = 1.0, .shuffle = 1};
     rc_train_result r = {0};

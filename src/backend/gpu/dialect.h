@@ -21,9 +21,7 @@
  * - Math functions are called with float arguments: CUDA's C++ overloads pick the float
  *   functions, as OpenCL's do. rci_nvrtc_compile passes --fmad=false (FP_CONTRACT OFF)
  *   and keeps NVRTC's correctly rounded division and square root.
- * Both: rci_f32_bits / rci_bits_f32 reinterpret a float's bits, rci_fma is a fused
- * multiply-add (where a kernel asks for one), rci_local4 loads 4 floats of local memory at
- * once (float4, OpenCL's built-in vector, CUDA's struct of .x .y .z .w), RC_DEVICE_SOURCE marks the
+ * Both: rci_f32_bits / rci_bits_f32 reinterpret a float's bits, RC_DEVICE_SOURCE marks the
  * device source for scalar.h, RC_REAL (float) is the type of scalar.h's activations. */
 #define RC_DEVICE_SOURCE 1
 #define RC_REAL float
@@ -97,18 +95,6 @@ static uint rci_f32_bits(float f)
     return __float_as_uint(f);
 }
 
-/* a * b + c rounded once */
-static float rci_fma(float a, float b, float c)
-{
-    return fmaf(a, b, c);
-}
-
-/* the 4 floats of local memory at p (16-byte aligned) in one load */
-static float4 rci_local4(const float *p)
-{
-    return *(const float4 *)p;
-}
-
 static float rci_bits_f32(uint u)
 {
     return __uint_as_float(u);
@@ -126,16 +112,6 @@ static float rci_bits_f32(uint u)
 static uint rci_f32_bits(float f)
 {
     return as_uint(f);
-}
-
-static float rci_fma(float a, float b, float c)
-{
-    return fma(a, b, c);
-}
-
-static float4 rci_local4(__local const float *p)
-{
-    return vload4(0, p);
 }
 
 static float rci_bits_f32(uint u)

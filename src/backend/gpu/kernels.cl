@@ -524,7 +524,8 @@ enum { CE_LANES = 8, CE_GROUP = 64 };
 
 /* the row's largest value as the CPU's scan in column order finds it: the value at the
  * first column that holds the maximum (of +0 and -0, the one seen first; NaNs never win a
- * comparison); -INFINITY when none. The lanes' maxima and first columns meet in pm and pi; the group calls it together. */
+ * comparison); -INFINITY when none. The lanes' maxima and first columns meet in pm and
+ * pi; the group calls it together. */
 static float ce_row_max(LOCAL_MEM float *pm, LOCAL_MEM long *pi, __global const store_t *xr, long v, int lane,
                         int live)
 {
@@ -978,9 +979,7 @@ __kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_
  * sees keys j < att_visible(i). A score is q_i . k_j * scale + bias in float (the CPU's f32
  * kernel), dot products and sums in att_acc: float, as the CPU's tiles sum in f32 (sgemm);
  * double accumulators would double the registers of a row's 64 output columns and run at
- * the FP64 rate of a GPU. The products' inner loops use fused multiply-adds, as sgemm
- * does (the rest of the file keeps contraction off to match the CPU's element kernels),
- * and read local memory 4 floats a load.
+ * the FP64 rate of a GPU.
  *
  * Tiling: a work-group (its size is the host's, ops_attention.c: 64) holds one work-item per
  * output row, all of one kv head: k_attention, _stats and _dq take consecutive query rows of
@@ -1130,30 +1129,21 @@ static void att_load(LOCAL_MEM float *t, __global const store_t *x, long base, l
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* s[r] = x_own . y_(r0 + r) over w columns for r < ATT_TK (fused multiply-adds, d
- * ascending), y's rows from element ybase (nrows of them) loaded into t a chunk at a time,
- * read 4 columns a load; x_own is the work-item's row at element xi, read only when `own`
- * (the group calls it together). */
+/* s[r] = x_own . y_(r0 + r) over w columns for r < ATT_TK (in att_acc, d ascending), y's rows
+ * from element ybase (nrows of them) loaded into t a chunk at a time; x_own is the
+ * work-item's row at element xi, read only when `own` (the group calls it together). */
 static void att_tile_dots(att_acc *s, LOCAL_MEM float *t, __global const store_t *x, long xi, int own,
                           __global const store_t *y, long ybase, long w, long r0, long nrows)
 {
     for (int r = 0; r < ATT_TK; r++)
         s[r] = 0;
     for (long c0 = 0; c0 < w; c0 += ATT_CHUNK) {
-        long nc = w - c0 < ATT_CHUNK ? w - c0 : ATT_CHUNK, n4 = own ? nc / 4 * 4 : 0;
+        long nc = w - c0 < ATT_CHUNK ? w - c0 : ATT_CHUNK;
         att_load(t, y, ybase, w, r0, nrows, c0, nc);
-        for (long c = 0; c < n4; c += 4) {
-            float x0 = ld(x, xi + c0 + c), x1 = ld(x, xi + c0 + c + 1);
-            float x2 = ld(x, xi + c0 + c + 2), x3 = ld(x, xi + c0 + c + 3);
-            for (int r = 0; r < ATT_TK; r++) {
-                float4 tv = rci_local4(t + r * ATT_CHUNK + c);
-                s[r] = rci_fma(x3, tv.w, rci_fma(x2, tv.z, rci_fma(x1, tv.y, rci_fma(x0, tv.x, s[r]))));
-            }
-        }
-        for (long c = n4; own && c < nc; c++) {
-            float xv = ld(x, xi + c0 + c);
+        for (long c = 0; own && c < nc; c++) {
+            att_acc xv = ld(x, xi + c0 + c);
             for (int r = 0; r < ATT_TK; r++)
-                s[r] = rci_fma(xv, t[r * ATT_CHUNK + c], s[r]);
+                s[r] += xv * t[r * ATT_CHUNK + c];
         }
     }
 }
@@ -1167,24 +1157,15 @@ static att_acc att_dot(__global const store_t *x, long xi, __global const store_
     return s;
 }
 
-/* acc[c] += f[r] t[r][c] (fused) for the tile's rows r in [lo, hi) and columns c < nc,
- * rows outer (as the keys or query rows ascend), 4 columns a load. The loops run fixed
- * counts, guarded, so that a GPU compiler can keep acc and f in registers. */
+/* acc[c] += f[r] t[r][c] for the tile's rows r in [lo, hi) and columns c < nc, rows outer
+ * (as the keys or query rows ascend). The loops run fixed counts, guarded, so that a GPU
+ * compiler can keep acc and f in registers. */
 static void att_accumulate(att_acc *acc, const att_acc *f, LOCAL_MEM const float *t, int lo, int hi, long nc)
 {
     for (int r = 0; r < ATT_TK; r++)
-        for (int c = 0; c < ATT_CHUNK; c += 4)
-            if (r >= lo && r < hi && c + 4 <= nc) {
-                float4 tv = rci_local4(t + r * ATT_CHUNK + c);
-                acc[c] = rci_fma(f[r], tv.x, acc[c]);
-                acc[c + 1] = rci_fma(f[r], tv.y, acc[c + 1]);
-                acc[c + 2] = rci_fma(f[r], tv.z, acc[c + 2]);
-                acc[c + 3] = rci_fma(f[r], tv.w, acc[c + 3]);
-            } else if (r >= lo && r < hi) {
-                for (int k = 0; k < 4; k++)
-                    if (c + k < nc)
-                        acc[c + k] = rci_fma(f[r], t[r * ATT_CHUNK + c + k], acc[c + k]);
-            }
+        for (int c = 0; c < ATT_CHUNK; c++)
+            if (r >= lo && r < hi && c < nc)
+                acc[c] += f[r] * t[r * ATT_CHUNK + c];
 }
 
 /* the score of key j for row r from its dot product q_i . k_j */
@@ -1222,8 +1203,7 @@ __kernel void k_attention(__global store_t *o, long oo, __global const store_t *
                           __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
                           ulong key, ulong thresh, float keep)
 {
-    __local float4 t4[ATT_TK * ATT_CHUNK / 4];   /* float4: 16-byte aligned rows */
-    LOCAL_MEM float *t = (LOCAL_MEM float *)t4;
+    __local float t[ATT_TK * ATT_CHUNK];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     att_group g = att_query_group(&a);
     long row = g.row;
@@ -1263,8 +1243,7 @@ __kernel void k_attention_stats(__global float *o, long oo, __global const store
                                 long doo, long8 dims, long8 bst, float scale, ulong key, ulong thresh,
                                 float keep)
 {
-    __local float4 t4[ATT_TK * ATT_CHUNK / 4];   /* float4: 16-byte aligned rows */
-    LOCAL_MEM float *t = (LOCAL_MEM float *)t4;
+    __local float t[ATT_TK * ATT_CHUNK];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     att_group g = att_query_group(&a);
     long row = g.row;
@@ -1316,8 +1295,7 @@ __kernel void k_attention_dq(__global store_t *o, long oo, __global const store_
                              __global const float *stats, long so, long8 dims, long8 bst, float scale,
                              ulong key, ulong thresh, float keep)
 {
-    __local float4 t4[ATT_TK * ATT_CHUNK / 4];   /* float4: 16-byte aligned rows */
-    LOCAL_MEM float *t = (LOCAL_MEM float *)t4;
+    __local float t[ATT_TK * ATT_CHUNK];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     att_group g = att_query_group(&a);
     long row = g.row;
@@ -1354,8 +1332,7 @@ __kernel void k_attention_dkv(__global store_t *o, long oo, __global const store
                               __global const float *stats, long so, long8 dims, long8 bst, float scale,
                               ulong key, ulong thresh, float keep, int which)
 {
-    __local float4 t4[ATT_TK * ATT_CHUNK / 4];   /* float4: 16-byte aligned rows */
-    LOCAL_MEM float *t = (LOCAL_MEM float *)t4;
+    __local float t[ATT_TK * ATT_CHUNK];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     long ls = (long)get_local_size(0), per = (a.Tk + ls - 1) / ls, grp = (long)get_group_id(0);
     long bkv = grp / per, jfirst = grp % per * ls, j = jfirst + (long)get_local_id(0);
