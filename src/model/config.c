@@ -4,11 +4,11 @@
  * its own file and reached through the table of families (family.c); this file does what
  * every family shares, and the size limits against hostile configs. */
 #include "redco/model.h"
+#include "files.h"
 #include "internal.h"
 #include "nn_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -279,44 +279,6 @@ static int real_precision(const json_t *o)
     return 15;
 }
 
-/* Writes len bytes to path through path.tmp.PID, fsync and rename. */
-static int write_atomic(const char *path, const char *data, size_t len, rc_error *err)
-{
-    size_t n = strlen(path) + 32;
-    char *tmp = malloc(n);
-    if (!tmp)
-        return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", path);
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        rc_error_set(err, RC_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    size_t done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, data + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        done += (size_t)w;
-    }
-    int ok = done == len && fsync(fd) == 0;
-    int saved = errno;
-    ok = close(fd) == 0 && ok;
-    if (ok && rename(tmp, path) != 0) {
-        saved = errno;
-        ok = 0;
-    }
-    if (!ok) {
-        unlink(tmp);
-        rc_error_set(err, RC_ERR_IO, "%s: write failed: %s", path, strerror(saved));
-    }
-    free(tmp);
-    return ok ? 0 : -1;
-}
-
 int rc_config_save(const char *path, const rc_model_config *c, rc_error *err)
 {
     if (config_check(c, path, err))
@@ -336,7 +298,7 @@ int rc_config_save(const char *path, const rc_model_config *c, rc_error *err)
             text[len++] = '\n';
             text[len] = 0;
         }
-        rc = write_atomic(file, text, len, err);
+        rc = rci_write_atomic(file, text, len, err);
     }
     free(text);
     json_decref(o);

@@ -1,6 +1,7 @@
 /* deployer.c - processes and mesh, the seed and its per-step keys, the workdir, and
  * rank 0's logging: a progress bar (plain lines when not a terminal), log.jsonl and
  * TensorBoard event files. */
+#include "files.h"
 #include "params.h"
 #include "run.h"
 #include "workdir.h"
@@ -99,26 +100,6 @@ int rc_deployer_device_sharers(const rc_deployer *d)
     return same > 0 ? same : 1;
 }
 
-/* text into path, atomically: a temporary file, synced, renamed */
-static int write_atomic(const char *path, const char *text, rc_error *err)
-{
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int rc = f ? 0 : -1;
-    if (f && (fputs(text, f) < 0 || fflush(f) || fsync(fileno(f))))
-        rc = -1;
-    if (f && fclose(f))
-        rc = -1;
-    if (!rc && rename(tmp, path))
-        rc = -1;
-    if (rc) {
-        rc_error_set(err, RC_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-        remove(tmp);
-    }
-    return rc;
-}
-
 /* Rank 0 makes the workdir and opens its logs (log.jsonl, TensorBoard events), writes
  * run_config.json, and drops an earlier try's records when the fit asked for it. */
 static int workdir_create(rc_deployer *d, rc_error *err)
@@ -137,7 +118,7 @@ static int workdir_create(rc_deployer *d, rc_error *err)
     if (!(d->tb = rc_tboard_open(d->workdir, err)))
         return -1;
     snprintf(path, sizeof path, "%s/run_config.json", d->workdir);
-    if (d->run_config && write_atomic(path, d->run_config, err))
+    if (d->run_config && rci_write_atomic(path, d->run_config, strlen(d->run_config), err))
         return -1;
     if (d->drop_log && rci_deployer_log_resume(d, 0, err))
         return -1;
