@@ -1,4 +1,5 @@
-/* comm_internal.h - what comm.c (the collectives) and watchdog.c (waiting for them) share. */
+/* comm_internal.h - what comm.c (the collectives), watchdog.c (waiting for them) and peers.c
+ * (probing the ranks' hosts) share. */
 #ifndef REDCO_COMM_INTERNAL_H
 #define REDCO_COMM_INTERNAL_H
 
@@ -6,6 +7,7 @@
 
 #include <mpi.h>
 #include <stddef.h>
+#include <time.h>
 
 struct rc_comm {
     MPI_Comm comm;                /* MPI_COMM_NULL in a world of one */
@@ -16,6 +18,21 @@ struct rc_comm {
     char group[96];               /* for the watchdog's lines: "the model-parallel group of
                                      ranks 2, 3", "all 4 ranks" (world ranks) */
 };
+
+/* seconds on the monotonic clock (the watchdog's waits and the probes' deadline) */
+static inline double rci_comm_clock_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* sleeps ms milliseconds between polls */
+static inline void rci_comm_nap_ms(long ms)
+{
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
 
 /* Waits for the request of a collective on c started with MPI status rc (op: its name for
  * messages), under the watchdog: past rc_comm_timeout() it finds out what every rank is

@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -158,13 +157,6 @@ int rci_peers_same_host(int a, int b)
     return peers[a].addr == peers[b].addr && !strcmp(peers[a].host, peers[b].host);
 }
 
-static double clock_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* a non-blocking connect to rank r's listener: the socket (>= 0), or -1 with *verdict set */
 static int probe_start(int r, int *verdict)
 {
@@ -202,7 +194,7 @@ void rci_peers_probe(const int *ranks, int n, int *verdict, double seconds)
     int open = 0;
     for (int i = 0; i < n; i++)
         open += (fd[i] = probe_start(ranks[i], &verdict[i])) >= 0;
-    for (double t0 = clock_s(); open && clock_s() - t0 < seconds;) {
+    for (double t0 = rci_comm_clock_s(); open && rci_comm_clock_s() - t0 < seconds;) {
         for (int i = 0; i < n; i++) {
             if (fd[i] < 0)
                 continue;
@@ -217,8 +209,7 @@ void rci_peers_probe(const int *ranks, int n, int *verdict, double seconds)
             fd[i] = -1;
             open--;
         }
-        struct timespec t = {0, 10 * 1000000L};
-        nanosleep(&t, NULL);
+        rci_comm_nap_ms(10);
     }
     for (int i = 0; i < n; i++)
         if (fd[i] >= 0) { /* no answer in time: the host is cut off */
