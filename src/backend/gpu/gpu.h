@@ -58,11 +58,10 @@ typedef enum {
     RCI_K_POOL2D,
     RCI_K_POOL2D_GRAD,
     RCI_K_NORMAL,
-    RCI_K_ATTENTION,         /* fused attention: the forward, its stats and gradients */
-    RCI_K_ATTENTION_STATS,
-    RCI_K_ATTENTION_DQ,
-    RCI_K_ATTENTION_DKV,
-    RCI_K_ATTENTION_DBIAS,
+    RCI_K_ATTENTION_ROWS,    /* attention between its matrix products: softmax rows, */
+    RCI_K_ATTENTION_DELTA,   /* the stats' delta, */
+    RCI_K_ATTENTION_ROWS_GRAD, /* dS and z p, */
+    RCI_K_ATTENTION_DBIAS,   /* the bias's gradient */
     RCI_K_COUNT
 } rci_gpu_kernel;
 

@@ -6,8 +6,8 @@
  * storage of float values (below).
  *
  * Each kernel runs one work-item per output element (i in [0, n)) and returns for the
- * work-items past its count (CUDA launches whole blocks); the attention kernels instead run
- * work-groups of the host's size that share tiles in local memory (their section). Memory is named as a buffer plus
+ * work-items past its count (CUDA launches whole blocks); the attention's row kernels instead
+ * run one work-group of the host's size per row (their section). Memory is named as a buffer plus
  * an element offset (a plan's arena holds many tensors). Broadcast and strided ops take up
  * to 8 axes as long8 vectors (shape and element strides per input, axis 0 outermost); the
  * host drops size-1 axes and merges contiguous ones first.
@@ -971,37 +971,24 @@ __kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_
     st(gx, xo + e, acc);
 }
 
-/* ---- fused attention (the CPU's kernels_attention.h): tiles in local memory ---------------
+/* ---- attention from matrix products (ops_attention.c) -------------------------------------
+ * The device's attention is the GPU's matrix products over chunks of (batch, kv head) pairs,
+ * scores in f32 scratch a chunk at a time (ops_attention.c): S = Q K^T, k_attention_rows,
+ * O = P V; the stats add k_attention_delta; the gradients recompute S, take dP = dO V^T, and
+ * k_attention_rows_grad turns both into dS and z P for dQ = dS K, dK = dS^T Q, dV = (z P)^T dO.
+ * A pair's G = H / KV query heads' rows are consecutive in q (R = G Tq of them), so row c of
+ * a chunk that starts at pair pair0 is q's row pair0 R + c. The row kernels run one
+ * work-group per row, its work-items across the row's keys.
+ *
  * dims: s0 B, s1 H, s2 KV, s3 Tq, s4 Tk, s5 D, s6 Dv, s7 causal; bst: the bias's element
  * strides along [B, H, Tq, Tk] (0 where it broadcasts) and s4 = 1 when there is a bias.
- * q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv], dO [B, H, Tq, Dv], stats
- * [B, H, Tq, 2] (lse, delta) as float. Query head h reads kv head h / (H / KV); query i
- * sees keys j < att_visible(i). A score is q_i . k_j * scale + bias in float (the CPU's f32
- * kernel), dot products and sums in att_acc: float, as the CPU's tiles sum in f32 (sgemm);
- * double accumulators would double the registers of a row's 64 output columns and run at
- * the FP64 rate of a GPU.
- *
- * Tiling: a work-group (its size is the host's, ops_attention.c: 64) holds one work-item per
- * output row, all of one kv head: k_attention, _stats and _dq take consecutive query rows of
- * the G = H / KV query heads sharing kv head (b, kv) (those rows are consecutive in q), so a
- * decoding step's few rows per head still share a group; k_attention_dkv takes consecutive
- * key rows of one kv head. The rows the group reads in common (k and v rows; q and dO rows
- * for dkv) pass through local memory ATT_TK rows by ATT_CHUNK columns at a time, loaded once
- * for the group between two barriers (att_load), so each is read from global memory once
- * per group instead of once per work-item. Every loop around a barrier is bounded by values
- * the whole group shares; a work-item past the rows (or a row past its visible keys) skips
- * the work, never the barrier. A work-item's own rows (its q row; its k and v rows for dkv)
- * it reads itself. An output row is computed ATT_CHUNK columns at a time, its scores
- * recomputed per chunk, so no head size is too large for private or local memory.
- *
- * Each sum adds the same terms in the same order as the one-row-per-work-item kernels
- * before (keys, then query heads and rows, ascending; dot products over d ascending): the
- * tiling moves data, not arithmetic, and no work-items share a sum (no atomics), so results
- * repeat bit for bit. Attention dropout (thresh > 0): probability (row, j) is multiplied by
- * k_dropout's factor of the flat element row Tk + j of the [B, H, Tq, Tk] probabilities
- * (att_keep, with the key and threshold k_dropout gets): the softmax's sum is the undropped
- * one, V and dO . v_j take z p, dP = z (dO . v_j). */
-enum { ATT_CHUNK = 64, ATT_TK = 16 };
+ * stats [B, H, Tq, 2] (lse, delta) as float. Query head h reads kv head h / (H / KV); query
+ * i sees keys j < att_visible(i). A score is s_ij * scale + bias in float (the CPU's f32
+ * kernel). Attention dropout (thresh > 0): probability (row, j) is multiplied by k_dropout's
+ * factor of the flat element row Tk + j of the [B, H, Tq, Tk] probabilities (att_keep, with
+ * the key and threshold k_dropout gets): the softmax's sum is the undropped one, V and dO
+ * take z p, dP = z (dO . v_j). */
+enum { ATT_ROW_GROUP = 128 };   /* the row kernels' work-group size (a power of two; the host's) */
 
 typedef float att_acc;
 
@@ -1057,12 +1044,6 @@ static long att_visible(const att_dims *a, long i)
     return n < 0 ? 0 : n > a->Tk ? a->Tk : n;
 }
 
-/* n clamped to [0, ATT_TK]: how many of a tile's rows a work-item uses */
-static int att_clamp(long n)
-{
-    return n < 0 ? 0 : n > ATT_TK ? ATT_TK : (int)n;
-}
-
 /* where query row `row` = (b H + h) Tq + i reads: its q row, the first k and v rows of its
  * kv head, its bias row (element offsets, the buffers' offsets included) */
 typedef struct {
@@ -1090,61 +1071,101 @@ static att_row att_row_of(const att_dims *a, long row, long qo, long ko, long vo
     return att_row_at(a, row / (a->Tq * a->H), h, h / (a->H / a->KV), row % a->Tq, qo, ko, vo, bo);
 }
 
-/* A query work-group (k_attention, _stats, _dq): its work-item's row, whether that row
- * exists, and the keys the group covers (the most any of its rows sees). `row` is the
- * group's first row for a work-item past the rows: the k and v rows every work-item loads
- * from are its kv head's. */
-typedef struct {
-    long row, vis;
-    int active;
-} att_group;
-
-static att_group att_query_group(const att_dims *a)
+/* the score of key j for row r from its dot product q_i . k_j */
+static float att_score(const att_dims *a, const att_row *r, __global const store_t *bias, att_acc dot, long j)
 {
-    long n = a->H / a->KV * a->Tq, ls = (long)get_local_size(0), per = (n + ls - 1) / ls;
-    long g = (long)get_group_id(0), r0 = g % per * ls, r1 = r0 + ls < n ? r0 + ls - 1 : n - 1;
-    att_group q;
-    long li = (long)get_local_id(0);
-    q.active = r0 + li < n;
-    q.row = g / per * n + r0 + (q.active ? li : 0);
-    /* the group's largest i: the last row's, or Tq - 1 when it spans two heads */
-    q.vis = att_visible(a, r0 / a->Tq != r1 / a->Tq ? a->Tq - 1 : r1 % a->Tq);
-    return q;
+    float s = (float)dot * a->scale;
+    if (a->has_bias)
+        s += ld(bias, r->bias + j * a->bst[3]);
+    return s;
 }
 
-/* Rows [r0, r0 + ATT_TK) (those below nrows) and columns [c0, c0 + nc) of the row-major x
- * (rows of w elements from element `base`) into t[ATT_TK][ATT_CHUNK] as floats, by the
- * whole work-group between two barriers (the first lets the group finish with t's last
- * contents). Every work-item of the group must call it. */
-static void att_load(LOCAL_MEM float *t, __global const store_t *x, long base, long w, long r0, long nrows,
-                     long c0, long nc)
+/* the work-group's largest (sum 0) or summed (sum 1) x, in every work-item: each item's x
+ * through red[get_local_size(0)], combined by every work-item in the same order. No barrier
+ * sits in a loop (PoCL's CPU work-groups ran a tree's loop of barriers wrongly now and then).
+ * Every work-item of the group calls it. */
+static float att_group_reduce(LOCAL_MEM float *red, float x, int sum)
 {
     long ls = (long)get_local_size(0);
+    barrier(CLK_LOCAL_MEM_FENCE);   /* every work-item has read red of a call before */
+    red[get_local_id(0)] = x;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (long e = (long)get_local_id(0); e < ATT_TK * nc; e += ls) {
-        long r = e / nc, c = e % nc;
-        if (r0 + r < nrows)
-            t[r * ATT_CHUNK + c] = ld(x, base + (r0 + r) * w + c0 + c);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    float r = red[0];
+    for (long i = 1; i < ls; i++)
+        r = sum ? r + red[i] : (red[i] > r ? red[i] : r);
+    return r;
 }
 
-/* s[r] = x_own . y_(r0 + r) over w columns for r < ATT_TK (in att_acc, d ascending), y's rows
- * from element ybase (nrows of them) loaded into t a chunk at a time; x_own is the
- * work-item's row at element xi, read only when `own` (the group calls it together). */
-static void att_tile_dots(att_acc *s, LOCAL_MEM float *t, __global const store_t *x, long xi, int own,
-                          __global const store_t *y, long ybase, long w, long r0, long nrows)
+/* The chunk's scores s [rows, Tk] (float, from so) into dropped probabilities z_j p_j, 0
+ * past the row's visible keys and for a row that sees no key; with want_stats, the row's
+ * log-sum-exp into stats[row 2] (-INFINITY when it sees no key). One work-group per row. */
+__kernel void k_attention_rows(__global float *s, long so, __global float *stats, long sto, int want_stats,
+                               __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
+                               ulong key, ulong thresh, float keep, long pair0)
 {
-    for (int r = 0; r < ATT_TK; r++)
-        s[r] = 0;
-    for (long c0 = 0; c0 < w; c0 += ATT_CHUNK) {
-        long nc = w - c0 < ATT_CHUNK ? w - c0 : ATT_CHUNK;
-        att_load(t, y, ybase, w, r0, nrows, c0, nc);
-        for (long c = 0; own && c < nc; c++) {
-            att_acc xv = ld(x, xi + c0 + c);
-            for (int r = 0; r < ATT_TK; r++)
-                s[r] += xv * t[r * ATT_CHUNK + c];
+    __local float red[ATT_ROW_GROUP];
+    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
+    long G = a.H / a.KV, R = G * a.Tq, c = (long)get_group_id(0), li = (long)get_local_id(0);
+    long ls = (long)get_local_size(0), pair = pair0 + c / R, rr = c % R, kvh = pair % a.KV;
+    long row = pair0 * R + c, g = rr / a.Tq;
+    att_row r = att_row_at(&a, pair / a.KV, kvh * G + g, kvh, rr - g * a.Tq, 0, 0, 0, bo);
+    long vis = att_visible(&a, r.i);
+    __global float *x = s + so + c * a.Tk;
+    float m = -INFINITY, l = 0;
+    for (long j = li; j < a.Tk; j += ls) {   /* the scores in place, -INFINITY past vis */
+        float v = j < vis ? att_score(&a, &r, bias, x[j], j) : -INFINITY;
+        x[j] = v;
+        m = v > m ? v : m;
+    }
+    m = att_group_reduce(red, m, 0);
+    for (long j = li; j < a.Tk && m != -INFINITY; j += ls)
+        l += rci_fexp(x[j] - m);
+    l = att_group_reduce(red, l, 1);
+    for (long j = li; j < a.Tk; j += ls)
+        x[j] = l > 0 && x[j] != -INFINITY ? rci_fexp(x[j] - m) / l * att_keep(&a, row, j) : 0;
+    if (want_stats && li == 0)
+        stats[sto + row * 2] = l > 0 ? (float)((att_acc)m + log(l)) : -INFINITY;
+}
+
+/* delta = dO . o per row into stats[row 2 + 1]: o the chunk's f32 outputs [rows, Dv] from
+ * oo, its first row q's row row0 */
+__kernel void k_attention_delta(__global float *stats, long sto, __global const float *o, long oo,
+                                __global const store_t *dout, long doo, long dv, long rows, long row0)
+{
+    long c = get_global_id(0);
+    if (c >= rows)
+        return;
+    att_acc d = 0;
+    for (long e = 0; e < dv; e++)
+        d += o[oo + c * dv + e] * ld(dout, doo + (row0 + c) * dv + e);
+    stats[sto + (row0 + c) * 2 + 1] = (float)d;
+}
+
+/* The chunk's scores s and dP = dO . v_j (float [rows, Tk], from so and dpo) into
+ * dS = p (z dP - delta) scale (in s) and z p (in dp), p = exp(score - lse) by the row's
+ * stats; 0 past the visible keys and for a row that sees no key. One work-group per row. */
+__kernel void k_attention_rows_grad(__global float *s, long so, __global float *dp, long dpo,
+                                    __global const float *stats, long sto, __global const store_t *bias, long bo,
+                                    long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep,
+                                    long pair0)
+{
+    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
+    long G = a.H / a.KV, R = G * a.Tq, c = (long)get_group_id(0), li = (long)get_local_id(0);
+    long ls = (long)get_local_size(0), pair = pair0 + c / R, rr = c % R, kvh = pair % a.KV;
+    long row = pair0 * R + c, g = rr / a.Tq;
+    att_row r = att_row_at(&a, pair / a.KV, kvh * G + g, kvh, rr - g * a.Tq, 0, 0, 0, bo);
+    float lse = stats[sto + row * 2], delta = stats[sto + row * 2 + 1];
+    long vis = lse == -INFINITY ? 0 : att_visible(&a, r.i);
+    __global float *x = s + so + c * a.Tk, *y = dp + dpo + c * a.Tk;
+    for (long j = li; j < a.Tk; j += ls) {
+        float ds = 0, zp = 0;
+        if (j < vis) {
+            float p = rci_fexp(att_score(&a, &r, bias, x[j], j) - lse), z = att_keep(&a, row, j);
+            zp = p * z;
+            ds = p * (y[j] * z - delta) * a.scale;
         }
+        x[j] = ds;
+        y[j] = zp;
     }
 }
 
@@ -1155,223 +1176,6 @@ static att_acc att_dot(__global const store_t *x, long xi, __global const store_
     for (long d = 0; d < n; d++)
         s += (att_acc)ld(x, xi + d) * ld(y, yi + d);
     return s;
-}
-
-/* acc[c] += f[r] t[r][c] for the tile's rows r in [lo, hi) and columns c < nc, rows outer
- * (as the keys or query rows ascend). The loops run fixed counts, guarded, so that a GPU
- * compiler can keep acc and f in registers. */
-static void att_accumulate(att_acc *acc, const att_acc *f, LOCAL_MEM const float *t, int lo, int hi, long nc)
-{
-    for (int r = 0; r < ATT_TK; r++)
-        for (int c = 0; c < ATT_CHUNK; c++)
-            if (r >= lo && r < hi && c < nc)
-                acc[c] += f[r] * t[r * ATT_CHUNK + c];
-}
-
-/* the score of key j for row r from its dot product q_i . k_j */
-static float att_score(const att_dims *a, const att_row *r, __global const store_t *bias, att_acc dot, long j)
-{
-    float s = (float)dot * a->scale;
-    if (a->has_bias)
-        s += ld(bias, r->bias + j * a->bst[3]);
-    return s;
-}
-
-/* the row's largest score over its visible keys (-INFINITY when none); the group calls it
- * together */
-static float att_max(const att_dims *a, const att_group *g, const att_row *r, LOCAL_MEM float *t,
-                     __global const store_t *q, __global const store_t *k, __global const store_t *bias,
-                     long vis)
-{
-    float m = -INFINITY;
-    att_acc s[ATT_TK];
-    for (long j0 = 0; j0 < g->vis; j0 += ATT_TK) {
-        att_tile_dots(s, t, q, r->q, g->active, k, r->k, a->D, j0, a->Tk);
-        int nj = att_clamp(vis - j0);
-        for (int jj = 0; jj < ATT_TK; jj++)
-            if (jj < nj) {
-                float x = att_score(a, r, bias, s[jj], j0 + jj);
-                m = x > m ? x : m;
-            }
-    }
-    return m;
-}
-
-/* o [B, H, Tq, Dv]: softmax(scores) v per query row; zeros for a row that sees no key */
-__kernel void k_attention(__global store_t *o, long oo, __global const store_t *q, long qo,
-                          __global const store_t *k, long ko, __global const store_t *v, long vo,
-                          __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
-                          ulong key, ulong thresh, float keep)
-{
-    __local float t[ATT_TK * ATT_CHUNK];
-    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
-    att_group g = att_query_group(&a);
-    long row = g.row;
-    att_row r = att_row_of(&a, row, qo, ko, vo, bo);
-    long vis = g.active ? att_visible(&a, r.i) : 0;
-    float m = att_max(&a, &g, &r, t, q, k, bias, vis);
-    if (m == -INFINITY)
-        vis = 0;
-    for (long c0 = 0; c0 < a.Dv; c0 += ATT_CHUNK) {
-        long nc = a.Dv - c0 < ATT_CHUNK ? a.Dv - c0 : ATT_CHUNK;
-        att_acc acc[ATT_CHUNK], l = 0, s[ATT_TK];
-        for (int c = 0; c < ATT_CHUNK; c++)
-            acc[c] = 0;
-        for (long j0 = 0; j0 < g.vis; j0 += ATT_TK) {
-            att_tile_dots(s, t, q, r.q, g.active, k, r.k, a.D, j0, a.Tk);
-            int nj = att_clamp(vis - j0);
-            for (int jj = 0; jj < ATT_TK; jj++)
-                if (jj < nj) {
-                    float p = rci_fexp(att_score(&a, &r, bias, s[jj], j0 + jj) - m);
-                    l += p;
-                    s[jj] = p * att_keep(&a, row, j0 + jj);   /* z */
-                }
-            att_load(t, v, r.v, a.Dv, j0, a.Tk, c0, nc);
-            att_accumulate(acc, s, t, 0, nj, nc);
-        }
-        for (int c = 0; c < ATT_CHUNK; c++)
-            if (g.active && c < nc)
-                st(o, oo + row * a.Dv + c0 + c, l > 0 ? (float)(acc[c] / l) : 0);
-    }
-}
-
-/* o [B, H, Tq, 2] float: per query row the log-sum-exp of its scores (-INFINITY when it
- * sees no key) and delta = sum_j z_j p_j (dO . v_j) */
-__kernel void k_attention_stats(__global float *o, long oo, __global const store_t *q, long qo,
-                                __global const store_t *k, long ko, __global const store_t *v, long vo,
-                                __global const store_t *bias, long bo, __global const store_t *dout,
-                                long doo, long8 dims, long8 bst, float scale, ulong key, ulong thresh,
-                                float keep)
-{
-    __local float t[ATT_TK * ATT_CHUNK];
-    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
-    att_group g = att_query_group(&a);
-    long row = g.row;
-    att_row r = att_row_of(&a, row, qo, ko, vo, bo);
-    long vis = g.active ? att_visible(&a, r.i) : 0;
-    float m = att_max(&a, &g, &r, t, q, k, bias, vis);
-    if (m == -INFINITY)
-        vis = 0;
-    att_acc l = 0, da = 0, s[ATT_TK];
-    float p[ATT_TK];
-    for (long j0 = 0; j0 < g.vis; j0 += ATT_TK) {
-        att_tile_dots(s, t, q, r.q, g.active, k, r.k, a.D, j0, a.Tk);
-        int nj = att_clamp(vis - j0);
-        for (int jj = 0; jj < ATT_TK; jj++)
-            if (jj < nj)
-                p[jj] = rci_fexp(att_score(&a, &r, bias, s[jj], j0 + jj) - m);
-        att_tile_dots(s, t, dout, doo + row * a.Dv, g.active, v, r.v, a.Dv, j0, a.Tk);   /* dO . v_j */
-        for (int jj = 0; jj < ATT_TK; jj++)
-            if (jj < nj) {
-                l += p[jj];
-                da += (att_acc)(p[jj] * att_keep(&a, row, j0 + jj)) * s[jj];
-            }
-    }
-    if (!g.active)
-        return;
-    o[oo + row * 2] = l > 0 ? (float)((att_acc)m + log(l)) : -INFINITY;
-    o[oo + row * 2 + 1] = l > 0 ? (float)(da / l) : 0;
-}
-
-/* dS = p (dP - delta) scale of row r's key j from q_i . k_j and dO_i . v_j, dP = z (dO . v_j);
- * z p alone when dp_too is 0 */
-static float att_ds(const att_dims *a, const att_row *r, long row, __global const store_t *bias,
-                    __global const float *stats, long so, long j, att_acc qk, att_acc dov, int dp_too)
-{
-    float lse = stats[so + row * 2], delta = stats[so + row * 2 + 1];
-    if (lse == -INFINITY) /* a row that sees no key */
-        lse = 0;
-    float p = rci_fexp(att_score(a, r, bias, qk, j) - lse), z = att_keep(a, row, j);
-    if (!dp_too)
-        return p * z;
-    float dp = (float)dov * z;
-    return p * (dp - delta) * a->scale;
-}
-
-/* dq [B, H, Tq, D]: per query row, sum_j dS_j k_j */
-__kernel void k_attention_dq(__global store_t *o, long oo, __global const store_t *q, long qo,
-                             __global const store_t *k, long ko, __global const store_t *v, long vo,
-                             __global const store_t *bias, long bo, __global const store_t *dout, long doo,
-                             __global const float *stats, long so, long8 dims, long8 bst, float scale,
-                             ulong key, ulong thresh, float keep)
-{
-    __local float t[ATT_TK * ATT_CHUNK];
-    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
-    att_group g = att_query_group(&a);
-    long row = g.row;
-    att_row r = att_row_of(&a, row, qo, ko, vo, bo);
-    long vis = g.active ? att_visible(&a, r.i) : 0;
-    for (long c0 = 0; c0 < a.D; c0 += ATT_CHUNK) {
-        long nc = a.D - c0 < ATT_CHUNK ? a.D - c0 : ATT_CHUNK;
-        att_acc acc[ATT_CHUNK], s[ATT_TK], dov[ATT_TK];
-        for (int c = 0; c < ATT_CHUNK; c++)
-            acc[c] = 0;
-        for (long j0 = 0; j0 < g.vis; j0 += ATT_TK) {
-            att_tile_dots(s, t, q, r.q, g.active, k, r.k, a.D, j0, a.Tk);
-            att_tile_dots(dov, t, dout, doo + row * a.Dv, g.active, v, r.v, a.Dv, j0, a.Tk);
-            int nj = att_clamp(vis - j0);
-            for (int jj = 0; jj < ATT_TK; jj++)
-                if (jj < nj)
-                    s[jj] = att_ds(&a, &r, row, bias, stats, so, j0 + jj, s[jj], dov[jj], 1);
-            att_load(t, k, r.k, a.D, j0, a.Tk, c0, nc);
-            att_accumulate(acc, s, t, 0, nj, nc);
-        }
-        for (int c = 0; c < ATT_CHUNK; c++)
-            if (g.active && c < nc)
-                st(o, oo + row * a.D + c0 + c, (float)acc[c]);
-    }
-}
-
-/* dk [B, KV, Tk, D] (which 1: sum dS_i q_i) or dv [B, KV, Tk, Dv] (which 2: sum z_i p_i dO_i)
- * per key row, over the query heads of its group and the query rows that see the key; a
- * work-group holds consecutive key rows of one kv head and loads the query heads' q and dO
- * rows in tiles */
-__kernel void k_attention_dkv(__global store_t *o, long oo, __global const store_t *q, long qo,
-                              __global const store_t *k, long ko, __global const store_t *v, long vo,
-                              __global const store_t *bias, long bo, __global const store_t *dout, long doo,
-                              __global const float *stats, long so, long8 dims, long8 bst, float scale,
-                              ulong key, ulong thresh, float keep, int which)
-{
-    __local float t[ATT_TK * ATT_CHUNK];
-    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
-    long ls = (long)get_local_size(0), per = (a.Tk + ls - 1) / ls, grp = (long)get_group_id(0);
-    long bkv = grp / per, jfirst = grp % per * ls, j = jfirst + (long)get_local_id(0);
-    long b = bkv / a.KV, kvh = bkv % a.KV, G = a.H / a.KV, n = bkv * a.Tk + j;
-    int active = j < a.Tk;
-    long w = which == 1 ? a.D : a.Dv, i0 = a.causal ? j - (a.Tk - a.Tq) : 0;
-    long gi0 = a.causal ? jfirst - (a.Tk - a.Tq) : 0;   /* the group's first query row */
-    i0 = i0 < 0 ? 0 : i0;
-    gi0 = gi0 < 0 ? 0 : gi0;
-    long kr = ko + n * a.D, vr = vo + n * a.Dv;   /* the work-item's own k and v rows */
-    for (long c0 = 0; c0 < w; c0 += ATT_CHUNK) {
-        long nc = w - c0 < ATT_CHUNK ? w - c0 : ATT_CHUNK;
-        att_acc acc[ATT_CHUNK], s[ATT_TK], dov[ATT_TK];
-        for (int c = 0; c < ATT_CHUNK; c++)
-            acc[c] = 0;
-        for (long h = kvh * G; h < (kvh + 1) * G; h++) {
-            long hrow = (b * a.H + h) * a.Tq;   /* the head's first query row */
-            for (long it = gi0; it < a.Tq; it += ATT_TK) {
-                att_tile_dots(s, t, k, kr, active, q, qo + hrow * a.D, a.D, it, a.Tq);
-                if (which == 1)
-                    att_tile_dots(dov, t, v, vr, active, dout, doo + hrow * a.Dv, a.Dv, it, a.Tq);
-                int lo = active ? att_clamp(i0 - it) : 0, hi = active ? att_clamp(a.Tq - it) : 0;
-                for (int ii = 0; ii < ATT_TK; ii++)
-                    if (ii >= lo && ii < hi) {
-                        long row = hrow + it + ii;   /* no divisions per score: (b, h, i) known */
-                        att_row r = att_row_at(&a, b, h, kvh, it + ii, qo, ko, vo, bo);
-                        s[ii] = att_ds(&a, &r, row, bias, stats, so, j, s[ii], which == 1 ? dov[ii] : 0, which == 1);
-                    }
-                if (which == 1)
-                    att_load(t, q, qo + hrow * a.D, a.D, it, a.Tq, c0, nc);
-                else
-                    att_load(t, dout, doo + hrow * a.Dv, a.Dv, it, a.Tq, c0, nc);
-                att_accumulate(acc, s, t, lo, hi, nc);
-            }
-        }
-        for (int c = 0; c < ATT_CHUNK; c++)
-            if (active && c < nc)
-                st(o, oo + n * w + c0 + c, (float)acc[c]);
-    }
 }
 
 /* dbias, the bias's shape: each element the sum of p (dP - delta), dP = z (dO . v_j), over

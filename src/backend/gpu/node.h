@@ -137,6 +137,11 @@ int rci_gpu_run_pool2d(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* a
 /* ---- ops_attention.c ---- */
 
 int rci_gpu_run_attention(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* and its stats, gradients */
+/* Bytes of scratch an attention node (ATTENTION, _STATS, _GRAD) takes: one chunk's */
+size_t rci_gpu_attention_scratch(const rc_tensor *node);
+
+/* ---- ops_rows.c: the scratch of every node ---- */
+
 /* Bytes of scratch node (a checked one) takes: the sizes those runs take their scratch by */
 size_t rci_gpu_node_scratch(const rci_gpu *g, const rc_tensor *node);
 

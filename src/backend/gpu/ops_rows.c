@@ -518,6 +518,10 @@ size_t rci_gpu_node_scratch(const rci_gpu *g, const rc_tensor *node)
     case RC_OP_CROSS_ENTROPY:
     case RC_OP_CROSS_ENTROPY_GRAD:
         return ce_scratch(g, node, rci_gpu_lead_rows(s));
+    case RC_OP_ATTENTION:
+    case RC_OP_ATTENTION_STATS:
+    case RC_OP_ATTENTION_GRAD:
+        return rci_gpu_attention_scratch(node);
     default:
         return 0;
     }
