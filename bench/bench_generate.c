@@ -15,7 +15,13 @@
  *       attention a larger part of a token
  * The decode time is the span between the first and the last new token (stamped by the
  * on_token callback) over the steps between them, best of 3 calls; the prompt time is the
- * span from the call to the first token. Any failure prints one line and exits 1. */
+ * span from the call to the first token. Each generate_greedy* line also says where a
+ * decode step's time goes (rc_generate_stats), per token: "phase_ms" (the best call's
+ * phases: graph recorded, plan made, inputs bound, run, logits read, cache kept, step
+ * freed, tokens picked, other: the rest of ms_per_token) and, from one more call with
+ * every kernel timed (each waited for, so that call is slower and not in ms_per_token),
+ * "kernel_ms", that call's "kernel_run_ms" and "top_ops" ("op ms, ..."). Any failure
+ * prints one line and exits 1. */
 #include "common.h"
 #include "nn.h"
 #include "redco/device.h"
@@ -43,13 +49,17 @@ static int on_token(int row, int32_t id, void *user)
 }
 
 /* best of `calls` calls: seconds per decode step and to the first token, after a prompt
- * of n tokens */
+ * of n tokens; phases (when not NULL): the best call's decode-step phases, its kernels
+ * timed when time_kernels (then slower) */
 static void time_decoding(const char *name, rc_model *m, const int32_t *prompt, int64_t n, int calls,
-                          double *step_s, double *prompt_s)
+                          double *step_s, double *prompt_s, rc_generate_stats *phases, int time_kernels)
 {
     rc_generate_options o = rc_generate_defaults(m);
+    rc_generate_stats st;
     o.max_new_tokens = NEW;
     o.eos_id = -1;
+    o.stats = phases ? &st : NULL;
+    o.time_kernels = time_kernels;
     stamps s;
     o.on_token = on_token;
     o.user = &s;
@@ -66,9 +76,54 @@ static void time_decoding(const char *name, rc_model *m, const int32_t *prompt, 
         if (n_out != NEW || s.n != NEW)
             bench_fail(name, "rc_generate", "fewer tokens or callbacks than asked for");
         double step = (s.stamp[NEW - 1] - s.stamp[0]) / (NEW - 1), first = s.stamp[0] - t0;
+        if (phases && step < *step_s)
+            *phases = st;
         *step_s = step < *step_s ? step : *step_s;
         *prompt_s = first < *prompt_s ? first : *prompt_s;
     }
+}
+
+/* "phase_ms": the decode steps' phases in ms per token (other: the rest of the step_s
+ * between tokens, i.e. what no phase covers) */
+static void set_phases(json_t *o, const rc_generate_stats *st, double step_s)
+{
+    double n = st->decode_steps > 0 ? (double)st->decode_steps : 1, ms = 1e3 / n;
+    const char *key[] = {"graph", "plan", "bind", "run", "read", "keep", "free", "pick", "reorder"};
+    double v[] = {st->graph_s, st->plan_s, st->bind_s, st->run_s, st->read_s, st->keep_s, st->free_s,
+                  st->pick_s, st->reorder_s};
+    json_t *ph = json_object();
+    double sum = 0;
+    for (int i = 0; i < (int)(sizeof v / sizeof *v); i++) {
+        bench_set_num(ph, key[i], v[i] * ms);
+        sum += v[i];
+    }
+    bench_set_num(ph, "other", 1e3 * step_s - sum * ms);
+    json_object_set_new(o, "phase_ms", ph);
+}
+
+/* "kernel_ms" (per token, inside kernels), "kernel_run_ms" (the run phase of the same
+ * timed pass, each kernel waited for) and "top_ops": the five ops with the most kernel
+ * time per token, "op ms, ..." */
+static void set_kernels(json_t *o, const rc_generate_stats *st)
+{
+    double ms = 1e3 / (st->decode_steps > 0 ? (double)st->decode_steps : 1);
+    bench_set_num(o, "kernel_ms", st->kernel_s * ms);
+    bench_set_num(o, "kernel_run_ms", st->run_s * ms);
+    char top[256] = "";
+    int used[RC_OP_COUNT] = {0};
+    for (int k = 0; k < 5; k++) {
+        int best = -1;
+        for (int op = 0; op < RC_OP_COUNT; op++)
+            if (!used[op] && st->op_s[op] > 0 && (best < 0 || st->op_s[op] > st->op_s[best]))
+                best = op;
+        if (best < 0)
+            break;
+        used[best] = 1;
+        size_t at = strlen(top);
+        snprintf(top + at, sizeof top - at, "%s%s %.3f", k ? ", " : "", rc_op_name((rc_op)best),
+                 st->op_s[best] * ms);
+    }
+    bench_set_str(o, "top_ops", top);
 }
 
 /* --attention-compare: for each prompt length (8 and 512, capped at the model's positions
@@ -96,7 +151,7 @@ static void attention_compare(const char *name, rc_backend *be, const int32_t *b
             for (int on = 0; on < 2; on++) {
                 double st, pr;
                 rc_set_fused_attention(on);
-                time_decoding(name, m, p, n, 1, &st, &pr);
+                time_decoding(name, m, p, n, 1, &st, &pr, NULL, 0);
                 step_s[on] = st < step_s[on] ? st : step_s[on];
                 prompt_s[on] = pr < prompt_s[on] ? pr : prompt_s[on];
             }
@@ -161,8 +216,11 @@ int main(int argc, char **argv)
         for (int k = 0; k < n_dt; k++) {
             if (rc_model_to_dtype(m, dts[k], &err))
                 bench_fail(names[i], "rc_model_to_dtype", err.msg);
-            double step_s, prompt_s;
-            time_decoding(names[i], m, p, P, 3, &step_s, &prompt_s);
+            double step_s, prompt_s, t_step, t_prompt;
+            rc_generate_stats phases = {0}, timed = {0};
+            time_decoding(names[i], m, p, P, 3, &step_s, &prompt_s, &phases, 0);
+            /* one more call with every kernel timed (waited for): the kernels' share */
+            time_decoding(names[i], m, p, P, 1, &t_step, &t_prompt, &timed, 1);
             /* f32 keeps the record name scripts/bench_compare.py compares across builds */
             json_t *o = bench_line(dts[k] == RC_F32 ? "generate_greedy"
                                    : dts[k] == RC_BF16 ? "generate_greedy_bf16" : "generate_greedy_f16");
@@ -176,6 +234,8 @@ int main(int argc, char **argv)
             bench_set_num(o, "prompt_ms", 1e3 * prompt_s);
             bench_set_int(o, "weight_bytes_per_token", read * (int64_t)rc_dtype_size(dts[k]));
             bench_set_int(o, "threads", rc_get_threads());
+            set_phases(o, &phases, step_s);
+            set_kernels(o, &timed);
             if (bench_print(o))
                 bench_fail(names[i], "writing a JSON line", "jansson or stdout failed");
         }

@@ -509,7 +509,8 @@ part_attention() {
 }
 
 part_decode() {
-    local dtype rms tms ratio met preset=gpt2 rec
+    local dtype rms tms ratio met preset=gpt2 rec k log="$WORK/logs/bench_generate.log"
+    local -a phases
     [ $QUICK = 1 ] && preset=tiny-gpt2
     run bench_generate 200 "${RC_ENV[@]}" "$BUNDLE/bin/bench_generate" --device "$RDEV" --dtype f32,bf16 "$preset" ||
         { part_failed decode "bench_generate: exit $?"; tail_log bench_generate; }
@@ -523,8 +524,16 @@ part_decode() {
         ratio=$(calc '$1 / $2' "$rms" "$tms")
         met=$(holds '$1 <= 1' "$ratio")
         goal "decode_${dtype}_no_slower_than_pytorch" "$met"
+        # where a token's time goes (bench_generate's phase_ms, kernel_ms, top_ops), flat
+        phases=()
+        for k in graph plan bind run read keep free pick other; do
+            phases+=("phase_${k}_ms" "$(jget "$log" "$rec" "$k")")
+        done
+        for k in kernel_ms kernel_run_ms top_ops; do
+            phases+=("$k" "$(jget "$log" "$rec" "$k")")
+        done
         figure "decode_$dtype" "$RDEV" "$rms" ms/token "$tms" ratio "${ratio:-null}" goal "ratio <= 1" met "${met:-null}" \
-            model "$preset"
+            model "$preset" "${phases[@]}"
     done
 }
 

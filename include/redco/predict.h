@@ -93,14 +93,31 @@ typedef struct {
      * the whole model in this process. */
     rc_deployer *deployer;
     int allow_replicate;          /* with shards: replicate weights the count does not divide */
-    struct rc_generate_stats *stats; /* optional out: what this rank held */
+    struct rc_generate_stats *stats; /* optional out: what this rank held, where time went */
+    /* with stats: every kernel of the decode steps timed (rc_plan_set_timing: one wait per
+     * kernel, so slower; for benchmarks) into stats' kernel_s and op_s */
+    int time_kernels;
 } rc_generate_options;
 
-/* Memory of one rank in a generation call (the largest over a batch's beam searches). */
+/* Memory of one rank in a generation call (the largest over a batch's beam searches), and
+ * the wall time of its decode steps (every step after the prompt's, each feeding one token
+ * per row) by phase, summed over the steps: where a token's time goes. */
 typedef struct rc_generate_stats {
     int64_t cache_bytes;          /* key/value cache buffers */
     int64_t shard_bytes;          /* weight shards (0 without model shards) */
     int64_t kv_heads;             /* key/value heads cached per layer on this rank */
+    int64_t decode_steps;         /* the steps the times below are summed over */
+    double graph_s;               /* recording the step's graph */
+    double plan_s;                /* making it runnable: partition, plan, arena, weights bound */
+    double bind_s;                /* token ids copied in, the cache buffers bound */
+    double run_s;                 /* rc_plan_run, until the device has finished */
+    double read_s;                /* the last position's logits read back */
+    double keep_s;                /* the new cache copied into the cache buffers */
+    double free_s;                /* the step's graph and plan freed */
+    double pick_s;                /* choosing the tokens (and the on_token calls) */
+    double reorder_s;             /* beam search: the cache rows reordered */
+    double kernel_s;              /* with time_kernels: of run_s, inside kernels */
+    double op_s[RC_OP_COUNT];     /* with time_kernels: kernel_s by op */
 } rc_generate_stats;
 
 /* max_new_tokens 20, greedy, top_p 1, seed 0, eos_id from the model's config (-1 when it

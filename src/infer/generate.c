@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- the decoding state ------------------------------------------------------------------ */
 
@@ -35,7 +36,64 @@ typedef struct {
     int64_t n_enc;
     float *logits;                /* [rows, vocab] at the last position */
     rci_sharded *shards;           /* model shards (NULL: the whole model here) */
+    rc_generate_stats *timed;     /* where the decode steps' phase times are summed (NULL:
+                                     not yet, the prompt's step, or no stats asked for) */
+    int time_kernels;             /* with timed: each kernel timed as well */
 } decoder;
+
+/* ---- where a decode step's time goes -------------------------------------------------------- */
+
+/* the phases of decoder_step, in order (rc_generate_stats names them) */
+enum { PH_GRAPH, PH_PLAN, PH_BIND, PH_RUN, PH_READ, PH_KEEP, PH_FREE, PH_COUNT };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the seconds since *t, which becomes now: one phase's time */
+static double lap(double *t)
+{
+    double t0 = *t;
+    *t = now_s();
+    return *t - t0;
+}
+
+/* From here on the steps are decode steps: their times go to o's stats (when asked for). */
+static void decoder_time(decoder *d, const rc_generate_options *o)
+{
+    d->timed = o->stats;
+    d->time_kernels = o->stats && o->time_kernels;
+}
+
+/* one decode step's phase times (seconds, by PH_*) added to the stats */
+static void phases_note(const decoder *d, const double *ph)
+{
+    rc_generate_stats *s = d->timed;
+    if (!s)
+        return;
+    s->decode_steps++;
+    s->graph_s += ph[PH_GRAPH];
+    s->plan_s += ph[PH_PLAN];
+    s->bind_s += ph[PH_BIND];
+    s->run_s += ph[PH_RUN];
+    s->read_s += ph[PH_READ];
+    s->keep_s += ph[PH_KEEP];
+    s->free_s += ph[PH_FREE];
+}
+
+/* the kernel times of a decode step's run added to the stats */
+static void kernels_note(const decoder *d, const rc_plan *plan)
+{
+    if (!d->time_kernels)
+        return;
+    rc_plan_stats ps = rc_plan_get_stats(plan);
+    d->timed->kernel_s += ps.last_kernel_s;
+    for (int op = 0; op < RC_OP_COUNT; op++)
+        d->timed->op_s[op] += ps.op_s[op];
+}
 
 /* the decoder's cache memory, noted in the caller's stats before it goes */
 static void decoder_note(const decoder *d, rc_generate_stats *st)
@@ -210,15 +268,39 @@ static int feed_inputs(decoder *d, rc_graph *g, rc_plan *plan, const int32_t *id
     return rc;
 }
 
+/* Runs the built step st for ids [rows, T]: inputs fed, the plan run, the last logits read
+ * into d->logits, the new cache kept; each phase's time into ph (t: the clock at the start). */
+static int step_run(decoder *d, rci_step *st, const int32_t *ids, int64_t T, double *ph, double *t,
+                    rc_error *err)
+{
+    if (d->time_kernels)
+        rc_plan_set_timing(st->plan, 1);
+    if (feed_inputs(d, st->run, st->plan, ids, err))
+        return -1;
+    ph[PH_BIND] = lap(t);
+    if (rc_plan_run(st->plan, err))
+        return -1;
+    ph[PH_RUN] = lap(t);
+    if (rc_plan_read(st->plan, st->outs[0], d->logits, err))
+        return -1;
+    ph[PH_READ] = lap(t);
+    if (keep_cache(d, st->plan, st->outs + 1, T, err))
+        return -1;
+    ph[PH_KEEP] = lap(t);
+    kernels_note(d, st->plan);
+    return 0;
+}
+
 /* Feeds ids [rows, T] (decoder-only: after the cache; T5: after the decoder tokens so far)
  * and leaves the logits of the last position in d->logits. One record and step per call:
  * its outputs are the last logits, then the new cache (with model shards, this rank's
- * heads of it). */
+ * heads of it). A decode step's phases are timed into d->timed. */
 static int decoder_step(decoder *d, int32_t *ids, int64_t T, rc_error *err)
 {
     if (d->len + T > d->cap)
         return rc_error_set(err, RC_ERR_ARG, "generate: %lld positions exceed the %lld planned",
                             (long long)(d->len + T), (long long)d->cap);
+    double ph[PH_COUNT] = {0}, t = now_s();
     rc_graph *g = rc_graph_new();
     if (!g)
         return rc_error_set(err, RC_ERR_MEMORY, "generate: out of memory");
@@ -236,13 +318,15 @@ static int decoder_step(decoder *d, int32_t *ids, int64_t T, rc_error *err)
         outs[i] = i ? d->fresh[i - 1] : last;
         keep[i] = i > 0; /* the cache stays split by heads */
     }
+    ph[PH_GRAPH] = lap(&t);
     rci_step st = {0};
     rci_step_spec spec = {outs, nout, keep, d->leaves, d->w->n, 0};
     if (rc)
         rc_graph_free(g);
-    else if (rci_step_build(&st, g, &spec, d->shards, d->be, err) || feed_inputs(d, st.run, st.plan, ids, err) ||
-             rc_plan_run(st.plan, err) || rc_plan_read(st.plan, st.outs[0], d->logits, err) ||
-             keep_cache(d, st.plan, st.outs + 1, T, err))
+    else if (rci_step_build(&st, g, &spec, d->shards, d->be, err))
+        rc = -1;
+    ph[PH_PLAN] = lap(&t);
+    if (!rc && step_run(d, &st, ids, T, ph, &t, err))
         rc = -1;
     if (!rc)
         d->len += T;
@@ -252,6 +336,9 @@ static int decoder_step(decoder *d, int32_t *ids, int64_t T, rc_error *err)
     free(outs);
     free(keep);
     rci_step_free(&st);
+    ph[PH_FREE] = lap(&t);
+    if (!rc)
+        phases_note(d, ph);
     return rc;
 }
 
@@ -471,7 +558,9 @@ static int run_sampling(decoder *d, const int32_t *prompts, int64_t n_prompt, co
         next[r] = d->t5 ? (int32_t)d->c->decoder_start_token_id : prompts[(r + 1) * n_prompt - 1];
     }
     rc_rng base = rc_rng_new(o->seed);
+    decoder_time(d, o);
     for (int step = 0; !rc && n_live > 0; step++) {
+        double t = now_s();
         for (int r = 0; r < R && !rc; r++) {
             if (!live[r])
                 continue;
@@ -493,6 +582,8 @@ static int run_sampling(decoder *d, const int32_t *prompts, int64_t n_prompt, co
                 n_live--;
             }
         }
+        if (d->timed && step > 0) /* the tokens of a decode step (step 0: the prompt's) */
+            d->timed->pick_s += lap(&t);
         if (!rc && n_live > 0)
             rc = decoder_step(d, next, 1, err); /* finished rows ride along, their output unused */
     }
@@ -596,10 +687,12 @@ static int run_beams(decoder *d, const int32_t *prompt, int64_t n_prompt, const 
         rc = decoder_begin(d, prompt, n_prompt, err);
     if (!rc)
         rc = decoder_expand(d, k, err);
+    decoder_time(d, o);
     for (int b = 0; !rc && b < k; b++)
         beam[b] = b ? -1e9 : 0.0;
     int n = 0, done = 0; /* n: tokens generated on every beam */
     while (!rc) {
+        double clock = now_s();
         for (int b = 0; b < k && !rc; b++) {
             const float *l = d->logits + b * V;
             if (!logits_finite(l, V)) {
@@ -651,9 +744,13 @@ static int run_beams(decoder *d, const int32_t *prompt, int64_t n_prompt, const 
         seq = nseq;
         nseq = t;
         n++;
+        if (d->timed && n > 1) /* the tokens of a decode step (n 1: the prompt's) */
+            d->timed->pick_s += lap(&clock);
         if (done || n >= M)
             break;
         rc = decoder_reorder(d, src, err);
+        if (d->timed)
+            d->timed->reorder_s += lap(&clock);
         if (!rc)
             rc = decoder_step(d, ntok, 1, err);
     }

@@ -15,7 +15,9 @@
  * three most likely tokens; EOS stops generation and is included; max_new_tokens bounds
  * the output; a batch of prompts decodes as the prompts one by one (greedy); beam search
  * is deterministic and, over two steps, finds the best pair among the beams' first tokens
- * (T5 and GPT-2); bad requests are errors naming the value. */
+ * (T5 and GPT-2); bad requests are errors naming the value; the decode steps' phase times
+ * (rc_generate_stats) count every step after the prompt's, and timing them and their
+ * kernels changes no token. */
 #include "check.h"
 #include "redco/predict.h"
 
@@ -347,6 +349,53 @@ static void test_beams(const char *preset)
     rc_model_free(m);
 }
 
+/* every phase time of st is >= 0; with kernels, op_s adds up to kernel_s */
+static int phases_sane(const rc_generate_stats *st, int kernels)
+{
+    double ph[] = {st->graph_s, st->plan_s, st->bind_s, st->run_s, st->read_s, st->keep_s,
+                   st->free_s, st->pick_s, st->reorder_s, st->kernel_s};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof ph / sizeof *ph; i++)
+        ok = ok && ph[i] >= 0;
+    double sum = 0;
+    for (int op = 0; op < RC_OP_COUNT; op++)
+        sum += st->op_s[op];
+    return ok && (kernels ? fabs(sum - st->kernel_s) <= 1e-9 + 1e-6 * st->kernel_s : sum == 0 && st->kernel_s == 0);
+}
+
+/* greedy and beam search give the same tokens with the phase stats and kernel timing on;
+ * the stats count the decode steps (every step after the prompt's: new tokens - 1) */
+static void test_phase_stats(const char *preset, int beams)
+{
+    rc_error err = {0};
+    rc_model *m = make(preset, 13, &err);
+    CHECKF(m, "%s: %s", preset, err.msg);
+    if (!m)
+        return;
+    rc_generate_options o = rc_generate_defaults(m);
+    o.max_new_tokens = NEW;
+    o.eos_id = -1;
+    o.num_beams = beams;
+    int64_t n0, n1, n2;
+    int32_t *plain = gen(m, &o, &n0, &err);
+    rc_generate_stats st;
+    memset(&st, 0xff, sizeof st); /* every field is set by the call */
+    o.stats = &st;
+    int32_t *phased = gen(m, &o, &n1, &err);
+    CHECKF(same(plain, n0, phased, n1), "%s beams %d: the phase stats changed the tokens", preset, beams);
+    CHECKF(st.decode_steps == NEW - 1 && (st.cache_bytes > 0 || m->config.type == RC_MODEL_T5) && phases_sane(&st, 0),
+           "%s beams %d: %lld decode steps (expected %d), cache %lld bytes, kernel %g s", preset, beams,
+           (long long)st.decode_steps, NEW - 1, (long long)st.cache_bytes, st.kernel_s);
+    CHECKF(beams > 1 || st.reorder_s == 0, "%s: greedy reordered the cache", preset);
+    o.time_kernels = 1;
+    int32_t *timed = gen(m, &o, &n2, &err);
+    CHECKF(same(plain, n0, timed, n2), "%s beams %d: timing the kernels changed the tokens", preset, beams);
+    CHECKF(st.decode_steps == NEW - 1 && phases_sane(&st, 1), "%s beams %d: timed kernels: %lld decode steps, "
+           "kernel %g s", preset, beams, (long long)st.decode_steps, st.kernel_s);
+    free(plain), free(phased), free(timed);
+    rc_model_free(m);
+}
+
 static void expect_error(rc_model *m, const int32_t *p, int64_t n, const rc_generate_options *o, const char *part)
 {
     rc_error err = {0};
@@ -482,6 +531,9 @@ int main(int argc, char **argv)
     test_eos_and_limits();
     test_beams("tiny-t5");
     test_beams("tiny-gpt2");
+    test_phase_stats("tiny-gpt2", 1);
+    test_phase_stats("tiny-t5", 1);
+    test_phase_stats("tiny-gpt2", 3);
     test_errors();
     return check_summary("test_generate");
 }
