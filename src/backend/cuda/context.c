@@ -346,6 +346,7 @@ rci_cuda *rci_cu_open(int index, rc_error *err)
     snprintf(c->name, sizeof c->name, "cuda:%d", index);
     c->gpu.be.name = c->name;   /* for errors; cuda.c fills in the table's functions */
     c->gpu.fp64 = 1;
+    c->gpu.gemm_decodes = 1;
     size_t total = 0;
     c->cu->device_total_mem(&total, dev);
     c->gpu.be.total_bytes = total;

@@ -124,7 +124,8 @@ typedef struct {
     int (*launch)(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_arg *args, int nargs,
                   size_t n, size_t group, const char *what, rc_error *err);
     /* the product of a MATMUL node (dims d, operands and result stored as `store`) when it
-     * is a GEMM (k > 0 and not rci_matmul_few_rows: run.c runs those) */
+     * is a GEMM (k > 0; and not rci_matmul_few_rows unless gemm_decodes: ops_rows.c runs
+     * those); also the f32 products of fused attention (ops_attention.c) */
     int (*matmul)(rci_gpu *g, const rc_tensor *node, const rci_matmul_dims *d, rc_dtype store,
                   const rci_gpu_place *out, const rci_gpu_place *in, rc_error *err);
     /* the scratch bytes that product takes (0 when it needs none) */
@@ -135,6 +136,10 @@ struct rci_gpu {
     rc_backend be;                /* first */
     const rci_gpu_ops *ops;
     int fp64;                     /* sums accumulate in double (the programs built with RC_FP64) */
+    int gemm_decodes;             /* 1: the matmul op also takes a decoding step's few rows
+                                   * (cuBLAS: quick for one row, 16-bit weights read as
+                                   * stored); 0: k_matmul_rows does (CLBlast would widen
+                                   * every 16-bit weight into scratch per token) */
     rci_gpu_mem fault;            /* one int of device memory: the first bad id a check found */
     rci_gpu_mem scratch;          /* the kernels' temporaries (rci_gpu_scratch) */
     size_t scratch_bytes;

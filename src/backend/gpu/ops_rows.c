@@ -5,9 +5,10 @@
  *
  * Kernels that keep temporaries in their output (softmax, the cross-entropy gradient, the
  * embedding gradient's sums) keep them in f32 scratch instead for 16-bit values. A matrix
- * product is the device's GEMM (g->ops->matmul) but for an empty inner axis (zeros) and a
- * few rows times a shared matrix (a decoding step), in any dtype: one kernel that reads the
- * weights once, as stored (16-bit words directly), summing in the CPU's order. */
+ * product is the device's GEMM (g->ops->matmul) but for an empty inner axis (zeros) and,
+ * where that GEMM does not take them (gpu.h's gemm_decodes: OpenCL's), a few rows times a
+ * shared matrix (a decoding step), in any dtype: one kernel that reads the weights once, as
+ * stored (16-bit words directly), summing in the CPU's order. */
 #include "node.h"
 
 #include <string.h>
@@ -399,6 +400,13 @@ int rci_gpu_run_rope(rci_gpu *g, const rci_node_run *r, rc_error *err)
 
 /* ---- matrix products ---------------------------------------------------------------------- */
 
+/* whether k_matmul_rows runs the product (a decoding step's few rows where the backend's
+ * GEMM does not take them) */
+static int matmul_by_rows(const rci_gpu *g, const rci_matmul_dims *d)
+{
+    return rci_matmul_few_rows(d) && !g->gemm_decodes;
+}
+
 /* a decoding step: rows (<= RCI_MATMUL_FEW_ROWS) of a times the shared 2-D b, whose 16-bit
  * words are read as they are (half the bytes of f32 weights), summed in f32 */
 static int matmul_rows(rci_gpu *g, const rc_tensor *node, const rci_gpu_place *out, const rci_gpu_place *in,
@@ -422,7 +430,7 @@ int rci_gpu_run_matmul(rci_gpu *g, const rci_node_run *r, rc_error *err)
     rci_matmul_dims d = rci_matmul_dims_of(node);
     if (d.k == 0)
         return g->be.fill_zero(&g->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err);
-    if (rci_matmul_few_rows(&d)) /* decoding, f32 too: one pass over the weights, no GEMM set-up */
+    if (matmul_by_rows(g, &d)) /* decoding, f32 too: one pass over the weights, no GEMM set-up */
         return matmul_rows(g, node, &out, in, d.batch * d.m, d.n, d.k, err);
     return g->ops->matmul(g, node, &d, rci_gpu_storage(node), &out, in, err);
 }
@@ -502,7 +510,7 @@ size_t rci_gpu_node_scratch(const rci_gpu *g, const rc_tensor *node)
     switch (node->op) {
     case RC_OP_MATMUL: {
         rci_matmul_dims d = rci_matmul_dims_of(node);
-        return d.k == 0 || rci_matmul_few_rows(&d) ? 0 : g->ops->matmul_scratch(g, &d, rci_gpu_storage(node));
+        return d.k == 0 || matmul_by_rows(g, &d) ? 0 : g->ops->matmul_scratch(g, &d, rci_gpu_storage(node));
     }
     case RC_OP_SUM:
     case RC_OP_MAX:
