@@ -135,6 +135,15 @@ static int64_t prefix(const rc_model *m, const int32_t *toks, int64_t i, int32_t
     return n;
 }
 
+/* m's defaults generating NEW tokens, no end-of-sequence id */
+static rc_generate_options options_new_tokens(const rc_model *m)
+{
+    rc_generate_options o = rc_generate_defaults(m);
+    o.max_new_tokens = NEW;
+    o.eos_id = -1;
+    return o;
+}
+
 /* greedy with the cache == arg-max of the uncached forward, step by step (a near-tie of
  * the two best logits within 1e-5 would be accepted, and is reported) */
 static void test_greedy_matches_forward(const char *preset)
@@ -144,9 +153,7 @@ static void test_greedy_matches_forward(const char *preset)
     CHECKF(m, "%s: %s", preset, err.msg);
     if (!m)
         return;
-    rc_generate_options o = rc_generate_defaults(m);
-    o.max_new_tokens = NEW;
-    o.eos_id = -1;
+    rc_generate_options o = options_new_tokens(m);
     int64_t n;
     int32_t *toks = gen(m, &o, &n, &err);
     CHECKF(toks && n == NEW, "%s: %s (n %lld)", preset, err.msg, (long long)n);
@@ -372,9 +379,7 @@ static void test_phase_stats(const char *preset, int beams)
     CHECKF(m, "%s: %s", preset, err.msg);
     if (!m)
         return;
-    rc_generate_options o = rc_generate_defaults(m);
-    o.max_new_tokens = NEW;
-    o.eos_id = -1;
+    rc_generate_options o = options_new_tokens(m);
     o.num_beams = beams;
     int64_t n0, n1, n2;
     int32_t *plain = gen(m, &o, &n0, &err);
