@@ -3,7 +3,8 @@
  * copies, fills, bounds, used bytes, more than the device holds); an op it lacks; a kernel
  * that does not compile; an id outside a table; dropout masks over two steps and the
  * normal draws of both keys as the CPU's; the f32 copies of a 16-bit product counted as
- * device memory; closing and reopening the device; and a
+ * device memory; fused attention a (batch, kv head) pair per chunk as in whole chunks;
+ * closing and reopening the device; and a
  * printed figure for a one-row product over 16-bit weights (a decoding step) against f32.
  *
  * Without an OpenCL device the test prints why and passes, unless REDCO_REQUIRE_OPENCL=1
@@ -13,6 +14,9 @@
 #include "backend.h"
 #include "redco/device.h"
 #include "opencl/opencl.h"
+
+/* the scratch a device attention's chunk aims at (src/backend/gpu/node.h; 0: the default) */
+void rci_gpu_attention_chunk(size_t bytes);
 
 #include <math.h>
 #include <stdio.h>
@@ -178,6 +182,63 @@ static void test_dropout_steps(void)
     free(b);
     rc_plan_free(pc);
     rc_plan_free(pg);
+    rc_graph_free(g);
+}
+
+/* The device's attention in chunks of one (batch, kv head) pair each, against its default
+ * chunks (here all pairs at once): GQA, a bias, causal, dropout; the output and the
+ * gradients of q, k, v and the bias agree to f32 rounding (the products' batches differ) */
+static void run_attention(rc_graph *g, rc_tensor **outs, int nout, rc_tensor *const *leaves, float *const *vals, float **res)
+{
+    rc_error err = {0};
+    rc_plan *p = rc_plan_new_on(gpu, g, outs, nout, &err);
+    CHECKF(p, "attention plan: %s", err.msg);
+    for (int i = 0; p && i < 4; i++)
+        CHECKF(!rc_plan_set_input(p, leaves[i], vals[i], &err), "attention input %d: %s", i, err.msg);
+    CHECKF(p && !rc_plan_run(p, &err), "attention run: %s", err.msg);
+    for (int i = 0; p && i < nout; i++)
+        CHECKF(!rc_plan_read(p, outs[i], res[i], &err), "attention read %d: %s", i, err.msg);
+    rc_plan_free(p);
+}
+
+static void test_attention_chunks(void)
+{
+    rc_graph *g = rc_graph_new();
+    int64_t qs[] = {2, 6, 19, 8}, ks[] = {2, 2, 23, 8}, bs[] = {1, 6, 19, 23};
+    rc_tensor *l[4] = {rc_param(g, "q", RC_F32, 4, qs), rc_param(g, "k", RC_F32, 4, ks),
+                       rc_param(g, "v", RC_F32, 4, ks), rc_param(g, "bias", RC_F32, 4, bs)};
+    rc_tensor *outs[5] = {rc_attention(g, l[0], l[1], l[2], l[3], 0.3, 1, 0.2, rc_rng_new(4))};
+    CHECKF(!rc_backward(g, rc_sum_all(g, rc_mul(g, outs[0], outs[0])), l, 4, outs + 1), "attention backward: %s",
+           rc_graph_error(g));
+    float *vals[4], *whole[5], *single[5];
+    double worst = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t n = rc_tensor_numel(l[i]);
+        vals[i] = malloc(n * sizeof(float));
+        for (int64_t e = 0; e < n; e++)
+            vals[i][e] = (float)(2 * uniform() - 1);
+    }
+    for (int i = 0; i < 5; i++) {
+        whole[i] = calloc(rc_tensor_numel(outs[i]), sizeof(float));
+        single[i] = calloc(rc_tensor_numel(outs[i]), sizeof(float));
+    }
+    run_attention(g, outs, 5, l, vals, whole);
+    rci_gpu_attention_chunk(1);   /* one pair per chunk */
+    run_attention(g, outs, 5, l, vals, single);
+    rci_gpu_attention_chunk(0);
+    for (int i = 0; i < 5; i++)
+        for (int64_t e = 0; e < rc_tensor_numel(outs[i]); e++) {
+            double d = fabs((double)whole[i][e] - single[i][e]) / (1e-3 + fabs((double)whole[i][e]));
+            worst = d > worst || d != d ? d : worst;
+        }
+    CHECKF(worst <= 1e-5, "attention in one-pair chunks differs from whole chunks by %.3g (relative)", worst);
+    printf("  attention in one-pair chunks against whole chunks: largest relative difference %.2g\n", worst);
+    for (int i = 0; i < 5; i++) {
+        free(whole[i]);
+        free(single[i]);
+        if (i < 4)
+            free(vals[i]);
+    }
     rc_graph_free(g);
 }
 
@@ -347,6 +408,7 @@ int main(void)
     test_bad_id();
     test_dropout_steps();
     test_normal();
+    test_attention_chunks();
     bench_decode();
     test_close();
     return check_summary("device");

@@ -139,6 +139,9 @@ int rci_gpu_run_pool2d(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* a
 int rci_gpu_run_attention(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* and its stats, gradients */
 /* Bytes of scratch an attention node (ATTENTION, _STATS, _GRAD) takes: one chunk's */
 size_t rci_gpu_attention_scratch(const rc_tensor *node);
+/* The scratch a chunk of (batch, kv head) pairs aims at (0: the default, 128 MiB); tests
+ * set it small to run one pair per chunk. Process-wide. */
+void rci_gpu_attention_chunk(size_t bytes);
 
 /* ---- ops_rows.c: the scratch of every node ---- */
 

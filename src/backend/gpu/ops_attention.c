@@ -71,14 +71,21 @@ static void att_parts(const att_shape *s, rc_op op, int64_t *n)
     n[PART_DV] = half && grad ? s->Tk * s->Dv : 0;
 }
 
-/* pairs per chunk: as many as fit ATT_CHUNK_BYTES, at least one */
+static size_t att_chunk_bytes = ATT_CHUNK_BYTES;
+
+void rci_gpu_attention_chunk(size_t bytes)
+{
+    att_chunk_bytes = bytes ? bytes : ATT_CHUNK_BYTES;
+}
+
+/* pairs per chunk: as many as fit att_chunk_bytes, at least one */
 static int64_t att_chunk_pairs(const att_shape *s, rc_op op)
 {
     int64_t n[PARTS], per = 0;
     att_parts(s, op, n);
     for (int i = 0; i < PARTS; i++)
         per += n[i];
-    int64_t fit = per ? (int64_t)(ATT_CHUNK_BYTES / sizeof(float)) / per : s->pairs;
+    int64_t fit = per ? (int64_t)(att_chunk_bytes / sizeof(float)) / per : s->pairs;
     fit = fit < 1 ? 1 : fit;
     return fit < s->pairs ? fit : s->pairs;
 }
