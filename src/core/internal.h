@@ -6,6 +6,16 @@
 #include "scalar.h"   /* rci_hash64 and the per-element functions the device kernels share */
 
 #include <stdarg.h>
+#include <time.h>
+
+/* Seconds on the monotonic clock, for durations: kernel and step times, deadlines,
+ * progress estimates. */
+static inline double rci_clock_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* The most elements one tensor may have (2^48: a petabyte of f32), so that element and
  * byte counts never overflow 64 bits; a shape past it is a graph error naming the op. */

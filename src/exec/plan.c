@@ -39,13 +39,6 @@ struct rc_plan {
     void *collective_ctx;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static rc_tensor *storage_of(rc_tensor *t)
 {
     return t->view_src ? t->view_src : t;
@@ -660,7 +653,7 @@ int rc_plan_run(rc_plan *p, rc_error *err)
 {
     if (!p || p->dry)
         return rc_error_set(err, RC_ERR_ARG, "run: %s plan", p ? "an estimate-only" : "NULL");
-    double t0 = now_s(), kernel_s = 0;
+    double t0 = rci_clock_s(), kernel_s = 0;
     if (bind_memory(p, err))
         return -1;
     if (p->timing)
@@ -669,7 +662,7 @@ int rc_plan_run(rc_plan *p, rc_error *err)
         rc_tensor *t = p->order[i];
         if (!p->owns[i])
             continue;
-        double k0 = p->timing ? now_s() : 0;
+        double k0 = p->timing ? rci_clock_s() : 0;
         int is_collective = t->op == RC_OP_MP_REDUCE || t->op == RC_OP_MP_MAX;
         rci_node_run r = node_run(p, t);
         if (is_collective ? run_collective(p, &r, err) : p->be->run_node(p->be, &r, err))
@@ -677,14 +670,14 @@ int rc_plan_run(rc_plan *p, rc_error *err)
         if (p->timing && p->be->wait(p->be, err))
             return -1;
         if (p->timing) {
-            double dt = now_s() - k0;
+            double dt = rci_clock_s() - k0;
             kernel_s += dt;
             p->stats.op_s[t->op] += dt;
         }
     }
     if (p->be->wait(p->be, err))
         return -1;
-    p->stats.last_run_s = now_s() - t0;
+    p->stats.last_run_s = rci_clock_s() - t0;
     p->stats.last_kernel_s = kernel_s;
     return 0;
 }

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- the decoding state ------------------------------------------------------------------ */
 
@@ -46,18 +45,11 @@ typedef struct {
 /* the phases of decoder_step, in order (rc_generate_stats names them) */
 enum { PH_GRAPH, PH_PLAN, PH_BIND, PH_RUN, PH_READ, PH_KEEP, PH_FREE, PH_COUNT };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* the seconds since *t, which becomes now: one phase's time */
 static double lap(double *t)
 {
     double t0 = *t;
-    *t = now_s();
+    *t = rci_clock_s();
     return *t - t0;
 }
 
@@ -300,7 +292,7 @@ static int decoder_step(decoder *d, int32_t *ids, int64_t T, rc_error *err)
     if (d->len + T > d->cap)
         return rc_error_set(err, RC_ERR_ARG, "generate: %lld positions exceed the %lld planned",
                             (long long)(d->len + T), (long long)d->cap);
-    double ph[PH_COUNT] = {0}, t = now_s();
+    double ph[PH_COUNT] = {0}, t = rci_clock_s();
     rc_graph *g = rc_graph_new();
     if (!g)
         return rc_error_set(err, RC_ERR_MEMORY, "generate: out of memory");
@@ -560,7 +552,7 @@ static int run_sampling(decoder *d, const int32_t *prompts, int64_t n_prompt, co
     rc_rng base = rc_rng_new(o->seed);
     decoder_time(d, o);
     for (int step = 0; !rc && n_live > 0; step++) {
-        double t = now_s();
+        double t = rci_clock_s();
         for (int r = 0; r < R && !rc; r++) {
             if (!live[r])
                 continue;
@@ -692,7 +684,7 @@ static int run_beams(decoder *d, const int32_t *prompt, int64_t n_prompt, const 
         beam[b] = b ? -1e9 : 0.0;
     int n = 0, done = 0; /* n: tokens generated on every beam */
     while (!rc) {
-        double clock = now_s();
+        double clock = rci_clock_s();
         for (int b = 0; b < k && !rc; b++) {
             const float *l = d->logits + b * V;
             if (!logits_finite(l, V)) {

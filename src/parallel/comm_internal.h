@@ -3,6 +3,7 @@
 #ifndef REDCO_COMM_INTERNAL_H
 #define REDCO_COMM_INTERNAL_H
 
+#include "internal.h"   /* rci_clock_s: the watchdog's waits, the probes' deadline */
 #include "redco/dist.h"
 
 #include <mpi.h>
@@ -18,14 +19,6 @@ struct rc_comm {
     char group[96];               /* for the watchdog's lines: "the model-parallel group of
                                      ranks 2, 3", "all 4 ranks" (world ranks) */
 };
-
-/* seconds on the monotonic clock (the watchdog's waits and the probes' deadline) */
-static inline double rci_comm_clock_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* sleeps ms milliseconds between polls */
 static inline void rci_comm_nap_ms(long ms)

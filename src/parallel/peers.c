@@ -194,7 +194,7 @@ void rci_peers_probe(const int *ranks, int n, int *verdict, double seconds)
     int open = 0;
     for (int i = 0; i < n; i++)
         open += (fd[i] = probe_start(ranks[i], &verdict[i])) >= 0;
-    for (double t0 = rci_comm_clock_s(); open && rci_comm_clock_s() - t0 < seconds;) {
+    for (double t0 = rci_clock_s(); open && rci_clock_s() - t0 < seconds;) {
         for (int i = 0; i < n; i++) {
             if (fd[i] < 0)
                 continue;

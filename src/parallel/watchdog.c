@@ -76,7 +76,7 @@ static void answer_questions(void)
         memset(&a, 0, sizeof a);
         if (waiting.op) {
             a.id = waiting.c->id;
-            a.waited = rci_comm_clock_s() - waiting.since;
+            a.waited = rci_clock_s() - waiting.since;
             a.timed_out = coll_timeout > 0 && a.waited > coll_timeout;
             snprintf(a.op, sizeof a.op, "%s", waiting.op);
             snprintf(a.group, sizeof a.group, "%s", waiting.c->group);
@@ -93,7 +93,7 @@ static void ask_everyone(int me, int n, char *heard, answer *got, double grace)
     for (int r = 0; r < n; r++)
         if (r != me && MPI_Isend(&me, 1, MPI_INT, r, TAG_QUERY, MPI_COMM_WORLD, &req) == MPI_SUCCESS)
             MPI_Request_free(&req);
-    for (double t0 = rci_comm_clock_s(); rci_comm_clock_s() - t0 < grace;) {
+    for (double t0 = rci_clock_s(); rci_clock_s() - t0 < grace;) {
         answer_questions();
         int flag = 0;
         MPI_Status st;
@@ -263,7 +263,7 @@ static void timed_out(rc_comm *c, const char *op, double waited)
             fprintf(stderr, "redco: collective timeout: %s on %s waited %.0f s; aborting all ranks\n", op, c->group,
                     waited);
     } else { /* the reporting rank ends the job: answer the late askers meanwhile */
-        for (double t0 = rci_comm_clock_s(); rci_comm_clock_s() - t0 < 2.0; rci_comm_nap_ms(1))
+        for (double t0 = rci_clock_s(); rci_clock_s() - t0 < 2.0; rci_comm_nap_ms(1))
             answer_questions();
     }
     free(heard);
@@ -281,7 +281,7 @@ int rci_comm_watched(rc_comm *c, int rc, MPI_Request *req, const char *op)
     waiting.c = c;
     waiting.op = op;
     waiting.seq = ++coll_count;
-    waiting.since = rci_comm_clock_s();
+    waiting.since = rci_clock_s();
     for (long spins = 0;; spins++) {
         int done = 0;
         rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -291,7 +291,7 @@ int rci_comm_watched(rc_comm *c, int rc, MPI_Request *req, const char *op)
             sched_yield();
         if ((spins & 255) == 0) {
             answer_questions();
-            double waited = rci_comm_clock_s() - waiting.since;
+            double waited = rci_clock_s() - waiting.since;
             if (coll_timeout > 0 && waited > coll_timeout)
                 timed_out(c, op, waited);
         }

@@ -40,13 +40,6 @@ struct rc_deployer {
     rc_backend *be;               /* the device this process runs on (opened here, closed by free) */
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int make_dir(const char *dir, rc_error *err)
 {
     if (mkdir(dir, 0777) == 0 || errno == EEXIST)
@@ -166,7 +159,7 @@ rc_deployer *rc_deployer_new(int *argc, char ***argv, const rc_deployer_options 
     d->verbose = o->verbose;
     d->json = o->json;
     d->tty = isatty(2);
-    d->t0 = now_s();
+    d->t0 = rci_clock_s();
     d->step0 = -1;
     if (o->workdir)
         snprintf(d->workdir, sizeof d->workdir, "%s", o->workdir);
@@ -293,13 +286,13 @@ void rci_deployer_progress(rc_deployer *d, int64_t step, int64_t total, double l
                           const char *unit, int tick)
 {
     if (d->step0 < 0) /* the ETA counts from this process's first step */
-        d->step0 = step - 1, d->t0 = now_s();
+        d->step0 = step - 1, d->t0 = rci_clock_s();
     if (!deployer_verbose(d) || (!d->tty && !tick))
         return;
     int final = step == total;
     double done = (double)(step - d->step0), left = (double)(total - step);
     char eta[32];
-    clock_text(done > 0 ? (now_s() - d->t0) / done * left : 0, eta, sizeof eta);
+    clock_text(done > 0 ? (rci_clock_s() - d->t0) / done * left : 0, eta, sizeof eta);
     if (d->tty) {
         enum { WIDTH = 24 };
         int fill = total > 0 ? (int)(WIDTH * step / total) : WIDTH;

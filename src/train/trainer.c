@@ -88,13 +88,6 @@ struct rc_trainer {
     struct rc_predictor *eval_predictor; /* made at the first evaluation with a metric */
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- compiled steps ----------------------------------------------------------------------- */
 
 static void step_free(compiled_step *s)
@@ -971,8 +964,8 @@ static void test_sleep(const rc_trainer *t, int64_t step)
 static void test_stop_wait(void)
 {
     const char *secs = getenv("REDCO_TEST_STOP_SECONDS");
-    double end = now_s() + (secs ? atof(secs) : 0.0);
-    while (now_s() < end) {
+    double end = rci_clock_s() + (secs ? atof(secs) : 0.0);
+    while (rci_clock_s() < end) {
         struct timespec tick = {0, 10000000};
         nanosleep(&tick, NULL);
     }
@@ -1043,9 +1036,9 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         int64_t tokens = 0;
         double norm = 0;
         test_sleep(t, t->step);
-        double t0 = now_s();
+        double t0 = rci_clock_s();
         rc = train_step(t, o, user_of(t, train), &split, order, lr, &loss, &tokens, &norm, err);
-        step_time += now_s() - t0;
+        step_time += rci_clock_s() - t0;
         if (rc)
             break;
         t->step++;
