@@ -1080,6 +1080,15 @@ static float att_score(const att_dims *a, const att_row *r, __global const store
     return s;
 }
 
+/* Row c of a chunk starting at pair pair0: where it reads its bias (att_row_at's), and in
+ * *row its index (b H + h) Tq + i among q's rows, pair0 R + c (R = G Tq rows a pair) */
+static att_row att_chunk_row(const att_dims *a, long pair0, long c, long bo, long *row)
+{
+    long G = a->H / a->KV, R = G * a->Tq, pair = pair0 + c / R, rr = c % R, kvh = pair % a->KV, g = rr / a->Tq;
+    *row = pair0 * R + c;
+    return att_row_at(a, pair / a->KV, kvh * G + g, kvh, rr - g * a->Tq, 0, 0, 0, bo);
+}
+
 /* the work-group's largest (sum 0) or summed (sum 1) x, in every work-item: each item's x
  * through red[get_local_size(0)], combined by every work-item in the same order. No barrier
  * sits in a loop (PoCL's CPU work-groups ran a tree's loop of barriers wrongly now and then).
@@ -1105,10 +1114,8 @@ __kernel void k_attention_rows(__global float *s, long so, __global float *stats
 {
     __local float red[ATT_ROW_GROUP];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
-    long G = a.H / a.KV, R = G * a.Tq, c = (long)get_group_id(0), li = (long)get_local_id(0);
-    long ls = (long)get_local_size(0), pair = pair0 + c / R, rr = c % R, kvh = pair % a.KV;
-    long row = pair0 * R + c, g = rr / a.Tq;
-    att_row r = att_row_at(&a, pair / a.KV, kvh * G + g, kvh, rr - g * a.Tq, 0, 0, 0, bo);
+    long c = (long)get_group_id(0), li = (long)get_local_id(0), ls = (long)get_local_size(0), row;
+    att_row r = att_chunk_row(&a, pair0, c, bo, &row);
     long vis = att_visible(&a, r.i);
     __global float *x = s + so + c * a.Tk;
     float m = -INFINITY, l = 0;
@@ -1150,10 +1157,8 @@ __kernel void k_attention_rows_grad(__global float *s, long so, __global float *
                                     long pair0)
 {
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
-    long G = a.H / a.KV, R = G * a.Tq, c = (long)get_group_id(0), li = (long)get_local_id(0);
-    long ls = (long)get_local_size(0), pair = pair0 + c / R, rr = c % R, kvh = pair % a.KV;
-    long row = pair0 * R + c, g = rr / a.Tq;
-    att_row r = att_row_at(&a, pair / a.KV, kvh * G + g, kvh, rr - g * a.Tq, 0, 0, 0, bo);
+    long c = (long)get_group_id(0), li = (long)get_local_id(0), ls = (long)get_local_size(0), row;
+    att_row r = att_chunk_row(&a, pair0, c, bo, &row);
     float lse = stats[sto + row * 2], delta = stats[sto + row * 2 + 1];
     long vis = lse == -INFINITY ? 0 : att_visible(&a, r.i);
     __global float *x = s + so + c * a.Tk, *y = dp + dpo + c * a.Tk;

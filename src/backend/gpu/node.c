@@ -4,6 +4,8 @@
  * the device only through g->ops. */
 #include "node.h"
 
+#include <math.h>
+
 #include <string.h>
 
 const char *const rci_gpu_kernel_names[RCI_K_COUNT] = {
@@ -142,4 +144,19 @@ int rci_gpu_f32_temps(rci_gpu *g, const rc_tensor *node, const rci_gpu_place *ou
     tmp->mem = m;
     tmp->off = skip;
     return 0;
+}
+
+/* ---- dropout masks -------------------------------------------------------------------------- */
+
+rci_gpu_mask rci_gpu_mask_of(const rci_node_run *r, int at, double p)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_mask m;
+    m.key = (uint64_t)(uint32_t)node->iparam[at] | ((uint64_t)(uint32_t)node->iparam[at + 1] << 32);
+    m.key ^= rci_hash64(r->run_key);
+    double t = ceil(p * 9007199254740992.0);
+    t = t < 0 ? 0 : t > 9007199254740992.0 ? 9007199254740992.0 : t;
+    m.thresh = (uint64_t)t;
+    m.keep = p < 1 ? (float)(1 / (1 - p)) : 0;
+    return m;
 }

@@ -105,6 +105,16 @@ size_t rci_gpu_f32_temps_scratch(const rc_tensor *node, int64_t skip, int64_t n)
 int rci_gpu_f32_temps(rci_gpu *g, const rc_tensor *node, const rci_gpu_place *out, int64_t skip, int64_t n,
                       rci_gpu_place *tmp, rc_error *err);
 
+/* A dropout mask's constants as k_dropout and the attention kernels take them: the node's
+ * key (iparam[at], iparam[at + 1]) mixed with the run key, the threshold ceil(p 2^53) that
+ * a kept element's (hash >> 11) reaches (u = m 2^-53 >= p, exact in double; 0 when p is
+ * 0), and a kept element's factor 1 / (1 - p) (0 when p is 1). */
+typedef struct {
+    uint64_t key, thresh;
+    float keep;
+} rci_gpu_mask;
+rci_gpu_mask rci_gpu_mask_of(const rci_node_run *r, int at, double p);
+
 /* ---- ops_elementwise.c: one node each (its memory placed, its output not empty) ---- */
 
 int rci_gpu_run_full(rci_gpu *g, const rci_node_run *r, rc_error *err);

@@ -15,11 +15,10 @@
  * heads inside their product: no key/value head is copied. The products run in f32: 16-bit
  * q, k, v and dO are widened into scratch first and results rounded once at the end, as the
  * CPU's kernels compute 16-bit attention in f32. The bias's gradient is k_attention_dbias,
- * one work-item per bias element, recomputing its scores. Attention dropout: the key and
- * threshold of rci_gpu_run_dropout, the mask redrawn by every kernel. */
+ * one work-item per bias element, recomputing its scores. Attention dropout: DROPOUT's
+ * mask (rci_gpu_mask_of), redrawn by every kernel. */
 #include "node.h"
 
-#include <math.h>
 #include <string.h>
 
 enum {
@@ -78,13 +77,20 @@ void rci_gpu_attention_chunk(size_t bytes)
     att_chunk_bytes = bytes ? bytes : ATT_CHUNK_BYTES;
 }
 
-/* pairs per chunk: as many as fit att_chunk_bytes, at least one */
-static int64_t att_chunk_pairs(const att_shape *s, rc_op op)
+/* the floats of scratch one pair takes, all parts */
+static int64_t att_pair_floats(const att_shape *s, rc_op op)
 {
     int64_t n[PARTS], per = 0;
     att_parts(s, op, n);
     for (int i = 0; i < PARTS; i++)
         per += n[i];
+    return per;
+}
+
+/* pairs per chunk: as many as fit att_chunk_bytes, at least one */
+static int64_t att_chunk_pairs(const att_shape *s, rc_op op)
+{
+    int64_t per = att_pair_floats(s, op);
     int64_t fit = per ? (int64_t)(att_chunk_bytes / sizeof(float)) / per : s->pairs;
     fit = fit < 1 ? 1 : fit;
     return fit < s->pairs ? fit : s->pairs;
@@ -95,46 +101,22 @@ size_t rci_gpu_attention_scratch(const rc_tensor *node)
     att_shape s = att_shape_of(node);
     if (node->op == RC_OP_ATTENTION_GRAD && s.which == 3)
         return 0;
-    int64_t n[PARTS], per = 0;
-    att_parts(&s, node->op, n);
-    for (int i = 0; i < PARTS; i++)
-        per += n[i];
-    return (size_t)(att_chunk_pairs(&s, node->op) * per) * sizeof(float);
+    return (size_t)(att_chunk_pairs(&s, node->op) * att_pair_floats(&s, node->op)) * sizeof(float);
 }
 
 /* the kernels' dims (B, H, KV, Tq, Tk, D, Dv, causal) and the bias's strides along
  * [B, H, Tq, Tk] with s[4] = 1 when there is a bias */
-static void att_geometry(const rc_tensor *node, rci_gpu_long8 *dims, rci_gpu_long8 *bst)
+static void att_geometry(const rc_tensor *node, const att_shape *a, rci_gpu_long8 *dims, rci_gpu_long8 *bst)
 {
-    const rc_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2], *bias = node->src[3];
-    int64_t d[8] = {q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3],
-                    v->shape[3], node->iparam[0] != 0};
+    int64_t d[8] = {a->B, a->H, a->KV, a->Tq, a->Tk, a->D, a->Dv, node->iparam[0] != 0};
     int64_t s[8] = {0};
-    if (bias) {
-        int64_t full[4] = {d[0], d[1], d[3], d[4]};
-        rci_bcast_strides(bias, 4, full, s);
+    if (node->src[3]) {
+        int64_t full[4] = {a->B, a->H, a->Tq, a->Tk};
+        rci_bcast_strides(node->src[3], 4, full, s);
         s[4] = 1;
     }
     *dims = rci_gpu_long8_of(d);
     *bst = rci_gpu_long8_of(s);
-}
-
-/* attention dropout's key and threshold as rci_gpu_run_dropout makes them (the node's key
- * mixed with the run key; kept iff (hash >> 11) >= ceil(p 2^53)) and the kept factor;
- * thresh 0 without dropout */
-static void att_dropout(const rci_node_run *r, uint64_t *key, uint64_t *thresh, float *keep)
-{
-    const rc_tensor *node = r->node;
-    double p = node->fparam[1];
-    *key = *thresh = 0;
-    *keep = 1;
-    if (!(p > 0))
-        return;
-    *key = (uint64_t)(uint32_t)node->iparam[2] | ((uint64_t)(uint32_t)node->iparam[3] << 32);
-    *key ^= rci_hash64(r->run_key);
-    double t = ceil(p * 9007199254740992.0);
-    *thresh = (uint64_t)(t > 9007199254740992.0 ? 9007199254740992.0 : t);
-    *keep = (float)(1 / (1 - p));
 }
 
 /* What every kernel of a node's run takes: the node, its sizes, places and the row
@@ -146,9 +128,8 @@ typedef struct {
     rc_dtype store;
     rci_gpu_place out, in[3], bias, dout, stats;
     rci_gpu_long8 dims, bst;
-    float scale, keep;
-    uint64_t key, thresh;
-    int32_t has_bias;
+    float scale;
+    rci_gpu_mask drop;            /* attention dropout's mask (thresh 0: none) */
     rci_gpu_mem scratch;
     int64_t part[PARTS];   /* the chunk's parts' float offsets in scratch */
 } att_run;
@@ -216,12 +197,11 @@ static int att_gemm(att_run *a, int64_t np, int ta, int tb, int64_t m, int64_t n
 /* k_attention_rows over the chunk's np R rows from pair p0 (stats: the node's output) */
 static int att_rows(att_run *a, int64_t p0, int64_t np, int want_stats, rc_error *err)
 {
-    rci_gpu_place s = att_part(a, PART_S), st = want_stats ? a->out : s;   /* stats: unused without */
+    rci_gpu_place s = att_part(a, PART_S);
     int32_t ws = want_stats;
-    rci_gpu_place bias = a->has_bias ? a->bias : s;
-    rci_gpu_arg args[] = {ARG(s.mem), ARG(s.off), ARG(st.mem), ARG(st.off), ARG(ws), ARG(bias.mem),
-                          ARG(bias.off), ARG(a->dims), ARG(a->bst), ARG(a->scale), ARG(a->key), ARG(a->thresh),
-                          ARG(a->keep), ARG(p0)};
+    rci_gpu_arg args[] = {ARG(s.mem), ARG(s.off), ARG(a->out.mem), ARG(a->out.off), ARG(ws), ARG(a->bias.mem),
+                          ARG(a->bias.off), ARG(a->dims), ARG(a->bst), ARG(a->scale), ARG(a->drop.key),
+                          ARG(a->drop.thresh), ARG(a->drop.keep), ARG(p0)};
     return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS, args, 14, (size_t)(np * a->s.R), ATT_ROW_GROUP,
                                  "attention (softmax rows)", err);
 }
@@ -280,7 +260,7 @@ static int att_grad_chunk(att_run *a, int64_t p0, int64_t np, rc_error *err)
         return -1;
     rci_gpu_arg args[] = {ARG(ds.mem), ARG(ds.off), ARG(zp.mem), ARG(zp.off), ARG(a->stats.mem), ARG(a->stats.off),
                           ARG(a->bias.mem), ARG(a->bias.off), ARG(a->dims), ARG(a->bst), ARG(a->scale),
-                          ARG(a->key), ARG(a->thresh), ARG(a->keep), ARG(p0)};
+                          ARG(a->drop.key), ARG(a->drop.thresh), ARG(a->drop.keep), ARG(p0)};
     if (rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS_GRAD, args, 15, (size_t)(np * s->R),
                               ATT_ROW_GROUP, "attention_grad (rows)", err))
         return -1;
@@ -304,7 +284,7 @@ static int att_dbias(att_run *a, rc_error *err)
                           ARG(a->in[1].mem), ARG(a->in[1].off), ARG(a->in[2].mem), ARG(a->in[2].off),
                           ARG(a->bias.mem),  ARG(a->bias.off), ARG(a->dout.mem),  ARG(a->dout.off),
                           ARG(a->stats.mem), ARG(a->stats.off), ARG(a->dims),     ARG(a->bst),
-                          ARG(a->scale),     ARG(a->key),      ARG(a->thresh),    ARG(a->keep)};
+                          ARG(a->scale),     ARG(a->drop.key), ARG(a->drop.thresh), ARG(a->drop.keep)};
     return rci_gpu_launch_node(a->g, a->node, RCI_K_ATTENTION_DBIAS, args, 20, (size_t)rc_tensor_numel(a->node),
                                "attention_grad (bias)", err);
 }
@@ -313,21 +293,21 @@ static int att_dbias(att_run *a, rc_error *err)
 static int att_run_init(att_run *a, rci_gpu *g, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
+    int32_t has_bias;
     memset(a, 0, sizeof *a);
     a->g = g;
     a->node = node;
     a->s = att_shape_of(node);
     a->store = rci_gpu_storage(node);
-    /* an absent bias: k's memory, never read (a memory argument a kernel only reads) */
-    if (rci_gpu_places(r, 3, &a->out, a->in, err) || rci_gpu_optional_place(r, 3, &a->in[1], &a->bias, &a->has_bias, err))
+    if (rci_gpu_places(r, 3, &a->out, a->in, err) || rci_gpu_optional_place(r, 3, &a->out, &a->bias, &has_bias, err))
         return -1;
     if (node->op != RC_OP_ATTENTION && rci_gpu_place_of(&r->in[4], node, node->src[4]->dtype, &a->dout, err))
         return -1;
     if (node->op == RC_OP_ATTENTION_GRAD && rci_gpu_place_of(&r->in[5], node, node->src[5]->dtype, &a->stats, err))
         return -1;
-    att_geometry(node, &a->dims, &a->bst);
+    att_geometry(node, &a->s, &a->dims, &a->bst);
     a->scale = (float)node->fparam[0];
-    att_dropout(r, &a->key, &a->thresh, &a->keep);
+    a->drop = rci_gpu_mask_of(r, 2, node->fparam[1]);
     return 0;
 }
 

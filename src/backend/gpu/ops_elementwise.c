@@ -8,7 +8,6 @@
  * inputs, the CPU's rule (src/backend/cpu/kernels_half.c). */
 #include "node.h"
 
-#include <math.h>
 
 /* ---- element-wise ------------------------------------------------------------------------ */
 
@@ -277,16 +276,10 @@ int rci_gpu_run_dropout(rci_gpu *g, const rci_node_run *r, rc_error *err)
     if (p == 0)
         return g->be.copy(&g->be, r->out.buf, r->out.off, r->in[0].buf, r->in[0].off,
                           rc_tensor_nbytes(node), err);
-    uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
-    key ^= rci_hash64(r->run_key);
-    /* u = m 2^-53 (m < 2^53 an integer) >= p  <=>  m >= ceil(p 2^53), exact in double */
-    double t = ceil(p * 9007199254740992.0);
-    t = t < 0 ? 0 : t > 9007199254740992.0 ? 9007199254740992.0 : t;
-    uint64_t k = key, thresh = (uint64_t)t;
-    float scale = p < 1 ? (float)(1 / (1 - p)) : 0;
+    rci_gpu_mask m = rci_gpu_mask_of(r, 0, p);
     int64_t n = rc_tensor_numel(node);
-    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n), ARG(k),
-                       ARG(thresh), ARG(scale)};
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n), ARG(m.key),
+                       ARG(m.thresh), ARG(m.keep)};
     return rci_gpu_launch_node(g, node, RCI_K_DROPOUT, a, 8, (size_t)n, "dropout", err);
 }
 
