@@ -83,11 +83,17 @@ static void time_decoding(const char *name, rc_model *m, const int32_t *prompt, 
     }
 }
 
+/* the factor from seconds summed over the decode steps to milliseconds per token */
+static double ms_per_token(const rc_generate_stats *st)
+{
+    return 1e3 / (st->decode_steps > 0 ? (double)st->decode_steps : 1);
+}
+
 /* "phase_ms": the decode steps' phases in ms per token (other: the rest of the step_s
  * between tokens, i.e. what no phase covers) */
 static void set_phases(json_t *o, const rc_generate_stats *st, double step_s)
 {
-    double n = st->decode_steps > 0 ? (double)st->decode_steps : 1, ms = 1e3 / n;
+    double ms = ms_per_token(st);
     const char *key[] = {"graph", "plan", "bind", "run", "read", "keep", "free", "pick", "reorder"};
     double v[] = {st->graph_s, st->plan_s, st->bind_s, st->run_s, st->read_s, st->keep_s, st->free_s,
                   st->pick_s, st->reorder_s};
@@ -106,7 +112,7 @@ static void set_phases(json_t *o, const rc_generate_stats *st, double step_s)
  * time per token, "op ms, ..." */
 static void set_kernels(json_t *o, const rc_generate_stats *st)
 {
-    double ms = 1e3 / (st->decode_steps > 0 ? (double)st->decode_steps : 1);
+    double ms = ms_per_token(st);
     bench_set_num(o, "kernel_ms", st->kernel_s * ms);
     bench_set_num(o, "kernel_run_ms", st->run_s * ms);
     char top[256] = "";

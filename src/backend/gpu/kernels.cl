@@ -1090,9 +1090,10 @@ static att_row att_chunk_row(const att_dims *a, long pair0, long c, long bo, lon
 }
 
 /* the work-group's largest (sum 0) or summed (sum 1) x, in every work-item: each item's x
- * through red[get_local_size(0)], combined by every work-item in the same order. No barrier
- * sits in a loop (PoCL's CPU work-groups ran a tree's loop of barriers wrongly now and then).
- * Every work-item of the group calls it. */
+ * through red[get_local_size(0)], combined by every work-item in the same order, after one
+ * barrier. Not the usual halving tree (a barrier in each of its log2(size) steps): PoCL's
+ * multi-threaded CPU work-groups ran that one wrongly now and then (cross-entropy's loop of
+ * barriers over column blocks runs right). Every work-item of the group calls it. */
 static float att_group_reduce(LOCAL_MEM float *red, float x, int sum)
 {
     long ls = (long)get_local_size(0);
