@@ -3,7 +3,12 @@
  * (buffer, offset), and runs the nodes on its backend with no allocation.
  *
  * The table belongs to the plan, not to the graph: several plans over one graph (a
- * training step and an evaluation step) each have their own memory. */
+ * training step and an evaluation step) each have their own memory.
+ *
+ * For ZeRO stage 3 (exec.h) a run calls events at chosen positions (parameters gathered
+ * just before the nodes that read them, gradients reduce-scattered right after they are
+ * computed), and an output may be released early: its memory reused once a given node has
+ * run, readable until then only by events. */
 #include "internal.h"
 #include "backend.h"
 #include "exec.h"
@@ -37,6 +42,15 @@ struct rc_plan {
     uint64_t step_key;            /* mixed into RC_RNG_STEP normals (rc_plan_set_step_rng) */
     rc_collective_fn collective;  /* model-axis all-reduces; NULL: one shard */
     void *collective_ctx;
+    int *rel;                     /* by node id: for the storage of an output released early,
+                                     the position after which its memory is reused; else -1 */
+    int *rel_ids;                 /* the storages released early (nrel of them) */
+    int nrel;
+    int *ev_at;                   /* the events' positions, ascending (rci_plan_set_events) */
+    int nev;
+    rci_plan_event_fn ev_fn;
+    void *ev_ctx;
+    int ev_pos;                   /* the position of the event running now; -1: none */
 };
 
 static rc_tensor *storage_of(rc_tensor *t)
@@ -133,7 +147,8 @@ static int op_may_take_input(rc_op op)
 /* The position in order of the owner whose memory node order[i] takes, or -1. It is the
  * storage of the node's first input when: the op allows it; that input is the whole
  * storage element for element (not a part of it: no offset, the same bytes and dtype as the
- * output); nothing reads the storage after this node (so it is no output); it is an
+ * output); nothing reads the storage after this node (so it is no output); it is no output
+ * released early (an event right after this node may still read it); it is an
  * intermediate of this plan (not a leaf); and no other input shares it. */
 static int input_taken(const rc_plan *p, int i, const int *last, const int *pos_of)
 {
@@ -144,7 +159,7 @@ static int input_taken(const rc_plan *p, int i, const int *last, const int *pos_
     if (a->view_offset != 0 || a->dtype != t->dtype || rc_tensor_nbytes(a) != rc_tensor_nbytes(t) ||
         rc_tensor_nbytes(r) != rc_tensor_nbytes(t))
         return -1;
-    if (last[r->id] != i || !p->owns[pos_of[r->id]])
+    if (last[r->id] != i || p->rel[r->id] >= 0 || !p->owns[pos_of[r->id]])
         return -1;
     for (int s = 1; s < t->nsrc; s++)
         if (t->src[s] && storage_of(t->src[s]) == r)
@@ -152,8 +167,12 @@ static int input_taken(const rc_plan *p, int i, const int *last, const int *pos_
     return pos_of[r->id];
 }
 
-/* Liveness: last[id] = the last position in `order` that reads node id's storage. */
-static void last_uses(rc_plan *p, int *last, rc_tensor *const *outputs, int nout)
+/* Liveness: last[id] = the last position in `order` that reads node id's storage. An
+ * output's storage lives to the end (p->n), or with a release node (release_after[i]) to
+ * that node's position when it is later than the storage's last reader. A leaf's memory is
+ * not the arena's: a leaf output is always kept. */
+static void last_uses(rc_plan *p, int *last, rc_tensor *const *outputs, int nout,
+                      rc_tensor *const *release_after)
 {
     for (int i = 0; i < p->n; i++) {
         rc_tensor *t = p->order[i];
@@ -162,8 +181,26 @@ static void last_uses(rc_plan *p, int *last, rc_tensor *const *outputs, int nout
             if (t->src[s])
                 last[storage_of(t->src[s])->id] = i;
     }
-    for (int i = 0; i < nout; i++)
-        last[storage_of(outputs[i])->id] = p->n;
+    for (int i = 0; i < nout; i++) {
+        rc_tensor *s = storage_of(outputs[i]), *r = release_after ? release_after[i] : NULL;
+        int until = r && s->op != RC_OP_LEAF ? p->pos[r->id] : p->n;
+        if (until > last[s->id])
+            last[s->id] = until;
+    }
+}
+
+/* The outputs' storages released before the end (no kept output shares them): p->rel
+ * holds the position after which each one's memory is reused, p->rel_ids lists them. */
+static void mark_released(rc_plan *p, const int *last, rc_tensor *const *outputs, int nout,
+                          rc_tensor *const *release_after)
+{
+    for (int i = 0; release_after && i < nout; i++) {
+        rc_tensor *s = storage_of(outputs[i]);
+        if (release_after[i] && s->op != RC_OP_LEAF && last[s->id] < p->n && p->rel[s->id] < 0) {
+            p->rel[s->id] = last[s->id];
+            p->rel_ids[p->nrel++] = s->id;
+        }
+    }
 }
 
 /* One layout of the arena by first fit in execution order: each owner's offset in
@@ -193,6 +230,10 @@ static size_t arena_layout(rc_plan *p, const int *last, const int *pos_of, block
         }
         if (p->owns[i] && last[t->id] == i)
             release(live, &nlive, t->id);
+        /* and the outputs released after this node without it reading them */
+        for (int k = 0; k < p->nrel; k++)
+            if (last[p->rel_ids[k]] == i)
+                release(live, &nlive, p->rel_ids[k]);
     }
     return peak;
 }
@@ -200,7 +241,8 @@ static size_t arena_layout(rc_plan *p, const int *last, const int *pos_of, block
 /* The arena: laid out with outputs taking their inputs' memory where they may and without,
  * keeping the lower peak. First fit is greedy: a reuse that saves memory where it happens
  * can leave gaps that cost more later (long-lived gradients placed differently). */
-static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout, rc_error *err)
+static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout,
+                       rc_tensor *const *release_after, rc_error *err)
 {
     rc_graph *g = p->g;
     int *last = calloc((size_t)g->n, sizeof *last);
@@ -212,7 +254,8 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout, rc_error
         free(live);
         return rc_error_set(err, RC_ERR_MEMORY, "plan: out of memory for %d nodes", p->n);
     }
-    last_uses(p, last, outputs, nout);
+    last_uses(p, last, outputs, nout, release_after);
+    mark_released(p, last, outputs, nout, release_after);
     for (int i = 0; i < p->n; i++) {
         rc_tensor *t = p->order[i];
         pos_of[t->id] = i;
@@ -241,22 +284,28 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout, rc_error
     return 0;
 }
 
-static rc_plan *plan_new(rc_backend *be, rc_graph *g, rc_tensor *const *outputs, int n, int dry,
-                         rc_error *err);
+static rc_plan *plan_new(rc_backend *be, rc_graph *g, rc_tensor *const *outputs, int n,
+                         rc_tensor *const *release_after, int dry, rc_error *err);
 
 rc_plan *rc_plan_new(rc_graph *g, rc_tensor *const *outputs, int n, rc_error *err)
 {
-    return plan_new(rci_backend_cpu(), g, outputs, n, 0, err);
+    return plan_new(rci_backend_cpu(), g, outputs, n, NULL, 0, err);
 }
 
 rc_plan *rc_plan_new_on(rc_backend *be, rc_graph *g, rc_tensor *const *outputs, int n,
                         rc_error *err)
 {
+    return rci_plan_new_released(be, g, outputs, n, NULL, err);
+}
+
+rc_plan *rci_plan_new_released(rc_backend *be, rc_graph *g, rc_tensor *const *outputs, int n,
+                               rc_tensor *const *release_after, rc_error *err)
+{
     if (!be) {
         rc_error_set(err, RC_ERR_ARG, "plan: no backend");
         return NULL;
     }
-    return plan_new(be, g, outputs, n, 0, err);
+    return plan_new(be, g, outputs, n, release_after, 0, err);
 }
 
 const rc_graph *rci_plan_graph(const rc_plan *p)
@@ -269,6 +318,21 @@ int rci_plan_has(const rc_plan *p, const rc_tensor *t)
     return p && t && t->id < p->gn && p->g->nodes[t->id] == t && p->pos[t->id] >= 0;
 }
 
+int rci_plan_size(const rc_plan *p)
+{
+    return p ? p->n : 0;
+}
+
+rc_tensor *rci_plan_node(const rc_plan *p, int pos)
+{
+    return p && pos >= 0 && pos < p->n ? p->order[pos] : NULL;
+}
+
+int rci_plan_pos(const rc_plan *p, const rc_tensor *t)
+{
+    return rci_plan_has(p, t) ? p->pos[t->id] : -1;
+}
+
 rc_backend *rc_plan_backend(const rc_plan *p)
 {
     return p ? p->be : NULL;
@@ -276,7 +340,13 @@ rc_backend *rc_plan_backend(const rc_plan *p)
 
 int rc_plan_estimate(rc_graph *g, rc_tensor *const *outputs, int n, rc_plan_stats *stats, rc_error *err)
 {
-    rc_plan *p = plan_new(rci_backend_cpu(), g, outputs, n, 1, err);
+    return rci_plan_estimate_released(g, outputs, n, NULL, stats, err);
+}
+
+int rci_plan_estimate_released(rc_graph *g, rc_tensor *const *outputs, int n,
+                               rc_tensor *const *release_after, rc_plan_stats *stats, rc_error *err)
+{
+    rc_plan *p = plan_new(rci_backend_cpu(), g, outputs, n, release_after, 1, err);
     if (!p)
         return -1;
     *stats = p->stats;
@@ -353,17 +423,31 @@ static int tables_new(rc_plan *p)
     p->mem = calloc(gn, sizeof *p->mem);
     p->bound = calloc(gn, 1);
     p->leaf_own = calloc(gn, sizeof *p->leaf_own);
-    if (!p->pos || !p->is_output || !p->mem || !p->bound || !p->leaf_own)
+    p->rel = malloc(gn * sizeof *p->rel);
+    if (!p->pos || !p->is_output || !p->mem || !p->bound || !p->leaf_own || !p->rel)
         return -1;
     for (int i = 0; i < p->gn; i++)
-        p->pos[i] = -1;
+        p->pos[i] = p->rel[i] = -1;
     for (int i = 0; i < p->n; i++)
         p->pos[p->order[i]->id] = i;
     return 0;
 }
 
-static rc_plan *plan_new(rc_backend *be, rc_graph *g, rc_tensor *const *outputs, int n, int dry,
-                         rc_error *err)
+/* Every release node is a node the outputs need (a node of the graph in the plan). */
+static int check_release(const rc_plan *p, rc_tensor *const *outputs, int n,
+                         rc_tensor *const *release_after, rc_error *err)
+{
+    for (int i = 0; release_after && i < n; i++) {
+        const rc_tensor *r = release_after[i];
+        if (r && !rci_plan_has(p, r))
+            return rc_error_set(err, RC_ERR_ARG, "plan: output %d ('%s')'s release node %d (%s '%s') is not "
+                                "a node the outputs need", i, outputs[i]->name, r->id, rc_op_name(r->op), r->name);
+    }
+    return 0;
+}
+
+static rc_plan *plan_new(rc_backend *be, rc_graph *g, rc_tensor *const *outputs, int n,
+                         rc_tensor *const *release_after, int dry, rc_error *err)
 {
     if (!g || rc_graph_error(g)) {
         rc_error_set(err, g ? g->err_code : RC_ERR_ARG, "plan: the graph has an error: %s",
@@ -387,12 +471,14 @@ static rc_plan *plan_new(rc_backend *be, rc_graph *g, rc_tensor *const *outputs,
     p->be = be;
     p->gn = g->n;
     p->dry = dry;
+    p->ev_pos = -1;
     for (int i = 0; i < g->n; i++)
         p->n += needed[i];
     p->order = malloc((size_t)p->n * sizeof *p->order);
     p->offset = calloc((size_t)p->n, sizeof *p->offset);
     p->owns = calloc((size_t)p->n, 1);
-    if (!p->order || !p->offset || !p->owns)
+    p->rel_ids = malloc((size_t)n * sizeof *p->rel_ids);
+    if (!p->order || !p->offset || !p->owns || !p->rel_ids)
         goto oom;
     for (int i = 0, k = 0; i < g->n; i++)
         if (needed[i])
@@ -404,7 +490,8 @@ static rc_plan *plan_new(rc_backend *be, rc_graph *g, rc_tensor *const *outputs,
     for (int i = 0; i < n; i++)
         p->is_output[outputs[i]->id] = 1;
     p->stats.nodes = p->n;
-    if (check_nodes(p, err) || plan_memory(p, outputs, n, err) || (!dry && check_supported(p, err)) ||
+    if (check_release(p, outputs, n, release_after, err) || check_nodes(p, err) ||
+        plan_memory(p, outputs, n, release_after, err) || (!dry && check_supported(p, err)) ||
         (!dry && upload_constants(p, err))) {
         rc_plan_free(p);
         return NULL;
@@ -432,6 +519,9 @@ void rc_plan_free(rc_plan *p)
     free(p->is_output);
     free(p->mem);
     free(p->bound);
+    free(p->rel);
+    free(p->rel_ids);
+    free(p->ev_at);
     rc_buffer_free(p->arena);
     free(p);
 }
@@ -479,6 +569,51 @@ void rc_plan_set_timing(rc_plan *p, int on)
 {
     if (p)
         p->timing = on;
+}
+
+/* Checked first, then copied: a refused set leaves the plan's events as they were. */
+int rci_plan_set_events(rc_plan *p, const int *at, int n, rci_plan_event_fn fn, void *ctx, rc_error *err)
+{
+    if (!p)
+        return rc_error_set(err, RC_ERR_ARG, "events: NULL plan");
+    if (p->ev_pos >= 0)
+        return rc_error_set(err, RC_ERR_ARG, "events: changed by an event while the plan runs");
+    if (n < 0 || (n > 0 && (!at || !fn)))
+        return rc_error_set(err, RC_ERR_ARG, "events: %d events with %s", n,
+                            n < 0 ? "a negative count" : !at ? "no positions" : "no function");
+    for (int k = 0; k < n; k++) {
+        if (at[k] < 0 || at[k] > p->n)
+            return rc_error_set(err, RC_ERR_ARG, "events: event %d at position %d, outside [0, %d]", k,
+                                at[k], p->n);
+        if (k > 0 && at[k] < at[k - 1])
+            return rc_error_set(err, RC_ERR_ARG, "events: event %d at position %d comes before event %d's "
+                                "position %d (not ascending)", k, at[k], k - 1, at[k - 1]);
+    }
+    int *copy = NULL;
+    if (n > 0 && !(copy = malloc((size_t)n * sizeof *copy)))
+        return rc_error_set(err, RC_ERR_MEMORY, "events: out of memory for %d events", n);
+    if (n > 0)
+        memcpy(copy, at, (size_t)n * sizeof *copy);
+    free(p->ev_at);
+    p->ev_at = copy;
+    p->nev = n;
+    p->ev_fn = n > 0 ? fn : NULL;
+    p->ev_ctx = n > 0 ? ctx : NULL;
+    return 0;
+}
+
+/* Calls the events at position `at` (from event *next on, advancing it): -1 with fn's
+ * error when one fails. While one runs, p->ev_pos says where (readable_mem). */
+static int fire_events(rc_plan *p, int at, int *next, rc_error *err)
+{
+    for (; *next < p->nev && p->ev_at[*next] == at; (*next)++) {
+        p->ev_pos = at;
+        int rc = p->ev_fn(p->ev_ctx, *next, err);
+        p->ev_pos = -1;
+        if (rc)
+            return -1;
+    }
+    return 0;
 }
 
 /* A node of this plan (or NULL with err set). */
@@ -578,6 +713,19 @@ static int readable_mem(const rc_plan *p, const rc_tensor *t, rci_mem *m, const 
     if (!p->is_output[t->id] && !p->is_output[s->id] && s->op != RC_OP_LEAF)
         return rc_error_set(err, RC_ERR_ARG, "%s: node %d (%s '%s') is not an output of this plan: "
                             "its memory is reused", what, t->id, rc_op_name(t->op), t->name);
+    int rel = p->rel[s->id];
+    if (rel >= 0 && (p->ev_pos < 0 || p->ev_pos > rel + 1)) {
+        const rc_tensor *r = p->order[rel];
+        char now[48];
+        if (p->ev_pos < 0)
+            snprintf(now, sizeof now, "outside the run's events");
+        else
+            snprintf(now, sizeof now, "at position %d", p->ev_pos);
+        return rc_error_set(err, RC_ERR_ARG, "%s: output node %d (%s '%s') had its memory released after "
+                            "node %d (%s '%s', position %d): readable only by events at positions up to "
+                            "%d, not %s", what, t->id, rc_op_name(t->op), t->name, r->id,
+                            rc_op_name(r->op), r->name, rel, rel + 1, now);
+    }
     *m = node_mem(p, t);
     if (!m->buf && rc_tensor_nbytes(t) > 0)
         return rc_error_set(err, RC_ERR_ARG, "%s: leaf '%s' has no values", what, t->name);
@@ -658,8 +806,11 @@ int rc_plan_run(rc_plan *p, rc_error *err)
         return -1;
     if (p->timing)
         memset(p->stats.op_s, 0, sizeof p->stats.op_s);
+    int next = 0; /* the next event to fire */
     for (int i = 0; i < p->n; i++) {
         rc_tensor *t = p->order[i];
+        if (fire_events(p, i, &next, err))
+            return -1;
         if (!p->owns[i])
             continue;
         double k0 = p->timing ? rci_clock_s() : 0;
@@ -675,6 +826,8 @@ int rc_plan_run(rc_plan *p, rc_error *err)
             p->stats.op_s[t->op] += dt;
         }
     }
+    if (fire_events(p, p->n, &next, err))
+        return -1;
     if (p->be->wait(p->be, err))
         return -1;
     p->stats.last_run_s = rci_clock_s() - t0;

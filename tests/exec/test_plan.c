@@ -1,8 +1,9 @@
 /* test_plan.c - the executor: liveness reuses memory, views alias without copies, outputs
  * survive, inputs are set between runs, a run allocates nothing, two plans over one graph
- * keep their own memory, leaves bound to buffers, and the errors of reads, inputs and
- * unsupported dtypes. */
+ * keep their own memory, leaves bound to buffers, events during a run, outputs released
+ * early, and the errors of reads, inputs and unsupported dtypes. */
 #include "check.h"
+#include "exec.h"     /* events and outputs released early (rci_plan_*) */
 #include "internal.h" /* rci_node_new: a node no builder makes */
 #include "redco.h"
 #include "redco/device.h"
@@ -533,6 +534,266 @@ static void test_in_place(void)
     rc_device_close(cpu);
 }
 
+/* ---- events and outputs released early (exec.h: ZeRO stage 3) ------------------------------ */
+
+enum { EN = 64, EMAX = 8 };
+
+/* What the events of test_events see: the order they fire in, the output y's values each
+ * one reads, and the event that fails on purpose. */
+typedef struct {
+    rc_plan *p;
+    rc_tensor *y;
+    int fired[EMAX], nfired;
+    float seen[EMAX][EN];
+    int fail_at;         /* the event that returns -1; -1: none */
+    double busy_s;       /* time each event spends (the timing check) */
+} event_log;
+
+static int log_event(void *ctx, int k, rc_error *err)
+{
+    event_log *l = ctx;
+    if (l->nfired < EMAX)
+        l->fired[l->nfired++] = k;
+    if (k == l->fail_at)
+        return rc_error_set(err, RC_ERR_ARG, "event %d stops the run", k);
+    if (k < EMAX && rc_plan_read(l->p, l->y, l->seen[k], err))
+        return -1;
+    for (double t0 = rci_clock_s(); rci_clock_s() - t0 < l->busy_s;)
+        ;
+    return 0;
+}
+
+/* Positions are the execution order (leaves included); events fire at theirs, in index order,
+ * before the node there runs: an event at y's position still sees y of the previous run,
+ * one right after it and one after the last node see this run's. A failing event stops the
+ * run with its own error; at[] out of range or not ascending is refused; n = 0 removes the
+ * events; with timing on, event time is run time, not kernel time. */
+static void test_events(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = rc_input(g, "x", RC_F32, 1, (int64_t[]){EN});
+    rc_tensor *y = rc_scale(g, rc_tanh(g, x), 2.0);
+    rc_tensor *z = rc_exp(g, rc_reshape(g, y, 2, (int64_t[]){8, 8}));
+    rc_tensor *unused = rc_exp(g, x), *outs[2] = {y, z};
+    rc_error err = {0};
+    rc_plan *p = rc_plan_new(g, outs, 2, &err);
+    CHECKF(p, "%s", err.msg);
+    if (!p)
+        goto done;
+    int n = rci_plan_size(p), py = rci_plan_pos(p, y);
+    CHECKF(n == 5, "%d positions: x, tanh, y, the reshape view, z", n);
+    CHECK(rci_plan_node(p, 0) == x && rci_plan_pos(p, x) == 0 && rci_plan_node(p, py) == y);
+    CHECK(rci_plan_node(p, n - 1) == z && rci_plan_node(p, n) == NULL && rci_plan_node(p, -1) == NULL);
+    CHECK(rci_plan_pos(p, unused) == -1 && rci_plan_pos(p, NULL) == -1);
+
+    event_log l = {.p = p, .y = y, .fail_at = -1};
+    int at[5] = {0, 0, py, py + 1, n};
+    CHECKF(rci_plan_set_events(p, at, 5, log_event, &l, &err) == 0, "%s", err.msg);
+    float x1[EN], x2[EN];
+    for (int i = 0; i < EN; i++) {
+        x1[i] = 0.01f * (float)i;
+        x2[i] = -0.02f * (float)i;
+    }
+    CHECKF(rc_plan_set_input(p, x, x1, &err) == 0 && rc_plan_run(p, &err) == 0 &&
+           rc_plan_set_input(p, x, x2, &err) == 0, "%s", err.msg);
+    l.nfired = 0;
+    CHECKF(rc_plan_run(p, &err) == 0, "%s", err.msg);
+    CHECKF(l.nfired == 5 && l.fired[0] == 0 && l.fired[1] == 1 && l.fired[2] == 2 && l.fired[3] == 3 &&
+           l.fired[4] == 4, "%d events fired", l.nfired);
+    float want1 = 2 * tanhf(x1[EN - 1]), want2 = 2 * tanhf(x2[EN - 1]);
+    CHECKF(fabsf(l.seen[2][EN - 1] - want1) < 1e-5f, "before y runs: %g, not the last run's %g",
+           l.seen[2][EN - 1], want1);
+    CHECKF(fabsf(l.seen[3][EN - 1] - want2) < 1e-5f && fabsf(l.seen[4][EN - 1] - want2) < 1e-5f,
+           "after y runs: %g and %g, not %g", l.seen[3][EN - 1], l.seen[4][EN - 1], want2);
+
+    /* a failing event: the run stops with its error as it set it, no later event fires */
+    l.nfired = 0;
+    l.fail_at = 2;
+    err = (rc_error){0};
+    CHECK(rc_plan_run(p, &err) == -1);
+    CHECKF(!strcmp(err.msg, "event 2 stops the run") && l.nfired == 3, "%d fired: %s", l.nfired, err.msg);
+    l.fail_at = -1;
+
+    /* refused: not ascending, out of range; the events set before stay */
+    err = (rc_error){0};
+    CHECKF(rci_plan_set_events(p, (int[]){3, 1}, 2, log_event, &l, &err) == -1 &&
+           check_has(err.msg, "not ascending"), "%s", err.msg);
+    err = (rc_error){0};
+    CHECKF(rci_plan_set_events(p, (int[]){0, n + 1}, 2, log_event, &l, &err) == -1 &&
+           check_has(err.msg, "outside"), "%s", err.msg);
+    CHECKF(rci_plan_set_events(p, (int[]){-1}, 1, log_event, &l, &err) == -1, "%s", err.msg);
+    l.nfired = 0;
+    CHECKF(rc_plan_run(p, &err) == 0 && l.nfired == 5, "%d fired: %s", l.nfired, err.msg);
+
+    /* with timing on, the events' time is the run's, not the kernels' */
+    l.busy_s = 0.01;
+    rc_plan_set_timing(p, 1);
+    CHECKF(rc_plan_run(p, &err) == 0, "%s", err.msg);
+    rc_plan_stats st = rc_plan_get_stats(p);
+    CHECKF(st.last_run_s - st.last_kernel_s >= 0.045, "run %g s, kernels %g s, events 0.05 s",
+           st.last_run_s, st.last_kernel_s);
+    rc_plan_set_timing(p, 0);
+
+    /* n = 0 removes them */
+    l.nfired = 0;
+    CHECKF(rci_plan_set_events(p, NULL, 0, NULL, NULL, &err) == 0 && rc_plan_run(p, &err) == 0 &&
+           l.nfired == 0, "%d fired: %s", l.nfired, err.msg);
+done:
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
+enum { RN = 1024, RD = 8 };
+
+/* The "gradients" of test_released: read by events right after their release. */
+typedef struct {
+    rc_plan *p;
+    rc_tensor **outs;
+    int which[RD + 1];   /* event k reads output which[k] */
+    float vals[RD][RN];
+    int late_k;          /* the event that reads output 0 too late (after its window) */
+    int late_rc;         /* that read's result and error */
+    char late_msg[512];
+} released_log;
+
+static int read_released(void *ctx, int k, rc_error *err)
+{
+    released_log *l = ctx;
+    if (k == l->late_k) { /* output 0's memory may be reused by then */
+        rc_error e = {0};
+        l->late_rc = rc_plan_read(l->p, l->outs[0], l->vals[0], &e);
+        memcpy(l->late_msg, e.msg, sizeof l->late_msg);
+        return 0;
+    }
+    return rc_plan_read(l->p, l->outs[l->which[k]], l->vals[l->which[k]], err);
+}
+
+/* A chain a_0 = tanh(x), a_i+1 = tanh(a_i), with an output g_i = exp(a_i) per link (the last a
+ * reshape view of it), like a backward's gradients. Released early (g_i after itself, or for
+ * odd i after a_i+1, a node that does not read it), the arena holds three links, not every g;
+ * events right after each release node read the values the plan that keeps them all reads
+ * after its run; after the run a released output is refused, naming the node; the estimate
+ * of the released plan has its peak; a release node the outputs do not need is refused. */
+static void test_released(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = rc_input(g, "x", RC_F32, 1, (int64_t[]){RN});
+    rc_tensor *a[RD], *gs[RD], *rel[RD];
+    for (int i = 0; i < RD; i++) {
+        a[i] = rc_tanh(g, i ? a[i - 1] : x);
+        gs[i] = rc_exp(g, a[i]);
+        if (i == RD - 1)
+            gs[i] = rc_reshape(g, gs[i], 2, (int64_t[]){RN / 4, 4});
+        snprintf(gs[i]->name, sizeof gs[i]->name, "g%d", i);
+    }
+    for (int i = 0; i < RD; i++)
+        rel[i] = i % 2 && i < RD - 1 ? a[i + 1] : gs[i];
+    rc_tensor *unused = rc_exp(g, x);
+    rc_error err = {0};
+    rc_backend *cpu = rc_device_open("cpu", 0, NULL);
+    rc_plan *keep = rc_plan_new_on(cpu, g, gs, RD, &err);
+    CHECKF(keep, "%s", err.msg);
+    rc_plan *p = rci_plan_new_released(cpu, g, gs, RD, rel, &err);
+    CHECKF(p, "%s", err.msg);
+    static released_log l;
+    static float want[RD][RN];
+    if (!keep || !p)
+        goto done;
+    size_t slab = RN * sizeof(float);
+    rc_plan_stats sk = rc_plan_get_stats(keep), sp = rc_plan_get_stats(p), se;
+    CHECKF(sk.peak_bytes >= RD * slab && sp.peak_bytes <= 3 * slab, "peak %zu kept, %zu released (slab %zu)",
+           sk.peak_bytes, sp.peak_bytes, slab);
+    CHECKF(rci_plan_estimate_released(g, gs, RD, rel, &se, &err) == 0 && se.peak_bytes == sp.peak_bytes,
+           "estimate %zu, plan %zu: %s", se.peak_bytes, sp.peak_bytes, err.msg);
+    CHECKF(rc_plan_estimate(g, gs, RD, &se, &err) == 0 && se.peak_bytes == sk.peak_bytes, "estimate %zu, plan %zu",
+           se.peak_bytes, sk.peak_bytes);
+
+    float xd[RN];
+    for (int i = 0; i < RN; i++)
+        xd[i] = (float)sin(0.1 * i);
+    CHECKF(rc_plan_set_input(keep, x, xd, &err) == 0 && rc_plan_run(keep, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < RD; i++)
+        CHECKF(rc_plan_read(keep, gs[i], want[i], &err) == 0, "%s", err.msg);
+
+    int at[RD + 1];
+    l.p = p;
+    l.outs = gs;
+    for (int i = 0; i < RD; i++) {
+        l.which[i] = i;
+        at[i] = rci_plan_pos(p, rel[i]) + 1;
+    }
+    at[RD] = rci_plan_size(p);
+    l.late_k = RD;
+    CHECKF(rci_plan_set_events(p, at, RD + 1, read_released, &l, &err) == 0, "%s", err.msg);
+    CHECKF(rc_plan_set_input(p, x, xd, &err) == 0 && rc_plan_run(p, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < RD; i++)
+        CHECKF(!memcmp(l.vals[i], want[i], sizeof want[i]), "g%d read in its event differs", i);
+    CHECKF(l.late_rc == -1 && check_has(l.late_msg, "'g0'") && check_has(l.late_msg, "released after"),
+           "g0 read at the end: %s", l.late_msg);
+    /* the window ends at the position right after the release node */
+    at[1] = at[0] + 1;
+    l.late_k = 1;
+    l.late_rc = 0;
+    CHECKF(rci_plan_set_events(p, at, 2, read_released, &l, &err) == 0 && rc_plan_run(p, &err) == 0,
+           "%s", err.msg);
+    CHECKF(l.late_rc == -1 && check_has(l.late_msg, "positions up to"), "g0 read one position late: %s",
+           l.late_msg);
+
+    /* after the run: refused, naming the output and the node after which it was released */
+    char node[32];
+    snprintf(node, sizeof node, "node %d", rel[1]->id);
+    err = (rc_error){0};
+    CHECKF(rc_plan_read(p, gs[1], l.vals[1], &err) == -1 && check_has(err.msg, "'g1'") &&
+           check_has(err.msg, node), "%s", err.msg);
+    rc_buffer *mb = NULL;
+    size_t mo = 0;
+    CHECK(rc_plan_memory(p, gs[RD - 1], &mb, &mo) == -1);
+    CHECK(rc_plan_memory(keep, gs[RD - 1], &mb, &mo) == 0);
+
+    /* a release node the outputs do not need */
+    rc_tensor *bad[RD];
+    memcpy(bad, rel, sizeof bad);
+    bad[2] = unused;
+    snprintf(node, sizeof node, "release node %d", unused->id);
+    err = (rc_error){0};
+    CHECKF(rci_plan_new_released(cpu, g, gs, RD, bad, &err) == NULL && check_has(err.msg, node),
+           "%s", err.msg);
+    err = (rc_error){0};
+    CHECKF(rci_plan_estimate_released(g, gs, RD, bad, &se, &err) == -1 && check_has(err.msg, node),
+           "%s", err.msg);
+done:
+    rc_plan_free(keep);
+    rc_plan_free(p);
+    rc_device_close(cpu);
+    rc_graph_free(g);
+}
+
+/* An output released after a node that could take its memory in place (an add reading it
+ * last) keeps its values for the event right after that node: the add gets its own memory. */
+static void test_released_in_place(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = rc_input(g, "x", RC_F32, 1, (int64_t[]){RN});
+    rc_tensor *e = rc_exp(g, x), *sum = rc_add(g, e, x), *outs[2] = {e, sum}, *rel[2] = {sum, NULL};
+    rc_error err = {0};
+    rc_plan *p = rci_plan_new_released(rc_device_open("cpu", 0, NULL), g, outs, 2, rel, &err);
+    CHECKF(p, "%s", err.msg);
+    static released_log l;
+    l.p = p;
+    l.outs = outs;
+    l.late_k = -1;
+    int at = rci_plan_pos(p, sum) + 1;
+    float xd[RN];
+    for (int i = 0; i < RN; i++)
+        xd[i] = 0.001f * (float)i;
+    CHECKF(p && rci_plan_set_events(p, &at, 1, read_released, &l, &err) == 0 &&
+           rc_plan_set_input(p, x, xd, &err) == 0 && rc_plan_run(p, &err) == 0, "%s", err.msg);
+    CHECKF(fabsf(l.vals[0][RN - 1] - expf(xd[RN - 1])) < 1e-5f, "e read after the add: %g, not exp %g",
+           l.vals[0][RN - 1], expf(xd[RN - 1]));
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
 int main(void)
 {
     test_liveness_reuse();
@@ -546,5 +807,8 @@ int main(void)
     test_invalid_node();
     test_backend_memory();
     test_threads();
+    test_events();
+    test_released();
+    test_released_in_place();
     return check_summary("test_plan");
 }
