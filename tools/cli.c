@@ -166,10 +166,7 @@ int cli_int64(const char *cmd, const char *flag, const char *text, int64_t lo, i
 int cli_zero(const char *cmd, const char *v, int *out)
 {
     int64_t stage = 1;
-    if (v && !strcmp(v, "3"))
-        return cli_usage(cmd, "--zero 3: ZeRO stage 3 (parameters sharded too) is not built yet; --zero 1 shards "
-                         "the optimizer state, --zero 2 the gradients too");
-    if (v && cli_int64(cmd, "--zero", v, 0, 2, &stage))
+    if (v && cli_int64(cmd, "--zero", v, 0, 3, &stage))
         return 2;
     *out = (int)stage;
     return 0;

@@ -304,7 +304,18 @@ typedef struct {
                                      accumulated, so no whole-model f32 gradient buffer. The
                                      same trajectory to float rounding (stage 2 sums several
                                      micro-batches in another order); checkpoints unchanged.
-                                     3 and above: an error (stage 3 is not built yet) */
+                                     3: the weights too: each rank keeps its share of the
+                                     weights (and f32 master) alone; a step gathers each
+                                     layer's weights (in their dtype) just before the nodes
+                                     that read them, starting the next layer's gather while
+                                     the current one computes, and reduce-scatters each
+                                     layer's gradients as soon as they are complete, reusing
+                                     their memory. Layers come from the graph (the
+                                     recomputation segments, else runs of parameters in the
+                                     order they are read, up to the largest one's size). The
+                                     parameters' buffer is released during fit and filled
+                                     again at its end. One model shard only for now, and no
+                                     eval_predict metric (an error says so) */
     rc_dtype dtype;               /* the weights the steps read and their activations: RC_F32 (0,
                                      default), RC_BF16 or RC_F16. 16-bit: the parameters are
                                      converted to it at the first fit (rc_params_to_dtype: they

@@ -102,7 +102,7 @@ static int step_compile(rc_predictor *p, pred_step *s, const rc_batch *b, rc_err
     rc_graph *g = leaves ? record_predict(p, b, &out, leaves, err) : NULL;
     if (!leaves)
         rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory");
-    rci_step_spec spec = {&out, 1, NULL, leaves, n, 0};
+    rci_step_spec spec = {&out, 1, NULL, leaves, n, 0, NULL, NULL, NULL};
     int rc = g ? rci_step_build(&s->st, g, &spec, p->mp > 1 ? &p->shards : NULL,
                                 rci_params_backend(p->params), err) : -1;
     free(leaves);

@@ -1,6 +1,7 @@
 /* comm.c - the mesh and collectives over MPI, and the world of one without a launcher. */
 #include "internal.h"
 #include "comm_internal.h"
+#include "comm_async.h"
 #include "backend.h"
 #include "redco/dist.h"
 
@@ -702,4 +703,106 @@ int rc_comm_agree(rc_comm *c, int status, rc_error *err)
         memcpy(err->msg, text, sizeof err->msg);
     }
     return -1;
+}
+
+/* ---- collectives started now, finished later (comm_async.h) --------------------------- */
+
+struct rci_comm_pending {
+    rc_comm *c;
+    MPI_Request req;
+    int status;                   /* MPI's, of the start */
+    rc_buffer *dst;               /* device memory: the staged range goes here at the end */
+    size_t dst_off, bytes;
+    char *stage;                  /* the range in host memory (device buffers), else NULL */
+    int *counts;                  /* [2 size]: each rank's count, then its place in the range */
+};
+
+static void pending_free(rci_comm_pending *q)
+{
+    free(q->stage);
+    free(q->counts);
+    free(q);
+}
+
+/* where the range's bytes are gathered: dst itself (host memory) or a stage of the range
+ * with this rank's part downloaded into it */
+static char *gather_room(rci_comm_pending *q, rc_buffer *share, size_t share_off, size_t es, rc_error *err)
+{
+    char *h = rci_buffer_host(q->dst, q->dst_off);
+    if (h)
+        return h;
+    int me = q->c->rank, *displ = q->counts + q->c->size;
+    if (!(q->stage = malloc(q->bytes ? q->bytes : 1))) {
+        rc_error_set(err, RC_ERR_MEMORY, "all-gather: cannot stage %zu bytes", q->bytes);
+        return NULL;
+    }
+    if (q->counts[me] && rc_buffer_download(share, share_off, q->stage + (size_t)displ[me] * es,
+                                            (size_t)q->counts[me] * es, err))
+        return NULL;
+    return q->stage;
+}
+
+rci_comm_pending *rci_comm_gather_range_start(rc_comm *c, rc_buffer *share, size_t share_off, rc_buffer *dst,
+                                              size_t dst_off, int64_t n, int64_t a, int64_t b, rc_dtype t,
+                                              rc_error *err)
+{
+    if (t != RC_F32 && t != RC_BF16 && t != RC_F16) {
+        rc_error_set(err, RC_ERR_DTYPE, "all-gather: dtype %s (f32, bf16 or f16)", rc_dtype_name(t));
+        return NULL;
+    }
+    if (a < 0 || b < a || b > n || b - a > MAX_PIECE) {
+        rc_error_set(err, RC_ERR_ARG, "all-gather: range [%lld, %lld) of %lld elements (%lld at most at once)",
+                     (long long)a, (long long)b, (long long)n, (long long)MAX_PIECE);
+        return NULL;
+    }
+    int size = c ? c->size : 1;
+    rci_comm_pending *q = calloc(1, sizeof *q);
+    if (q)
+        q->counts = malloc((size_t)size * 2 * sizeof *q->counts);
+    if (!q || !q->counts) {
+        free(q);
+        rc_error_set(err, RC_ERR_MEMORY, "all-gather: out of memory");
+        return NULL;
+    }
+    size_t es = rc_dtype_size(t);
+    *q = (rci_comm_pending){c, MPI_REQUEST_NULL, MPI_SUCCESS, dst, dst_off, (size_t)(b - a) * es, NULL, q->counts};
+    int64_t lo, hi; /* this rank's share of the vector */
+    rc_comm_share(n, size, c ? c->rank : 0, &lo, &hi);
+    if (size == 1) { /* the share is the whole vector: a copy */
+        if (b > a && share->be->copy(share->be, dst, dst_off, share, share_off + (size_t)(a - lo) * es, q->bytes, err)) {
+            pending_free(q);
+            return NULL;
+        }
+        q->c = NULL;
+        return q;
+    }
+    bucket_shares(size, n, a, b - a, q->counts, q->counts + size);
+    char *h = gather_room(q, share, share_off + (size_t)((a > lo ? a : lo) - lo) * es, es, err);
+    if (!h) {
+        pending_free(q);
+        return NULL;
+    }
+    int me = c->rank;
+    const void *mine = rci_buffer_host(share, share_off + (size_t)((a > lo ? a : lo) - lo) * es);
+    /* the stage already holds this rank's part at its place: in place; host memory: from the share */
+    q->status = MPI_Iallgatherv(q->stage || !q->counts[me] ? MPI_IN_PLACE : mine, q->counts[me],
+                                t == RC_F32 ? MPI_FLOAT : MPI_UINT16_T, h, q->counts, q->counts + size,
+                                t == RC_F32 ? MPI_FLOAT : MPI_UINT16_T, c->comm, &q->req);
+    return q;
+}
+
+int rci_comm_pending_wait(rci_comm_pending *q, rc_error *err)
+{
+    if (!q)
+        return 0;
+    int rc = 0;
+    if (q->c) {
+        int mrc = rci_comm_watched(q->c, q->status, &q->req, "MPI_Allgatherv");
+        if (mrc != MPI_SUCCESS)
+            rc = mpi_fail(err, "MPI_Allgatherv", mrc);
+    }
+    if (!rc && q->stage)
+        rc = rc_buffer_upload(q->dst, q->dst_off, q->stage, q->bytes, err);
+    pending_free(q);
+    return rc;
 }

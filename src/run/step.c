@@ -6,6 +6,7 @@
  *   or the shards) -> run (the caller feeds inputs and reads outputs through the plan).
  */
 #include "step.h"
+#include "exec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,41 @@ static int step_backward(rci_step *s, const rci_step_spec *spec, rc_error *err)
     return 0;
 }
 
+/* the plan of the outputs and gradients; with ZeRO stage 3 the parameters' units first, each
+ * gradient's memory released once its unit's are all computed, then the units' schedule */
+static rc_plan *step_plan(rci_step *s, const rci_step_spec *spec, rc_backend *be, rc_error *err)
+{
+    int nplan = spec->nout + (spec->with_grads ? spec->n : 0);
+    if (!spec->gather)
+        return rc_plan_new_on(be, s->run, s->outs, nplan, err);
+    rc_tensor *const *leaves = s->local.g ? s->local.params : spec->leaves;
+    rci_gather *z = spec->gather;
+    if (rci_gather_units(z, s->run, leaves, s->grads, spec->n, spec->loff, spec->lnum, err))
+        return NULL;
+    rc_tensor **release = calloc((size_t)nplan + 1, sizeof *release);
+    if (!release) {
+        rc_error_set(err, RC_ERR_MEMORY, "step: out of memory");
+        return NULL;
+    }
+    for (int i = 0; spec->with_grads && i < spec->n; i++)
+        release[spec->nout + i] = z->release[i];
+    rc_plan *p = rci_plan_new_released(be, s->run, s->outs, nplan, release, err);
+    int n = p ? rci_plan_size(p) : 0;
+    rc_tensor **order = p ? realloc(release, ((size_t)n + 1) * sizeof *order) : NULL;
+    if (!order)
+        free(release);
+    for (int k = 0; order && k < n; k++)
+        order[k] = rci_plan_node(p, k);
+    int rc = !p ? -1 : !order ? rc_error_set(err, RC_ERR_MEMORY, "step: out of memory")
+                              : rci_gather_schedule(z, s->run, order, n, leaves, err);
+    free(order);
+    if (rc) {
+        rc_plan_free(p);
+        return NULL;
+    }
+    return p;
+}
+
 int rci_step_build(rci_step *s, rc_graph *g, const rci_step_spec *spec, rci_sharded *shards,
                    rc_backend *be, rc_error *err)
 {
@@ -63,7 +99,7 @@ int rci_step_build(rci_step *s, rc_graph *g, const rci_step_spec *spec, rci_shar
         rc = step_backward(s, spec, err);
     if (!rc && spec->with_grads) /* planned after the outputs; s->outs keeps its nout */
         memcpy(s->outs + spec->nout, s->grads, (size_t)spec->n * sizeof *s->grads);
-    if (!rc && !(s->plan = rc_plan_new_on(be, s->run, s->outs, nplan, err)))
+    if (!rc && !(s->plan = step_plan(s, spec, be, err)))
         rc = -1;
     if (rc) {
         rci_step_free(s);

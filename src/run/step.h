@@ -4,6 +4,7 @@
 #ifndef REDCO_STEP_H
 #define REDCO_STEP_H
 
+#include "gather.h"
 #include "sharded.h"
 
 typedef struct {
@@ -24,6 +25,10 @@ typedef struct {
     rc_tensor *const *leaves;     /* [n] parameter leaves of g (NULL where unused) */
     int n;
     int with_grads;
+    rci_gather *gather;           /* ZeRO stage 3: the parameters' units and schedule are made
+                                     here (the caller attaches them), and each gradient's memory
+                                     goes once its unit's are complete; else NULL */
+    const int64_t *loff, *lnum;   /* with gather: each parameter's place in the local layout */
 } rci_step_spec;
 
 /* Builds s from record g (which s then owns, also when the build fails): with shards,

@@ -232,7 +232,8 @@ static int save_dir(const rci_ckpt_state *s, const rci_ckpt_counters *c, const r
 int rci_ckpt_gather_params(const rci_ckpt_state *s, rc_params *params, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(s->d);
-    if (m->mp == 1)
+    const rci_nn_weights *held = rci_params_weights(params);
+    if (m->mp == 1 && (!held || held->buf)) /* one shard and the weights in place (not zero 3) */
         return 0;
     if (rci_params_restore(params))
         return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld parameters",

@@ -53,8 +53,9 @@ int rci_ckpt_save_final(const rci_ckpt_state *s, const rc_train_options *o, rc_e
  * and the log's records go: every step runs again), -1 with err set. Collective. */
 int rci_ckpt_resume(const rci_ckpt_state *s, rci_ckpt_counters *c, const rc_train_options *o, char *name,
                     size_t size, rc_error *err);
-/* With model shards: params' full buffer made whole again from every rank's shards (the
- * end of fit). Collective. */
+/* With model shards or zero 3 (the parameters' buffer released while they train): params'
+ * full buffer made whole again from every rank's shards and shares (the end of fit).
+ * Collective. */
 int rci_ckpt_gather_params(const rci_ckpt_state *s, rc_params *params, rc_error *err);
 
 #endif

@@ -34,6 +34,7 @@ typedef struct {
     int loss_out;                 /* the loss is st.outs[loss_out]: 1 with loss scaling, where
                                      st.outs[0] is the loss x the scale (the batch's array
                                      RCI_LOSS_SCALE) that the gradients are taken of */
+    rci_gather gather;            /* zero 3: its parameters' units, visits and slots */
 } compiled_step;
 
 /* the name of the batch array that carries the loss scale into a train step */
@@ -71,9 +72,17 @@ struct rc_trainer {
                                      share_n all); 2: the gradients too */
     int64_t share_lo, share_n;
     rc_dtype dtype;               /* the weights' dtype (local's): rc_train_options.dtype */
-    rc_buffer *master;            /* 16-bit weights: the f32 master weights of local's elements
-                                     [share_lo, share_lo + share_n), laid out like m and v (the
-                                     checkpoints' weights); NULL with f32 weights */
+    rc_buffer *master;            /* 16-bit weights, or zero 3: the f32 master weights of local's
+                                     elements [share_lo, share_lo + share_n), laid out like m and v
+                                     (the checkpoints' weights); else NULL (local is the master) */
+    rc_buffer *wshare;            /* zero 3 with 16-bit weights: master rounded, what the steps
+                                     gather (f32: master itself); local is then released */
+    rc_buffer *gathered;          /* zero 3: the slots the steps gather parameters into, the
+                                     largest any compiled step needs */
+    int64_t gathered_numel;
+    float grad_scale;             /* zero 3: what the train step's gradients are scaled by as
+                                     they are scattered (its events), and whether they are the */
+    int grad_first;               /* step's first micro-batch (written, not added) */
     int scaling;                  /* dynamic loss scaling (rc_train_options.loss_scale) */
     double scale;                 /* the loss scale S (1 without scaling) */
     int64_t good_steps;           /* steps with finite gradients since S last changed */
@@ -92,6 +101,7 @@ struct rc_trainer {
 
 static void step_free(compiled_step *s)
 {
+    rci_gather_free(&s->gather);
     rci_step_free(&s->st);
     memset(s, 0, sizeof *s);
 }
@@ -152,6 +162,35 @@ static void shard_state(rc_trainer *t)
     rci_params_release(t->params);
 }
 
+static int scatter_unit(void *ctx, const int64_t *lo, const int64_t *hi, int nrange, rc_error *err);
+
+/* zero 3: step s's gathers and scatters bound to the trainer's state; the gathered buffer
+ * grown first if s needs more (every compiled step bound to the new one) */
+static int gather_attach(rc_trainer *t, compiled_step *s, rc_error *err)
+{
+    compiled_step *all[3] = {&t->train, &t->eval, &t->eval_tail};
+    size_t es = rc_dtype_size(t->dtype);
+    int grown = s->gather.numel > t->gathered_numel;
+    if (grown) {
+        rc_buffer_free(t->gathered);
+        t->gathered_numel = 0;
+        if (!(t->gathered = rc_buffer_new(t->be, (size_t)s->gather.numel * es, err)))
+            return rci_error_prefix(err, "trainer: the gathered parameters (%lld elements)",
+                                    (long long)s->gather.numel);
+        t->gathered_numel = s->gather.numel;
+    }
+    for (int k = 0; k < 3; k++) {
+        compiled_step *c = all[k];
+        if (!c->st.plan || (c != s && !grown))
+            continue;
+        rci_gather_run run = {rc_deployer_mesh(t->d)->dp_comm, t->wshare ? t->wshare : t->master, t->local_numel,
+                              t->loff, t->lnum, t->dtype, t->gathered, c->st.grads ? scatter_unit : NULL, t};
+        if (rci_gather_attach(&c->gather, c->st.plan, &run, err))
+            return -1;
+    }
+    return 0;
+}
+
 /* The loss function's record for batches shaped like b, checked, into loss[0]; with scaled,
  * loss[0] is the loss x the scale S (an input of the step, RCI_LOSS_SCALE) and loss[1] the
  * loss. NULL with err set. */
@@ -208,11 +247,14 @@ static int step_compile(compiled_step *s, rc_trainer *t, void *user, const rc_ba
             s->ignore = n->iparam[0];
         }
     }
-    rci_step_spec spec = {loss, scaled ? 2 : 1, NULL, leaves, np, with_grads};
+    rci_step_spec spec = {loss, scaled ? 2 : 1, NULL, leaves, np, with_grads,
+                          t->zero == 3 ? &s->gather : NULL, t->loff, t->lnum};
     int rc = g ? rci_step_build(&s->st, g, &spec, t->mp > 1 ? &t->shards : NULL, t->be, err) : -1;
     free(leaves);
     if (!rc && first_shards)
         shard_state(t);
+    if (!rc && t->zero == 3)
+        rc = gather_attach(t, s, err);
     if (rc) {
         step_free(s);
         return -1;
@@ -337,6 +379,8 @@ void rc_trainer_free(rc_trainer *t)
     rc_buffer_free(t->m);
     rc_buffer_free(t->v);
     rc_buffer_free(t->master);
+    rc_buffer_free(t->wshare);
+    rc_buffer_free(t->gathered);
     rci_sharded_free(&t->shards);
     free(t->loff);
     free(t->lnum);
@@ -362,61 +406,63 @@ static int collate(rc_trainer *t, void *user, rc_batch *b, const int64_t *idx, i
     return 0;
 }
 
-/* grad = (first ? 0 : grad) + scale x the gradients of the last run of the train step (in
- * their dtype: 16-bit with 16-bit weights, widened exactly): the first micro-batch writes the
- * sum, so no pass zeroes it first */
-static int add_grads(rc_trainer *t, float scale, int first, rc_error *err)
+/* dst = (add ? dst : 0) + scale x the gradients of local elements [a, b) of the last run of
+ * the train step (in their dtype: 16-bit with 16-bit weights, widened exactly); dst's element
+ * 0 is local element dst_at */
+static int grads_into(rc_trainer *t, rc_buffer *dst, int64_t dst_at, int64_t a, int64_t b, float scale, int add,
+                      rc_error *err)
 {
     int np = rc_params_count(t->params);
     for (int i = 0; i < np; i++) {
+        int64_t lo = t->loff[i] > a ? t->loff[i] : a;
+        int64_t hi = t->loff[i] + t->lnum[i] < b ? t->loff[i] + t->lnum[i] : b;
         rc_buffer *g;
         size_t off;
-        if (t->lnum[i] == 0)
+        if (hi <= lo)
             continue;
         if (rc_plan_memory(t->train.st.plan, t->train.st.grads[i], &g, &off))
             return rc_error_set(err, RC_ERR_ARG, "trainer: the gradient of '%s' has no memory",
                                 rc_params_name(t->params, i));
-        if (t->be->accumulate(t->be, t->grad, t->loff[i], g, off, t->lnum[i], t->train.st.grads[i]->dtype, scale,
-                              !first, err))
+        rc_dtype dt = t->train.st.grads[i]->dtype;
+        if (t->be->accumulate(t->be, dst, lo - dst_at, g, off + (size_t)(lo - t->loff[i]) * rc_dtype_size(dt),
+                              hi - lo, dt, scale, add, err))
             return -1;
     }
     return 0;
 }
 
-/* ZeRO stage 2: scale x the gradients of the last run of the train step reduce-scattered
- * over the data axis, and this rank's share of the mean written (first) or added into grad.
- * A window of local's elements at a time: each parameter's part of it widened into the
- * window (exactly, from 16-bit gradients), the window reduce-scattered (every rank keeps its
- * share's part, rc_comm_share of local_numel), that part accumulated in f32. */
-static int scatter_grads(rc_trainer *t, float scale, int first, rc_error *err)
+/* ZeRO stages 2 and 3: scale x the gradients of local elements [a, b) of the last run of the
+ * train step reduce-scattered over the data axis, and this rank's share of the mean written
+ * (first) or added into grad. A window at a time: the gradients widened into it (exactly,
+ * from 16-bit ones), the window reduce-scattered (every rank keeps its share's part,
+ * rc_comm_share of local_numel), that part accumulated in f32. One rank (no window): added
+ * into grad directly. */
+static int scatter_grads(rc_trainer *t, int64_t a, int64_t b, float scale, int first, rc_error *err)
 {
     rc_comm *dp = rc_deployer_mesh(t->d)->dp_comm;
-    int np = rc_params_count(t->params);
     int64_t share_hi = t->share_lo + t->share_n;
-    for (int64_t at = 0; at < t->local_numel; at += t->window_n) {
-        int64_t len = t->local_numel - at < t->window_n ? t->local_numel - at : t->window_n;
-        for (int i = 0; i < np; i++) {
-            int64_t lo = t->loff[i] > at ? t->loff[i] : at;
-            int64_t hi = t->loff[i] + t->lnum[i] < at + len ? t->loff[i] + t->lnum[i] : at + len;
-            rc_buffer *g;
-            size_t off;
-            if (hi <= lo)
-                continue;
-            if (rc_plan_memory(t->train.st.plan, t->train.st.grads[i], &g, &off))
-                return rc_error_set(err, RC_ERR_ARG, "trainer: the gradient of '%s' has no memory",
-                                    rc_params_name(t->params, i));
-            rc_dtype dt = t->train.st.grads[i]->dtype;
-            if (t->be->accumulate(t->be, t->window, lo - at, g, off + (size_t)(lo - t->loff[i]) * rc_dtype_size(dt),
-                                  hi - lo, dt, scale, 0, err))
-                return -1;
-        }
-        if (rc_comm_reduce_scatter_window_mean_f32(dp, t->window, 0, t->local_numel, at, len, err))
+    if (!t->window)
+        return grads_into(t, t->grad, t->grad_at, a, b, scale, !first, err);
+    for (int64_t at = a; at < b; at += t->window_n) {
+        int64_t len = b - at < t->window_n ? b - at : t->window_n;
+        if (grads_into(t, t->window, at, at, at + len, scale, 0, err) ||
+            rc_comm_reduce_scatter_window_mean_f32(dp, t->window, 0, t->local_numel, at, len, err))
             return -1;
         int64_t lo = at > t->share_lo ? at : t->share_lo, hi = at + len < share_hi ? at + len : share_hi;
         if (hi > lo && t->be->accumulate(t->be, t->grad, lo - t->share_lo, t->window, (size_t)(lo - at) * sizeof(float),
                                          hi - lo, RC_F32, 1.0f, !first, err))
             return -1;
     }
+    return 0;
+}
+
+/* zero 3: a unit's gradients are complete in the train step's run (its event): scattered */
+static int scatter_unit(void *ctx, const int64_t *lo, const int64_t *hi, int nrange, rc_error *err)
+{
+    rc_trainer *t = ctx;
+    for (int r = 0; r < nrange; r++)
+        if (scatter_grads(t, lo[r], hi[r], t->grad_scale, t->grad_first, err))
+            return -1;
     return 0;
 }
 
@@ -531,11 +577,14 @@ static int master_update(rc_trainer *t, const rc_train_options *o, const rci_upd
     return rc;
 }
 
-/* The f32 master share rounded into the 16-bit weights, then (zero) all-gathered over the
- * data axis: every rank's local whole again. */
+/* The f32 master share rounded into the 16-bit weights, then (zero 1 and 2) all-gathered
+ * over the data axis: every rank's local whole again. Zero 3: into the share the steps
+ * gather from (f32: the master is that share). */
 static int round_master(rc_trainer *t, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
+    if (t->zero == 3)
+        return t->wshare ? t->be->round_f32(t->be, t->wshare, 0, t->dtype, t->master, 0, t->share_n, err) : 0;
     if (t->be->round_f32(t->be, t->local, t->share_lo, t->dtype, t->master, 0, t->share_n, err))
         return -1;
     return t->zero ? rc_comm_allgather(m->dp_comm, t->local, 0, t->local_numel, t->dtype, GRAD_BUCKET, err) : 0;
@@ -563,13 +612,21 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         double loss = 0;
         int64_t tokens = 0;
         rc_rng key = rc_rng_fold(rc_deployer_step_rng(t->d, t->step), (uint64_t)j);
+        float scale = (float)(1.0 / (k * t->scale)); /* the mean, unscaled */
+        if (t->zero == 3) { /* gathers and scatters run inside the step: every rank must get there */
+            t->grad_scale = scale;
+            t->grad_first = j == 0;
+            rc = rc_deployer_agree(t->d, rc, err);
+        }
         if (!rc)
             rc = step_run(&t->train, &b, key, step_key(t, t->step), &loss, &tokens, err);
-        /* the mean, unscaled; zero 2: reduce-scattered now (every rank must get there) */
-        if (t->window)
-            rc = rc_deployer_agree(t->d, rc, err) ? -1 : scatter_grads(t, (float)(1.0 / (k * t->scale)), j == 0, err);
-        else if (!rc)
-            rc = add_grads(t, (float)(1.0 / (k * t->scale)), j == 0, err);
+        if (t->zero == 3 && rc)
+            rci_gather_drain(&t->train.gather, NULL);
+        /* zero 2: reduce-scattered now (every rank must get there) */
+        if (t->zero == 2 && t->window)
+            rc = rc_deployer_agree(t->d, rc, err) ? -1 : scatter_grads(t, 0, t->local_numel, scale, j == 0, err);
+        else if (!rc && t->zero < 3)
+            rc = scatter_grads(t, 0, t->local_numel, scale, j == 0, err);
         if (!rc) {
             sums[0] += loss / k;
             sums[1] += (double)tokens;
@@ -608,7 +665,7 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         t->scale *= 2;
         t->good_steps = 0;
     }
-    if (t->master) /* the 16-bit weights from the master (zero: all-gathered) */
+    if (t->master) /* the weights from the master (zero 1 and 2: all-gathered) */
         return rc_deployer_agree(t->d, rc, err) ? -1 : round_master(t, err);
     if (!t->zero)
         return rc;
@@ -724,7 +781,7 @@ static int weights_dtype(rc_trainer *t, const rc_train_options *o, rc_error *err
     if (dt != RC_F32 && dt != RC_BF16 && dt != RC_F16)
         return rc_error_set(err, RC_ERR_ARG, "train: dtype %s (f32, bf16 or f16)", rc_dtype_name(dt));
     if (t->train.st.plan || t->m) {
-        if (dt != t->dtype || (dt != RC_F32) != (t->master != NULL))
+        if (dt != t->dtype || (dt != RC_F32 || t->zero == 3) != (t->master != NULL))
             return rc_error_set(err, RC_ERR_ARG, "train: dtype %s, but an earlier fit of this trainer trained in %s: "
                                 "use a new trainer (a checkpoint resumes in either)", rc_dtype_name(dt),
                                 rc_dtype_name(t->dtype));
@@ -739,19 +796,46 @@ static int weights_dtype(rc_trainer *t, const rc_train_options *o, rc_error *err
     return 0;
 }
 
-/* 16-bit weights: the f32 master of this rank's share (made with the moments' layout),
- * from the 16-bit weights (widened exactly: training starts from the weights as the steps
- * read them, on any mesh), through host memory a chunk at a time. */
+/* zero 3: this rank's share of the weights in their dtype (16-bit: what the steps gather;
+ * f32: the master is), copied from local */
+static int weight_share(rc_trainer *t, rc_error *err)
+{
+    size_t es = rc_dtype_size(t->dtype), bytes = (size_t)t->share_n * es;
+    if (t->zero < 3 || t->dtype == RC_F32)
+        return 0;
+    if (!(t->wshare = rc_buffer_new(t->be, bytes ? bytes : es, err)))
+        return rci_error_prefix(err, "trainer: this rank's share of the %s weights (%lld)", rc_dtype_name(t->dtype),
+                                (long long)t->share_n);
+    return bytes ? t->be->copy(t->be, t->wshare, 0, t->local, (size_t)t->share_lo * es, bytes, err) : 0;
+}
+
+/* 16-bit weights, or zero 3: the f32 master of this rank's share (made with the moments'
+ * layout), from the weights (widened exactly: training starts from the weights as the steps
+ * read them, on any mesh), through host memory a chunk at a time; zero 3 then holds no more
+ * than its share (local goes: the parameters' buffer is released until the end of fit). */
 static int master_buffer(rc_trainer *t, rc_error *err)
 {
     enum { CHUNK = 1 << 20 };
-    if (t->dtype == RC_F32 || t->master)
+    if (t->master || (t->dtype == RC_F32 && t->zero < 3)) {
+        if (t->zero == 3 && t->local) { /* a later fit: the weights went back to the parameters */
+            rci_params_release(t->params);
+            t->local = NULL;
+        }
         return 0;
+    }
     int64_t n = t->share_n;
     size_t es = rc_dtype_size(t->dtype);
     if (!(t->master = rc_buffer_new(t->be, (size_t)(n ? n : 1) * sizeof(float), err)))
         return rci_error_prefix(err, "trainer: the f32 master weights of %lld parameters%s", (long long)n,
                                 t->zero ? " (this rank's share)" : "");
+    if (t->dtype == RC_F32) { /* zero 3 */
+        int rc = n ? t->be->copy(t->be, t->master, 0, t->local, (size_t)t->share_lo * es, (size_t)n * es, err) : 0;
+        if (!rc) {
+            rci_params_release(t->params);
+            t->local = NULL;
+        }
+        return rc;
+    }
     uint16_t *words = malloc(CHUNK * sizeof *words);
     float *wide = malloc(CHUNK * sizeof *wide);
     int rc = words && wide ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
@@ -765,6 +849,12 @@ static int master_buffer(rc_trainer *t, rc_error *err)
     }
     free(words);
     free(wide);
+    if (!rc)
+        rc = weight_share(t, err);
+    if (!rc && t->zero == 3) {
+        rci_params_release(t->params);
+        t->local = NULL;
+    }
     return rc;
 }
 
@@ -813,9 +903,15 @@ static int check_options(const rc_trainer *t, const rc_train_options *o, rc_exam
         return rc_error_set(err, RC_ERR_ARG, "train: give a number of steps or epochs");
     if (check_adam(o, err))
         return -1;
-    if (o->zero < 0 || o->zero > 2)
-        return rc_error_set(err, RC_ERR_ARG, "train: zero %d: the ZeRO stage is 0 (none), 1 (optimizer state sharded) "
-                            "or 2 (gradients too); stage 3 is not built yet", o->zero);
+    if (o->zero < 0 || o->zero > 3)
+        return rc_error_set(err, RC_ERR_ARG, "train: zero %d: the ZeRO stage is 0 (none), 1 (optimizer state sharded), "
+                            "2 (gradients too) or 3 (parameters too)", o->zero);
+    if (o->zero == 3 && t->mp > 1)
+        return rc_error_set(err, RC_ERR_ARG, "train: zero 3 with %d model shards: not built yet (zero 3 runs with one "
+                            "model shard; zero 2 composes with model shards)", t->mp);
+    if (o->zero == 3 && o->eval_predict && o->eval_metric)
+        return rc_error_set(err, RC_ERR_ARG, "train: zero 3 with an evaluation metric (eval_predict): not built yet "
+                            "(the eval loss works; zero 2 has metrics)");
     if (steps_in_epoch(t, o, ex, 0) < 1) {
         const rc_mesh *m = rc_deployer_mesh(t->d);
         return rc_error_set(err, RC_ERR_ARG,
@@ -1087,10 +1183,12 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (!rc) /* the last update done before fit returns, on a device that queues work */
         rc = rc_backend_wait(t->be, err);
     if (out) {
-        /* weights of local; f32 gradients of local (zero 2: of the share, and the window);
-         * f32 moments (and master) of the share */
+        /* weights of local (zero 3: the 16-bit share and the gathered slots); f32 gradients
+         * of local (zero 2 and 3: of the share, and the window); f32 moments (and master) of
+         * the share */
         int64_t grads = t->zero >= 2 ? t->share_n + t->window_n : t->local_numel;
-        out->state_bytes = t->local_numel * (int64_t)rc_dtype_size(t->dtype) + grads * (int64_t)sizeof(float) +
+        int64_t weights = t->zero < 3 ? t->local_numel : (t->wshare ? t->share_n : 0) + t->gathered_numel;
+        out->state_bytes = weights * (int64_t)rc_dtype_size(t->dtype) + grads * (int64_t)sizeof(float) +
                            t->share_n * (int64_t)sizeof(float) * (t->master ? 3 : 2);
         out->loss_scale = t->scale;
         out->skipped_steps = t->skipped;

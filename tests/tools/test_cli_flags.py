@@ -5,7 +5,8 @@
   stderr, beginning `redco CMD:` and naming the flag, and exit status 2;
 - --flag=value means what --flag value means (plan, train, tokenize), and --nproc=P
   relaunches under mpiexec like --nproc P; --zero takes an optional stage (--zero, --zero 1,
-  --zero 2, --zero=2 train as the run without on 2 processes; --zero 3 is one line, exit 2);
+  --zero 2, --zero=2, --zero 3, --zero=3 train as the run without on 2 processes; --zero 4 is
+  one line, exit 2);
 - tokenize's TEXT may come before or after the flags, and after "--" even when it looks
   like a flag;
 - train --json and eval --json: the last line of stdout is JSON with the documented keys;
@@ -276,10 +277,11 @@ def main():
 
     # --zero: AdamW's moments sharded over 2 data-parallel processes train the same model
     # (per tensor, relative L2 1e-6) and write the same whole moments as the run without;
-    # so do --zero 2 and --zero=2 (the gradients sharded too); --zero 1 is --zero
+    # so do --zero 2 and --zero=2 (the gradients sharded too), --zero 3 and --zero=3 (the
+    # weights too); --zero 1 is --zero
     from safetensors.numpy import load_file
     tensors = []
-    stages = [[], ["--zero"], ["--zero", "2"], ["--zero=2"], ["--zero", "1"]]
+    stages = [[], ["--zero"], ["--zero", "2"], ["--zero=2"], ["--zero", "1"], ["--zero", "3"], ["--zero=3"]]
     for zero in stages:
         wd = os.path.join(tmp, f"zero-{len(tensors)}")
         r = run(redco, "train", *base, "--workdir", wd, "--steps=3", "--lr=0.003", "--grad-clip=0.5",
@@ -295,11 +297,11 @@ def main():
         check(plain and plain.keys() == got.keys() and worst < 1e-6,
               f"train --nproc 2 {zero}: the weights or moments differ from the run without by {worst:.3g}")
         print(f"{' '.join(zero)} on 2 processes: weights and moments after 3 steps within {worst:.2e} of the run without")
-    # stage 3 is not built: one line naming it, exit 2, for train and plan
-    for cmd, args in (("train", [*base, "--workdir", os.path.join(tmp, "zero3"), "--steps=1"]),
+    # no stage 4: one line naming the flag, exit 2, for train and plan
+    for cmd, args in (("train", [*base, "--workdir", os.path.join(tmp, "zero4"), "--steps=1"]),
                       ("plan", ["--model", "gpt2", "--dp", "2"])):
-        line = usage_error(redco, cmd, [*args, "--zero", "3"], "--zero 3")
-        check("stage 3" in line and "not built" in line, f"{cmd} --zero 3: {line!r}")
+        line = usage_error(redco, cmd, [*args, "--zero", "4"], "--zero")
+        check("[0, 3]" in line, f"{cmd} --zero 4: {line!r}")
         usage_error(redco, cmd, [*args, "--zero=x"], "--zero")
 
     print(f"test_cli_flags: {PASSED[0]} passed, {len(FAILED)} failed")

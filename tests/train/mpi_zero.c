@@ -21,8 +21,17 @@
  *   within 1e-2 (another summation order, carried on by bf16 rounding); each rank holds its
  *   share of the f32 gradients and the reduce-scatter's window instead of all of them
  *   (state_bytes smaller than stage 1's by exactly that); in bf16, 3 + 2 steps resumed with
- *   zero 2 are bitwise the 5 straight; zero 3 is an error naming stage 3.
- * With --device D (opencl) every run is on that device (CTest mpi_zero_opencl_np2). */
+ *   zero 2 are bitwise the 5 straight.
+ * - ZeRO stage 3 (zero 3: the weights sharded too, gathered layer by layer inside the step)
+ *   equals the run without on every one-model-shard mesh as stages 1 and 2 do (weights and
+ *   moments per tensor within 1e-6, SGD and AdamW, 2 micro-batches and clipping), with the
+ *   layers cut by size and with --remat's blocks; bf16 with one micro-batch equals bf16
+ *   without (master and moments bitwise); 3 + 2 steps resumed with zero 3 are bitwise the
+ *   5 straight (f32 and bf16); each rank holds less than with zero 2 (dp > 1), and the
+ *   parameters come back whole at the end of fit; with model shards zero 3 is an error
+ *   naming them.
+ * With --device D (opencl) every run is on that device (CTest mpi_zero_opencl_np2); with
+ * --stage3 only the zero 3 tests run (CTests mpi_zero3_*), and without it all but them. */
 #include "check.h"
 #include "lm_task.h"
 #include "redco/pipeline.h"
@@ -40,6 +49,7 @@ static const double CLIP = 0.05;  /* below every step's gradient norm (checked) 
 static const char *device;        /* --device: where the runs are */
 static rc_dtype dtype;            /* the weights of the runs (RC_F32 but in test_half) */
 static int accum = ACCUM;         /* micro-batches per step (1 in test_one_micro) */
+static int remat;                 /* rc_train_options.remat of the runs */
 static char root[64];             /* the runs' workdirs */
 
 typedef lm_task task;
@@ -64,7 +74,7 @@ static int train(task *k, int mp, const char *opt, int zero, int64_t steps, cons
     rc_train_options o = {.steps = steps, .batch_size = GLOBAL / accum / dp, .grad_accum = accum, .shuffle = 1,
                           .optimizer = opt, .lr = !strcmp(opt, "sgd") ? 0.5 : 1e-2, .weight_decay = 0.01,
                           .grad_clip = CLIP, .eps = 1e-6, .schedule = RC_SCHEDULE_CONSTANT, .log_every = 1,
-                          .resume = resume, .zero = zero, .dtype = dtype};
+                          .resume = resume, .zero = zero, .dtype = dtype, .remat = remat};
     rc_train_result r = {0};
     int ok = t && rc_trainer_fit(t, &o, (rc_examples){lm_task_count, k}, NULL, &r, &err) == 0;
     CHECKF(ok, "%s: %s", name, err.msg);
@@ -80,24 +90,6 @@ static int train(task *k, int mp, const char *opt, int zero, int64_t steps, cons
 
 /* rc_train_options.zero 3 (parameters sharded: not built yet) is an error naming stage 3,
  * on every rank alike, before any step */
-static void test_stage3(task *k)
-{
-    rc_error err = {0};
-    char wd[160];
-    snprintf(wd, sizeof wd, "%s/stage3", root);
-    rc_deployer_options dopt = {.seed = 3, .workdir = wd, .device = device};
-    rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
-    k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
-    rc_trainer *t = k->model ? rc_trainer_new(d, lm_task_collate, lm_task_loss, k, k->model->params, k->model, &err)
-                             : NULL;
-    rc_train_options o = {.steps = 1, .batch_size = 2, .optimizer = "adamw", .lr = 1e-3, .zero = 3};
-    CHECKF(t && rc_trainer_fit(t, &o, (rc_examples){lm_task_count, k}, NULL, NULL, &err) == -1 &&
-           check_has(err.msg, "stage 3"), "zero 3: %s", err.msg);
-    rc_trainer_free(t);
-    rc_model_free(k->model);
-    rc_deployer_free(d);
-}
-
 /* every tensor of root/name/file appended to *w */
 static int read_file_tensors(check_weights *w, const char *name, const char *file)
 {
@@ -356,6 +348,107 @@ static void test_resume(task *k, int dp, int mp, int rank, const check_weights *
     }
 }
 
+/* zero 3 against the run without on a dp x 1 mesh: weights (as fit returns them) and
+ * moments within tol, and the state each rank holds against zero 2's */
+static void check_zero3(const char *what, int dp, int rank, const char *plain, const char *zero3,
+                        const check_weights *wp, const check_weights *w3, double tol, const rc_train_result *r2,
+                        const rc_train_result *r3)
+{
+    char worst[256] = "";
+    double e = check_weights_diff(w3, wp, worst, sizeof worst, NULL);
+    double em = file_diff(zero3, plain, STEPS, "optimizer"), ew = file_diff(zero3, plain, STEPS, "model");
+    CHECKF(tol ? e < tol && em < tol && ew < tol : e == 0 && em == 0 && ew == 0,
+           "%s dp %d: zero 3 differs from the run without (accum %d, remat %d): weights %.3g (%s), checkpoint "
+           "weights %.3g, moments %.3g (%s %.0e)", what, dp, accum, remat, e, worst, ew, em,
+           tol ? "tolerance" : "bitwise", tol);
+    /* (with remat the layers are tiny-gpt2's two blocks, and the slots hold about as much
+     * as the model: zero 3 needs more layers than that to save) */
+    if (r2 && !remat)
+        CHECKF(dp == 1 || r3->state_bytes < r2->state_bytes, "%s dp %d: state %lld bytes with zero 3, %lld with zero 2",
+               what, dp, (long long)r3->state_bytes, (long long)r2->state_bytes);
+    if (rank == 0)
+        printf("%-5s dp %d on %s: zero 3 vs without (accum %d, remat %d): worst tensor %s, rel L2 %.2e; moments %.2e;"
+               " state per rank %lld with zero 2 -> %lld with zero 3\n", what, dp, device ? device : "cpu", accum,
+               remat, worst, e, em, r2 ? (long long)r2->state_bytes : -1LL, (long long)r3->state_bytes);
+}
+
+/* ZeRO stage 3 on a dp x 1 mesh (with model shards: the error naming them) */
+static void test_zero3(task *k, int dp, int mp, int rank)
+{
+    if (mp > 1) {
+        rc_error err = {0};
+        char wd[160];
+        snprintf(wd, sizeof wd, "%s/zero3-mp", root);
+        rc_deployer_options dopt = {.seed = 3, .mp = mp, .workdir = wd, .device = device};
+        rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
+        k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
+        rc_trainer *t = k->model ? rc_trainer_new(d, lm_task_collate, lm_task_loss, k, k->model->params, k->model,
+                                                  &err) : NULL;
+        rc_train_options o = {.steps = 1, .batch_size = 2, .optimizer = "adamw", .lr = 1e-3, .zero = 3};
+        CHECKF(t && rc_trainer_fit(t, &o, (rc_examples){lm_task_count, k}, NULL, NULL, &err) == -1 &&
+               check_has(err.msg, "model shards"), "zero 3 with mp %d: %s", mp, err.msg);
+        rc_trainer_free(t);
+        rc_model_free(k->model);
+        rc_deployer_free(d);
+        return;
+    }
+    static const char *opts[2] = {"sgd", "adamw"};
+    for (int r = 0; r < 2; r++)
+        for (int o = 0; o < 2; o++) {
+            if (r && o == 0)
+                continue; /* remat: AdamW alone */
+            remat = r;
+            char plain[64], zero2[64], zero3[64];
+            snprintf(plain, sizeof plain, "%dx1-z3plain-%s-%d", dp, opts[o], r);
+            snprintf(zero2, sizeof zero2, "%dx1-z3zero2-%s-%d", dp, opts[o], r);
+            snprintf(zero3, sizeof zero3, "%dx1-zero3-%s-%d", dp, opts[o], r);
+            check_weights wp = {0}, w3 = {0};
+            rc_train_result r2 = {0}, r3 = {0};
+            if (!train(k, 1, opts[o], 0, STEPS, plain, 0, &wp, NULL) &&
+                !train(k, 1, opts[o], 2, STEPS, zero2, 0, NULL, &r2) &&
+                !train(k, 1, opts[o], 3, STEPS, zero3, 0, &w3, &r3)) {
+                CHECKF(least_norm(zero3) > CLIP, "dp %d zero 3: a step's gradient norm %.3g is not above the clip %.3g",
+                       dp, least_norm(zero3), CLIP);
+                check_zero3(opts[o], dp, rank, plain, zero3, &wp, &w3, 1e-6, &r2, &r3);
+            }
+            if (o == 1 && r == 0) { /* resumed: bitwise the straight run */
+                char resumed[64], worst[256] = "";
+                check_weights wr = {0};
+                snprintf(resumed, sizeof resumed, "%dx1-zero3-resume", dp);
+                if (!train(k, 1, "adamw", 3, HALF, resumed, 0, NULL, NULL) &&
+                    !train(k, 1, "adamw", 3, STEPS, resumed, 1, &wr, NULL)) {
+                    double e = check_weights_diff(&wr, &w3, worst, sizeof worst, NULL);
+                    double em = file_diff(resumed, zero3, STEPS, "optimizer");
+                    CHECKF(e == 0 && em == 0, "dp %d zero 3: %d + %d steps resumed differ from %d straight: %s %.3g, "
+                           "moments %.3g", dp, HALF, STEPS - HALF, STEPS, worst, e, em);
+                }
+                check_weights_free(&wr);
+            }
+            check_weights_free(&wp), check_weights_free(&w3);
+        }
+    remat = 0;
+    /* bf16, one micro-batch: the same master and moments as bf16 without; resumed bitwise */
+    dtype = RC_BF16;
+    accum = 1;
+    char plain[64], zero3[64], resumed[64], worst[256] = "";
+    snprintf(plain, sizeof plain, "%dx1-bf16-z3plain", dp);
+    snprintf(zero3, sizeof zero3, "%dx1-bf16-zero3", dp);
+    snprintf(resumed, sizeof resumed, "%dx1-bf16-zero3-resume", dp);
+    check_weights wp = {0}, w3 = {0}, wr = {0};
+    rc_train_result r3 = {0};
+    if (!train(k, 1, "adamw", 0, STEPS, plain, 0, &wp, NULL) && !train(k, 1, "adamw", 3, STEPS, zero3, 0, &w3, &r3))
+        check_zero3("bf16", dp, rank, plain, zero3, &wp, &w3, 0, NULL, &r3);
+    if (!train(k, 1, "adamw", 3, HALF, resumed, 0, NULL, NULL) && !train(k, 1, "adamw", 3, STEPS, resumed, 1, &wr, NULL)) {
+        double e = check_weights_diff(&wr, &w3, worst, sizeof worst, NULL);
+        double em = file_diff(resumed, zero3, STEPS, "optimizer"), ew = file_diff(resumed, zero3, STEPS, "model");
+        CHECKF(e == 0 && em == 0 && ew == 0, "bf16 dp %d zero 3: %d + %d steps resumed differ from %d straight: "
+               "%s %.3g, master %.3g, moments %.3g", dp, HALF, STEPS - HALF, STEPS, worst, e, ew, em);
+    }
+    check_weights_free(&wp), check_weights_free(&w3), check_weights_free(&wr);
+    accum = ACCUM;
+    dtype = RC_F32;
+}
+
 int main(int argc, char **argv)
 {
     rc_error err = {0};
@@ -363,9 +456,12 @@ int main(int argc, char **argv)
     rc_mesh world;
     CHECK(rc_mesh_init(&world, 1, &err) == 0);
     int P = world.size, rank = world.rank;
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--device"))
+    int stage3 = 0; /* --stage3: the zero 3 tests alone (their own CTests), else all but them */
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 < argc && !strcmp(argv[i], "--device"))
             device = argv[i + 1];
+        stage3 |= !strcmp(argv[i], "--stage3");
+    }
     snprintf(root, sizeof root, "/tmp/redco-zero-XXXXXX");
     if (rank == 0 && !mkdtemp(root))
         CHECK(0);
@@ -373,13 +469,16 @@ int main(int argc, char **argv)
     lm_task task_data;
     CHECK(lm_task_init(&task_data, T, NTOK, 11) == 0); /* 2000-4000 ids: a failure ends in a crash below */
     task *k = &task_data;
-    test_stage3(k);
     static const int meshes[5][2] = {{1, 1}, {2, 1}, {3, 1}, {2, 2}, {4, 1}};
     for (int m = 0; m < 5; m++) {
         int dp = meshes[m][0], mp = meshes[m][1];
         if (dp * mp != P)
             continue;
         check_weights plain = {0}, zero = {0};
+        if (stage3) {
+            test_zero3(k, dp, mp, rank);
+            continue;
+        }
         test_same(k, dp, mp, rank, &plain, &zero);
         if (plain.n && zero.n)
             test_resume(k, dp, mp, rank, &plain, &zero);
