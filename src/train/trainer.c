@@ -796,6 +796,19 @@ static int weights_dtype(rc_trainer *t, const rc_train_options *o, rc_error *err
     return 0;
 }
 
+/* zero 3, once the master share is made: local goes (the parameters' buffer, or with model
+ * shards the shards' buffer), until the end of fit gathers the weights back */
+static void release_local(rc_trainer *t)
+{
+    if (t->mp > 1) {
+        rc_buffer_free(t->shards.local);
+        t->shards.local = NULL;
+    } else {
+        rci_params_release(t->params);
+    }
+    t->local = NULL;
+}
+
 /* zero 3: this rank's share of the weights in their dtype (16-bit: what the steps gather;
  * f32: the master is), copied from local */
 static int weight_share(rc_trainer *t, rc_error *err)
@@ -817,10 +830,9 @@ static int master_buffer(rc_trainer *t, rc_error *err)
 {
     enum { CHUNK = 1 << 20 };
     if (t->master || (t->dtype == RC_F32 && t->zero < 3)) {
-        if (t->zero == 3 && t->local) { /* a later fit: the weights went back to the parameters */
-            rci_params_release(t->params);
-            t->local = NULL;
-        }
+        rci_nn_weights *w = rci_params_weights(t->params);
+        if (t->zero == 3 && t->mp == 1 && w && w->buf) /* a later fit: the end of the last */
+            release_local(t);                           /* gathered the weights back */
         return 0;
     }
     int64_t n = t->share_n;
@@ -830,10 +842,8 @@ static int master_buffer(rc_trainer *t, rc_error *err)
                                 t->zero ? " (this rank's share)" : "");
     if (t->dtype == RC_F32) { /* zero 3 */
         int rc = n ? t->be->copy(t->be, t->master, 0, t->local, (size_t)t->share_lo * es, (size_t)n * es, err) : 0;
-        if (!rc) {
-            rci_params_release(t->params);
-            t->local = NULL;
-        }
+        if (!rc)
+            release_local(t);
         return rc;
     }
     uint16_t *words = malloc(CHUNK * sizeof *words);
@@ -851,10 +861,8 @@ static int master_buffer(rc_trainer *t, rc_error *err)
     free(wide);
     if (!rc)
         rc = weight_share(t, err);
-    if (!rc && t->zero == 3) {
-        rci_params_release(t->params);
-        t->local = NULL;
-    }
+    if (!rc && t->zero == 3)
+        release_local(t);
     return rc;
 }
 
@@ -906,9 +914,6 @@ static int check_options(const rc_trainer *t, const rc_train_options *o, rc_exam
     if (o->zero < 0 || o->zero > 3)
         return rc_error_set(err, RC_ERR_ARG, "train: zero %d: the ZeRO stage is 0 (none), 1 (optimizer state sharded), "
                             "2 (gradients too) or 3 (parameters too)", o->zero);
-    if (o->zero == 3 && t->mp > 1)
-        return rc_error_set(err, RC_ERR_ARG, "train: zero 3 with %d model shards: not built yet (zero 3 runs with one "
-                            "model shard; zero 2 composes with model shards)", t->mp);
     if (o->zero == 3 && o->eval_predict && o->eval_metric)
         return rc_error_set(err, RC_ERR_ARG, "train: zero 3 with an evaluation metric (eval_predict): not built yet "
                             "(the eval loss works; zero 2 has metrics)");
@@ -1090,6 +1095,8 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (rc_deployer_agree(t->d, moment_buffers(t, o->zero, err), err) ||
         rc_deployer_agree(t->d, master_buffer(t, err), err))
         return -1;
+    if (t->zero == 3 && t->train.st.plan && !t->train.gather.np)
+        step_free(&t->train); /* compiled for the shards' layout: again, gathering */
     if (rci_deployer_open_workdir(t->d, err) || (o->resume && resume(t, o, err)))
         return -1;
     int64_t total = o->steps > 0 ? o->steps : o->epochs * steps_in_epoch(t, o, train, 0);

@@ -28,8 +28,8 @@
  *   layers cut by size and with --remat's blocks; bf16 with one micro-batch equals bf16
  *   without (master and moments bitwise); 3 + 2 steps resumed with zero 3 are bitwise the
  *   5 straight (f32 and bf16); each rank holds less than with zero 2 (dp > 1), and the
- *   parameters come back whole at the end of fit; with model shards zero 3 is an error
- *   naming them.
+ *   parameters come back whole at the end of fit; the same on dp 2 x mp 2, whose AdamW
+ *   weights equal one process's (--dump; CTest mpi_zero3_meshes, 1e-4 as mpi_train's).
  * With --device D (opencl) every run is on that device (CTest mpi_zero_opencl_np2); with
  * --stage3 only the zero 3 tests run (CTests mpi_zero3_*), and without it all but them. */
 #include "check.h"
@@ -348,9 +348,9 @@ static void test_resume(task *k, int dp, int mp, int rank, const check_weights *
     }
 }
 
-/* zero 3 against the run without on a dp x 1 mesh: weights (as fit returns them) and
+/* zero 3 against the run without on a dp x mp mesh: weights (as fit returns them) and
  * moments within tol, and the state each rank holds against zero 2's */
-static void check_zero3(const char *what, int dp, int rank, const char *plain, const char *zero3,
+static void check_zero3(const char *what, int dp, int mp, int rank, const char *plain, const char *zero3,
                         const check_weights *wp, const check_weights *w3, double tol, const rc_train_result *r2,
                         const rc_train_result *r3)
 {
@@ -358,40 +358,25 @@ static void check_zero3(const char *what, int dp, int rank, const char *plain, c
     double e = check_weights_diff(w3, wp, worst, sizeof worst, NULL);
     double em = file_diff(zero3, plain, STEPS, "optimizer"), ew = file_diff(zero3, plain, STEPS, "model");
     CHECKF(tol ? e < tol && em < tol && ew < tol : e == 0 && em == 0 && ew == 0,
-           "%s dp %d: zero 3 differs from the run without (accum %d, remat %d): weights %.3g (%s), checkpoint "
-           "weights %.3g, moments %.3g (%s %.0e)", what, dp, accum, remat, e, worst, ew, em,
+           "%s dp %d x mp %d: zero 3 differs from the run without (accum %d, remat %d): weights %.3g (%s), "
+           "checkpoint weights %.3g, moments %.3g (%s %.0e)", what, dp, mp, accum, remat, e, worst, ew, em,
            tol ? "tolerance" : "bitwise", tol);
     /* (with remat the layers are tiny-gpt2's two blocks, and the slots hold about as much
      * as the model: zero 3 needs more layers than that to save) */
     if (r2 && !remat)
-        CHECKF(dp == 1 || r3->state_bytes < r2->state_bytes, "%s dp %d: state %lld bytes with zero 3, %lld with zero 2",
-               what, dp, (long long)r3->state_bytes, (long long)r2->state_bytes);
+        CHECKF(dp == 1 || r3->state_bytes < r2->state_bytes, "%s dp %d x mp %d: state %lld bytes with zero 3, %lld "
+               "with zero 2", what, dp, mp, (long long)r3->state_bytes, (long long)r2->state_bytes);
     if (rank == 0)
-        printf("%-5s dp %d on %s: zero 3 vs without (accum %d, remat %d): worst tensor %s, rel L2 %.2e; moments %.2e;"
-               " state per rank %lld with zero 2 -> %lld with zero 3\n", what, dp, device ? device : "cpu", accum,
-               remat, worst, e, em, r2 ? (long long)r2->state_bytes : -1LL, (long long)r3->state_bytes);
+        printf("%-5s dp %d x mp %d on %s: zero 3 vs without (accum %d, remat %d): worst tensor %s, rel L2 %.2e; "
+               "moments %.2e; state per rank %lld with zero 2 -> %lld with zero 3\n", what, dp, mp,
+               device ? device : "cpu", accum, remat, worst, e, em, r2 ? (long long)r2->state_bytes : -1LL,
+               (long long)r3->state_bytes);
 }
 
-/* ZeRO stage 3 on a dp x 1 mesh (with model shards: the error naming them) */
-static void test_zero3(task *k, int dp, int mp, int rank)
+/* ZeRO stage 3 on a dp x mp mesh; the AdamW run's weights appended to *dumped unless NULL
+ * (to compare across meshes: --dump) */
+static void test_zero3(task *k, int dp, int mp, int rank, check_weights *dumped)
 {
-    if (mp > 1) {
-        rc_error err = {0};
-        char wd[160];
-        snprintf(wd, sizeof wd, "%s/zero3-mp", root);
-        rc_deployer_options dopt = {.seed = 3, .mp = mp, .workdir = wd, .device = device};
-        rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
-        k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
-        rc_trainer *t = k->model ? rc_trainer_new(d, lm_task_collate, lm_task_loss, k, k->model->params, k->model,
-                                                  &err) : NULL;
-        rc_train_options o = {.steps = 1, .batch_size = 2, .optimizer = "adamw", .lr = 1e-3, .zero = 3};
-        CHECKF(t && rc_trainer_fit(t, &o, (rc_examples){lm_task_count, k}, NULL, NULL, &err) == -1 &&
-               check_has(err.msg, "model shards"), "zero 3 with mp %d: %s", mp, err.msg);
-        rc_trainer_free(t);
-        rc_model_free(k->model);
-        rc_deployer_free(d);
-        return;
-    }
     static const char *opts[2] = {"sgd", "adamw"};
     for (int r = 0; r < 2; r++)
         for (int o = 0; o < 2; o++) {
@@ -399,28 +384,30 @@ static void test_zero3(task *k, int dp, int mp, int rank)
                 continue; /* remat: AdamW alone */
             remat = r;
             char plain[64], zero2[64], zero3[64];
-            snprintf(plain, sizeof plain, "%dx1-z3plain-%s-%d", dp, opts[o], r);
-            snprintf(zero2, sizeof zero2, "%dx1-z3zero2-%s-%d", dp, opts[o], r);
-            snprintf(zero3, sizeof zero3, "%dx1-zero3-%s-%d", dp, opts[o], r);
+            snprintf(plain, sizeof plain, "%dx%d-z3plain-%s-%d", dp, mp, opts[o], r);
+            snprintf(zero2, sizeof zero2, "%dx%d-z3zero2-%s-%d", dp, mp, opts[o], r);
+            snprintf(zero3, sizeof zero3, "%dx%d-zero3-%s-%d", dp, mp, opts[o], r);
             check_weights wp = {0}, w3 = {0};
             rc_train_result r2 = {0}, r3 = {0};
-            if (!train(k, 1, opts[o], 0, STEPS, plain, 0, &wp, NULL) &&
-                !train(k, 1, opts[o], 2, STEPS, zero2, 0, NULL, &r2) &&
-                !train(k, 1, opts[o], 3, STEPS, zero3, 0, &w3, &r3)) {
-                CHECKF(least_norm(zero3) > CLIP, "dp %d zero 3: a step's gradient norm %.3g is not above the clip %.3g",
-                       dp, least_norm(zero3), CLIP);
-                check_zero3(opts[o], dp, rank, plain, zero3, &wp, &w3, 1e-6, &r2, &r3);
+            if (!train(k, mp, opts[o], 0, STEPS, plain, 0, &wp, NULL) &&
+                !train(k, mp, opts[o], 2, STEPS, zero2, 0, NULL, &r2) &&
+                !train(k, mp, opts[o], 3, STEPS, zero3, 0, &w3, &r3)) {
+                CHECKF(least_norm(zero3) > CLIP, "dp %d x mp %d zero 3: a step's gradient norm %.3g is not above the "
+                       "clip %.3g", dp, mp, least_norm(zero3), CLIP);
+                check_zero3(opts[o], dp, mp, rank, plain, zero3, &wp, &w3, 1e-6, &r2, &r3);
             }
-            if (o == 1 && r == 0) { /* resumed: bitwise the straight run */
-                char resumed[64], worst[256] = "";
+            if (o == 1 && r == 0) {
+                for (int i = 0; dumped && i < w3.n; i++) /* AdamW across meshes: 1e-4, as mpi_train */
+                    check_weights_add(dumped, "zero3-adamw.", w3.names[i], w3.data[i], w3.numel[i], 1e-4);
+                char resumed[64], worst[256] = ""; /* resumed: bitwise the straight run */
                 check_weights wr = {0};
-                snprintf(resumed, sizeof resumed, "%dx1-zero3-resume", dp);
-                if (!train(k, 1, "adamw", 3, HALF, resumed, 0, NULL, NULL) &&
-                    !train(k, 1, "adamw", 3, STEPS, resumed, 1, &wr, NULL)) {
+                snprintf(resumed, sizeof resumed, "%dx%d-zero3-resume", dp, mp);
+                if (!train(k, mp, "adamw", 3, HALF, resumed, 0, NULL, NULL) &&
+                    !train(k, mp, "adamw", 3, STEPS, resumed, 1, &wr, NULL)) {
                     double e = check_weights_diff(&wr, &w3, worst, sizeof worst, NULL);
                     double em = file_diff(resumed, zero3, STEPS, "optimizer");
-                    CHECKF(e == 0 && em == 0, "dp %d zero 3: %d + %d steps resumed differ from %d straight: %s %.3g, "
-                           "moments %.3g", dp, HALF, STEPS - HALF, STEPS, worst, e, em);
+                    CHECKF(e == 0 && em == 0, "dp %d x mp %d zero 3: %d + %d steps resumed differ from %d straight: "
+                           "%s %.3g, moments %.3g", dp, mp, HALF, STEPS - HALF, STEPS, worst, e, em);
                 }
                 check_weights_free(&wr);
             }
@@ -431,18 +418,19 @@ static void test_zero3(task *k, int dp, int mp, int rank)
     dtype = RC_BF16;
     accum = 1;
     char plain[64], zero3[64], resumed[64], worst[256] = "";
-    snprintf(plain, sizeof plain, "%dx1-bf16-z3plain", dp);
-    snprintf(zero3, sizeof zero3, "%dx1-bf16-zero3", dp);
-    snprintf(resumed, sizeof resumed, "%dx1-bf16-zero3-resume", dp);
+    snprintf(plain, sizeof plain, "%dx%d-bf16-z3plain", dp, mp);
+    snprintf(zero3, sizeof zero3, "%dx%d-bf16-zero3", dp, mp);
+    snprintf(resumed, sizeof resumed, "%dx%d-bf16-zero3-resume", dp, mp);
     check_weights wp = {0}, w3 = {0}, wr = {0};
     rc_train_result r3 = {0};
-    if (!train(k, 1, "adamw", 0, STEPS, plain, 0, &wp, NULL) && !train(k, 1, "adamw", 3, STEPS, zero3, 0, &w3, &r3))
-        check_zero3("bf16", dp, rank, plain, zero3, &wp, &w3, 0, NULL, &r3);
-    if (!train(k, 1, "adamw", 3, HALF, resumed, 0, NULL, NULL) && !train(k, 1, "adamw", 3, STEPS, resumed, 1, &wr, NULL)) {
+    if (!train(k, mp, "adamw", 0, STEPS, plain, 0, &wp, NULL) && !train(k, mp, "adamw", 3, STEPS, zero3, 0, &w3, &r3))
+        check_zero3("bf16", dp, mp, rank, plain, zero3, &wp, &w3, 0, NULL, &r3);
+    if (!train(k, mp, "adamw", 3, HALF, resumed, 0, NULL, NULL) &&
+        !train(k, mp, "adamw", 3, STEPS, resumed, 1, &wr, NULL)) {
         double e = check_weights_diff(&wr, &w3, worst, sizeof worst, NULL);
         double em = file_diff(resumed, zero3, STEPS, "optimizer"), ew = file_diff(resumed, zero3, STEPS, "model");
-        CHECKF(e == 0 && em == 0 && ew == 0, "bf16 dp %d zero 3: %d + %d steps resumed differ from %d straight: "
-               "%s %.3g, master %.3g, moments %.3g", dp, HALF, STEPS - HALF, STEPS, worst, e, ew, em);
+        CHECKF(e == 0 && em == 0 && ew == 0, "bf16 dp %d x mp %d zero 3: %d + %d steps resumed differ from %d "
+               "straight: %s %.3g, master %.3g, moments %.3g", dp, mp, HALF, STEPS - HALF, STEPS, worst, e, ew, em);
     }
     check_weights_free(&wp), check_weights_free(&w3), check_weights_free(&wr);
     accum = ACCUM;
@@ -457,6 +445,8 @@ int main(int argc, char **argv)
     CHECK(rc_mesh_init(&world, 1, &err) == 0);
     int P = world.size, rank = world.rank;
     int stage3 = 0; /* --stage3: the zero 3 tests alone (their own CTests), else all but them */
+    const char *dump = check_dump_path(argc, argv);
+    check_weights dumped = {0}; /* --dump: zero 3's AdamW weights, to compare across meshes */
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && !strcmp(argv[i], "--device"))
             device = argv[i + 1];
@@ -475,8 +465,8 @@ int main(int argc, char **argv)
         if (dp * mp != P)
             continue;
         check_weights plain = {0}, zero = {0};
-        if (stage3) {
-            test_zero3(k, dp, mp, rank);
+        if (stage3) { /* dumped: one process's run, or on 4 processes dp 2 x mp 2's */
+            test_zero3(k, dp, mp, rank, P == 1 || mp == 2 ? &dumped : NULL);
             continue;
         }
         test_same(k, dp, mp, rank, &plain, &zero);
@@ -502,6 +492,9 @@ int main(int argc, char **argv)
         check_weights_free(&plain), check_weights_free(&zero);
     }
     lm_task_free(k);
+    if (dump && rank == 0)
+        CHECK(check_weights_save(&dumped, dump) == 0);
+    check_weights_free(&dumped);
     rc_comm_barrier(world.world, &err);
     if (rank == 0) {
         check_rm_tree(root);
