@@ -315,8 +315,8 @@ typedef struct {
                                      order they are read, up to the largest one's size). The
                                      parameters' buffer is released during fit and filled
                                      again at its end. With model shards each rank's shard
-                                     layout is what its data-axis group shares. No
-                                     eval_predict metric yet (an error says so) */
+                                     layout is what its data-axis group shares; evaluation
+                                     (and its eval_predict metric) gathers as the step does */
     rc_dtype dtype;               /* the weights the steps read and their activations: RC_F32 (0,
                                      default), RC_BF16 or RC_F16. 16-bit: the parameters are
                                      converted to it at the first fit (rc_params_to_dtype: they

@@ -18,6 +18,8 @@ typedef struct {
     rci_step st;                  /* record, run graph, plan; st.outs[0] is the output */
     rc_batch sig;                 /* the arrays' names, dtypes and shapes (no data) */
     uint64_t used;                /* last use, for eviction */
+    rci_gather gather;            /* zero 3: its parameters' units and slots, */
+    rc_buffer *gathered;          /* gathered into this buffer */
 } pred_step;
 
 struct rc_predictor {
@@ -33,10 +35,14 @@ struct rc_predictor {
     size_t rows_cap;              /* floats */
     int mp;                       /* model shards */
     rci_sharded shards;            /* mp > 1: the plan and this rank's shards */
+    int gathers;                  /* the trainer's zero 3: the weights are gathered from */
+    rci_gather_run share;         /* the data axis' shares, as the train step does */
 };
 
 static void step_free(pred_step *s)
 {
+    rci_gather_free(&s->gather);
+    rc_buffer_free(s->gathered);
     rci_step_free(&s->st);
     memset(s, 0, sizeof *s);
 }
@@ -83,7 +89,7 @@ static rc_graph *record_predict(rc_predictor *p, const rc_batch *b, rc_tensor **
         *out = rc_cast(g, *out, RC_F32); /* 16-bit models' outputs: the rows are f32 */
     if (!rc_graph_error(g) && (*out)->dtype != RC_F32 && (*out)->dtype != RC_I32 && (*out)->dtype != RC_F64)
         rci_fail(g, RC_ERR_DTYPE, "predict output is %s (f32, f64, bf16, f16 or i32)", rc_dtype_name((*out)->dtype));
-    for (int i = 0; p->mp > 1 && i < rc_params_count(p->params) && !rc_graph_error(g); i++)
+    for (int i = 0; (p->mp > 1 || p->gathers) && i < rc_params_count(p->params) && !rc_graph_error(g); i++)
         leaves[i] = rc_params_get(g, p->params, rc_params_name(p->params, i)); /* a new one is unused */
     if (rc_graph_error(g)) {
         rc_error_set(err, rc_graph_error_code(g), "predict: %s", rc_graph_error(g));
@@ -91,6 +97,24 @@ static rc_graph *record_predict(rc_predictor *p, const rc_batch *b, rc_tensor **
         return NULL;
     }
     return g;
+}
+
+/* zero 3: the step's slots */
+static int step_gathers(rc_predictor *p, pred_step *s, rc_error *err)
+{
+    size_t bytes = (size_t)s->gather.numel * rc_dtype_size(p->share.dtype);
+    if (!(s->gathered = rc_buffer_new(rci_params_backend(p->params), bytes ? bytes : 1, err)))
+        return rci_error_prefix(err, "predict: the gathered parameters (%zu bytes)", bytes);
+    return 0;
+}
+
+/* zero 3: the step's gathers from the trainer's shares, bound where the step now lives (its
+ * plan's events point at its schedule) */
+static int step_attach(rc_predictor *p, pred_step *s, rc_error *err)
+{
+    rci_gather_run run = p->share;
+    run.gathered = s->gathered;
+    return p->gathers ? rci_gather_attach(&s->gather, s->st.plan, &run, err) : 0;
 }
 
 /* Records the user's predict function for batches shaped like b and builds its step. */
@@ -102,10 +126,13 @@ static int step_compile(rc_predictor *p, pred_step *s, const rc_batch *b, rc_err
     rc_graph *g = leaves ? record_predict(p, b, &out, leaves, err) : NULL;
     if (!leaves)
         rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory");
-    rci_step_spec spec = {&out, 1, NULL, leaves, n, 0, NULL, NULL, NULL};
+    rci_step_spec spec = {&out, 1, NULL, leaves, n, 0, p->gathers ? &s->gather : NULL, p->share.loff,
+                          p->share.lnum};
     int rc = g ? rci_step_build(&s->st, g, &spec, p->mp > 1 ? &p->shards : NULL,
                                 rci_params_backend(p->params), err) : -1;
     free(leaves);
+    if (!rc && p->gathers)
+        rc = step_gathers(p, s, err);
     if (rc && g && p->mp > 1) {
         rc_error why = *err;
         return rc_error_set(err, why.code, "predict on %d model shards: %s", p->mp, why.msg);
@@ -140,6 +167,10 @@ static pred_step *step_for(rc_predictor *p, const rc_batch *b, rc_error *err)
     step_free(lru);
     *lru = fresh;
     lru->used = ++p->clock;
+    if (step_attach(p, lru, err)) {
+        step_free(lru);
+        return NULL;
+    }
     return lru;
 }
 
@@ -174,6 +205,19 @@ void rci_predictor_use_shards(rc_predictor *p, const rc_shard_spec *specs, rc_bu
 {
     if (p && p->mp > 1)
         rci_sharded_use(&p->shards, specs, local, off, frozen_local, frozen_off);
+}
+
+void rci_predictor_use_gather(rc_predictor *p, const rci_gather_run *share)
+{
+    if (!p || (p->gathers && p->share.share == share->share && p->share.dp == share->dp &&
+               p->share.numel == share->numel && p->share.dtype == share->dtype))
+        return;
+    for (int i = 0; i < PRED_CACHE; i++) /* compiled for other weights */
+        step_free(&p->steps[i]);
+    p->share = *share;
+    p->share.gathered = NULL;
+    p->share.scatter = NULL;
+    p->gathers = 1;
 }
 
 void rc_predictor_free(rc_predictor *p)
@@ -217,9 +261,13 @@ static int run_local(rc_predictor *p, int64_t n, int64_t first, int b, int64_t v
     pred_step *s = rc ? NULL : step_for(p, &batch, err);
     if (!rc && (!s || rc_batch_feed(&batch, s->st.plan, err)))
         rc = -1;
+    if (p->gathers) /* the step gathers over the data axis: every rank must get there */
+        rc = rc_deployer_agree(p->d, rc, err);
     if (!rc) {
         rc_plan_set_rng(s->st.plan, rc_rng_fold(rc_rng_fold(rc_rng_new(rci_deployer_seed(p->d)), 0x9ED1C7), (uint64_t)first));
         rc = rc_plan_run(s->st.plan, err);
+        if (rc && p->gathers)
+            rci_gather_drain(&s->gather, NULL);
     }
     if (!rc) {
         const rc_tensor *o = s->st.outs[0];
@@ -299,7 +347,9 @@ int rc_predictor_run(rc_predictor *p, int64_t n_examples, int batch_size, rc_err
     for (int64_t start = 0; start < n; start += global) {
         int64_t left = n - start, b = left >= global ? batch_size : (left + m->dp - 1) / m->dp;
         int64_t valid = replica_valid(n, start, b, m->dp_rank), row_len = 0;
-        int st = valid > 0 ? run_local(p, n, start + (int64_t)m->dp_rank * b, (int)b, valid, &row_len, err) : 0;
+        /* (zero 3 gathers inside the step: every replica runs, one without rows on padding) */
+        int st = valid > 0 || p->gathers ? run_local(p, n, start + (int64_t)m->dp_rank * b, (int)b, valid, &row_len, err)
+                                         : 0;
         if (!st && pending) {
             *err = pending_err;
             st = -1;

@@ -726,36 +726,54 @@ static int resume(rc_trainer *t, const rc_train_options *o, rc_error *err)
 
 /* ---- evaluation ------------------------------------------------------------------------ */
 
+/* One evaluation batch: examples order[at, at + count) of ex; its loss x tokens and tokens
+ * added to sums unless it ran only to keep the replicas in step (weight 0). */
+static int eval_batch(rc_trainer *t, rc_examples ex, const int64_t *order, int64_t at, int count, int batch_size,
+                      int weight, double *sums, rc_error *err)
+{
+    compiled_step *s = count == batch_size ? &t->eval : &t->eval_tail;
+    rc_batch b;
+    int rc = collate(t, user_of(t, ex), &b, order + at, count, err);
+    if (!rc && s->st.plan && s->batch_rows != count)
+        step_free(s);
+    if (!rc && !s->st.plan)
+        rc = step_compile(s, t, user_of(t, ex), &b, 0, err);
+    double l = 0;
+    int64_t tk = 0;
+    if (t->zero == 3) /* the step gathers: every rank must get there */
+        rc = rc_deployer_agree(t->d, rc, err);
+    if (!rc)
+        rc = step_run(s, &b, rc_rng_new(t->seed), step_key(t, t->step), &l, &tk, err);
+    if (!rc && weight) {
+        sums[0] += l * (double)tk;
+        sums[1] += (double)tk;
+    }
+    if (rc && t->zero == 3)
+        rci_gather_drain(&s->gather, NULL);
+    rc_batch_free(&b);
+    return rc;
+}
+
 /* Each replica takes a contiguous slice of the examples, in full batches and one smaller
- * tail batch; the sums of loss x tokens and tokens meet on every rank. */
+ * tail batch; the sums of loss x tokens and tokens meet on every rank. With zero 3 (the
+ * steps gather over the data axis) every replica runs the same batches: slices of n / dp
+ * examples, then one more example each for the first n mod dp replicas while the others
+ * run one of weight 0. */
 int rc_trainer_eval(rc_trainer *t, rc_examples ex, int batch_size, double *loss, int64_t *tokens,
                     rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(t->d);
-    int64_t n = ex.count(0, ex.user), per = (n + m->dp - 1) / m->dp;
-    int64_t lo = m->dp_rank * per, hi = lo + per < n ? lo + per : n;
+    int lockstep = t->zero == 3 && m->dp > 1;
+    int64_t n = ex.count(0, ex.user), per = lockstep ? n / m->dp : (n + m->dp - 1) / m->dp;
+    int64_t lo = m->dp_rank * per, hi = lo + per < n ? lo + per : n, rest = n - per * m->dp;
     int64_t *order = epoch_order(0, 0, n, 0);
     double sums[2] = {0, 0};
     int rc = order ? 0 : rc_error_set(err, RC_ERR_MEMORY, "eval: out of memory");
-    for (int64_t at = lo; !rc && at < hi; at += batch_size) {
-        int count = (int)(hi - at < batch_size ? hi - at : batch_size);
-        compiled_step *s = count == batch_size ? &t->eval : &t->eval_tail;
-        rc_batch b;
-        rc = collate(t, user_of(t, ex), &b, order + at, count, err);
-        if (!rc && s->st.plan && s->batch_rows != count)
-            step_free(s);
-        if (!rc && !s->st.plan)
-            rc = step_compile(s, t, user_of(t, ex), &b, 0, err);
-        double l = 0;
-        int64_t tk = 0;
-        if (!rc)
-            rc = step_run(s, &b, rc_rng_new(t->seed), step_key(t, t->step), &l, &tk, err);
-        if (!rc) {
-            sums[0] += l * (double)tk;
-            sums[1] += (double)tk;
-        }
-        rc_batch_free(&b);
-    }
+    for (int64_t at = lo; !rc && at < hi; at += batch_size)
+        rc = eval_batch(t, ex, order, at, (int)(hi - at < batch_size ? hi - at : batch_size), batch_size, 1, sums, err);
+    if (!rc && lockstep && rest > 0)
+        rc = eval_batch(t, ex, order, m->dp_rank < rest ? per * m->dp + m->dp_rank : 0, 1, batch_size,
+                        m->dp_rank < rest, sums, err);
     free(order);
     if (rc_deployer_agree(t->d, rc, err) || rc_comm_allreduce_sum_f64(m->dp_comm, sums, 2, err))
         return -1;
@@ -914,9 +932,6 @@ static int check_options(const rc_trainer *t, const rc_train_options *o, rc_exam
     if (o->zero < 0 || o->zero > 3)
         return rc_error_set(err, RC_ERR_ARG, "train: zero %d: the ZeRO stage is 0 (none), 1 (optimizer state sharded), "
                             "2 (gradients too) or 3 (parameters too)", o->zero);
-    if (o->zero == 3 && o->eval_predict && o->eval_metric)
-        return rc_error_set(err, RC_ERR_ARG, "train: zero 3 with an evaluation metric (eval_predict): not built yet "
-                            "(the eval loss works; zero 2 has metrics)");
     if (steps_in_epoch(t, o, ex, 0) < 1) {
         const rc_mesh *m = rc_deployer_mesh(t->d);
         return rc_error_set(err, RC_ERR_ARG,
@@ -938,6 +953,11 @@ static int eval_metric(rc_trainer *t, const rc_train_options *o, rc_examples ex,
     if (t->mp > 1) /* the trainer's plan and shards: no full weights needed */
         rci_predictor_use_shards(t->eval_predictor, t->specs, t->local, t->loff, t->shards.frozen_local,
                                  t->shards.frozen_off);
+    if (t->zero == 3) { /* the weights' shares, gathered layer by layer as the train step does */
+        rci_gather_run share = {rc_deployer_mesh(t->d)->dp_comm, t->wshare ? t->wshare : t->master, t->local_numel,
+                                t->loff, t->lnum, t->dtype, NULL, NULL, NULL};
+        rci_predictor_use_gather(t->eval_predictor, &share);
+    }
     if (o->eval_begin) /* the metric's counters start afresh on every rank */
         o->eval_begin(user_of(t, ex));
     if (rc_predictor_run(t->eval_predictor, ex.count(0, ex.user), o->batch_size, err))

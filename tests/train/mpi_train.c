@@ -57,9 +57,9 @@ static double accuracy(void *user)
     return a;
 }
 
-/* trains with an eval predictor and metric on mp model shards; the metric is logged,
- * best/ kept by it; returns the logged metrics (rank 0) */
-static void test_eval_metric(task *k, const char *dir, int rank, int mp, double *metric)
+/* trains with an eval predictor and metric on mp model shards (ZeRO stage `zero`); the
+ * metric is logged, best/ kept by it; returns the logged metrics (rank 0) */
+static void test_eval_metric(task *k, const char *dir, int rank, int mp, int zero, double *metric)
 {
     rc_error err = {0};
     rc_deployer_options dopt = {.seed = 3, .mp = mp, .workdir = dir};
@@ -70,7 +70,8 @@ static void test_eval_metric(task *k, const char *dir, int rank, int mp, double 
     int dp = d ? rc_deployer_mesh(d)->dp : 1;
     rc_train_options o = {.steps = 6, .batch_size = 4 % dp ? 2 : 4 / dp, .optimizer = "adamw", .lr = 1e-2, .log_every = 3,
                           .eval_every = 3, .eval_predict = predict, .eval_output = output,
-                          .eval_metric = accuracy, .metric_name = "accuracy", .metric_higher_is_better = 1};
+                          .eval_metric = accuracy, .metric_name = "accuracy", .metric_higher_is_better = 1,
+                          .zero = zero};
     rc_examples ex = {lm_task_count, k};
     k->last = -1;
     k->in_order = 1;
@@ -244,10 +245,20 @@ int main(int argc, char **argv)
     char metric_dir[128];
     snprintf(metric_dir, sizeof metric_dir, "%s/metric", dir);
     double acc1[2] = {0}, accp[2] = {-1, -1};
-    test_eval_metric(k, metric_dir, rank, 1, acc1);
+    test_eval_metric(k, metric_dir, rank, 1, 0, acc1);
+    if (P > 1) { /* zero 3: the eval predictor gathers the weights' shares as the step does */
+        double acc3[2] = {-1, -1};
+        snprintf(metric_dir, sizeof metric_dir, "%s/metric-zero3", dir);
+        test_eval_metric(k, metric_dir, rank, 1, 3, acc3);
+        if (rank == 0)
+            printf("eval accuracy at steps 3 and 6: %.4f %.4f, with zero 3 %.4f %.4f\n", acc1[0], acc1[1], acc3[0],
+                   acc3[1]);
+        CHECKF(rank || (fabs(acc1[0] - acc3[0]) < 1e-9 && fabs(acc1[1] - acc3[1]) < 1e-9),
+               "eval accuracy %g %g, with zero 3 %g %g", acc1[0], acc1[1], acc3[0], acc3[1]);
+    }
     if (P > 1) { /* the eval predictor on P model shards sees the same predictions */
         snprintf(metric_dir, sizeof metric_dir, "%s/metric-mp", dir);
-        test_eval_metric(k, metric_dir, rank, P, accp);
+        test_eval_metric(k, metric_dir, rank, P, 0, accp);
         if (rank == 0)
             printf("eval accuracy at steps 3 and 6: %.4f %.4f on one shard, %.4f %.4f on %d\n", acc1[0], acc1[1],
                    accp[0], accp[1], P);

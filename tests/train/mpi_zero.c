@@ -29,7 +29,8 @@
  *   without (master and moments bitwise); 3 + 2 steps resumed with zero 3 are bitwise the
  *   5 straight (f32 and bf16); each rank holds less than with zero 2 (dp > 1), and the
  *   parameters come back whole at the end of fit; the same on dp 2 x mp 2, whose AdamW
- *   weights equal one process's (--dump; CTest mpi_zero3_meshes, 1e-4 as mpi_train's).
+ *   weights equal one process's (--dump; CTest mpi_zero3_meshes, 1e-4 as mpi_train's); the
+ *   eval loss at the end equals the run without (1e-5: every replica evaluates in step).
  * With --device D (opencl) every run is on that device (CTest mpi_zero_opencl_np2); with
  * --stage3 only the zero 3 tests run (CTests mpi_zero3_*), and without it all but them. */
 #include "check.h"
@@ -50,6 +51,7 @@ static const char *device;        /* --device: where the runs are */
 static rc_dtype dtype;            /* the weights of the runs (RC_F32 but in test_half) */
 static int accum = ACCUM;         /* micro-batches per step (1 in test_one_micro) */
 static int remat;                 /* rc_train_options.remat of the runs */
+static int with_eval;             /* the runs evaluate (the training examples) at their end */
 static char root[64];             /* the runs' workdirs */
 
 typedef lm_task task;
@@ -76,7 +78,8 @@ static int train(task *k, int mp, const char *opt, int zero, int64_t steps, cons
                           .grad_clip = CLIP, .eps = 1e-6, .schedule = RC_SCHEDULE_CONSTANT, .log_every = 1,
                           .resume = resume, .zero = zero, .dtype = dtype, .remat = remat};
     rc_train_result r = {0};
-    int ok = t && rc_trainer_fit(t, &o, (rc_examples){lm_task_count, k}, NULL, &r, &err) == 0;
+    rc_examples ex = {lm_task_count, k};
+    int ok = t && rc_trainer_fit(t, &o, ex, with_eval ? &ex : NULL, &r, &err) == 0;
     CHECKF(ok, "%s: %s", name, err.msg);
     if (ok && w)
         CHECK(check_weights_add_params(w, "", k->model->params, 0) == 0);
@@ -388,14 +391,20 @@ static void test_zero3(task *k, int dp, int mp, int rank, check_weights *dumped)
             snprintf(zero2, sizeof zero2, "%dx%d-z3zero2-%s-%d", dp, mp, opts[o], r);
             snprintf(zero3, sizeof zero3, "%dx%d-zero3-%s-%d", dp, mp, opts[o], r);
             check_weights wp = {0}, w3 = {0};
-            rc_train_result r2 = {0}, r3 = {0};
-            if (!train(k, mp, opts[o], 0, STEPS, plain, 0, &wp, NULL) &&
+            rc_train_result r0 = {0}, r2 = {0}, r3 = {0};
+            with_eval = o == 1; /* AdamW: evaluated at the end too (zero 3's steps run in step) */
+            if (!train(k, mp, opts[o], 0, STEPS, plain, 0, &wp, &r0) &&
                 !train(k, mp, opts[o], 2, STEPS, zero2, 0, NULL, &r2) &&
                 !train(k, mp, opts[o], 3, STEPS, zero3, 0, &w3, &r3)) {
                 CHECKF(least_norm(zero3) > CLIP, "dp %d x mp %d zero 3: a step's gradient norm %.3g is not above the "
                        "clip %.3g", dp, mp, least_norm(zero3), CLIP);
                 check_zero3(opts[o], dp, mp, rank, plain, zero3, &wp, &w3, 1e-6, &r2, &r3);
+                CHECKF(!with_eval || (r3.eval_tokens == r0.eval_tokens && r0.eval_tokens > 0 &&
+                                      fabs(r3.eval_loss - r0.eval_loss) < 1e-5 * r0.eval_loss),
+                       "dp %d x mp %d zero 3: eval loss %.8g over %lld tokens, without %.8g over %lld", dp, mp,
+                       r3.eval_loss, (long long)r3.eval_tokens, r0.eval_loss, (long long)r0.eval_tokens);
             }
+            with_eval = 0;
             if (o == 1 && r == 0) {
                 for (int i = 0; dumped && i < w3.n; i++) /* AdamW across meshes: 1e-4, as mpi_train */
                     check_weights_add(dumped, "zero3-adamw.", w3.names[i], w3.data[i], w3.numel[i], 1e-4);
