@@ -231,15 +231,17 @@ static double metric_value(void *user)
     return s;
 }
 
-static int eval_metric_run(int argc, char **argv, int mp)
+static int eval_metric_run(int argc, char **argv, int mp, int zero)
 {
     rc_error err = {0};
     rc_deployer *d = rc_deployer_new(&argc, &argv, &(rc_deployer_options){.seed = 1, .mp = mp}, &err);
     metric_task k = {d ? rc_model_create("tiny-gpt2", 1, &err) : NULL, 0};
     rc_lora *l = k.m ? rc_lora_new(k.m, &(rc_lora_options){4, 8, "c_attn,c_proj"}, 2, &err) : NULL;
     rc_trainer *t = l ? rc_trainer_new(d, metric_collate, metric_loss, &k, rc_lora_params(l), NULL, &err) : NULL;
-    rc_train_options o = {.steps = 2, .batch_size = 4, .optimizer = "sgd", .lr = 0.5, .eval_every = 1,
-                          .eval_predict = metric_predict, .eval_output = metric_output, .eval_metric = metric_value};
+    int dp = d ? rc_deployer_mesh(d)->dp : 1; /* the global batch is 4 on every mesh */
+    rc_train_options o = {.steps = 2, .batch_size = 4 / dp, .optimizer = "sgd", .lr = 0.5, .eval_every = 1,
+                          .eval_predict = metric_predict, .eval_output = metric_output, .eval_metric = metric_value,
+                          .zero = zero};
     rc_examples ex = {metric_count, &k};
     int rc = t ? rc_trainer_fit(t, &o, ex, &ex, NULL, &err) : -1;
     if (rc)
@@ -297,8 +299,8 @@ int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "--logits"))
         return write_logits(argv[2], argv[3], argv[4], argv[5]);
-    if (argc == 3 && !strcmp(argv[1], "--eval-metric"))
-        return eval_metric_run(argc, argv, atoi(argv[2]));
+    if ((argc == 3 || argc == 4) && !strcmp(argv[1], "--eval-metric")) /* MP [ZERO] */
+        return eval_metric_run(argc, argv, atoi(argv[2]), argc == 4 ? atoi(argv[3]) : 0);
     rc_set_threads(2);
     snprintf(root, sizeof root, "/tmp/redco-lora-XXXXXX");
     CHECK(mkdtemp(root) != NULL);

@@ -200,21 +200,28 @@ def case(args, tmp, name, base, targets, data, tok):
 
 def eval_metric(args):
     """A trainer's eval predictor and metric on LoRA adapters: on 2 model shards the predictor
-    runs on the trainer's adapter and frozen base shards, and the metric is one process's."""
+    runs on the trainer's adapter and frozen base shards, and the metric is one process's;
+    with zero 3 (the adapters sharded and gathered; the frozen base whole) over 2
+    data-parallel processes and over dp 2 x mp 2 it is plain dp 2's."""
     tool = os.path.join(args.build, "test_lora")
     mpiexec = shutil.which("mpiexec")
     check(mpiexec is not None, "no mpiexec")
     if not mpiexec:
         return
     got = []
-    for argv in ([tool, "--eval-metric", "1"], [mpiexec, "-n", "2", tool, "--eval-metric", "2"]):
+    runs = ([tool, "--eval-metric", "1"], [mpiexec, "-n", "2", tool, "--eval-metric", "2"],
+            [mpiexec, "-n", "2", tool, "--eval-metric", "1"], [mpiexec, "-n", "2", tool, "--eval-metric", "1", "3"],
+            [mpiexec, "-n", "4", tool, "--eval-metric", "2", "3"])
+    for argv in runs:
         r = run(argv[0], *argv[1:])
         got.append([float(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("metric ")])
-    one, two = got
-    print(f"eval metric with LoRA: one process {one}, 2 model shards {two}")
-    check(len(one) == 2 and len(two) == 2 and all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(one, two)),
-          f"eval metric on 2 model shards {two} vs one process {one}")
-
+    # (2 data-parallel processes take other examples per step than one: their own reference)
+    for ref, other, name in ((0, 1, "one process vs 2 model shards"), (2, 3, "dp 2 vs dp 2 with zero 3"),
+                             (2, 4, "dp 2 vs dp 2 x mp 2 with zero 3")):
+        a, b = got[ref], got[other]
+        print(f"eval metric with LoRA, {name}: {a} vs {b}")
+        check(len(a) == 2 and len(b) == 2 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)),
+              f"eval metric with LoRA, {name}: {a} vs {b}")
 
 def main():
     args = options()
