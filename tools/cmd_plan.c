@@ -14,7 +14,7 @@
 static const char *help =
     "usage: redco plan --model PRESET|DIR --mp N [--dp N] [--batch-size B] [--seq-len T]\n"
     "                  [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--allow-replicate]\n"
-    "                  [--zero [1|2]] [--remat[=N]] [--dtype f32|bf16|f16] [--memory SIZE]\n"
+    "                  [--zero [1|2|3]] [--remat[=N]] [--dtype f32|bf16|f16] [--memory SIZE]\n"
     "                  [--attention fused|unfused] [--device D] [--ranks-per-host N] [--json]\n"
     "\n"
     "Derives from the model's graph how each parameter splits over N model shards (whole\n"
@@ -25,16 +25,24 @@ static const char *help =
     "dtypes) and activations (the step's planned arena less its gradient outputs, on model\n"
     "shard 0's graph); and the collectives of one training step (model axis: all-reduces\n"
     "of partial sums forward and of input gradients backward; data axis: the gradient\n"
-    "all-reduce). No weight is allocated: large presets plan in well under a second.\n"
+    "all-reduce, or ZeRO's collectives) with the bytes each process sends per step (ring\n"
+    "collectives, one micro-batch). No weight is allocated: large presets plan in well under\n"
+    "a second.\n"
     "A shard count that divides nothing is an error naming the tensors and the counts that\n"
     "would work; --allow-replicate keeps those weights whole instead, noted per weight.\n"
     "--shard overrides one parameter's split (repeatable): split axis AXIS into GROUPS runs\n"
     "(default: its extent), or keep it replicated; the rest of the plan fits around it.\n"
     "--device D (cpu, opencl, opencl:N, cuda, cuda:N) also says whether one rank's memory\n"
     "fits the device's memory and which of the step's ops the device has no kernel for.\n"
-    "--zero: each data-parallel rank keeps a 1/dp share of the optimizer state (and master\n"
-    "weights); --zero 2 also of the f32 gradients (plus a reduce-scatter window of at most\n"
-    "4 MiB). --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
+    "--zero (stage 1): each data-parallel rank keeps a 1/dp share of the optimizer state\n"
+    "(and master weights); per step the f32 gradients are reduce-scattered and the updated\n"
+    "weights all-gathered in their dtype. --zero 2: the f32 gradients are a 1/dp share too\n"
+    "(plus a reduce-scatter window of at most 4 MiB); the same collectives. --zero 3 (mp 1\n"
+    "only): the weights are a 1/dp share too; the step gathers each layer (a --remat block,\n"
+    "else runs of parameters up to the largest one) into slots that hold a few of the largest\n"
+    "layers at once, forward and again backward, and reduce-scatters each layer's gradients\n"
+    "as soon as they are complete; the full weights come back when training ends (shown\n"
+    "beside the total). --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
     "(default 1). --dtype bf16|f16: 16-bit weights and activations with f32 master weights,\n"
     "as `redco train --dtype` (the step's graph recorded in that dtype). --attention unfused:\n"
     "attention as product, softmax, product, as `redco train --attention unfused` (every\n"
@@ -239,6 +247,30 @@ static int64_t zero2_windows(const rc_rank_memory *r)
     return r->window ? (r->local + r->window - 1) / r->window : 0;
 }
 
+/* zero 3: the weights (the share and the gathered slots) and the f32 gradients' share */
+static void print_zero3_state(const options *o, const rc_rank_memory *r)
+{
+    char a[32], b[32], c[32];
+    const char *dt = rc_dtype_name(o->dtype);
+    int64_t share = r->weights - r->gathered;
+    if (share)
+        printf("  weights      %10s  the %s share %s (%lld of %lld parameters) + the largest gathered layers %s\n",
+               bytes_text((double)r->weights, a, sizeof a), dt, bytes_text((double)share, b, sizeof b),
+               (long long)r->share, (long long)r->params, bytes_text((double)r->gathered, c, sizeof c));
+    else
+        printf("  weights      %10s  the largest gathered layers (the f32 share is the master)\n",
+               bytes_text((double)r->weights, a, sizeof a));
+    printf("               %10s  %d slots for %d layers of %lld parameters, each gathered in %s from 1/dp shares\n",
+           "", r->slots, r->units, (long long)r->local, dt);
+    if (r->window)
+        printf("  gradients    %10s  the f32 accumulation of a 1/dp share %s + the reduce-scatter's window %s\n",
+               bytes_text((double)r->gradients, a, sizeof a), bytes_text(4.0 * (double)r->share, b, sizeof b),
+               bytes_text(4.0 * (double)r->window, c, sizeof c));
+    else
+        printf("  gradients    %10s  the f32 accumulation (dp 1: nothing to reduce-scatter)\n",
+               bytes_text((double)r->gradients, a, sizeof a));
+}
+
 static void print_memory(const options *o, const memory *mem)
 {
     const rc_rank_memory *r = &mem->rank;
@@ -246,29 +278,42 @@ static void print_memory(const options *o, const memory *mem)
     const char *dt = rc_dtype_name(o->dtype);
     options_text(o, w, sizeof w);
     printf("\nmemory of one rank (%s):\n", w);
-    printf("  weights      %10s  %lld of %lld parameters x %zu bytes (%s)\n", bytes_text((double)r->weights, a, sizeof a),
-           (long long)r->local, (long long)r->params, rc_dtype_size(o->dtype), dt);
-    int64_t sum = 4 * (o->zero >= 2 ? r->share + r->window : r->local); /* the f32 accumulation */
-    printf("  gradients    %10s  the f32 accumulation %s%s + the step's gradient outputs %s\n",
-           bytes_text((double)r->gradients, a, sizeof a), bytes_text((double)sum, b, sizeof b),
-           o->zero >= 2 && r->window ? " (a 1/dp share and the reduce-scatter's window)" : "",
-           bytes_text((double)(r->gradients - sum), c, sizeof c));
+    if (o->zero == 3)
+        print_zero3_state(o, r);
+    else {
+        printf("  weights      %10s  %lld of %lld parameters x %zu bytes (%s)\n",
+               bytes_text((double)r->weights, a, sizeof a), (long long)r->local, (long long)r->params,
+               rc_dtype_size(o->dtype), dt);
+        int64_t sum = 4 * (o->zero >= 2 ? r->share + r->window : r->local); /* the f32 accumulation */
+        printf("  gradients    %10s  the f32 accumulation %s%s + the step's gradient outputs %s\n",
+               bytes_text((double)r->gradients, a, sizeof a), bytes_text((double)sum, b, sizeof b),
+               o->zero >= 2 && r->window ? " (a 1/dp share and the reduce-scatter's window)" : "",
+               bytes_text((double)(r->gradients - sum), c, sizeof c));
+    }
     printf("  optimizer    %10s  AdamW m and v in f32 of %lld parameters%s\n",
            bytes_text((double)r->optimizer, a, sizeof a), (long long)r->share, o->zero ? " (a 1/dp share)" : "");
     if (r->master)
         printf("  master       %10s  f32 master weights of %lld parameters%s\n",
-               bytes_text((double)r->master, a, sizeof a), (long long)r->share, o->zero ? " (a 1/dp share)" : "");
+               bytes_text((double)r->master, a, sizeof a), (long long)r->share,
+               o->zero == 3 && o->dtype == RC_F32 ? " (a 1/dp share: what the layers are gathered from)"
+               : o->zero ? " (a 1/dp share)" : "");
     else
         printf("  master       %10s  none: the weights are f32\n", "0");
-    printf("  activations  %10s  the step's arena %s less its gradient outputs, plus inputs (%s)\n",
-           bytes_text((double)r->activations, a, sizeof a), bytes_text((double)r->arena, b, sizeof b), dt);
+    if (o->zero == 3)
+        printf("  activations  %10s  the step's arena %s (each layer's gradients in it until reduce-scattered), "
+               "plus inputs (%s)\n", bytes_text((double)r->activations, a, sizeof a),
+               bytes_text((double)r->arena, b, sizeof b), dt);
+    else
+        printf("  activations  %10s  the step's arena %s less its gradient outputs, plus inputs (%s)\n",
+               bytes_text((double)r->activations, a, sizeof a), bytes_text((double)r->arena, b, sizeof b), dt);
     if (r->scratch)
         printf("  scratch      %10s  what the %s's kernels keep between nodes (f32 copies, temporaries)\n",
                bytes_text((double)r->scratch, a, sizeof a), o->device ? o->device : "cpu");
     printf("  total        %10s", bytes_text((double)r->total, a, sizeof a));
     if (r->full_copy)
-        printf("  + the full %s weights %s held while a rank takes its shards (peak %s)", dt,
-               bytes_text((double)r->full_copy, b, sizeof b), bytes_text((double)(r->total + r->full_copy), c, sizeof c));
+        printf("  + the full %s weights %s held %s (peak %s)", dt, bytes_text((double)r->full_copy, b, sizeof b),
+               o->zero == 3 ? "when training ends and gathers them back" : "while a rank takes its shards",
+               bytes_text((double)(r->total + r->full_copy), c, sizeof c));
     printf("\n");
     if (!o->memory_text)
         return;
@@ -283,6 +328,38 @@ static void print_memory(const options *o, const memory *mem)
                bytes_text((double)(mem->largest_rank.total + mem->largest_rank.full_copy), c, sizeof c));
     else
         printf("largest preset of the family that fits: none (try a larger --mp or --dp with --zero)\n");
+}
+
+/* the data axis' collectives of a step: the gradients' all-reduce; with zero 1 and 2 their
+ * reduce-scatter (zero 2: each micro-batch's, a window at a time) and the updated weights'
+ * all-gather; with zero 3 each layer gathered where the step reads it (forward, and
+ * backward unless still in its slot) and each layer's gradients reduce-scattered once
+ * complete */
+static void print_data_axis(const options *o, const rc_rank_memory *r, int64_t buckets)
+{
+    char a[32], b[32], c[32];
+    double wb = (double)rc_dtype_size(o->dtype), grads = 4.0 * (double)r->local;
+    const char *dt = rc_dtype_name(o->dtype);
+    if (o->dp == 1)
+        printf("  data axis   none (dp 1)\n");
+    else if (o->zero == 3) {
+        printf("  data axis   all-gather layers        %4lld  (%s of %s: %d layers, forward and again backward, "
+               "each micro-batch)\n", (long long)r->gathers, bytes_text(wb * (double)r->gathered_elems, a, sizeof a), dt,
+               r->units);
+        printf("  data axis   reduce-scatter gradients %4d  (%s f32: each layer's once complete, through a window of "
+               "%s)\n", r->units, bytes_text(grads, b, sizeof b), bytes_text(4.0 * (double)r->window, c, sizeof c));
+    } else if (o->zero) {
+        if (o->zero >= 2)
+            printf("  data axis   reduce-scatter gradients %4lld  (%.1f MiB in windows of %.1f MiB, each micro-batch)\n",
+                   (long long)zero2_windows(r), grads / (1 << 20), 4.0 * (double)r->window / (1 << 20));
+        else
+            printf("  data axis   reduce-scatter gradients %4lld  (%.1f MiB in buckets of 16 MiB)\n", (long long)buckets,
+                   grads / (1 << 20));
+        printf("  data axis   all-gather weights       %4lld  (%.1f MiB of %s)\n", (long long)buckets,
+               wb * (double)r->local / (1 << 20), dt);
+    } else
+        printf("  data axis   all-reduce gradients %4lld  (%.1f MiB in buckets of 16 MiB)\n", (long long)buckets,
+               grads / (1 << 20));
 }
 
 static void print_text(const rc_model_config *c, const options *o, const model_graph *m,
@@ -320,21 +397,9 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
     if (o->mp > 1)
         printf("  model axis  all-reduce backward  %4lld  (%.1f MiB)\n", (long long)comm->allreduce_bwd,
                comm->bytes_bwd / (1 << 20));
-    if (o->dp > 1 && o->zero >= 2) /* each micro-batch's gradients, a window at a time */
-        printf("  data axis   reduce-scatter gradients %4lld  (%.1f MiB in windows of %.1f MiB, each micro-batch)\n",
-               (long long)zero2_windows(&mem->rank), 4.0 * (double)mem->rank.local / (1 << 20),
-               4.0 * (double)mem->rank.window / (1 << 20));
-    if (o->dp > 1 && o->zero) { /* each rank's share of the mean gradient, then its updated weights */
-        if (o->zero == 1)
-            printf("  data axis   reduce-scatter gradients %4lld  (%.1f MiB in buckets of 16 MiB)\n", (long long)buckets,
-                   4.0 * (double)mem->rank.local / (1 << 20));
-        printf("  data axis   all-gather weights       %4lld  (%.1f MiB of %s)\n", (long long)buckets,
-               (double)rc_dtype_size(o->dtype) * (double)mem->rank.local / (1 << 20), rc_dtype_name(o->dtype));
-    } else if (o->dp > 1)
-        printf("  data axis   all-reduce gradients %4lld  (%.1f MiB in buckets of 16 MiB)\n", (long long)buckets,
-               4.0 * (double)mem->rank.local / (1 << 20));
-    else
-        printf("  data axis   none (dp 1)\n");
+    print_data_axis(o, &mem->rank, buckets);
+    printf("  data axis   sent per step  %s each process (ring collectives, one micro-batch)\n",
+           bytes_text((double)mem->rank.sent, b1, sizeof b1));
     if (hosts->per_host)
         cli_hosts_traffic_print(hosts, o->dp, o->mp);
     if (!dev->be)
@@ -350,13 +415,14 @@ static void print_text(const rc_model_config *c, const options *o, const model_g
 /* the figures of rc_rank_memory as a JSON object */
 static json_t *rank_json(const rc_rank_memory *r)
 {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "parameters",
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "parameters",
                      (json_int_t)r->params, "local_parameters", (json_int_t)r->local, "optimizer_parameters",
                      (json_int_t)r->share, "weights", (json_int_t)r->weights, "gradients", (json_int_t)r->gradients,
                      "optimizer", (json_int_t)r->optimizer, "master", (json_int_t)r->master, "activations",
                      (json_int_t)r->activations, "arena", (json_int_t)r->arena, "total", (json_int_t)r->total,
                      "full_copy", (json_int_t)r->full_copy, "scratch", (json_int_t)r->scratch, "gradient_window",
-                     (json_int_t)r->window);
+                     (json_int_t)r->window, "gathered", (json_int_t)r->gathered, "sent_per_step",
+                     (json_int_t)r->sent);
 }
 
 static void print_json(const rc_model_config *c, const options *o, const model_graph *m,
@@ -390,11 +456,17 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                             (json_int_t)(o->zero ? 0 : buckets), "model_allgather", (json_int_t)comm->allgather_fwd,
                             "attention", o->unfused ? "unfused" : "fused");
     /* with zero the gradients are reduce-scattered (zero 2: each micro-batch's, a window at
-     * a time) and the updated weights all-gathered */
+     * a time; zero 3: each layer's) and the updated weights all-gathered (zero 3: each layer
+     * gathered where the step reads it) */
     json_t *coll = json_object_get(out, "collectives");
-    json_object_set_new(coll, "data_reduce_scatter",
-                        json_integer(o->zero >= 2 ? zero2_windows(&mem->rank) : o->zero ? buckets : 0));
-    json_object_set_new(coll, "data_allgather", json_integer(o->zero ? buckets : 0));
+    const rc_rank_memory *r = &mem->rank;
+    int64_t scatters = o->zero == 3 ? (o->dp > 1 ? r->units : 0) : o->zero == 2 ? zero2_windows(r) : o->zero ? buckets : 0;
+    int64_t gathers = o->zero == 3 ? (o->dp > 1 ? r->gathers : 0) : o->zero ? buckets : 0;
+    json_object_set_new(coll, "data_reduce_scatter", json_integer(scatters));
+    json_object_set_new(coll, "data_allgather", json_integer(gathers));
+    json_object_set_new(coll, "data_sent_per_step", json_integer(r->sent));
+    if (o->zero == 3)
+        json_object_set_new(coll, "data_layers", json_integer(r->units));
     if (o->memory_text) {
         int64_t need = mem->rank.total + mem->rank.full_copy;
         json_t *fit = json_pack("{s:s, s:I, s:b, s:o, s:o}", "size", o->memory_text, "bytes", (json_int_t)o->memory,
@@ -480,8 +552,11 @@ int cmd_plan(int argc, char **argv)
     int64_t buckets = (4 * mem.rank.local + (16 << 20) - 1) / (16 << 20);
     cli_hosts_traffic hosts = {0};
     /* a step's vectors: the model axis' all-reduces; the gradients' all-reduce (zero: their
-     * reduce-scatter and the weights' all-gather) */
-    double local = (double)mem.rank.local, data = o.zero ? (4.0 + (double)rc_dtype_size(o.dtype)) * local : 8.0 * local;
+     * reduce-scatter and the weights' all-gather; zero 3: the layers' gathers) */
+    double local = (double)mem.rank.local, wb = (double)rc_dtype_size(o.dtype);
+    double data = o.zero == 3 ? wb * (double)mem.rank.gathered_elems + 4.0 * local
+                  : o.zero    ? (4.0 + wb) * local
+                              : 8.0 * local;
     if (!rc && o.per_host && cli_hosts_traffic_of(o.dp, o.mp, o.per_host, comm.bytes_fwd + comm.bytes_bwd, data,
                                                   &hosts))
         rc = rc_error_set(&err, RC_ERR_ARG, "plan: --ranks-per-host: more than 2^24 ranks (mp %lld x dp %lld)",

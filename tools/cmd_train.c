@@ -25,7 +25,7 @@ static const char *train_help =
     "                   [--log-every N]\n"
     "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--tf32] [--remat[=N]]\n"
     "                   [--attention fused|unfused]\n"
-    "                   [--zero [1|2]] [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
+    "                   [--zero [1|2|3]] [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
     "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--collective-timeout S]\n"
     "                   [--lora-r R [--lora-alpha A] [--lora-targets M,M,...] [--lora-merge]]\n"
     "                   [--config FILE]\n"

@@ -15,9 +15,9 @@ extern "C" {
 typedef struct {
     int dp, mp;                   /* the mesh (0: 1) */
     int64_t batch, seq_len;       /* one replica's micro-batch (>= 1) */
-    int zero;                     /* the ZeRO stage (rc_train_options.zero): 1: optimizer state
-                                     (and master weights) sharded over dp; 2: the f32
-                                     gradients too; 0: none */
+    int zero;                     /* the ZeRO stage (rc_train_options.zero): 0: none; 1:
+                                     optimizer state (and master weights) sharded over dp; 2:
+                                     the f32 gradients too; 3: the weights too (mp 1 only) */
     int remat;                    /* N > 0: every N-th block recomputed (rc_train_options.remat) */
     rc_dtype dtype;               /* the weights: RC_F32 (0, default), RC_BF16 or RC_F16 */
     int allow_replicate;          /* as rc_shard_plan, with mp > 1 */
@@ -28,34 +28,78 @@ typedef struct {
 
 /* Bytes of one rank (model shard 0 of data-parallel rank 0) during training steps, by the
  * Trainer's own allocations: total = weights + gradients + optimizer + master +
- * activations + scratch = its buffers, the step plan's arena and the backend's scratch. */
+ * activations + scratch = its buffers, the step plan's arena and the backend's scratch.
+ * "share" is the rank's 1/dp part of local (the largest, ceil(local / dp)); wb the bytes
+ * of an element of the dtype. By stage (zero):
+ *
+ *            weights             gradients                     optimizer  master (16-bit / f32)
+ *   0        wb local            4 local + the step's outputs  8 local    4 local / 0
+ *   1        wb local            4 local + the step's outputs  8 share    4 share / 0
+ *   2        wb local            4 (share + window) + outputs  8 share    4 share / 0
+ *   3        wb share (16-bit;   4 (share + window)            8 share    4 share / 4 share
+ *            f32: 0) + gathered
+ *
+ * Stage 3 keeps no weights outside its share but the gathered slots, and no gradient
+ * outputs past the step: each layer's are released once reduce-scattered, so they live in
+ * the arena (activations) only while their layer's backward pass runs. */
 typedef struct {
     int64_t params;               /* the model's parameter elements */
     int64_t local;                /* the rank's: its model shard's elements */
     int64_t share;                /* the elements its optimizer keeps: ceil(local / dp) with
-                                     zero (1 or 2), else local */
-    int64_t weights;              /* local x bytes(dtype) */
-    int64_t gradients;            /* the f32 accumulation buffer, 4 local (zero 2: 4 share + the
-                                     reduce-scatter's window, 4 min(2^20, share) with dp > 1),
-                                     + the step's own gradient outputs in its arena,
-                                     local x bytes(dtype) */
-    int64_t window;               /* zero 2 with dp > 1: the window's floats, else 0 */
+                                     zero (1, 2 or 3), else local */
+    int64_t weights;              /* the weights the rank holds in their dtype: stages 0-2
+                                     local x bytes(dtype); stage 3 its share in a 16-bit dtype
+                                     (the words the steps gather from; with f32 the master
+                                     share is gathered from and counts as master), plus the
+                                     gathered slots (`gathered`) */
+    int64_t gathered;             /* stage 3: the buffer the step gathers layers into, in the
+                                     dtype: one slot per group of layers whose gathers never
+                                     overlap, so at most the few largest layers at once (the
+                                     trainer's rci_gather numel); else 0 */
+    int64_t gradients;            /* the f32 accumulation: stages 0, 1 4 local, stages 2, 3
+                                     4 (share + window); stages 0-2 also the step's own
+                                     gradient outputs in its arena, local x bytes(dtype);
+                                     stage 3 none (they count among the activations) */
+    int64_t window;               /* zero 2 or 3 with dp > 1: the reduce-scatter window's
+                                     floats, min(2^20, share), else 0 */
     int64_t optimizer;            /* AdamW moments m, v in f32: 8 share */
-    int64_t master;               /* f32 master weights for a 16-bit dtype: 4 share; f32: 0 */
-    int64_t activations;          /* the step's arena less its gradient outputs, plus the
-                                     batch's inputs and the graph's constants: the graph is
-                                     recorded in the dtype (16-bit activations as the trainer
-                                     runs them; f16 with its loss scale) */
+    int64_t master;               /* f32 master weights: 4 share for a 16-bit dtype, and with
+                                     stage 3 for f32 too (what its steps gather); f32 at stages
+                                     0-2: 0 */
+    int64_t activations;          /* the step's arena, less its gradient outputs at stages 0-2
+                                     (stage 3: the arena of the plan that releases each layer's
+                                     gradients once complete, rci_plan_estimate_released),
+                                     plus the batch's inputs and the graph's constants: the
+                                     graph is recorded in the dtype (16-bit activations as the
+                                     trainer runs them; f16 with its loss scale) */
     int64_t scratch;              /* the scratch the backend's kernels keep after a step (its
                                      own rule over the step's nodes, in order): on the CPU the
                                      f32 copies of 16-bit nodes (0 for f32), on OpenCL the
                                      16-bit products' f32 copies, the f32 temporaries of
                                      16-bit softmax and losses, reduction partials */
-    int64_t arena;                /* the step plan's arena (rc_plan_estimate) */
+    int64_t arena;                /* the step plan's arena (rc_plan_estimate; stage 3:
+                                     rci_plan_estimate_released) */
     int64_t total;
-    int64_t full_copy;            /* mp > 1: the full weights (in the dtype) a rank holds while
-                                     it takes its shards (the first step's build); peak = total
-                                     + this */
+    int64_t full_copy;            /* the full weights (in the dtype) a rank holds beside the
+                                     total for a while, peak = total + this: mp > 1 while it
+                                     takes its shards (the first step's build); zero 3 when fit
+                                     ends and gathers the weights back into the model's
+                                     parameters (the state and the step still held); else 0 */
+    int64_t sent;                 /* bytes the rank sends over the data axis per optimizer
+                                     step of one micro-batch, ring collectives (an all-reduce
+                                     of B bytes sends 2 (dp-1)/dp B, a reduce-scatter or an
+                                     all-gather (dp-1)/dp B): stage 0 the all-reduce of the f32
+                                     gradients, 4 local; stages 1, 2 their reduce-scatter (4
+                                     local) and the all-gather of the updated weights in the
+                                     dtype (wb local); stage 3 the all-gathers of the layers in
+                                     the dtype, each time the step reads a layer no longer in
+                                     its slot (forward, and again backward), and the
+                                     reduce-scatter of each layer's f32 gradients (4 local);
+                                     0 with dp 1. Model-axis collectives are not counted */
+    int units;                    /* stage 3: the layers the parameters are gathered in */
+    int slots;                    /* stage 3: the slots of the gathered buffer */
+    int64_t gathers;              /* stage 3: the layer gathers of one step (per micro-batch) */
+    int64_t gathered_elems;       /* stage 3: the elements those gathers bring, per step */
 } rc_rank_memory;
 
 /* The memory of one rank for model c under o. Errors name the option or the model

@@ -4,9 +4,14 @@
  * planned without an arena (rc_plan_estimate); the Trainer's buffers follow from the rank's
  * parameter count: the weights in their dtype, the f32 gradient sum, and of the optimizer's
  * share the f32 moments and (16-bit weights) the f32 master; the backend's scratch is its
- * own rule (rci_backend_scratch_peak) over the step's nodes in the order they run. */
+ * own rule (rci_backend_scratch_peak) over the step's nodes in the order they run. ZeRO
+ * stage 3 plans the step as the trainer's step builder does (step.c): the parameters' units
+ * and the plan that releases each unit's gradients, then the units' schedule over the
+ * plan's order, whose slots are the gathered buffer. */
 #include "internal.h"
 #include "backend.h"
+#include "exec.h"
+#include "gather.h"
 #include "redco/memory.h"
 
 #include <ctype.h>
@@ -46,9 +51,11 @@ static int check_options(const rc_memory_options *o, rc_error *err)
                             o->remat);
     if (o->dtype != RC_F32 && o->dtype != RC_BF16 && o->dtype != RC_F16)
         return rc_error_set(err, RC_ERR_ARG, "memory plan: dtype %s (f32, bf16 or f16)", rc_dtype_name(o->dtype));
-    if (o->zero < 0 || o->zero > 2)
-        return rc_error_set(err, RC_ERR_ARG, "memory plan: zero %d: the ZeRO stage is 0, 1 or 2 (stage 3 is not "
-                            "built yet)", o->zero);
+    if (o->zero < 0 || o->zero > 3)
+        return rc_error_set(err, RC_ERR_ARG, "memory plan: zero %d: the ZeRO stage is 0, 1, 2 or 3", o->zero);
+    if (o->zero == 3 && o->mp > 1) /* as the trainer refuses it */
+        return rc_error_set(err, RC_ERR_ARG, "memory plan: zero 3 runs with one model shard (mp 1), not mp %d",
+                            o->mp);
     return 0;
 }
 
@@ -112,17 +119,19 @@ static int64_t leaf_bytes(const rc_graph *g, rc_tensor *const *params, int n)
     return bytes;
 }
 
-/* The scratch the backend keeps after a step: its rule over the nodes the outputs need, in
- * the order a plan runs them (the graph's), from none held. Bytes; -1 out of memory. */
-static int64_t step_scratch(const rc_backend *be, const rc_graph *g, rc_tensor *const *outs, int nout)
+/* The nodes the outputs need in the order a plan runs them (the graph's creation order,
+ * leaves and views included, as rci_plan_node lists them): the order the backend's scratch
+ * and stage 3's schedule follow. *k of them; malloc'ed; NULL out of memory. */
+static rc_tensor **run_order(const rc_graph *g, rc_tensor *const *outs, int nout, int *k)
 {
-    int n = rc_graph_size(g), k = 0;
+    int n = rc_graph_size(g);
     char *needed = calloc((size_t)n + 1, 1);
-    const rc_tensor **order = malloc(((size_t)n + 1) * sizeof *order);
+    rc_tensor **order = malloc(((size_t)n + 1) * sizeof *order);
+    *k = 0;
     if (!needed || !order) {
         free(needed);
         free(order);
-        return -1;
+        return NULL;
     }
     for (int i = 0; i < nout; i++)
         needed[outs[i]->id] = 1;
@@ -136,12 +145,82 @@ static int64_t step_scratch(const rc_backend *be, const rc_graph *g, rc_tensor *
     }
     for (int i = 0; i < n; i++)
         if (needed[i])
-            order[k++] = rc_graph_node(g, i);
-    int64_t bytes = (int64_t)rci_backend_scratch_peak(be, 0, order, k);
+            order[(*k)++] = rc_graph_node(g, i);
     free(needed);
-    free(order);
-    return bytes;
+    return order;
 }
+
+/* The scratch the backend keeps after a step: its rule over the nodes in run order, from
+ * none held. Bytes. */
+static int64_t step_scratch(const rc_backend *be, rc_tensor *const *order, int k)
+{
+    return (int64_t)rci_backend_scratch_peak(be, 0, (const rc_tensor *const *)order, k);
+}
+
+/* zero 3: what the step of the trainer's rci_step_build plans (step.c step_plan) on one
+ * replica's graph: the units of the parameters (laid out one after another in their
+ * order, as the trainer's local layout with one model shard), the plan whose gradient
+ * output i (outs[nl + i]) is released after its unit's last gradient node, and the units'
+ * schedule over that plan's order. The arena into *st, the schedule into z. */
+static int zero3_plan(rc_graph *run, rc_tensor *const *params, rc_tensor *const *grads, int n, rc_tensor **outs,
+                      int nl, rc_tensor *const *order, int k, rci_gather *z, rc_plan_stats *st, rc_error *err)
+{
+    int64_t *loff = malloc(((size_t)n + 1) * sizeof *loff), *lnum = malloc(((size_t)n + 1) * sizeof *lnum);
+    rc_tensor **release = calloc((size_t)(n + nl) + 1, sizeof *release);
+    int rc = loff && lnum && release ? 0 : rc_error_set(err, RC_ERR_MEMORY, "out of memory");
+    int64_t at = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        loff[i] = at;
+        lnum[i] = params[i] ? rc_tensor_numel(params[i]) : 0;
+        at += lnum[i];
+    }
+    if (!rc)
+        rc = rci_gather_units(z, run, params, grads, n, loff, lnum, err);
+    for (int i = 0; !rc && i < n; i++)
+        release[nl + i] = z->release[i];
+    if (!rc)
+        rc = rci_plan_estimate_released(run, outs, n + nl, release, st, err);
+    if (!rc)
+        rc = rci_gather_schedule(z, run, order, k, params, err);
+    free(loff);
+    free(lnum);
+    free(release);
+    return rc ? rci_error_prefix(err, "memory plan") : 0;
+}
+
+/* bytes one rank sends in a ring collective over dp ranks: an all-reduce (times 2) or a
+ * reduce-scatter or all-gather (times 1) of `bytes` */
+static int64_t ring_sent(int64_t bytes, int dp, int times)
+{
+    return bytes / dp * (dp - 1) * times + bytes % dp * (dp - 1) * times / dp;
+}
+
+/* the per-part figures of one rank from the plan's: the trainer's buffers by stage
+ * (memory.h's table) and the data axis' bytes of a step */
+static void rank_figures(rc_rank_memory *m, const rc_memory_options *o, int64_t grad_out, int64_t inputs)
+{
+    int dp = o->dp > 0 ? o->dp : 1, half = o->dtype != RC_F32;
+    int64_t wb = (int64_t)rc_dtype_size(o->dtype);
+    m->share = o->zero ? (m->local + dp - 1) / dp : m->local;
+    /* with zero 2 and 3 the f32 sum is the share plus the window the step's gradients are
+     * reduce-scattered through, min(2^20, the share) floats (trainer.c's ZERO2_WINDOW) */
+    m->window = o->zero >= 2 && dp > 1 ? (m->share < (1 << 20) ? m->share : 1 << 20) : 0;
+    m->optimizer = 8 * m->share;
+    m->master = half || o->zero == 3 ? 4 * m->share : 0;
+    if (o->zero == 3) { /* the share (16-bit: its own words; f32: the master) and the slots */
+        m->weights = (half ? wb * m->share : 0) + m->gathered;
+        m->gradients = 4 * (m->share + m->window);
+        m->activations = m->arena + inputs;
+        m->sent = ring_sent(wb * m->gathered_elems, dp, 1) + ring_sent(4 * m->local, dp, 1);
+    } else { /* the whole local weights; the step's own gradients (dtype) + the f32 sum */
+        m->weights = wb * m->local;
+        m->gradients = 4 * (o->zero >= 2 ? m->share + m->window : m->local) + grad_out;
+        m->activations = m->arena - grad_out + inputs;
+        m->sent = o->zero ? ring_sent(4 * m->local, dp, 1) + ring_sent(wb * m->local, dp, 1)
+                          : ring_sent(4 * m->local, dp, 2);
+    }
+}
+
 int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank_memory *m, rc_error *err)
 {
     memset(m, 0, sizeof *m);
@@ -149,13 +228,15 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
         return rc_error_set(err, RC_ERR_ARG, "memory plan: no model or options");
     if (check_options(o, err))
         return -1;
-    int mp = o->mp > 0 ? o->mp : 1, dp = o->dp > 0 ? o->dp : 1;
+    int mp = o->mp > 0 ? o->mp : 1;
     step_graph s = {0};
+    rci_gather z = {0};
+    rc_tensor **order = NULL;
     int rc = record(&s, c, o, err);
     if (!rc && mp > 1)
         rc = partition(&s, o, mp, err);
     rc_graph *run = mp > 1 ? s.local.g : s.g;
-    int nl = s.unscaled ? 2 : 1; /* the losses planned before the gradients */
+    int nl = s.unscaled ? 2 : 1, k = 0; /* the losses planned before the gradients */
     rc_tensor *loss = mp > 1 ? s.local.out : s.loss, **params = mp > 1 ? s.local.params : s.p;
     int n = s.model.n_params;
     if (!rc) {
@@ -166,46 +247,47 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
     }
     if (!rc && rc_backward(run, loss, params, n, s.grads))
         rc = rc_error_set(err, rc_graph_error_code(run), "memory plan: backward: %s", rc_graph_error(run));
-    rc_plan_stats st = {0};
     if (!rc) {
         s.outs[0] = loss;
         if (nl == 2)
             s.outs[1] = mp > 1 ? s.local.outs[1] : s.unscaled;
         memcpy(s.outs + nl, s.grads, (size_t)n * sizeof *s.grads);
-        rc = rc_plan_estimate(run, s.outs, n + nl, &st, err);
+        if (!(order = run_order(run, s.outs, n + nl, &k)))
+            rc = rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
     }
-    if (rc) {
-        step_graph_free(&s);
-        return -1;
+    rc_plan_stats st = {0};
+    if (!rc)
+        rc = o->zero == 3 ? zero3_plan(run, params, s.grads, n, s.outs, nl, order, k, &z, &st, err)
+                          : rc_plan_estimate(run, s.outs, n + nl, &st, err);
+    if (!rc) {
+        int64_t grad_out = 0; /* the gradient outputs: alive in the arena at the end of the step */
+        for (int i = 0; i < n; i++) {
+            m->local += rc_tensor_numel(params[i]);
+            grad_out += (int64_t)rc_tensor_nbytes(s.grads[i]);
+        }
+        m->params = s.model.numel;
+        m->arena = (int64_t)st.peak_bytes;
+        if (o->zero == 3) {
+            int64_t scattered;
+            rci_gather_volume(&z, &m->gathered_elems, &scattered);
+            m->gathered = z.numel * (int64_t)rc_dtype_size(o->dtype);
+            m->units = z.nunit;
+            m->slots = z.nslot;
+            for (int v = 0; v < z.nvisit; v++)
+                m->gathers += z.visit_gathers[v];
+        }
+        rank_figures(m, o, grad_out, leaf_bytes(run, params, n));
+        m->scratch = step_scratch(o->backend ? o->backend : rci_backend_cpu(), order, k);
+        m->total = m->weights + m->gradients + m->optimizer + m->master + m->activations + m->scratch;
+        /* the whole weights beside all of that: with model shards while the first step
+         * takes them; with zero 3 when fit ends and gathers them back into the model's
+         * parameters, the state and the steps still held */
+        m->full_copy = mp > 1 || o->zero == 3 ? (int64_t)rc_dtype_size(o->dtype) * m->params : 0;
     }
-    int64_t grad_out = 0; /* the gradient outputs: alive in the arena at the end of the step */
-    for (int i = 0; i < n; i++) {
-        m->local += rc_tensor_numel(params[i]);
-        grad_out += (int64_t)rc_tensor_nbytes(s.grads[i]);
-    }
-    int64_t inputs = leaf_bytes(run, params, n), wb = (int64_t)rc_dtype_size(o->dtype);
-    int half = o->dtype != RC_F32;
-    m->params = s.model.numel;
-    m->share = o->zero ? (m->local + dp - 1) / dp : m->local;
-    m->arena = (int64_t)st.peak_bytes;
-    m->weights = wb * m->local;
-    /* the step's own gradients (in the dtype) + their f32 sum: of all of local, or with
-     * zero 2 of the share plus the window the step's gradients are reduce-scattered
-     * through, min(2^20, the share) floats (trainer.c's ZERO2_WINDOW) */
-    m->window = o->zero >= 2 && dp > 1 ? (m->share < (1 << 20) ? m->share : 1 << 20) : 0;
-    m->gradients = 4 * (o->zero >= 2 ? m->share + m->window : m->local) + grad_out;
-    m->optimizer = 8 * m->share;
-    m->master = half ? 4 * m->share : 0;
-    m->activations = m->arena - grad_out + inputs;
-    m->scratch = step_scratch(o->backend ? o->backend : rci_backend_cpu(), run, s.outs, n + nl);
-    if (m->scratch < 0) {
-        step_graph_free(&s);
-        return rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
-    }
-    m->total = m->weights + m->gradients + m->optimizer + m->master + m->activations + m->scratch;
-    m->full_copy = mp > 1 ? wb * m->params : 0;
+    rci_gather_free(&z);
+    free(order);
     step_graph_free(&s);
-    return 0;
+    return rc ? -1 : 0;
 }
 
 /* the presets of c's family, most parameters first; n of them; malloc'ed */
@@ -255,9 +337,12 @@ int rc_memory_largest(const rc_model_config *c, const rc_memory_options *o, int6
             break;
         /* the weights and gradients alone, on a perfect split: too large means no need to
          * record the graph */
-        int64_t local = rc_config_param_count(&p) / mp;
-        int64_t least = local * 2 * (int64_t)rc_dtype_size(o->dtype) + 4 * (o->zero >= 2 ? local / dp : local);
-        /* (weights + the step's gradients in the dtype, the f32 gradient sum: zero 2's share) */
+        int64_t local = rc_config_param_count(&p) / mp, wb = (int64_t)rc_dtype_size(o->dtype);
+        /* stages 0-2: weights + the step's gradients in the dtype, the f32 gradient sum (zero
+         * 2: its share); stage 3: of the share only, the f32 gradients, moments and master
+         * (and the 16-bit words) */
+        int64_t least = o->zero == 3 ? (16 + (o->dtype != RC_F32 ? wb : 0)) * (local / dp)
+                                     : local * 2 * wb + 4 * (o->zero >= 2 ? local / dp : local);
         if (least > budget || rc_memory_plan(&p, o, &r, NULL)) /* a plan that fails: mp divides nothing */
             continue;
         if (r.total + r.full_copy <= budget) {
@@ -289,7 +374,8 @@ int rc_memory_fits(const rc_rank_memory *m, const rc_memory_options *o, int shar
     int k = snprintf(parts, sizeof parts, "activations %.2f, weights %.2f, gradients %.2f, optimizer %.2f",
                      gib(r.activations), gib(r.weights), gib(r.gradients), gib(r.optimizer + r.master));
     if (r.full_copy && k > 0 && (size_t)k < sizeof parts)
-        snprintf(parts + k, sizeof parts - (size_t)k, ", the full weights while sharding %.2f", gib(r.full_copy));
+        snprintf(parts + k, sizeof parts - (size_t)k, ", the full weights %s %.2f",
+                 o->zero == 3 ? "gathered back at the end" : "while sharding", gib(r.full_copy));
     return rc_error_set(err, RC_ERR_MEMORY,
                         "%s does not fit: one rank needs %.2f GiB at batch %lld x %lld (%s GiB), and %s has %.2f "
                         "GiB%s: try a smaller batch or sequence, remat (--remat), more model shards (--mp), --zero "

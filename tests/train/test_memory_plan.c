@@ -1,7 +1,8 @@
 /* test_memory_plan.c - the memory plan (rc_memory_plan, `redco plan`) against a real
  * training step: GPT-2 124M (preset gpt2, random weights) takes one AdamW step under each
- * option, and the peak measured is within 15% of the plan's total for one rank: the
- * backend's counters (rc_backend_memory peak), and on the CPU the process's peak RSS
+ * option, and the peak measured is near the plan's peak for one rank (its total, plus the
+ * full weights held for a while with model shards or zero 3): the backend's counters
+ * (rc_backend_memory peak) within 10%, and on the CPU the process's peak RSS within 15%
  * (getrusage; it includes the process's own overhead, small beside 2.7 GB).
  *
  * One case per process, since a peak RSS never goes down: `test_memory_plan CASE`, CASE
@@ -31,7 +32,9 @@
 #include <string.h>
 #include <sys/resource.h>
 
-enum { MARGIN_PCT = 15 };
+/* the backend's counters are the plan's own figures: within 10%; the process's RSS carries
+ * its overhead too (MPI's buffers, the host copies of a gather): within 15% */
+enum { MARGIN_PCT = 10, RSS_MARGIN_PCT = 15 };
 
 typedef struct {
     const char *name;
@@ -56,6 +59,9 @@ static const mem_case cases[] = {
     {"zero2", "cpu", "gpt2", 1, 1, 256, 0, 2, RC_F32, 1},     /* mpiexec -n 2: dp 2, ZeRO stage 2 */
     {"zero-dp4", "cpu", "gpt2", 1, 1, 128, 0, 1, RC_F32, 1},  /* mpiexec -n 4: dp 4 */
     {"zero2-dp4", "cpu", "gpt2", 1, 1, 128, 0, 2, RC_F32, 1}, /* mpiexec -n 4: dp 4, ZeRO stage 2 */
+    {"zero3", "cpu", "gpt2", 1, 1, 256, 0, 3, RC_F32, 1},     /* mpiexec -n 2: dp 2, ZeRO stage 3 */
+    {"zero3-bf16", "cpu", "gpt2", 1, 1, 256, 0, 3, RC_BF16, 1}, /* mpiexec -n 2: dp 2 */
+    {"zero3-dp4", "cpu", "gpt2", 1, 1, 128, 0, 3, RC_F32, 1}, /* mpiexec -n 4: dp 4, ZeRO stage 3 */
     {"opencl-bf16", "opencl", "gpt2", 1, 1, 128, 0, 0, RC_BF16, 1},
     {"unfused", "cpu", "gpt2", 1, 1, 1024, 0, 0, RC_F32, 0}, /* wrong plan: the fused graph's */
     {"unfused-remat", "cpu", "gpt2", 1, 1, 1024, 1, 0, RC_F32, 0},
@@ -101,21 +107,22 @@ static rc_tensor *loss(rc_graph *g, rc_params *p, const rc_batch *b, rc_rng rng,
     return rc_cross_entropy(g, logits, rc_batch_input(g, b, "targets"), RC_IGNORE_INDEX);
 }
 
-/* measured within MARGIN_PCT of planned */
-static int near(double measured, double planned)
+/* measured within margin percent of planned */
+static int near(double measured, double planned, int margin)
 {
-    return fabs(measured - planned) <= MARGIN_PCT / 100.0 * planned;
+    return fabs(measured - planned) <= margin / 100.0 * planned;
 }
 
 /* the comparison of one measured figure with the plan: within the margin, and nearer the
  * plan than any wrong one (`wrong`, nwrong of them: the case's plan without the AdamW
  * state, and on the CPU the plan of the other --remat setting, 15-28% apart for GPT-2 at
  * 1024 tokens; "within the margin of a wrong plan too" failed at 15.0% apart) */
-static void check_peak(const char *what, double measured, double planned, const double *wrong, int nwrong)
+static void check_peak(const char *what, double measured, double planned, int margin, const double *wrong,
+                       int nwrong)
 {
     double off = measured / planned - 1;
-    CHECKF(near(measured, planned), "%s: measured %.1f MiB, planned %.1f MiB (%+.1f%%, margin %d%%)", what,
-           measured / (1 << 20), planned / (1 << 20), 100 * off, MARGIN_PCT);
+    CHECKF(near(measured, planned, margin), "%s: measured %.1f MiB, planned %.1f MiB (%+.1f%%, margin %d%%)", what,
+           measured / (1 << 20), planned / (1 << 20), 100 * off, margin);
     for (int i = 0; i < nwrong; i++) /* the plan, not a wrong one, explains the measurement */
         CHECKF(fabs(measured - planned) < fabs(measured - wrong[i]),
                "%s: measured %.1f MiB is nearer a wrong plan of %.1f MiB than the plan's %.1f MiB", what,
@@ -172,6 +179,8 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
      * (below), else the other remat setting */
     if (!c->fused && !c->remat) /* with remat both peak outside attention (the head, the loss) */
         rc_set_fused_attention(1);
+    else if (c->zero == 3) /* stage 2: every rank holding the whole weights and gradient outputs */
+        mo.zero = 2;
     else if (c->zero)
         mo.zero = 0;
     else if (c->dtype != RC_F32)
@@ -202,7 +211,8 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
     int64_t rss = max_rss_bytes();
     if (rc == 0) {
         printf("%s: %s, batch %d x %d, %s%s, %s on %s (rank %d of %d)\n", c->name, c->model, c->batch, c->seq_len,
-               c->remat ? "remat" : "no remat", c->zero > 1 ? ", zero 2" : c->zero ? ", zero" : "", rc_dtype_name(c->dtype),
+               c->remat ? "remat" : "no remat", c->zero == 3 ? ", zero 3" : c->zero == 2 ? ", zero 2" : c->zero ? ", zero" : "",
+               rc_dtype_name(c->dtype),
                rc_backend_name(rc_deployer_backend(d)),
                mesh->rank, mesh->size);
         printf("  plan: weights %.1f, gradients %.1f, optimizer %.1f, master %.1f, activations %.1f, "
@@ -210,27 +220,80 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
                plan.weights / 1048576.0, plan.gradients / 1048576.0, plan.optimizer / 1048576.0,
                plan.master / 1048576.0, plan.activations / 1048576.0, plan.scratch / 1048576.0,
                plan.total / 1048576.0);
-        /* the trainer's own buffers are the plan's rule exactly: weights, f32 gradients (zero
-         * 2: the share and the window; dp 2 and 4 share GPT-2 evenly), m, v, master */
+        if (c->zero == 3)
+            printf("  zero 3: %d layers in %d slots, gathered %.1f MiB; the weights' share %.1f MiB; %lld gathers "
+                   "a step; sends %.1f MiB a step\n", plan.units, plan.slots, plan.gathered / 1048576.0,
+                   (plan.weights - plan.gathered) / 1048576.0, (long long)plan.gathers, plan.sent / 1048576.0);
+        /* the trainer's own buffers are the plan's rule exactly: weights (zero 3: the 16-bit
+         * share and the gathered slots), f32 gradients (zero 2 and 3: the share and the
+         * window; dp 2 and 4 share GPT-2 evenly), m, v, master */
         int64_t sum = 4 * (c->zero >= 2 ? plan.share + plan.window : plan.local);
         CHECKF(r.state_bytes == plan.weights + sum + plan.optimizer + plan.master,
                "trainer state %lld bytes, plan %lld", (long long)r.state_bytes,
                (long long)(plan.weights + sum + plan.optimizer + plan.master));
         if (plan.full_copy)
             printf("  plus the full weights while sharding: %.1f MiB\n", plan.full_copy / 1048576.0);
-        check_peak("backend peak", (double)peak, need, wrong, cpu ? 2 : 1);
+        check_peak("backend peak", (double)peak, need, MARGIN_PCT, wrong, cpu ? 2 : 1);
         if (cpu && sanitized()) /* ASan's shadow memory and quarantine count in the RSS */
             printf("  process peak RSS not compared: a sanitizer build (%.1f MiB)\n", rss / 1048576.0);
         else if (cpu) {
             printf("  process RSS before the model: %.1f MiB\n", rss0 / 1048576.0);
             /* RSS carries the process's overhead: for zero, the plan without it (17% over) is
              * rejected by the backend's exact counters above, not by RSS */
-            check_peak("process peak RSS", (double)rss, need, wrong, c->zero ? 1 : 2);
+            check_peak("process peak RSS", (double)rss, need, RSS_MARGIN_PCT, wrong, c->zero ? 1 : 2);
         }
     }
     rc_trainer_free(t);
     rc_model_free(m);
     rc_deployer_free(d);
+}
+
+/* zero 3 over dp 3 (GPT-2: 124439808 = 3 x 41479936): the share of every state, the
+ * gathered slots (a few of the largest layers, from the step's schedule), the bytes sent
+ * (about 1.5 plain dp's at dp 2 in f32), one model shard only; zero2: stage 2's figures */
+static void test_zero3(const rc_model_config *c, const rc_rank_memory *zero2)
+{
+    rc_error err = {0};
+    rc_memory_options o = {.dp = 3, .mp = 1, .batch = 2, .seq_len = 128, .zero = 3};
+    rc_rank_memory z, h, s[4];
+    CHECKF(rc_memory_plan(c, &o, &z, &err) == 0, "%s", err.msg);
+    int64_t wte = 50257 * 768; /* the largest parameter, so the largest layer without remat */
+    CHECK(z.share == 41479936 && z.window == 1 << 20 && z.gradients == 4 * (z.share + z.window));
+    CHECK(z.optimizer == 8 * z.share && z.master == 4 * z.share && z.full_copy == 4 * z.params);
+    /* the next layer's gather moves while one computes: two slots or a few, none larger
+     * than the largest layer */
+    CHECKF(z.weights == z.gathered && z.gathered > 4 * wte && z.slots >= 2 && z.slots <= 3 &&
+           z.gathered <= z.slots * 4 * (wte + 32) && z.units >= 4 && z.gathers >= z.units,
+           "gathered %lld bytes in %d slots of %d layers",
+           (long long)z.gathered, z.slots, z.units);
+    CHECK(z.total == z.weights + z.gradients + z.optimizer + z.master + z.activations + z.scratch);
+    /* each layer's gradients live in the arena only while its backward pass runs */
+    CHECKF(z.activations < zero2->activations + 4 * z.local, "zero 3 activations %lld, zero 2 %lld",
+           (long long)z.activations, (long long)zero2->activations);
+    CHECK(z.total < zero2->total);
+    o.dtype = RC_BF16; /* the 16-bit share the steps gather from, and 16-bit slots */
+    CHECKF(rc_memory_plan(c, &o, &h, &err) == 0, "%s", err.msg);
+    CHECK(h.weights == 2 * h.share + h.gathered && 2 * h.gathered == z.gathered && h.master == z.master &&
+          h.full_copy == 2 * h.params);
+    o = (rc_memory_options){.dp = 2, .batch = 1, .seq_len = 64};
+    for (int stage = 0; stage < 4; stage++) {
+        o.zero = stage;
+        CHECKF(rc_memory_plan(c, &o, &s[stage], &err) == 0, "%s", err.msg);
+    }
+    /* dp 2: an all-reduce of 4 bytes a parameter sends 4; a reduce-scatter of 4 and an
+     * all-gather of 4 send 2 + 2; stage 3 gathers each layer forward and backward */
+    CHECK(s[0].sent == 4 * s[0].local && s[1].sent == s[0].sent && s[2].sent == s[0].sent);
+    double ratio = (double)s[3].sent / (double)s[0].sent;
+    printf("  zero 3 sends %.3fx plain dp's bytes (GPT-2, dp 2, f32): %lld gathers of %lld elements\n", ratio,
+           (long long)s[3].gathers, (long long)s[3].gathered_elems);
+    CHECKF(ratio > 1.3 && ratio <= 1.5 + 1e-9, "zero 3 sends %.3f x plain dp", ratio);
+    CHECK(s[3].sent == s[3].gathered_elems * 4 / 2 + 2 * s[3].local);
+    o.dp = 1; /* nothing to send, no window */
+    CHECK(rc_memory_plan(c, &o, &z, &err) == 0 && z.sent == 0 && z.window == 0 && z.share == z.local);
+    o.mp = 2;
+    CHECK(rc_memory_plan(c, &o, &z, &err) == -1 && check_has(err.msg, "one model shard"));
+    const char *name = NULL;
+    CHECK(rc_memory_largest(c, &o, 80000000000LL, &name, &z, &err) == -1 && check_has(err.msg, "zero 3"));
 }
 
 /* the plan's rules on small models: no training, so these run in every case's process */
@@ -257,8 +320,7 @@ static void test_rules(void)
     CHECK(zero2.share == 41479936 && zero2.window == 1 << 20 &&
           zero2.gradients == 4 * (41479936 + (1 << 20)) + 4 * zero2.local && zero2.optimizer == zero.optimizer &&
           zero2.total == zero.total - 4 * (zero.local - zero2.share - zero2.window) && zero.window == 0);
-    o.zero = 3; /* not built yet */
-    CHECK(rc_memory_plan(&c, &o, &zero2, &err) == -1 && check_has(err.msg, "stage 3"));
+    test_zero3(&c, &zero2);
     o.zero = 1;
     o.dp = 5; /* not dividing: ceil */
     CHECK(rc_memory_plan(&c, &o, &zero, &err) == 0 && zero.share == (124439808 + 4) / 5);
@@ -312,6 +374,11 @@ static void test_rules(void)
     o.dp = 8, o.zero = 2; /* zero 2 over 8: LLaMA-7B in f32 fits */
     CHECKF(rc_memory_largest(&l, &o, 80000000000LL, &name, &base, &err) == 0 && name && !strcmp(name, "llama-7b"),
            "%s", name ? name : "none");
+    o.zero = 3; /* zero 3 over 8: the quick bound leaves out no fitting preset */
+    rc_rank_memory seven;
+    CHECK(rc_memory_plan(&l, &o, &seven, &err) == 0 && seven.total + seven.full_copy < 80000000000LL);
+    CHECKF(rc_memory_largest(&l, &o, 80000000000LL, &name, &base, &err) == 0 && name &&
+           rc_config_param_count(&l) <= base.params, "%s", name ? name : "none");
     o.zero = 1;
     o.dtype = RC_BF16, o.dp = 8;
     CHECKF(rc_memory_largest(&l, &o, 80000000000LL, &name, &base, &err) == 0 && name && !strcmp(name, "llama-7b"),
