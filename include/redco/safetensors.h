@@ -89,6 +89,11 @@ int rc_safetensors_read_f32(const rc_safetensors *f, int i, float *dst, int64_t 
  * convert between f32, f64, bf16 and f16 (to 16 bits rounding to nearest even, F64
  * through f32). Another pair, or n != numel, is an error naming the file and tensor. */
 int rc_safetensors_read(const rc_safetensors *f, int i, rc_dtype dt, void *dst, int64_t n, rc_error *err);
+/* The same for elements [first, first + n) of tensor i (flattened, row-major) alone: the
+ * file is mapped, so only those bytes are read (ZeRO's shares of a checkpoint). A range
+ * outside the tensor is an error naming the file and tensor. */
+int rc_safetensors_read_range(const rc_safetensors *f, int i, rc_dtype dt, int64_t first, int64_t n, void *dst,
+                              rc_error *err);
 /* The safetensors dtype string of an rc_dtype ("F32", "F64", "I32", "BF16", "F16"), NULL
  * for another value. */
 const char *rc_st_dtype_name(rc_dtype t);

@@ -431,17 +431,27 @@ static void convert_from_file(void *dst, rc_dtype dt, const uint8_t *p, rc_dtype
 
 int rc_safetensors_read(const rc_safetensors *f, int i, rc_dtype dt, void *dst, int64_t n, rc_error *err)
 {
-    if (i < 0 || i >= f->n)
-        return rc_error_set(err, RC_ERR_INDEX, "%s: tensor index %d out of range [0, %d)",
-                            f->path, i, f->n);
-    const rc_st_tensor *t = &f->t[i];
-    if (n != t->numel) {
+    if (i >= 0 && i < f->n && n != f->t[i].numel) {
+        const rc_st_tensor *t = &f->t[i];
         char s[128];
         return rc_error_set(err, RC_ERR_SHAPE, "%s: tensor '%s' has %" PRId64 " elements (shape "
                             "%s), the destination %" PRId64, f->path, t->name, t->numel,
                             shape_str(s, sizeof s, t->ndim, t->shape), n);
     }
-    const uint8_t *p = f->buf + t->begin;
+    return rc_safetensors_read_range(f, i, dt, 0, n, dst, err);
+}
+
+int rc_safetensors_read_range(const rc_safetensors *f, int i, rc_dtype dt, int64_t first, int64_t n, void *dst,
+                              rc_error *err)
+{
+    if (i < 0 || i >= f->n)
+        return rc_error_set(err, RC_ERR_INDEX, "%s: tensor index %d out of range [0, %d)",
+                            f->path, i, f->n);
+    const rc_st_tensor *t = &f->t[i];
+    if (first < 0 || n < 0 || first > t->numel || n > t->numel - first)
+        return rc_error_set(err, RC_ERR_SHAPE, "%s: tensor '%s' has %" PRId64 " elements, not the range [%" PRId64
+                            ", %" PRId64 ")", f->path, t->name, t->numel, first, first + n);
+    const uint8_t *p = f->buf + t->begin + (size_t)first * t->elem_size;
     if (t->dtype >= 0 && t->dtype == (int)dt) { /* the same type: the bytes as they are */
         memcpy(dst, p, (size_t)n * t->elem_size); /* little-endian file, little-endian host */
         return 0;

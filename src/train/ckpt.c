@@ -294,11 +294,24 @@ static int read_tensor(rc_checkpoint *ck, const char *name, float *dst, int64_t 
 
 /* reads tensor `name` into the local-layout buffer `dst` (a shard of it with model shards:
  * read whole into tmp, then cut; with shared and zero, dst holds this rank's share of the
- * layout alone: the moments and master) */
+ * layout alone: the moments and master, of which one shard reads its share alone) */
 static int load_one(const rci_ckpt_state *s, rc_checkpoint *ck, const char *name, int i, float *tmp, float *part,
                     rc_buffer *dst, int shared, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(s->d);
+    if (m->mp == 1 && shared && s->zero) {
+        int64_t lo, n;
+        rc_safetensors *f;
+        int k;
+        share_of(s, i, &lo, &n);
+        if (rc_checkpoint_find(ck, name, &f, &k) < 0)
+            return rc_error_set(err, RC_ERR_FORMAT, "%s: tensor '%s' is missing", rc_checkpoint_path(ck), name);
+        if (rc_safetensors_info(f, k)->numel != s->table->p[i].numel)
+            return read_tensor(ck, name, tmp, s->table->p[i].numel, err); /* (its error names the sizes) */
+        return n ? rc_safetensors_read_range(f, k, RC_F32, lo - s->off[i], n, tmp, err) ||
+                   rc_buffer_upload(dst, (size_t)(lo - s->share_lo) * sizeof(float), tmp, (size_t)n * sizeof(float), err)
+                 : 0;
+    }
     if (read_tensor(ck, name, tmp, s->table->p[i].numel, err))
         return -1;
     const float *mine = tmp;

@@ -357,6 +357,21 @@ static void test_half(void)
     CHECK(rc_safetensors_read(f, 0, RC_BF16, w, 3, &err) == -1 && err.code == RC_ERR_SHAPE);
     CHECK(!strcmp(rc_st_dtype_name(RC_BF16), "BF16") && !strcmp(rc_st_dtype_name(RC_F16), "F16") &&
           rc_st_dtype_name(RC_DTYPE_COUNT) == NULL);
+    /* ranges: a share of a tensor reads as the same elements of the whole, in any dtype */
+    float part[HALF_N];
+    for (int first = 0; first <= HALF_N; first += 3) {
+        int n = HALF_N - first < 4 ? HALF_N - first : 4;
+        CHECK(rc_safetensors_read_range(f, 0, RC_F32, first, n, part, &err) == 0 &&
+              !memcmp(part, x + first, (size_t)n * sizeof *part));
+        CHECK(rc_safetensors_read_range(f, 2, RC_BF16, first, n, w, &err) == 0 &&
+              !memcmp(w, bf + first, (size_t)n * sizeof *w));
+    }
+    CHECK(rc_safetensors_read_range(f, 3, RC_I32, 1, 2, ri, &err) == 0 && ri[0] == -2 && ri[1] == 3);
+    err = (rc_error){0};
+    CHECK(rc_safetensors_read_range(f, 0, RC_F32, HALF_N - 1, 2, part, &err) == -1 && err.code == RC_ERR_SHAPE &&
+          check_has(err.msg, "'b'"));
+    err = (rc_error){0};
+    CHECK(rc_safetensors_read_range(f, 0, RC_F32, -1, 1, part, &err) == -1 && err.code == RC_ERR_SHAPE);
     rc_safetensors_close(f);
 }
 
