@@ -310,10 +310,13 @@ static void print_memory(const options *o, const memory *mem)
         printf("  scratch      %10s  what the %s's kernels keep between nodes (f32 copies, temporaries)\n",
                bytes_text((double)r->scratch, a, sizeof a), o->device ? o->device : "cpu");
     printf("  total        %10s", bytes_text((double)r->total, a, sizeof a));
-    if (r->full_copy)
-        printf("  + the full %s weights %s held %s (peak %s)", dt, bytes_text((double)r->full_copy, b, sizeof b),
-               o->zero == 3 ? "when training ends and gathers them back" : "while a rank takes its shards",
+    if (r->full_copy && o->zero == 3)
+        printf("  + %s while the full %s weights are whole beside the shares (as given, and gathered back when "
+               "training ends; peak %s)", bytes_text((double)r->full_copy, b, sizeof b), dt,
                bytes_text((double)(r->total + r->full_copy), c, sizeof c));
+    else if (r->full_copy)
+        printf("  + the full %s weights %s held while a rank takes its shards (peak %s)", dt,
+               bytes_text((double)r->full_copy, b, sizeof b), bytes_text((double)(r->total + r->full_copy), c, sizeof c));
     printf("\n");
     if (!o->memory_text)
         return;

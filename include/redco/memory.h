@@ -80,11 +80,14 @@ typedef struct {
     int64_t arena;                /* the step plan's arena (rc_plan_estimate; stage 3:
                                      rci_plan_estimate_released) */
     int64_t total;
-    int64_t full_copy;            /* the full weights (in the dtype) a rank holds beside the
-                                     total for a while, peak = total + this: mp > 1 while it
-                                     takes its shards (the first step's build); zero 3 when fit
-                                     ends and gathers the weights back into the model's
-                                     parameters (the state and the step still held); else 0 */
+    int64_t full_copy;            /* what a rank holds beyond the total for a while, peak =
+                                     total + this: mp > 1 the full weights (in the dtype) while
+                                     it takes its shards (the first step's build); zero 3 the
+                                     full weights as given to the trainer (until the first fit
+                                     takes its share) and gathered back when fit ends, beside
+                                     the master, moments, gradient share and 16-bit share (the
+                                     steps and slots not yet made, or freed first): what that
+                                     exceeds the total by, else 0 */
     int64_t sent;                 /* bytes the rank sends over the data axis per optimizer
                                      step of one micro-batch, ring collectives (an all-reduce
                                      of B bytes sends 2 (dp-1)/dp B, a reduce-scatter or an

@@ -280,9 +280,12 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
         m->scratch = step_scratch(o->backend ? o->backend : rci_backend_cpu(), order, k);
         m->total = m->weights + m->gradients + m->optimizer + m->master + m->activations + m->scratch;
         /* the whole weights beside all of that: with model shards while the first step
-         * takes them; with zero 3 when fit ends and gathers them back into the model's
-         * parameters, the state and the steps still held */
-        m->full_copy = mp > 1 || o->zero == 3 ? (int64_t)rc_dtype_size(o->dtype) * m->params : 0;
+         * takes them; with zero 3 as given to the trainer (before the first fit takes the
+         * shares) and gathered back when fit ends, beside the shares of the state alone (the
+         * steps, slots and gradient share go first): what that adds to the steps' total */
+        int64_t whole = (int64_t)rc_dtype_size(o->dtype) * m->params;
+        int64_t beside = m->optimizer + m->master + m->gradients + (m->weights - m->gathered);
+        m->full_copy = mp > 1 ? whole : o->zero == 3 ? (whole + beside > m->total ? whole + beside - m->total : 0) : 0;
     }
     rci_gather_free(&z);
     free(order);

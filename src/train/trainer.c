@@ -1092,6 +1092,35 @@ static void test_stop_wait(void)
     }
 }
 
+/* The bytes of the trainer's state during the steps: weights of local (zero 3: the 16-bit
+ * share and the gathered slots); f32 gradients of local (zero 2 and 3: of the share, and the
+ * window); f32 moments (and master) of the share */
+static int64_t state_size(const rc_trainer *t)
+{
+    int64_t grads = t->zero >= 2 ? t->share_n + t->window_n : t->local_numel;
+    int64_t weights = t->zero < 3 ? t->local_numel : (t->wshare ? t->share_n : 0) + t->gathered_numel;
+    return weights * (int64_t)rc_dtype_size(t->dtype) + grads * (int64_t)sizeof(float) +
+           t->share_n * (int64_t)sizeof(float) * (t->master ? 3 : 2);
+}
+
+/* Zero 3, before the end of fit gathers the whole weights back into the parameters: what a
+ * later fit or evaluation makes again goes first (the compiled steps with their arenas, the
+ * gathered slots, the eval predictor, the gradient share and window), so that the whole
+ * weights sit beside the shares of the master, moments and 16-bit weights alone. */
+static void shrink(rc_trainer *t)
+{
+    step_free(&t->train);
+    step_free(&t->eval);
+    step_free(&t->eval_tail);
+    rc_predictor_free(t->eval_predictor);
+    t->eval_predictor = NULL;
+    rc_buffer_free(t->gathered);
+    rc_buffer_free(t->grad);
+    rc_buffer_free(t->window);
+    t->gathered = t->grad = t->window = NULL;
+    t->gathered_numel = t->window_n = 0;
+}
+
 int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
                    const rc_examples *eval, rc_train_result *out, rc_error *err)
 {
@@ -1104,7 +1133,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     t->shards.n_overrides = o->n_shard_overrides;
     if (rc_deployer_agree(t->d, weights_dtype(t, o, err), err))
         return -1;
-    if (!t->train.st.plan) { /* the loss scale is part of the step: set before it is built */
+    if (!t->train.st.plan && !t->m) { /* the loss scale is part of the step: set before the first */
         t->scaling = o->loss_scale > 0 || t->dtype == RC_F16;
         t->scale = o->loss_scale > 0 ? o->loss_scale : t->scaling ? 65536.0 : 1.0;
         t->good_steps = 0;
@@ -1204,19 +1233,16 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         rc = rci_ckpt_save_final(&state, o, err);
     rci_nn_weights *w = rci_params_weights(t->params);
     int64_t held = w && w->buf ? w->numel * (int64_t)rc_dtype_size(w->dtype) : 0;
+    int64_t state_bytes = state_size(t);
+    if (t->zero == 3)
+        shrink(t);
     if (!rc)
         rc = rci_ckpt_gather_params(&state, t->params, err);
     rci_params_touch(t->params); /* updated in place, or gathered from the shards */
     if (!rc) /* the last update done before fit returns, on a device that queues work */
         rc = rc_backend_wait(t->be, err);
     if (out) {
-        /* weights of local (zero 3: the 16-bit share and the gathered slots); f32 gradients
-         * of local (zero 2 and 3: of the share, and the window); f32 moments (and master) of
-         * the share */
-        int64_t grads = t->zero >= 2 ? t->share_n + t->window_n : t->local_numel;
-        int64_t weights = t->zero < 3 ? t->local_numel : (t->wshare ? t->share_n : 0) + t->gathered_numel;
-        out->state_bytes = weights * (int64_t)rc_dtype_size(t->dtype) + grads * (int64_t)sizeof(float) +
-                           t->share_n * (int64_t)sizeof(float) * (t->master ? 3 : 2);
+        out->state_bytes = state_bytes;
         out->loss_scale = t->scale;
         out->skipped_steps = t->skipped;
         out->full_weight_bytes = t->mp > 1 ? held : 0;
