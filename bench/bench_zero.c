@@ -18,11 +18,10 @@
  * MPI_Iallreduce, ... count, then call PMPI_Iallreduce, ...), at the call that starts them
  * (stage 3's gathers are started ahead and waited for later): payload_bytes sums each
  * call's whole vector; sent_bytes is what this rank sends under the ring algorithms, the
- * bandwidth-optimal ones: an all-reduce of N bytes sends 2 N (p-1)/p, a reduce-scatter N
- * less the rank's own share, an all-gather N less the share the rank receives last (its
- * successor's), a broadcast N from the root. (Open MPI 4.1's non-blocking reduce-scatter,
- * libnbc's, is a reduce to rank 0 and a scatter instead: over 2 processes rank 1 sends all
- * N and rank 0 half.)
+ * bandwidth-optimal ones: an all-reduce of N bytes sends 2 N (p-1)/p, an all-gather N less
+ * the share the rank receives last (its successor's), a broadcast N from the root. redco's
+ * reduce-scatter is a pairwise exchange of MPI_Isend / MPI_Irecv (comm.c), counted as the
+ * bytes sent: the bucket less the rank's own share, the ring's.
  * comm_s is rank 0's time per step that the step spends in collectives: inside the calls
  * that start them, and waiting for them, from the first MPI_Test on a request (the
  * watchdog, rci_comm_watched, waits on one collective at a time, spinning on MPI_Test) to
@@ -55,8 +54,9 @@ static const double GOAL_BYTES = 1.5, GOAL_TIME = 1.25; /* #27's goal for stage 
 
 /* ---- the collectives' bytes and time, counted on the way to MPI ------------------------- */
 
-enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHERV, OP_BCAST, OPS };
-static const char *const op_name[OPS] = {"MPI_Iallreduce", "MPI_Ireduce_scatter", "MPI_Iallgatherv", "MPI_Ibcast"};
+enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHERV, OP_BCAST, OP_SEND, OP_RECV, OPS };
+static const char *const op_name[OPS] = {"MPI_Iallreduce", "MPI_Ireduce_scatter", "MPI_Iallgatherv", "MPI_Ibcast",
+                                         "MPI_Isend", "MPI_Irecv"};
 
 typedef struct {
     int64_t calls, sent, payload;
@@ -166,6 +166,26 @@ int MPI_Iallgatherv(const void *sb, int scount, MPI_Datatype st, void *rb, const
     int64_t n = counts_total(comm, counts, &p, &me), es = type_bytes(rt), last = counts[(me + 1) % p];
     int rc = PMPI_Iallgatherv(sb, scount, st, rb, counts, displ, rt, comm, req);
     count_comm(OP_ALLGATHERV, comm, n * es, (n - last) * es, t0, rc, req);
+    return rc;
+}
+
+/* the reduce-scatter's pairwise exchange (comm.c): the parts sent, and the parts received
+ * (no bytes sent; their waits are the exchange's) */
+int MPI_Isend(const void *buf, int count, MPI_Datatype t, int to, int tag, MPI_Comm comm, MPI_Request *req)
+{
+    double t0 = bench_now();
+    int64_t n = count * type_bytes(t);
+    int rc = PMPI_Isend(buf, count, t, to, tag, comm, req);
+    count_comm(OP_SEND, comm, n, n, t0, rc, req);
+    return rc;
+}
+
+int MPI_Irecv(void *buf, int count, MPI_Datatype t, int from, int tag, MPI_Comm comm, MPI_Request *req)
+{
+    double t0 = bench_now();
+    int64_t n = count * type_bytes(t);
+    int rc = PMPI_Irecv(buf, count, t, from, tag, comm, req);
+    count_comm(OP_RECV, comm, n, 0, t0, rc, req);
     return rc;
 }
 

@@ -447,19 +447,48 @@ static int64_t bucket_size(int64_t bucket, int64_t n)
 }
 
 /* One bucket of the reduce-scatter: h holds len floats of every rank; this rank's share of
- * the bucket ends up at its place in h, the mean of the ranks' */
+ * the bucket ends up at its place in h, the mean of the ranks'. Pairwise: in round k every
+ * rank sends rank me + k its part of h and receives rank me - k's part of its own share (the
+ * p - 1 rounds started at once: each rank sends the ring's bytes, the bucket less its own
+ * share), then adds the parts in rank order. (Open MPI's non-blocking reduce-scatter,
+ * libnbc's, reduces the whole bucket at rank 0 and scatters it: over 2 processes about three
+ * times the time of this exchange.) */
 static int reduce_scatter_bucket(rc_comm *c, float *h, const int *counts, const int *displ, rc_error *err)
 {
-    MPI_Request req;
-    int me = c->rank, rc = rci_comm_watched(c, MPI_Ireduce_scatter(MPI_IN_PLACE, h, counts, MPI_FLOAT, MPI_SUM, c->comm, &req), &req, "MPI_Reduce_scatter");
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(err, "MPI_Reduce_scatter", rc);
-    /* in place, the result is at the start of the buffer */
-    memmove(h + displ[me], h, (size_t)counts[me] * sizeof *h);
-    float inv = 1.0f / (float)c->size;
-    for (int i = 0; i < counts[me]; i++)
-        h[displ[me] + i] *= inv;
-    return 0;
+    enum { TAG = 0x5253 };
+    int p = c->size, me = c->rank, n = counts[me], rc = MPI_SUCCESS;
+    float *in = malloc(((size_t)n * (size_t)(p - 1) + 1) * sizeof *in);
+    MPI_Request *req = malloc((size_t)2 * (size_t)(p - 1) * sizeof *req);
+    if (!in || !req) {
+        free(in);
+        free(req);
+        return rc_error_set(err, RC_ERR_MEMORY, "reduce-scatter: cannot hold %d parts of %d floats", p - 1, n);
+    }
+    for (int k = 1; k < p; k++) {
+        int to = (me + k) % p, from = (me - k + p) % p;
+        req[2 * k - 2] = req[2 * k - 1] = MPI_REQUEST_NULL;
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Irecv(in + (size_t)(k - 1) * (size_t)n, n, MPI_FLOAT, from, TAG, c->comm, &req[2 * k - 2]);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Isend(h + displ[to], counts[to], MPI_FLOAT, to, TAG, c->comm, &req[2 * k - 1]);
+    }
+    for (int i = 0; i < 2 * (p - 1); i++) { /* every request started is waited for */
+        int w = req[i] == MPI_REQUEST_NULL ? MPI_SUCCESS
+                                           : rci_comm_watched(c, MPI_SUCCESS, &req[i], "MPI_Reduce_scatter");
+        rc = rc == MPI_SUCCESS ? w : rc;
+    }
+    float inv = 1.0f / (float)p, *mine = h + displ[me];
+    for (int i = 0; rc == MPI_SUCCESS && i < n; i++) {
+        float sum = 0;
+        for (int r = 0; r < p; r++) { /* rank r's part came in round (me - r) mod p */
+            float x = r == me ? mine[i] : in[(size_t)((me - r + p) % p - 1) * (size_t)n + (size_t)i];
+            sum = r == 0 ? x : sum + x;
+        }
+        mine[i] = sum * inv;
+    }
+    free(in);
+    free(req);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Reduce_scatter", rc);
 }
 
 /* One window [at, at + len) of an n-element vector, held at byte off of buf: this rank's
