@@ -25,9 +25,9 @@
  * - ZeRO stage 3 (zero 3: the weights sharded too, gathered layer by layer inside the step)
  *   equals the run without on every one-model-shard mesh as stages 1 and 2 do (weights and
  *   moments per tensor within 1e-6, SGD and AdamW, 2 micro-batches and clipping), with the
- *   layers cut by size and with --remat's blocks; bf16 with one micro-batch equals bf16
- *   without (master and moments bitwise); 3 + 2 steps resumed with zero 3 are bitwise the
- *   5 straight (f32 and bf16); each rank holds less than with zero 2 (dp > 1), and the
+ *   layers cut by size and with --remat's blocks; bf16 and f16 (loss-scaled) with one
+ *   micro-batch equal the run without (master and moments bitwise); 3 + 2 steps resumed
+ *   with zero 3 are bitwise the 5 straight (f32, bf16, f16); each rank holds less than with zero 2 (dp > 1), and the
  *   parameters come back whole at the end of fit; the same on dp 2 x mp 2, whose AdamW
  *   weights equal one process's (--dump; CTest mpi_zero3_meshes, 1e-4 as mpi_train's); the
  *   eval loss at the end equals the run without (1e-5: every replica evaluates in step).
@@ -423,25 +423,31 @@ static void test_zero3(task *k, int dp, int mp, int rank, check_weights *dumped)
             check_weights_free(&wp), check_weights_free(&w3);
         }
     remat = 0;
-    /* bf16, one micro-batch: the same master and moments as bf16 without; resumed bitwise */
-    dtype = RC_BF16;
+    /* bf16 and f16 (its loss scale), one micro-batch: the same master and moments as the
+     * run without; resumed bitwise */
+    static const rc_dtype halves[2] = {RC_BF16, RC_F16};
     accum = 1;
-    char plain[64], zero3[64], resumed[64], worst[256] = "";
-    snprintf(plain, sizeof plain, "%dx%d-bf16-z3plain", dp, mp);
-    snprintf(zero3, sizeof zero3, "%dx%d-bf16-zero3", dp, mp);
-    snprintf(resumed, sizeof resumed, "%dx%d-bf16-zero3-resume", dp, mp);
-    check_weights wp = {0}, w3 = {0}, wr = {0};
-    rc_train_result r3 = {0};
-    if (!train(k, mp, "adamw", 0, STEPS, plain, 0, &wp, NULL) && !train(k, mp, "adamw", 3, STEPS, zero3, 0, &w3, &r3))
-        check_zero3("bf16", dp, mp, rank, plain, zero3, &wp, &w3, 0, NULL, &r3);
-    if (!train(k, mp, "adamw", 3, HALF, resumed, 0, NULL, NULL) &&
-        !train(k, mp, "adamw", 3, STEPS, resumed, 1, &wr, NULL)) {
-        double e = check_weights_diff(&wr, &w3, worst, sizeof worst, NULL);
-        double em = file_diff(resumed, zero3, STEPS, "optimizer"), ew = file_diff(resumed, zero3, STEPS, "model");
-        CHECKF(e == 0 && em == 0 && ew == 0, "bf16 dp %d x mp %d zero 3: %d + %d steps resumed differ from %d "
-               "straight: %s %.3g, master %.3g, moments %.3g", dp, mp, HALF, STEPS - HALF, STEPS, worst, e, ew, em);
+    for (int hd = 0; hd < 2; hd++) {
+        dtype = halves[hd];
+        const char *dn = rc_dtype_name(dtype);
+        char plain[64], zero3[64], resumed[64], worst[256] = "";
+        snprintf(plain, sizeof plain, "%dx%d-%s-z3plain", dp, mp, dn);
+        snprintf(zero3, sizeof zero3, "%dx%d-%s-zero3", dp, mp, dn);
+        snprintf(resumed, sizeof resumed, "%dx%d-%s-zero3-resume", dp, mp, dn);
+        check_weights wp = {0}, w3 = {0}, wr = {0};
+        rc_train_result r3 = {0};
+        if (!train(k, mp, "adamw", 0, STEPS, plain, 0, &wp, NULL) && !train(k, mp, "adamw", 3, STEPS, zero3, 0, &w3, &r3))
+            check_zero3(dn, dp, mp, rank, plain, zero3, &wp, &w3, 0, NULL, &r3);
+        if (!train(k, mp, "adamw", 3, HALF, resumed, 0, NULL, NULL) &&
+            !train(k, mp, "adamw", 3, STEPS, resumed, 1, &wr, NULL)) {
+            double e = check_weights_diff(&wr, &w3, worst, sizeof worst, NULL);
+            double em = file_diff(resumed, zero3, STEPS, "optimizer"), ew = file_diff(resumed, zero3, STEPS, "model");
+            CHECKF(e == 0 && em == 0 && ew == 0, "%s dp %d x mp %d zero 3: %d + %d steps resumed differ from %d "
+                   "straight: %s %.3g, master %.3g, moments %.3g", dn, dp, mp, HALF, STEPS - HALF, STEPS, worst, e, ew,
+                   em);
+        }
+        check_weights_free(&wp), check_weights_free(&w3), check_weights_free(&wr);
     }
-    check_weights_free(&wp), check_weights_free(&w3), check_weights_free(&wr);
     accum = ACCUM;
     dtype = RC_F32;
 }
