@@ -333,6 +333,13 @@ static void print_memory(const options *o, const memory *mem)
         printf("largest preset of the family that fits: none (try a larger --mp or --dp with --zero)\n");
 }
 
+/* zero 1's reduce-scatters of the mean gradient: pieces of 2^20 floats (the trainer's
+ * ZERO2_WINDOW: its messages are far faster than larger ones in Open MPI's shared memory) */
+static int64_t zero1_pieces(const rc_rank_memory *r)
+{
+    return (r->local + (1 << 20) - 1) / (1 << 20);
+}
+
 /* the data axis' collectives of a step: the gradients' all-reduce; with zero 1 and 2 their
  * reduce-scatter (zero 2: each micro-batch's, a window at a time) and the updated weights'
  * all-gather; with zero 3 each layer gathered where the step reads it (forward, and
@@ -356,8 +363,8 @@ static void print_data_axis(const options *o, const rc_rank_memory *r, int64_t b
             printf("  data axis   reduce-scatter gradients %4lld  (%.1f MiB in windows of %.1f MiB, each micro-batch)\n",
                    (long long)zero2_windows(r), grads / (1 << 20), 4.0 * (double)r->window / (1 << 20));
         else
-            printf("  data axis   reduce-scatter gradients %4lld  (%.1f MiB in buckets of 16 MiB)\n", (long long)buckets,
-                   grads / (1 << 20));
+            printf("  data axis   reduce-scatter gradients %4lld  (%.1f MiB in pieces of 4 MiB)\n",
+                   (long long)zero1_pieces(r), grads / (1 << 20));
         printf("  data axis   all-gather weights       %4lld  (%.1f MiB of %s)\n", (long long)buckets,
                wb * (double)r->local / (1 << 20), dt);
     } else
@@ -463,7 +470,8 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
      * gathered where the step reads it) */
     json_t *coll = json_object_get(out, "collectives");
     const rc_rank_memory *r = &mem->rank;
-    int64_t scatters = o->zero == 3 ? (o->dp > 1 ? r->units : 0) : o->zero == 2 ? zero2_windows(r) : o->zero ? buckets : 0;
+    int64_t scatters = o->zero == 3 ? (o->dp > 1 ? r->units : 0) : o->zero == 2 ? zero2_windows(r)
+                       : o->zero && buckets ? zero1_pieces(r) : 0;
     int64_t gathers = o->zero == 3 ? (o->dp > 1 ? r->gathers : 0) : o->zero ? buckets : 0;
     json_object_set_new(coll, "data_reduce_scatter", json_integer(scatters));
     json_object_set_new(coll, "data_allgather", json_integer(gathers));

@@ -457,12 +457,13 @@ static int reduce_scatter_bucket(rc_comm *c, float *h, const int *counts, const 
 {
     enum { TAG = 0x5253 };
     int p = c->size, me = c->rank, n = counts[me], rc = MPI_SUCCESS;
-    float *in = malloc(((size_t)n * (size_t)(p - 1) + 1) * sizeof *in);
+    /* slot k - 1: the part of round k (rank me - k's); slot p - 1: this rank's own */
+    float *in = malloc(((size_t)n * (size_t)p + 1) * sizeof *in), *mine = h + displ[me];
     MPI_Request *req = malloc((size_t)2 * (size_t)(p - 1) * sizeof *req);
     if (!in || !req) {
         free(in);
         free(req);
-        return rc_error_set(err, RC_ERR_MEMORY, "reduce-scatter: cannot hold %d parts of %d floats", p - 1, n);
+        return rc_error_set(err, RC_ERR_MEMORY, "reduce-scatter: cannot hold %d parts of %d floats", p, n);
     }
     for (int k = 1; k < p; k++) {
         int to = (me + k) % p, from = (me - k + p) % p;
@@ -477,14 +478,19 @@ static int reduce_scatter_bucket(rc_comm *c, float *h, const int *counts, const 
                                            : rci_comm_watched(c, MPI_SUCCESS, &req[i], "MPI_Reduce_scatter");
         rc = rc == MPI_SUCCESS ? w : rc;
     }
-    float inv = 1.0f / (float)p, *mine = h + displ[me];
-    for (int i = 0; rc == MPI_SUCCESS && i < n; i++) {
-        float sum = 0;
-        for (int r = 0; r < p; r++) { /* rank r's part came in round (me - r) mod p */
-            float x = r == me ? mine[i] : in[(size_t)((me - r + p) % p - 1) * (size_t)n + (size_t)i];
-            sum = r == 0 ? x : sum + x;
+    if (rc == MPI_SUCCESS) { /* the parts summed in rank order, then the mean */
+        memcpy(in + (size_t)(p - 1) * (size_t)n, mine, (size_t)n * sizeof *mine);
+        for (int r = 0; r < p; r++) {
+            const float *x = in + (size_t)((me - r + p) % p + p - 1) % (size_t)p * (size_t)n;
+            if (r == 0)
+                memcpy(mine, x, (size_t)n * sizeof *mine);
+            else
+                for (int i = 0; i < n; i++)
+                    mine[i] += x[i];
         }
-        mine[i] = sum * inv;
+        float inv = 1.0f / (float)p;
+        for (int i = 0; i < n; i++)
+            mine[i] *= inv;
     }
     free(in);
     free(req);
