@@ -173,6 +173,8 @@ static rc_tensor *cross_entropy_shards(local *l, const rc_tensor *y, rc_tensor *
     const rci_shard_cand *c = &l->p->st[y->src[0]->id].c[0];
     int64_t V = c->groups, Vl = shard_len(c, l->mp), first = l->rank * Vl;
     int ignore = y->iparam[0];
+    if (z->dtype != y->dtype) /* 16-bit logits: the loss in f32, as the fused op computes it */
+        z = rc_cast(g, z, y->dtype);
     rc_tensor *zm = z;
     if (first + Vl > V) {
         float *pad = calloc((size_t)Vl, sizeof *pad);
