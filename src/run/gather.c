@@ -202,6 +202,15 @@ int rci_gather_units(rci_gather *z, const rc_graph *g, rc_tensor *const *leaves,
 
 /* ---- visits, slots, events ------------------------------------------------------------ */
 
+/* the elements of unit u's parameters */
+static int64_t unit_numel(const rci_gather *z, int u)
+{
+    int64_t n = 0;
+    for (int r = 0; r < z->nrange[u]; r++)
+        n += z->hi[u][r] - z->lo[u][r];
+    return n;
+}
+
 /* appends visit (u, pos) or extends the open one; -1 out of memory */
 static int visit_add(rci_gather *z, int *cap, int u, int pos)
 {
@@ -237,7 +246,7 @@ static int find_visits(rci_gather *z, rc_tensor *const *order, int n, const int 
         const rc_tensor *t = order[pos];
         for (int s = 0; runs(t) && s < t->nsrc; s++) {
             int i = t->src[s] ? param_of[storage_of(t->src[s])->id] : -1;
-            if (i >= 0 && z->unit[i] >= 0 && visit_add(z, &cap, z->unit[i], pos))
+            if (i >= 0 && visit_add(z, &cap, z->unit[i], pos))
                 return -1;
         }
     }
@@ -282,13 +291,9 @@ static void assign_slots(rci_gather *z)
             z->slot_numel[z->nslot++] = 0;
         z->slot[u] = s;
     }
-    for (int u = 0; u < z->nunit; u++) {
-        int64_t n = 0;
-        for (int r = 0; r < z->nrange[u]; r++)
-            n += z->hi[u][r] - z->lo[u][r];
-        if (z->slot[u] >= 0 && n > z->slot_numel[z->slot[u]])
-            z->slot_numel[z->slot[u]] = n;
-    }
+    for (int u = 0; u < z->nunit; u++)
+        if (z->slot[u] >= 0 && unit_numel(z, u) > z->slot_numel[z->slot[u]])
+            z->slot_numel[z->slot[u]] = unit_numel(z, u);
     z->numel = 0;
     for (int s = 0; s < z->nslot; s++) {
         z->slot_at[s] = z->numel;
@@ -319,7 +324,7 @@ static int make_events(rci_gather *z, int n_order, const int *pos_of)
     for (int u = 0; u < z->nunit; u++)
         scatter_at[u] = -1;
     for (int i = 0; i < z->np; i++)
-        if (z->unit[i] >= 0 && z->release[i])
+        if (z->release[i])
             scatter_at[z->unit[i]] = pos_of[z->release[i]->id] + 1;
     for (int pos = 0, k = 0; pos <= n_order; pos++) {
         for (int u = 0; u < z->nunit; u++)
@@ -432,7 +437,7 @@ int rci_gather_attach(rci_gather *z, rc_plan *p, const rci_gather_run *run, rc_e
     size_t es = rc_dtype_size(run->dtype);
     for (int i = 0; i < z->np; i++) {
         int u = z->unit[i];
-        if (!leaves[i] || u < 0 || z->slot[u] < 0 || !rci_plan_has(p, leaves[i]))
+        if (!leaves[i] || z->slot[u] < 0 || !rci_plan_has(p, leaves[i]))
             continue;
         if (rc_plan_bind(p, leaves[i], run->gathered, (size_t)(z->slot_at[z->slot[u]] + z->at[i]) * es, err))
             return rci_error_prefix(err, "zero 3");
@@ -449,18 +454,10 @@ int rci_gather_drain(rci_gather *z, rc_error *err)
     return rc;
 }
 
-void rci_gather_volume(const rci_gather *z, int64_t *gathered, int64_t *scattered)
+int64_t rci_gather_elements(const rci_gather *z)
 {
-    *gathered = *scattered = 0;
-    for (int u = 0; u < z->nunit; u++) {
-        int64_t n = 0, has_grads = 0;
-        for (int r = 0; r < z->nrange[u]; r++)
-            n += z->hi[u][r] - z->lo[u][r];
-        for (int k = 0; k < z->nvisit; k++)
-            if (z->visit_unit[k] == u && z->visit_gathers[k])
-                *gathered += n;
-        for (int i = 0; i < z->np; i++)
-            has_grads |= z->unit[i] == u && z->release[i];
-        *scattered += has_grads ? n : 0;
-    }
+    int64_t n = 0;
+    for (int k = 0; k < z->nvisit; k++)
+        n += z->visit_gathers[k] ? unit_numel(z, z->visit_unit[k]) : 0;
+    return n;
 }

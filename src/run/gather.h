@@ -70,9 +70,8 @@ int rci_gather_schedule(rci_gather *z, const rc_graph *g, rc_tensor *const *orde
 int rci_gather_attach(rci_gather *z, rc_plan *p, const rci_gather_run *run, rc_error *err);
 /* Waits for gathers still in flight (a run that stopped half-way); returns the first error. */
 int rci_gather_drain(rci_gather *z, rc_error *err);
-/* Elements the units' gathers and the gradients' reduce-scatters move per run (each visit
- * that gathers: its unit's elements; each unit with gradients: its elements once). */
-void rci_gather_volume(const rci_gather *z, int64_t *gathered, int64_t *scattered);
+/* Elements the units' gathers move per run: each visit that gathers, its unit's elements. */
+int64_t rci_gather_elements(const rci_gather *z);
 void rci_gather_free(rci_gather *z);
 
 #endif

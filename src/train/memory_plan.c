@@ -268,8 +268,7 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
         m->params = s.model.numel;
         m->arena = (int64_t)st.peak_bytes;
         if (o->zero == 3) {
-            int64_t scattered;
-            rci_gather_volume(&z, &m->gathered_elems, &scattered);
+            m->gathered_elems = rci_gather_elements(&z);
             m->gathered = z.numel * (int64_t)rc_dtype_size(o->dtype);
             m->units = z.nunit;
             m->slots = z.nslot;
