@@ -233,11 +233,16 @@ void cli_print_json(json_t *obj)
     json_decref(obj);
 }
 
-int cli_model_config(const char *model, rc_model_config *c, rc_error *err)
+int cli_model_is_dir(const char *model)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", model);
-    if (access(path, R_OK) == 0)
+    return access(path, R_OK) == 0;
+}
+
+int cli_model_config(const char *model, rc_model_config *c, rc_error *err)
+{
+    if (cli_model_is_dir(model))
         return rc_config_load(model, c, err);
     return rc_config_preset(model, c, err);
 }

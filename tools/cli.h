@@ -93,6 +93,8 @@ int cli_shard(const char *cmd, const char *text, cli_shards *s);
 /* The configuration of --model: DIR/config.json when there is one, else the preset of that
  * name (no weights read). */
 int cli_model_config(const char *model, rc_model_config *c, rc_error *err);
+/* 1 when MODEL is a directory with a config.json (else a preset's name) */
+int cli_model_is_dir(const char *model);
 
 /* How a dp x mp mesh lies on hosts of per_host ranks each (ranks in order, plan_hosts.c),
  * and the bytes of one step's collectives under a ring in rank order: what a rank sends on

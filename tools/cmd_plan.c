@@ -41,8 +41,10 @@ static const char *help =
     "only): the weights are a 1/dp share too; the step gathers each layer (a --remat block,\n"
     "else runs of parameters up to the largest one) into slots that hold a few of the largest\n"
     "layers at once, forward and again backward, and reduce-scatters each layer's gradients\n"
-    "as soon as they are complete; the full weights come back when training ends (shown\n"
-    "beside the total). --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
+    "as soon as they are complete. A preset's random weights are whole until the shares are\n"
+    "taken and come back whole when training ends (shown beside the total); a model directory\n"
+    "is read in parts (each rank its shards or share) and left in the workdir's final/ when\n"
+    "training ends, so no rank holds it whole. --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
     "(default 1). --dtype bf16|f16: 16-bit weights and activations with f32 master weights,\n"
     "as `redco train --dtype` (the step's graph recorded in that dtype). --attention unfused:\n"
     "attention as product, softmax, product, as `redco train --attention unfused` (every\n"
@@ -317,6 +319,9 @@ static void print_memory(const options *o, const memory *mem)
     else if (r->full_copy)
         printf("  + the full %s weights %s held while a rank takes its shards (peak %s)", dt,
                bytes_text((double)r->full_copy, b, sizeof b), bytes_text((double)(r->total + r->full_copy), c, sizeof c));
+    else if (mem->opt.from_dir && (o->zero == 3 || o->mp > 1))
+        printf("  (the peak: %s is read in parts, each rank its %s, and left in final/ when training ends: "
+               "no rank holds the whole model)", o->model, o->zero == 3 ? "share" : "shards");
     printf("\n");
     if (!o->memory_text)
         return;
@@ -513,7 +518,8 @@ static int plan_memory(const rc_model_config *c, const options *o, rc_backend *b
     mem->opt = (rc_memory_options){.dp = (int)o->dp, .mp = (int)o->mp, .batch = o->batch, .seq_len = o->seq_len,
                                    .zero = o->zero, .remat = (int)o->remat, .dtype = o->dtype,
                                    .allow_replicate = o->allow, .overrides = o->shards.o,
-                                   .n_overrides = o->shards.n, .backend = be};
+                                   .n_overrides = o->shards.n, .backend = be,
+                                   .from_dir = cli_model_is_dir(o->model)};
     if (rc_memory_plan(c, &mem->opt, &mem->rank, err))
         return -1;
     if (!o->memory_text)

@@ -506,9 +506,7 @@ static int model_config(const char *cmd, const options *o, const rc_tokenizer *t
                         rc_model_config *c, int *resized)
 {
     rc_error err = {0};
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", o->model);
-    int is_dir = access(path, R_OK) == 0;
+    int is_dir = cli_model_is_dir(o->model);
     if (cli_model_config(o->model, c, &err))
         return cli_fail(cmd, "%s", err.msg);
     int64_t tv = tok ? rc_tokenizer_vocab_size(tok) : 0;
@@ -606,7 +604,8 @@ static int preflight(const char *cmd, const options *o, const rc_model_config *c
     const rc_mesh *m = rc_deployer_mesh(d);
     rc_memory_options mo = {.dp = m->dp, .mp = m->mp, .batch = o->batch, .seq_len = o->seq_len, .zero = o->zero,
                             .remat = (int)o->remat, .dtype = o->dtype, .overrides = o->shards.o,
-                            .n_overrides = o->shards.n, .backend = rc_deployer_backend(d)};
+                            .n_overrides = o->shards.n, .backend = rc_deployer_backend(d),
+                            .from_dir = cli_model_is_dir(o->model)};
     rc_rank_memory r;
     rc_error err = {0};
     int rc = 0, sharers = rc_deployer_device_sharers(d); /* collective: first, on every rank */

@@ -24,6 +24,10 @@ typedef struct {
     const rc_shard_override *overrides; /* as rc_train_options, with mp > 1 */
     int n_overrides;
     rc_backend *backend;          /* the device whose kernels' scratch is planned (NULL: the CPU) */
+    int from_dir;                 /* the weights are read from a model directory (rc_model_load)
+                                     and the run writes its final checkpoint (a workdir): with
+                                     model shards or zero 3 a rank reads only its parts, and
+                                     fit leaves the weights in final/ (full_copy 0) */
 } rc_memory_options;
 
 /* Bytes of one rank (model shard 0 of data-parallel rank 0) during training steps, by the
@@ -87,7 +91,7 @@ typedef struct {
                                      takes its share) and gathered back when fit ends, beside
                                      the master, moments, gradient share and 16-bit share (the
                                      steps and slots not yet made, or freed first): what that
-                                     exceeds the total by, else 0 */
+                                     exceeds the total by, else 0; 0 with from_dir */
     int64_t sent;                 /* bytes the rank sends over the data axis per optimizer
                                      step of one micro-batch, ring collectives (an all-reduce
                                      of B bytes sends 2 (dp-1)/dp B, a reduce-scatter or an

@@ -156,7 +156,10 @@ typedef struct {
 } rc_model;
 
 /* A preset architecture with random weights, or a Hugging Face model directory (any
- * float dtype in the checkpoint, converted to f32). */
+ * float dtype in the checkpoint, converted to f32). A directory's config, tensor names and
+ * shapes are checked here; its values are read when first needed, and a trainer that keeps
+ * model shards (mp > 1) or ZeRO stage 3 shares reads only those parts from the file, so no
+ * process holds the whole model. The directory's files stay mapped until then. */
 rc_model *rc_model_create(const char *preset_or_dir, uint64_t seed, rc_error *err);
 /* rc_model_create with the weights stored in dtype (RC_F32, RC_BF16 or RC_F16): a
  * checkpoint's tensors are converted to it as they are read (a BF16 tensor into bf16 is

@@ -1,5 +1,6 @@
 /* safetensors.c - reading (memory-mapped, validated) and writing safetensors files.
  * The format and the validation rules are described in include/redco/safetensors.h. */
+#define _DEFAULT_SOURCE /* madvise */
 #include "redco/safetensors.h"
 #include "internal.h"
 
@@ -441,6 +442,17 @@ int rc_safetensors_read(const rc_safetensors *f, int i, rc_dtype dt, void *dst, 
     return rc_safetensors_read_range(f, i, dt, 0, n, dst, err);
 }
 
+/* The mapped pages under bytes [p, p + n) given back once copied out (they stay in the page
+ * cache, and a later read maps them again): a process reading a model a part at a time
+ * keeps only the parts it copied, not the file, resident. */
+static void pages_release(const rc_safetensors *f, const uint8_t *p, size_t n)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)p & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)p + n + page - 1) & ~(page - 1);
+    if (n && lo >= (uintptr_t)f->map && hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 int rc_safetensors_read_range(const rc_safetensors *f, int i, rc_dtype dt, int64_t first, int64_t n, void *dst,
                               rc_error *err)
 {
@@ -454,6 +466,7 @@ int rc_safetensors_read_range(const rc_safetensors *f, int i, rc_dtype dt, int64
     const uint8_t *p = f->buf + t->begin + (size_t)first * t->elem_size;
     if (t->dtype >= 0 && t->dtype == (int)dt) { /* the same type: the bytes as they are */
         memcpy(dst, p, (size_t)n * t->elem_size); /* little-endian file, little-endian host */
+        pages_release(f, p, (size_t)n * t->elem_size);
         return 0;
     }
     int from_ok = t->dtype == RC_F32 || t->dtype == RC_F64 || t->dtype == RC_BF16 || t->dtype == RC_F16;
@@ -463,6 +476,7 @@ int rc_safetensors_read_range(const rc_safetensors *f, int i, rc_dtype dt, int64
                             "(F32, F64, BF16 and F16 convert between f32, f64, bf16 and f16)", f->path,
                             t->name, t->dtype_name, rc_dtype_name(dt));
     convert_from_file(dst, dt, p, (rc_dtype)t->dtype, n);
+    pages_release(f, p, (size_t)n * t->elem_size);
     return 0;
 }
 

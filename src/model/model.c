@@ -72,10 +72,14 @@ rc_model *rc_model_load(const char *preset_or_dir, uint64_t seed, rc_dtype dtype
     rc_backend *be = rci_backend_cpu();
     rc_model_config c;
     rci_nn_weights w = {0};
-    if (has_config(preset_or_dir)) {
-        if (rci_nn_model_load_dtype(preset_or_dir, &c, &w, be, dtype, err))
-            return NULL;
-        return model_new(&c, &w, be, preset_or_dir, err);
+    if (has_config(preset_or_dir)) { /* checked now, the values read when first needed */
+        rc_checkpoint *ck = rci_nn_model_open(preset_or_dir, &c, &w, dtype, err);
+        rc_model *m = ck ? model_new(&c, &w, be, preset_or_dir, err) : NULL;
+        if (m)
+            rci_params_set_source(m->params, ck);
+        else
+            rc_checkpoint_close(ck);
+        return m;
     }
     if (rc_config_preset(preset_or_dir, &c, err) || random_weights(&c, &w, be, dtype, seed, err))
         return NULL;

@@ -30,22 +30,32 @@ static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size)
     rc_shape_str(&t, buf, size);
 }
 
-static int load_param(rc_checkpoint *ck, rci_nn_weights *w, int i, rc_error *err)
+/* The checkpoint tensor of parameter i, its shape checked. */
+static int find_param(rc_checkpoint *ck, const rci_nn_weights *w, int i, rc_safetensors **f, int *idx,
+                      rc_error *err)
 {
     const rci_nn_param *p = &w->p[i];
-    rc_safetensors *f;
-    int idx;
-    if (rc_checkpoint_find(ck, p->name, &f, &idx) < 0)
+    if (rc_checkpoint_find(ck, p->name, f, idx) < 0)
         return rc_error_set(err, RC_ERR_FORMAT, "%s: parameter '%s' is missing", rc_checkpoint_path(ck),
                             p->name);
-    const rc_st_tensor *t = rc_safetensors_info(f, idx);
+    const rc_st_tensor *t = rc_safetensors_info(*f, *idx);
     if (!shapes_equal(t, p)) {
         char have[96], want[96];
         shape_text(t->ndim, t->shape, have, sizeof have);
         shape_text(p->ndim, p->shape, want, sizeof want);
         return rc_error_set(err, RC_ERR_SHAPE, "%s: tensor '%s' has shape %s, the model needs %s",
-                            rc_safetensors_path(f), t->name, have, want);
+                            rc_safetensors_path(*f), t->name, have, want);
     }
+    return 0;
+}
+
+static int load_param(rc_checkpoint *ck, rci_nn_weights *w, int i, rc_error *err)
+{
+    const rci_nn_param *p = &w->p[i];
+    rc_safetensors *f;
+    int idx;
+    if (find_param(ck, w, i, &f, &idx, err))
+        return -1;
     void *x = malloc((size_t)(p->numel ? p->numel : 1) * rc_dtype_size(w->dtype));
     if (!x)
         return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory for '%s'", rc_safetensors_path(f),
@@ -63,28 +73,45 @@ int rci_nn_model_load(const char *dir, rc_model_config *c, rci_nn_weights *w, rc
     return rci_nn_model_load_dtype(dir, c, w, be, RC_F32, err);
 }
 
-int rci_nn_model_load_dtype(const char *dir, rc_model_config *c, rci_nn_weights *w, rc_backend *be,
-                            rc_dtype dt, rc_error *err)
+rc_checkpoint *rci_nn_model_open(const char *dir, rc_model_config *c, rci_nn_weights *w, rc_dtype dt,
+                                 rc_error *err)
 {
     memset(w, 0, sizeof *w);
     if (rc_config_load(dir, c, err) || rci_nn_model_weights(c, w, err))
-        return -1;
+        return NULL;
     w->dtype = dt;
-    if (rci_nn_weights_alloc(w, be, err)) {
-        rci_nn_weights_free(w);
-        return rc_error_set(err, RC_ERR_MEMORY, "%s: cannot allocate %lld parameters", dir,
-                            (long long)w->numel);
-    }
     rc_checkpoint *ck = rc_checkpoint_open(dir, err);
     int rc = ck ? 0 : -1;
-    for (int i = 0; !rc && i < w->n; i++)
-        rc = load_param(ck, w, i, err);
+    for (int i = 0; !rc && i < w->n; i++) {
+        rc_safetensors *f;
+        int idx;
+        rc = find_param(ck, w, i, &f, &idx, err);
+    }
     const char *const *tied = rci_nn_family_of(c->type)->tied; /* a loaded config's family exists */
     for (int k = 0; !rc && tied && tied[k]; k++)
         if (rci_nn_weights_find(w, tied[k]) < 0)
             rc_checkpoint_find(ck, tied[k], NULL, NULL); /* a tied copy: accept it */
     if (!rc && rc_checkpoint_check_unused(ck, err) > 0)
         rc = -1;
+    if (rc) {
+        rc_checkpoint_close(ck);
+        rci_nn_weights_free(w);
+        return NULL;
+    }
+    return ck;
+}
+
+int rci_nn_model_load_dtype(const char *dir, rc_model_config *c, rci_nn_weights *w, rc_backend *be,
+                            rc_dtype dt, rc_error *err)
+{
+    rc_checkpoint *ck = rci_nn_model_open(dir, c, w, dt, err);
+    if (!ck)
+        return -1;
+    int rc = rci_nn_weights_alloc(w, be, err) ? rc_error_set(err, RC_ERR_MEMORY, "%s: cannot allocate %lld parameters",
+                                                             dir, (long long)w->numel)
+                                              : 0;
+    for (int i = 0; !rc && i < w->n; i++)
+        rc = load_param(ck, w, i, err);
     rc_checkpoint_close(ck);
     if (rc)
         rci_nn_weights_free(w);

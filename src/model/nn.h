@@ -4,6 +4,7 @@
 
 #include "redco.h"
 #include "redco/model.h"
+#include "redco/safetensors.h"
 
 /* One parameter: its Hugging Face name, shape and place in the flat buffer. */
 typedef struct {
@@ -108,6 +109,11 @@ int rci_nn_model_leaves(rc_graph *g, const rci_nn_weights *w, rc_tensor **p);
  * and the file. */
 int rci_nn_model_load_dtype(const char *dir, rc_model_config *c, rci_nn_weights *w, rc_backend *be,
                             rc_dtype dt, rc_error *err);
+/* rci_nn_model_load_dtype's checks without the values: DIR's config into c, the table of
+ * its weights (dtype dt, no buffer) into w, and DIR's checkpoint, open, whose tensors match
+ * the table (the same errors); NULL with err set. */
+rc_checkpoint *rci_nn_model_open(const char *dir, rc_model_config *c, rci_nn_weights *w, rc_dtype dt,
+                                 rc_error *err);
 /* rci_nn_model_load_dtype in f32 */
 int rci_nn_model_load(const char *dir, rc_model_config *c, rci_nn_weights *w, rc_backend *be,
                       rc_error *err);

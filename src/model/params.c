@@ -3,6 +3,7 @@
 #include "internal.h"
 #include "backend.h"
 #include "params.h"
+#include "redco/safetensors.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +15,8 @@ struct rc_params {
     rc_backend *be;               /* where the buffer lives */
     uint64_t graph;               /* serial of the graph the cached leaves belong to */
     int released;                 /* the full buffer was given up (model shards hold the values) */
+    rc_checkpoint *source;        /* where the values wait until the buffer is first needed (a
+                                     model directory opened by rc_model_load); NULL: none */
     rc_tensor **leaves;           /* [w.n], created on first use in g */
     rc_init *inits;               /* [w.n] how each parameter starts */
     unsigned char *given;         /* [w.n] 1 once parameter i has values (drawn, written, or its
@@ -36,6 +39,7 @@ void rc_params_free(rc_params *p)
     if (!p)
         return;
     rci_nn_weights_free(&p->w);
+    rc_checkpoint_close(p->source);
     free(p->leaves);
     free(p->inits);
     free(p->given);
@@ -88,12 +92,50 @@ int rc_params_add(rc_params *p, const char *name, int ndim, const int64_t *shape
     return rc_params_add_init(p, name, ndim, shape, NULL);
 }
 
-/* the buffer, allocated on first use (err, when given, says why it cannot be) */
+/* Elements [first, first + n) of parameter i from the source, in the weights' dtype. */
+static int source_read(const rc_params *p, int i, int64_t first, int64_t n, void *host, rc_error *err)
+{
+    rc_safetensors *f;
+    int idx;
+    if (rc_checkpoint_find(p->source, p->w.p[i].name, &f, &idx) < 0) /* checked when opened */
+        return rc_error_set(err, RC_ERR_FORMAT, "%s: parameter '%s' is missing", rc_checkpoint_path(p->source),
+                            p->w.p[i].name);
+    return rc_safetensors_read_range(f, idx, p->w.dtype, first, n, host, err);
+}
+
+/* The values waiting in the source read into the new buffer, a parameter at a time; the
+ * source is closed then. */
+static int load_source(rc_params *p, rc_error *err)
+{
+    int64_t most = 1;
+    for (int i = 0; i < p->w.n; i++)
+        most = p->w.p[i].numel > most ? p->w.p[i].numel : most;
+    void *x = malloc((size_t)most * rc_dtype_size(p->w.dtype));
+    int rc = x ? 0 : rc_error_set(err, RC_ERR_MEMORY, "params: out of memory");
+    for (int i = 0; !rc && i < p->w.n; i++)
+        rc = source_read(p, i, 0, p->w.p[i].numel, x, err) || rci_nn_weights_write_raw(&p->w, i, x, err) ? -1 : 0;
+    free(x);
+    if (!rc) {
+        rc_checkpoint_close(p->source);
+        p->source = NULL;
+    }
+    return rc;
+}
+
+/* the buffer, allocated on first use, with the source's values (err, when given, says why
+ * it cannot be) */
 static int ready(rc_params *p, rc_error *err)
 {
-    if (p->released)
+    if (p->released || p->w.buf)
         return 0; /* no buffer while shards hold the values: leaves stay unbound */
-    return p->w.buf || rci_nn_weights_alloc(&p->w, p->be, err) == 0 ? 0 : -1;
+    if (rci_nn_weights_alloc(&p->w, p->be, err))
+        return -1;
+    if (p->source && load_source(p, err)) {
+        rc_buffer_free(p->w.buf);
+        p->w.buf = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 void rci_params_release(rc_params *p)
@@ -105,9 +147,46 @@ void rci_params_release(rc_params *p)
 
 int rci_params_restore(rc_params *p)
 {
+    rc_checkpoint_close(p->source); /* the values come from the shards now */
+    p->source = NULL;
     p->released = 0;
     p->version++;
     return ready(p, NULL);
+}
+
+void rci_params_restore_from(rc_params *p, rc_checkpoint *ck)
+{
+    rc_checkpoint_close(p->source);
+    p->source = ck;
+    p->released = 0;
+    p->version++;
+}
+
+void rci_params_set_source(rc_params *p, rc_checkpoint *ck)
+{
+    rc_checkpoint_close(p->source);
+    p->source = ck;
+}
+
+int rci_params_waiting(const rc_params *p)
+{
+    return p->source != NULL && !p->w.buf;
+}
+
+int rci_params_read_range(rc_params *p, int i, int64_t first, int64_t n, void *host, rc_error *err)
+{
+    size_t es = rc_dtype_size(p->w.dtype);
+    if (i < 0 || i >= p->w.n || first < 0 || n < 0 || first + n > p->w.p[i].numel)
+        return rc_error_set(err, RC_ERR_ARG, "params read: no elements [%lld, %lld) of parameter %d",
+                            (long long)first, (long long)(first + n), i);
+    if (p->w.buf)
+        return rc_buffer_download(p->w.buf, rci_nn_weights_offset(&p->w, i) + (size_t)first * es, host,
+                                  (size_t)n * es, err);
+    if (p->source)
+        return source_read(p, i, first, n, host, err);
+    if (p->released)
+        return rc_error_set(err, RC_ERR_ARG, "params read: '%s' is held as model shards", p->w.p[i].name);
+    return ready(p, err) ? -1 : rci_params_read_range(p, i, first, n, host, err);
 }
 
 void rci_params_touch(rc_params *p)
@@ -289,6 +368,9 @@ int rc_params_to_dtype(rc_params *p, rc_dtype dt, rc_error *err)
     if (p->released)
         return rc_error_set(err, RC_ERR_ARG, "params to %s: the values are held as model shards",
                             rc_dtype_name(dt));
+    /* values still in their source are read first: converted as if loaded, then converted */
+    if (dt != p->w.dtype && p->source && ready(p, err))
+        return rci_error_prefix(err, "params to %s", rc_dtype_name(dt));
     if (rci_nn_weights_convert(&p->w, dt, err))
         return rci_error_prefix(err, "params to %s", rc_dtype_name(dt));
     p->version++;
@@ -412,6 +494,11 @@ const rci_frozen *rci_params_frozen(const rc_params *p)
 rci_nn_weights *rci_params_weights(rc_params *p)
 {
     return ready(p, NULL) ? NULL : &p->w;
+}
+
+rci_nn_weights *rci_params_table(rc_params *p)
+{
+    return &p->w;
 }
 
 rc_backend *rci_params_backend(const rc_params *p)

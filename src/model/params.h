@@ -7,6 +7,7 @@
 #include "internal.h"
 #include "nn.h"
 #include "redco/pipeline.h"
+#include "redco/safetensors.h"
 
 /* A params object holding table w and its buffer on be (a built-in model's weights): w is
  * taken, left zeroed. NULL when out of memory (w is then still the caller's). */
@@ -16,12 +17,33 @@ rc_params *rci_params_adopt(rci_nn_weights *w, rc_backend *be);
 rc_tensor **rci_params_leaves(rc_graph *g, rc_params *p);
 /* the flat table behind a params object (allocated, unless released) */
 rci_nn_weights *rci_params_weights(rc_params *p);
+/* the table alone (names, shapes, offsets, dtype): its buffer may be NULL (not yet read
+ * from the source, or released) */
+rci_nn_weights *rci_params_table(rc_params *p);
 /* the backend the parameters live on */
 rc_backend *rci_params_backend(const rc_params *p);
 /* Frees the full buffer while model shards hold the values (leaves then unbound), and
- * gets a zeroed one back for them to be gathered into. */
+ * gets a zeroed one back for them to be gathered into (the source, if any, is closed:
+ * the shards' values win). */
 void rci_params_release(rc_params *p);
 int rci_params_restore(rc_params *p);
+/* rci_params_restore with the values waiting in ck (taken: a checkpoint of the shards'
+ * values whose tensors match p's table), not gathered into a buffer */
+void rci_params_restore_from(rc_params *p, rc_checkpoint *ck);
+
+/* ---- values that wait in a model directory --------------------------------------------- */
+/* The values of p are in ck (a checkpoint whose names and shapes match p's table, taken):
+ * the buffer is not allocated until something needs it, then filled from ck a parameter at
+ * a time and ck closed. Until then rci_params_read_range reads any part straight from the
+ * file, so that a rank keeping model shards or a ZeRO share never holds the whole model;
+ * releasing p first (rci_params_release) keeps the buffer from ever being made. */
+void rci_params_set_source(rc_params *p, rc_checkpoint *ck);
+/* 1 while the values are only in the source (no buffer) */
+int rci_params_waiting(const rc_params *p);
+/* Elements [first, first + n) of parameter i in the parameters' dtype (the stored words)
+ * into host: from the buffer, else from the source, else (not released) from the buffer
+ * allocated now. */
+int rci_params_read_range(rc_params *p, int i, int64_t first, int64_t n, void *host, rc_error *err);
 /* A counter that changes whenever the values may have changed (written, converted, moved,
  * restored, updated by a fit), so that copies taken from them (a Predictor's model shards)
  * know when they are stale. */

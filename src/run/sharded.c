@@ -54,7 +54,7 @@ int rci_sharded_refresh(rci_sharded *s, rc_error *err)
     rci_nn_weights *w = rci_params_weights(s->params);
     if (!w || !w->buf)
         return rc_error_set(err, RC_ERR_ARG, "model shards: the full weights are not in memory to take shards from");
-    if (rci_sharded_take(s->specs, w, s->mesh->mp, s->mesh->mp_rank, s->local, s->off, err))
+    if (rci_sharded_take(s->specs, s->params, s->mesh->mp, s->mesh->mp_rank, s->local, s->off, err))
         return -1;
     s->version = rci_params_version(s->params);
     return 0;
@@ -85,9 +85,10 @@ int64_t rci_sharded_layout(const rc_shard_spec *specs, const rci_nn_weights *w, 
     return total;
 }
 
-int rci_sharded_take(const rc_shard_spec *specs, const rci_nn_weights *w, int mp, int rank, rc_buffer *local,
+int rci_sharded_take(const rc_shard_spec *specs, rc_params *p, int mp, int rank, rc_buffer *local,
                      const int64_t *off, rc_error *err)
 {
+    const rci_nn_weights *w = rci_params_table(p);
     int64_t most = 1;
     for (int i = 0; i < w->n; i++)
         most = w->p[i].numel > most ? w->p[i].numel : most;
@@ -99,7 +100,10 @@ int rci_sharded_take(const rc_shard_spec *specs, const rci_nn_weights *w, int mp
         rc_shard_local_shape(&specs[i], &header, mp, shape);
         for (int a = 0; a < header.ndim; a++)
             k *= shape[a];
-        rc = rci_nn_weights_read(w, i, whole, err);
+        /* the stored words (from the buffer, or from the file the values wait in), widened */
+        rc = rci_params_read_range(p, i, 0, w->p[i].numel, whole, err);
+        if (!rc && w->dtype != RC_F32)
+            rc_convert(whole, RC_F32, whole, w->dtype, w->p[i].numel); /* in place */
         if (!rc) {
             size_t elem = rc_dtype_size(w->dtype); /* the shards keep the weights' dtype */
             rc_shard_take(&specs[i], &header, mp, rank, whole, part);
@@ -124,18 +128,16 @@ void rci_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n)
 /* LoRA: the frozen base weights' shards (their specs), taken once like the adapters' */
 static int take_frozen(rci_sharded *s, const rci_frozen *fz, const rc_shard_spec *specs, rc_error *err)
 {
-    rci_nn_weights *w = rci_params_weights(fz->base);
-    if (!w || !w->buf)
-        return rc_error_set(err, RC_ERR_ARG, "model shards: the frozen weights are not in memory to take shards from");
+    rci_nn_weights *w = rci_params_table(fz->base);
     s->frozen_off = calloc((size_t)w->n + 1, sizeof *s->frozen_off);
     int64_t total = s->frozen_off ? rci_sharded_layout(specs, w, s->mesh->mp, s->frozen_off, NULL) : 0;
     size_t elem = rc_dtype_size(w->dtype);
-    s->frozen_local = s->frozen_off ? rc_buffer_new(rc_buffer_backend(w->buf), (size_t)(total ? total : 1) * elem, err)
+    s->frozen_local = s->frozen_off ? rc_buffer_new(rci_params_backend(fz->base), (size_t)(total ? total : 1) * elem, err)
                                     : NULL;
     if (!s->frozen_local)
         return s->frozen_off ? rci_error_prefix(err, "model shards: %lld frozen floats", (long long)total)
                              : rc_error_set(err, RC_ERR_MEMORY, "model shards: out of memory");
-    return rci_sharded_take(specs, w, s->mesh->mp, s->mesh->mp_rank, s->frozen_local, s->frozen_off, err);
+    return rci_sharded_take(specs, fz->base, s->mesh->mp, s->mesh->mp_rank, s->frozen_local, s->frozen_off, err);
 }
 
 /* spec of an adapter matrix split along `axis` as its base weight's `base` is (same view) */
@@ -182,13 +184,11 @@ static int plan_adapters(rci_sharded *s, rc_graph *g, rc_tensor *out, rc_tensor 
 /* the first graph's plan kept: shard buffers filled from the full weights */
 static int take_shards(rci_sharded *s, rc_shard_spec *specs, rc_error *err)
 {
-    rci_nn_weights *w = rci_params_weights(s->params);
-    if (!w || !w->buf)
-        return rc_error_set(err, RC_ERR_ARG, "model shards: the full weights are not in memory to take shards from");
+    rci_nn_weights *w = rci_params_table(s->params);
     s->off = calloc((size_t)w->n + 1, sizeof *s->off);
     int64_t total = s->off ? rci_sharded_layout(specs, w, s->mesh->mp, s->off, NULL) : 0;
     size_t elem = rc_dtype_size(w->dtype);
-    s->local = s->off ? rc_buffer_new(rc_buffer_backend(w->buf), (size_t)total * elem, err) : NULL;
+    s->local = s->off ? rc_buffer_new(rci_params_backend(s->params), (size_t)total * elem, err) : NULL;
     s->specs = specs;
     s->owned = 1;
     s->bytes = total * (int64_t)elem;
@@ -196,7 +196,7 @@ static int take_shards(rci_sharded *s, rc_shard_spec *specs, rc_error *err)
     if (!s->local)
         return s->off ? rci_error_prefix(err, "model shards: %lld floats", (long long)total)
                       : rc_error_set(err, RC_ERR_MEMORY, "model shards: out of memory");
-    if (rci_sharded_take(specs, w, s->mesh->mp, s->mesh->mp_rank, s->local, s->off, err))
+    if (rci_sharded_take(specs, s->params, s->mesh->mp, s->mesh->mp_rank, s->local, s->off, err))
         return -1;
     const rci_frozen *fz = rci_params_frozen(s->params);
     return fz ? take_frozen(s, fz, specs + w->n, err) : 0;

@@ -39,9 +39,10 @@ int rci_sharded_refresh(rci_sharded *s, rc_error *err);
 /* Shards of the weights w in one flat buffer: parameter i's at off[i], num[i] floats (num
  * may be NULL); returns the total floats. */
 int64_t rci_sharded_layout(const rc_shard_spec *specs, const rci_nn_weights *w, int mp, int64_t *off, int64_t *num);
-/* Every parameter's shard for `rank` copied from the full weights w into local (at element
- * off[i]), through host memory. */
-int rci_sharded_take(const rc_shard_spec *specs, const rci_nn_weights *w, int mp, int rank, rc_buffer *local,
+/* Every parameter's shard for `rank` copied from the full weights of p into local (at
+ * element off[i]), through host memory a parameter at a time: from p's buffer, or from the
+ * file its values wait in (rci_params_set_source), never all of them at once. */
+int rci_sharded_take(const rc_shard_spec *specs, rc_params *p, int mp, int rank, rc_buffer *local,
                      const int64_t *off, rc_error *err);
 /* specs = plan, every entry fixed: a later graph follows the plan of the first. */
 void rci_sharded_fix(rc_shard_spec *specs, const rc_shard_spec *plan, int n);

@@ -229,12 +229,45 @@ static int save_dir(const rci_ckpt_state *s, const rci_ckpt_counters *c, const r
     return rc;
 }
 
-int rci_ckpt_gather_params(const rci_ckpt_state *s, rc_params *params, rc_error *err)
+/* The final checkpoint's model (the weights just saved, as f32) opened for params, when
+ * every rank opens it and finds each parameter in its shape; NULL (on every rank) when not. */
+static rc_checkpoint *final_model(const rci_ckpt_state *s, rc_params *params, rc_error *err)
+{
+    char path[4200];
+    const char *wd = rci_deployer_workdir(s->d);
+    const rci_nn_weights *w = rci_params_table(params);
+    rc_checkpoint *ck = NULL;
+    if (wd && !rci_path_join(path, sizeof path, wd, "final"))
+        ck = rc_checkpoint_open(path, NULL);
+    for (int i = 0; ck && i < w->n; i++) {
+        rc_safetensors *f;
+        int k;
+        if (rc_checkpoint_find(ck, w->p[i].name, &f, &k) < 0 || rc_safetensors_info(f, k)->numel != w->p[i].numel) {
+            rc_checkpoint_close(ck);
+            ck = NULL;
+        }
+    }
+    double missing = ck == NULL; /* a rank that cannot see the workdir: every rank gathers */
+    if (rc_comm_allreduce_sum_f64(rc_deployer_mesh(s->d)->world, &missing, 1, err) || missing > 0) {
+        rc_checkpoint_close(ck);
+        return NULL;
+    }
+    return ck;
+}
+
+int rci_ckpt_gather_params(const rci_ckpt_state *s, rc_params *params, int final, rc_error *err)
 {
     const rc_mesh *m = rc_deployer_mesh(s->d);
     const rci_nn_weights *held = rci_params_weights(params);
     if (m->mp == 1 && (!held || held->buf)) /* one shard and the weights in place (not zero 3) */
         return 0;
+    rc_checkpoint *ck = final && !rci_params_frozen(params) ? final_model(s, params, err) : NULL;
+    if (ck) { /* read when first needed: no rank holds the whole model meanwhile */
+        rci_params_restore_from(params, ck);
+        return 0;
+    }
+    if (err && err->code)
+        return -1;
     if (rci_params_restore(params))
         return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate %lld parameters",
                             (long long)rc_params_numel(params));

@@ -54,8 +54,10 @@ int rci_ckpt_save_final(const rci_ckpt_state *s, const rc_train_options *o, rc_e
 int rci_ckpt_resume(const rci_ckpt_state *s, rci_ckpt_counters *c, const rc_train_options *o, char *name,
                     size_t size, rc_error *err);
 /* With model shards or zero 3 (the parameters' buffer released while they train): params'
- * full buffer made whole again from every rank's shards and shares (the end of fit).
- * Collective. */
-int rci_ckpt_gather_params(const rci_ckpt_state *s, rc_params *params, rc_error *err);
+ * values back at the end of fit. With `final` (the final checkpoint was just written) they
+ * wait in its model file, read when first needed (every rank must see the workdir's final/,
+ * and no LoRA base); else the full buffer is made whole again from every rank's shards and
+ * shares. Collective. */
+int rci_ckpt_gather_params(const rci_ckpt_state *s, rc_params *params, int final, rc_error *err);
 
 #endif

@@ -281,10 +281,12 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
         /* the whole weights beside all of that: with model shards while the first step
          * takes them; with zero 3 as given to the trainer (before the first fit takes the
          * shares) and gathered back when fit ends, beside the shares of the state alone (the
-         * steps, slots and gradient share go first): what that adds to the steps' total */
+         * steps, slots and gradient share go first): what that adds to the steps' total.
+         * None when they are read from a directory in parts and left in final/ at the end. */
         int64_t whole = (int64_t)rc_dtype_size(o->dtype) * m->params;
         int64_t beside = m->optimizer + m->master + m->gradients + (m->weights - m->gathered);
-        m->full_copy = mp > 1 ? whole : o->zero == 3 ? (whole + beside > m->total ? whole + beside - m->total : 0) : 0;
+        m->full_copy = o->from_dir ? 0 : mp > 1 ? whole
+                     : o->zero == 3 ? (whole + beside > m->total ? whole + beside - m->total : 0) : 0;
     }
     rci_gather_free(&z);
     free(order);

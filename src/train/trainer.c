@@ -157,7 +157,7 @@ static int moment_buffers(rc_trainer *t, int zero, rc_error *err)
  * the end of fit */
 static void shard_state(rc_trainer *t)
 {
-    rci_nn_weights *w = rci_params_weights(t->params);
+    rci_nn_weights *w = rci_params_table(t->params);
     t->specs = t->shards.specs;
     t->local = t->shards.local;
     t->local_numel = rci_sharded_layout(t->specs, w, t->mp, t->loff, t->lnum);
@@ -338,9 +338,10 @@ rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn los
         t->loff = calloc((size_t)np + 1, sizeof *t->loff);
         t->lnum = calloc((size_t)np + 1, sizeof *t->lnum);
     }
-    /* one shard: the state is the parameters' own layout; with shards it is made once the
-     * plan is known (the first compiled step) */
-    rci_nn_weights *w = np ? rci_params_weights(params) : NULL;
+    /* one shard: the state is the parameters' own layout (the buffer once fit has the
+     * values read: weights_dtype); with shards it is made once the plan is known (the
+     * first compiled step) */
+    rci_nn_weights *w = np ? rci_params_table(params) : NULL;
     if (t && t->mp == 1 && w) {
         t->local = w->buf;
         t->local_numel = n;
@@ -349,7 +350,7 @@ rc_trainer *rc_trainer_new(rc_deployer *d, rc_collate_fn collate, rc_loss_fn los
             t->lnum[i] = w->p[i].numel;
         }
     }
-    if (!t || !t->loff || !t->lnum || (np && !w)) {
+    if (!t || !t->loff || !t->lnum) {
         rc_trainer_free(t);
         if (!err || !err->code) /* else the allocation's own message, naming the device */
             rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate state for %lld parameters", (long long)n);
@@ -521,7 +522,7 @@ static int optimizer_update(rc_trainer *t, const rc_train_options *o, const rci_
  * out. */
 static rci_update_part *state_parts(const rc_trainer *t, const rc_train_options *o)
 {
-    rci_nn_weights *w = rci_params_weights(t->params);
+    rci_nn_weights *w = rci_params_table(t->params);
     rci_update_part *parts = malloc((size_t)(w->n ? w->n : 1) * sizeof *parts);
     int64_t end = t->share_lo + t->share_n;
     for (int i = 0; parts && i < w->n; i++) {
@@ -793,6 +794,15 @@ static int64_t steps_in_epoch(const rc_trainer *t, const rc_train_options *o, rc
     return ex.count(epoch, ex.user) / per_step;
 }
 
+/* Values still in a model directory (rc_model_load, or the last fit's final checkpoint)
+ * are read from it in parts: each model shard its own, ZeRO stage 3 this rank's share; the
+ * whole buffer is never made. */
+static void read_in_parts(rc_trainer *t, const rc_train_options *o)
+{
+    if (rci_params_waiting(t->params) && (t->mp > 1 || o->zero == 3))
+        rci_params_release(t->params);
+}
+
 /* The weights in the fit's dtype, at the first fit (the steps are recorded in it): the
  * parameters converted in place; with one shard local is their buffer again. */
 static int weights_dtype(rc_trainer *t, const rc_train_options *o, rc_error *err)
@@ -805,11 +815,13 @@ static int weights_dtype(rc_trainer *t, const rc_train_options *o, rc_error *err
             return rc_error_set(err, RC_ERR_ARG, "train: dtype %s, but an earlier fit of this trainer trained in %s: "
                                 "use a new trainer (a checkpoint resumes in either)", rc_dtype_name(dt),
                                 rc_dtype_name(t->dtype));
+        read_in_parts(t, o);
         return 0;
     }
     if (rc_params_dtype(t->params) != dt && rc_params_to_dtype(t->params, dt, err))
         return -1;
     t->dtype = dt;
+    read_in_parts(t, o);
     rci_nn_weights *w = t->mp == 1 && rc_params_count(t->params) ? rci_params_weights(t->params) : NULL;
     if (w)
         t->local = w->buf;
@@ -829,8 +841,8 @@ static void release_local(rc_trainer *t)
     t->local = NULL;
 }
 
-/* zero 3: this rank's share of the weights in their dtype (16-bit: what the steps gather;
- * f32: the master is), copied from local */
+/* zero 3 with 16-bit weights: this rank's share of them, what the steps gather (f32: the
+ * master is), the master rounded: the words it was widened from */
 static int weight_share(rc_trainer *t, rc_error *err)
 {
     size_t es = rc_dtype_size(t->dtype), bytes = (size_t)t->share_n * es;
@@ -839,7 +851,25 @@ static int weight_share(rc_trainer *t, rc_error *err)
     if (!(t->wshare = rc_buffer_new(t->be, bytes ? bytes : es, err)))
         return rci_error_prefix(err, "trainer: this rank's share of the %s weights (%lld)", rc_dtype_name(t->dtype),
                                 (long long)t->share_n);
-    return bytes ? t->be->copy(t->be, t->wshare, 0, t->local, (size_t)t->share_lo * es, bytes, err) : 0;
+    return bytes ? t->be->round_f32(t->be, t->wshare, 0, t->dtype, t->master, 0, t->share_n, err) : 0;
+}
+
+/* Elements [lo, lo + n) of local in the weights' dtype into host: from local, or (zero 3
+ * on one model shard, the values still in their model directory) from the file, a
+ * parameter's part at a time. */
+static int local_words(rc_trainer *t, int64_t lo, int64_t n, void *host, rc_error *err)
+{
+    size_t es = rc_dtype_size(t->dtype);
+    if (t->local)
+        return rc_buffer_download(t->local, (size_t)lo * es, host, (size_t)n * es, err);
+    for (int i = 0; i < rc_params_count(t->params); i++) {
+        int64_t a = lo > t->loff[i] ? lo : t->loff[i];
+        int64_t b = lo + n < t->loff[i] + t->lnum[i] ? lo + n : t->loff[i] + t->lnum[i];
+        if (a < b && rci_params_read_range(t->params, i, a - t->loff[i], b - a, (char *)host + (size_t)(a - lo) * es,
+                                           err))
+            return -1;
+    }
+    return 0;
 }
 
 /* 16-bit weights, or zero 3: the f32 master of this rank's share (made with the moments'
@@ -860,18 +890,18 @@ static int master_buffer(rc_trainer *t, rc_error *err)
     if (!(t->master = rc_buffer_new(t->be, (size_t)(n ? n : 1) * sizeof(float), err)))
         return rci_error_prefix(err, "trainer: the f32 master weights of %lld parameters%s", (long long)n,
                                 t->zero ? " (this rank's share)" : "");
-    if (t->dtype == RC_F32) { /* zero 3 */
+    if (t->dtype == RC_F32 && t->local) { /* zero 3 */
         int rc = n ? t->be->copy(t->be, t->master, 0, t->local, (size_t)t->share_lo * es, (size_t)n * es, err) : 0;
         if (!rc)
             release_local(t);
         return rc;
     }
-    uint16_t *words = malloc(CHUNK * sizeof *words);
+    void *words = malloc(CHUNK * sizeof(float));
     float *wide = malloc(CHUNK * sizeof *wide);
     int rc = words && wide ? 0 : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     for (int64_t at = 0; !rc && at < n; at += CHUNK) {
         int64_t len = n - at < CHUNK ? n - at : CHUNK;
-        rc = rc_buffer_download(t->local, (size_t)(t->share_lo + at) * es, words, (size_t)len * es, err);
+        rc = local_words(t, t->share_lo + at, len, words, err);
         if (!rc) {
             rc_convert(wide, RC_F32, words, t->dtype, len);
             rc = rc_buffer_upload(t->master, (size_t)at * sizeof *wide, wide, (size_t)len * sizeof *wide, err);
@@ -1135,6 +1165,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     t->shards.n_overrides = o->n_shard_overrides;
     if (rc_deployer_agree(t->d, weights_dtype(t, o, err), err))
         return -1;
+
     if (!t->train.st.plan && !t->m) { /* the loss scale is part of the step: set before the first */
         t->scaling = o->loss_scale > 0 || t->dtype == RC_F16;
         t->scale = o->loss_scale > 0 ? o->loss_scale : t->scaling ? 65536.0 : 1.0;
@@ -1231,7 +1262,8 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (!rc)
         rc = save(t, o, NULL, err);
     rci_ckpt_state state = ckpt_state(t);
-    if (!rc && !stopped)
+    int final = !rc && !stopped;
+    if (final)
         rc = rci_ckpt_save_final(&state, o, err);
     rci_nn_weights *w = rci_params_weights(t->params);
     int64_t held = w && w->buf ? w->numel * (int64_t)rc_dtype_size(w->dtype) : 0;
@@ -1239,7 +1271,7 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (t->zero == 3)
         shrink(t);
     if (!rc)
-        rc = rci_ckpt_gather_params(&state, t->params, err);
+        rc = rci_ckpt_gather_params(&state, t->params, final, err);
     rci_params_touch(t->params); /* updated in place, or gathered from the shards */
     if (!rc) /* the last update done before fit returns, on a device that queues work */
         rc = rc_backend_wait(t->be, err);

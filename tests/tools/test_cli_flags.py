@@ -5,7 +5,8 @@
   stderr, beginning `redco CMD:` and naming the flag, and exit status 2;
 - --flag=value means what --flag value means (plan, train, tokenize), and --nproc=P
   relaunches under mpiexec like --nproc P; --zero takes an optional stage (--zero, --zero 1,
-  --zero 2, --zero=2, --zero 3, --zero=3 train as the run without on 2 processes; --zero 4 is
+  --zero 2, --zero=2, --zero 3, --zero=3 train as the run without on 2 processes, and so
+  does --zero 3 with the model read from a directory; --zero 4 is
   one line, exit 2);
 - tokenize's TEXT may come before or after the flags, and after "--" even when it looks
   like a flag;
@@ -297,6 +298,24 @@ def main():
         check(plain and plain.keys() == got.keys() and worst < 1e-6,
               f"train --nproc 2 {zero}: the weights or moments differ from the run without by {worst:.3g}")
         print(f"{' '.join(zero)} on 2 processes: weights and moments after 3 steps within {worst:.2e} of the run without")
+    # read from a model directory (the plain run's final/): with --zero 3 each of the 2
+    # processes reads its share from the file, and trains as the run without
+    dir_base = ["--model", os.path.join(tmp, "zero-0", "final"), *base[2:]]
+    from_dir = []
+    for zero in [[], ["--zero", "3"]]:
+        wd = os.path.join(tmp, f"zero-dir-{len(from_dir)}")
+        r = run(redco, "train", *dir_base, "--workdir", wd, "--steps=3", "--lr=0.003", "--grad-clip=0.5",
+                "--nproc", "2", *zero)
+        path = os.path.join(wd, "final", "model.safetensors")
+        ok = r.returncode == 0 and os.path.exists(path)
+        check(ok, f"train --model DIR --nproc 2 {zero}: {r.stderr[-300:]!r}")
+        from_dir.append(load_file(path) if ok else {})
+    plain, got = from_dir
+    worst = max((float(np.linalg.norm(got[k] - v) / max(np.linalg.norm(v), 1e-6 * math.sqrt(v.size)))
+                 for k, v in plain.items() if k in got), default=math.inf)
+    check(plain and plain.keys() == got.keys() and worst < 1e-6,
+          f"train --model DIR --nproc 2 --zero 3: the weights differ from the run without by {worst:.3g}")
+    print(f"--model DIR --zero 3 on 2 processes: weights after 3 steps within {worst:.2e} of the run without")
     # no stage 4: one line naming the flag, exit 2, for train and plan
     for cmd, args in (("train", [*base, "--workdir", os.path.join(tmp, "zero4"), "--steps=1"]),
                       ("plan", ["--model", "gpt2", "--dp", "2"])):

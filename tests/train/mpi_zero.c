@@ -31,6 +31,9 @@
  *   parameters come back whole at the end of fit; the same on dp 2 x mp 2, whose AdamW
  *   weights equal one process's (--dump; CTest mpi_zero3_meshes, 1e-4 as mpi_train's); the
  *   eval loss at the end equals the run without (1e-5: every replica evaluates in step).
+ *   Read from a model directory (rc_model_load: each rank reads its shards and its share
+ *   from the file) zero 3 trains bitwise the weights and moments it trains from the preset
+ *   whose values the directory holds, in f32 and bf16.
  * With --device D (opencl) every run is on that device (CTest mpi_zero_opencl_np2); with
  * --stage3 only the zero 3 tests run (CTests mpi_zero3_*), and without it all but them. */
 #include "check.h"
@@ -53,6 +56,7 @@ static int accum = ACCUM;         /* micro-batches per step (1 in test_one_micro
 static int remat;                 /* rc_train_options.remat of the runs */
 static int with_eval;             /* the runs evaluate (the training examples) at their end */
 static char root[64];             /* the runs' workdirs */
+static const char *model_dir;     /* the runs read tiny-gpt2 from this directory (else the preset) */
 
 typedef lm_task task;
 
@@ -67,7 +71,7 @@ static int train(task *k, int mp, const char *opt, int zero, int64_t steps, cons
     snprintf(wd, sizeof wd, "%s/%s", root, name);
     rc_deployer_options dopt = {.seed = 3, .mp = mp, .workdir = wd, .device = device};
     rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
-    k->model = d ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
+    k->model = !d ? NULL : model_dir ? rc_model_load(model_dir, 1, dtype, &err) : rc_model_create("tiny-gpt2", 1, &err);
     rc_model *model = k->model;
     rc_trainer *t = model ? rc_trainer_new(d, lm_task_collate, lm_task_loss, k, model->params, model, &err) : NULL;
     int dp = d ? rc_deployer_mesh(d)->dp : 1;
@@ -376,6 +380,34 @@ static void check_zero3(const char *what, int dp, int mp, int rank, const char *
                (long long)r3->state_bytes);
 }
 
+/* The run `name` again with the model read from a directory holding the preset's weights
+ * (written by rank 0): bitwise the weights w (read after fit: from final/, where fit left
+ * them) and the moments and master of the run `straight`. */
+static void check_from_dir(task *k, int dp, int mp, const char *straight, const check_weights *w)
+{
+    char dir[128], name[80], worst[256] = "";
+    rc_error err = {0};
+    snprintf(dir, sizeof dir, "%s/tiny-gpt2-%dx%d", root, dp, mp);
+    snprintf(name, sizeof name, "%s-dir", straight);
+    rc_mesh world;
+    CHECK(rc_mesh_init(&world, 1, &err) == 0);
+    rc_model *m = world.rank == 0 ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
+    CHECKF(world.rank || (m && rc_model_save(m, dir, NULL, &err) == 0), "%s: %s", dir, err.msg);
+    rc_model_free(m);
+    rc_comm_barrier(world.world, &err);
+    rc_mesh_free(&world);
+    check_weights wd = {0};
+    model_dir = dir;
+    if (!train(k, mp, "adamw", 3, STEPS, name, 0, &wd, NULL)) {
+        double e = check_weights_diff(&wd, w, worst, sizeof worst, NULL);
+        double em = file_diff(name, straight, STEPS, "optimizer"), ew = file_diff(name, straight, STEPS, "model");
+        CHECKF(e == 0 && em == 0 && ew == 0, "%s dp %d x mp %d zero 3 read from %s differs from the preset's run: "
+               "%s %.3g, master %.3g, moments %.3g", rc_dtype_name(dtype), dp, mp, dir, worst, e, ew, em);
+    }
+    model_dir = NULL;
+    check_weights_free(&wd);
+}
+
 /* ZeRO stage 3 on a dp x mp mesh; the AdamW run's weights appended to *dumped unless NULL
  * (to compare across meshes: --dump) */
 static void test_zero3(task *k, int dp, int mp, int rank, check_weights *dumped)
@@ -406,6 +438,7 @@ static void test_zero3(task *k, int dp, int mp, int rank, check_weights *dumped)
             }
             with_eval = 0;
             if (o == 1 && r == 0) {
+                check_from_dir(k, dp, mp, zero3, &w3);
                 for (int i = 0; dumped && i < w3.n; i++) /* AdamW across meshes: 1e-4, as mpi_train */
                     check_weights_add(dumped, "zero3-adamw.", w3.names[i], w3.data[i], w3.numel[i], 1e-4);
                 char resumed[64], worst[256] = ""; /* resumed: bitwise the straight run */
@@ -440,8 +473,11 @@ static void test_zero3(task *k, int dp, int mp, int rank, check_weights *dumped)
          * not: over 4 ranks MPI's all-reduce adds them in another order than the reduce-
          * scatter's rank order, a rounding apart) */
         double tol = dtype == RC_F16 ? 1e-6 : 0;
-        if (!train(k, mp, "adamw", 0, STEPS, plain, 0, &wp, NULL) && !train(k, mp, "adamw", 3, STEPS, zero3, 0, &w3, &r3))
+        if (!train(k, mp, "adamw", 0, STEPS, plain, 0, &wp, NULL) && !train(k, mp, "adamw", 3, STEPS, zero3, 0, &w3, &r3)) {
             check_zero3(dn, dp, mp, rank, plain, zero3, &wp, &w3, tol, NULL, &r3);
+            if (dtype == RC_BF16)
+                check_from_dir(k, dp, mp, zero3, &w3);
+        }
         if (!train(k, mp, "adamw", 3, HALF, resumed, 0, NULL, NULL) &&
             !train(k, mp, "adamw", 3, STEPS, resumed, 1, &wr, NULL)) {
             double e = check_weights_diff(&wr, &w3, worst, sizeof worst, NULL);

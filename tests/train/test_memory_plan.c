@@ -18,6 +18,14 @@
  * taking its shards). A --dtype case trains in that dtype (rc_train_options.dtype: 16-bit
  * weights and activations, f32 master weights).
  *
+ * The -dir cases read their model from a directory (`test_memory_plan save DIR` writes it
+ * first, a CTest fixture; the cases get DIR as their second argument) into a workdir, as
+ * `redco train --model DIR` does: a rank with model shards or zero 3 reads only its parts
+ * and fit leaves the weights in final/, so the plan has no full copy (from_dir), and the
+ * plan with one (as a preset's run) is the wrong one. Their model, gpt2-deep, is GPT-2 with
+ * 16 layers of width 512 and a 1024-token vocabulary: its layers outweigh its embedding,
+ * so the full weights beside zero 3's shares would exceed the steps' total.
+ *
  * OpenCL cases count the device's buffers only; without a device they print why and pass,
  * unless REDCO_REQUIRE_OPENCL=1 (CI sets it). */
 #include "check.h"
@@ -44,28 +52,59 @@ typedef struct {
     int zero;                     /* rc_train_options.zero */
     rc_dtype dtype;               /* rc_train_options.dtype */
     int fused;                    /* the families record the fused attention op (the default) */
+    int from_dir;                 /* the model is read from the directory given (gpt2-deep) */
 } mem_case;
 
 static const mem_case cases[] = {
-    /* name, device, model, mp, batch, seq_len, remat, zero, dtype, fused */
-    {"default", "cpu", "gpt2", 1, 1, 1024, 0, 0, RC_F32, 1},
-    {"remat", "cpu", "gpt2", 1, 1, 1024, 1, 0, RC_F32, 1},
-    {"opencl", "opencl", "gpt2", 1, 1, 128, 0, 0, RC_F32, 1}, /* PoCL takes 2 minutes for 1024 tokens */
-    {"opencl-remat", "opencl", "gpt2", 1, 1, 128, 1, 0, RC_F32, 1},
-    {"mp2", "cpu", "gpt2", 2, 1, 1024, 0, 0, RC_F32, 1},      /* mpiexec -n 2 */
-    {"zero", "cpu", "gpt2", 1, 1, 256, 0, 1, RC_F32, 1},      /* mpiexec -n 2: dp 2 */
-    {"bf16", "cpu", "gpt2", 1, 1, 1024, 0, 0, RC_BF16, 1},
-    {"zero-bf16", "cpu", "gpt2", 1, 1, 256, 0, 1, RC_BF16, 1}, /* mpiexec -n 2: dp 2 */
-    {"zero2", "cpu", "gpt2", 1, 1, 256, 0, 2, RC_F32, 1},     /* mpiexec -n 2: dp 2, ZeRO stage 2 */
-    {"zero-dp4", "cpu", "gpt2", 1, 1, 128, 0, 1, RC_F32, 1},  /* mpiexec -n 4: dp 4 */
-    {"zero2-dp4", "cpu", "gpt2", 1, 1, 128, 0, 2, RC_F32, 1}, /* mpiexec -n 4: dp 4, ZeRO stage 2 */
-    {"zero3", "cpu", "gpt2", 1, 1, 256, 0, 3, RC_F32, 1},     /* mpiexec -n 2: dp 2, ZeRO stage 3 */
-    {"zero3-bf16", "cpu", "gpt2", 1, 1, 256, 0, 3, RC_BF16, 1}, /* mpiexec -n 2: dp 2 */
-    {"zero3-dp4", "cpu", "gpt2", 1, 1, 128, 0, 3, RC_F32, 1}, /* mpiexec -n 4: dp 4, ZeRO stage 3 */
-    {"opencl-bf16", "opencl", "gpt2", 1, 1, 128, 0, 0, RC_BF16, 1},
-    {"unfused", "cpu", "gpt2", 1, 1, 1024, 0, 0, RC_F32, 0}, /* wrong plan: the fused graph's */
-    {"unfused-remat", "cpu", "gpt2", 1, 1, 1024, 1, 0, RC_F32, 0},
+    /* name, device, model, mp, batch, seq_len, remat, zero, dtype, fused, from_dir */
+    {"default", "cpu", "gpt2", 1, 1, 1024, 0, 0, RC_F32, 1, 0},
+    {"remat", "cpu", "gpt2", 1, 1, 1024, 1, 0, RC_F32, 1, 0},
+    {"opencl", "opencl", "gpt2", 1, 1, 128, 0, 0, RC_F32, 1, 0}, /* PoCL takes 2 minutes for 1024 tokens */
+    {"opencl-remat", "opencl", "gpt2", 1, 1, 128, 1, 0, RC_F32, 1, 0},
+    {"mp2", "cpu", "gpt2", 2, 1, 1024, 0, 0, RC_F32, 1, 0},      /* mpiexec -n 2 */
+    {"zero", "cpu", "gpt2", 1, 1, 256, 0, 1, RC_F32, 1, 0},      /* mpiexec -n 2: dp 2 */
+    {"bf16", "cpu", "gpt2", 1, 1, 1024, 0, 0, RC_BF16, 1, 0},
+    {"zero-bf16", "cpu", "gpt2", 1, 1, 256, 0, 1, RC_BF16, 1, 0}, /* mpiexec -n 2: dp 2 */
+    {"zero2", "cpu", "gpt2", 1, 1, 256, 0, 2, RC_F32, 1, 0},     /* mpiexec -n 2: dp 2, ZeRO stage 2 */
+    {"zero-dp4", "cpu", "gpt2", 1, 1, 128, 0, 1, RC_F32, 1, 0},  /* mpiexec -n 4: dp 4 */
+    {"zero2-dp4", "cpu", "gpt2", 1, 1, 128, 0, 2, RC_F32, 1, 0}, /* mpiexec -n 4: dp 4, ZeRO stage 2 */
+    {"zero3", "cpu", "gpt2", 1, 1, 256, 0, 3, RC_F32, 1, 0},     /* mpiexec -n 2: dp 2, ZeRO stage 3 */
+    {"zero3-bf16", "cpu", "gpt2", 1, 1, 256, 0, 3, RC_BF16, 1, 0}, /* mpiexec -n 2: dp 2 */
+    {"zero3-dp4", "cpu", "gpt2", 1, 1, 128, 0, 3, RC_F32, 1, 0}, /* mpiexec -n 4: dp 4, ZeRO stage 3 */
+    {"opencl-bf16", "opencl", "gpt2", 1, 1, 128, 0, 0, RC_BF16, 1, 0},
+    {"unfused", "cpu", "gpt2", 1, 1, 1024, 0, 0, RC_F32, 0, 0}, /* wrong plan: the fused graph's */
+    {"unfused-remat", "cpu", "gpt2", 1, 1, 1024, 1, 0, RC_F32, 0, 0},
+    {"zero3-dir", "cpu", "gpt2-deep", 1, 1, 64, 0, 3, RC_F32, 1, 1},   /* mpiexec -n 2: dp 2 */
+    {"zero3-bf16-dir", "cpu", "gpt2-deep", 1, 1, 64, 0, 3, RC_BF16, 1, 1}, /* mpiexec -n 2 */
+    {"mp2-dir", "cpu", "gpt2-deep", 2, 1, 64, 0, 0, RC_F32, 1, 1},     /* mpiexec -n 2 */
 };
+
+/* gpt2-deep (see the top) */
+static int deep_config(rc_model_config *c, rc_error *err)
+{
+    if (rc_config_preset("gpt2", c, err))
+        return -1;
+    c->vocab_size = 1024;
+    c->d_model = 512;
+    c->n_layer = 16;
+    c->n_head = c->n_kv_head = 8;
+    c->head_dim = 64;
+    c->d_ff = 2048;
+    c->max_positions = 256;
+    return rc_config_validate(c, err);
+}
+
+/* `test_memory_plan save DIR`: gpt2-deep's random weights written to DIR */
+static int save_deep(const char *dir)
+{
+    rc_error err = {0};
+    rc_model_config c;
+    rc_model *m = deep_config(&c, &err) ? NULL : rc_model_from_config(&c, 3, &err);
+    int rc = m ? rc_model_save(m, dir, NULL, &err) : -1;
+    CHECKF(rc == 0, "save %s: %s", dir, err.msg);
+    rc_model_free(m);
+    return check_summary("test_memory_plan save");
+}
 
 /* the user of the three functions: the model and the batch's length */
 typedef struct {
@@ -156,28 +195,38 @@ static int64_t max_rss_bytes(void)
     return getrusage(RUSAGE_SELF, &u) == 0 ? (int64_t)u.ru_maxrss * 1024 : -1;
 }
 
-static void run_case(const mem_case *c, int *argc, char ***argv)
+static void run_case(const mem_case *c, const char *dir, int *argc, char ***argv)
 {
     rc_error err = {0};
     int64_t rss0 = max_rss_bytes();
-    rc_deployer_options dopt = {.seed = 1, .mp = c->mp, .device = c->device};
-    rc_deployer *d = rc_deployer_new(argc, argv, &dopt, &err);
+    char wd[4200];
+    snprintf(wd, sizeof wd, "%s.%s.work", dir ? dir : "", c->name); /* -dir: the run's workdir */
+    rc_deployer_options dopt = {.seed = 1, .mp = c->mp, .device = c->device, .workdir = c->from_dir ? wd : NULL};
+    CHECKF(!c->from_dir || dir, "%s: give the model directory (test_memory_plan %s DIR)", c->name, c->name);
+    rc_deployer *d = c->from_dir && !dir ? NULL : rc_deployer_new(argc, argv, &dopt, &err);
     CHECKF(d != NULL, "%s: %s", c->name, err.msg);
     if (!d)
         return;
     const rc_mesh *mesh = rc_deployer_mesh(d);
-    rc_model *m = rc_model_create(c->model, 3, &err);
-    CHECKF(m != NULL, "%s: %s", c->model, err.msg);
+    int rank = mesh->rank;
+    if (c->from_dir && rank == 0)
+        check_rm_tree(wd); /* an earlier run's */
+    if (c->from_dir)
+        rc_comm_barrier(mesh->world, &err);
+    rc_model *m = c->from_dir ? rc_model_load(dir, 3, c->dtype, &err) : rc_model_create(c->model, 3, &err);
+    CHECKF(m != NULL, "%s: %s", c->from_dir ? dir : c->model, err.msg);
     rc_memory_options mo = {.dp = mesh->dp, .mp = mesh->mp, .batch = c->batch, .seq_len = c->seq_len,
                             .remat = c->remat, .zero = c->zero, .dtype = c->dtype,
-                            .backend = rc_deployer_backend(d)};
+                            .backend = rc_deployer_backend(d), .from_dir = c->from_dir};
     rc_rank_memory plan = {0}, other = {0};
     rc_set_fused_attention(c->fused);
     CHECKF(m && rc_memory_plan(&m->config, &mo, &plan, &err) == 0, "plan: %s", err.msg);
     /* a wrong plan the measurement must reject: the fused attention's for an unfused case,
      * without zero for a zero case, the f32 plan's halved activations for a 16-bit case
      * (below), else the other remat setting */
-    if (!c->fused && !c->remat) /* with remat both peak outside attention (the head, the loss) */
+    if (c->from_dir) /* the run of a preset: the full weights beside the shards or shares */
+        mo.from_dir = 0;
+    else if (!c->fused && !c->remat) /* with remat both peak outside attention (the head, the loss) */
         rc_set_fused_attention(1);
     else if (c->zero == 3) /* stage 2: every rank holding the whole weights and gradient outputs */
         mo.zero = 2;
@@ -246,6 +295,8 @@ static void run_case(const mem_case *c, int *argc, char ***argv)
     rc_trainer_free(t);
     rc_model_free(m);
     rc_deployer_free(d);
+    if (c->from_dir && rank == 0)
+        check_rm_tree(wd);
 }
 
 /* zero 3 over dp 3 (GPT-2: 124439808 = 3 x 41479936): the share of every state, the
@@ -408,6 +459,8 @@ static void test_parse(void)
 int main(int argc, char **argv)
 {
     const char *name = argc > 1 ? argv[1] : "default";
+    if (!strcmp(name, "save") && argc > 2)
+        return save_deep(argv[2]);
     const mem_case *c = NULL;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (!strcmp(cases[i].name, name))
@@ -419,7 +472,7 @@ int main(int argc, char **argv)
     rc_set_threads(2);
     if (!strcmp(c->device, "opencl") && !check_opencl(name))
         return check_summary("test_memory_plan");
-    run_case(c, &argc, &argv);
+    run_case(c, argc > 2 ? argv[2] : NULL, &argc, &argv);
     if (!strcmp(name, "default")) { /* after the case: its peak RSS is the training's */
         test_parse();
         test_rules();
