@@ -312,7 +312,7 @@ static int decoder_step(decoder *d, int32_t *ids, int64_t T, rc_error *err)
     }
     ph[PH_GRAPH] = lap(&t);
     rci_step st = {0};
-    rci_step_spec spec = {outs, nout, keep, d->leaves, d->w->n, 0, NULL, NULL, NULL};
+    rci_step_spec spec = {.outs = outs, .nout = nout, .keep_split = keep, .leaves = d->leaves, .n = d->w->n};
     if (rc)
         rc_graph_free(g);
     else if (rci_step_build(&st, g, &spec, d->shards, d->be, err))

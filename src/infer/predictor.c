@@ -91,6 +91,9 @@ static rc_graph *record_predict(rc_predictor *p, const rc_batch *b, rc_tensor **
         rci_fail(g, RC_ERR_DTYPE, "predict output is %s (f32, f64, bf16, f16 or i32)", rc_dtype_name((*out)->dtype));
     for (int i = 0; (p->mp > 1 || p->gathers) && i < rc_params_count(p->params) && !rc_graph_error(g); i++)
         leaves[i] = rc_params_get(g, p->params, rc_params_name(p->params, i)); /* a new one is unused */
+    const rci_frozen *fz = rci_params_frozen(p->params);
+    for (int j = 0; p->gathers && p->share.frozen && j < rc_params_count(fz->base) && !rc_graph_error(g); j++)
+        leaves[rc_params_count(p->params) + j] = rc_params_get(g, fz->base, rc_params_name(fz->base, j));
     if (rc_graph_error(g)) {
         rc_error_set(err, rc_graph_error_code(g), "predict: %s", rc_graph_error(g));
         rc_graph_free(g);
@@ -122,12 +125,14 @@ static int step_compile(rc_predictor *p, pred_step *s, const rc_batch *b, rc_err
 {
     memset(s, 0, sizeof *s);
     int n = rc_params_count(p->params);
-    rc_tensor *out = NULL, **leaves = calloc((size_t)n + 1, sizeof *leaves);
+    const rci_frozen *fz = rci_params_frozen(p->params); /* zero 3 with LoRA: the base gathered too */
+    int nf = p->gathers && p->share.frozen ? rc_params_count(fz->base) : 0;
+    rc_tensor *out = NULL, **leaves = calloc((size_t)(n + nf) + 1, sizeof *leaves);
     rc_graph *g = leaves ? record_predict(p, b, &out, leaves, err) : NULL;
     if (!leaves)
         rc_error_set(err, RC_ERR_MEMORY, "predict: out of memory");
     rci_step_spec spec = {&out, 1, NULL, leaves, n, 0, p->gathers ? &s->gather : NULL, p->share.loff,
-                          p->share.lnum};
+                          p->share.lnum, nf, p->share.numel};
     int rc = g ? rci_step_build(&s->st, g, &spec, p->mp > 1 ? &p->shards : NULL,
                                 rci_params_backend(p->params), err) : -1;
     free(leaves);
@@ -210,7 +215,7 @@ void rci_predictor_use_shards(rc_predictor *p, const rc_shard_spec *specs, rc_bu
 void rci_predictor_use_gather(rc_predictor *p, const rci_gather_run *share)
 {
     if (!p || (p->gathers && p->share.share == share->share && p->share.dp == share->dp &&
-               p->share.numel == share->numel && p->share.dtype == share->dtype))
+               p->share.numel == share->numel && p->share.dtype == share->dtype && p->share.frozen == share->frozen))
         return;
     for (int i = 0; i < PRED_CACHE; i++) /* compiled for other weights */
         step_free(&p->steps[i]);

@@ -80,9 +80,7 @@ static int fill_a(float *x, int64_t numel, int ndim, const int64_t *shape, rc_rn
 /* the adapters' table: A [r, in] and B [out, r] for every matching module */
 static int declare(rc_lora *l, rc_error *err)
 {
-    rci_nn_weights *w = rci_params_weights(l->m->params);
-    if (!w)
-        return rc_error_set(err, RC_ERR_ARG, "lora: the model's weights are not in memory");
+    rci_nn_weights *w = rci_params_table(l->m->params); /* names and shapes (values may wait in a file) */
     if (!(l->base = calloc((size_t)w->n + 1, sizeof *l->base)) || !(l->params = rc_params_new()))
         return rc_error_set(err, RC_ERR_MEMORY, "lora: out of memory");
     for (int i = 0; i < w->n; i++) {
@@ -220,7 +218,7 @@ double rc_lora_scaling(const rc_lora *l)
 
 int rci_lora_leaves(rc_graph *g, rc_lora *l, rci_nn_lora_set *out)
 {
-    rci_nn_weights *w = rci_params_weights(l->m->params);
+    rci_nn_weights *w = rci_params_table(l->m->params);
     memset(out, 0, sizeof *out);
     out->a = calloc((size_t)w->n + 1, sizeof *out->a);
     out->b = calloc((size_t)w->n + 1, sizeof *out->b);

@@ -154,6 +154,14 @@ int rci_params_restore(rc_params *p)
     return ready(p, NULL);
 }
 
+int rci_params_unrelease(rc_params *p)
+{
+    if (!p->source)
+        return -1;
+    p->released = 0;
+    return 0;
+}
+
 void rci_params_restore_from(rc_params *p, rc_checkpoint *ck)
 {
     rc_checkpoint_close(p->source);

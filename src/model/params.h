@@ -30,6 +30,9 @@ int rci_params_restore(rc_params *p);
 /* rci_params_restore with the values waiting in ck (taken: a checkpoint of the shards'
  * values whose tensors match p's table), not gathered into a buffer */
 void rci_params_restore_from(rc_params *p, rc_checkpoint *ck);
+/* Released parameters whose values still wait unchanged in their source (frozen weights read
+ * from a model directory) back to waiting there; -1 (nothing done) without a source. */
+int rci_params_unrelease(rc_params *p);
 
 /* ---- values that wait in a model directory --------------------------------------------- */
 /* The values of p are in ck (a checkpoint whose names and shapes match p's table, taken):

@@ -46,6 +46,7 @@ void rci_gather_free(rci_gather *z)
     free(z->lo);
     free(z->hi);
     free(z->nrange);
+    free(z->ntrained);
     free(z->unit);
     free(z->at);
     free(z->release);
@@ -113,13 +114,15 @@ static int unit_ranges(rci_gather *z, int u, const int64_t *loff, const int64_t 
         int i = tmp[j], r = z->nrange[u];
         z->at[i] = at;
         at += lnum[i];
-        if (r && z->hi[u][r - 1] == loff[i])
+        if (r && z->hi[u][r - 1] == loff[i] && loff[i] != z->split)
             z->hi[u][r - 1] += lnum[i];
         else {
             z->lo[u][r] = loff[i];
             z->hi[u][r] = loff[i] + lnum[i];
             z->nrange[u]++;
         }
+        if (loff[i] < z->split)
+            z->ntrained[u] = z->nrange[u];
     }
     return 0;
 }
@@ -162,10 +165,11 @@ static void release_nodes(rci_gather *z, rc_tensor *const *grads)
 }
 
 int rci_gather_units(rci_gather *z, const rc_graph *g, rc_tensor *const *leaves, rc_tensor *const *grads, int np,
-                     const int64_t *loff, const int64_t *lnum, rc_error *err)
+                     const int64_t *loff, const int64_t *lnum, int64_t split, rc_error *err)
 {
     memset(z, 0, sizeof *z);
     z->np = np;
+    z->split = split;
     int *param_of = params_by_id(g, leaves, np);
     int64_t *first = malloc(((size_t)np + 1) * sizeof *first);
     int *seg = malloc(((size_t)np + 1) * sizeof *seg);
@@ -181,9 +185,10 @@ int rci_gather_units(rci_gather *z, const rc_graph *g, rc_tensor *const *leaves,
         sort_by(order, np, first);
         cut_units(z, order, seg, lnum);
         z->nrange = calloc((size_t)z->nunit + 1, sizeof *z->nrange);
+        z->ntrained = calloc((size_t)z->nunit + 1, sizeof *z->ntrained);
         z->lo = calloc((size_t)z->nunit + 1, sizeof *z->lo);
         z->hi = calloc((size_t)z->nunit + 1, sizeof *z->hi);
-        rc = z->nrange && z->lo && z->hi ? 0 : -1;
+        rc = z->nrange && z->ntrained && z->lo && z->hi ? 0 : -1;
     }
     for (int u = 0; !rc && u < z->nunit; u++)
         rc = unit_ranges(z, u, loff, lnum, order);
@@ -390,8 +395,11 @@ static int visit_start(rci_gather *z, int k, rc_error *err)
     size_t es = rc_dtype_size(r->dtype);
     int64_t at = z->slot_at[z->slot[u]];
     for (int j = 0; j < z->nrange[u]; j++) {
-        z->pending[k][j] = rci_comm_gather_range_start(r->dp, r->share, 0, r->gathered, (size_t)at * es, r->numel,
-                                                       z->lo[u][j], z->hi[u][j], r->dtype, err);
+        int frozen = z->lo[u][j] >= z->split; /* from the frozen weights' shares */
+        int64_t base = frozen ? z->split : 0;
+        z->pending[k][j] = rci_comm_gather_range_start(r->dp, frozen ? r->frozen : r->share, 0, r->gathered,
+                                                       (size_t)at * es, frozen ? r->frozen_numel : r->numel,
+                                                       z->lo[u][j] - base, z->hi[u][j] - base, r->dtype, err);
         if (!z->pending[k][j])
             return rci_error_prefix(err, "zero 3: gathering unit %d", u);
         at += z->hi[u][j] - z->lo[u][j];
@@ -421,7 +429,7 @@ static int on_event(void *ctx, int e, rc_error *err)
     int what = z->event_what[e];
     if (what < 0) {
         int u = -1 - what;
-        return z->run.scatter ? z->run.scatter(z->run.ctx, z->lo[u], z->hi[u], z->nrange[u], err) : 0;
+        return z->run.scatter ? z->run.scatter(z->run.ctx, z->lo[u], z->hi[u], z->ntrained[u], err) : 0;
     }
     if (what == 0 && visit_start(z, 0, err))
         return -1;

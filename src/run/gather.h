@@ -11,7 +11,11 @@
  * reads of one unit with no read of another in between. Units are given slots in one
  * gathered buffer so that no two units whose visits overlap share one, counting for each
  * visit the time from the start of the visit before it, when its gather is started: the
- * gather of visit k+1 moves while visit k computes. */
+ * gather of visit k+1 moves while visit k computes.
+ *
+ * LoRA's frozen base weights are gathered the same way, from a second share-split vector:
+ * their places in the layout start at `split` (the trainable layout's size), and they have
+ * no gradients to scatter. */
 #ifndef REDCO_GATHER_H
 #define REDCO_GATHER_H
 
@@ -31,17 +35,23 @@ typedef struct {
      * [lo[r], hi[r]) of them (rc_plan_memory reads them in here) */
     int (*scatter)(void *ctx, const int64_t *lo, const int64_t *hi, int nrange, rc_error *err);
     void *ctx;
+    rc_buffer *frozen;            /* LoRA: this rank's share of the frozen base weights (dtype),
+                                     whose layout (frozen_numel) the layout continues with at
+                                     element numel; else NULL */
+    int64_t frozen_numel;
 } rci_gather_run;
 
 typedef struct {
     int np, nunit;
+    int64_t split;                /* layout elements from here on are the frozen weights' */
     int *unit;                    /* [np] parameter i's unit (parameters no node reads make
                                      units of their own, last: their gradients still scatter) */
     int64_t *at;                  /* [np] its element offset in the gathered buffer */
     rc_tensor **release;          /* [np] with gradients: the node after which the unit's
                                      gradients are complete (their memory goes after it) */
     int *nrange;                  /* [nunit] local-layout ranges of its parameters: */
-    int64_t **lo, **hi;           /* merged where contiguous, ascending */
+    int64_t **lo, **hi;           /* merged where contiguous (never across split), ascending */
+    int *ntrained;                /* [nunit] its first ranges below split (what it scatters) */
     /* from the plan */
     int nvisit;
     int *visit_unit, *visit_start, *visit_end, *visit_gathers;
@@ -58,9 +68,10 @@ typedef struct {
 
 /* Units of the parameters leaves[0..np) of graph g (NULL entries: not in the graph), and with
  * grads (the gradient of each, or NULL: a step without) the node each unit's gradients are
- * complete after. loff/lnum: each parameter's place in the local layout. */
+ * complete after. loff/lnum: each parameter's place in the layout, the frozen weights' from
+ * split on (INT64_MAX: none). */
 int rci_gather_units(rci_gather *z, const rc_graph *g, rc_tensor *const *leaves, rc_tensor *const *grads, int np,
-                     const int64_t *loff, const int64_t *lnum, rc_error *err);
+                     const int64_t *loff, const int64_t *lnum, int64_t split, rc_error *err);
 /* The visits in the order the nodes of g run (order[0..n_order): a plan's, rci_plan_node),
  * the slots and the events (leaves: as given to the units). */
 int rci_gather_schedule(rci_gather *z, const rc_graph *g, rc_tensor *const *order, int n_order,

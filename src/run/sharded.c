@@ -51,9 +51,7 @@ int rci_sharded_refresh(rci_sharded *s, rc_error *err)
 {
     if (!s->owned || !s->local || s->version == rci_params_version(s->params))
         return 0;
-    rci_nn_weights *w = rci_params_weights(s->params);
-    if (!w || !w->buf)
-        return rc_error_set(err, RC_ERR_ARG, "model shards: the full weights are not in memory to take shards from");
+    /* (from the buffer, or from the file the values wait in: rci_params_read_range) */
     if (rci_sharded_take(s->specs, s->params, s->mesh->mp, s->mesh->mp_rank, s->local, s->off, err))
         return -1;
     s->version = rci_params_version(s->params);

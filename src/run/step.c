@@ -8,6 +8,7 @@
 #include "step.h"
 #include "exec.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,7 +58,15 @@ static rc_plan *step_plan(rci_step *s, const rci_step_spec *spec, rc_backend *be
         return rc_plan_new_on(be, s->run, s->outs, nplan, err);
     rc_tensor *const *leaves = s->local.g ? s->local.params : spec->leaves;
     rci_gather *z = spec->gather;
-    if (rci_gather_units(z, s->run, leaves, s->grads, spec->n, spec->loff, spec->lnum, err))
+    int ng = spec->n + spec->nfrozen; /* the frozen weights have no gradients */
+    rc_tensor **grads = spec->with_grads ? calloc((size_t)ng + 1, sizeof *grads) : NULL;
+    if (grads)
+        memcpy(grads, s->grads, (size_t)spec->n * sizeof *grads);
+    int rc = spec->with_grads && !grads ? rc_error_set(err, RC_ERR_MEMORY, "step: out of memory")
+             : rci_gather_units(z, s->run, leaves, grads, ng, spec->loff, spec->lnum,
+                                spec->nfrozen ? spec->split : INT64_MAX, err);
+    free(grads);
+    if (rc)
         return NULL;
     rc_tensor **release = calloc((size_t)nplan + 1, sizeof *release);
     if (!release) {
@@ -73,8 +82,8 @@ static rc_plan *step_plan(rci_step *s, const rci_step_spec *spec, rc_backend *be
         free(release);
     for (int k = 0; order && k < n; k++)
         order[k] = rci_plan_node(p, k);
-    int rc = !p ? -1 : !order ? rc_error_set(err, RC_ERR_MEMORY, "step: out of memory")
-                              : rci_gather_schedule(z, s->run, order, n, leaves, err);
+    rc = !p ? -1 : !order ? rc_error_set(err, RC_ERR_MEMORY, "step: out of memory")
+                          : rci_gather_schedule(z, s->run, order, n, leaves, err);
     free(order);
     if (rc) {
         rc_plan_free(p);

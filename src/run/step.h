@@ -22,13 +22,18 @@ typedef struct {
     rc_tensor *const *outs;       /* [nout] nodes of g; outs[0] the loss when with_grads */
     int nout;
     const int *keep_split;        /* with shards: per output, 1 keeps this rank's part (NULL: none) */
-    rc_tensor *const *leaves;     /* [n] parameter leaves of g (NULL where unused) */
+    rc_tensor *const *leaves;     /* [n] parameter leaves of g (NULL where unused), then with
+                                     gather and nfrozen LoRA's frozen base weights' */
     int n;
     int with_grads;
     rci_gather *gather;           /* ZeRO stage 3: the parameters' units and schedule are made
                                      here (the caller attaches them), and each gradient's memory
                                      goes once its unit's are complete; else NULL */
-    const int64_t *loff, *lnum;   /* with gather: each parameter's place in the local layout */
+    const int64_t *loff, *lnum;   /* with gather: each parameter's place in the local layout,
+                                     then each frozen weight's (from split on: gather.h) */
+    int nfrozen;                  /* with gather: frozen weights gathered too (their leaves
+                                     follow the n parameters'; with shards, in the local graph) */
+    int64_t split;
 } rci_step_spec;
 
 /* Builds s from record g (which s then owns, also when the build fails): with shards,

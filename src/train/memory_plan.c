@@ -175,7 +175,7 @@ static int zero3_plan(rc_graph *run, rc_tensor *const *params, rc_tensor *const 
         at += lnum[i];
     }
     if (!rc)
-        rc = rci_gather_units(z, run, params, grads, n, loff, lnum, err);
+        rc = rci_gather_units(z, run, params, grads, n, loff, lnum, INT64_MAX, err);
     for (int i = 0; !rc && i < n; i++)
         release[nl + i] = z->release[i];
     if (!rc)

@@ -81,6 +81,14 @@ struct rc_trainer {
                                      gather (f32: master itself); local is then released */
     rc_buffer *gathered;          /* zero 3: the slots the steps gather parameters into, the
                                      largest any compiled step needs */
+    rc_buffer *fshare;            /* zero 3 with LoRA: this rank's share of the frozen base
+                                     weights (their layout: the base's table, or with model
+                                     shards its shards'), gathered with the adapters; the
+                                     base's own buffer (mp 1) or shards are released */
+    int64_t frozen_numel, fshare_lo, fshare_n;
+    int nfrozen;
+    int64_t *gloff, *glnum;       /* zero 3 with LoRA: loff, lnum, then each frozen weight's
+                                     place in the gather layout (from local_numel on) */
     int64_t gathered_numel;
     float grad_scale;             /* zero 3: what the train step's gradients are scaled by as
                                      they are scattered (its events), and whether they are the */
@@ -166,6 +174,15 @@ static void shard_state(rc_trainer *t)
 
 static int scatter_unit(void *ctx, const int64_t *lo, const int64_t *hi, int nrange, rc_error *err);
 
+/* zero 3: where the steps gather from (the weights' shares, with LoRA the frozen base's) */
+static rci_gather_run share_run(const rc_trainer *t)
+{
+    return (rci_gather_run){.dp = rc_deployer_mesh(t->d)->dp_comm, .share = t->wshare ? t->wshare : t->master,
+                            .numel = t->local_numel, .loff = t->gloff ? t->gloff : t->loff,
+                            .lnum = t->glnum ? t->glnum : t->lnum, .dtype = t->dtype, .frozen = t->fshare,
+                            .frozen_numel = t->frozen_numel};
+}
+
 /* zero 3: step s's gathers and scatters bound to the trainer's state; the gathered buffer
  * grown first if s needs more (every compiled step bound to the new one) */
 static int gather_attach(rc_trainer *t, compiled_step *s, rc_error *err)
@@ -185,8 +202,10 @@ static int gather_attach(rc_trainer *t, compiled_step *s, rc_error *err)
         compiled_step *c = all[k];
         if (!c->st.plan || (c != s && !grown))
             continue;
-        rci_gather_run run = {rc_deployer_mesh(t->d)->dp_comm, t->wshare ? t->wshare : t->master, t->local_numel,
-                              t->loff, t->lnum, t->dtype, t->gathered, c->st.grads ? scatter_unit : NULL, t};
+        rci_gather_run run = share_run(t);
+        run.gathered = t->gathered;
+        run.scatter = c->st.grads ? scatter_unit : NULL;
+        run.ctx = t;
         if (rci_gather_attach(&c->gather, c->st.plan, &run, err))
             return -1;
     }
@@ -236,7 +255,8 @@ static int step_compile(compiled_step *s, rc_trainer *t, void *user, const rc_ba
 {
     memset(s, 0, sizeof *s);
     int np = rc_params_count(t->params), first_shards = t->mp > 1 && !t->shards.specs;
-    rc_tensor *loss[2] = {NULL, NULL}, **leaves = calloc((size_t)np + 1, sizeof *leaves);
+    int nf = t->zero == 3 ? t->nfrozen : 0; /* LoRA's frozen base, gathered too */
+    rc_tensor *loss[2] = {NULL, NULL}, **leaves = calloc((size_t)(np + nf) + 1, sizeof *leaves);
     int scaled = with_grads && t->scaling; /* evaluation: the loss alone */
     rc_graph *g = leaves ? record_loss(t, user, b, scaled, loss, leaves, err) : NULL;
     if (!leaves)
@@ -249,8 +269,11 @@ static int step_compile(compiled_step *s, rc_trainer *t, void *user, const rc_ba
             s->ignore = n->iparam[0];
         }
     }
-    rci_step_spec spec = {loss, scaled ? 2 : 1, NULL, leaves, np, with_grads,
-                          t->zero == 3 ? &s->gather : NULL, t->loff, t->lnum};
+    const rci_frozen *fz = rci_params_frozen(t->params);
+    for (int j = 0; g && j < nf; j++)
+        leaves[np + j] = rc_params_get(g, fz->base, rc_params_name(fz->base, j));
+    rci_step_spec spec = {loss, scaled ? 2 : 1, NULL, leaves, np, with_grads, t->zero == 3 ? &s->gather : NULL,
+                          nf ? t->gloff : t->loff, nf ? t->glnum : t->lnum, nf, t->local_numel};
     int rc = g ? rci_step_build(&s->st, g, &spec, t->mp > 1 ? &t->shards : NULL, t->be, err) : -1;
     free(leaves);
     if (!rc && first_shards)
@@ -384,9 +407,12 @@ void rc_trainer_free(rc_trainer *t)
     rc_buffer_free(t->master);
     rc_buffer_free(t->wshare);
     rc_buffer_free(t->gathered);
+    rc_buffer_free(t->fshare);
     rci_sharded_free(&t->shards);
     free(t->loff);
     free(t->lnum);
+    free(t->gloff);
+    free(t->glnum);
     free(t);
 }
 
@@ -799,8 +825,11 @@ static int64_t steps_in_epoch(const rc_trainer *t, const rc_train_options *o, rc
  * whole buffer is never made. */
 static void read_in_parts(rc_trainer *t, const rc_train_options *o)
 {
+    const rci_frozen *fz = rci_params_frozen(t->params);
     if (rci_params_waiting(t->params) && (t->mp > 1 || o->zero == 3))
         rci_params_release(t->params);
+    if (fz && rci_params_waiting(fz->base) && (t->mp > 1 || o->zero == 3)) /* LoRA's base too */
+        rci_params_release(fz->base);
 }
 
 /* The weights in the fit's dtype, at the first fit (the steps are recorded in it): the
@@ -854,22 +883,120 @@ static int weight_share(rc_trainer *t, rc_error *err)
     return bytes ? t->be->round_f32(t->be, t->wshare, 0, t->dtype, t->master, 0, t->share_n, err) : 0;
 }
 
-/* Elements [lo, lo + n) of local in the weights' dtype into host: from local, or (zero 3
- * on one model shard, the values still in their model directory) from the file, a
- * parameter's part at a time. */
-static int local_words(rc_trainer *t, int64_t lo, int64_t n, void *host, rc_error *err)
+/* Elements [lo, lo + n) of a layout of p's parameters (parameter i at element off[i], num[i]
+ * of them) in p's dtype into host: from buf, or without one (one model shard, the values
+ * still in their model directory) from p's file, a parameter's part at a time. */
+static int layout_words(rc_params *p, rc_buffer *buf, const int64_t *off, const int64_t *num, int64_t lo, int64_t n,
+                        void *host, rc_error *err)
 {
-    size_t es = rc_dtype_size(t->dtype);
-    if (t->local)
-        return rc_buffer_download(t->local, (size_t)lo * es, host, (size_t)n * es, err);
-    for (int i = 0; i < rc_params_count(t->params); i++) {
-        int64_t a = lo > t->loff[i] ? lo : t->loff[i];
-        int64_t b = lo + n < t->loff[i] + t->lnum[i] ? lo + n : t->loff[i] + t->lnum[i];
-        if (a < b && rci_params_read_range(t->params, i, a - t->loff[i], b - a, (char *)host + (size_t)(a - lo) * es,
-                                           err))
+    size_t es = rc_dtype_size(rc_params_dtype(p));
+    if (buf)
+        return rc_buffer_download(buf, (size_t)lo * es, host, (size_t)n * es, err);
+    for (int i = 0; i < rc_params_count(p); i++) {
+        int64_t a = lo > off[i] ? lo : off[i];
+        int64_t b = lo + n < off[i] + num[i] ? lo + n : off[i] + num[i];
+        if (a < b && rci_params_read_range(p, i, a - off[i], b - a, (char *)host + (size_t)(a - lo) * es, err))
             return -1;
     }
     return 0;
+}
+
+static int local_words(rc_trainer *t, int64_t lo, int64_t n, void *host, rc_error *err)
+{
+    return layout_words(t->params, t->local, t->loff, t->lnum, lo, n, host, err);
+}
+
+/* zero 3 with LoRA: the gather layout, the adapters' then the frozen base weights' (from
+ * local_numel on: the base's table, or with model shards its shards' layout), whose
+ * elements [lo, ...) are off[j], num[j] in the frozen layout alone; -1 out of memory */
+static int frozen_layout(rc_trainer *t, const rci_nn_weights *bw, int64_t *off, rc_error *err)
+{
+    int np = rc_params_count(t->params), nf = bw->n;
+    t->gloff = malloc((size_t)(np + nf + 1) * sizeof *t->gloff);
+    t->glnum = malloc((size_t)(np + nf + 1) * sizeof *t->glnum);
+    if (!t->gloff || !t->glnum)
+        return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    memcpy(t->gloff, t->loff, (size_t)np * sizeof *t->gloff);
+    memcpy(t->glnum, t->lnum, (size_t)np * sizeof *t->glnum);
+    if (t->mp > 1)
+        t->frozen_numel = rci_sharded_layout(t->specs + np, bw, t->mp, off, t->glnum + np);
+    for (int j = 0; t->mp == 1 && j < nf; j++) {
+        off[j] = bw->p[j].offset;
+        t->glnum[np + j] = bw->p[j].numel;
+    }
+    if (t->mp == 1)
+        t->frozen_numel = bw->numel;
+    for (int j = 0; j < nf; j++)
+        t->gloff[np + j] = t->local_numel + off[j];
+    t->nfrozen = nf;
+    return 0;
+}
+
+/* zero 3 with LoRA: this rank's share of the frozen base weights (their words, chunk by
+ * chunk from the base's buffer, its shards or its file), gathered with the adapters' layers;
+ * then the base's buffer (one model shard) or its shards go. A later fit: the buffer the
+ * last one gave back goes again. */
+static int frozen_share(rc_trainer *t, rc_error *err)
+{
+    enum { CHUNK = 1 << 20 };
+    const rci_frozen *fz = rci_params_frozen(t->params);
+    rci_nn_weights *bw = fz ? rci_params_table(fz->base) : NULL;
+    if (t->zero < 3 || !fz)
+        return 0;
+    if (t->fshare) {
+        if (t->mp == 1 && bw->buf)
+            rci_params_release(fz->base);
+        return 0;
+    }
+    if (bw->dtype != t->dtype)
+        return rc_error_set(err, RC_ERR_ARG, "train: zero 3 with LoRA: the frozen base weights are %s, the adapters "
+                            "train in %s (load the model in the training dtype)", rc_dtype_name(bw->dtype),
+                            rc_dtype_name(t->dtype));
+    int64_t *off = malloc((size_t)(bw->n + 1) * sizeof *off), hi;
+    size_t es = rc_dtype_size(t->dtype);
+    void *words = malloc(CHUNK * es);
+    int rc = off && words ? frozen_layout(t, bw, off, err) : rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    rc_comm_share(t->frozen_numel, m->dp, m->dp_rank, &t->fshare_lo, &hi);
+    t->fshare_n = hi - t->fshare_lo;
+    if (!rc && !(t->fshare = rc_buffer_new(t->be, (size_t)(t->fshare_n ? t->fshare_n : 1) * es, err)))
+        rc = rci_error_prefix(err, "trainer: this rank's share of the frozen weights (%lld)", (long long)t->fshare_n);
+    rc_buffer *from = t->mp > 1 ? t->shards.frozen_local : bw->buf;
+    for (int64_t at = 0; !rc && at < t->fshare_n; at += CHUNK) {
+        int64_t len = t->fshare_n - at < CHUNK ? t->fshare_n - at : CHUNK;
+        rc = layout_words(fz->base, from, off, t->glnum + rc_params_count(t->params), t->fshare_lo + at, len, words,
+                          err) || rc_buffer_upload(t->fshare, (size_t)at * es, words, (size_t)len * es, err) ? -1 : 0;
+    }
+    free(off);
+    free(words);
+    if (!rc && t->mp > 1) {
+        rc_buffer_free(t->shards.frozen_local);
+        t->shards.frozen_local = NULL;
+    } else if (!rc) {
+        rci_params_release(fz->base);
+    }
+    return rc;
+}
+
+/* zero 3 with LoRA, when fit ends: the frozen base's values where the base keeps them
+ * again: waiting in its file (a model directory), else (one model shard) its buffer made
+ * whole from the shares. Collective. */
+static int frozen_back(rc_trainer *t, rc_error *err)
+{
+    const rci_frozen *fz = rci_params_frozen(t->params);
+    rci_nn_weights *bw = fz ? rci_params_table(fz->base) : NULL;
+    if (!t->fshare || bw->buf) /* (with model shards the base kept its buffer) */
+        return 0;
+    if (rci_params_unrelease(fz->base) == 0) /* waiting in its file again */
+        return 0;
+    if (rci_params_restore(fz->base))
+        return rc_error_set(err, RC_ERR_MEMORY, "trainer: cannot allocate the frozen weights (%lld)",
+                            (long long)bw->numel);
+    size_t es = rc_dtype_size(t->dtype);
+    const rc_mesh *m = rc_deployer_mesh(t->d);
+    int rc = t->fshare_n ? t->be->copy(t->be, bw->buf, (size_t)t->fshare_lo * es, t->fshare, 0,
+                                       (size_t)t->fshare_n * es, err) : 0;
+    return rc ? -1 : rc_comm_allgather(m->dp_comm, bw->buf, 0, bw->numel, t->dtype, GRAD_BUCKET, err);
 }
 
 /* 16-bit weights, or zero 3: the f32 master of this rank's share (made with the moments'
@@ -986,8 +1113,7 @@ static int eval_metric(rc_trainer *t, const rc_train_options *o, rc_examples ex,
         rci_predictor_use_shards(t->eval_predictor, t->specs, t->local, t->loff, t->shards.frozen_local,
                                  t->shards.frozen_off);
     if (t->zero == 3) { /* the weights' shares, gathered layer by layer as the train step does */
-        rci_gather_run share = {rc_deployer_mesh(t->d)->dp_comm, t->wshare ? t->wshare : t->master, t->local_numel,
-                                t->loff, t->lnum, t->dtype, NULL, NULL, NULL};
+        rci_gather_run share = share_run(t);
         rci_predictor_use_gather(t->eval_predictor, &share);
     }
     if (o->eval_begin) /* the metric's counters start afresh on every rank */
@@ -1130,7 +1256,7 @@ static void test_stop_wait(void)
 static int64_t state_size(const rc_trainer *t)
 {
     int64_t grads = t->zero >= 2 ? t->share_n + t->window_n : t->local_numel;
-    int64_t weights = t->zero < 3 ? t->local_numel : (t->wshare ? t->share_n : 0) + t->gathered_numel;
+    int64_t weights = t->zero < 3 ? t->local_numel : (t->wshare ? t->share_n : 0) + t->gathered_numel + t->fshare_n;
     return weights * (int64_t)rc_dtype_size(t->dtype) + grads * (int64_t)sizeof(float) +
            t->share_n * (int64_t)sizeof(float) * (t->master ? 3 : 2);
 }
@@ -1175,7 +1301,8 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     if (t->mp > 1 && !t->train.st.plan && compile_first(t, o, train, err))
         return -1;
     if (rc_deployer_agree(t->d, moment_buffers(t, o->zero, err), err) ||
-        rc_deployer_agree(t->d, master_buffer(t, err), err))
+        rc_deployer_agree(t->d, master_buffer(t, err), err) ||
+        rc_deployer_agree(t->d, frozen_share(t, err), err))
         return -1;
     if (t->zero == 3 && t->train.st.plan && !t->train.gather.np)
         step_free(&t->train); /* compiled for the shards' layout: again, gathering */
@@ -1272,6 +1399,8 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         shrink(t);
     if (!rc)
         rc = rci_ckpt_gather_params(&state, t->params, final, err);
+    if (!rc && t->zero == 3)
+        rc = frozen_back(t, err);
     rci_params_touch(t->params); /* updated in place, or gathered from the shards */
     if (!rc) /* the last update done before fit returns, on a device that queues work */
         rc = rc_backend_wait(t->be, err);

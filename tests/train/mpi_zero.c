@@ -34,10 +34,18 @@
  *   Read from a model directory (rc_model_load: each rank reads its shards and its share
  *   from the file) zero 3 trains bitwise the weights and moments it trains from the preset
  *   whose values the directory holds, in f32 and bf16.
+ * - LoRA with zero 3 (the adapters and the frozen base weights in shares, the base gathered
+ *   layer by layer with its adapters) trains the adapters of LoRA without zero (SGD and
+ *   AdamW, 2 micro-batches, clipping: per tensor within 1e-6), the base's values come back
+ *   unchanged when fit ends, and on one model shard the base holds no buffer while the
+ *   steps run (rc_params_buffer NULL in every collate); read from a model directory, on
+ *   any mesh (the base given whole stays whole beside its shards with mp > 1, as without
+ *   zero 3).
  * With --device D (opencl) every run is on that device (CTest mpi_zero_opencl_np2); with
  * --stage3 only the zero 3 tests run (CTests mpi_zero3_*), and without it all but them. */
 #include "check.h"
 #include "lm_task.h"
+#include "redco/lora.h"
 #include "redco/pipeline.h"
 #include "redco/safetensors.h"
 
@@ -383,12 +391,11 @@ static void check_zero3(const char *what, int dp, int mp, int rank, const char *
 /* The run `name` again with the model read from a directory holding the preset's weights
  * (written by rank 0): bitwise the weights w (read after fit: from final/, where fit left
  * them) and the moments and master of the run `straight`. */
-static void check_from_dir(task *k, int dp, int mp, const char *straight, const check_weights *w)
+/* root/tiny-gpt2-DPxMP (into dir) holding the preset's weights, written by rank 0 */
+static void save_preset(char *dir, size_t size, int dp, int mp)
 {
-    char dir[128], name[80], worst[256] = "";
     rc_error err = {0};
-    snprintf(dir, sizeof dir, "%s/tiny-gpt2-%dx%d", root, dp, mp);
-    snprintf(name, sizeof name, "%s-dir", straight);
+    snprintf(dir, size, "%s/tiny-gpt2-%dx%d", root, dp, mp);
     rc_mesh world;
     CHECK(rc_mesh_init(&world, 1, &err) == 0);
     rc_model *m = world.rank == 0 ? rc_model_create("tiny-gpt2", 1, &err) : NULL;
@@ -396,6 +403,13 @@ static void check_from_dir(task *k, int dp, int mp, const char *straight, const 
     rc_model_free(m);
     rc_comm_barrier(world.world, &err);
     rc_mesh_free(&world);
+}
+
+static void check_from_dir(task *k, int dp, int mp, const char *straight, const check_weights *w)
+{
+    char dir[128], name[80], worst[256] = "";
+    save_preset(dir, sizeof dir, dp, mp);
+    snprintf(name, sizeof name, "%s-dir", straight);
     check_weights wd = {0};
     model_dir = dir;
     if (!train(k, mp, "adamw", 3, STEPS, name, 0, &wd, NULL)) {
@@ -406,6 +420,91 @@ static void check_from_dir(task *k, int dp, int mp, const char *straight, const 
     }
     model_dir = NULL;
     check_weights_free(&wd);
+}
+
+static int base_held;               /* collates that found the LoRA base's buffer */
+
+static int collate_watch(rc_batch *out, const int64_t *ex, int n, void *user, rc_error *err)
+{
+    task *k = user;
+    base_held += rc_params_buffer(k->model->params, 0, NULL) != NULL;
+    return lm_task_collate(out, ex, n, user, err);
+}
+
+/* LoRA (rank 4 on c_attn and c_proj) on tiny-gpt2 with ZeRO stage `zero`: the adapters after
+ * `opt` into *adapters, the base weights after fit into *base; 0 or -1 */
+static int train_lora(task *k, int mp, const char *opt, int zero, const char *name, check_weights *adapters,
+                      check_weights *base)
+{
+    rc_error err = {0};
+    char wd[160];
+    snprintf(wd, sizeof wd, "%s/%s", root, name);
+    rc_deployer_options dopt = {.seed = 3, .mp = mp, .workdir = wd, .device = device};
+    rc_deployer *d = rc_deployer_new(NULL, NULL, &dopt, &err);
+    k->model = !d ? NULL : model_dir ? rc_model_load(model_dir, 1, RC_F32, &err) : rc_model_create("tiny-gpt2", 1, &err);
+    if (k->model && rc_params_to(k->model->params, rc_deployer_backend(d), &err)) /* the base on the device */
+        CHECKF(0, "%s: %s", name, err.msg);
+    rc_lora *l = k->model ? rc_lora_new(k->model, &(rc_lora_options){4, 8, "c_attn,c_proj"}, 2, &err) : NULL;
+    rc_trainer *t = l ? rc_trainer_new(d, collate_watch, lm_task_loss, k, rc_lora_params(l), NULL, &err) : NULL;
+    int dp = d ? rc_deployer_mesh(d)->dp : 1;
+    rc_train_options o = {.steps = STEPS, .batch_size = GLOBAL / ACCUM / dp, .grad_accum = ACCUM, .shuffle = 1,
+                          .optimizer = opt, .lr = !strcmp(opt, "sgd") ? 0.5 : 1e-2, .grad_clip = CLIP, .eps = 1e-6,
+                          .schedule = RC_SCHEDULE_CONSTANT, .zero = zero};
+    base_held = 0;
+    int ok = t && rc_trainer_fit(t, &o, (rc_examples){lm_task_count, k}, NULL, NULL, &err) == 0;
+    CHECKF(ok, "%s: %s", name, err.msg);
+    if (ok)
+        CHECK(check_weights_add_params(adapters, "", rc_lora_params(l), 0) == 0 &&
+              check_weights_add_params(base, "", k->model->params, 0) == 0);
+    rc_trainer_free(t);
+    rc_lora_free(l);
+    rc_model_free(k->model);
+    rc_deployer_free(d);
+    return ok ? 0 : -1;
+}
+
+/* LoRA with zero 3 against LoRA without (see the top) */
+static void test_lora3(task *k, int dp, int mp, int rank)
+{
+    static const char *opts[2] = {"sgd", "adamw"};
+    for (int o = 0; o < 2; o++) {
+        char plain[64], zero3[64], worst[256] = "", bworst[256] = "";
+        snprintf(plain, sizeof plain, "%dx%d-lora-%s", dp, mp, opts[o]);
+        snprintf(zero3, sizeof zero3, "%dx%d-lora-zero3-%s", dp, mp, opts[o]);
+        check_weights ap = {0}, bp = {0}, a3 = {0}, b3 = {0};
+        if (!train_lora(k, mp, opts[o], 0, plain, &ap, &bp)) {
+            int held_plain = base_held;
+            if (!train_lora(k, mp, opts[o], 3, zero3, &a3, &b3)) {
+                double e = check_weights_diff(&a3, &ap, worst, sizeof worst, NULL);
+                double eb = check_weights_diff(&b3, &bp, bworst, sizeof bworst, NULL);
+                CHECKF(e < 1e-6 && eb == 0, "%s dp %d x mp %d: LoRA with zero 3 differs from LoRA without: adapters "
+                       "%s %.3g, base %s %.3g", opts[o], dp, mp, worst, e, bworst, eb);
+                CHECKF(held_plain > 0 && (mp > 1 || base_held == 0), "%s dp %d x mp %d: the base's buffer was there "
+                       "in %d collates with zero 3 (%d without)", opts[o], dp, mp, base_held, held_plain);
+                if (rank == 0)
+                    printf("%-5s dp %d x mp %d: LoRA with zero 3 vs without: adapters' worst tensor %s, rel L2 %.2e; "
+                           "base unchanged; the base's buffer in %d of the collates (%d without)\n", opts[o], dp,
+                           mp, worst, e, base_held, held_plain);
+            }
+        }
+        if (o == 1 && a3.n) { /* read from a directory: the base is never whole, on any mesh */
+            char dir[128], name[80];
+            check_weights ad = {0}, bd = {0};
+            save_preset(dir, sizeof dir, dp, mp);
+            snprintf(name, sizeof name, "%s-dir", zero3);
+            model_dir = dir;
+            if (!train_lora(k, mp, opts[o], 3, name, &ad, &bd)) {
+                double e = check_weights_diff(&ad, &a3, worst, sizeof worst, NULL);
+                double eb = check_weights_diff(&bd, &b3, bworst, sizeof bworst, NULL);
+                CHECKF(e == 0 && eb == 0 && base_held == 0, "dp %d x mp %d: LoRA with zero 3 read from %s: adapters "
+                       "%s %.3g, base %s %.3g from the preset's run; the base's buffer in %d collates", dp, mp, dir,
+                       worst, e, bworst, eb, base_held);
+            }
+            model_dir = NULL;
+            check_weights_free(&ad), check_weights_free(&bd);
+        }
+        check_weights_free(&ap), check_weights_free(&bp), check_weights_free(&a3), check_weights_free(&b3);
+    }
 }
 
 /* ZeRO stage 3 on a dp x mp mesh; the AdamW run's weights appended to *dumped unless NULL
@@ -522,6 +621,7 @@ int main(int argc, char **argv)
         check_weights plain = {0}, zero = {0};
         if (stage3) { /* dumped: one process's run, or on 4 processes dp 2 x mp 2's */
             test_zero3(k, dp, mp, rank, P == 1 || mp == 2 ? &dumped : NULL);
+            test_lora3(k, dp, mp, rank);
             continue;
         }
         test_same(k, dp, mp, rank, &plain, &zero);
