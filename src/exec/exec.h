@@ -39,9 +39,10 @@ int rci_plan_set_events(rc_plan *p, const int *at, int n, rci_plan_event_fn fn, 
  * output's memory is not the plan's and is always kept. */
 rc_plan *rci_plan_new_released(rc_backend *be, rc_graph *g, rc_tensor *const *outputs, int n,
                                rc_tensor *const *release_after, rc_error *err);
-/* rc_plan_estimate for the plan rci_plan_new_released would make: the memory planner's
- * peak with gradients released as they are reduce-scattered. */
-int rci_plan_estimate_released(rc_graph *g, rc_tensor *const *outputs, int n,
-                               rc_tensor *const *release_after, rc_plan_stats *stats, rc_error *err);
+/* The plan rci_plan_new_released would make (release_after may be NULL), estimated: its
+ * order (rci_plan_size, rci_plan_node) and its memory planner's figures
+ * (rc_plan_get_stats), nothing allocated; it cannot run or be read. */
+rc_plan *rci_plan_new_estimate(rc_graph *g, rc_tensor *const *outputs, int n, rc_tensor *const *release_after,
+                               rc_error *err);
 
 #endif

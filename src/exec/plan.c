@@ -340,18 +340,18 @@ rc_backend *rc_plan_backend(const rc_plan *p)
 
 int rc_plan_estimate(rc_graph *g, rc_tensor *const *outputs, int n, rc_plan_stats *stats, rc_error *err)
 {
-    return rci_plan_estimate_released(g, outputs, n, NULL, stats, err);
-}
-
-int rci_plan_estimate_released(rc_graph *g, rc_tensor *const *outputs, int n,
-                               rc_tensor *const *release_after, rc_plan_stats *stats, rc_error *err)
-{
-    rc_plan *p = plan_new(rci_backend_cpu(), g, outputs, n, release_after, 1, err);
+    rc_plan *p = rci_plan_new_estimate(g, outputs, n, NULL, err);
     if (!p)
         return -1;
     *stats = p->stats;
     rc_plan_free(p);
     return 0;
+}
+
+rc_plan *rci_plan_new_estimate(rc_graph *g, rc_tensor *const *outputs, int n, rc_tensor *const *release_after,
+                               rc_error *err)
+{
+    return plan_new(rci_backend_cpu(), g, outputs, n, release_after, 1, err);
 }
 
 /* The dtype of a 16-bit input of t that differs from t's own (a loss of bf16 logits is

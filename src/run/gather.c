@@ -381,6 +381,38 @@ int rci_gather_schedule(rci_gather *z, const rc_graph *g, rc_tensor *const *orde
     return 0;
 }
 
+rc_plan *rci_gather_plan(rci_gather *z, rc_backend *be, rc_graph *run, rc_tensor *const *outs, int nplan, int nout,
+                         const rci_gather_params *gp, rc_error *err)
+{
+    rc_tensor **grads = gp->grads ? calloc((size_t)gp->np + 1, sizeof *grads) : NULL; /* the frozen: none */
+    if (grads)
+        memcpy(grads, gp->grads, (size_t)gp->n * sizeof *grads);
+    int rc = gp->grads && !grads ? rc_error_set(err, RC_ERR_MEMORY, "zero 3: out of memory")
+             : rci_gather_units(z, run, gp->leaves, grads, gp->np, gp->loff, gp->lnum, gp->split, err);
+    free(grads);
+    rc_tensor **release = rc ? NULL : calloc((size_t)nplan + 1, sizeof *release);
+    if (!rc && !release)
+        rc = rc_error_set(err, RC_ERR_MEMORY, "zero 3: out of memory");
+    for (int i = 0; !rc && gp->grads && i < gp->n; i++)
+        release[nout + i] = z->release[i];
+    rc_plan *p = rc ? NULL : be ? rci_plan_new_released(be, run, outs, nplan, release, err)
+                                : rci_plan_new_estimate(run, outs, nplan, release, err);
+    int n = p ? rci_plan_size(p) : 0;
+    rc_tensor **order = p ? realloc(release, ((size_t)n + 1) * sizeof *order) : NULL;
+    if (!order)
+        free(release);
+    for (int k = 0; order && k < n; k++)
+        order[k] = rci_plan_node(p, k);
+    rc = !p ? -1 : !order ? rc_error_set(err, RC_ERR_MEMORY, "zero 3: out of memory")
+                          : rci_gather_schedule(z, run, order, n, gp->leaves, err);
+    free(order);
+    if (rc) {
+        rc_plan_free(p);
+        return NULL;
+    }
+    return p;
+}
+
 /* ---- running ---------------------------------------------------------------------------- */
 
 /* starts the gathers of visit k's unit into its slot (unless it is still there) */

@@ -66,6 +66,23 @@ typedef struct {
     rc_tensor **leaves;           /* [np] the plan's parameter leaves (the schedule's copy) */
 } rci_gather;
 
+/* The parameters a stage 3 plan gathers. */
+typedef struct {
+    rc_tensor *const *leaves;     /* [np] their leaves in the run graph (NULL: not in it) */
+    rc_tensor *const *grads;      /* [n] the trained ones' gradients (NULL: a step without) */
+    int n, np;                    /* trained parameters; with the frozen ones after them */
+    const int64_t *loff, *lnum;   /* [np] each one's place in the layout */
+    int64_t split;                /* where the frozen ones' layout begins (INT64_MAX: none) */
+} rci_gather_params;
+
+/* Stage 3's plan of graph run over outs[0..nplan) (gradient i of the parameters is
+ * outs[nout + i], i < gp->n, when gp->grads): the units of the parameters, the plan on be
+ * where each gradient's memory goes once its unit's are all computed (be NULL: an
+ * estimate, rci_plan_new_estimate, nothing allocated), and the units' schedule over that
+ * plan's order, into z. The step builder and the memory plan both make it here. NULL with
+ * err set. */
+rc_plan *rci_gather_plan(rci_gather *z, rc_backend *be, rc_graph *run, rc_tensor *const *outs, int nplan, int nout,
+                         const rci_gather_params *gp, rc_error *err);
 /* Units of the parameters leaves[0..np) of graph g (NULL entries: not in the graph), and with
  * grads (the gradient of each, or NULL: a step without) the node each unit's gradients are
  * complete after. loff/lnum: each parameter's place in the layout, the frozen weights' from

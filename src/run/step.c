@@ -56,40 +56,9 @@ static rc_plan *step_plan(rci_step *s, const rci_step_spec *spec, rc_backend *be
     int nplan = spec->nout + (spec->with_grads ? spec->n : 0);
     if (!spec->gather)
         return rc_plan_new_on(be, s->run, s->outs, nplan, err);
-    rc_tensor *const *leaves = s->local.g ? s->local.params : spec->leaves;
-    rci_gather *z = spec->gather;
-    int ng = spec->n + spec->nfrozen; /* the frozen weights have no gradients */
-    rc_tensor **grads = spec->with_grads ? calloc((size_t)ng + 1, sizeof *grads) : NULL;
-    if (grads)
-        memcpy(grads, s->grads, (size_t)spec->n * sizeof *grads);
-    int rc = spec->with_grads && !grads ? rc_error_set(err, RC_ERR_MEMORY, "step: out of memory")
-             : rci_gather_units(z, s->run, leaves, grads, ng, spec->loff, spec->lnum,
-                                spec->nfrozen ? spec->split : INT64_MAX, err);
-    free(grads);
-    if (rc)
-        return NULL;
-    rc_tensor **release = calloc((size_t)nplan + 1, sizeof *release);
-    if (!release) {
-        rc_error_set(err, RC_ERR_MEMORY, "step: out of memory");
-        return NULL;
-    }
-    for (int i = 0; spec->with_grads && i < spec->n; i++)
-        release[spec->nout + i] = z->release[i];
-    rc_plan *p = rci_plan_new_released(be, s->run, s->outs, nplan, release, err);
-    int n = p ? rci_plan_size(p) : 0;
-    rc_tensor **order = p ? realloc(release, ((size_t)n + 1) * sizeof *order) : NULL;
-    if (!order)
-        free(release);
-    for (int k = 0; order && k < n; k++)
-        order[k] = rci_plan_node(p, k);
-    rc = !p ? -1 : !order ? rc_error_set(err, RC_ERR_MEMORY, "step: out of memory")
-                          : rci_gather_schedule(z, s->run, order, n, leaves, err);
-    free(order);
-    if (rc) {
-        rc_plan_free(p);
-        return NULL;
-    }
-    return p;
+    rci_gather_params gp = {s->local.g ? s->local.params : spec->leaves, spec->with_grads ? s->grads : NULL, spec->n,
+                            spec->n + spec->nfrozen, spec->loff, spec->lnum, spec->nfrozen ? spec->split : INT64_MAX};
+    return rci_gather_plan(spec->gather, be, s->run, s->outs, nplan, spec->nout, &gp, err);
 }
 
 int rci_step_build(rci_step *s, rc_graph *g, const rci_step_spec *spec, rci_sharded *shards,

@@ -119,73 +119,42 @@ static int64_t leaf_bytes(const rc_graph *g, rc_tensor *const *params, int n)
     return bytes;
 }
 
-/* The nodes the outputs need in the order a plan runs them (the graph's creation order,
- * leaves and views included, as rci_plan_node lists them): the order the backend's scratch
- * and stage 3's schedule follow. *k of them; malloc'ed; NULL out of memory. */
-static rc_tensor **run_order(const rc_graph *g, rc_tensor *const *outs, int nout, int *k)
+/* The scratch the backend keeps after a step: its rule over the plan's nodes in the order
+ * they run, from none held. Bytes, or -1 out of memory. */
+static int64_t step_scratch(const rc_backend *be, const rc_plan *p)
 {
-    int n = rc_graph_size(g);
-    char *needed = calloc((size_t)n + 1, 1);
-    rc_tensor **order = malloc(((size_t)n + 1) * sizeof *order);
-    *k = 0;
-    if (!needed || !order) {
-        free(needed);
-        free(order);
-        return NULL;
-    }
-    for (int i = 0; i < nout; i++)
-        needed[outs[i]->id] = 1;
-    for (int i = n - 1; i >= 0; i--) {
-        const rc_tensor *t = rc_graph_node(g, i);
-        for (int j = 0; needed[i] && j < t->nsrc; j++)
-            if (t->src[j])
-                needed[t->src[j]->id] = 1;
-        if (needed[i] && t->view_src)
-            needed[t->view_src->id] = 1;
-    }
-    for (int i = 0; i < n; i++)
-        if (needed[i])
-            order[(*k)++] = rc_graph_node(g, i);
-    free(needed);
-    return order;
+    int k = rci_plan_size(p);
+    const rc_tensor **order = malloc(((size_t)k + 1) * sizeof *order);
+    for (int i = 0; order && i < k; i++)
+        order[i] = rci_plan_node(p, i);
+    int64_t bytes = order ? (int64_t)rci_backend_scratch_peak(be, 0, order, k) : -1;
+    free(order);
+    return bytes;
 }
 
-/* The scratch the backend keeps after a step: its rule over the nodes in run order, from
- * none held. Bytes. */
-static int64_t step_scratch(const rc_backend *be, rc_tensor *const *order, int k)
+/* The plan of the step's outputs (outs[nl + i]: parameter i's gradient), estimated: with
+ * zero 3 what the trainer's step builder plans (rci_gather_plan: the units of the parameters,
+ * laid out one after another in their order as the trainer's local layout with one model
+ * shard, each gradient released once its unit's are complete, the schedule into z). */
+static rc_plan *step_estimate(rc_graph *run, rc_tensor *const *params, rc_tensor *const *grads, int n, rc_tensor **outs,
+                              int nl, int zero, rci_gather *z, rc_error *err)
 {
-    return (int64_t)rci_backend_scratch_peak(be, 0, (const rc_tensor *const *)order, k);
-}
-
-/* zero 3: what the step of the trainer's rci_step_build plans (step.c step_plan) on one
- * replica's graph: the units of the parameters (laid out one after another in their
- * order, as the trainer's local layout with one model shard), the plan whose gradient
- * output i (outs[nl + i]) is released after its unit's last gradient node, and the units'
- * schedule over that plan's order. The arena into *st, the schedule into z. */
-static int zero3_plan(rc_graph *run, rc_tensor *const *params, rc_tensor *const *grads, int n, rc_tensor **outs,
-                      int nl, rc_tensor *const *order, int k, rci_gather *z, rc_plan_stats *st, rc_error *err)
-{
+    if (zero != 3)
+        return rci_plan_new_estimate(run, outs, n + nl, NULL, err);
     int64_t *loff = malloc(((size_t)n + 1) * sizeof *loff), *lnum = malloc(((size_t)n + 1) * sizeof *lnum);
-    rc_tensor **release = calloc((size_t)(n + nl) + 1, sizeof *release);
-    int rc = loff && lnum && release ? 0 : rc_error_set(err, RC_ERR_MEMORY, "out of memory");
     int64_t at = 0;
-    for (int i = 0; !rc && i < n; i++) {
+    for (int i = 0; loff && lnum && i < n; i++) {
         loff[i] = at;
         lnum[i] = params[i] ? rc_tensor_numel(params[i]) : 0;
         at += lnum[i];
     }
-    if (!rc)
-        rc = rci_gather_units(z, run, params, grads, n, loff, lnum, INT64_MAX, err);
-    for (int i = 0; !rc && i < n; i++)
-        release[nl + i] = z->release[i];
-    if (!rc)
-        rc = rci_plan_estimate_released(run, outs, n + nl, release, st, err);
-    if (!rc)
-        rc = rci_gather_schedule(z, run, order, k, params, err);
+    rci_gather_params gp = {params, grads, n, n, loff, lnum, INT64_MAX};
+    rc_plan *p = loff && lnum ? rci_gather_plan(z, NULL, run, outs, n + nl, nl, &gp, err) : NULL;
+    if (!loff || !lnum)
+        rc_error_set(err, RC_ERR_MEMORY, "out of memory");
     free(loff);
     free(lnum);
-    free(release);
-    return rc ? rci_error_prefix(err, "memory plan") : 0;
+    return p;
 }
 
 /* bytes one rank sends in a ring collective over dp ranks: an all-reduce (times 2) or a
@@ -231,12 +200,12 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
     int mp = o->mp > 0 ? o->mp : 1;
     step_graph s = {0};
     rci_gather z = {0};
-    rc_tensor **order = NULL;
+    rc_plan *plan = NULL;
     int rc = record(&s, c, o, err);
     if (!rc && mp > 1)
         rc = partition(&s, o, mp, err);
     rc_graph *run = mp > 1 ? s.local.g : s.g;
-    int nl = s.unscaled ? 2 : 1, k = 0; /* the losses planned before the gradients */
+    int nl = s.unscaled ? 2 : 1; /* the losses planned before the gradients */
     rc_tensor *loss = mp > 1 ? s.local.out : s.loss, **params = mp > 1 ? s.local.params : s.p;
     int n = s.model.n_params;
     if (!rc) {
@@ -252,13 +221,10 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
         if (nl == 2)
             s.outs[1] = mp > 1 ? s.local.outs[1] : s.unscaled;
         memcpy(s.outs + nl, s.grads, (size_t)n * sizeof *s.grads);
-        if (!(order = run_order(run, s.outs, n + nl, &k)))
-            rc = rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
     }
-    rc_plan_stats st = {0};
-    if (!rc)
-        rc = o->zero == 3 ? zero3_plan(run, params, s.grads, n, s.outs, nl, order, k, &z, &st, err)
-                          : rc_plan_estimate(run, s.outs, n + nl, &st, err);
+    if (!rc && !(plan = step_estimate(run, params, s.grads, n, s.outs, nl, o->zero, &z, err)))
+        rc = rci_error_prefix(err, "memory plan");
+    rc_plan_stats st = plan ? rc_plan_get_stats(plan) : (rc_plan_stats){0};
     if (!rc) {
         int64_t grad_out = 0; /* the gradient outputs: alive in the arena at the end of the step */
         for (int i = 0; i < n; i++) {
@@ -276,7 +242,9 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
                 m->gathers += z.visit_gathers[v];
         }
         rank_figures(m, o, grad_out, leaf_bytes(run, params, n));
-        m->scratch = step_scratch(o->backend ? o->backend : rci_backend_cpu(), order, k);
+        m->scratch = step_scratch(o->backend ? o->backend : rci_backend_cpu(), plan);
+        if (m->scratch < 0)
+            rc = rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
         m->total = m->weights + m->gradients + m->optimizer + m->master + m->activations + m->scratch;
         /* the whole weights beside all of that: with model shards while the first step
          * takes them; with zero 3 as given to the trainer (before the first fit takes the
@@ -289,7 +257,7 @@ int rc_memory_plan(const rc_model_config *c, const rc_memory_options *o, rc_rank
                      : o->zero == 3 ? (whole + beside > m->total ? whole + beside - m->total : 0) : 0;
     }
     rci_gather_free(&z);
-    free(order);
+    rc_plan_free(plan);
     step_graph_free(&s);
     return rc ? -1 : 0;
 }

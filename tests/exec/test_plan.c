@@ -703,8 +703,14 @@ static void test_released(void)
     rc_plan_stats sk = rc_plan_get_stats(keep), sp = rc_plan_get_stats(p), se;
     CHECKF(sk.peak_bytes >= RD * slab && sp.peak_bytes <= 3 * slab, "peak %zu kept, %zu released (slab %zu)",
            sk.peak_bytes, sp.peak_bytes, slab);
-    CHECKF(rci_plan_estimate_released(g, gs, RD, rel, &se, &err) == 0 && se.peak_bytes == sp.peak_bytes,
+    rc_plan *est = rci_plan_new_estimate(g, gs, RD, rel, &err);
+    se = est ? rc_plan_get_stats(est) : (rc_plan_stats){0};
+    CHECKF(est && se.peak_bytes == sp.peak_bytes && rci_plan_size(est) == rci_plan_size(p),
            "estimate %zu, plan %zu: %s", se.peak_bytes, sp.peak_bytes, err.msg);
+    for (int k = 0; est && k < rci_plan_size(p); k++) /* the order the schedules follow */
+        CHECKF(rci_plan_node(est, k) == rci_plan_node(p, k), "position %d", k);
+    CHECKF(est && rc_plan_run(est, &err) == -1 && check_has(err.msg, "estimate-only"), "%s", err.msg);
+    rc_plan_free(est);
     CHECKF(rc_plan_estimate(g, gs, RD, &se, &err) == 0 && se.peak_bytes == sk.peak_bytes, "estimate %zu, plan %zu",
            se.peak_bytes, sk.peak_bytes);
 
@@ -759,8 +765,7 @@ static void test_released(void)
     CHECKF(rci_plan_new_released(cpu, g, gs, RD, bad, &err) == NULL && check_has(err.msg, node),
            "%s", err.msg);
     err = (rc_error){0};
-    CHECKF(rci_plan_estimate_released(g, gs, RD, bad, &se, &err) == -1 && check_has(err.msg, node),
-           "%s", err.msg);
+    CHECKF(rci_plan_new_estimate(g, gs, RD, bad, &err) == NULL && check_has(err.msg, node), "%s", err.msg);
 done:
     rc_plan_free(keep);
     rc_plan_free(p);
