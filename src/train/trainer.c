@@ -906,9 +906,10 @@ static int local_words(rc_trainer *t, int64_t lo, int64_t n, void *host, rc_erro
     return layout_words(t->params, t->local, t->loff, t->lnum, lo, n, host, err);
 }
 
-/* zero 3 with LoRA: the gather layout, the adapters' then the frozen base weights' (from
- * local_numel on: the base's table, or with model shards its shards' layout), whose
- * elements [lo, ...) are off[j], num[j] in the frozen layout alone; -1 out of memory */
+/* zero 3 with LoRA: the gather layout (gloff, glnum), the adapters' places then the frozen
+ * base weights' from local_numel on (the base's table, or with model shards its shards'
+ * layout); off[j] gets frozen weight j's offset in the frozen layout alone. -1 out of
+ * memory. */
 static int frozen_layout(rc_trainer *t, const rci_nn_weights *bw, int64_t *off, rc_error *err)
 {
     int np = rc_params_count(t->params), nf = bw->n;
