@@ -91,9 +91,8 @@ static rc_graph *record_predict(rc_predictor *p, const rc_batch *b, rc_tensor **
         rci_fail(g, RC_ERR_DTYPE, "predict output is %s (f32, f64, bf16, f16 or i32)", rc_dtype_name((*out)->dtype));
     for (int i = 0; (p->mp > 1 || p->gathers) && i < rc_params_count(p->params) && !rc_graph_error(g); i++)
         leaves[i] = rc_params_get(g, p->params, rc_params_name(p->params, i)); /* a new one is unused */
-    const rci_frozen *fz = rci_params_frozen(p->params);
-    for (int j = 0; p->gathers && p->share.frozen && j < rc_params_count(fz->base) && !rc_graph_error(g); j++)
-        leaves[rc_params_count(p->params) + j] = rc_params_get(g, fz->base, rc_params_name(fz->base, j));
+    if (p->gathers && p->share.frozen && !rc_graph_error(g)) /* zero 3 with LoRA: the base's too */
+        rci_params_frozen_leaves(g, p->params, leaves + rc_params_count(p->params));
     if (rc_graph_error(g)) {
         rc_error_set(err, rc_graph_error_code(g), "predict: %s", rc_graph_error(g));
         rc_graph_free(g);

@@ -49,20 +49,20 @@ static int find_param(rc_checkpoint *ck, const rci_nn_weights *w, int i, rc_safe
     return 0;
 }
 
-static int load_param(rc_checkpoint *ck, rci_nn_weights *w, int i, rc_error *err)
+int rci_nn_weights_load(rci_nn_weights *w, rc_checkpoint *ck, rc_error *err)
 {
-    const rci_nn_param *p = &w->p[i];
-    rc_safetensors *f;
-    int idx;
-    if (find_param(ck, w, i, &f, &idx, err))
-        return -1;
-    void *x = malloc((size_t)(p->numel ? p->numel : 1) * rc_dtype_size(w->dtype));
-    if (!x)
-        return rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory for '%s'", rc_safetensors_path(f),
-                            p->name);
-    int rc = rc_safetensors_read(f, idx, w->dtype, x, p->numel, err); /* converted to the storage dtype */
-    if (!rc)
-        rc = rci_nn_weights_write_raw(w, i, x, err);
+    int64_t most = 1;
+    for (int i = 0; i < w->n; i++)
+        most = w->p[i].numel > most ? w->p[i].numel : most;
+    void *x = malloc((size_t)most * rc_dtype_size(w->dtype));
+    int rc = x ? 0 : rc_error_set(err, RC_ERR_MEMORY, "%s: out of memory", rc_checkpoint_path(ck));
+    for (int i = 0; !rc && i < w->n; i++) {
+        rc_safetensors *f;
+        int idx;
+        rc = find_param(ck, w, i, &f, &idx, err) ||
+             rc_safetensors_read(f, idx, w->dtype, x, w->p[i].numel, err) || /* converted to the storage dtype */
+             rci_nn_weights_write_raw(w, i, x, err) ? -1 : 0;
+    }
     free(x);
     return rc;
 }
@@ -110,8 +110,8 @@ int rci_nn_model_load_dtype(const char *dir, rc_model_config *c, rci_nn_weights 
     int rc = rci_nn_weights_alloc(w, be, err) ? rc_error_set(err, RC_ERR_MEMORY, "%s: cannot allocate %lld parameters",
                                                              dir, (long long)w->numel)
                                               : 0;
-    for (int i = 0; !rc && i < w->n; i++)
-        rc = load_param(ck, w, i, err);
+    if (!rc)
+        rc = rci_nn_weights_load(w, ck, err);
     rc_checkpoint_close(ck);
     if (rc)
         rci_nn_weights_free(w);

@@ -114,6 +114,9 @@ int rci_nn_model_load_dtype(const char *dir, rc_model_config *c, rci_nn_weights 
  * the table (the same errors); NULL with err set. */
 rc_checkpoint *rci_nn_model_open(const char *dir, rc_model_config *c, rci_nn_weights *w, rc_dtype dt,
                                  rc_error *err);
+/* Every parameter of w from ck (found by name, its shape checked, converted to w's dtype)
+ * into w's buffer, a parameter at a time through one host scratch. */
+int rci_nn_weights_load(rci_nn_weights *w, rc_checkpoint *ck, rc_error *err);
 /* rci_nn_model_load_dtype in f32 */
 int rci_nn_model_load(const char *dir, rc_model_config *c, rci_nn_weights *w, rc_backend *be,
                       rc_error *err);

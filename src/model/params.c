@@ -103,23 +103,14 @@ static int source_read(const rc_params *p, int i, int64_t first, int64_t n, void
     return rc_safetensors_read_range(f, idx, p->w.dtype, first, n, host, err);
 }
 
-/* The values waiting in the source read into the new buffer, a parameter at a time; the
- * source is closed then. */
+/* The values waiting in the source read into the new buffer; the source is closed then. */
 static int load_source(rc_params *p, rc_error *err)
 {
-    int64_t most = 1;
-    for (int i = 0; i < p->w.n; i++)
-        most = p->w.p[i].numel > most ? p->w.p[i].numel : most;
-    void *x = malloc((size_t)most * rc_dtype_size(p->w.dtype));
-    int rc = x ? 0 : rc_error_set(err, RC_ERR_MEMORY, "params: out of memory");
-    for (int i = 0; !rc && i < p->w.n; i++)
-        rc = source_read(p, i, 0, p->w.p[i].numel, x, err) || rci_nn_weights_write_raw(&p->w, i, x, err) ? -1 : 0;
-    free(x);
-    if (!rc) {
-        rc_checkpoint_close(p->source);
-        p->source = NULL;
-    }
-    return rc;
+    if (rci_nn_weights_load(&p->w, p->source, err))
+        return -1;
+    rc_checkpoint_close(p->source);
+    p->source = NULL;
+    return 0;
 }
 
 /* the buffer, allocated on first use, with the source's values (err, when given, says why
@@ -164,8 +155,7 @@ int rci_params_unrelease(rc_params *p)
 
 void rci_params_restore_from(rc_params *p, rc_checkpoint *ck)
 {
-    rc_checkpoint_close(p->source);
-    p->source = ck;
+    rci_params_set_source(p, ck);
     p->released = 0;
     p->version++;
 }
@@ -496,6 +486,13 @@ void rci_params_set_frozen(rc_params *p, const rci_frozen *f)
 const rci_frozen *rci_params_frozen(const rc_params *p)
 {
     return p && p->frozen.base ? &p->frozen : NULL;
+}
+
+void rci_params_frozen_leaves(rc_graph *g, const rc_params *p, rc_tensor **out)
+{
+    rc_params *base = p->frozen.base;
+    for (int j = 0; base && j < base->w.n; j++)
+        out[j] = rc_params_get(g, base, base->w.p[j].name);
 }
 
 /* the nn view of a params object, for the modules that share the flat buffer */

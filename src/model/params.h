@@ -72,5 +72,8 @@ typedef struct {
 void rci_params_set_frozen(rc_params *p, const rci_frozen *f);
 /* NULL when p has no frozen companion */
 const rci_frozen *rci_params_frozen(const rc_params *p);
+/* The leaves in g of p's frozen base weights, in the base's order, into out (room for
+ * rc_params_count of the base; an entry is NULL once g has an error); none without a base. */
+void rci_params_frozen_leaves(rc_graph *g, const rc_params *p, rc_tensor **out);
 
 #endif

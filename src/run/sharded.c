@@ -203,13 +203,12 @@ static int take_shards(rci_sharded *s, rc_shard_spec *specs, rc_error *err)
 /* leaves, then (LoRA) the frozen base weights' leaves in g; malloc'ed */
 static rc_tensor **all_leaves(rci_sharded *s, rc_graph *g, rc_tensor *const *leaves, int n, int nf)
 {
-    const rci_frozen *fz = rci_params_frozen(s->params);
     rc_tensor **all = calloc((size_t)(n + nf) + 1, sizeof *all);
     if (!all)
         return NULL;
     memcpy(all, leaves, (size_t)n * sizeof *all);
-    for (int j = 0; j < nf; j++)
-        all[n + j] = rc_params_get(g, fz->base, rc_params_name(fz->base, j));
+    if (nf)
+        rci_params_frozen_leaves(g, s->params, all + n);
     return all;
 }
 

@@ -269,9 +269,8 @@ static int step_compile(compiled_step *s, rc_trainer *t, void *user, const rc_ba
             s->ignore = n->iparam[0];
         }
     }
-    const rci_frozen *fz = rci_params_frozen(t->params);
-    for (int j = 0; g && j < nf; j++)
-        leaves[np + j] = rc_params_get(g, fz->base, rc_params_name(fz->base, j));
+    if (g && nf)
+        rci_params_frozen_leaves(g, t->params, leaves + np);
     rci_step_spec spec = {loss, scaled ? 2 : 1, NULL, leaves, np, with_grads, t->zero == 3 ? &s->gather : NULL,
                           nf ? t->gloff : t->loff, nf ? t->glnum : t->lnum, nf, t->local_numel};
     int rc = g ? rci_step_build(&s->st, g, &spec, t->mp > 1 ? &t->shards : NULL, t->be, err) : -1;
