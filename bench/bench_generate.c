@@ -115,20 +115,8 @@ static void set_kernels(json_t *o, const rc_generate_stats *st)
     double ms = ms_per_token(st);
     bench_set_num(o, "kernel_ms", st->kernel_s * ms);
     bench_set_num(o, "kernel_run_ms", st->run_s * ms);
-    char top[256] = "";
-    int used[RC_OP_COUNT] = {0};
-    for (int k = 0; k < 5; k++) {
-        int best = -1;
-        for (int op = 0; op < RC_OP_COUNT; op++)
-            if (!used[op] && st->op_s[op] > 0 && (best < 0 || st->op_s[op] > st->op_s[best]))
-                best = op;
-        if (best < 0)
-            break;
-        used[best] = 1;
-        size_t at = strlen(top);
-        snprintf(top + at, sizeof top - at, "%s%s %.3f", k ? ", " : "", rc_op_name((rc_op)best),
-                 st->op_s[best] * ms);
-    }
+    char top[256];
+    bench_top_ops(st->op_s, ms, 5, top, sizeof top);
     bench_set_str(o, "top_ops", top);
 }
 

@@ -3,7 +3,7 @@
  * on the step's matmul shapes (measured in the same run), the host transfers of a step,
  * memory, the executor's own overhead, and the AdamW update (on the CPU, against the
  * machine's memory bandwidth). One JSON line per figure.
- *   bench_gpt2 [--device D] [--remat N] [--shapes FILE] [--gemm-bf16] [REPS [PRESET B T]]
+ *   bench_gpt2 [--device D] [--remat N] [--shapes FILE] [--gemm-bf16] [--bf16] [REPS [PRESET B T]]
  *       GPT-2 124M at B=4, T=64 unless a preset is named; D: cpu (default), opencl:N, cuda:N;
  *       --remat N recomputes every N blocks in the backward pass (the arena shows the saving);
  *       --shapes FILE writes the step's matmul shapes there, one JSON line per distinct
@@ -12,7 +12,9 @@
  *       matmuls alone in bf16 (gemm_gflops_same_shapes_bf16); --bf16 also runs the same step
  *       with bf16 weights and activations after the f32 one (line gpt2_124m_bf16_vs_f32: both
  *       steps, their GEMM rates on the step's shapes, the ratios, and on the CPU the same bf16
- *       step and GEMMs on the widening path, bf16 products widened to f32 for sgemm)
+ *       step and GEMMs on the widening path, bf16 products widened to f32 for sgemm; and the
+ *       bf16 step's kernels: bf16_kernel_ms, bf16_top_ops); gpt2_124m_breakdown's top_ops: the
+ *       f32 step's twelve ops with the most kernel time
  *   bench_gpt2 [--device D] --attention-compare [--attention-seqs T:B,...] [REPS [PRESET]]
  *       only the fused against unfused attention lines (gpt2_124m_attention_fused_vs_unfused,
  *       one per T): the f32 step recorded with attention as product, softmax, product and
@@ -196,7 +198,6 @@ static double step_seconds(const rc_model_config *cfg, const rci_nn_weights *w, 
     rc_plan *plan = rc_plan_new_on(be, g, outs, w->n + 1, &err);
     if (!plan || rc_plan_set_input(plan, ids, xb, &err) || rc_plan_set_input(plan, tg, yb, &err))
         bench_fail(NAME, "the step's plan", err.msg);
-    if (getenv("OPTIME")) rc_plan_set_timing(plan, 1);
     double best = 1e30;
     for (int r = 0; r <= reps; r++) { /* the first run warms up */
         double t0 = bench_now();
@@ -205,8 +206,12 @@ static double step_seconds(const rc_model_config *cfg, const rci_nn_weights *w, 
         double dt = bench_now() - t0;
         best = r && dt < best ? dt : best;
     }
-    if (stats)
+    if (stats) { /* one more run with every kernel timed, for the breakdown */
+        rc_plan_set_timing(plan, 1);
+        if (rc_plan_run(plan, &err))
+            bench_fail(NAME, "rc_plan_run (timed kernels)", err.msg);
         *stats = rc_plan_get_stats(plan);
+    }
     rc_plan_free(plan);
     free(p), free(outs);
     *gout = g;
@@ -238,7 +243,10 @@ static void bf16_vs_f32(const rc_model_config *cfg, rci_nn_weights *w, int B, in
     if (rci_nn_weights_convert(w, RC_BF16, &err))
         bench_fail(NAME, "rci_nn_weights_convert", err.msg);
     rc_graph *g;
-    double bf16_s = step_seconds(cfg, w, B, T, reps, xb, yb, &g, NULL);
+    rc_plan_stats st;
+    double bf16_s = step_seconds(cfg, w, B, T, reps, xb, yb, &g, &st);
+    char top[512];
+    bench_top_ops(st.op_s, 1e3, 12, top, sizeof top);
     double bf16_gemm_s = gemm_seconds(g, RC_BF16, reps);
     const char *kernel = on_cpu ? bf16_kernel(g) : "device";
     double widen_s = NAN, widen_gemm_s = NAN;
@@ -262,6 +270,10 @@ static void bf16_vs_f32(const rc_model_config *cfg, rci_nn_weights *w, int B, in
     bench_set_num(o, "f32_gemm_gflops", flop / f32_gemm_s * 1e-9);
     bench_set_num(o, "bf16_gemm_gflops", flop / bf16_gemm_s * 1e-9);
     bench_set_num(o, "bf16_gemm_speedup", f32_gemm_s / bf16_gemm_s);
+    /* the bf16 step's kernels, each waited for: their sum and the twelve ops with the most
+     * time ("op ms, ...") */
+    bench_set_num(o, "bf16_kernel_ms", 1e3 * st.last_kernel_s);
+    bench_set_str(o, "bf16_top_ops", top);
     /* the same bf16 step with products widened to f32 for sgemm (the path before oneDNN;
      * null where that is the only path) */
     bench_set_num(o, "bf16_widen_step_s", widen_s);
@@ -333,7 +345,6 @@ static void attention_compare(const rc_model_config *cfg, const rci_nn_weights *
             if ((count_op(g, RC_OP_ATTENTION) > 0) != on)
                 bench_fail(NAME, "--attention-compare", "the switch did not change the recorded attention");
             rc_graph_free(g);
-            for (int op = 0; getenv("OPTIME") && op < RC_OP_COUNT; op++) if (st.op_s[op] > 0.02) fprintf(stderr, "     %-22s %.3f s\n", rc_op_name((rc_op)op), st.op_s[op]);
             double grads = (double)w->numel * (double)rc_dtype_size(w->dtype);
             act_mb[on] = ((double)st.peak_bytes - grads) * 1e-6;
             fprintf(stderr, "  T=%d B=%d %s: step %.3f s, activations %.1f MB\n", T, B, on ? "fused" : "unfused",
@@ -551,6 +562,9 @@ int main(int argc, char **argv)
     bench_set_num(o, "data_movement_s", movement);
     bench_set_num(o, "executor_bookkeeping_s", bookkeeping);
     bench_set_num(o, "overhead_pct", 100.0 * (bookkeeping + movement) / st.last_run_s);
+    char top[512];
+    bench_top_ops(st.op_s, 1e3, 12, top, sizeof top);
+    bench_set_str(o, "top_ops", top); /* the twelve ops with the most kernel time, "op ms, ..." */
     bad |= bench_print(o);
 
     /* bytes moved / time for both; copy_vs_update <= 1.5 is the goal */

@@ -148,6 +148,23 @@ int bench_take_switch(int *argc, char **argv, const char *flag)
     return 0;
 }
 
+void bench_top_ops(const double *op_s, double ms_per_s, int k, char *out, size_t n)
+{
+    int used[RC_OP_COUNT] = {0};
+    out[0] = 0;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int op = 0; op < RC_OP_COUNT; op++)
+            if (!used[op] && op_s[op] > 0 && (best < 0 || op_s[op] > op_s[best]))
+                best = op;
+        if (best < 0)
+            break;
+        used[best] = 1;
+        size_t at = strlen(out);
+        snprintf(out + at, n - at, "%s%s %.3f", j ? ", " : "", rc_op_name((rc_op)best), op_s[best] * ms_per_s);
+    }
+}
+
 int bench_lm_batch(rc_batch *out, const int32_t *tok, int T, const int64_t *ex, int n, rc_error *err)
 {
     int32_t *ids = rc_batch_add(out, "ids", RC_I32, 2, (int64_t[]){n, T});

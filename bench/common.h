@@ -48,6 +48,10 @@ const char *bench_take_flag(int *argc, char **argv, const char *flag);
 /* 1 when the switch (a flag without a value) is in argv, which it is taken out of */
 int bench_take_switch(int *argc, char **argv, const char *flag);
 
+/* "op ms, ...": the k ops with the most time in op_s[RC_OP_COUNT] (seconds), each times
+ * ms_per_s, into out[n] */
+void bench_top_ops(const double *op_s, double ms_per_s, int k, char *out, size_t n);
+
 /* A language model's batch: for each of the n examples ex, i32 "ids" [n, T] and next-token
  * "targets" [n, T], example e being tokens e T .. e T + T of tok (T + 1 of them readable) */
 int bench_lm_batch(rc_batch *out, const int32_t *tok, int T, const int64_t *ex, int n, rc_error *err);

@@ -436,7 +436,7 @@ part_matmul() {
     local log=$WORK/logs/bench_gpt2.log gflop mm_s step_s transfer alone alone16 cub cub16 ratio met reps=3
     sizes
     [ $QUICK = 1 ] && reps=1
-    run bench_gpt2 300 "${RC_ENV[@]}" "$BUNDLE/bin/bench_gpt2" --device "$RDEV" --shapes "$WORK/shapes.jsonl" --gemm-bf16 \
+    run bench_gpt2 300 "${RC_ENV[@]}" "$BUNDLE/bin/bench_gpt2" --device "$RDEV" --shapes "$WORK/shapes.jsonl" --gemm-bf16 --bf16 \
         "$reps" "$PRESET" "$BATCH" "$SEQ" || { part_failed matmul "bench_gpt2: exit $?"; tail_log bench_gpt2; return; }
     gflop=$(jget "$log" gpt2_124m_fwd_bwd matmul_gflop)
     step_s=$(jget "$log" gpt2_124m_fwd_bwd step_s)
@@ -468,7 +468,10 @@ part_matmul() {
     goal host_transfers_under_1pct "$met"
     figure host_transfers "$RDEV" "$ratio" "% of step" null goal "value < 1" met "${met:-null}" \
         transfer_s "${transfer:-null}" step_s "${step_s:-null}" bytes $((2 * BATCH * SEQ * 4 + 4))
-    figure gpt2_fwd_bwd_f32 "$RDEV" "${step_s:-null}" "s/step" null
+    figure gpt2_fwd_bwd_f32 "$RDEV" "${step_s:-null}" "s/step" null \
+        timed_run_ms "$(calc '1e3 * $1' "$(jget "$log" gpt2_124m_breakdown run_s)")" top_ops "$(jget "$log" gpt2_124m_breakdown top_ops)"
+    figure gpt2_fwd_bwd_bf16 "$RDEV" "$(jget "$log" gpt2_124m_bf16_vs_f32 bf16_step_s)" "s/step" null \
+        kernel_ms "$(jget "$log" gpt2_124m_bf16_vs_f32 bf16_kernel_ms)" top_ops "$(jget "$log" gpt2_124m_bf16_vs_f32 bf16_top_ops)"
 }
 
 # the fused attention's kernels alone (bench_attention: GPT-2's 12 heads of 64, causal, f32)
