@@ -607,6 +607,11 @@ static const op_case cases[] = {
     {"attention_tiles_decode_dropout", b_attention, 4, {F(4, -2, 2, 2, 6, 1, 24), F(4, -2, 2, 2, 2, 150, 24),
      F(4, -2, 2, 2, 2, 150, 24), F(4, -3, 0, 2, 1, 1, 150)}, D_FLOAT, {1, 1}, {0.2, 0.3}, .grad = GRAD, .tol = 30,
      .ulps = 3, .gulps = 2},
+    /* rows longer than the device's softmax block (128 work-items of 8 keys: k_attention_rows
+     * goes block by block), with a padding mask and dropout */
+    {"attention_long_rows", b_attention, 4, {F(4, -2, 2, 1, 2, 3, 8), F(4, -2, 2, 1, 1, 1100, 8),
+     F(4, -2, 2, 1, 1, 1100, 8), F(4, -3, 0, 1, 1, 1, 1100)}, D_FLOAT, {1, 1}, {0.3, 0.3}, .grad = GRAD, .tol = 30,
+     .ulps = 3, .gulps = 2},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -1367,8 +1372,32 @@ static int wanted(int argc, char **argv, const char *kind)
     return argc < 2;
 }
 
+/* the split products of bf16 attention (ops_attention.c), forced on a device without
+ * matmul_wide; the scratch its chunks of pairs aim at */
+void rci_gpu_attention_split(int on);
+void rci_gpu_attention_chunk(size_t bytes);
+
+/* 1 when the switch is in argv, which it is taken out of */
+static int take_switch(int *argc, char **argv, const char *flag)
+{
+    for (int i = 1; i < *argc; i++)
+        if (!strcmp(argv[i], flag)) {
+            memmove(argv + i, argv + i + 1, (size_t)(*argc - i - 1) * sizeof *argv);
+            *argc -= 1;
+            return 1;
+        }
+    return 0;
+}
+
+/* test_ops [cpu] [opencl] [cuda] [--attention-split]: the op table on the backends named
+ * (none: all); --attention-split: only the attention cases, with bf16 attention's split
+ * products forced on every device (ops_attention.c's ATT_SPLIT; on OpenCL its products'
+ * operands widened), at the same tolerances, in whole chunks and again one pair a chunk */
 int main(int argc, char **argv)
 {
+    int split = take_switch(&argc, argv, "--attention-split");
+    if (split)
+        rci_gpu_attention_split(1);
     int threads = rc_get_threads();
     rc_set_threads(3);
     cpu = rc_device_open("cpu", 0, NULL);
@@ -1383,7 +1412,14 @@ int main(int argc, char **argv)
     if (ntargets > 1) {
         printf("case                   worst error against f64 per dtype (forward/gradients)\n");
         for (int i = 0; i < NCASES; i++)
-            run_case(i, &cases[i]);
+            if (!split || !strncmp(cases[i].name, "attention", 9))
+                run_case(i, &cases[i]);
+        for (int i = 0; split && i < NCASES; i++)
+            if (!strncmp(cases[i].name, "attention", 9)) {
+                rci_gpu_attention_chunk(1);   /* one (batch, kv head) pair a chunk */
+                run_case(i, &cases[i]);
+                rci_gpu_attention_chunk(0);
+            }
     }
     if (!targets[0].hidden) {
         test_supported(&targets[0]);

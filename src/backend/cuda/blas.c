@@ -5,7 +5,8 @@
  * is one cuBLAS GEMM with the operands swapped (B first), the transposes and leading
  * dimensions as they are. f32 operands multiply in f32 (CUBLAS_COMPUTE_32F: no TF32 unless
  * the backend's tf32 is on, rc_device_allow_tf32); bf16 and f16 operands and results stay
- * 16-bit in memory and multiply on tensor cores with f32 accumulation, without scratch. */
+ * 16-bit in memory and multiply on tensor cores with f32 accumulation, without scratch.
+ * The fused attention's products (matmul_wide) take 16-bit operands into an f32 result. */
 #include "cuda.h"
 
 #include <limits.h>
@@ -31,38 +32,44 @@ static int too_large(const rci_cuda *c, const gemm *q, rc_error *err)
     return 0;
 }
 
-static int run_gemm(rci_cuda *c, const gemm *q, const rci_matmul_dims *d, rc_dtype store, rc_error *err)
+static cudaDataType cuda_type(rc_dtype t)
+{
+    return t == RC_BF16 ? CUDA_R_16BF : t == RC_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* the GEMM q with operands stored as `in` and the result as `out`, summed in f32 */
+static int run_gemm(rci_cuda *c, const gemm *q, const rci_matmul_dims *d, rc_dtype in, rc_dtype out, rc_error *err)
 {
     if (too_large(c, q, err))
         return -1;
-    cudaDataType t = store == RC_BF16 ? CUDA_R_16BF : store == RC_F16 ? CUDA_R_16F : CUDA_R_32F;
-    cublasComputeType_t compute = store == RC_F32 && c->gpu.be.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                     : CUBLAS_COMPUTE_32F;
+    cudaDataType ti = cuda_type(in), to = cuda_type(out);
+    cublasComputeType_t compute = in == RC_F32 && c->gpu.be.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                  : CUBLAS_COMPUTE_32F;
     float one = 1.0f, zero = 0.0f;
     cublasStatus_t s = c->cb->gemm_strided_batched_ex(
         c->blas, q->op_first, q->op_second, (int)q->rows, (int)q->cols, (int)q->depth, &one,
-        (const void *)(uintptr_t)q->first, t, (int)q->ld_first, q->stride_first,
-        (const void *)(uintptr_t)q->second, t, (int)q->ld_second, q->stride_second, &zero,
-        (void *)(uintptr_t)q->out, t, (int)q->ld_out, q->stride_out, (int)q->count, compute, CUBLAS_GEMM_DEFAULT);
+        (const void *)(uintptr_t)q->first, ti, (int)q->ld_first, q->stride_first,
+        (const void *)(uintptr_t)q->second, ti, (int)q->ld_second, q->stride_second, &zero,
+        (void *)(uintptr_t)q->out, to, (int)q->ld_out, q->stride_out, (int)q->count, compute, CUBLAS_GEMM_DEFAULT);
     if (s == CUBLAS_STATUS_SUCCESS)
         return 0;
     return rc_error_set(err, s == CUBLAS_STATUS_ALLOC_FAILED ? RC_ERR_MEMORY : RC_ERR_UNSUPPORTED,
-                        "%s: matmul of [%lld, %lld] by [%lld, %lld] in %lld batches (%s): %s",
+                        "%s: matmul of [%lld, %lld] by [%lld, %lld] in %lld batches (%s into %s): %s",
                         c->name, (long long)d->m, (long long)d->k, (long long)d->k, (long long)d->n,
-                        (long long)d->batch, rc_dtype_name(store), rci_cublas_status(s));
+                        (long long)d->batch, rc_dtype_name(in), rc_dtype_name(out), rci_cublas_status(s));
 }
 
 /* A [.., m, k] (stored [.., k, m] when ta) times B [.., k, n] (stored [.., n, k] when tb)
- * into C [.., m, n]: one GEMM over the stacked rows when the batches of A are rows of one
- * matrix against a shared B, else a strided batch (stride 0 for a shared operand). */
-int rci_cu_matmul(rci_gpu *g, const rc_tensor *node, const rci_matmul_dims *d, rc_dtype store,
-                  const rci_gpu_place *out, const rci_gpu_place *in, rc_error *err)
+ * into C [.., m, n], operands stored as `in`, C as `out` (offsets in elements of each):
+ * one GEMM over the stacked rows when the batches of A are rows of one matrix against a
+ * shared B, else a strided batch (stride 0 for a shared operand). */
+static int cu_product(rci_gpu *g, const rci_matmul_dims *d, rc_dtype in_t, rc_dtype out_t, const rci_gpu_place *out,
+                      const rci_gpu_place *in, rc_error *err)
 {
     rci_cuda *c = rci_cuda_of(g);
-    (void)node;
     if (rci_cu_use(c, err))
         return -1;
-    size_t es = store == RC_F32 ? 4 : 2;
+    size_t es = rc_dtype_size(in_t), eo = rc_dtype_size(out_t);
     int64_t m = d->m, n = d->n, k = d->k;
     int stacked = d->batch == 1 || (d->bb == 1 && d->ba == d->batch && !d->ta);
     gemm q;
@@ -73,7 +80,7 @@ int rci_cu_matmul(rci_gpu *g, const rc_tensor *node, const rci_matmul_dims *d, r
     q.depth = k;
     q.first = rci_cu_ptr(in[1].mem) + (CUdeviceptr)in[1].off * es;
     q.second = rci_cu_ptr(in[0].mem) + (CUdeviceptr)in[0].off * es;
-    q.out = rci_cu_ptr(out->mem) + (CUdeviceptr)out->off * es;
+    q.out = rci_cu_ptr(out->mem) + (CUdeviceptr)out->off * eo;
     q.ld_first = d->tb ? k : n;
     q.ld_second = d->ta ? m : k;
     q.ld_out = n;
@@ -81,7 +88,20 @@ int rci_cu_matmul(rci_gpu *g, const rc_tensor *node, const rci_matmul_dims *d, r
     q.stride_second = stacked || d->ba == 1 ? 0 : m * k;
     q.stride_out = stacked ? 0 : m * n;
     q.count = stacked ? 1 : d->batch;
-    return run_gemm(c, &q, d, store, err);
+    return run_gemm(c, &q, d, in_t, out_t, err);
+}
+
+int rci_cu_matmul(rci_gpu *g, const rc_tensor *node, const rci_matmul_dims *d, rc_dtype store,
+                  const rci_gpu_place *out, const rci_gpu_place *in, rc_error *err)
+{
+    (void)node;
+    return cu_product(g, d, store, store, out, in, err);
+}
+
+int rci_cu_matmul_wide(rci_gpu *g, const rci_matmul_dims *d, rc_dtype store, const rci_gpu_place *out,
+                       const rci_gpu_place *in, rc_error *err)
+{
+    return cu_product(g, d, store, RC_F32, out, in, err);
 }
 
 size_t rci_cu_matmul_scratch(const rci_gpu *g, const rci_matmul_dims *d, rc_dtype store)

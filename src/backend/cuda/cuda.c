@@ -102,6 +102,7 @@ static const rci_gpu_ops ops = {
     .launch = rci_cu_launch,
     .matmul = rci_cu_matmul,
     .matmul_scratch = rci_cu_matmul_scratch,
+    .matmul_wide = rci_cu_matmul_wide,
 };
 
 static void cu_release(rc_backend *be);

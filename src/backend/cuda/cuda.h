@@ -138,6 +138,9 @@ int rci_cu_launch(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_ar
 
 int rci_cu_matmul(rci_gpu *g, const rc_tensor *node, const rci_matmul_dims *d, rc_dtype store,
                   const rci_gpu_place *out, const rci_gpu_place *in, rc_error *err);
+/* 16-bit operands stored as `store` into an f32 result (the ops' matmul_wide) */
+int rci_cu_matmul_wide(rci_gpu *g, const rci_matmul_dims *d, rc_dtype store, const rci_gpu_place *out,
+                       const rci_gpu_place *in, rc_error *err);
 size_t rci_cu_matmul_scratch(const rci_gpu *g, const rci_matmul_dims *d, rc_dtype store);
 
 #endif

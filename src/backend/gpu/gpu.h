@@ -61,7 +61,9 @@ typedef enum {
     RCI_K_ATTENTION_ROWS,    /* attention between its matrix products: softmax rows, */
     RCI_K_ATTENTION_DELTA,   /* the stats' delta, */
     RCI_K_ATTENTION_ROWS_GRAD, /* dS and z p, */
-    RCI_K_ATTENTION_DBIAS,   /* the bias's gradient */
+    RCI_K_ATTENTION_DBIAS,   /* the bias's gradient, */
+    RCI_K_ATTENTION_STACK,   /* a pair's keys or values twice, for the split products, */
+    RCI_K_ATTENTION_FOLD,    /* and the halves of dK, dV from them summed */
     RCI_K_COUNT
 } rci_gpu_kernel;
 
@@ -130,6 +132,12 @@ typedef struct {
                   const rci_gpu_place *out, const rci_gpu_place *in, rc_error *err);
     /* the scratch bytes that product takes (0 when it needs none) */
     size_t (*matmul_scratch)(const rci_gpu *g, const rci_matmul_dims *d, rc_dtype store);
+    /* a product of 16-bit operands stored as `store` into an f32 result, summed in f32,
+     * without scratch (offsets in elements of each side): the fused attention's products of
+     * bf16 values (ops_attention.c). NULL where the backend has none (CLBlast: its attention
+     * widens 16-bit operands into f32 scratch for f32 products) */
+    int (*matmul_wide)(rci_gpu *g, const rci_matmul_dims *d, rc_dtype store, const rci_gpu_place *out,
+                       const rci_gpu_place *in, rc_error *err);
 } rci_gpu_ops;
 
 struct rci_gpu {

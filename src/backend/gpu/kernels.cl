@@ -1106,31 +1106,69 @@ static float att_group_reduce(LOCAL_MEM float *red, float x, int sum)
     return r;
 }
 
+/* The split products' float operands as ATT_SPLITS 16-bit parts (the host's count): v
+ * rounded to the storage into p[i], what that left rounded into p[i + n], what both left
+ * into p[i + 2 n]. Three bf16 parts hold float's 24 bits (bf16 keeps float's exponents, so
+ * no part underflows where v does not), so the products are float's to their sums. */
+enum { ATT_SPLITS = 3 };
+
+static void st_split(__global store_t *p, long i, long n, float v)
+{
+    for (int k = 0; k < ATT_SPLITS; k++) {
+        st(p, i + k * n, v);
+        v -= ld(p, i + k * n);
+    }
+}
+
 /* The chunk's scores s [rows, Tk] (float, from so) into dropped probabilities z_j p_j, 0
- * past the row's visible keys and for a row that sees no key; with want_stats, the row's
- * log-sum-exp into stats[row 2] (-INFINITY when it sees no key). One work-group per row. */
+ * past the row's visible keys and for a row that sees no key: in place, or with split, as
+ * 16-bit parts into p2 [rows, ATT_SPLITS Tk] (from p2o; st_split: part k in the row's k-th
+ * Tk). With want_stats, the row's log-sum-exp into stats[row 2] (-INFINITY when it sees no
+ * key). One work-group per row; a work-item holds ATT_ROW_PER of a block's keys in
+ * registers (keys li + t ls of the block), the row's max and sum go block by block (a sum
+ * so far rescaled to a larger max, as an online softmax does), and a row of one block, the
+ * usual one, is read once. */
+enum { ATT_ROW_PER = 8 };   /* keys a work-item holds: a block is ATT_ROW_GROUP ATT_ROW_PER keys */
+
 __kernel void k_attention_rows(__global float *s, long so, __global float *stats, long sto, int want_stats,
                                __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
-                               ulong key, ulong thresh, float keep, long pair0)
+                               ulong key, ulong thresh, float keep, long pair0, __global store_t *p2, long p2o,
+                               int split)
 {
     __local float red[ATT_ROW_GROUP];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     long c = (long)get_group_id(0), li = (long)get_local_id(0), ls = (long)get_local_size(0), row;
     att_row r = att_chunk_row(&a, pair0, c, bo, &row);
-    long vis = att_visible(&a, r.i);
+    long vis = att_visible(&a, r.i), blk = ls * ATT_ROW_PER;
     __global float *x = s + so + c * a.Tk;
-    float m = -INFINITY, l = 0;
-    for (long j = li; j < a.Tk; j += ls) {   /* the scores in place, -INFINITY past vis */
-        float v = j < vis ? att_score(&a, &r, bias, x[j], j) : -INFINITY;
-        x[j] = v;
-        m = v > m ? v : m;
+    float v[ATT_ROW_PER], m = -INFINITY, l = 0;
+    for (long j0 = 0; j0 < a.Tk; j0 += blk) {
+        float bm = -INFINITY, bl = 0;
+        for (int t = 0; t < ATT_ROW_PER; t++) {
+            long j = j0 + li + t * ls;
+            v[t] = j < vis ? att_score(&a, &r, bias, x[j], j) : -INFINITY;
+            bm = v[t] > bm ? v[t] : bm;
+        }
+        bm = att_group_reduce(red, bm, 0);
+        bm = bm > m ? bm : m;
+        for (int t = 0; t < ATT_ROW_PER && bm != -INFINITY; t++)
+            bl += rci_fexp(v[t] - bm);
+        bl = att_group_reduce(red, bl, 1);
+        l = (m == -INFINITY ? 0 : l * rci_fexp(m - bm)) + bl;
+        m = bm;
     }
-    m = att_group_reduce(red, m, 0);
-    for (long j = li; j < a.Tk && m != -INFINITY; j += ls)
-        l += rci_fexp(x[j] - m);
-    l = att_group_reduce(red, l, 1);
-    for (long j = li; j < a.Tk; j += ls)
-        x[j] = l > 0 && x[j] != -INFINITY ? rci_fexp(x[j] - m) / l * att_keep(&a, row, j) : 0;
+    for (long j0 = 0; j0 < a.Tk; j0 += blk)
+        for (int t = 0; t < ATT_ROW_PER; t++) {
+            long j = j0 + li + t * ls;
+            if (j >= a.Tk)
+                continue;
+            float sc = a.Tk <= blk ? v[t] : j < vis ? att_score(&a, &r, bias, x[j], j) : -INFINITY;
+            float p = l > 0 && sc != -INFINITY ? rci_fexp(sc - m) / l * att_keep(&a, row, j) : 0;
+            if (split)
+                st_split(p2, p2o + c * ATT_SPLITS * a.Tk + j, a.Tk, p);
+            else
+                x[j] = p;
+        }
     if (want_stats && li == 0)
         stats[sto + row * 2] = l > 0 ? (float)((att_acc)m + log(l)) : -INFINITY;
 }
@@ -1151,11 +1189,13 @@ __kernel void k_attention_delta(__global float *stats, long sto, __global const 
 
 /* The chunk's scores s and dP = dO . v_j (float [rows, Tk], from so and dpo) into
  * dS = p (z dP - delta) scale (in s) and z p (in dp), p = exp(score - lse) by the row's
- * stats; 0 past the visible keys and for a row that sees no key. One work-group per row. */
+ * stats; 0 past the visible keys and for a row that sees no key. With split, dS and z p go
+ * as 16-bit parts into s2 and z2 [rows, ATT_SPLITS Tk] instead (st_split). One work-group per row. */
 __kernel void k_attention_rows_grad(__global float *s, long so, __global float *dp, long dpo,
                                     __global const float *stats, long sto, __global const store_t *bias, long bo,
                                     long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep,
-                                    long pair0)
+                                    long pair0, __global store_t *s2, long s2o, __global store_t *z2, long z2o,
+                                    int split)
 {
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     long c = (long)get_group_id(0), li = (long)get_local_id(0), ls = (long)get_local_size(0), row;
@@ -1170,9 +1210,39 @@ __kernel void k_attention_rows_grad(__global float *s, long so, __global float *
             zp = p * z;
             ds = p * (y[j] * z - delta) * a.scale;
         }
-        x[j] = ds;
-        y[j] = zp;
+        if (split) {
+            st_split(s2, s2o + c * ATT_SPLITS * a.Tk + j, a.Tk, ds);
+            st_split(z2, z2o + c * ATT_SPLITS * a.Tk + j, a.Tk, zp);
+        } else {
+            x[j] = ds;
+            y[j] = zp;
+        }
     }
+}
+
+/* the split products' second operand: each of n pairs' m stored elements (from xo)
+ * ATT_SPLITS times, one copy after the other, into o (from oo) */
+__kernel void k_attention_stack(__global word_t *o, long oo, __global const word_t *x, long xo, long m, long n)
+{
+    long i = get_global_id(0);
+    if (i >= ATT_SPLITS * m * n)
+        return;
+    long p = i / (ATT_SPLITS * m), e = i - p * ATT_SPLITS * m;
+    o[oo + i] = x[xo + p * m + e % m];
+}
+
+/* dK or dV of n pairs from the split product's f32 result x [n, ATT_SPLITS m] (from xo):
+ * each pair's parts summed in order and stored into o [n, m] (from oo) */
+__kernel void k_attention_fold(__global store_t *o, long oo, __global const float *x, long xo, long m, long n)
+{
+    long i = get_global_id(0);
+    if (i >= m * n)
+        return;
+    long p = i / m, e = i - p * m;
+    float v = 0;
+    for (int k = 0; k < ATT_SPLITS; k++)
+        v += x[xo + (p * ATT_SPLITS + k) * m + e];
+    st(o, oo + i, v);
 }
 
 /* x_xi . y_yi over n elements (dbias reads its rows directly) */

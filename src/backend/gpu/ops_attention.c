@@ -23,17 +23,45 @@
 
 enum {
     ATT_ROW_GROUP = 128,           /* work-items per row in the row kernels (kernels.cl's) */
-    ATT_CHUNK_BYTES = 128 << 20     /* scratch a chunk of pairs aims at (one pair at least) */
+    ATT_CHUNK_BYTES = 128 << 20,    /* scratch a chunk of pairs aims at (one pair at least) */
+    ATT_SPLITS = 3,                 /* 16-bit parts of a split product's float operand (kernels.cl's) */
+    ATT_ALIGN = 64                  /* floats: where each part of the scratch starts */
 };
 
+/* How a node's products run: f32 values in f32 (ATT_F32); 16-bit values widened into f32
+ * scratch (ATT_WIDEN); bf16 values as stored into f32 results, float operands in parts
+ * (ATT_SPLIT; ATT_SPLIT_WIDENED: the same on a backend without matmul_wide, its products'
+ * operands widened into scratch first, which tests use to run the split on OpenCL) */
+enum { ATT_F32, ATT_WIDEN, ATT_SPLIT, ATT_SPLIT_WIDENED };
+
 /* A node's attention sizes: q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv]; R = G Tq
- * rows of q per (batch, kv head) pair; half: 16-bit values (f32 copies in scratch) */
+ * rows of q per (batch, kv head) pair; mode: how the products run */
 typedef struct {
     int64_t B, H, KV, Tq, Tk, D, Dv, R, pairs;
-    int half, which;
+    int mode, which;
 } att_shape;
 
-static att_shape att_shape_of(const rc_tensor *node)
+static int att_split_force = -1;
+
+void rci_gpu_attention_split(int on)
+{
+    att_split_force = on;
+}
+
+/* the node's mode on g: ATT_SPLIT for bf16 where g has matmul_wide (or where tests force
+ * it: rci_gpu_attention_split) */
+static int att_mode(const rci_gpu *g, const rc_tensor *node)
+{
+    rc_dtype store = rci_gpu_storage(node);
+    if (store == RC_F32)
+        return ATT_F32;
+    int split = store == RC_BF16 && (att_split_force >= 0 ? att_split_force : g->ops->matmul_wide != NULL);
+    if (!split)
+        return ATT_WIDEN;
+    return g->ops->matmul_wide ? ATT_SPLIT : ATT_SPLIT_WIDENED;
+}
+
+static att_shape att_shape_of(const rci_gpu *g, const rc_tensor *node)
 {
     const rc_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
     att_shape s;
@@ -46,28 +74,57 @@ static att_shape att_shape_of(const rc_tensor *node)
     s.Dv = v->shape[3];
     s.R = s.H / s.KV * s.Tq;
     s.pairs = s.B * s.KV;
-    s.half = rci_gpu_storage(node) != RC_F32;
+    s.mode = att_mode(g, node);
     s.which = node->op == RC_OP_ATTENTION_GRAD ? node->iparam[1] : 0;
     return s;
 }
 
-/* One pair's f32 scratch, in floats, by part: scores, dP, the output's f32 rows, the f32
- * copies of q, k, v, dO and of the gradients dq, dk, dv (0 for a part the op has not) */
-enum { PART_S, PART_DP, PART_O, PART_Q, PART_K, PART_V, PART_DO, PART_DQ, PART_DK, PART_DV, PARTS };
+/* One pair's scratch, in floats, by part: scores, dP; the split parts of P or dS and of
+ * z p (16-bit [R, ATT_SPLITS Tk]); the output's f32 rows; the f32 copies of q, k, v, dO
+ * (ATT_WIDEN); k and v stacked ATT_SPLITS times (16-bit); the f32 gradients dq and dk, dv
+ * ([ATT_SPLITS Tk, .] when split); the widened operands of a split product on a backend
+ * without matmul_wide (0 for a part the op has not) */
+enum {
+    PART_S, PART_DP, PART_P2, PART_Z2, PART_O, PART_Q, PART_K, PART_V, PART_DO, PART_K2, PART_V2, PART_DQ,
+    PART_DK, PART_DV, PART_WA, PART_WB, PARTS
+};
+
+static int64_t max3(int64_t a, int64_t b, int64_t c)
+{
+    int64_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+/* floats holding n 16-bit values */
+static int64_t att_halves(int64_t n)
+{
+    return (n + 1) / 2;
+}
 
 static void att_parts(const att_shape *s, rc_op op, int64_t *n)
 {
-    int grad = op == RC_OP_ATTENTION_GRAD, half = s->half;
-    n[PART_S] = s->R * s->Tk;
-    n[PART_DP] = grad ? s->R * s->Tk : 0;
-    n[PART_O] = op == RC_OP_ATTENTION_STATS || (op == RC_OP_ATTENTION && half) ? s->R * s->Dv : 0;
-    n[PART_Q] = half ? s->R * s->D : 0;
-    n[PART_K] = half ? s->Tk * s->D : 0;
-    n[PART_V] = half ? s->Tk * s->Dv : 0;
-    n[PART_DO] = half && grad ? s->R * s->Dv : 0;
-    n[PART_DQ] = half && grad ? s->R * s->D : 0;
-    n[PART_DK] = half && grad ? s->Tk * s->D : 0;
-    n[PART_DV] = half && grad ? s->Tk * s->Dv : 0;
+    int grad = op == RC_OP_ATTENTION_GRAD, widen = s->mode == ATT_WIDEN;
+    int split = s->mode == ATT_SPLIT || s->mode == ATT_SPLIT_WIDENED, half = s->mode != ATT_F32;
+    int64_t R = s->R, Tk = s->Tk, D = s->D, Dv = s->Dv, S3 = ATT_SPLITS * Tk;
+    memset(n, 0, PARTS * sizeof *n);
+    n[PART_S] = R * Tk;
+    n[PART_DP] = grad ? R * Tk : 0;
+    n[PART_P2] = split ? att_halves(R * S3) : 0;
+    n[PART_Z2] = split && grad ? att_halves(R * S3) : 0;
+    n[PART_O] = !grad && (op == RC_OP_ATTENTION_STATS || half) ? R * Dv : 0;
+    n[PART_Q] = widen ? R * D : 0;
+    n[PART_K] = widen ? Tk * D : 0;
+    n[PART_V] = widen ? Tk * Dv : 0;
+    n[PART_DO] = widen && grad ? R * Dv : 0;
+    n[PART_K2] = split && grad ? att_halves(S3 * D) : 0;
+    n[PART_V2] = split && !grad ? att_halves(S3 * Dv) : 0;
+    n[PART_DQ] = half && grad ? R * D : 0;
+    n[PART_DK] = half && grad ? (split ? S3 : Tk) * D : 0;
+    n[PART_DV] = half && grad ? (split ? S3 : Tk) * Dv : 0;
+    if (s->mode == ATT_SPLIT_WIDENED) {
+        n[PART_WA] = R * max3(S3, D, Dv);
+        n[PART_WB] = (S3 > R ? S3 : R) * (D > Dv ? D : Dv);
+    }
 }
 
 static size_t att_chunk_bytes = ATT_CHUNK_BYTES;
@@ -96,12 +153,13 @@ static int64_t att_chunk_pairs(const att_shape *s, rc_op op)
     return fit < s->pairs ? fit : s->pairs;
 }
 
-size_t rci_gpu_attention_scratch(const rc_tensor *node)
+size_t rci_gpu_attention_scratch(const rci_gpu *g, const rc_tensor *node)
 {
-    att_shape s = att_shape_of(node);
+    att_shape s = att_shape_of(g, node);
     if (node->op == RC_OP_ATTENTION_GRAD && s.which == 3)
         return 0;
-    return (size_t)(att_chunk_pairs(&s, node->op) * att_pair_floats(&s, node->op)) * sizeof(float);
+    return (size_t)(att_chunk_pairs(&s, node->op) * att_pair_floats(&s, node->op) + PARTS * ATT_ALIGN) *
+           sizeof(float);
 }
 
 /* the kernels' dims (B, H, KV, Tq, Tk, D, Dv, causal) and the bias's strides along
@@ -134,6 +192,11 @@ typedef struct {
     int64_t part[PARTS];   /* the chunk's parts' float offsets in scratch */
 } att_run;
 
+static int att_is_split(const att_run *a)
+{
+    return a->s.mode == ATT_SPLIT || a->s.mode == ATT_SPLIT_WIDENED;
+}
+
 /* n values of dtype `from` at src into dtype `to` at dst (k_cast) */
 static int att_cast(rci_gpu *g, rci_gpu_place dst, rc_dtype to, rci_gpu_place src, rc_dtype from, int64_t n,
                     rc_error *err)
@@ -143,19 +206,26 @@ static int att_cast(rci_gpu *g, rci_gpu_place dst, rc_dtype to, rci_gpu_place sr
     return rci_gpu_launch_f32(g, RCI_K_CAST, a, 7, (size_t)n, "attention", err);
 }
 
+/* a part of scratch as floats, and as 16-bit values (twice the offset) */
 static rci_gpu_place att_part(const att_run *a, int part)
 {
     rci_gpu_place p = {a->scratch, a->part[part]};
     return p;
 }
 
+static rci_gpu_place att_part16(const att_run *a, int part)
+{
+    rci_gpu_place p = {a->scratch, 2 * a->part[part]};
+    return p;
+}
+
 /* An operand of the chunk's products from input x (per elements a pair, from pair p0, np
- * pairs): in place for f32, else widened into its part of scratch */
+ * pairs): in place for f32 and split, else widened into its part of scratch */
 static int att_operand(att_run *a, rci_gpu_place x, int part, int64_t per, int64_t p0, int64_t np,
                        rci_gpu_place *op, rc_error *err)
 {
     rci_gpu_place at = {x.mem, x.off + p0 * per};
-    if (!a->s.half) {
+    if (a->s.mode != ATT_WIDEN) {
         *op = at;
         return 0;
     }
@@ -164,21 +234,22 @@ static int att_operand(att_run *a, rci_gpu_place x, int part, int64_t per, int64
 }
 
 /* A result of the chunk's products into output y (per elements a pair, from pair p0): the
- * output itself for f32, else its part of scratch, rounded into y by att_store */
+ * output itself for f32, else its f32 part of scratch, rounded into y by att_store */
 static rci_gpu_place att_result(const att_run *a, rci_gpu_place y, int part, int64_t per, int64_t p0)
 {
     rci_gpu_place at = {y.mem, y.off + p0 * per};
-    return a->s.half ? att_part(a, part) : at;
+    return a->s.mode == ATT_F32 ? at : att_part(a, part);
 }
 
 static int att_store(att_run *a, rci_gpu_place y, int part, int64_t per, int64_t p0, int64_t np, rc_error *err)
 {
     rci_gpu_place at = {y.mem, y.off + p0 * per};
-    return a->s.half ? att_cast(a->g, at, a->store, att_part(a, part), RC_F32, np * per, err) : 0;
+    return a->s.mode == ATT_F32 ? 0 : att_cast(a->g, at, a->store, att_part(a, part), RC_F32, np * per, err);
 }
 
-/* c [np, m, n] = op(a) [m, k] op(b) [k, n] per pair in f32 (a stored [k, m] when ta, b
- * [n, k] when tb); zeros when k is 0 */
+/* c [np, m, n] = op(a) [m, k] op(b) [k, n] per pair (a stored [k, m] when ta, b [n, k]
+ * when tb), summed in f32: f32 operands, or split's 16-bit ones (matmul_wide, or widened
+ * into PART_WA and PART_WB for the f32 product); zeros when k is 0 */
 static int att_gemm(att_run *a, int64_t np, int ta, int tb, int64_t m, int64_t n, int64_t k, rci_gpu_place x,
                     rci_gpu_place y, rci_gpu_place c, rc_error *err)
 {
@@ -191,21 +262,61 @@ static int att_gemm(att_run *a, int64_t np, int ta, int tb, int64_t m, int64_t n
     }
     rci_matmul_dims d = {ta, tb, m, n, k, k, np, np, np};
     rci_gpu_place in[2] = {x, y};
+    if (a->s.mode == ATT_SPLIT)
+        return a->g->ops->matmul_wide(a->g, &d, a->store, &c, in, err);
+    if (a->s.mode == ATT_SPLIT_WIDENED) {
+        in[0] = att_part(a, PART_WA);
+        in[1] = att_part(a, PART_WB);
+        if (att_cast(a->g, in[0], RC_F32, x, a->store, np * m * k, err) ||
+            att_cast(a->g, in[1], RC_F32, y, a->store, np * k * n, err))
+            return -1;
+    }
     return a->g->ops->matmul(a->g, a->node, &d, RC_F32, &c, in, err);
+}
+
+/* each of np pairs' m 16-bit values from x ATT_SPLITS times into part (k_attention_stack) */
+static int att_stack(att_run *a, rci_gpu_place x, int part, int64_t m, int64_t np, rci_gpu_place *y, rc_error *err)
+{
+    *y = att_part16(a, part);
+    rci_gpu_arg args[] = {ARG(y->mem), ARG(y->off), ARG(x.mem), ARG(x.off), ARG(m), ARG(np)};
+    return rci_gpu_launch_node(a->g, a->node, RCI_K_ATTENTION_STACK, args, 6, (size_t)(ATT_SPLITS * m * np),
+                               "attention (stacked operand)", err);
+}
+
+/* the parts of np pairs' f32 [ATT_SPLITS m] results in part summed into output y from pair
+ * p0 (k_attention_fold) */
+static int att_fold(att_run *a, rci_gpu_place y, int part, int64_t m, int64_t p0, int64_t np, rc_error *err)
+{
+    rci_gpu_place x = att_part(a, part);
+    int64_t yo = y.off + p0 * m;
+    rci_gpu_arg args[] = {ARG(y.mem), ARG(yo), ARG(x.mem), ARG(x.off), ARG(m), ARG(np)};
+    return rci_gpu_launch_node(a->g, a->node, RCI_K_ATTENTION_FOLD, args, 6, (size_t)(m * np),
+                               "attention_grad (folded parts)", err);
 }
 
 /* k_attention_rows over the chunk's np R rows from pair p0 (stats: the node's output) */
 static int att_rows(att_run *a, int64_t p0, int64_t np, int want_stats, rc_error *err)
 {
-    rci_gpu_place s = att_part(a, PART_S);
-    int32_t ws = want_stats;
-    rci_gpu_arg args[] = {ARG(s.mem), ARG(s.off), ARG(a->out.mem), ARG(a->out.off), ARG(ws), ARG(a->bias.mem),
-                          ARG(a->bias.off), ARG(a->dims), ARG(a->bst), ARG(a->scale), ARG(a->drop.key),
-                          ARG(a->drop.thresh), ARG(a->drop.keep), ARG(p0)};
-    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS, args, 14, (size_t)(np * a->s.R), ATT_ROW_GROUP,
+    rci_gpu_place s = att_part(a, PART_S), p2 = att_part16(a, PART_P2);
+    int32_t ws = want_stats, split = att_is_split(a);
+    rci_gpu_arg args[] = {ARG(s.mem),      ARG(s.off),       ARG(a->out.mem),    ARG(a->out.off), ARG(ws),
+                          ARG(a->bias.mem), ARG(a->bias.off), ARG(a->dims),      ARG(a->bst),     ARG(a->scale),
+                          ARG(a->drop.key), ARG(a->drop.thresh), ARG(a->drop.keep), ARG(p0),       ARG(p2.mem),
+                          ARG(p2.off),     ARG(split)};
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS, args, 17, (size_t)(np * a->s.R), ATT_ROW_GROUP,
                                  "attention (softmax rows)", err);
 }
 
+/* O = P V for the chunk into o: f32 P in S against v, or P's parts against v stacked */
+static int att_pv(att_run *a, int64_t np, rci_gpu_place v, rci_gpu_place o, rc_error *err)
+{
+    const att_shape *s = &a->s;
+    if (!att_is_split(a))
+        return att_gemm(a, np, 0, 0, s->R, s->Dv, s->Tk, att_part(a, PART_S), v, o, err);
+    rci_gpu_place v2;
+    return att_stack(a, v, PART_V2, s->Tk * s->Dv, np, &v2, err) ||
+           att_gemm(a, np, 0, 0, s->R, s->Dv, ATT_SPLITS * s->Tk, att_part16(a, PART_P2), v2, o, err);
+}
 
 /* Forward and stats, a chunk: S = Q K^T, the rows, O = P V (into the output, or for the
  * stats into scratch, then delta = dO . O) */
@@ -221,7 +332,7 @@ static int att_forward_chunk(att_run *a, int64_t p0, int64_t np, rc_error *err)
         att_rows(a, p0, np, stats, err))
         return -1;
     rci_gpu_place o = stats ? att_part(a, PART_O) : att_result(a, a->out, PART_O, s->R * s->Dv, p0);
-    if (att_gemm(a, np, 0, 0, s->R, s->Dv, s->Tk, att_part(a, PART_S), v, o, err))
+    if (att_pv(a, np, v, o, err))
         return -1;
     if (!stats)
         return att_store(a, a->out, PART_O, s->R * s->Dv, p0, np, err);
@@ -243,36 +354,70 @@ static void att_grad_places(const att_run *a, rci_gpu_place *dq, rci_gpu_place *
     }
 }
 
+/* k_attention_rows_grad over the chunk: dS and z p in S and DP, or their parts in P2, Z2 */
+static int att_rows_grad(att_run *a, int64_t p0, int64_t np, rc_error *err)
+{
+    rci_gpu_place ds = att_part(a, PART_S), zp = att_part(a, PART_DP);
+    rci_gpu_place s2 = att_part16(a, PART_P2), z2 = att_part16(a, PART_Z2);
+    int32_t split = att_is_split(a);
+    rci_gpu_arg args[] = {ARG(ds.mem), ARG(ds.off), ARG(zp.mem), ARG(zp.off), ARG(a->stats.mem), ARG(a->stats.off),
+                          ARG(a->bias.mem), ARG(a->bias.off), ARG(a->dims), ARG(a->bst), ARG(a->scale),
+                          ARG(a->drop.key), ARG(a->drop.thresh), ARG(a->drop.keep), ARG(p0), ARG(s2.mem),
+                          ARG(s2.off), ARG(z2.mem), ARG(z2.off), ARG(split)};
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS_GRAD, args, 20, (size_t)(np * a->s.R),
+                                 ATT_ROW_GROUP, "attention_grad (rows)", err);
+}
+
+/* dK = dS^T Q or dV = (z p)^T dO (x: dS or z p, y: Q or dO, width w) into out from pair p0:
+ * one product, or for split, the product of all parts' rows and their fold */
+static int att_grad_kv(att_run *a, int64_t p0, int64_t np, int part, int xpart, rci_gpu_place y, int64_t w,
+                       rci_gpu_place out, rc_error *err)
+{
+    const att_shape *s = &a->s;
+    int64_t n = s->Tk * w;
+    if (!att_is_split(a))
+        return att_gemm(a, np, 1, 0, s->Tk, w, s->R, att_part(a, xpart), y, att_result(a, out, part, n, p0), err) ||
+               att_store(a, out, part, n, p0, np, err);
+    return att_gemm(a, np, 1, 0, ATT_SPLITS * s->Tk, w, s->R, att_part16(a, xpart), y, att_part(a, part), err) ||
+           att_fold(a, out, part, n, p0, np, err);
+}
+
+/* dQ = dS K into dq from pair p0: f32 dS against k, or dS's parts against k stacked */
+static int att_grad_q(att_run *a, int64_t p0, int64_t np, rci_gpu_place k, rci_gpu_place dq, rc_error *err)
+{
+    const att_shape *s = &a->s;
+    int64_t nq = s->R * s->D;
+    rci_gpu_place k2, out = att_result(a, dq, PART_DQ, nq, p0);
+    if (!att_is_split(a))
+        return att_gemm(a, np, 0, 0, s->R, s->D, s->Tk, att_part(a, PART_S), k, out, err) ||
+               att_store(a, dq, PART_DQ, nq, p0, np, err);
+    return att_stack(a, k, PART_K2, s->Tk * s->D, np, &k2, err) ||
+           att_gemm(a, np, 0, 0, s->R, s->D, ATT_SPLITS * s->Tk, att_part16(a, PART_P2), k2, out, err) ||
+           att_store(a, dq, PART_DQ, nq, p0, np, err);
+}
+
 /* Gradients, a chunk: S = Q K^T, dP = dO V^T, the rows into dS and z p, then the products
  * of the gradients asked for */
 static int att_grad_chunk(att_run *a, int64_t p0, int64_t np, rc_error *err)
 {
     const att_shape *s = &a->s;
     int w = s->which, want_q = w == 0 || w == 4, want_k = w == 1 || w == 4, want_v = w == 2 || w == 4;
-    rci_gpu_place q, k, v, dout, ds = att_part(a, PART_S), zp = att_part(a, PART_DP), dq, dk, dv;
+    int split = att_is_split(a);
+    rci_gpu_place q, k, v, dout, dq, dk, dv;
     att_grad_places(a, &dq, &dk, &dv);
     if (att_operand(a, a->in[0], PART_Q, s->R * s->D, p0, np, &q, err) ||
         att_operand(a, a->in[1], PART_K, s->Tk * s->D, p0, np, &k, err) ||
         att_operand(a, a->in[2], PART_V, s->Tk * s->Dv, p0, np, &v, err) ||
         att_operand(a, a->dout, PART_DO, s->R * s->Dv, p0, np, &dout, err) ||
-        att_gemm(a, np, 0, 1, s->R, s->Tk, s->D, q, k, ds, err) ||
-        att_gemm(a, np, 0, 1, s->R, s->Tk, s->Dv, dout, v, zp, err))
+        att_gemm(a, np, 0, 1, s->R, s->Tk, s->D, q, k, att_part(a, PART_S), err) ||
+        att_gemm(a, np, 0, 1, s->R, s->Tk, s->Dv, dout, v, att_part(a, PART_DP), err) ||
+        att_rows_grad(a, p0, np, err))
         return -1;
-    rci_gpu_arg args[] = {ARG(ds.mem), ARG(ds.off), ARG(zp.mem), ARG(zp.off), ARG(a->stats.mem), ARG(a->stats.off),
-                          ARG(a->bias.mem), ARG(a->bias.off), ARG(a->dims), ARG(a->bst), ARG(a->scale),
-                          ARG(a->drop.key), ARG(a->drop.thresh), ARG(a->drop.keep), ARG(p0)};
-    if (rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS_GRAD, args, 15, (size_t)(np * s->R),
-                              ATT_ROW_GROUP, "attention_grad (rows)", err))
+    if (want_q && att_grad_q(a, p0, np, k, dq, err))
         return -1;
-    int64_t nq = s->R * s->D, nk = s->Tk * s->D, nv = s->Tk * s->Dv;
-    if (want_q && (att_gemm(a, np, 0, 0, s->R, s->D, s->Tk, ds, k, att_result(a, dq, PART_DQ, nq, p0), err) ||
-                   att_store(a, dq, PART_DQ, nq, p0, np, err)))
+    if (want_k && att_grad_kv(a, p0, np, PART_DK, split ? PART_P2 : PART_S, q, s->D, dk, err))
         return -1;
-    if (want_k && (att_gemm(a, np, 1, 0, s->Tk, s->D, s->R, ds, q, att_result(a, dk, PART_DK, nk, p0), err) ||
-                   att_store(a, dk, PART_DK, nk, p0, np, err)))
-        return -1;
-    if (want_v && (att_gemm(a, np, 1, 0, s->Tk, s->Dv, s->R, zp, dout, att_result(a, dv, PART_DV, nv, p0), err) ||
-                   att_store(a, dv, PART_DV, nv, p0, np, err)))
+    if (want_v && att_grad_kv(a, p0, np, PART_DV, split ? PART_Z2 : PART_DP, dout, s->Dv, dv, err))
         return -1;
     return 0;
 }
@@ -297,7 +442,7 @@ static int att_run_init(att_run *a, rci_gpu *g, const rci_node_run *r, rc_error 
     memset(a, 0, sizeof *a);
     a->g = g;
     a->node = node;
-    a->s = att_shape_of(node);
+    a->s = att_shape_of(g, node);
     a->store = rci_gpu_storage(node);
     if (rci_gpu_places(r, 3, &a->out, a->in, err) || rci_gpu_optional_place(r, 3, &a->out, &a->bias, &has_bias, err))
         return -1;
@@ -311,14 +456,15 @@ static int att_run_init(att_run *a, rci_gpu *g, const rci_node_run *r, rc_error 
     return 0;
 }
 
-/* the scratch for chunks of np pairs, its parts laid out one after the other */
+/* the scratch for chunks of np pairs, its parts laid out one after the other, each from a
+ * multiple of ATT_ALIGN floats (what tensor cores' products want of their operands) */
 static int att_scratch(att_run *a, int64_t np, rc_error *err)
 {
     int64_t n[PARTS], at = 0;
     att_parts(&a->s, a->node->op, n);
     for (int i = 0; i < PARTS; i++) {
         a->part[i] = at;
-        at += np * n[i];
+        at += (np * n[i] + ATT_ALIGN - 1) / ATT_ALIGN * ATT_ALIGN;
     }
     a->scratch = rci_gpu_scratch(a->g, (size_t)at * sizeof(float), err);
     return a->scratch ? 0 : -1;

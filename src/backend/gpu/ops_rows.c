@@ -529,7 +529,7 @@ size_t rci_gpu_node_scratch(const rci_gpu *g, const rc_tensor *node)
     case RC_OP_ATTENTION:
     case RC_OP_ATTENTION_STATS:
     case RC_OP_ATTENTION_GRAD:
-        return rci_gpu_attention_scratch(node);
+        return rci_gpu_attention_scratch(g, node);
     default:
         return 0;
     }
