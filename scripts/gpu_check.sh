@@ -11,7 +11,8 @@
 #   info        the GPU, driver, CUDA, PyTorch, glibc; `redco devices`
 #   cuda        the op table and the device model tests on cuda (REDCO_REQUIRE_CUDA=1)
 #   step        GPT-2 124M training step, batch 8 x 1024, f32 and bf16: redco train beside
-#               scripts/torch_gpt2_step.py (same model, forward, backward, AdamW)
+#               scripts/torch_gpt2_step.py (same model, forward, backward, AdamW); the bf16
+#               step's profile (redco train --profile)
 #   matmul      bench_gpt2 on the same step: its matmuls against cuBLAS's own rate on the
 #               same shapes (torch.matmul), and the host transfers per step
 #   attention   bench_attention: the fused op's kernels alone with and without attention
@@ -395,6 +396,20 @@ redco_step() {
     rm -rf "$wd"
 }
 
+# redco's bf16 step again with --profile (4 steps): where a train step's time goes, its
+# phases and its kernels by op (each waited for), from the trainer's note line
+redco_profile() {
+    local name=redco_train_bf16_profile wd=$WORK/train_profile line
+    rm -rf "$wd"
+    run "$name" 120 "${RC_ENV[@]}" "$BUNDLE/bin/redco" train --model "$PRESET" --data "$WORK/tokens.npy" \
+        --workdir "$wd" --steps 4 --batch-size "$BATCH" --seq-len "$SEQ" --grad-clip 0 --device "$RDEV" --dtype bf16 \
+        --profile || { part_failed step "redco train --profile: exit $?"; tail_log "$name"; return; }
+    line=$(grep -m1 "profile, ms a step" "$WORK/logs/$name.log" | sed 's/.*waited for): //')
+    figure gpt2_train_bf16_profile "$RDEV" "$(printf '%s' "$line" | sed -n 's/.* run \([0-9.]*\),.*/\1/p')" \
+        "ms/step (run)" null breakdown "$line"
+    rm -rf "$wd"
+}
+
 # PyTorch's training step in DTYPE (and ATTENTION): into TORCH_STEP_S
 torch_step() {
     local dtype=$1 attention=${2:-sdpa} name=torch_step_$1_${2:-sdpa}
@@ -426,6 +441,7 @@ part_step() {
             goal "$want" met "${met:-null}" model "$PRESET" batch "$BATCH" seq "$SEQ" steps "$REDCO_STEPS_LOGGED" \
             peer_attention "${TORCH_ATTENTION:-}"
     done
+    redco_profile
     # PyTorch without its fused attention kernel (product, softmax, product): what SDPA is
     # worth to PyTorch, beside what rc_attention is worth to redco (bench_gpt2 --attention-compare)
     torch_step bf16 math

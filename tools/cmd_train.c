@@ -22,7 +22,7 @@ static const char *train_help =
     "                   [--optimizer adamw|sgd] [--weight-decay X] [--grad-clip X] [--warmup N]\n"
     "                   [--schedule constant|linear|cosine] [--grad-accum K] [--seed S]\n"
     "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--save-total-limit N]\n"
-    "                   [--log-every N]\n"
+    "                   [--log-every N] [--profile]\n"
     "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--tf32] [--remat[=N]]\n"
     "                   [--attention fused|unfused]\n"
     "                   [--zero [1|2|3]] [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
@@ -77,7 +77,12 @@ static const char *train_help =
     "after --loss-scale-window good steps (default 2000). bf16 scales only when given S.\n"
     "Writes checkpoint-STEP/, last_checkpoint, best/, final/, log.jsonl and TensorBoard\n"
     "event files into the workdir; log.jsonl's train/loss is the mean since the last record,\n"
-    "train/epoch counts the fraction done. Text is tokenized once and cached in\n"
+    "train/epoch counts the fraction done. --profile shows where the steps' time goes: each\n"
+    "step's phases (data, run, grads, norm, update) timed with the device waited for after\n"
+    "each, and the step's kernels by op, each waited for; the mean ms a step (the first left\n"
+    "out) is printed and logged at the end (profile/PHASE_ms, profile/op/OP_ms). Steps run\n"
+    "slower with it: not for measuring a throughput.\n"
+    "Text is tokenized once and cached in\n"
     "$REDCO_CACHE_DIR, else $XDG_CACHE_HOME/redco, else ~/.cache/redco.\n"
     "--save-total-limit N keeps the newest N checkpoint-STEP/\n"
     "(older ones removed once a new one is complete; best/, the best evaluation's checkpoint,\n"
@@ -128,7 +133,7 @@ typedef struct {
         mp, nproc, remat;
     double lr, wd, clip, loss_scale, coll_timeout;
     int64_t loss_scale_window;
-    int resume, no_shuffle, json, zero, tf32;
+    int resume, no_shuffle, json, zero, tf32, profile;
     const char *attention;            /* --attention: "fused" (NULL: not given) or "unfused" */
     rc_dtype dtype;
     cli_shards shards;
@@ -139,7 +144,7 @@ enum {
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
     F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO,
     F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW, F_LORA, F_LORA_R, F_LORA_ALPHA, F_LORA_TARGETS, F_LORA_MERGE,
-    F_COLL_TIMEOUT, F_TF32, F_VOCAB_SIZE, F_CONFIG, F_SAVE_TOTAL_LIMIT, F_ATTENTION
+    F_COLL_TIMEOUT, F_TF32, F_VOCAB_SIZE, F_CONFIG, F_SAVE_TOTAL_LIMIT, F_ATTENTION, F_PROFILE
 };
 
 static const struct option eval_flags[] = {
@@ -193,6 +198,7 @@ static const struct option train_flags[] = {
     {"save-every", required_argument, NULL, F_SAVE_EVERY},
     {"save-total-limit", required_argument, NULL, F_SAVE_TOTAL_LIMIT},
     {"log-every", required_argument, NULL, F_LOG_EVERY},
+    {"profile", no_argument, NULL, F_PROFILE},
     {"shard", required_argument, NULL, F_SHARD},
     {"lr", required_argument, NULL, F_LR},
     {"weight-decay", required_argument, NULL, F_WD},
@@ -234,6 +240,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_SCHEDULE: o->schedule = v; return 0;
     case F_DEVICE: o->device = v; return 0;
     case F_TF32: o->tf32 = 1; return 0;
+    case F_PROFILE: o->profile = 1; return 0;
     case F_ATTENTION: o->attention = v; return cli_attention(cmd, v);
     case F_LORA: o->lora = v; return 0;
     case F_LORA_TARGETS: o->lora_targets = v; return 0;
@@ -315,6 +322,7 @@ static json_t *option_json(const options *o, int flag, int *digits)
     case F_SCHEDULE: return json_string(o->schedule);
     case F_DEVICE: return o->device ? json_string(o->device) : NULL;
     case F_TF32: return json_boolean(o->tf32);
+    case F_PROFILE: return json_boolean(o->profile);
     case F_ATTENTION: return json_string(o->attention ? o->attention : "fused");
     case F_REMAT: return o->remat ? json_integer(o->remat) : json_false();
     case F_ZERO: return json_integer(o->zero);
@@ -736,7 +744,7 @@ static int train(int argc, char **argv, options *op)
     rc_train_options to = {.steps = o.steps, .epochs = (int)o.epochs, .batch_size = (int)o.batch,
                            .grad_accum = (int)o.accum, .shuffle = !o.no_shuffle, .optimizer = o.optimizer,
                            .lr = o.lr, .weight_decay = o.wd, .grad_clip = o.clip, .remat = (int)o.remat, .zero = o.zero,
-                           .dtype = o.dtype, .loss_scale = o.loss_scale, .loss_scale_window = o.loss_scale_window,
+                           .profile = o.profile, .dtype = o.dtype, .loss_scale = o.loss_scale, .loss_scale_window = o.loss_scale_window,
                            .warmup = o.warmup,
                            .schedule = !strcmp(o.schedule, "linear") ? RC_SCHEDULE_LINEAR
                                        : !strcmp(o.schedule, "cosine") ? RC_SCHEDULE_COSINE

@@ -357,6 +357,12 @@ typedef struct {
                                      forwarded SIGTERM and SIGINT (rc_dist_stop_signal). The
                                      previous handlers are restored when fit returns. 0: the
                                      signals keep the handlers they have */
+    int profile;                  /* 1: where the steps' time goes: each step's phases (data,
+                                     run, grads, norm, update) timed with the device waited for
+                                     after each, and the train step's kernels by op, each kernel
+                                     waited for; the mean ms a step after the first into the log
+                                     at the end (profile/PHASE_ms, profile/op/OP_ms) and one note
+                                     line. Steps run slower with it */
     const char *tokenizer_dir;    /* copied into checkpoints and final/ (NULL: none) */
     /* Optional eval predictor and metric, as upstream's eval_predictor / eval_metric_fn (all
      * NULL: the evaluation is the eval loss alone). With eval_predict and eval_metric, at

@@ -3,6 +3,7 @@
  * evaluation, checkpoints and exact resume. */
 #include "backend.h"
 #include "ckpt.h"
+#include "profile.h"
 #include "workdir.h"
 #include "infer.h"
 #include "step.h"
@@ -105,6 +106,7 @@ struct rc_trainer {
     char last_ckpt[256];          /* name of the last complete checkpoint */
     int tail_noted;               /* the epoch-tail note was printed */
     struct rc_predictor *eval_predictor; /* made at the first evaluation with a metric */
+    rci_profile prof;             /* rc_train_options.profile: where the steps' time goes */
 };
 
 /* ---- compiled steps ----------------------------------------------------------------------- */
@@ -635,8 +637,10 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
             rc = collate(t, user, &b, idx, B, err);
         if (!rc && t->scaling)
             rc = add_scale(&b, t->scale, err);
-        if (!rc && !t->train.st.plan)
-            rc = step_compile(&t->train, t, user, &b, 1, err);
+        if (!rc && !t->train.st.plan && !(rc = step_compile(&t->train, t, user, &b, 1, err)) && t->prof.on)
+            rc_plan_set_timing(t->train.st.plan, 1);
+        if (!rc)
+            rc = rci_profile_mark(&t->prof, RCI_PROF_DATA, err);
         double loss = 0;
         int64_t tokens = 0;
         rc_rng key = rc_rng_fold(rc_deployer_step_rng(t->d, t->step), (uint64_t)j);
@@ -646,8 +650,9 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
             t->grad_first = j == 0;
             rc = rc_deployer_agree(t->d, rc, err);
         }
-        if (!rc)
-            rc = step_run(&t->train, &b, key, step_key(t, t->step), &loss, &tokens, err);
+        if (!rc && !(rc = step_run(&t->train, &b, key, step_key(t, t->step), &loss, &tokens, err)) &&
+            !(rc = rci_profile_mark(&t->prof, RCI_PROF_RUN, err)))
+            rci_profile_kernels(&t->prof, t->train.st.plan);
         if (t->zero == 3 && rc)
             rci_gather_drain(&t->train.gather, NULL);
         /* zero 2: reduce-scattered now (every rank must get there) */
@@ -658,6 +663,7 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
         if (!rc) {
             sums[0] += loss / k;
             sums[1] += (double)tokens;
+            rc = rci_profile_mark(&t->prof, RCI_PROF_GRADS, err);
         }
         rc_batch_free(&b);
     }
@@ -668,7 +674,7 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
     rc = t->zero >= 2 ? 0
          : t->zero    ? rc_comm_reduce_scatter_mean_f32(m->dp_comm, t->grad, 0, t->local_numel, ZERO2_WINDOW, err)
                       : rc_comm_allreduce_mean_f32(m->dp_comm, t->grad, 0, t->local_numel, GRAD_BUCKET, err);
-    if (rc || rc_comm_allreduce_sum_f64(m->dp_comm, sums, 2, err))
+    if (rc || rc_comm_allreduce_sum_f64(m->dp_comm, sums, 2, err) || rci_profile_mark(&t->prof, RCI_PROF_GRADS, err))
         return -1;
     *loss_out = sums[0] / m->dp;
     *tokens_out = (int64_t)sums[1];
@@ -680,6 +686,8 @@ static int train_step(rc_trainer *t, const rc_train_options *o, void *user,
     if (!parts)
         return rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     rc = grad_norm(t, parts, norm_out, err); /* the same on every rank */
+    if (!rc)
+        rc = rci_profile_mark(&t->prof, RCI_PROF_NORM, err);
     if (!rc && t->scaling && !isfinite(*norm_out)) {
         free(parts);
         return skip_step(t, *norm_out, err);
@@ -1287,6 +1295,9 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     t->seed = rci_deployer_seed(t->d);
     t->shuffle = o->shuffle;
     t->remat = o->remat;
+    rci_profile_init(&t->prof, t->be, o->profile);
+    if (t->train.st.plan) /* compiled by an earlier fit */
+        rc_plan_set_timing(t->train.st.plan, o->profile);
     t->shards.overrides = o->shard_overrides;
     t->shards.n_overrides = o->n_shard_overrides;
     if (rc_deployer_agree(t->d, weights_dtype(t, o, err), err))
@@ -1349,10 +1360,14 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
         double norm = 0;
         test_sleep(t, t->step);
         double t0 = rci_clock_s();
+        rci_profile_step(&t->prof);
         rc = train_step(t, o, user_of(t, train), &split, order, lr, &loss, &tokens, &norm, err);
+        if (!rc)
+            rc = rci_profile_mark(&t->prof, RCI_PROF_UPDATE, err);
         step_time += rci_clock_s() - t0;
         if (rc)
             break;
+        rci_profile_done(&t->prof);
         t->step++;
         t->epoch_step++;
         loss_sum += loss;
@@ -1384,6 +1399,8 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     free(order);
     if (stopped)
         test_stop_wait();
+    if (!rc)
+        rc = rci_profile_report(&t->prof, t->d, t->step, err);
     if (!rc && !stopped)
         rc = evaluate_and_log(t, o, eval, err);
     if (!rc)

@@ -6,6 +6,7 @@
 - a run killed while writing a checkpoint leaves the previous one as the last valid, and
   --resume continues from it to the same weights; a diverging run stops at the NaN step;
 - --grad-accum 2 with batch 2 equals batch 4, and the logged lr follows optimizer steps;
+- --profile trains the same weights and logs where the steps' time went;
 - eval --json prints loss, ppl and tokens; generate --json prints text and ids, the same
   seed giving the same text; the TensorBoard files hold the logged scalars;
 - tensor parallelism: (dp, mp) in (2,1), (1,2), (2,2), (1,4) equal one process for GPT-2,
@@ -202,6 +203,22 @@ def main():
     want = [0.1 * (k + 1) / 3 if k < 3 else 0.1 * (1 - (k - 3) / 5) for k in range(8)]
     check(len(lrs) == 8 and all(abs(x - y) < 1e-9 for x, y in zip(lrs, want)), f"logged lr {lrs} vs {want}")
     print(f"accumulation: rel diff {e:.2e}; lr by optimizer step {['%.4f' % x for x in lrs]}")
+
+    # --profile: the same training, and one log record of where its steps' time went (the
+    # phases' mean ms a step, the step's kernels by op, inside the run's time)
+    prof = os.path.join(tmp, "prof")
+    r = run(redco, "train", *base, "--workdir", prof, "--batch-size", "4", *sched, "--profile")
+    e, worst = rel_diff(weights(prof), weights(one))
+    rec = [x for x in log(prof) if "profile/run_ms" in x]
+    p = rec[0] if len(rec) == 1 else {}
+    phases = [p.get(f"profile/{k}_ms", -1) for k in ("data", "run", "grads", "norm", "update")]
+    ops = {k: v for k, v in p.items() if k.startswith("profile/op/")}
+    check(e == 0, f"--profile changed the training: tensor {worst} differs by {e}")
+    check(min(phases) >= 0 and p.get("step") == 8 and ops.get("profile/op/matmul_ms", 0) > 0 and
+          0 < p.get("profile/kernels_ms", 0) <= 1.05 * phases[1] + 0.05 and
+          abs(sum(ops.values()) - p["profile/kernels_ms"]) < 1e-6 * p["profile/kernels_ms"] + 1e-9 and
+          "profile, ms a step over 7 steps" in r.stderr, f"--profile's record {p}, stderr {r.stderr[-300:]}")
+    print(f"profile: phases {['%.2f' % x for x in phases]} ms, kernels {p.get('profile/kernels_ms', 0):.2f} ms")
 
     # --eval-data is read from its own file: the eval token count is that file's
     other = os.path.join(tmp, "other.npy")
