@@ -807,21 +807,40 @@ __kernel void k_accumulate(__global float *d, long dofs, __global const store_t 
     d[dofs + i] = add ? d[dofs + i] + v : v;
 }
 
-/* part[b] = the sum of squares of x[at + b * chunk, ...) (chunk elements, fewer in the
- * last), in index order, in acc_t; the host adds the parts in order */
-__kernel void k_sum_squares(__global acc_t *part, __global const float *x, long at, long n,
-                            long chunk, long parts, long base)
+/* part[base + b] = the sum of squares of x[at + b chunk, ...) (chunk elements, fewer in the
+ * last), in acc_t: one work-group of SQ_GROUP a chunk, work-item
+ * li summing elements li, li + SQ_GROUP, ... (the group's loads side by side), the items'
+ * sums then added in a fixed order (16 runs of 16, then the runs): the same sum on every run.
+ * The host adds the parts in order. */
+enum { SQ_GROUP = 256 };   /* the host's (update.c) */
+
+__kernel void k_sum_squares(__global acc_t *part, __global const float *x, long at, long n, long chunk,
+                            long parts, long base)
 {
-    long b = get_global_id(0);
-    if (b >= parts)
-        return;
+    __local acc_t red[SQ_GROUP];
+    __local acc_t runs[16];
+    long b = (long)get_group_id(0), li = (long)get_local_id(0);
     long lo = b * chunk, hi = lo + chunk < n ? lo + chunk : n;
     acc_t s = 0;
-    for (long j = lo; j < hi; j++) {
+    for (long j = lo + li; j < hi; j += SQ_GROUP) {
         acc_t v = x[at + j];
         s += v * v;
     }
-    part[base + b] = s;
+    red[li] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (li < 16) {
+        acc_t r = 0;
+        for (int k = 0; k < 16; k++)
+            r += red[li * 16 + k];
+        runs[li] = r;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (li == 0 && b < parts) {
+        acc_t r = 0;
+        for (int k = 0; k < 16; k++)
+            r += runs[k];
+        part[base + b] = r;
+    }
 }
 
 /* ---- 2-D convolution and pooling (NCHW), direct: one work-item per output element ----------
@@ -1151,22 +1170,21 @@ __kernel void k_attention_rows(__global float *s, long so, __global float *stats
         }
         bm = att_group_reduce(red, bm, 0);
         bm = bm > m ? bm : m;
-        for (int t = 0; t < ATT_ROW_PER && bm != -INFINITY; t++)
-            bl += rci_fexp(v[t] - bm);
+        if (bm != -INFINITY) /* loops of a fixed count: v stays in registers */
+            for (int t = 0; t < ATT_ROW_PER; t++)
+                bl += rci_fexp(v[t] - bm);
         bl = att_group_reduce(red, bl, 1);
         l = (m == -INFINITY ? 0 : l * rci_fexp(m - bm)) + bl;
         m = bm;
     }
     for (long j0 = 0; j0 < a.Tk; j0 += blk)
-        for (int t = 0; t < ATT_ROW_PER; t++) {
+        for (int t = 0; t < ATT_ROW_PER; t++) { /* keys past Tk (sc -INFINITY) store nothing */
             long j = j0 + li + t * ls;
-            if (j >= a.Tk)
-                continue;
             float sc = a.Tk <= blk ? v[t] : j < vis ? att_score(&a, &r, bias, x[j], j) : -INFINITY;
             float p = l > 0 && sc != -INFINITY ? rci_fexp(sc - m) / l * att_keep(&a, row, j) : 0;
-            if (split)
+            if (j < a.Tk && split)
                 st_split(p2, p2o + c * ATT_SPLITS * a.Tk + j, a.Tk, p);
-            else
+            else if (j < a.Tk)
                 x[j] = p;
         }
     if (want_stats && li == 0)

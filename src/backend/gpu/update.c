@@ -2,13 +2,16 @@
  * SGD and AdamW with clipping and per-part weight decay (the CPU's float arithmetic,
  * src/backend/cpu/update.c), gradient accumulation (from f32, bf16 or f16 gradients), the
  * rounding of f32 master weights into 16-bit ones, and the sum of squares behind the
- * gradient norm (fixed chunks summed on the device in index order, the chunks' sums added in
- * order on the host: the only value read back). */
+ * gradient norm (fixed chunks, each summed by a work-group in a fixed order, the chunks' sums
+ * added in order on the host: the only value read back). */
 #include "node.h"
 
 #include <stdlib.h>
 
-enum { SQUARES_CHUNK = 4096 };   /* elements per partial sum of sum_squares */
+enum {
+    SQUARES_CHUNK = 4096,   /* elements per partial sum of sum_squares */
+    SQ_GROUP = 256          /* the work-group summing a chunk (kernels.cl's) */
+};
 
 static rci_gpu *gpu(rc_backend *be)
 {
@@ -112,7 +115,8 @@ int rci_gpu_sum_squares(rc_backend *be, const rc_buffer *b, const rci_update_par
         if (cn <= 0)
             continue;
         rci_gpu_arg a[] = {ARG(part), ARG(x), ARG(cat), ARG(cn), ARG(chunk), ARG(chunks), ARG(base)};
-        rc = rci_gpu_launch_f32(g, RCI_K_SUM_SQUARES, a, 7, (size_t)chunks, "sum of squares", err);
+        rc = g->ops->launch(g, RC_F32, RCI_K_SUM_SQUARES, a, 7, (size_t)chunks * SQ_GROUP, SQ_GROUP,
+                            "sum of squares", err);
         base += chunks;
     }
     if (rc == 0)
