@@ -21,10 +21,7 @@
 
 #include <string.h>
 
-enum {
-    ATT_ROW_GROUP = 128,           /* work-items per row in the row kernels (kernels.cl's) */
-    ATT_CHUNK_BYTES = 128 << 20     /* scratch a chunk of pairs aims at (one pair at least) */
-};
+enum { ATT_CHUNK_BYTES = 128 << 20 };   /* scratch a chunk of pairs aims at (one pair at least) */
 
 /* A node's attention sizes: q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv]; R = G Tq
  * rows of q per (batch, kv head) pair; half: 16-bit values (f32 copies in scratch) */
@@ -202,8 +199,8 @@ static int att_rows(att_run *a, int64_t p0, int64_t np, int want_stats, rc_error
     rci_gpu_arg args[] = {ARG(s.mem), ARG(s.off), ARG(a->out.mem), ARG(a->out.off), ARG(ws), ARG(a->bias.mem),
                           ARG(a->bias.off), ARG(a->dims), ARG(a->bst), ARG(a->scale), ARG(a->drop.key),
                           ARG(a->drop.thresh), ARG(a->drop.keep), ARG(p0)};
-    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS, args, 14, (size_t)(np * a->s.R), ATT_ROW_GROUP,
-                                 "attention (softmax rows)", err);
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS, args, 14, (size_t)(np * a->s.R),
+                                 RCI_GPU_ROW_GROUP, "attention (softmax rows)", err);
 }
 
 
@@ -262,7 +259,7 @@ static int att_grad_chunk(att_run *a, int64_t p0, int64_t np, rc_error *err)
                           ARG(a->bias.mem), ARG(a->bias.off), ARG(a->dims), ARG(a->bst), ARG(a->scale),
                           ARG(a->drop.key), ARG(a->drop.thresh), ARG(a->drop.keep), ARG(p0)};
     if (rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS_GRAD, args, 15, (size_t)(np * s->R),
-                              ATT_ROW_GROUP, "attention_grad (rows)", err))
+                              RCI_GPU_ROW_GROUP, "attention_grad (rows)", err))
         return -1;
     int64_t nq = s->R * s->D, nk = s->Tk * s->D, nv = s->Tk * s->Dv;
     if (want_q && (att_gemm(a, np, 0, 0, s->R, s->D, s->Tk, ds, k, att_result(a, dq, PART_DQ, nq, p0), err) ||
