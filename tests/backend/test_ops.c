@@ -517,11 +517,13 @@ static const op_case cases[] = {
     {"layer_norm_wb", b_norm, 3, {F(3, -3, 5, 2, 3, 48), F(1, 0.5, 1.5, 48), F(1, -1, 1, 48)}, D_FLOAT, {0, 1, 1}, .grad = GRAD},
     {"layer_norm_small", b_norm, 3, {F(2, -3, 5, 3, 9), F(1, 0.5, 1.5, 9), F(1, -1, 1, 9)}, D_FLOAT, {0, 1, 1}, .grad = GRAD_FD},
     {"layer_norm_big", b_norm, 3, {F(2, -3, 5, 100, 512), F(1, 0.5, 1.5, 512), F(1, -1, 1, 512)}, D_FLOAT, {0, 1, 1}, .tol = 10, .grad = NO_GRAD},
+    {"layer_norm_wide", b_norm, 3, {F(3, -3, 5, 2, 7, 300), F(1, 0.5, 1.5, 300), F(1, -1, 1, 300)}, D_FLOAT, {0, 1, 1}, .tol = 10, .grad = NO_GRAD},
     {"rms_norm", b_norm, 1, {F(3, -2, 2, 3, 5, 67)}, D_FLOAT, {1, 0}, .grad = GRAD},
     {"rms_norm_w", b_norm, 2, {F(3, -2, 2, 3, 5, 67), F(1, -2, 2, 67)}, D_FLOAT, {1, 1}, .grad = GRAD},
     {"rms_norm_offset", b_norm, 2, {F(2, -3, 3, 6, 48), F(1, -0.5, 0.5, 48)}, D_FLOAT, {1, 1}, {1.0}, .grad = GRAD},
     {"rms_norm_small", b_norm, 2, {F(2, -3, 3, 3, 9), F(1, -0.5, 0.5, 9)}, D_FLOAT, {1, 1}, {1.0}, .grad = GRAD_FD},
     {"rms_norm_big", b_norm, 2, {F(2, -3, 5, 100, 512), F(1, -0.5, 0.5, 512)}, D_FLOAT, {1, 1}, .grad = NO_GRAD},
+    {"rms_norm_wide", b_norm, 2, {F(2, -3, 5, 14, 300), F(1, -0.5, 0.5, 300)}, D_FLOAT, {1, 1}, .grad = NO_GRAD},
     /* ids */
     {"embedding", b_embedding, 2, {F(2, -2, 2, 11, 6), I(2, 0, 11, 3, 40)}, D_FLOAT, {0}, .grad = GRAD},
     {"embedding_small", b_embedding, 2, {F(2, -1, 1, 8, 6), I(2, 0, 8, 3, 4)}, D_FLOAT, {0}, .grad = GRAD_FD},

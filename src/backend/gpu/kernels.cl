@@ -6,11 +6,12 @@
  * storage of float values (below).
  *
  * Each kernel runs one work-item per output element (i in [0, n)) and returns for the
- * work-items past its count (CUDA launches whole blocks); the attention's row kernels instead
- * run one work-group of the host's size per row (their section). Memory is named as a buffer plus
- * an element offset (a plan's arena holds many tensors). Broadcast and strided ops take up
- * to 8 axes as long8 vectors (shape and element strides per input, axis 0 outermost); the
- * host drops size-1 axes and merges contiguous ones first.
+ * work-items past its count (CUDA launches whole blocks); the row kernels of the layer and
+ * RMS norms and of the attention instead run one work-group of ROW_GROUP work-items per row
+ * (the norms' section). Memory is named as a buffer plus an element offset (a plan's arena
+ * holds many tensors). Broadcast and strided ops take up to 8 axes as long8 vectors (shape
+ * and element strides per input, axis 0 outermost); the host drops size-1 axes and merges
+ * contiguous ones first.
  *
  * The arithmetic is the CPU kernels' (src/backend/cpu/kernels_real.c, update.c): the same
  * expressions in the same order, contraction into fused multiply-adds off, division and
@@ -321,10 +322,10 @@ __kernel void k_reduce_finish(__global store_t *o, long oo, __global const acc_t
     st(o, oo + i, (float)r);
 }
 
-/* ---- softmax and norms: one work-item per row --------------------------------------------- */
+/* ---- softmax: one work-item per row ------------------------------------------------------ */
 
-/* the CPU's dsum: x[0, n) in 8 interleaved partial sums, the tail first, then the partials
- * (dsum_f over float temporaries, dsum over stored values) */
+/* the CPU's dsum over float temporaries: x[0, n) in 8 interleaved partial sums, the tail
+ * first, then the partials */
 static acc_t dsum_f(__global const float *x, long n)
 {
     acc_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
@@ -334,37 +335,6 @@ static acc_t dsum_f(__global const float *x, long n)
             acc[k] += x[i + k];
     for (; i < n; i++)
         s += x[i];
-    for (int k = 0; k < 8; k++)
-        s += acc[k];
-    return s;
-}
-
-static acc_t dsum(__global const store_t *x, long n)
-{
-    acc_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
-    long i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            acc[k] += ld(x, i + k);
-    for (; i < n; i++)
-        s += ld(x, i);
-    for (int k = 0; k < 8; k++)
-        s += acc[k];
-    return s;
-}
-
-/* the CPU's dsum_sq: the sum of (x[i] - mean)^2, the same way */
-static acc_t dsum_sq(__global const store_t *x, long n, acc_t mean)
-{
-    acc_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
-    long i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) {
-            acc_t d = ld(x, i + k) - mean;
-            acc[k] += d * d;
-        }
-    for (; i < n; i++)
-        s += (ld(x, i) - mean) * (ld(x, i) - mean);
     for (int k = 0; k < 8; k++)
         s += acc[k];
     return s;
@@ -420,19 +390,76 @@ __kernel void k_softmax(__global store_t *out, long oo, __global float *tmp, lon
         st(o, j, 0);
 }
 
-/* rows of c: (x - mean) / sqrt(var + eps) * w + b, w and b when has_w, has_b */
+/* ---- rows of a work-group: layer and RMS norms ---------------------------------------------
+ * One work-group of ROW_GROUP work-items per row (the host's RCI_GPU_ROW_GROUP, node.h), as
+ * the attention's row kernels (below): work-item li takes the row's columns li,
+ * li + ROW_GROUP, ... (neighbouring work-items read neighbouring values), sums its own in
+ * acc_t, and group_reduce combines the partials. The kernels never return early: every
+ * work-item reaches each barrier. */
+enum { ROW_GROUP = 128, ROW_PARTS = ROW_GROUP / 8 };   /* a multiple of 8; the host's */
+
+/* a + b (sum 1) or the larger of a and b (sum 0; b only when it compares greater) */
+static acc_t acc_combine(acc_t a, acc_t b, int sum)
+{
+    return sum ? a + b : (b > a ? b : a);
+}
+
+/* The work-group's sum (sum 1) or largest (sum 0) of x, in every work-item, always in the
+ * same order: each item's x into red[li]; items 0 .. ROW_PARTS - 1 each combine 8 of them,
+ * red[8 li .. 8 li + 7], into red[ROW_GROUP + li]; every item combines those ROW_PARTS in
+ * order. red holds ROW_GROUP + ROW_PARTS values. Three barriers, none in a loop: not the
+ * usual halving tree (a barrier in each of its log2(size) steps), which PoCL's
+ * multi-threaded CPU work-groups ran wrongly now and then (cross-entropy's loop of barriers
+ * over column blocks runs right). Every work-item of the group (ROW_GROUP) calls it. */
+static acc_t group_reduce(LOCAL_MEM acc_t *red, acc_t x, int sum)
+{
+    long li = (long)get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE);   /* every work-item has read red of a call before */
+    red[li] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (li < ROW_PARTS) {
+        acc_t p = red[8 * li];
+        for (int k = 1; k < 8; k++)
+            p = acc_combine(p, red[8 * li + k], sum);
+        red[ROW_GROUP + li] = p;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    acc_t r = red[ROW_GROUP];
+    for (int i = 1; i < ROW_PARTS; i++)
+        r = acc_combine(r, red[ROW_GROUP + i], sum);
+    return r;
+}
+
+/* the CPU's dsum_sq of the group's row xr[0, c): the sum of (x[j] - mean)^2 in acc_t, in
+ * every work-item (the CPU's terms, added in another order) */
+static acc_t group_sum_sq(LOCAL_MEM acc_t *red, __global const store_t *xr, long c, acc_t mean)
+{
+    acc_t s = 0;
+    for (long j = (long)get_local_id(0); j < c; j += ROW_GROUP) {
+        acc_t d = ld(xr, j) - mean;
+        s += d * d;
+    }
+    return group_reduce(red, s, 1);
+}
+
+/* Rows of c: (x - mean) / sqrt(var + eps) * w + b, w and b when has_w, has_b; row r is
+ * work-group r. The mean, then the variance about it (two passes over the row, as the
+ * CPU's dsum and dsum_sq), then each work-item writes its columns. */
 __kernel void k_layer_norm(__global store_t *out, long oo, __global const store_t *x, long xo,
                            __global const store_t *w, long wo, int has_w, __global const store_t *b,
-                           long bo, int has_b, long rows, long c, acc_t eps)
+                           long bo, int has_b, long c, acc_t eps)
 {
-    long r = get_global_id(0);
-    if (r >= rows)
-        return;
+    __local acc_t red[ROW_GROUP + ROW_PARTS];
+    long r = (long)get_group_id(0), li = (long)get_local_id(0);
     __global const store_t *xr = x + xo + r * c;
     __global store_t *o = out + oo + r * c;
-    acc_t mean = dsum(xr, c) / (acc_t)c, var = dsum_sq(xr, c, mean) / (acc_t)c;
+    acc_t s = 0;
+    for (long j = li; j < c; j += ROW_GROUP)
+        s += ld(xr, j);
+    acc_t mean = group_reduce(red, s, 1) / (acc_t)c;
+    acc_t var = group_sum_sq(red, xr, c, mean) / (acc_t)c;
     float mu = (float)mean, rstd = (float)(1 / sqrt(var + eps));
-    for (long j = 0; j < c; j++) {
+    for (long j = li; j < c; j += ROW_GROUP) {
         float v = (ld(xr, j) - mu) * rstd;
         if (has_w)
             v *= ld(w, wo + j);
@@ -442,18 +469,17 @@ __kernel void k_layer_norm(__global store_t *out, long oo, __global const store_
     }
 }
 
-/* rows of c: x / sqrt(mean(x^2) + eps) * (w + offset), without w (has_w 0): times 1 */
+/* Rows of c: x / sqrt(mean(x^2) + eps) * (w + offset), without w (has_w 0): times 1; row r
+ * is work-group r */
 __kernel void k_rms_norm(__global store_t *out, long oo, __global const store_t *x, long xo,
-                         __global const store_t *w, long wo, int has_w, long rows, long c, acc_t eps,
-                         float offset)
+                         __global const store_t *w, long wo, int has_w, long c, acc_t eps, float offset)
 {
-    long r = get_global_id(0);
-    if (r >= rows)
-        return;
+    __local acc_t red[ROW_GROUP + ROW_PARTS];
+    long r = (long)get_group_id(0);
     __global const store_t *xr = x + xo + r * c;
     __global store_t *o = out + oo + r * c;
-    float rs = (float)(1 / sqrt(dsum_sq(xr, c, 0) / (acc_t)c + eps));
-    for (long j = 0; j < c; j++)
+    float rs = (float)(1 / sqrt(group_sum_sq(red, xr, c, 0) / (acc_t)c + eps));
+    for (long j = (long)get_local_id(0); j < c; j += ROW_GROUP)
         st(o, j, has_w ? ld(xr, j) * rs * (ld(w, wo + j) + offset) : ld(xr, j) * rs);
 }
 
@@ -557,7 +583,7 @@ static float ce_row_max(LOCAL_MEM float *pm, LOCAL_MEM long *pi, __global const 
 
 /* loss[r] = logsumexp(row r) - row[target] (0 for an ignored target); the sum is the CPU's
  * sum_exp: exp(x[j] - max) in float, blocks of 512 added in order, each block its 8
- * accumulators (one a lane) and then its tail, as dsum sums */
+ * accumulators (one a lane) and then its tail, as the CPU's dsum sums */
 __kernel void k_ce_rows(__global acc_t *loss, __global const store_t *x, long xo,
                         __global const int *tg, long to, long rows, long v, int ignore)
 {
@@ -997,7 +1023,8 @@ __kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_
  * k_attention_rows_grad turns both into dS and z P for dQ = dS K, dK = dS^T Q, dV = (z P)^T dO.
  * A pair's G = H / KV query heads' rows are consecutive in q (R = G Tq of them), so row c of
  * a chunk that starts at pair pair0 is q's row pair0 R + c. The row kernels run one
- * work-group per row, its work-items across the row's keys.
+ * work-group of ROW_GROUP per row, its work-items across the row's keys, their maxima and
+ * sums combined by group_reduce (the norms' section).
  *
  * dims: s0 B, s1 H, s2 KV, s3 Tq, s4 Tk, s5 D, s6 Dv, s7 causal; bst: the bias's element
  * strides along [B, H, Tq, Tk] (0 where it broadcasts) and s4 = 1 when there is a bias.
@@ -1007,7 +1034,6 @@ __kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_
  * factor of the flat element row Tk + j of the [B, H, Tq, Tk] probabilities (att_keep, with
  * the key and threshold k_dropout gets): the softmax's sum is the undropped one, V and dO
  * take z p, dP = z (dO . v_j). */
-enum { ATT_ROW_GROUP = 128 };   /* the row kernels' work-group size (a power of two; the host's) */
 
 typedef float att_acc;
 
@@ -1108,23 +1134,6 @@ static att_row att_chunk_row(const att_dims *a, long pair0, long c, long bo, lon
     return att_row_at(a, pair / a->KV, kvh * G + g, kvh, rr - g * a->Tq, 0, 0, 0, bo);
 }
 
-/* the work-group's largest (sum 0) or summed (sum 1) x, in every work-item: each item's x
- * through red[get_local_size(0)], combined by every work-item in the same order, after one
- * barrier. Not the usual halving tree (a barrier in each of its log2(size) steps): PoCL's
- * multi-threaded CPU work-groups ran that one wrongly now and then (cross-entropy's loop of
- * barriers over column blocks runs right). Every work-item of the group calls it. */
-static float att_group_reduce(LOCAL_MEM float *red, float x, int sum)
-{
-    long ls = (long)get_local_size(0);
-    barrier(CLK_LOCAL_MEM_FENCE);   /* every work-item has read red of a call before */
-    red[get_local_id(0)] = x;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float r = red[0];
-    for (long i = 1; i < ls; i++)
-        r = sum ? r + red[i] : (red[i] > r ? red[i] : r);
-    return r;
-}
-
 /* The split products' float operands as ATT_SPLITS 16-bit parts (the host's count): v
  * rounded to the storage into p[i], what that left rounded into p[i + n], what both left
  * into p[i + 2 n]. Three bf16 parts hold float's 24 bits (bf16 keeps float's exponents, so
@@ -1147,14 +1156,14 @@ static void st_split(__global store_t *p, long i, long n, float v)
  * registers (keys li + t ls of the block), the row's max and sum go block by block (a sum
  * so far rescaled to a larger max, as an online softmax does), and a row of one block, the
  * usual one, is read once. */
-enum { ATT_ROW_PER = 8 };   /* keys a work-item holds: a block is ATT_ROW_GROUP ATT_ROW_PER keys */
+enum { ATT_ROW_PER = 8 };   /* keys a work-item holds: a block is ROW_GROUP ATT_ROW_PER keys */
 
 __kernel void k_attention_rows(__global float *s, long so, __global float *stats, long sto, int want_stats,
                                __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
                                ulong key, ulong thresh, float keep, long pair0, __global store_t *p2, long p2o,
                                int split)
 {
-    __local float red[ATT_ROW_GROUP];
+    __local acc_t red[ROW_GROUP + ROW_PARTS];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     long c = (long)get_group_id(0), li = (long)get_local_id(0), ls = (long)get_local_size(0), row;
     att_row r = att_chunk_row(&a, pair0, c, bo, &row);
@@ -1168,12 +1177,12 @@ __kernel void k_attention_rows(__global float *s, long so, __global float *stats
             v[t] = j < vis ? att_score(&a, &r, bias, x[j], j) : -INFINITY;
             bm = v[t] > bm ? v[t] : bm;
         }
-        bm = att_group_reduce(red, bm, 0);
+        bm = (float)group_reduce(red, bm, 0);
         bm = bm > m ? bm : m;
         if (bm != -INFINITY) /* loops of a fixed count: v stays in registers */
             for (int t = 0; t < ATT_ROW_PER; t++)
                 bl += rci_fexp(v[t] - bm);
-        bl = att_group_reduce(red, bl, 1);
+        bl = (float)group_reduce(red, bl, 1);
         l = (m == -INFINITY ? 0 : l * rci_fexp(m - bm)) + bl;
         m = bm;
     }

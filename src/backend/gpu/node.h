@@ -67,6 +67,10 @@ static inline int rci_gpu_launch_node(rci_gpu *g, const rc_tensor *node, rci_gpu
     return g->ops->launch(g, rci_gpu_storage(node), k, args, nargs, n, 0, what, err);
 }
 
+/* work-items per row of the row kernels (layer and RMS norms, the attention's rows):
+ * kernels.cl's ROW_GROUP */
+enum { RCI_GPU_ROW_GROUP = 128 };
+
 /* kernel k of the node's storage over `groups` work-groups of `group` work-items each */
 static inline int rci_gpu_launch_groups(rci_gpu *g, const rc_tensor *node, rci_gpu_kernel k,
                                         const rci_gpu_arg *args, int nargs, size_t groups, size_t group,

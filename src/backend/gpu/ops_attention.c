@@ -22,7 +22,6 @@
 #include <string.h>
 
 enum {
-    ATT_ROW_GROUP = 128,           /* work-items per row in the row kernels (kernels.cl's) */
     ATT_CHUNK_BYTES = 128 << 20,    /* scratch a chunk of pairs aims at (one pair at least) */
     ATT_SPLITS = 3,                 /* 16-bit parts of a split product's float operand (kernels.cl's) */
     ATT_ALIGN = 64                  /* floats: where each part of the scratch starts */
@@ -303,7 +302,7 @@ static int att_rows(att_run *a, int64_t p0, int64_t np, int want_stats, rc_error
                           ARG(a->bias.mem), ARG(a->bias.off), ARG(a->dims),      ARG(a->bst),     ARG(a->scale),
                           ARG(a->drop.key), ARG(a->drop.thresh), ARG(a->drop.keep), ARG(p0),       ARG(p2.mem),
                           ARG(p2.off),     ARG(split)};
-    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS, args, 17, (size_t)(np * a->s.R), ATT_ROW_GROUP,
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS, args, 17, (size_t)(np * a->s.R), RCI_GPU_ROW_GROUP,
                                  "attention (softmax rows)", err);
 }
 
@@ -365,7 +364,7 @@ static int att_rows_grad(att_run *a, int64_t p0, int64_t np, rc_error *err)
                           ARG(a->drop.key), ARG(a->drop.thresh), ARG(a->drop.keep), ARG(p0), ARG(s2.mem),
                           ARG(s2.off), ARG(z2.mem), ARG(z2.off), ARG(split)};
     return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS_GRAD, args, 20, (size_t)(np * a->s.R),
-                                 ATT_ROW_GROUP, "attention_grad (rows)", err);
+                                 RCI_GPU_ROW_GROUP, "attention_grad (rows)", err);
 }
 
 /* dK = dS^T Q or dV = (z p)^T dO (x: dS or z p, y: Q or dO, width w) into out from pair p0:

@@ -133,7 +133,7 @@ int rci_gpu_run_sum_to(rci_gpu *g, const rci_node_run *r, rc_error *err)
     return reduce_boxes(g, rci_gpu_storage(node), &out, &in[0], &kept, &summed, 0, "sum_to", err);
 }
 
-/* ---- softmax and norms: one work-item per row of the last axis ------------------------------ */
+/* ---- softmax (one work-item per row of the last axis) and norms (one work-group per row) ---- */
 
 /* eps as the kernels' accumulator type: double with fp64, else float */
 typedef struct {
@@ -185,9 +185,10 @@ int rci_gpu_run_layer_norm(rci_gpu *g, const rci_node_run *r, rc_error *err)
         return -1;
     acc_arg eps = {node->fparam[0], (float)node->fparam[0]};
     rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
-                       ARG(w.off), ARG(has_w), ARG(b.mem), ARG(b.off), ARG(has_b), ARG(rows), ARG(c),
+                       ARG(w.off), ARG(has_w), ARG(b.mem), ARG(b.off), ARG(has_b), ARG(c),
                        acc_value(g, &eps)};
-    return rci_gpu_launch_node(g, node, RCI_K_LAYER_NORM, a, 13, (size_t)rows, "layer_norm", err);
+    return rci_gpu_launch_groups(g, node, RCI_K_LAYER_NORM, a, 12, (size_t)rows, RCI_GPU_ROW_GROUP,
+                                 "layer_norm", err);
 }
 
 int rci_gpu_run_rms_norm(rci_gpu *g, const rci_node_run *r, rc_error *err)
@@ -201,8 +202,9 @@ int rci_gpu_run_rms_norm(rci_gpu *g, const rci_node_run *r, rc_error *err)
     acc_arg eps = {node->fparam[0], (float)node->fparam[0]};
     float offset = (float)node->fparam[1];
     rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
-                       ARG(w.off), ARG(has_w), ARG(rows), ARG(c), acc_value(g, &eps), ARG(offset)};
-    return rci_gpu_launch_node(g, node, RCI_K_RMS_NORM, a, 11, (size_t)rows, "rms_norm", err);
+                       ARG(w.off), ARG(has_w), ARG(c), acc_value(g, &eps), ARG(offset)};
+    return rci_gpu_launch_groups(g, node, RCI_K_RMS_NORM, a, 10, (size_t)rows, RCI_GPU_ROW_GROUP, "rms_norm",
+                                 err);
 }
 
 /* ---- ids: embedding, one-hot, cross-entropy, rope ------------------------------------------- */
