@@ -834,39 +834,23 @@ __kernel void k_accumulate(__global float *d, long dofs, __global const store_t 
 }
 
 /* part[base + b] = the sum of squares of x[at + b chunk, ...) (chunk elements, fewer in the
- * last), in acc_t: one work-group of SQ_GROUP a chunk, work-item
- * li summing elements li, li + SQ_GROUP, ... (the group's loads side by side), the items'
- * sums then added in a fixed order (16 runs of 16, then the runs): the same sum on every run.
- * The host adds the parts in order. */
-enum { SQ_GROUP = 256 };   /* the host's (update.c) */
-
+ * last), in acc_t: one work-group of ROW_GROUP a chunk, work-item li summing elements li,
+ * li + ROW_GROUP, ... (the group's loads side by side), the items' sums then combined by
+ * group_reduce (a fixed order: the same sum every run). The host adds the parts in order. */
 __kernel void k_sum_squares(__global acc_t *part, __global const float *x, long at, long n, long chunk,
                             long parts, long base)
 {
-    __local acc_t red[SQ_GROUP];
-    __local acc_t runs[16];
+    __local acc_t red[ROW_GROUP + ROW_PARTS];
     long b = (long)get_group_id(0), li = (long)get_local_id(0);
     long lo = b * chunk, hi = lo + chunk < n ? lo + chunk : n;
     acc_t s = 0;
-    for (long j = lo + li; j < hi; j += SQ_GROUP) {
+    for (long j = lo + li; j < hi; j += ROW_GROUP) {
         acc_t v = x[at + j];
         s += v * v;
     }
-    red[li] = s;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (li < 16) {
-        acc_t r = 0;
-        for (int k = 0; k < 16; k++)
-            r += red[li * 16 + k];
-        runs[li] = r;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (li == 0 && b < parts) {
-        acc_t r = 0;
-        for (int k = 0; k < 16; k++)
-            r += runs[k];
-        part[base + b] = r;
-    }
+    s = group_reduce(red, s, 1);
+    if (li == 0 && b < parts)
+        part[base + b] = s;
 }
 
 /* ---- 2-D convolution and pooling (NCHW), direct: one work-item per output element ----------

@@ -8,10 +8,7 @@
 
 #include <stdlib.h>
 
-enum {
-    SQUARES_CHUNK = 4096,   /* elements per partial sum of sum_squares */
-    SQ_GROUP = 256          /* the work-group summing a chunk (kernels.cl's) */
-};
+enum { SQUARES_CHUNK = 4096 };   /* elements per partial sum of sum_squares, a work-group's */
 
 static rci_gpu *gpu(rc_backend *be)
 {
@@ -115,7 +112,7 @@ int rci_gpu_sum_squares(rc_backend *be, const rc_buffer *b, const rci_update_par
         if (cn <= 0)
             continue;
         rci_gpu_arg a[] = {ARG(part), ARG(x), ARG(cat), ARG(cn), ARG(chunk), ARG(chunks), ARG(base)};
-        rc = g->ops->launch(g, RC_F32, RCI_K_SUM_SQUARES, a, 7, (size_t)chunks * SQ_GROUP, SQ_GROUP,
+        rc = g->ops->launch(g, RC_F32, RCI_K_SUM_SQUARES, a, 7, (size_t)chunks * RCI_GPU_ROW_GROUP, RCI_GPU_ROW_GROUP,
                             "sum of squares", err);
         base += chunks;
     }
