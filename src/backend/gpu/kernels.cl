@@ -59,11 +59,17 @@ static void st(__global store_t *p, long i, float v)
 #endif
 }
 
+/* a / b of an index a >= 0 and a size b > 0: 32-bit division while both fit (64-bit
+ * division is a long software routine on GPUs) */
+static long idx_div(long a, long b)
+{
+    return a <= 0xffffffffL && b <= 0xffffffffL ? (long)((uint)a / (uint)b) : a / b;
+}
+
 /* Flat index i of a box `shape` (nd axes, i below its element count) to the element offsets
  * of two readings of it with strides sa and sb (*ob only when ob is not NULL). The axes run
  * a fixed count so a GPU compiler unrolls them into registers; the outermost axis takes the
- * quotient left (no division), and 32-bit division serves while the index and the axis fit
- * (64-bit division is a long software routine on GPUs). */
+ * quotient left (no division), and the others idx_div. */
 static long box_offsets(long i, int nd, long8 shape, long8 sa, long8 sb, long *ob)
 {
     long sh[8], s[8], t[8];
@@ -73,12 +79,7 @@ static long box_offsets(long i, int nd, long8 shape, long8 sa, long8 sb, long *o
     long oa = 0, o2 = 0;
     for (int d = 7; d >= 1; d--)
         if (d < nd) {
-            long q;
-            if (i <= 0xffffffffL && sh[d] <= 0xffffffffL)
-                q = (long)((uint)i / (uint)sh[d]);
-            else
-                q = i / sh[d];
-            long c = i - q * sh[d];
+            long q = idx_div(i, sh[d]), c = i - q * sh[d];
             i = q;
             oa += c * s[d];
             o2 += c * t[d];
@@ -1113,9 +1114,10 @@ static float att_score(const att_dims *a, const att_row *r, __global const store
  * *row its index (b H + h) Tq + i among q's rows, pair0 R + c (R = G Tq rows a pair) */
 static att_row att_chunk_row(const att_dims *a, long pair0, long c, long bo, long *row)
 {
-    long G = a->H / a->KV, R = G * a->Tq, pair = pair0 + c / R, rr = c % R, kvh = pair % a->KV, g = rr / a->Tq;
+    long G = idx_div(a->H, a->KV), R = G * a->Tq, q = idx_div(c, R), pair = pair0 + q, rr = c - q * R;
+    long b = idx_div(pair, a->KV), kvh = pair - b * a->KV, g = idx_div(rr, a->Tq);
     *row = pair0 * R + c;
-    return att_row_at(a, pair / a->KV, kvh * G + g, kvh, rr - g * a->Tq, 0, 0, 0, bo);
+    return att_row_at(a, b, kvh * G + g, kvh, rr - g * a->Tq, 0, 0, 0, bo);
 }
 
 /* The split products' float operands as ATT_SPLITS 16-bit parts (the host's count): v
@@ -1238,8 +1240,8 @@ __kernel void k_attention_stack(__global word_t *o, long oo, __global const word
     long i = get_global_id(0);
     if (i >= ATT_SPLITS * m * n)
         return;
-    long p = i / (ATT_SPLITS * m), e = i - p * ATT_SPLITS * m;
-    o[oo + i] = x[xo + p * m + e % m];
+    long p = idx_div(i, ATT_SPLITS * m), e = i - p * ATT_SPLITS * m;
+    o[oo + i] = x[xo + p * m + e - idx_div(e, m) * m];
 }
 
 /* dK or dV of n pairs from the split product's f32 result x [n, ATT_SPLITS m] (from xo):
@@ -1249,7 +1251,7 @@ __kernel void k_attention_fold(__global store_t *o, long oo, __global const floa
     long i = get_global_id(0);
     if (i >= m * n)
         return;
-    long p = i / m, e = i - p * m;
+    long p = idx_div(i, m), e = i - p * m;
     float v = 0;
     for (int k = 0; k < ATT_SPLITS; k++)
         v += x[xo + (p * ATT_SPLITS + k) * m + e];
