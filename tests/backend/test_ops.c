@@ -614,6 +614,9 @@ static const op_case cases[] = {
     {"attention_long_rows", b_attention, 4, {F(4, -2, 2, 1, 2, 3, 8), F(4, -2, 2, 1, 1, 1100, 8),
      F(4, -2, 2, 1, 1, 1100, 8), F(4, -3, 0, 1, 1, 1, 1100)}, D_FLOAT, {1, 1}, {0.3, 0.3}, .grad = GRAD, .tol = 30,
      .ulps = 3, .gulps = 2},
+    /* sums and maxima of contiguous rows of 128 and more: a device's work-group a row */
+    {"sum_rows_grouped", b_reduce, 1, {F(2, -2, 2, 40, 300)}, D_FLOAT, {0, 1, 0}, .grad = GRAD},
+    {"max_rows_grouped", b_reduce, 1, {F(2, -2, 2, 3, 500)}, D_FLOAT, {1, 1, 1}, .grad = GRAD},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 

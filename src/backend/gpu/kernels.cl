@@ -391,7 +391,7 @@ __kernel void k_softmax(__global store_t *out, long oo, __global float *tmp, lon
         st(o, j, 0);
 }
 
-/* ---- rows of a work-group: layer and RMS norms ---------------------------------------------
+/* ---- rows of a work-group: reductions of contiguous rows, layer and RMS norms --------------
  * One work-group of ROW_GROUP work-items per row (the host's RCI_GPU_ROW_GROUP, node.h), as
  * the attention's row kernels (below): work-item li takes the row's columns li,
  * li + ROW_GROUP, ... (neighbouring work-items read neighbouring values), sums its own in
@@ -429,6 +429,24 @@ static acc_t group_reduce(LOCAL_MEM acc_t *red, acc_t x, int sum)
     for (int i = 1; i < ROW_PARTS; i++)
         r = acc_combine(r, red[ROW_GROUP + i], sum);
     return r;
+}
+
+/* k_reduce of contiguous rows (the summed box one axis of stride 1, m elements from each
+ * output's kept offset): output i is work-group i's row, summed (or its max taken) in acc_t
+ * by group_reduce. A row's elements are read side by side (k_reduce reads a row a work-item,
+ * the work-items' rows apart) */
+__kernel void k_reduce_rows(__global store_t *o, long oo, __global const store_t *x, long xo, long m,
+                            int is_max, int knd, long8 kshape, long8 ks)
+{
+    __local acc_t red[ROW_GROUP + ROW_PARTS];
+    long i = (long)get_group_id(0), li = (long)get_local_id(0);
+    long base = xo + box_offset(i, knd, kshape, ks);
+    acc_t r = is_max ? -INFINITY : 0;
+    for (long j = li; j < m; j += ROW_GROUP)
+        r = acc_combine(r, ld(x, base + j), !is_max);
+    r = group_reduce(red, r, !is_max);
+    if (li == 0)
+        st(o, oo + i, (float)r);
 }
 
 /* the CPU's dsum_sq of the group's row xr[0, c): the sum of (x[j] - mean)^2 in acc_t, in

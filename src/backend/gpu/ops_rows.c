@@ -44,10 +44,11 @@ static size_t reduce_scratch(const rci_gpu *g, int64_t n, int64_t m)
     return (size_t)(n * chunks) * (g->fp64 ? sizeof(double) : sizeof(float));
 }
 
-/* out [kept box] = the sum (or max) over the summed box of the input at `in`: one
- * work-item per output, or, for fewer outputs than a GPU needs busy, chunks (reduce_split,
- * fixed by the sizes) summed in parallel (scratch) and then combined in chunk order: the
- * same order on every run */
+/* out [kept box] = the sum (or max) over the summed box of the input at `in`: a work-group
+ * per output when the summed elements are a contiguous row of at least RCI_GPU_ROW_GROUP
+ * (k_reduce_rows), else one work-item per output, or, for fewer outputs than a GPU needs
+ * busy, chunks (reduce_split, fixed by the sizes) summed in parallel (scratch) and then
+ * combined in chunk order: the same order on every run */
 static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, const rci_gpu_place *in,
                         const rci_gpu_box *kept, const rci_gpu_box *summed, int is_max, const char *what,
                         rc_error *err)
@@ -60,6 +61,12 @@ static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, co
     int32_t mx = is_max, knd = kept->nd, snd = summed->nd;
     rci_gpu_long8 ksh = rci_gpu_long8_of(kept->shape), kst = rci_gpu_long8_of(kept->st[0]);
     rci_gpu_long8 ssh = rci_gpu_long8_of(summed->shape), sst = rci_gpu_long8_of(summed->st[0]);
+    if (summed->nd == 1 && summed->st[0][0] == 1 && m >= RCI_GPU_ROW_GROUP) { /* contiguous rows */
+        rci_gpu_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in->mem), ARG(in->off), ARG(m), ARG(mx),
+                           ARG(knd), ARG(ksh), ARG(kst)};
+        return g->ops->launch(g, store, RCI_K_REDUCE_ROWS, a, 9, (size_t)n * RCI_GPU_ROW_GROUP, RCI_GPU_ROW_GROUP,
+                              what, err);
+    }
     size_t part_bytes = reduce_scratch(g, n, m);
     if (!part_bytes) {
         rci_gpu_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in->mem), ARG(in->off), ARG(n), ARG(m),
