@@ -560,79 +560,39 @@ __kernel void k_one_hot(__global store_t *o, long oo, __global const int *ids, l
     st(o, oo + e, id != ignore && (long)id - first == j ? 1 : 0);
 }
 
-/* Cross-entropy's row kernels run CE_LANES work-items a row in work-groups of CE_GROUP (the
- * host's, ops_rows.c): lane k takes the columns j = k mod 8, as the k-th of the CPU's 8
- * accumulators does, so each sum adds the same terms in the same order as the CPU's (and
- * the one-row-per-work-item kernels before), and the lanes read a row's 8 neighbouring
- * values together. Loops around a barrier run bounds the group shares. */
-enum { CE_LANES = 8, CE_GROUP = 64 };
+/* Cross-entropy's row kernels run one work-group of ROW_GROUP a row, as the norms do:
+ * work-item li reads the columns li, li + ROW_GROUP, ... (side by side with its group's),
+ * and group_reduce combines the row's largest value and its exponentials' sum, in acc_t:
+ * the CPU's terms (exp(x[j] - max) in float), added in another order. A row whose target is
+ * ignored reads nothing. The kernels never return early (every work-item reaches each
+ * barrier); the host runs one work-group a row. */
 
-/* the row's largest value as the CPU's scan in column order finds it: the value at the
- * first column that holds the maximum (of +0 and -0, the one seen first; NaNs never win a
- * comparison); -INFINITY when none. The lanes' maxima and first columns meet in pm and
- * pi; the group calls it together. */
-static float ce_row_max(LOCAL_MEM float *pm, LOCAL_MEM long *pi, __global const store_t *xr, long v, int lane,
-                        int live)
+/* the largest value of xr[0, v) (NaNs never win a comparison; -INFINITY for none) and, in
+ * *sum, the sum of exp(x[j] - max); in every work-item of the group */
+static float ce_row_stats(LOCAL_MEM acc_t *red, __global const store_t *xr, long v, acc_t *sum)
 {
-    long li = (long)get_local_id(0), at = -1;
-    float mx = -INFINITY;
-    for (long j = lane; live && j < v; j += CE_LANES) {
-        float x = ld(xr, j);
-        if (x > mx) {
-            mx = x;
-            at = j;
-        }
-    }
-    pm[li] = mx;
-    pi[li] = at;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float m = -INFINITY;
-    long mi = -1;
-    for (int k = 0; k < CE_LANES; k++) {
-        float c = pm[li - lane + k];
-        long ci = pi[li - lane + k];
-        if (c > m || (c == m && ci >= 0 && (mi < 0 || ci < mi))) {
-            m = c;
-            mi = ci;
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return m;
+    long li = (long)get_local_id(0);
+    acc_t m = -INFINITY, s = 0;
+    for (long j = li; j < v; j += ROW_GROUP)
+        m = acc_combine(m, ld(xr, j), 0);
+    float mx = (float)group_reduce(red, m, 0);
+    for (long j = li; j < v; j += ROW_GROUP)
+        s += rci_fexp(ld(xr, j) - mx);
+    *sum = group_reduce(red, s, 1);
+    return mx;
 }
 
-/* loss[r] = logsumexp(row r) - row[target] (0 for an ignored target); the sum is the CPU's
- * sum_exp: exp(x[j] - max) in float, blocks of 512 added in order, each block its 8
- * accumulators (one a lane) and then its tail, as the CPU's dsum sums */
+/* loss[r] = logsumexp(row r) - row[target] (0 for an ignored target); work-group r */
 __kernel void k_ce_rows(__global acc_t *loss, __global const store_t *x, long xo,
                         __global const int *tg, long to, long rows, long v, int ignore)
 {
-    __local acc_t part[CE_GROUP];
-    __local float pm[CE_GROUP];
-    __local long pi[CE_GROUP];
-    long li = (long)get_local_id(0), r = (long)get_global_id(0) / CE_LANES;
-    int lane = (int)(li % CE_LANES), in = r < rows;
-    int t = in ? tg[to + r] : ignore, live = in && t != ignore;
-    __global const store_t *xr = x + xo + (in ? r : 0) * v;
-    float mx = ce_row_max(pm, pi, xr, v, lane, live);
-    acc_t s = 0;
-    for (long j0 = 0; j0 < v; j0 += 512) {
-        long n = v - j0 < 512 ? v - j0 : 512, n8 = n / 8 * 8;
-        acc_t acc = 0;
-        for (long i = lane; live && i < n8; i += CE_LANES)
-            acc += rci_fexp(ld(xr, j0 + i) - mx);
-        part[li] = acc;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lane == 0 && live) {
-            acc_t b = 0;
-            for (long i = n8; i < n; i++)
-                b += rci_fexp(ld(xr, j0 + i) - mx);
-            for (int k = 0; k < CE_LANES; k++)
-                b += part[li + k];
-            s += b;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lane == 0 && in)
+    __local acc_t red[ROW_GROUP + ROW_PARTS];
+    long r = (long)get_group_id(0), li = (long)get_local_id(0);
+    int t = tg[to + r], live = t != ignore;
+    __global const store_t *xr = x + xo + r * v;
+    acc_t s;
+    float mx = ce_row_stats(red, xr, live ? v : 0, &s);
+    if (li == 0)
         loss[r] = live ? (acc_t)mx + log(s) - (acc_t)ld(xr, t) : 0;
 }
 
@@ -664,42 +624,25 @@ __kernel void k_ce_scale(__global float *scale, __global const int *tg, long to,
     scale[0] = count ? (float)((acc_t)g[go] / (acc_t)count) : 0;
 }
 
-/* row r of the gradient: (softmax(row) - onehot(target)) * scale; zeros when ignored. The
- * exponentials' sum is dsum_f's (8 accumulators, one a lane, then the tail); each lane
- * computes its exponentials again for its outputs (the same floats: no temporaries). */
+/* row r of the gradient: (softmax(row) - onehot(target)) * scale; zeros when ignored;
+ * work-group r. Each work-item computes its exponentials again for its outputs (the same
+ * floats: no temporaries); the group's reads of the row are done (group_reduce's barriers)
+ * before any write, so out may be x. */
 __kernel void k_ce_grad(__global store_t *out, long oo, __global const store_t *x, long xo,
                         __global const int *tg, long to, __global const float *scale, long rows, long v,
                         int ignore)
 {
-    __local acc_t part[CE_GROUP];
-    __local float pm[CE_GROUP];
-    __local long pi[CE_GROUP];
-    long li = (long)get_local_id(0), r = (long)get_global_id(0) / CE_LANES, v8 = v / 8 * 8;
-    int lane = (int)(li % CE_LANES), in = r < rows;
-    int t = in ? tg[to + r] : ignore, live = in && t != ignore;
-    __global store_t *o = out + oo + (in ? r : 0) * v;
-    __global const store_t *xr = x + xo + (in ? r : 0) * v;
-    float mx = ce_row_max(pm, pi, xr, v, lane, live);
-    acc_t acc = 0, s = 0;
-    for (long j = lane; live && j < v8; j += CE_LANES)
-        acc += rci_fexp(ld(xr, j) - mx);
-    for (long i = v8; live && i < v; i++)   /* every lane, before any writes (out may be x) */
-        s += rci_fexp(ld(xr, i) - mx);
-    part[li] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (!in)
-        return;   /* past the last barrier; from here a lane reads only the columns it writes */
-    if (!live) {
-        for (long j = lane; j < v; j += CE_LANES)
-            st(o, j, 0);
-        return;
-    }
-    for (int k = 0; k < CE_LANES; k++)
-        s += part[li - lane + k];
-    float sc = scale[0], k = (float)(1 / s) * sc;
-    for (long j = lane; j < v; j += CE_LANES) {
-        float e = rci_fexp(ld(xr, j) - mx);
-        st(o, j, j == t ? e * k - sc : e * k);
+    __local acc_t red[ROW_GROUP + ROW_PARTS];
+    long r = (long)get_group_id(0), li = (long)get_local_id(0);
+    int t = tg[to + r], live = t != ignore;
+    __global store_t *o = out + oo + r * v;
+    __global const store_t *xr = x + xo + r * v;
+    acc_t s;
+    float mx = ce_row_stats(red, xr, live ? v : 0, &s);
+    float sc = scale[0], k = live ? (float)(1 / s) * sc : 0;
+    for (long j = li; j < v; j += ROW_GROUP) {
+        float e = live ? rci_fexp(ld(xr, j) - mx) : 0;
+        st(o, j, live && j == t ? e * k - sc : e * k);
     }
 }
 

@@ -322,8 +322,6 @@ static int ce_inputs(rci_gpu *g, const rc_tensor *node, const rci_gpu_place *tg,
     return check_ids(g, tg, *rows, *v, node->iparam[0], 1, rci_gpu_op_name(node), "target", err);
 }
 
-enum { CE_LANES = 8, CE_GROUP = 64 };   /* kernels.cl's: work-items a row, a work-group */
-
 /* Bytes of scratch the losses take over `rows` rows: the per-row losses (cross_entropy), the
  * scale (cross_entropy_grad) */
 static size_t ce_scratch(const rci_gpu *g, const rc_tensor *node, int64_t rows)
@@ -331,12 +329,6 @@ static size_t ce_scratch(const rci_gpu *g, const rc_tensor *node, int64_t rows)
     if (node->op == RC_OP_CROSS_ENTROPY)
         return (size_t)(rows ? rows : 1) * (g->fp64 ? sizeof(double) : sizeof(float));
     return sizeof(float);
-}
-
-/* work-groups of the row kernels over `rows` rows */
-static size_t ce_groups(int64_t rows)
-{
-    return ((size_t)rows * CE_LANES + CE_GROUP - 1) / CE_GROUP;
 }
 
 /* the mean over targets != iparam[0] of logsumexp(row) - row[target]: per-row losses in
@@ -355,7 +347,7 @@ int rci_gpu_run_cross_entropy(rci_gpu *g, const rci_node_run *r, rc_error *err)
     rci_gpu_arg a[] = {ARG(loss), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem), ARG(in[1].off),
                        ARG(rows), ARG(v), ARG(ignore)};
     if (rows > 0 &&
-        rci_gpu_launch_groups(g, node, RCI_K_CE_ROWS, a, 8, ce_groups(rows), CE_GROUP, "cross_entropy", err))
+        rci_gpu_launch_groups(g, node, RCI_K_CE_ROWS, a, 8, (size_t)rows, RCI_GPU_ROW_GROUP, "cross_entropy", err))
         return -1;
     rci_gpu_arg m[] = {ARG(out.mem), ARG(out.off), ARG(loss), ARG(in[1].mem), ARG(in[1].off),
                        ARG(rows), ARG(ignore)};
@@ -382,7 +374,7 @@ int rci_gpu_run_cross_entropy_grad(rci_gpu *g, const rci_node_run *r, rc_error *
         return -1;
     rci_gpu_arg ga[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
                         ARG(in[1].off), ARG(scale), ARG(rows), ARG(v), ARG(ignore)};
-    return rows > 0 ? rci_gpu_launch_groups(g, node, RCI_K_CE_GRAD, ga, 10, ce_groups(rows), CE_GROUP,
+    return rows > 0 ? rci_gpu_launch_groups(g, node, RCI_K_CE_GRAD, ga, 10, (size_t)rows, RCI_GPU_ROW_GROUP,
                                             "cross_entropy_grad", err)
                     : 0;
 }
