@@ -197,13 +197,21 @@ __kernel void k_equal(__global store_t *o, long oo, __global const store_t *a, l
 /* the box shape (n elements) read with strides ss from s + so, written with strides ds at
  * d + dofs: every movement op of elements of word_t's size */
 __kernel void k_copy(__global word_t *d, long dofs, __global const word_t *s, long so, long n, int nd,
-                     long8 shape, long8 ds, long8 ss)
+                     long8 shape, long8 ds, long8 ss, long run)
 {
-    long i = get_global_id(0);
-    if (i >= n)
+    long i = get_global_id(0), e = i, cnt = 1;
+    if (run > 1) { /* work-item i: a run of the innermost axis, contiguous on both sides */
+        long sh[8];
+        long8_get(shape, sh);
+        long len = sh[nd - 1], runs = idx_div(len + run - 1, run), row = idx_div(i, runs), k = i - row * runs;
+        e = row * len + k * run;
+        cnt = len - k * run < run ? len - k * run : run;
+    }
+    if (e >= n)
         return;
-    long is, id = box_offsets(i, nd, shape, ds, ss, &is);
-    d[dofs + id] = s[so + is];
+    long is, id = box_offsets(e, nd, shape, ds, ss, &is);
+    for (long j = 0; j < cnt; j++)
+        d[dofs + id + j] = s[so + is + j];
 }
 
 /* the CPU's float -> i32: truncation toward zero, NaN 0, saturation */

@@ -108,6 +108,8 @@ int rci_gpu_run_equal(rci_gpu *g, const rci_node_run *r, rc_error *err)
 
 /* ---- data movement --------------------------------------------------------------------------- */
 
+enum { COPY_RUN = 8 };   /* elements a work-item of k_copy moves along a contiguous innermost axis */
+
 /* The box shape[nd] from src (element strides ss, from element soff) to dst (strides ds,
  * from element doff), elements of dtype t (4 bytes: the f32 program's copy; 2: t's). */
 static int copy_box(rci_gpu *g, rc_dtype t, rci_gpu_mem dst, int64_t doff, const int64_t *ds,
@@ -125,13 +127,17 @@ static int copy_box(rci_gpu *g, rc_dtype t, rci_gpu_mem dst, int64_t doff, const
         return 0;
     rci_gpu_box b;
     rci_gpu_box_make(&b, nd, shape, 2, st);
-    int64_t n = total, dof = doff, sof = soff;
+    int64_t n = total, dof = doff, sof = soff, len = b.shape[b.nd - 1];
+    /* a run of COPY_RUN elements a work-item where the innermost axis is contiguous on both
+     * sides (its index arithmetic once a run) */
+    int64_t run = b.st[0][b.nd - 1] == 1 && b.st[1][b.nd - 1] == 1 && len >= 2 * COPY_RUN ? COPY_RUN : 1;
+    int64_t items = run > 1 ? total / len * ((len + run - 1) / run) : total;
     int32_t bnd = b.nd;
     rci_gpu_long8 sh = rci_gpu_long8_of(b.shape), d8 = rci_gpu_long8_of(b.st[0]),
                   s8 = rci_gpu_long8_of(b.st[1]);
     rci_gpu_arg a[] = {ARG(dst), ARG(dof), ARG(src), ARG(sof), ARG(n), ARG(bnd), ARG(sh), ARG(d8),
-                       ARG(s8)};
-    return g->ops->launch(g, rc_dtype_size(t) == 2 ? t : RC_F32, RCI_K_COPY, a, 9, (size_t)n, 0, what, err);
+                       ARG(s8), ARG(run)};
+    return g->ops->launch(g, rc_dtype_size(t) == 2 ? t : RC_F32, RCI_K_COPY, a, 10, (size_t)items, 0, what, err);
 }
 
 static int run_permute(rci_gpu *g, const rci_node_run *r, const rci_gpu_place *out, const rci_gpu_place *in,
