@@ -316,21 +316,6 @@ __kernel void k_reduce_part(__global acc_t *part, __global const store_t *x, lon
     part[i * chunks + c] = r;
 }
 
-/* out[i] = the chunks' parts of output i combined in chunk order */
-__kernel void k_reduce_finish(__global store_t *o, long oo, __global const acc_t *part, long n,
-                              long chunks, int is_max)
-{
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    acc_t r = is_max ? -INFINITY : 0;
-    for (long c = 0; c < chunks; c++) {
-        acc_t v = part[i * chunks + c];
-        r = is_max ? (v > r ? v : r) : r + v;
-    }
-    st(o, oo + i, (float)r);
-}
-
 /* ---- softmax: one work-item per row ------------------------------------------------------ */
 
 /* the CPU's dsum over float temporaries: x[0, n) in 8 interleaved partial sums, the tail
@@ -454,6 +439,22 @@ __kernel void k_reduce_rows(__global store_t *o, long oo, __global const store_t
         r = acc_combine(r, ld(x, base + j), !is_max);
     r = group_reduce(red, r, !is_max);
     if (li == 0)
+        st(o, oo + i, (float)r);
+}
+
+/* k_reduce_part's second pass: out[i] = the chunks' parts of output i combined, a work-group
+ * an output (work-item li the parts li, li + ROW_GROUP, ..., then group_reduce: a fixed
+ * order) */
+__kernel void k_reduce_finish(__global store_t *o, long oo, __global const acc_t *part, long n,
+                              long chunks, int is_max)
+{
+    __local acc_t red[ROW_GROUP + ROW_PARTS];
+    long i = (long)get_group_id(0), li = (long)get_local_id(0);
+    acc_t r = is_max ? -INFINITY : 0;
+    for (long c = li; c < chunks; c += ROW_GROUP)
+        r = acc_combine(r, part[i * chunks + c], !is_max);
+    r = group_reduce(red, r, !is_max);
+    if (li == 0 && i < n)
         st(o, oo + i, (float)r);
 }
 

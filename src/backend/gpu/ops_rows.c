@@ -16,8 +16,9 @@
 /* ---- reductions ------------------------------------------------------------------------------ */
 
 enum {
-    REDUCE_CHUNK_MIN = 128,    /* summed elements per work-item in the two-pass reduction, at least */
-    REDUCE_ITEMS = 1 << 16,    /* work-items the first pass aims at: enough to hide a GPU's latency */
+    REDUCE_CHUNK_MIN = 32,     /* summed elements per work-item in the two-pass reduction, at least */
+    REDUCE_ITEMS = 1 << 18,    /* work-items the first pass aims at: enough loads in flight to
+                                * hide a GPU's memory latency (each work-item's are serial) */
     REDUCE_CHUNKS_MAX = 1024   /* partial sums an output's second pass adds, at most */
 };
 
@@ -48,7 +49,7 @@ static size_t reduce_scratch(const rci_gpu *g, int64_t n, int64_t m)
  * per output when the summed elements are a contiguous row of at least RCI_GPU_ROW_GROUP
  * (k_reduce_rows), else one work-item per output, or, for fewer outputs than a GPU needs
  * busy, chunks (reduce_split, fixed by the sizes) summed in parallel (scratch) and then
- * combined in chunk order: the same order on every run */
+ * combined by a work-group an output (k_reduce_finish): the same order on every run */
 static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, const rci_gpu_place *in,
                         const rci_gpu_box *kept, const rci_gpu_box *summed, int is_max, const char *what,
                         rc_error *err)
@@ -82,7 +83,8 @@ static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, co
     rci_gpu_arg f[] = {ARG(out->mem), ARG(out->off), ARG(part), ARG(n), ARG(chunks), ARG(mx)};
     if (g->ops->launch(g, store, RCI_K_REDUCE_PART, a, 14, (size_t)(n * chunks), 0, what, err))
         return -1;
-    return g->ops->launch(g, store, RCI_K_REDUCE_FINISH, f, 6, (size_t)n, 0, what, err);
+    return g->ops->launch(g, store, RCI_K_REDUCE_FINISH, f, 6, (size_t)n * RCI_GPU_ROW_GROUP, RCI_GPU_ROW_GROUP,
+                          what, err);
 }
 
 /* sum / max over axis iparam[0]: kept (outer, inner), summed n */
