@@ -617,7 +617,8 @@ static const op_case cases[] = {
     /* sums and maxima of contiguous rows of 128 and more: a device's work-group a row */
     {"sum_rows_grouped", b_reduce, 1, {F(2, -2, 2, 40, 300)}, D_FLOAT, {0, 1, 0}, .grad = GRAD},
     {"max_rows_grouped", b_reduce, 1, {F(2, -2, 2, 3, 500)}, D_FLOAT, {1, 1, 1}, .grad = GRAD},
-    /* a permute keeping the innermost axis, 21 long: a device copies it in runs of 8, 8, 5 */
+    /* a permute keeping the innermost axis, 21 long: a device copies 16-bit values in runs of
+     * 8, 8, 5 */
     {"permute_runs", b_move, 1, {F(4, -2, 2, 2, 5, 3, 21)}, D_ALL, {0, 213}, .grad = GRAD},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };

@@ -108,7 +108,7 @@ int rci_gpu_run_equal(rci_gpu *g, const rci_node_run *r, rc_error *err)
 
 /* ---- data movement --------------------------------------------------------------------------- */
 
-enum { COPY_RUN = 8 };   /* elements a work-item of k_copy moves along a contiguous innermost axis */
+enum { COPY_RUN = 8 };   /* 16-bit elements a work-item of k_copy moves along a contiguous innermost axis */
 
 /* The box shape[nd] from src (element strides ss, from element soff) to dst (strides ds,
  * from element doff), elements of dtype t (4 bytes: the f32 program's copy; 2: t's). */
@@ -128,9 +128,13 @@ static int copy_box(rci_gpu *g, rc_dtype t, rci_gpu_mem dst, int64_t doff, const
     rci_gpu_box b;
     rci_gpu_box_make(&b, nd, shape, 2, st);
     int64_t n = total, dof = doff, sof = soff, len = b.shape[b.nd - 1];
-    /* a run of COPY_RUN elements a work-item where the innermost axis is contiguous on both
-     * sides (its index arithmetic once a run) */
-    int64_t run = b.st[0][b.nd - 1] == 1 && b.st[1][b.nd - 1] == 1 && len >= 2 * COPY_RUN ? COPY_RUN : 1;
+    /* 16-bit elements: a run of COPY_RUN a work-item where the innermost axis is contiguous
+     * on both sides (its index arithmetic once a run). The H100's bf16 permutes gained, its
+     * f32 ones lost (a warp's 32-byte runs then sit 32 bytes apart at each access; docs/gpu.md,
+     * run 9), so 4-byte elements keep one a work-item */
+    int64_t run = rc_dtype_size(t) == 2 && b.st[0][b.nd - 1] == 1 && b.st[1][b.nd - 1] == 1 && len >= 2 * COPY_RUN
+                      ? COPY_RUN
+                      : 1;
     int64_t items = run > 1 ? total / len * ((len + run - 1) / run) : total;
     int32_t bnd = b.nd;
     rci_gpu_long8 sh = rci_gpu_long8_of(b.shape), d8 = rci_gpu_long8_of(b.st[0]),
