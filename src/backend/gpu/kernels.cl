@@ -539,19 +539,21 @@ __kernel void k_embedding(__global store_t *o, long oo, __global const store_t *
 }
 
 /* acc [rows, c] (float, zeroed first: the output itself for f32 values) += grad row i at
- * row ids[i] - first, skipping `skip`: one work-item per column, adding in i order (the
- * CPU's order: deterministic) */
+ * row ids[i] - first, skipping `skip`: work-item e = k c + j takes column j of the rows
+ * [k span, (k + 1) span), adding in i order (the CPU's order: deterministic); every
+ * work-item reads all the ids, only its rows' gradients */
 __kernel void k_embedding_grad(__global float *acc, long ao, __global const int *ids, long io,
                                __global const store_t *g, long go, long count, long c, long rows,
-                               long first, int skip)
+                               long first, int skip, long span, long items)
 {
-    long j = get_global_id(0);
-    if (j >= c)
+    long e = get_global_id(0);
+    if (e >= items)
         return;
+    long k = idx_div(e, c), j = e - k * c, lo = k * span, hi = lo + span < rows ? lo + span : rows;
     for (long i = 0; i < count; i++) {
         int id = ids[io + i];
         long r = (long)id - first;
-        if (id == skip || r < 0 || r >= rows)
+        if (id == skip || r < lo || r >= hi)
             continue;
         acc[ao + r * c + j] += ld(g, go + i * c + j);
     }

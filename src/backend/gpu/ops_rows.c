@@ -265,6 +265,8 @@ int rci_gpu_run_embedding(rci_gpu *g, const rci_node_run *r, rc_error *err)
     return rci_gpu_launch_node(g, node, RCI_K_EMBEDDING, a, 10, (size_t)(count * c), "embedding", err);
 }
 
+enum { EMBED_GRAD_ITEMS = 1 << 16 };   /* work-items the embedding's gradient aims at */
+
 /* ids src0 i32 [...], grad src1 [..., C] -> [V, C]: zeros, then out[ids[i]] += grad[i] */
 int rci_gpu_run_embedding_grad(rci_gpu *g, const rci_node_run *r, rc_error *err)
 {
@@ -284,9 +286,15 @@ int rci_gpu_run_embedding_grad(rci_gpu *g, const rci_node_run *r, rc_error *err)
         return -1;
     int64_t first = node->iparam[2] ? node->iparam[3] : 0;
     int32_t skip = node->iparam[1];
+    /* the rows cut into spans, a work-item a column of a span: about EMBED_GRAD_ITEMS of them
+     * (one a column left a GPU mostly idle, each reading every id and gradient row) */
+    int64_t spans = c > 0 ? EMBED_GRAD_ITEMS / c : 1;
+    spans = spans < 1 ? 1 : spans > rows ? (rows > 0 ? rows : 1) : spans;
+    int64_t span = (rows + spans - 1) / spans, items = ((rows + span - 1) / span) * c;
     rci_gpu_arg a[] = {ARG(acc.mem), ARG(acc.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
-                       ARG(in[1].off), ARG(count), ARG(c), ARG(rows), ARG(first), ARG(skip)};
-    if (rci_gpu_launch_node(g, node, RCI_K_EMBEDDING_GRAD, a, 11, (size_t)c, "embedding_grad", err))
+                       ARG(in[1].off), ARG(count), ARG(c), ARG(rows), ARG(first), ARG(skip), ARG(span),
+                       ARG(items)};
+    if (rci_gpu_launch_node(g, node, RCI_K_EMBEDDING_GRAD, a, 13, (size_t)items, "embedding_grad", err))
         return -1;
     if (rci_gpu_storage(node) == RC_F32)
         return 0;
