@@ -152,13 +152,27 @@ static int64_t att_chunk_pairs(const att_shape *s, rc_op op)
     return fit < s->pairs ? fit : s->pairs;
 }
 
+/* The scratch of chunks of np pairs: its parts' float offsets into part[PARTS] (when not
+ * NULL), one after the other, each from a multiple of ATT_ALIGN floats (what tensor cores'
+ * products want of their operands); its floats in all */
+static int64_t att_layout(const att_shape *s, rc_op op, int64_t np, int64_t *part)
+{
+    int64_t n[PARTS], at = 0;
+    att_parts(s, op, n);
+    for (int i = 0; i < PARTS; i++) {
+        if (part)
+            part[i] = at;
+        at += (np * n[i] + ATT_ALIGN - 1) / ATT_ALIGN * ATT_ALIGN;
+    }
+    return at;
+}
+
 size_t rci_gpu_attention_scratch(const rci_gpu *g, const rc_tensor *node)
 {
     att_shape s = att_shape_of(g, node);
     if (node->op == RC_OP_ATTENTION_GRAD && s.which == 3)
         return 0;
-    return (size_t)(att_chunk_pairs(&s, node->op) * att_pair_floats(&s, node->op) + PARTS * ATT_ALIGN) *
-           sizeof(float);
+    return (size_t)att_layout(&s, node->op, att_chunk_pairs(&s, node->op), NULL) * sizeof(float);
 }
 
 /* the kernels' dims (B, H, KV, Tq, Tk, D, Dv, causal) and the bias's strides along
@@ -455,17 +469,11 @@ static int att_run_init(att_run *a, rci_gpu *g, const rci_node_run *r, rc_error 
     return 0;
 }
 
-/* the scratch for chunks of np pairs, its parts laid out one after the other, each from a
- * multiple of ATT_ALIGN floats (what tensor cores' products want of their operands) */
+/* the scratch for chunks of np pairs (att_layout) */
 static int att_scratch(att_run *a, int64_t np, rc_error *err)
 {
-    int64_t n[PARTS], at = 0;
-    att_parts(&a->s, a->node->op, n);
-    for (int i = 0; i < PARTS; i++) {
-        a->part[i] = at;
-        at += (np * n[i] + ATT_ALIGN - 1) / ATT_ALIGN * ATT_ALIGN;
-    }
-    a->scratch = rci_gpu_scratch(a->g, (size_t)at * sizeof(float), err);
+    int64_t floats = att_layout(&a->s, a->node->op, np, a->part);
+    a->scratch = rci_gpu_scratch(a->g, (size_t)floats * sizeof(float), err);
     return a->scratch ? 0 : -1;
 }
 

@@ -37,11 +37,26 @@ static int64_t reduce_split(int64_t n, int64_t m, int64_t *chunk)
     return (m + *chunk - 1) / *chunk;
 }
 
-/* Bytes of scratch a reduction of n outputs, each a sum of m elements, takes: its chunks'
- * partial sums when it runs in two passes, else none */
-static size_t reduce_scratch(const rci_gpu *g, int64_t n, int64_t m)
+/* the outputs (n) and summed elements each (m) of a reduction's boxes; 1 when its summed
+ * elements are contiguous rows a work-group sums (k_reduce_rows) */
+static int reduce_sizes(const rci_gpu_box *kept, const rci_gpu_box *summed, int64_t *n, int64_t *m)
 {
-    int64_t chunk, chunks = reduce_split(n, m, &chunk);
+    *n = *m = 1;
+    for (int i = 0; i < kept->nd; i++)
+        *n *= kept->shape[i];
+    for (int i = 0; i < summed->nd; i++)
+        *m *= summed->shape[i];
+    return summed->nd == 1 && summed->st[0][0] == 1 && *m >= RCI_GPU_ROW_GROUP;
+}
+
+/* Bytes of scratch a reduction over these boxes takes: its chunks' partial sums when it
+ * runs in two passes, else none */
+static size_t reduce_scratch(const rci_gpu *g, const rci_gpu_box *kept, const rci_gpu_box *summed)
+{
+    int64_t n, m, chunk;
+    if (reduce_sizes(kept, summed, &n, &m))
+        return 0;
+    int64_t chunks = reduce_split(n, m, &chunk);
     return (size_t)(n * chunks) * (g->fp64 ? sizeof(double) : sizeof(float));
 }
 
@@ -54,21 +69,18 @@ static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, co
                         const rci_gpu_box *kept, const rci_gpu_box *summed, int is_max, const char *what,
                         rc_error *err)
 {
-    int64_t n = 1, m = 1;
-    for (int i = 0; i < kept->nd; i++)
-        n *= kept->shape[i];
-    for (int i = 0; i < summed->nd; i++)
-        m *= summed->shape[i];
+    int64_t n, m;
+    int rows = reduce_sizes(kept, summed, &n, &m);
     int32_t mx = is_max, knd = kept->nd, snd = summed->nd;
     rci_gpu_long8 ksh = rci_gpu_long8_of(kept->shape), kst = rci_gpu_long8_of(kept->st[0]);
     rci_gpu_long8 ssh = rci_gpu_long8_of(summed->shape), sst = rci_gpu_long8_of(summed->st[0]);
-    if (summed->nd == 1 && summed->st[0][0] == 1 && m >= RCI_GPU_ROW_GROUP) { /* contiguous rows */
+    if (rows) {
         rci_gpu_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in->mem), ARG(in->off), ARG(m), ARG(mx),
                            ARG(knd), ARG(ksh), ARG(kst)};
         return g->ops->launch(g, store, RCI_K_REDUCE_ROWS, a, 9, (size_t)n * RCI_GPU_ROW_GROUP, RCI_GPU_ROW_GROUP,
                               what, err);
     }
-    size_t part_bytes = reduce_scratch(g, n, m);
+    size_t part_bytes = reduce_scratch(g, kept, summed);
     if (!part_bytes) {
         rci_gpu_arg a[] = {ARG(out->mem), ARG(out->off), ARG(in->mem), ARG(in->off), ARG(n), ARG(m),
                            ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
@@ -87,13 +99,9 @@ static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, co
                           what, err);
 }
 
-/* sum / max over axis iparam[0]: kept (outer, inner), summed n */
-int rci_gpu_run_reduce(rci_gpu *g, const rci_node_run *r, rc_error *err)
+/* a SUM or MAX node's boxes: over axis iparam[0], kept (outer, inner), summed n */
+static void reduce_node_boxes(const rc_tensor *node, rci_gpu_box *kept, rci_gpu_box *summed)
 {
-    const rc_tensor *node = r->node;
-    rci_gpu_place out = {0}, in[1] = {{0}};
-    if (rci_gpu_places(r, 1, &out, in, err))
-        return -1;
     const rc_tensor *s = node->src[0];
     int axis = node->iparam[0];
     int64_t outer = 1, inner = 1, n = s->shape[axis];
@@ -101,27 +109,30 @@ int rci_gpu_run_reduce(rci_gpu *g, const rci_node_run *r, rc_error *err)
         outer *= s->shape[i];
     for (int i = axis + 1; i < s->ndim; i++)
         inner *= s->shape[i];
-    rci_gpu_box kept = {2, {outer, inner}, {{n * inner, 1}}}, summed = {1, {n}, {{inner}}};
-    return reduce_boxes(g, rci_gpu_storage(node), &out, &in[0], &kept, &summed, node->op == RC_OP_MAX,
-                        rci_gpu_op_name(node), err);
+    *kept = (rci_gpu_box){2, {outer, inner}, {{n * inner, 1}}};
+    *summed = (rci_gpu_box){1, {n}, {{inner}}};
 }
 
-/* src0 summed down to the node's shape: the input's axes split into kept and summed ones */
-int rci_gpu_run_sum_to(rci_gpu *g, const rci_node_run *r, rc_error *err)
+/* sum / max over axis iparam[0] */
+int rci_gpu_run_reduce(rci_gpu *g, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
     rci_gpu_place out = {0}, in[1] = {{0}};
     if (rci_gpu_places(r, 1, &out, in, err))
         return -1;
+    rci_gpu_box kept, summed;
+    reduce_node_boxes(node, &kept, &summed);
+    return reduce_boxes(g, rci_gpu_storage(node), &out, &in[0], &kept, &summed, node->op == RC_OP_MAX,
+                        rci_gpu_op_name(node), err);
+}
+
+/* a SUM_TO node's boxes: the input's axes split into kept and summed ones */
+static void sum_to_boxes(const rc_tensor *node, rci_gpu_box *kept, rci_gpu_box *summed)
+{
     const rc_tensor *s = node->src[0];
     int sd = s->ndim;
     int64_t os[RC_MAX_DIMS], st[RC_MAX_DIMS];
     rci_bcast_strides(node, sd, s->shape, os);
-    if (rc_tensor_numel(s) == rc_tensor_numel(node))
-        return g->be.copy(&g->be, r->out.buf, r->out.off, r->in[0].buf, r->in[0].off,
-                          rc_tensor_nbytes(node), err);
-    if (rc_tensor_numel(s) == 0)
-        return g->be.fill_zero(&g->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err);
     rci_contiguous_strides(sd, s->shape, st);
     int64_t ksh[RC_MAX_DIMS], kst[1][RC_MAX_DIMS], ssh[RC_MAX_DIMS], sst[1][RC_MAX_DIMS];
     int kn = 0, sn = 0;
@@ -136,9 +147,24 @@ int rci_gpu_run_sum_to(rci_gpu *g, const rci_node_run *r, rc_error *err)
             sst[0][sn++] = st[i];
         }
     }
+    rci_gpu_box_make(kept, kn, ksh, 1, kst);
+    rci_gpu_box_make(summed, sn, ssh, 1, sst);
+}
+
+/* src0 summed down to the node's shape */
+int rci_gpu_run_sum_to(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node, *s = node->src[0];
+    rci_gpu_place out = {0}, in[1] = {{0}};
+    if (rci_gpu_places(r, 1, &out, in, err))
+        return -1;
+    if (rc_tensor_numel(s) == rc_tensor_numel(node))
+        return g->be.copy(&g->be, r->out.buf, r->out.off, r->in[0].buf, r->in[0].off,
+                          rc_tensor_nbytes(node), err);
+    if (rc_tensor_numel(s) == 0)
+        return g->be.fill_zero(&g->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err);
     rci_gpu_box kept, summed;
-    rci_gpu_box_make(&kept, kn, ksh, 1, kst);
-    rci_gpu_box_make(&summed, sn, ssh, 1, sst);
+    sum_to_boxes(node, &kept, &summed);
     return reduce_boxes(g, rci_gpu_storage(node), &out, &in[0], &kept, &summed, 0, "sum_to", err);
 }
 
@@ -516,6 +542,7 @@ int rci_gpu_run_pool2d(rci_gpu *g, const rci_node_run *r, rc_error *err)
 size_t rci_gpu_node_scratch(const rci_gpu *g, const rc_tensor *node)
 {
     const rc_tensor *s = node->nsrc > 0 ? node->src[0] : NULL;
+    rci_gpu_box kept, summed;
     if (rc_tensor_numel(node) == 0 || rci_gpu_is_move(node->op) || node->op == RC_OP_CAST || !s)
         return 0;
     switch (node->op) {
@@ -525,11 +552,13 @@ size_t rci_gpu_node_scratch(const rci_gpu *g, const rc_tensor *node)
     }
     case RC_OP_SUM:
     case RC_OP_MAX:
-        return reduce_scratch(g, rc_tensor_numel(node), s->shape[node->iparam[0]]);
+        reduce_node_boxes(node, &kept, &summed);
+        return reduce_scratch(g, &kept, &summed);
     case RC_OP_SUM_TO:
         if (rc_tensor_numel(s) == rc_tensor_numel(node) || rc_tensor_numel(s) == 0)
             return 0;
-        return reduce_scratch(g, rc_tensor_numel(node), rc_tensor_numel(s) / rc_tensor_numel(node));
+        sum_to_boxes(node, &kept, &summed);
+        return reduce_scratch(g, &kept, &summed);
     case RC_OP_SOFTMAX:
         return rci_gpu_f32_temps_scratch(node, 0, rc_tensor_numel(node));
     case RC_OP_EMBEDDING_GRAD:
