@@ -62,8 +62,7 @@ typedef enum {
     RCI_K_ATTENTION_DELTA,   /* the stats' delta, */
     RCI_K_ATTENTION_ROWS_GRAD, /* dS and z p, */
     RCI_K_ATTENTION_DBIAS,   /* the bias's gradient, */
-    RCI_K_ATTENTION_STACK,   /* a pair's keys or values twice, for the split products, */
-    RCI_K_ATTENTION_FOLD,    /* and the parts of dK, dV from them summed */
+    RCI_K_ATTENTION_FOLD,    /* the parts of the split products' dK, dV summed */
     RCI_K_REDUCE_ROWS,       /* a reduction of contiguous rows, a work-group a row */
     RCI_K_COUNT
 } rci_gpu_kernel;

@@ -6,9 +6,9 @@
  * storage of float values (below).
  *
  * Each kernel runs one work-item per output element (i in [0, n)) and returns for the
- * work-items past its count (CUDA launches whole blocks); the row kernels of the layer and
- * RMS norms and of the attention instead run one work-group of ROW_GROUP work-items per row
- * (the norms' section). Memory is named as a buffer plus an element offset (a plan's arena
+ * work-items past its count (CUDA launches whole blocks); the row kernels (norms,
+ * cross-entropy, row reductions, the gradient norm's chunks, the attention's rows) instead
+ * run one work-group of ROW_GROUP work-items per row (the norms' section). Memory is named as a buffer plus an element offset (a plan's arena
  * holds many tensors). Broadcast and strided ops take up to 8 axes as long8 vectors (shape
  * and element strides per input, axis 0 outermost); the host drops size-1 axes and merges
  * contiguous ones first.
@@ -595,7 +595,7 @@ static float ce_row_stats(LOCAL_MEM acc_t *red, __global const store_t *xr, long
 
 /* loss[r] = logsumexp(row r) - row[target] (0 for an ignored target); work-group r */
 __kernel void k_ce_rows(__global acc_t *loss, __global const store_t *x, long xo,
-                        __global const int *tg, long to, long rows, long v, int ignore)
+                        __global const int *tg, long to, long v, int ignore)
 {
     __local acc_t red[ROW_GROUP + ROW_PARTS];
     long r = (long)get_group_id(0), li = (long)get_local_id(0);
@@ -640,8 +640,7 @@ __kernel void k_ce_scale(__global float *scale, __global const int *tg, long to,
  * floats: no temporaries); the group's reads of the row are done (group_reduce's barriers)
  * before any write, so out may be x. */
 __kernel void k_ce_grad(__global store_t *out, long oo, __global const store_t *x, long xo,
-                        __global const int *tg, long to, __global const float *scale, long rows, long v,
-                        int ignore)
+                        __global const int *tg, long to, __global const float *scale, long v, int ignore)
 {
     __local acc_t red[ROW_GROUP + ROW_PARTS];
     long r = (long)get_group_id(0), li = (long)get_local_id(0);
@@ -1203,17 +1202,6 @@ __kernel void k_attention_rows_grad(__global float *s, long so, __global float *
             y[j] = zp;
         }
     }
-}
-
-/* the split products' second operand: each of n pairs' m stored elements (from xo)
- * ATT_SPLITS times, one copy after the other, into o (from oo) */
-__kernel void k_attention_stack(__global word_t *o, long oo, __global const word_t *x, long xo, long m, long n)
-{
-    long i = get_global_id(0);
-    if (i >= ATT_SPLITS * m * n)
-        return;
-    long p = idx_div(i, ATT_SPLITS * m), e = i - p * ATT_SPLITS * m;
-    o[oo + i] = x[xo + p * m + e - idx_div(e, m) * m];
 }
 
 /* dK or dV of n pairs from the split product's f32 result x [n, ATT_SPLITS m] (from xo):

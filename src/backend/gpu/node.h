@@ -130,6 +130,11 @@ int rci_gpu_run_equal(rci_gpu *g, const rci_node_run *r, rc_error *err);
 int rci_gpu_run_move(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* movement ops and casts */
 int rci_gpu_run_dropout(rci_gpu *g, const rci_node_run *r, rc_error *err);
 int rci_gpu_run_normal(rci_gpu *g, const rci_node_run *r, rc_error *err);
+/* The box shape[nd] from src (element strides ss, from element soff; a stride 0 repeats) to
+ * dst (strides ds, from element doff), elements of dtype t (4 bytes: the f32 program's copy;
+ * 2: t's): k_copy, the movement ops' kernel. */
+int rci_gpu_copy_box(rci_gpu *g, rc_dtype t, rci_gpu_mem dst, int64_t doff, const int64_t *ds, rci_gpu_mem src,
+                     int64_t soff, const int64_t *ss, int nd, const int64_t *shape, const char *what, rc_error *err);
 
 /* ---- ops_rows.c ---- */
 

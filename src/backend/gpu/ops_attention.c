@@ -287,13 +287,14 @@ static int att_gemm(att_run *a, int64_t np, int ta, int tb, int64_t m, int64_t n
     return a->g->ops->matmul(a->g, a->node, &d, RC_F32, &c, in, err);
 }
 
-/* each of np pairs' m 16-bit values from x ATT_SPLITS times into part (k_attention_stack) */
+/* each of np pairs' m 16-bit values from x ATT_SPLITS times into part (the movement ops'
+ * box copy, the parts' axis read with stride 0) */
 static int att_stack(att_run *a, rci_gpu_place x, int part, int64_t m, int64_t np, rci_gpu_place *y, rc_error *err)
 {
+    int64_t shape[3] = {np, ATT_SPLITS, m}, ds[3] = {ATT_SPLITS * m, m, 1}, ss[3] = {m, 0, 1};
     *y = att_part16(a, part);
-    rci_gpu_arg args[] = {ARG(y->mem), ARG(y->off), ARG(x.mem), ARG(x.off), ARG(m), ARG(np)};
-    return rci_gpu_launch_node(a->g, a->node, RCI_K_ATTENTION_STACK, args, 6, (size_t)(ATT_SPLITS * m * np),
-                               "attention (stacked operand)", err);
+    return rci_gpu_copy_box(a->g, a->store, y->mem, y->off, ds, x.mem, x.off, ss, 3, shape,
+                            "attention (stacked operand)", err);
 }
 
 /* the parts of np pairs' f32 [ATT_SPLITS m] results in part summed into output y from pair

@@ -110,11 +110,8 @@ int rci_gpu_run_equal(rci_gpu *g, const rci_node_run *r, rc_error *err)
 
 enum { COPY_RUN = 8 };   /* 16-bit elements a work-item of k_copy moves along a contiguous innermost axis */
 
-/* The box shape[nd] from src (element strides ss, from element soff) to dst (strides ds,
- * from element doff), elements of dtype t (4 bytes: the f32 program's copy; 2: t's). */
-static int copy_box(rci_gpu *g, rc_dtype t, rci_gpu_mem dst, int64_t doff, const int64_t *ds,
-                    rci_gpu_mem src, int64_t soff, const int64_t *ss, int nd, const int64_t *shape,
-                    const char *what, rc_error *err)
+int rci_gpu_copy_box(rci_gpu *g, rc_dtype t, rci_gpu_mem dst, int64_t doff, const int64_t *ds, rci_gpu_mem src,
+                     int64_t soff, const int64_t *ss, int nd, const int64_t *shape, const char *what, rc_error *err)
 {
     int64_t st[2][RC_MAX_DIMS];
     int64_t total = 1;
@@ -154,7 +151,7 @@ static int run_permute(rci_gpu *g, const rci_node_run *r, const rci_gpu_place *o
     rci_contiguous_strides(nd, node->shape, ds);
     for (int i = 0; i < nd; i++)
         ss[i] = sst[node->iparam[i]];
-    return copy_box(g, node->dtype, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape,
+    return rci_gpu_copy_box(g, node->dtype, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape,
                     "permute", err);
 }
 
@@ -167,7 +164,7 @@ static int run_slice(rci_gpu *g, const rci_node_run *r, const rci_gpu_place *out
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
     rci_contiguous_strides(s->ndim, s->shape, ss);
     rci_contiguous_strides(node->ndim, node->shape, ds);
-    return copy_box(g, node->dtype, out->mem, out->off, ds, in->mem, in->off + start * ss[ax], ss,
+    return rci_gpu_copy_box(g, node->dtype, out->mem, out->off, ds, in->mem, in->off + start * ss[ax], ss,
                     node->ndim, node->shape, "slice", err);
 }
 
@@ -182,7 +179,7 @@ static int run_pad(rci_gpu *g, const rci_node_run *r, const rci_gpu_place *out, 
     rci_contiguous_strides(node->ndim, node->shape, ds);
     if (g->be.fill_zero(&g->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err))
         return -1;
-    return copy_box(g, node->dtype, out->mem, out->off + before * ds[ax], ds, in->mem, in->off, ss,
+    return rci_gpu_copy_box(g, node->dtype, out->mem, out->off + before * ds[ax], ds, in->mem, in->off, ss,
                     node->ndim, s->shape, "pad", err);
 }
 
@@ -198,7 +195,7 @@ static int run_concat(rci_gpu *g, const rci_node_run *r, const rci_gpu_place *ou
         if (rci_gpu_place_of(&r->in[k], node, s->dtype, &in, err))
             return -1;
         rci_contiguous_strides(s->ndim, s->shape, ss);
-        if (copy_box(g, node->dtype, out->mem, out->off + at * ds[ax], ds, in.mem, in.off, ss, node->ndim,
+        if (rci_gpu_copy_box(g, node->dtype, out->mem, out->off + at * ds[ax], ds, in.mem, in.off, ss, node->ndim,
                      s->shape, "concat", err))
             return -1;
         at += s->shape[ax];
@@ -214,7 +211,7 @@ static int run_expand(rci_gpu *g, const rci_node_run *r, const rci_gpu_place *ou
     int64_t ss[RC_MAX_DIMS], ds[RC_MAX_DIMS];
     rci_bcast_strides(s, nd, node->shape, ss);
     rci_contiguous_strides(nd, node->shape, ds);
-    return copy_box(g, node->dtype, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape,
+    return rci_gpu_copy_box(g, node->dtype, out->mem, out->off, ds, in->mem, in->off, ss, nd, node->shape,
                     "expand", err);
 }
 

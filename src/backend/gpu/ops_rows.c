@@ -380,10 +380,10 @@ int rci_gpu_run_cross_entropy(rci_gpu *g, const rci_node_run *r, rc_error *err)
     if (!loss)
         return -1;
     int32_t ignore = node->iparam[0];
-    rci_gpu_arg a[] = {ARG(loss), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem), ARG(in[1].off),
-                       ARG(rows), ARG(v), ARG(ignore)};
+    rci_gpu_arg a[] = {ARG(loss), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem), ARG(in[1].off), ARG(v),
+                       ARG(ignore)};
     if (rows > 0 &&
-        rci_gpu_launch_groups(g, node, RCI_K_CE_ROWS, a, 8, (size_t)rows, RCI_GPU_ROW_GROUP, "cross_entropy", err))
+        rci_gpu_launch_groups(g, node, RCI_K_CE_ROWS, a, 7, (size_t)rows, RCI_GPU_ROW_GROUP, "cross_entropy", err))
         return -1;
     rci_gpu_arg m[] = {ARG(out.mem), ARG(out.off), ARG(loss), ARG(in[1].mem), ARG(in[1].off),
                        ARG(rows), ARG(ignore)};
@@ -409,8 +409,8 @@ int rci_gpu_run_cross_entropy_grad(rci_gpu *g, const rci_node_run *r, rc_error *
     if (rci_gpu_launch_f32(g, RCI_K_CE_SCALE, a, 7, 1, "cross_entropy_grad", err))
         return -1;
     rci_gpu_arg ga[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
-                        ARG(in[1].off), ARG(scale), ARG(rows), ARG(v), ARG(ignore)};
-    return rows > 0 ? rci_gpu_launch_groups(g, node, RCI_K_CE_GRAD, ga, 10, (size_t)rows, RCI_GPU_ROW_GROUP,
+                        ARG(in[1].off), ARG(scale), ARG(v), ARG(ignore)};
+    return rows > 0 ? rci_gpu_launch_groups(g, node, RCI_K_CE_GRAD, ga, 9, (size_t)rows, RCI_GPU_ROW_GROUP,
                                             "cross_entropy_grad", err)
                     : 0;
 }
