@@ -179,6 +179,14 @@ typedef enum {
                             axes the bias broadcasts over; 4: q, k and v at once (one pass over
                             the tiles) -> 1-D [nq + nk + nv], dq, dk, dv flat one after the other,
                             read through views (leading slice, reshape) */
+    RC_OP_NORM_GRAD,     /* a gradient of a LAYER_NORM (iparam[0] = 1) or RMS_NORM (0) over the
+                            last axis, each row's statistics recomputed: src0 x [..., C], src1
+                            its weight [C] or NULL, src2 the upstream gradient G of x's shape, all
+                            of x's dtype; fparam[0] = eps, fparam[1] = the RMS norm's offset.
+                            iparam[1] = 0: dx = rstd (g - xhat mean(g xhat) - mean(g)) in x's
+                            dtype, g = G (weight + offset) (G without a weight), the mean(g) term
+                            for layer norm alone; 1: G xhat in the compute dtype (f32 for
+                            16-bit), whose sum over the rows is the weight's gradient */
     RC_OP_COUNT
 } rc_op;
 

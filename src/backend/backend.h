@@ -70,6 +70,12 @@ rci_adam_consts rci_adam_setup(const rci_update *u);
 enum { RCI_MATMUL_FEW_ROWS = 4 };
 int rci_matmul_few_rows(const rci_matmul_dims *d);
 
+/* A product's row strides and batch strides of A, B and C as stored (ld[3], st[3]): d's
+ * layout fields where set, else contiguous matrices (a stride of 0 for an operand shared by
+ * every batch); returns 1 when d sets any (the product is then one strided batch, never its
+ * batches stacked into rows). (shared.c) */
+int rci_matmul_layout(const rci_matmul_dims *d, int64_t *ld, int64_t *st);
+
 /* The axes of shape[nd] simplified for k stride sets st[j]: size-1 axes dropped, axes that
  * continue each other in every set merged, into mshape and mst (zero beyond the merged
  * axes); returns the merged axes, >= 1 (no axis left: one of size 1, strides 0). */

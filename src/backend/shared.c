@@ -38,6 +38,18 @@ int rci_matmul_few_rows(const rci_matmul_dims *d)
     return d->bb == 1 && (d->batch == 1 || !d->ta) && d->batch * d->m <= RCI_MATMUL_FEW_ROWS;
 }
 
+int rci_matmul_layout(const rci_matmul_dims *d, int64_t *ld, int64_t *st)
+{
+    int64_t m = d->m, n = d->n, k = d->k;
+    ld[0] = d->lda ? d->lda : d->ta ? m : k;
+    ld[1] = d->ldb ? d->ldb : d->tb ? k : n;
+    ld[2] = d->ldc ? d->ldc : n;
+    st[0] = d->ba == 1 ? 0 : d->sa ? d->sa : m * k;
+    st[1] = d->bb == 1 ? 0 : d->sb ? d->sb : k * n;
+    st[2] = d->sc ? d->sc : m * n;
+    return d->lda || d->ldb || d->ldc || d->sa || d->sb || d->sc;
+}
+
 rci_adam_consts rci_adam_setup(const rci_update *u)
 {
     double t = (double)u->step;

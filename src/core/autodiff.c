@@ -62,6 +62,27 @@ static void accumulate(rc_graph *g, rc_tensor **grad, rc_tensor *t, rc_tensor *g
     grad[t->id] = grad[t->id] ? rc_add(g, grad[t->id], gt) : gt;
 }
 
+/* The gradients of node y's inputs through v, its value written with ops
+ * (rci_value_as_ops): rc_backward of sum(v G) over y's inputs, each in its dtype */
+static int grad_through(rc_graph *g, rc_tensor *y, rc_tensor *v, rc_tensor *G, rc_tensor **gs)
+{
+    rc_tensor *wrt[RC_MAX_SRC], *d[RC_MAX_SRC];
+    int at[RC_MAX_SRC], n = 0;
+    for (int k = 0; k < y->nsrc; k++) {
+        gs[k] = NULL;
+        if (y->src[k] && rc_dtype_is_float(y->src[k]->dtype)) {
+            at[n] = k;
+            wrt[n++] = y->src[k];
+        }
+    }
+    rc_tensor *loss = rc_sum_all(g, rc_mul(g, v, rc_cast(g, G, v->dtype)));
+    if (!loss || rc_backward(g, loss, wrt, n, d))
+        return -1;
+    for (int i = 0; i < n; i++)
+        gs[at[i]] = rc_cast(g, d[i], y->src[at[i]]->dtype);
+    return 0;
+}
+
 int rc_backward(rc_graph *g, rc_tensor *loss, rc_tensor *const *wrt, int n, rc_tensor **grads)
 {
     if (rci_inputs_bad(g, 1, &loss) || (n > 0 && (!wrt || !grads)))
@@ -100,8 +121,8 @@ int rc_backward(rc_graph *g, rc_tensor *loss, rc_tensor *const *wrt, int n, rc_t
             if (recompute(g, y->segment, i, clone))
                 break;
         }
-        rc_tensor *gs[RC_MAX_SRC];
-        if (rci_grad_node(g, clone[i] ? clone[i] : y, grad[i], gs))
+        rc_tensor *gs[RC_MAX_SRC], *node = clone[i] ? clone[i] : y, *v = rci_value_as_ops(g, node);
+        if (v ? grad_through(g, node, v, grad[i], gs) : rci_grad_node(g, node, grad[i], gs))
             break;
         for (int s = 0; s < y->nsrc; s++)
             if (gs[s] && y->src[s] && needs[y->src[s]->id])

@@ -153,39 +153,38 @@ static int grad_softmax(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
     return 0;
 }
 
-/* The normalised input xhat and 1/sigma, recomputed from ops (nothing is saved), in f32
- * for 16-bit x. */
-static rc_tensor *norm_stats(rc_graph *g, rc_tensor *y, rc_tensor **rstd)
-{
-    rc_tensor *x = widen(g, y->src[0]);
-    rc_tensor *xc = x;
-    if (y->op == RC_OP_LAYER_NORM)
-        xc = rc_sub(g, x, rc_mean(g, x, -1, 1));
-    rc_tensor *var = rc_mean(g, rc_mul(g, xc, xc), -1, 1);
-    *rstd = rc_rsqrt(g, rc_add_scalar(g, var, y->fparam[0]));
-    return rc_mul(g, xc, *rstd);
-}
-
+/* The norms: x's gradient from one NORM_GRAD node (each row's statistics recomputed in
+ * its pass, nothing saved), the weight's the rows' sum of another's G xhat, the bias's
+ * the rows' sum of G; in f32 for 16-bit x, rounded once. */
 static int grad_norm(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 {
-    rc_tensor *w = widen(g, y->src[1]), *rstd;
-    rc_tensor *xhat = norm_stats(g, y, &rstd);
-    G = widen(g, G);
-    rc_tensor *gxh = G;
-    if (y->op == RC_OP_RMS_NORM && w)
-        gxh = rc_mul(g, G, rc_add_scalar(g, w, y->fparam[1]));
-    else if (y->op == RC_OP_LAYER_NORM && w)
-        gxh = rc_mul(g, G, w);
-    /* dx = rstd (gxh - [mean(gxh)] - xhat mean(gxh xhat)); the bracket only for layer norm */
-    rc_tensor *inner = rc_sub(g, gxh, rc_mul(g, xhat, rc_mean(g, rc_mul(g, gxh, xhat), -1, 1)));
-    if (y->op == RC_OP_LAYER_NORM)
-        inner = rc_sub(g, inner, rc_mean(g, gxh, -1, 1));
-    gs[0] = narrow(g, rc_mul(g, rstd, inner), y);
-    if (w)
-        gs[1] = narrow(g, to_shape_of(g, rc_mul(g, G, xhat), w), y);
+    gs[0] = rci_norm_grad(g, y, G, 0);
+    if (y->src[1])
+        gs[1] = narrow(g, to_shape_of(g, rci_norm_grad(g, y, G, 1), y->src[1]), y);
     if (y->op == RC_OP_LAYER_NORM && y->src[2])
-        gs[2] = narrow(g, to_shape_of(g, G, y->src[2]), y);
+        gs[2] = narrow(g, to_shape_of(g, widen(g, G), y->src[2]), y);
     return 0;
+}
+
+/* A NORM_GRAD node's value written with ops, in the compute dtype: xhat and 1/sigma from x,
+ * then dx = rstd (g - xhat mean(g xhat) - [mean(g)]) (the bracket for layer norm) or G xhat */
+rc_tensor *rci_value_as_ops(rc_graph *g, const rc_tensor *y)
+{
+    if (y->op != RC_OP_NORM_GRAD)
+        return NULL;
+    rc_tensor *x = widen(g, y->src[0]), *w = widen(g, y->src[1]), *G = widen(g, y->src[2]);
+    int layer = y->iparam[0];
+    rc_tensor *xc = layer ? rc_sub(g, x, rc_mean(g, x, -1, 1)) : x;
+    rc_tensor *var = rc_mean(g, rc_mul(g, xc, xc), -1, 1);
+    rc_tensor *rstd = rc_rsqrt(g, rc_add_scalar(g, var, y->fparam[0]));
+    rc_tensor *xhat = rc_mul(g, xc, rstd);
+    if (y->iparam[1])
+        return rc_mul(g, G, xhat);
+    rc_tensor *gxh = w ? rc_mul(g, G, layer ? w : rc_add_scalar(g, w, y->fparam[1])) : G;
+    rc_tensor *inner = rc_sub(g, gxh, rc_mul(g, xhat, rc_mean(g, rc_mul(g, gxh, xhat), -1, 1)));
+    if (layer)
+        inner = rc_sub(g, inner, rc_mean(g, gxh, -1, 1));
+    return rc_mul(g, rstd, inner);
 }
 
 static int grad_cross_entropy(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)

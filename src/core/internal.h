@@ -95,11 +95,16 @@ int rci_bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64_t 
 
 /* A matrix product's transposes and sizes: op(A) [m, k], op(B) [kb, n] (kb == k when it is
  * valid), and the batches of the output and of each operand (1: shared by every batch; 0
- * when a size is 0). From a MATMUL node whose operands have at least 2 dimensions. */
+ * when a size is 0). From a MATMUL node whose operands have at least 2 dimensions. The
+ * layout fields, in elements, are 0 (contiguous matrices one after the other) but for the
+ * devices' attention, whose products read and write blocks of larger matrices: lda, ldb,
+ * ldc the row strides of A, B, C as stored, sa, sb, sc their batch strides
+ * (rci_matmul_layout resolves them). */
 typedef struct {
     int ta, tb;
     int64_t m, n, k, kb;
     int64_t batch, ba, bb;
+    int64_t lda, ldb, ldc, sa, sb, sc;
 } rci_matmul_dims;
 rci_matmul_dims rci_matmul_dims_of(const rc_tensor *node);
 
@@ -113,8 +118,16 @@ int64_t rci_conv_out_size(int64_t n, int64_t k, int stride, int pad, int dil);
 rc_tensor *rci_attention_stats(rc_graph *g, rc_tensor *att, rc_tensor *dout);
 rc_tensor *rci_attention_grad(rc_graph *g, rc_tensor *att, rc_tensor *dout, rc_tensor *stats, int which);
 
+/* The NORM_GRAD node (ops_nn.c; layout in redco.h) of a LAYER_NORM or RMS_NORM node norm
+ * given its upstream gradient dout: x's gradient (which 0) or dout xhat (1). */
+rc_tensor *rci_norm_grad(rc_graph *g, rc_tensor *norm, rc_tensor *dout, int which);
+
 /* Gradient rule of one node: given the gradient of its output, add the nodes for the
  * gradients of its inputs into gsrc[i] (NULL where an input gets none). In grad.c. */
 int rci_grad_node(rc_graph *g, rc_tensor *node, rc_tensor *gout, rc_tensor **gsrc);
+/* A fused backward node whose own gradient is that of its value written with ops
+ * (NORM_GRAD: a norm's second derivatives): those ops, in node's compute dtype, for
+ * rc_backward to differentiate; NULL for a node with a rule of its own. In grad.c. */
+rc_tensor *rci_value_as_ops(rc_graph *g, const rc_tensor *node);
 
 #endif

@@ -50,7 +50,7 @@ int rci_bcast_strides(const rc_tensor *t, int nd, const int64_t *shape, int64_t 
 rci_matmul_dims rci_matmul_dims_of(const rc_tensor *node)
 {
     const rc_tensor *A = node->src[0], *B = node->src[1];
-    rci_matmul_dims d = {node->iparam[0] != 0, node->iparam[1] != 0, 0, 0, 0, 0, 0, 0, 0};
+    rci_matmul_dims d = {node->iparam[0] != 0, node->iparam[1] != 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     d.m = A->shape[A->ndim - (d.ta ? 1 : 2)], d.k = A->shape[A->ndim - (d.ta ? 2 : 1)];
     d.kb = B->shape[B->ndim - (d.tb ? 1 : 2)], d.n = B->shape[B->ndim - (d.tb ? 2 : 1)];
     d.batch = d.m && d.n ? rc_tensor_numel(node) / (d.m * d.n) : 0;
@@ -219,6 +219,32 @@ static int check_norm(const rc_tensor *node, rc_error *err)
     if (need_all(node, 1, err) || same_size(node, 0, err) || feature_vector(node, 1, "weight", err))
         return -1;
     return node->op == RC_OP_LAYER_NORM ? feature_vector(node, 2, "bias", err) : 0;
+}
+
+/* NORM_GRAD: x src0 (float), its weight src1 ([C] or NULL) and G src2 of x's dtype, G and
+ * the output of x's shape; the output x's dtype (iparam[1] 0) or its compute dtype (1) */
+static int check_norm_grad(const rc_tensor *node, rc_error *err)
+{
+    const rc_tensor *x = node->nsrc > 0 ? node->src[0] : NULL, *w = node->nsrc > 1 ? node->src[1] : NULL;
+    if (!x)
+        return bad(err, RC_ERR_ARG, node, "input 0 (x) is missing");
+    if (need(node, 2, x->dtype, err))
+        return -1;
+    char sx[96], sg[96], sw[96];
+    if (!rc_dtype_is_float(x->dtype) || !rci_same_shape(node, x) || !rci_same_shape(node->src[2], x) || x->ndim < 1)
+        return bad(err, RC_ERR_SHAPE, node, "x %s %s and G %s must be float arrays of the output's shape",
+                   rc_shape_str(x, sx, sizeof sx), rc_dtype_name(x->dtype), rc_shape_str(node->src[2], sg, sizeof sg));
+    if (w && (w->ndim != 1 || w->shape[0] != x->shape[x->ndim - 1] || w->dtype != x->dtype))
+        return bad(err, RC_ERR_SHAPE, node, "weight %s %s does not fit x %s", rc_shape_str(w, sw, sizeof sw),
+                   rc_dtype_name(w->dtype), rc_shape_str(x, sx, sizeof sx));
+    if ((node->iparam[0] != 0 && node->iparam[0] != 1) || (node->iparam[1] != 0 && node->iparam[1] != 1))
+        return bad(err, RC_ERR_ARG, node, "norm kind %d and gradient %d (0 or 1 each)", node->iparam[0],
+                   node->iparam[1]);
+    rc_dtype want = node->iparam[1] ? rci_compute_dtype(x->dtype) : x->dtype;
+    if (node->dtype != want)
+        return bad(err, RC_ERR_DTYPE, node, "dtype %s for x of %s (expected %s)", rc_dtype_name(node->dtype),
+                   rc_dtype_name(x->dtype), rc_dtype_name(want));
+    return 0;
 }
 
 /* EMBEDDING: table src0 [V, C] and ids src1 -> [..., C]; EMBEDDING_GRAD: ids src0 and
@@ -533,7 +559,7 @@ static const node_rule rules[RC_OP_COUNT] = {
     [RC_OP_CONV2D] = check_conv, [RC_OP_CONV2D_GRAD_INPUT] = check_conv, [RC_OP_CONV2D_GRAD_WEIGHT] = check_conv,
     [RC_OP_POOL2D] = check_pool, [RC_OP_POOL2D_GRAD] = check_pool,
     [RC_OP_ATTENTION] = check_attention, [RC_OP_ATTENTION_STATS] = check_attention,
-    [RC_OP_ATTENTION_GRAD] = check_attention,
+    [RC_OP_ATTENTION_GRAD] = check_attention, [RC_OP_NORM_GRAD] = check_norm_grad,
 };
 
 int rci_node_check(const rc_tensor *node, rc_error *err)

@@ -62,6 +62,24 @@ rc_tensor *rc_rms_norm(rc_graph *g, rc_tensor *x, rc_tensor *weight, double eps,
     return rci_node_checked(g, y);
 }
 
+rc_tensor *rci_norm_grad(rc_graph *g, rc_tensor *norm, rc_tensor *dout, int which)
+{
+    if (rci_inputs_bad(g, 1, &norm) || rci_inputs_bad(g, 1, &dout))
+        return NULL;
+    if (norm->op != RC_OP_LAYER_NORM && norm->op != RC_OP_RMS_NORM)
+        return rci_fail(g, RC_ERR_ARG, "norm_grad: node %s is no layer or RMS norm", rc_op_name(norm->op));
+    rc_tensor *x = norm->src[0], *src[3] = {x, norm->src[1], dout};
+    rc_dtype t = which ? rci_compute_dtype(x->dtype) : x->dtype;
+    rc_tensor *y = rci_node_new(g, RC_OP_NORM_GRAD, t, x->ndim, x->shape, 3, src);
+    if (y) {
+        y->iparam[0] = norm->op == RC_OP_LAYER_NORM;
+        y->iparam[1] = which;
+        y->fparam[0] = norm->fparam[0];
+        y->fparam[1] = norm->op == RC_OP_RMS_NORM ? norm->fparam[1] : 0;
+    }
+    return rci_node_checked(g, y);
+}
+
 rc_tensor *rc_embedding(rc_graph *g, rc_tensor *table, rc_tensor *ids)
 {
     return rc_embedding_pad(g, table, ids, -1);

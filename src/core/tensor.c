@@ -99,7 +99,7 @@ static const char *op_names[RC_OP_COUNT] = {
     [RC_OP_CONV2D_GRAD_INPUT] = "conv2d_grad_input", [RC_OP_CONV2D_GRAD_WEIGHT] = "conv2d_grad_weight",
     [RC_OP_POOL2D] = "pool2d", [RC_OP_POOL2D_GRAD] = "pool2d_grad", [RC_OP_NORMAL] = "normal",
     [RC_OP_ATTENTION] = "attention", [RC_OP_ATTENTION_STATS] = "attention_stats",
-    [RC_OP_ATTENTION_GRAD] = "attention_grad",
+    [RC_OP_ATTENTION_GRAD] = "attention_grad", [RC_OP_NORM_GRAD] = "norm_grad",
 };
 
 const char *rc_op_name(rc_op op)

@@ -620,6 +620,14 @@ static const op_case cases[] = {
     /* a permute keeping the innermost axis, 21 long: a device copies 16-bit values in runs of
      * 8, 8, 5 */
     {"permute_runs", b_move, 1, {F(4, -2, 2, 2, 5, 3, 21)}, D_ALL, {0, 213}, .grad = GRAD},
+    /* causal attention with one query head a key/value head and Tq = Tk: a device's products
+     * by blocks of query rows (16 here, main's rci_gpu_attention_block), each against the keys
+     * its rows see; a last block of 5 rows, and of 6 with dropout */
+    {"attention_causal_blocks", b_attention, 4, {F(4, -2, 2, 2, 3, 37, 24), F(4, -2, 2, 2, 3, 37, 24),
+     F(4, -2, 2, 2, 3, 37, 16), F(4, -3, 0, 2, 1, 1, 37)}, D_FLOAT, {1, 1}, {0.2}, .grad = GRAD, .tol = 30,
+     .ulps = 3, .gulps = 2},
+    {"attention_dropout_causal_blocks", b_attention, 3, {F(4, -2, 2, 1, 2, 70, 20), F(4, -2, 2, 1, 2, 70, 20),
+     F(4, -2, 2, 1, 2, 70, 12)}, D_FLOAT, {0, 1}, {0.2, 0.3}, .grad = GRAD, .tol = 30, .ulps = 3, .gulps = 2},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -1384,6 +1392,7 @@ static int wanted(int argc, char **argv, const char *kind)
  * matmul_wide; the scratch its chunks of pairs aim at */
 void rci_gpu_attention_split(int on);
 void rci_gpu_attention_chunk(size_t bytes);
+void rci_gpu_attention_block(int64_t rows);
 
 /* 1 when the switch is in argv, which it is taken out of */
 static int take_switch(int *argc, char **argv, const char *flag)
@@ -1406,6 +1415,7 @@ int main(int argc, char **argv)
     int split = take_switch(&argc, argv, "--attention-split");
     if (split)
         rci_gpu_attention_split(1);
+    rci_gpu_attention_block(16);   /* causal cases of 32 rows and more in blocks (ops_attention.c) */
     int threads = rc_get_threads();
     rc_set_threads(3);
     cpu = rc_device_open("cpu", 0, NULL);

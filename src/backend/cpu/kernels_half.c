@@ -200,6 +200,7 @@ static int row_op(const rc_tensor *node)
     case RC_OP_SOFTMAX:
     case RC_OP_LAYER_NORM:
     case RC_OP_RMS_NORM:
+    case RC_OP_NORM_GRAD:
     case RC_OP_CROSS_ENTROPY:
     case RC_OP_CROSS_ENTROPY_GRAD:
         return 1;
@@ -315,6 +316,11 @@ static int by_rows(const rci_cpu_args *io, const rows_plan *rp, rc_error *err)
             if (run_piece(io, 0, NULL, srcs, in, &loss_piece, err))
                 return -1;
             total += (double)loss_piece * (double)c;
+            continue;
+        }
+        if (!rci_dtype_is_half(node->dtype)) { /* an f32 result (NORM_GRAD's G xhat): in place */
+            if (run_piece(io, nd, shape, srcs, in, (float *)io->out + r0 * len, err))
+                return -1;
             continue;
         }
         if (run_piece(io, nd, shape, srcs, in, p, err))

@@ -675,6 +675,52 @@ static int k_rms_norm(const rci_cpu_args *io)
     return 0;
 }
 
+/* NORM_GRAD (redco.h), rows [r0, r1): the row's mean (layer norm; 0 for RMS) and 1/sigma as
+ * the forward takes them, then G xhat, or g = G (w + offset) summed with and without xhat
+ * for dx = rstd (g - xhat mean(g xhat) - mean(g)) (mean(g) for layer norm alone) */
+static void norm_grad_range(void *ctx, int64_t r0, int64_t r1, int part)
+{
+    const rci_cpu_args *io = ctx;
+    const rc_tensor *node = io->node;
+    const real *x = src_data(io, 0), *w = src_data(io, 1), *G = src_data(io, 2);
+    real *out = io->out;
+    int64_t c = last_dim(node);
+    int layer = node->iparam[0], which = node->iparam[1];
+    double eps = node->fparam[0];
+    real offset = (real)node->fparam[1];
+    (void)part;
+    for (int64_t r = r0; r < r1; r++) {
+        const real *restrict xr = x + r * c, *restrict gr = G + r * c;
+        real *restrict o = out + r * c;
+        double mean = layer ? dsum(xr, c) / (double)c : 0, var = dsum_sq(xr, c, mean) / (double)c;
+        real mu = (real)mean, rstd = (real)(1 / sqrt(var + eps));
+        if (which) {
+            for (int64_t j = 0; j < c; j++)
+                o[j] = gr[j] * ((xr[j] - mu) * rstd);
+            continue;
+        }
+        double sg = 0, sgx = 0;
+        for (int64_t j = 0; j < c; j++) {
+            real gj = w ? gr[j] * (w[j] + offset) : gr[j];
+            sg += gj;
+            sgx += gj * ((xr[j] - mu) * rstd);
+        }
+        real a = (real)(sgx / (double)c), b = layer ? (real)(sg / (double)c) : 0;
+        for (int64_t j = 0; j < c; j++) {
+            real gj = w ? gr[j] * (w[j] + offset) : gr[j];
+            o[j] = rstd * (gj - (xr[j] - mu) * rstd * a - b);
+        }
+    }
+}
+
+static int k_norm_grad(const rci_cpu_args *io)
+{
+    const rc_tensor *node = io->node;
+    int64_t c = last_dim(node), total = rc_tensor_numel(node);
+    par_range(norm_grad_range, (void *)io, total / c, 4 * total);
+    return 0;
+}
+
 /* ---- embedding, one-hot, cross-entropy ------------------------------------------------------- */
 
 /* The first id outside [0, n) that is not `ignore` (pass a value no id has to check all);
@@ -1284,6 +1330,8 @@ int RC_KERNEL_FN(const rci_cpu_args *io, rc_error *err)
         return k_layer_norm(io);
     case RC_OP_RMS_NORM:
         return k_rms_norm(io);
+    case RC_OP_NORM_GRAD:
+        return k_norm_grad(io);
     case RC_OP_EMBEDDING:
         return k_embedding(io, err);
     case RC_OP_EMBEDDING_GRAD:

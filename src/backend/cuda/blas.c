@@ -62,7 +62,8 @@ static int run_gemm(rci_cuda *c, const gemm *q, const rci_matmul_dims *d, rc_dty
 /* A [.., m, k] (stored [.., k, m] when ta) times B [.., k, n] (stored [.., n, k] when tb)
  * into C [.., m, n], operands stored as `in`, C as `out` (offsets in elements of each):
  * one GEMM over the stacked rows when the batches of A are rows of one matrix against a
- * shared B, else a strided batch (stride 0 for a shared operand). */
+ * shared B, else a strided batch (stride 0 for a shared operand; d's layout where it sets
+ * one, rci_matmul_layout). */
 static int cu_product(rci_gpu *g, const rci_matmul_dims *d, rc_dtype in_t, rc_dtype out_t, const rci_gpu_place *out,
                       const rci_gpu_place *in, rc_error *err)
 {
@@ -70,8 +71,9 @@ static int cu_product(rci_gpu *g, const rci_matmul_dims *d, rc_dtype in_t, rc_dt
     if (rci_cu_use(c, err))
         return -1;
     size_t es = rc_dtype_size(in_t), eo = rc_dtype_size(out_t);
-    int64_t m = d->m, n = d->n, k = d->k;
-    int stacked = d->batch == 1 || (d->bb == 1 && d->ba == d->batch && !d->ta);
+    int64_t m = d->m, n = d->n, k = d->k, ld[3], st[3];
+    int laid = rci_matmul_layout(d, ld, st);
+    int stacked = !laid && (d->batch == 1 || (d->bb == 1 && d->ba == d->batch && !d->ta));
     gemm q;
     q.op_first = d->tb ? CUBLAS_OP_T : CUBLAS_OP_N;   /* B^T's op */
     q.op_second = d->ta ? CUBLAS_OP_T : CUBLAS_OP_N;  /* A^T's op */
@@ -81,12 +83,12 @@ static int cu_product(rci_gpu *g, const rci_matmul_dims *d, rc_dtype in_t, rc_dt
     q.first = rci_cu_ptr(in[1].mem) + (CUdeviceptr)in[1].off * es;
     q.second = rci_cu_ptr(in[0].mem) + (CUdeviceptr)in[0].off * es;
     q.out = rci_cu_ptr(out->mem) + (CUdeviceptr)out->off * eo;
-    q.ld_first = d->tb ? k : n;
-    q.ld_second = d->ta ? m : k;
-    q.ld_out = n;
-    q.stride_first = stacked || d->bb == 1 ? 0 : k * n;
-    q.stride_second = stacked || d->ba == 1 ? 0 : m * k;
-    q.stride_out = stacked ? 0 : m * n;
+    q.ld_first = ld[1];
+    q.ld_second = ld[0];
+    q.ld_out = ld[2];
+    q.stride_first = stacked ? 0 : st[1];
+    q.stride_second = stacked ? 0 : st[0];
+    q.stride_out = stacked ? 0 : st[2];
     q.count = stacked ? 1 : d->batch;
     return run_gemm(c, &q, d, in_t, out_t, err);
 }

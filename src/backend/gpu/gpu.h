@@ -59,11 +59,11 @@ typedef enum {
     RCI_K_POOL2D_GRAD,
     RCI_K_NORMAL,
     RCI_K_ATTENTION_ROWS,    /* attention between its matrix products: softmax rows, */
-    RCI_K_ATTENTION_DELTA,   /* the stats' delta, */
     RCI_K_ATTENTION_ROWS_GRAD, /* dS and z p, */
     RCI_K_ATTENTION_DBIAS,   /* the bias's gradient, */
     RCI_K_ATTENTION_FOLD,    /* the parts of the split products' dK, dV summed */
     RCI_K_REDUCE_ROWS,       /* a reduction of contiguous rows, a work-group a row */
+    RCI_K_NORM_GRAD,         /* the norms' gradients, a work-group a row */
     RCI_K_COUNT
 } rci_gpu_kernel;
 

@@ -511,6 +511,38 @@ __kernel void k_rms_norm(__global store_t *out, long oo, __global const store_t 
         st(o, j, has_w ? ld(xr, j) * rs * (ld(w, wo + j) + offset) : ld(xr, j) * rs);
 }
 
+/* NORM_GRAD (redco.h) over rows of c, row r work-group r: the row's mean (layer norm; 0
+ * for RMS) and 1/sigma as the forward takes them, then with which 1 G xhat into of (f32),
+ * else g = G (w + offset) (G without w) summed with and without xhat and
+ * dx = rstd (g - xhat mean(g xhat) - mean(g)) into o (mean(g) for layer norm alone) */
+__kernel void k_norm_grad(__global store_t *o, __global float *of, long oo, __global const store_t *x, long xo,
+                          __global const store_t *w, long wo, int has_w, __global const store_t *gd, long go,
+                          long c, acc_t eps, float offset, int layer, int which)
+{
+    __local acc_t red[ROW_GROUP + ROW_PARTS];
+    long r = (long)get_group_id(0), li = (long)get_local_id(0);
+    __global const store_t *xr = x + xo + r * c, *gr = gd + go + r * c;
+    acc_t s = 0;
+    for (long j = li; layer && j < c; j += ROW_GROUP)
+        s += ld(xr, j);
+    acc_t mean = group_reduce(red, s, 1) / (acc_t)c;
+    acc_t var = group_sum_sq(red, xr, c, mean) / (acc_t)c;
+    float mu = (float)mean, rstd = (float)(1 / sqrt(var + eps));
+    acc_t sg = 0, sgx = 0;
+    for (long j = li; j < c; j += ROW_GROUP) {
+        float xh = (ld(xr, j) - mu) * rstd, gj = has_w ? ld(gr, j) * (ld(w, wo + j) + offset) : ld(gr, j);
+        if (which)
+            of[oo + r * c + j] = ld(gr, j) * xh;
+        sg += gj;
+        sgx += gj * xh;
+    }
+    float a = (float)(group_reduce(red, sgx, 1) / (acc_t)c), b = (float)(group_reduce(red, sg, 1) / (acc_t)c);
+    for (long j = li; !which && j < c; j += ROW_GROUP) {
+        float xh = (ld(xr, j) - mu) * rstd, gj = has_w ? ld(gr, j) * (ld(w, wo + j) + offset) : ld(gr, j);
+        st(o, oo + r * c + j, rstd * (gj - xh * a - (layer ? b : 0)));
+    }
+}
+
 /* ---- ids: embedding, one-hot, cross-entropy ------------------------------------------------ */
 
 /* fault[0] = the least position i whose id is outside [0, n) and not `ignore` (when
@@ -975,7 +1007,8 @@ __kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_
 /* ---- attention from matrix products (ops_attention.c) -------------------------------------
  * The device's attention is the GPU's matrix products over chunks of (batch, kv head) pairs,
  * scores in f32 scratch a chunk at a time (ops_attention.c): S = Q K^T, k_attention_rows,
- * O = P V; the stats add k_attention_delta; the gradients recompute S, take dP = dO V^T, and
+ * O = P V; the stats take S and dP = dO V^T into each row's log-sum-exp and
+ * delta = sum_j z_j p_j dP_j (the unrounded output's dO . o); the gradients recompute S and dP, and
  * k_attention_rows_grad turns both into dS and z P for dQ = dS K, dK = dS^T Q, dV = (z P)^T dO.
  * A pair's G = H / KV query heads' rows are consecutive in q (R = G Tq of them), so row c of
  * a chunk that starts at pair pair0 is q's row pair0 R + c. The row kernels run one
@@ -1092,42 +1125,56 @@ static att_row att_chunk_row(const att_dims *a, long pair0, long c, long bo, lon
 }
 
 /* The split products' float operands as ATT_SPLITS 16-bit parts (the host's count): v
- * rounded to the storage into p[i], what that left rounded into p[i + n], what both left
- * into p[i + 2 n]. Three bf16 parts hold float's 24 bits (bf16 keeps float's exponents, so
+ * rounded to the storage into p[i], what that left rounded into p[i + 1], what both left
+ * into p[i + 2] (a key's parts side by side, so the first keys' parts are the first
+ * columns: a block's product takes them alone). Three bf16 parts hold float's 24 bits (bf16 keeps float's exponents, so
  * no part underflows where v does not), so the products are float's to their sums. */
 enum { ATT_SPLITS = 3 };
 
-static void st_split(__global store_t *p, long i, long n, float v)
+static void st_split(__global store_t *p, long i, float v)
 {
     for (int k = 0; k < ATT_SPLITS; k++) {
-        st(p, i + k * n, v);
-        v -= ld(p, i + k * n);
+        st(p, i + k, v);
+        v -= ld(p, i + k);
     }
 }
 
-/* The chunk's scores s [rows, Tk] (float, from so) into dropped probabilities z_j p_j, 0
- * past the row's visible keys and for a row that sees no key: in place, or with split, as
- * 16-bit parts into p2 [rows, ATT_SPLITS Tk] (from p2o; st_split: part k in the row's k-th
- * Tk). With want_stats, the row's log-sum-exp into stats[row 2] (-INFINITY when it sees no
- * key). One work-group per row; a work-item holds ATT_ROW_PER of a block's keys in
- * registers (keys li + t ls of the block), the row's max and sum go block by block (a sum
- * so far rescaled to a larger max, as an online softmax does), and a row of one block, the
- * usual one, is read once. */
+/* The keys a row at query position i has scores for when its chunk's products go by blocks
+ * of qblk query rows (ops_attention.c: causal, Tq = Tk): those of its block's last row; all
+ * Tk without blocks (qblk 0) */
+static long att_extent(const att_dims *a, long i, long qblk)
+{
+    if (!qblk)
+        return a->Tk;
+    long e = (idx_div(i, qblk) + 1) * qblk;
+    return e < a->Tk ? e : a->Tk;
+}
+
+/* The chunk's scores s [rows, Tk] (float, from so; keys up to the row's att_extent) into
+ * dropped probabilities z_j p_j, 0 past the row's visible keys and for a row that sees no
+ * key: in place, or with split, as 16-bit parts into p2 [rows, Tk, ATT_SPLITS] (from p2o;
+ * st_split). With want_stats instead, the row's log-sum-exp into stats[row 2] (-INFINITY
+ * when it sees no key) and delta = sum_j z_j p_j dP_j into stats[row 2 + 1], dP the chunk's
+ * dO . v_j in dp [rows, Tk] (from dpo), nothing stored. One work-group per row; a
+ * work-item holds ATT_ROW_PER of a block's keys in registers (keys li + t ls of the
+ * block), the row's max and sum go block by block (a sum so far rescaled to a larger max,
+ * as an online softmax does), and a row of one block, the usual one, is read once. */
 enum { ATT_ROW_PER = 8 };   /* keys a work-item holds: a block is ROW_GROUP ATT_ROW_PER keys */
 
-__kernel void k_attention_rows(__global float *s, long so, __global float *stats, long sto, int want_stats,
+__kernel void k_attention_rows(__global float *s, long so, __global const float *dp, long dpo,
+                               __global float *stats, long sto, int want_stats,
                                __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
                                ulong key, ulong thresh, float keep, long pair0, __global store_t *p2, long p2o,
-                               int split)
+                               int split, long qblk)
 {
     __local acc_t red[ROW_GROUP + ROW_PARTS];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     long c = (long)get_group_id(0), li = (long)get_local_id(0), ls = (long)get_local_size(0), row;
     att_row r = att_chunk_row(&a, pair0, c, bo, &row);
-    long vis = att_visible(&a, r.i), blk = ls * ATT_ROW_PER;
+    long vis = att_visible(&a, r.i), blk = ls * ATT_ROW_PER, ext = att_extent(&a, r.i, qblk);
     __global float *x = s + so + c * a.Tk;
     float v[ATT_ROW_PER], m = -INFINITY, l = 0;
-    for (long j0 = 0; j0 < a.Tk; j0 += blk) {
+    for (long j0 = 0; j0 < ext; j0 += blk) {
         float bm = -INFINITY, bl = 0;
         for (int t = 0; t < ATT_ROW_PER; t++) {
             long j = j0 + li + t * ls;
@@ -1143,51 +1190,45 @@ __kernel void k_attention_rows(__global float *s, long so, __global float *stats
         l = (m == -INFINITY ? 0 : l * rci_fexp(m - bm)) + bl;
         m = bm;
     }
-    for (long j0 = 0; j0 < a.Tk; j0 += blk)
-        for (int t = 0; t < ATT_ROW_PER; t++) { /* keys past Tk (sc -INFINITY) store nothing */
+    acc_t delta = 0;
+    for (long j0 = 0; j0 < ext; j0 += blk)
+        for (int t = 0; t < ATT_ROW_PER; t++) { /* keys past ext (sc -INFINITY) store nothing */
             long j = j0 + li + t * ls;
-            float sc = a.Tk <= blk ? v[t] : j < vis ? att_score(&a, &r, bias, x[j], j) : -INFINITY;
+            float sc = ext <= blk ? v[t] : j < vis ? att_score(&a, &r, bias, x[j], j) : -INFINITY;
             float p = l > 0 && sc != -INFINITY ? rci_fexp(sc - m) / l * att_keep(&a, row, j) : 0;
-            if (j < a.Tk && split)
-                st_split(p2, p2o + c * ATT_SPLITS * a.Tk + j, a.Tk, p);
-            else if (j < a.Tk)
+            if (want_stats)
+                delta += p != 0 ? (acc_t)p * dp[dpo + c * a.Tk + j] : 0;
+            else if (j < ext && split)
+                st_split(p2, p2o + (c * a.Tk + j) * ATT_SPLITS, p);
+            else if (j < ext)
                 x[j] = p;
         }
-    if (want_stats && li == 0)
+    if (want_stats) /* the whole work-group's, as its row's */
+        delta = group_reduce(red, delta, 1);
+    if (want_stats && li == 0) {
         stats[sto + row * 2] = l > 0 ? (float)((att_acc)m + log(l)) : -INFINITY;
+        stats[sto + row * 2 + 1] = (float)delta;
+    }
 }
 
-/* delta = dO . o per row into stats[row 2 + 1]: o the chunk's f32 outputs [rows, Dv] from
- * oo, its first row q's row row0 */
-__kernel void k_attention_delta(__global float *stats, long sto, __global const float *o, long oo,
-                                __global const store_t *dout, long doo, long dv, long rows, long row0)
-{
-    long c = get_global_id(0);
-    if (c >= rows)
-        return;
-    att_acc d = 0;
-    for (long e = 0; e < dv; e++)
-        d += o[oo + c * dv + e] * ld(dout, doo + (row0 + c) * dv + e);
-    stats[sto + (row0 + c) * 2 + 1] = (float)d;
-}
-
-/* The chunk's scores s and dP = dO . v_j (float [rows, Tk], from so and dpo) into
- * dS = p (z dP - delta) scale (in s) and z p (in dp), p = exp(score - lse) by the row's
- * stats; 0 past the visible keys and for a row that sees no key. With split, dS and z p go
- * as 16-bit parts into s2 and z2 [rows, ATT_SPLITS Tk] instead (st_split). One work-group per row. */
+/* The chunk's scores s and dP = dO . v_j (float [rows, Tk], from so and dpo; keys up to the
+ * row's att_extent) into dS = p (z dP - delta) scale (in s) and z p (in dp),
+ * p = exp(score - lse) by the row's stats; 0 past the visible keys and for a row that sees
+ * no key. With split, dS and z p go as 16-bit parts into s2 and z2 [rows, Tk, ATT_SPLITS]
+ * instead (st_split). One work-group per row. */
 __kernel void k_attention_rows_grad(__global float *s, long so, __global float *dp, long dpo,
                                     __global const float *stats, long sto, __global const store_t *bias, long bo,
                                     long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep,
                                     long pair0, __global store_t *s2, long s2o, __global store_t *z2, long z2o,
-                                    int split)
+                                    int split, long qblk)
 {
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     long c = (long)get_group_id(0), li = (long)get_local_id(0), ls = (long)get_local_size(0), row;
     att_row r = att_chunk_row(&a, pair0, c, bo, &row);
     float lse = stats[sto + row * 2], delta = stats[sto + row * 2 + 1];
-    long vis = lse == -INFINITY ? 0 : att_visible(&a, r.i);
+    long vis = lse == -INFINITY ? 0 : att_visible(&a, r.i), ext = att_extent(&a, r.i, qblk);
     __global float *x = s + so + c * a.Tk, *y = dp + dpo + c * a.Tk;
-    for (long j = li; j < a.Tk; j += ls) {
+    for (long j = li; j < ext; j += ls) {
         float ds = 0, zp = 0;
         if (j < vis) {
             float p = rci_fexp(att_score(&a, &r, bias, x[j], j) - lse), z = att_keep(&a, row, j);
@@ -1195,8 +1236,8 @@ __kernel void k_attention_rows_grad(__global float *s, long so, __global float *
             ds = p * (y[j] * z - delta) * a.scale;
         }
         if (split) {
-            st_split(s2, s2o + c * ATT_SPLITS * a.Tk + j, a.Tk, ds);
-            st_split(z2, z2o + c * ATT_SPLITS * a.Tk + j, a.Tk, zp);
+            st_split(s2, s2o + (c * a.Tk + j) * ATT_SPLITS, ds);
+            st_split(z2, z2o + (c * a.Tk + j) * ATT_SPLITS, zp);
         } else {
             x[j] = ds;
             y[j] = zp;
@@ -1204,17 +1245,17 @@ __kernel void k_attention_rows_grad(__global float *s, long so, __global float *
     }
 }
 
-/* dK or dV of n pairs from the split product's f32 result x [n, ATT_SPLITS m] (from xo):
- * each pair's parts summed in order and stored into o [n, m] (from oo) */
-__kernel void k_attention_fold(__global store_t *o, long oo, __global const float *x, long xo, long m, long n)
+/* dK or dV [n, Tk, w] (o from oo) from the split product's f32 result x [n, Tk, ATT_SPLITS, w]
+ * (from xo): each key's parts summed in order */
+__kernel void k_attention_fold(__global store_t *o, long oo, __global const float *x, long xo, long w, long n)
 {
     long i = get_global_id(0);
-    if (i >= m * n)
+    if (i >= w * n)
         return;
-    long p = idx_div(i, m), e = i - p * m;
+    long kj = idx_div(i, w), e = i - kj * w; /* kj: the pair's and key's index */
     float v = 0;
     for (int k = 0; k < ATT_SPLITS; k++)
-        v += x[xo + (p * ATT_SPLITS + k) * m + e];
+        v += x[xo + (kj * ATT_SPLITS + k) * w + e];
     st(o, oo + i, v);
 }
 

@@ -143,6 +143,7 @@ int rci_gpu_run_sum_to(rci_gpu *g, const rci_node_run *r, rc_error *err);
 int rci_gpu_run_softmax(rci_gpu *g, const rci_node_run *r, rc_error *err);
 int rci_gpu_run_layer_norm(rci_gpu *g, const rci_node_run *r, rc_error *err);
 int rci_gpu_run_rms_norm(rci_gpu *g, const rci_node_run *r, rc_error *err);
+int rci_gpu_run_norm_grad(rci_gpu *g, const rci_node_run *r, rc_error *err);
 int rci_gpu_run_embedding(rci_gpu *g, const rci_node_run *r, rc_error *err);
 int rci_gpu_run_embedding_grad(rci_gpu *g, const rci_node_run *r, rc_error *err);
 int rci_gpu_run_one_hot(rci_gpu *g, const rci_node_run *r, rc_error *err);
@@ -166,6 +167,11 @@ void rci_gpu_attention_chunk(size_t bytes);
  * no matmul_wide: tests run it on OpenCL so), 0 never, -1 (the default) where the backend
  * has matmul_wide. Process-wide. */
 void rci_gpu_attention_split(int on);
+/* The query rows of a block of a causal attention's products (0: the default, 256): a
+ * node whose Tq = Tk is at least two blocks, with one query head a key/value head, runs its
+ * products a block at a time, each against the keys its rows see; tests set it small.
+ * Process-wide. */
+void rci_gpu_attention_block(int64_t rows);
 
 /* ---- ops_rows.c: the scratch of every node ---- */
 

@@ -6,7 +6,8 @@
  *
  *   forward   S = Q K^T; P = k_attention_rows(S) (scale, bias, causal mask, softmax,
  *             dropout); O = P V
- *   stats     the forward with each row's log-sum-exp, O into scratch, delta = dO . O
+ *   stats     S = Q K^T, dP = dO V^T; k_attention_rows: each row's log-sum-exp and
+ *             delta = sum_j z_j p_j dP_j (dO . O of the unrounded output, as the CPU's)
  *   gradient  S = Q K^T, dP = dO V^T; k_attention_rows_grad: dS = p (z dP - delta) scale and
  *             z p; dQ = dS K, dK = dS^T Q, dV = (z p)^T dO
  *
@@ -23,6 +24,7 @@
 
 enum {
     ATT_CHUNK_BYTES = 128 << 20,    /* scratch a chunk of pairs aims at (one pair at least) */
+    ATT_BLOCK = 256,                /* query rows a block of a causal node's products */
     ATT_SPLITS = 3,                 /* 16-bit parts of a split product's float operand (kernels.cl's) */
     ATT_ALIGN = 64                  /* floats: where each part of the scratch starts */
 };
@@ -34,13 +36,20 @@ enum {
 enum { ATT_F32, ATT_WIDEN, ATT_SPLIT, ATT_SPLIT_WIDENED };
 
 /* A node's attention sizes: q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv]; R = G Tq
- * rows of q per (batch, kv head) pair; mode: how the products run */
+ * rows of q per (batch, kv head) pair; mode: how the products run; qblk: the query rows of
+ * a block of its products (0: none, one block of all rows and keys) */
 typedef struct {
-    int64_t B, H, KV, Tq, Tk, D, Dv, R, pairs;
+    int64_t B, H, KV, Tq, Tk, D, Dv, R, pairs, qblk;
     int mode, which;
 } att_shape;
 
 static int att_split_force = -1;
+static int64_t att_block_rows = ATT_BLOCK;
+
+void rci_gpu_attention_block(int64_t rows)
+{
+    att_block_rows = rows > 0 ? rows : ATT_BLOCK;
+}
 
 void rci_gpu_attention_split(int on)
 {
@@ -75,11 +84,35 @@ static att_shape att_shape_of(const rci_gpu *g, const rc_tensor *node)
     s.pairs = s.B * s.KV;
     s.mode = att_mode(g, node);
     s.which = node->op == RC_OP_ATTENTION_GRAD ? node->iparam[1] : 0;
+    /* causal blocks: block b's rows see keys before its end alone, so its products take
+     * those (about half the work at many blocks); one query head a pair (dK and dV then
+     * sum no heads across blocks) and Tq = Tk (training) */
+    int blocks = node->iparam[0] != 0 && s.Tq == s.Tk && s.H == s.KV && s.D > 0 && s.Dv > 0 &&
+                 s.Tq >= 2 * att_block_rows;
+    s.qblk = blocks ? att_block_rows : 0;
     return s;
 }
 
+/* query block b of a node's products: its rows [*i0, *i0 + *ni) of the pair's R, whose
+ * scores the products take for keys [0, *ni + *i0) (all Tk without blocks); and the count */
+static int64_t att_blocks(const att_shape *s)
+{
+    return s->qblk ? (s->Tq + s->qblk - 1) / s->qblk : 1;
+}
+
+static void att_block(const att_shape *s, int64_t b, int64_t *i0, int64_t *ni, int64_t *kend)
+{
+    if (!s->qblk) {
+        *i0 = 0, *ni = s->R, *kend = s->Tk;
+        return;
+    }
+    *i0 = b * s->qblk;
+    *ni = s->Tq - *i0 < s->qblk ? s->Tq - *i0 : s->qblk;
+    *kend = *i0 + *ni;
+}
+
 /* One pair's scratch, in floats, by part: scores, dP; the split parts of P or dS and of
- * z p (16-bit [R, ATT_SPLITS Tk]); the output's f32 rows; the f32 copies of q, k, v, dO
+ * z p (16-bit [R, Tk, ATT_SPLITS]); the output's f32 rows; the f32 copies of q, k, v, dO
  * (ATT_WIDEN); k and v stacked ATT_SPLITS times (16-bit); the f32 gradients dq and dk, dv
  * ([ATT_SPLITS Tk, .] when split); the widened operands of a split product on a backend
  * without matmul_wide (0 for a part the op has not) */
@@ -102,21 +135,21 @@ static int64_t att_halves(int64_t n)
 
 static void att_parts(const att_shape *s, rc_op op, int64_t *n)
 {
-    int grad = op == RC_OP_ATTENTION_GRAD, widen = s->mode == ATT_WIDEN;
+    int grad = op == RC_OP_ATTENTION_GRAD, fwd = op == RC_OP_ATTENTION, widen = s->mode == ATT_WIDEN;
     int split = s->mode == ATT_SPLIT || s->mode == ATT_SPLIT_WIDENED, half = s->mode != ATT_F32;
     int64_t R = s->R, Tk = s->Tk, D = s->D, Dv = s->Dv, S3 = ATT_SPLITS * Tk;
-    memset(n, 0, PARTS * sizeof *n);
+    memset(n, 0, PARTS * sizeof *n); /* the stats: S, dP (and q, k, v, dO widened) */
     n[PART_S] = R * Tk;
-    n[PART_DP] = grad ? R * Tk : 0;
-    n[PART_P2] = split ? att_halves(R * S3) : 0;
+    n[PART_DP] = !fwd ? R * Tk : 0;
+    n[PART_P2] = split && !(op == RC_OP_ATTENTION_STATS) ? att_halves(R * S3) : 0;
     n[PART_Z2] = split && grad ? att_halves(R * S3) : 0;
-    n[PART_O] = !grad && (op == RC_OP_ATTENTION_STATS || half) ? R * Dv : 0;
+    n[PART_O] = fwd && half ? R * Dv : 0;
     n[PART_Q] = widen ? R * D : 0;
     n[PART_K] = widen ? Tk * D : 0;
     n[PART_V] = widen ? Tk * Dv : 0;
-    n[PART_DO] = widen && grad ? R * Dv : 0;
+    n[PART_DO] = widen && !fwd ? R * Dv : 0;
     n[PART_K2] = split && grad ? att_halves(S3 * D) : 0;
-    n[PART_V2] = split && !grad ? att_halves(S3 * Dv) : 0;
+    n[PART_V2] = split && fwd ? att_halves(S3 * Dv) : 0;
     n[PART_DQ] = half && grad ? R * D : 0;
     n[PART_DK] = half && grad ? (split ? S3 : Tk) * D : 0;
     n[PART_DV] = half && grad ? (split ? S3 : Tk) * Dv : 0;
@@ -260,101 +293,147 @@ static int att_store(att_run *a, rci_gpu_place y, int part, int64_t per, int64_t
     return a->s.mode == ATT_F32 ? 0 : att_cast(a->g, at, a->store, att_part(a, part), RC_F32, np * per, err);
 }
 
+/* A matrix of the chunk's products: where pair p0's starts, its row stride and the stride
+ * from pair to pair, in elements */
+typedef struct {
+    rci_gpu_place at;
+    int64_t ld, stride;
+} att_mat;
+
+static att_mat att_mat_of(rci_gpu_place at, int64_t off, int64_t ld, int64_t stride)
+{
+    att_mat x = {{at.mem, at.off + off}, ld, stride};
+    return x;
+}
+
+/* the elements np matrices of rows x cols take, from the first's start */
+static int64_t att_span(const att_mat *x, int64_t np, int64_t rows, int64_t cols)
+{
+    return (np - 1) * x->stride + (rows - 1) * x->ld + cols;
+}
+
 /* c [np, m, n] = op(a) [m, k] op(b) [k, n] per pair (a stored [k, m] when ta, b [n, k]
  * when tb), summed in f32: f32 operands, or split's 16-bit ones (matmul_wide, or widened
- * into PART_WA and PART_WB for the f32 product); zeros when k is 0 */
-static int att_gemm(att_run *a, int64_t np, int ta, int tb, int64_t m, int64_t n, int64_t k, rci_gpu_place x,
-                    rci_gpu_place y, rci_gpu_place c, rc_error *err)
+ * into PART_WA and PART_WB, their layout kept, for the f32 product); zeros when k is 0
+ * (c then contiguous: no blocks) */
+static int att_gemm(att_run *a, int64_t np, int ta, int tb, int64_t m, int64_t n, int64_t k, att_mat x, att_mat y,
+                    att_mat c, rc_error *err)
 {
     if (m == 0 || n == 0)
         return 0;
     if (k == 0) {
         float zero = 0;
-        return a->g->ops->fill(a->g, c.mem, (size_t)c.off * sizeof(float), &zero, sizeof zero,
+        return a->g->ops->fill(a->g, c.at.mem, (size_t)c.at.off * sizeof(float), &zero, sizeof zero,
                                (size_t)(np * m * n) * sizeof(float), err);
     }
-    rci_matmul_dims d = {ta, tb, m, n, k, k, np, np, np};
-    rci_gpu_place in[2] = {x, y};
+    rci_matmul_dims d = {ta, tb, m, n, k, k, np, np, np, x.ld, y.ld, c.ld, x.stride, y.stride, c.stride};
+    rci_gpu_place in[2] = {x.at, y.at};
     if (a->s.mode == ATT_SPLIT)
-        return a->g->ops->matmul_wide(a->g, &d, a->store, &c, in, err);
+        return a->g->ops->matmul_wide(a->g, &d, a->store, &c.at, in, err);
     if (a->s.mode == ATT_SPLIT_WIDENED) {
         in[0] = att_part(a, PART_WA);
         in[1] = att_part(a, PART_WB);
-        if (att_cast(a->g, in[0], RC_F32, x, a->store, np * m * k, err) ||
-            att_cast(a->g, in[1], RC_F32, y, a->store, np * k * n, err))
+        if (att_cast(a->g, in[0], RC_F32, x.at, a->store, att_span(&x, np, ta ? k : m, ta ? m : k), err) ||
+            att_cast(a->g, in[1], RC_F32, y.at, a->store, att_span(&y, np, tb ? n : k, tb ? k : n), err))
             return -1;
     }
-    return a->g->ops->matmul(a->g, a->node, &d, RC_F32, &c, in, err);
+    return a->g->ops->matmul(a->g, a->node, &d, RC_F32, &c.at, in, err);
 }
 
-/* each of np pairs' m 16-bit values from x ATT_SPLITS times into part (the movement ops'
- * box copy, the parts' axis read with stride 0) */
-static int att_stack(att_run *a, rci_gpu_place x, int part, int64_t m, int64_t np, rci_gpu_place *y, rc_error *err)
+/* each of np pairs' n rows of w 16-bit values from x ATT_SPLITS times into part, a row's
+ * copies side by side ([np, n, ATT_SPLITS, w]: the movement ops' box copy, the copies' axis
+ * read with stride 0) */
+static int att_stack(att_run *a, rci_gpu_place x, int part, int64_t n, int64_t w, int64_t np, rci_gpu_place *y,
+                     rc_error *err)
 {
-    int64_t shape[3] = {np, ATT_SPLITS, m}, ds[3] = {ATT_SPLITS * m, m, 1}, ss[3] = {m, 0, 1};
+    int64_t shape[4] = {np, n, ATT_SPLITS, w}, ds[4] = {n * ATT_SPLITS * w, ATT_SPLITS * w, w, 1};
+    int64_t ss[4] = {n * w, w, 0, 1};
     *y = att_part16(a, part);
-    return rci_gpu_copy_box(a->g, a->store, y->mem, y->off, ds, x.mem, x.off, ss, 3, shape,
+    return rci_gpu_copy_box(a->g, a->store, y->mem, y->off, ds, x.mem, x.off, ss, 4, shape,
                             "attention (stacked operand)", err);
 }
 
-/* the parts of np pairs' f32 [ATT_SPLITS m] results in part summed into output y from pair
- * p0 (k_attention_fold) */
-static int att_fold(att_run *a, rci_gpu_place y, int part, int64_t m, int64_t p0, int64_t np, rc_error *err)
+/* the parts of np pairs' f32 [Tk, ATT_SPLITS, w] results in part summed into output y
+ * [np, Tk, w] from pair p0 (k_attention_fold) */
+static int att_fold(att_run *a, rci_gpu_place y, int part, int64_t w, int64_t p0, int64_t np, rc_error *err)
 {
     rci_gpu_place x = att_part(a, part);
-    int64_t yo = y.off + p0 * m;
-    rci_gpu_arg args[] = {ARG(y.mem), ARG(yo), ARG(x.mem), ARG(x.off), ARG(m), ARG(np)};
-    return rci_gpu_launch_node(a->g, a->node, RCI_K_ATTENTION_FOLD, args, 6, (size_t)(m * np),
+    int64_t yo = y.off + p0 * a->s.Tk * w, keys = np * a->s.Tk;
+    rci_gpu_arg args[] = {ARG(y.mem), ARG(yo), ARG(x.mem), ARG(x.off), ARG(w), ARG(keys)};
+    return rci_gpu_launch_node(a->g, a->node, RCI_K_ATTENTION_FOLD, args, 6, (size_t)(w * keys),
                                "attention_grad (folded parts)", err);
 }
 
-/* k_attention_rows over the chunk's np R rows from pair p0 (stats: the node's output) */
+/* k_attention_rows over the chunk's np R rows from pair p0: P (in S, or split into P2), and
+ * for the stats each row's log-sum-exp into the node's output */
 static int att_rows(att_run *a, int64_t p0, int64_t np, int want_stats, rc_error *err)
 {
-    rci_gpu_place s = att_part(a, PART_S), p2 = att_part16(a, PART_P2);
+    rci_gpu_place s = att_part(a, PART_S), dp = att_part(a, PART_DP), p2 = att_part16(a, PART_P2);
     int32_t ws = want_stats, split = att_is_split(a);
-    rci_gpu_arg args[] = {ARG(s.mem),      ARG(s.off),       ARG(a->out.mem),    ARG(a->out.off), ARG(ws),
-                          ARG(a->bias.mem), ARG(a->bias.off), ARG(a->dims),      ARG(a->bst),     ARG(a->scale),
-                          ARG(a->drop.key), ARG(a->drop.thresh), ARG(a->drop.keep), ARG(p0),       ARG(p2.mem),
-                          ARG(p2.off),     ARG(split)};
-    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS, args, 17, (size_t)(np * a->s.R), RCI_GPU_ROW_GROUP,
-                                 "attention (softmax rows)", err);
+    rci_gpu_arg args[] = {ARG(s.mem),         ARG(s.off),          ARG(dp.mem),        ARG(dp.off),     ARG(a->out.mem),
+                          ARG(a->out.off),    ARG(ws),             ARG(a->bias.mem),   ARG(a->bias.off), ARG(a->dims),
+                          ARG(a->bst),        ARG(a->scale),       ARG(a->drop.key),   ARG(a->drop.thresh),
+                          ARG(a->drop.keep),  ARG(p0),             ARG(p2.mem),        ARG(p2.off),     ARG(split),
+                          ARG(a->s.qblk)};
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS, args, 20, (size_t)(np * a->s.R),
+                                 RCI_GPU_ROW_GROUP, want_stats ? "attention_stats (rows)" : "attention (softmax rows)", err);
 }
 
-/* O = P V for the chunk into o: f32 P in S against v, or P's parts against v stacked */
-static int att_pv(att_run *a, int64_t np, rci_gpu_place v, rci_gpu_place o, rc_error *err)
+/* A query block's scores [ni, kend] per pair into PART_S (or with dO and v, dP into
+ * PART_DP): x [np, R, w] from row i0, y [np, Tk, w] */
+static int att_scores(att_run *a, int64_t np, int64_t i0, int64_t ni, int64_t kend, rci_gpu_place x,
+                      rci_gpu_place y, int64_t w, int part, rc_error *err)
 {
     const att_shape *s = &a->s;
-    if (!att_is_split(a))
-        return att_gemm(a, np, 0, 0, s->R, s->Dv, s->Tk, att_part(a, PART_S), v, o, err);
-    rci_gpu_place v2;
-    return att_stack(a, v, PART_V2, s->Tk * s->Dv, np, &v2, err) ||
-           att_gemm(a, np, 0, 0, s->R, s->Dv, ATT_SPLITS * s->Tk, att_part16(a, PART_P2), v2, o, err);
+    return att_gemm(a, np, 0, 1, ni, kend, w, att_mat_of(x, i0 * w, w, s->R * w), att_mat_of(y, 0, w, s->Tk * w),
+                    att_mat_of(att_part(a, part), i0 * s->Tk, s->Tk, s->R * s->Tk), err);
 }
 
-/* Forward and stats, a chunk: S = Q K^T, the rows, O = P V (into the output, or for the
- * stats into scratch, then delta = dO . O) */
+/* P (f32 in S, or its parts in P2, against y with each row stacked into ypart) times
+ * y [np, Tk, w] into c [np, R, w], block by block, each block's rows against the keys
+ * [0, kend) they see: O = P V, or dQ = dS K */
+static int att_rows_times(att_run *a, int64_t np, rci_gpu_place y, int ypart, int64_t w, rci_gpu_place c,
+                          rc_error *err)
+{
+    const att_shape *s = &a->s;
+    int split = att_is_split(a), parts = split ? ATT_SPLITS : 1;
+    int64_t ld = parts * s->Tk;
+    rci_gpu_place x = split ? att_part16(a, PART_P2) : att_part(a, PART_S);
+    if (split && att_stack(a, y, ypart, s->Tk, w, np, &y, err))
+        return -1;
+    for (int64_t b = 0, i0, ni, kend; b < att_blocks(s); b++) {
+        att_block(s, b, &i0, &ni, &kend);
+        if (att_gemm(a, np, 0, 0, ni, w, parts * kend, att_mat_of(x, i0 * ld, ld, s->R * ld),
+                     att_mat_of(y, 0, w, parts * s->Tk * w), att_mat_of(c, i0 * w, w, s->R * w), err))
+            return -1;
+    }
+    return 0;
+}
+
+/* Forward and stats, a chunk: S = Q K^T (for the stats, dP = dO V^T too), the rows, then
+ * for the forward O = P V into the output */
 static int att_forward_chunk(att_run *a, int64_t p0, int64_t np, rc_error *err)
 {
     const att_shape *s = &a->s;
     int stats = a->node->op == RC_OP_ATTENTION_STATS;
-    rci_gpu_place q, k, v;
+    rci_gpu_place q, k, v, dout = a->dout;
     if (att_operand(a, a->in[0], PART_Q, s->R * s->D, p0, np, &q, err) ||
         att_operand(a, a->in[1], PART_K, s->Tk * s->D, p0, np, &k, err) ||
         att_operand(a, a->in[2], PART_V, s->Tk * s->Dv, p0, np, &v, err) ||
-        att_gemm(a, np, 0, 1, s->R, s->Tk, s->D, q, k, att_part(a, PART_S), err) ||
-        att_rows(a, p0, np, stats, err))
+        (stats && att_operand(a, a->dout, PART_DO, s->R * s->Dv, p0, np, &dout, err)))
         return -1;
-    rci_gpu_place o = stats ? att_part(a, PART_O) : att_result(a, a->out, PART_O, s->R * s->Dv, p0);
-    if (att_pv(a, np, v, o, err))
+    for (int64_t b = 0, i0, ni, kend; b < att_blocks(s); b++) {
+        att_block(s, b, &i0, &ni, &kend);
+        if (att_scores(a, np, i0, ni, kend, q, k, s->D, PART_S, err) ||
+            (stats && att_scores(a, np, i0, ni, kend, dout, v, s->Dv, PART_DP, err)))
+            return -1;
+    }
+    if (att_rows(a, p0, np, stats, err))
         return -1;
-    if (!stats)
-        return att_store(a, a->out, PART_O, s->R * s->Dv, p0, np, err);
-    int64_t rows = np * s->R, row0 = p0 * s->R, dv = s->Dv;
-    rci_gpu_arg args[] = {ARG(a->out.mem), ARG(a->out.off), ARG(o.mem), ARG(o.off), ARG(a->dout.mem),
-                          ARG(a->dout.off), ARG(dv), ARG(rows), ARG(row0)};
-    return rci_gpu_launch_node(a->g, a->node, RCI_K_ATTENTION_DELTA, args, 9, (size_t)rows, "attention_stats (delta)",
-                               err);
+    if (stats)
+        return 0;
+    rci_gpu_place o = att_result(a, a->out, PART_O, s->R * s->Dv, p0); /* O = P V */
+    return att_rows_times(a, np, v, PART_V2, s->Dv, o, err) || att_store(a, a->out, PART_O, s->R * s->Dv, p0, np, err);
 }
 
 /* The gradients' places in the output: dq, dk, dv (packed: one after the other) */
@@ -377,36 +456,39 @@ static int att_rows_grad(att_run *a, int64_t p0, int64_t np, rc_error *err)
     rci_gpu_arg args[] = {ARG(ds.mem), ARG(ds.off), ARG(zp.mem), ARG(zp.off), ARG(a->stats.mem), ARG(a->stats.off),
                           ARG(a->bias.mem), ARG(a->bias.off), ARG(a->dims), ARG(a->bst), ARG(a->scale),
                           ARG(a->drop.key), ARG(a->drop.thresh), ARG(a->drop.keep), ARG(p0), ARG(s2.mem),
-                          ARG(s2.off), ARG(z2.mem), ARG(z2.off), ARG(split)};
-    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS_GRAD, args, 20, (size_t)(np * a->s.R),
+                          ARG(s2.off), ARG(z2.mem), ARG(z2.off), ARG(split), ARG(a->s.qblk)};
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS_GRAD, args, 21, (size_t)(np * a->s.R),
                                  RCI_GPU_ROW_GROUP, "attention_grad (rows)", err);
 }
 
-/* dK = dS^T Q or dV = (z p)^T dO (x: dS or z p, y: Q or dO, width w) into out from pair p0:
- * one product, or for split, the product of all parts' rows and their fold */
+/* dK = dS^T Q or dV = (z p)^T dO (x: dS or z p, y: Q or dO, width w) into out from pair p0,
+ * key block by key block: keys [j0, j0 + nj) take the rows from j0 on (the rows before see
+ * none of them), and without blocks all keys all R rows; split: the product of the parts'
+ * rows, then their fold */
 static int att_grad_kv(att_run *a, int64_t p0, int64_t np, int part, int xpart, rci_gpu_place y, int64_t w,
                        rci_gpu_place out, rc_error *err)
 {
     const att_shape *s = &a->s;
-    int64_t n = s->Tk * w;
-    if (!att_is_split(a))
-        return att_gemm(a, np, 1, 0, s->Tk, w, s->R, att_part(a, xpart), y, att_result(a, out, part, n, p0), err) ||
-               att_store(a, out, part, n, p0, np, err);
-    return att_gemm(a, np, 1, 0, ATT_SPLITS * s->Tk, w, s->R, att_part16(a, xpart), y, att_part(a, part), err) ||
-           att_fold(a, out, part, n, p0, np, err);
+    int split = att_is_split(a), parts = split ? ATT_SPLITS : 1;
+    int64_t n = s->Tk * w, ldx = parts * s->Tk;
+    rci_gpu_place c = split ? att_part(a, part) : att_result(a, out, part, n, p0);
+    rci_gpu_place x = split ? att_part16(a, xpart) : att_part(a, xpart);
+    for (int64_t b = 0, j0, nj, kend; b < att_blocks(s); b++) {
+        att_block(s, b, &j0, &nj, &kend);
+        if (!s->qblk)
+            nj = s->Tk;
+        if (att_gemm(a, np, 1, 0, parts * nj, w, s->R - j0, att_mat_of(x, j0 * ldx + parts * j0, ldx, s->R * ldx),
+                     att_mat_of(y, j0 * w, w, s->R * w), att_mat_of(c, parts * j0 * w, w, parts * n), err))
+            return -1;
+    }
+    return split ? att_fold(a, out, part, w, p0, np, err) : att_store(a, out, part, n, p0, np, err);
 }
 
-/* dQ = dS K into dq from pair p0: f32 dS against k, or dS's parts against k stacked */
+/* dQ = dS K into dq from pair p0 */
 static int att_grad_q(att_run *a, int64_t p0, int64_t np, rci_gpu_place k, rci_gpu_place dq, rc_error *err)
 {
-    const att_shape *s = &a->s;
-    int64_t nq = s->R * s->D;
-    rci_gpu_place k2, out = att_result(a, dq, PART_DQ, nq, p0);
-    if (!att_is_split(a))
-        return att_gemm(a, np, 0, 0, s->R, s->D, s->Tk, att_part(a, PART_S), k, out, err) ||
-               att_store(a, dq, PART_DQ, nq, p0, np, err);
-    return att_stack(a, k, PART_K2, s->Tk * s->D, np, &k2, err) ||
-           att_gemm(a, np, 0, 0, s->R, s->D, ATT_SPLITS * s->Tk, att_part16(a, PART_P2), k2, out, err) ||
+    int64_t nq = a->s.R * a->s.D;
+    return att_rows_times(a, np, k, PART_K2, a->s.D, att_result(a, dq, PART_DQ, nq, p0), err) ||
            att_store(a, dq, PART_DQ, nq, p0, np, err);
 }
 
@@ -422,10 +504,15 @@ static int att_grad_chunk(att_run *a, int64_t p0, int64_t np, rc_error *err)
     if (att_operand(a, a->in[0], PART_Q, s->R * s->D, p0, np, &q, err) ||
         att_operand(a, a->in[1], PART_K, s->Tk * s->D, p0, np, &k, err) ||
         att_operand(a, a->in[2], PART_V, s->Tk * s->Dv, p0, np, &v, err) ||
-        att_operand(a, a->dout, PART_DO, s->R * s->Dv, p0, np, &dout, err) ||
-        att_gemm(a, np, 0, 1, s->R, s->Tk, s->D, q, k, att_part(a, PART_S), err) ||
-        att_gemm(a, np, 0, 1, s->R, s->Tk, s->Dv, dout, v, att_part(a, PART_DP), err) ||
-        att_rows_grad(a, p0, np, err))
+        att_operand(a, a->dout, PART_DO, s->R * s->Dv, p0, np, &dout, err))
+        return -1;
+    for (int64_t b = 0, i0, ni, kend; b < att_blocks(s); b++) {
+        att_block(s, b, &i0, &ni, &kend);
+        if (att_scores(a, np, i0, ni, kend, q, k, s->D, PART_S, err) ||
+            att_scores(a, np, i0, ni, kend, dout, v, s->Dv, PART_DP, err))
+            return -1;
+    }
+    if (att_rows_grad(a, p0, np, err))
         return -1;
     if (want_q && att_grad_q(a, p0, np, k, dq, err))
         return -1;

@@ -242,6 +242,24 @@ int rci_gpu_run_rms_norm(rci_gpu *g, const rci_node_run *r, rc_error *err)
                                  err);
 }
 
+int rci_gpu_run_norm_grad(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node;
+    rci_gpu_place out = {0}, in[1] = {{0}}, w = {0}, gd = {0};
+    int32_t has_w, layer = node->iparam[0], which = node->iparam[1];
+    int64_t c = rci_gpu_last_dim(node), rows = rc_tensor_numel(node) / c;
+    if (rci_gpu_places(r, 1, &out, in, err) || rci_gpu_optional_place(r, 1, &out, &w, &has_w, err) ||
+        rci_gpu_place_of(&r->in[2], node, node->src[2]->dtype, &gd, err))
+        return -1;
+    acc_arg eps = {node->fparam[0], (float)node->fparam[0]};
+    float offset = (float)node->fparam[1];
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
+                       ARG(w.off), ARG(has_w), ARG(gd.mem), ARG(gd.off), ARG(c), acc_value(g, &eps),
+                       ARG(offset), ARG(layer), ARG(which)};
+    return rci_gpu_launch_groups(g, node, RCI_K_NORM_GRAD, a, 15, (size_t)rows, RCI_GPU_ROW_GROUP, "norm_grad",
+                                 err);
+}
+
 /* ---- ids: embedding, one-hot, cross-entropy, rope ------------------------------------------- */
 
 /* Every one of the count ids at `ids` is in [0, n) or equal to ignore (when has_ignore);

@@ -45,6 +45,7 @@ static int gpu_supports(const rc_backend *be, rc_op op, rc_dtype t)
     case RC_OP_SOFTMAX:
     case RC_OP_LAYER_NORM:
     case RC_OP_RMS_NORM:
+    case RC_OP_NORM_GRAD:
     case RC_OP_EMBEDDING:
     case RC_OP_EMBEDDING_GRAD:
     case RC_OP_ONE_HOT:
@@ -102,6 +103,7 @@ static int gpu_run_node(rc_backend *be, const rci_node_run *r, rc_error *err)
     case RC_OP_SOFTMAX: return rci_gpu_run_softmax(g, r, err);
     case RC_OP_LAYER_NORM: return rci_gpu_run_layer_norm(g, r, err);
     case RC_OP_RMS_NORM: return rci_gpu_run_rms_norm(g, r, err);
+    case RC_OP_NORM_GRAD: return rci_gpu_run_norm_grad(g, r, err);
     case RC_OP_EMBEDDING: return rci_gpu_run_embedding(g, r, err);
     case RC_OP_EMBEDDING_GRAD: return rci_gpu_run_embedding_grad(g, r, err);
     case RC_OP_ONE_HOT: return rci_gpu_run_one_hot(g, r, err);

@@ -62,7 +62,10 @@ size_t rci_ocl_matmul_scratch(const rci_gpu *g, const rci_matmul_dims *d, rc_dty
 static int matmul_half(rci_ocl *o, rc_dtype st, const rci_matmul_dims *d, const rci_gpu_place *out,
                        const rci_gpu_place *in, rc_error *err)
 {
-    int64_t m = d->m, n = d->n, k = d->k;
+    int64_t m = d->m, n = d->n, k = d->k, lds[3], strides[3];
+    if (rci_matmul_layout(d, lds, strides))
+        return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: matmul: 16-bit operands in a strided layout (the "
+                            "attention's products widen theirs first)", o->name);
     matmul_chunks c = matmul_chunks_of(d);
     int stacked = c.stacked;
     int64_t unit = c.unit, units = c.units, per = c.per;
@@ -96,7 +99,8 @@ static int matmul_half(rci_ocl *o, rc_dtype st, const rci_matmul_dims *d, const 
 }
 
 /* src0 a [..., M, K] (stored [..., K, M] when ta), src1 b [..., K, N] (stored [..., N, K]
- * when tb) -> [..., M, N]; either operand may be shared by all batches */
+ * when tb) -> [..., M, N]; either operand may be shared by all batches; in f32, d's layout
+ * (rci_matmul_layout) where it sets one */
 int rci_ocl_matmul(rci_gpu *g, const rc_tensor *node, const rci_matmul_dims *d, rc_dtype store,
                    const rci_gpu_place *out, const rci_gpu_place *in, rc_error *err)
 {
@@ -105,22 +109,22 @@ int rci_ocl_matmul(rci_gpu *g, const rc_tensor *node, const rci_matmul_dims *d, 
     if (store != RC_F32)
         return matmul_half(o, store, d, out, in, err);
     int ta = d->ta, tb = d->tb;
-    int64_t m = d->m, k = d->k, n = d->n, batch = d->batch, ba = d->ba, bb = d->bb;
+    int64_t m = d->m, k = d->k, n = d->n, batch = d->batch, ba = d->ba, bb = d->bb, ld[3], st[3];
+    int laid = rci_matmul_layout(d, ld, st);
     CLBlastTranspose opa = ta ? CLBlastTransposeYes : CLBlastTransposeNo;
     CLBlastTranspose opb = tb ? CLBlastTransposeYes : CLBlastTransposeNo;
-    size_t lda = (size_t)(ta ? m : k), ldb = (size_t)(tb ? k : n);
     CLBlastStatusCode s;
-    if (batch == 1 || (bb == 1 && ba == batch && !ta)) {
+    if (!laid && (batch == 1 || (bb == 1 && ba == batch && !ta))) {
         /* one gemm: the batches of a stacked into its rows */
         s = CLBlastSgemm(CLBlastLayoutRowMajor, opa, opb, (size_t)(batch * m), (size_t)n, (size_t)k,
-                         1.0f, in[0].mem, (size_t)in[0].off, lda, in[1].mem, (size_t)in[1].off, ldb,
-                         0.0f, out->mem, (size_t)out->off, (size_t)n, &o->queue, NULL);
+                         1.0f, in[0].mem, (size_t)in[0].off, (size_t)ld[0], in[1].mem, (size_t)in[1].off,
+                         (size_t)ld[1], 0.0f, out->mem, (size_t)out->off, (size_t)n, &o->queue, NULL);
     } else {
         s = CLBlastSgemmStridedBatched(
             CLBlastLayoutRowMajor, opa, opb, (size_t)m, (size_t)n, (size_t)k, 1.0f, in[0].mem,
-            (size_t)in[0].off, lda, ba == 1 ? 0 : (size_t)(m * k), in[1].mem, (size_t)in[1].off, ldb,
-            bb == 1 ? 0 : (size_t)(k * n), 0.0f, out->mem, (size_t)out->off, (size_t)n,
-            (size_t)(m * n), (size_t)batch, &o->queue, NULL);
+            (size_t)in[0].off, (size_t)ld[0], (size_t)st[0], in[1].mem, (size_t)in[1].off, (size_t)ld[1],
+            (size_t)st[1], 0.0f, out->mem, (size_t)out->off, (size_t)ld[2], (size_t)st[2], (size_t)batch,
+            &o->queue, NULL);
     }
     return s == CLBlastSuccess ? 0 : blast_failed(o, s, err);
 }
