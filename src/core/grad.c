@@ -155,14 +155,15 @@ static int grad_softmax(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 
 /* The norms: x's gradient from one NORM_GRAD node (each row's statistics recomputed in
  * its pass, nothing saved), the weight's the rows' sum of another's G xhat, the bias's
- * the rows' sum of G; in f32 for 16-bit x, rounded once. */
+ * the rows' sum of G (a 16-bit sum_to sums in f32 and rounds once, as a widened one); in
+ * f32 for 16-bit x, rounded once. */
 static int grad_norm(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 {
     gs[0] = rci_norm_grad(g, y, G, 0);
     if (y->src[1])
         gs[1] = narrow(g, to_shape_of(g, rci_norm_grad(g, y, G, 1), y->src[1]), y);
     if (y->op == RC_OP_LAYER_NORM && y->src[2])
-        gs[2] = narrow(g, to_shape_of(g, widen(g, G), y->src[2]), y);
+        gs[2] = to_shape_of(g, G, y->src[2]);
     return 0;
 }
 

@@ -159,8 +159,9 @@ int rci_gpu_run_pool2d(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* a
 int rci_gpu_run_attention(rci_gpu *g, const rci_node_run *r, rc_error *err);   /* and its stats, gradients */
 /* Bytes of scratch an attention node (ATTENTION, _STATS, _GRAD) takes: one chunk's */
 size_t rci_gpu_attention_scratch(const rci_gpu *g, const rc_tensor *node);
-/* The scratch a chunk of (batch, kv head) pairs aims at (0: the default, 128 MiB); tests
- * set it small to run one pair per chunk. Process-wide. */
+/* The scratch a chunk of (batch, kv head) pairs aims at (0: the default, 128 MiB or 1/128
+ * of the device's memory where that is more); tests set it small to run one pair per
+ * chunk. Process-wide. */
 void rci_gpu_attention_chunk(size_t bytes);
 /* bf16 attention's products on 16-bit operands, float operands in three bf16 parts
  * (ops_attention.c's ATT_SPLIT): 1 always (widened into f32 products where the backend has

@@ -23,7 +23,8 @@
 #include <string.h>
 
 enum {
-    ATT_CHUNK_BYTES = 128 << 20,    /* scratch a chunk of pairs aims at (one pair at least) */
+    ATT_CHUNK_BYTES = 128 << 20,    /* scratch a chunk of pairs aims at at least (one pair at least) */
+    ATT_CHUNK_SHARE = 128,          /* or this share of the device's memory, where that is more */
     ATT_BLOCK = 256,                /* query rows a block of a causal node's products */
     ATT_SPLITS = 3,                 /* 16-bit parts of a split product's float operand (kernels.cl's) */
     ATT_ALIGN = 64                  /* floats: where each part of the scratch starts */
@@ -159,11 +160,11 @@ static void att_parts(const att_shape *s, rc_op op, int64_t *n)
     }
 }
 
-static size_t att_chunk_bytes = ATT_CHUNK_BYTES;
+static size_t att_chunk_bytes = 0; /* 0: att_chunk_target's rule */
 
 void rci_gpu_attention_chunk(size_t bytes)
 {
-    att_chunk_bytes = bytes ? bytes : ATT_CHUNK_BYTES;
+    att_chunk_bytes = bytes;
 }
 
 /* the floats of scratch one pair takes, all parts */
@@ -176,11 +177,22 @@ static int64_t att_pair_floats(const att_shape *s, rc_op op)
     return per;
 }
 
-/* pairs per chunk: as many as fit att_chunk_bytes, at least one */
-static int64_t att_chunk_pairs(const att_shape *s, rc_op op)
+/* the scratch a chunk aims at on g: ATT_CHUNK_BYTES, or 1/ATT_CHUNK_SHARE of g's memory
+ * where that is more (an H100's 80 GB: 625 MB, so that a chunk's products are large enough
+ * to fill the device and few enough to launch), or what a test set */
+static size_t att_chunk_target(const rci_gpu *g)
+{
+    size_t share = (size_t)(g->be.total_bytes / ATT_CHUNK_SHARE);
+    if (att_chunk_bytes)
+        return att_chunk_bytes;
+    return share > ATT_CHUNK_BYTES ? share : ATT_CHUNK_BYTES;
+}
+
+/* pairs per chunk: as many as fit att_chunk_target, at least one */
+static int64_t att_chunk_pairs(const rci_gpu *g, const att_shape *s, rc_op op)
 {
     int64_t per = att_pair_floats(s, op);
-    int64_t fit = per ? (int64_t)(att_chunk_bytes / sizeof(float)) / per : s->pairs;
+    int64_t fit = per ? (int64_t)(att_chunk_target(g) / sizeof(float)) / per : s->pairs;
     fit = fit < 1 ? 1 : fit;
     return fit < s->pairs ? fit : s->pairs;
 }
@@ -205,7 +217,7 @@ size_t rci_gpu_attention_scratch(const rci_gpu *g, const rc_tensor *node)
     att_shape s = att_shape_of(g, node);
     if (node->op == RC_OP_ATTENTION_GRAD && s.which == 3)
         return 0;
-    return (size_t)att_layout(&s, node->op, att_chunk_pairs(&s, node->op), NULL) * sizeof(float);
+    return (size_t)att_layout(&s, node->op, att_chunk_pairs(g, &s, node->op), NULL) * sizeof(float);
 }
 
 /* the kernels' dims (B, H, KV, Tq, Tk, D, Dv, causal) and the bias's strides along
@@ -572,7 +584,7 @@ int rci_gpu_run_attention(rci_gpu *g, const rci_node_run *r, rc_error *err)
         return -1;
     if (a.s.which == 3)
         return att_dbias(&a, err);
-    int64_t per = att_chunk_pairs(&a.s, r->node->op);
+    int64_t per = att_chunk_pairs(g, &a.s, r->node->op);
     if (att_scratch(&a, per, err))
         return -1;
     for (int64_t p0 = 0; p0 < a.s.pairs; p0 += per) {
