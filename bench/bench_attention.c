@@ -4,9 +4,10 @@
  * plan's arena (the activations at their peak) and, from one more run with per-kernel
  * timing, the milliseconds of each op that takes more than a tenth of it (`ms_OP`). One JSON
  * line per (T, fused).
- *   bench_attention [--device D] [--dropout P] [--cases B:T:REPS,...]
+ *   bench_attention [--device D] [--dropout P] [--cases B:T:REPS,...] [--dtype f32|bf16|f16]
  *       --dropout: attention dropout with probability P (both graphs draw the same mask);
- *       --cases: the batches, lengths and repetitions instead of 8:256:3,2:1024:3,1:2048:2
+ *       --cases: the batches, lengths and repetitions instead of 8:256:3,2:1024:3,1:2048:2;
+ *       --dtype: q, k, v and the upstream gradient stored so (f32 by default)
  * On a GPU (scripts/gpu_check.sh) the kernels' split with and without dropout says where the
  * fused kernels' time goes. */
 #include "common.h"
@@ -16,6 +17,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const char *NAME = "bench_attention";
 
@@ -51,15 +53,15 @@ static void kernel_split(json_t *o, rc_plan *p)
 }
 
 /* one line: y and the gradients of sum(y * r) with respect to q, k, v */
-static void bench_one(rc_backend *be, int B, int H, int T, int D, int fused, int reps, double drop,
-                      const float *vals)
+static void bench_one(rc_backend *be, int B, int H, int T, int D, int fused, int reps, double drop, rc_dtype t,
+                      const void *vals)
 {
     rc_graph *g = rc_graph_new();
     if (!g)
         bench_fail(NAME, "rc_graph_new", "out of memory");
     int64_t s[4] = {B, H, T, D};
-    rc_tensor *x[4] = {rc_input(g, "q", RC_F32, 4, s), rc_input(g, "k", RC_F32, 4, s), rc_input(g, "v", RC_F32, 4, s),
-                       rc_input(g, "r", RC_F32, 4, s)};
+    rc_tensor *x[4] = {rc_input(g, "q", t, 4, s), rc_input(g, "k", t, 4, s), rc_input(g, "v", t, 4, s),
+                       rc_input(g, "r", t, 4, s)};
     double scale = 1 / sqrt((double)D);
     rc_tensor *y = fused ? rc_attention(g, x[0], x[1], x[2], NULL, scale, 1, drop, KEY)
                          : unfused(g, x[0], x[1], x[2], scale, drop);
@@ -84,6 +86,7 @@ static void bench_one(rc_backend *be, int B, int H, int T, int D, int fused, int
     bench_set_int(o, "T", T);
     bench_set_int(o, "head_dim", D);
     bench_set_num(o, "dropout", drop);
+    bench_set_str(o, "dtype", rc_dtype_name(t));
     bench_set_str(o, "device", rc_backend_name(be));
     bench_set_int(o, "threads", rc_get_threads());
     bench_set_num(o, "fwd_bwd_ms", secs * 1e3);
@@ -117,13 +120,17 @@ static int parse_cases(const char *s, int (*cases)[3], int max)
 int main(int argc, char **argv)
 {
     const char *device = bench_take_flag(&argc, argv, "--device"), *dropout = bench_take_flag(&argc, argv, "--dropout");
-    const char *spec = bench_take_flag(&argc, argv, "--cases");
+    const char *spec = bench_take_flag(&argc, argv, "--cases"), *dtype = bench_take_flag(&argc, argv, "--dtype");
     /* batch chosen so that a whole run takes about half a minute on 2 cores */
     int cases[8][3] = {{8, 256, 3}, {2, 1024, 3}, {1, 2048, 2}}; /* B, T, reps */
     int ncases = spec ? parse_cases(spec, cases, 8) : 3;
     double drop = dropout ? atof(dropout) : 0;
-    if (argc > 1 || !ncases || !(drop >= 0 && drop < 1))
-        bench_fail(NAME, "usage", "bench_attention [--device D] [--dropout P in [0, 1)] [--cases B:T:REPS,...]");
+    rc_dtype t = !dtype || !strcmp(dtype, "f32") ? RC_F32 : !strcmp(dtype, "bf16") ? RC_BF16
+                 : !strcmp(dtype, "f16")            ? RC_F16
+                                                    : RC_I32;
+    if (argc > 1 || !ncases || !(drop >= 0 && drop < 1) || t == RC_I32)
+        bench_fail(NAME, "usage", "bench_attention [--device D] [--dropout P in [0, 1)] [--cases B:T:REPS,...] "
+                                  "[--dtype f32|bf16|f16]");
     rc_error err = {0};
     rc_backend *be = rc_device_open(device ? device : "cpu", 0, &err);
     if (!be)
@@ -135,14 +142,17 @@ int main(int argc, char **argv)
         most = n > most ? n : most;
     }
     float *vals = malloc((size_t)most * sizeof *vals);
-    if (!vals)
+    void *stored = malloc((size_t)most * rc_dtype_size(t));
+    if (!vals || !stored)
         bench_fail(NAME, "malloc", "out of memory");
     rc_rng r = rc_rng_new(7);
     for (int64_t i = 0; i < most; i++)
         vals[i] = (float)(2 * rc_rng_uniform(&r) - 1);
+    rc_convert(stored, t, vals, RC_F32, most);
     for (int c = 0; c < ncases; c++)
         for (int fused = 0; fused < 2; fused++)
-            bench_one(be, cases[c][0], H, cases[c][1], D, fused, cases[c][2], drop, vals);
+            bench_one(be, cases[c][0], H, cases[c][1], D, fused, cases[c][2], drop, t, stored);
     free(vals);
+    free(stored);
     return 0;
 }

@@ -15,8 +15,8 @@
 #               step's profile (redco train --profile)
 #   matmul      bench_gpt2 on the same step: its matmuls against cuBLAS's own rate on the
 #               same shapes (torch.matmul), and the host transfers per step
-#   attention   bench_attention: the fused op's kernels alone with and without attention
-#               dropout; bench_gpt2 --attention-compare: the same step with the fused
+#   attention   bench_attention: the fused op's kernels alone in bf16 beside PyTorch's SDPA,
+#               and in f32 with and without attention dropout; bench_gpt2 --attention-compare: the same step with the fused
 #               attention op against product, softmax, product, at 8 x 1024 and 4 x 2048
 #   decode      greedy decoding of GPT-2 124M at batch 1: bench_generate beside PyTorch
 #   opencl      the op table and the device model tests on NVIDIA's OpenCL, when the driver
@@ -508,9 +508,33 @@ attention_kernels() {
         unfused_matmul_ms "$(jget "$u" bench_attention ms_matmul)" batch "$BATCH" seq "$SEQ"
 }
 
+# the fused attention in bf16 (the step's: causal blocks, tensor-core products) beside
+# PyTorch's SDPA forward and backward on the same shapes, without dropout
+attention_bf16() {
+    local name=bench_attention_bf16 cases="$BATCH:$SEQ:3" f red torch ratio
+    [ $QUICK = 1 ] && cases="$BATCH:$SEQ:1"
+    [ -x "$BUNDLE/bin/bench_attention" ] || return 0
+    run "$name" 90 "${RC_ENV[@]}" "$BUNDLE/bin/bench_attention" --device "$RDEV" --dtype bf16 --cases "$cases" ||
+        { part_failed attention "bench_attention --dtype bf16: exit $?"; tail_log "$name"; return; }
+    run torch_attention_bf16 90 "$PY" "$ROOT/scripts/torch_gpt2_step.py" attention --device "$TDEV" --dtype bf16 \
+        --batch "$BATCH" --seq "$SEQ" --reps 5 || { part_failed attention "torch attention bf16: exit $?"
+        tail_log torch_attention_bf16; }
+    f=$WORK/logs/$name.fused
+    grep '"attention": "fused"' "$WORK/logs/$name.log" >"$f"
+    red=$(jget "$f" bench_attention fwd_bwd_ms)
+    torch=$(jget "$WORK/logs/torch_attention_bf16.log" torch_attention_fwd_bwd fwd_bwd_ms)
+    ratio=$(calc '$1 / $2' "$red" "$torch")
+    figure attention_kernels_bf16 "$RDEV" "$red" "ms" "$torch" ratio "${ratio:-null}" \
+        attention_ms "$(jget "$f" bench_attention ms_attention)" stats_ms "$(jget "$f" bench_attention ms_attention_stats)" \
+        grad_ms "$(jget "$f" bench_attention ms_attention_grad)" \
+        torch_attention "$(jget "$WORK/logs/torch_attention_bf16.log" torch_attention_fwd_bwd attention)" \
+        batch "$BATCH" seq "$SEQ"
+}
+
 part_attention() {
     local log=$WORK/logs/bench_attention_compare.log seqs line T
     sizes
+    attention_bf16
     attention_kernels 0
     attention_kernels 0.1
     seqs="$SEQ:$BATCH,2048:4"

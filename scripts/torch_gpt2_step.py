@@ -17,6 +17,10 @@ the same GPT-2 as redco's presets, timed in plain PyTorch eager on the same devi
       {"a": [...], "b": [...], "ta": 0|1, "tb": 0|1, "count": n}, as `bench_gpt2 --shapes`
       writes them) timed alone with torch.matmul, the times summed over the step's products.
       Without FILE, the products of GPT-2's step as this script's model makes them.
+  torch_gpt2_step.py attention [--device D] [--dtype f32|bf16] [--batch B] [--seq T] [--attention sdpa|math]
+      causal attention alone, forward and backward (the gradients of sum(y r) for q, k, v),
+      at GPT-2's 12 heads of 64 without dropout, as bench_attention times redco's fused op:
+      the median ms of --reps runs after one warm-up.
 
 f32 products are true f32 (TF32 off) unless --tf32, as redco's are. Presets: gpt2 (124M),
 gpt2-mini, tiny-gpt2 (redco's sizes). One JSON line per run on stdout; exits 1 on failure.
@@ -212,9 +216,28 @@ def run_matmul(a, dev):
             "shapes": len(shapes), "source": a.shapes or "this script's GPT-2 step"}
 
 
+def run_attention(a, dev):
+    dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    B, H, T, D = a.batch, 12, a.seq, 64
+    q, k, v = (torch.randn(B, H, T, D, device=dev, dtype=dt, requires_grad=True) for _ in range(3))
+    r = torch.randn(B, H, T, D, device=dev, dtype=dt)
+    blk = Block(H * D, H, a.attention).eval()  # no dropout: p 0 in attend
+    times = []
+    for _ in range(a.reps + 1):  # the first warms up
+        q.grad = k.grad = v.grad = None
+        sync(dev)
+        t0 = time.perf_counter()
+        (blk.attend(q, k, v, True) * r).sum().backward()
+        sync(dev)
+        times.append(time.perf_counter() - t0)
+    sdpa = a.attention == "sdpa" and HAVE_SDPA
+    return {"record": "torch_attention_fwd_bwd", "fwd_bwd_ms": 1e3 * statistics.median(times[1:]), "batch": B,
+            "heads": H, "T": T, "head_dim": D, "attention": "sdpa" if sdpa else "math"}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=["step", "decode", "matmul"])
+    ap.add_argument("mode", choices=["step", "decode", "matmul", "attention"])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="gpt2")
@@ -234,7 +257,7 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = a.tf32
         torch.backends.cudnn.allow_tf32 = a.tf32
     try:
-        r = {"step": run_step, "decode": run_decode, "matmul": run_matmul}[a.mode](a, dev)
+        r = {"step": run_step, "decode": run_decode, "matmul": run_matmul, "attention": run_attention}[a.mode](a, dev)
     except Exception as e:  # one line naming the mode, then exit 1
         print(f"torch_gpt2_step.py {a.mode}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
