@@ -62,20 +62,26 @@ static void accumulate(rc_graph *g, rc_tensor **grad, rc_tensor *t, rc_tensor *g
     grad[t->id] = grad[t->id] ? rc_add(g, grad[t->id], gt) : gt;
 }
 
-/* The gradients of node y's inputs through v, its value written with ops
- * (rci_value_as_ops): rc_backward of sum(v G) over y's inputs, each in its dtype */
-static int grad_through(rc_graph *g, rc_tensor *y, rc_tensor *v, rc_tensor *G, rc_tensor **gs)
+/* The gradients of node y's inputs through its value written with ops (rci_value_as_ops)
+ * from stand-ins of its float inputs (stop_gradient nodes, so that the nested walk takes
+ * y's direct dependence alone: a path from an input to another through the graph, such as
+ * x to the upstream G, is the outer walk's): rc_backward of sum(value G) over the
+ * stand-ins, each gradient in its input's dtype */
+static int grad_through(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 {
-    rc_tensor *wrt[RC_MAX_SRC], *d[RC_MAX_SRC];
+    rc_tensor *in[RC_MAX_SRC], *wrt[RC_MAX_SRC], *d[RC_MAX_SRC];
     int at[RC_MAX_SRC], n = 0;
     for (int k = 0; k < y->nsrc; k++) {
         gs[k] = NULL;
-        if (y->src[k] && rc_dtype_is_float(y->src[k]->dtype)) {
+        in[k] = y->src[k];
+        if (in[k] && rc_dtype_is_float(in[k]->dtype)) {
+            in[k] = rc_stop_gradient(g, in[k]);
             at[n] = k;
-            wrt[n++] = y->src[k];
+            wrt[n++] = in[k];
         }
     }
-    rc_tensor *loss = rc_sum_all(g, rc_mul(g, v, rc_cast(g, G, v->dtype)));
+    rc_tensor *v = g->err_code ? NULL : rci_value_as_ops(g, y, in);
+    rc_tensor *loss = v ? rc_sum_all(g, rc_mul(g, v, rc_cast(g, G, v->dtype))) : NULL;
     if (!loss || rc_backward(g, loss, wrt, n, d))
         return -1;
     for (int i = 0; i < n; i++)
@@ -121,8 +127,8 @@ int rc_backward(rc_graph *g, rc_tensor *loss, rc_tensor *const *wrt, int n, rc_t
             if (recompute(g, y->segment, i, clone))
                 break;
         }
-        rc_tensor *gs[RC_MAX_SRC], *node = clone[i] ? clone[i] : y, *v = rci_value_as_ops(g, node);
-        if (v ? grad_through(g, node, v, grad[i], gs) : rci_grad_node(g, node, grad[i], gs))
+        rc_tensor *gs[RC_MAX_SRC], *node = clone[i] ? clone[i] : y;
+        if (rci_grad_by_value(node) ? grad_through(g, node, grad[i], gs) : rci_grad_node(g, node, grad[i], gs))
             break;
         for (int s = 0; s < y->nsrc; s++)
             if (gs[s] && y->src[s] && needs[y->src[s]->id])

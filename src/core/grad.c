@@ -167,13 +167,17 @@ static int grad_norm(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
     return 0;
 }
 
-/* A NORM_GRAD node's value written with ops, in the compute dtype: xhat and 1/sigma from x,
- * then dx = rstd (g - xhat mean(g xhat) - [mean(g)]) (the bracket for layer norm) or G xhat */
-rc_tensor *rci_value_as_ops(rc_graph *g, const rc_tensor *y)
+int rci_grad_by_value(const rc_tensor *node)
 {
-    if (y->op != RC_OP_NORM_GRAD)
-        return NULL;
-    rc_tensor *x = widen(g, y->src[0]), *w = widen(g, y->src[1]), *G = widen(g, y->src[2]);
+    return node->op == RC_OP_NORM_GRAD;
+}
+
+/* A NORM_GRAD node's value written with ops from src (its inputs, or stand-ins), in the
+ * compute dtype: xhat and 1/sigma from x, then dx = rstd (g - xhat mean(g xhat) - [mean(g)])
+ * (the bracket for layer norm) or G xhat */
+rc_tensor *rci_value_as_ops(rc_graph *g, const rc_tensor *y, rc_tensor *const *src)
+{
+    rc_tensor *x = widen(g, src[0]), *w = widen(g, src[1]), *G = widen(g, src[2]);
     int layer = y->iparam[0];
     rc_tensor *xc = layer ? rc_sub(g, x, rc_mean(g, x, -1, 1)) : x;
     rc_tensor *var = rc_mean(g, rc_mul(g, xc, xc), -1, 1);

@@ -125,9 +125,11 @@ rc_tensor *rci_norm_grad(rc_graph *g, rc_tensor *norm, rc_tensor *dout, int whic
 /* Gradient rule of one node: given the gradient of its output, add the nodes for the
  * gradients of its inputs into gsrc[i] (NULL where an input gets none). In grad.c. */
 int rci_grad_node(rc_graph *g, rc_tensor *node, rc_tensor *gout, rc_tensor **gsrc);
-/* A fused backward node whose own gradient is that of its value written with ops
- * (NORM_GRAD: a norm's second derivatives): those ops, in node's compute dtype, for
- * rc_backward to differentiate; NULL for a node with a rule of its own. In grad.c. */
-rc_tensor *rci_value_as_ops(rc_graph *g, const rc_tensor *node);
+/* 1 for a fused backward node whose own gradient is that of its value written with ops
+ * (NORM_GRAD: a norm's second derivatives), which rci_value_as_ops records from src, its
+ * inputs or stand-ins for them, in node's compute dtype, for rc_backward to differentiate.
+ * In grad.c. */
+int rci_grad_by_value(const rc_tensor *node);
+rc_tensor *rci_value_as_ops(rc_graph *g, const rc_tensor *node, rc_tensor *const *src);
 
 #endif

@@ -16,6 +16,18 @@ static rc_tensor *b_softmax(rc_graph *g, rc_tensor **x) { return rc_softmax(g, x
 static rc_tensor *b_softmax_causal(rc_graph *g, rc_tensor **x) { return rc_softmax_ext(g, x[0], x[1], 0.5, 1); }
 static rc_tensor *b_layer_norm(rc_graph *g, rc_tensor **x) { return rc_layer_norm(g, x[0], x[1], x[2], 1e-5); }
 static rc_tensor *b_rms_norm(rc_graph *g, rc_tensor **x) { return rc_rms_norm(g, x[0], x[1], 1e-6, 0.0); }
+/* a norm's square: its upstream gradient then depends on x too (the fused NORM_GRAD's own
+ * gradient must take x's direct part alone; the path through G is the walk's) */
+static rc_tensor *b_layer_norm_sq(rc_graph *g, rc_tensor **x)
+{
+    rc_tensor *y = rc_layer_norm(g, x[0], x[1], x[2], 1e-5);
+    return rc_mul(g, y, y);
+}
+static rc_tensor *b_rms_norm_sq(rc_graph *g, rc_tensor **x)
+{
+    rc_tensor *y = rc_rms_norm(g, x[0], x[1], 1e-6, 0.5);
+    return rc_mul(g, y, rc_tanh(g, y));
+}
 static rc_tensor *b_gelu(rc_graph *g, rc_tensor **x) { return rc_gelu(g, rc_matmul(g, x[0], x[1], 0, 0)); }
 static rc_tensor *b_cross_entropy(rc_graph *g, rc_tensor **x) { return rc_cross_entropy(g, x[0], x[1], -100); }
 
@@ -54,6 +66,8 @@ static const gc_case second[] = {
     {"softmax causal masked", 2, {F64(2, 3, 4), F64(3, 4)}, b_softmax_causal, 2, 0, 0},
     {"layer norm", 3, {F64(3, 6), F64(6), F64(6)}, b_layer_norm, 2, 0, 0},
     {"rms norm", 2, {F64(3, 6), F64(6)}, b_rms_norm, 2, 0, 0},
+    {"layer norm squared", 3, {F64(3, 6), F64(6), F64(6)}, b_layer_norm_sq, 2, 0, 0},
+    {"rms norm times tanh", 2, {F64(3, 6), F64(6)}, b_rms_norm_sq, 2, 0, 0},
     {"gelu of matmul", 2, {F64(3, 4), F64(4, 2)}, b_gelu, 2, 0, 0},
     {"cross entropy", 2, {F64(4, 5), {.dtype = RC_I32, .nograd = 1, .id_max = 5, .ndim = 1, .shape = {4}}},
      b_cross_entropy, 2, 0, 0},
