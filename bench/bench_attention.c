@@ -17,7 +17,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 static const char *NAME = "bench_attention";
 
@@ -125,10 +124,8 @@ int main(int argc, char **argv)
     int cases[8][3] = {{8, 256, 3}, {2, 1024, 3}, {1, 2048, 2}}; /* B, T, reps */
     int ncases = spec ? parse_cases(spec, cases, 8) : 3;
     double drop = dropout ? atof(dropout) : 0;
-    rc_dtype t = !dtype || !strcmp(dtype, "f32") ? RC_F32 : !strcmp(dtype, "bf16") ? RC_BF16
-                 : !strcmp(dtype, "f16")            ? RC_F16
-                                                    : RC_I32;
-    if (argc > 1 || !ncases || !(drop >= 0 && drop < 1) || t == RC_I32)
+    rc_dtype t = bench_float_dtype(dtype);
+    if (argc > 1 || !ncases || !(drop >= 0 && drop < 1) || t == RC_DTYPE_COUNT)
         bench_fail(NAME, "usage", "bench_attention [--device D] [--dropout P in [0, 1)] [--cases B:T:REPS,...] "
                                   "[--dtype f32|bf16|f16]");
     rc_error err = {0};

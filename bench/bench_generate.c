@@ -179,8 +179,8 @@ int main(int argc, char **argv)
     char list[64];
     snprintf(list, sizeof list, "%s", dtypes ? dtypes : "f32,bf16");
     for (char *t = strtok(list, ","); t && n_dt < 3; t = strtok(NULL, ","))
-        if (!strcmp(t, "f32") || !strcmp(t, "bf16") || !strcmp(t, "f16"))
-            dts[n_dt++] = !strcmp(t, "f32") ? RC_F32 : !strcmp(t, "bf16") ? RC_BF16 : RC_F16;
+        if (bench_float_dtype(t) != RC_DTYPE_COUNT)
+            dts[n_dt++] = bench_float_dtype(t);
         else
             bench_fail("bench_generate", "--dtype", "one of f32, bf16, f16 (comma-separated)");
     rc_backend *be = rc_device_open(device ? device : "cpu", 0, &derr);

@@ -351,10 +351,7 @@ int main(int argc, char **argv)
     const char *dts = bench_take_flag(&argc, argv, "--dtype"), *stages = bench_take_flag(&argc, argv, "--stages");
     const char *rs = bench_take_flag(&argc, argv, "--rounds");
     int rounds = rs ? atoi(rs) : 1, first = 1;
-    rc_dtype dt = !dts || !strcmp(dts, "f32") ? RC_F32
-                  : !strcmp(dts, "bf16")      ? RC_BF16
-                  : !strcmp(dts, "f16")       ? RC_F16
-                                              : RC_DTYPE_COUNT;
+    rc_dtype dt = bench_float_dtype(dts);
     int run[STAGES] = {1, 1, 1, 1}, bad_stage = 0;
     if (stages) {
         memset(run, 0, sizeof run);

@@ -125,6 +125,13 @@ double bench_plan_best(const char *name, rc_plan *p, int reps)
     return best;
 }
 
+rc_dtype bench_float_dtype(const char *name)
+{
+    if (!name || !strcmp(name, "f32"))
+        return RC_F32;
+    return !strcmp(name, "bf16") ? RC_BF16 : !strcmp(name, "f16") ? RC_F16 : RC_DTYPE_COUNT;
+}
+
 const char *bench_take_flag(int *argc, char **argv, const char *flag)
 {
     for (int i = 1; i + 1 < *argc; i++)

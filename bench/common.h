@@ -47,6 +47,8 @@ void bench_copy_free(bench_copy *c);
 const char *bench_take_flag(int *argc, char **argv, const char *flag);
 /* 1 when the switch (a flag without a value) is in argv, which it is taken out of */
 int bench_take_switch(int *argc, char **argv, const char *flag);
+/* a --dtype value: f32 (also for NULL), bf16 or f16; RC_DTYPE_COUNT for anything else */
+rc_dtype bench_float_dtype(const char *name);
 
 /* "op ms, ...": the k ops with the most time in op_s[RC_OP_COUNT] (seconds), each times
  * ms_per_s, into out[n] */

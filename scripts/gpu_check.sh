@@ -16,8 +16,9 @@
 #   matmul      bench_gpt2 on the same step: its matmuls against cuBLAS's own rate on the
 #               same shapes (torch.matmul), and the host transfers per step
 #   attention   bench_attention: the fused op's kernels alone in bf16 beside PyTorch's SDPA,
-#               and in f32 with and without attention dropout; bench_gpt2 --attention-compare: the same step with the fused
-#               attention op against product, softmax, product, at 8 x 1024 and 4 x 2048
+#               and in f32 with and without attention dropout; bench_gpt2 --attention-compare:
+#               the same step with the fused attention op against product, softmax,
+#               product, at 8 x 1024 and 4 x 2048
 #   decode      greedy decoding of GPT-2 124M at batch 1: bench_generate beside PyTorch
 #   opencl      the op table and the device model tests on NVIDIA's OpenCL, when the driver
 #               has one (libnvidia-opencl.so.1)
@@ -525,7 +526,8 @@ attention_bf16() {
     torch=$(jget "$WORK/logs/torch_attention_bf16.log" torch_attention_fwd_bwd fwd_bwd_ms)
     ratio=$(calc '$1 / $2' "$red" "$torch")
     figure attention_kernels_bf16 "$RDEV" "$red" "ms" "$torch" ratio "${ratio:-null}" \
-        attention_ms "$(jget "$f" bench_attention ms_attention)" stats_ms "$(jget "$f" bench_attention ms_attention_stats)" \
+        attention_ms "$(jget "$f" bench_attention ms_attention)" \
+        stats_ms "$(jget "$f" bench_attention ms_attention_stats)" \
         grad_ms "$(jget "$f" bench_attention ms_attention_grad)" \
         torch_attention "$(jget "$WORK/logs/torch_attention_bf16.log" torch_attention_fwd_bwd attention)" \
         batch "$BATCH" seq "$SEQ"

@@ -609,6 +609,17 @@ static int k_softmax(const rci_cpu_args *io)
     return 0;
 }
 
+/* A norm's row statistics, as the forward kernels and NORM_GRAD take them: its mean into
+ * mu when not NULL (0 without center: the RMS norm) and 1/sigma = 1 / sqrt(mean((x -
+ * mean)^2) + eps) */
+static void norm_row_stats(const real *xr, int64_t c, int center, double eps, real *mu, real *rstd)
+{
+    double mean = center ? dsum(xr, c) / (double)c : 0;
+    if (mu)
+        *mu = (real)mean;
+    *rstd = (real)(1 / sqrt(dsum_sq(xr, c, mean) / (double)c + eps));
+}
+
 /* (x - mean) / sqrt(var + eps) * w + b over the last axis, w and b optional; rows [r0, r1) */
 static void layer_norm_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
@@ -622,8 +633,8 @@ static void layer_norm_range(void *ctx, int64_t r0, int64_t r1, int part)
     for (int64_t r = r0; r < r1; r++) {
         const real *restrict xr = x + r * c;
         real *restrict o = out + r * c;
-        double mean = dsum(xr, c) / (double)c, var = dsum_sq(xr, c, mean) / (double)c;
-        real mu = (real)mean, rstd = (real)(1 / sqrt(var + eps));
+        real mu, rstd;
+        norm_row_stats(xr, c, 1, eps, &mu, &rstd);
         for (int64_t j = 0; j < c; j++)
             o[j] = (xr[j] - mu) * rstd;
         if (w)
@@ -657,7 +668,8 @@ static void rms_norm_range(void *ctx, int64_t r0, int64_t r1, int part)
     for (int64_t r = r0; r < r1; r++) {
         const real *restrict xr = x + r * c;
         real *restrict o = out + r * c;
-        real rs = (real)(1 / sqrt(dsum_sq(xr, c, 0) / (double)c + eps));
+        real rs;
+        norm_row_stats(xr, c, 0, eps, NULL, &rs);
         if (w)
             for (int64_t j = 0; j < c; j++)
                 o[j] = xr[j] * rs * (w[j] + offset);
@@ -692,8 +704,8 @@ static void norm_grad_range(void *ctx, int64_t r0, int64_t r1, int part)
     for (int64_t r = r0; r < r1; r++) {
         const real *restrict xr = x + r * c, *restrict gr = G + r * c;
         real *restrict o = out + r * c;
-        double mean = layer ? dsum(xr, c) / (double)c : 0, var = dsum_sq(xr, c, mean) / (double)c;
-        real mu = (real)mean, rstd = (real)(1 / sqrt(var + eps));
+        real mu, rstd;
+        norm_row_stats(xr, c, layer, eps, &mu, &rstd);
         if (which) {
             for (int64_t j = 0; j < c; j++)
                 o[j] = gr[j] * ((xr[j] - mu) * rstd);

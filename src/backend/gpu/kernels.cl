@@ -8,10 +8,10 @@
  * Each kernel runs one work-item per output element (i in [0, n)) and returns for the
  * work-items past its count (CUDA launches whole blocks); the row kernels (norms,
  * cross-entropy, row reductions, the gradient norm's chunks, the attention's rows) instead
- * run one work-group of ROW_GROUP work-items per row (the norms' section). Memory is named as a buffer plus an element offset (a plan's arena
- * holds many tensors). Broadcast and strided ops take up to 8 axes as long8 vectors (shape
- * and element strides per input, axis 0 outermost); the host drops size-1 axes and merges
- * contiguous ones first.
+ * run one work-group of ROW_GROUP work-items per row (the norms' section). Memory is named
+ * as a buffer plus an element offset (a plan's arena holds many tensors). Broadcast and
+ * strided ops take up to 8 axes as long8 vectors (shape and element strides per input, axis
+ * 0 outermost); the host drops size-1 axes and merges contiguous ones first.
  *
  * The arithmetic is the CPU kernels' (src/backend/cpu/kernels_real.c, update.c): the same
  * expressions in the same order, contraction into fused multiply-adds off, division and
@@ -470,9 +470,26 @@ static acc_t group_sum_sq(LOCAL_MEM acc_t *red, __global const store_t *xr, long
     return group_reduce(red, s, 1);
 }
 
+/* A norm's row statistics over the work-group, as k_layer_norm, k_rms_norm and k_norm_grad
+ * take them: the mean into mu when not null (0 without center: the RMS norm) and 1/sigma = 1 / sqrt(mean((x -
+ * mean)^2) + eps), the mean first and then the variance about it (two passes over the
+ * row, as the CPU's dsum and dsum_sq) */
+static void group_norm_stats(LOCAL_MEM acc_t *red, __global const store_t *xr, long c, int center, acc_t eps,
+                             float *mu, float *rstd)
+{
+    acc_t s = 0, mean = 0;
+    for (long j = (long)get_local_id(0); center && j < c; j += ROW_GROUP)
+        s += ld(xr, j);
+    if (center) /* the whole work-group's, as its row's */
+        mean = group_reduce(red, s, 1) / (acc_t)c;
+    if (mu)
+        *mu = (float)mean;
+    *rstd = (float)(1 / sqrt(group_sum_sq(red, xr, c, mean) / (acc_t)c + eps));
+}
+
 /* Rows of c: (x - mean) / sqrt(var + eps) * w + b, w and b when has_w, has_b; row r is
- * work-group r. The mean, then the variance about it (two passes over the row, as the
- * CPU's dsum and dsum_sq), then each work-item writes its columns. */
+ * work-group r. The statistics (group_norm_stats), then each work-item writes its
+ * columns. */
 __kernel void k_layer_norm(__global store_t *out, long oo, __global const store_t *x, long xo,
                            __global const store_t *w, long wo, int has_w, __global const store_t *b,
                            long bo, int has_b, long c, acc_t eps)
@@ -481,12 +498,8 @@ __kernel void k_layer_norm(__global store_t *out, long oo, __global const store_
     long r = (long)get_group_id(0), li = (long)get_local_id(0);
     __global const store_t *xr = x + xo + r * c;
     __global store_t *o = out + oo + r * c;
-    acc_t s = 0;
-    for (long j = li; j < c; j += ROW_GROUP)
-        s += ld(xr, j);
-    acc_t mean = group_reduce(red, s, 1) / (acc_t)c;
-    acc_t var = group_sum_sq(red, xr, c, mean) / (acc_t)c;
-    float mu = (float)mean, rstd = (float)(1 / sqrt(var + eps));
+    float mu, rstd;
+    group_norm_stats(red, xr, c, 1, eps, &mu, &rstd);
     for (long j = li; j < c; j += ROW_GROUP) {
         float v = (ld(xr, j) - mu) * rstd;
         if (has_w)
@@ -506,14 +519,15 @@ __kernel void k_rms_norm(__global store_t *out, long oo, __global const store_t 
     long r = (long)get_group_id(0);
     __global const store_t *xr = x + xo + r * c;
     __global store_t *o = out + oo + r * c;
-    float rs = (float)(1 / sqrt(group_sum_sq(red, xr, c, 0) / (acc_t)c + eps));
+    float rs;
+    group_norm_stats(red, xr, c, 0, eps, (float *)0, &rs);
     for (long j = (long)get_local_id(0); j < c; j += ROW_GROUP)
         st(o, j, has_w ? ld(xr, j) * rs * (ld(w, wo + j) + offset) : ld(xr, j) * rs);
 }
 
-/* NORM_GRAD (redco.h) over rows of c, row r work-group r: the row's mean (layer norm; 0
- * for RMS) and 1/sigma as the forward takes them, then with which 1 G xhat into of (f32),
- * else g = G (w + offset) (G without w) summed with and without xhat and
+/* NORM_GRAD (redco.h) over rows of c, row r work-group r: the row's statistics as the
+ * forward takes them (group_norm_stats), then with which 1 G xhat into of (f32), else
+ * g = G (w + offset) (G without w) summed with and without xhat and
  * dx = rstd (g - xhat mean(g xhat) - mean(g)) into o (mean(g) for layer norm alone) */
 __kernel void k_norm_grad(__global store_t *o, __global float *of, long oo, __global const store_t *x, long xo,
                           __global const store_t *w, long wo, int has_w, __global const store_t *gd, long go,
@@ -522,24 +536,23 @@ __kernel void k_norm_grad(__global store_t *o, __global float *of, long oo, __gl
     __local acc_t red[ROW_GROUP + ROW_PARTS];
     long r = (long)get_group_id(0), li = (long)get_local_id(0);
     __global const store_t *xr = x + xo + r * c, *gr = gd + go + r * c;
-    acc_t s = 0;
-    for (long j = li; layer && j < c; j += ROW_GROUP)
-        s += ld(xr, j);
-    acc_t mean = group_reduce(red, s, 1) / (acc_t)c;
-    acc_t var = group_sum_sq(red, xr, c, mean) / (acc_t)c;
-    float mu = (float)mean, rstd = (float)(1 / sqrt(var + eps));
+    float mu, rstd;
+    group_norm_stats(red, xr, c, layer, eps, &mu, &rstd);
+    for (long j = li; which && j < c; j += ROW_GROUP)
+        of[oo + r * c + j] = ld(gr, j) * ((ld(xr, j) - mu) * rstd);
     acc_t sg = 0, sgx = 0;
-    for (long j = li; j < c; j += ROW_GROUP) {
-        float xh = (ld(xr, j) - mu) * rstd, gj = has_w ? ld(gr, j) * (ld(w, wo + j) + offset) : ld(gr, j);
-        if (which)
-            of[oo + r * c + j] = ld(gr, j) * xh;
-        sg += gj;
-        sgx += gj * xh;
-    }
-    float a = (float)(group_reduce(red, sgx, 1) / (acc_t)c), b = (float)(group_reduce(red, sg, 1) / (acc_t)c);
     for (long j = li; !which && j < c; j += ROW_GROUP) {
-        float xh = (ld(xr, j) - mu) * rstd, gj = has_w ? ld(gr, j) * (ld(w, wo + j) + offset) : ld(gr, j);
-        st(o, oo + r * c + j, rstd * (gj - xh * a - (layer ? b : 0)));
+        float gj = has_w ? ld(gr, j) * (ld(w, wo + j) + offset) : ld(gr, j);
+        sg += gj;
+        sgx += gj * ((ld(xr, j) - mu) * rstd);
+    }
+    if (!which) { /* the whole work-group's, as its row's */
+        sgx = group_reduce(red, sgx, 1) / (acc_t)c;
+        sg = layer ? group_reduce(red, sg, 1) / (acc_t)c : 0;
+    }
+    for (long j = li; !which && j < c; j += ROW_GROUP) {
+        float gj = has_w ? ld(gr, j) * (ld(w, wo + j) + offset) : ld(gr, j);
+        st(o, oo + r * c + j, rstd * (gj - (ld(xr, j) - mu) * rstd * (float)sgx - (float)sg));
     }
 }
 
@@ -1008,8 +1021,8 @@ __kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_
  * The device's attention is the GPU's matrix products over chunks of (batch, kv head) pairs,
  * scores in f32 scratch a chunk at a time (ops_attention.c): S = Q K^T, k_attention_rows,
  * O = P V; the stats take S and dP = dO V^T into each row's log-sum-exp and
- * delta = sum_j z_j p_j dP_j (the unrounded output's dO . o); the gradients recompute S and dP, and
- * k_attention_rows_grad turns both into dS and z P for dQ = dS K, dK = dS^T Q, dV = (z P)^T dO.
+ * delta = sum_j z_j p_j dP_j (the unrounded output's dO . o); the gradients recompute S and
+ * dP, and k_attention_rows_grad turns both into dS and z P for dQ = dS K, dK = dS^T Q, dV = (z P)^T dO.
  * A pair's G = H / KV query heads' rows are consecutive in q (R = G Tq of them), so row c of
  * a chunk that starts at pair pair0 is q's row pair0 R + c. The row kernels run one
  * work-group of ROW_GROUP per row, its work-items across the row's keys, their maxima and
@@ -1127,8 +1140,9 @@ static att_row att_chunk_row(const att_dims *a, long pair0, long c, long bo, lon
 /* The split products' float operands as ATT_SPLITS 16-bit parts (the host's count): v
  * rounded to the storage into p[i], what that left rounded into p[i + 1], what both left
  * into p[i + 2] (a key's parts side by side, so the first keys' parts are the first
- * columns: a block's product takes them alone). Three bf16 parts hold float's 24 bits (bf16 keeps float's exponents, so
- * no part underflows where v does not), so the products are float's to their sums. */
+ * columns: a block's product takes them alone). Three bf16 parts hold float's 24 bits
+ * (bf16 keeps float's exponents, so no part underflows where v does not), so the products
+ * are float's to their sums. */
 enum { ATT_SPLITS = 3 };
 
 static void st_split(__global store_t *p, long i, float v)

@@ -136,13 +136,14 @@ static int64_t att_halves(int64_t n)
 
 static void att_parts(const att_shape *s, rc_op op, int64_t *n)
 {
-    int grad = op == RC_OP_ATTENTION_GRAD, fwd = op == RC_OP_ATTENTION, widen = s->mode == ATT_WIDEN;
+    int grad = op == RC_OP_ATTENTION_GRAD, fwd = op == RC_OP_ATTENTION, stats = op == RC_OP_ATTENTION_STATS;
+    int widen = s->mode == ATT_WIDEN;
     int split = s->mode == ATT_SPLIT || s->mode == ATT_SPLIT_WIDENED, half = s->mode != ATT_F32;
     int64_t R = s->R, Tk = s->Tk, D = s->D, Dv = s->Dv, S3 = ATT_SPLITS * Tk;
     memset(n, 0, PARTS * sizeof *n); /* the stats: S, dP (and q, k, v, dO widened) */
     n[PART_S] = R * Tk;
     n[PART_DP] = !fwd ? R * Tk : 0;
-    n[PART_P2] = split && !(op == RC_OP_ATTENTION_STATS) ? att_halves(R * S3) : 0;
+    n[PART_P2] = split && !stats ? att_halves(R * S3) : 0;
     n[PART_Z2] = split && grad ? att_halves(R * S3) : 0;
     n[PART_O] = fwd && half ? R * Dv : 0;
     n[PART_Q] = widen ? R * D : 0;
@@ -388,7 +389,8 @@ static int att_rows(att_run *a, int64_t p0, int64_t np, int want_stats, rc_error
                           ARG(a->drop.keep),  ARG(p0),             ARG(p2.mem),        ARG(p2.off),     ARG(split),
                           ARG(a->s.qblk)};
     return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS, args, 20, (size_t)(np * a->s.R),
-                                 RCI_GPU_ROW_GROUP, want_stats ? "attention_stats (rows)" : "attention (softmax rows)", err);
+                                 RCI_GPU_ROW_GROUP, want_stats ? "attention_stats (rows)" : "attention (softmax rows)",
+                                 err);
 }
 
 /* A query block's scores [ni, kend] per pair into PART_S (or with dO and v, dP into
