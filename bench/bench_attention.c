@@ -5,9 +5,11 @@
  * timing, the milliseconds of each op that takes more than a tenth of it (`ms_OP`). One JSON
  * line per (T, fused).
  *   bench_attention [--device D] [--dropout P] [--cases B:T:REPS,...] [--dtype f32|bf16|f16]
+ *                   [--tiled]
  *       --dropout: attention dropout with probability P (both graphs draw the same mask);
  *       --cases: the batches, lengths and repetitions instead of 8:256:3,2:1024:3,1:2048:2;
- *       --dtype: q, k, v and the upstream gradient stored so (f32 by default)
+ *       --dtype: q, k, v and the upstream gradient stored so (f32 by default);
+ *       --tiled: rc_set_tiled_attention (bf16 on a CUDA device in tiles on tensor cores)
  * On a GPU (scripts/gpu_check.sh) the kernels' split with and without dropout says where the
  * fused kernels' time goes. */
 #include "common.h"
@@ -86,6 +88,7 @@ static void bench_one(rc_backend *be, int B, int H, int T, int D, int fused, int
     bench_set_int(o, "head_dim", D);
     bench_set_num(o, "dropout", drop);
     bench_set_str(o, "dtype", rc_dtype_name(t));
+    bench_set_int(o, "tiled", rc_get_tiled_attention());
     bench_set_str(o, "device", rc_backend_name(be));
     bench_set_int(o, "threads", rc_get_threads());
     bench_set_num(o, "fwd_bwd_ms", secs * 1e3);
@@ -120,6 +123,7 @@ int main(int argc, char **argv)
 {
     const char *device = bench_take_flag(&argc, argv, "--device"), *dropout = bench_take_flag(&argc, argv, "--dropout");
     const char *spec = bench_take_flag(&argc, argv, "--cases"), *dtype = bench_take_flag(&argc, argv, "--dtype");
+    rc_set_tiled_attention(bench_take_switch(&argc, argv, "--tiled"));
     /* batch chosen so that a whole run takes about half a minute on 2 cores */
     int cases[8][3] = {{8, 256, 3}, {2, 1024, 3}, {1, 2048, 2}}; /* B, T, reps */
     int ncases = spec ? parse_cases(spec, cases, 8) : 3;
@@ -127,7 +131,7 @@ int main(int argc, char **argv)
     rc_dtype t = bench_float_dtype(dtype);
     if (argc > 1 || !ncases || !(drop >= 0 && drop < 1) || t == RC_DTYPE_COUNT)
         bench_fail(NAME, "usage", "bench_attention [--device D] [--dropout P in [0, 1)] [--cases B:T:REPS,...] "
-                                  "[--dtype f32|bf16|f16]");
+                                  "[--dtype f32|bf16|f16] [--tiled]");
     rc_error err = {0};
     rc_backend *be = rc_device_open(device ? device : "cpu", 0, &err);
     if (!be)

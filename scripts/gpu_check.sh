@@ -9,13 +9,15 @@
 #
 # Parts, in this order (--parts takes a comma-separated subset):
 #   info        the GPU, driver, CUDA, PyTorch, glibc; `redco devices`
-#   cuda        the op table and the device model tests on cuda (REDCO_REQUIRE_CUDA=1)
-#   step        GPT-2 124M training step, batch 8 x 1024, f32 and bf16: redco train beside
-#               scripts/torch_gpt2_step.py (same model, forward, backward, AdamW); the bf16
-#               step's profile (redco train --profile)
+#   cuda        the op table and the device model tests on cuda (REDCO_REQUIRE_CUDA=1), and
+#               the op table's attention cases in tiles on tensor cores (--attention-tiled)
+#   step        GPT-2 124M training step, batch 8 x 1024, f32 and bf16 (and bf16 with
+#               --attention tiled): redco train beside scripts/torch_gpt2_step.py (same
+#               model, forward, backward, AdamW); the bf16 steps' profile (--profile)
 #   matmul      bench_gpt2 on the same step: its matmuls against cuBLAS's own rate on the
 #               same shapes (torch.matmul), and the host transfers per step
-#   attention   bench_attention: the fused op's kernels alone in bf16 beside PyTorch's SDPA,
+#   attention   bench_attention: the fused op's kernels alone in bf16 (products, and tiles:
+#               --tiled) beside PyTorch's SDPA,
 #               and in f32 with and without attention dropout; bench_gpt2 --attention-compare:
 #               the same step with the fused attention op against product, softmax,
 #               product, at 8 x 1024 and 4 x 2048
@@ -322,6 +324,10 @@ part_cuda() {
     local require=1
     [ $HAVE_GPU = 0 ] && [ $ALLOW_NO_GPU = 1 ] && require=0
     device_tests cuda REDCO_REQUIRE_CUDA=$require REDCO_DEVICE=cuda
+    # bf16 attention in tiles on tensor cores (--attention tiled): the op table's attention
+    # cases with mma.sync itself, where PoCL runs the same fragments through local memory
+    run_test op_table_cuda_tiled cuda 150 REDCO_REQUIRE_CUDA=$require REDCO_DEVICE=cuda "$BUNDLE/bin/test_ops" \
+        --device cuda --attention-tiled
 }
 
 # a folder of OpenCL vendor files naming NVIDIA's ICD alone; empty when the driver has none
@@ -382,12 +388,12 @@ EOF
 # second of each step after the first two), into REDCO_STEP_S; a run cut at its time still
 # gives the steps it logged (REDCO_STEPS_LOGGED says how many)
 redco_step() {
-    local dtype=$1 name=redco_train_$1 wd=$WORK/train_$1 rc
+    local dtype=$1 attention=${2:-fused} name=redco_train_$1${2:+_$2} wd=$WORK/train_$1 rc
     REDCO_STEP_S="" REDCO_STEPS_LOGGED=0
     rm -rf "$wd"
     run "$name" 240 "${RC_ENV[@]}" "$BUNDLE/bin/redco" train --model "$PRESET" --data "$WORK/tokens.npy" --workdir "$wd" \
         --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ" --grad-clip 0 --log-every 1 --device "$RDEV" \
-        --dtype "$dtype" --json
+        --dtype "$dtype" --attention "$attention" --json
     rc=$?
     [ $rc -eq 0 ] || { part_failed "step" "redco train --dtype $dtype: exit $rc"; tail_log "$name"; }
     [ -f "$wd/log.jsonl" ] || return
@@ -400,13 +406,13 @@ redco_step() {
 # redco's bf16 step again with --profile (4 steps): where a train step's time goes, its
 # phases and its kernels by op (each waited for), from the trainer's note line
 redco_profile() {
-    local name=redco_train_bf16_profile wd=$WORK/train_profile line
+    local attention=${1:-fused} name=redco_train_bf16_profile${1:+_$1} wd=$WORK/train_profile line
     rm -rf "$wd"
     run "$name" 120 "${RC_ENV[@]}" "$BUNDLE/bin/redco" train --model "$PRESET" --data "$WORK/tokens.npy" \
         --workdir "$wd" --steps 4 --batch-size "$BATCH" --seq-len "$SEQ" --grad-clip 0 --device "$RDEV" --dtype bf16 \
-        --profile || { part_failed step "redco train --profile: exit $?"; tail_log "$name"; return; }
+        --attention "$attention" --profile || { part_failed step "redco train --profile: exit $?"; tail_log "$name"; return; }
     line=$(grep -m1 "profile, ms a step" "$WORK/logs/$name.log" | sed 's/.*waited for): //')
-    figure gpt2_train_bf16_profile "$RDEV" "$(printf '%s' "$line" | sed -n 's/.* run \([0-9.]*\),.*/\1/p')" \
+    figure "gpt2_train_bf16_profile${1:+_$1}" "$RDEV" "$(printf '%s' "$line" | sed -n 's/.* run \([0-9.]*\),.*/\1/p')" \
         "ms/step (run)" null breakdown "$line"
     rm -rf "$wd"
 }
@@ -442,7 +448,15 @@ part_step() {
             goal "$want" met "${met:-null}" model "$PRESET" batch "$BATCH" seq "$SEQ" steps "$REDCO_STEPS_LOGGED" \
             peer_attention "${TORCH_ATTENTION:-}"
     done
+    # the bf16 step with its attention in tiles on tensor cores (--attention tiled), beside
+    # the same PyTorch step (SDPA), and where its time goes
+    redco_step bf16 tiled
+    ratio=$(calc '$1 / $2' "$REDCO_STEP_S" "$TORCH_STEP_S")
+    figure gpt2_step_bf16_tiled "$RDEV" "$REDCO_STEP_S" "s/step" "$TORCH_STEP_S" ratio "${ratio:-null}" \
+        goal "ratio <= 1.1" met "$(holds '$1 <= 1.1' "$ratio")" model "$PRESET" batch "$BATCH" seq "$SEQ" \
+        steps "$REDCO_STEPS_LOGGED" peer_attention "${TORCH_ATTENTION:-}"
     redco_profile
+    redco_profile tiled
     # PyTorch without its fused attention kernel (product, softmax, product): what SDPA is
     # worth to PyTorch, beside what rc_attention is worth to redco (bench_gpt2 --attention-compare)
     torch_step bf16 math
@@ -512,20 +526,21 @@ attention_kernels() {
 # the fused attention in bf16 (the step's: causal blocks, tensor-core products) beside
 # PyTorch's SDPA forward and backward on the same shapes, without dropout
 attention_bf16() {
-    local name=bench_attention_bf16 cases="$BATCH:$SEQ:3" f red torch ratio
+    local tiled=$1 name=bench_attention_bf16${1:+_tiled} cases="$BATCH:$SEQ:3" f red torch ratio
     [ $QUICK = 1 ] && cases="$BATCH:$SEQ:1"
     [ -x "$BUNDLE/bin/bench_attention" ] || return 0
-    run "$name" 90 "${RC_ENV[@]}" "$BUNDLE/bin/bench_attention" --device "$RDEV" --dtype bf16 --cases "$cases" ||
-        { part_failed attention "bench_attention --dtype bf16: exit $?"; tail_log "$name"; return; }
-    run torch_attention_bf16 90 "$PY" "$ROOT/scripts/torch_gpt2_step.py" attention --device "$TDEV" --dtype bf16 \
-        --batch "$BATCH" --seq "$SEQ" --reps 5 || { part_failed attention "torch attention bf16: exit $?"
-        tail_log torch_attention_bf16; }
+    run "$name" 90 "${RC_ENV[@]}" "$BUNDLE/bin/bench_attention" --device "$RDEV" --dtype bf16 --cases "$cases" $tiled ||
+        { part_failed attention "bench_attention --dtype bf16 $tiled: exit $?"; tail_log "$name"; return; }
+    [ -f "$WORK/logs/torch_attention_bf16.log" ] ||
+        run torch_attention_bf16 90 "$PY" "$ROOT/scripts/torch_gpt2_step.py" attention --device "$TDEV" --dtype bf16 \
+            --batch "$BATCH" --seq "$SEQ" --reps 5 || { part_failed attention "torch attention bf16: exit $?"
+            tail_log torch_attention_bf16; }
     f=$WORK/logs/$name.fused
     grep '"attention": "fused"' "$WORK/logs/$name.log" >"$f"
     red=$(jget "$f" bench_attention fwd_bwd_ms)
     torch=$(jget "$WORK/logs/torch_attention_bf16.log" torch_attention_fwd_bwd fwd_bwd_ms)
     ratio=$(calc '$1 / $2' "$red" "$torch")
-    figure attention_kernels_bf16 "$RDEV" "$red" "ms" "$torch" ratio "${ratio:-null}" \
+    figure "attention_kernels_bf16${1:+_tiled}" "$RDEV" "$red" "ms" "$torch" ratio "${ratio:-null}" \
         attention_ms "$(jget "$f" bench_attention ms_attention)" \
         stats_ms "$(jget "$f" bench_attention ms_attention_stats)" \
         grad_ms "$(jget "$f" bench_attention ms_attention_grad)" \
@@ -537,6 +552,7 @@ part_attention() {
     local log=$WORK/logs/bench_attention_compare.log seqs line T
     sizes
     attention_bf16
+    attention_bf16 --tiled
     attention_kernels 0
     attention_kernels 0.1
     seqs="$SEQ:$BATCH,2048:4"

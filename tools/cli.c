@@ -1,5 +1,6 @@
 /* cli.c - flag reading (getopt_long), error lines and the --nproc relaunch shared by the commands. */
 #include "cli.h"
+#include "redco/device.h"
 #include "redco/dist.h"
 
 #include <errno.h>
@@ -174,9 +175,10 @@ int cli_zero(const char *cmd, const char *v, int *out)
 
 int cli_attention(const char *cmd, const char *v)
 {
-    if (strcmp(v, "fused") && strcmp(v, "unfused"))
-        return cli_usage(cmd, "--attention '%s': fused or unfused", v);
-    rc_set_fused_attention(!strcmp(v, "fused"));
+    if (strcmp(v, "fused") && strcmp(v, "unfused") && strcmp(v, "tiled"))
+        return cli_usage(cmd, "--attention '%s': fused, tiled or unfused", v);
+    rc_set_fused_attention(strcmp(v, "unfused") != 0);
+    rc_set_tiled_attention(!strcmp(v, "tiled"));
     return 0;
 }
 

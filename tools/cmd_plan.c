@@ -15,7 +15,7 @@ static const char *help =
     "usage: redco plan --model PRESET|DIR --mp N [--dp N] [--batch-size B] [--seq-len T]\n"
     "                  [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--allow-replicate]\n"
     "                  [--zero [1|2|3]] [--remat[=N]] [--dtype f32|bf16|f16] [--memory SIZE]\n"
-    "                  [--attention fused|unfused] [--device D] [--ranks-per-host N] [--json]\n"
+    "                  [--attention fused|tiled|unfused] [--device D] [--ranks-per-host N] [--json]\n"
     "\n"
     "Derives from the model's graph how each parameter splits over N model shards (whole\n"
     "heads for attention, alternating column/row splits for linear chains, the vocabulary\n"

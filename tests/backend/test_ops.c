@@ -1393,6 +1393,7 @@ static int wanted(int argc, char **argv, const char *kind)
 void rci_gpu_attention_split(int on);
 void rci_gpu_attention_chunk(size_t bytes);
 void rci_gpu_attention_block(int64_t rows);
+void rci_gpu_attention_tiled(int on);
 
 /* 1 when the switch is in argv, which it is taken out of */
 static int take_switch(int *argc, char **argv, const char *flag)
@@ -1406,15 +1407,20 @@ static int take_switch(int *argc, char **argv, const char *flag)
     return 0;
 }
 
-/* test_ops [cpu] [opencl] [cuda] [--attention-split]: the op table on the backends named
- * (none: all); --attention-split: only the attention cases, with bf16 attention's split
- * products forced on every device (ops_attention.c's ATT_SPLIT; on OpenCL its products'
- * operands widened), at the same tolerances, in whole chunks and again one pair a chunk */
+/* test_ops [cpu] [opencl] [cuda] [--attention-split | --attention-tiled]: the op table on
+ * the backends named (none: all); --attention-split: only the attention cases, with bf16
+ * attention's split products forced on every device (ops_attention.c's ATT_SPLIT; on
+ * OpenCL its products' operands widened), at the same tolerances, in whole chunks and
+ * again one pair a chunk; --attention-tiled: only the attention cases, bf16 attention in
+ * tiles on tensor cores (ATT_TILED; on OpenCL its fragments through local memory) */
 int main(int argc, char **argv)
 {
     int split = take_switch(&argc, argv, "--attention-split");
+    int tiled = take_switch(&argc, argv, "--attention-tiled");
     if (split)
         rci_gpu_attention_split(1);
+    if (tiled)
+        rci_gpu_attention_tiled(1);
     rci_gpu_attention_block(16);   /* causal cases of 32 rows and more in blocks (ops_attention.c) */
     int threads = rc_get_threads();
     rc_set_threads(3);
@@ -1430,7 +1436,7 @@ int main(int argc, char **argv)
     if (ntargets > 1) {
         printf("case                   worst error against f64 per dtype (forward/gradients)\n");
         for (int i = 0; i < NCASES; i++)
-            if (!split || !strncmp(cases[i].name, "attention", 9))
+            if ((!split && !tiled) || !strncmp(cases[i].name, "attention", 9))
                 run_case(i, &cases[i]);
         for (int i = 0; split && i < NCASES; i++)
             if (!strncmp(cases[i].name, "attention", 9)) {

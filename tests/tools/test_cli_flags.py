@@ -13,7 +13,7 @@
 - train --json and eval --json: the last line of stdout is JSON with the documented keys;
   a diverged model's NaN/infinite loss is null there, not invalid JSON;
 - --attention unfused trains and evaluates as the fused op, and plan counts its [T, T]
-  probabilities.
+  probabilities; --attention tiled trains on the CPU as the fused op, to the bit.
 """
 import argparse
 import json
@@ -262,6 +262,17 @@ def main():
           f"plan --attention unfused: activations {[p and p['memory_bytes']['activations'] for p in plans]}")
     print("--attention unfused: train and eval as the fused op; plan's activations",
           [p and p["memory_bytes"]["activations"] for p in plans])
+    # --attention tiled: the fused op, which only a CUDA device's bf16 attention runs in
+    # tiles; on the CPU the same run to the bit, and the run's configuration keeps it
+    ti_dir = os.path.join(tmp, "tiled")
+    ti = last_json(run(redco, "train", *base, "--workdir", ti_dir, "--steps=3", "--lr=0.003", "--json",
+                       "--attention", "tiled"))
+    check(ti is not None and ref is not None and ti["loss"] == ref["loss"],
+          f"train --attention tiled: {ti} vs the fused run's {ref}")
+    conf = os.path.join(ti_dir, "run_config.json")
+    check(os.path.exists(conf) and json.load(open(conf)).get("attention") == "tiled",
+          "run_config.json keeps --attention tiled")
+    print("--attention tiled: on the CPU the fused op's run to the bit")
 
     # --remat: recomputing the blocks in the backward pass leaves the weights bitwise the same,
     # on one process and on 2 model shards

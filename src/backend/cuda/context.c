@@ -352,6 +352,7 @@ rci_cuda *rci_cu_open(int index, rc_error *err)
     c->gpu.be.total_bytes = total;
     c->major = attribute(c->cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
     c->minor = attribute(c->cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    c->gpu.mma = c->major >= 8;
     c->pools = c->cu->mem_alloc_async && c->cu->mem_free_async &&
                attribute(c->cu, dev, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
     if (start(c, err)) {

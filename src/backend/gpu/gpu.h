@@ -64,6 +64,9 @@ typedef enum {
     RCI_K_ATTENTION_FOLD,    /* the parts of the split products' dK, dV summed */
     RCI_K_REDUCE_ROWS,       /* a reduction of contiguous rows, a work-group a row */
     RCI_K_NORM_GRAD,         /* the norms' gradients, a work-group a row */
+    RCI_K_ATTENTION_TILE,    /* bf16 attention in tiles on tensor cores: forward and stats, */
+    RCI_K_ATTENTION_TILE_DQ, /* dQ, */
+    RCI_K_ATTENTION_TILE_DKV, /* dK and dV */
     RCI_K_COUNT
 } rci_gpu_kernel;
 
@@ -148,6 +151,9 @@ struct rci_gpu {
                                    * (cuBLAS: quick for one row, 16-bit weights read as
                                    * stored); 0: k_matmul_rows does (CLBlast would widen
                                    * every 16-bit weight into scratch per token) */
+    int mma;                      /* 1: kernels.cl's at_mma runs on tensor cores (CUDA, sm_80
+                                   * and later), so bf16 attention may go in tiles
+                                   * (rc_set_tiled_attention) */
     rci_gpu_mem fault;            /* one int of device memory: the first bad id a check found */
     rci_gpu_mem scratch;          /* the kernels' temporaries (rci_gpu_scratch) */
     size_t scratch_bytes;

@@ -1316,3 +1316,479 @@ __kernel void k_attention_dbias(__global store_t *o, long oo, __global const sto
             }
     st(o, oo + ub * s[0] + uh * s[1] + ui * s[2] + uj * s[3], (float)acc);
 }
+
+/* ---- attention in tiles on tensor cores (ops_attention.c's ATT_TILED) ---------------------
+ * FlashAttention-2's loops for bf16 values: a work-group of AT_GROUP work-items (four warps
+ * of 32 lanes) takes AT_ROWS query rows of a (batch, kv head) pair (the pair's R = G Tq rows,
+ * as the products' chunks) or AT_KEYS of its keys, and walks the other side tile by tile.
+ * The scores of a tile live in registers alone: nothing [Tq, Tk] is written. Each warp's
+ * products are 16 x 8 x 16 tiles of bf16 operands summed in f32 (mma.m16n8k16 on sm_80 and
+ * later; at_mma): q, k, v and dO as stored (16-bit tiles in local memory), the float operands
+ * P, dS and z p in three bf16 parts from the product's registers (st_split's parts, each a
+ * product of its own), so every product is float's to its sums, as the split products'.
+ *
+ * A lane's fragments (PTX's layouts for m16n8k16 with 16-bit operands; g = lane / 4,
+ * t = lane % 4): of A [16, 16], rows g and g + 8, columns 2t, 2t + 1 and those plus 8, as
+ * four words of two values (the lower column in the low half); of B [16, 8], rows (k) 2t,
+ * 2t + 1 and those plus 8 of column g, as two words; of C [16, 8] (f32), rows g and g + 8,
+ * columns 2t and 2t + 1, as c[0..1] and c[2..3]. A product's C tiles side by side are the
+ * next product's A: tiles n and n + 1 (16 columns) are A's words {c_n[0..1], c_n[2..3],
+ * c_n+1[0..1], c_n+1[2..3]}. Where the device has no mma (OpenCL: PoCL runs these kernels
+ * in tests; CUDA before sm_80) at_mma is the same product through local memory, each lane's
+ * words placed where the layout says and its C computed from them: the kernels' fragment
+ * handling is then what PoCL checks. A row's statistics combine the 4 lanes holding its
+ * columns (at_quad: CUDA's shuffles, else local memory). */
+enum {
+    AT_GROUP = 128,       /* work-items of a work-group: four warps */
+    AT_ROWS = 64,         /* query rows of a work-group (16 a warp) */
+    AT_KEYS = 64,         /* keys of a tile (8 C tiles of 8 in a warp's row of tiles) */
+    AT_COLS = 64,         /* columns of a tile loaded into local memory (four k steps of 16) */
+    AT_LD = 72,           /* a local tile's row pitch in 16-bit values */
+    AT_EMU = 384          /* local floats a warp's emulated product takes: A [16, 16], B [16, 8] */
+};
+
+/* a word of two bf16 values: lo in the low half */
+static uint at_word(float lo, float hi)
+{
+    return (uint)rci_f32_to_bf16(lo) | ((uint)rci_f32_to_bf16(hi) << 16);
+}
+
+static float at_lo(uint w)
+{
+    return rci_bf16_to_f32((ushort)(w & 0xffff));
+}
+
+static float at_hi(uint w)
+{
+    return rci_bf16_to_f32((ushort)(w >> 16));
+}
+
+/* d [16, 8] += A [16, 16] B [16, 8], the lanes' fragments a[4], b[2] and d[4] (above); every
+ * work-item of the group calls it (the emulation's barriers), emu: the group's 4 AT_EMU
+ * floats of local memory */
+static void at_mma(float *d, const uint *a, const uint *b, LOCAL_MEM float *emu)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    (void)emu;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    int li = (int)get_local_id(0), lane = li & 31, g = lane >> 2, t = lane & 3;
+    LOCAL_MEM float *A = emu + (li >> 5) * AT_EMU, *B = A + 256;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = 0; h < 2; h++) { /* A's rows g and g + 8 (words a[h], a[h + 2]) */
+        A[(g + 8 * h) * 16 + 2 * t] = at_lo(a[h]);
+        A[(g + 8 * h) * 16 + 2 * t + 1] = at_hi(a[h]);
+        A[(g + 8 * h) * 16 + 2 * t + 8] = at_lo(a[h + 2]);
+        A[(g + 8 * h) * 16 + 2 * t + 9] = at_hi(a[h + 2]);
+        B[(2 * t + 8 * h) * 8 + g] = at_lo(b[h]);
+        B[(2 * t + 8 * h + 1) * 8 + g] = at_hi(b[h]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int e = 0; e < 4; e++) {
+        int r = g + 8 * (e >> 1), c = 2 * t + (e & 1);
+        float s = 0;
+        for (int k = 0; k < 16; k++)
+            s += A[r * 16 + k] * B[k * 8 + c];
+        d[e] += s;
+    }
+#endif
+}
+
+/* The sum (sum 1) or largest (sum 0) of x over the 4 lanes of a quad (lanes 4g .. 4g + 3: a
+ * C row's columns), the same in each: (x0 + x1) + (x2 + x3). Every work-item calls it; red:
+ * AT_GROUP floats of local memory (unused on CUDA) */
+static float at_quad(LOCAL_MEM float *red, float x, int sum)
+{
+#ifdef __CUDA_ARCH__
+    (void)red;
+    float y = __shfl_xor_sync(0xffffffffu, x, 1);
+    x = sum ? x + y : (y > x ? y : x);
+    y = __shfl_xor_sync(0xffffffffu, x, 2);
+    return sum ? x + y : (y > x ? y : x);
+#else
+    int li = (int)get_local_id(0), q = li & ~3;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    red[li] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float a = red[q], b = red[q + 1], c = red[q + 2], e = red[q + 3];
+    return sum ? (a + b) + (c + e) : fmax(fmax(a, b), fmax(c, e));
+#endif
+}
+
+/* rows [r0, r0 + AT_ROWS) and columns [c0, c0 + AT_COLS) of x ([n, w] from xo) into the
+ * local tile t [AT_ROWS, AT_LD] as bf16, zeros past n rows or w columns; every work-item
+ * takes its share (the caller's barriers around it) */
+static void at_load(LOCAL_MEM ushort *t, __global const store_t *x, long xo, long r0, long n, long c0, long w)
+{
+    int li = (int)get_local_id(0);
+    for (int u = 0; u < AT_ROWS * AT_COLS / AT_GROUP; u++) {
+        int e = li + u * AT_GROUP, r = e / AT_COLS, c = e % AT_COLS;
+        float v = r0 + r < n && c0 + c < w ? ld(x, xo + (r0 + r) * w + c0 + c) : 0;
+        t[r * AT_LD + c] = rci_f32_to_bf16(v);
+    }
+}
+
+/* the word of t's values i and j (i in the low half) */
+static uint at_pair(LOCAL_MEM const ushort *t, int i, int j)
+{
+    return (uint)t[i] | ((uint)t[j] << 16);
+}
+
+/* A [16, 16]: the local tile's rows r0 .. r0 + 15, columns k0 .. k0 + 15 */
+static void at_frag_a(uint *a, LOCAL_MEM const ushort *t, int r0, int k0, int lane)
+{
+    int g = lane >> 2, c = k0 + 2 * (lane & 3);
+    for (int h = 0; h < 2; h++) {
+        int i = (r0 + g + 8 * h) * AT_LD + c;
+        a[h] = at_pair(t, i, i + 1);
+        a[h + 2] = at_pair(t, i + 8, i + 9);
+    }
+}
+
+/* B [16, 8] whose column n is the local tile's row n0 + n, columns k0 .. k0 + 15 (B = the
+ * tile's rows transposed: Q K^T takes K so) */
+static void at_frag_bt(uint *b, LOCAL_MEM const ushort *t, int n0, int k0, int lane)
+{
+    int i = (n0 + (lane >> 2)) * AT_LD + k0 + 2 * (lane & 3);
+    b[0] = at_pair(t, i, i + 1);
+    b[1] = at_pair(t, i + 8, i + 9);
+}
+
+/* B [16, 8]: the local tile's rows k0 .. k0 + 15, columns n0 .. n0 + 7 (P V takes V so) */
+static void at_frag_b(uint *b, LOCAL_MEM const ushort *t, int k0, int n0, int lane)
+{
+    int i = (k0 + 2 * (lane & 3)) * AT_LD + n0 + (lane >> 2);
+    b[0] = at_pair(t, i, i + AT_LD);
+    b[1] = at_pair(t, i + 8 * AT_LD, i + 9 * AT_LD);
+}
+
+/* what is left of v once its first `part` bf16 parts are taken (st_split's chain) */
+static float at_rest(float v, int part)
+{
+    for (int k = 0; k < part; k++)
+        v -= rci_bf16_to_f32(rci_f32_to_bf16(v));
+    return v;
+}
+
+/* A [16, 16] from C tiles c0 and c1 side by side (their floats' bf16 part `part`) */
+static void at_frag_c(uint *a, const float *c0, const float *c1, int part)
+{
+    a[0] = at_word(at_rest(c0[0], part), at_rest(c0[1], part));
+    a[1] = at_word(at_rest(c0[2], part), at_rest(c0[3], part));
+    a[2] = at_word(at_rest(c1[0], part), at_rest(c1[1], part));
+    a[3] = at_word(at_rest(c1[2], part), at_rest(c1[3], part));
+}
+
+/* c [8 tiles, 4] += the warp's 16 rows (from wr) of local tile x times the transpose of the
+ * AT_KEYS rows of local tile y, over AT_COLS columns: S = Q K^T, dP = dO V^T (a warp's row
+ * of C tiles); with trans the warp's rows are y's and the tiles' columns x's rows (S^T) */
+static void at_times_rows(float *c, LOCAL_MEM const ushort *x, int wr, LOCAL_MEM const ushort *y, int lane,
+                          LOCAL_MEM float *emu)
+{
+    for (int kk = 0; kk < AT_COLS / 16; kk++) {
+        uint a[4], b[2];
+        at_frag_a(a, x, wr, 16 * kk, lane);
+        for (int n = 0; n < 8; n++) {
+            at_frag_bt(b, y, 8 * n, 16 * kk, lane);
+            at_mma(c + 4 * n, a, b, emu);
+        }
+    }
+}
+
+/* o [8 tiles, 4] += P [16, AT_KEYS] (the warp's C tiles p, in three parts) times the local
+ * tile y [AT_KEYS, AT_COLS]: O += P V, dQ += dS K, dV += (z p)^T dO, dK += dS^T Q */
+static void at_times_tile(float *o, const float *p, LOCAL_MEM const ushort *y, int lane, LOCAL_MEM float *emu)
+{
+    for (int kk = 0; kk < AT_KEYS / 16; kk++)
+        for (int part = 0; part < ATT_SPLITS; part++) {
+            uint a[4], b[2];
+            at_frag_c(a, p + 8 * kk, p + 8 * kk + 4, part);
+            for (int n = 0; n < 8; n++) {
+                at_frag_b(b, y, 16 * kk, 8 * n, lane);
+                at_mma(o + 4 * n, a, b, emu);
+            }
+        }
+}
+
+/* c [8 tiles, 4] = rows [r0 .. ) of x [nx, w] (the warp's 16 from r0 + wr) times the
+ * transpose of rows [j0 .. ) of y [ny, w], over all w columns, AT_COLS at a time through the
+ * local tiles xs, ys (a barrier before each load) */
+static void at_scores(float *c, __global const store_t *x, long xo, long r0, long nx, __global const store_t *y,
+                      long yo, long j0, long ny, long w, LOCAL_MEM ushort *xs, LOCAL_MEM ushort *ys, int wr,
+                      int lane, LOCAL_MEM float *emu)
+{
+    for (int e = 0; e < 32; e++)
+        c[e] = 0;
+    for (long c0 = 0; c0 < w; c0 += AT_COLS) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        at_load(xs, x, xo, r0, nx, c0, w);
+        at_load(ys, y, yo, j0, ny, c0, w);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        at_times_rows(c, xs, wr, ys, lane, emu);
+    }
+}
+
+/* the keys the query rows [r0, r0 + AT_ROWS) of a pair see, at most (all Tk unless causal) */
+static long at_keys_seen(const att_dims *a, long r0, long R)
+{
+    if (!a->causal)
+        return a->Tk;
+    long n = 0;
+    for (long rr = r0; rr < r0 + AT_ROWS && rr < R; rr++) {
+        long v = att_visible(a, rr - idx_div(rr, a->Tq) * a->Tq);
+        n = v > n ? v : n;
+    }
+    return n;
+}
+
+/* One of a lane's two rows (h 0: g, 1: g + 8 of its warp's 16) of the query tile from r0 of
+ * pair `pair`: its index rr among the pair's R rows, where it reads (att_row), its flat row
+ * and the keys it sees (0 past R) */
+typedef struct {
+    long rr, row, vis;
+    att_row r;
+} at_qrow;
+
+static at_qrow at_qrow_of(const att_dims *a, long pair, long rr, long R, long bo)
+{
+    at_qrow x;
+    x.rr = rr;
+    x.r = att_chunk_row(a, pair, rr < R ? rr : 0, bo, &x.row);
+    x.vis = rr < R ? att_visible(a, x.r.i) : 0;
+    return x;
+}
+
+/* The forward of a tile of query rows (ATTENTION), or its statistics (ATTENTION_STATS,
+ * want_stats): S = Q K^T a key tile at a time, the online softmax (each row's max and sum
+ * rescaled to a larger max), O += (z p) V; then O / l into o, or each row's log-sum-exp and
+ * delta = dO . o (the unrounded o) into stats [R rows, 2]. Work-group: (pair, tile of
+ * AT_ROWS rows); the output's columns AT_COLS at a time, the scores recomputed for each. */
+__kernel void k_attention_tile(__global store_t *o, long oo, __global float *stats, long sto, int want_stats,
+                               __global const store_t *q, long qo, __global const store_t *k, long ko,
+                               __global const store_t *v, long vo, __global const store_t *dout, long doo,
+                               __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
+                               ulong key, ulong thresh, float keep)
+{
+    __local ushort xs[AT_ROWS * AT_LD], ys[AT_KEYS * AT_LD];
+    __local float red[AT_GROUP + 4 * AT_EMU];
+    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
+    int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
+    long G = idx_div(a.H, a.KV), R = G * a.Tq, tiles = (R + AT_ROWS - 1) / AT_ROWS, gid = (long)get_group_id(0);
+    long pair = idx_div(gid, tiles), r0 = (gid - pair * tiles) * AT_ROWS, kend = at_keys_seen(&a, r0, R);
+    at_qrow x[2];
+    for (int h = 0; h < 2; h++)
+        x[h] = at_qrow_of(&a, pair, r0 + wr + (lane >> 2) + 8 * h, R, bo);
+    long qp = qo + pair * R * a.D, kp = ko + pair * a.Tk * a.D, vp = vo + pair * a.Tk * a.Dv;
+    float m[2], l[2], delta[2] = {0, 0}, s[32], acc[32];
+    long passes = a.Dv > 0 ? (a.Dv + AT_COLS - 1) / AT_COLS : 1;
+    for (long d0 = 0; d0 < passes * AT_COLS; d0 += AT_COLS) {
+        for (int e = 0; e < 32; e++)
+            acc[e] = 0;
+        m[0] = m[1] = -INFINITY;
+        l[0] = l[1] = 0;
+        for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
+            at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP);
+            float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0, 0}, alpha[2];
+            for (int e = 0; e < 32; e++) {
+                long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
+                const at_qrow *xr = &x[(e >> 1) & 1];
+                s[e] = j < xr->vis ? att_score(&a, &xr->r, bias, s[e], j) : -INFINITY;
+                mx[(e >> 1) & 1] = fmax(mx[(e >> 1) & 1], s[e]);
+            }
+            for (int h = 0; h < 2; h++) {
+                float bm = fmax(at_quad(red, mx[h], 0), m[h]);
+                alpha[h] = m[h] == -INFINITY ? 0 : rci_fexp(m[h] - bm);
+                m[h] = bm;
+            }
+            for (int e = 0; e < 32; e++) {
+                int h = (e >> 1) & 1;
+                long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
+                float p = s[e] == -INFINITY ? 0 : rci_fexp(s[e] - m[h]);
+                sum[h] += p;
+                s[e] = p * att_keep(&a, x[h].row, j);
+                acc[e] *= alpha[h];
+            }
+            for (int h = 0; h < 2; h++)
+                l[h] = l[h] * alpha[h] + at_quad(red, sum[h], 1);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            at_load(ys, v, vp, j0, a.Tk, d0, a.Dv);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            at_times_tile(acc, s, ys, lane, red + AT_GROUP);
+        }
+        for (int e = 0; e < 32; e++) {
+            const at_qrow *xr = &x[(e >> 1) & 1];
+            long d = d0 + 8 * (e >> 2) + 2 * t + (e & 1);
+            float l1 = l[(e >> 1) & 1], val = l1 > 0 ? acc[e] / l1 : 0;
+            if (xr->rr >= R || d >= a.Dv)
+                continue;
+            if (want_stats)
+                delta[(e >> 1) & 1] += val * ld(dout, doo + (pair * R + xr->rr) * a.Dv + d);
+            else
+                st(o, oo + (pair * R + xr->rr) * a.Dv + d, val);
+        }
+    }
+    for (int h = 0; want_stats && h < 2; h++) {
+        float dl = at_quad(red, delta[h], 1);
+        if (x[h].rr < R && t == 0) {
+            stats[sto + x[h].row * 2] = l[h] > 0 ? m[h] + log(l[h]) : -INFINITY;
+            stats[sto + x[h].row * 2 + 1] = dl;
+        }
+    }
+}
+
+/* dS = p (z dP - delta) scale and z p of a C tile's element from its score's dot s and dP's
+ * dp (p = exp(score - lse); 0 for a key the row does not see), into *s and *dp */
+static void at_grad_of(const att_dims *a, __global const store_t *bias, long boff, long row, long j, long vis,
+                       float lse, float delta, float *s, float *dp)
+{
+    float ds = 0, zp = 0;
+    if (j < vis) {
+        float sc = *s * a->scale + (a->has_bias ? ld(bias, boff + j * a->bst[3]) : 0);
+        float p = rci_fexp(sc - lse), z = att_keep(a, row, j);
+        zp = p * z;
+        ds = p * (*dp * z - delta) * a->scale;
+    }
+    *s = ds;
+    *dp = zp;
+}
+
+/* dQ of a tile of query rows: for each key tile S = Q K^T, dP = dO V^T, dS (at_grad_of),
+ * dQ += dS K. Work-group: (pair, tile of AT_ROWS rows), dQ's columns AT_COLS at a time */
+__kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const float *stats, long sto,
+                                  __global const store_t *q, long qo, __global const store_t *k, long ko,
+                                  __global const store_t *v, long vo, __global const store_t *dout, long doo,
+                                  __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
+                                  ulong key, ulong thresh, float keep)
+{
+    __local ushort xs[AT_ROWS * AT_LD], ys[AT_KEYS * AT_LD];
+    __local float red[AT_GROUP + 4 * AT_EMU];
+    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
+    int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
+    long G = idx_div(a.H, a.KV), R = G * a.Tq, tiles = (R + AT_ROWS - 1) / AT_ROWS, gid = (long)get_group_id(0);
+    long pair = idx_div(gid, tiles), r0 = (gid - pair * tiles) * AT_ROWS, kend = at_keys_seen(&a, r0, R);
+    at_qrow x[2];
+    float lse[2], delta[2], s[32], dp[32], acc[32];
+    for (int h = 0; h < 2; h++) {
+        x[h] = at_qrow_of(&a, pair, r0 + wr + (lane >> 2) + 8 * h, R, bo);
+        lse[h] = x[h].rr < R ? stats[sto + x[h].row * 2] : -INFINITY;
+        delta[h] = x[h].rr < R ? stats[sto + x[h].row * 2 + 1] : 0;
+        x[h].vis = lse[h] == -INFINITY ? 0 : x[h].vis;
+    }
+    long qp = qo + pair * R * a.D, op = doo + pair * R * a.Dv, kp = ko + pair * a.Tk * a.D;
+    long vp = vo + pair * a.Tk * a.Dv;
+    for (long d0 = 0; d0 < a.D; d0 += AT_COLS) {
+        for (int e = 0; e < 32; e++)
+            acc[e] = 0;
+        for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
+            at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP);
+            at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, xs, ys, wr, lane, red + AT_GROUP);
+            for (int e = 0; e < 32; e++) {
+                const at_qrow *xr = &x[(e >> 1) & 1];
+                long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
+                at_grad_of(&a, bias, xr->r.bias, xr->row, j, xr->vis, lse[(e >> 1) & 1], delta[(e >> 1) & 1],
+                           &s[e], &dp[e]);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            at_load(ys, k, kp, j0, a.Tk, d0, a.D);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            at_times_tile(acc, s, ys, lane, red + AT_GROUP);
+        }
+        for (int e = 0; e < 32; e++) {
+            long rr = x[(e >> 1) & 1].rr, d = d0 + 8 * (e >> 2) + 2 * t + (e & 1);
+            if (rr < R && d < a.D)
+                st(dq, dqo + (pair * R + rr) * a.D + d, acc[e]);
+        }
+    }
+}
+
+/* What dK and dV's kernel knows of a query tile's rows (AT_ROWS of them, each a C tile's
+ * column there): each row's flat index, bias row, keys seen (0 for a row that sees none),
+ * log-sum-exp and delta; filled by the first AT_ROWS work-items */
+typedef struct {
+    long row[AT_ROWS], bias[AT_ROWS], vis[AT_ROWS];
+    float lse[AT_ROWS], delta[AT_ROWS];
+} at_cols;
+
+/* the query tile from r0's rows into c; 1 when one of them sees key j0 (every work-item,
+ * after the barrier) */
+static int at_cols_fill(LOCAL_MEM at_cols *c, const att_dims *a, __global const float *stats, long sto, long pair,
+                        long r0, long R, long bo, long j0)
+{
+    int li = (int)get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (li < AT_ROWS) {
+        at_qrow x = at_qrow_of(a, pair, r0 + li, R, bo);
+        float lse = x.rr < R ? stats[sto + x.row * 2] : -INFINITY;
+        c->row[li] = x.row;
+        c->bias[li] = x.r.bias;
+        c->vis[li] = lse == -INFINITY ? 0 : x.vis;
+        c->lse[li] = lse;
+        c->delta[li] = x.rr < R ? stats[sto + x.row * 2 + 1] : 0;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int any = 0;
+    for (int i = 0; i < AT_ROWS; i++)
+        any |= c->vis[i] > j0;
+    return any;
+}
+
+/* dK and dV of a tile of keys (want: 1 dK, 2 dV, 3 both): for each query tile that sees one
+ * of them S^T = K Q^T, dP^T = V dO^T, dS^T and (z p)^T (at_grad_of, the rows' statistics
+ * by column), dV += (z p)^T dO, dK += dS^T Q; the G query heads sharing the pair's kv head
+ * are its R rows, so dK and dV sum over them. Work-group: (pair, tile of AT_KEYS keys, 16 a
+ * warp), the gradients' columns AT_COLS at a time */
+__kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global store_t *dv, long dvo, int want,
+                                   __global const float *stats, long sto, __global const store_t *q, long qo,
+                                   __global const store_t *k, long ko, __global const store_t *v, long vo,
+                                   __global const store_t *dout, long doo, __global const store_t *bias, long bo,
+                                   long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep)
+{
+    __local ushort xs[AT_ROWS * AT_LD], ys[AT_KEYS * AT_LD];
+    __local float red[AT_GROUP + 4 * AT_EMU];
+    __local at_cols cols;
+    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
+    int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, g = lane >> 2, t = lane & 3;
+    long G = idx_div(a.H, a.KV), R = G * a.Tq, tiles = (a.Tk + AT_KEYS - 1) / AT_KEYS, gid = (long)get_group_id(0);
+    long pair = idx_div(gid, tiles), j0 = (gid - pair * tiles) * AT_KEYS;
+    long qp = qo + pair * R * a.D, op = doo + pair * R * a.Dv, kp = ko + pair * a.Tk * a.D;
+    long vp = vo + pair * a.Tk * a.Dv, w = a.D > a.Dv ? a.D : a.Dv;
+    float s[32], dp[32], gk[32], gv[32];
+    for (long d0 = 0; d0 < w; d0 += AT_COLS) {
+        for (int e = 0; e < 32; e++)
+            gk[e] = gv[e] = 0;
+        for (long r0 = 0; r0 < R; r0 += AT_ROWS) {
+            if (!at_cols_fill(&cols, &a, stats, sto, pair, r0, R, bo, j0))
+                continue;
+            at_scores(s, k, kp, j0, a.Tk, q, qp, r0, R, a.D, ys, xs, wr, lane, red + AT_GROUP);
+            at_scores(dp, v, vp, j0, a.Tk, dout, op, r0, R, a.Dv, ys, xs, wr, lane, red + AT_GROUP);
+            for (int e = 0; e < 32; e++) {
+                int c = 8 * (e >> 2) + 2 * t + (e & 1);
+                long j = j0 + wr + g + 8 * ((e >> 1) & 1);
+                at_grad_of(&a, bias, cols.bias[c], cols.row[c], j, cols.vis[c], cols.lse[c], cols.delta[c], &s[e],
+                           &dp[e]);
+            }
+            if (want & 2) {
+                barrier(CLK_LOCAL_MEM_FENCE);
+                at_load(xs, dout, op, r0, R, d0, a.Dv);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                at_times_tile(gv, dp, xs, lane, red + AT_GROUP);
+            }
+            if (want & 1) {
+                barrier(CLK_LOCAL_MEM_FENCE);
+                at_load(xs, q, qp, r0, R, d0, a.D);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                at_times_tile(gk, s, xs, lane, red + AT_GROUP);
+            }
+        }
+        for (int e = 0; e < 32; e++) {
+            long j = j0 + wr + g + 8 * ((e >> 1) & 1), d = d0 + 8 * (e >> 2) + 2 * t + (e & 1);
+            if (j < a.Tk && d < a.D && (want & 1))
+                st(dk, dko + (pair * a.Tk + j) * a.D + d, gk[e]);
+            if (j < a.Tk && d < a.Dv && (want & 2))
+                st(dv, dvo + (pair * a.Tk + j) * a.Dv + d, gv[e]);
+        }
+    }
+}

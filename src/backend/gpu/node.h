@@ -173,6 +173,11 @@ void rci_gpu_attention_split(int on);
  * products a block at a time, each against the keys its rows see; tests set it small.
  * Process-wide. */
 void rci_gpu_attention_block(int64_t rows);
+/* 1: bf16 attention in tiles on every device (kernels.cl's k_attention_tile*; where the
+ * device has no mma, their fragments through local memory: tests run it so on OpenCL);
+ * 0: as rc_set_tiled_attention says. Process-wide, set before plans are made (their
+ * scratch depends on it). */
+void rci_gpu_attention_tiled(int on);
 
 /* ---- ops_rows.c: the scratch of every node ---- */
 

@@ -17,8 +17,14 @@
  * q, k, v and dO are widened into scratch first and results rounded once at the end, as the
  * CPU's kernels compute 16-bit attention in f32. The bias's gradient is k_attention_dbias,
  * one work-item per bias element, recomputing its scores. Attention dropout: DROPOUT's
- * mask (rci_gpu_mask_of), redrawn by every kernel. */
+ * mask (rci_gpu_mask_of), redrawn by every kernel.
+ *
+ * With rc_set_tiled_attention on a device with mma (CUDA, sm_80 and later), bf16 nodes
+ * take no products and no scratch: kernels.cl's k_attention_tile (forward, stats),
+ * k_attention_tile_dq and k_attention_tile_dkv keep each tile's scores on chip
+ * (FlashAttention-2's loops) and multiply on tensor cores (ATT_TILED, below). */
 #include "node.h"
+#include "redco/device.h"
 
 #include <string.h>
 
@@ -33,8 +39,10 @@ enum {
 /* How a node's products run: f32 values in f32 (ATT_F32); 16-bit values widened into f32
  * scratch (ATT_WIDEN); bf16 values as stored into f32 results, float operands in parts
  * (ATT_SPLIT; ATT_SPLIT_WIDENED: the same on a backend without matmul_wide, its products'
- * operands widened into scratch first, which tests use to run the split on OpenCL) */
-enum { ATT_F32, ATT_WIDEN, ATT_SPLIT, ATT_SPLIT_WIDENED };
+ * operands widened into scratch first, which tests use to run the split on OpenCL); or no
+ * products: bf16 in tiles on tensor cores, kernels.cl's k_attention_tile* (ATT_TILED, where
+ * rci_gpu_attention_tiled asks for it; no scratch) */
+enum { ATT_F32, ATT_WIDEN, ATT_SPLIT, ATT_SPLIT_WIDENED, ATT_TILED };
 
 /* A node's attention sizes: q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv]; R = G Tq
  * rows of q per (batch, kv head) pair; mode: how the products run; qblk: the query rows of
@@ -45,7 +53,23 @@ typedef struct {
 } att_shape;
 
 static int att_split_force = -1;
+static int att_tiled = 0; /* 1: bf16 in tiles where the device has mma; 2: on every device */
 static int64_t att_block_rows = ATT_BLOCK;
+
+void rc_set_tiled_attention(int on)
+{
+    att_tiled = on != 0;
+}
+
+int rc_get_tiled_attention(void)
+{
+    return att_tiled != 0;
+}
+
+void rci_gpu_attention_tiled(int on)
+{
+    att_tiled = on ? 2 : 0;
+}
 
 void rci_gpu_attention_block(int64_t rows)
 {
@@ -64,6 +88,8 @@ static int att_mode(const rci_gpu *g, const rc_tensor *node)
     rc_dtype store = rci_gpu_storage(node);
     if (store == RC_F32)
         return ATT_F32;
+    if (store == RC_BF16 && (att_tiled == 2 || (att_tiled == 1 && g->mma)))
+        return ATT_TILED;
     int split = store == RC_BF16 && (att_split_force >= 0 ? att_split_force : g->ops->matmul_wide != NULL);
     if (!split)
         return ATT_WIDEN;
@@ -216,7 +242,7 @@ static int64_t att_layout(const att_shape *s, rc_op op, int64_t np, int64_t *par
 size_t rci_gpu_attention_scratch(const rci_gpu *g, const rc_tensor *node)
 {
     att_shape s = att_shape_of(g, node);
-    if (node->op == RC_OP_ATTENTION_GRAD && s.which == 3)
+    if ((node->op == RC_OP_ATTENTION_GRAD && s.which == 3) || s.mode == ATT_TILED)
         return 0;
     return (size_t)att_layout(&s, node->op, att_chunk_pairs(g, &s, node->op), NULL) * sizeof(float);
 }
@@ -549,6 +575,83 @@ static int att_dbias(att_run *a, rc_error *err)
                                "attention_grad (bias)", err);
 }
 
+/* ---- ATT_TILED: kernels.cl's k_attention_tile (forward, stats), _dq and _dkv ---- */
+
+enum {
+    ATT_TILE_GROUP = 128,   /* work-items of a tile kernel's work-group (kernels.cl's AT_GROUP) */
+    ATT_TILE = 64           /* query rows or keys a work-group takes (AT_ROWS, AT_KEYS) */
+};
+
+/* the arguments every tile kernel ends with: the bias, geometry, scale and dropout */
+enum { ATT_TILE_TAIL = 8 };
+
+static void att_tile_tail(const att_run *a, rci_gpu_arg *t)
+{
+    rci_gpu_arg tail[ATT_TILE_TAIL] = {ARG(a->bias.mem), ARG(a->bias.off), ARG(a->dims),       ARG(a->bst),
+                                       ARG(a->scale),    ARG(a->drop.key), ARG(a->drop.thresh), ARG(a->drop.keep)};
+    memcpy(t, tail, sizeof tail);
+}
+
+static int64_t att_tiles(int64_t n)
+{
+    return (n + ATT_TILE - 1) / ATT_TILE;
+}
+
+/* the forward into the output, or (stats) each row's log-sum-exp and delta */
+static int att_tile_forward(att_run *a, rc_error *err)
+{
+    int32_t stats = a->node->op == RC_OP_ATTENTION_STATS;
+    rci_gpu_place o = stats ? a->in[0] : a->out, dout = stats ? a->dout : a->in[0]; /* not written, not read */
+    rci_gpu_arg args[13 + ATT_TILE_TAIL] = {ARG(o.mem),        ARG(o.off),        ARG(a->out.mem),   ARG(a->out.off),
+                                            ARG(stats),        ARG(a->in[0].mem), ARG(a->in[0].off), ARG(a->in[1].mem),
+                                            ARG(a->in[1].off), ARG(a->in[2].mem), ARG(a->in[2].off), ARG(dout.mem),
+                                            ARG(dout.off)};
+    att_tile_tail(a, args + 13);
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_TILE, args, 13 + ATT_TILE_TAIL,
+                                 (size_t)(a->s.pairs * att_tiles(a->s.R)), ATT_TILE_GROUP,
+                                 stats ? "attention_stats (tiles)" : "attention (tiles)", err);
+}
+
+/* dQ (kernel _dq, a work-group a tile of query rows) */
+static int att_tile_dq(att_run *a, rci_gpu_place dq, rc_error *err)
+{
+    rci_gpu_arg args[12 + ATT_TILE_TAIL] = {
+        ARG(dq.mem),       ARG(dq.off),       ARG(a->stats.mem), ARG(a->stats.off), ARG(a->in[0].mem), ARG(a->in[0].off),
+        ARG(a->in[1].mem), ARG(a->in[1].off), ARG(a->in[2].mem), ARG(a->in[2].off), ARG(a->dout.mem),  ARG(a->dout.off)};
+    att_tile_tail(a, args + 12);
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_TILE_DQ, args, 12 + ATT_TILE_TAIL,
+                                 (size_t)(a->s.pairs * att_tiles(a->s.R)), ATT_TILE_GROUP, "attention_grad (dq tiles)",
+                                 err);
+}
+
+/* dK and dV as `want` says (1 dK, 2 dV, 3 both: kernel _dkv, a work-group a tile of keys) */
+static int att_tile_dkv(att_run *a, int32_t want, rci_gpu_place dk, rci_gpu_place dv, rc_error *err)
+{
+    rci_gpu_arg args[15 + ATT_TILE_TAIL] = {
+        ARG(dk.mem),       ARG(dk.off),       ARG(dv.mem),       ARG(dv.off),       ARG(want),
+        ARG(a->stats.mem), ARG(a->stats.off), ARG(a->in[0].mem), ARG(a->in[0].off), ARG(a->in[1].mem),
+        ARG(a->in[1].off), ARG(a->in[2].mem), ARG(a->in[2].off), ARG(a->dout.mem),  ARG(a->dout.off)};
+    att_tile_tail(a, args + 15);
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_TILE_DKV, args, 15 + ATT_TILE_TAIL,
+                                 (size_t)(a->s.pairs * att_tiles(a->s.Tk)), ATT_TILE_GROUP,
+                                 "attention_grad (dk, dv tiles)", err);
+}
+
+/* a node of ATT_TILED: no scratch, no chunks */
+static int att_tile_run(att_run *a, rc_error *err)
+{
+    const att_shape *s = &a->s;
+    int w = s->which;
+    if (a->node->op != RC_OP_ATTENTION_GRAD)
+        return att_tile_forward(a, err);
+    rci_gpu_place dq, dk, dv;
+    att_grad_places(a, &dq, &dk, &dv);
+    int32_t want = (w == 1 || w == 4 ? 1 : 0) | (w == 2 || w == 4 ? 2 : 0);
+    if ((w == 0 || w == 4) && s->D > 0 && att_tile_dq(a, dq, err))
+        return -1;
+    return want && s->Tk > 0 ? att_tile_dkv(a, want, dk, dv, err) : 0;
+}
+
 /* the node's places, geometry and dropout into a */
 static int att_run_init(att_run *a, rci_gpu *g, const rci_node_run *r, rc_error *err)
 {
@@ -586,6 +689,8 @@ int rci_gpu_run_attention(rci_gpu *g, const rci_node_run *r, rc_error *err)
         return -1;
     if (a.s.which == 3)
         return att_dbias(&a, err);
+    if (a.s.mode == ATT_TILED)
+        return att_tile_run(&a, err);
     int64_t per = att_chunk_pairs(g, &a.s, r->node->op);
     if (att_scratch(&a, per, err))
         return -1;
