@@ -57,9 +57,71 @@ static int recompute(rc_graph *g, int seg, int last, rc_tensor **clone)
     return 0;
 }
 
+/* x's parts along axis ax into parts[n ..]: a concat's on that axis, else x itself; the
+ * new count, -1 past RC_MAX_SRC */
+static int concat_parts(rc_tensor *x, int ax, rc_tensor **parts, int n)
+{
+    int k = x->op == RC_OP_CONCAT && x->iparam[0] == ax ? x->nsrc : 1;
+    if (n + k > RC_MAX_SRC)
+        return -1;
+    for (int i = 0; i < k; i++)
+        parts[n + i] = k == 1 ? x : x->src[i];
+    return n + k;
+}
+
+/* The concat of n parts along ax as a view when they are views of one tensor's storage,
+ * each right after the one before, and ax is their outermost axis of extent above 1 (the
+ * concat is then those bytes: the packed gradient of a fused attention, whose dq, dk and
+ * dv lie one after the other); else the concat */
+static rc_tensor *concat_of(rc_graph *g, rc_tensor **parts, int n, int ax)
+{
+    rc_tensor *base = parts[0]->view_src;
+    int64_t size = (int64_t)rc_dtype_size(parts[0]->dtype), at = parts[0]->view_offset, total = 0;
+    int view = base != NULL && parts[0]->dtype == base->dtype;
+    for (int i = 0; view && i < ax; i++)
+        view = parts[0]->shape[i] == 1;
+    for (int p = 0; view && p < n; p++) {
+        view = parts[p]->view_src == base && parts[p]->view_offset == at;
+        at += (int64_t)rc_tensor_nbytes(parts[p]);
+        total += rc_tensor_numel(parts[p]);
+    }
+    rc_tensor *c = rc_concat(g, parts, n, ax);
+    if (!view || !c)
+        return c;
+    int64_t flat = rc_tensor_numel(base), from = parts[0]->view_offset / size;
+    rc_tensor *bytes = rc_slice(g, rc_reshape(g, base, 1, &flat), 0, from, from + total);
+    return rc_reshape(g, bytes, c->ndim, c->shape);
+}
+
+/* The sum of two gradients that pad adjacent ranges of one axis (the slices of one tensor,
+ * as GPT-2's q, k and v of its one projection) as one pad of their values' concat, or the
+ * concat alone once the ranges cover the axis: the same values (the pads' zeros added
+ * nowhere), without writing the zeros and adding them. NULL when a and b are not so. */
+static rc_tensor *pads_joined(rc_graph *g, rc_tensor *a, rc_tensor *b)
+{
+    if (a->op != RC_OP_PAD || b->op != RC_OP_PAD || a->iparam[0] != b->iparam[0] || a->dtype != b->dtype)
+        return NULL;
+    int ax = a->iparam[0];
+    rc_tensor *lo = a->iparam[1] < b->iparam[1] ? a : b, *hi = lo == a ? b : a, *parts[RC_MAX_SRC];
+    if (lo->iparam[1] + lo->src[0]->shape[ax] != hi->iparam[1] || a->ndim != b->ndim)
+        return NULL;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i])
+            return NULL;
+    int n = concat_parts(lo->src[0], ax, parts, 0);
+    n = n < 0 ? n : concat_parts(hi->src[0], ax, parts, n);
+    if (n < 0)
+        return NULL;
+    rc_tensor *c = concat_of(g, parts, n, ax);
+    if (!c || (lo->iparam[1] == 0 && c->shape[ax] == a->shape[ax]))
+        return c;
+    return rc_pad(g, c, ax, lo->iparam[1], a->shape[ax]);
+}
+
 static void accumulate(rc_graph *g, rc_tensor **grad, rc_tensor *t, rc_tensor *gt)
 {
-    grad[t->id] = grad[t->id] ? rc_add(g, grad[t->id], gt) : gt;
+    rc_tensor *had = grad[t->id], *joined = had ? pads_joined(g, had, gt) : NULL;
+    grad[t->id] = joined ? joined : had ? rc_add(g, had, gt) : gt;
 }
 
 /* The gradients of node y's inputs through its value written with ops (rci_value_as_ops)

@@ -108,6 +108,32 @@ static size_t first_fit(block *live, int *nlive, size_t size, int id, size_t *pe
     return at;
 }
 
+/* Best fit: the smallest gap between live blocks that holds `size` (the lowest of equal
+ * ones), else past the last block */
+static size_t best_fit(block *live, int *nlive, size_t size, int id, size_t *peak)
+{
+    size_t at = 0, best_at = 0, best_gap = SIZE_MAX;
+    int best_pos = -1;
+    for (int pos = 0; pos < *nlive; pos++) {
+        if (live[pos].off >= at + size && live[pos].off - at < best_gap) {
+            best_gap = live[pos].off - at;
+            best_at = at;
+            best_pos = pos;
+        }
+        at = align_up(live[pos].off + live[pos].size);
+    }
+    if (best_pos < 0) {
+        best_at = at;
+        best_pos = *nlive;
+    }
+    memmove(live + best_pos + 1, live + best_pos, (size_t)(*nlive - best_pos) * sizeof *live);
+    live[best_pos] = (block){best_at, size, id};
+    (*nlive)++;
+    if (best_at + size > *peak)
+        *peak = best_at + size;
+    return best_at;
+}
+
 static void release(block *live, int *nlive, int id)
 {
     for (int i = 0; i < *nlive; i++)
@@ -203,11 +229,16 @@ static void mark_released(rc_plan *p, const int *last, rc_tensor *const *outputs
     }
 }
 
-/* One layout of the arena by first fit in execution order: each owner's offset in
- * p->offset; returns the peak. With in_place, a node whose op may take its input's memory
- * (input_taken) does. */
-static size_t arena_layout(rc_plan *p, const int *last, const int *pos_of, block *live, int in_place)
+/* How arena_layout places: bits of LAYOUT_IN_PLACE (a node whose op may take its input's
+ * memory, input_taken, does) and LAYOUT_BEST_FIT (best fit, not first fit) */
+enum { LAYOUT_IN_PLACE = 1, LAYOUT_BEST_FIT = 2, LAYOUTS = 4 };
+
+/* One layout of the arena in execution order, as `how` says: each owner's offset in
+ * p->offset; returns the peak. */
+static size_t arena_layout(rc_plan *p, const int *last, const int *pos_of, block *live, int how)
 {
+    int in_place = how & LAYOUT_IN_PLACE;
+    size_t (*fit)(block *, int *, size_t, int, size_t *) = how & LAYOUT_BEST_FIT ? best_fit : first_fit;
     int nlive = 0;
     size_t peak = 0;
     for (int i = 0; i < p->n; i++) {
@@ -219,7 +250,7 @@ static size_t arena_layout(rc_plan *p, const int *last, const int *pos_of, block
                 p->offset[i] = p->offset[taken];
                 block_rename(live, nlive, p->order[taken]->id, t->id);
             } else {
-                p->offset[i] = first_fit(live, &nlive, size, t->id, &peak);
+                p->offset[i] = fit(live, &nlive, size, t->id, &peak);
             }
         }
         /* free what this node was the last to read (after its own output was placed) */
@@ -239,8 +270,10 @@ static size_t arena_layout(rc_plan *p, const int *last, const int *pos_of, block
 }
 
 /* The arena: laid out with outputs taking their inputs' memory where they may and without,
- * keeping the lower peak. First fit is greedy: a reuse that saves memory where it happens
- * can leave gaps that cost more later (long-lived gradients placed differently). */
+ * by first fit and by best fit, keeping the lowest peak (the first of equal ones). Either
+ * fit is greedy: a reuse that saves memory where it happens can leave gaps that cost more
+ * later (long-lived gradients placed differently), and which does better depends on the
+ * graph. */
 static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout,
                        rc_tensor *const *release_after, rc_error *err)
 {
@@ -265,10 +298,15 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout,
             p->stats.naive_bytes += align_up(rc_tensor_nbytes(t) ? rc_tensor_nbytes(t) : 1);
         }
     }
-    size_t in_place = arena_layout(p, last, pos_of, live, 1);
-    size_t peak = arena_layout(p, last, pos_of, live, 0);
-    if (in_place < peak)
-        peak = arena_layout(p, last, pos_of, live, 1);
+    size_t peak = SIZE_MAX;
+    int pick = 0;
+    for (int how = 0; how < LAYOUTS; how++) {
+        size_t got = arena_layout(p, last, pos_of, live, how);
+        if (got < peak)
+            peak = got, pick = how;
+    }
+    if (pick != LAYOUTS - 1)
+        arena_layout(p, last, pos_of, live, pick);
     free(last);
     free(pos_of);
     free(live);
