@@ -10,7 +10,7 @@
 # Parts, in this order (--parts takes a comma-separated subset):
 #   info        the GPU, driver, CUDA, PyTorch, glibc; `redco devices`
 #   cuda        the op table and the device model tests on cuda (REDCO_REQUIRE_CUDA=1), and
-#               the op table's attention cases in tiles on tensor cores (--attention-tiled)
+#               both again with bf16 attention in tiles on tensor cores (--attention-tiled)
 #   step        GPT-2 124M training step, batch 8 x 1024, f32 and bf16 (and bf16 with
 #               --attention tiled): redco train beside scripts/torch_gpt2_step.py (same
 #               model, forward, backward, AdamW); the bf16 steps' profile (--profile)
@@ -326,8 +326,10 @@ part_cuda() {
     device_tests cuda REDCO_REQUIRE_CUDA=$require REDCO_DEVICE=cuda
     # bf16 attention in tiles on tensor cores (--attention tiled): the op table's attention
     # cases with mma.sync itself, where PoCL runs the same fragments through local memory
-    run_test op_table_cuda_tiled cuda 150 REDCO_REQUIRE_CUDA=$require REDCO_DEVICE=cuda "$BUNDLE/bin/test_ops" \
-        --device cuda --attention-tiled
+    run_test op_table_cuda_tiled cuda 150 "${RC_ENV[@]}" REDCO_REQUIRE_CUDA=$require REDCO_DEVICE=cuda \
+        "$BUNDLE/bin/test_ops" --device cuda --attention-tiled
+    run_test device_models_cuda_tiled cuda 150 "${RC_ENV[@]}" REDCO_REQUIRE_CUDA=$require REDCO_DEVICE=cuda \
+        "$BUNDLE/bin/test_device_models" --device cuda --attention-tiled
 }
 
 # a folder of OpenCL vendor files naming NVIDIA's ICD alone; empty when the driver has none
@@ -526,7 +528,7 @@ attention_kernels() {
 # the fused attention in bf16 (the step's: causal blocks, tensor-core products) beside
 # PyTorch's SDPA forward and backward on the same shapes, without dropout
 attention_bf16() {
-    local tiled=$1 name=bench_attention_bf16${1:+_tiled} cases="$BATCH:$SEQ:3" f red torch ratio
+    local tiled=${1:-} name=bench_attention_bf16${1:+_tiled} cases="$BATCH:$SEQ:3" f red torch ratio
     [ $QUICK = 1 ] && cases="$BATCH:$SEQ:1"
     [ -x "$BUNDLE/bin/bench_attention" ] || return 0
     run "$name" 90 "${RC_ENV[@]}" "$BUNDLE/bin/bench_attention" --device "$RDEV" --dtype bf16 --cases "$cases" $tiled ||

@@ -48,7 +48,8 @@ static const char *help =
     "(default 1). --dtype bf16|f16: 16-bit weights and activations with f32 master weights,\n"
     "as `redco train --dtype` (the step's graph recorded in that dtype). --attention unfused:\n"
     "attention as product, softmax, product, as `redco train --attention unfused` (every\n"
-    "layer's [T, T] probabilities among the activations). --memory SIZE (80GB = 80e9\n"
+    "layer's [T, T] probabilities among the activations); --attention tiled: with --device\n"
+    "cuda, bf16 attention in tiles, no scratch for its scores. --memory SIZE (80GB = 80e9\n"
     "bytes, 24GiB = 24 x 2^30, 512MiB): whether one rank fits, and the largest preset of the\n"
     "model's family that fits under the same mesh and options.\n"
     "--ranks-per-host N: how the mesh lies on hosts of N ranks each (mpiexec and Slurm place\n"
@@ -236,6 +237,8 @@ static void options_text(const options *o, char *buf, size_t size)
     int n = snprintf(buf, size, "%s weights, AdamW", rc_dtype_name(o->dtype));
     if (o->unfused)
         n += snprintf(buf + n, size - (size_t)n, ", unfused attention");
+    else if (rc_get_tiled_attention())
+        n += snprintf(buf + n, size - (size_t)n, ", tiled attention");
     if (o->remat)
         n += snprintf(buf + n, size - (size_t)n, ", remat every %lld block%s", (long long)o->remat,
                       o->remat > 1 ? "s" : "");
@@ -469,7 +472,7 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                             (json_int_t)comm->allreduce_bwd, "model_bytes_forward", comm->bytes_fwd,
                             "model_bytes_backward", comm->bytes_bwd, "data_allreduce",
                             (json_int_t)(o->zero ? 0 : buckets), "model_allgather", (json_int_t)comm->allgather_fwd,
-                            "attention", o->unfused ? "unfused" : "fused");
+                            "attention", o->unfused ? "unfused" : rc_get_tiled_attention() ? "tiled" : "fused");
     /* with zero the gradients are reduce-scattered (zero 2: each micro-batch's, a window at
      * a time; zero 3: each layer's) and the updated weights all-gathered (zero 3: each layer
      * gathered where the step reads it) */

@@ -6,7 +6,8 @@
  * of tiny GPT-2, LLaMA and T5 through the Trainer (per tensor, 1e-4); the same training
  * twice on the device is bitwise identical;
  * greedy generation gives the same tokens and beam search the same beams, with f32 and
- * with bf16 weights (and a bf16 key/value cache).
+ * with bf16 weights (and a bf16 key/value cache). --attention-tiled: the device's bf16
+ * attention in tiles (on OpenCL their tensor-core fragments through local memory).
  *
  * Without the device the test prints why and passes, unless REDCO_REQUIRE_OPENCL=1 (CI
  * sets it) or, for cuda, REDCO_REQUIRE_CUDA=1: then it fails. */
@@ -499,12 +500,18 @@ static void test_model(const char *preset, double tol)
 }
 
 
+/* the devices' bf16 attention in tiles (ops_attention.c's ATT_TILED), on every device */
+void rci_gpu_attention_tiled(int on);
+
 int main(int argc, char **argv)
 {
     rc_set_threads(2);
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--device"))
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--device") && i + 1 < argc)
             device = argv[i + 1];
+        if (!strcmp(argv[i], "--attention-tiled"))
+            rci_gpu_attention_tiled(1);
+    }
     if (!(gpu = check_device("test_device_models", device)))
         return check_summary("test_device_models");
     test_logits();

@@ -628,6 +628,11 @@ static const op_case cases[] = {
      .ulps = 3, .gulps = 2},
     {"attention_dropout_causal_blocks", b_attention, 3, {F(4, -2, 2, 1, 2, 70, 20), F(4, -2, 2, 1, 2, 70, 20),
      F(4, -2, 2, 1, 2, 70, 12)}, D_FLOAT, {0, 1}, {0.2, 0.3}, .grad = GRAD, .tol = 30, .ulps = 3, .gulps = 2},
+    /* LLaMA's head size 128 past the tiled kernels' 64 columns (two chunks of the scores'
+     * sums, two passes of the output's), GQA rows in tiles of 64 spanning two heads, keys
+     * in two tiles of 64 */
+    {"attention_tiles_wide_gqa", b_attention, 3, {F(4, -2, 2, 1, 4, 100, 128), F(4, -2, 2, 1, 2, 100, 128),
+     F(4, -2, 2, 1, 2, 100, 128)}, D_FLOAT, {0, 1}, {0.088}, .grad = GRAD, .tol = 30, .ulps = 3, .gulps = 2},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
