@@ -87,7 +87,9 @@ typedef enum {
     RC_OP_SQRT,
     RC_OP_RSQRT,
     RC_OP_TANH,
-    RC_OP_ACT,           /* activation iparam[0] = rc_act_kind, derivative order iparam[1] (0, 1, 2) */
+    RC_OP_ACT,           /* activation iparam[0] = rc_act_kind, derivative order iparam[1] (0, 1, 2)
+                            of src0; times src1 when there is one (of src0's shape and dtype,
+                            one rounding: a gradient's G f'(x), autodiff's own) */
     RC_OP_MATMUL,        /* src0 [..., M, K] @ src1 [..., K, N]; iparam[0] transposes src0
                             (stored [..., K, M]), iparam[1] src1 (stored [..., N, K]).
                             src1 may be 2-D and shared by every batch of src0. */

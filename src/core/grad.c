@@ -61,15 +61,31 @@ static rc_tensor *grad_unary(rc_graph *g, rc_tensor *y, rc_tensor *G)
         return rc_div(g, rc_scale(g, G, 0.5), y);
     case RC_OP_RSQRT: /* -0.5 a^-3/2 = -0.5 y^3 */
         return rc_mul(g, G, rc_scale(g, rc_mul(g, y, rc_mul(g, y, y)), -0.5));
-    case RC_OP_TANH: /* 1 - y^2 */
+    default: /* TANH: 1 - y^2 */
         return rc_mul(g, G, rc_affine(g, rc_mul(g, y, y), -1.0, 1.0));
-    default: /* ACT: the next derivative, computed by the same op */
-        if (y->iparam[1] >= 2)
-            return rci_fail(g, RC_ERR_UNSUPPORTED,
-                           "act: no gradient for the second derivative of activation %d (third order)",
-                           y->iparam[0]);
-        return rc_mul(g, G, rc_act(g, a, (rc_act_kind)y->iparam[0], y->iparam[1] + 1));
     }
+}
+
+/* ACT, y = m f^(k)(x) (m 1 without a multiplier): dx = (G m) f^(k+1)(x) and dm = G f^(k)(x).
+ * The first derivative times G is one node of the same op (rci_act_times: a GELU's
+ * backward one pass, not a derivative written and multiplied); the second stays a product
+ * with its own ACT node, whose gradient is the one that has none (third order) only where
+ * it is needed. */
+static int grad_act(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
+{
+    rc_tensor *x = y->src[0], *m = y->nsrc > 1 ? y->src[1] : NULL;
+    rc_act_kind kind = (rc_act_kind)y->iparam[0];
+    int order = y->iparam[1];
+    if (order >= 2) {
+        rci_fail(g, RC_ERR_UNSUPPORTED, "act: no gradient for the second derivative of activation %d (third order)",
+                 (int)kind);
+        return -1;
+    }
+    rc_tensor *Gm = m ? rc_mul(g, G, m) : G;
+    gs[0] = order == 0 ? rci_act_times(g, x, kind, 1, Gm) : rc_mul(g, Gm, rc_act(g, x, kind, order + 1));
+    if (m)
+        gs[1] = rci_act_times(g, x, kind, order, G);
+    return 0;
 }
 
 /* C = op(A) op(B). Gradients of the operands as stored, with no transpose copies. */
@@ -357,9 +373,10 @@ int rci_grad_node(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
     case RC_OP_SQRT:
     case RC_OP_RSQRT:
     case RC_OP_TANH:
-    case RC_OP_ACT:
         gs[0] = grad_unary(g, y, G);
         return 0;
+    case RC_OP_ACT:
+        return grad_act(g, y, G, gs);
     case RC_OP_MATMUL:
         return grad_matmul(g, y, G, gs);
     case RC_OP_SOFTMAX:

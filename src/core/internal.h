@@ -118,6 +118,11 @@ int64_t rci_conv_out_size(int64_t n, int64_t k, int stride, int pad, int dil);
 rc_tensor *rci_attention_stats(rc_graph *g, rc_tensor *att, rc_tensor *dout);
 rc_tensor *rci_attention_grad(rc_graph *g, rc_tensor *att, rc_tensor *dout, rc_tensor *stats, int which);
 
+/* m times activation `act`'s derivative of order `order` of a (ops_elementwise.c): an ACT
+ * node with m as its second input (redco.h), G f'(x) in one pass for a gradient rule; m of
+ * a's shape and dtype */
+rc_tensor *rci_act_times(rc_graph *g, rc_tensor *a, rc_act_kind act, int order, rc_tensor *m);
+
 /* The NORM_GRAD node (ops_nn.c; layout in redco.h) of a LAYER_NORM or RMS_NORM node norm
  * given its upstream gradient dout: x's gradient (which 0) or dout xhat (1). */
 rc_tensor *rci_norm_grad(rc_graph *g, rc_tensor *norm, rc_tensor *dout, int which);

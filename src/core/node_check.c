@@ -152,7 +152,8 @@ static int fits_but_axis(const rc_tensor *node, int k, int ax, rc_error *err)
 
 /* ---- the ops' rules ------------------------------------------------------------------------- */
 
-/* element-wise of one input: src0 of the node's dtype and size */
+/* element-wise of one input: src0 of the node's dtype and size (an activation's multiplier,
+ * src1, of src0's shape and dtype) */
 static int check_unary(const rc_tensor *node, rc_error *err)
 {
     if (need_all(node, 1, err) || same_size(node, 0, err))
@@ -160,6 +161,12 @@ static int check_unary(const rc_tensor *node, rc_error *err)
     if (node->op == RC_OP_ACT && ((unsigned)node->iparam[0] >= RC_ACT_COUNT || node->iparam[1] < 0 ||
                                   node->iparam[1] > 2))
         return bad(err, RC_ERR_ARG, node, "activation %d, derivative order %d", node->iparam[0], node->iparam[1]);
+    if (node->op != RC_OP_ACT || node->nsrc < 2 || !node->src[1])
+        return 0;
+    if (need(node, 1, node->dtype, err))
+        return -1;
+    if (!rci_same_shape(node->src[1], node->src[0]))
+        return bad(err, RC_ERR_SHAPE, node, "its multiplier (input 1) is not of input 0's shape");
     return 0;
 }
 

@@ -63,6 +63,19 @@ rc_tensor *rc_act(rc_graph *g, rc_tensor *a, rc_act_kind act, int order)
     return y;
 }
 
+rc_tensor *rci_act_times(rc_graph *g, rc_tensor *a, rc_act_kind act, int order, rc_tensor *m)
+{
+    rc_tensor *src[2] = {a, m};
+    if (rci_inputs_bad(g, 2, src) || rci_float_input(g, "act", a))
+        return NULL;
+    rc_tensor *y = rci_node_new(g, RC_OP_ACT, a->dtype, a->ndim, a->shape, 2, src);
+    if (y) {
+        y->iparam[0] = (int32_t)act;
+        y->iparam[1] = order;
+    }
+    return rci_node_checked(g, y);
+}
+
 rc_tensor *rc_relu(rc_graph *g, rc_tensor *a) { return rc_act(g, a, RC_ACT_RELU, 0); }
 rc_tensor *rc_gelu(rc_graph *g, rc_tensor *a) { return rc_act(g, a, RC_ACT_GELU_TANH, 0); }
 rc_tensor *rc_gelu_erf(rc_graph *g, rc_tensor *a) { return rc_act(g, a, RC_ACT_GELU_ERF, 0); }

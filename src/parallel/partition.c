@@ -308,7 +308,9 @@ static rc_tensor *rebuild(local *l, const rc_tensor *y, rc_tensor **x, const int
     case RC_OP_AFFINE: return rc_affine(g, x[0], fp[0], fp[1]);
     case RC_OP_EXP: case RC_OP_LOG: case RC_OP_SQRT: case RC_OP_RSQRT: case RC_OP_TANH:
         return unary(g, y->op, x[0]);
-    case RC_OP_ACT: return rc_act(g, x[0], (rc_act_kind)ip[0], ip[1]);
+    case RC_OP_ACT:
+        return y->nsrc > 1 && y->src[1] ? rci_act_times(g, x[0], (rc_act_kind)ip[0], ip[1], x[1])
+                                        : rc_act(g, x[0], (rc_act_kind)ip[0], ip[1]);
     case RC_OP_MATMUL: return rc_matmul(g, x[0], x[1], ip[0], ip[1]);
     case RC_OP_SOFTMAX: return rc_softmax_ext(g, x[0], x[1], fp[0], ip[0]);
     case RC_OP_LAYER_NORM: return rc_layer_norm(g, x[0], x[1], x[2], fp[0]);

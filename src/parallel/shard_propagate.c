@@ -845,8 +845,14 @@ void rci_shard_propagate(rci_shard_analysis *p, rc_tensor *y)
     case RC_OP_AFFINE:
         affine(p, y, out);
         return;
+    case RC_OP_ACT:
+        if (y->nsrc > 1 && y->src[1]) /* times a multiplier: two inputs */
+            elementwise(p, y, out);
+        else
+            pointwise(p, y, out);
+        return;
     case RC_OP_EXP: case RC_OP_LOG: case RC_OP_SQRT: case RC_OP_RSQRT: case RC_OP_TANH:
-    case RC_OP_ACT: case RC_OP_DROPOUT: case RC_OP_CAST:
+    case RC_OP_DROPOUT: case RC_OP_CAST:
         pointwise(p, y, out);
         return;
     case RC_OP_SOFTMAX: case RC_OP_LAYER_NORM: case RC_OP_RMS_NORM: case RC_OP_ROPE:

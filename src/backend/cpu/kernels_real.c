@@ -291,6 +291,11 @@ static void act_range(void *ctx, int64_t i0, int64_t i1, int part)
             o[i] = rci_act_sigmoid(x[i], order);
         break;
     }
+    if (node->nsrc > 1 && node->src[1]) { /* times the multiplier: a gradient's G f'(x) */
+        const real *restrict m = src_data(io, 1);
+        for (int64_t i = i0; i < i1; i++)
+            o[i] *= m[i];
+    }
 }
 
 static int k_act(const rci_cpu_args *io)

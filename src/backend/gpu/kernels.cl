@@ -124,8 +124,9 @@ __kernel void k_unary(__global store_t *o, long oo, __global const store_t *x, l
 }
 
 /* kind: rc_act_kind (relu, gelu tanh, gelu erf, silu, sigmoid); order 0, 1, 2 */
+/* activation `kind`'s derivative of order `order`, times m when has_m (a gradient's G f'(x)) */
 __kernel void k_act(__global store_t *o, long oo, __global const store_t *x, long xo, long n, int kind,
-                    int order)
+                    int order, __global const store_t *m, long mo, int has_m)
 {
     long i = get_global_id(0);
     if (i >= n)
@@ -138,7 +139,7 @@ __kernel void k_act(__global store_t *o, long oo, __global const store_t *x, lon
     case 3: r = rci_act_silu(v, order); break;
     default: r = rci_act_sigmoid(v, order); break;
     }
-    st(o, oo + i, r);
+    st(o, oo + i, has_m ? r * ld(m, mo + i) : r);
 }
 
 /* ---- broadcast binary ops, where, equal -------------------------------------------------- */

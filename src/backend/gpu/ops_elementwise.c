@@ -40,14 +40,17 @@ int rci_gpu_run_unary(rci_gpu *g, const rci_node_run *r, rc_error *err)
 int rci_gpu_run_act(rci_gpu *g, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
-    rci_gpu_place out = {0}, in[1] = {{0}};
-    if (rci_gpu_places(r, 1, &out, in, err))
+    int32_t has_m = node->nsrc > 1 && node->src[1];   /* times a multiplier (redco.h) */
+    rci_gpu_place out = {0}, in[2] = {{0}};
+    if (rci_gpu_places(r, has_m ? 2 : 1, &out, in, err))
         return -1;
+    if (!has_m)
+        in[1] = in[0];
     int32_t kind = node->iparam[0], order = node->iparam[1];
     int64_t n = rc_tensor_numel(node);
-    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n), ARG(kind),
-                       ARG(order)};
-    return rci_gpu_launch_node(g, node, RCI_K_ACT, a, 7, (size_t)n, "act", err);
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n),     ARG(kind),
+                       ARG(order),   ARG(in[1].mem), ARG(in[1].off), ARG(has_m)};
+    return rci_gpu_launch_node(g, node, RCI_K_ACT, a, 10, (size_t)n, "act", err);
 }
 
 int rci_gpu_run_binary(rci_gpu *g, const rci_node_run *r, rc_error *err)
