@@ -1516,16 +1516,18 @@ static void at_times_tile(float *o, const float *p, LOCAL_MEM const ushort *y, i
 
 /* c [8 tiles, 4] = rows [r0 .. ) of x [nx, w] (the warp's 16 from r0 + wr) times the
  * transpose of rows [j0 .. ) of y [ny, w], over all w columns, AT_COLS at a time through the
- * local tiles xs, ys (a barrier before each load) */
+ * local tiles xs, ys (a barrier before each load); x_held: xs holds x's one tile already
+ * (w at most AT_COLS, loaded by the call before) */
 static void at_scores(float *c, __global const store_t *x, long xo, long r0, long nx, __global const store_t *y,
                       long yo, long j0, long ny, long w, LOCAL_MEM ushort *xs, LOCAL_MEM ushort *ys, int wr,
-                      int lane, LOCAL_MEM float *emu)
+                      int lane, LOCAL_MEM float *emu, int x_held)
 {
     for (int e = 0; e < 32; e++)
         c[e] = 0;
     for (long c0 = 0; c0 < w; c0 += AT_COLS) {
         barrier(CLK_LOCAL_MEM_FENCE);
-        at_load(xs, x, xo, r0, nx, c0, w);
+        if (!x_held)
+            at_load(xs, x, xo, r0, nx, c0, w);
         at_load(ys, y, yo, j0, ny, c0, w);
         barrier(CLK_LOCAL_MEM_FENCE);
         at_times_rows(c, xs, wr, ys, lane, emu);
@@ -1591,7 +1593,8 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global float *sta
         m[0] = m[1] = -INFINITY;
         l[0] = l[1] = 0;
         for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
-            at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP);
+            at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP,
+                      (j0 > 0 || d0 > 0) && a.D <= AT_COLS); /* V goes to ys: xs keeps Q */
             float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0, 0}, alpha[2];
             for (int e = 0; e < 32; e++) {
                 long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
@@ -1684,8 +1687,8 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
         for (int e = 0; e < 32; e++)
             acc[e] = 0;
         for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
-            at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP);
-            at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, xs, ys, wr, lane, red + AT_GROUP);
+            at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP, 0);
+            at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, xs, ys, wr, lane, red + AT_GROUP, 0);
             for (int e = 0; e < 32; e++) {
                 const at_qrow *xr = &x[(e >> 1) & 1];
                 long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
@@ -1763,8 +1766,8 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
         for (long r0 = 0; r0 < R; r0 += AT_ROWS) {
             if (!at_cols_fill(&cols, &a, stats, sto, pair, r0, R, bo, j0))
                 continue;
-            at_scores(s, k, kp, j0, a.Tk, q, qp, r0, R, a.D, ys, xs, wr, lane, red + AT_GROUP);
-            at_scores(dp, v, vp, j0, a.Tk, dout, op, r0, R, a.Dv, ys, xs, wr, lane, red + AT_GROUP);
+            at_scores(s, k, kp, j0, a.Tk, q, qp, r0, R, a.D, ys, xs, wr, lane, red + AT_GROUP, 0);
+            at_scores(dp, v, vp, j0, a.Tk, dout, op, r0, R, a.Dv, ys, xs, wr, lane, red + AT_GROUP, 0);
             for (int e = 0; e < 32; e++) {
                 int c = 8 * (e >> 2) + 2 * t + (e & 1);
                 long j = j0 + wr + g + 8 * ((e >> 1) & 1);
