@@ -1564,6 +1564,27 @@ static at_qrow at_qrow_of(const att_dims *a, long pair, long rr, long R, long bo
     return x;
 }
 
+/* A query tile's work-group: its pair, first row r0 of the pair's R, the keys its rows see
+ * at most (kend) and the calling lane's two rows (x[0]: g, x[1]: g + 8 of its warp's 16) */
+typedef struct {
+    long R, pair, r0, kend;
+    at_qrow x[2];
+} at_qtile;
+
+static at_qtile at_qtile_of(const att_dims *a, long bo)
+{
+    int li = (int)get_local_id(0), wr = (li >> 5) * 16, g = (li & 31) >> 2;
+    at_qtile q;
+    q.R = idx_div(a->H, a->KV) * a->Tq;
+    long tiles = (q.R + AT_ROWS - 1) / AT_ROWS, gid = (long)get_group_id(0);
+    q.pair = idx_div(gid, tiles);
+    q.r0 = (gid - q.pair * tiles) * AT_ROWS;
+    q.kend = at_keys_seen(a, q.r0, q.R);
+    for (int h = 0; h < 2; h++)
+        q.x[h] = at_qrow_of(a, q.pair, q.r0 + wr + g + 8 * h, q.R, bo);
+    return q;
+}
+
 /* The forward of a tile of query rows (ATTENTION), or its statistics (ATTENTION_STATS,
  * want_stats): S = Q K^T a key tile at a time, the online softmax (each row's max and sum
  * rescaled to a larger max), O += (z p) V; then O / l into o, or each row's log-sum-exp and
@@ -1579,11 +1600,9 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global float *sta
     __local float red[AT_GROUP + 4 * AT_EMU];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
-    long G = idx_div(a.H, a.KV), R = G * a.Tq, tiles = (R + AT_ROWS - 1) / AT_ROWS, gid = (long)get_group_id(0);
-    long pair = idx_div(gid, tiles), r0 = (gid - pair * tiles) * AT_ROWS, kend = at_keys_seen(&a, r0, R);
-    at_qrow x[2];
-    for (int h = 0; h < 2; h++)
-        x[h] = at_qrow_of(&a, pair, r0 + wr + (lane >> 2) + 8 * h, R, bo);
+    at_qtile qt = at_qtile_of(&a, bo);
+    const at_qrow *x = qt.x;
+    long R = qt.R, pair = qt.pair, r0 = qt.r0, kend = qt.kend;
     long qp = qo + pair * R * a.D, kp = ko + pair * a.Tk * a.D, vp = vo + pair * a.Tk * a.Dv;
     float m[2], l[2], delta[2] = {0, 0}, s[32], acc[32];
     long passes = a.Dv > 0 ? (a.Dv + AT_COLS - 1) / AT_COLS : 1;
@@ -1671,12 +1690,11 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
     __local float red[AT_GROUP + 4 * AT_EMU];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
-    long G = idx_div(a.H, a.KV), R = G * a.Tq, tiles = (R + AT_ROWS - 1) / AT_ROWS, gid = (long)get_group_id(0);
-    long pair = idx_div(gid, tiles), r0 = (gid - pair * tiles) * AT_ROWS, kend = at_keys_seen(&a, r0, R);
-    at_qrow x[2];
+    at_qtile qt = at_qtile_of(&a, bo);
+    at_qrow *x = qt.x;
+    long R = qt.R, pair = qt.pair, r0 = qt.r0, kend = qt.kend;
     float lse[2], delta[2], s[32], dp[32], acc[32];
     for (int h = 0; h < 2; h++) {
-        x[h] = at_qrow_of(&a, pair, r0 + wr + (lane >> 2) + 8 * h, R, bo);
         lse[h] = x[h].rr < R ? stats[sto + x[h].row * 2] : -INFINITY;
         delta[h] = x[h].rr < R ? stats[sto + x[h].row * 2 + 1] : 0;
         x[h].vis = lse[h] == -INFINITY ? 0 : x[h].vis;
