@@ -616,8 +616,9 @@ static int att_tile_forward(att_run *a, rc_error *err)
 static int att_tile_dq(att_run *a, rci_gpu_place dq, rc_error *err)
 {
     rci_gpu_arg args[12 + ATT_TILE_TAIL] = {
-        ARG(dq.mem),       ARG(dq.off),       ARG(a->stats.mem), ARG(a->stats.off), ARG(a->in[0].mem), ARG(a->in[0].off),
-        ARG(a->in[1].mem), ARG(a->in[1].off), ARG(a->in[2].mem), ARG(a->in[2].off), ARG(a->dout.mem),  ARG(a->dout.off)};
+        ARG(dq.mem),       ARG(dq.off),       ARG(a->stats.mem), ARG(a->stats.off), ARG(a->in[0].mem),
+        ARG(a->in[0].off), ARG(a->in[1].mem), ARG(a->in[1].off), ARG(a->in[2].mem), ARG(a->in[2].off),
+        ARG(a->dout.mem),  ARG(a->dout.off)};
     att_tile_tail(a, args + 12);
     return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_TILE_DQ, args, 12 + ATT_TILE_TAIL,
                                  (size_t)(a->s.pairs * att_tiles(a->s.R)), ATT_TILE_GROUP, "attention_grad (dq tiles)",
