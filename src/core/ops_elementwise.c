@@ -47,7 +47,9 @@ rc_tensor *rc_sqrt(rc_graph *g, rc_tensor *a) { return unary(g, RC_OP_SQRT, a); 
 rc_tensor *rc_rsqrt(rc_graph *g, rc_tensor *a) { return unary(g, RC_OP_RSQRT, a); }
 rc_tensor *rc_tanh(rc_graph *g, rc_tensor *a) { return unary(g, RC_OP_TANH, a); }
 
-rc_tensor *rc_act(rc_graph *g, rc_tensor *a, rc_act_kind act, int order)
+/* an ACT node: activation `act`'s derivative of order `order` of a, times m when m is not
+ * NULL (redco.h) */
+static rc_tensor *act_node(rc_graph *g, rc_tensor *a, rc_act_kind act, int order, rc_tensor *m)
 {
     if ((unsigned)act >= RC_ACT_COUNT)
         return rci_fail(g, RC_ERR_ARG, "act: unknown activation %d", (int)act);
@@ -55,25 +57,26 @@ rc_tensor *rc_act(rc_graph *g, rc_tensor *a, rc_act_kind act, int order)
         return rci_fail(g, RC_ERR_UNSUPPORTED,
                        "act: derivative order %d of activation %d (orders 0 to 2 exist)", order,
                        (int)act);
-    rc_tensor *y = unary(g, RC_OP_ACT, a);
+    rc_tensor *src[2] = {a, m};
+    int n = m ? 2 : 1;
+    if (rci_inputs_bad(g, n, src) || rci_float_input(g, "act", a))
+        return NULL;
+    rc_tensor *y = rci_node_new(g, RC_OP_ACT, a->dtype, a->ndim, a->shape, n, src);
     if (y) {
         y->iparam[0] = (int32_t)act;
         y->iparam[1] = order;
     }
-    return y;
+    return m ? rci_node_checked(g, y) : y;
+}
+
+rc_tensor *rc_act(rc_graph *g, rc_tensor *a, rc_act_kind act, int order)
+{
+    return act_node(g, a, act, order, NULL);
 }
 
 rc_tensor *rci_act_times(rc_graph *g, rc_tensor *a, rc_act_kind act, int order, rc_tensor *m)
 {
-    rc_tensor *src[2] = {a, m};
-    if (rci_inputs_bad(g, 2, src) || rci_float_input(g, "act", a))
-        return NULL;
-    rc_tensor *y = rci_node_new(g, RC_OP_ACT, a->dtype, a->ndim, a->shape, 2, src);
-    if (y) {
-        y->iparam[0] = (int32_t)act;
-        y->iparam[1] = order;
-    }
-    return rci_node_checked(g, y);
+    return act_node(g, a, act, order, m);
 }
 
 rc_tensor *rc_relu(rc_graph *g, rc_tensor *a) { return rc_act(g, a, RC_ACT_RELU, 0); }

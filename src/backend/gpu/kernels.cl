@@ -123,8 +123,8 @@ __kernel void k_unary(__global store_t *o, long oo, __global const store_t *x, l
     st(o, oo + i, r);
 }
 
-/* kind: rc_act_kind (relu, gelu tanh, gelu erf, silu, sigmoid); order 0, 1, 2 */
-/* activation `kind`'s derivative of order `order`, times m when has_m (a gradient's G f'(x)) */
+/* activation `kind` (rc_act_kind: relu, gelu tanh, gelu erf, silu, sigmoid), its derivative
+ * of order `order` (0, 1, 2), times m when has_m (a gradient's G f'(x)) */
 __kernel void k_act(__global store_t *o, long oo, __global const store_t *x, long xo, long n, int kind,
                     int order, __global const store_t *m, long mo, int has_m)
 {
@@ -1119,13 +1119,30 @@ static att_row att_row_of(const att_dims *a, long row, long qo, long ko, long vo
     return att_row_at(a, row / (a->Tq * a->H), h, h / (a->H / a->KV), row % a->Tq, qo, ko, vo, bo);
 }
 
-/* the score of key j for row r from its dot product q_i . k_j */
-static float att_score(const att_dims *a, const att_row *r, __global const store_t *bias, att_acc dot, long j)
+/* the score of key j for a row whose bias row starts at boff (att_row's bias) from its dot
+ * product q_i . k_j */
+static float att_score(const att_dims *a, __global const store_t *bias, long boff, att_acc dot, long j)
 {
     float s = (float)dot * a->scale;
     if (a->has_bias)
-        s += ld(bias, r->bias + j * a->bst[3]);
+        s += ld(bias, boff + j * a->bst[3]);
     return s;
+}
+
+/* dS = p (z dP - delta) scale and z p of key j of a row (flat index row, bias row boff,
+ * seeing keys below vis, its log-sum-exp and delta) from its score's dot product *s and
+ * dP's *dp (p = exp(score - lse); both 0 for a key the row does not see), into *s and *dp */
+static void att_grad_at(const att_dims *a, __global const store_t *bias, long boff, long row, long j, long vis,
+                        float lse, float delta, float *s, float *dp)
+{
+    float ds = 0, zp = 0;
+    if (j < vis) {
+        float p = rci_fexp(att_score(a, bias, boff, *s, j) - lse), z = att_keep(a, row, j);
+        zp = p * z;
+        ds = p * (*dp * z - delta) * a->scale;
+    }
+    *s = ds;
+    *dp = zp;
 }
 
 /* Row c of a chunk starting at pair pair0: where it reads its bias (att_row_at's), and in
@@ -1193,7 +1210,7 @@ __kernel void k_attention_rows(__global float *s, long so, __global const float 
         float bm = -INFINITY, bl = 0;
         for (int t = 0; t < ATT_ROW_PER; t++) {
             long j = j0 + li + t * ls;
-            v[t] = j < vis ? att_score(&a, &r, bias, x[j], j) : -INFINITY;
+            v[t] = j < vis ? att_score(&a, bias, r.bias, x[j], j) : -INFINITY;
             bm = v[t] > bm ? v[t] : bm;
         }
         bm = (float)group_reduce(red, bm, 0);
@@ -1209,7 +1226,7 @@ __kernel void k_attention_rows(__global float *s, long so, __global const float 
     for (long j0 = 0; j0 < ext; j0 += blk)
         for (int t = 0; t < ATT_ROW_PER; t++) { /* keys past ext (sc -INFINITY) store nothing */
             long j = j0 + li + t * ls;
-            float sc = ext <= blk ? v[t] : j < vis ? att_score(&a, &r, bias, x[j], j) : -INFINITY;
+            float sc = ext <= blk ? v[t] : j < vis ? att_score(&a, bias, r.bias, x[j], j) : -INFINITY;
             float p = l > 0 && sc != -INFINITY ? rci_fexp(sc - m) / l * att_keep(&a, row, j) : 0;
             if (want_stats)
                 delta += p != 0 ? (acc_t)p * dp[dpo + c * a.Tk + j] : 0;
@@ -1244,12 +1261,8 @@ __kernel void k_attention_rows_grad(__global float *s, long so, __global float *
     long vis = lse == -INFINITY ? 0 : att_visible(&a, r.i), ext = att_extent(&a, r.i, qblk);
     __global float *x = s + so + c * a.Tk, *y = dp + dpo + c * a.Tk;
     for (long j = li; j < ext; j += ls) {
-        float ds = 0, zp = 0;
-        if (j < vis) {
-            float p = rci_fexp(att_score(&a, &r, bias, x[j], j) - lse), z = att_keep(&a, row, j);
-            zp = p * z;
-            ds = p * (y[j] * z - delta) * a.scale;
-        }
+        float ds = x[j], zp = y[j];
+        att_grad_at(&a, bias, r.bias, row, j, vis, lse, delta, &ds, &zp);
         if (split) {
             st_split(s2, s2o + (c * a.Tk + j) * ATT_SPLITS, ds);
             st_split(z2, z2o + (c * a.Tk + j) * ATT_SPLITS, zp);
@@ -1309,7 +1322,7 @@ __kernel void k_attention_dbias(__global store_t *o, long oo, __global const sto
                 att_row r = att_row_of(&a, row, qo, ko, vo, bo);
                 for (long j = s[3] ? uj : 0; j < (s[3] ? uj + 1 : a.Tk) && j < vis; j++) {
                     float lse = stats[so + row * 2];
-                    float p = rci_fexp(att_score(&a, &r, bias, att_dot(q, r.q, k, r.k + j * a.D, a.D), j) - lse);
+                    float p = rci_fexp(att_score(&a, bias, r.bias, att_dot(q, r.q, k, r.k + j * a.D, a.D), j) - lse);
                     float dp = (float)att_dot(dout, doo + row * a.Dv, v, r.v + j * a.Dv, a.Dv) * att_keep(&a, row, j);
                     if (p != 0)
                         acc += p * (dp - stats[so + row * 2 + 1]);
@@ -1485,7 +1498,7 @@ static void at_frag_c(uint *a, const float *c0, const float *c1, int part)
 
 /* c [8 tiles, 4] += the warp's 16 rows (from wr) of local tile x times the transpose of the
  * AT_KEYS rows of local tile y, over AT_COLS columns: S = Q K^T, dP = dO V^T (a warp's row
- * of C tiles); with trans the warp's rows are y's and the tiles' columns x's rows (S^T) */
+ * of C tiles; dK and dV's kernel passes K or V as x, so its C tiles are S^T, dP^T) */
 static void at_times_rows(float *c, LOCAL_MEM const ushort *x, int wr, LOCAL_MEM const ushort *y, int lane,
                           LOCAL_MEM float *emu)
 {
@@ -1618,7 +1631,7 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global float *sta
             for (int e = 0; e < 32; e++) {
                 long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
                 const at_qrow *xr = &x[(e >> 1) & 1];
-                s[e] = j < xr->vis ? att_score(&a, &xr->r, bias, s[e], j) : -INFINITY;
+                s[e] = j < xr->vis ? att_score(&a, bias, xr->r.bias, s[e], j) : -INFINITY;
                 mx[(e >> 1) & 1] = fmax(mx[(e >> 1) & 1], s[e]);
             }
             for (int h = 0; h < 2; h++) {
@@ -1662,23 +1675,7 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global float *sta
     }
 }
 
-/* dS = p (z dP - delta) scale and z p of a C tile's element from its score's dot s and dP's
- * dp (p = exp(score - lse); 0 for a key the row does not see), into *s and *dp */
-static void at_grad_of(const att_dims *a, __global const store_t *bias, long boff, long row, long j, long vis,
-                       float lse, float delta, float *s, float *dp)
-{
-    float ds = 0, zp = 0;
-    if (j < vis) {
-        float sc = *s * a->scale + (a->has_bias ? ld(bias, boff + j * a->bst[3]) : 0);
-        float p = rci_fexp(sc - lse), z = att_keep(a, row, j);
-        zp = p * z;
-        ds = p * (*dp * z - delta) * a->scale;
-    }
-    *s = ds;
-    *dp = zp;
-}
-
-/* dQ of a tile of query rows: for each key tile S = Q K^T, dP = dO V^T, dS (at_grad_of),
+/* dQ of a tile of query rows: for each key tile S = Q K^T, dP = dO V^T, dS (att_grad_at),
  * dQ += dS K. Work-group: (pair, tile of AT_ROWS rows), dQ's columns AT_COLS at a time */
 __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const float *stats, long sto,
                                   __global const store_t *q, long qo, __global const store_t *k, long ko,
@@ -1710,7 +1707,7 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
             for (int e = 0; e < 32; e++) {
                 const at_qrow *xr = &x[(e >> 1) & 1];
                 long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
-                at_grad_of(&a, bias, xr->r.bias, xr->row, j, xr->vis, lse[(e >> 1) & 1], delta[(e >> 1) & 1],
+                att_grad_at(&a, bias, xr->r.bias, xr->row, j, xr->vis, lse[(e >> 1) & 1], delta[(e >> 1) & 1],
                            &s[e], &dp[e]);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
@@ -1758,7 +1755,7 @@ static int at_cols_fill(LOCAL_MEM at_cols *c, const att_dims *a, __global const 
 }
 
 /* dK and dV of a tile of keys (want: 1 dK, 2 dV, 3 both): for each query tile that sees one
- * of them S^T = K Q^T, dP^T = V dO^T, dS^T and (z p)^T (at_grad_of, the rows' statistics
+ * of them S^T = K Q^T, dP^T = V dO^T, dS^T and (z p)^T (att_grad_at, the rows' statistics
  * by column), dV += (z p)^T dO, dK += dS^T Q; the G query heads sharing the pair's kv head
  * are its R rows, so dK and dV sum over them. Work-group: (pair, tile of AT_KEYS keys, 16 a
  * warp), the gradients' columns AT_COLS at a time */
@@ -1789,7 +1786,7 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
             for (int e = 0; e < 32; e++) {
                 int c = 8 * (e >> 2) + 2 * t + (e & 1);
                 long j = j0 + wr + g + 8 * ((e >> 1) & 1);
-                at_grad_of(&a, bias, cols.bias[c], cols.row[c], j, cols.vis[c], cols.lse[c], cols.delta[c], &s[e],
+                att_grad_at(&a, bias, cols.bias[c], cols.row[c], j, cols.vis[c], cols.lse[c], cols.delta[c], &s[e],
                            &dp[e]);
             }
             if (want & 2) {

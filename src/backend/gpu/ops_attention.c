@@ -476,6 +476,13 @@ static int att_forward_chunk(att_run *a, int64_t p0, int64_t np, rc_error *err)
     return att_rows_times(a, np, v, PART_V2, s->Dv, o, err) || att_store(a, a->out, PART_O, s->R * s->Dv, p0, np, err);
 }
 
+/* 1 when a gradient node computes input i's gradient (0 q, 1 k, 2 v): it is that input's,
+ * or the packed one (which 4) */
+static int att_wants(const att_shape *s, int i)
+{
+    return s->which == i || s->which == 4;
+}
+
 /* The gradients' places in the output: dq, dk, dv (packed: one after the other) */
 static void att_grad_places(const att_run *a, rci_gpu_place *dq, rci_gpu_place *dk, rci_gpu_place *dv)
 {
@@ -537,7 +544,6 @@ static int att_grad_q(att_run *a, int64_t p0, int64_t np, rci_gpu_place k, rci_g
 static int att_grad_chunk(att_run *a, int64_t p0, int64_t np, rc_error *err)
 {
     const att_shape *s = &a->s;
-    int w = s->which, want_q = w == 0 || w == 4, want_k = w == 1 || w == 4, want_v = w == 2 || w == 4;
     int split = att_is_split(a);
     rci_gpu_place q, k, v, dout, dq, dk, dv;
     att_grad_places(a, &dq, &dk, &dv);
@@ -554,11 +560,11 @@ static int att_grad_chunk(att_run *a, int64_t p0, int64_t np, rc_error *err)
     }
     if (att_rows_grad(a, p0, np, err))
         return -1;
-    if (want_q && att_grad_q(a, p0, np, k, dq, err))
+    if (att_wants(s, 0) && att_grad_q(a, p0, np, k, dq, err))
         return -1;
-    if (want_k && att_grad_kv(a, p0, np, PART_DK, split ? PART_P2 : PART_S, q, s->D, dk, err))
+    if (att_wants(s, 1) && att_grad_kv(a, p0, np, PART_DK, split ? PART_P2 : PART_S, q, s->D, dk, err))
         return -1;
-    if (want_v && att_grad_kv(a, p0, np, PART_DV, split ? PART_Z2 : PART_DP, dout, s->Dv, dv, err))
+    if (att_wants(s, 2) && att_grad_kv(a, p0, np, PART_DV, split ? PART_Z2 : PART_DP, dout, s->Dv, dv, err))
         return -1;
     return 0;
 }
@@ -642,13 +648,12 @@ static int att_tile_dkv(att_run *a, int32_t want, rci_gpu_place dk, rci_gpu_plac
 static int att_tile_run(att_run *a, rc_error *err)
 {
     const att_shape *s = &a->s;
-    int w = s->which;
     if (a->node->op != RC_OP_ATTENTION_GRAD)
         return att_tile_forward(a, err);
     rci_gpu_place dq, dk, dv;
     att_grad_places(a, &dq, &dk, &dv);
-    int32_t want = (w == 1 || w == 4 ? 1 : 0) | (w == 2 || w == 4 ? 2 : 0);
-    if ((w == 0 || w == 4) && s->D > 0 && att_tile_dq(a, dq, err))
+    int32_t want = att_wants(s, 1) | att_wants(s, 2) << 1;
+    if (att_wants(s, 0) && s->D > 0 && att_tile_dq(a, dq, err))
         return -1;
     return want && s->Tk > 0 ? att_tile_dkv(a, want, dk, dv, err) : 0;
 }
