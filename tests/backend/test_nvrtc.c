@@ -37,6 +37,50 @@ static int has_function(const unsigned char *image, size_t bytes, const char *na
     return 0;
 }
 
+/* ptxas's stack frame and registers of kernel `name` in NVRTC's resource report (its
+ * "Function properties for NAME" line, then "N bytes stack frame", then "Used N
+ * registers"); 0, or -1 when the report does not name it so */
+static int kernel_resources(const char *report, const char *name, int *stack, int *regs)
+{
+    char key[96];
+    snprintf(key, sizeof key, "Function properties for %s\n", name);
+    const char *p = strstr(report, key);
+    if (!p)
+        return -1;
+    p += strlen(key);
+    const char *frame = strstr(p, "bytes stack frame"), *used = strstr(p, "Used ");
+    if (!frame || !used || sscanf(used, "Used %d registers", regs) != 1)
+        return -1;
+    while (frame > p && frame[-1] == ' ')
+        frame--;
+    while (frame > p && frame[-1] >= '0' && frame[-1] <= '9')
+        frame--;
+    return sscanf(frame, "%d", stack) == 1 ? 0 : -1;
+}
+
+/* Every kernel for sm_90 with bf16 values keeps its arrays in registers: no stack frame
+ * (a loop over a register array left a loop puts the array there, in local memory: the
+ * tile kernels' 256-480 bytes a thread before dialect.h's UNROLL), except k_rope, whose
+ * double sine and cosine take libdevice's slow path. Prints the hot kernels' registers. */
+static void check_resources(const char *report)
+{
+    const char *shown[] = {"k_attention_tile", "k_attention_tile_dq", "k_attention_tile_dkv", "k_binary", "k_act",
+                           "k_copy"};
+    for (int k = 0; k < RCI_K_COUNT; k++) {
+        const char *name = rci_gpu_kernel_names[k];
+        int stack = -1, regs = -1;
+        int rc = kernel_resources(report, name, &stack, &regs);
+        CHECKF(rc == 0, "sm_90 bf16: no resources of %s in ptxas's report", name);
+        if (rc)
+            continue;
+        CHECKF(stack == 0 || strcmp(name, "k_rope") == 0, "sm_90 bf16: %s has a %d-byte stack frame", name,
+               stack);
+        for (size_t i = 0; i < sizeof shown / sizeof *shown; i++)
+            if (strcmp(name, shown[i]) == 0)
+                printf("test_nvrtc: sm_90 bf16 %s: %d registers, %d bytes of stack\n", name, regs, stack);
+    }
+}
+
 int main(void)
 {
     const int archs[][2] = {{8, 0}, {9, 0}};
@@ -46,9 +90,11 @@ int main(void)
         for (int s = 0; s < 3; s++) {
             void *image = NULL;
             size_t bytes = 0;
+            char *report = NULL;
             rc_error err = {0};
+            int reported = archs[a][0] == 9 && stores[s] == RC_BF16;
             int rc = rci_nvrtc_compile(rci_gpu_source, archs[a][0], archs[a][1], stores[s], 1, &image, &bytes,
-                                       &err);
+                                       reported ? &report : NULL, &err);
             CHECKF(rc == 0, "sm_%d%d %s: %s", archs[a][0], archs[a][1], rc_dtype_name(stores[s]), err.msg);
             if (rc)
                 continue;
@@ -61,6 +107,9 @@ int main(void)
                 found += has;
             }
             CHECK(found == RCI_K_COUNT);
+            if (reported)
+                check_resources(report);
+            free(report);
             free(image);
         }
     /* a source that does not compile: an error with NVRTC's log on one line */
@@ -68,7 +117,7 @@ int main(void)
     size_t bytes = 0;
     rc_error err = {0};
     CHECK(rci_nvrtc_compile("extern \"C\" __global__ void k(float *o) { o[0] = undefined_name; }\n", 8, 0,
-                            RC_F32, 0, &image, &bytes, &err) == -1);
+                            RC_F32, 0, &image, &bytes, NULL, &err) == -1);
     CHECKF(check_has(err.msg, "sm_80") && check_has(err.msg, "undefined_name") &&
            !strchr(err.msg, '\n'), "%s", err.msg);
     CHECK(image == NULL && bytes == 0);

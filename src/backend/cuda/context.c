@@ -197,7 +197,7 @@ static const void *image_for(rci_cuda *c, int h, rc_error *err)
         return images[h].image;
     void *image = NULL;
     size_t bytes = 0;
-    if (rci_nvrtc_compile(rci_gpu_source, c->major, c->minor, stores[h], c->gpu.fp64, &image, &bytes, err))
+    if (rci_nvrtc_compile(rci_gpu_source, c->major, c->minor, stores[h], c->gpu.fp64, &image, &bytes, NULL, err))
         return NULL;
     free(images[h].image);
     images[h].image = image;

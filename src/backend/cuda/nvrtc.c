@@ -123,18 +123,28 @@ static const nvrtc_api *nvrtc(rc_error *err)
     return &api;
 }
 
+/* NVRTC's log of prog, malloc'd (NULL when there is none or no memory) */
+static char *program_log(const nvrtc_api *a, nvrtcProgram prog)
+{
+    size_t len = 0;
+    char *log = NULL;
+    if (a->log_size(prog, &len) != NVRTC_SUCCESS || len == 0 || (log = calloc(1, len + 1)) == NULL)
+        return NULL;
+    if (a->log(prog, log) != NVRTC_SUCCESS) {
+        free(log);
+        return NULL;
+    }
+    return log;
+}
+
 /* the error of a failed compile of prog for sm_XY: NVRTC's status and the start of its
  * log on one line; -1 */
 static int compile_failed(const nvrtc_api *a, nvrtcProgram prog, nvrtcResult s, int major, int minor,
                           rc_dtype store, rc_error *err)
 {
-    size_t len = 0;
-    char *log = NULL;
-    if (a->log_size(prog, &len) == NVRTC_SUCCESS && len > 0 && (log = calloc(1, len + 1)) != NULL &&
-        a->log(prog, log) == NVRTC_SUCCESS) {
-        for (char *c = log; *c; c++)
-            *c = *c == '\n' || *c == '\r' ? ' ' : *c;   /* one line */
-    }
+    char *log = program_log(a, prog);
+    for (char *c = log; c && *c; c++)
+        *c = *c == '\n' || *c == '\r' ? ' ' : *c;   /* one line */
     rc_error_set(err, RC_ERR_UNSUPPORTED, "cuda: kernel build for sm_%d%d (%s values) failed (%s): %.*s", major,
                  minor, rc_dtype_name(store), a->error_string(s), LOG_MAX, log ? log : "");
     free(log);
@@ -142,10 +152,12 @@ static int compile_failed(const nvrtc_api *a, nvrtcProgram prog, nvrtcResult s, 
 }
 
 int rci_nvrtc_compile(const char *src, int major, int minor, rc_dtype store, int fp64, void **image,
-                      size_t *bytes, rc_error *err)
+                      size_t *bytes, char **report, rc_error *err)
 {
     *image = NULL;
     *bytes = 0;
+    if (report)
+        *report = NULL;
     const nvrtc_api *a = nvrtc(err);
     if (!a)
         return -1;
@@ -160,6 +172,8 @@ int rci_nvrtc_compile(const char *src, int major, int minor, rc_dtype store, int
         opts[nopts++] = "-DRC_STORE_F16";
     if (fp64)
         opts[nopts++] = "-DRC_FP64";
+    if (report)
+        opts[nopts++] = "--ptxas-options=-v";
 
     nvrtcProgram prog;
     nvrtcResult s = a->create(&prog, src, "kernels.cu", 0, NULL, NULL);
@@ -179,6 +193,11 @@ int rci_nvrtc_compile(const char *src, int major, int minor, rc_dtype store, int
         free(out);
         a->destroy(&prog);
         return rc_error_set(err, code, "cuda: no CUBIN from NVRTC for sm_%d%d (%zu bytes)", major, minor, n);
+    }
+    if (report && (*report = program_log(a, prog)) == NULL) {
+        free(out);
+        a->destroy(&prog);
+        return rc_error_set(err, RC_ERR_MEMORY, "cuda: no resource report from NVRTC for sm_%d%d", major, minor);
     }
     a->destroy(&prog);
     *image = out;

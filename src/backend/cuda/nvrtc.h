@@ -15,9 +15,11 @@
  * (-DRC_FP64). Always --fmad=false (no contraction into fused multiply-adds, as OpenCL's
  * FP_CONTRACT OFF), correctly rounded division and square root, no flush of subnormals,
  * -default-device (dialect.h's plain static helpers are device functions), C++17.
+ * report, when not NULL: ptxas's resources of each kernel (--ptxas-options=-v: registers,
+ * stack frame, spills, shared memory), NVRTC's log as it prints it, malloc'd.
  * -1 with err set when libnvrtc cannot be opened or the source does not compile (the
  * start of NVRTC's log, on one line). */
 int rci_nvrtc_compile(const char *src, int major, int minor, rc_dtype store, int fp64, void **image,
-                      size_t *bytes, rc_error *err);
+                      size_t *bytes, char **report, rc_error *err);
 
 #endif

@@ -8,8 +8,9 @@
  * - __kernel is extern "C" __global__ (unmangled entry names); __global is empty.
  * - Helper functions stay plain `static`: rci_nvrtc_compile builds with -default-device,
  *   so a function without an execution space is a __device__ one.
- * - get_global_id(0) is the thread's index in the grid. CUDA launches whole blocks, so
- *   every kernel returns for work-items past its item count.
+ * - get_global_id(0) is the thread's index in the grid, get_global_size(0) the grid's
+ *   threads. CUDA launches whole blocks, so every kernel returns for work-items past its
+ *   item count.
  * - Work-groups (the blocks): get_local_id(0), get_group_id(0), get_local_size(0) are
  *   threadIdx.x, blockIdx.x, blockDim.x; barrier(CLK_LOCAL_MEM_FENCE) is __syncthreads().
  *   Local memory: an array declared __local at a kernel's outermost scope is __shared__;
@@ -21,6 +22,10 @@
  * - Math functions are called with float arguments: CUDA's C++ overloads pick the float
  *   functions, as OpenCL's do. rci_nvrtc_compile passes --fmad=false (FP_CONTRACT OFF)
  *   and keeps NVRTC's correctly rounded division and square root.
+ * - UNROLL before a loop over a register array (a kernel's fragments, accumulators and
+ *   rows) is #pragma unroll under CUDA: an array indexed by a loop left a loop lives on the
+ *   stack, in local memory (the tile kernels' 256-480 bytes a thread before). Under OpenCL
+ *   it is empty: PoCL's build of the tiles' emulated products, unrolled, took minutes.
  * Both: rci_f32_bits / rci_bits_f32 reinterpret a float's bits, RC_DEVICE_SOURCE marks the
  * device source for scalar.h, RC_REAL (float) is the type of scalar.h's activations. */
 #define RC_DEVICE_SOURCE 1
@@ -33,6 +38,7 @@
 #define __local __shared__
 #define LOCAL_MEM
 #define CLK_LOCAL_MEM_FENCE 1
+#define UNROLL _Pragma("unroll")
 
 typedef unsigned char uchar;
 typedef unsigned short ushort;
@@ -58,6 +64,12 @@ static long get_global_id(int dim)
 {
     (void)dim;
     return (long)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+static long get_global_size(int dim)
+{
+    (void)dim;
+    return (long)gridDim.x * blockDim.x;
 }
 
 static long get_local_id(int dim)
@@ -103,6 +115,7 @@ static float rci_bits_f32(uint u)
 #else /* OpenCL C */
 
 #define LOCAL_MEM __local
+#define UNROLL
 
 #pragma OPENCL FP_CONTRACT OFF
 #ifdef RC_FP64
@@ -128,6 +141,21 @@ typedef int int32_t;
 typedef uint uint32_t;
 typedef long int64_t;
 typedef ulong uint64_t;
+
+/* value i (0 to 7) of a long8: a switch, so no array of it goes to a GPU's stack */
+static long long8_at(long8 v, int i)
+{
+    switch (i) {
+    case 0: return v.s0;
+    case 1: return v.s1;
+    case 2: return v.s2;
+    case 3: return v.s3;
+    case 4: return v.s4;
+    case 5: return v.s5;
+    case 6: return v.s6;
+    default: return v.s7;
+    }
+}
 
 /* the 8 values of a long8, into a[0, 8) */
 static void long8_get(long8 v, long *a)

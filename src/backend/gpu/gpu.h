@@ -77,6 +77,13 @@ extern const char *const rci_gpu_kernel_names[RCI_K_COUNT];
  * order), written into the build directory by CMake. */
 extern const char rci_gpu_source[];
 
+/* work-items of an element-wise kernel (fill, unary, act, binary, cast) over n elements:
+ * each takes kernels.cl's EW_SPAN of them (4) a batch */
+static inline size_t rci_gpu_ew_items(int64_t n)
+{
+    return (size_t)((n + 3) / 4);
+}
+
 /* Device memory as a kernel argument: a cl_mem, or the value of a CUdeviceptr. */
 typedef void *rci_gpu_mem;
 

@@ -6,7 +6,8 @@
  * storage of float values (below).
  *
  * Each kernel runs one work-item per output element (i in [0, n)) and returns for the
- * work-items past its count (CUDA launches whole blocks); the row kernels (norms,
+ * work-items past its count (CUDA launches whole blocks), or, the element-wise ones, a
+ * batch of EW_SPAN elements a work-item (their section); the row kernels (norms,
  * cross-entropy, row reductions, the gradient norm's chunks, the attention's rows) instead
  * run one work-group of ROW_GROUP work-items per row (the norms' section). Memory is named
  * as a buffer plus an element offset (a plan's arena holds many tensors). Broadcast and
@@ -77,6 +78,7 @@ static long box_offsets(long i, int nd, long8 shape, long8 sa, long8 sb, long *o
     long8_get(sa, s);
     long8_get(sb, t);
     long oa = 0, o2 = 0;
+    UNROLL
     for (int d = 7; d >= 1; d--)
         if (d < nd) {
             long q = idx_div(i, sh[d]), c = i - q * sh[d];
@@ -95,72 +97,117 @@ static long box_offset(long i, int nd, long8 shape, long8 st)
     return box_offsets(i, nd, shape, st, st, (long *)0);
 }
 
-/* ---- fill, unary, activations ------------------------------------------------------ */
+/* ---- fill, unary, activations, broadcast binary ops ------------------------------------
+ * These take EW_SPAN elements a work-item: work-item i of N (the launch's) takes i, i + N,
+ * i + 2N, i + 3N, then i + 4N and on while below n (any launch covers n; the hosts launch
+ * rci_gpu_ew_items(n), a quarter). Each batch loads all its elements before it stores any:
+ * four loads in flight a work-item, where one 16-bit element a work-item left a GPU's
+ * memory waiting (the adds of run 10 at about a third of the H100's rate). The element
+ * itself is computed as before, so an output aliasing its input (the plan's in-place
+ * nodes) reads each element before writing it. */
+enum { EW_SPAN = 4 };
 
 __kernel void k_fill(__global store_t *o, long oo, long n, float v)
 {
-    long i = get_global_id(0);
-    if (i < n)
+    long N = get_global_size(0);
+    for (long i = get_global_id(0); i < n; i += N)
         st(o, oo + i, v);
 }
 
 /* op: 0 affine (x * s + c), 1 exp, 2 log, 3 sqrt, 4 rsqrt, 5 tanh */
+static float ew_unary(int op, float v, float s, float c)
+{
+    switch (op) {
+    case 0: return v * s + c;
+    case 1: return rci_fexp(v);
+    case 2: return log(v);
+    case 3: return sqrt(v);
+    case 4: return 1 / sqrt(v);
+    default: return tanh(v);
+    }
+}
+
 __kernel void k_unary(__global store_t *o, long oo, __global const store_t *x, long xo, long n, int op,
                       float s, float c)
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    float v = ld(x, xo + i), r;
-    switch (op) {
-    case 0: r = v * s + c; break;
-    case 1: r = rci_fexp(v); break;
-    case 2: r = log(v); break;
-    case 3: r = sqrt(v); break;
-    case 4: r = 1 / sqrt(v); break;
-    default: r = tanh(v); break;
+    long N = get_global_size(0);
+    for (long i0 = get_global_id(0); i0 < n; i0 += EW_SPAN * N) {
+        float v[EW_SPAN];
+        UNROLL
+        for (int u = 0; u < EW_SPAN; u++)
+            v[u] = i0 + u * N < n ? ld(x, xo + i0 + u * N) : 0;
+        UNROLL
+        for (int u = 0; u < EW_SPAN; u++)
+            if (i0 + u * N < n)
+                st(o, oo + i0 + u * N, ew_unary(op, v[u], s, c));
     }
-    st(o, oo + i, r);
 }
 
 /* activation `kind` (rc_act_kind: relu, gelu tanh, gelu erf, silu, sigmoid), its derivative
- * of order `order` (0, 1, 2), times m when has_m (a gradient's G f'(x)) */
+ * of order `order` (0, 1, 2) */
+static float ew_act(int kind, int order, float v)
+{
+    switch (kind) {
+    case 0: return order == 0 ? (v > 0 ? v : 0) : order == 1 ? (v > 0 ? 1 : 0) : 0;
+    case 1: return rci_act_gelu_tanh(v, order);
+    case 2: return rci_act_gelu_erf(v, order);
+    case 3: return rci_act_silu(v, order);
+    default: return rci_act_sigmoid(v, order);
+    }
+}
+
+/* ew_act of x, times m when has_m (a gradient's G f'(x)) */
 __kernel void k_act(__global store_t *o, long oo, __global const store_t *x, long xo, long n, int kind,
                     int order, __global const store_t *m, long mo, int has_m)
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    float v = ld(x, xo + i), r;
-    switch (kind) {
-    case 0: r = order == 0 ? (v > 0 ? v : 0) : order == 1 ? (v > 0 ? 1 : 0) : 0; break;
-    case 1: r = rci_act_gelu_tanh(v, order); break;
-    case 2: r = rci_act_gelu_erf(v, order); break;
-    case 3: r = rci_act_silu(v, order); break;
-    default: r = rci_act_sigmoid(v, order); break;
+    long N = get_global_size(0);
+    for (long i0 = get_global_id(0); i0 < n; i0 += EW_SPAN * N) {
+        float v[EW_SPAN], w[EW_SPAN];
+        UNROLL
+        for (int u = 0; u < EW_SPAN; u++) {
+            long i = i0 + u * N;
+            v[u] = i < n ? ld(x, xo + i) : 0;
+            w[u] = i < n && has_m ? ld(m, mo + i) : 1;
+        }
+        UNROLL
+        for (int u = 0; u < EW_SPAN; u++)
+            if (i0 + u * N < n) {
+                float r = ew_act(kind, order, v[u]);
+                st(o, oo + i0 + u * N, has_m ? r * w[u] : r);
+            }
     }
-    st(o, oo + i, has_m ? r * ld(m, mo + i) : r);
 }
 
-/* ---- broadcast binary ops, where, equal -------------------------------------------------- */
+/* op: 0 add, 1 sub, 2 mul, 3 div */
+static float ew_binary(int op, float x, float y)
+{
+    switch (op) {
+    case 0: return x + y;
+    case 1: return x - y;
+    case 2: return x * y;
+    default: return x / y;
+    }
+}
 
-/* op: 0 add, 1 sub, 2 mul, 3 div; out [n] over the box shape, inputs with strides sa, sb */
+/* out [n] over the box shape, inputs with strides sa, sb */
 __kernel void k_binary(__global store_t *o, long oo, __global const store_t *a, long ao,
                        __global const store_t *b, long bo, long n, int op, int nd, long8 shape,
                        long8 sa, long8 sb)
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    long ib, ia = box_offsets(i, nd, shape, sa, sb, &ib);
-    float x = ld(a, ao + ia), y = ld(b, bo + ib), r;
-    switch (op) {
-    case 0: r = x + y; break;
-    case 1: r = x - y; break;
-    case 2: r = x * y; break;
-    default: r = x / y; break;
+    long N = get_global_size(0);
+    for (long i0 = get_global_id(0); i0 < n; i0 += EW_SPAN * N) {
+        float x[EW_SPAN], y[EW_SPAN];
+        UNROLL
+        for (int u = 0; u < EW_SPAN; u++) {
+            long i = i0 + u * N, ib = 0, ia = i < n ? box_offsets(i, nd, shape, sa, sb, &ib) : 0;
+            x[u] = i < n ? ld(a, ao + ia) : 0;
+            y[u] = i < n ? ld(b, bo + ib) : 0;
+        }
+        UNROLL
+        for (int u = 0; u < EW_SPAN; u++)
+            if (i0 + u * N < n)
+                st(o, oo + i0 + u * N, ew_binary(op, x[u], y[u]));
     }
-    st(o, oo + i, r);
 }
 
 /* cond != 0 ? a : b; cond holds the values' dtype, or i32 (element offset co in ints) when
@@ -202,9 +249,7 @@ __kernel void k_copy(__global word_t *d, long dofs, __global const word_t *s, lo
 {
     long i = get_global_id(0), e = i, cnt = 1;
     if (run > 1) { /* work-item i: a run of the innermost axis, contiguous on both sides */
-        long sh[8];
-        long8_get(shape, sh);
-        long len = sh[nd - 1], runs = idx_div(len + run - 1, run), row = idx_div(i, runs), k = i - row * runs;
+        long len = long8_at(shape, nd - 1), runs = idx_div(len + run - 1, run), row = idx_div(i, runs), k = i - row * runs;
         e = row * len + k * run;
         cnt = len - k * run < run ? len - k * run : run;
     }
@@ -245,25 +290,41 @@ __kernel void k_cast_i32_f32(__global float *o, long oo, __global const int *x, 
 enum { DT_F32 = 0, DT_I32 = 2, DT_BF16 = 3, DT_F16 = 4 };
 
 /* casts from or to 16 bits (the CPU's: through f32, i32 values rounded to f32 first);
- * element offsets in each side's dtype */
+ * element offsets in each side's dtype; EW_SPAN elements a work-item (the element-wise
+ * kernels' batches) */
+static float cast_ld(__global const uchar *x, long i, int from)
+{
+    switch (from) {
+    case DT_F32: return ((__global const float *)x)[i];
+    case DT_I32: return (float)((__global const int *)x)[i];
+    case DT_BF16: return rci_bf16_to_f32(((__global const ushort *)x)[i]);
+    default: return rci_f16_to_f32(((__global const ushort *)x)[i]);
+    }
+}
+
+static void cast_st(__global uchar *o, long i, int to, float v)
+{
+    switch (to) {
+    case DT_F32: ((__global float *)o)[i] = v; break;
+    case DT_I32: ((__global int *)o)[i] = to_i32(v); break;
+    case DT_BF16: ((__global ushort *)o)[i] = rci_f32_to_bf16(v); break;
+    default: ((__global ushort *)o)[i] = rci_f32_to_f16(v); break;
+    }
+}
+
 __kernel void k_cast(__global uchar *o, long oo, int to, __global const uchar *x, long xo, int from,
                      long n)
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    float v;
-    switch (from) {
-    case DT_F32: v = ((__global const float *)x)[xo + i]; break;
-    case DT_I32: v = (float)((__global const int *)x)[xo + i]; break;
-    case DT_BF16: v = rci_bf16_to_f32(((__global const ushort *)x)[xo + i]); break;
-    default: v = rci_f16_to_f32(((__global const ushort *)x)[xo + i]); break;
-    }
-    switch (to) {
-    case DT_F32: ((__global float *)o)[oo + i] = v; break;
-    case DT_I32: ((__global int *)o)[oo + i] = to_i32(v); break;
-    case DT_BF16: ((__global ushort *)o)[oo + i] = rci_f32_to_bf16(v); break;
-    default: ((__global ushort *)o)[oo + i] = rci_f32_to_f16(v); break;
+    long N = get_global_size(0);
+    for (long i0 = get_global_id(0); i0 < n; i0 += EW_SPAN * N) {
+        float v[EW_SPAN];
+        UNROLL
+        for (int u = 0; u < EW_SPAN; u++)
+            v[u] = i0 + u * N < n ? cast_ld(x, xo + i0 + u * N, from) : 0;
+        UNROLL
+        for (int u = 0; u < EW_SPAN; u++)
+            if (i0 + u * N < n)
+                cast_st(o, oo + i0 + u * N, to, v[u]);
     }
 }
 
@@ -357,14 +418,12 @@ __kernel void k_softmax(__global store_t *out, long oo, __global float *tmp, lon
     for (long j = 0; j < cnt; j++)
         t[j] = ld(xr, j) * scale;
     if (has_mask) {
-        long sh[8], ms[8], moff = 0, rr = r;
-        long8_get(shape, sh);
-        long8_get(mst, ms);
+        long moff = 0, rr = r;
         for (int i = nd - 2; i >= 0; i--) {
-            moff += (rr % sh[i]) * ms[i];
-            rr /= sh[i];
+            moff += (rr % long8_at(shape, i)) * long8_at(mst, i);
+            rr /= long8_at(shape, i);
         }
-        long step = nd ? ms[nd - 1] : 0;
+        long step = nd ? long8_at(mst, nd - 1) : 0;
         for (long j = 0; j < cnt; j++)
             t[j] += ld(mask, mo + moff + j * step);
     }
@@ -1392,6 +1451,7 @@ static void at_mma(float *d, const uint *a, const uint *b, LOCAL_MEM float *emu)
     int li = (int)get_local_id(0), lane = li & 31, g = lane >> 2, t = lane & 3;
     LOCAL_MEM float *A = emu + (li >> 5) * AT_EMU, *B = A + 256;
     barrier(CLK_LOCAL_MEM_FENCE);
+    UNROLL
     for (int h = 0; h < 2; h++) { /* A's rows g and g + 8 (words a[h], a[h + 2]) */
         A[(g + 8 * h) * 16 + 2 * t] = at_lo(a[h]);
         A[(g + 8 * h) * 16 + 2 * t + 1] = at_hi(a[h]);
@@ -1455,6 +1515,7 @@ static uint at_pair(LOCAL_MEM const ushort *t, int i, int j)
 static void at_frag_a(uint *a, LOCAL_MEM const ushort *t, int r0, int k0, int lane)
 {
     int g = lane >> 2, c = k0 + 2 * (lane & 3);
+    UNROLL
     for (int h = 0; h < 2; h++) {
         int i = (r0 + g + 8 * h) * AT_LD + c;
         a[h] = at_pair(t, i, i + 1);
@@ -1502,9 +1563,11 @@ static void at_frag_c(uint *a, const float *c0, const float *c1, int part)
 static void at_times_rows(float *c, LOCAL_MEM const ushort *x, int wr, LOCAL_MEM const ushort *y, int lane,
                           LOCAL_MEM float *emu)
 {
+    UNROLL
     for (int kk = 0; kk < AT_COLS / 16; kk++) {
         uint a[4], b[2];
         at_frag_a(a, x, wr, 16 * kk, lane);
+        UNROLL
         for (int n = 0; n < 8; n++) {
             at_frag_bt(b, y, 8 * n, 16 * kk, lane);
             at_mma(c + 4 * n, a, b, emu);
@@ -1516,10 +1579,13 @@ static void at_times_rows(float *c, LOCAL_MEM const ushort *x, int wr, LOCAL_MEM
  * tile y [AT_KEYS, AT_COLS]: O += P V, dQ += dS K, dV += (z p)^T dO, dK += dS^T Q */
 static void at_times_tile(float *o, const float *p, LOCAL_MEM const ushort *y, int lane, LOCAL_MEM float *emu)
 {
+    UNROLL
     for (int kk = 0; kk < AT_KEYS / 16; kk++)
+        UNROLL
         for (int part = 0; part < ATT_SPLITS; part++) {
             uint a[4], b[2];
             at_frag_c(a, p + 8 * kk, p + 8 * kk + 4, part);
+            UNROLL
             for (int n = 0; n < 8; n++) {
                 at_frag_b(b, y, 16 * kk, 8 * n, lane);
                 at_mma(o + 4 * n, a, b, emu);
@@ -1535,6 +1601,7 @@ static void at_scores(float *c, __global const store_t *x, long xo, long r0, lon
                       long yo, long j0, long ny, long w, LOCAL_MEM ushort *xs, LOCAL_MEM ushort *ys, int wr,
                       int lane, LOCAL_MEM float *emu, int x_held)
 {
+    UNROLL
     for (int e = 0; e < 32; e++)
         c[e] = 0;
     for (long c0 = 0; c0 < w; c0 += AT_COLS) {
@@ -1593,6 +1660,7 @@ static at_qtile at_qtile_of(const att_dims *a, long bo)
     q.pair = idx_div(gid, tiles);
     q.r0 = (gid - q.pair * tiles) * AT_ROWS;
     q.kend = at_keys_seen(a, q.r0, q.R);
+    UNROLL
     for (int h = 0; h < 2; h++)
         q.x[h] = at_qrow_of(a, q.pair, q.r0 + wr + g + 8 * h, q.R, bo);
     return q;
@@ -1620,6 +1688,7 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global float *sta
     float m[2], l[2], delta[2] = {0, 0}, s[32], acc[32];
     long passes = a.Dv > 0 ? (a.Dv + AT_COLS - 1) / AT_COLS : 1;
     for (long d0 = 0; d0 < passes * AT_COLS; d0 += AT_COLS) {
+        UNROLL
         for (int e = 0; e < 32; e++)
             acc[e] = 0;
         m[0] = m[1] = -INFINITY;
@@ -1628,17 +1697,20 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global float *sta
             at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP,
                       (j0 > 0 || d0 > 0) && a.D <= AT_COLS); /* V goes to ys: xs keeps Q */
             float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0, 0}, alpha[2];
+            UNROLL
             for (int e = 0; e < 32; e++) {
                 long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
                 const at_qrow *xr = &x[(e >> 1) & 1];
                 s[e] = j < xr->vis ? att_score(&a, bias, xr->r.bias, s[e], j) : -INFINITY;
                 mx[(e >> 1) & 1] = fmax(mx[(e >> 1) & 1], s[e]);
             }
+            UNROLL
             for (int h = 0; h < 2; h++) {
                 float bm = fmax(at_quad(red, mx[h], 0), m[h]);
                 alpha[h] = m[h] == -INFINITY ? 0 : rci_fexp(m[h] - bm);
                 m[h] = bm;
             }
+            UNROLL
             for (int e = 0; e < 32; e++) {
                 int h = (e >> 1) & 1;
                 long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
@@ -1647,6 +1719,7 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global float *sta
                 s[e] = p * att_keep(&a, x[h].row, j);
                 acc[e] *= alpha[h];
             }
+            UNROLL
             for (int h = 0; h < 2; h++)
                 l[h] = l[h] * alpha[h] + at_quad(red, sum[h], 1);
             barrier(CLK_LOCAL_MEM_FENCE);
@@ -1654,6 +1727,7 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global float *sta
             barrier(CLK_LOCAL_MEM_FENCE);
             at_times_tile(acc, s, ys, lane, red + AT_GROUP);
         }
+        UNROLL
         for (int e = 0; e < 32; e++) {
             const at_qrow *xr = &x[(e >> 1) & 1];
             long d = d0 + 8 * (e >> 2) + 2 * t + (e & 1);
@@ -1666,7 +1740,10 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global float *sta
                 st(o, oo + (pair * R + xr->rr) * a.Dv + d, val);
         }
     }
-    for (int h = 0; want_stats && h < 2; h++) {
+    if (!want_stats)
+        return;
+    UNROLL
+    for (int h = 0; h < 2; h++) {
         float dl = at_quad(red, delta[h], 1);
         if (x[h].rr < R && t == 0) {
             stats[sto + x[h].row * 2] = l[h] > 0 ? m[h] + log(l[h]) : -INFINITY;
@@ -1691,6 +1768,7 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
     at_qrow *x = qt.x;
     long R = qt.R, pair = qt.pair, r0 = qt.r0, kend = qt.kend;
     float lse[2], delta[2], s[32], dp[32], acc[32];
+    UNROLL
     for (int h = 0; h < 2; h++) {
         lse[h] = x[h].rr < R ? stats[sto + x[h].row * 2] : -INFINITY;
         delta[h] = x[h].rr < R ? stats[sto + x[h].row * 2 + 1] : 0;
@@ -1699,11 +1777,13 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
     long qp = qo + pair * R * a.D, op = doo + pair * R * a.Dv, kp = ko + pair * a.Tk * a.D;
     long vp = vo + pair * a.Tk * a.Dv;
     for (long d0 = 0; d0 < a.D; d0 += AT_COLS) {
+        UNROLL
         for (int e = 0; e < 32; e++)
             acc[e] = 0;
         for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
             at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP, 0);
             at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, xs, ys, wr, lane, red + AT_GROUP, 0);
+            UNROLL
             for (int e = 0; e < 32; e++) {
                 const at_qrow *xr = &x[(e >> 1) & 1];
                 long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
@@ -1715,6 +1795,7 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
             barrier(CLK_LOCAL_MEM_FENCE);
             at_times_tile(acc, s, ys, lane, red + AT_GROUP);
         }
+        UNROLL
         for (int e = 0; e < 32; e++) {
             long rr = x[(e >> 1) & 1].rr, d = d0 + 8 * (e >> 2) + 2 * t + (e & 1);
             if (rr < R && d < a.D)
@@ -1776,6 +1857,7 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
     long vp = vo + pair * a.Tk * a.Dv, w = a.D > a.Dv ? a.D : a.Dv;
     float s[32], dp[32], gk[32], gv[32];
     for (long d0 = 0; d0 < w; d0 += AT_COLS) {
+        UNROLL
         for (int e = 0; e < 32; e++)
             gk[e] = gv[e] = 0;
         for (long r0 = 0; r0 < R; r0 += AT_ROWS) {
@@ -1783,6 +1865,7 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
                 continue;
             at_scores(s, k, kp, j0, a.Tk, q, qp, r0, R, a.D, ys, xs, wr, lane, red + AT_GROUP, 0);
             at_scores(dp, v, vp, j0, a.Tk, dout, op, r0, R, a.Dv, ys, xs, wr, lane, red + AT_GROUP, 0);
+            UNROLL
             for (int e = 0; e < 32; e++) {
                 int c = 8 * (e >> 2) + 2 * t + (e & 1);
                 long j = j0 + wr + g + 8 * ((e >> 1) & 1);
@@ -1802,6 +1885,7 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
                 at_times_tile(gk, s, xs, lane, red + AT_GROUP);
             }
         }
+        UNROLL
         for (int e = 0; e < 32; e++) {
             long j = j0 + wr + g + 8 * ((e >> 1) & 1), d = d0 + 8 * (e >> 2) + 2 * t + (e & 1);
             if (j < a.Tk && d < a.D && (want & 1))

@@ -288,7 +288,7 @@ static int att_cast(rci_gpu *g, rci_gpu_place dst, rc_dtype to, rci_gpu_place sr
 {
     int32_t t = to, f = from;
     rci_gpu_arg a[] = {ARG(dst.mem), ARG(dst.off), ARG(t), ARG(src.mem), ARG(src.off), ARG(f), ARG(n)};
-    return rci_gpu_launch_f32(g, RCI_K_CAST, a, 7, (size_t)n, "attention", err);
+    return rci_gpu_launch_f32(g, RCI_K_CAST, a, 7, rci_gpu_ew_items(n), "attention", err);
 }
 
 /* a part of scratch as floats, and as 16-bit values (twice the offset) */

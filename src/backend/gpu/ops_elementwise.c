@@ -19,7 +19,7 @@ int rci_gpu_run_full(rci_gpu *g, const rci_node_run *r, rc_error *err)
     int64_t n = rc_tensor_numel(r->node);
     float v = (float)r->node->fparam[0];
     rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(n), ARG(v)};
-    return rci_gpu_launch_node(g, r->node, RCI_K_FILL, a, 4, (size_t)n, "full", err);
+    return rci_gpu_launch_node(g, r->node, RCI_K_FILL, a, 4, rci_gpu_ew_items(n), "full", err);
 }
 
 int rci_gpu_run_unary(rci_gpu *g, const rci_node_run *r, rc_error *err)
@@ -34,7 +34,7 @@ int rci_gpu_run_unary(rci_gpu *g, const rci_node_run *r, rc_error *err)
     float s = (float)node->fparam[0], c = (float)node->fparam[1];
     rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n), ARG(op),
                        ARG(s), ARG(c)};
-    return rci_gpu_launch_node(g, node, RCI_K_UNARY, a, 8, (size_t)n, rci_gpu_op_name(node), err);
+    return rci_gpu_launch_node(g, node, RCI_K_UNARY, a, 8, rci_gpu_ew_items(n), rci_gpu_op_name(node), err);
 }
 
 int rci_gpu_run_act(rci_gpu *g, const rci_node_run *r, rc_error *err)
@@ -50,7 +50,7 @@ int rci_gpu_run_act(rci_gpu *g, const rci_node_run *r, rc_error *err)
     int64_t n = rc_tensor_numel(node);
     rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n),     ARG(kind),
                        ARG(order),   ARG(in[1].mem), ARG(in[1].off), ARG(has_m)};
-    return rci_gpu_launch_node(g, node, RCI_K_ACT, a, 10, (size_t)n, "act", err);
+    return rci_gpu_launch_node(g, node, RCI_K_ACT, a, 10, rci_gpu_ew_items(n), "act", err);
 }
 
 int rci_gpu_run_binary(rci_gpu *g, const rci_node_run *r, rc_error *err)
@@ -67,7 +67,7 @@ int rci_gpu_run_binary(rci_gpu *g, const rci_node_run *r, rc_error *err)
                   sb = rci_gpu_long8_of(b.st[1]);
     rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(in[1].mem),
                        ARG(in[1].off), ARG(n), ARG(op), ARG(nd), ARG(shape), ARG(sa), ARG(sb)};
-    return rci_gpu_launch_node(g, node, RCI_K_BINARY, a, 12, (size_t)n, rci_gpu_op_name(node), err);
+    return rci_gpu_launch_node(g, node, RCI_K_BINARY, a, 12, rci_gpu_ew_items(n), rci_gpu_op_name(node), err);
 }
 
 /* src0 cond (f32 or i32, nonzero = true), src1 a, src2 b */
@@ -241,7 +241,7 @@ static int run_cast(rci_gpu *g, const rci_node_run *r, const rci_gpu_place *out,
         int32_t from = (int32_t)s->dtype, to = (int32_t)node->dtype;
         rci_gpu_arg c[] = {ARG(out->mem), ARG(out->off), ARG(to), ARG(in->mem), ARG(in->off), ARG(from),
                            ARG(n)};
-        return rci_gpu_launch_f32(g, RCI_K_CAST, c, 7, (size_t)n, "cast", err);
+        return rci_gpu_launch_f32(g, RCI_K_CAST, c, 7, rci_gpu_ew_items(n), "cast", err);
     }
     return rc_error_set(err, RC_ERR_UNSUPPORTED, "cast: %s to %s is not supported on %s",
                         rc_dtype_name(s->dtype), rc_dtype_name(node->dtype), g->be.name);

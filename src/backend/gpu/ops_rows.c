@@ -345,7 +345,7 @@ int rci_gpu_run_embedding_grad(rci_gpu *g, const rci_node_run *r, rc_error *err)
     int64_t n = rows * c;
     int32_t from = RC_F32, to = node->dtype;
     rci_gpu_arg k[] = {ARG(out.mem), ARG(out.off), ARG(to), ARG(acc.mem), ARG(acc.off), ARG(from), ARG(n)};
-    return rci_gpu_launch_f32(g, RCI_K_CAST, k, 7, (size_t)n, "embedding_grad", err);
+    return rci_gpu_launch_f32(g, RCI_K_CAST, k, 7, rci_gpu_ew_items(n), "embedding_grad", err);
 }
 
 /* ids src0 i32 [...] -> [..., depth]; ids equal to iparam[1] give zero rows */

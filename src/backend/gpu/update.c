@@ -83,7 +83,7 @@ int rci_gpu_round_f32(rc_backend *be, rc_buffer *dst, int64_t dat, rc_dtype dt, 
     int64_t dofs = dat, so = sat, count = n;
     int32_t to = (int32_t)dt, from = RC_F32;
     rci_gpu_arg a[] = {ARG(d), ARG(dofs), ARG(to), ARG(s), ARG(so), ARG(from), ARG(count)};
-    return rci_gpu_launch_f32(gpu(be), RCI_K_CAST, a, 7, (size_t)n, "round f32", err);
+    return rci_gpu_launch_f32(gpu(be), RCI_K_CAST, a, 7, rci_gpu_ew_items(n), "round f32", err);
 }
 
 /* Every part's chunks write their partial sums into one buffer (part k's from its base),

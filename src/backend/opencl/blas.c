@@ -20,7 +20,7 @@ static int cast_into(rci_ocl *o, cl_mem dst, int64_t doff, rc_dtype to, cl_mem s
     int32_t t = to, f = from;
     rci_gpu_arg a[] = {{sizeof dst, &dst}, {sizeof doff, &doff}, {sizeof t, &t}, {sizeof src, &src},
                        {sizeof soff, &soff}, {sizeof f, &f}, {sizeof n, &n}};
-    return rci_ocl_launch(&o->gpu, RC_F32, RCI_K_CAST, a, 7, (size_t)n, 0, "matmul", err);
+    return rci_ocl_launch(&o->gpu, RC_F32, RCI_K_CAST, a, 7, rci_gpu_ew_items(n), 0, "matmul", err);
 }
 
 enum { MATMUL_CHUNK = 1 << 23 };   /* f32 elements of the 16-bit product's result per SGEMM */
