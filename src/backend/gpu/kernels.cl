@@ -1494,15 +1494,31 @@ static float at_quad(LOCAL_MEM float *red, float x, int sum)
 
 /* rows [r0, r0 + AT_ROWS) and columns [c0, c0 + AT_COLS) of x ([n, w] from xo) into the
  * local tile t [AT_ROWS, AT_LD] as bf16, zeros past n rows or w columns; every work-item
- * takes its share (the caller's barriers around it) */
+ * takes its share (the caller's barriers around it). bf16 values are copied as stored,
+ * four a work-item in one 8-byte load where the four are whole and 8-byte aligned (the
+ * buffers are); other storages (never tiled: ops_attention.c) round through float. */
 static void at_load(LOCAL_MEM ushort *t, __global const store_t *x, long xo, long r0, long n, long c0, long w)
 {
     int li = (int)get_local_id(0);
+#ifdef RC_STORE_BF16
+    for (int u = 0; u < AT_ROWS * AT_COLS / 4 / AT_GROUP; u++) {
+        int e = li + u * AT_GROUP, r = e / (AT_COLS / 4), c = e % (AT_COLS / 4) * 4;
+        long i = xo + (r0 + r) * w + c0 + c;
+        LOCAL_MEM ushort *d = t + r * AT_LD + c;
+        if (r0 + r < n && c0 + c + 4 <= w && (i & 3) == 0) {
+            *(LOCAL_MEM uint2 *)d = *(__global const uint2 *)(x + i);
+            continue;
+        }
+        for (int k = 0; k < 4; k++)
+            d[k] = r0 + r < n && c0 + c + k < w ? x[i + k] : 0;
+    }
+#else
     for (int u = 0; u < AT_ROWS * AT_COLS / AT_GROUP; u++) {
         int e = li + u * AT_GROUP, r = e / AT_COLS, c = e % AT_COLS;
         float v = r0 + r < n && c0 + c < w ? ld(x, xo + (r0 + r) * w + c0 + c) : 0;
         t[r * AT_LD + c] = rci_f32_to_bf16(v);
     }
+#endif
 }
 
 /* the word of t's values i and j (i in the low half) */
