@@ -242,8 +242,16 @@ __kernel void k_equal(__global store_t *o, long oo, __global const store_t *a, l
 
 /* ---- data movement and casts --------------------------------------------------------------- */
 
+/* 1 when address p is a multiple of `bytes` (a power of two): where a vector load may go */
+static int is_aligned(__global const void *p, ulong bytes)
+{
+    return ((ulong)p & (bytes - 1)) == 0;
+}
+
 /* the box shape (n elements) read with strides ss from s + so, written with strides ds at
- * d + dofs: every movement op of elements of word_t's size */
+ * d + dofs: every movement op of elements of word_t's size. Of a run, 8 16-bit elements
+ * (16 bytes) aligned on both sides move as one 16-byte load and store (a warp's 512 bytes
+ * at once); otherwise up to 8 elements are loaded before any is stored. */
 __kernel void k_copy(__global word_t *d, long dofs, __global const word_t *s, long so, long n, int nd,
                      long8 shape, long8 ds, long8 ss, long run)
 {
@@ -256,8 +264,23 @@ __kernel void k_copy(__global word_t *d, long dofs, __global const word_t *s, lo
     if (e >= n)
         return;
     long is, id = box_offsets(e, nd, shape, ds, ss, &is);
-    for (long j = 0; j < cnt; j++)
-        d[dofs + id + j] = s[so + is + j];
+    for (long j0 = 0; j0 < cnt; j0 += 8) {
+        __global word_t *to = d + dofs + id + j0;
+        __global const word_t *from = s + so + is + j0;
+        long left = cnt - j0;
+        if (sizeof(word_t) == 2 && left >= 8 && is_aligned(to, 16) && is_aligned(from, 16)) {
+            *(__global uint4 *)to = *(__global const uint4 *)from;
+            continue;
+        }
+        word_t v[8];
+        UNROLL
+        for (int j = 0; j < 8; j++)
+            v[j] = j < left ? from[j] : 0;
+        UNROLL
+        for (int j = 0; j < 8; j++)
+            if (j < left)
+                to[j] = v[j];
+    }
 }
 
 /* the CPU's float -> i32: truncation toward zero, NaN 0, saturation */
@@ -1495,8 +1518,8 @@ static float at_quad(LOCAL_MEM float *red, float x, int sum)
 /* rows [r0, r0 + AT_ROWS) and columns [c0, c0 + AT_COLS) of x ([n, w] from xo) into the
  * local tile t [AT_ROWS, AT_LD] as bf16, zeros past n rows or w columns; every work-item
  * takes its share (the caller's barriers around it). bf16 values are copied as stored,
- * four a work-item in one 8-byte load where the four are whole and 8-byte aligned (the
- * buffers are); other storages (never tiled: ops_attention.c) round through float. */
+ * four a work-item in one 8-byte load where the four are whole and 8-byte aligned;
+ * other storages (never tiled: ops_attention.c) round through float. */
 static void at_load(LOCAL_MEM ushort *t, __global const store_t *x, long xo, long r0, long n, long c0, long w)
 {
     int li = (int)get_local_id(0);
@@ -1505,7 +1528,7 @@ static void at_load(LOCAL_MEM ushort *t, __global const store_t *x, long xo, lon
         int e = li + u * AT_GROUP, r = e / (AT_COLS / 4), c = e % (AT_COLS / 4) * 4;
         long i = xo + (r0 + r) * w + c0 + c;
         LOCAL_MEM ushort *d = t + r * AT_LD + c;
-        if (r0 + r < n && c0 + c + 4 <= w && (i & 3) == 0) {
+        if (r0 + r < n && c0 + c + 4 <= w && is_aligned(x + i, 8)) {
             *(LOCAL_MEM uint2 *)d = *(__global const uint2 *)(x + i);
             continue;
         }

@@ -129,9 +129,9 @@ int rci_gpu_copy_box(rci_gpu *g, rc_dtype t, rci_gpu_mem dst, int64_t doff, cons
     rci_gpu_box_make(&b, nd, shape, 2, st);
     int64_t n = total, dof = doff, sof = soff, len = b.shape[b.nd - 1];
     /* 16-bit elements: a run of COPY_RUN a work-item where the innermost axis is contiguous
-     * on both sides (its index arithmetic once a run). The H100's bf16 permutes gained, its
-     * f32 ones lost (a warp's 32-byte runs then sit 32 bytes apart at each access; docs/gpu.md,
-     * run 9), so 4-byte elements keep one a work-item */
+     * on both sides (its index arithmetic once a run; one 16-byte load where aligned). The
+     * H100's bf16 permutes gained, its f32 ones lost (a warp's 32-byte runs then sit 32 bytes
+     * apart at each access; docs/gpu.md, run 9), so 4-byte elements keep one a work-item */
     int64_t run = rc_dtype_size(t) == 2 && b.st[0][b.nd - 1] == 1 && b.st[1][b.nd - 1] == 1 && len >= 2 * COPY_RUN
                       ? COPY_RUN
                       : 1;
