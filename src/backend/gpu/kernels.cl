@@ -1443,12 +1443,7 @@ enum {
     AT_EMU = 384          /* local floats a warp's emulated product takes: A [16, 16], B [16, 8] */
 };
 
-/* a word of two bf16 values: lo in the low half */
-static uint at_word(float lo, float hi)
-{
-    return (uint)rci_f32_to_bf16(lo) | ((uint)rci_f32_to_bf16(hi) << 16);
-}
-
+/* the two bf16 values of a word (at_frag_c packs the lower column in the low half) */
 static float at_lo(uint w)
 {
     return rci_bf16_to_f32((ushort)(w & 0xffff));
@@ -1579,21 +1574,21 @@ static void at_frag_b(uint *b, LOCAL_MEM const ushort *t, int k0, int n0, int la
     b[1] = at_pair(t, i + 8 * AT_LD, i + 9 * AT_LD);
 }
 
-/* what is left of v once its first `part` bf16 parts are taken (st_split's chain) */
-static float at_rest(float v, int part)
+/* A [16, 16] from C tiles c0 and c1 side by side, as their floats' ATT_SPLITS bf16 parts
+ * (st_split's chain, each part rounded from what the parts before it left): part k's
+ * fragment at a[4 k .. 4 k + 3] */
+static void at_frag_c(uint *a, const float *c0, const float *c1)
 {
-    for (int k = 0; k < part; k++)
-        v -= rci_bf16_to_f32(rci_f32_to_bf16(v));
-    return v;
-}
-
-/* A [16, 16] from C tiles c0 and c1 side by side (their floats' bf16 part `part`) */
-static void at_frag_c(uint *a, const float *c0, const float *c1, int part)
-{
-    a[0] = at_word(at_rest(c0[0], part), at_rest(c0[1], part));
-    a[1] = at_word(at_rest(c0[2], part), at_rest(c0[3], part));
-    a[2] = at_word(at_rest(c1[0], part), at_rest(c1[1], part));
-    a[3] = at_word(at_rest(c1[2], part), at_rest(c1[3], part));
+    float v[8] = {c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3]};
+    UNROLL
+    for (int part = 0; part < ATT_SPLITS; part++)
+        UNROLL
+        for (int w = 0; w < 4; w++) {
+            ushort lo = rci_f32_to_bf16(v[2 * w]), hi = rci_f32_to_bf16(v[2 * w + 1]);
+            a[4 * part + w] = (uint)lo | ((uint)hi << 16);
+            v[2 * w] -= rci_bf16_to_f32(lo);
+            v[2 * w + 1] -= rci_bf16_to_f32(hi);
+        }
 }
 
 /* c [8 tiles, 4] += the warp's 16 rows (from wr) of local tile x times the transpose of the
@@ -1619,17 +1614,17 @@ static void at_times_rows(float *c, LOCAL_MEM const ushort *x, int wr, LOCAL_MEM
 static void at_times_tile(float *o, const float *p, LOCAL_MEM const ushort *y, int lane, LOCAL_MEM float *emu)
 {
     UNROLL
-    for (int kk = 0; kk < AT_KEYS / 16; kk++)
+    for (int kk = 0; kk < AT_KEYS / 16; kk++) {
+        uint a[4 * ATT_SPLITS], b[2];
+        at_frag_c(a, p + 8 * kk, p + 8 * kk + 4);
         UNROLL
-        for (int part = 0; part < ATT_SPLITS; part++) {
-            uint a[4], b[2];
-            at_frag_c(a, p + 8 * kk, p + 8 * kk + 4, part);
+        for (int n = 0; n < 8; n++) {
+            at_frag_b(b, y, 16 * kk, 8 * n, lane);
             UNROLL
-            for (int n = 0; n < 8; n++) {
-                at_frag_b(b, y, 16 * kk, 8 * n, lane);
-                at_mma(o + 4 * n, a, b, emu);
-            }
+            for (int part = 0; part < ATT_SPLITS; part++)
+                at_mma(o + 4 * n, a + 4 * part, b, emu);
         }
+    }
 }
 
 /* c [8 tiles, 4] = rows [r0 .. ) of x [nx, w] (the warp's 16 from r0 + wr) times the
