@@ -64,8 +64,8 @@ static int kernel_resources(const char *report, const char *name, int *stack, in
  * double sine and cosine take libdevice's slow path. Prints the hot kernels' registers. */
 static void check_resources(const char *report)
 {
-    const char *shown[] = {"k_attention_tile", "k_attention_tile_dq", "k_attention_tile_dkv", "k_binary", "k_act",
-                           "k_copy"};
+    const char *shown[] = {"k_attention_tile", "k_attention_tile_stats", "k_attention_tile_dq", "k_attention_tile_dkv",
+                           "k_binary", "k_act", "k_copy"};
     for (int k = 0; k < RCI_K_COUNT; k++) {
         const char *name = rci_gpu_kernel_names[k];
         int stack = -1, regs = -1;

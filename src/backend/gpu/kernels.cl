@@ -1700,14 +1700,42 @@ static at_qtile at_qtile_of(const att_dims *a, long bo)
     return q;
 }
 
-/* The forward of a tile of query rows (ATTENTION), or its statistics (ATTENTION_STATS,
- * want_stats): S = Q K^T a key tile at a time, the online softmax (each row's max and sum
- * rescaled to a larger max), O += (z p) V; then O / l into o, or each row's log-sum-exp and
- * delta = dO . o (the unrounded o) into stats [R rows, 2]. Work-group: (pair, tile of
- * AT_ROWS rows); the output's columns AT_COLS at a time, the scores recomputed for each. */
-__kernel void k_attention_tile(__global store_t *o, long oo, __global float *stats, long sto, int want_stats,
-                               __global const store_t *q, long qo, __global const store_t *k, long ko,
-                               __global const store_t *v, long vo, __global const store_t *dout, long doo,
+/* The online softmax's step for a key tile from j0: s's 32 scores (the lane's two rows, h
+ * = (e >> 1) & 1) scaled and biased, -INFINITY past the keys a row sees, each row's running
+ * max m[h] raised to the tile's, the factor alpha[h] that rescales what was summed against
+ * the old max, s[e] = exp(s - m) (0 for a key not seen) and sum[h] this tile's sum of them */
+static void at_softmax_step(const att_dims *a, __global const store_t *bias, const at_qrow *x, long j0, int t,
+                            LOCAL_MEM float *red, float *s, float *m, float *alpha, float *sum)
+{
+    float mx[2] = {-INFINITY, -INFINITY};
+    UNROLL
+    for (int e = 0; e < 32; e++) {
+        long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
+        const at_qrow *xr = &x[(e >> 1) & 1];
+        s[e] = j < xr->vis ? att_score(a, bias, xr->r.bias, s[e], j) : -INFINITY;
+        mx[(e >> 1) & 1] = fmax(mx[(e >> 1) & 1], s[e]);
+    }
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        float bm = fmax(at_quad(red, mx[h], 0), m[h]);
+        alpha[h] = m[h] == -INFINITY ? 0 : rci_fexp(m[h] - bm);
+        m[h] = bm;
+        sum[h] = 0;
+    }
+    UNROLL
+    for (int e = 0; e < 32; e++) {
+        int h = (e >> 1) & 1;
+        s[e] = s[e] == -INFINITY ? 0 : rci_fexp(s[e] - m[h]);
+        sum[h] += s[e];
+    }
+}
+
+/* The forward of a tile of query rows (ATTENTION): S = Q K^T a key tile at a time, the
+ * online softmax (at_softmax_step), O += (z p) V; then O / l into o. Work-group: (pair,
+ * tile of AT_ROWS rows); the output's columns AT_COLS at a time, the scores recomputed for
+ * each. */
+__kernel void k_attention_tile(__global store_t *o, long oo, __global const store_t *q, long qo,
+                               __global const store_t *k, long ko, __global const store_t *v, long vo,
                                __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
                                ulong key, ulong thresh, float keep)
 {
@@ -1719,9 +1747,8 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global float *sta
     const at_qrow *x = qt.x;
     long R = qt.R, pair = qt.pair, r0 = qt.r0, kend = qt.kend;
     long qp = qo + pair * R * a.D, kp = ko + pair * a.Tk * a.D, vp = vo + pair * a.Tk * a.Dv;
-    float m[2], l[2], delta[2] = {0, 0}, s[32], acc[32];
-    long passes = a.Dv > 0 ? (a.Dv + AT_COLS - 1) / AT_COLS : 1;
-    for (long d0 = 0; d0 < passes * AT_COLS; d0 += AT_COLS) {
+    float m[2], l[2], s[32], acc[32];
+    for (long d0 = 0; d0 < a.Dv; d0 += AT_COLS) {
         UNROLL
         for (int e = 0; e < 32; e++)
             acc[e] = 0;
@@ -1730,27 +1757,12 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global float *sta
         for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
             at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP,
                       (j0 > 0 || d0 > 0) && a.D <= AT_COLS); /* V goes to ys: xs keeps Q */
-            float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0, 0}, alpha[2];
-            UNROLL
-            for (int e = 0; e < 32; e++) {
-                long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
-                const at_qrow *xr = &x[(e >> 1) & 1];
-                s[e] = j < xr->vis ? att_score(&a, bias, xr->r.bias, s[e], j) : -INFINITY;
-                mx[(e >> 1) & 1] = fmax(mx[(e >> 1) & 1], s[e]);
-            }
-            UNROLL
-            for (int h = 0; h < 2; h++) {
-                float bm = fmax(at_quad(red, mx[h], 0), m[h]);
-                alpha[h] = m[h] == -INFINITY ? 0 : rci_fexp(m[h] - bm);
-                m[h] = bm;
-            }
+            float alpha[2], sum[2];
+            at_softmax_step(&a, bias, x, j0, t, red, s, m, alpha, sum);
             UNROLL
             for (int e = 0; e < 32; e++) {
                 int h = (e >> 1) & 1;
-                long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
-                float p = s[e] == -INFINITY ? 0 : rci_fexp(s[e] - m[h]);
-                sum[h] += p;
-                s[e] = p * att_keep(&a, x[h].row, j);
+                s[e] *= att_keep(&a, x[h].row, j0 + 8 * (e >> 2) + 2 * t + (e & 1));
                 acc[e] *= alpha[h];
             }
             UNROLL
@@ -1765,25 +1777,56 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global float *sta
         for (int e = 0; e < 32; e++) {
             const at_qrow *xr = &x[(e >> 1) & 1];
             long d = d0 + 8 * (e >> 2) + 2 * t + (e & 1);
-            float l1 = l[(e >> 1) & 1], val = l1 > 0 ? acc[e] / l1 : 0;
-            if (xr->rr >= R || d >= a.Dv)
-                continue;
-            if (want_stats)
-                delta[(e >> 1) & 1] += val * ld(dout, doo + (pair * R + xr->rr) * a.Dv + d);
-            else
-                st(o, oo + (pair * R + xr->rr) * a.Dv + d, val);
+            float l1 = l[(e >> 1) & 1];
+            if (xr->rr < R && d < a.Dv)
+                st(o, oo + (pair * R + xr->rr) * a.Dv + d, l1 > 0 ? acc[e] / l1 : 0);
         }
     }
-    if (!want_stats)
-        return;
+}
+
+/* The statistics of a tile of query rows (ATTENTION_STATS): each row's log-sum-exp and
+ * delta = sum_j z_j p_j dP_j, dP = dO V^T (= dO . o, the unrounded output, as the products'
+ * row kernel has it), into stats [R rows, 2]. For each key tile S = Q K^T and dP, two
+ * products of bf16 operands as stored (the forward's P V took three, P in three parts), the
+ * online softmax's max and sum, and delta's sum rescaled with them. Work-group: (pair, tile
+ * of AT_ROWS rows). */
+__kernel void k_attention_tile_stats(__global float *stats, long sto, __global const store_t *q, long qo,
+                                     __global const store_t *k, long ko, __global const store_t *v, long vo,
+                                     __global const store_t *dout, long doo, __global const store_t *bias, long bo,
+                                     long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep)
+{
+    __local ushort xs[AT_ROWS * AT_LD], ys[AT_KEYS * AT_LD];
+    __local float red[AT_GROUP + 4 * AT_EMU];
+    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
+    int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
+    at_qtile qt = at_qtile_of(&a, bo);
+    const at_qrow *x = qt.x;
+    long R = qt.R, pair = qt.pair, r0 = qt.r0, kend = qt.kend;
+    long qp = qo + pair * R * a.D, op = doo + pair * R * a.Dv, kp = ko + pair * a.Tk * a.D;
+    long vp = vo + pair * a.Tk * a.Dv;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, dl[2] = {0, 0}, s[32], dp[32];
+    for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
+        at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP, 0);
+        at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, xs, ys, wr, lane, red + AT_GROUP, 0);
+        float alpha[2], sum[2], dsum[2] = {0, 0};
+        at_softmax_step(&a, bias, x, j0, t, red, s, m, alpha, sum);
+        UNROLL
+        for (int e = 0; e < 32; e++) {
+            int h = (e >> 1) & 1;
+            dsum[h] += s[e] * att_keep(&a, x[h].row, j0 + 8 * (e >> 2) + 2 * t + (e & 1)) * dp[e];
+        }
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            l[h] = l[h] * alpha[h] + at_quad(red, sum[h], 1);
+            dl[h] = dl[h] * alpha[h] + at_quad(red, dsum[h], 1);
+        }
+    }
     UNROLL
-    for (int h = 0; h < 2; h++) {
-        float dl = at_quad(red, delta[h], 1);
+    for (int h = 0; h < 2; h++)
         if (x[h].rr < R && t == 0) {
             stats[sto + x[h].row * 2] = l[h] > 0 ? m[h] + log(l[h]) : -INFINITY;
-            stats[sto + x[h].row * 2 + 1] = dl;
+            stats[sto + x[h].row * 2 + 1] = l[h] > 0 ? dl[h] / l[h] : 0;
         }
-    }
 }
 
 /* dQ of a tile of query rows: for each key tile S = Q K^T, dP = dO V^T, dS (att_grad_at),

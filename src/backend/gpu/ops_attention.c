@@ -20,8 +20,8 @@
  * mask (rci_gpu_mask_of), redrawn by every kernel.
  *
  * With rc_set_tiled_attention on a device with mma (CUDA, sm_80 and later), bf16 nodes
- * take no products and no scratch: kernels.cl's k_attention_tile (forward, stats),
- * k_attention_tile_dq and k_attention_tile_dkv keep each tile's scores on chip
+ * take no products and no scratch: kernels.cl's k_attention_tile (forward),
+ * k_attention_tile_stats, k_attention_tile_dq and k_attention_tile_dkv keep each tile's scores on chip
  * (FlashAttention-2's loops) and multiply on tensor cores (ATT_TILED, below). */
 #include "node.h"
 #include "redco/device.h"
@@ -581,7 +581,7 @@ static int att_dbias(att_run *a, rc_error *err)
                                "attention_grad (bias)", err);
 }
 
-/* ---- ATT_TILED: kernels.cl's k_attention_tile (forward, stats), _dq and _dkv ---- */
+/* ---- ATT_TILED: kernels.cl's k_attention_tile (forward), _stats, _dq and _dkv ---- */
 
 enum {
     ATT_TILE_GROUP = 128,   /* work-items of a tile kernel's work-group (kernels.cl's AT_GROUP) */
@@ -603,19 +603,26 @@ static int64_t att_tiles(int64_t n)
     return (n + ATT_TILE - 1) / ATT_TILE;
 }
 
-/* the forward into the output, or (stats) each row's log-sum-exp and delta */
+/* the forward into the output (kernel k_attention_tile) */
 static int att_tile_forward(att_run *a, rc_error *err)
 {
-    int32_t stats = a->node->op == RC_OP_ATTENTION_STATS;
-    rci_gpu_place o = stats ? a->in[0] : a->out, dout = stats ? a->dout : a->in[0]; /* not written, not read */
-    rci_gpu_arg args[13 + ATT_TILE_TAIL] = {ARG(o.mem),        ARG(o.off),        ARG(a->out.mem),   ARG(a->out.off),
-                                            ARG(stats),        ARG(a->in[0].mem), ARG(a->in[0].off), ARG(a->in[1].mem),
-                                            ARG(a->in[1].off), ARG(a->in[2].mem), ARG(a->in[2].off), ARG(dout.mem),
-                                            ARG(dout.off)};
-    att_tile_tail(a, args + 13);
-    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_TILE, args, 13 + ATT_TILE_TAIL,
-                                 (size_t)(a->s.pairs * att_tiles(a->s.R)), ATT_TILE_GROUP,
-                                 stats ? "attention_stats (tiles)" : "attention (tiles)", err);
+    rci_gpu_arg args[8 + ATT_TILE_TAIL] = {ARG(a->out.mem),   ARG(a->out.off),   ARG(a->in[0].mem), ARG(a->in[0].off),
+                                           ARG(a->in[1].mem), ARG(a->in[1].off), ARG(a->in[2].mem), ARG(a->in[2].off)};
+    att_tile_tail(a, args + 8);
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_TILE, args, 8 + ATT_TILE_TAIL,
+                                 (size_t)(a->s.pairs * att_tiles(a->s.R)), ATT_TILE_GROUP, "attention (tiles)", err);
+}
+
+/* each row's log-sum-exp and delta into the output (kernel _stats) */
+static int att_tile_stats(att_run *a, rc_error *err)
+{
+    rci_gpu_arg args[10 + ATT_TILE_TAIL] = {ARG(a->out.mem),   ARG(a->out.off),   ARG(a->in[0].mem), ARG(a->in[0].off),
+                                            ARG(a->in[1].mem), ARG(a->in[1].off), ARG(a->in[2].mem), ARG(a->in[2].off),
+                                            ARG(a->dout.mem),  ARG(a->dout.off)};
+    att_tile_tail(a, args + 10);
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_TILE_STATS, args, 10 + ATT_TILE_TAIL,
+                                 (size_t)(a->s.pairs * att_tiles(a->s.R)), ATT_TILE_GROUP, "attention_stats (tiles)",
+                                 err);
 }
 
 /* dQ (kernel _dq, a work-group a tile of query rows) */
@@ -648,8 +655,10 @@ static int att_tile_dkv(att_run *a, int32_t want, rci_gpu_place dk, rci_gpu_plac
 static int att_tile_run(att_run *a, rc_error *err)
 {
     const att_shape *s = &a->s;
-    if (a->node->op != RC_OP_ATTENTION_GRAD)
+    if (a->node->op == RC_OP_ATTENTION)
         return att_tile_forward(a, err);
+    if (a->node->op == RC_OP_ATTENTION_STATS)
+        return att_tile_stats(a, err);
     rci_gpu_place dq, dk, dv;
     att_grad_places(a, &dq, &dk, &dv);
     int32_t want = att_wants(s, 1) | att_wants(s, 2) << 1;
