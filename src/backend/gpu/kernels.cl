@@ -257,7 +257,8 @@ __kernel void k_copy(__global word_t *d, long dofs, __global const word_t *s, lo
 {
     long i = get_global_id(0), e = i, cnt = 1;
     if (run > 1) { /* work-item i: a run of the innermost axis, contiguous on both sides */
-        long len = long8_at(shape, nd - 1), runs = idx_div(len + run - 1, run), row = idx_div(i, runs), k = i - row * runs;
+        long len = long8_at(shape, nd - 1), runs = idx_div(len + run - 1, run), row = idx_div(i, runs);
+        long k = i - row * runs;
         e = row * len + k * run;
         cnt = len - k * run < run ? len - k * run : run;
     }
@@ -1513,8 +1514,9 @@ static float at_quad(LOCAL_MEM float *red, float x, int sum)
 /* rows [r0, r0 + AT_ROWS) and columns [c0, c0 + AT_COLS) of x ([n, w] from xo) into the
  * local tile t [AT_ROWS, AT_LD] as bf16, zeros past n rows or w columns; every work-item
  * takes its share (the caller's barriers around it). bf16 values are copied as stored,
- * four a work-item in one 8-byte load where the four are whole and 8-byte aligned;
- * other storages (never tiled: ops_attention.c) round through float. */
+ * four a work-item in one 8-byte load where the four are whole and 8-byte aligned (the
+ * kernels' tiles are declared 16-byte aligned, AT_LD keeps rows 8-byte aligned); other
+ * storages (never tiled: ops_attention.c) round through float. */
 static void at_load(LOCAL_MEM ushort *t, __global const store_t *x, long xo, long r0, long n, long c0, long w)
 {
     int li = (int)get_local_id(0);
@@ -1739,7 +1741,7 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
                                __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
                                ulong key, ulong thresh, float keep)
 {
-    __local ushort xs[AT_ROWS * AT_LD], ys[AT_KEYS * AT_LD];
+    __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ys[AT_KEYS * AT_LD] __attribute__((aligned(16)));
     __local float red[AT_GROUP + 4 * AT_EMU];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
@@ -1795,7 +1797,7 @@ __kernel void k_attention_tile_stats(__global float *stats, long sto, __global c
                                      __global const store_t *dout, long doo, __global const store_t *bias, long bo,
                                      long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep)
 {
-    __local ushort xs[AT_ROWS * AT_LD], ys[AT_KEYS * AT_LD];
+    __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ys[AT_KEYS * AT_LD] __attribute__((aligned(16)));
     __local float red[AT_GROUP + 4 * AT_EMU];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
@@ -1837,7 +1839,7 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
                                   __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
                                   ulong key, ulong thresh, float keep)
 {
-    __local ushort xs[AT_ROWS * AT_LD], ys[AT_KEYS * AT_LD];
+    __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ys[AT_KEYS * AT_LD] __attribute__((aligned(16)));
     __local float red[AT_GROUP + 4 * AT_EMU];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
@@ -1923,7 +1925,7 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
                                    __global const store_t *dout, long doo, __global const store_t *bias, long bo,
                                    long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep)
 {
-    __local ushort xs[AT_ROWS * AT_LD], ys[AT_KEYS * AT_LD];
+    __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ys[AT_KEYS * AT_LD] __attribute__((aligned(16)));
     __local float red[AT_GROUP + 4 * AT_EMU];
     __local at_cols cols;
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
