@@ -1434,7 +1434,13 @@ __kernel void k_attention_dbias(__global store_t *o, long oo, __global const sto
  * in tests; CUDA before sm_80) at_mma is the same product through local memory, each lane's
  * words placed where the layout says and its C computed from them: the kernels' fragment
  * handling is then what PoCL checks. A row's statistics combine the 4 lanes holding its
- * columns (at_quad: CUDA's shuffles, else local memory). */
+ * columns (at_quad: CUDA's shuffles, else local memory).
+ *
+ * Local tiles: where one tile holds a head (D, Dv at most AT_COLS) a kernel keeps what does
+ * not change along its walk: the forward Q, the stats and dQ's kernel Q and dO, dK and dV's
+ * K and V. Under CUDA that is 18, 27, 36 and 29 KB of shared memory (ptxas); under OpenCL
+ * the emulation's 6.5 KB more, dQ's 43 KB past OpenCL's 32 KB minimum (a device with less
+ * refuses the launch with an error; PoCL has 1 MB, NVIDIA's OpenCL 48 KB). */
 enum {
     AT_GROUP = 128,       /* work-items of a work-group: four warps */
     AT_ROWS = 64,         /* query rows of a work-group (16 a warp) */
@@ -1650,6 +1656,18 @@ static void at_scores(float *c, __global const store_t *x, long xo, long r0, lon
     }
 }
 
+/* the local tile t as the rows [r0 .. ) of x [n, w], columns [c0, c0 + AT_COLS), for a
+ * product's B operand: loaded between barriers unless `held` (at_scores left it there) */
+static void at_tile(LOCAL_MEM ushort *t, __global const store_t *x, long xo, long r0, long n, long c0, long w,
+                    int held)
+{
+    if (held)
+        return;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    at_load(t, x, xo, r0, n, c0, w);
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
 /* the keys the query rows [r0, r0 + AT_ROWS) of a pair see, at most (all Tk unless causal) */
 static long at_keys_seen(const att_dims *a, long r0, long R)
 {
@@ -1797,7 +1815,8 @@ __kernel void k_attention_tile_stats(__global float *stats, long sto, __global c
                                      __global const store_t *dout, long doo, __global const store_t *bias, long bo,
                                      long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep)
 {
-    __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ys[AT_KEYS * AT_LD] __attribute__((aligned(16)));
+    __local ushort qs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ds[AT_ROWS * AT_LD] __attribute__((aligned(16)));
+    __local ushort ys[AT_KEYS * AT_LD] __attribute__((aligned(16)));
     __local float red[AT_GROUP + 4 * AT_EMU];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
@@ -1808,8 +1827,10 @@ __kernel void k_attention_tile_stats(__global float *stats, long sto, __global c
     long vp = vo + pair * a.Tk * a.Dv;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, dl[2] = {0, 0}, s[32], dp[32];
     for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
-        at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP, 0);
-        at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, xs, ys, wr, lane, red + AT_GROUP, 0);
+        /* Q and dO stay in qs and ds from the first key tile where one tile holds them */
+        at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, qs, ys, wr, lane, red + AT_GROUP, j0 > 0 && a.D <= AT_COLS);
+        at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, ds, ys, wr, lane, red + AT_GROUP,
+                  j0 > 0 && a.Dv <= AT_COLS);
         float alpha[2], sum[2], dsum[2] = {0, 0};
         at_softmax_step(&a, bias, x, j0, t, red, s, m, alpha, sum);
         UNROLL
@@ -1839,7 +1860,8 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
                                   __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
                                   ulong key, ulong thresh, float keep)
 {
-    __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ys[AT_KEYS * AT_LD] __attribute__((aligned(16)));
+    __local ushort qs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ds[AT_ROWS * AT_LD] __attribute__((aligned(16)));
+    __local ushort ks[AT_KEYS * AT_LD] __attribute__((aligned(16))), vs[AT_KEYS * AT_LD] __attribute__((aligned(16)));
     __local float red[AT_GROUP + 4 * AT_EMU];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
@@ -1860,8 +1882,11 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
         for (int e = 0; e < 32; e++)
             acc[e] = 0;
         for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
-            at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP, 0);
-            at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, xs, ys, wr, lane, red + AT_GROUP, 0);
+            /* Q and dO stay in qs and ds from the first key tile where one tile holds them */
+            at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, qs, ks, wr, lane, red + AT_GROUP,
+                      j0 > 0 && a.D <= AT_COLS);
+            at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, ds, vs, wr, lane, red + AT_GROUP,
+                      j0 > 0 && a.Dv <= AT_COLS);
             UNROLL
             for (int e = 0; e < 32; e++) {
                 const at_qrow *xr = &x[(e >> 1) & 1];
@@ -1869,10 +1894,8 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
                 att_grad_at(&a, bias, xr->r.bias, xr->row, j, xr->vis, lse[(e >> 1) & 1], delta[(e >> 1) & 1],
                            &s[e], &dp[e]);
             }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            at_load(ys, k, kp, j0, a.Tk, d0, a.D);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            at_times_tile(acc, s, ys, lane, red + AT_GROUP);
+            at_tile(ks, k, kp, j0, a.Tk, d0, a.D, a.D <= AT_COLS); /* K's columns from d0 */
+            at_times_tile(acc, s, ks, lane, red + AT_GROUP);
         }
         UNROLL
         for (int e = 0; e < 32; e++) {
@@ -1925,7 +1948,8 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
                                    __global const store_t *dout, long doo, __global const store_t *bias, long bo,
                                    long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep)
 {
-    __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ys[AT_KEYS * AT_LD] __attribute__((aligned(16)));
+    __local ushort ks[AT_KEYS * AT_LD] __attribute__((aligned(16))), vs[AT_KEYS * AT_LD] __attribute__((aligned(16)));
+    __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16)));
     __local float red[AT_GROUP + 4 * AT_EMU];
     __local at_cols cols;
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
@@ -1935,6 +1959,7 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
     long qp = qo + pair * R * a.D, op = doo + pair * R * a.Dv, kp = ko + pair * a.Tk * a.D;
     long vp = vo + pair * a.Tk * a.Dv, w = a.D > a.Dv ? a.D : a.Dv;
     float s[32], dp[32], gk[32], gv[32];
+    int held = 0; /* ks and vs hold K and V's tiles (one tile a head: w at most AT_COLS) */
     for (long d0 = 0; d0 < w; d0 += AT_COLS) {
         UNROLL
         for (int e = 0; e < 32; e++)
@@ -1942,8 +1967,9 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
         for (long r0 = 0; r0 < R; r0 += AT_ROWS) {
             if (!at_cols_fill(&cols, &a, stats, sto, pair, r0, R, bo, j0))
                 continue;
-            at_scores(s, k, kp, j0, a.Tk, q, qp, r0, R, a.D, ys, xs, wr, lane, red + AT_GROUP, 0);
-            at_scores(dp, v, vp, j0, a.Tk, dout, op, r0, R, a.Dv, ys, xs, wr, lane, red + AT_GROUP, 0);
+            at_scores(s, k, kp, j0, a.Tk, q, qp, r0, R, a.D, ks, xs, wr, lane, red + AT_GROUP, held);
+            at_scores(dp, v, vp, j0, a.Tk, dout, op, r0, R, a.Dv, vs, xs, wr, lane, red + AT_GROUP, held);
+            held = w <= AT_COLS;
             UNROLL
             for (int e = 0; e < 32; e++) {
                 int c = 8 * (e >> 2) + 2 * t + (e & 1);
@@ -1951,16 +1977,12 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
                 att_grad_at(&a, bias, cols.bias[c], cols.row[c], j, cols.vis[c], cols.lse[c], cols.delta[c], &s[e],
                            &dp[e]);
             }
-            if (want & 2) {
-                barrier(CLK_LOCAL_MEM_FENCE);
-                at_load(xs, dout, op, r0, R, d0, a.Dv);
-                barrier(CLK_LOCAL_MEM_FENCE);
+            if (want & 2) { /* dO's columns from d0 */
+                at_tile(xs, dout, op, r0, R, d0, a.Dv, 0);
                 at_times_tile(gv, dp, xs, lane, red + AT_GROUP);
             }
             if (want & 1) {
-                barrier(CLK_LOCAL_MEM_FENCE);
-                at_load(xs, q, qp, r0, R, d0, a.D);
-                barrier(CLK_LOCAL_MEM_FENCE);
+                at_tile(xs, q, qp, r0, R, d0, a.D, 0);
                 at_times_tile(gk, s, xs, lane, red + AT_GROUP);
             }
         }
