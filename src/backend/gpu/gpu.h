@@ -78,11 +78,14 @@ extern const char *const rci_gpu_kernel_names[RCI_K_COUNT];
  * order), written into the build directory by CMake. */
 extern const char rci_gpu_source[];
 
-/* work-items of an element-wise kernel (fill, unary, act, binary, cast) over n elements:
- * each takes kernels.cl's EW_SPAN of them (4) a batch */
+/* elements a work-item of the element-wise kernels (fill, unary, act, binary, cast) takes
+ * a batch: kernels.cl's EW_SPAN */
+enum { RCI_GPU_EW_SPAN = 4 };
+
+/* the work-items of an element-wise kernel over n elements: one a batch */
 static inline size_t rci_gpu_ew_items(int64_t n)
 {
-    return (size_t)((n + 3) / 4);
+    return (size_t)((n + RCI_GPU_EW_SPAN - 1) / RCI_GPU_EW_SPAN);
 }
 
 /* Device memory as a kernel argument: a cl_mem, or the value of a CUdeviceptr. */

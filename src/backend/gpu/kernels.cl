@@ -105,7 +105,7 @@ static long box_offset(long i, int nd, long8 shape, long8 st)
  * memory waiting (the adds of run 10 at about a third of the H100's rate). The element
  * itself is computed as before, so an output aliasing its input (the plan's in-place
  * nodes) reads each element before writing it. */
-enum { EW_SPAN = 4 };
+enum { EW_SPAN = 4 }; /* gpu.h's RCI_GPU_EW_SPAN */
 
 __kernel void k_fill(__global store_t *o, long oo, long n, float v)
 {
