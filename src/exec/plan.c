@@ -90,6 +90,18 @@ static size_t align_up(size_t x)
     return (x + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
 }
 
+/* block id of `size` bytes at offset `at` into live at index pos (keeping the order),
+ * raising *peak to its end; returns at */
+static size_t block_insert(block *live, int *nlive, int pos, size_t at, size_t size, int id, size_t *peak)
+{
+    memmove(live + pos + 1, live + pos, (size_t)(*nlive - pos) * sizeof *live);
+    live[pos] = (block){at, size, id};
+    (*nlive)++;
+    if (at + size > *peak)
+        *peak = at + size;
+    return at;
+}
+
 /* First fit: the lowest gap between live blocks that holds `size`. */
 static size_t first_fit(block *live, int *nlive, size_t size, int id, size_t *peak)
 {
@@ -100,12 +112,7 @@ static size_t first_fit(block *live, int *nlive, size_t size, int id, size_t *pe
             break;
         at = align_up(live[pos].off + live[pos].size);
     }
-    memmove(live + pos + 1, live + pos, (size_t)(*nlive - pos) * sizeof *live);
-    live[pos] = (block){at, size, id};
-    (*nlive)++;
-    if (at + size > *peak)
-        *peak = at + size;
-    return at;
+    return block_insert(live, nlive, pos, at, size, id, peak);
 }
 
 /* Best fit: the smallest gap between live blocks that holds `size` (the lowest of equal
@@ -122,16 +129,9 @@ static size_t best_fit(block *live, int *nlive, size_t size, int id, size_t *pea
         }
         at = align_up(live[pos].off + live[pos].size);
     }
-    if (best_pos < 0) {
-        best_at = at;
-        best_pos = *nlive;
-    }
-    memmove(live + best_pos + 1, live + best_pos, (size_t)(*nlive - best_pos) * sizeof *live);
-    live[best_pos] = (block){best_at, size, id};
-    (*nlive)++;
-    if (best_at + size > *peak)
-        *peak = best_at + size;
-    return best_at;
+    if (best_pos < 0)
+        return block_insert(live, nlive, *nlive, at, size, id, peak);
+    return block_insert(live, nlive, best_pos, best_at, size, id, peak);
 }
 
 static void release(block *live, int *nlive, int id)
