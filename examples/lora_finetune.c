@@ -112,12 +112,13 @@ typedef struct {
     const char *model, *targets, *data, *tokenizer, *device, *workdir;
     int r, steps, batch, seq_len, mp;
     double alpha, lr;
+    int no_dropout;               /* --dropout off: train without the model's dropout */
 } args;
 
 static int parse_args(int argc, char **argv, args *a)
 {
     *a = (args){"tiny-gpt2", "c_attn,c_proj", "data/austen_excerpt.txt", "data/gpt2", NULL, NULL,
-                8, 60, 8, 32, 1, 16, 1e-2};
+                8, 60, 8, 32, 1, 16, 1e-2, 0};
     int ok = 1;
     for (int i = 1; ok && i < argc; i += 2) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -135,12 +136,13 @@ static int parse_args(int argc, char **argv, args *a)
         else if (!strcmp(k, "--seq-len")) a->seq_len = atoi(v);
         else if (!strcmp(k, "--lr")) a->lr = atof(v);
         else if (!strcmp(k, "--mp")) a->mp = atoi(v);
+        else if (!strcmp(k, "--dropout") && (!strcmp(v, "on") || !strcmp(v, "off"))) a->no_dropout = !strcmp(v, "off");
         else ok = 0;
     }
     if (!ok || a->r < 1 || a->steps < 1 || a->batch < 1 || a->seq_len < 1 || a->mp < 1) {
         fprintf(stderr, "usage: lora_finetune [--model PRESET|DIR] [--targets M,M] [--r R] [--alpha A] [--steps N]\n"
                         "       [--data FILE] [--tokenizer DIR] [--batch B] [--seq-len T] [--lr LR]\n"
-                        "       [--device cpu|opencl] [--mp N] [--workdir DIR]\n");
+                        "       [--device cpu|opencl] [--mp N] [--dropout on|off] [--workdir DIR]\n");
         return -1;
     }
     return 0;
@@ -187,7 +189,7 @@ int main(int argc, char **argv)
     d.n_train = windows - d.n_eval;
     double before = 0, after = 0, merged = 0;
     rc_train_options to = {.steps = a.steps, .batch_size = a.batch, .shuffle = 1, .optimizer = "adamw", .lr = a.lr,
-                           .grad_clip = 1.0, .log_every = 10};
+                           .grad_clip = 1.0, .log_every = 10, .no_dropout = a.no_dropout};
     rc_train_result res = {0};
     int rc = evaluate(t, &d, a.batch, &before);
     if (!rc && (rc = rc_trainer_fit(t, &to, (rc_examples){count_train, &d}, NULL, &res, &err)))

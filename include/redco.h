@@ -521,6 +521,13 @@ int rc_remat_end(rc_graph *g);
  * (0: none; the Trainer sets it from rc_train_options.remat). */
 void rc_graph_set_remat(rc_graph *g, int every);
 int rc_graph_remat(const rc_graph *g);
+/* Marks g as a training step's graph (0 by default): the built-in model families then apply
+ * their configuration's dropout (resid, embd and attention probabilities, where Hugging
+ * Face's classes apply them in train mode), each site an rc_dropout of its own key mixed with
+ * the plan's run key (rc_plan_set_rng). The Trainer sets it on the training step's graph
+ * unless rc_train_options.no_dropout; evaluation and prediction graphs stay 0. */
+void rc_graph_set_training(rc_graph *g, int on);
+int rc_graph_training(const rc_graph *g);
 
 /* Adds to g the nodes computing d(loss)/d(wrt[i]) into grads[i], for a scalar loss.
  * The new nodes are ordinary ops, so they can be differentiated again. A wrt tensor

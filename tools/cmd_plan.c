@@ -14,7 +14,7 @@
 static const char *help =
     "usage: redco plan --model PRESET|DIR --mp N [--dp N] [--batch-size B] [--seq-len T]\n"
     "                  [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--allow-replicate]\n"
-    "                  [--zero [1|2|3]] [--remat[=N]] [--dtype f32|bf16|f16] [--memory SIZE]\n"
+    "                  [--zero [1|2|3]] [--remat[=N]] [--no-dropout] [--dtype f32|bf16|f16] [--memory SIZE]\n"
     "                  [--attention fused|tiled|unfused] [--device D] [--ranks-per-host N] [--json]\n"
     "\n"
     "Derives from the model's graph how each parameter splits over N model shards (whole\n"
@@ -45,7 +45,8 @@ static const char *help =
     "taken and come back whole when training ends (shown beside the total); a model directory\n"
     "is read in parts (each rank its shards or share) and left in the workdir's final/ when\n"
     "training ends, so no rank holds it whole. --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
-    "(default 1). --dtype bf16|f16: 16-bit weights and activations with f32 master weights,\n"
+    "(default 1). --no-dropout: the step without the model's dropout, as `redco train\n"
+    "--no-dropout` (the default plans the training step with it). --dtype bf16|f16: 16-bit weights and activations with f32 master weights,\n"
     "as `redco train --dtype` (the step's graph recorded in that dtype). --attention unfused:\n"
     "attention as product, softmax, product, as `redco train --attention unfused` (every\n"
     "layer's [T, T] probabilities among the activations); --attention tiled: with --device\n"
@@ -59,13 +60,13 @@ static const char *help =
 typedef struct {
     const char *model, *device, *memory_text;
     int64_t mp, dp, batch, seq_len, remat, memory, per_host;
-    int allow, json, zero, unfused;
+    int allow, json, zero, unfused, no_dropout;
     rc_dtype dtype;
     cli_shards shards;
 } options;
 
 enum { F_MODEL = CLI_FLAG0, F_MP, F_DP, F_BATCH, F_SEQ_LEN, F_SHARD, F_ALLOW_REPLICATE, F_JSON, F_DEVICE,
-       F_ZERO, F_REMAT, F_DTYPE, F_MEMORY, F_PER_HOST, F_ATTENTION };
+       F_ZERO, F_REMAT, F_DTYPE, F_MEMORY, F_PER_HOST, F_ATTENTION, F_NO_DROPOUT };
 
 static const struct option flags[] = {
     {"help", no_argument, NULL, CLI_HELP},
@@ -80,6 +81,7 @@ static const struct option flags[] = {
     {"device", required_argument, NULL, F_DEVICE},
     {"zero", optional_argument, NULL, F_ZERO},
     {"remat", optional_argument, NULL, F_REMAT},
+    {"no-dropout", no_argument, NULL, F_NO_DROPOUT},
     {"dtype", required_argument, NULL, F_DTYPE},
     {"attention", required_argument, NULL, F_ATTENTION},
     {"memory", required_argument, NULL, F_MEMORY},
@@ -107,6 +109,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_DEVICE: o->device = v; return 0;
     case F_ALLOW_REPLICATE: o->allow = 1; return 0;
     case F_JSON: o->json = 1; return 0;
+    case F_NO_DROPOUT: o->no_dropout = 1; return 0;
     case F_MP: return cli_int64(cmd, f, v, 1, 1 << 16, &o->mp);
     case F_DP: return cli_int64(cmd, f, v, 1, 1 << 16, &o->dp);
     case F_BATCH: return cli_int64(cmd, f, v, 1, 1 << 16, &o->batch);
@@ -520,7 +523,7 @@ static int plan_memory(const rc_model_config *c, const options *o, rc_backend *b
 {
     mem->opt = (rc_memory_options){.dp = (int)o->dp, .mp = (int)o->mp, .batch = o->batch, .seq_len = o->seq_len,
                                    .zero = o->zero, .remat = (int)o->remat, .dtype = o->dtype,
-                                   .allow_replicate = o->allow, .overrides = o->shards.o,
+                                   .no_dropout = o->no_dropout, .allow_replicate = o->allow, .overrides = o->shards.o,
                                    .n_overrides = o->shards.n, .backend = be,
                                    .from_dir = cli_model_is_dir(o->model)};
     if (rc_memory_plan(c, &mem->opt, &mem->rank, err))

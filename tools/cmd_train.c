@@ -23,7 +23,7 @@ static const char *train_help =
     "                   [--schedule constant|linear|cosine] [--grad-accum K] [--seed S]\n"
     "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--save-total-limit N]\n"
     "                   [--log-every N] [--profile]\n"
-    "                   [--resume] [--no-shuffle] [--nproc P] [--device D] [--tf32] [--remat[=N]]\n"
+    "                   [--resume] [--no-shuffle] [--no-dropout] [--nproc P] [--device D] [--tf32] [--remat[=N]]\n"
     "                   [--attention fused|tiled|unfused]\n"
     "                   [--zero [1|2|3]] [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
     "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--collective-timeout S]\n"
@@ -50,6 +50,10 @@ static const char *train_help =
     "the model and optimizer state there (default: $REDCO_DEVICE, else cpu; `redco devices`\n"
     "lists them). --tf32 lets f32 matrix products on a CUDA device round their operands to\n"
     "TF32 on tensor cores: several times faster, 10-bit mantissas (default: exact f32).\n"
+    "The training steps apply the model's dropout as its config.json says (GPT-2's resid_pdrop,\n"
+    "embd_pdrop and attn_pdrop, OPT's dropout and attention_dropout, T5's dropout_rate, LLaMA's\n"
+    "attention_dropout), as Hugging Face's classes do in train mode; evaluation never drops.\n"
+    "--no-dropout trains without it.\n"
     "--remat[=N] keeps only every N-th transformer block's input (default 1: every block's)\n"
     "and recomputes the blocks in the backward pass: less memory, the same gradients.\n"
     "--attention unfused computes attention as product, softmax, product, keeping every\n"
@@ -135,7 +139,7 @@ typedef struct {
         mp, nproc, remat;
     double lr, wd, clip, loss_scale, coll_timeout;
     int64_t loss_scale_window;
-    int resume, no_shuffle, json, zero, tf32, profile;
+    int resume, no_shuffle, no_dropout, json, zero, tf32, profile;
     const char *attention;            /* --attention: "fused" (NULL: not given), "tiled" or "unfused" */
     rc_dtype dtype;
     cli_shards shards;
@@ -144,7 +148,7 @@ typedef struct {
 enum {
     F_MODEL = CLI_FLAG0, F_DATA, F_TOKENIZER, F_SEQ_LEN, F_BATCH, F_NPROC, F_MP, F_JSON, F_WORKDIR,
     F_EVAL_DATA, F_OPTIMIZER, F_SCHEDULE, F_STEPS, F_EPOCHS, F_WARMUP, F_ACCUM, F_SEED, F_EVAL_EVERY,
-    F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_DEVICE, F_REMAT, F_ZERO,
+    F_SAVE_EVERY, F_LOG_EVERY, F_SHARD, F_LR, F_WD, F_CLIP, F_RESUME, F_NO_SHUFFLE, F_NO_DROPOUT, F_DEVICE, F_REMAT, F_ZERO,
     F_DTYPE, F_LOSS_SCALE, F_LOSS_SCALE_WINDOW, F_LORA, F_LORA_R, F_LORA_ALPHA, F_LORA_TARGETS, F_LORA_MERGE,
     F_COLL_TIMEOUT, F_TF32, F_VOCAB_SIZE, F_CONFIG, F_SAVE_TOTAL_LIMIT, F_ATTENTION, F_PROFILE
 };
@@ -207,6 +211,7 @@ static const struct option train_flags[] = {
     {"grad-clip", required_argument, NULL, F_CLIP},
     {"resume", no_argument, NULL, F_RESUME},
     {"no-shuffle", no_argument, NULL, F_NO_SHUFFLE},
+    {"no-dropout", no_argument, NULL, F_NO_DROPOUT},
     {"lora-r", required_argument, NULL, F_LORA_R},
     {"lora-alpha", required_argument, NULL, F_LORA_ALPHA},
     {"lora-targets", required_argument, NULL, F_LORA_TARGETS},
@@ -260,6 +265,7 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
     case F_LOSS_SCALE_WINDOW: return cli_int64(cmd, f, v, 1, big, &o->loss_scale_window);
     case F_RESUME: o->resume = 1; return 0;
     case F_NO_SHUFFLE: o->no_shuffle = 1; return 0;
+    case F_NO_DROPOUT: o->no_dropout = 1; return 0;
     case F_SAVE_TOTAL_LIMIT: return cli_int64(cmd, f, v, 0, 1 << 20, &o->save_total_limit);
     case F_VOCAB_SIZE: return cli_int64(cmd, f, v, 2, 1 << 24, &o->vocab_size);
     case F_SEQ_LEN: return cli_int64(cmd, f, v, 1, 1 << 20, &o->seq_len);
@@ -331,6 +337,7 @@ static json_t *option_json(const options *o, int flag, int *digits)
     case F_DTYPE: return json_string(rc_dtype_name(o->dtype));
     case F_JSON: return json_boolean(o->json);
     case F_NO_SHUFFLE: return json_boolean(o->no_shuffle);
+    case F_NO_DROPOUT: return json_boolean(o->no_dropout);
     case F_LORA_MERGE: return json_boolean(o->lora_merge);
     case F_LORA_TARGETS: return o->lora_targets ? json_string(o->lora_targets) : NULL;
     case F_SEQ_LEN: return json_integer(o->seq_len);
@@ -745,7 +752,7 @@ static int train(int argc, char **argv, options *op)
                            : rc_trainer_new(s.d, rc_task_collate, rc_task_loss, s.task, s.model->params, s.model, &err);
     rc_train_options to = {.steps = o.steps, .epochs = (int)o.epochs, .batch_size = (int)o.batch,
                            .grad_accum = (int)o.accum, .shuffle = !o.no_shuffle, .optimizer = o.optimizer,
-                           .lr = o.lr, .weight_decay = o.wd, .grad_clip = o.clip, .remat = (int)o.remat, .zero = o.zero,
+                           .lr = o.lr, .weight_decay = o.wd, .grad_clip = o.clip, .remat = (int)o.remat, .zero = o.zero, .no_dropout = o.no_dropout,
                            .profile = o.profile, .dtype = o.dtype, .loss_scale = o.loss_scale, .loss_scale_window = o.loss_scale_window,
                            .warmup = o.warmup,
                            .schedule = !strcmp(o.schedule, "linear") ? RC_SCHEDULE_LINEAR

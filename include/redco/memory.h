@@ -19,6 +19,8 @@ typedef struct {
                                      optimizer state (and master weights) sharded over dp; 2:
                                      the f32 gradients too; 3: the weights too (mp 1 only) */
     int remat;                    /* N > 0: every N-th block recomputed (rc_train_options.remat) */
+    int no_dropout;               /* 1: the step without the model's dropout
+                                     (rc_train_options.no_dropout) */
     rc_dtype dtype;               /* the weights: RC_F32 (0, default), RC_BF16 or RC_F16 */
     int allow_replicate;          /* as rc_shard_plan, with mp > 1 */
     const rc_shard_override *overrides; /* as rc_train_options, with mp > 1 */

@@ -120,7 +120,8 @@ typedef struct {
  * (f32, bf16, f16) is the weights' and so the graph's. The graph is an ordinary one: add a
  * loss, differentiate, partition and plan it (rc_plan_estimate) as recorded; bind the
  * leaves to run it. A config that rc_config_validate refuses is an error naming its HF key;
- * bad inputs are the graph's error, also copied to err. 0, or -1 with out zeroed. */
+ * bad inputs are the graph's error, also copied to err. In a graph marked as a training step's
+ * (rc_graph_set_training) the config's dropout is recorded too. 0, or -1 with out zeroed. */
 int rc_model_record(rc_graph *g, const rc_model_config *c, rc_dtype dtype, rc_tensor *ids,
                     rc_tensor *enc_ids, rc_tensor *mask, rc_model_graph *out, rc_error *err);
 /* Frees out's arrays (the nodes are the graph's) and zeroes it. */

@@ -181,7 +181,8 @@ void rc_model_free(rc_model *m);
 int rc_model_save(const rc_model *m, const char *dir, const char *tokenizer_dir, rc_error *err);
 /* logits [B, T, vocab] of ids i32 [B, T] (T5: enc_ids [B, S] encoder input, ids the
  * decoder input); mask [B, T] (f32, or any float dtype) or NULL. The logits have the
- * weights' dtype (rc_cross_entropy of 16-bit logits is f32). */
+ * weights' dtype (rc_cross_entropy of 16-bit logits is f32). In a training step's graph
+ * (rc_graph_training: the trainer's, unless no_dropout) with the config's dropout. */
 rc_tensor *rc_model_logits(rc_graph *g, rc_model *m, rc_tensor *ids, rc_tensor *enc_ids,
                            rc_tensor *mask);
 
@@ -293,6 +294,15 @@ typedef struct {
     rc_schedule_kind schedule;    /* 0: RC_SCHEDULE_CONSTANT; LINEAR and COSINE decay to 0 */
     int64_t warmup;               /* optimizer steps of linear warmup (0: none) */
     int decay_norms_and_biases;   /* 0 (default): no weight decay on 1-D parameters */
+    int no_dropout;               /* 0 (default): the training steps apply the built-in model's
+                                     dropout as its config says (GPT-2's resid_pdrop, embd_pdrop,
+                                     attn_pdrop; OPT's dropout and attention_dropout; T5's
+                                     dropout_rate; LLaMA's attention_dropout), where Hugging
+                                     Face's classes apply it in train mode: the loss function's
+                                     graph is a training one (rc_graph_set_training), a mask a
+                                     site drawn afresh each step, micro-batch and data-parallel
+                                     replica; evaluation never drops. 1: no dropout (runs that
+                                     must equal across meshes or micro-batch counts) */
     int remat;                    /* 0: none. N > 0: the built-in models keep only every N-th transformer
                                      block's input and recompute the blocks in the backward pass
                                      (rc_graph_set_remat; gradients unchanged, bitwise) */

@@ -156,6 +156,17 @@ int rc_graph_remat(const rc_graph *g)
     return g ? g->remat_every : 0;
 }
 
+void rc_graph_set_training(rc_graph *g, int on)
+{
+    if (g)
+        g->training = on != 0;
+}
+
+int rc_graph_training(const rc_graph *g)
+{
+    return g ? g->training : 0;
+}
+
 int rci_float_input(rc_graph *g, const char *op, const rc_tensor *t)
 {
     if (rc_dtype_is_float(t->dtype))

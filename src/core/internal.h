@@ -38,6 +38,7 @@ struct rc_graph {
     int sources_cap;
     int segment, segments;        /* the open recomputation segment (0: none); segments made */
     int remat_every;              /* rc_graph_set_remat */
+    int training;                 /* rc_graph_set_training */
     uint64_t serial;              /* unique per graph ever made: caches keyed on a graph use it,
                                      since a new graph may reuse a freed one's address */
 };

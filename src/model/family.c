@@ -119,6 +119,6 @@ rc_tensor *rci_nn_model_logits(rc_graph *g, const rc_model_config *c, const rci_
         return rci_fail(g, RC_ERR_UNSUPPORTED,
                        "model %s: %lld positions exceed sliding_window %d, which redco does not implement",
                        c->model_type, (long long)(in->past + in->ids->shape[1]), c->sliding_window);
-    rci_nn_ctx x = {g, c, w, p, in};
+    rci_nn_ctx x = {.g = g, .c = c, .w = w, .p = p, .in = in};
     return f->logits(&x);
 }

@@ -124,16 +124,18 @@ static rc_tensor *attention(rci_nn_ctx *x, int l, rc_tensor *h, rc_tensor *pos)
     rc_tensor *k = heads(x, rci_nn_linear(g, h, rci_nn_p(x, "transformer.h.%d.attn.k_proj.weight", l), NULL), pos, 1);
     rc_tensor *v = heads(x, rci_nn_linear(g, h, rci_nn_p(x, "transformer.h.%d.attn.v_proj.weight", l), NULL), pos, 0);
     rci_nn_cache(x, l, &k, &v);
-    rc_tensor *y = rci_nn_attention(g, q, k, v, rci_nn_mask_bias(x), 1.0 / sqrt((double)x->c->head_dim), 1);
-    return rci_nn_linear(g, y, rci_nn_p(x, "transformer.h.%d.attn.out_proj.weight", l), NULL);
+    rc_tensor *y = rci_nn_attention(x, q, k, v, rci_nn_mask_bias(x), 1.0 / sqrt((double)x->c->head_dim), 1);
+    y = rci_nn_linear(g, y, rci_nn_p(x, "transformer.h.%d.attn.out_proj.weight", l), NULL);
+    return rci_nn_dropout(x, y, x->c->resid_dropout);
 }
 
 static rc_tensor *mlp(rci_nn_ctx *x, int l, rc_tensor *h)
 {
     rc_graph *g = x->g;
     h = rci_nn_linear(g, h, rci_nn_p(x, "transformer.h.%d.mlp.fc_in.weight", l), rci_nn_p(x, "transformer.h.%d.mlp.fc_in.bias", l));
-    return rci_nn_linear(g, rci_nn_act(x, h), rci_nn_p(x, "transformer.h.%d.mlp.fc_out.weight", l),
-                     rci_nn_p(x, "transformer.h.%d.mlp.fc_out.bias", l));
+    h = rci_nn_linear(g, rci_nn_act(x, h), rci_nn_p(x, "transformer.h.%d.mlp.fc_out.weight", l),
+                      rci_nn_p(x, "transformer.h.%d.mlp.fc_out.bias", l));
+    return rci_nn_dropout(x, h, x->c->resid_dropout);
 }
 
 static rc_tensor *gptj_logits(rci_nn_ctx *x)
@@ -142,12 +144,13 @@ static rc_tensor *gptj_logits(rci_nn_ctx *x)
     double eps = x->c->norm_eps;
     rc_tensor *pos = rci_nn_positions(x, x->in->ids->shape[1], 0);
     rc_tensor *wte = rci_nn_p(x, "transformer.wte.weight");
-    rc_tensor *h = rc_embedding(g, wte, x->in->ids);
+    rc_tensor *h = rci_nn_dropout(x, rc_embedding(g, wte, x->in->ids), x->c->embd_dropout);
     for (int l = 0; l < x->c->n_layer; l++) {
         rci_nn_block_begin(x, l);
         rc_tensor *a = rc_layer_norm(g, h, rci_nn_p(x, "transformer.h.%d.ln_1.weight", l),
                                      rci_nn_p(x, "transformer.h.%d.ln_1.bias", l), eps);
-        h = rc_add(g, rc_add(g, h, attention(x, l, a, pos)), mlp(x, l, a));
+        rc_tensor *y = attention(x, l, a, pos); /* before the MLP: its dropout sites first, as HF's */
+        h = rc_add(g, rc_add(g, h, y), mlp(x, l, a));
         rci_nn_block_end(x, l, x->c->n_layer);
     }
     h = rc_layer_norm(g, h, rci_nn_p(x, "transformer.ln_f.weight"), rci_nn_p(x, "transformer.ln_f.bias"), eps);

@@ -99,21 +99,38 @@ int rc_get_fused_attention(void)
 
 /* the fused op: key/value heads read in place, the bias in q's dtype as the op wants it */
 static rc_tensor *attention_fused(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
-                                  double scale, int causal)
+                                  double scale, int causal, double drop, rc_rng key)
 {
     int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = v->shape[3];
     if (bias && bias->dtype != q->dtype)
         bias = rc_cast(g, bias, q->dtype);
-    rc_tensor *y = rc_attention(g, q, k, v, bias, scale, causal, 0, (rc_rng){0, 0}); /* [B, H, Tq, D] */
+    rc_tensor *y = rc_attention(g, q, k, v, bias, scale, causal, drop, key); /* [B, H, Tq, D] */
     y = rc_permute(g, y, (int[]){0, 2, 1, 3});                        /* [B, Tq, H, D] */
     return rc_reshape(g, y, 3, (int64_t[]){B, Tq, H * D});
 }
 
-rc_tensor *rci_nn_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
-                        double scale, int causal)
+/* the key of the next dropout site of x's forward pass: fixed per site (the plan's run key,
+ * which the trainer sets per step, micro-batch and replica, varies the masks) */
+static rc_rng drop_key(rci_nn_ctx *x)
 {
+    return rc_rng_fold(rc_rng_new(0x64726F706F7574ull), (uint64_t)x->drop_sites++);
+}
+
+rc_tensor *rci_nn_dropout(rci_nn_ctx *x, rc_tensor *h, double p)
+{
+    if (!h || p <= 0 || !rc_graph_training(x->g))
+        return h;
+    return rc_dropout(x->g, h, p, drop_key(x));
+}
+
+rc_tensor *rci_nn_attention(rci_nn_ctx *x, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
+                            double scale, int causal)
+{
+    rc_graph *g = x->g;
+    double drop = rc_graph_training(g) ? x->c->attn_dropout : 0;
+    rc_rng key = drop > 0 ? drop_key(x) : (rc_rng){0, 0};
     if (fused_attention)
-        return attention_fused(g, q, k, v, bias, scale, causal);
+        return attention_fused(g, q, k, v, bias, scale, causal, drop, key);
     rc_tensor *src[3] = {q, k, v};
     if (rci_inputs_bad(g, 3, src))
         return NULL;
@@ -124,6 +141,8 @@ rc_tensor *rci_nn_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *
     k = repeat_kv(g, k, H);
     v = repeat_kv(g, v, H);
     rc_tensor *att = rc_softmax_ext(g, rc_matmul(g, q, k, 0, 1), bias, scale, causal);
+    if (drop > 0) /* the fused op's mask: rc_dropout's with the same key */
+        att = rc_dropout(g, att, drop, key);
     rc_tensor *y = rc_matmul(g, att, v, 0, 0);                        /* [B, H, Tq, D] */
     y = rc_permute(g, y, (int[]){0, 2, 1, 3});                        /* [B, Tq, H, D] */
     return rc_reshape(g, y, 3, (int64_t[]){B, Tq, H * D});

@@ -208,7 +208,7 @@ static rc_tensor *attention(rci_nn_ctx *x, int l, rc_tensor *h, rc_tensor *pos)
     rc_tensor *k = rotary_heads(x, proj(x, l, "self_attn.k_proj", h), x->c->n_kv_head, pos);
     rc_tensor *v = rci_nn_heads(x->g, proj(x, l, "self_attn.v_proj", h), x->c->n_kv_head);
     rci_nn_cache(x, l, &k, &v);
-    rc_tensor *y = rci_nn_attention(x->g, q, k, v, rci_nn_mask_bias(x), 1.0 / sqrt((double)x->c->head_dim), 1);
+    rc_tensor *y = rci_nn_attention(x, q, k, v, rci_nn_mask_bias(x), 1.0 / sqrt((double)x->c->head_dim), 1);
     return proj(x, l, "self_attn.o_proj", y);
 }
 

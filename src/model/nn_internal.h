@@ -15,6 +15,7 @@ typedef struct {
     const rci_nn_weights *w;
     rc_tensor *const *p;
     const rci_nn_inputs *in;
+    int drop_sites;               /* dropout sites recorded so far: each its own key */
 } rci_nn_ctx;
 
 /* The leaf of the parameter named by the printf-style format; NULL (graph error set) if
@@ -33,10 +34,16 @@ rc_tensor *rci_nn_lora(rci_nn_ctx *x, rc_tensor *h, rc_tensor *y, rc_tensor *w);
 /* [B, T, H*D] -> [B, H, T, D] */
 rc_tensor *rci_nn_heads(rc_graph *g, rc_tensor *x, int heads);
 /* Attention of q [B, H, Tq, D] over k, v [B, KV, Tk, D] (KV divides H: grouped queries);
- * bias is added to the scaled scores (broadcast to [B, H, Tq, Tk]) and may be NULL.
- * Returns [B, Tq, H*D]. */
-rc_tensor *rci_nn_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
-                        double scale, int causal);
+ * bias is added to the scaled scores (broadcast to [B, H, Tq, Tk]) and may be NULL. In a
+ * training step's graph the probabilities take the config's attention dropout (a site of
+ * rci_nn_dropout's). Returns [B, Tq, H*D]. */
+rc_tensor *rci_nn_attention(rci_nn_ctx *x, rc_tensor *q, rc_tensor *k, rc_tensor *v, rc_tensor *bias,
+                            double scale, int causal);
+/* h with dropout of probability p in a training step's graph (rc_graph_set_training), as
+ * Hugging Face's classes apply it in train mode: each call a site with a key of its own
+ * (the sites counted in recording order), mixed with the plan's run key; h itself in other
+ * graphs or when p is 0. */
+rc_tensor *rci_nn_dropout(rci_nn_ctx *x, rc_tensor *h, double p);
 /* Joins the cache of layer l (if any) before k, v ([B, KV, T, D]) and stores the result in
  * the caller's new_kv (if asked). */
 void rci_nn_cache(rci_nn_ctx *x, int layer, rc_tensor **k, rc_tensor **v);

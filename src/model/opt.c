@@ -190,13 +190,13 @@ static rc_tensor *attention(rci_nn_ctx *x, int l, rc_tensor *h)
     rc_tensor *k = rci_nn_heads(x->g, proj(x, l, "self_attn.k_proj", h), H);
     rc_tensor *v = rci_nn_heads(x->g, proj(x, l, "self_attn.v_proj", h), H);
     rci_nn_cache(x, l, &k, &v);
-    rc_tensor *y = rci_nn_attention(x->g, q, k, v, rci_nn_mask_bias(x), 1.0 / sqrt((double)x->c->head_dim), 1);
-    return proj(x, l, "self_attn.out_proj", y);
+    rc_tensor *y = rci_nn_attention(x, q, k, v, rci_nn_mask_bias(x), 1.0 / sqrt((double)x->c->head_dim), 1);
+    return rci_nn_dropout(x, proj(x, l, "self_attn.out_proj", y), x->c->resid_dropout);
 }
 
 static rc_tensor *mlp(rci_nn_ctx *x, int l, rc_tensor *h)
 {
-    return proj(x, l, "fc2", rci_nn_act(x, proj(x, l, "fc1", h)));
+    return rci_nn_dropout(x, proj(x, l, "fc2", rci_nn_act(x, proj(x, l, "fc1", h))), x->c->resid_dropout);
 }
 
 /* positions 2 + (past .. past + T - 1); with a padding mask HF counts only unmasked

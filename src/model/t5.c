@@ -262,8 +262,9 @@ static rc_tensor *attention(rci_nn_ctx *x, const char *stack, int l, int sub, rc
     rc_tensor *q = rci_nn_heads(g, rci_nn_linear(g, h, rci_nn_p(x, pre, stack, l, sub, kind, "q"), NULL), H);
     rc_tensor *k = rci_nn_heads(g, rci_nn_linear(g, kv, rci_nn_p(x, pre, stack, l, sub, kind, "k"), NULL), H);
     rc_tensor *v = rci_nn_heads(g, rci_nn_linear(g, kv, rci_nn_p(x, pre, stack, l, sub, kind, "v"), NULL), H);
-    rc_tensor *y = rci_nn_attention(g, q, k, v, bias, 1.0, causal);
-    return rci_nn_linear(g, y, rci_nn_p(x, pre, stack, l, sub, kind, "o"), NULL);
+    rc_tensor *y = rci_nn_attention(x, q, k, v, bias, 1.0, causal);
+    y = rci_nn_linear(g, y, rci_nn_p(x, pre, stack, l, sub, kind, "o"), NULL);
+    return rci_nn_dropout(x, y, x->c->resid_dropout);
 }
 
 static rc_tensor *ffn(rci_nn_ctx *x, const char *stack, int l, int sub, rc_tensor *h)
@@ -276,14 +277,15 @@ static rc_tensor *ffn(rci_nn_ctx *x, const char *stack, int l, int sub, rc_tenso
                    rci_nn_linear(g, h, rci_nn_p(x, pre, stack, l, sub, "wi_1"), NULL));
     else
         a = rci_nn_act(x, rci_nn_linear(g, h, rci_nn_p(x, pre, stack, l, sub, "wi"), NULL));
-    return rci_nn_linear(g, a, rci_nn_p(x, pre, stack, l, sub, "wo"), NULL);
+    a = rci_nn_dropout(x, a, x->c->resid_dropout);
+    return rci_nn_dropout(x, rci_nn_linear(g, a, rci_nn_p(x, pre, stack, l, sub, "wo"), NULL), x->c->resid_dropout);
 }
 
 static rc_tensor *encoder(rci_nn_ctx *x, rc_tensor *mask_bias)
 {
     rc_graph *g = x->g;
     int64_t S = x->in->enc_ids->shape[1];
-    rc_tensor *h = rc_embedding(g, rci_nn_p(x, "shared.weight"), x->in->enc_ids);
+    rc_tensor *h = rci_nn_dropout(x, rc_embedding(g, rci_nn_p(x, "shared.weight"), x->in->enc_ids), x->c->embd_dropout);
     rc_tensor *bias = position_bias(x, "encoder", S, S, 0, 1);
     if (mask_bias)
         bias = rc_add(g, bias, mask_bias);
@@ -294,7 +296,8 @@ static rc_tensor *encoder(rci_nn_ctx *x, rc_tensor *mask_bias)
         h = rc_add(g, h, ffn(x, "encoder", l, 1, norm(x, "encoder", l, 1, h)));
         rci_nn_block_end(x, l, x->c->n_layer);
     }
-    return rc_rms_norm(g, h, rci_nn_p(x, "encoder.final_layer_norm.weight"), x->c->norm_eps, 0.0);
+    h = rc_rms_norm(g, h, rci_nn_p(x, "encoder.final_layer_norm.weight"), x->c->norm_eps, 0.0);
+    return rci_nn_dropout(x, h, x->c->resid_dropout);
 }
 
 static rc_tensor *t5_logits(rci_nn_ctx *x)
@@ -304,7 +307,7 @@ static rc_tensor *t5_logits(rci_nn_ctx *x)
     rc_tensor *enc = encoder(x, mask_bias);
     int64_t T = x->in->ids->shape[1];
     rc_tensor *shared = rci_nn_p(x, "shared.weight");
-    rc_tensor *h = rc_embedding(g, shared, x->in->ids);
+    rc_tensor *h = rci_nn_dropout(x, rc_embedding(g, shared, x->in->ids), x->c->embd_dropout);
     rc_tensor *bias = position_bias(x, "decoder", T, T, 0, 0);
     for (int l = 0; l < x->c->n_decoder_layer; l++) {
         rci_nn_block_begin(x, l);
@@ -315,6 +318,7 @@ static rc_tensor *t5_logits(rci_nn_ctx *x)
         rci_nn_block_end(x, l, x->c->n_decoder_layer);
     }
     h = rc_rms_norm(g, h, rci_nn_p(x, "decoder.final_layer_norm.weight"), x->c->norm_eps, 0.0);
+    h = rci_nn_dropout(x, h, x->c->resid_dropout);
     if (x->c->tie_word_embeddings)
         return rc_matmul(g, rc_scale(g, h, 1.0 / sqrt((double)x->c->d_model)), shared, 0, 1);
     return rc_matmul(g, h, rci_nn_p(x, "lm_head.weight"), 0, 1);

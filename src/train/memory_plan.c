@@ -66,6 +66,7 @@ static int record(step_graph *s, const rc_model_config *c, const rc_memory_optio
     if (!(s->g = rc_graph_new()))
         return rc_error_set(err, RC_ERR_MEMORY, "memory plan: out of memory");
     rc_graph_set_remat(s->g, o->remat);
+    rc_graph_set_training(s->g, !o->no_dropout);
     int64_t shape[2] = {o->batch, o->seq_len};
     rc_tensor *ids = rc_input(s->g, "ids", RC_I32, 2, shape), *enc_ids = NULL, *mask = NULL;
     if (c->type == RC_MODEL_T5) {

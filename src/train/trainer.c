@@ -56,6 +56,8 @@ struct rc_trainer {
     int mp;                       /* model shards (1: the plain data-parallel path) */
     rci_sharded shards;            /* mp > 1: the plan and this rank's parameter shards */
     int remat;                    /* the fit's rc_train_options.remat */
+    int dropout;                  /* 1: the training step's graph applies the model's dropout
+                                     (rc_graph_set_training; rc_train_options.no_dropout 0) */
     rc_shard_spec *specs;         /* mp > 1: how each parameter splits (shards.specs) */
     rc_backend *be;               /* where the state lives and the updates run */
     rc_buffer *local;             /* each parameter's shard, flat f32 (shards.local; mp 1: the
@@ -216,9 +218,9 @@ static int gather_attach(rc_trainer *t, compiled_step *s, rc_error *err)
 
 /* The loss function's record for batches shaped like b, checked, into loss[0]; with scaled,
  * loss[0] is the loss x the scale S (an input of the step, RCI_LOSS_SCALE) and loss[1] the
- * loss. NULL with err set. */
-static rc_graph *record_loss(rc_trainer *t, void *user, const rc_batch *b, int scaled, rc_tensor **loss,
-                             rc_tensor **leaves, rc_error *err)
+ * loss. training: a training step's graph (rc_graph_set_training). NULL with err set. */
+static rc_graph *record_loss(rc_trainer *t, void *user, const rc_batch *b, int scaled, int training,
+                             rc_tensor **loss, rc_tensor **leaves, rc_error *err)
 {
     rc_graph *g = rc_graph_new();
     if (!g) {
@@ -226,6 +228,7 @@ static rc_graph *record_loss(rc_trainer *t, void *user, const rc_batch *b, int s
         return NULL;
     }
     rc_graph_set_remat(g, t->remat);
+    rc_graph_set_training(g, training);
     rc_error why = {0};
     loss[0] = t->loss_fn(g, t->params, b, rc_rng_new(t->seed), user, &why);
     if (!rc_graph_error(g) && !loss[0]) {
@@ -260,7 +263,7 @@ static int step_compile(compiled_step *s, rc_trainer *t, void *user, const rc_ba
     int nf = t->zero == 3 ? t->nfrozen : 0; /* LoRA's frozen base, gathered too */
     rc_tensor *loss[2] = {NULL, NULL}, **leaves = calloc((size_t)(np + nf) + 1, sizeof *leaves);
     int scaled = with_grads && t->scaling; /* evaluation: the loss alone */
-    rc_graph *g = leaves ? record_loss(t, user, b, scaled, loss, leaves, err) : NULL;
+    rc_graph *g = leaves ? record_loss(t, user, b, scaled, with_grads && t->dropout, loss, leaves, err) : NULL;
     if (!leaves)
         rc_error_set(err, RC_ERR_MEMORY, "trainer: out of memory");
     /* the first cross-entropy's targets count the tokens */
@@ -1295,6 +1298,9 @@ int rc_trainer_fit(rc_trainer *t, const rc_train_options *o, rc_examples train,
     t->seed = rci_deployer_seed(t->d);
     t->shuffle = o->shuffle;
     t->remat = o->remat;
+    if (t->train.st.plan && t->dropout != !o->no_dropout)
+        step_free(&t->train); /* an earlier fit's step, recorded with the other dropout setting */
+    t->dropout = !o->no_dropout;
     rci_profile_init(&t->prof, t->be, o->profile);
     if (t->train.st.plan) /* compiled by an earlier fit */
         rc_plan_set_timing(t->train.st.plan, o->profile);

@@ -28,8 +28,10 @@ def main():
     opt = options()
     tmp = tempfile.mkdtemp(prefix="redco-hosts-")
     data = token_data(tmp)
+    # --no-dropout: the meshes below must equal one process, and dropout's masks differ with
+    # the mesh (a key per data-parallel replica, a split tensor's drawn per shard)
     common = ["--model", "tiny-gpt2", "--data", data, "--seq-len", "16", "--no-shuffle", "--optimizer", "sgd",
-              "--lr", "0.05", "--log-every", "1"]
+              "--lr", "0.05", "--log-every", "1", "--no-dropout"]
     with Hosts(opt.source, tmp, opt.redco) as hosts:
         # where the ranks run: two on each host, in rank order
         r = hosts.run(0, "mpiexec", "-n", "4", "sh", "-c", 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"')

@@ -241,7 +241,7 @@ static int eval_metric_run(int argc, char **argv, int mp, int zero)
     int dp = d ? rc_deployer_mesh(d)->dp : 1; /* the global batch is 4 on every mesh */
     rc_train_options o = {.steps = 2, .batch_size = 4 / dp, .optimizer = "sgd", .lr = 0.5, .eval_every = 1,
                           .eval_predict = metric_predict, .eval_output = metric_output, .eval_metric = metric_value,
-                          .zero = zero};
+                          .zero = zero, .no_dropout = 1 /* the meshes must agree */};
     rc_examples ex = {metric_count, &k};
     int rc = t ? rc_trainer_fit(t, &o, ex, &ex, NULL, &err) : -1;
     if (rc)

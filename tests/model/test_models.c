@@ -5,10 +5,15 @@
  *                                 tests/ref/test_models_ref.py: DIR holds a Hugging Face
  *                                 model and ref.safetensors with input_ids, labels,
  *                                 [encoder_ids,] logits, loss and grad.NAME per parameter
+ *   test_models --compare-train DIR   the same for a training step's graph (the config's
+ *                                 dropout), attention unfused and fused
+ *   test_models --dropout-masks DIR   writes DIR/masks.safetensors: the factors of the
+ *                                 training graph's dropout sites, for the reference to apply
  *   test_models --resave DIR OUT  loads DIR and saves it to OUT
  */
 #include "check.h"
 #include "redco/device.h"
+#include "internal.h"
 #include "nn.h"
 #include "redco/safetensors.h"
 
@@ -90,82 +95,177 @@ static float *weights_flat(const rci_nn_weights *w)
     return x;
 }
 
-static int compare(const char *dir)
-{
+/* DIR's model on the inputs of DIR/ref.safetensors recorded into a graph: the logits, the
+ * LM loss and every parameter's gradient; training: a training step's graph (the config's
+ * dropout, rc_graph_set_training), whose forward DROPOUT nodes are kept in drop[] in
+ * recording order (with unfused attention, the probabilities' too). */
+typedef struct {
     rc_model_config c;
     rci_nn_weights w;
+    rc_safetensors *ref;
+    rc_graph *g;
+    rc_tensor **p, **grads, *logits, *loss;
+    rc_tensor **drop;
+    int n_drop;
+} recorded;
+
+static void recorded_free(recorded *r)
+{
+    rc_graph_free(r->g);
+    rc_safetensors_close(r->ref);
+    rci_nn_weights_free(&r->w);
+    free(r->p), free(r->grads), free(r->drop);
+}
+
+static int record(recorded *r, const char *dir, int training)
+{
     rc_error err = {0};
     char path[4096];
-    if (rci_nn_model_load(dir, &c, &w, rc_device_open("cpu", 0, NULL), &err)) {
-        fprintf(stderr, "load: %s\n", err.msg);
-        return 1;
+    memset(r, 0, sizeof *r);
+    if (rci_nn_model_load(dir, &r->c, &r->w, rc_device_open("cpu", 0, NULL), &err)) {
+        CHECKF(0, "load: %s", err.msg);
+        return -1;
     }
     snprintf(path, sizeof path, "%s/ref.safetensors", dir);
-    rc_safetensors *ref = rc_safetensors_open(path, &err);
-    CHECKF(ref != NULL, "%s", err.msg);
-    if (!ref)
-        return check_summary("test_models --compare");
-    rc_graph *g = rc_graph_new();
-    rc_tensor **p = calloc((size_t)w.n, sizeof *p), **grads = calloc((size_t)w.n, sizeof *grads);
-    rci_nn_model_leaves(g, &w, p);
-    rci_nn_inputs in = {.ids = ref_ids(g, ref, "input_ids"), .enc_ids = ref_ids(g, ref, "encoder_ids")};
-    rc_tensor *labels = ref_ids(g, ref, "labels");
-    rc_tensor *logits = rci_nn_model_logits(g, &c, &w, p, &in);
-    rc_tensor *loss = rc_cross_entropy(g, logits, labels, -100);
-    rc_backward(g, loss, p, w.n, grads);
+    r->ref = rc_safetensors_open(path, &err);
+    CHECKF(r->ref != NULL, "%s", err.msg);
+    r->g = rc_graph_new();
+    r->p = calloc((size_t)r->w.n, sizeof *r->p);
+    r->grads = calloc((size_t)r->w.n, sizeof *r->grads);
+    if (!r->ref || !r->g || !r->p || !r->grads)
+        return -1;
+    rc_graph *g = r->g;
+    rc_graph_set_training(g, training);
+    rci_nn_model_leaves(g, &r->w, r->p);
+    rci_nn_inputs in = {.ids = ref_ids(g, r->ref, "input_ids"), .enc_ids = ref_ids(g, r->ref, "encoder_ids")};
+    rc_tensor *labels = ref_ids(g, r->ref, "labels");
+    r->logits = rci_nn_model_logits(g, &r->c, &r->w, r->p, &in);
+    r->drop = calloc((size_t)rc_graph_size(g) + 1, sizeof *r->drop);
+    for (int i = 0; r->drop && i < rc_graph_size(g); i++)
+        if (rc_graph_node(g, i)->op == RC_OP_DROPOUT)
+            r->drop[r->n_drop++] = rc_graph_node(g, i);
+    r->loss = rc_cross_entropy(g, r->logits, labels, -100);
+    rc_backward(g, r->loss, r->p, r->w.n, r->grads);
     CHECKF(!rc_graph_error(g), "%s", rc_graph_error(g));
-    rc_tensor **outs = calloc((size_t)w.n + 2, sizeof *outs);
-    outs[0] = logits;
-    outs[1] = loss;
-    memcpy(outs + 2, grads, (size_t)w.n * sizeof *grads);
-    rc_plan *plan = rc_graph_error(g) ? NULL : rc_plan_new(g, outs, w.n + 2, &err);
+    return rc_graph_error(g) || !r->drop ? -1 : 0;
+}
+
+/* redco's logits, loss and gradients against ref.safetensors's */
+static void compare_run(const char *dir, int training)
+{
+    recorded r;
+    rc_error err = {0};
+    const char *how = !training ? "eval" : rc_get_fused_attention() ? "train, fused attention" : "train, unfused attention";
+    if (record(&r, dir, training)) {
+        recorded_free(&r);
+        return;
+    }
+    rci_nn_weights *w = &r.w;
+    rc_tensor **outs = calloc((size_t)w->n + 2, sizeof *outs);
+    outs[0] = r.logits;
+    outs[1] = r.loss;
+    memcpy(outs + 2, r.grads, (size_t)w->n * sizeof *r.grads);
+    rc_plan *plan = rc_plan_new(r.g, outs, w->n + 2, &err);
     if (plan && rc_plan_run(plan, &err) == 0) {
-        int64_t n = rc_tensor_numel(logits);
-        float *want = ref_f32(ref, "logits", n), *want_loss = ref_f32(ref, "loss", 1);
-        float *got = values(plan, logits), *got_loss = values(plan, loss);
+        int64_t n = rc_tensor_numel(r.logits);
+        float *want = ref_f32(r.ref, "logits", n), *want_loss = ref_f32(r.ref, "loss", 1);
+        float *got = values(plan, r.logits), *got_loss = values(plan, r.loss);
         double e = want && got ? rel_err(got, want, n) : INFINITY;
         double el = want_loss && got_loss ? rel_err(got_loss, want_loss, 1) : INFINITY;
-        CHECKF(e < 1e-5, "%s logits: relative error %.3g", c.model_type, e);
-        CHECKF(el < 1e-5, "%s loss: relative error %.3g", c.model_type, el);
-        printf("%s: logits %s rel err %.2e, loss %.6f rel err %.2e\n", dir, c.model_type, e,
+        CHECKF(e < 1e-5, "%s (%s) logits: relative error %.3g", r.c.model_type, how, e);
+        CHECKF(el < 1e-5, "%s (%s) loss: relative error %.3g", r.c.model_type, how, el);
+        printf("%s (%s): logits %s rel err %.2e, loss %.6f rel err %.2e\n", dir, how, r.c.model_type, e,
                got_loss ? got_loss[0] : NAN, el);
         free(got);
         free(got_loss);
         double worst = 0, scale = 0;
         const char *worst_name = "";
-        float **want_grads = calloc((size_t)w.n, sizeof *want_grads);
-        for (int i = 0; i < w.n; i++) {
+        float **want_grads = calloc((size_t)w->n, sizeof *want_grads);
+        for (int i = 0; i < w->n; i++) {
             char name[160];
-            snprintf(name, sizeof name, "grad.%s", w.p[i].name);
-            want_grads[i] = ref_f32(ref, name, w.p[i].numel);
+            snprintf(name, sizeof name, "grad.%s", w->p[i].name);
+            want_grads[i] = ref_f32(r.ref, name, w->p[i].numel);
             if (want_grads[i])
-                scale = fmax(scale, max_abs(want_grads[i], w.p[i].numel));
+                scale = fmax(scale, max_abs(want_grads[i], w->p[i].numel));
         }
-        for (int i = 0; i < w.n; i++) {
-            float *gw = want_grads[i], *gg = values(plan, grads[i]);
-            double eg = gw && gg ? rel_err_floor(gg, gw, w.p[i].numel, 1e-3 * scale) : INFINITY;
+        for (int i = 0; i < w->n; i++) {
+            float *gw = want_grads[i], *gg = values(plan, r.grads[i]);
+            double eg = gw && gg ? rel_err_floor(gg, gw, w->p[i].numel, 1e-3 * scale) : INFINITY;
             free(gg);
-            CHECKF(eg < 1e-4, "gradient of %s: relative error %.3g%s", w.p[i].name, eg,
+            CHECKF(eg < 1e-4, "(%s) gradient of %s: relative error %.3g%s", how, w->p[i].name, eg,
                    gw ? "" : " (missing from the reference)");
             if (eg > worst) {
                 worst = eg;
-                worst_name = w.p[i].name;
+                worst_name = w->p[i].name;
             }
             free(gw);
         }
         free(want_grads);
-        printf("%s: %d parameter gradients, worst rel err %.2e (%s)\n", dir, w.n, worst, worst_name);
+        printf("%s (%s): %d parameter gradients, worst rel err %.2e (%s)\n", dir, how, w->n, worst, worst_name);
         free(want);
         free(want_loss);
     } else {
         CHECKF(0, "plan/run: %s", err.msg);
     }
     rc_plan_free(plan);
-    rc_graph_free(g);
-    rc_safetensors_close(ref);
-    rci_nn_weights_free(&w);
-    free(p), free(grads), free(outs);
-    return check_summary("test_models --compare");
+    free(outs);
+    recorded_free(&r);
+}
+
+/* --compare: the eval graph; --compare-train: the training graph, its attention unfused and
+ * fused (the same masks) */
+static int compare(const char *dir, int training)
+{
+    if (!training)
+        compare_run(dir, 0);
+    for (int fused = 0; training && fused <= 1; fused++) {
+        rc_set_fused_attention(fused);
+        compare_run(dir, 1);
+    }
+    return check_summary(training ? "test_models --compare-train" : "test_models --compare");
+}
+
+/* --dropout-masks: the factors (0 or 1 / (1 - p)) that the training graph's dropout sites
+ * multiply by, in recording order, into DIR/masks.safetensors as mask.0, mask.1, ...: each
+ * the site's own node (its key and probability) applied to ones, with attention unfused so
+ * that the probabilities' dropout is a node too. The reference applies them where
+ * transformers drops. */
+static int dropout_masks(const char *dir)
+{
+    recorded r;
+    rc_error err = {0};
+    rc_set_fused_attention(0);
+    if (record(&r, dir, 1)) {
+        recorded_free(&r);
+        return check_summary("test_models --dropout-masks");
+    }
+    int n = r.n_drop;
+    rc_tensor **m = calloc((size_t)n + 1, sizeof *m);
+    for (int k = 0; m && k < n; k++) {
+        rc_tensor *d = r.drop[k], *ones = rc_full(r.g, RC_F32, d->ndim, d->shape, 1.0);
+        m[k] = rci_node_new(r.g, RC_OP_DROPOUT, RC_F32, d->ndim, d->shape, 1, &ones);
+        memcpy(m[k]->iparam, d->iparam, sizeof d->iparam);
+        memcpy(m[k]->fparam, d->fparam, sizeof d->fparam);
+    }
+    rc_plan *plan = m && n ? rc_plan_new(r.g, m, n, &err) : NULL;
+    CHECKF(n > 0, "%s: the training graph has no dropout", dir);
+    CHECKF(!n || (plan && rc_plan_run(plan, &err) == 0), "plan/run: %s", err.msg);
+    rc_st_entry *e = calloc((size_t)n + 1, sizeof *e);
+    char (*names)[32] = calloc((size_t)n + 1, sizeof *names);
+    for (int k = 0; plan && e && names && k < n; k++) {
+        snprintf(names[k], sizeof names[k], "mask.%d", k);
+        e[k] = (rc_st_entry){names[k], "F32", m[k]->ndim, m[k]->shape, values(plan, m[k])};
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/masks.safetensors", dir);
+    CHECKF(!plan || rc_safetensors_write_entries(path, n, e, 0, NULL, &err) == 0, "%s", err.msg);
+    printf("%s: %d dropout sites\n", dir, n);
+    for (int k = 0; e && k < n; k++)
+        free((void *)e[k].data);
+    free(e), free(names), free(m);
+    rc_plan_free(plan);
+    recorded_free(&r);
+    return check_summary("test_models --dropout-masks");
 }
 
 static int resave(const char *dir, const char *out)
@@ -323,7 +423,11 @@ static void test_load_errors(const char *tmp)
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--compare"))
-        return compare(argv[2]);
+        return compare(argv[2], 0);
+    if (argc == 3 && !strcmp(argv[1], "--compare-train"))
+        return compare(argv[2], 1);
+    if (argc == 3 && !strcmp(argv[1], "--dropout-masks"))
+        return dropout_masks(argv[2]);
     if (argc == 4 && !strcmp(argv[1], "--resave"))
         return resave(argv[2], argv[3]);
     char tmp[] = "/tmp/redco-models-XXXXXX";

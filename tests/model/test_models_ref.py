@@ -4,6 +4,14 @@ loads it and must match the logits (relative error < 1e-5) and every parameter g
 of the LM loss (< 1e-4). Then redco saves the model again, and the file must load in the
 safetensors library and in transformers with identical tensors.
 
+Dropout: a model of each family with its config's dropouts set (each probability its own
+value) in train mode. redco writes the factors of its training graph's dropout sites in the
+order it records them (test_models --dropout-masks); transformers runs with
+torch.nn.functional.dropout replaced by "take the next factor" (which must have the input's
+shape and the probability transformers passes), so every site must be where transformers
+drops, in its order and with its probability; then redco's training graph must match
+transformers' logits and gradients, with attention unfused and fused (the same masks).
+
 Run by CTest as: python test_models_ref.py --redco R --build B --source S
 """
 import argparse
@@ -66,6 +74,37 @@ def cases():
         tie_word_embeddings=True))
 
 
+def dropout_cases():
+    """(name, model): each family with dropout, the probabilities set apart so that a site
+    taking another's shows; attention eager, where transformers drops through dropout()."""
+    yield "gpt2-dropout", T.GPT2LMHeadModel(T.GPT2Config(
+        vocab_size=97, n_positions=16, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.1,
+        embd_pdrop=0.2, attn_pdrop=0.3))
+    yield "llama-gqa-dropout", T.LlamaForCausalLM(T.LlamaConfig(
+        vocab_size=101, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        attention_dropout=0.3, attn_implementation="eager"))
+    yield "opt-pre-ln-dropout", T.OPTForCausalLM(T.OPTConfig(
+        vocab_size=99, hidden_size=32, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=16, word_embed_proj_dim=32, dropout=0.1, attention_dropout=0.3,
+        attn_implementation="eager"))
+    yield "opt-post-ln-proj-dropout", T.OPTForCausalLM(T.OPTConfig(
+        vocab_size=99, hidden_size=32, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=16, word_embed_proj_dim=16, do_layer_norm_before=False,
+        dropout=0.2, attention_dropout=0.1, attn_implementation="eager"))
+    yield "gptj-dropout", T.GPTJForCausalLM(T.GPTJConfig(
+        vocab_size=103, n_positions=16, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
+        resid_pdrop=0.1, embd_pdrop=0.2, attn_pdrop=0.3))
+    yield "t5-gated-gelu-dropout", T.T5ForConditionalGeneration(T.T5Config(
+        vocab_size=96, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=3,
+        num_heads=4, feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+        relative_attention_num_buckets=8, relative_attention_max_distance=16, dropout_rate=0.2))
+    yield "t5-relu-tied-dropout", T.T5ForConditionalGeneration(T.T5Config(
+        vocab_size=96, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
+        feed_forward_proj="relu", relative_attention_num_buckets=8,
+        relative_attention_max_distance=16, dropout_rate=0.3))
+
+
 def randomise(model, gen):
     """Weights far from the defaults so every term matters (norm weights around 1)."""
     with torch.no_grad():
@@ -77,8 +116,8 @@ def randomise(model, gen):
                 p.copy_(0.15 * noise)
 
 
-def reference(name, model, out_dir, gen):
-    model.eval()
+def inputs(model, gen):
+    """(the model's keyword inputs, the tensors ref.safetensors holds: ids, labels)"""
     cfg = model.config
     ids = torch.randint(0, cfg.vocab_size, (B, TGT), generator=gen)
     labels = torch.randint(0, cfg.vocab_size, (B, TGT), generator=gen)
@@ -89,6 +128,13 @@ def reference(name, model, out_dir, gen):
         enc = torch.randint(0, cfg.vocab_size, (B, SRC), generator=gen)
         feed = {"input_ids": enc, "decoder_input_ids": ids}
         tensors["encoder_ids"] = enc.int()
+    return feed, tensors
+
+
+def run_reference(model, feed, tensors, out_dir):
+    """logits, loss and gradients into out_dir/ref.safetensors beside the inputs"""
+    cfg = model.config
+    labels = tensors["labels"].long()
     logits = model(**feed).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), labels.reshape(-1),
                                              ignore_index=-100)
@@ -97,8 +143,60 @@ def reference(name, model, out_dir, gen):
     tensors["loss"] = loss.detach().reshape(1)
     for pname, p in model.named_parameters():
         tensors["grad." + pname] = p.grad.detach().contiguous()
+    save_file(tensors, os.path.join(out_dir, "ref.safetensors"))
+
+
+def reference(name, model, out_dir, gen):
+    model.eval()
+    feed, tensors = inputs(model, gen)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    run_reference(model, feed, tensors, out_dir)
+
+
+class TakeMasks:
+    """torch.nn.functional.dropout's stand-in: multiplies by redco's next factor"""
+
+    def __init__(self, masks, real):
+        self.masks, self.real, self.used, self.bad = masks, real, 0, []
+
+    def __call__(self, x, p=0.5, training=True, inplace=False):
+        if not training or p == 0:
+            return x
+        name = f"mask.{self.used}"
+        self.used += 1
+        m = self.masks.get(name)
+        if m is not None and m.numel() == x.numel():  # OPT drops [B H, T, T] and [B T, C] views
+            m = m.reshape(x.shape)
+        if m is None or tuple(m.shape) != tuple(x.shape):
+            self.bad.append(f"{name}: redco {None if m is None else tuple(m.shape)}, "
+                            f"transformers drops {tuple(x.shape)} (p {p})")
+            return self.real(x, p, training, inplace)
+        kept = m[m != 0]
+        if kept.numel() and abs(float(kept[0]) - 1 / (1 - p)) > 1e-6 * (1 / (1 - p)):
+            self.bad.append(f"{name}: redco keeps x {float(kept[0]):.6f}, transformers' p {p}")
+        return x * m
+
+
+def train_reference(name, model, out_dir, gen, tool):
+    """train mode with redco's dropout masks; None when they line up, else why not"""
+    model.train()
+    feed, tensors = inputs(model, gen)
     model.save_pretrained(out_dir, safe_serialization=True)
     save_file(tensors, os.path.join(out_dir, "ref.safetensors"))
+    r = subprocess.run([tool, "--dropout-masks", out_dir], capture_output=True, text=True)
+    sys.stdout.write(r.stdout)
+    if r.returncode:
+        return "--dropout-masks: " + r.stderr.strip()
+    real = torch.nn.functional.dropout
+    take = TakeMasks(load_file(os.path.join(out_dir, "masks.safetensors")), real)
+    torch.nn.functional.dropout = take
+    try:
+        run_reference(model, feed, tensors, out_dir)
+    finally:
+        torch.nn.functional.dropout = real
+    if take.used != len(take.masks):
+        take.bad.append(f"transformers dropped at {take.used} sites, redco at {len(take.masks)}")
+    return "; ".join(take.bad) or None
 
 
 def main():
@@ -139,7 +237,21 @@ def main():
                 print(f"FAIL {name}: reloaded tensors differ: {(bad + missing)[:5]}")
             else:
                 print(f"{name}: saved by redco, reloaded by transformers: {len(want)} tensors identical")
-    total = sum(1 for _ in cases())
+        for name, model in dropout_cases():
+            d = os.path.join(tmp, name)
+            randomise(model, gen)
+            why = train_reference(name, model, d, gen, tool)
+            if why:
+                failed += 1
+                print(f"FAIL {name}: dropout sites differ: {why}")
+                continue
+            r = subprocess.run([tool, "--compare-train", d], capture_output=True, text=True)
+            sys.stdout.write(r.stdout)
+            if r.returncode:
+                failed += 1
+                sys.stdout.write(r.stderr)
+                print(f"FAIL {name}: redco's training graph differs from transformers' in train mode")
+    total = sum(1 for _ in cases()) + sum(1 for _ in dropout_cases())
     print(f"test_models_ref: {total - failed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -269,8 +269,10 @@ static void test_names_and_layouts(void)
 }
 
 /* the fused attention op with dropout, partitioned: every local ATTENTION keeps the
- * probability and the key (its mask drawn by local index, as a DROPOUT's under the
- * partition) */
+ * probability; its key is the shard's own (its mask drawn by local index over its heads,
+ * as a DROPOUT's of a split tensor under the partition), so the shards' masks are not
+ * copies of one another: keys[rank][layer] differ across ranks and layers, and a rank's
+ * partition gives the same keys again */
 static void test_attention_dropout(void)
 {
     built b;
@@ -287,24 +289,37 @@ static void test_attention_dropout(void)
         t->iparam[3] = -7;
         n++;
     }
-    CHECKF(n == b.c.n_layer, "%d fused attention nodes for %d layers", n, (int)b.c.n_layer);
-    rc_shard_spec *s = calloc((size_t)b.w.n, sizeof *s);
-    rc_shard_graph sg;
-    rc_error err = {0};
-    CHECKF(rc_shard_partition(b.g, b.loss, b.p, b.w.n, 2, 1, 0, s, &sg, &err) == 0, "%s", err.msg);
-    int local = 0;
-    for (int i = 0; !err.msg[0] && i < rc_graph_size(sg.g); i++) {
-        const rc_tensor *t = rc_graph_node(sg.g, i);
-        if (t->op != RC_OP_ATTENTION)
-            continue;
-        CHECKF(t->fparam[1] == 0.25 && t->iparam[2] == 12345 + local && t->iparam[3] == -7,
-               "local attention %d: dropout %g key %d, %d", local, t->fparam[1], t->iparam[2], t->iparam[3]);
-        local++;
+    CHECKF(n == b.c.n_layer && n <= 8, "%d fused attention nodes for %d layers", n, (int)b.c.n_layer);
+    int64_t keys[3][8] = {{0}};
+    for (int pass = 0; pass < 3; pass++) { /* ranks 0, 1, then 0 again */
+        rc_shard_spec *s = calloc((size_t)b.w.n, sizeof *s);
+        rc_shard_graph sg;
+        rc_error err = {0};
+        CHECKF(rc_shard_partition(b.g, b.loss, b.p, b.w.n, 2, pass & 1, 0, s, &sg, &err) == 0, "%s", err.msg);
+        int local = 0;
+        for (int i = 0; !err.msg[0] && i < rc_graph_size(sg.g); i++) {
+            const rc_tensor *t = rc_graph_node(sg.g, i);
+            if (t->op != RC_OP_ATTENTION)
+                continue;
+            CHECKF(t->fparam[1] == 0.25, "local attention %d: dropout %g", local, t->fparam[1]);
+            if (local < 8)
+                keys[pass][local] = (int64_t)((uint64_t)(uint32_t)t->iparam[2] | (uint64_t)(uint32_t)t->iparam[3] << 32);
+            local++;
+        }
+        CHECKF(err.msg[0] || local == n, "%d local fused attention nodes for %d", local, n);
+        if (!err.msg[0])
+            rc_shard_graph_free(&sg);
+        free(s);
     }
-    CHECKF(err.msg[0] || local == n, "%d local fused attention nodes for %d", local, n);
-    if (!err.msg[0])
-        rc_shard_graph_free(&sg);
-    free(s);
+    for (int l = 0; l < n && l < 8; l++) {
+        int64_t global = (int64_t)((uint64_t)(uint32_t)(12345 + l) | (uint64_t)(uint32_t)-7 << 32);
+        CHECKF(keys[0][l] != keys[1][l] && keys[0][l] != global && keys[1][l] != global,
+               "layer %d: the shards' attention keys %lld, %lld (global %lld)", l, (long long)keys[0][l],
+               (long long)keys[1][l], (long long)global);
+        CHECKF(keys[2][l] == keys[0][l], "layer %d: rank 0's key %lld, then %lld", l, (long long)keys[0][l],
+               (long long)keys[2][l]);
+        CHECKF(l == 0 || keys[0][l] != keys[0][l - 1], "layers %d and %d share a key", l - 1, l);
+    }
     unbuild(&b);
 }
 

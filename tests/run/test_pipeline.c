@@ -287,6 +287,115 @@ static void test_task_eval(void)
     rc_dataset_close(ds);
 }
 
+/* ---- dropout in the training steps ---------------------------------------------------- */
+
+/* the dropout sites of the built-in task's loss graph: DROPOUT nodes and fused attention
+ * nodes that drop (fparam[1] > 0) */
+static void count_dropout(rc_model *m, rc_task *task, const rc_batch *b, int training, int *drops, int *attn)
+{
+    rc_error err = {0};
+    rc_graph *g = rc_graph_new();
+    rc_graph_set_training(g, training);
+    CHECK(rc_graph_training(g) == training);
+    rc_tensor *loss = rc_task_loss(g, m->params, b, rc_rng_new(1), task, &err);
+    CHECKF(loss && !rc_graph_error(g), "%s", rc_graph_error(g));
+    *drops = *attn = 0;
+    for (int i = 0; i < rc_graph_size(g); i++) {
+        const rc_tensor *t = rc_graph_node(g, i);
+        *drops += t->op == RC_OP_DROPOUT;
+        *attn += t->op == RC_OP_ATTENTION && t->fparam[1] > 0;
+    }
+    rc_graph_free(g);
+}
+
+/* 3 SGD steps (run seed 1) of task's model m: the weights after them (malloc'ed), and the
+ * eval loss of the trainer that fit them (eval_loss[0]) and of a new trainer that never
+ * trained (eval_loss[1]) */
+static float *fit_weights(rc_model *m, rc_task *task, int no_dropout, double eval_loss[2])
+{
+    rc_error err = {0};
+    rc_deployer_options o = {.seed = 1, .mp = 1};
+    rc_deployer *d = rc_deployer_new(NULL, NULL, &o, &err);
+    rc_trainer *t = d ? rc_trainer_new(d, rc_task_collate, rc_task_loss, task, m->params, m, &err) : NULL;
+    rc_train_options to = {.steps = 3, .batch_size = 2, .optimizer = "sgd", .lr = 0.1, .no_dropout = no_dropout};
+    rc_examples ex = {rc_task_count, task};
+    int64_t tokens = 0;
+    CHECKF(t && rc_trainer_fit(t, &to, ex, NULL, NULL, &err) == 0, "%s", err.msg);
+    CHECKF(t && rc_trainer_eval(t, ex, 4, &eval_loss[0], &tokens, &err) == 0, "%s", err.msg);
+    rc_trainer *u = d ? rc_trainer_new(d, rc_task_collate, rc_task_loss, task, m->params, m, &err) : NULL;
+    CHECKF(u && rc_trainer_eval(u, ex, 4, &eval_loss[1], &tokens, &err) == 0, "%s", err.msg);
+    float *w = malloc((size_t)rc_params_numel(m->params) * sizeof *w);
+    CHECK(w && rc_params_read_all(m->params, w, &err) == 0);
+    rc_trainer_free(u);
+    rc_trainer_free(t);
+    rc_deployer_free(d);
+    return w;
+}
+
+/* The trainer applies the model's dropout (GPT-2's 0.1s) in its training steps and nowhere
+ * else: the task's loss graph has GPT-2's 5 dropout sites of 2 layers (embeddings, two
+ * residual branches a layer; the probabilities in the fused attention op) only when the
+ * graph is a training one; the same seed gives the same weights; no_dropout gives other
+ * weights, the same as a config of zero dropout; evaluation never drops. */
+static void test_dropout_training(void)
+{
+    enum { V = 64, N = 257, T = 16 };
+    rc_error err = {0};
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((7 * i + 1) % V);
+    char path[600];
+    snprintf(path, sizeof path, "%s/drop_tokens.npy", tmp_root);
+    CHECKF(rc_npy_write(path, RC_NPY_I32, ids, N, &err) == 0, "%s", err.msg);
+    rc_dataset *ds = rc_dataset_open(path, NULL, &err);
+    rc_model_config c;
+    CHECK(rc_config_preset("tiny-gpt2", &c, &err) == 0 && c.resid_dropout == 0.1 && c.attn_dropout == 0.1);
+    c.vocab_size = V;
+    rc_model_config none = c;
+    none.resid_dropout = none.embd_dropout = none.attn_dropout = 0;
+    float *w[4] = {NULL};
+    double ev[4][2] = {{0}};
+    int64_t n = 0;
+    for (int run = 0; run < 4; run++) { /* dropout, dropout again, no_dropout, zero-dropout config */
+        rc_model *m = rc_model_from_config(run == 3 ? &none : &c, 9, &err);
+        rc_task *task = m && ds ? rc_task_new(m, ds, T, &err) : NULL;
+        CHECKF(task, "%s", err.msg);
+        if (task && run == 0) {
+            rc_batch b = {0};
+            int drops = -1, attn = -1;
+            CHECK(rc_task_collate(&b, (int64_t[]){0, 1}, 2, task, &err) == 0);
+            count_dropout(m, task, &b, 1, &drops, &attn);
+            CHECKF(drops == 5 && attn == 2, "training graph: %d DROPOUT nodes, %d dropping attention nodes", drops, attn);
+            count_dropout(m, task, &b, 0, &drops, &attn);
+            CHECKF(drops == 0 && attn == 0, "eval graph: %d DROPOUT nodes, %d dropping attention nodes", drops, attn);
+            rc_batch_free(&b);
+        }
+        if (task)
+            w[run] = fit_weights(m, task, run == 2, ev[run]);
+        if (m && run == 0)
+            n = rc_params_numel(m->params);
+        rc_task_free(task);
+        rc_model_free(m);
+    }
+    double same = 0, off = 0, zero = 0;
+    for (int64_t i = 0; w[0] && w[1] && w[2] && w[3] && i < n; i++) {
+        same = fmax(same, fabs((double)w[0][i] - w[1][i]));
+        off = fmax(off, fabs((double)w[0][i] - w[2][i]));
+        zero = fmax(zero, fabs((double)w[2][i] - w[3][i]));
+    }
+    CHECKF(n > 0 && same == 0, "the same seed with dropout: weights differ by %g", same);
+    CHECKF(off > 1e-4, "dropout on and off: weights differ by only %g", off);
+    CHECKF(zero == 0, "no_dropout and a zero-dropout config: weights differ by %g", zero);
+    for (int run = 0; run < 4; run++)
+        CHECKF(ev[run][0] == ev[run][1] && isfinite(ev[run][0]),
+               "run %d: eval loss %.9g after fit, %.9g from a trainer without dropout", run, ev[run][0], ev[run][1]);
+    printf("dropout: weights of two runs differ by %g, with and without dropout by %.3g; eval losses %.6f "
+           "(trained with dropout) and %.6f (without)\n", same, off, ev[0][0], ev[2][0]);
+    for (int run = 0; run < 4; run++)
+        free(w[run]);
+    rc_dataset_close(ds);
+}
+
 /* ---- the deployer in one process --------------------------------------------------- */
 
 static void test_mp_without_launcher(void)
@@ -465,6 +574,7 @@ int main(void)
     test_user_model_gains();
     test_model_save();
     test_task_eval();
+    test_dropout_training();
     test_mp_without_launcher();
     test_log_non_finite();
     test_checkpoint_replace();

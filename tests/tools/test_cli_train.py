@@ -108,8 +108,11 @@ def main():
     # (no biases): GPT-2's attention key bias has no gradient (softmax ignores it) and
     # AdamW (eps 1e-8) turns its rounding noise into steps that differ between runs by
     # 2e-4 of the c_attn.bias tensor; mpi_train compares GPT-2 with AdamW at eps 1e-6.
+    # Every mesh comparison runs --no-dropout: the masks differ with the mesh and the
+    # micro-batches (a key per data-parallel replica and micro-batch, a split tensor's drawn
+    # per shard); the resumes below keep GPT-2's dropout and must still be bitwise.
     for opt, tol, model in (("sgd", 1e-5, "tiny-gpt2"), ("adamw", 1e-4, "tiny-llama")):
-        dp_base = [*base[:1], model, *base[2:]]
+        dp_base = [*base[:1], model, *base[2:], "--no-dropout"]
         ref_dir = os.path.join(tmp, f"dp-{opt}-1")
         run(redco, "train", *dp_base, "--workdir", ref_dir, "--steps", "5", "--batch-size", "4",
             "--no-shuffle", "--optimizer", opt, "--lr", "0.05" if opt == "sgd" else "0.003")
@@ -128,7 +131,7 @@ def main():
     # decoder families, 5 SGD steps (T5 and the graph-op models: mpi_tp_train)
     for preset in ("tiny-gpt2", "tiny-llama", "tiny-opt", "tiny-gptj"):
         common = ["--model", preset, "--data", data, "--seq-len", "16", "--steps", "5", "--no-shuffle",
-                  "--optimizer", "sgd", "--lr", "0.05"]
+                  "--optimizer", "sgd", "--lr", "0.05", "--no-dropout"]
         ref_dir = os.path.join(tmp, f"tp-{preset}-1x1")
         run(redco, "train", *common, "--workdir", ref_dir, "--batch-size", "4")
         ref = weights(ref_dir)
@@ -194,7 +197,7 @@ def main():
     one = os.path.join(tmp, "acc1")
     two = os.path.join(tmp, "acc2")
     sched = ["--optimizer", "sgd", "--lr", "0.1", "--schedule", "linear", "--warmup", "3", "--steps", "8",
-             "--no-shuffle"]
+             "--no-shuffle", "--no-dropout"]
     run(redco, "train", *base, "--workdir", one, "--batch-size", "4", *sched)
     run(redco, "train", *base, "--workdir", two, "--batch-size", "2", "--grad-accum", "2", *sched)
     e, worst = rel_diff(weights(two), weights(one))
@@ -284,7 +287,7 @@ def main():
     check(splits.get("transformer.h.0.mlp.c_fc.weight") == "replicated" and
           splits.get("transformer.h.1.mlp.c_proj.weight") == "column", f"plan with --shard: {splits}")
     common = ["--model", "tiny-gpt2", "--data", data, "--seq-len", "16", "--steps", "5", "--no-shuffle",
-              "--optimizer", "sgd", "--lr", "0.05", "--batch-size", "4"]
+              "--optimizer", "sgd", "--lr", "0.05", "--batch-size", "4", "--no-dropout"]
     over = os.path.join(tmp, "override")
     run(redco, "train", *common, "--workdir", over, "--nproc", "2", "--mp", "2", *shard)
     e, worst = rel_diff(weights(over), weights(os.path.join(tmp, "tp-tiny-gpt2-1x1")))

@@ -71,7 +71,7 @@ static void test_eval_metric(task *k, const char *dir, int rank, int mp, int zer
     rc_train_options o = {.steps = 6, .batch_size = 4 % dp ? 2 : 4 / dp, .optimizer = "adamw", .lr = 1e-2, .log_every = 3,
                           .eval_every = 3, .eval_predict = predict, .eval_output = output,
                           .eval_metric = accuracy, .metric_name = "accuracy", .metric_higher_is_better = 1,
-                          .zero = zero};
+                          .zero = zero, .no_dropout = 1 /* the meshes must agree (see run below) */};
     rc_examples ex = {lm_task_count, k};
     k->last = -1;
     k->in_order = 1;
@@ -113,7 +113,10 @@ static void train(task *k, int local, int batch, int accum, const char *opt, int
     rc_trainer *t = model ? rc_trainer_new(d, lm_task_collate, lm_task_loss, k, model->params, model, &err) : NULL;
     rc_train_options o = {.steps = steps, .batch_size = batch, .grad_accum = accum, .shuffle = shuffle,
                           .optimizer = opt, .lr = !strcmp(opt, "sgd") ? 0.5 : 1e-2, .weight_decay = 0.01,
-                          .grad_clip = 1.0, .eps = 1e-6, .schedule = sched, .warmup = 2, .resume = resume};
+                          .grad_clip = 1.0, .eps = 1e-6, .schedule = sched, .warmup = 2, .resume = resume,
+                          /* no dropout: its masks differ with the mesh and the micro-batches (a
+                           * key per data-parallel replica and micro-batch), which must not */
+                          .no_dropout = 1};
     rc_examples ex = {lm_task_count, k};
     int ok = t && rc_trainer_fit(t, &o, ex, NULL, NULL, &err) == 0;
     CHECKF(ok, "train: %s", err.msg);

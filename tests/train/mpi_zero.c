@@ -88,7 +88,8 @@ static int train(task *k, int mp, const char *opt, int zero, int64_t steps, cons
     rc_train_options o = {.steps = steps, .batch_size = GLOBAL / accum / dp, .grad_accum = accum, .shuffle = 1,
                           .optimizer = opt, .lr = !strcmp(opt, "sgd") ? 0.5 : 1e-2, .weight_decay = 0.01,
                           .grad_clip = CLIP, .eps = 1e-6, .schedule = RC_SCHEDULE_CONSTANT, .log_every = 1,
-                          .resume = resume, .zero = zero, .dtype = dtype, .remat = remat};
+                          .resume = resume, .zero = zero, .dtype = dtype, .remat = remat,
+                          .no_dropout = 1 /* its masks differ with the mesh, which must not */};
     rc_train_result r = {0};
     rc_examples ex = {lm_task_count, k};
     int ok = t && rc_trainer_fit(t, &o, ex, with_eval ? &ex : NULL, &r, &err) == 0;
@@ -449,7 +450,7 @@ static int train_lora(task *k, int mp, const char *opt, int zero, const char *na
     int dp = d ? rc_deployer_mesh(d)->dp : 1;
     rc_train_options o = {.steps = STEPS, .batch_size = GLOBAL / ACCUM / dp, .grad_accum = ACCUM, .shuffle = 1,
                           .optimizer = opt, .lr = !strcmp(opt, "sgd") ? 0.5 : 1e-2, .grad_clip = CLIP, .eps = 1e-6,
-                          .schedule = RC_SCHEDULE_CONSTANT, .zero = zero};
+                          .schedule = RC_SCHEDULE_CONSTANT, .zero = zero, .no_dropout = 1};
     base_held = 0;
     int ok = t && rc_trainer_fit(t, &o, (rc_examples){lm_task_count, k}, NULL, NULL, &err) == 0;
     CHECKF(ok, "%s: %s", name, err.msg);
