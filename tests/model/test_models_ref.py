@@ -199,6 +199,15 @@ def train_reference(name, model, out_dir, gen, tool):
     return "; ".join(take.bad) or None
 
 
+def compare(tool, mode, model_dir):
+    """test_models MODE DIR, its output shown: True when redco matched the reference"""
+    r = subprocess.run([tool, mode, model_dir], capture_output=True, text=True)
+    sys.stdout.write(r.stdout)
+    if r.returncode:
+        sys.stdout.write(r.stderr)
+    return r.returncode == 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ("--redco", "--build", "--source"):
@@ -213,11 +222,8 @@ def main():
             d = os.path.join(tmp, name)
             randomise(model, gen)
             reference(name, model, d, gen)
-            r = subprocess.run([tool, "--compare", d], capture_output=True, text=True)
-            sys.stdout.write(r.stdout)
-            if r.returncode:
+            if not compare(tool, "--compare", d):
                 failed += 1
-                sys.stdout.write(r.stderr)
                 print(f"FAIL {name}: redco differs from transformers")
                 continue
             out = os.path.join(tmp, name + "-resaved")
@@ -245,11 +251,8 @@ def main():
                 failed += 1
                 print(f"FAIL {name}: dropout sites differ: {why}")
                 continue
-            r = subprocess.run([tool, "--compare-train", d], capture_output=True, text=True)
-            sys.stdout.write(r.stdout)
-            if r.returncode:
+            if not compare(tool, "--compare-train", d):
                 failed += 1
-                sys.stdout.write(r.stderr)
                 print(f"FAIL {name}: redco's training graph differs from transformers' in train mode")
     total = sum(1 for _ in cases()) + sum(1 for _ in dropout_cases())
     print(f"test_models_ref: {total - failed} passed, {failed} failed")

@@ -226,18 +226,28 @@ static void test_model_save(void)
 /* A preset with a 64-id vocabulary (rc_model_from_config) on a .npy token stream of the
  * pattern i -> (5 i + 3) mod 64: its windows, batches and loss, and rc_trainer_eval's mean
  * loss near ln 64 (weights N(0, 0.02): nearly uniform predictions), every token counted. */
-static void test_task_eval(void)
+enum { RAMP_N = 257 };
+
+/* a dataset of the RAMP_N ids (mul i + add) mod v, written to tmp_root/name (ids[] gets them) */
+static rc_dataset *ramp_dataset(const char *name, int mul, int add, int v, int32_t *ids)
 {
-    enum { V = 64, N = 257, T = 16 };
     rc_error err = {0};
-    int32_t ids[N];
-    for (int i = 0; i < N; i++)
-        ids[i] = (int32_t)((5 * i + 3) % V);
+    for (int i = 0; i < RAMP_N; i++)
+        ids[i] = (int32_t)((mul * i + add) % v);
     char path[600];
-    snprintf(path, sizeof path, "%s/tokens.npy", tmp_root);
-    CHECKF(rc_npy_write(path, RC_NPY_I32, ids, N, &err) == 0, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/%s", tmp_root, name);
+    CHECKF(rc_npy_write(path, RC_NPY_I32, ids, RAMP_N, &err) == 0, "%s", err.msg);
     rc_dataset *ds = rc_dataset_open(path, NULL, &err);
     CHECKF(ds, "%s", err.msg);
+    return ds;
+}
+
+static void test_task_eval(void)
+{
+    enum { V = 64, N = RAMP_N, T = 16 };
+    rc_error err = {0};
+    int32_t ids[N];
+    rc_dataset *ds = ramp_dataset("tokens.npy", 5, 3, V, ids);
     rc_model_config c;
     CHECK(rc_config_preset("tiny-gpt2", &c, &err) == 0);
     c.vocab_size = V;
@@ -339,15 +349,10 @@ static float *fit_weights(rc_model *m, rc_task *task, int no_dropout, double eva
  * weights, the same as a config of zero dropout; evaluation never drops. */
 static void test_dropout_training(void)
 {
-    enum { V = 64, N = 257, T = 16 };
+    enum { V = 64, T = 16 };
     rc_error err = {0};
-    int32_t ids[N];
-    for (int i = 0; i < N; i++)
-        ids[i] = (int32_t)((7 * i + 1) % V);
-    char path[600];
-    snprintf(path, sizeof path, "%s/drop_tokens.npy", tmp_root);
-    CHECKF(rc_npy_write(path, RC_NPY_I32, ids, N, &err) == 0, "%s", err.msg);
-    rc_dataset *ds = rc_dataset_open(path, NULL, &err);
+    int32_t ids[RAMP_N];
+    rc_dataset *ds = ramp_dataset("drop_tokens.npy", 7, 1, V, ids);
     rc_model_config c;
     CHECK(rc_config_preset("tiny-gpt2", &c, &err) == 0 && c.resid_dropout == 0.1 && c.attn_dropout == 0.1);
     c.vocab_size = V;
