@@ -59,6 +59,16 @@ static real att_keep(const att_ctx *c, int64_t row, int64_t j)
     return m >= c->thresh ? c->keep : 0;
 }
 
+/* sr[jj] *= the dropout factor of probability (row, j0 + jj), jj < nj: att_keep's in a
+ * loop of its own, with the key and threshold in locals, so that it vectorizes */
+static void att_drop_row(const att_ctx *c, int64_t row, int64_t j0, int64_t nj, real *restrict sr)
+{
+    uint64_t key = c->key, thresh = c->thresh, first = (uint64_t)(row * c->Tk + j0);
+    real keep = c->keep;
+    for (int64_t jj = 0; jj < nj; jj++)
+        sr[jj] *= rci_hash64(key ^ rci_hash64(first + (uint64_t)jj)) >> 11 >= thresh ? keep : 0;
+}
+
 static int64_t att_visible(const att_ctx *c, int64_t i)
 {
     if (!c->causal)
@@ -136,13 +146,15 @@ static void att_probs(const att_ctx *c, int64_t row0, int64_t ni, int64_t j0, in
         for (int64_t jj = 0; jj < nj; jj++)
             sr[jj] = rci_fexp(sr[jj] - lse); /* exp(-inf) = 0 (rci_fexp_f32 too) */
         if (c->drop > 0) {
+            real z[ATT_BK];
+            for (int64_t jj = 0; jj < nj; jj++)
+                z[jj] = 1;
+            att_drop_row(c, row0 + r, j0, nj, z);
             real *restrict dr = dp ? dp + r * ATT_BK : NULL;
-            for (int64_t jj = 0; jj < nj; jj++) {
-                real z = att_keep(c, row0 + r, j0 + jj);
-                if (dr)
-                    dr[jj] = sr[jj] * (z * dr[jj] - delta) * c->scale;
-                sr[jj] *= z;
-            }
+            for (int64_t jj = 0; dr && jj < nj; jj++)
+                dr[jj] = sr[jj] * (z[jj] * dr[jj] - delta) * c->scale;
+            for (int64_t jj = 0; jj < nj; jj++)
+                sr[jj] *= z[jj];
             continue;
         }
         if (!dp)
@@ -193,8 +205,7 @@ static void att_rows(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t
             l[r] = l[r] * corr + (real)dsum(sr, nj);
             m[r] = mx;
             if (c->drop > 0) /* l sums the softmax; V and dO . v_j take z p */
-                for (int64_t jj = 0; jj < nj; jj++)
-                    sr[jj] *= att_keep(c, row0 + r, j0 + jj);
+                att_drop_row(c, row0 + r, j0, nj, sr);
             if (delta) {
                 real *restrict dr = dp + r * ATT_BK;
                 for (int64_t jj = 0; jj < nj; jj++)
