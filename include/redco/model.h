@@ -56,7 +56,8 @@ typedef struct {
     int sliding_window;         /* Mistral sliding_window (default 4096; null: 0 = none) */
     double resid_dropout;       /* resid_pdrop (GPT-2 0.1, GPT-J 0) | dropout (OPT 0.1) |
                                    dropout_rate (T5 0.1); LLaMA 0 */
-    double embd_dropout;        /* embd_pdrop | dropout (OPT) | dropout_rate (T5); LLaMA 0 */
+    double embd_dropout;        /* embd_pdrop | dropout_rate (T5); OPT and LLaMA 0 (they drop no
+                                   embeddings) */
     double attn_dropout;        /* attn_pdrop | attention_dropout (OPT, LLaMA 0) | dropout_rate */
 } rc_model_config;
 

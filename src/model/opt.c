@@ -21,7 +21,7 @@ static void opt_defaults(rc_model_config *c)
     snprintf(c->activation, sizeof c->activation, "relu");
     c->do_layer_norm_before = 1, c->enable_bias = 1, c->layer_norm_affine = 1;
     c->tie_word_embeddings = 1;
-    c->resid_dropout = c->embd_dropout = 0.1;
+    c->resid_dropout = 0.1; /* OPT drops no embeddings: embd_dropout stays 0 */
     c->pad_token_id = 1, c->bos_token_id = 2, c->eos_token_id = 2;
 }
 
@@ -41,7 +41,14 @@ static int opt_read(rci_cfg_reader *r, rc_model_config *c)
         rci_cfg_real(r, "dropout", &c->resid_dropout) ||
         rci_cfg_real(r, "attention_dropout", &c->attn_dropout))
         return -1;
-    c->embd_dropout = c->resid_dropout;
+    /* LayerDrop (whole layers skipped at random in training), which redco does not
+     * implement: a nonzero probability is an error rather than a different training */
+    double layerdrop = 0;
+    if (rci_cfg_real(r, "layerdrop", &layerdrop))
+        return -1;
+    if (layerdrop != 0)
+        return rc_error_set(r->err, RC_ERR_UNSUPPORTED, "%s: layerdrop %g is not supported (LayerDrop; 0 is)",
+                            r->file, layerdrop);
     return 0;
 }
 

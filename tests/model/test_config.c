@@ -257,7 +257,7 @@ static void test_opt(void)
     CHECK(c.do_layer_norm_before && !c.remove_final_layer_norm && c.enable_bias &&
           c.layer_norm_affine && c.tie_word_embeddings);
     CHECK(c.pad_token_id == 1 && c.bos_token_id == 2 && c.eos_token_id == 2);
-    CHECK(c.resid_dropout == 0.1 && c.embd_dropout == 0.1 && c.attn_dropout == 0.0);
+    CHECK(c.resid_dropout == 0.1 && c.embd_dropout == 0 && c.attn_dropout == 0.0); /* no embedding dropout */
     CHECK(strcmp(rc_config_architecture(&c), "OPTForCausalLM") == 0);
     CHECKF(load_text("{\"model_type\": \"opt\", \"vocab_size\": 200, \"hidden_size\": 32, "
                      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"ffn_dim\": 64, "
@@ -279,6 +279,13 @@ static void test_opt(void)
     EXPECT_LOAD_ERROR("{\"model_type\": \"opt\", \"vocab_size\": 200, \"hidden_size\": 32, "
                       "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"ffn_dim\": 64, "
                       "\"do_layer_norm_before\": 1}", "do_layer_norm_before must be true or false");
+    /* LayerDrop is not implemented: 0 (every published OPT's) loads, more is refused */
+    CHECKF(load_text("{\"model_type\": \"opt\", \"vocab_size\": 200, \"hidden_size\": 32, "
+                     "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"ffn_dim\": 64, "
+                     "\"layerdrop\": 0.0}", &c, &err) == 0, "%s", err.msg);
+    EXPECT_LOAD_ERROR("{\"model_type\": \"opt\", \"vocab_size\": 200, \"hidden_size\": 32, "
+                      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"ffn_dim\": 64, "
+                      "\"layerdrop\": 0.1}", "layerdrop 0.1 is not supported");
 }
 
 static void test_gptj(void)
@@ -541,7 +548,7 @@ static void test_save(void)
     rc_config_preset("tiny-opt", &a, &err);
     a.word_embed_proj_dim = 16, a.do_layer_norm_before = 0, a.remove_final_layer_norm = 1;
     a.enable_bias = 0, a.layer_norm_affine = 0, a.tie_word_embeddings = 0;
-    a.resid_dropout = a.embd_dropout = 0.05, a.attn_dropout = 1.0 / 3.0;  /* needs 17 digits */
+    a.resid_dropout = 0.05, a.attn_dropout = 1.0 / 3.0;  /* needs 17 digits */
     a.pad_token_id = -1, a.bos_token_id = 7;
     snprintf(a.activation, sizeof a.activation, "gelu");
     CHECKF(rc_config_save(dir, &a, &err) == 0, "%s", err.msg);
