@@ -3,8 +3,10 @@
  * on the step's matmul shapes (measured in the same run), the host transfers of a step,
  * memory, the executor's own overhead, and the AdamW update (on the CPU, against the
  * machine's memory bandwidth). One JSON line per figure.
- *   bench_gpt2 [--device D] [--remat N] [--shapes FILE] [--gemm-bf16] [--bf16] [REPS [PRESET B T]]
+ *   bench_gpt2 [--device D] [--remat N] [--dropout] [--shapes FILE] [--gemm-bf16] [--bf16] [REPS [PRESET B T]]
  *       GPT-2 124M at B=4, T=64 unless a preset is named; D: cpu (default), opencl:N, cuda:N;
+ *       --dropout records the step as the trainer does, a training graph with GPT-2's dropout
+ *       of 0.1 (embeddings, probabilities, residual branches; field "dropout"), else none;
  *       --remat N recomputes every N blocks in the backward pass (the arena shows the saving);
  *       --shapes FILE writes the step's matmul shapes there, one JSON line per distinct
  *       product ({"a": [...], "b": [...], "ta": 0|1, "tb": 0|1, "count": n}: what
@@ -35,6 +37,10 @@
 #include <sys/resource.h>
 
 static const char *NAME = "bench_gpt2";
+
+/* --dropout: the steps recorded as training graphs (rc_graph_set_training), the config's
+ * dropout set to GPT-2's 0.1 */
+static int train_dropout;
 
 /* the CPU's bf16 products on oneDNN (src/backend/cpu/cpu.h): turned on or off (< 0 asks);
  * the kernel a product of these dims runs on, NULL on the widening path */
@@ -183,6 +189,7 @@ static double step_seconds(const rc_model_config *cfg, const rci_nn_weights *w, 
 {
     rc_error err = {0};
     rc_graph *g = rc_graph_new();
+    rc_graph_set_training(g, train_dropout);
     rc_tensor **p = alloc_or_fail((size_t)w->n * sizeof *p, "parameter leaves");
     rc_tensor **outs = alloc_or_fail((size_t)(w->n + 1) * sizeof *outs, "outputs");
     if (!g || rci_nn_model_leaves(g, w, p))
@@ -402,6 +409,7 @@ int main(int argc, char **argv)
     int gemm_bf16 = bench_take_switch(&argc, argv, "--gemm-bf16");
     int bf16 = bench_take_switch(&argc, argv, "--bf16");
     int compare = bench_take_switch(&argc, argv, "--attention-compare");
+    train_dropout = bench_take_switch(&argc, argv, "--dropout");
     if (!(be = rc_device_open(device ? device : "cpu", 0, &err)))
         bench_fail(NAME, "rc_device_open", err.msg);
     if (compare)
@@ -413,6 +421,7 @@ int main(int argc, char **argv)
     rc_model_config cfg = rci_nn_gpt2_config(50257, 1024, 12, 12, 768);
     if (argc > 4 && rc_config_preset(argv[2], &cfg, &err))
         bench_fail(NAME, "rc_config_preset", err.msg);
+    cfg.resid_dropout = cfg.embd_dropout = cfg.attn_dropout = train_dropout ? 0.1 : 0;
     rc_set_threads(0);
     rci_nn_weights w = {0};
     if (rci_nn_model_weights(&cfg, &w, &err))
@@ -426,6 +435,7 @@ int main(int argc, char **argv)
     if (!g)
         bench_fail(NAME, "rc_graph_new", "out of memory");
     rc_graph_set_remat(g, remat ? atoi(remat) : 0);
+    rc_graph_set_training(g, train_dropout);
     rc_tensor **p = alloc_or_fail((size_t)w.n * sizeof *p, "parameter leaves");
     rc_tensor **outs = alloc_or_fail((size_t)(w.n + 1) * sizeof *outs, "outputs");
     if (rci_nn_model_leaves(g, &w, p))
@@ -527,6 +537,7 @@ int main(int argc, char **argv)
     bench_set_str(o, "model", model);
     bench_set_str(o, "device", rc_backend_name(be));
     bench_set_int(o, "remat", rc_graph_remat(g));
+    bench_set_num(o, "dropout", cfg.resid_dropout);
     bench_set_int(o, "batch", B);
     bench_set_int(o, "seq", T);
     bench_set_int(o, "threads", rc_get_threads());
