@@ -44,10 +44,11 @@ static const char *help =
     "as soon as they are complete. A preset's random weights are whole until the shares are\n"
     "taken and come back whole when training ends (shown beside the total); a model directory\n"
     "is read in parts (each rank its shards or share) and left in the workdir's final/ when\n"
-    "training ends, so no rank holds it whole. --remat[=N]: every N-th transformer block recomputed in the backward pass\n"
-    "(default 1). --no-dropout: the step without the model's dropout, as `redco train\n"
-    "--no-dropout` (the default plans the training step with it). --dtype bf16|f16: 16-bit weights and activations with f32 master weights,\n"
-    "as `redco train --dtype` (the step's graph recorded in that dtype). --attention unfused:\n"
+    "training ends, so no rank holds it whole. --remat[=N]: every N-th transformer block\n"
+    "recomputed in the backward pass (default 1). --no-dropout: the step without the model's\n"
+    "dropout, as `redco train --no-dropout` (by default the step drops as training does).\n"
+    "--dtype bf16|f16: 16-bit weights and activations with f32 master weights, as `redco\n"
+    "train --dtype` (the step's graph recorded in that dtype). --attention unfused:\n"
     "attention as product, softmax, product, as `redco train --attention unfused` (every\n"
     "layer's [T, T] probabilities among the activations); --attention tiled: with --device\n"
     "cuda, bf16 attention in tiles, no scratch for its scores. --memory SIZE (80GB = 80e9\n"
@@ -245,6 +246,8 @@ static void options_text(const options *o, char *buf, size_t size)
     if (o->remat)
         n += snprintf(buf + n, size - (size_t)n, ", remat every %lld block%s", (long long)o->remat,
                       o->remat > 1 ? "s" : "");
+    if (o->no_dropout)
+        n += snprintf(buf + n, size - (size_t)n, ", no dropout");
     if (o->zero)
         snprintf(buf + n, size - (size_t)n, ", zero %d over dp %lld", o->zero, (long long)o->dp);
 }

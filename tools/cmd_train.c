@@ -620,7 +620,8 @@ static int preflight(const char *cmd, const options *o, const rc_model_config *c
 {
     const rc_mesh *m = rc_deployer_mesh(d);
     rc_memory_options mo = {.dp = m->dp, .mp = m->mp, .batch = o->batch, .seq_len = o->seq_len, .zero = o->zero,
-                            .remat = (int)o->remat, .dtype = o->dtype, .overrides = o->shards.o,
+                            .remat = (int)o->remat, .no_dropout = o->no_dropout, .dtype = o->dtype,
+                            .overrides = o->shards.o,
                             .n_overrides = o->shards.n, .backend = rc_deployer_backend(d),
                             .from_dir = cli_model_is_dir(o->model)};
     rc_rank_memory r;
