@@ -211,7 +211,7 @@ def hf_fields(c):
                  enable_bias=int(c.enable_bias),
                  layer_norm_affine=int(c.layer_norm_elementwise_affine),
                  activation=c.activation_function, resid_dropout=c.dropout,
-                 embd_dropout=c.dropout, attn_dropout=c.attention_dropout, norm_eps=1e-5)
+                 embd_dropout=0, attn_dropout=c.attention_dropout, norm_eps=1e-5)  # OPT drops no embeddings
     elif mt == "t5":
         f.update(type=4, model_type=mt, d_model=c.d_model, n_layer=c.num_layers,
                  n_decoder_layer=c.num_decoder_layers, n_head=c.num_heads, head_dim=c.d_kv,
