@@ -94,6 +94,23 @@ static inline uint64_t rci_hash64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* Dropout keeps element i of the mask of key `key` iff rc_rng_uniform_at(key, i) >= p. That
+ * draw is u = m 2^-53 with m = hash >> 11 < 2^53, so u >= p is m >= ceil(p 2^53) = thresh
+ * exactly: the same test in integers (thresh: rci_drop_thresh). */
+static inline int rci_drop_kept(uint64_t key, uint64_t i, uint64_t thresh)
+{
+    return rci_hash64(key ^ rci_hash64(i)) >> 11 >= thresh;
+}
+
+#ifndef RC_DEVICE_SOURCE
+/* rci_drop_kept's threshold of probability p: ceil(p 2^53), within [0, 2^53] */
+static inline uint64_t rci_drop_thresh(double p)
+{
+    double t = ceil(p * 9007199254740992.0);
+    return (uint64_t)(t < 0 ? 0 : t > 9007199254740992.0 ? 9007199254740992.0 : t);
+}
+#endif
+
 /* ---- exp -----------------------------------------------------------------------------------
  * exp in float that vectorises: 2^k p(r) with r = x - k ln2 (Cody-Waite split of ln2),
  * |r| <= ln2 / 2, p the degree-6 Taylor polynomial: relative error below 2e-7, no calls

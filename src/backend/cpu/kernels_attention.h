@@ -50,13 +50,10 @@ typedef struct {
 } att_ctx;
 
 /* the dropout factor of probability (row, j), row = (b H + h) Tq + i: keep or 0, as
- * k_dropout keeps the flat element row Tk + j (c->drop > 0). Its test
- * rc_rng_uniform_at(key, i) >= p is u = m 2^-53 >= p with m = hash >> 11 < 2^53, i.e.
- * m >= ceil(p 2^53) exactly: the same draw, inlined, in integers. */
+ * k_dropout keeps the flat element row Tk + j (c->drop > 0) */
 static real att_keep(const att_ctx *c, int64_t row, int64_t j)
 {
-    uint64_t m = rci_hash64(c->key ^ rci_hash64((uint64_t)(row * c->Tk + j))) >> 11;
-    return m >= c->thresh ? c->keep : 0;
+    return rci_drop_kept(c->key, (uint64_t)(row * c->Tk + j), c->thresh) ? c->keep : 0;
 }
 
 /* sr[jj] *= the dropout factor of probability (row, j0 + jj), jj < nj: att_keep's in a
@@ -66,7 +63,7 @@ static void att_drop_row(const att_ctx *c, int64_t row, int64_t j0, int64_t nj, 
     uint64_t key = c->key, thresh = c->thresh, first = (uint64_t)(row * c->Tk + j0);
     real keep = c->keep;
     for (int64_t jj = 0; jj < nj; jj++)
-        sr[jj] *= rci_hash64(key ^ rci_hash64(first + (uint64_t)jj)) >> 11 >= thresh ? keep : 0;
+        sr[jj] *= rci_drop_kept(key, first + (uint64_t)jj, thresh) ? keep : 0;
 }
 
 static int64_t att_visible(const att_ctx *c, int64_t i)
@@ -408,7 +405,7 @@ static int k_attention(const rci_cpu_args *io)
         c.keep = (real)(1 / (1 - c.drop));
         c.key = (uint64_t)(uint32_t)node->iparam[2] | ((uint64_t)(uint32_t)node->iparam[3] << 32);
         c.key ^= rci_hash64(io->run_key);
-        c.thresh = (uint64_t)ceil(c.drop * 9007199254740992.0); /* drop < 1: below 2^53 */
+        c.thresh = rci_drop_thresh(c.drop);
     }
     int64_t work = c.B * c.H * c.Tq * c.Tk * (c.D + c.Dv);
     int64_t qunits = c.B * c.H * ((c.Tq + ATT_BQ - 1) / ATT_BQ);

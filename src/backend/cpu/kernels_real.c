@@ -1240,9 +1240,8 @@ static int k_sum_to(const rci_cpu_args *io)
 
 /* ---- dropout --------------------------------------------------------------------------------------- */
 
-/* elements [i0, i1): kept iff rc_rng_uniform_at(key, i) >= p, kept values scaled by
- * 1 / (1 - p). The test in integers, inlined, as att_keep's: u = m 2^-53 >= p with
- * m = hash >> 11 < 2^53 is m >= ceil(p 2^53), the same draw. */
+/* elements [i0, i1): kept iff rc_rng_uniform_at(key, i) >= p (rci_drop_kept), kept values
+ * scaled by 1 / (1 - p) */
 static void dropout_range(void *ctx, int64_t i0, int64_t i1, int part)
 {
     const rci_cpu_args *io = ctx;
@@ -1252,11 +1251,11 @@ static void dropout_range(void *ctx, int64_t i0, int64_t i1, int part)
     double p = node->fparam[0];
     uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
     key ^= rci_hash64(io->run_key); /* the plan's per-run key: a new mask every step */
-    uint64_t thresh = (uint64_t)ceil(p * 9007199254740992.0); /* p < 1: below 2^53 */
+    uint64_t thresh = rci_drop_thresh(p);
     real scale = p < 1 ? (real)(1 / (1 - p)) : 0;
     (void)part;
     for (int64_t i = i0; i < i1; i++)
-        o[i] = rci_hash64(key ^ rci_hash64((uint64_t)i)) >> 11 >= thresh ? x[i] * scale : 0;
+        o[i] = rci_drop_kept(key, (uint64_t)i, thresh) ? x[i] * scale : 0;
 }
 
 static int k_dropout(const rci_cpu_args *io)

@@ -852,16 +852,14 @@ __kernel void k_matmul_rows(__global store_t *o, long oo, __global const store_t
 
 /* ---- dropout --------------------------------------------------------------------------------- */
 
-/* kept iff rc_rng_uniform_at(key, i) >= p, i.e. (hash >> 11) >= ceil(p 2^53) = thresh
- * (exact in integers: no double needed); kept values scaled */
+/* kept iff rc_rng_uniform_at(key, i) >= p (scalar.h's rci_drop_kept); kept values scaled */
 __kernel void k_dropout(__global store_t *o, long oo, __global const store_t *x, long xo, long n,
                         ulong key, ulong thresh, float scale)
 {
     long i = get_global_id(0);
     if (i >= n)
         return;
-    ulong u = rci_hash64(key ^ rci_hash64((ulong)i)) >> 11;
-    st(o, oo + i, u >= thresh ? ld(x, xo + i) * scale : 0);
+    st(o, oo + i, rci_drop_kept(key, (ulong)i, thresh) ? ld(x, xo + i) * scale : 0);
 }
 
 /* standard normal draws (the CPU's normal_range): Box-Muller of two 24-bit uniforms from
@@ -1162,8 +1160,7 @@ static float att_keep(const att_dims *a, long row, long j)
 {
     if (a->thresh == 0)
         return 1;
-    ulong u = rci_hash64(a->key ^ rci_hash64((ulong)(row * a->Tk + j))) >> 11;
-    return u >= a->thresh ? a->keep : 0;
+    return rci_drop_kept(a->key, (ulong)(row * a->Tk + j), a->thresh) ? a->keep : 0;
 }
 
 /* the keys query row i sees: j <= i + Tk - Tq when causal */

@@ -156,9 +156,7 @@ rci_gpu_mask rci_gpu_mask_of(const rci_node_run *r, int at, double p)
     rci_gpu_mask m;
     m.key = (uint64_t)(uint32_t)node->iparam[at] | ((uint64_t)(uint32_t)node->iparam[at + 1] << 32);
     m.key ^= rci_hash64(r->run_key);
-    double t = ceil(p * 9007199254740992.0);
-    t = t < 0 ? 0 : t > 9007199254740992.0 ? 9007199254740992.0 : t;
-    m.thresh = (uint64_t)t;
+    m.thresh = rci_drop_thresh(p);
     m.keep = p < 1 ? (float)(1 / (1 - p)) : 0;
     return m;
 }
