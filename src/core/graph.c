@@ -270,8 +270,7 @@ rc_tensor *rc_normal(rc_graph *g, rc_dtype t, int ndim, const int64_t *shape, rc
     rc_tensor *x = rci_node_new(g, RC_OP_NORMAL, t, ndim, shape, 0, NULL);
     if (x) {
         uint64_t k = rci_hash64(key.key ^ rci_hash64(key.counter));
-        x->iparam[0] = (int32_t)(uint32_t)(k & 0xffffffffu);
-        x->iparam[1] = (int32_t)(uint32_t)(k >> 32);
+        rci_node_set_key(x, 0, k);
         x->iparam[2] = (int32_t)scope;
     }
     return x;

@@ -62,6 +62,19 @@ rc_tensor *rci_fail(rc_graph *g, int code, const char *fmt, ...)
 /* A new node with the given inputs; NULL (error set) when allocation fails. */
 rc_tensor *rci_node_new(rc_graph *g, rc_op op, rc_dtype t, int ndim, const int64_t *shape,
                        int nsrc, rc_tensor *const *src);
+/* A random node's 64-bit key (DROPOUT, NORMAL: at 0; ATTENTION's dropout: at 2), kept as
+ * iparam[at] (low 32 bits) and iparam[at + 1] (high). */
+static inline uint64_t rci_node_key(const rc_tensor *t, int at)
+{
+    return (uint64_t)(uint32_t)t->iparam[at] | (uint64_t)(uint32_t)t->iparam[at + 1] << 32;
+}
+
+static inline void rci_node_set_key(rc_tensor *t, int at, uint64_t k)
+{
+    t->iparam[at] = (int32_t)(uint32_t)(k & 0xffffffffu);
+    t->iparam[at + 1] = (int32_t)(uint32_t)(k >> 32);
+}
+
 /* 1 when g already failed or any of the n inputs is NULL: builders return NULL then. */
 int rci_inputs_bad(rc_graph *g, int n, rc_tensor *const *src);
 /* Checks a node against an op name, returns an axis in [0, ndim) or -1 with the error set. */

@@ -141,8 +141,7 @@ rc_tensor *rc_dropout(rc_graph *g, rc_tensor *a, double p, rc_rng key)
     rc_tensor *y = unary(g, RC_OP_DROPOUT, a);
     if (y) {
         uint64_t k = rci_hash64(key.key ^ rci_hash64(key.counter));
-        y->iparam[0] = (int32_t)(uint32_t)(k & 0xffffffffu);
-        y->iparam[1] = (int32_t)(uint32_t)(k >> 32);
+        rci_node_set_key(y, 0, k);
         y->fparam[0] = p;
     }
     return y;

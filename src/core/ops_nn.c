@@ -297,8 +297,7 @@ rc_tensor *rc_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, r
     if (y && dropout > 0) {
         uint64_t h = rci_hash64(key.key ^ rci_hash64(key.counter));
         y->fparam[1] = dropout;
-        y->iparam[2] = (int32_t)(uint32_t)(h & 0xffffffffu);
-        y->iparam[3] = (int32_t)(uint32_t)(h >> 32);
+        rci_node_set_key(y, 2, h);
     }
     return rci_node_checked(g, y);
 }

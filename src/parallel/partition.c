@@ -238,16 +238,13 @@ static rc_tensor *pool_shard(rc_graph *g, const rc_tensor *y, rc_tensor *x)
     return ip[0] == RC_POOL_MAX ? rc_max_pool2d(g, x, &q) : rc_avg_pool2d(g, x, &q);
 }
 
-/* A random mask's 64-bit key (ip[0..1]) for this shard's part of a split tensor: a shard
- * draws its elements by local index, so it takes a key of its own, and the parts' masks are
- * independent (a replicated or partial-sum tensor keeps the one key: every shard draws the
- * same mask, as one process would). */
-static void shard_mask_key(const local *l, int32_t *ip)
+/* A random mask's key (rci_node_key at `at`) for this shard's part of a split tensor: a
+ * shard draws its elements by local index, so it takes a key of its own, and the parts'
+ * masks are independent (a replicated or partial-sum tensor keeps the one key: every shard
+ * draws the same mask, as one process would). */
+static void shard_mask_key(const local *l, rc_tensor *t, int at)
 {
-    uint64_t k = (uint64_t)(uint32_t)ip[0] | (uint64_t)(uint32_t)ip[1] << 32;
-    k = rci_hash64(k ^ rci_hash64((uint64_t)l->rank + 1));
-    ip[0] = (int32_t)(uint32_t)(k & 0xffffffffu);
-    ip[1] = (int32_t)(uint32_t)(k >> 32);
+    rci_node_set_key(t, at, rci_hash64(rci_node_key(t, at) ^ rci_hash64((uint64_t)l->rank + 1)));
 }
 
 /* fused attention on a shard: split by heads, a key or value that arrived whole (its kv
@@ -284,7 +281,7 @@ static rc_tensor *attention_shard(local *l, const rc_tensor *y, rc_tensor **x)
         a->iparam[2] = y->iparam[2];
         a->iparam[3] = y->iparam[3];
         if (a->fparam[1] > 0 && x[0]->shape[1] < y->src[0]->shape[1])
-            shard_mask_key(l, a->iparam + 2);
+            shard_mask_key(l, a, 2);
     }
     return a;
 }
@@ -372,7 +369,7 @@ static rc_tensor *rebuild(local *l, const rc_tensor *y, rc_tensor **x, const int
         if (d) {
             memcpy(d->iparam, ip, sizeof d->iparam), memcpy(d->fparam, fp, sizeof d->fparam);
             if (rc_tensor_numel(d) < rc_tensor_numel(y))
-                shard_mask_key(l, d->iparam);
+                shard_mask_key(l, d, 0);
         }
         return d;
     }

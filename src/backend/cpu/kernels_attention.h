@@ -403,7 +403,7 @@ static int k_attention(const rci_cpu_args *io)
     c.drop = node->fparam[1];
     if (c.drop > 0) { /* k_dropout's key: the node's, mixed with the plan's run key */
         c.keep = (real)(1 / (1 - c.drop));
-        c.key = (uint64_t)(uint32_t)node->iparam[2] | ((uint64_t)(uint32_t)node->iparam[3] << 32);
+        c.key = rci_node_key(node, 2);
         c.key ^= rci_hash64(io->run_key);
         c.thresh = rci_drop_thresh(c.drop);
     }

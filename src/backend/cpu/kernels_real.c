@@ -1249,7 +1249,7 @@ static void dropout_range(void *ctx, int64_t i0, int64_t i1, int part)
     const real *restrict x = src_data(io, 0);
     real *restrict o = io->out;
     double p = node->fparam[0];
-    uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
+    uint64_t key = rci_node_key(node, 0);
     key ^= rci_hash64(io->run_key); /* the plan's per-run key: a new mask every step */
     uint64_t thresh = rci_drop_thresh(p);
     real scale = p < 1 ? (real)(1 / (1 - p)) : 0;
@@ -1278,7 +1278,7 @@ static void normal_range(void *ctx, int64_t i0, int64_t i1, int part)
     const rci_cpu_args *io = ctx;
     const rc_tensor *node = io->node;
     real *restrict o = io->out;
-    uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
+    uint64_t key = rci_node_key(node, 0);
     key ^= rci_hash64(io->run_key); /* the plan's run or step key */
     (void)part;
     for (int64_t i = i0; i < i1; i++) {

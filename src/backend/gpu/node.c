@@ -154,7 +154,7 @@ rci_gpu_mask rci_gpu_mask_of(const rci_node_run *r, int at, double p)
 {
     const rc_tensor *node = r->node;
     rci_gpu_mask m;
-    m.key = (uint64_t)(uint32_t)node->iparam[at] | ((uint64_t)(uint32_t)node->iparam[at + 1] << 32);
+    m.key = rci_node_key(node, at);
     m.key ^= rci_hash64(r->run_key);
     m.thresh = rci_drop_thresh(p);
     m.keep = p < 1 ? (float)(1 / (1 - p)) : 0;

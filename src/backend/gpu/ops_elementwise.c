@@ -300,7 +300,7 @@ int rci_gpu_run_normal(rci_gpu *g, const rci_node_run *r, rc_error *err)
     rci_gpu_place out = {0};
     if (rci_gpu_place_of(&r->out, node, node->dtype, &out, err))
         return -1;
-    uint64_t key = (uint64_t)(uint32_t)node->iparam[0] | ((uint64_t)(uint32_t)node->iparam[1] << 32);
+    uint64_t key = rci_node_key(node, 0);
     uint64_t k = key ^ rci_hash64(r->run_key);
     int64_t n = rc_tensor_numel(node);
     rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(n), ARG(k)};
