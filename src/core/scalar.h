@@ -84,8 +84,8 @@ static inline uint16_t rci_f32_to_f16(float f)
 /* ---- random streams ----------------------------------------------------------------------- */
 
 /* splitmix64's finaliser: a bijective 64-bit mix with good avalanche; every draw of rng.c
- * and of the dropout and normal kernels is a hash of a key and a counter. (The UL
- * constants are 64-bit: a hexadecimal constant takes the first type that holds it.) */
+ * and of the normal kernels is a hash of a key and a counter. (The UL constants are 64-bit:
+ * a hexadecimal constant takes the first type that holds it.) */
 static inline uint64_t rci_hash64(uint64_t x)
 {
     x += 0x9E3779B97F4A7C15UL;
@@ -94,20 +94,42 @@ static inline uint64_t rci_hash64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* Dropout keeps element i of the mask of key `key` iff rc_rng_uniform_at(key, i) >= p. That
- * draw is u = m 2^-53 with m = hash >> 11 < 2^53, so u >= p is m >= ceil(p 2^53) = thresh
- * exactly: the same test in integers (thresh: rci_drop_thresh). */
+/* lowbias32 (C. Wellons' search for 32-bit integer hashes): a bijective 32-bit mix of
+ * xor-shifts and two odd products, close to full avalanche */
+static inline uint32_t rci_mix32(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+/* Dropout's draw for element i of the mask of key `key`: a 32-bit d uniform over [0, 2^32),
+ *     d = mix32(mix32(lo(i) ^ lo(key)) ^ hi(i) ^ hi(key))
+ * (lo, hi: the 64-bit values' 32-bit halves), kept iff d >= thresh = ceil(p 2^32), which
+ * keeps it with probability 1 - p to 2^-32. 32-bit operations alone: a GPU runs them at
+ * full rate where splitmix64's 64-bit products take several instructions each, and the
+ * device's attention tiles draw one for every probability in each of their four kernels
+ * (thresh: rci_drop_thresh). */
+static inline uint32_t rci_drop_draw(uint64_t key, uint64_t i)
+{
+    uint32_t x = rci_mix32((uint32_t)i ^ (uint32_t)key);
+    return rci_mix32(x ^ (uint32_t)(i >> 32) ^ (uint32_t)(key >> 32));
+}
+
 static inline int rci_drop_kept(uint64_t key, uint64_t i, uint64_t thresh)
 {
-    return rci_hash64(key ^ rci_hash64(i)) >> 11 >= thresh;
+    return (uint64_t)rci_drop_draw(key, i) >= thresh;
 }
 
 #ifndef RC_DEVICE_SOURCE
-/* rci_drop_kept's threshold of probability p: ceil(p 2^53), within [0, 2^53] */
+/* rci_drop_kept's threshold of probability p: ceil(p 2^32), within [0, 2^32] */
 static inline uint64_t rci_drop_thresh(double p)
 {
-    double t = ceil(p * 9007199254740992.0);
-    return (uint64_t)(t < 0 ? 0 : t > 9007199254740992.0 ? 9007199254740992.0 : t);
+    double t = ceil(p * 4294967296.0);
+    return (uint64_t)(t < 0 ? 0 : t > 4294967296.0 ? 4294967296.0 : t);
 }
 #endif
 

@@ -153,6 +153,21 @@ done:
     return rc;
 }
 
+/* dropout's draw for element i of key `key` as scalar.h documents it, written out here:
+ * lowbias32 of the low halves, then of that with the high halves */
+static uint32_t lowbias32(uint32_t x)
+{
+    x = (x ^ (x >> 16)) * 0x7feb352du;
+    x = (x ^ (x >> 15)) * 0x846ca68bu;
+    return x ^ (x >> 16);
+}
+
+static double drop_draw(uint64_t key, uint64_t i)
+{
+    uint32_t lo = lowbias32((uint32_t)(i & 0xffffffffu) ^ (uint32_t)(key & 0xffffffffu));
+    return lowbias32(lo ^ (uint32_t)(i >> 32) ^ (uint32_t)(key >> 32));
+}
+
 static int run_keyed(rc_tensor *y, uint64_t run_key)
 {
     memset(&err, 0, sizeof err);
@@ -935,7 +950,7 @@ static void test_dropout(rc_dtype t)
         double *ref = ref_buf(y);
         int64_t kept = 0;
         for (int64_t i = 0; i < sizes[s]; i++) {
-            int keep = rc_rng_uniform_at(key ^ rci_hash64(run_key), (uint64_t)i) >= 0.3;
+            int keep = drop_draw(key ^ rci_hash64(run_key), (uint64_t)i) >= ceil(0.3 * 4294967296.0);
             ref[i] = keep ? get(x, i) / 0.7 : 0;
             kept += keep;
         }

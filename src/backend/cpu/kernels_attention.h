@@ -46,7 +46,7 @@ typedef struct {
     double drop;                 /* the dropout probability (0: none) */
     real keep;                   /* a kept probability's factor 1 / (1 - drop) */
     uint64_t key;                /* the node's key mixed with the run key, as k_dropout's */
-    uint64_t thresh;             /* ceil(drop 2^53) */
+    uint64_t thresh;             /* ceil(drop 2^32) (rci_drop_thresh) */
 } att_ctx;
 
 /* the dropout factor of probability (row, j), row = (b H + h) Tq + i: keep or 0, as

@@ -1240,7 +1240,7 @@ static int k_sum_to(const rci_cpu_args *io)
 
 /* ---- dropout --------------------------------------------------------------------------------------- */
 
-/* elements [i0, i1): kept iff rc_rng_uniform_at(key, i) >= p (rci_drop_kept), kept values
+/* elements [i0, i1): kept iff their draw reaches p's threshold (rci_drop_kept), kept values
  * scaled by 1 / (1 - p) */
 static void dropout_range(void *ctx, int64_t i0, int64_t i1, int part)
 {

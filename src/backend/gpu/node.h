@@ -110,9 +110,9 @@ int rci_gpu_f32_temps(rci_gpu *g, const rc_tensor *node, const rci_gpu_place *ou
                       rci_gpu_place *tmp, rc_error *err);
 
 /* A dropout mask's constants as k_dropout and the attention kernels take them: the node's
- * key (iparam[at], iparam[at + 1]) mixed with the run key, the threshold ceil(p 2^53) that
- * a kept element's (hash >> 11) reaches (u = m 2^-53 >= p, exact in double; 0 when p is
- * 0), and a kept element's factor 1 / (1 - p) (0 when p is 1). */
+ * key (iparam[at], iparam[at + 1]) mixed with the run key, the threshold ceil(p 2^32) that
+ * a kept element's draw reaches (scalar.h's rci_drop_kept; 0 when p is 0), and a kept
+ * element's factor 1 / (1 - p) (0 when p is 1). */
 typedef struct {
     uint64_t key, thresh;
     float keep;
