@@ -393,6 +393,13 @@ static int scored_desc(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
+/* ascending id */
+static int scored_by_id(const void *a, const void *b)
+{
+    const scored *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
 static int32_t pick_greedy(const float *l, int64_t V)
 {
     int64_t best = 0;
@@ -402,7 +409,11 @@ static int32_t pick_greedy(const float *l, int64_t V)
     return (int32_t)best;
 }
 
-/* temperature, top-k, top-p (Hugging Face's order), then one draw; work holds V entries */
+/* temperature, top-k, top-p (Hugging Face's order), then one draw over the kept tokens in
+ * id order, as torch.multinomial walks a vocabulary's probabilities: logits that differ in
+ * their last bits (another mesh's sums) then move the draw's boundaries by as little,
+ * where in order of probability two near-equal tokens could swap places, and the draw
+ * with them; work holds V entries */
 static int32_t pick_sample(const float *l, int64_t V, const rc_generate_options *o, rc_rng key, scored *work)
 {
     for (int64_t i = 0; i < V; i++)
@@ -430,6 +441,7 @@ static int32_t pick_sample(const float *l, int64_t V, const rc_generate_options 
         for (int64_t i = 0; i < keep; i++)
             total += work[i].v;
     }
+    qsort(work, (size_t)keep, sizeof *work, scored_by_id);
     double u = rc_rng_uniform(&key) * total, acc = 0;
     for (int64_t i = 0; i < keep; i++) {
         acc += work[i].v;
