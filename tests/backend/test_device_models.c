@@ -506,6 +506,7 @@ void rci_gpu_attention_tiled(int on);
 int main(int argc, char **argv)
 {
     rc_set_threads(2);
+    rc_set_tiled_attention(0);   /* the products unless --attention-tiled (CUDA's default is tiles) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc)
             device = argv[i + 1];

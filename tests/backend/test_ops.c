@@ -89,6 +89,20 @@ struct op_case {
 /* the dtype the graph being built serves: t itself, or the dtype whose reference it is */
 static rc_dtype run_dtype;
 
+/* With --attention-tiled, bf16 attention in tiles rounds its float operands (P, dS, z p) to
+ * bf16 as FlashAttention does, so a value near zero after cancellation keeps few of the
+ * CPU's ulps. Its outputs and gradients are held to FlashAttention's own criterion instead:
+ * the largest error against the f64 reference at most TILES_ERROR times that of the CPU's
+ * bf16 kernel (f32 inside, rounded once) on the same values. FlashAttention's tests allow
+ * twice the error of PyTorch's bf16 attention, whose intermediates are rounded to bf16 too;
+ * the CPU's kernel rounds once, so its error is the smaller: the table's cases reach 1.98
+ * times it on PoCL, hence 3. (Cases with fewer than 16 query rows a pair take the products
+ * there, ops_attention.c; their ulps are held in the run without --attention-tiled.) */
+enum { TILES_ERROR = 3 };
+static int tiles_precision;
+static double tiles_worst;          /* the largest ratio seen, and where */
+static char tiles_worst_at[1200];
+
 /* ---- builders, one per family --------------------------------------------------------------- */
 
 static rc_tensor *b_full(rc_graph *g, rc_tensor **x, rc_dtype t, const op_case *c)
@@ -901,6 +915,15 @@ static long ulps_apart(rc_dtype t, const uint16_t *a, const uint16_t *b, int64_t
     return worst;
 }
 
+/* the largest |a - ref| of n values */
+static double max_abs_error(const double *a, const double *ref, int64_t n)
+{
+    double e = 0;
+    for (int64_t i = 0; i < n; i++)
+        e = fmax(e, fabs(a[i] - ref[i]));
+    return e;
+}
+
 /* the n f32 of a and b agree bit for bit (NaNs only as NaNs: a NaN that arithmetic makes
  * has a device-defined payload) */
 static int same_floats(const float *a, const float *b, int64_t n)
@@ -1000,6 +1023,19 @@ static void check_target(const op_case *c, rc_dtype t, target *tg, double *const
     /* a device against the CPU in the same dtype */
     for (int k = 0; tg->be != cpu && cpu_res->nout == res.nout && k < res.nout; k++) {
         int allowed = k ? c->gulps : c->ulps;
+        if (tiles_precision && res.dt[k] == RC_BF16 && !strncmp(c->name, "attention", 9)) {
+            double ed = max_abs_error(res.val[k], ref->val[k], res.numel[k]);
+            double ec = max_abs_error(cpu_res->val[k], ref->val[k], res.numel[k]);
+            if (ed > tiles_worst * ec) {
+                tiles_worst = ed / ec;
+                snprintf(tiles_worst_at, sizeof tiles_worst_at, "%s %s %d on %s", c->name, k ? "gradient" : "output",
+                         k ? k - 1 : 0, tg->name);
+            }
+            CHECKF(ed <= TILES_ERROR * ec, "%s bf16 on %s: %s %d's largest error against f64 %.3g, more than %g "
+                   "times the CPU's %.3g", c->name, tg->name, k ? "gradient" : "output", k ? k - 1 : 0, ed,
+                   (double)TILES_ERROR, ec);
+            continue;
+        }
         if (is_half(res.dt[k]) && allowed >= 0) {
             long d = ulps_apart(res.dt[k], res.raw[k], cpu_res->raw[k], res.numel[k], allowed > 0);
             CHECKF(d <= allowed, "%s %s on %s: %s %d differs from the CPU's by %ld ulps (allowed %d)", c->name,
@@ -1426,6 +1462,9 @@ int main(int argc, char **argv)
         rci_gpu_attention_split(1);
     if (tiled)
         rci_gpu_attention_tiled(1);
+    else
+        rc_set_tiled_attention(0);   /* the products, held to the CPU's ulps (CUDA's default is tiles) */
+    tiles_precision = tiled;
     rci_gpu_attention_block(16);   /* causal cases of 32 rows and more in blocks (ops_attention.c) */
     int threads = rc_get_threads();
     rc_set_threads(3);
@@ -1466,6 +1505,9 @@ int main(int argc, char **argv)
             test_half_optimizer(targets[k].be, targets[k].name);
             test_casts(targets[k].be, targets[k].name);
         }
+    if (tiles_worst > 0)
+        printf("test_ops: bf16 attention in tiles: largest error against f64 %.2f times the CPU's (%s; allowed %d)\n",
+               tiles_worst, tiles_worst_at, TILES_ERROR);
     /* the cases each backend ran, and why a kind did not run */
     printf("test_ops:");
     for (int k = 0; k < ntargets; k++)

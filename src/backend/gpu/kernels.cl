@@ -852,7 +852,7 @@ __kernel void k_matmul_rows(__global store_t *o, long oo, __global const store_t
 
 /* ---- dropout --------------------------------------------------------------------------------- */
 
-/* kept iff rc_rng_uniform_at(key, i) >= p (scalar.h's rci_drop_kept); kept values scaled */
+/* kept iff their draw reaches p's threshold (scalar.h's rci_drop_kept); kept values scaled */
 __kernel void k_dropout(__global store_t *o, long oo, __global const store_t *x, long xo, long n,
                         ulong key, ulong thresh, float scale)
 {
@@ -1209,15 +1209,31 @@ static float att_score(const att_dims *a, __global const store_t *bias, long bof
     return s;
 }
 
+/* exp of the tiles' probabilities (x <= 0 or -INFINITY): on CUDA the special function
+ * unit's 2^x (ex2.approx, relative error about 2^-22 with x's scaling; __expf), which a
+ * probability rounded to bf16 for its product (2^-9) never sees; elsewhere rci_fexp. One
+ * function for the forward, the statistics and the gradients, so each p = exp(s - lse)
+ * matches the sum its lse came from. */
+static float at_exp(float x)
+{
+#ifdef __CUDA_ARCH__
+    return __expf(x);
+#else
+    return rci_fexp(x);
+#endif
+}
+
 /* dS = p (z dP - delta) scale and z p of key j of a row (flat index row, bias row boff,
  * seeing keys below vis, its log-sum-exp and delta) from its score's dot product *s and
- * dP's *dp (p = exp(score - lse); both 0 for a key the row does not see), into *s and *dp */
+ * dP's *dp (p = exp(score - lse); both 0 for a key the row does not see), into *s and *dp;
+ * tiles: p from at_exp (the tile kernels' lse), else rci_fexp */
 static void att_grad_at(const att_dims *a, __global const store_t *bias, long boff, long row, long j, long vis,
-                        float lse, float delta, float *s, float *dp)
+                        float lse, float delta, int tiles, float *s, float *dp)
 {
     float ds = 0, zp = 0;
     if (j < vis) {
-        float p = rci_fexp(att_score(a, bias, boff, *s, j) - lse), z = att_keep(a, row, j);
+        float x = att_score(a, bias, boff, *s, j) - lse;
+        float p = tiles ? at_exp(x) : rci_fexp(x), z = att_keep(a, row, j);
         zp = p * z;
         ds = p * (*dp * z - delta) * a->scale;
     }
@@ -1342,7 +1358,7 @@ __kernel void k_attention_rows_grad(__global float *s, long so, __global float *
     __global float *x = s + so + c * a.Tk, *y = dp + dpo + c * a.Tk;
     for (long j = li; j < ext; j += ls) {
         float ds = x[j], zp = y[j];
-        att_grad_at(&a, bias, r.bias, row, j, vis, lse, delta, &ds, &zp);
+        att_grad_at(&a, bias, r.bias, row, j, vis, lse, delta, 0, &ds, &zp);
         if (split) {
             st_split(s2, s2o + (c * a.Tk + j) * ATT_SPLITS, ds);
             st_split(z2, z2o + (c * a.Tk + j) * ATT_SPLITS, zp);
@@ -1418,8 +1434,9 @@ __kernel void k_attention_dbias(__global store_t *o, long oo, __global const sto
  * The scores of a tile live in registers alone: nothing [Tq, Tk] is written. Each warp's
  * products are 16 x 8 x 16 tiles of bf16 operands summed in f32 (mma.m16n8k16 on sm_80 and
  * later; at_mma): q, k, v and dO as stored (16-bit tiles in local memory), the float operands
- * P, dS and z p in three bf16 parts from the product's registers (st_split's parts, each a
- * product of its own), so every product is float's to its sums, as the split products'.
+ * P, dS and z p rounded to bf16 from the product's registers (at_frag_c), as FlashAttention
+ * does: an operand's relative error 2^-9, where the products' path (ATT_SPLIT) keeps three
+ * parts and float's accuracy at three times the products. The tiles' exp is at_exp.
  *
  * A lane's fragments (PTX's layouts for m16n8k16 with 16-bit operands; g = lane / 4,
  * t = lane % 4): of A [16, 16], rows g and g + 8, columns 2t, 2t + 1 and those plus 8, as
@@ -1434,10 +1451,12 @@ __kernel void k_attention_dbias(__global store_t *o, long oo, __global const sto
  * columns (at_quad: CUDA's shuffles, else local memory).
  *
  * Local tiles: where one tile holds a head (D, Dv at most AT_COLS) a kernel keeps what does
- * not change along its walk: the forward Q, the stats and dQ's kernel Q and dO, dK and dV's
- * K and V. Under CUDA that is 18, 27, 36 and 29 KB of shared memory (ptxas); under OpenCL
- * the emulation's 6.5 KB more, dQ's 43 KB past OpenCL's 32 KB minimum (a device with less
- * refuses the launch with an error; PoCL has 1 MB, NVIDIA's OpenCL 48 KB). */
+ * not change along its walk (the forward Q, the stats and dQ's kernel Q and dO, dK and dV's
+ * K and V; dK and dV's Q and dO each their own tile) and copies the walk's next K and V
+ * tiles while it computes (at_copy). Under CUDA that is 27, 36, 36 and 38 KB of shared
+ * memory (ptxas); under OpenCL the emulation's 6.5 KB more, up to dK and dV's 45 KB, past
+ * OpenCL's 32 KB minimum (a device with less refuses the launch with an error; PoCL has
+ * 1 MB, NVIDIA's OpenCL 48 KB). */
 enum {
     AT_GROUP = 128,       /* work-items of a work-group: four warps */
     AT_ROWS = 64,         /* query rows of a work-group (16 a warp) */
@@ -1447,7 +1466,16 @@ enum {
     AT_EMU = 384          /* local floats a warp's emulated product takes: A [16, 16], B [16, 8] */
 };
 
-/* the two bf16 values of a word (at_frag_c packs the lower column in the low half) */
+/* a tile kernel's local floats for at_quad and, where at_mma is emulated, its products */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define AT_RED AT_GROUP
+#else
+#define AT_RED (AT_GROUP + 4 * AT_EMU)
+#endif
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800
+/* Where at_mma is emulated and fragments come from 16-bit loads: the two bf16 values of a
+ * word (the lower column in the low half), and the word of a tile's values i and j */
 static float at_lo(uint w)
 {
     return rci_bf16_to_f32((ushort)(w & 0xffff));
@@ -1457,6 +1485,12 @@ static float at_hi(uint w)
 {
     return rci_bf16_to_f32((ushort)(w >> 16));
 }
+
+static uint at_pair(LOCAL_MEM const ushort *t, int i, int j)
+{
+    return (uint)t[i] | ((uint)t[j] << 16);
+}
+#endif
 
 /* d [16, 8] += A [16, 16] B [16, 8], the lanes' fragments a[4], b[2] and d[4] (above); every
  * work-item of the group calls it (the emulation's barriers), emu: the group's 4 AT_EMU
@@ -1544,15 +1578,95 @@ static void at_load(LOCAL_MEM ushort *t, __global const store_t *x, long xo, lon
 #endif
 }
 
-/* the word of t's values i and j (i in the low half) */
-static uint at_pair(LOCAL_MEM const ushort *t, int i, int j)
+/* Tiles copied while the work-group computes (the kernels' walks where one tile holds a
+ * head, at_held): at_copy starts filling the local tile t as at_load would; a barrier after
+ * at_copy_wait makes it visible. On CUDA sm_80 and later a whole 16-byte chunk (8 values,
+ * aligned) goes by cp.async, copied while the warps go on (a row past n is zeros, cp.async's
+ * zero fill), any other chunk by plain loads; at_copy_commit closes a group of copies, and
+ * at_copy_wait(1) waits until at most the newest group is still in flight (0: none). Elsewhere
+ * at_copy is at_load, done at once, and commit and wait do nothing. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && defined(RC_STORE_BF16)
+static uint at_shared_addr(LOCAL_MEM const void *p)
 {
-    return (uint)t[i] | ((uint)t[j] << 16);
+    uint addr;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(p));
+    return addr;
 }
+
+static void at_copy(LOCAL_MEM ushort *t, __global const store_t *x, long xo, long r0, long n, long c0, long w)
+{
+    int li = (int)get_local_id(0);
+    for (int u = 0; u < AT_ROWS * AT_COLS / 8 / AT_GROUP; u++) {
+        int e = li + u * AT_GROUP, r = e / (AT_COLS / 8), c = e % (AT_COLS / 8) * 8;
+        long i = xo + (r0 + r) * w + c0 + c;
+        LOCAL_MEM ushort *d = t + r * AT_LD + c;
+        int row = r0 + r < n;
+        if (!row || (c0 + c + 8 <= w && is_aligned(x + i, 16))) {
+            __global const store_t *from = row ? x + i : x;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                         :: "r"(at_shared_addr(d)), "l"(from), "r"(row ? 16 : 0) : "memory");
+            continue;
+        }
+        for (int k = 0; k < 8; k++)
+            d[k] = c0 + c + k < w ? x[i + k] : 0;
+    }
+}
+
+static void at_copy_commit(void)
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+static void at_copy_wait(int newest)
+{
+    if (newest)
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+    else
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+#else
+static void at_copy(LOCAL_MEM ushort *t, __global const store_t *x, long xo, long r0, long n, long c0, long w)
+{
+    at_load(t, x, xo, r0, n, c0, w);
+}
+
+static void at_copy_commit(void)
+{
+}
+
+static void at_copy_wait(int newest)
+{
+    (void)newest;
+}
+#endif
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/* Under CUDA sm_80 and later the fragments come by ldmatrix: each lane gives the address of
+ * one 8-value row (16 bytes; AT_LD keeps rows 16-byte aligned) of four 8 x 8 matrices
+ * (lanes 8m .. 8m + 7: matrix m's rows) and gets their words in PTX's fragment layout,
+ * lane (g, t) row g's values 2t, 2t + 1 (.trans: column g's, rows 2t, 2t + 1), which is
+ * the layout at_pair's words have; "memory": never moved across the barriers that fill
+ * the tiles. */
+static void at_ldmatrix(uint *r, LOCAL_MEM const ushort *t, int row, int col, int trans)
+{
+    uint addr;
+    asm("{ .reg .u64 p; cvta.to.shared.u64 p, %1; cvt.u32.u64 %0, p; }" : "=r"(addr) : "l"(t + row * AT_LD + col));
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+#endif
 
 /* A [16, 16]: the local tile's rows r0 .. r0 + 15, columns k0 .. k0 + 15 */
 static void at_frag_a(uint *a, LOCAL_MEM const ushort *t, int r0, int k0, int lane)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    /* matrices: rows r0 and r0 + 8 at column k0 (a[0], a[1]), then at k0 + 8 (a[2], a[3]) */
+    at_ldmatrix(a, t, r0 + (lane & 7) + 8 * ((lane >> 3) & 1), k0 + 8 * (lane >> 4), 0);
+#else
     int g = lane >> 2, c = k0 + 2 * (lane & 3);
     UNROLL
     for (int h = 0; h < 2; h++) {
@@ -1560,40 +1674,64 @@ static void at_frag_a(uint *a, LOCAL_MEM const ushort *t, int r0, int k0, int la
         a[h] = at_pair(t, i, i + 1);
         a[h + 2] = at_pair(t, i + 8, i + 9);
     }
+#endif
 }
 
-/* B [16, 8] whose column n is the local tile's row n0 + n, columns k0 .. k0 + 15 (B = the
- * tile's rows transposed: Q K^T takes K so) */
-static void at_frag_bt(uint *b, LOCAL_MEM const ushort *t, int n0, int k0, int lane)
+/* B [16, 8] twice, b[0..1] and b[2..3]: columns n of the first are the local tile's rows n0 +
+ * n, columns k0 .. k0 + 15, of the second rows n0 + 8 + n (B = the tile's rows transposed:
+ * Q K^T takes K so) */
+static void at_frag_bt2(uint *b, LOCAL_MEM const ushort *t, int n0, int k0, int lane)
 {
-    int i = (n0 + (lane >> 2)) * AT_LD + k0 + 2 * (lane & 3);
-    b[0] = at_pair(t, i, i + 1);
-    b[1] = at_pair(t, i + 8, i + 9);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    /* matrices: rows n0 at columns k0, k0 + 8 (b[0], b[1]), rows n0 + 8 at the same (b[2], b[3]) */
+    at_ldmatrix(b, t, n0 + (lane & 7) + 8 * (lane >> 4), k0 + 8 * ((lane >> 3) & 1), 0);
+#else
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        int i = (n0 + 8 * h + (lane >> 2)) * AT_LD + k0 + 2 * (lane & 3);
+        b[2 * h] = at_pair(t, i, i + 1);
+        b[2 * h + 1] = at_pair(t, i + 8, i + 9);
+    }
+#endif
 }
 
-/* B [16, 8]: the local tile's rows k0 .. k0 + 15, columns n0 .. n0 + 7 (P V takes V so) */
-static void at_frag_b(uint *b, LOCAL_MEM const ushort *t, int k0, int n0, int lane)
+/* B [16, 8] twice, b[0..1] and b[2..3]: the local tile's rows k0 .. k0 + 15, columns n0 ..
+ * n0 + 7, then n0 + 8 .. n0 + 15 (P V takes V so) */
+static void at_frag_b2(uint *b, LOCAL_MEM const ushort *t, int k0, int n0, int lane)
 {
-    int i = (k0 + 2 * (lane & 3)) * AT_LD + n0 + (lane >> 2);
-    b[0] = at_pair(t, i, i + AT_LD);
-    b[1] = at_pair(t, i + 8 * AT_LD, i + 9 * AT_LD);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    /* matrices, transposed: rows k0, k0 + 8 at column n0 (b[0], b[1]), then at n0 + 8 (b[2], b[3]) */
+    at_ldmatrix(b, t, k0 + (lane & 7) + 8 * ((lane >> 3) & 1), n0 + 8 * (lane >> 4), 1);
+#else
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        int i = (k0 + 2 * (lane & 3)) * AT_LD + n0 + 8 * h + (lane >> 2);
+        b[2 * h] = at_pair(t, i, i + AT_LD);
+        b[2 * h + 1] = at_pair(t, i + 8 * AT_LD, i + 9 * AT_LD);
+    }
+#endif
 }
 
-/* A [16, 16] from C tiles c0 and c1 side by side, as their floats' ATT_SPLITS bf16 parts
- * (st_split's chain, each part rounded from what the parts before it left): part k's
- * fragment at a[4 k .. 4 k + 3] */
+/* the word of two floats rounded to bf16 (to nearest even; lo in the low half): on CUDA
+ * sm_80 and later one cvt.rn.bf16x2.f32, which puts its first operand in the high half */
+static uint at_pack(float lo, float hi)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint w;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    return w;
+#else
+    return (uint)rci_f32_to_bf16(lo) | ((uint)rci_f32_to_bf16(hi) << 16);
+#endif
+}
+
+/* A [16, 16] from C tiles c0 and c1 side by side, their floats rounded to bf16 */
 static void at_frag_c(uint *a, const float *c0, const float *c1)
 {
-    float v[8] = {c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3]};
-    UNROLL
-    for (int part = 0; part < ATT_SPLITS; part++)
-        UNROLL
-        for (int w = 0; w < 4; w++) {
-            ushort lo = rci_f32_to_bf16(v[2 * w]), hi = rci_f32_to_bf16(v[2 * w + 1]);
-            a[4 * part + w] = (uint)lo | ((uint)hi << 16);
-            v[2 * w] -= rci_bf16_to_f32(lo);
-            v[2 * w + 1] -= rci_bf16_to_f32(hi);
-        }
+    a[0] = at_pack(c0[0], c0[1]);
+    a[1] = at_pack(c0[2], c0[3]);
+    a[2] = at_pack(c1[0], c1[1]);
+    a[3] = at_pack(c1[2], c1[3]);
 }
 
 /* c [8 tiles, 4] += the warp's 16 rows (from wr) of local tile x times the transpose of the
@@ -1604,30 +1742,30 @@ static void at_times_rows(float *c, LOCAL_MEM const ushort *x, int wr, LOCAL_MEM
 {
     UNROLL
     for (int kk = 0; kk < AT_COLS / 16; kk++) {
-        uint a[4], b[2];
+        uint a[4], b[4];
         at_frag_a(a, x, wr, 16 * kk, lane);
         UNROLL
-        for (int n = 0; n < 8; n++) {
-            at_frag_bt(b, y, 8 * n, 16 * kk, lane);
+        for (int n = 0; n < 8; n += 2) {
+            at_frag_bt2(b, y, 8 * n, 16 * kk, lane);
             at_mma(c + 4 * n, a, b, emu);
+            at_mma(c + 4 * n + 4, a, b + 2, emu);
         }
     }
 }
 
-/* o [8 tiles, 4] += P [16, AT_KEYS] (the warp's C tiles p, in three parts) times the local
+/* o [8 tiles, 4] += P [16, AT_KEYS] (the warp's C tiles p, rounded to bf16) times the local
  * tile y [AT_KEYS, AT_COLS]: O += P V, dQ += dS K, dV += (z p)^T dO, dK += dS^T Q */
 static void at_times_tile(float *o, const float *p, LOCAL_MEM const ushort *y, int lane, LOCAL_MEM float *emu)
 {
     UNROLL
     for (int kk = 0; kk < AT_KEYS / 16; kk++) {
-        uint a[4 * ATT_SPLITS], b[2];
+        uint a[4], b[4];
         at_frag_c(a, p + 8 * kk, p + 8 * kk + 4);
         UNROLL
-        for (int n = 0; n < 8; n++) {
-            at_frag_b(b, y, 16 * kk, 8 * n, lane);
-            UNROLL
-            for (int part = 0; part < ATT_SPLITS; part++)
-                at_mma(o + 4 * n, a + 4 * part, b, emu);
+        for (int n = 0; n < 8; n += 2) {
+            at_frag_b2(b, y, 16 * kk, 8 * n, lane);
+            at_mma(o + 4 * n, a, b, emu);
+            at_mma(o + 4 * n + 4, a, b + 2, emu);
         }
     }
 }
@@ -1735,14 +1873,14 @@ static void at_softmax_step(const att_dims *a, __global const store_t *bias, con
     UNROLL
     for (int h = 0; h < 2; h++) {
         float bm = fmax(at_quad(red, mx[h], 0), m[h]);
-        alpha[h] = m[h] == -INFINITY ? 0 : rci_fexp(m[h] - bm);
+        alpha[h] = m[h] == -INFINITY ? 0 : at_exp(m[h] - bm);
         m[h] = bm;
         sum[h] = 0;
     }
     UNROLL
     for (int e = 0; e < 32; e++) {
         int h = (e >> 1) & 1;
-        s[e] = s[e] == -INFINITY ? 0 : rci_fexp(s[e] - m[h]);
+        s[e] = s[e] == -INFINITY ? 0 : at_exp(s[e] - m[h]);
         sum[h] += s[e];
     }
 }
@@ -1757,7 +1895,8 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
                                ulong key, ulong thresh, float keep)
 {
     __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ys[AT_KEYS * AT_LD] __attribute__((aligned(16)));
-    __local float red[AT_GROUP + 4 * AT_EMU];
+    __local ushort vs[AT_KEYS * AT_LD] __attribute__((aligned(16)));
+    __local float red[AT_RED];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
     at_qtile qt = at_qtile_of(&a, bo);
@@ -1765,15 +1904,39 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
     long R = qt.R, pair = qt.pair, r0 = qt.r0, kend = qt.kend;
     long qp = qo + pair * R * a.D, kp = ko + pair * a.Tk * a.D, vp = vo + pair * a.Tk * a.Dv;
     float m[2], l[2], s[32], acc[32];
+    /* held: one tile holds a head, so Q stays in xs and the next key tile's K and V are
+     * copied (at_copy) into ys and vs while this one's product and softmax run */
+    int held = a.D <= AT_COLS && a.Dv <= AT_COLS;
     for (long d0 = 0; d0 < a.Dv; d0 += AT_COLS) {
         UNROLL
         for (int e = 0; e < 32; e++)
             acc[e] = 0;
         m[0] = m[1] = -INFINITY;
         l[0] = l[1] = 0;
+        if (held && kend > 0) {
+            at_load(xs, q, qp, r0, R, 0, a.D);
+            at_copy(ys, k, kp, 0, a.Tk, 0, a.D);
+            at_copy_commit();
+            at_copy(vs, v, vp, 0, a.Tk, 0, a.Dv);
+            at_copy_commit();
+        }
         for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
-            at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP,
-                      (j0 > 0 || d0 > 0) && a.D <= AT_COLS); /* V goes to ys: xs keeps Q */
+            int more = j0 + AT_KEYS < kend;
+            if (held) { /* K's copy waited for (V's may go on), S, then the next K's copy */
+                at_copy_wait(1);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                UNROLL
+                for (int e = 0; e < 32; e++)
+                    s[e] = 0;
+                at_times_rows(s, xs, wr, ys, lane, red + AT_GROUP);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                if (more)
+                    at_copy(ys, k, kp, j0 + AT_KEYS, a.Tk, 0, a.D);
+                at_copy_commit();
+            } else {
+                at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP,
+                          (j0 > 0 || d0 > 0) && a.D <= AT_COLS); /* V goes to ys: xs keeps Q */
+            }
             float alpha[2], sum[2];
             at_softmax_step(&a, bias, x, j0, t, red, s, m, alpha, sum);
             UNROLL
@@ -1785,11 +1948,22 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
             UNROLL
             for (int h = 0; h < 2; h++)
                 l[h] = l[h] * alpha[h] + at_quad(red, sum[h], 1);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            at_load(ys, v, vp, j0, a.Tk, d0, a.Dv);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            at_times_tile(acc, s, ys, lane, red + AT_GROUP);
+            if (held) { /* V's copy waited for (the next K's may go on), O += P V, the next V's copy */
+                at_copy_wait(1);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                at_times_tile(acc, s, vs, lane, red + AT_GROUP);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                if (more)
+                    at_copy(vs, v, vp, j0 + AT_KEYS, a.Tk, 0, a.Dv);
+                at_copy_commit();
+            } else {
+                barrier(CLK_LOCAL_MEM_FENCE);
+                at_load(ys, v, vp, j0, a.Tk, d0, a.Dv);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                at_times_tile(acc, s, ys, lane, red + AT_GROUP);
+            }
         }
+        at_copy_wait(0);
         UNROLL
         for (int e = 0; e < 32; e++) {
             const at_qrow *xr = &x[(e >> 1) & 1];
@@ -1813,8 +1987,8 @@ __kernel void k_attention_tile_stats(__global float *stats, long sto, __global c
                                      long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep)
 {
     __local ushort qs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ds[AT_ROWS * AT_LD] __attribute__((aligned(16)));
-    __local ushort ys[AT_KEYS * AT_LD] __attribute__((aligned(16)));
-    __local float red[AT_GROUP + 4 * AT_EMU];
+    __local ushort ys[AT_KEYS * AT_LD] __attribute__((aligned(16))), vs[AT_KEYS * AT_LD] __attribute__((aligned(16)));
+    __local float red[AT_RED];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
     at_qtile qt = at_qtile_of(&a, bo);
@@ -1823,11 +1997,41 @@ __kernel void k_attention_tile_stats(__global float *stats, long sto, __global c
     long qp = qo + pair * R * a.D, op = doo + pair * R * a.Dv, kp = ko + pair * a.Tk * a.D;
     long vp = vo + pair * a.Tk * a.Dv;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, dl[2] = {0, 0}, s[32], dp[32];
+    /* held: one tile holds a head, so Q and dO stay in qs and ds and the next key tile's K
+     * and V are copied into ys and vs while this one's products run (the forward's walk) */
+    int held = a.D <= AT_COLS && a.Dv <= AT_COLS;
+    if (held && kend > 0) {
+        at_load(qs, q, qp, r0, R, 0, a.D);
+        at_load(ds, dout, op, r0, R, 0, a.Dv);
+        at_copy(ys, k, kp, 0, a.Tk, 0, a.D);
+        at_copy_commit();
+        at_copy(vs, v, vp, 0, a.Tk, 0, a.Dv);
+        at_copy_commit();
+    }
     for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
-        /* Q and dO stay in qs and ds from the first key tile where one tile holds them */
-        at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, qs, ys, wr, lane, red + AT_GROUP, j0 > 0 && a.D <= AT_COLS);
-        at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, ds, ys, wr, lane, red + AT_GROUP,
-                  j0 > 0 && a.Dv <= AT_COLS);
+        int more = j0 + AT_KEYS < kend;
+        if (held) {
+            UNROLL
+            for (int e = 0; e < 32; e++)
+                s[e] = dp[e] = 0;
+            at_copy_wait(1);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            at_times_rows(s, qs, wr, ys, lane, red + AT_GROUP);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (more)
+                at_copy(ys, k, kp, j0 + AT_KEYS, a.Tk, 0, a.D);
+            at_copy_commit();
+            at_copy_wait(1);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            at_times_rows(dp, ds, wr, vs, lane, red + AT_GROUP);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (more)
+                at_copy(vs, v, vp, j0 + AT_KEYS, a.Tk, 0, a.Dv);
+            at_copy_commit();
+        } else {
+            at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, qs, ys, wr, lane, red + AT_GROUP, 0);
+            at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, ds, ys, wr, lane, red + AT_GROUP, 0);
+        }
         float alpha[2], sum[2], dsum[2] = {0, 0};
         at_softmax_step(&a, bias, x, j0, t, red, s, m, alpha, sum);
         UNROLL
@@ -1841,6 +2045,7 @@ __kernel void k_attention_tile_stats(__global float *stats, long sto, __global c
             dl[h] = dl[h] * alpha[h] + at_quad(red, dsum[h], 1);
         }
     }
+    at_copy_wait(0);
     UNROLL
     for (int h = 0; h < 2; h++)
         if (x[h].rr < R && t == 0) {
@@ -1859,7 +2064,7 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
 {
     __local ushort qs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ds[AT_ROWS * AT_LD] __attribute__((aligned(16)));
     __local ushort ks[AT_KEYS * AT_LD] __attribute__((aligned(16))), vs[AT_KEYS * AT_LD] __attribute__((aligned(16)));
-    __local float red[AT_GROUP + 4 * AT_EMU];
+    __local float red[AT_RED];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
     at_qtile qt = at_qtile_of(&a, bo);
@@ -1874,26 +2079,58 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
     }
     long qp = qo + pair * R * a.D, op = doo + pair * R * a.Dv, kp = ko + pair * a.Tk * a.D;
     long vp = vo + pair * a.Tk * a.Dv;
+    /* held: one tile holds a head, so Q and dO stay in qs and ds, and the next key tile's V
+     * is copied into vs while S, dS and dQ's product run, its K into ks while dP's does */
+    int held = a.D <= AT_COLS && a.Dv <= AT_COLS;
     for (long d0 = 0; d0 < a.D; d0 += AT_COLS) {
         UNROLL
         for (int e = 0; e < 32; e++)
             acc[e] = 0;
+        if (held && kend > 0) {
+            at_load(qs, q, qp, r0, R, 0, a.D);
+            at_load(ds, dout, op, r0, R, 0, a.Dv);
+            at_copy(vs, v, vp, 0, a.Tk, 0, a.Dv);
+            at_copy_commit();
+            at_copy(ks, k, kp, 0, a.Tk, 0, a.D);
+            at_copy_commit();
+        }
         for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
-            /* Q and dO stay in qs and ds from the first key tile where one tile holds them */
-            at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, qs, ks, wr, lane, red + AT_GROUP,
-                      j0 > 0 && a.D <= AT_COLS);
-            at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, ds, vs, wr, lane, red + AT_GROUP,
-                      j0 > 0 && a.Dv <= AT_COLS);
+            int more = j0 + AT_KEYS < kend;
+            if (held) {
+                UNROLL
+                for (int e = 0; e < 32; e++)
+                    s[e] = dp[e] = 0;
+                at_copy_wait(1);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                at_times_rows(dp, ds, wr, vs, lane, red + AT_GROUP);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                if (more)
+                    at_copy(vs, v, vp, j0 + AT_KEYS, a.Tk, 0, a.Dv);
+                at_copy_commit();
+                at_copy_wait(1);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                at_times_rows(s, qs, wr, ks, lane, red + AT_GROUP);
+            } else {
+                at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, qs, ks, wr, lane, red + AT_GROUP, 0);
+                at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, ds, vs, wr, lane, red + AT_GROUP, 0);
+            }
             UNROLL
             for (int e = 0; e < 32; e++) {
                 const at_qrow *xr = &x[(e >> 1) & 1];
                 long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
-                att_grad_at(&a, bias, xr->r.bias, xr->row, j, xr->vis, lse[(e >> 1) & 1], delta[(e >> 1) & 1],
+                att_grad_at(&a, bias, xr->r.bias, xr->row, j, xr->vis, lse[(e >> 1) & 1], delta[(e >> 1) & 1], 1,
                            &s[e], &dp[e]);
             }
-            at_tile(ks, k, kp, j0, a.Tk, d0, a.D, a.D <= AT_COLS); /* K's columns from d0 */
+            at_tile(ks, k, kp, j0, a.Tk, d0, a.D, held); /* K's columns from d0 */
             at_times_tile(acc, s, ks, lane, red + AT_GROUP);
+            if (held) {
+                barrier(CLK_LOCAL_MEM_FENCE);
+                if (more)
+                    at_copy(ks, k, kp, j0 + AT_KEYS, a.Tk, 0, a.D);
+                at_copy_commit();
+            }
         }
+        at_copy_wait(0);
         UNROLL
         for (int e = 0; e < 32; e++) {
             long rr = x[(e >> 1) & 1].rr, d = d0 + 8 * (e >> 2) + 2 * t + (e & 1);
@@ -1909,12 +2146,14 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
 typedef struct {
     long row[AT_ROWS], bias[AT_ROWS], vis[AT_ROWS];
     float lse[AT_ROWS], delta[AT_ROWS];
+    int seen;                   /* the last fill (its step) where a row saw the key tile */
 } at_cols;
 
-/* the query tile from r0's rows into c; 1 when one of them sees key j0 (every work-item,
- * after the barrier) */
+/* the query tile from r0's rows into c at the walk's step-th fill (steps count up from 0,
+ * c->seen -1 before the first); 1 when one of them sees key j0 (every work-item, after the
+ * barrier) */
 static int at_cols_fill(LOCAL_MEM at_cols *c, const att_dims *a, __global const float *stats, long sto, long pair,
-                        long r0, long R, long bo, long j0)
+                        long r0, long R, long bo, long j0, int step)
 {
     int li = (int)get_local_id(0);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -1926,12 +2165,11 @@ static int at_cols_fill(LOCAL_MEM at_cols *c, const att_dims *a, __global const 
         c->vis[li] = lse == -INFINITY ? 0 : x.vis;
         c->lse[li] = lse;
         c->delta[li] = x.rr < R ? stats[sto + x.row * 2 + 1] : 0;
+        if (c->vis[li] > j0)
+            c->seen = step;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    int any = 0;
-    for (int i = 0; i < AT_ROWS; i++)
-        any |= c->vis[i] > j0;
-    return any;
+    return c->seen == step;
 }
 
 /* dK and dV of a tile of keys (want: 1 dK, 2 dV, 3 both): for each query tile that sees one
@@ -1946,8 +2184,8 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
                                    long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep)
 {
     __local ushort ks[AT_KEYS * AT_LD] __attribute__((aligned(16))), vs[AT_KEYS * AT_LD] __attribute__((aligned(16)));
-    __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16)));
-    __local float red[AT_GROUP + 4 * AT_EMU];
+    __local ushort qs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ds[AT_ROWS * AT_LD] __attribute__((aligned(16)));
+    __local float red[AT_RED];
     __local at_cols cols;
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, g = lane >> 2, t = lane & 3;
@@ -1956,31 +2194,33 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
     long qp = qo + pair * R * a.D, op = doo + pair * R * a.Dv, kp = ko + pair * a.Tk * a.D;
     long vp = vo + pair * a.Tk * a.Dv, w = a.D > a.Dv ? a.D : a.Dv;
     float s[32], dp[32], gk[32], gv[32];
-    int held = 0; /* ks and vs hold K and V's tiles (one tile a head: w at most AT_COLS) */
+    int held = 0, step = 0; /* held: ks and vs hold K and V's tiles (one tile a head: w at most AT_COLS) */
+    if (li == 0)
+        cols.seen = -1; /* seen by all after at_cols_fill's first barrier */
     for (long d0 = 0; d0 < w; d0 += AT_COLS) {
         UNROLL
         for (int e = 0; e < 32; e++)
             gk[e] = gv[e] = 0;
         for (long r0 = 0; r0 < R; r0 += AT_ROWS) {
-            if (!at_cols_fill(&cols, &a, stats, sto, pair, r0, R, bo, j0))
+            if (!at_cols_fill(&cols, &a, stats, sto, pair, r0, R, bo, j0, step++))
                 continue;
-            at_scores(s, k, kp, j0, a.Tk, q, qp, r0, R, a.D, ks, xs, wr, lane, red + AT_GROUP, held);
-            at_scores(dp, v, vp, j0, a.Tk, dout, op, r0, R, a.Dv, vs, xs, wr, lane, red + AT_GROUP, held);
+            at_scores(s, k, kp, j0, a.Tk, q, qp, r0, R, a.D, ks, qs, wr, lane, red + AT_GROUP, held);
+            at_scores(dp, v, vp, j0, a.Tk, dout, op, r0, R, a.Dv, vs, ds, wr, lane, red + AT_GROUP, held);
             held = w <= AT_COLS;
             UNROLL
             for (int e = 0; e < 32; e++) {
                 int c = 8 * (e >> 2) + 2 * t + (e & 1);
                 long j = j0 + wr + g + 8 * ((e >> 1) & 1);
-                att_grad_at(&a, bias, cols.bias[c], cols.row[c], j, cols.vis[c], cols.lse[c], cols.delta[c], &s[e],
+                att_grad_at(&a, bias, cols.bias[c], cols.row[c], j, cols.vis[c], cols.lse[c], cols.delta[c], 1, &s[e],
                            &dp[e]);
             }
-            if (want & 2) { /* dO's columns from d0 */
-                at_tile(xs, dout, op, r0, R, d0, a.Dv, 0);
-                at_times_tile(gv, dp, xs, lane, red + AT_GROUP);
+            if (want & 2) { /* dO's columns from d0 (ds holds them when one tile holds dO) */
+                at_tile(ds, dout, op, r0, R, d0, a.Dv, a.Dv <= AT_COLS);
+                at_times_tile(gv, dp, ds, lane, red + AT_GROUP);
             }
             if (want & 1) {
-                at_tile(xs, q, qp, r0, R, d0, a.D, 0);
-                at_times_tile(gk, s, xs, lane, red + AT_GROUP);
+                at_tile(qs, q, qp, r0, R, d0, a.D, a.D <= AT_COLS);
+                at_times_tile(gk, s, qs, lane, red + AT_GROUP);
             }
         }
         UNROLL

@@ -19,10 +19,12 @@
  * one work-item per bias element, recomputing its scores. Attention dropout: DROPOUT's
  * mask (rci_gpu_mask_of), redrawn by every kernel.
  *
- * With rc_set_tiled_attention on a device with mma (CUDA, sm_80 and later), bf16 nodes
- * take no products and no scratch: kernels.cl's k_attention_tile (forward),
- * k_attention_tile_stats, k_attention_tile_dq and k_attention_tile_dkv keep each tile's scores on chip
- * (FlashAttention-2's loops) and multiply on tensor cores (ATT_TILED, below). */
+ * With rc_set_tiled_attention on a device with mma (CUDA, sm_80 and later), bf16 nodes of at
+ * least ATT_TILE_MIN_ROWS query rows a pair take no products and no scratch: kernels.cl's
+ * k_attention_tile (forward), k_attention_tile_stats, k_attention_tile_dq and
+ * k_attention_tile_dkv keep each tile's scores on chip (FlashAttention-2's loops) and
+ * multiply on tensor cores, the probabilities and their gradients rounded to bf16 for their
+ * products as FlashAttention does (ATT_TILED, below). */
 #include "node.h"
 #include "redco/device.h"
 
@@ -33,7 +35,8 @@ enum {
     ATT_CHUNK_SHARE = 128,          /* or this share of the device's memory, where that is more */
     ATT_BLOCK = 256,                /* query rows a block of a causal node's products */
     ATT_SPLITS = 3,                 /* 16-bit parts of a split product's float operand (kernels.cl's) */
-    ATT_ALIGN = 64                  /* floats: where each part of the scratch starts */
+    ATT_ALIGN = 64,                 /* floats: where each part of the scratch starts */
+    ATT_TILE_MIN_ROWS = 16          /* query rows a pair needs for tiles (a warp's of 64) */
 };
 
 /* How a node's products run: f32 values in f32 (ATT_F32); 16-bit values widened into f32
@@ -81,14 +84,18 @@ void rci_gpu_attention_split(int on)
     att_split_force = on;
 }
 
-/* the node's mode on g: ATT_SPLIT for bf16 where g has matmul_wide (or where tests force
- * it: rci_gpu_attention_split) */
+/* the node's mode on g: ATT_TILED for bf16 where asked for and a pair has at least a
+ * warp's ATT_TILE_MIN_ROWS query rows (decoding's few rows would leave a work-group's 64
+ * mostly empty: they take the products); ATT_SPLIT for bf16 where g has matmul_wide (or
+ * where tests force it: rci_gpu_attention_split) */
 static int att_mode(const rci_gpu *g, const rc_tensor *node)
 {
     rc_dtype store = rci_gpu_storage(node);
     if (store == RC_F32)
         return ATT_F32;
-    if (store == RC_BF16 && (att_tiled == 2 || (att_tiled == 1 && g->mma)))
+    const rc_tensor *q = node->src[0], *k = node->src[1];
+    int64_t rows = k->shape[1] > 0 ? q->shape[1] / k->shape[1] * q->shape[2] : 0;
+    if (store == RC_BF16 && (att_tiled == 2 || (att_tiled == 1 && g->mma)) && rows >= ATT_TILE_MIN_ROWS)
         return ATT_TILED;
     int split = store == RC_BF16 && (att_split_force >= 0 ? att_split_force : g->ops->matmul_wide != NULL);
     if (!split)
