@@ -175,10 +175,11 @@ int cli_zero(const char *cmd, const char *v, int *out)
 
 int cli_attention(const char *cmd, const char *v)
 {
-    if (strcmp(v, "fused") && strcmp(v, "unfused") && strcmp(v, "tiled"))
-        return cli_usage(cmd, "--attention '%s': fused, tiled or unfused", v);
+    /* tiled: what fused was called while tiles were not the default */
+    if (strcmp(v, "fused") && strcmp(v, "unfused") && strcmp(v, "tiled") && strcmp(v, "products"))
+        return cli_usage(cmd, "--attention '%s': fused, products or unfused", v);
     rc_set_fused_attention(strcmp(v, "unfused") != 0);
-    rc_set_tiled_attention(!strcmp(v, "tiled"));
+    rc_set_tiled_attention(strcmp(v, "products") != 0);
     return 0;
 }
 

@@ -15,7 +15,7 @@ static const char *help =
     "usage: redco generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
     "                      [--top-k K] [--top-p P] [--num-beams B] [--seed S] [--tokenizer DIR]\n"
     "                      [--dtype f32|bf16|f16] [--mp N] [--allow-replicate] [--nproc P]\n"
-    "                      [--device D] [--tf32] [--attention fused|tiled|unfused] [--lora DIR] [--json]\n"
+    "                      [--device D] [--tf32] [--attention fused|products|unfused] [--lora DIR] [--json]\n"
     "\n"
     "Continues the prompt with the model (a Hugging Face model directory, e.g. a workdir's\n"
     "final/) and prints the prompt and the new text. Temperature 0 (the default) is greedy;\n"

@@ -15,7 +15,7 @@ static const char *help =
     "usage: redco plan --model PRESET|DIR --mp N [--dp N] [--batch-size B] [--seq-len T]\n"
     "                  [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--allow-replicate]\n"
     "                  [--zero [1|2|3]] [--remat[=N]] [--no-dropout] [--dtype f32|bf16|f16] [--memory SIZE]\n"
-    "                  [--attention fused|tiled|unfused] [--device D] [--ranks-per-host N] [--json]\n"
+    "                  [--attention fused|products|unfused] [--device D] [--ranks-per-host N] [--json]\n"
     "\n"
     "Derives from the model's graph how each parameter splits over N model shards (whole\n"
     "heads for attention, alternating column/row splits for linear chains, the vocabulary\n"
@@ -50,10 +50,10 @@ static const char *help =
     "--dtype bf16|f16: 16-bit weights and activations with f32 master weights, as `redco\n"
     "train --dtype` (the step's graph recorded in that dtype). --attention unfused:\n"
     "attention as product, softmax, product, as `redco train --attention unfused` (every\n"
-    "layer's [T, T] probabilities among the activations); --attention tiled: with --device\n"
-    "cuda, bf16 attention in tiles, no scratch for its scores. --memory SIZE (80GB = 80e9\n"
-    "bytes, 24GiB = 24 x 2^30, 512MiB): whether one rank fits, and the largest preset of the\n"
-    "model's family that fits under the same mesh and options.\n"
+    "layer's [T, T] probabilities among the activations); --attention products: with\n"
+    "--device cuda, bf16 attention from products over scratch, not in tiles. --memory SIZE\n"
+    "(80GB = 80e9 bytes, 24GiB = 24 x 2^30, 512MiB): whether one rank fits, and the largest\n"
+    "preset of the model's family that fits under the same mesh and options.\n"
     "--ranks-per-host N: how the mesh lies on hosts of N ranks each (mpiexec and Slurm place\n"
     "ranks in order, N a host), whether each axis' groups stay inside a host, and the bytes\n"
     "of one step that cross the network (each group's collective counted as a ring).\n";
@@ -241,8 +241,8 @@ static void options_text(const options *o, char *buf, size_t size)
     int n = snprintf(buf, size, "%s weights, AdamW", rc_dtype_name(o->dtype));
     if (o->unfused)
         n += snprintf(buf + n, size - (size_t)n, ", unfused attention");
-    else if (rc_get_tiled_attention())
-        n += snprintf(buf + n, size - (size_t)n, ", tiled attention");
+    else if (!rc_get_tiled_attention())
+        n += snprintf(buf + n, size - (size_t)n, ", attention from products");
     if (o->remat)
         n += snprintf(buf + n, size - (size_t)n, ", remat every %lld block%s", (long long)o->remat,
                       o->remat > 1 ? "s" : "");
@@ -478,7 +478,7 @@ static void print_json(const rc_model_config *c, const options *o, const model_g
                             (json_int_t)comm->allreduce_bwd, "model_bytes_forward", comm->bytes_fwd,
                             "model_bytes_backward", comm->bytes_bwd, "data_allreduce",
                             (json_int_t)(o->zero ? 0 : buckets), "model_allgather", (json_int_t)comm->allgather_fwd,
-                            "attention", o->unfused ? "unfused" : rc_get_tiled_attention() ? "tiled" : "fused");
+                            "attention", o->unfused ? "unfused" : rc_get_tiled_attention() ? "fused" : "products");
     /* with zero the gradients are reduce-scattered (zero 2: each micro-batch's, a window at
      * a time; zero 3: each layer's) and the updated weights all-gathered (zero 3: each layer
      * gathered where the step reads it) */

@@ -24,7 +24,7 @@ static const char *train_help =
     "                   [--eval-data PATH] [--eval-every N] [--save-every N] [--save-total-limit N]\n"
     "                   [--log-every N] [--profile]\n"
     "                   [--resume] [--no-shuffle] [--no-dropout] [--nproc P] [--device D] [--tf32] [--remat[=N]]\n"
-    "                   [--attention fused|tiled|unfused]\n"
+    "                   [--attention fused|products|unfused]\n"
     "                   [--zero [1|2|3]] [--dtype f32|bf16|f16] [--loss-scale S] [--loss-scale-window N]\n"
     "                   [--json] [--shard NAME=AXIS[:GROUPS]|NAME=replicated ...] [--collective-timeout S]\n"
     "                   [--lora-r R [--lora-alpha A] [--lora-targets M,M,...] [--lora-merge]]\n"
@@ -60,8 +60,10 @@ static const char *train_help =
     "layer's [T, T] probabilities for the backward pass, instead of the fused op (default),\n"
     "which keeps none: the same training to rounding, far more activation memory (`redco\n"
     "plan` shows it); faster only where the fused kernels are slower (README: GPU figures).\n"
-    "--attention tiled: the fused op, bf16 on a CUDA device (sm_80 and later) in tiles on\n"
-    "tensor cores, each tile's scores kept on chip, instead of matrix products over scratch.\n"
+    "On a CUDA device (sm_80 and later) the fused op's bf16 attention runs in tiles on tensor\n"
+    "cores, each tile's scores kept on chip, the probabilities rounded to bf16 for their\n"
+    "products as FlashAttention does; --attention products runs it from matrix products over\n"
+    "scratch instead, every product float's to its sums (tiled: the same as fused).\n"
     "--zero shards the AdamW moments over the data-parallel processes (ZeRO stage 1): each\n"
     "keeps and updates 1/dp of them; gradients are reduce-scattered and the updated weights\n"
     "all-gathered. The same training to float rounding; checkpoints are unchanged.\n"
@@ -117,7 +119,7 @@ static const char *train_help =
 static const char *eval_help =
     "usage: redco eval --model DIR --data PATH [--tokenizer DIR] [--seq-len N] [--batch-size N]\n"
     "                  [--mp N] [--nproc P] [--device D] [--tf32] [--dtype f32|bf16|f16] [--lora DIR]\n"
-    "                  [--attention fused|tiled|unfused] [--json] [--collective-timeout S]\n"
+    "                  [--attention fused|products|unfused] [--json] [--collective-timeout S]\n"
     "\n"
     "Mean cross-entropy of the model over every predicted token of the data (language-model\n"
     "windows as in training), its perplexity, and the token count. With --json the last line\n"
@@ -140,7 +142,7 @@ typedef struct {
     double lr, wd, clip, loss_scale, coll_timeout;
     int64_t loss_scale_window;
     int resume, no_shuffle, no_dropout, json, zero, tf32, profile;
-    const char *attention;            /* --attention: "fused" (NULL: not given), "tiled" or "unfused" */
+    const char *attention;            /* --attention: "fused" (NULL: not given), "products", "unfused" (or "tiled") */
     rc_dtype dtype;
     cli_shards shards;
 } options;

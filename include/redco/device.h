@@ -82,11 +82,12 @@ void rc_device_close(rc_backend *be);
  * tf32). NULL does nothing. */
 void rc_device_allow_tf32(rc_backend *be, int on);
 /* How CUDA devices of compute capability 8.0 and later run bf16 fused attention
- * (rc_attention) in the plans made after the call, process-wide: on, in tiles on tensor
- * cores (FlashAttention-2's loops: each tile's scores stay on chip; `--attention tiled`);
- * off (the default), from the device's matrix products over chunks of heads, the scores in
- * scratch. Both compute the same function to the same tolerances; other devices and dtypes
- * are unchanged. */
+ * (rc_attention) in the plans made after the call, process-wide: on (the default), in tiles
+ * on tensor cores (FlashAttention-2's loops: each tile's scores stay on chip; the
+ * probabilities and their gradients rounded to bf16 for their products, as FlashAttention
+ * does) wherever a (batch, kv head) pair has at least 16 query rows; off, from the device's
+ * matrix products over chunks of heads, the scores in scratch, every product float's to its
+ * sums (`--attention products`). Other devices and dtypes are unchanged. */
 void rc_set_tiled_attention(int on);
 int rc_get_tiled_attention(void);
 

@@ -262,17 +262,22 @@ def main():
           f"plan --attention unfused: activations {[p and p['memory_bytes']['activations'] for p in plans]}")
     print("--attention unfused: train and eval as the fused op; plan's activations",
           [p and p["memory_bytes"]["activations"] for p in plans])
-    # --attention tiled: the fused op, which only a CUDA device's bf16 attention runs in
-    # tiles; on the CPU the same run to the bit, and the run's configuration keeps it
-    ti_dir = os.path.join(tmp, "tiled")
-    ti = last_json(run(redco, "train", *base, "--workdir", ti_dir, "--steps=3", "--lr=0.003", "--json",
-                       "--attention", "tiled"))
-    check(ti is not None and ref is not None and ti["loss"] == ref["loss"],
-          f"train --attention tiled: {ti} vs the fused run's {ref}")
-    conf = os.path.join(ti_dir, "run_config.json")
-    check(os.path.exists(conf) and json.load(open(conf)).get("attention") == "tiled",
-          "run_config.json keeps --attention tiled")
-    print("--attention tiled: on the CPU the fused op's run to the bit")
+    # --attention products (and tiled, fused's older name): the fused op, which only a CUDA
+    # device's bf16 attention runs otherwise; on the CPU the same run to the bit, the run's
+    # configuration keeps the name, and the plan says which
+    for how in ("products", "tiled"):
+        ti_dir = os.path.join(tmp, how)
+        ti = last_json(run(redco, "train", *base, "--workdir", ti_dir, "--steps=3", "--lr=0.003", "--json",
+                           "--attention", how))
+        check(ti is not None and ref is not None and ti["loss"] == ref["loss"],
+              f"train --attention {how}: {ti} vs the fused run's {ref}")
+        conf = os.path.join(ti_dir, "run_config.json")
+        check(os.path.exists(conf) and json.load(open(conf)).get("attention") == how,
+              f"run_config.json keeps --attention {how}")
+    pp = last_json(run(redco, "plan", "--model", "gpt2", "--mp", "1", "--batch-size", "4", "--seq-len", "1024",
+                       "--json", "--attention", "products"))
+    check(pp is not None and pp["attention"] == "products", f"plan --attention products: {pp and pp['attention']}")
+    print("--attention products, tiled: on the CPU the fused op's run to the bit")
 
     # --remat: recomputing the blocks in the backward pass leaves the weights bitwise the same,
     # on one process and on 2 model shards

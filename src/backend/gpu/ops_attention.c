@@ -56,7 +56,7 @@ typedef struct {
 } att_shape;
 
 static int att_split_force = -1;
-static int att_tiled = 0; /* 1: bf16 in tiles where the device has mma; 2: on every device */
+static int att_tiled = 1; /* 1 (the default): bf16 in tiles where the device has mma; 2: on every device */
 static int64_t att_block_rows = ATT_BLOCK;
 
 void rc_set_tiled_attention(int on)
