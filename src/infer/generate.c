@@ -3,6 +3,7 @@
  * buffers between steps; T5 re-runs the whole prefix), greedy and sampled token choice, and beam
  * search as transformers 4.36 does it. See redco/predict.h for the exact semantics. */
 #include "step.h"
+#include "infer.h"
 #include "redco/predict.h"
 
 #include <math.h>
@@ -379,15 +380,11 @@ static int decoder_expand(decoder *d, int rows, rc_error *err)
 
 /* ---- choosing tokens ---------------------------------------------------------------------- */
 
-typedef struct {
-    double v;
-    int32_t id;
-} scored;
 
 /* descending value, then ascending id */
 static int scored_desc(const void *a, const void *b)
 {
-    const scored *x = a, *y = b;
+    const rci_scored *x = a, *y = b;
     if (x->v != y->v)
         return x->v > y->v ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
@@ -396,7 +393,7 @@ static int scored_desc(const void *a, const void *b)
 /* ascending id */
 static int scored_by_id(const void *a, const void *b)
 {
-    const scored *x = a, *y = b;
+    const rci_scored *x = a, *y = b;
     return (x->id > y->id) - (x->id < y->id);
 }
 
@@ -414,10 +411,10 @@ static int32_t pick_greedy(const float *l, int64_t V)
  * their last bits (another mesh's sums) then move the draw's boundaries by as little,
  * where in order of probability two near-equal tokens could swap places, and the draw
  * with them; work holds V entries */
-static int32_t pick_sample(const float *l, int64_t V, const rc_generate_options *o, rc_rng key, scored *work)
+int32_t rci_pick_sample(const float *l, int64_t V, const rc_generate_options *o, rc_rng key, rci_scored *work)
 {
     for (int64_t i = 0; i < V; i++)
-        work[i] = (scored){(double)l[i] / o->temperature, (int32_t)i};
+        work[i] = (rci_scored){(double)l[i] / o->temperature, (int32_t)i};
     qsort(work, (size_t)V, sizeof *work, scored_desc);
     int64_t keep = V;
     if (o->top_k > 0 && o->top_k < V) {
@@ -548,7 +545,7 @@ static int run_sampling(decoder *d, const int32_t *prompts, int64_t n_prompt, co
 {
     int R = d->rows, M = o->max_new_tokens;
     int64_t V = d->c->vocab_size;
-    scored *work = o->temperature > 0 ? malloc((size_t)V * sizeof *work) : NULL;
+    rci_scored *work = o->temperature > 0 ? malloc((size_t)V * sizeof *work) : NULL;
     int32_t *next = malloc((size_t)R * sizeof *next);
     char *live = malloc((size_t)R);
     if ((o->temperature > 0 && !work) || !next || !live) {
@@ -574,7 +571,7 @@ static int run_sampling(decoder *d, const int32_t *prompts, int64_t n_prompt, co
                 break;
             }
             int32_t tok = o->temperature > 0
-                              ? pick_sample(l, V, o, rc_rng_fold(rc_rng_fold(base, (uint64_t)step), (uint64_t)r), work)
+                              ? rci_pick_sample(l, V, o, rc_rng_fold(rc_rng_fold(base, (uint64_t)step), (uint64_t)r), work)
                               : pick_greedy(l, V);
             out[(int64_t)r * M + n_out[r]++] = tok;
             next[r] = tok;
@@ -651,7 +648,7 @@ static int hyps_done(const beam_hyps *b, double best_sum, int64_t cur_len_genera
 }
 
 /* the top n (score desc, flat index asc) of k rows of V scores into cand (sorted) */
-static void top_candidates(const double *scores, int64_t total, scored *cand, int64_t *flat, int n)
+static void top_candidates(const double *scores, int64_t total, rci_scored *cand, int64_t *flat, int n)
 {
     int have = 0;
     for (int64_t i = 0; i < total; i++) {
@@ -677,7 +674,7 @@ static int run_beams(decoder *d, const int32_t *prompt, int64_t n_prompt, const 
     beam_hyps hyps = {calloc((size_t)k + 1, sizeof(beam_hyp)), 0, k, 1e9};
     double *scores = malloc((size_t)k * (size_t)V * sizeof *scores), *beam = malloc((size_t)k * sizeof *beam);
     double *nscore = malloc((size_t)k * sizeof *nscore);
-    scored *cand = malloc((size_t)nc * sizeof *cand);
+    rci_scored *cand = malloc((size_t)nc * sizeof *cand);
     int64_t *flat = malloc((size_t)nc * sizeof *flat);
     int32_t *seq = malloc((size_t)k * (size_t)M * sizeof *seq), *nseq = malloc((size_t)k * (size_t)M * sizeof *seq);
     int32_t *ntok = malloc((size_t)k * sizeof *ntok);

@@ -13,4 +13,14 @@ void rci_predictor_use_shards(struct rc_predictor *p, const rc_shard_spec *specs
  * layer by layer, as the train step does (share.gathered and share.scatter are not used) */
 void rci_predictor_use_gather(struct rc_predictor *p, const rci_gather_run *share);
 
+/* a token's scaled logit, or its probability, and its id: generate's sampling work */
+typedef struct {
+    double v;
+    int32_t id;
+} rci_scored;
+
+/* one sampled token of logits l [V] under o's temperature (> 0), top-k and top-p, drawn
+ * with key; work: V entries (generate.c's sampling, for tests) */
+int32_t rci_pick_sample(const float *l, int64_t V, const rc_generate_options *o, rc_rng key, rci_scored *work);
+
 #endif

@@ -12,13 +12,17 @@
  * an uncached full forward over the prefix so far (each decoder family, and T5 against its
  * full encoder-decoder forward); sampling is deterministic for a seed and differs across
  * seeds; top-k = 1 and a vanishing top-p equal greedy; top-k = 3 only ever picks one of the
- * three most likely tokens; EOS stops generation and is included; max_new_tokens bounds
+ * three most likely tokens; a draw walks the kept tokens in id order, so logits that differ
+ * in their last bits (two near-equal ones swapping their order) draw the same token for a
+ * seed, and the draws' frequencies follow the probabilities (rci_pick_sample, with and
+ * without top-k); EOS stops generation and is included; max_new_tokens bounds
  * the output; a batch of prompts decodes as the prompts one by one (greedy); beam search
  * is deterministic and, over two steps, finds the best pair among the beams' first tokens
  * (T5 and GPT-2); bad requests are errors naming the value; the decode steps' phase times
  * (rc_generate_stats) count every step after the prompt's, and timing them and their
  * kernels changes no token. */
 #include "check.h"
+#include "infer.h"
 #include "redco/predict.h"
 
 #include <math.h>
@@ -241,6 +245,39 @@ static void test_sampling(const char *preset)
     }
     free(greedy), free(a), free(b), free(c), free(tk), free(tp), free(t3);
     rc_model_free(m);
+}
+
+/* The draw over three tokens whose last two logits are near-equal, then the same two
+ * swapped by an ulp (their order of probability swaps): the same token for every seed,
+ * where walking them in order of probability would give the other whenever the draw falls
+ * in the first one's share; the frequencies over the seeds near the probabilities, and
+ * with top-k 2 token 0 never */
+static void test_sample_order(void)
+{
+    enum { V = 3, SEEDS = 4000 };
+    float one = 1.0f, up = nextafterf(1.0f, 2.0f);
+    const float l[V] = {0.0f, one, up}, swapped[V] = {0.0f, up, one};
+    rc_generate_options o = {.temperature = 1.0, .top_p = 1.0, .num_beams = 1};
+    rci_scored work[V];
+    int same_all = 1, count[V] = {0}, k2_zero = 0;
+    for (int s = 0; s < SEEDS; s++) {
+        rc_rng key = rc_rng_new((uint64_t)s);
+        int32_t a = rci_pick_sample(l, V, &o, key, work), b = rci_pick_sample(swapped, V, &o, key, work);
+        same_all &= a == b;
+        count[a]++;
+        rc_generate_options k2 = o;
+        k2.top_k = 2;
+        k2_zero += rci_pick_sample(l, V, &k2, key, work) == 0;
+    }
+    double e = exp(1.0), p0 = 1 / (1 + 2 * e), p1 = e / (1 + 2 * e);
+    CHECKF(same_all, "sampling: logits an ulp apart drew different tokens for a seed");
+    CHECKF(fabs(count[0] / (double)SEEDS - p0) < 0.03 && fabs(count[1] / (double)SEEDS - p1) < 0.03 &&
+           fabs(count[2] / (double)SEEDS - p1) < 0.03, "sampling: frequencies %d %d %d of %d, probabilities "
+           "%.3f %.3f %.3f", count[0], count[1], count[2], SEEDS, p0, p1, p1);
+    CHECKF(k2_zero == 0, "sampling: top-k 2 drew the least likely token %d times", k2_zero);
+    printf("sampling: %d seeds draw the same token from logits an ulp apart; frequencies %.3f %.3f %.3f "
+           "(probabilities %.3f %.3f %.3f)\n", SEEDS, count[0] / (double)SEEDS, count[1] / (double)SEEDS,
+           count[2] / (double)SEEDS, p0, p1, p1);
 }
 
 static int stop_after_two(int row, int32_t id, void *user)
@@ -533,6 +570,7 @@ int main(int argc, char **argv)
     }
     test_greedy_matches_forward("tiny-t5");
     test_sampling("tiny-t5");
+    test_sample_order();
     test_eos_and_limits();
     test_beams("tiny-t5");
     test_beams("tiny-gpt2");
