@@ -1803,6 +1803,36 @@ static void at_tile(LOCAL_MEM ushort *t, __global const store_t *x, long xo, lon
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+/* A held walk's copied tile, ready: its copy waited for (the newest group may still be in
+ * flight) and made visible to the work-group */
+static void at_copy_ready(void)
+{
+    at_copy_wait(1);
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* After the work-group's last read of the local tile t this key tile: the copy of the walk's
+ * next one into it, rows [j0 ..) of x [n, w] (nothing where `more` is 0), a group either way */
+static void at_copy_next(LOCAL_MEM ushort *t, __global const store_t *x, long xo, long j0, long n, long w, int more)
+{
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (more)
+        at_copy(t, x, xo, j0, n, 0, w);
+    at_copy_commit();
+}
+
+/* c [8 tiles, 4] = the warp's 16 rows (from wr) of local tile x times the transpose of the
+ * held walk's copied tile y, once ready (at_scores' product where one tile holds a head) */
+static void at_held_scores(float *c, LOCAL_MEM const ushort *x, int wr, LOCAL_MEM const ushort *y, int lane,
+                           LOCAL_MEM float *emu)
+{
+    UNROLL
+    for (int e = 0; e < 32; e++)
+        c[e] = 0;
+    at_copy_ready();
+    at_times_rows(c, x, wr, y, lane, emu);
+}
+
 /* the keys the query rows [r0, r0 + AT_ROWS) of a pair see, at most (all Tk unless causal) */
 static long at_keys_seen(const att_dims *a, long r0, long R)
 {
@@ -1915,24 +1945,14 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
         l[0] = l[1] = 0;
         if (held && kend > 0) {
             at_load(xs, q, qp, r0, R, 0, a.D);
-            at_copy(ys, k, kp, 0, a.Tk, 0, a.D);
-            at_copy_commit();
-            at_copy(vs, v, vp, 0, a.Tk, 0, a.Dv);
-            at_copy_commit();
+            at_copy_next(ys, k, kp, 0, a.Tk, a.D, 1);
+            at_copy_next(vs, v, vp, 0, a.Tk, a.Dv, 1);
         }
         for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
             int more = j0 + AT_KEYS < kend;
-            if (held) { /* K's copy waited for (V's may go on), S, then the next K's copy */
-                at_copy_wait(1);
-                barrier(CLK_LOCAL_MEM_FENCE);
-                UNROLL
-                for (int e = 0; e < 32; e++)
-                    s[e] = 0;
-                at_times_rows(s, xs, wr, ys, lane, red + AT_GROUP);
-                barrier(CLK_LOCAL_MEM_FENCE);
-                if (more)
-                    at_copy(ys, k, kp, j0 + AT_KEYS, a.Tk, 0, a.D);
-                at_copy_commit();
+            if (held) { /* S once K's copy is in (V's may go on), then the next K's copy */
+                at_held_scores(s, xs, wr, ys, lane, red + AT_GROUP);
+                at_copy_next(ys, k, kp, j0 + AT_KEYS, a.Tk, a.D, more);
             } else {
                 at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP,
                           (j0 > 0 || d0 > 0) && a.D <= AT_COLS); /* V goes to ys: xs keeps Q */
@@ -1948,14 +1968,10 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
             UNROLL
             for (int h = 0; h < 2; h++)
                 l[h] = l[h] * alpha[h] + at_quad(red, sum[h], 1);
-            if (held) { /* V's copy waited for (the next K's may go on), O += P V, the next V's copy */
-                at_copy_wait(1);
-                barrier(CLK_LOCAL_MEM_FENCE);
+            if (held) { /* O += P V once V's copy is in (the next K's may go on), the next V's copy */
+                at_copy_ready();
                 at_times_tile(acc, s, vs, lane, red + AT_GROUP);
-                barrier(CLK_LOCAL_MEM_FENCE);
-                if (more)
-                    at_copy(vs, v, vp, j0 + AT_KEYS, a.Tk, 0, a.Dv);
-                at_copy_commit();
+                at_copy_next(vs, v, vp, j0 + AT_KEYS, a.Tk, a.Dv, more);
             } else {
                 barrier(CLK_LOCAL_MEM_FENCE);
                 at_load(ys, v, vp, j0, a.Tk, d0, a.Dv);
@@ -2003,31 +2019,16 @@ __kernel void k_attention_tile_stats(__global float *stats, long sto, __global c
     if (held && kend > 0) {
         at_load(qs, q, qp, r0, R, 0, a.D);
         at_load(ds, dout, op, r0, R, 0, a.Dv);
-        at_copy(ys, k, kp, 0, a.Tk, 0, a.D);
-        at_copy_commit();
-        at_copy(vs, v, vp, 0, a.Tk, 0, a.Dv);
-        at_copy_commit();
+        at_copy_next(ys, k, kp, 0, a.Tk, a.D, 1);
+        at_copy_next(vs, v, vp, 0, a.Tk, a.Dv, 1);
     }
     for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
         int more = j0 + AT_KEYS < kend;
         if (held) {
-            UNROLL
-            for (int e = 0; e < 32; e++)
-                s[e] = dp[e] = 0;
-            at_copy_wait(1);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            at_times_rows(s, qs, wr, ys, lane, red + AT_GROUP);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (more)
-                at_copy(ys, k, kp, j0 + AT_KEYS, a.Tk, 0, a.D);
-            at_copy_commit();
-            at_copy_wait(1);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            at_times_rows(dp, ds, wr, vs, lane, red + AT_GROUP);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (more)
-                at_copy(vs, v, vp, j0 + AT_KEYS, a.Tk, 0, a.Dv);
-            at_copy_commit();
+            at_held_scores(s, qs, wr, ys, lane, red + AT_GROUP);
+            at_copy_next(ys, k, kp, j0 + AT_KEYS, a.Tk, a.D, more);
+            at_held_scores(dp, ds, wr, vs, lane, red + AT_GROUP);
+            at_copy_next(vs, v, vp, j0 + AT_KEYS, a.Tk, a.Dv, more);
         } else {
             at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, qs, ys, wr, lane, red + AT_GROUP, 0);
             at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, ds, ys, wr, lane, red + AT_GROUP, 0);
@@ -2089,27 +2090,15 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
         if (held && kend > 0) {
             at_load(qs, q, qp, r0, R, 0, a.D);
             at_load(ds, dout, op, r0, R, 0, a.Dv);
-            at_copy(vs, v, vp, 0, a.Tk, 0, a.Dv);
-            at_copy_commit();
-            at_copy(ks, k, kp, 0, a.Tk, 0, a.D);
-            at_copy_commit();
+            at_copy_next(vs, v, vp, 0, a.Tk, a.Dv, 1);
+            at_copy_next(ks, k, kp, 0, a.Tk, a.D, 1);
         }
         for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
             int more = j0 + AT_KEYS < kend;
             if (held) {
-                UNROLL
-                for (int e = 0; e < 32; e++)
-                    s[e] = dp[e] = 0;
-                at_copy_wait(1);
-                barrier(CLK_LOCAL_MEM_FENCE);
-                at_times_rows(dp, ds, wr, vs, lane, red + AT_GROUP);
-                barrier(CLK_LOCAL_MEM_FENCE);
-                if (more)
-                    at_copy(vs, v, vp, j0 + AT_KEYS, a.Tk, 0, a.Dv);
-                at_copy_commit();
-                at_copy_wait(1);
-                barrier(CLK_LOCAL_MEM_FENCE);
-                at_times_rows(s, qs, wr, ks, lane, red + AT_GROUP);
+                at_held_scores(dp, ds, wr, vs, lane, red + AT_GROUP);
+                at_copy_next(vs, v, vp, j0 + AT_KEYS, a.Tk, a.Dv, more);
+                at_held_scores(s, qs, wr, ks, lane, red + AT_GROUP);
             } else {
                 at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, qs, ks, wr, lane, red + AT_GROUP, 0);
                 at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, ds, vs, wr, lane, red + AT_GROUP, 0);
@@ -2123,12 +2112,8 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
             }
             at_tile(ks, k, kp, j0, a.Tk, d0, a.D, held); /* K's columns from d0 */
             at_times_tile(acc, s, ks, lane, red + AT_GROUP);
-            if (held) {
-                barrier(CLK_LOCAL_MEM_FENCE);
-                if (more)
-                    at_copy(ks, k, kp, j0 + AT_KEYS, a.Tk, 0, a.D);
-                at_copy_commit();
-            }
+            if (held)
+                at_copy_next(ks, k, kp, j0 + AT_KEYS, a.Tk, a.D, more);
         }
         at_copy_wait(0);
         UNROLL
