@@ -93,9 +93,10 @@ static rc_dtype run_dtype;
  * bf16 as FlashAttention does, so a value near zero after cancellation keeps few of the
  * CPU's ulps. Its outputs and gradients are held to FlashAttention's own criterion instead:
  * the largest error against the f64 reference at most TILES_ERROR times that of the CPU's
- * bf16 kernel (f32 inside, rounded once) on the same values. FlashAttention's tests allow
+ * bf16 kernel (f32 inside, rounded once) on the same values, or of half a bf16 ulp of the
+ * reference's largest value where the CPU's is smaller (an exact zero gradient). FlashAttention's tests allow
  * twice the error of PyTorch's bf16 attention, whose intermediates are rounded to bf16 too;
- * the CPU's kernel rounds once, so its error is the smaller: the table's cases reach 1.98
+ * the CPU's kernel rounds once, so its error is the smaller: the table's cases reach 1.91
  * times it on PoCL, hence 3. (Cases with fewer than 16 query rows a pair take the products
  * there, ops_attention.c; their ulps are held in the run without --attention-tiled.) */
 enum { TILES_ERROR = 3 };
@@ -915,12 +916,12 @@ static long ulps_apart(rc_dtype t, const uint16_t *a, const uint16_t *b, int64_t
     return worst;
 }
 
-/* the largest |a - ref| of n values */
+/* the largest |a - ref| of n values (ref NULL: the largest |a|) */
 static double max_abs_error(const double *a, const double *ref, int64_t n)
 {
     double e = 0;
     for (int64_t i = 0; i < n; i++)
-        e = fmax(e, fabs(a[i] - ref[i]));
+        e = fmax(e, fabs(a[i] - (ref ? ref[i] : 0)));
     return e;
 }
 
@@ -1025,7 +1026,8 @@ static void check_target(const op_case *c, rc_dtype t, target *tg, double *const
         int allowed = k ? c->gulps : c->ulps;
         if (tiles_precision && res.dt[k] == RC_BF16 && !strncmp(c->name, "attention", 9)) {
             double ed = max_abs_error(res.val[k], ref->val[k], res.numel[k]);
-            double ec = max_abs_error(cpu_res->val[k], ref->val[k], res.numel[k]);
+            double ec = fmax(max_abs_error(cpu_res->val[k], ref->val[k], res.numel[k]),
+                             0x1p-9 * max_abs_error(ref->val[k], NULL, res.numel[k]));
             if (ed > tiles_worst * ec) {
                 tiles_worst = ed / ec;
                 snprintf(tiles_worst_at, sizeof tiles_worst_at, "%s %s %d on %s", c->name, k ? "gradient" : "output",
