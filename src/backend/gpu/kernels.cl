@@ -1585,14 +1585,17 @@ static void at_load(LOCAL_MEM ushort *t, __global const store_t *x, long xo, lon
  * zero fill), any other chunk by plain loads; at_copy_commit closes a group of copies, and
  * at_copy_wait(1) waits until at most the newest group is still in flight (0: none). Elsewhere
  * at_copy is at_load, done at once, and commit and wait do nothing. */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && defined(RC_STORE_BF16)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/* the shared-memory address of a local tile's element, as cp.async and ldmatrix take it */
 static uint at_shared_addr(LOCAL_MEM const void *p)
 {
     uint addr;
     asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(p));
     return addr;
 }
+#endif
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && defined(RC_STORE_BF16)
 static void at_copy(LOCAL_MEM ushort *t, __global const store_t *x, long xo, long r0, long n, long c0, long w)
 {
     int li = (int)get_local_id(0);
@@ -1649,8 +1652,7 @@ static void at_copy_wait(int newest)
  * the tiles. */
 static void at_ldmatrix(uint *r, LOCAL_MEM const ushort *t, int row, int col, int trans)
 {
-    uint addr;
-    asm("{ .reg .u64 p; cvta.to.shared.u64 p, %1; cvt.u32.u64 %0, p; }" : "=r"(addr) : "l"(t + row * AT_LD + col));
+    uint addr = at_shared_addr(t + row * AT_LD + col);
     if (trans)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
