@@ -1583,7 +1583,7 @@ static void at_load(LOCAL_MEM ushort *t, __global const store_t *x, long xo, lon
  * at_copy_wait makes it visible. On CUDA sm_80 and later a whole 16-byte chunk (8 values,
  * aligned) goes by cp.async, copied while the warps go on (a row past n is zeros, cp.async's
  * zero fill), any other chunk by plain loads; at_copy_commit closes a group of copies, and
- * at_copy_wait(1) waits until at most the newest group is still in flight (0: none). Elsewhere
+ * at_copy_wait(n) waits until at most the n newest groups are still in flight (n 0 to 2). Elsewhere
  * at_copy is at_load, done at once, and commit and wait do nothing. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 /* the shared-memory address of a local tile's element, as cp.async and ldmatrix take it */
@@ -1620,9 +1620,11 @@ static void at_copy_commit(void)
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-static void at_copy_wait(int newest)
+static void at_copy_wait(int pending)
 {
-    if (newest)
+    if (pending >= 2)
+        asm volatile("cp.async.wait_group 2;" ::: "memory");
+    else if (pending == 1)
         asm volatile("cp.async.wait_group 1;" ::: "memory");
     else
         asm volatile("cp.async.wait_group 0;" ::: "memory");
@@ -1637,9 +1639,9 @@ static void at_copy_commit(void)
 {
 }
 
-static void at_copy_wait(int newest)
+static void at_copy_wait(int pending)
 {
-    (void)newest;
+    (void)pending;
 }
 #endif
 
@@ -1838,14 +1840,13 @@ static void at_held_scores(float *c, LOCAL_MEM const ushort *x, int wr, LOCAL_ME
 /* the keys the query rows [r0, r0 + AT_ROWS) of a pair see, at most (all Tk unless causal) */
 static long at_keys_seen(const att_dims *a, long r0, long R)
 {
-    if (!a->causal)
-        return a->Tk;
-    long n = 0;
-    for (long rr = r0; rr < r0 + AT_ROWS && rr < R; rr++) {
-        long v = att_visible(a, rr - idx_div(rr, a->Tq) * a->Tq);
-        n = v > n ? v : n;
-    }
-    return n;
+    if (!a->causal || r0 >= R)
+        return r0 >= R ? 0 : a->Tk;
+    /* att_visible grows with the row's i: the last row's, or row Tq - 1's where the tile
+     * passes from one head's rows to the next */
+    long last = (r0 + AT_ROWS < R ? r0 + AT_ROWS : R) - 1;
+    long i0 = r0 - idx_div(r0, a->Tq) * a->Tq, i1 = last - idx_div(last, a->Tq) * a->Tq;
+    return att_visible(a, i1 < i0 || last - r0 >= a->Tq ? a->Tq - 1 : i1);
 }
 
 /* One of a lane's two rows (h 0: g, 1: g + 8 of its warp's 16) of the query tile from r0 of
@@ -2136,34 +2137,99 @@ typedef struct {
     int seen;                   /* the last fill (its step) where a row saw the key tile */
 } at_cols;
 
-/* the query tile from r0's rows into c at the walk's step-th fill (steps count up from 0,
+/* Work-item li's row (li < AT_ROWS) of at_cols for the query tile from r0, read before the
+ * fill that stores it so that the statistics' loads are in flight meanwhile; a row past R,
+ * or of a work-item past AT_ROWS, sees nothing */
+typedef struct {
+    long row, bias, vis;
+    float lse, delta;
+} at_col;
+
+static at_col at_col_of(const att_dims *a, __global const float *stats, long sto, long pair, long r0, long R,
+                        long bo)
+{
+    long li = (long)get_local_id(0), rr = li < AT_ROWS ? r0 + li : R;
+    at_qrow x = at_qrow_of(a, pair, rr, R, bo);
+    at_col c;
+    c.row = x.row;
+    c.bias = x.r.bias;
+    c.vis = x.vis;
+    c.lse = rr < R ? stats[sto + x.row * 2] : -INFINITY;
+    c.delta = rr < R ? stats[sto + x.row * 2 + 1] : 0;
+    return c;
+}
+
+/* the work-items' at_col rows into c at the walk's step-th fill (steps count up from 0,
  * c->seen -1 before the first); 1 when one of them sees key j0 (every work-item, after the
  * barrier) */
-static int at_cols_fill(LOCAL_MEM at_cols *c, const att_dims *a, __global const float *stats, long sto, long pair,
-                        long r0, long R, long bo, long j0, int step)
+static int at_cols_fill(LOCAL_MEM at_cols *c, const at_col *x, long j0, int step)
 {
     int li = (int)get_local_id(0);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (li < AT_ROWS) {
-        at_qrow x = at_qrow_of(a, pair, r0 + li, R, bo);
-        float lse = x.rr < R ? stats[sto + x.row * 2] : -INFINITY;
-        c->row[li] = x.row;
-        c->bias[li] = x.r.bias;
-        c->vis[li] = lse == -INFINITY ? 0 : x.vis;
-        c->lse[li] = lse;
-        c->delta[li] = x.rr < R ? stats[sto + x.row * 2 + 1] : 0;
-        if (c->vis[li] > j0)
+        long vis = x->lse == -INFINITY ? 0 : x->vis;
+        c->row[li] = x->row;
+        c->bias[li] = x->bias;
+        c->vis[li] = vis;
+        c->lse[li] = x->lse;
+        c->delta[li] = x->delta;
+        if (vis > j0)
             c->seen = step;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     return c->seen == step;
 }
 
+/* the first query tile from r0 whose rows may see key j0 (at_keys_seen), R where none */
+static long at_next_rows(const att_dims *a, long r0, long R, long j0)
+{
+    while (r0 < R && at_keys_seen(a, r0, R) <= j0)
+        r0 += AT_ROWS;
+    return r0;
+}
+
+/* S^T and dP^T of the warp's keys against the query rows in cols (s, dp), turned into dS^T
+ * (s) and (z p)^T (dp) by att_grad_at with each row's statistics by column */
+static void at_dkv_probs(const att_dims *a, __global const store_t *bias, LOCAL_MEM const at_cols *cols, long j0,
+                         int wr, int lane, float *s, float *dp)
+{
+    int g = lane >> 2, t = lane & 3;
+    UNROLL
+    for (int e = 0; e < 32; e++) {
+        int c = 8 * (e >> 2) + 2 * t + (e & 1);
+        long j = j0 + wr + g + 8 * ((e >> 1) & 1);
+        att_grad_at(a, bias, cols->bias[c], cols->row[c], j, cols->vis[c], cols->lse[c], cols->delta[c], 1, &s[e],
+                    &dp[e]);
+    }
+}
+
+/* the warp's rows of dK (gk) and dV (gv), columns from d0, as want says */
+static void at_dkv_store(__global store_t *dk, long dko, __global store_t *dv, long dvo, int want, const att_dims *a,
+                         long pair, long j0, long d0, int wr, int lane, const float *gk, const float *gv)
+{
+    int g = lane >> 2, t = lane & 3;
+    UNROLL
+    for (int e = 0; e < 32; e++) {
+        long j = j0 + wr + g + 8 * ((e >> 1) & 1), d = d0 + 8 * (e >> 2) + 2 * t + (e & 1);
+        if (j < a->Tk && d < a->D && (want & 1))
+            st(dk, dko + (pair * a->Tk + j) * a->D + d, gk[e]);
+        if (j < a->Tk && d < a->Dv && (want & 2))
+            st(dv, dvo + (pair * a->Tk + j) * a->Dv + d, gv[e]);
+    }
+}
+
 /* dK and dV of a tile of keys (want: 1 dK, 2 dV, 3 both): for each query tile that sees one
- * of them S^T = K Q^T, dP^T = V dO^T, dS^T and (z p)^T (att_grad_at, the rows' statistics
- * by column), dV += (z p)^T dO, dK += dS^T Q; the G query heads sharing the pair's kv head
- * are its R rows, so dK and dV sum over them. Work-group: (pair, tile of AT_KEYS keys, 16 a
- * warp), the gradients' columns AT_COLS at a time */
+ * of them S^T = K Q^T, dP^T = V dO^T, dS^T and (z p)^T (at_dkv_probs), dV += (z p)^T dO,
+ * dK += dS^T Q; the G query heads sharing the pair's kv head are its R rows, so dK and dV
+ * sum over them. Work-group: (pair, tile of AT_KEYS keys, 16 a warp).
+ *
+ * Where one tile holds a head (D, Dv at most AT_COLS) K and V stay in ks and vs, and the
+ * walk over the query tiles at_next_rows finds copies while it computes (at_copy): the next
+ * tile's Q at a step's start into the other of qs's two tiles, its dO into ds once dV's
+ * product has read this one's, its rows' statistics into registers (at_col). The copies'
+ * groups go Q, dO, next Q, so a step waits for its Q with two groups left in flight and for
+ * its dO with one. Elsewhere the gradients' columns go AT_COLS at a time, each query tile's
+ * products through at_scores. */
 __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global store_t *dv, long dvo, int want,
                                    __global const float *stats, long sto, __global const store_t *q, long qo,
                                    __global const store_t *k, long ko, __global const store_t *v, long vo,
@@ -2171,52 +2237,80 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
                                    long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep)
 {
     __local ushort ks[AT_KEYS * AT_LD] __attribute__((aligned(16))), vs[AT_KEYS * AT_LD] __attribute__((aligned(16)));
-    __local ushort qs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ds[AT_ROWS * AT_LD] __attribute__((aligned(16)));
+    __local ushort qs[2 * AT_ROWS * AT_LD] __attribute__((aligned(16))), ds[AT_ROWS * AT_LD] __attribute__((aligned(16)));
     __local float red[AT_RED];
     __local at_cols cols;
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
-    int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, g = lane >> 2, t = lane & 3;
+    int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16;
     long G = idx_div(a.H, a.KV), R = G * a.Tq, tiles = (a.Tk + AT_KEYS - 1) / AT_KEYS, gid = (long)get_group_id(0);
     long pair = idx_div(gid, tiles), j0 = (gid - pair * tiles) * AT_KEYS;
     long qp = qo + pair * R * a.D, op = doo + pair * R * a.Dv, kp = ko + pair * a.Tk * a.D;
     long vp = vo + pair * a.Tk * a.Dv, w = a.D > a.Dv ? a.D : a.Dv;
+    LOCAL_MEM float *emu = red + AT_GROUP;
     float s[32], dp[32], gk[32], gv[32];
-    int held = 0, step = 0; /* held: ks and vs hold K and V's tiles (one tile a head: w at most AT_COLS) */
+    int step = 0;
     if (li == 0)
         cols.seen = -1; /* seen by all after at_cols_fill's first barrier */
-    for (long d0 = 0; d0 < w; d0 += AT_COLS) {
+    if (w <= AT_COLS) {
         UNROLL
         for (int e = 0; e < 32; e++)
             gk[e] = gv[e] = 0;
-        for (long r0 = 0; r0 < R; r0 += AT_ROWS) {
-            if (!at_cols_fill(&cols, &a, stats, sto, pair, r0, R, bo, j0, step++))
-                continue;
-            at_scores(s, k, kp, j0, a.Tk, q, qp, r0, R, a.D, ks, qs, wr, lane, red + AT_GROUP, held);
-            at_scores(dp, v, vp, j0, a.Tk, dout, op, r0, R, a.Dv, vs, ds, wr, lane, red + AT_GROUP, held);
-            held = w <= AT_COLS;
+        long r0 = at_next_rows(&a, 0, R, j0);
+        at_load(ks, k, kp, j0, a.Tk, 0, a.D);
+        at_load(vs, v, vp, j0, a.Tk, 0, a.Dv);
+        at_col x = at_col_of(&a, stats, sto, pair, r0, R, bo);
+        at_copy_next(qs, q, qp, r0, R, a.D, r0 < R);
+        at_copy_next(ds, dout, op, r0, R, a.Dv, r0 < R);
+        for (int b = 0; r0 < R; b ^= 1) {
+            long rn = at_next_rows(&a, r0 + AT_ROWS, R, j0);
+            LOCAL_MEM ushort *qt = qs + b * AT_ROWS * AT_LD;
+            int any = at_cols_fill(&cols, &x, j0, step++);
+            x = at_col_of(&a, stats, sto, pair, rn, R, bo);
+            at_copy_next(qs + (b ^ 1) * AT_ROWS * AT_LD, q, qp, rn, R, a.D, rn < R);
+            at_copy_wait(2); /* this tile's Q */
+            barrier(CLK_LOCAL_MEM_FENCE);
             UNROLL
-            for (int e = 0; e < 32; e++) {
-                int c = 8 * (e >> 2) + 2 * t + (e & 1);
-                long j = j0 + wr + g + 8 * ((e >> 1) & 1);
-                att_grad_at(&a, bias, cols.bias[c], cols.row[c], j, cols.vis[c], cols.lse[c], cols.delta[c], 1, &s[e],
-                           &dp[e]);
+            for (int e = 0; e < 32; e++)
+                s[e] = dp[e] = 0;
+            if (any)
+                at_times_rows(s, ks, wr, qt, lane, emu);
+            at_copy_wait(1); /* its dO */
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (any) {
+                at_times_rows(dp, vs, wr, ds, lane, emu);
+                at_dkv_probs(&a, bias, &cols, j0, wr, lane, s, dp);
+                if (want & 2)
+                    at_times_tile(gv, dp, ds, lane, emu);
             }
-            if (want & 2) { /* dO's columns from d0 (ds holds them when one tile holds dO) */
-                at_tile(ds, dout, op, r0, R, d0, a.Dv, a.Dv <= AT_COLS);
-                at_times_tile(gv, dp, ds, lane, red + AT_GROUP);
-            }
-            if (want & 1) {
-                at_tile(qs, q, qp, r0, R, d0, a.D, a.D <= AT_COLS);
-                at_times_tile(gk, s, qs, lane, red + AT_GROUP);
-            }
+            at_copy_next(ds, dout, op, rn, R, a.Dv, rn < R);
+            if (any && (want & 1))
+                at_times_tile(gk, s, qt, lane, emu);
+            r0 = rn;
         }
-        UNROLL
-        for (int e = 0; e < 32; e++) {
-            long j = j0 + wr + g + 8 * ((e >> 1) & 1), d = d0 + 8 * (e >> 2) + 2 * t + (e & 1);
-            if (j < a.Tk && d < a.D && (want & 1))
-                st(dk, dko + (pair * a.Tk + j) * a.D + d, gk[e]);
-            if (j < a.Tk && d < a.Dv && (want & 2))
-                st(dv, dvo + (pair * a.Tk + j) * a.Dv + d, gv[e]);
+        at_copy_wait(0);
+        at_dkv_store(dk, dko, dv, dvo, want, &a, pair, j0, 0, wr, lane, gk, gv);
+    } else {
+        for (long d0 = 0; d0 < w; d0 += AT_COLS) {
+            UNROLL
+            for (int e = 0; e < 32; e++)
+                gk[e] = gv[e] = 0;
+            for (long r0 = 0; r0 < R; r0 += AT_ROWS) {
+                at_col x = at_col_of(&a, stats, sto, pair, r0, R, bo);
+                if (!at_cols_fill(&cols, &x, j0, step++))
+                    continue;
+                at_scores(s, k, kp, j0, a.Tk, q, qp, r0, R, a.D, ks, qs, wr, lane, emu, 0);
+                at_scores(dp, v, vp, j0, a.Tk, dout, op, r0, R, a.Dv, vs, ds, wr, lane, emu, 0);
+                at_dkv_probs(&a, bias, &cols, j0, wr, lane, s, dp);
+                if (want & 2) { /* dO's columns from d0 (ds holds them when one tile holds dO) */
+                    at_tile(ds, dout, op, r0, R, d0, a.Dv, a.Dv <= AT_COLS);
+                    at_times_tile(gv, dp, ds, lane, emu);
+                }
+                if (want & 1) {
+                    at_tile(qs, q, qp, r0, R, d0, a.D, a.D <= AT_COLS);
+                    at_times_tile(gk, s, qs, lane, emu);
+                }
+            }
+            at_dkv_store(dk, dko, dv, dvo, want, &a, pair, j0, d0, wr, lane, gk, gv);
         }
     }
 }
