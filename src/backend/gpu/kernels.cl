@@ -1225,15 +1225,13 @@ static float at_exp(float x)
 
 /* dS = p (z dP - delta) scale and z p of key j of a row (flat index row, bias row boff,
  * seeing keys below vis, its log-sum-exp and delta) from its score's dot product *s and
- * dP's *dp (p = exp(score - lse); both 0 for a key the row does not see), into *s and *dp;
- * tiles: p from at_exp (the tile kernels' lse), else rci_fexp */
+ * dP's *dp (p = exp(score - lse); both 0 for a key the row does not see), into *s and *dp */
 static void att_grad_at(const att_dims *a, __global const store_t *bias, long boff, long row, long j, long vis,
-                        float lse, float delta, int tiles, float *s, float *dp)
+                        float lse, float delta, float *s, float *dp)
 {
     float ds = 0, zp = 0;
     if (j < vis) {
-        float x = att_score(a, bias, boff, *s, j) - lse;
-        float p = tiles ? at_exp(x) : rci_fexp(x), z = att_keep(a, row, j);
+        float p = rci_fexp(att_score(a, bias, boff, *s, j) - lse), z = att_keep(a, row, j);
         zp = p * z;
         ds = p * (*dp * z - delta) * a->scale;
     }
@@ -1358,7 +1356,7 @@ __kernel void k_attention_rows_grad(__global float *s, long so, __global float *
     __global float *x = s + so + c * a.Tk, *y = dp + dpo + c * a.Tk;
     for (long j = li; j < ext; j += ls) {
         float ds = x[j], zp = y[j];
-        att_grad_at(&a, bias, r.bias, row, j, vis, lse, delta, 0, &ds, &zp);
+        att_grad_at(&a, bias, r.bias, row, j, vis, lse, delta, &ds, &zp);
         if (split) {
             st_split(s2, s2o + (c * a.Tk + j) * ATT_SPLITS, ds);
             st_split(z2, z2o + (c * a.Tk + j) * ATT_SPLITS, zp);
@@ -1888,34 +1886,70 @@ static at_qtile at_qtile_of(const att_dims *a, long bo)
     return q;
 }
 
+/* the keys of the tile from j0 that a row seeing the keys below vis sees: j0 + c for c
+ * below this (0 to AT_KEYS); the tiles compare c, an int, where a long j took two */
+static int at_seen(long vis, long j0)
+{
+    long n = vis - j0;
+    return n < 0 ? 0 : n > AT_KEYS ? AT_KEYS : (int)n;
+}
+
+/* att_grad_at in a tile: key j0 + c of a row seeing the tile's keys below lim, p from
+ * at_exp (the tile kernels' lse). (Without the branch, p = exp(-INFINITY) for a key not
+ * seen, dK and dV's kernel took 255 registers and spilled.) */
+static void at_grad_at(const att_dims *a, __global const store_t *bias, long boff, long row, long j0, int c, int lim,
+                       float lse, float delta, float *s, float *dp)
+{
+    float ds = 0, zp = 0;
+    if (c < lim) {
+        float p = at_exp(att_score(a, bias, boff, *s, j0 + c) - lse), z = att_keep(a, row, j0 + c);
+        zp = p * z;
+        ds = p * (*dp * z - delta) * a->scale;
+    }
+    *s = ds;
+    *dp = zp;
+}
+
 /* The online softmax's step for a key tile from j0: s's 32 scores (the lane's two rows, h
  * = (e >> 1) & 1) scaled and biased, -INFINITY past the keys a row sees, each row's running
  * max m[h] raised to the tile's, the factor alpha[h] that rescales what was summed against
- * the old max, s[e] = exp(s - m) (0 for a key not seen) and sum[h] this tile's sum of them */
+ * the old max, s[e] = exp(s - m) (exp(-INFINITY) = 0 for a key not seen; a row that has
+ * seen none yet subtracts 0) and sum[h] this tile's sum of them */
 static void at_softmax_step(const att_dims *a, __global const store_t *bias, const at_qrow *x, long j0, int t,
                             LOCAL_MEM float *red, float *s, float *m, float *alpha, float *sum)
 {
-    float mx[2] = {-INFINITY, -INFINITY};
+    float mx[2] = {-INFINITY, -INFINITY}, mz[2];
+    int lim[2] = {at_seen(x[0].vis, j0), at_seen(x[1].vis, j0)};
     UNROLL
     for (int e = 0; e < 32; e++) {
-        long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
-        const at_qrow *xr = &x[(e >> 1) & 1];
-        s[e] = j < xr->vis ? att_score(a, bias, xr->r.bias, s[e], j) : -INFINITY;
-        mx[(e >> 1) & 1] = fmax(mx[(e >> 1) & 1], s[e]);
+        int c = 8 * (e >> 2) + 2 * t + (e & 1), h = (e >> 1) & 1;
+        s[e] = c < lim[h] ? att_score(a, bias, x[h].r.bias, s[e], j0 + c) : -INFINITY;
+        mx[h] = fmax(mx[h], s[e]);
     }
     UNROLL
     for (int h = 0; h < 2; h++) {
         float bm = fmax(at_quad(red, mx[h], 0), m[h]);
         alpha[h] = m[h] == -INFINITY ? 0 : at_exp(m[h] - bm);
         m[h] = bm;
+        mz[h] = bm == -INFINITY ? 0 : bm;
         sum[h] = 0;
     }
     UNROLL
     for (int e = 0; e < 32; e++) {
-        int h = (e >> 1) & 1;
-        s[e] = s[e] == -INFINITY ? 0 : at_exp(s[e] - m[h]);
-        sum[h] += s[e];
+        s[e] = at_exp(s[e] - mz[(e >> 1) & 1]);
+        sum[(e >> 1) & 1] += s[e];
     }
+}
+
+/* the dropout's factors z of the lane's 32 probabilities s of the key tile from j0 (rows x,
+ * as at_softmax_step's), where there is dropout */
+static void at_keep_tile(const att_dims *a, const at_qrow *x, long j0, int t, float *s)
+{
+    if (a->thresh == 0)
+        return;
+    UNROLL
+    for (int e = 0; e < 32; e++)
+        s[e] *= att_keep(a, x[(e >> 1) & 1].row, j0 + 8 * (e >> 2) + 2 * t + (e & 1));
 }
 
 /* The forward of a tile of query rows (ATTENTION): S = Q K^T a key tile at a time, the
@@ -1962,12 +1996,10 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
             }
             float alpha[2], sum[2];
             at_softmax_step(&a, bias, x, j0, t, red, s, m, alpha, sum);
+            at_keep_tile(&a, x, j0, t, s);
             UNROLL
-            for (int e = 0; e < 32; e++) {
-                int h = (e >> 1) & 1;
-                s[e] *= att_keep(&a, x[h].row, j0 + 8 * (e >> 2) + 2 * t + (e & 1));
-                acc[e] *= alpha[h];
-            }
+            for (int e = 0; e < 32; e++)
+                acc[e] *= alpha[(e >> 1) & 1];
             UNROLL
             for (int h = 0; h < 2; h++)
                 l[h] = l[h] * alpha[h] + at_quad(red, sum[h], 1);
@@ -2038,11 +2070,10 @@ __kernel void k_attention_tile_stats(__global float *stats, long sto, __global c
         }
         float alpha[2], sum[2], dsum[2] = {0, 0};
         at_softmax_step(&a, bias, x, j0, t, red, s, m, alpha, sum);
+        at_keep_tile(&a, x, j0, t, s);
         UNROLL
-        for (int e = 0; e < 32; e++) {
-            int h = (e >> 1) & 1;
-            dsum[h] += s[e] * att_keep(&a, x[h].row, j0 + 8 * (e >> 2) + 2 * t + (e & 1)) * dp[e];
-        }
+        for (int e = 0; e < 32; e++)
+            dsum[(e >> 1) & 1] += s[e] * dp[e];
         UNROLL
         for (int h = 0; h < 2; h++) {
             l[h] = l[h] * alpha[h] + at_quad(red, sum[h], 1);
@@ -2106,12 +2137,12 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
                 at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, qs, ks, wr, lane, red + AT_GROUP, 0);
                 at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, ds, vs, wr, lane, red + AT_GROUP, 0);
             }
+            int lim[2] = {at_seen(x[0].vis, j0), at_seen(x[1].vis, j0)};
             UNROLL
             for (int e = 0; e < 32; e++) {
-                const at_qrow *xr = &x[(e >> 1) & 1];
-                long j = j0 + 8 * (e >> 2) + 2 * t + (e & 1);
-                att_grad_at(&a, bias, xr->r.bias, xr->row, j, xr->vis, lse[(e >> 1) & 1], delta[(e >> 1) & 1], 1,
-                           &s[e], &dp[e]);
+                int h = (e >> 1) & 1;
+                at_grad_at(&a, bias, x[h].r.bias, x[h].row, j0, 8 * (e >> 2) + 2 * t + (e & 1), lim[h], lse[h],
+                           delta[h], &s[e], &dp[e]);
             }
             at_tile(ks, k, kp, j0, a.Tk, d0, a.D, held); /* K's columns from d0 */
             at_times_tile(acc, s, ks, lane, red + AT_GROUP);
@@ -2129,10 +2160,11 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
 }
 
 /* What dK and dV's kernel knows of a query tile's rows (AT_ROWS of them, each a C tile's
- * column there): each row's flat index, bias row, keys seen (0 for a row that sees none),
- * log-sum-exp and delta; filled by the first AT_ROWS work-items */
+ * column there): each row's flat index, bias row, keys of the key tile seen (at_seen; 0 for
+ * a row that sees none), log-sum-exp and delta; filled by the first AT_ROWS work-items */
 typedef struct {
-    long row[AT_ROWS], bias[AT_ROWS], vis[AT_ROWS];
+    long row[AT_ROWS], bias[AT_ROWS];
+    int lim[AT_ROWS];
     float lse[AT_ROWS], delta[AT_ROWS];
     int seen;                   /* the last fill (its step) where a row saw the key tile */
 } at_cols;
@@ -2167,13 +2199,13 @@ static int at_cols_fill(LOCAL_MEM at_cols *c, const at_col *x, long j0, int step
     int li = (int)get_local_id(0);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (li < AT_ROWS) {
-        long vis = x->lse == -INFINITY ? 0 : x->vis;
+        int lim = x->lse == -INFINITY ? 0 : at_seen(x->vis, j0);
         c->row[li] = x->row;
         c->bias[li] = x->bias;
-        c->vis[li] = vis;
+        c->lim[li] = lim;
         c->lse[li] = x->lse;
         c->delta[li] = x->delta;
-        if (vis > j0)
+        if (lim > 0)
             c->seen = step;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -2189,7 +2221,7 @@ static long at_next_rows(const att_dims *a, long r0, long R, long j0)
 }
 
 /* S^T and dP^T of the warp's keys against the query rows in cols (s, dp), turned into dS^T
- * (s) and (z p)^T (dp) by att_grad_at with each row's statistics by column */
+ * (s) and (z p)^T (dp) by at_grad_at with each row's statistics by column */
 static void at_dkv_probs(const att_dims *a, __global const store_t *bias, LOCAL_MEM const at_cols *cols, long j0,
                          int wr, int lane, float *s, float *dp)
 {
@@ -2197,9 +2229,8 @@ static void at_dkv_probs(const att_dims *a, __global const store_t *bias, LOCAL_
     UNROLL
     for (int e = 0; e < 32; e++) {
         int c = 8 * (e >> 2) + 2 * t + (e & 1);
-        long j = j0 + wr + g + 8 * ((e >> 1) & 1);
-        att_grad_at(a, bias, cols->bias[c], cols->row[c], j, cols->vis[c], cols->lse[c], cols->delta[c], 1, &s[e],
-                    &dp[e]);
+        at_grad_at(a, bias, cols->bias[c], cols->row[c], j0, wr + g + 8 * ((e >> 1) & 1), cols->lim[c], cols->lse[c],
+                   cols->delta[c], &s[e], &dp[e]);
     }
 }
 
