@@ -648,6 +648,10 @@ static const op_case cases[] = {
      * in two tiles of 64 */
     {"attention_tiles_wide_gqa", b_attention, 3, {F(4, -2, 2, 1, 4, 100, 128), F(4, -2, 2, 1, 2, 100, 128),
      F(4, -2, 2, 1, 2, 100, 128)}, D_FLOAT, {0, 1}, {0.088}, .grad = GRAD, .tol = 30, .ulps = 3, .gulps = 2},
+    /* a row of 24 (a device's three runs of 8, k_binary_runs) broadcast as the first input;
+     * a bias's gradient, 300 rows of 40 summed down to 40 (k_reduce_cols' runs of 8) */
+    {"sub_row_runs", b_binary, 2, {F(1, -2, 2, 24), F(3, -2, 2, 5, 3, 24)}, D_FLOAT, {1}, .grad = GRAD_FD},
+    {"sum_to_cols", b_reduce, 1, {F(3, -2, 2, 3, 100, 40)}, D_FLOAT, {3, 1, 1}, .grad = GRAD},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 

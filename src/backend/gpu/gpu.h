@@ -68,6 +68,8 @@ typedef enum {
     RCI_K_ATTENTION_TILE_STATS, /* stats, */
     RCI_K_ATTENTION_TILE_DQ, /* dQ, */
     RCI_K_ATTENTION_TILE_DKV, /* dK and dV */
+    RCI_K_BINARY_RUNS,       /* a binary op of contiguous inputs or rows, in runs of 16 bytes */
+    RCI_K_REDUCE_COLS,       /* a reduction's first pass over contiguous columns, in runs */
     RCI_K_COUNT
 } rci_gpu_kernel;
 
@@ -81,6 +83,9 @@ extern const char rci_gpu_source[];
 /* elements a work-item of the element-wise kernels (fill, unary, act, binary, cast) takes
  * a batch: kernels.cl's EW_SPAN */
 enum { RCI_GPU_EW_SPAN = 4 };
+
+/* elements a work-item of k_binary_runs takes at once: kernels.cl's EW_RUN */
+enum { RCI_GPU_EW_RUN = 8 };
 
 /* the work-items of an element-wise kernel over n elements: one a batch */
 static inline size_t rci_gpu_ew_items(int64_t n)

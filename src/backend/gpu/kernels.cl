@@ -67,6 +67,12 @@ static long idx_div(long a, long b)
     return a <= 0xffffffffL && b <= 0xffffffffL ? (long)((uint)a / (uint)b) : a / b;
 }
 
+/* 1 when address p is a multiple of `bytes` (a power of two): where a vector load may go */
+static int is_aligned(__global const void *p, ulong bytes)
+{
+    return ((ulong)p & (bytes - 1)) == 0;
+}
+
 /* Flat index i of a box `shape` (nd axes, i below its element count) to the element offsets
  * of two readings of it with strides sa and sb (*ob only when ob is not NULL). The axes run
  * a fixed count so a GPU compiler unrolls them into registers; the outermost axis takes the
@@ -210,6 +216,97 @@ __kernel void k_binary(__global store_t *o, long oo, __global const store_t *a, 
     }
 }
 
+/* Runs of EW_RUN elements (16 bytes of 16-bit values): ld_run loads the run of x from
+ * element i, of which n are there (past them zeros), as floats, in one 16-byte load (two
+ * of f32) where it is whole and aligned; st_run stores one so. */
+enum { EW_RUN = 8 }; /* gpu.h's RCI_GPU_EW_RUN */
+
+#if defined(RC_STORE_BF16) || defined(RC_STORE_F16)
+static float ld_half(uint h)
+{
+#if defined(RC_STORE_BF16)
+    return rci_bf16_to_f32((ushort)h);
+#else
+    return rci_f16_to_f32((ushort)h);
+#endif
+}
+
+static uint st_pair(float lo, float hi)
+{
+#if defined(RC_STORE_BF16)
+    return (uint)rci_f32_to_bf16(lo) | ((uint)rci_f32_to_bf16(hi) << 16);
+#else
+    return (uint)rci_f32_to_f16(lo) | ((uint)rci_f32_to_f16(hi) << 16);
+#endif
+}
+#endif
+
+static void ld_run(float *v, __global const store_t *x, long i, long n)
+{
+#if defined(RC_STORE_BF16) || defined(RC_STORE_F16)
+    if (n >= EW_RUN && is_aligned(x + i, 16)) {
+        uint4 w = *(__global const uint4 *)(x + i);
+        v[0] = ld_half(w.x & 0xffff), v[1] = ld_half(w.x >> 16), v[2] = ld_half(w.y & 0xffff);
+        v[3] = ld_half(w.y >> 16), v[4] = ld_half(w.z & 0xffff), v[5] = ld_half(w.z >> 16);
+        v[6] = ld_half(w.w & 0xffff), v[7] = ld_half(w.w >> 16);
+        return;
+    }
+#else
+    if (n >= EW_RUN && is_aligned(x + i, 16)) {
+        float4 u = *(__global const float4 *)(x + i), w = *(__global const float4 *)(x + i + 4);
+        v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w, v[4] = w.x, v[5] = w.y, v[6] = w.z, v[7] = w.w;
+        return;
+    }
+#endif
+    UNROLL
+    for (int u = 0; u < EW_RUN; u++)
+        v[u] = u < n ? ld(x, i + u) : 0;
+}
+
+static void st_run(__global store_t *o, long i, long n, const float *v)
+{
+#if defined(RC_STORE_BF16) || defined(RC_STORE_F16)
+    if (n >= EW_RUN && is_aligned(o + i, 16)) {
+        uint4 w;
+        w.x = st_pair(v[0], v[1]), w.y = st_pair(v[2], v[3]), w.z = st_pair(v[4], v[5]), w.w = st_pair(v[6], v[7]);
+        *(__global uint4 *)(o + i) = w;
+        return;
+    }
+#else
+    if (n >= EW_RUN && is_aligned(o + i, 16)) {
+        float4 u, w;
+        u.x = v[0], u.y = v[1], u.z = v[2], u.w = v[3], w.x = v[4], w.y = v[5], w.z = v[6], w.w = v[7];
+        *(__global float4 *)(o + i) = u;
+        *(__global float4 *)(o + i + 4) = w;
+        return;
+    }
+#endif
+    UNROLL
+    for (int u = 0; u < EW_RUN; u++)
+        if (u < n)
+            st(o, i + u, v[u]);
+}
+
+/* k_binary where each input is either contiguous over the n elements (a_row, b_row 0) or
+ * one row of c values read again for each of the n / c rows (1: a bias), c a multiple of
+ * EW_RUN (the host's rci_gpu_run_binary): a run of EW_RUN elements a work-item, in one
+ * row, its loads all made before its store */
+__kernel void k_binary_runs(__global store_t *o, long oo, __global const store_t *a, long ao, int a_row,
+                            __global const store_t *b, long bo, int b_row, long n, long c, int op)
+{
+    long N = get_global_size(0) * EW_RUN;
+    for (long i = get_global_id(0) * EW_RUN; i < n; i += N) {
+        long col = a_row || b_row ? i - idx_div(i, c) * c : 0, left = n - i;
+        float x[EW_RUN], y[EW_RUN];
+        ld_run(x, a, ao + (a_row ? col : i), left);
+        ld_run(y, b, bo + (b_row ? col : i), left);
+        UNROLL
+        for (int u = 0; u < EW_RUN; u++)
+            x[u] = ew_binary(op, x[u], y[u]);
+        st_run(o, oo + i, left, x);
+    }
+}
+
 /* cond != 0 ? a : b; cond holds the values' dtype, or i32 (element offset co in ints) when
  * cond_i32; the chosen value is copied as it is stored */
 __kernel void k_where(__global store_t *o, long oo, __global const store_t *cond, long co,
@@ -241,12 +338,6 @@ __kernel void k_equal(__global store_t *o, long oo, __global const store_t *a, l
 }
 
 /* ---- data movement and casts --------------------------------------------------------------- */
-
-/* 1 when address p is a multiple of `bytes` (a power of two): where a vector load may go */
-static int is_aligned(__global const void *p, ulong bytes)
-{
-    return ((ulong)p & (bytes - 1)) == 0;
-}
 
 /* the box shape (n elements) read with strides ss from s + so, written with strides ds at
  * d + dofs: every movement op of elements of word_t's size. Of a run, 8 16-bit elements
@@ -400,6 +491,32 @@ __kernel void k_reduce_part(__global acc_t *part, __global const store_t *x, lon
             r += v;
     }
     part[i * chunks + c] = r;
+}
+
+/* k_reduce_part where the n outputs are contiguous columns (n a multiple of EW_RUN) of m
+ * rows n apart: a work-item takes EW_RUN neighbouring columns of one chunk of rows, a run
+ * from each row (ld_run), each column summed in row order as k_reduce_part sums it */
+__kernel void k_reduce_cols(__global acc_t *part, __global const store_t *x, long xo, long n, long m, long chunk,
+                            long chunks, int is_max)
+{
+    long id = get_global_id(0), runs = idx_div(n, EW_RUN);
+    if (id >= runs * chunks)
+        return;
+    long c = idx_div(id, runs), i = (id - c * runs) * EW_RUN, lo = c * chunk, hi = lo + chunk < m ? lo + chunk : m;
+    acc_t r[EW_RUN];
+    UNROLL
+    for (int u = 0; u < EW_RUN; u++)
+        r[u] = is_max ? -INFINITY : 0;
+    for (long j = lo; j < hi; j++) {
+        float v[EW_RUN];
+        ld_run(v, x, xo + j * n + i, EW_RUN);
+        UNROLL
+        for (int u = 0; u < EW_RUN; u++)
+            r[u] = is_max ? (v[u] > r[u] ? v[u] : r[u]) : r[u] + v[u];
+    }
+    UNROLL
+    for (int u = 0; u < EW_RUN; u++)
+        part[(i + u) * chunks + c] = r[u];
 }
 
 /* ---- softmax: one work-item per row ------------------------------------------------------ */

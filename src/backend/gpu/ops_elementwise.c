@@ -53,6 +53,32 @@ int rci_gpu_run_act(rci_gpu *g, const rci_node_run *r, rc_error *err)
     return rci_gpu_launch_node(g, node, RCI_K_ACT, a, 10, rci_gpu_ew_items(n), "act", err);
 }
 
+/* How input k of a binary op's box b reads for k_binary_runs: 0 contiguous, 1 one row of
+ * the box's innermost axis read again for every row, -1 neither */
+static int binary_run_kind(const rci_gpu_box *b, int k)
+{
+    if (b->nd == 1)
+        return b->st[k][0] == 1 ? 0 : -1;
+    if (b->nd != 2 || b->st[k][1] != 1)
+        return -1;
+    return b->st[k][0] == b->shape[1] ? 0 : b->st[k][0] == 0 ? 1 : -1;
+}
+
+/* a binary op whose inputs are each contiguous or a row of a multiple of RCI_GPU_EW_RUN
+ * values (a bias) in runs of 16 bytes (k_binary_runs); 1 when b is not such a box */
+static int binary_runs(rci_gpu *g, const rci_node_run *r, const rci_gpu_place *out, const rci_gpu_place *in,
+                       const rci_gpu_box *b, int32_t op, rc_error *err)
+{
+    int32_t ka = binary_run_kind(b, 0), kb = binary_run_kind(b, 1);
+    int64_t n = rc_tensor_numel(r->node), c = b->nd == 2 ? b->shape[1] : 0;
+    if (ka < 0 || kb < 0 || ((ka || kb) && c % RCI_GPU_EW_RUN))
+        return 1;
+    rci_gpu_arg a[] = {ARG(out->mem),  ARG(out->off),  ARG(in[0].mem), ARG(in[0].off), ARG(ka), ARG(in[1].mem),
+                       ARG(in[1].off), ARG(kb), ARG(n), ARG(c), ARG(op)};
+    size_t items = (size_t)((n + RCI_GPU_EW_RUN - 1) / RCI_GPU_EW_RUN);
+    return rci_gpu_launch_node(g, r->node, RCI_K_BINARY_RUNS, a, 11, items, rci_gpu_op_name(r->node), err);
+}
+
 int rci_gpu_run_binary(rci_gpu *g, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
@@ -61,6 +87,9 @@ int rci_gpu_run_binary(rci_gpu *g, const rci_node_run *r, rc_error *err)
     if (rci_gpu_places(r, 2, &out, in, err))
         return -1;
     rci_gpu_bcast_box(node, 2, &b);
+    int runs = binary_runs(g, r, &out, in, &b, node->op - RC_OP_ADD, err);
+    if (runs <= 0)
+        return runs;
     int64_t n = rc_tensor_numel(node);
     int32_t op = node->op - RC_OP_ADD, nd = b.nd;   /* ADD, SUB, MUL, DIV in order */
     rci_gpu_long8 shape = rci_gpu_long8_of(b.shape), sa = rci_gpu_long8_of(b.st[0]),

@@ -60,11 +60,20 @@ static size_t reduce_scratch(const rci_gpu *g, const rci_gpu_box *kept, const rc
     return (size_t)(n * chunks) * (g->fp64 ? sizeof(double) : sizeof(float));
 }
 
+/* 1 when a reduction's n outputs are contiguous columns, a multiple of RCI_GPU_EW_RUN, of
+ * rows n apart (k_reduce_cols' first pass) */
+static int reduce_cols(const rci_gpu_box *kept, const rci_gpu_box *summed, int64_t n)
+{
+    return kept->nd == 1 && kept->st[0][0] == 1 && summed->nd == 1 && summed->st[0][0] == n &&
+           n % RCI_GPU_EW_RUN == 0;
+}
+
 /* out [kept box] = the sum (or max) over the summed box of the input at `in`: a work-group
  * per output when the summed elements are a contiguous row of at least RCI_GPU_ROW_GROUP
  * (k_reduce_rows), else one work-item per output, or, for fewer outputs than a GPU needs
- * busy, chunks (reduce_split, fixed by the sizes) summed in parallel (scratch) and then
- * combined by a work-group an output (k_reduce_finish): the same order on every run */
+ * busy, chunks (reduce_split, fixed by the sizes) summed in parallel (scratch; by
+ * k_reduce_cols, runs of columns a work-item, where the outputs are contiguous columns) and
+ * then combined by a work-group an output (k_reduce_finish): the same order on every run */
 static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, const rci_gpu_place *in,
                         const rci_gpu_box *kept, const rci_gpu_box *summed, int is_max, const char *what,
                         rc_error *err)
@@ -93,8 +102,13 @@ static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, co
     rci_gpu_arg a[] = {ARG(part), ARG(in->mem), ARG(in->off), ARG(n), ARG(m), ARG(chunk), ARG(chunks),
                        ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
     rci_gpu_arg f[] = {ARG(out->mem), ARG(out->off), ARG(part), ARG(n), ARG(chunks), ARG(mx)};
-    if (g->ops->launch(g, store, RCI_K_REDUCE_PART, a, 14, (size_t)(n * chunks), 0, what, err))
+    if (reduce_cols(kept, summed, n)) { /* a bias's gradient: runs of columns */
+        rci_gpu_arg c[] = {ARG(part), ARG(in->mem), ARG(in->off), ARG(n), ARG(m), ARG(chunk), ARG(chunks), ARG(mx)};
+        if (g->ops->launch(g, store, RCI_K_REDUCE_COLS, c, 8, (size_t)(n / RCI_GPU_EW_RUN * chunks), 0, what, err))
+            return -1;
+    } else if (g->ops->launch(g, store, RCI_K_REDUCE_PART, a, 14, (size_t)(n * chunks), 0, what, err)) {
         return -1;
+    }
     return g->ops->launch(g, store, RCI_K_REDUCE_FINISH, f, 6, (size_t)n * RCI_GPU_ROW_GROUP, RCI_GPU_ROW_GROUP,
                           what, err);
 }
