@@ -84,8 +84,15 @@ extern const char rci_gpu_source[];
  * a batch: kernels.cl's EW_SPAN */
 enum { RCI_GPU_EW_SPAN = 4 };
 
-/* elements a work-item of k_binary_runs takes at once: kernels.cl's EW_RUN */
+/* elements a work-item of the run kernels (k_unary, k_act, k_binary_runs) takes at once:
+ * kernels.cl's EW_RUN */
 enum { RCI_GPU_EW_RUN = 8 };
+
+/* the work-items of a run kernel over n elements: one a run */
+static inline size_t rci_gpu_ew_runs(int64_t n)
+{
+    return (size_t)((n + RCI_GPU_EW_RUN - 1) / RCI_GPU_EW_RUN);
+}
 
 /* the work-items of an element-wise kernel over n elements: one a batch */
 static inline size_t rci_gpu_ew_items(int64_t n)

@@ -104,13 +104,16 @@ static long box_offset(long i, int nd, long8 shape, long8 st)
 }
 
 /* ---- fill, unary, activations, broadcast binary ops ------------------------------------
- * These take EW_SPAN elements a work-item: work-item i of N (the launch's) takes i, i + N,
- * i + 2N, i + 3N, then i + 4N and on while below n (any launch covers n; the hosts launch
- * rci_gpu_ew_items(n), a quarter). Each batch loads all its elements before it stores any:
- * four loads in flight a work-item, where one 16-bit element a work-item left a GPU's
- * memory waiting (the adds of run 10 at about a third of the H100's rate). The element
- * itself is computed as before, so an output aliasing its input (the plan's in-place
- * nodes) reads each element before writing it. */
+ * Fill, the general binary op (k_binary) and the casts take EW_SPAN elements a work-item:
+ * work-item i of N (the launch's) takes i, i + N, i + 2N, i + 3N, then i + 4N and on while
+ * below n (any launch covers n; the hosts launch rci_gpu_ew_items(n), a quarter). The
+ * unary maps, the activations and the binary ops of contiguous inputs or rows
+ * (k_binary_runs) take runs of EW_RUN neighbouring elements (rci_gpu_ew_runs(n) work-items,
+ * then on by the launch's size), in 16-byte loads and stores where aligned. Either way a
+ * work-item loads all its elements before it stores any (one 16-bit element a work-item
+ * left a GPU's memory waiting: the adds of run 10 at about a third of the H100's rate).
+ * The element itself is computed as before, so an output aliasing its input (the plan's
+ * in-place nodes) reads each element before writing it. */
 enum { EW_SPAN = 4 }; /* gpu.h's RCI_GPU_EW_SPAN */
 
 __kernel void k_fill(__global store_t *o, long oo, long n, float v)
@@ -118,102 +121,6 @@ __kernel void k_fill(__global store_t *o, long oo, long n, float v)
     long N = get_global_size(0);
     for (long i = get_global_id(0); i < n; i += N)
         st(o, oo + i, v);
-}
-
-/* op: 0 affine (x * s + c), 1 exp, 2 log, 3 sqrt, 4 rsqrt, 5 tanh */
-static float ew_unary(int op, float v, float s, float c)
-{
-    switch (op) {
-    case 0: return v * s + c;
-    case 1: return rci_fexp(v);
-    case 2: return log(v);
-    case 3: return sqrt(v);
-    case 4: return 1 / sqrt(v);
-    default: return tanh(v);
-    }
-}
-
-__kernel void k_unary(__global store_t *o, long oo, __global const store_t *x, long xo, long n, int op,
-                      float s, float c)
-{
-    long N = get_global_size(0);
-    for (long i0 = get_global_id(0); i0 < n; i0 += EW_SPAN * N) {
-        float v[EW_SPAN];
-        UNROLL
-        for (int u = 0; u < EW_SPAN; u++)
-            v[u] = i0 + u * N < n ? ld(x, xo + i0 + u * N) : 0;
-        UNROLL
-        for (int u = 0; u < EW_SPAN; u++)
-            if (i0 + u * N < n)
-                st(o, oo + i0 + u * N, ew_unary(op, v[u], s, c));
-    }
-}
-
-/* activation `kind` (rc_act_kind: relu, gelu tanh, gelu erf, silu, sigmoid), its derivative
- * of order `order` (0, 1, 2) */
-static float ew_act(int kind, int order, float v)
-{
-    switch (kind) {
-    case 0: return order == 0 ? (v > 0 ? v : 0) : order == 1 ? (v > 0 ? 1 : 0) : 0;
-    case 1: return rci_act_gelu_tanh(v, order);
-    case 2: return rci_act_gelu_erf(v, order);
-    case 3: return rci_act_silu(v, order);
-    default: return rci_act_sigmoid(v, order);
-    }
-}
-
-/* ew_act of x, times m when has_m (a gradient's G f'(x)) */
-__kernel void k_act(__global store_t *o, long oo, __global const store_t *x, long xo, long n, int kind,
-                    int order, __global const store_t *m, long mo, int has_m)
-{
-    long N = get_global_size(0);
-    for (long i0 = get_global_id(0); i0 < n; i0 += EW_SPAN * N) {
-        float v[EW_SPAN], w[EW_SPAN];
-        UNROLL
-        for (int u = 0; u < EW_SPAN; u++) {
-            long i = i0 + u * N;
-            v[u] = i < n ? ld(x, xo + i) : 0;
-            w[u] = i < n && has_m ? ld(m, mo + i) : 1;
-        }
-        UNROLL
-        for (int u = 0; u < EW_SPAN; u++)
-            if (i0 + u * N < n) {
-                float r = ew_act(kind, order, v[u]);
-                st(o, oo + i0 + u * N, has_m ? r * w[u] : r);
-            }
-    }
-}
-
-/* op: 0 add, 1 sub, 2 mul, 3 div */
-static float ew_binary(int op, float x, float y)
-{
-    switch (op) {
-    case 0: return x + y;
-    case 1: return x - y;
-    case 2: return x * y;
-    default: return x / y;
-    }
-}
-
-/* out [n] over the box shape, inputs with strides sa, sb */
-__kernel void k_binary(__global store_t *o, long oo, __global const store_t *a, long ao,
-                       __global const store_t *b, long bo, long n, int op, int nd, long8 shape,
-                       long8 sa, long8 sb)
-{
-    long N = get_global_size(0);
-    for (long i0 = get_global_id(0); i0 < n; i0 += EW_SPAN * N) {
-        float x[EW_SPAN], y[EW_SPAN];
-        UNROLL
-        for (int u = 0; u < EW_SPAN; u++) {
-            long i = i0 + u * N, ib = 0, ia = i < n ? box_offsets(i, nd, shape, sa, sb, &ib) : 0;
-            x[u] = i < n ? ld(a, ao + ia) : 0;
-            y[u] = i < n ? ld(b, bo + ib) : 0;
-        }
-        UNROLL
-        for (int u = 0; u < EW_SPAN; u++)
-            if (i0 + u * N < n)
-                st(o, oo + i0 + u * N, ew_binary(op, x[u], y[u]));
-    }
 }
 
 /* Runs of EW_RUN elements (16 bytes of 16-bit values): ld_run loads the run of x from
@@ -285,6 +192,97 @@ static void st_run(__global store_t *o, long i, long n, const float *v)
     for (int u = 0; u < EW_RUN; u++)
         if (u < n)
             st(o, i + u, v[u]);
+}
+
+/* op: 0 affine (x * s + c), 1 exp, 2 log, 3 sqrt, 4 rsqrt, 5 tanh */
+static float ew_unary(int op, float v, float s, float c)
+{
+    switch (op) {
+    case 0: return v * s + c;
+    case 1: return rci_fexp(v);
+    case 2: return log(v);
+    case 3: return sqrt(v);
+    case 4: return 1 / sqrt(v);
+    default: return tanh(v);
+    }
+}
+
+__kernel void k_unary(__global store_t *o, long oo, __global const store_t *x, long xo, long n, int op,
+                      float s, float c)
+{
+    long N = get_global_size(0) * EW_RUN;
+    for (long i = get_global_id(0) * EW_RUN; i < n; i += N) {
+        float v[EW_RUN];
+        ld_run(v, x, xo + i, n - i);
+        UNROLL
+        for (int u = 0; u < EW_RUN; u++)
+            v[u] = ew_unary(op, v[u], s, c);
+        st_run(o, oo + i, n - i, v);
+    }
+}
+
+/* activation `kind` (rc_act_kind: relu, gelu tanh, gelu erf, silu, sigmoid), its derivative
+ * of order `order` (0, 1, 2) */
+static float ew_act(int kind, int order, float v)
+{
+    switch (kind) {
+    case 0: return order == 0 ? (v > 0 ? v : 0) : order == 1 ? (v > 0 ? 1 : 0) : 0;
+    case 1: return rci_act_gelu_tanh(v, order);
+    case 2: return rci_act_gelu_erf(v, order);
+    case 3: return rci_act_silu(v, order);
+    default: return rci_act_sigmoid(v, order);
+    }
+}
+
+/* ew_act of x, times m when has_m (a gradient's G f'(x)) */
+__kernel void k_act(__global store_t *o, long oo, __global const store_t *x, long xo, long n, int kind,
+                    int order, __global const store_t *m, long mo, int has_m)
+{
+    long N = get_global_size(0) * EW_RUN;
+    for (long i = get_global_id(0) * EW_RUN; i < n; i += N) {
+        float v[EW_RUN], w[EW_RUN];
+        ld_run(v, x, xo + i, n - i);
+        if (has_m)
+            ld_run(w, m, mo + i, n - i);
+        UNROLL
+        for (int u = 0; u < EW_RUN; u++) {
+            float r = ew_act(kind, order, v[u]);
+            v[u] = has_m ? r * w[u] : r;
+        }
+        st_run(o, oo + i, n - i, v);
+    }
+}
+
+/* op: 0 add, 1 sub, 2 mul, 3 div */
+static float ew_binary(int op, float x, float y)
+{
+    switch (op) {
+    case 0: return x + y;
+    case 1: return x - y;
+    case 2: return x * y;
+    default: return x / y;
+    }
+}
+
+/* out [n] over the box shape, inputs with strides sa, sb */
+__kernel void k_binary(__global store_t *o, long oo, __global const store_t *a, long ao,
+                       __global const store_t *b, long bo, long n, int op, int nd, long8 shape,
+                       long8 sa, long8 sb)
+{
+    long N = get_global_size(0);
+    for (long i0 = get_global_id(0); i0 < n; i0 += EW_SPAN * N) {
+        float x[EW_SPAN], y[EW_SPAN];
+        UNROLL
+        for (int u = 0; u < EW_SPAN; u++) {
+            long i = i0 + u * N, ib = 0, ia = i < n ? box_offsets(i, nd, shape, sa, sb, &ib) : 0;
+            x[u] = i < n ? ld(a, ao + ia) : 0;
+            y[u] = i < n ? ld(b, bo + ib) : 0;
+        }
+        UNROLL
+        for (int u = 0; u < EW_SPAN; u++)
+            if (i0 + u * N < n)
+                st(o, oo + i0 + u * N, ew_binary(op, x[u], y[u]));
+    }
 }
 
 /* k_binary where each input is either contiguous over the n elements (a_row, b_row 0) or
@@ -1982,7 +1980,10 @@ static at_qrow at_qrow_of(const att_dims *a, long pair, long rr, long R, long bo
 }
 
 /* A query tile's work-group: its pair, first row r0 of the pair's R, the keys its rows see
- * at most (kend) and the calling lane's two rows (x[0]: g, x[1]: g + 8 of its warp's 16) */
+ * at most (kend) and the calling lane's two rows (x[0]: g, x[1]: g + 8 of its warp's 16).
+ * A pair's tiles go last first: causal, the later rows see more keys, and a GPU starts the
+ * work-groups about in order, so the longest start first and the short ones fill in at
+ * the end (FlashAttention's order). */
 typedef struct {
     long R, pair, r0, kend;
     at_qrow x[2];
@@ -1995,7 +1996,7 @@ static at_qtile at_qtile_of(const att_dims *a, long bo)
     q.R = idx_div(a->H, a->KV) * a->Tq;
     long tiles = (q.R + AT_ROWS - 1) / AT_ROWS, gid = (long)get_group_id(0);
     q.pair = idx_div(gid, tiles);
-    q.r0 = (gid - q.pair * tiles) * AT_ROWS;
+    q.r0 = (tiles - 1 - (gid - q.pair * tiles)) * AT_ROWS;
     q.kend = at_keys_seen(a, q.r0, q.R);
     UNROLL
     for (int h = 0; h < 2; h++)

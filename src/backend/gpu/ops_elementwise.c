@@ -34,7 +34,7 @@ int rci_gpu_run_unary(rci_gpu *g, const rci_node_run *r, rc_error *err)
     float s = (float)node->fparam[0], c = (float)node->fparam[1];
     rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n), ARG(op),
                        ARG(s), ARG(c)};
-    return rci_gpu_launch_node(g, node, RCI_K_UNARY, a, 8, rci_gpu_ew_items(n), rci_gpu_op_name(node), err);
+    return rci_gpu_launch_node(g, node, RCI_K_UNARY, a, 8, rci_gpu_ew_runs(n), rci_gpu_op_name(node), err);
 }
 
 int rci_gpu_run_act(rci_gpu *g, const rci_node_run *r, rc_error *err)
@@ -50,7 +50,7 @@ int rci_gpu_run_act(rci_gpu *g, const rci_node_run *r, rc_error *err)
     int64_t n = rc_tensor_numel(node);
     rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(n),     ARG(kind),
                        ARG(order),   ARG(in[1].mem), ARG(in[1].off), ARG(has_m)};
-    return rci_gpu_launch_node(g, node, RCI_K_ACT, a, 10, rci_gpu_ew_items(n), "act", err);
+    return rci_gpu_launch_node(g, node, RCI_K_ACT, a, 10, rci_gpu_ew_runs(n), "act", err);
 }
 
 /* How input k of a binary op's box b reads for k_binary_runs: 0 contiguous, 1 one row of
@@ -75,8 +75,8 @@ static int binary_runs(rci_gpu *g, const rci_node_run *r, const rci_gpu_place *o
         return 1;
     rci_gpu_arg a[] = {ARG(out->mem),  ARG(out->off),  ARG(in[0].mem), ARG(in[0].off), ARG(ka), ARG(in[1].mem),
                        ARG(in[1].off), ARG(kb), ARG(n), ARG(c), ARG(op)};
-    size_t items = (size_t)((n + RCI_GPU_EW_RUN - 1) / RCI_GPU_EW_RUN);
-    return rci_gpu_launch_node(g, r->node, RCI_K_BINARY_RUNS, a, 11, items, rci_gpu_op_name(r->node), err);
+    return rci_gpu_launch_node(g, r->node, RCI_K_BINARY_RUNS, a, 11, rci_gpu_ew_runs(n), rci_gpu_op_name(r->node),
+                               err);
 }
 
 int rci_gpu_run_binary(rci_gpu *g, const rci_node_run *r, rc_error *err)
