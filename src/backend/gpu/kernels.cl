@@ -493,7 +493,10 @@ __kernel void k_reduce_part(__global acc_t *part, __global const store_t *x, lon
 
 /* k_reduce_part where the n outputs are contiguous columns (n a multiple of EW_RUN) of m
  * rows n apart: a work-item takes EW_RUN neighbouring columns of one chunk of rows, a run
- * from each row (ld_run), each column summed in row order as k_reduce_part sums it */
+ * from each row (ld_run), each column summed in row order as k_reduce_part sums it. The
+ * runs of COLS_ROWS rows are loaded before any is added: that many loads in flight. */
+enum { COLS_ROWS = 4 };
+
 __kernel void k_reduce_cols(__global acc_t *part, __global const store_t *x, long xo, long n, long m, long chunk,
                             long chunks, int is_max)
 {
@@ -505,12 +508,18 @@ __kernel void k_reduce_cols(__global acc_t *part, __global const store_t *x, lon
     UNROLL
     for (int u = 0; u < EW_RUN; u++)
         r[u] = is_max ? -INFINITY : 0;
-    for (long j = lo; j < hi; j++) {
-        float v[EW_RUN];
-        ld_run(v, x, xo + j * n + i, EW_RUN);
+    for (long j = lo; j < hi; j += COLS_ROWS) {
+        float v[COLS_ROWS][EW_RUN];
         UNROLL
-        for (int u = 0; u < EW_RUN; u++)
-            r[u] = is_max ? (v[u] > r[u] ? v[u] : r[u]) : r[u] + v[u];
+        for (int q = 0; q < COLS_ROWS; q++)
+            if (j + q < hi)
+                ld_run(v[q], x, xo + (j + q) * n + i, EW_RUN);
+        UNROLL
+        for (int q = 0; q < COLS_ROWS; q++)
+            UNROLL
+            for (int u = 0; u < EW_RUN; u++)
+                if (j + q < hi)
+                    r[u] = is_max ? (v[q][u] > r[u] ? v[q][u] : r[u]) : r[u] + v[q][u];
     }
     UNROLL
     for (int u = 0; u < EW_RUN; u++)
@@ -1565,11 +1574,14 @@ __kernel void k_attention_dbias(__global store_t *o, long oo, __global const sto
  *
  * Local tiles: where one tile holds a head (D, Dv at most AT_COLS) a kernel keeps what does
  * not change along its walk (the forward Q, the stats and dQ's kernel Q and dO, dK and dV's
- * K and V; dK and dV's Q and dO each their own tile) and copies the walk's next K and V
- * tiles while it computes (at_copy). Under CUDA that is 27, 36, 36 and 38 KB of shared
- * memory (ptxas); under OpenCL the emulation's 6.5 KB more, up to dK and dV's 45 KB, past
- * OpenCL's 32 KB minimum (a device with less refuses the launch with an error; PoCL has
- * 1 MB, NVIDIA's OpenCL 48 KB). */
+ * K and V) and copies the walk's next tiles while it computes (at_copy: the forward's,
+ * the stats' and dQ's next K and V; dK and dV's next Q, into the other of two Q tiles, and
+ * dO). Under CUDA that is 27, 36, 36 and 47 KB of shared memory (ptxas, sm_90; 48 KB is
+ * the static limit); under OpenCL the emulation's 6.5 KB more, up to dK and dV's 54 KB,
+ * past OpenCL's 32 KB minimum (a device with less refuses the launch with an error; PoCL
+ * has 1 MB, NVIDIA's OpenCL 48 KB, where the tiles are not used: no mma). Registers
+ * (ptxas, sm_90): 166, 168, 234 and 244, so three work-groups of the forward and the
+ * stats fit an SM's 64 K registers (at most 168 each) and two of the others. */
 enum {
     AT_GROUP = 128,       /* work-items of a work-group: four warps */
     AT_ROWS = 64,         /* query rows of a work-group (16 a warp) */
