@@ -84,8 +84,8 @@ extern const char rci_gpu_source[];
  * a batch: kernels.cl's EW_SPAN */
 enum { RCI_GPU_EW_SPAN = 4 };
 
-/* elements a work-item of the run kernels (k_unary, k_act, k_binary_runs) takes at once:
- * kernels.cl's EW_RUN */
+/* elements a work-item of the run kernels (k_unary, k_act, k_binary_runs, k_reduce_cols)
+ * takes at once: kernels.cl's EW_RUN */
 enum { RCI_GPU_EW_RUN = 8 };
 
 /* the work-items of a run kernel over n elements: one a run */
