@@ -38,12 +38,31 @@ typedef float store_t;
 typedef uint word_t;
 #endif
 
-static float ld(__global const store_t *p, long i)
+#if defined(RC_STORE_BF16) || defined(RC_STORE_F16)
+/* a 16-bit stored value's bits widened to float, and a float rounded to them */
+static float half_ld(uint h)
 {
 #if defined(RC_STORE_BF16)
-    return rci_bf16_to_f32(p[i]);
-#elif defined(RC_STORE_F16)
-    return rci_f16_to_f32(p[i]);
+    return rci_bf16_to_f32((ushort)h);
+#else
+    return rci_f16_to_f32((ushort)h);
+#endif
+}
+
+static ushort half_st(float v)
+{
+#if defined(RC_STORE_BF16)
+    return rci_f32_to_bf16(v);
+#else
+    return rci_f32_to_f16(v);
+#endif
+}
+#endif
+
+static float ld(__global const store_t *p, long i)
+{
+#if defined(RC_STORE_BF16) || defined(RC_STORE_F16)
+    return half_ld(p[i]);
 #else
     return p[i];
 #endif
@@ -51,10 +70,8 @@ static float ld(__global const store_t *p, long i)
 
 static void st(__global store_t *p, long i, float v)
 {
-#if defined(RC_STORE_BF16)
-    p[i] = rci_f32_to_bf16(v);
-#elif defined(RC_STORE_F16)
-    p[i] = rci_f32_to_f16(v);
+#if defined(RC_STORE_BF16) || defined(RC_STORE_F16)
+    p[i] = half_st(v);
 #else
     p[i] = v;
 #endif
@@ -129,22 +146,10 @@ __kernel void k_fill(__global store_t *o, long oo, long n, float v)
 enum { EW_RUN = 8 }; /* gpu.h's RCI_GPU_EW_RUN */
 
 #if defined(RC_STORE_BF16) || defined(RC_STORE_F16)
-static float ld_half(uint h)
-{
-#if defined(RC_STORE_BF16)
-    return rci_bf16_to_f32((ushort)h);
-#else
-    return rci_f16_to_f32((ushort)h);
-#endif
-}
-
+/* the word of two values stored (lo in the low half) */
 static uint st_pair(float lo, float hi)
 {
-#if defined(RC_STORE_BF16)
-    return (uint)rci_f32_to_bf16(lo) | ((uint)rci_f32_to_bf16(hi) << 16);
-#else
-    return (uint)rci_f32_to_f16(lo) | ((uint)rci_f32_to_f16(hi) << 16);
-#endif
+    return (uint)half_st(lo) | ((uint)half_st(hi) << 16);
 }
 #endif
 
@@ -153,9 +158,9 @@ static void ld_run(float *v, __global const store_t *x, long i, long n)
 #if defined(RC_STORE_BF16) || defined(RC_STORE_F16)
     if (n >= EW_RUN && is_aligned(x + i, 16)) {
         uint4 w = *(__global const uint4 *)(x + i);
-        v[0] = ld_half(w.x & 0xffff), v[1] = ld_half(w.x >> 16), v[2] = ld_half(w.y & 0xffff);
-        v[3] = ld_half(w.y >> 16), v[4] = ld_half(w.z & 0xffff), v[5] = ld_half(w.z >> 16);
-        v[6] = ld_half(w.w & 0xffff), v[7] = ld_half(w.w >> 16);
+        v[0] = half_ld(w.x & 0xffff), v[1] = half_ld(w.x >> 16), v[2] = half_ld(w.y & 0xffff);
+        v[3] = half_ld(w.y >> 16), v[4] = half_ld(w.z & 0xffff), v[5] = half_ld(w.z >> 16);
+        v[6] = half_ld(w.w & 0xffff), v[7] = half_ld(w.w >> 16);
         return;
     }
 #else
@@ -1348,14 +1353,17 @@ static float at_exp(float x)
 }
 
 /* dS = p (z dP - delta) scale and z p of key j of a row (flat index row, bias row boff,
- * seeing keys below vis, its log-sum-exp and delta) from its score's dot product *s and
- * dP's *dp (p = exp(score - lse); both 0 for a key the row does not see), into *s and *dp */
-static void att_grad_at(const att_dims *a, __global const store_t *bias, long boff, long row, long j, long vis,
-                        float lse, float delta, float *s, float *dp)
+ * its log-sum-exp and delta) from its score's dot product *s and dP's *dp (p = exp(score -
+ * lse); both 0 where the row does not see the key: `seen` 0), into *s and *dp; tiles: p
+ * from at_exp (the tile kernels' lse), else rci_fexp. (The tiles' branch keeps dK and dV's
+ * kernel in its registers: without it, p = exp(-INFINITY), ptxas took 255 and spilled.) */
+static void att_grad_at(const att_dims *a, __global const store_t *bias, long boff, long row, long j, int seen,
+                        float lse, float delta, int tiles, float *s, float *dp)
 {
     float ds = 0, zp = 0;
-    if (j < vis) {
-        float p = rci_fexp(att_score(a, bias, boff, *s, j) - lse), z = att_keep(a, row, j);
+    if (seen) {
+        float x = att_score(a, bias, boff, *s, j) - lse;
+        float p = tiles ? at_exp(x) : rci_fexp(x), z = att_keep(a, row, j);
         zp = p * z;
         ds = p * (*dp * z - delta) * a->scale;
     }
@@ -1480,7 +1488,7 @@ __kernel void k_attention_rows_grad(__global float *s, long so, __global float *
     __global float *x = s + so + c * a.Tk, *y = dp + dpo + c * a.Tk;
     for (long j = li; j < ext; j += ls) {
         float ds = x[j], zp = y[j];
-        att_grad_at(&a, bias, r.bias, row, j, vis, lse, delta, &ds, &zp);
+        att_grad_at(&a, bias, r.bias, row, j, j < vis, lse, delta, 0, &ds, &zp);
         if (split) {
             st_split(s2, s2o + (c * a.Tk + j) * ATT_SPLITS, ds);
             st_split(z2, z2o + (c * a.Tk + j) * ATT_SPLITS, zp);
@@ -1932,11 +1940,11 @@ static void at_tile(LOCAL_MEM ushort *t, __global const store_t *x, long xo, lon
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* A held walk's copied tile, ready: its copy waited for (the newest group may still be in
- * flight) and made visible to the work-group */
-static void at_copy_ready(void)
+/* A held walk's copied tile, ready: its copy waited for (the `pending` newest groups may
+ * still be in flight) and made visible to the work-group */
+static void at_copy_ready(int pending)
 {
-    at_copy_wait(1);
+    at_copy_wait(pending);
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
@@ -1958,7 +1966,7 @@ static void at_held_scores(float *c, LOCAL_MEM const ushort *x, int wr, LOCAL_ME
     UNROLL
     for (int e = 0; e < 32; e++)
         c[e] = 0;
-    at_copy_ready();
+    at_copy_ready(1);
     at_times_rows(c, x, wr, y, lane, emu);
 }
 
@@ -2022,22 +2030,6 @@ static int at_seen(long vis, long j0)
 {
     long n = vis - j0;
     return n < 0 ? 0 : n > AT_KEYS ? AT_KEYS : (int)n;
-}
-
-/* att_grad_at in a tile: key j0 + c of a row seeing the tile's keys below lim, p from
- * at_exp (the tile kernels' lse). (Without the branch, p = exp(-INFINITY) for a key not
- * seen, dK and dV's kernel took 255 registers and spilled.) */
-static void at_grad_at(const att_dims *a, __global const store_t *bias, long boff, long row, long j0, int c, int lim,
-                       float lse, float delta, float *s, float *dp)
-{
-    float ds = 0, zp = 0;
-    if (c < lim) {
-        float p = at_exp(att_score(a, bias, boff, *s, j0 + c) - lse), z = att_keep(a, row, j0 + c);
-        zp = p * z;
-        ds = p * (*dp * z - delta) * a->scale;
-    }
-    *s = ds;
-    *dp = zp;
 }
 
 /* The online softmax's step for a key tile from j0: s's 32 scores (the lane's two rows, h
@@ -2134,7 +2126,7 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
             for (int h = 0; h < 2; h++)
                 l[h] = l[h] * alpha[h] + at_quad(red, sum[h], 1);
             if (held) { /* O += P V once V's copy is in (the next K's may go on), the next V's copy */
-                at_copy_ready();
+                at_copy_ready(1);
                 at_times_tile(acc, s, vs, lane, red + AT_GROUP);
                 at_copy_next(vs, v, vp, j0 + AT_KEYS, a.Tk, a.Dv, more);
             } else {
@@ -2271,8 +2263,8 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
             UNROLL
             for (int e = 0; e < 32; e++) {
                 int h = (e >> 1) & 1;
-                at_grad_at(&a, bias, x[h].r.bias, x[h].row, j0, 8 * (e >> 2) + 2 * t + (e & 1), lim[h], lse[h],
-                           delta[h], &s[e], &dp[e]);
+                int c = 8 * (e >> 2) + 2 * t + (e & 1);
+                att_grad_at(&a, bias, x[h].r.bias, x[h].row, j0 + c, c < lim[h], lse[h], delta[h], 1, &s[e], &dp[e]);
             }
             at_tile(ks, k, kp, j0, a.Tk, d0, a.D, held); /* K's columns from d0 */
             at_times_tile(acc, s, ks, lane, red + AT_GROUP);
@@ -2351,7 +2343,7 @@ static long at_next_rows(const att_dims *a, long r0, long R, long j0)
 }
 
 /* S^T and dP^T of the warp's keys against the query rows in cols (s, dp), turned into dS^T
- * (s) and (z p)^T (dp) by at_grad_at with each row's statistics by column */
+ * (s) and (z p)^T (dp) by att_grad_at with each row's statistics by column */
 static void at_dkv_probs(const att_dims *a, __global const store_t *bias, LOCAL_MEM const at_cols *cols, long j0,
                          int wr, int lane, float *s, float *dp)
 {
@@ -2359,8 +2351,9 @@ static void at_dkv_probs(const att_dims *a, __global const store_t *bias, LOCAL_
     UNROLL
     for (int e = 0; e < 32; e++) {
         int c = 8 * (e >> 2) + 2 * t + (e & 1);
-        at_grad_at(a, bias, cols->bias[c], cols->row[c], j0, wr + g + 8 * ((e >> 1) & 1), cols->lim[c], cols->lse[c],
-                   cols->delta[c], &s[e], &dp[e]);
+        int k = wr + g + 8 * ((e >> 1) & 1);
+        att_grad_at(a, bias, cols->bias[c], cols->row[c], j0 + k, k < cols->lim[c], cols->lse[c], cols->delta[c], 1,
+                    &s[e], &dp[e]);
     }
 }
 
@@ -2428,15 +2421,13 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
             int any = at_cols_fill(&cols, &x, j0, step++);
             x = at_col_of(&a, stats, sto, pair, rn, R, bo);
             at_copy_next(qs + (b ^ 1) * AT_ROWS * AT_LD, q, qp, rn, R, a.D, rn < R);
-            at_copy_wait(2); /* this tile's Q */
-            barrier(CLK_LOCAL_MEM_FENCE);
+            at_copy_ready(2); /* this tile's Q */
             UNROLL
             for (int e = 0; e < 32; e++)
                 s[e] = dp[e] = 0;
             if (any)
                 at_times_rows(s, ks, wr, qt, lane, emu);
-            at_copy_wait(1); /* its dO */
-            barrier(CLK_LOCAL_MEM_FENCE);
+            at_copy_ready(1); /* its dO */
             if (any) {
                 at_times_rows(dp, vs, wr, ds, lane, emu);
                 at_dkv_probs(&a, bias, &cols, j0, wr, lane, s, dp);
