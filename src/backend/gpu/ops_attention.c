@@ -84,18 +84,16 @@ void rci_gpu_attention_split(int on)
     att_split_force = on;
 }
 
-/* the node's mode on g: ATT_TILED for bf16 where asked for and a pair has at least a
- * warp's ATT_TILE_MIN_ROWS query rows (decoding's few rows would leave a work-group's 64
+/* the node's mode on g: ATT_TILED for bf16 where asked for and a pair's R query rows are at
+ * least a warp's ATT_TILE_MIN_ROWS (decoding's few rows would leave a work-group's 64
  * mostly empty: they take the products); ATT_SPLIT for bf16 where g has matmul_wide (or
  * where tests force it: rci_gpu_attention_split) */
-static int att_mode(const rci_gpu *g, const rc_tensor *node)
+static int att_mode(const rci_gpu *g, const rc_tensor *node, int64_t R)
 {
     rc_dtype store = rci_gpu_storage(node);
     if (store == RC_F32)
         return ATT_F32;
-    const rc_tensor *q = node->src[0], *k = node->src[1];
-    int64_t rows = k->shape[1] > 0 ? q->shape[1] / k->shape[1] * q->shape[2] : 0;
-    if (store == RC_BF16 && (att_tiled == 2 || (att_tiled == 1 && g->mma)) && rows >= ATT_TILE_MIN_ROWS)
+    if (store == RC_BF16 && (att_tiled == 2 || (att_tiled == 1 && g->mma)) && R >= ATT_TILE_MIN_ROWS)
         return ATT_TILED;
     int split = store == RC_BF16 && (att_split_force >= 0 ? att_split_force : g->ops->matmul_wide != NULL);
     if (!split)
@@ -116,7 +114,7 @@ static att_shape att_shape_of(const rci_gpu *g, const rc_tensor *node)
     s.Dv = v->shape[3];
     s.R = s.H / s.KV * s.Tq;
     s.pairs = s.B * s.KV;
-    s.mode = att_mode(g, node);
+    s.mode = att_mode(g, node, s.R);
     s.which = node->op == RC_OP_ATTENTION_GRAD ? node->iparam[1] : 0;
     /* causal blocks: block b's rows see keys before its end alone, so its products take
      * those (about half the work at many blocks); one query head a pair (dK and dV then
