@@ -380,6 +380,12 @@ static int decoder_expand(decoder *d, int rows, rc_error *err)
 
 /* ---- choosing tokens ---------------------------------------------------------------------- */
 
+/* ascending id */
+static int scored_by_id(const void *a, const void *b)
+{
+    const rci_scored *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
 
 /* descending value, then ascending id */
 static int scored_desc(const void *a, const void *b)
@@ -387,14 +393,7 @@ static int scored_desc(const void *a, const void *b)
     const rci_scored *x = a, *y = b;
     if (x->v != y->v)
         return x->v > y->v ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
-}
-
-/* ascending id */
-static int scored_by_id(const void *a, const void *b)
-{
-    const rci_scored *x = a, *y = b;
-    return (x->id > y->id) - (x->id < y->id);
+    return scored_by_id(a, b);
 }
 
 static int32_t pick_greedy(const float *l, int64_t V)
