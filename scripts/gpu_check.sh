@@ -25,6 +25,10 @@
 #   decode      greedy decoding of GPT-2 124M at batch 1: bench_generate beside PyTorch
 #   opencl      the op table and the device model tests on NVIDIA's OpenCL, when the driver
 #               has one (libnvidia-opencl.so.1)
+#   kernels     (not in the default list) Nsight Compute's counters, where the machine has
+#               ncu: the four attention tile kernels (bench_attention, bf16, the step's
+#               dropout) and the first launches of the bf16 step's other kernels (redco
+#               train, one step), each summed up by scripts/ncu_summary.py
 # One JSON line per figure: {"check", "device", "value", "unit", "peer", ...}, then a summary
 # line; progress and errors on lines starting with '#'. Every program runs under `timeout`,
 # within --budget seconds in all (default 540: a 600-second command limit never cuts the
@@ -263,7 +267,7 @@ part_info() {
     emit check environment device "$GPU_NAME" value "$driver" unit driver peer null \
         memory "$(echo "$smi" | head -1 | cut -d, -f3 | sed 's/^ *//')" \
         compute_capability "$(echo "$smi" | head -1 | cut -d, -f4 | tr -d ' ')" cuda "${cuda:-none}" \
-        torch "${torch:-none}" glibc "$glibc" glibc_needed "$(sed -n 's/^glibc needed: //p' "$BUNDLE/MANIFEST.txt")" \
+        torch "${torch:-none}" ncu "$(find_ncu)" glibc "$glibc" glibc_needed "$(sed -n 's/^glibc needed: //p' "$BUNDLE/MANIFEST.txt")" \
         bundle "$(sed -n 's/^commit: //p' "$BUNDLE/MANIFEST.txt")" bundle_cuda "$(sed -n 's/^cuda: //p' "$BUNDLE/MANIFEST.txt")" \
         date "$(date -u +%Y-%m-%dT%H:%MZ)"
     run devices 30 "${RC_ENV[@]}" "$BUNDLE/bin/redco" devices
@@ -572,6 +576,63 @@ part_attention() {
     done
 }
 
+# Nsight Compute's command line program, where the machine has one (empty: none)
+find_ncu() {
+    local c
+    for c in "$(command -v ncu 2>/dev/null)" /usr/local/cuda/bin/ncu /usr/local/cuda-*/bin/ncu \
+        /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda*/nsight-compute*/ncu; do
+        [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return; }
+    done
+}
+
+# ncu_figures NAME CHECK [--by-name]: ncu's CSV in NAME's log as figure lines, one a kernel
+# (check CHECK/KERNEL, its time in us)
+ncu_figures() {
+    local name=$1 check=$2 line
+    "$PY" "$ROOT/scripts/ncu_summary.py" "$WORK/logs/$name.log" ${3:-} --check "$check" --device "$RDEV" \
+        >"$WORK/logs/$name.json" || { part_failed kernels "no kernel in ncu's report ($name)"; tail_log "$name"; return; }
+    while IFS= read -r line; do
+        echo "$line"
+        echo "$line" >>"$WORK/gpu_check.jsonl"
+        FIGURES=$((FIGURES + 1))
+    done <"$WORK/logs/$name.json"
+}
+
+# Where the tile kernels' time goes, from the GPU's own counters (Nsight Compute): each
+# kernel's throughput against the SM's and memory's peaks, occupancy, the tensor pipe's
+# share and its warps' stall reasons; then the step's other kernels, their time and DRAM
+# share by kernel name. Clocks as they run (--clock-control none), caches flushed before
+# each launch (ncu's default).
+part_kernels() {
+    local ncu sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
+        --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section SchedulerStats
+        --section InstructionStats)
+    local others='regex:^k_(binary_runs|binary|unary|act|where|copy|cast|fill|reduce_cols|reduce_part|reduce_finish|reduce_rows|reduce|softmax|layer_norm|norm_grad|embedding|embedding_grad|ce_rows|ce_grad|ce_mean|ce_scale|dropout|adamw|accumulate|sum_squares)$'
+    sizes
+    ncu=$(find_ncu)
+    if [ -z "$ncu" ]; then
+        note "no Nsight Compute (ncu) on this machine: no kernel counters"
+        figure kernel_counters "$RDEV" null "" null ncu none
+        return
+    fi
+    note "ncu: $ncu, $("$ncu" --version 2>/dev/null | tail -1)"
+    # bench_attention's second run (the first warms up): its forward, stats, dQ and dK/dV
+    run ncu_attention 150 "${RC_ENV[@]}" "$ncu" --csv --page raw --clock-control none \
+        --kernel-name regex:^k_attention_tile --launch-skip 4 --launch-count 4 "${sections[@]}" \
+        "$BUNDLE/bin/bench_attention" --device "$RDEV" --dtype bf16 --tiled --dropout 0.1 --cases "$BATCH:$SEQ:1" ||
+        { part_failed kernels "ncu bench_attention: exit $?"; tail_log ncu_attention; }
+    ncu_figures ncu_attention ncu_attention
+    make_tokens "$WORK/tokens.npy" || { part_failed kernels "cannot write the token file"; return; }
+    rm -rf "$WORK/train_ncu"
+    run ncu_step 180 "${RC_ENV[@]}" "$ncu" --csv --page raw --clock-control none --kernel-name "$others" \
+        --launch-count 300 --section SpeedOfLight --section LaunchStats \
+        "$BUNDLE/bin/redco" train --model "$PRESET" --data "$WORK/tokens.npy" --workdir "$WORK/train_ncu" --steps 1 \
+        --batch-size "$BATCH" --seq-len "$SEQ" --grad-clip 0 --device "$RDEV" --dtype bf16 ||
+        { part_failed kernels "ncu redco train: exit $?"; tail_log ncu_step; }
+    ncu_figures ncu_step ncu_step_by_kernel --by-name
+    rm -rf "$WORK/train_ncu"
+}
+
 part_decode() {
     local dtype rms tms ratio met preset=gpt2 rec k log="$WORK/logs/bench_generate.log"
     local -a phases
@@ -639,7 +700,7 @@ main() {
             note "no CUDA device (nvidia-smi found none): the cuda checks will fail; --allow-no-gpu for a dry run"
         fi
     fi
-    for p in cuda step matmul attention decode opencl; do
+    for p in cuda step matmul attention decode opencl kernels; do
         case ,$PARTS, in *,$p,*) ;; *) continue ;; esac
         if [ "$(left)" -lt 25 ]; then
             note "part $p not run: the budget of ${BUDGET}s is spent"
