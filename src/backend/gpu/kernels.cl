@@ -1582,14 +1582,15 @@ __kernel void k_attention_dbias(__global store_t *o, long oo, __global const sto
  *
  * Local tiles: where one tile holds a head (D, Dv at most AT_COLS) a kernel keeps what does
  * not change along its walk (the forward Q, the stats and dQ's kernel Q and dO, dK and dV's
- * K and V) and copies the walk's next tiles while it computes (at_copy: the forward's,
- * the stats' and dQ's next K and V; dK and dV's next Q, into the other of two Q tiles, and
- * dO). Under CUDA that is 27, 36, 36 and 47 KB of shared memory (ptxas, sm_90; 48 KB is
- * the static limit); under OpenCL the emulation's 6.5 KB more, up to dK and dV's 54 KB,
- * past OpenCL's 32 KB minimum (a device with less refuses the launch with an error; PoCL
- * has 1 MB, NVIDIA's OpenCL 48 KB, where the tiles are not used: no mma). Registers
- * (ptxas, sm_90): 166, 168, 234 and 244, so three work-groups of the forward and the
- * stats fit an SM's 64 K registers (at most 168 each) and two of the others. */
+ * K and V) and copies the walk's next tiles while it computes (at_copy: the forward's next
+ * K and V, into the other of two K and two V tiles; the stats' and dQ's next K and V; dK
+ * and dV's next Q, into the other of two Q tiles, and dO). Under CUDA that is 45, 36, 36
+ * and 47 KB of shared memory (ptxas, sm_90; 48 KB is the static limit); under OpenCL the
+ * emulation's 6.5 KB more, up to dK and dV's 54 KB, past OpenCL's 32 KB minimum (a device
+ * with less refuses the launch with an error; PoCL has 1 MB, NVIDIA's OpenCL 48 KB, where
+ * the tiles are not used: no mma). Registers (ptxas, sm_90): 164, 168, 234 and 244, so
+ * three work-groups of the forward and the stats fit an SM's 64 K registers (at most 168
+ * each) and two of the others. */
 enum {
     AT_GROUP = 128,       /* work-items of a work-group: four warps */
     AT_ROWS = 64,         /* query rows of a work-group (16 a warp) */
@@ -2083,8 +2084,8 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
                                __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
                                ulong key, ulong thresh, float keep)
 {
-    __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ys[AT_KEYS * AT_LD] __attribute__((aligned(16)));
-    __local ushort vs[AT_KEYS * AT_LD] __attribute__((aligned(16)));
+    __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16)));
+    __local ushort ys[2 * AT_KEYS * AT_LD] __attribute__((aligned(16))), vs[2 * AT_KEYS * AT_LD] __attribute__((aligned(16)));
     __local float red[AT_RED];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
@@ -2093,8 +2094,11 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
     long R = qt.R, pair = qt.pair, r0 = qt.r0, kend = qt.kend;
     long qp = qo + pair * R * a.D, kp = ko + pair * a.Tk * a.D, vp = vo + pair * a.Tk * a.Dv;
     float m[2], l[2], s[32], acc[32];
-    /* held: one tile holds a head, so Q stays in xs and the next key tile's K and V are
-     * copied (at_copy) into ys and vs while this one's product and softmax run */
+    /* held: one tile holds a head, so Q stays in xs, and K and V have two tiles each: a key
+     * tile's step starts with one barrier (its K and V copied in, the last step's reads of
+     * the other tiles done), then copies the next key tile's K and V into the other tiles
+     * (at_copy) while its product, softmax and product run. Otherwise ys's first tile takes
+     * K, then V, between barriers. */
     int held = a.D <= AT_COLS && a.Dv <= AT_COLS;
     for (long d0 = 0; d0 < a.Dv; d0 += AT_COLS) {
         UNROLL
@@ -2104,14 +2108,23 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
         l[0] = l[1] = 0;
         if (held && kend > 0) {
             at_load(xs, q, qp, r0, R, 0, a.D);
-            at_copy_next(ys, k, kp, 0, a.Tk, a.D, 1);
-            at_copy_next(vs, v, vp, 0, a.Tk, a.Dv, 1);
+            at_copy(ys, k, kp, 0, a.Tk, 0, a.D);
+            at_copy(vs, v, vp, 0, a.Tk, 0, a.Dv);
+            at_copy_commit();
         }
         for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
-            int more = j0 + AT_KEYS < kend;
-            if (held) { /* S once K's copy is in (V's may go on), then the next K's copy */
-                at_held_scores(s, xs, wr, ys, lane, red + AT_GROUP);
-                at_copy_next(ys, k, kp, j0 + AT_KEYS, a.Tk, a.D, more);
+            int more = j0 + AT_KEYS < kend, cur = (int)(j0 / AT_KEYS & 1) * AT_KEYS * AT_LD;
+            if (held) { /* this step's K and V in; the next step's copied into the other tiles */
+                at_copy_ready(0);
+                if (more) {
+                    at_copy(ys + AT_KEYS * AT_LD - cur, k, kp, j0 + AT_KEYS, a.Tk, 0, a.D);
+                    at_copy(vs + AT_KEYS * AT_LD - cur, v, vp, j0 + AT_KEYS, a.Tk, 0, a.Dv);
+                }
+                at_copy_commit();
+                UNROLL
+                for (int e = 0; e < 32; e++)
+                    s[e] = 0;
+                at_times_rows(s, xs, wr, ys + cur, lane, red + AT_GROUP);
             } else {
                 at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, xs, ys, wr, lane, red + AT_GROUP,
                           (j0 > 0 || d0 > 0) && a.D <= AT_COLS); /* V goes to ys: xs keeps Q */
@@ -2125,10 +2138,8 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
             UNROLL
             for (int h = 0; h < 2; h++)
                 l[h] = l[h] * alpha[h] + at_quad(red, sum[h], 1);
-            if (held) { /* O += P V once V's copy is in (the next K's may go on), the next V's copy */
-                at_copy_ready(1);
-                at_times_tile(acc, s, vs, lane, red + AT_GROUP);
-                at_copy_next(vs, v, vp, j0 + AT_KEYS, a.Tk, a.Dv, more);
+            if (held) {
+                at_times_tile(acc, s, vs + cur, lane, red + AT_GROUP);
             } else {
                 barrier(CLK_LOCAL_MEM_FENCE);
                 at_load(ys, v, vp, j0, a.Tk, d0, a.Dv);
