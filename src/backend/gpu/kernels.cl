@@ -829,25 +829,47 @@ __kernel void k_one_hot(__global store_t *o, long oo, __global const int *ids, l
     st(o, oo + e, id != ignore && (long)id - first == j ? 1 : 0);
 }
 
-/* Cross-entropy's row kernels run one work-group of ROW_GROUP a row, as the norms do:
- * work-item li reads the columns li, li + ROW_GROUP, ... (side by side with its group's),
- * and group_reduce combines the row's largest value and its exponentials' sum, in acc_t:
- * the CPU's terms (exp(x[j] - max) in float), added in another order. A row whose target is
- * ignored reads nothing. The kernels never return early (every work-item reaches each
- * barrier); the host runs one work-group a row. */
+/* Cross-entropy's row kernels run one work-group of ROW_GROUP a row, as the norms do, and
+ * read a row (a vocabulary's logits, 100 KB of bf16 for GPT-2's) in runs of EW_RUN from its
+ * first 16-byte boundary (ce_lead: a row of an odd length starts anywhere), 16 bytes a
+ * load: work-item li takes the runs li, li + ROW_GROUP, ... (side by side with its group's)
+ * and, before them, element li of the row's lead. group_reduce combines the row's largest
+ * value and its exponentials' sum, in acc_t: the CPU's terms (exp(x[j] - max) in float),
+ * added in another order. A row whose target is ignored reads nothing. The kernels never
+ * return early (every work-item reaches each barrier); the host runs one work-group a row. */
 
-/* the largest value of xr[0, v) (NaNs never win a comparison; -INFINITY for none) and, in
- * *sum, the sum of exp(x[j] - max); in every work-item of the group */
+/* the elements of row xr (v of them) before its first 16-byte boundary, at most v */
+static long ce_lead(__global const store_t *xr, long v)
+{
+    long lead = (long)(((16 - ((ulong)xr & 15)) & 15) / sizeof(store_t));
+    return lead < v ? lead : v;
+}
+
+/* the largest of a work-item's elements of row xr[0, v) (NaNs never win a comparison;
+ * -INFINITY for none, sum 0), or the sum of their exp(x - mx) (sum 1) */
+static acc_t ce_row_part(__global const store_t *xr, long v, float mx, int sum)
+{
+    long li = (long)get_local_id(0), lead = ce_lead(xr, v);
+    acc_t a = sum ? 0 : -INFINITY;
+    float r[EW_RUN];
+    if (li < lead)
+        a = sum ? a + rci_fexp(ld(xr, li) - mx) : acc_combine(a, ld(xr, li), 0);
+    for (long j = lead + li * EW_RUN; j < v; j += ROW_GROUP * EW_RUN) {
+        ld_run(r, xr, j, v - j);
+        UNROLL
+        for (int u = 0; u < EW_RUN; u++)
+            if (j + u < v)
+                a = sum ? a + rci_fexp(r[u] - mx) : acc_combine(a, r[u], 0);
+    }
+    return a;
+}
+
+/* the largest value of xr[0, v) (-INFINITY for none) and, in *sum, the sum of exp(x[j] -
+ * max); in every work-item of the group */
 static float ce_row_stats(LOCAL_MEM acc_t *red, __global const store_t *xr, long v, acc_t *sum)
 {
-    long li = (long)get_local_id(0);
-    acc_t m = -INFINITY, s = 0;
-    for (long j = li; j < v; j += ROW_GROUP)
-        m = acc_combine(m, ld(xr, j), 0);
-    float mx = (float)group_reduce(red, m, 0);
-    for (long j = li; j < v; j += ROW_GROUP)
-        s += rci_fexp(ld(xr, j) - mx);
-    *sum = group_reduce(red, s, 1);
+    float mx = (float)group_reduce(red, ce_row_part(xr, v, 0, 0), 0);
+    *sum = group_reduce(red, ce_row_part(xr, v, mx, 1), 1);
     return mx;
 }
 
@@ -893,10 +915,17 @@ __kernel void k_ce_scale(__global float *scale, __global const int *tg, long to,
     scale[0] = count ? (float)((acc_t)g[go] / (acc_t)count) : 0;
 }
 
+/* the gradient of element j of a row from its logit xj: (softmax - onehot(t)) * scale */
+static float ce_grad_at(float xj, long j, int t, int live, float mx, float k, float sc)
+{
+    float e = live ? rci_fexp(xj - mx) : 0;
+    return live && j == t ? e * k - sc : e * k;
+}
+
 /* row r of the gradient: (softmax(row) - onehot(target)) * scale; zeros when ignored;
  * work-group r. Each work-item computes its exponentials again for its outputs (the same
- * floats: no temporaries); the group's reads of the row are done (group_reduce's barriers)
- * before any write, so out may be x. */
+ * floats: no temporaries), reading each run of its (ce_row_part's) before it writes it, so
+ * out may be x. */
 __kernel void k_ce_grad(__global store_t *out, long oo, __global const store_t *x, long xo,
                         __global const int *tg, long to, __global const float *scale, long v, int ignore)
 {
@@ -907,10 +936,17 @@ __kernel void k_ce_grad(__global store_t *out, long oo, __global const store_t *
     __global const store_t *xr = x + xo + r * v;
     acc_t s;
     float mx = ce_row_stats(red, xr, live ? v : 0, &s);
-    float sc = scale[0], k = live ? (float)(1 / s) * sc : 0;
-    for (long j = li; j < v; j += ROW_GROUP) {
-        float e = live ? rci_fexp(ld(xr, j) - mx) : 0;
-        st(o, j, live && j == t ? e * k - sc : e * k);
+    float sc = scale[0], k = live ? (float)(1 / s) * sc : 0, y[EW_RUN];
+    long lead = ce_lead(xr, v);
+    if (li < lead)
+        st(o, li, ce_grad_at(live ? ld(xr, li) : 0, li, t, live, mx, k, sc));
+    for (long j = lead + li * EW_RUN; j < v; j += ROW_GROUP * EW_RUN) {
+        if (live)
+            ld_run(y, xr, j, v - j);
+        UNROLL
+        for (int u = 0; u < EW_RUN; u++)
+            y[u] = ce_grad_at(live ? y[u] : 0, j + u, t, live, mx, k, sc);
+        st_run(o, j, v - j, y);
     }
 }
 
