@@ -1995,6 +1995,19 @@ static void at_copy_next(LOCAL_MEM ushort *t, __global const store_t *x, long xo
     at_copy_commit();
 }
 
+/* The copies of a key tile's K and V, rows [j0 ..) of k [Tk, D] and v [Tk, Dv], into the
+ * local tiles ks and vs (nothing where `more` is 0), one group either way: the forward's and
+ * the stats' walks, which read both tiles in the same stretch (the caller's barriers) */
+static void at_copy_kv(LOCAL_MEM ushort *ks, LOCAL_MEM ushort *vs, const att_dims *a, __global const store_t *k,
+                       long kp, __global const store_t *v, long vp, long j0, int more)
+{
+    if (more) {
+        at_copy(ks, k, kp, j0, a->Tk, 0, a->D);
+        at_copy(vs, v, vp, j0, a->Tk, 0, a->Dv);
+    }
+    at_copy_commit();
+}
+
 /* c [8 tiles, 4] = the warp's 16 rows (from wr) of local tile x times the transpose of the
  * held walk's copied tile y, once ready (at_scores' product where one tile holds a head) */
 static void at_held_scores(float *c, LOCAL_MEM const ushort *x, int wr, LOCAL_MEM const ushort *y, int lane,
@@ -2144,19 +2157,13 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
         l[0] = l[1] = 0;
         if (held && kend > 0) {
             at_load(xs, q, qp, r0, R, 0, a.D);
-            at_copy(ys, k, kp, 0, a.Tk, 0, a.D);
-            at_copy(vs, v, vp, 0, a.Tk, 0, a.Dv);
-            at_copy_commit();
+            at_copy_kv(ys, vs, &a, k, kp, v, vp, 0, 1);
         }
         for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
             int more = j0 + AT_KEYS < kend, cur = (int)(j0 / AT_KEYS & 1) * AT_KEYS * AT_LD;
             if (held) { /* this step's K and V in; the next step's copied into the other tiles */
                 at_copy_ready(0);
-                if (more) {
-                    at_copy(ys + AT_KEYS * AT_LD - cur, k, kp, j0 + AT_KEYS, a.Tk, 0, a.D);
-                    at_copy(vs + AT_KEYS * AT_LD - cur, v, vp, j0 + AT_KEYS, a.Tk, 0, a.Dv);
-                }
-                at_copy_commit();
+                at_copy_kv(ys + AT_KEYS * AT_LD - cur, vs + AT_KEYS * AT_LD - cur, &a, k, kp, v, vp, j0 + AT_KEYS, more);
                 UNROLL
                 for (int e = 0; e < 32; e++)
                     s[e] = 0;
@@ -2217,22 +2224,27 @@ __kernel void k_attention_tile_stats(__global float *stats, long sto, __global c
     long qp = qo + pair * R * a.D, op = doo + pair * R * a.Dv, kp = ko + pair * a.Tk * a.D;
     long vp = vo + pair * a.Tk * a.Dv;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, dl[2] = {0, 0}, s[32], dp[32];
-    /* held: one tile holds a head, so Q and dO stay in qs and ds and the next key tile's K
-     * and V are copied into ys and vs while this one's products run (the forward's walk) */
+    /* held: one tile holds a head, so Q and dO stay in qs and ds; a key tile's step waits
+     * for its K and V (one barrier), takes both products, and once every warp has (a
+     * second barrier) copies the next key tile's K and V into ys and vs while the softmax's
+     * and delta's sums run */
     int held = a.D <= AT_COLS && a.Dv <= AT_COLS;
     if (held && kend > 0) {
         at_load(qs, q, qp, r0, R, 0, a.D);
         at_load(ds, dout, op, r0, R, 0, a.Dv);
-        at_copy_next(ys, k, kp, 0, a.Tk, a.D, 1);
-        at_copy_next(vs, v, vp, 0, a.Tk, a.Dv, 1);
+        at_copy_kv(ys, vs, &a, k, kp, v, vp, 0, 1);
     }
     for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
         int more = j0 + AT_KEYS < kend;
         if (held) {
-            at_held_scores(s, qs, wr, ys, lane, red + AT_GROUP);
-            at_copy_next(ys, k, kp, j0 + AT_KEYS, a.Tk, a.D, more);
-            at_held_scores(dp, ds, wr, vs, lane, red + AT_GROUP);
-            at_copy_next(vs, v, vp, j0 + AT_KEYS, a.Tk, a.Dv, more);
+            at_copy_ready(0);
+            UNROLL
+            for (int e = 0; e < 32; e++)
+                s[e] = dp[e] = 0;
+            at_times_rows(s, qs, wr, ys, lane, red + AT_GROUP);
+            at_times_rows(dp, ds, wr, vs, lane, red + AT_GROUP);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            at_copy_kv(ys, vs, &a, k, kp, v, vp, j0 + AT_KEYS, more);
         } else {
             at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, qs, ys, wr, lane, red + AT_GROUP, 0);
             at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, ds, ys, wr, lane, red + AT_GROUP, 0);
