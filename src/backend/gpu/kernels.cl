@@ -2373,12 +2373,11 @@ static at_col at_col_of(const att_dims *a, __global const float *stats, long sto
 }
 
 /* the work-items' at_col rows into c at the walk's step-th fill (steps count up from 0,
- * c->seen -1 before the first); 1 when one of them sees key j0 (every work-item, after the
- * barrier) */
-static int at_cols_fill(LOCAL_MEM at_cols *c, const at_col *x, long j0, int step)
+ * c->seen -1 before the first), once every work-item is done with the last fill's (the
+ * caller's barrier); after a barrier, c->seen == step when one of them sees key j0 */
+static void at_cols_put(LOCAL_MEM at_cols *c, const at_col *x, long j0, int step)
 {
     int li = (int)get_local_id(0);
-    barrier(CLK_LOCAL_MEM_FENCE);
     if (li < AT_ROWS) {
         int lim = x->lse == -INFINITY ? 0 : at_seen(x->vis, j0);
         c->row[li] = x->row;
@@ -2389,6 +2388,13 @@ static int at_cols_fill(LOCAL_MEM at_cols *c, const at_col *x, long j0, int step
         if (lim > 0)
             c->seen = step;
     }
+}
+
+/* at_cols_put between barriers; 1 when a row sees key j0 (every work-item) */
+static int at_cols_fill(LOCAL_MEM at_cols *c, const at_col *x, long j0, int step)
+{
+    barrier(CLK_LOCAL_MEM_FENCE);
+    at_cols_put(c, x, j0, step);
     barrier(CLK_LOCAL_MEM_FENCE);
     return c->seen == step;
 }
@@ -2439,10 +2445,13 @@ static void at_dkv_store(__global store_t *dk, long dko, __global store_t *dv, l
  * Where one tile holds a head (D, Dv at most AT_COLS) K and V stay in ks and vs, and the
  * walk over the query tiles at_next_rows finds copies while it computes (at_copy): the next
  * tile's Q at a step's start into the other of qs's two tiles, its dO into ds once dV's
- * product has read this one's, its rows' statistics into registers (at_col). The copies'
- * groups go Q, dO, next Q, so a step waits for its Q with two groups left in flight and for
- * its dO with one. Elsewhere the gradients' columns go AT_COLS at a time, each query tile's
- * products through at_scores. */
+ * product has read this one's, its rows' statistics into registers (at_col). A step has
+ * three barriers: at its start (its rows' statistics put in cols, its Q in, the last step's
+ * reads of cols and of the other Q tile done: each work-item put its row after the last
+ * step's third barrier, which follows its last read of cols), before dP (its dO in) and
+ * before dO's next copy. The copies' groups go Q, dO, next Q, next dO, so each wait leaves
+ * one group in flight. Elsewhere the gradients' columns go AT_COLS at a time, each query
+ * tile's products through at_scores. */
 __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global store_t *dv, long dvo, int want,
                                    __global const float *stats, long sto, __global const store_t *q, long qo,
                                    __global const store_t *k, long ko, __global const store_t *v, long vo,
@@ -2477,10 +2486,13 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
         for (int b = 0; r0 < R; b ^= 1) {
             long rn = at_next_rows(&a, r0 + AT_ROWS, R, j0);
             LOCAL_MEM ushort *qt = qs + b * AT_ROWS * AT_LD;
-            int any = at_cols_fill(&cols, &x, j0, step++);
+            at_cols_put(&cols, &x, j0, step);
+            at_copy_ready(1); /* this tile's Q (its dO may still come), cols */
+            int any = cols.seen == step++;
             x = at_col_of(&a, stats, sto, pair, rn, R, bo);
-            at_copy_next(qs + (b ^ 1) * AT_ROWS * AT_LD, q, qp, rn, R, a.D, rn < R);
-            at_copy_ready(2); /* this tile's Q */
+            if (rn < R)
+                at_copy(qs + (b ^ 1) * AT_ROWS * AT_LD, q, qp, rn, R, 0, a.D);
+            at_copy_commit();
             UNROLL
             for (int e = 0; e < 32; e++)
                 s[e] = dp[e] = 0;
