@@ -1985,14 +1985,20 @@ static void at_copy_ready(int pending)
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* After the work-group's last read of the local tile t this key tile: the copy of the walk's
- * next one into it, rows [j0 ..) of x [n, w] (nothing where `more` is 0), a group either way */
-static void at_copy_next(LOCAL_MEM ushort *t, __global const store_t *x, long xo, long j0, long n, long w, int more)
+/* The copy of a walk's next tile into the local tile t, rows [j0 ..) of x [n, w] (nothing
+ * where `more` is 0), a group either way; at_copy_next after a barrier (the work-group's
+ * last read of t done), at_copy_group where the caller's barrier gave that */
+static void at_copy_group(LOCAL_MEM ushort *t, __global const store_t *x, long xo, long j0, long n, long w, int more)
 {
-    barrier(CLK_LOCAL_MEM_FENCE);
     if (more)
         at_copy(t, x, xo, j0, n, 0, w);
     at_copy_commit();
+}
+
+static void at_copy_next(LOCAL_MEM ushort *t, __global const store_t *x, long xo, long j0, long n, long w, int more)
+{
+    barrier(CLK_LOCAL_MEM_FENCE);
+    at_copy_group(t, x, xo, j0, n, w, more);
 }
 
 /* The copies of a key tile's K and V, rows [j0 ..) of k [Tk, D] and v [Tk, Dv], into the
@@ -2006,18 +2012,6 @@ static void at_copy_kv(LOCAL_MEM ushort *ks, LOCAL_MEM ushort *vs, const att_dim
         at_copy(vs, v, vp, j0, a->Tk, 0, a->Dv);
     }
     at_copy_commit();
-}
-
-/* c [8 tiles, 4] = the warp's 16 rows (from wr) of local tile x times the transpose of the
- * held walk's copied tile y, once ready (at_scores' product where one tile holds a head) */
-static void at_held_scores(float *c, LOCAL_MEM const ushort *x, int wr, LOCAL_MEM const ushort *y, int lane,
-                           LOCAL_MEM float *emu)
-{
-    UNROLL
-    for (int e = 0; e < 32; e++)
-        c[e] = 0;
-    at_copy_ready(1);
-    at_times_rows(c, x, wr, y, lane, emu);
 }
 
 /* the keys the query rows [r0, r0 + AT_ROWS) of a pair see, at most (all Tk unless causal) */
@@ -2296,7 +2290,9 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
     long qp = qo + pair * R * a.D, op = doo + pair * R * a.Dv, kp = ko + pair * a.Tk * a.D;
     long vp = vo + pair * a.Tk * a.Dv;
     /* held: one tile holds a head, so Q and dO stay in qs and ds, and the next key tile's V
-     * is copied into vs while S, dS and dQ's product run, its K into ks while dP's does */
+     * is copied into vs while S, dS and dQ's product run, its K into ks while dP's does. Two
+     * barriers a key tile: after dP (this K in, V read by every warp, V's copy next), after
+     * dQ's product (the next V in, K read, K's copy next); a step starts with its V in. */
     int held = a.D <= AT_COLS && a.Dv <= AT_COLS;
     for (long d0 = 0; d0 < a.D; d0 += AT_COLS) {
         UNROLL
@@ -2307,13 +2303,18 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
             at_load(ds, dout, op, r0, R, 0, a.Dv);
             at_copy_next(vs, v, vp, 0, a.Tk, a.Dv, 1);
             at_copy_next(ks, k, kp, 0, a.Tk, a.D, 1);
+            at_copy_ready(1); /* the first V, Q and dO */
         }
         for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
             int more = j0 + AT_KEYS < kend;
             if (held) {
-                at_held_scores(dp, ds, wr, vs, lane, red + AT_GROUP);
-                at_copy_next(vs, v, vp, j0 + AT_KEYS, a.Tk, a.Dv, more);
-                at_held_scores(s, qs, wr, ks, lane, red + AT_GROUP);
+                UNROLL
+                for (int e = 0; e < 32; e++)
+                    s[e] = dp[e] = 0;
+                at_times_rows(dp, ds, wr, vs, lane, red + AT_GROUP);
+                at_copy_ready(0);
+                at_copy_group(vs, v, vp, j0 + AT_KEYS, a.Tk, a.Dv, more);
+                at_times_rows(s, qs, wr, ks, lane, red + AT_GROUP);
             } else {
                 at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, qs, ks, wr, lane, red + AT_GROUP, 0);
                 at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, ds, vs, wr, lane, red + AT_GROUP, 0);
@@ -2327,8 +2328,10 @@ __kernel void k_attention_tile_dq(__global store_t *dq, long dqo, __global const
             }
             at_tile(ks, k, kp, j0, a.Tk, d0, a.D, held); /* K's columns from d0 */
             at_times_tile(acc, s, ks, lane, red + AT_GROUP);
-            if (held)
-                at_copy_next(ks, k, kp, j0 + AT_KEYS, a.Tk, a.D, more);
+            if (held) {
+                at_copy_ready(0);
+                at_copy_group(ks, k, kp, j0 + AT_KEYS, a.Tk, a.D, more);
+            }
         }
         at_copy_wait(0);
         UNROLL
