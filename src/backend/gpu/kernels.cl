@@ -2128,7 +2128,8 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
                                ulong key, ulong thresh, float keep)
 {
     __local ushort xs[AT_ROWS * AT_LD] __attribute__((aligned(16)));
-    __local ushort ys[2 * AT_KEYS * AT_LD] __attribute__((aligned(16))), vs[2 * AT_KEYS * AT_LD] __attribute__((aligned(16)));
+    __local ushort ys[2 * AT_KEYS * AT_LD] __attribute__((aligned(16)));
+    __local ushort vs[2 * AT_KEYS * AT_LD] __attribute__((aligned(16)));
     __local float red[AT_RED];
     att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
     int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
@@ -2157,7 +2158,8 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
             int more = j0 + AT_KEYS < kend, cur = (int)(j0 / AT_KEYS & 1) * AT_KEYS * AT_LD;
             if (held) { /* this step's K and V in; the next step's copied into the other tiles */
                 at_copy_ready(0);
-                at_copy_kv(ys + AT_KEYS * AT_LD - cur, vs + AT_KEYS * AT_LD - cur, &a, k, kp, v, vp, j0 + AT_KEYS, more);
+                at_copy_kv(ys + AT_KEYS * AT_LD - cur, vs + AT_KEYS * AT_LD - cur, &a, k, kp, v, vp, j0 + AT_KEYS,
+                           more);
                 UNROLL
                 for (int e = 0; e < 32; e++)
                     s[e] = 0;
