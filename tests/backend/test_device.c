@@ -1,7 +1,8 @@
 /* test_device.c - an OpenCL device's life and what it refuses, apart from the ops' values
  * (test_ops' table): the device list and names; buffers (zero-filled, copies, overlapping
  * copies, fills, bounds, used bytes, more than the device holds); an op it lacks; a kernel
- * that does not compile; an id outside a table; dropout masks over two steps and the
+ * that does not compile; the program of a device without room for the attention tile
+ * kernels; an id outside a table; dropout masks over two steps and the
  * normal draws of both keys as the CPU's; the f32 copies of a 16-bit product counted as
  * device memory; fused attention a (batch, kv head) pair per chunk as in whole chunks;
  * closing and reopening the device; and a
@@ -106,6 +107,41 @@ static void test_build_error(void)
     CHECKF(rc == -1 && !prog && check_has(err.msg, "kernel build failed") &&
            check_has(err.msg, "undeclared_name"), "build error: %s", err.msg);
     printf("  build error: %.160s\n", err.msg);
+}
+
+/* A device whose local memory cannot hold the attention tile kernels (gpu.h's
+ * RCI_GPU_TILE_LOCAL_BYTES; NVIDIA's OpenCL has 48 KB): its program builds without them
+ * (kernels.cl's RC_TILES), every other kernel is in it, and a launch of one of them is an
+ * error that says why and what to use instead */
+static void test_without_tiles(void)
+{
+    rci_ocl *o = (rci_ocl *)(void *)gpu;
+    int tiles = o->gpu.tiles;
+    CHECKF(tiles, "PoCL's local memory holds the tile kernels");
+    o->gpu.tiles = 0;
+    rc_error err = {0};
+    cl_program prog = NULL;
+    CHECKF(rci_ocl_build_program(o, rci_gpu_source, &prog, &err) == 0, "built without tiles: %s", err.msg);
+    int absent = 0, present = 0;
+    for (int k = 0; prog && k < RCI_K_COUNT; k++) {
+        cl_int s;
+        cl_kernel kern = clCreateKernel(prog, rci_gpu_kernel_names[k], &s);
+        int tile = rci_gpu_is_tile_kernel((rci_gpu_kernel)k), has = s == CL_SUCCESS;
+        CHECKF(has == !tile, "%s %s in the program without tiles", rci_gpu_kernel_names[k], has ? "is" : "is not");
+        absent += !has;
+        present += has;
+        if (has)
+            clReleaseKernel(kern);
+    }
+    if (prog)
+        clReleaseProgram(prog);
+    o->gpu.tiles = tiles;
+    CHECK(absent == 4 && present == RCI_K_COUNT - 4);
+    CHECK(rci_gpu_kernel_absent(gpu, RCI_K_ATTENTION_TILE_DKV, &err) == -1);
+    CHECKF(check_has(err.msg, "opencl:0") && check_has(err.msg, "k_attention_tile_dkv") &&
+           check_has(err.msg, "--attention products"), "%s", err.msg);
+    printf("  without the tile kernels: %d kernels built, %d absent; a launch of one: %s\n", present, absent,
+           err.msg);
 }
 
 static void test_devices(void)
@@ -405,6 +441,7 @@ int main(void)
     test_buffers();
     test_unsupported();
     test_build_error();
+    test_without_tiles();
     test_bad_id();
     test_dropout_steps();
     test_normal();

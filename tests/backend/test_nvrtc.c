@@ -1,8 +1,10 @@
 /* test_nvrtc.c - the device source (rci_gpu_source: dialect.h, scalar.h, kernels.cl)
  * compiled as CUDA C++ by NVRTC (src/backend/cuda/nvrtc.c) for sm_80 and sm_90, for f32,
  * bf16 and f16 storage with fp64, each CUBIN holding every kernel of gpu.h as an entry
- * (a function symbol of its ELF symbol table). No GPU is needed; NVRTC is: built only with
- * REDCO_HAVE_CUDA, the test fails when libnvrtc cannot be opened. */
+ * (a function symbol of its ELF symbol table); and for sm_75 (a T4, an RTX 20), where the
+ * attention tile kernels would pass the 48 KB of static shared memory: every kernel but
+ * those four. No GPU is needed; NVRTC is: built only with REDCO_HAVE_CUDA, the test fails
+ * when libnvrtc cannot be opened. */
 #include "check.h"
 #include "gpu/gpu.h"
 #include "cuda/nvrtc.h"
@@ -112,6 +114,24 @@ int main(void)
             free(report);
             free(image);
         }
+    /* before sm_80: everything but the tile kernels (nvrtc.c builds them from sm_80 on) */
+    for (int s = 0; s < 3; s++) {
+        void *image = NULL;
+        size_t bytes = 0;
+        rc_error err = {0};
+        int rc = rci_nvrtc_compile(rci_gpu_source, 7, 5, stores[s], 1, &image, &bytes, NULL, &err);
+        CHECKF(rc == 0, "sm_75 %s: %s", rc_dtype_name(stores[s]), err.msg);
+        int found = 0;
+        for (int k = 0; rc == 0 && k < RCI_K_COUNT; k++) {
+            int has = has_function(image, bytes, rci_gpu_kernel_names[k]);
+            CHECKF(has == !rci_gpu_is_tile_kernel((rci_gpu_kernel)k), "sm_75 %s: %s %s in the CUBIN",
+                   rc_dtype_name(stores[s]), rci_gpu_kernel_names[k], has ? "is" : "is not");
+            found += has;
+        }
+        CHECK(rc != 0 || found == RCI_K_COUNT - 4);
+        built += rc == 0;
+        free(image);
+    }
     /* a source that does not compile: an error with NVRTC's log on one line */
     void *image = NULL;
     size_t bytes = 0;
@@ -122,9 +142,10 @@ int main(void)
            !strchr(err.msg, '\n'), "%s", err.msg);
     CHECK(image == NULL && bytes == 0);
     printf("test_nvrtc: a source that does not compile: %s\n", err.msg);
-    if (built == 6)
-        printf("test_nvrtc: %d kernels x 3 storages compiled for sm_80, sm_90\n", RCI_K_COUNT);
+    if (built == 9)
+        printf("test_nvrtc: %d kernels x 3 storages compiled for sm_80, sm_90; %d for sm_75\n", RCI_K_COUNT,
+               RCI_K_COUNT - 4);
     else
-        printf("test_nvrtc: only %d of 6 CUBINs built\n", built);
+        printf("test_nvrtc: only %d of 9 CUBINs built\n", built);
     return check_summary("test_nvrtc");
 }

@@ -220,6 +220,9 @@ static int build(rci_cuda *c, rc_dtype store, rc_error *err)
         return rci_cu_fail(&c->gpu.be, "loading the kernels (cuModuleLoadData)", r, err);
     }
     for (int k = 0; k < RCI_K_COUNT; k++) {
+        c->functions[h][k] = NULL;
+        if (rci_gpu_is_tile_kernel((rci_gpu_kernel)k) && !c->gpu.tiles)
+            continue;   /* not built (nvrtc.c: before sm_80) */
         r = c->cu->module_get_function(&c->functions[h][k], c->modules[h], rci_gpu_kernel_names[k]);
         if (r != CUDA_SUCCESS) {
             rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: kernel %s: %s", c->name, rci_gpu_kernel_names[k],
@@ -248,6 +251,8 @@ int rci_cu_launch(rci_gpu *g, rc_dtype store, rci_gpu_kernel k, const rci_gpu_ar
     int h = storage_slot(store);
     if (!c->modules[h] && build(c, store, err))
         return -1;
+    if (!c->functions[h][k])
+        return rci_gpu_kernel_absent(&c->gpu.be, k, err);
     void *params[MAX_ARGS];
     for (int i = 0; i < nargs; i++)
         params[i] = (void *)(uintptr_t)args[i].value;   /* the driver reads each value */
@@ -353,6 +358,7 @@ rci_cuda *rci_cu_open(int index, rc_error *err)
     c->major = attribute(c->cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
     c->minor = attribute(c->cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     c->gpu.mma = c->major >= 8;
+    c->gpu.tiles = c->major >= 8;   /* nvrtc.c builds the tile kernels there */
     c->pools = c->cu->mem_alloc_async && c->cu->mem_free_async &&
                attribute(c->cu, dev, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
     if (start(c, err)) {

@@ -163,9 +163,11 @@ int rci_nvrtc_compile(const char *src, int major, int minor, rc_dtype store, int
         return -1;
     char arch[48];
     snprintf(arch, sizeof arch, "--gpu-architecture=sm_%d%d", major, minor);
-    const char *opts[10] = {arch, "--std=c++17", "-default-device", "--fmad=false", "--prec-div=true",
+    const char *opts[12] = {arch, "--std=c++17", "-default-device", "--fmad=false", "--prec-div=true",
                             "--prec-sqrt=true", "--ftz=false"};
     int nopts = 7;
+    if (major >= 8)
+        opts[nopts++] = "-DRC_TILES";
     if (store == RC_BF16)
         opts[nopts++] = "-DRC_STORE_BF16";
     else if (store == RC_F16)

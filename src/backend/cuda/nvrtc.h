@@ -12,7 +12,8 @@
 /* src (NUL-terminated) compiled for sm_<major><minor> into a CUBIN at *image (malloc'd: the
  * caller frees it), *bytes long. store (RC_F32, RC_BF16, RC_F16) picks how float values are
  * stored (-DRC_STORE_BF16, -DRC_STORE_F16); fp64 builds the double accumulators and rope
- * (-DRC_FP64). Always --fmad=false (no contraction into fused multiply-adds, as OpenCL's
+ * (-DRC_FP64); sm_80 and later also build the attention tile kernels (-DRC_TILES: gpu.h's
+ * RCI_GPU_TILE_LOCAL_BYTES says why not before). Always --fmad=false (no contraction into fused multiply-adds, as OpenCL's
  * FP_CONTRACT OFF), correctly rounded division and square root, no flush of subnormals,
  * -default-device (dialect.h's plain static helpers are device functions), C++17.
  * report, when not NULL: ptxas's resources of each kernel (--ptxas-options=-v: registers,

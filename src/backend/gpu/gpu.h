@@ -76,6 +76,21 @@ typedef enum {
 /* "k_fill", ... in the order above (node.c) */
 extern const char *const rci_gpu_kernel_names[RCI_K_COUNT];
 
+/* The attention tile kernels (RCI_K_ATTENTION_TILE..._DKV) keep their tiles in local memory
+ * as static arrays: up to 47880 bytes under CUDA sm_80 and later (ptxas; 48 KB is CUDA's
+ * static limit), and under OpenCL or CUDA before sm_80, where their products are emulated
+ * through local memory, up to 54.5 KB (dK and dV's). A program holding them does not build
+ * where that is more than the device allows, so the hosts build kernels.cl with RC_TILES only
+ * where they fit (CUDA sm_80 and later; OpenCL devices with at least this much local
+ * memory), and a program without them has every other kernel. */
+enum { RCI_GPU_TILE_LOCAL_BYTES = 56 * 1024 };
+
+/* 1 when k is one of the attention tile kernels */
+int rci_gpu_is_tile_kernel(rci_gpu_kernel k);
+/* The error of a launch of kernel k where the device's programs lack it (the tile kernels
+ * where they do not fit, k_rope without fp64): -1 */
+int rci_gpu_kernel_absent(const rc_backend *be, rci_gpu_kernel k, rc_error *err);
+
 /* The kernel source (dialect.h, the shared per-element header and kernels.cl, in that
  * order), written into the build directory by CMake. */
 extern const char rci_gpu_source[];
@@ -177,6 +192,9 @@ struct rci_gpu {
     int mma;                      /* 1: kernels.cl's at_mma runs on tensor cores (CUDA, sm_80
                                    * and later), so bf16 attention may go in tiles
                                    * (rc_set_tiled_attention) */
+    int tiles;                    /* 1: the programs hold the attention tile kernels (built
+                                   * with RC_TILES: rci_gpu_tiles_fit); 0: those kernels are
+                                   * absent and launching one is an error */
     rci_gpu_mem fault;            /* one int of device memory: the first bad id a check found */
     rci_gpu_mem scratch;          /* the kernels' temporaries (rci_gpu_scratch) */
     size_t scratch_bytes;

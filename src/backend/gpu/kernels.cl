@@ -1621,12 +1621,16 @@ __kernel void k_attention_dbias(__global store_t *o, long oo, __global const sto
  * K and V) and copies the walk's next tiles while it computes (at_copy: the forward's next
  * K and V, into the other of two K and two V tiles; the stats' and dQ's next K and V; dK
  * and dV's next Q, into the other of two Q tiles, and dO). Under CUDA that is 45, 36, 36
- * and 47 KB of shared memory (ptxas, sm_90; 48 KB is the static limit); under OpenCL the
- * emulation's 6.5 KB more, up to dK and dV's 54 KB, past OpenCL's 32 KB minimum (a device
- * with less refuses the launch with an error; PoCL has 1 MB, NVIDIA's OpenCL 48 KB, where
- * the tiles are not used: no mma). Registers (ptxas, sm_90): 164, 168, 234 and 244, so
- * three work-groups of the forward and the stats fit an SM's 64 K registers (at most 168
- * each) and two of the others. */
+ * and 47 KB of shared memory (ptxas, sm_90; 48 KB is the static limit); under OpenCL and
+ * CUDA before sm_80 the emulation's 6.5 KB more, up to dK and dV's 54.5 KB, past OpenCL's
+ * 32 KB minimum and NVIDIA's 48 KB, where a program holding them would not build at all. So
+ * this section is compiled only with RC_TILES, which the hosts define where the kernels fit
+ * (gpu.h's RCI_GPU_TILE_LOCAL_BYTES: CUDA sm_80 and later, OpenCL devices with 56 KB of
+ * local memory, as PoCL's 1 MB); elsewhere the programs lack the four kernels and a launch
+ * of one is an error. Registers (ptxas, sm_90): 164, 168, 234 and 244, so three work-groups
+ * of the forward and the stats fit an SM's 64 K registers (at most 168 each) and two of the
+ * others. */
+#ifdef RC_TILES
 enum {
     AT_GROUP = 128,       /* work-items of a work-group: four warps */
     AT_ROWS = 64,         /* query rows of a work-group (16 a warp) */
@@ -2542,3 +2546,4 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
         }
     }
 }
+#endif /* RC_TILES */

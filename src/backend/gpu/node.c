@@ -20,6 +20,24 @@ const char *const rci_gpu_kernel_names[RCI_K_COUNT] = {
     "k_attention_tile_dkv", "k_binary_runs", "k_reduce_cols",
 };
 
+int rci_gpu_is_tile_kernel(rci_gpu_kernel k)
+{
+    return k == RCI_K_ATTENTION_TILE || k == RCI_K_ATTENTION_TILE_STATS || k == RCI_K_ATTENTION_TILE_DQ ||
+           k == RCI_K_ATTENTION_TILE_DKV;
+}
+
+int rci_gpu_kernel_absent(const rc_backend *be, rci_gpu_kernel k, rc_error *err)
+{
+    if (rci_gpu_is_tile_kernel(k))
+        return rc_error_set(err, RC_ERR_UNSUPPORTED,
+                            "%s: %s: the attention tile kernels are not built for this device (they "
+                            "need a CUDA device of compute capability 8.0 or later, or an OpenCL "
+                            "device with %d KB of local memory); use --attention products",
+                            be->name, rci_gpu_kernel_names[k], RCI_GPU_TILE_LOCAL_BYTES / 1024);
+    return rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: kernel %s is not built for this device", be->name,
+                        rci_gpu_kernel_names[k]);
+}
+
 int rci_gpu_out_of_memory(const rc_backend *be, size_t bytes, const char *why, rc_error *err)
 {
     return rc_error_set(err, RC_ERR_MEMORY,

@@ -189,9 +189,9 @@ static int build_with(rci_ocl *o, const char *src, const char *extra, cl_program
     cl_device_fp_config fp = 0;
     clGetDeviceInfo(o->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
     char opts[192];
-    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s%s",
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2%s%s%s%s",
              fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT ? " -cl-fp32-correctly-rounded-divide-sqrt" : "",
-             o->gpu.fp64 ? " -DRC_FP64" : "", extra);
+             o->gpu.fp64 ? " -DRC_FP64" : "", o->gpu.tiles ? " -DRC_TILES" : "", extra);
     s = clBuildProgram(prog, 1, &o->device, opts, NULL, NULL);
     if (s != CL_SUCCESS) {
         build_failed(o, prog, s, err);
@@ -207,11 +207,11 @@ int rci_ocl_build_program(rci_ocl *o, const char *src, cl_program *out, rc_error
     return build_with(o, src, "", out, err);
 }
 
-/* the kernels of program prog (rope only with fp64) */
+/* the kernels of program prog (rope only with fp64, the tile kernels only with tiles) */
 static int create_kernels(rci_ocl *o, cl_program prog, cl_kernel *kernels, rc_error *err)
 {
     for (int k = 0; k < RCI_K_COUNT; k++) {
-        if (k == RCI_K_ROPE && !o->gpu.fp64)
+        if ((k == RCI_K_ROPE && !o->gpu.fp64) || (rci_gpu_is_tile_kernel((rci_gpu_kernel)k) && !o->gpu.tiles))
             continue;
         cl_int s;
         kernels[k] = clCreateKernel(prog, rci_gpu_kernel_names[k], &s);
@@ -232,8 +232,11 @@ static int build(rci_ocl *o, rc_error *err)
 /* kernel k of the program for values stored as `store`, building a 16-bit one first */
 static cl_kernel kernel_for(rci_ocl *o, rc_dtype store, rci_gpu_kernel k, rc_error *err)
 {
-    if (store != RC_BF16 && store != RC_F16)
+    if (store != RC_BF16 && store != RC_F16) {
+        if (!o->kernels[k])
+            rci_gpu_kernel_absent(&o->gpu.be, k, err);
         return o->kernels[k];
+    }
     int h = store == RC_F16;
     if (!o->half_program[h]) {
         const char *opt = h ? " -DRC_STORE_F16" : " -DRC_STORE_BF16";
@@ -243,8 +246,7 @@ static cl_kernel kernel_for(rci_ocl *o, rc_dtype store, rci_gpu_kernel k, rc_err
             return NULL;
     }
     if (!o->half_kernels[h][k])
-        rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: kernel %s for %s values was not built", o->name,
-                     rci_gpu_kernel_names[k], rc_dtype_name(store));
+        rci_gpu_kernel_absent(&o->gpu.be, k, err);
     return o->half_kernels[h][k];
 }
 
@@ -351,6 +353,9 @@ rci_ocl *rci_ocl_open(int index, rc_error *err)
     o->gpu.be.total_bytes = (size_t)global;
     o->max_alloc = max_alloc ? (size_t)max_alloc : (size_t)global;
     o->gpu.fp64 = has_fp64(ref.device);
+    cl_ulong local = 0;   /* the tile kernels where their local memory fits (gpu.h) */
+    clGetDeviceInfo(ref.device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+    o->gpu.tiles = local >= RCI_GPU_TILE_LOCAL_BYTES;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ref.platform, 0};
     cl_int s;
     o->ctx = clCreateContext(props, 1, &ref.device, NULL, NULL, &s);
