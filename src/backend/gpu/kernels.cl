@@ -2499,9 +2499,7 @@ __kernel void k_attention_tile_dkv(__global store_t *dk, long dko, __global stor
             at_copy_ready(1); /* this tile's Q (its dO may still come), cols */
             int any = cols.seen == step++;
             x = at_col_of(&a, stats, sto, pair, rn, R, bo);
-            if (rn < R)
-                at_copy(qs + (b ^ 1) * AT_ROWS * AT_LD, q, qp, rn, R, 0, a.D);
-            at_copy_commit();
+            at_copy_group(qs + (b ^ 1) * AT_ROWS * AT_LD, q, qp, rn, R, a.D, rn < R);
             UNROLL
             for (int e = 0; e < 32; e++)
                 s[e] = dp[e] = 0;
