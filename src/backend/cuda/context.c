@@ -222,7 +222,7 @@ static int build(rci_cuda *c, rc_dtype store, rc_error *err)
     for (int k = 0; k < RCI_K_COUNT; k++) {
         c->functions[h][k] = NULL;
         if (rci_gpu_is_tile_kernel((rci_gpu_kernel)k) && !c->gpu.tiles)
-            continue;   /* not built (nvrtc.c: before sm_80) */
+            continue;   /* not built (rci_nvrtc_tiles) */
         r = c->cu->module_get_function(&c->functions[h][k], c->modules[h], rci_gpu_kernel_names[k]);
         if (r != CUDA_SUCCESS) {
             rc_error_set(err, RC_ERR_UNSUPPORTED, "%s: kernel %s: %s", c->name, rci_gpu_kernel_names[k],
@@ -358,7 +358,7 @@ rci_cuda *rci_cu_open(int index, rc_error *err)
     c->major = attribute(c->cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
     c->minor = attribute(c->cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     c->gpu.mma = c->major >= 8;
-    c->gpu.tiles = c->major >= 8;   /* nvrtc.c builds the tile kernels there */
+    c->gpu.tiles = rci_nvrtc_tiles(c->major);
     c->pools = c->cu->mem_alloc_async && c->cu->mem_free_async &&
                attribute(c->cu, dev, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
     if (start(c, err)) {

@@ -151,6 +151,11 @@ static int compile_failed(const nvrtc_api *a, nvrtcProgram prog, nvrtcResult s, 
     return -1;
 }
 
+int rci_nvrtc_tiles(int major)
+{
+    return major >= 8;
+}
+
 int rci_nvrtc_compile(const char *src, int major, int minor, rc_dtype store, int fp64, void **image,
                       size_t *bytes, char **report, rc_error *err)
 {
@@ -166,7 +171,7 @@ int rci_nvrtc_compile(const char *src, int major, int minor, rc_dtype store, int
     const char *opts[12] = {arch, "--std=c++17", "-default-device", "--fmad=false", "--prec-div=true",
                             "--prec-sqrt=true", "--ftz=false"};
     int nopts = 7;
-    if (major >= 8)
+    if (rci_nvrtc_tiles(major))
         opts[nopts++] = "-DRC_TILES";
     if (store == RC_BF16)
         opts[nopts++] = "-DRC_STORE_BF16";

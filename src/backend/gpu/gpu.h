@@ -193,8 +193,8 @@ struct rci_gpu {
                                    * and later), so bf16 attention may go in tiles
                                    * (rc_set_tiled_attention) */
     int tiles;                    /* 1: the programs hold the attention tile kernels (built
-                                   * with RC_TILES: rci_gpu_tiles_fit); 0: those kernels are
-                                   * absent and launching one is an error */
+                                   * with RC_TILES where they fit: RCI_GPU_TILE_LOCAL_BYTES);
+                                   * 0: those kernels are absent, launching one is an error */
     rci_gpu_mem fault;            /* one int of device memory: the first bad id a check found */
     rci_gpu_mem scratch;          /* the kernels' temporaries (rci_gpu_scratch) */
     size_t scratch_bytes;
