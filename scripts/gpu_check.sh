@@ -112,8 +112,13 @@ emit() {
         shift 2
     done
     line+="}"
-    echo "$line"
-    echo "$line" >>"$WORK/gpu_check.jsonl"
+    put_line "$line"
+}
+
+# a JSON line as it is, on stdout and into the lines file
+put_line() {
+    echo "$1"
+    echo "$1" >>"$WORK/gpu_check.jsonl"
 }
 
 # a figure: check, device, value, unit, peer, then more KEY VALUE pairs
@@ -592,8 +597,7 @@ ncu_figures() {
     "$PY" "$ROOT/scripts/ncu_summary.py" "$WORK/logs/$name.log" ${3:-} --check "$check" --device "$RDEV" \
         >"$WORK/logs/$name.json" || { part_failed kernels "no kernel in ncu's report ($name)"; tail_log "$name"; return; }
     while IFS= read -r line; do
-        echo "$line"
-        echo "$line" >>"$WORK/gpu_check.jsonl"
+        put_line "$line"
         FIGURES=$((FIGURES + 1))
     done <"$WORK/logs/$name.json"
 }

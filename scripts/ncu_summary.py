@@ -19,6 +19,7 @@ first. --check: each line as the GPU check's figures, {"check": "NAME/KERNEL", "
 "value": its time in us, "unit", "peer": null, then the fields}. Exit status 1 when the
 file has no launch in it.
 """
+import argparse
 import csv
 import io
 import json
@@ -185,30 +186,26 @@ def self_test():
 
 
 def main(argv):
-    if argv[1:] == ["--self-test"]:
+    ap = argparse.ArgumentParser(description="Nsight Compute's CSV as JSON lines (see the module's text)")
+    ap.add_argument("file", nargs="?", help="what ncu printed")
+    ap.add_argument("--by-name", action="store_true", help="the launches of each kernel name summed")
+    ap.add_argument("--check", help="each line as the GPU check's figure CHECK/KERNEL")
+    ap.add_argument("--device", help="the figures' device (with --check)")
+    ap.add_argument("--self-test", action="store_true", help="read the built-in samples")
+    args = ap.parse_args(argv[1:])
+    if args.self_test:
         self_test()
         return 0
-    args = argv[1:]
-    grouped = "--by-name" in args
-    opts = {"--check": None, "--device": None}
-    for opt in opts:
-        if opt in args:
-            i = args.index(opt)
-            opts[opt] = args[i + 1] if i + 1 < len(args) else ""
-            del args[i:i + 2]
-    args = [a for a in args if a != "--by-name"]
-    check, device = opts["--check"], opts["--device"]
-    if len(args) != 1 or check == "" or (check is None) != (device is None):
-        sys.stderr.write(__doc__.split("\n\n")[1] + "\n")
-        return 2
-    with open(args[0], errors="replace") as f:
+    if not args.file or (args.check is None) != (args.device is None) or args.check == "":
+        ap.error("FILE, and --check with --device or neither")
+    with open(args.file, errors="replace") as f:
         sums = [summary(x) for x in launches(f.read())]
     if not sums:
-        sys.stderr.write("ncu_summary: no kernel launch in %s\n" % args[0])
+        sys.stderr.write("ncu_summary: no kernel launch in %s\n" % args.file)
         return 1
-    for s in by_name(sums) if grouped else sums:
-        if check:
-            s = dict({"check": check + "/" + s.pop("kernel"), "device": device, "value": s.pop("time_us"),
+    for s in by_name(sums) if args.by_name else sums:
+        if args.check:
+            s = dict({"check": args.check + "/" + s.pop("kernel"), "device": args.device, "value": s.pop("time_us"),
                       "unit": "us", "peer": None}, **s)
         print(json.dumps(s))
     return 0
