@@ -4,7 +4,7 @@
 # (docs/gpu.md). Run it here, on a development machine, from anywhere in the repository:
 #
 #   scripts/gpu_bundle.sh [--build DIR] [--out DIR] [--no-cuda] [--march M] [--jobs N]
-#                         [--no-chroot-test]
+#                         [--no-chroot-test] [--baseline COMMIT ...]
 #
 # - builds in DIR (default build-gpu/) with -DREDCO_CUDA=ON (when that configuration fails,
 #   or this tree has no such option, it builds without CUDA and says so, loudly, here and
@@ -18,7 +18,11 @@
 #   ocl-icd), into gpu-bundle/redco-bundle.tar.gz, and writes gpu-bundle/MANIFEST.txt;
 # - checks the unpacked bundle: every library of every program resolves from the bundle or
 #   glibc (LD_DEBUG=libs, the system's library paths hidden), and, unless --no-chroot-test,
-#   the programs run in a chroot holding glibc and the bundle alone.
+#   the programs run in a chroot holding glibc and the bundle alone;
+# - --baseline COMMIT (repeatable): also builds that commit's `redco` alone, from its own
+#   tree (git archive) in DIR/baseline-SHORT/, with the same flags, as bin/redco-base-SHORT,
+#   so that one GPU call times the step of an earlier state beside this one
+#   (gpu_check.sh --parts baseline): what a run of several unmeasured commits gained or lost.
 # OpenMPI: redco calls MPI_Init only under a launcher (rc_dist_init returns before it when
 # none of OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, MPI_LOCALNRANKS is set), so a process
 # started alone needs OpenMPI's libraries only, not orted, its plugins or its help files.
@@ -33,6 +37,7 @@ MARCH=x86-64-v3
 JOBS=2
 CHROOT_TEST=1
 LIMIT_MIB=60
+BASELINES=()
 
 usage() {
     sed -n '6,7p' "$0" | sed 's/^# *//' >&2
@@ -56,6 +61,7 @@ while [ $# -gt 0 ]; do
         --march) MARCH=$2; shift 2 ;;
         --jobs) JOBS=$2; shift 2 ;;
         --no-chroot-test) CHROOT_TEST=0; shift ;;
+        --baseline) [ $# -ge 2 ] || usage; BASELINES+=("$2"); shift 2 ;;
         *) usage ;;
     esac
 done
@@ -71,13 +77,14 @@ is_system_lib() {
     return 1
 }
 
-# configure with the given REDCO_CUDA; the log into $BUILD/bundle-configure.log
+# configure with the given REDCO_CUDA (source $2 into build $3: this tree into $BUILD by
+# default); the log into the build's bundle-configure.log
 configure() {
-    local flags="-O3 -march=$MARCH -DNDEBUG"
-    mkdir -p "$BUILD"
+    local flags="-O3 -march=$MARCH -DNDEBUG" src=${2:-$ROOT} dir=${3:-$BUILD}
+    mkdir -p "$dir"
     # a build type of our own: CMakeLists.txt pins Release to -march=native
-    cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Bundle "-DCMAKE_C_FLAGS_BUNDLE=$flags" \
-        "-DCMAKE_CXX_FLAGS_BUNDLE=$flags" "-DREDCO_CUDA=$1" >"$BUILD/bundle-configure.log" 2>&1
+    cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Bundle "-DCMAKE_C_FLAGS_BUNDLE=$flags" \
+        "-DCMAKE_CXX_FLAGS_BUNDLE=$flags" "-DREDCO_CUDA=$1" >"$dir/bundle-configure.log" 2>&1
 }
 
 # the CMake targets the check needs, as far as this tree has them
@@ -119,6 +126,23 @@ build() {
         { tail -40 "$BUILD/bundle-build.log" >&2; die "the build failed (log: $BUILD/bundle-build.log)"; }
 }
 
+# COMMIT's redco (the CLI alone) built from its own tree with this build's flags and CUDA
+# as $BUILD/baseline-SHORT/build/redco; its short name on stdout
+build_baseline() {
+    local commit=$1 short dir
+    short=$(git -C "$ROOT" rev-parse --short "$commit^{commit}" 2>/dev/null) || die "--baseline $commit: no such commit"
+    dir=$BUILD/baseline-$short
+    rm -rf "$dir"
+    mkdir -p "$dir/src"
+    git -C "$ROOT" archive "$short" | tar -x -C "$dir/src" || die "--baseline $commit: git archive failed"
+    configure "$CUDA" "$dir/src" "$dir/build" ||
+        { tail -20 "$dir/build/bundle-configure.log" >&2; die "--baseline $commit: cmake failed"; }
+    say "building $short's redco in $dir/build (-march=$MARCH, REDCO_CUDA=$CUDA)" >&2
+    cmake --build "$dir/build" -j "$JOBS" --target redco_cli >"$dir/build/bundle-build.log" 2>&1 ||
+        { tail -40 "$dir/build/bundle-build.log" >&2; die "--baseline $commit: the build failed"; }
+    echo "$short"
+}
+
 # the non-system libraries of the programs in $1/bin (ldd, transitively: ldd lists all)
 needed_libs() {
     local f
@@ -129,15 +153,21 @@ needed_libs() {
     done
 }
 
-# the bundle's tree in $1: bin/, lib/
+# the bundle's tree in $1: bin/ (with the baselines' redco of $2..., their short names),
+# lib/
 stage() {
-    local dir=$1 t lib
+    local dir=$1 t lib short
+    shift
     rm -rf "$dir"
     mkdir -p "$dir/bin" "$dir/lib"
     for t in $(targets); do
         [ "$t" = redco_cli ] && t=redco
         cp "$BUILD/$t" "$dir/bin/" || die "$t was not built"
         strip --strip-unneeded "$dir/bin/$t"
+    done
+    for short in "$@"; do
+        cp "$BUILD/baseline-$short/build/redco" "$dir/bin/redco-base-$short" || die "$short's redco was not built"
+        strip --strip-unneeded "$dir/bin/redco-base-$short"
     done
     needed_libs "$dir" >"$dir/libs.txt"
     while read -r lib; do # under its soname, the name the programs ask for
@@ -169,7 +199,7 @@ glibc_needed() {
 }
 
 manifest() {
-    local dir=$1 cuda=$2
+    local dir=$1 cuda=$2 short
     {
         echo "redco GPU bundle (scripts/gpu_bundle.sh; docs/gpu.md)"
         echo "made: $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -n)"
@@ -178,6 +208,9 @@ manifest() {
         echo "cuda: $cuda"
         echo "march: $MARCH"
         echo "glibc needed: $(glibc_needed "$dir")"
+        for short in "${@:3}"; do
+            echo "baseline: $short $(git -C "$ROOT" log -1 --format='%cs %s' "$short")"
+        done
         echo "files:"
         (cd "$dir" && find bin lib -type f -printf '  %p %s\n' | sort)
     } >"$dir/MANIFEST.txt"
@@ -253,12 +286,16 @@ check_chroot() {
 }
 
 main() {
-    local stagedir cuda size
+    local stagedir cuda size commit short shorts=()
     build
     cuda=$(cuda_state)
+    for commit in "${BASELINES[@]}"; do
+        short=$(build_baseline "$commit") || exit 1
+        shorts+=("$short")
+    done
     stagedir=$BUILD/bundle-tree
-    stage "$stagedir"
-    manifest "$stagedir" "$cuda"
+    stage "$stagedir" "${shorts[@]}"
+    manifest "$stagedir" "$cuda" "${shorts[@]}"
     mkdir -p "$OUT"
     rm -f "$OUT"/redco-bundle.tar.gz "$OUT"/MANIFEST.txt
     tar -C "$stagedir" -czf "$OUT/redco-bundle.tar.gz" bin lib MANIFEST.txt || die "tar failed"

@@ -25,6 +25,10 @@
 #   decode      greedy decoding of GPT-2 124M at batch 1: bench_generate beside PyTorch
 #   opencl      the op table and the device model tests on NVIDIA's OpenCL, when the driver
 #               has one (libnvidia-opencl.so.1)
+#   baseline    (not in the default list) the bf16 step of each earlier state the bundle
+#               holds (gpu_bundle.sh --baseline COMMIT: bin/redco-base-SHORT) beside this
+#               state's, measured in the same run, with each one's profile: what a run of
+#               unmeasured commits gained or lost, by op
 #   kernels     (not in the default list) Nsight Compute's counters, where the machine has
 #               ncu: the four attention tile kernels (bench_attention, bf16, the step's
 #               dropout) and the first launches of the bf16 step's other kernels (redco
@@ -399,11 +403,12 @@ EOF
 # redco's training step in DTYPE: seconds per step from the trainer's log (tokens per
 # second of each step after the first two), into REDCO_STEP_S; a run cut at its time still
 # gives the steps it logged (REDCO_STEPS_LOGGED says how many)
+# (REDCO_BIN: another build's redco, as the baselines'; the name ${REDCO_TAG} apart)
 redco_step() {
-    local dtype=$1 attention=${2:-fused} name=redco_train_$1${2:+_$2} wd=$WORK/train_$1 rc
+    local dtype=$1 attention=${2:-fused} name=redco_train_$1${2:+_$2}${REDCO_TAG:-} wd=$WORK/train_$1 rc
     REDCO_STEP_S="" REDCO_STEPS_LOGGED=0
     rm -rf "$wd"
-    run "$name" 240 "${RC_ENV[@]}" "$BUNDLE/bin/redco" train --model "$PRESET" --data "$WORK/tokens.npy" --workdir "$wd" \
+    run "$name" 240 "${RC_ENV[@]}" "${REDCO_BIN:-$BUNDLE/bin/redco}" train --model "$PRESET" --data "$WORK/tokens.npy" --workdir "$wd" \
         --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ" --grad-clip 0 --log-every 1 --device "$RDEV" \
         --dtype "$dtype" --attention "$attention" --json
     rc=$?
@@ -416,15 +421,16 @@ redco_step() {
 }
 
 # redco's bf16 step again with --profile (4 steps): where a train step's time goes, its
-# phases and its kernels by op (each waited for), from the trainer's note line
+# phases and its kernels by op (each waited for), from the trainer's note line (REDCO_BIN,
+# REDCO_TAG as redco_step's)
 redco_profile() {
-    local attention=${1:-fused} name=redco_train_bf16_profile${1:+_$1} wd=$WORK/train_profile line
+    local attention=${1:-fused} name=redco_train_bf16_profile${1:+_$1}${REDCO_TAG:-} wd=$WORK/train_profile line
     rm -rf "$wd"
-    run "$name" 120 "${RC_ENV[@]}" "$BUNDLE/bin/redco" train --model "$PRESET" --data "$WORK/tokens.npy" \
+    run "$name" 120 "${RC_ENV[@]}" "${REDCO_BIN:-$BUNDLE/bin/redco}" train --model "$PRESET" --data "$WORK/tokens.npy" \
         --workdir "$wd" --steps 4 --batch-size "$BATCH" --seq-len "$SEQ" --grad-clip 0 --device "$RDEV" --dtype bf16 \
         --attention "$attention" --profile || { part_failed step "redco train --profile: exit $?"; tail_log "$name"; return; }
     line=$(grep -m1 "profile, ms a step" "$WORK/logs/$name.log" | sed 's/.*waited for): //')
-    figure "gpt2_train_bf16_profile${1:+_$1}" "$RDEV" "$(printf '%s' "$line" | sed -n 's/.* run \([0-9.]*\),.*/\1/p')" \
+    figure "gpt2_train_bf16_profile${1:+_$1}${REDCO_TAG:-}" "$RDEV" "$(printf '%s' "$line" | sed -n 's/.* run \([0-9.]*\),.*/\1/p')" \
         "ms/step (run)" null breakdown "$line"
     rm -rf "$wd"
 }
@@ -473,6 +479,32 @@ part_step() {
     # worth to PyTorch, beside what rc_attention is worth to redco (bench_gpt2 --attention-compare)
     torch_step bf16 math
     figure gpt2_step_bf16_torch_math_attention "$TDEV" "$TORCH_STEP_S" "s/step" null model "$PRESET"
+}
+
+# The bf16 step (tiles, the default) of each earlier state in the bundle (bin/redco-base-*,
+# gpu_bundle.sh --baseline) beside this state's, the two measured here in turn, and each
+# earlier state's profile beside the step part's: ratio = the earlier step's time over this
+# one's (above 1: this state is faster)
+part_baseline() {
+    local base short now ratio found=0
+    sizes
+    [ -f "$WORK/tokens.npy" ] || make_tokens "$WORK/tokens.npy" || { part_failed baseline "cannot write the token file"; return; }
+    redco_step bf16
+    now=$REDCO_STEP_S
+    for base in "$BUNDLE"/bin/redco-base-*; do
+        [ -x "$base" ] || continue
+        found=1
+        short=${base##*/redco-base-}
+        REDCO_BIN=$base REDCO_TAG=_at_$short
+        redco_step bf16
+        ratio=$(calc '$1 / $2' "$REDCO_STEP_S" "$now")
+        figure "gpt2_step_bf16_at_$short" "$RDEV" "$REDCO_STEP_S" "s/step" "$now" ratio "${ratio:-null}" \
+            baseline "$(sed -n "s/^baseline: $short //p" "$BUNDLE/MANIFEST.txt")" bundle_commit "$(sed -n 's/^commit: //p' "$BUNDLE/MANIFEST.txt")" \
+            model "$PRESET" batch "$BATCH" seq "$SEQ" steps "$REDCO_STEPS_LOGGED"
+        redco_profile
+        unset REDCO_BIN REDCO_TAG
+    done
+    [ $found = 1 ] || { note "the bundle holds no earlier state (gpu_bundle.sh --baseline COMMIT)"; part_failed baseline "no bin/redco-base-* in the bundle"; }
 }
 
 part_matmul() {
@@ -704,7 +736,7 @@ main() {
             note "no CUDA device (nvidia-smi found none): the cuda checks will fail; --allow-no-gpu for a dry run"
         fi
     fi
-    for p in cuda step matmul attention decode opencl kernels; do
+    for p in cuda step baseline matmul attention decode opencl kernels; do
         case ,$PARTS, in *,$p,*) ;; *) continue ;; esac
         if [ "$(left)" -lt 25 ]; then
             note "part $p not run: the budget of ${BUDGET}s is spent"
