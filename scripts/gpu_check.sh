@@ -486,14 +486,20 @@ part_step() {
 # earlier state's profile beside the step part's: ratio = the earlier step's time over this
 # one's (above 1: this state is faster)
 part_baseline() {
-    local base short now ratio found=0
+    local base short now ratio bases=()
+    for base in "$BUNDLE"/bin/redco-base-*; do
+        [ -x "$base" ] && bases+=("$base")
+    done
+    if [ ${#bases[@]} = 0 ]; then
+        note "the bundle holds no earlier state (gpu_bundle.sh --baseline COMMIT)"
+        part_failed baseline "no bin/redco-base-* in the bundle"
+        return
+    fi
     sizes
     [ -f "$WORK/tokens.npy" ] || make_tokens "$WORK/tokens.npy" || { part_failed baseline "cannot write the token file"; return; }
     redco_step bf16
     now=$REDCO_STEP_S
-    for base in "$BUNDLE"/bin/redco-base-*; do
-        [ -x "$base" ] || continue
-        found=1
+    for base in "${bases[@]}"; do
         short=${base##*/redco-base-}
         REDCO_BIN=$base REDCO_TAG=_at_$short
         redco_step bf16
@@ -504,7 +510,6 @@ part_baseline() {
         redco_profile
         unset REDCO_BIN REDCO_TAG
     done
-    [ $found = 1 ] || { note "the bundle holds no earlier state (gpu_bundle.sh --baseline COMMIT)"; part_failed baseline "no bin/redco-base-* in the bundle"; }
 }
 
 part_matmul() {
