@@ -27,8 +27,8 @@
 #               has one (libnvidia-opencl.so.1)
 #   baseline    (not in the default list) the bf16 step of each earlier state the bundle
 #               holds (gpu_bundle.sh --baseline COMMIT: bin/redco-base-SHORT) beside this
-#               state's, measured in the same run, with each one's profile: what a run of
-#               unmeasured commits gained or lost, by op
+#               state's in the same run (the step part's), with each one's profile: what a
+#               run of unmeasured commits gained or lost, by op
 #   kernels     (not in the default list) Nsight Compute's counters, where the machine has
 #               ncu: the four attention tile kernels (bench_attention, bf16, the step's
 #               dropout) and the first launches of the bf16 step's other kernels (redco
@@ -63,6 +63,8 @@ GOALS_MET=""
 GOALS_MISSED=""
 GPU_NAME="none"
 HAVE_GPU=0
+PART=""           # the part running (main), which the shared helpers' failures name
+BF16_STEP_S=""    # this state's bf16 step (tiles), once the step part has timed it
 RDEV=cuda         # redco's device for the benchmarks
 TDEV=cuda         # PyTorch's
 
@@ -403,7 +405,7 @@ EOF
 # redco's training step in DTYPE: seconds per step from the trainer's log (tokens per
 # second of each step after the first two), into REDCO_STEP_S; a run cut at its time still
 # gives the steps it logged (REDCO_STEPS_LOGGED says how many)
-# (REDCO_BIN: another build's redco, as the baselines'; the name ${REDCO_TAG} apart)
+# (REDCO_BIN: another build's redco, as the baselines', with REDCO_TAG added to the names)
 redco_step() {
     local dtype=$1 attention=${2:-fused} name=redco_train_$1${2:+_$2}${REDCO_TAG:-} wd=$WORK/train_$1 rc
     REDCO_STEP_S="" REDCO_STEPS_LOGGED=0
@@ -412,7 +414,7 @@ redco_step() {
         --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ" --grad-clip 0 --log-every 1 --device "$RDEV" \
         --dtype "$dtype" --attention "$attention" --json
     rc=$?
-    [ $rc -eq 0 ] || { part_failed "step" "redco train --dtype $dtype: exit $rc"; tail_log "$name"; }
+    [ $rc -eq 0 ] || { part_failed "$PART" "redco train --dtype $dtype: exit $rc"; tail_log "$name"; }
     [ -f "$wd/log.jsonl" ] || return
     REDCO_STEPS_LOGGED=$(grep -c tokens_per_s "$wd/log.jsonl")
     REDCO_STEP_S=$(sed -n 's/.*"train\/tokens_per_s": \([0-9.eE+-]*\).*/\1/p' "$wd/log.jsonl" | tail -n +3 | sort -g |
@@ -428,7 +430,7 @@ redco_profile() {
     rm -rf "$wd"
     run "$name" 120 "${RC_ENV[@]}" "${REDCO_BIN:-$BUNDLE/bin/redco}" train --model "$PRESET" --data "$WORK/tokens.npy" \
         --workdir "$wd" --steps 4 --batch-size "$BATCH" --seq-len "$SEQ" --grad-clip 0 --device "$RDEV" --dtype bf16 \
-        --attention "$attention" --profile || { part_failed step "redco train --profile: exit $?"; tail_log "$name"; return; }
+        --attention "$attention" --profile || { part_failed "$PART" "redco train --profile: exit $?"; tail_log "$name"; return; }
     line=$(grep -m1 "profile, ms a step" "$WORK/logs/$name.log" | sed 's/.*waited for): //')
     figure "gpt2_train_bf16_profile${1:+_$1}${REDCO_TAG:-}" "$RDEV" "$(printf '%s' "$line" | sed -n 's/.* run \([0-9.]*\),.*/\1/p')" \
         "ms/step (run)" null breakdown "$line"
@@ -453,6 +455,7 @@ part_step() {
     for dtype in f32 bf16; do # interleaved: PyTorch, redco, for each dtype
         torch_step "$dtype"
         redco_step "$dtype"
+        [ "$dtype" = bf16 ] && BF16_STEP_S=$REDCO_STEP_S
         ratio=$(calc '$1 / $2' "$REDCO_STEP_S" "$TORCH_STEP_S")
         met="" want=none peer_how="f32, TF32 off"
         if [ "$dtype" = bf16 ]; then
@@ -482,9 +485,9 @@ part_step() {
 }
 
 # The bf16 step (tiles, the default) of each earlier state in the bundle (bin/redco-base-*,
-# gpu_bundle.sh --baseline) beside this state's, the two measured here in turn, and each
-# earlier state's profile beside the step part's: ratio = the earlier step's time over this
-# one's (above 1: this state is faster)
+# gpu_bundle.sh --baseline) beside this state's (the step part's, else timed here first),
+# and each earlier state's profile beside the step part's: ratio = the earlier step's time
+# over this one's (above 1: this state is faster)
 part_baseline() {
     local base short now ratio bases=()
     for base in "$BUNDLE"/bin/redco-base-*; do
@@ -497,18 +500,19 @@ part_baseline() {
     fi
     sizes
     [ -f "$WORK/tokens.npy" ] || make_tokens "$WORK/tokens.npy" || { part_failed baseline "cannot write the token file"; return; }
-    redco_step bf16
-    now=$REDCO_STEP_S
+    now=$BF16_STEP_S
+    if [ -z "$now" ]; then
+        redco_step bf16
+        now=$REDCO_STEP_S
+    fi
     for base in "${bases[@]}"; do
         short=${base##*/redco-base-}
-        REDCO_BIN=$base REDCO_TAG=_at_$short
-        redco_step bf16
+        REDCO_BIN=$base REDCO_TAG=_at_$short redco_step bf16
         ratio=$(calc '$1 / $2' "$REDCO_STEP_S" "$now")
         figure "gpt2_step_bf16_at_$short" "$RDEV" "$REDCO_STEP_S" "s/step" "$now" ratio "${ratio:-null}" \
             baseline "$(sed -n "s/^baseline: $short //p" "$BUNDLE/MANIFEST.txt")" bundle_commit "$(sed -n 's/^commit: //p' "$BUNDLE/MANIFEST.txt")" \
             model "$PRESET" batch "$BATCH" seq "$SEQ" steps "$REDCO_STEPS_LOGGED"
-        redco_profile
-        unset REDCO_BIN REDCO_TAG
+        REDCO_BIN=$base REDCO_TAG=_at_$short redco_profile
     done
 }
 
@@ -749,6 +753,7 @@ main() {
             continue
         fi
         note "---- $p ($(left)s left)"
+        PART=$p
         "part_$p"
     done
     finish
