@@ -30,6 +30,9 @@ typedef struct {
     uint64_t run_key;             /* the plan's key for this node's draws: its per-run key
                                      (dropout, RC_RNG_RUN normals) or its step key
                                      (RC_RNG_STEP normals) */
+    rci_mem kept;                 /* the block of rci_kept_bytes an ATTENTION writes for its
+                                     backward, or its ATTENTION_STATS reads (src0's; buf
+                                     NULL for other nodes) */
 } rci_node_run;
 
 /* One parameter's share of an optimizer update: n f32 at element `at` of the flat

@@ -127,10 +127,24 @@ rci_matmul_dims rci_matmul_dims_of(const rc_tensor *node);
 int64_t rci_conv_out_size(int64_t n, int64_t k, int stride, int pad, int dil);
 
 /* The backward nodes of an ATTENTION node att given its upstream gradient dout (ops_nn.c;
- * layouts in redco.h): its ATTENTION_STATS, and the ATTENTION_GRAD of input `which`
- * (0 q, 1 k, 2 v, 3 bias) reading those stats. */
+ * layouts in redco.h): its ATTENTION_STATS (att itself, not a view: it reads att's
+ * storage), and the ATTENTION_GRAD of input `which` (0 q, 1 k, 2 v, 3 bias) reading those
+ * stats. */
 rc_tensor *rci_attention_stats(rc_graph *g, rc_tensor *att, rc_tensor *dout);
 rc_tensor *rci_attention_grad(rc_graph *g, rc_tensor *att, rc_tensor *dout, rc_tensor *stats, int which);
+
+/* What a node keeps beside its values for its backward (tensor.c): a second block of
+ * rci_kept_bytes (0: none), which the plan places and frees with the node's values and
+ * hands the kernels of the node and of its ATTENTION_STATS (rci_node_run.kept). Only an
+ * ATTENTION keeps one: for a 16-bit node its output unrounded in f32 [B, H, Tq, Dv], then
+ * (from byte rci_attention_lse_at, a 64-byte boundary; 0 for f32 and f64, whose values are
+ * their unrounded output) each query row's log-sum-exp [B, H, Tq] in the compute dtype
+ * (-inf for a row that sees no key). A 16-bit node's kept block is the same node's in f32:
+ * its values, then its own kept block, so the f32 kernel that runs it writes both as its
+ * own. A separate block, not more bytes after the values: a block a little larger than
+ * the activations around it fits none of their freed gaps (GPT-2's step: 36 MiB of holes). */
+size_t rci_kept_bytes(const rc_tensor *t);
+size_t rci_attention_lse_at(const rc_tensor *att);
 
 /* m times activation `act`'s derivative of order `order` of a (ops_elementwise.c): an ACT
  * node with m as its second input (redco.h), G f'(x) in one pass for a gradient rule; m of

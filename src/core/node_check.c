@@ -457,12 +457,12 @@ static int check_pool(const rc_tensor *node, rc_error *err)
                         ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6]);
 }
 
-/* ATTENTION, ATTENTION_STATS, ATTENTION_GRAD: q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv]
- * (KV divides H), bias (src3, optional) broadcast to [B, H, Tq, Tk], all of q's dtype; STATS
- * adds dO [B, H, Tq, Dv] and is [B, H, Tq, 2] in q's compute dtype; GRAD adds dO and the
- * stats and has the shape of the input iparam[1] (0 q, 1 k, 2 v, 3 bias) names, or with
- * iparam[1] 4 is 1-D, q's, k's and v's element counts together (dq, dk, dv packed). The
- * dropout probability fparam[1] is in [0, 1). */
+/* ATTENTION, ATTENTION_GRAD: q [B, H, Tq, D], k [B, KV, Tk, D], v [B, KV, Tk, Dv] (KV
+ * divides H), bias (src3, optional) broadcast to [B, H, Tq, Tk], all of q's dtype; GRAD adds
+ * dO [B, H, Tq, Dv] and the stats [B, H, Tq, 2] in q's compute dtype and has the shape of
+ * the input iparam[1] (0 q, 1 k, 2 v, 3 bias) names, or with iparam[1] 4 is 1-D, q's, k's
+ * and v's element counts together (dq, dk, dv packed). The dropout probability fparam[1] is
+ * in [0, 1). */
 static int check_attention(const rc_tensor *node, rc_error *err)
 {
     const rc_tensor *q = node->nsrc > 0 ? node->src[0] : NULL;
@@ -492,20 +492,14 @@ static int check_attention(const rc_tensor *node, rc_error *err)
         return bad(err, RC_ERR_ARG, node, "dropout probability %g outside [0, 1)", node->fparam[1]);
     int64_t os[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
     const rc_tensor *out = node; /* the tensor of shape [B, H, Tq, Dv]: the output or o and dO */
-    rc_dtype want = t;
-    if (node->op != RC_OP_ATTENTION) {
-        if (need(node, 4, t, err) || (node->op == RC_OP_ATTENTION_GRAD && need(node, 5, rci_compute_dtype(t), err)))
+    if (node->op == RC_OP_ATTENTION_GRAD) {
+        if (need(node, 4, t, err) || need(node, 5, rci_compute_dtype(t), err))
             return -1;
         out = node->src[4];
     }
     int ok = out->ndim == 4;
     for (int i = 0; ok && i < 4; i++)
         ok = out->shape[i] == os[i];
-    if (ok && node->op == RC_OP_ATTENTION_STATS)
-        ok = node->ndim == 4 && node->shape[3] == 2 &&
-             node->shape[0] == os[0] && node->shape[1] == os[1] && node->shape[2] == os[2];
-    if (node->op == RC_OP_ATTENTION_STATS)
-        want = rci_compute_dtype(t);
     if (ok && node->op == RC_OP_ATTENTION_GRAD) {
         const rc_tensor *s = node->src[5];
         int w = node->iparam[1];
@@ -519,9 +513,33 @@ static int check_attention(const rc_tensor *node, rc_error *err)
         return bad(err, RC_ERR_SHAPE, node, "output or gradient inputs do not fit q %s, k %s, v %s "
                    "(an ATTENTION is [B, H, Tq, Dv], its stats [B, H, Tq, 2], a gradient its input's shape)",
                    rc_shape_str(q, sq, sizeof sq), rc_shape_str(k, sk, sizeof sk), rc_shape_str(v, sv, sizeof sv));
-    if (node->dtype != want)
-        return bad(err, RC_ERR_DTYPE, node, "dtype %s for inputs of %s (expected %s)", rc_dtype_name(node->dtype),
-                   rc_dtype_name(t), rc_dtype_name(want));
+    if (node->dtype != t)
+        return bad(err, RC_ERR_DTYPE, node, "dtype %s for inputs of %s", rc_dtype_name(node->dtype),
+                   rc_dtype_name(t));
+    return 0;
+}
+
+/* ATTENTION_STATS: src0 an ATTENTION node itself, not a view (the stats read what it keeps:
+ * rci_kept_bytes), src1 dO of its shape and dtype -> [B, H, Tq, 2] in its compute dtype */
+static int check_attention_stats(const rc_tensor *node, rc_error *err)
+{
+    const rc_tensor *att = node->nsrc > 0 ? node->src[0] : NULL;
+    char sa[96], sd[96], sy[96];
+    if (!att || att->op != RC_OP_ATTENTION || att->view_src)
+        return bad(err, RC_ERR_ARG, node, "input 0 must be an ATTENTION node itself (the stats read what "
+                   "it keeps), not %s", att ? rc_op_name(att->op) : "missing");
+    if (need(node, 1, att->dtype, err))
+        return -1;
+    const rc_tensor *dout = node->src[1];
+    if (!rci_same_shape(dout, att) || node->ndim != 4 || node->shape[0] != att->shape[0] ||
+        node->shape[1] != att->shape[1] || node->shape[2] != att->shape[2] || node->shape[3] != 2)
+        return bad(err, RC_ERR_SHAPE, node, "attention %s, dO %s and stats %s (dO is the attention's shape, "
+                   "the stats [B, H, Tq, 2])", rc_shape_str(att, sa, sizeof sa), rc_shape_str(dout, sd, sizeof sd),
+                   rc_shape_str(node, sy, sizeof sy));
+    if (node->dtype != rci_compute_dtype(att->dtype))
+        return bad(err, RC_ERR_DTYPE, node, "dtype %s for an attention of %s (expected %s)",
+                   rc_dtype_name(node->dtype), rc_dtype_name(att->dtype),
+                   rc_dtype_name(rci_compute_dtype(att->dtype)));
     return 0;
 }
 
@@ -565,7 +583,7 @@ static const node_rule rules[RC_OP_COUNT] = {
     [RC_OP_MP_MAX] = check_same_elements, [RC_OP_CAST] = check_same_elements,
     [RC_OP_CONV2D] = check_conv, [RC_OP_CONV2D_GRAD_INPUT] = check_conv, [RC_OP_CONV2D_GRAD_WEIGHT] = check_conv,
     [RC_OP_POOL2D] = check_pool, [RC_OP_POOL2D_GRAD] = check_pool,
-    [RC_OP_ATTENTION] = check_attention, [RC_OP_ATTENTION_STATS] = check_attention,
+    [RC_OP_ATTENTION] = check_attention, [RC_OP_ATTENTION_STATS] = check_attention_stats,
     [RC_OP_ATTENTION_GRAD] = check_attention, [RC_OP_NORM_GRAD] = check_norm_grad,
 };
 

@@ -304,13 +304,11 @@ rc_tensor *rc_attention(rc_graph *g, rc_tensor *q, rc_tensor *k, rc_tensor *v, r
 
 rc_tensor *rci_attention_stats(rc_graph *g, rc_tensor *att, rc_tensor *dout)
 {
-    rc_tensor *src[5] = {att->src[0], att->src[1], att->src[2], att->src[3], dout};
-    if (rci_inputs_bad(g, 1, &dout))
+    rc_tensor *src[2] = {att, dout};
+    if (rci_inputs_bad(g, 2, src))
         return NULL;
-    int64_t shape[4] = {att->shape[0], att->shape[1], att->shape[2], 2};
-    rc_tensor *y = rci_node_new(g, RC_OP_ATTENTION_STATS, rci_compute_dtype(att->dtype), 4, shape, 5, src);
-    if (y)
-        attention_params_copy(y, att);
+    int64_t shape[4] = {att->shape[0], att->shape[1], att->ndim > 2 ? att->shape[2] : 0, 2};
+    rc_tensor *y = rci_node_new(g, RC_OP_ATTENTION_STATS, rci_compute_dtype(att->dtype), 4, shape, 2, src);
     return rci_node_checked(g, y);
 }
 

@@ -59,6 +59,26 @@ size_t rc_tensor_nbytes(const rc_tensor *t)
     return (size_t)rc_tensor_numel(t) * rc_dtype_size(t->dtype);
 }
 
+/* ---- what a node keeps beside its values: an ATTENTION's, for its backward ---------------- */
+
+enum { KEPT_ALIGN = 64 }; /* bytes: where the log-sum-exps start, as the arena places blocks (plan.c) */
+
+size_t rci_attention_lse_at(const rc_tensor *att)
+{
+    if (!rci_dtype_is_half(att->dtype))
+        return 0;
+    size_t n = (size_t)rc_tensor_numel(att) * sizeof(float);
+    return (n + KEPT_ALIGN - 1) / KEPT_ALIGN * KEPT_ALIGN;
+}
+
+size_t rci_kept_bytes(const rc_tensor *t)
+{
+    if (t->op != RC_OP_ATTENTION || t->ndim != 4)
+        return 0;
+    size_t rows = (size_t)(t->shape[0] * t->shape[1] * t->shape[2]);
+    return rci_attention_lse_at(t) + rows * rc_dtype_size(rci_compute_dtype(t->dtype));
+}
+
 int rci_same_shape(const rc_tensor *a, const rc_tensor *b)
 {
     if (a->ndim != b->ndim)

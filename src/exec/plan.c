@@ -26,12 +26,14 @@ struct rc_plan {
     int n;                        /* nodes in execution order */
     rc_tensor **order;
     size_t *offset;               /* arena offset of node order[i] (owners only) */
+    size_t *kept_offset;          /* arena offset of order[i]'s kept block (rci_kept_bytes) */
     char *owns;                   /* 1 when order[i] has its own arena buffer */
     rc_buffer *arena;
     int gn;                       /* nodes of the graph when the plan was made */
     int *pos;                     /* by node id: position in order, -1 when not in the plan */
     char *is_output;              /* by node id */
     rci_mem *mem;                 /* by node id: where the node's values are */
+    rci_mem *kept;                /* by node id: where what it keeps for its backward is */
     char *bound;                  /* by node id: a leaf bound with rc_plan_bind */
     rc_buffer **leaf_own;         /* by node id: a leaf's memory held by the plan (constants,
                                      inputs set by rc_plan_set_input) */
@@ -134,7 +136,7 @@ static size_t best_fit(block *live, int *nlive, size_t size, int id, size_t *pea
     return block_insert(live, nlive, best_pos, best_at, size, id, peak);
 }
 
-static void release(block *live, int *nlive, int id)
+static void release_block(block *live, int *nlive, int id)
 {
     for (int i = 0; i < *nlive; i++)
         if (live[i].id == id) {
@@ -142,6 +144,19 @@ static void release(block *live, int *nlive, int id)
             (*nlive)--;
             return;
         }
+}
+
+/* the block id of node id's kept block (rci_kept_bytes): past every node's id */
+static int kept_block_id(const rc_plan *p, int id)
+{
+    return p->gn + id;
+}
+
+/* node id's memory freed: its values' block and its kept block, where it has one */
+static void release(const rc_plan *p, block *live, int *nlive, int id)
+{
+    release_block(live, nlive, id);
+    release_block(live, nlive, kept_block_id(p, id));
 }
 
 static void block_rename(block *live, int nlive, int from, int to)
@@ -183,7 +198,7 @@ static int input_taken(const rc_plan *p, int i, const int *last, const int *pos_
         return -1;
     rc_tensor *r = storage_of(a);
     if (a->view_offset != 0 || a->dtype != t->dtype || rc_tensor_nbytes(a) != rc_tensor_nbytes(t) ||
-        rc_tensor_nbytes(r) != rc_tensor_nbytes(t))
+        rc_tensor_nbytes(r) != rc_tensor_nbytes(t) || rci_kept_bytes(r) || rci_kept_bytes(t))
         return -1;
     if (last[r->id] != i || p->rel[r->id] >= 0 || !p->owns[pos_of[r->id]])
         return -1;
@@ -244,7 +259,7 @@ static size_t arena_layout(rc_plan *p, const int *last, const int *pos_of, block
     for (int i = 0; i < p->n; i++) {
         rc_tensor *t = p->order[i];
         if (p->owns[i]) {
-            size_t size = align_up(rc_tensor_nbytes(t) ? rc_tensor_nbytes(t) : 1);
+            size_t size = align_up(rc_tensor_nbytes(t) ? rc_tensor_nbytes(t) : 1), kept = rci_kept_bytes(t);
             int taken = in_place ? input_taken(p, i, last, pos_of) : -1;
             if (taken >= 0) {
                 p->offset[i] = p->offset[taken];
@@ -252,19 +267,21 @@ static size_t arena_layout(rc_plan *p, const int *last, const int *pos_of, block
             } else {
                 p->offset[i] = fit(live, &nlive, size, t->id, &peak);
             }
+            if (kept)
+                p->kept_offset[i] = fit(live, &nlive, align_up(kept), kept_block_id(p, t->id), &peak);
         }
         /* free what this node was the last to read (after its own output was placed) */
         for (int s = 0; s < t->nsrc; s++) {
             rc_tensor *r = t->src[s] ? storage_of(t->src[s]) : NULL;
             if (r && last[r->id] == i && p->owns[pos_of[r->id]])
-                release(live, &nlive, r->id);
+                release(p, live, &nlive, r->id);
         }
         if (p->owns[i] && last[t->id] == i)
-            release(live, &nlive, t->id);
+            release(p, live, &nlive, t->id);
         /* and the outputs released after this node without it reading them */
         for (int k = 0; k < p->nrel; k++)
             if (last[p->rel_ids[k]] == i)
-                release(live, &nlive, p->rel_ids[k]);
+                release(p, live, &nlive, p->rel_ids[k]);
     }
     return peak;
 }
@@ -280,7 +297,7 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout,
     rc_graph *g = p->g;
     int *last = calloc((size_t)g->n, sizeof *last);
     int *pos_of = malloc((size_t)g->n * sizeof *pos_of);
-    block *live = malloc(((size_t)p->n + 1) * sizeof *live);
+    block *live = malloc((2 * (size_t)p->n + 1) * sizeof *live); /* values and kept blocks */
     if (!last || !pos_of || !live) {
         free(last);
         free(pos_of);
@@ -295,7 +312,8 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout,
         p->owns[i] = t->op != RC_OP_LEAF && !t->view_src;
         if (p->owns[i]) {
             p->stats.op_count[t->op]++;
-            p->stats.naive_bytes += align_up(rc_tensor_nbytes(t) ? rc_tensor_nbytes(t) : 1);
+            p->stats.naive_bytes += align_up(rc_tensor_nbytes(t) ? rc_tensor_nbytes(t) : 1) +
+                                    align_up(rci_kept_bytes(t));
         }
     }
     size_t peak = SIZE_MAX;
@@ -316,9 +334,12 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout,
     p->arena = rci_buffer_new_uninit(p->be, peak ? align_up(peak) : ARENA_ALIGN, err);
     if (!p->arena)
         return rci_error_prefix(err, "plan: the activations' arena (%zu bytes)", peak);
-    for (int i = 0; i < p->n; i++)
+    for (int i = 0; i < p->n; i++) {
         if (p->owns[i])
             p->mem[p->order[i]->id] = (rci_mem){p->arena, p->offset[i]};
+        if (p->owns[i] && rci_kept_bytes(p->order[i]))
+            p->kept[p->order[i]->id] = (rci_mem){p->arena, p->kept_offset[i]};
+    }
     return 0;
 }
 
@@ -459,10 +480,11 @@ static int tables_new(rc_plan *p)
     p->pos = malloc(gn * sizeof *p->pos);
     p->is_output = calloc(gn, 1);
     p->mem = calloc(gn, sizeof *p->mem);
+    p->kept = calloc(gn, sizeof *p->kept);
     p->bound = calloc(gn, 1);
     p->leaf_own = calloc(gn, sizeof *p->leaf_own);
     p->rel = malloc(gn * sizeof *p->rel);
-    if (!p->pos || !p->is_output || !p->mem || !p->bound || !p->leaf_own || !p->rel)
+    if (!p->pos || !p->is_output || !p->mem || !p->kept || !p->bound || !p->leaf_own || !p->rel)
         return -1;
     for (int i = 0; i < p->gn; i++)
         p->pos[i] = p->rel[i] = -1;
@@ -514,9 +536,10 @@ static rc_plan *plan_new(rc_backend *be, rc_graph *g, rc_tensor *const *outputs,
         p->n += needed[i];
     p->order = malloc((size_t)p->n * sizeof *p->order);
     p->offset = calloc((size_t)p->n, sizeof *p->offset);
+    p->kept_offset = calloc((size_t)p->n, sizeof *p->kept_offset);
     p->owns = calloc((size_t)p->n, 1);
     p->rel_ids = malloc((size_t)n * sizeof *p->rel_ids);
-    if (!p->order || !p->offset || !p->owns || !p->rel_ids)
+    if (!p->order || !p->offset || !p->kept_offset || !p->owns || !p->rel_ids)
         goto oom;
     for (int i = 0, k = 0; i < g->n; i++)
         if (needed[i])
@@ -552,10 +575,12 @@ void rc_plan_free(rc_plan *p)
     free(p->leaf_own);
     free(p->order);
     free(p->offset);
+    free(p->kept_offset);
     free(p->owns);
     free(p->pos);
     free(p->is_output);
     free(p->mem);
+    free(p->kept);
     free(p->bound);
     free(p->rel);
     free(p->rel_ids);
@@ -810,12 +835,14 @@ static int bind_memory(rc_plan *p, rc_error *err)
     return 0;
 }
 
-/* The run of order[i]: its node, the memory of its output and inputs, and its key (the
- * step key for a normal that asks for it, else the run key). */
+/* The run of order[i]: its node, the memory of its output and inputs, its key (the step
+ * key for a normal that asks for it, else the run key) and the kept block it writes (an
+ * ATTENTION's) or reads (its ATTENTION_STATS', src0's). */
 static rci_node_run node_run(const rc_plan *p, const rc_tensor *t)
 {
     int step = t->op == RC_OP_NORMAL && t->iparam[2] == RC_RNG_STEP;
-    rci_node_run r = {t, p->mem[t->id], {{0}}, step ? p->step_key : p->run_key};
+    const rc_tensor *keeper = t->op == RC_OP_ATTENTION_STATS && t->src[0] ? t->src[0] : t;
+    rci_node_run r = {t, p->mem[t->id], {{0}}, step ? p->step_key : p->run_key, p->kept[keeper->id]};
     for (int s = 0; s < t->nsrc; s++)
         if (t->src[s])
             r.in[s] = p->mem[t->src[s]->id];

@@ -136,7 +136,7 @@ static void test_without_tiles(void)
     if (prog)
         clReleaseProgram(prog);
     o->gpu.tiles = tiles;
-    CHECK(absent == 4 && present == RCI_K_COUNT - 4);
+    CHECK(absent == 3 && present == RCI_K_COUNT - 3); /* forward, dq, dkv */
     CHECK(rci_gpu_kernel_absent(gpu, RCI_K_ATTENTION_TILE_DKV, &err) == -1);
     CHECKF(check_has(err.msg, "opencl:0") && check_has(err.msg, "k_attention_tile_dkv") &&
            check_has(err.msg, "--attention products"), "%s", err.msg);

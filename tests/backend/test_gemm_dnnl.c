@@ -161,7 +161,7 @@ static void check_error(void)
                              rc_input(g, "b", RC_BF16, 2, (int64_t[]){19, 33}), 0, 0);
     rci_matmul_dims d = rci_matmul_dims_of(y);
     uint16_t a[7 * 19] = {0}, b[19 * 33] = {0}, c[7 * 33];
-    rci_cpu_args io = {y, c, {a, b}, 0, NULL, 0};
+    rci_cpu_args io = {y, c, {a, b}, 0, NULL, 0, NULL};
     rc_error err = {0};
     rci_cpu_dnnl_use(0);
     int rc = rci_cpu_dnnl_matmul(&io, &d, &err);

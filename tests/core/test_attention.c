@@ -416,6 +416,41 @@ static void test_dropout_keys(void)
            "another run key or node key drew the same mask");
 }
 
+/* ---- what the forward keeps ------------------------------------------------------------- */
+
+/* An ATTENTION keeps its rows' log-sum-exps (and a 16-bit one its f32 output) in a block of
+ * its own, which the plan places beside its values (a plan whose only node is the attention
+ * holds both), and only the node itself, not a view of it, may feed its stats. What the
+ * stats compute from the block is test_against_unfused's and test_single_grads'. */
+static void test_kept(void)
+{
+    enum { B = 2, H = 3, T = 5, D = 4 };
+    static const rc_dtype types[3] = {RC_F32, RC_F64, RC_BF16};
+    for (int i = 0; i < 3; i++) {
+        rc_graph *g = rc_graph_new();
+        int64_t s[4] = {B, H, T, D};
+        rc_tensor *q = rc_input(g, "q", types[i], 4, s);
+        rc_tensor *att = rc_attention(g, q, q, q, NULL, 0.5, 1, 0, drop_key);
+        size_t rows = B * H * T, cs = types[i] == RC_F64 ? 8 : 4, n = B * H * T * D;
+        size_t want = types[i] == RC_BF16 ? (n * 4 + 63) / 64 * 64 + rows * 4 : rows * cs;
+        CHECKF(att && rci_kept_bytes(att) == want, "%s: kept %zu bytes, expected %zu", rc_dtype_name(types[i]),
+               att ? rci_kept_bytes(att) : 0, want);
+        CHECK(rci_kept_bytes(q) == 0);
+        rc_error err = {0};
+        rc_plan *p = att ? rc_plan_new(g, &att, 1, &err) : NULL;
+        CHECKF(p && rc_plan_get_stats(p).peak_bytes >= (n * rc_dtype_size(types[i]) + 63) / 64 * 64 + want,
+               "%s: the plan of the attention alone has %zu bytes, less than its values and what it keeps",
+               rc_dtype_name(types[i]), p ? rc_plan_get_stats(p).peak_bytes : 0);
+        rc_plan_free(p);
+        /* a view of the attention is not the node whose kept block the stats read */
+        rc_tensor *view = att ? rc_reshape(g, rc_reshape(g, att, 2, (int64_t[]){-1, D}), 4, s) : NULL;
+        CHECK(view && view != att && !rci_attention_stats(g, view, q));
+        CHECKF(check_has(rc_graph_error(g), "attention_stats") && check_has(rc_graph_error(g), "ATTENTION node itself"),
+               "%s", rc_graph_error(g) ? rc_graph_error(g) : "no error");
+        rc_graph_free(g);
+    }
+}
+
 /* ---- errors ------------------------------------------------------------------------------ */
 
 static void test_errors(void)
@@ -460,6 +495,7 @@ static void test_errors(void)
 int main(void)
 {
     test_errors();
+    test_kept();
     test_against_unfused();
     test_finite_differences();
     test_single_grads(0);

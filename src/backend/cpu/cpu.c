@@ -155,7 +155,7 @@ static int cpu_run_node(rc_backend *be, const rci_node_run *r, rc_error *err)
 {
     (void)be;
     const rc_tensor *node = r->node;
-    rci_cpu_args a = {node, address(&r->out), {0}, r->run_key, NULL, 0};
+    rci_cpu_args a = {node, address(&r->out), {0}, r->run_key, NULL, 0, address(&r->kept)};
     for (int k = 0; k < node->nsrc; k++)
         a.in[k] = address(&r->in[k]);
     if (node->op == RC_OP_LEAF || node->op == RC_OP_RESHAPE || node->view_src)

@@ -8,8 +8,10 @@
 /* One node's run with host addresses.
  * Contract: the backend calls a kernel once per non-view, non-leaf node, after every src
  * has its values; the node fits its op (rci_node_check passed when its plan was made), so
- * a kernel checks no structure. out points at rc_tensor_nbytes(node) bytes of uninitialised memory (the
- * kernel writes every element), never overlapping any input. All tensors are contiguous
+ * a kernel checks no structure. out points at rc_tensor_nbytes(node) bytes of uninitialised
+ * memory (the kernel writes every element), never overlapping any input; kept at an
+ * ATTENTION's rci_kept_bytes (what it keeps for its backward, which it writes and its
+ * ATTENTION_STATS reads). All tensors are contiguous
  * row-major. Element-wise and where/equal inputs broadcast numpy-style against the
  * node's shape (shapes right-aligned, size-1 axes repeat). A kernel returns 0, or -1 with
  * err set naming the op and the offending value (e.g. an id out of range). Kernels use
@@ -21,6 +23,7 @@ typedef struct {
     uint64_t run_key;             /* mixed into dropout masks and normals (rci_node_run's) */
     float *work;                  /* the node's workspace, handed by the backend (cpu.c), as */
     size_t work_floats;           /* many floats as rci_cpu_half_work asks (0 for the others) */
+    void *kept;                   /* rci_node_run's kept block (NULL for most nodes) */
 } rci_cpu_args;
 
 int rci_cpu_kernel_f32(const rci_cpu_args *a, rc_error *err);  /* node dtype f32 (src may be i32) */

@@ -8,10 +8,12 @@
  * tensor exists; a tile's products (Q K^T, dO V^T, P V, dS K, dS^T Q, P^T dO) are BLAS calls.
  * The forward pass keeps, per row, the running maximum m, the running sum l
  * of exp(s - m) and the output row rescaled as m grows (the online softmax of
- * FlashAttention-2); the output row is the accumulator. The backward recomputes each
+ * FlashAttention-2); the output row is the accumulator, and each row's log-sum-exp goes
+ * into the node's kept block (rci_kept_bytes). The stats are then no pass over the keys:
+ * each row's log-sum-exp as kept and delta = dO . o of the unrounded output (for a 16-bit
+ * node the f32 output it keeps). The backward recomputes each
  * probability from the row's log-sum-exp: p = exp(s - lse), dP = dO . v_j,
- * dS = p (dP - delta) with delta = dO . o (the stats pass sums it as sum_j p_j dP_j, from
- * the unrounded output), then dq = scale dS k, dk = scale dS^T q,
+ * dS = p (dP - delta), then dq = scale dS k, dk = scale dS^T q,
  * dv = p^T dO, dbias = dS summed over the bias's broadcast axes.
  *
  * Attention dropout (fparam[1] = p > 0) multiplies each probability by its factor z, 0 or
@@ -21,13 +23,13 @@
  * dP = z (dO . v_j) and dS = p (dP - delta), delta = dO . o = sum_j Z_j (dO . v_j). Without
  * dropout no pass draws anything.
  *
- * Threads (par_range) take whole units that write disjoint rows of the output: the forward,
- * the stats and dq take (batch, head, query tile); dk and dv take (batch, key/value head,
+ * Threads (par_range) take whole units that write disjoint rows of the output: the forward
+ * and dq take (batch, head, query tile), the stats rows; dk and dv take (batch, key/value head,
  * key tile) and loop over the query heads of its group and every query tile; dbias takes
  * the bias's own rows (its non-broadcast axes among batch, head, query) and loops over the
  * broadcast ones. The packed gradient (iparam[1] 4, what rc_backward builds) takes (batch,
  * key/value head) and makes dq, dk and dv in one pass: 2 + 5 tile products for the whole
- * backward (stats, then S, dP, dv, dk, dq) instead of 2 + 3 + 3 + 2 with a node each. */
+ * backward (S, dP, dv, dk, dq) instead of 3 + 3 + 2 with a node each. */
 
 /* query rows and keys of a tile: a tile of scores and one of dP on a kernel's stack, 32 KB
  * each in f64 */
@@ -36,7 +38,7 @@ enum { ATT_BQ = 64, ATT_BK = 64 };
 typedef struct {
     const rc_tensor *node;
     const real *q, *k, *v, *bias;
-    const real *dout;            /* STATS, GRAD: the upstream gradient [B, H, Tq, Dv] */
+    const real *dout;            /* GRAD: the upstream gradient [B, H, Tq, Dv] */
     const real *stats;           /* GRAD: [B, H, Tq, 2] (lse, delta) */
     real *out;
     int64_t B, H, KV, G, Tq, Tk, D, Dv;
@@ -47,6 +49,7 @@ typedef struct {
     real keep;                   /* a kept probability's factor 1 / (1 - drop) */
     uint64_t key;                /* the node's key mixed with the run key, as k_dropout's */
     uint64_t thresh;             /* ceil(drop 2^32) (rci_drop_thresh) */
+    real *lse;                   /* ATTENTION: [B, H, Tq], in its kept block */
 } att_ctx;
 
 /* the dropout factor of probability (row, j), row = (b H + h) Tq + i: keep or 0, as
@@ -162,30 +165,25 @@ static void att_probs(const att_ctx *c, int64_t row0, int64_t ni, int64_t j0, in
     }
 }
 
-/* The online softmax over rows [i0, i0 + ni) of (b, h): the output rows (when out), each
- * row's log-sum-exp (when lse; -INFINITY for a row that sees no key, whose output is zeros)
- * and delta = dO . o (when delta), summed as sum_j p_j (dO . v_j) beside the output, so that
- * it is the unrounded output's even when the stored output is 16-bit. Per key tile: S = Q K^T
- * (one product), the rows' maxima and sums updated, then O = O * corr + P V (one product). */
-static void att_rows(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t ni, real *out, real *lse,
-                     real *delta)
+/* The online softmax over rows [i0, i0 + ni) of (b, h): the output rows and each row's
+ * log-sum-exp (-INFINITY for a row that sees no key, whose output is zeros). Per key tile:
+ * S = Q K^T (one product), the rows' maxima and sums updated, then O = O * corr + P V (one
+ * product). */
+static void att_rows(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t ni, real *out, real *lse)
 {
-    real s[ATT_BQ * ATT_BK], dp[ATT_BQ * ATT_BK], m[ATT_BQ], l[ATT_BQ], da[ATT_BQ];
+    real s[ATT_BQ * ATT_BK], m[ATT_BQ], l[ATT_BQ];
     int64_t Dv = c->Dv, jend = att_visible(c, i0 + ni - 1); /* the last row sees the most */
     int64_t row0 = (b * c->H + h) * c->Tq + i0;
     const real *vb = c->v + (b * c->KV + h / c->G) * c->Tk * Dv;
     for (int64_t r = 0; r < ni; r++) {
         m[r] = -INFINITY;
         l[r] = 0;
-        da[r] = 0;
-        for (int64_t d = 0; out && d < Dv; d++)
+        for (int64_t d = 0; d < Dv; d++)
             out[r * Dv + d] = 0;
     }
     for (int64_t j0 = 0; j0 < jend; j0 += ATT_BK) {
         int64_t nj = min64(ATT_BK, jend - j0);
         att_scores(c, b, h, i0, ni, j0, nj, s);
-        if (delta)
-            att_dp(c, b, h, i0, ni, j0, nj, dp);
         for (int64_t r = 0; r < ni; r++) {
             real *restrict sr = s + r * ATT_BK;
             real mx = m[r];
@@ -201,32 +199,22 @@ static void att_rows(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t
                 sr[jj] = rci_fexp(sr[jj] - mx);
             l[r] = l[r] * corr + (real)dsum(sr, nj);
             m[r] = mx;
-            if (c->drop > 0) /* l sums the softmax; V and dO . v_j take z p */
+            if (c->drop > 0) /* l sums the softmax; V takes z p */
                 att_drop_row(c, row0 + r, j0, nj, sr);
-            if (delta) {
-                real *restrict dr = dp + r * ATT_BK;
-                for (int64_t jj = 0; jj < nj; jj++)
-                    dr[jj] *= sr[jj];
-                da[r] = da[r] * corr + (real)dsum(dr, nj);
-            }
-            for (int64_t d = 0; out && corr != 1 && d < Dv; d++)
+            for (int64_t d = 0; corr != 1 && d < Dv; d++)
                 out[r * Dv + d] *= corr;
         }
-        if (out)
-            att_gemm(0, 0, ni, Dv, nj, 1, s, ATT_BK, vb + j0 * Dv, Dv, 1, out, Dv);
+        att_gemm(0, 0, ni, Dv, nj, 1, s, ATT_BK, vb + j0 * Dv, Dv, 1, out, Dv);
     }
     for (int64_t r = 0; r < ni; r++) {
         real inv = l[r] > 0 ? 1 / l[r] : 0;
-        for (int64_t d = 0; out && d < Dv; d++)
+        for (int64_t d = 0; d < Dv; d++)
             out[r * Dv + d] *= inv;
-        if (lse)
-            lse[r] = l[r] > 0 ? m[r] + log(l[r]) : -INFINITY;
-        if (delta)
-            delta[r] = da[r] * inv;
+        lse[r] = l[r] > 0 ? m[r] + log(l[r]) : -INFINITY;
     }
 }
 
-/* units (b, h, query tile) [u0, u1): the forward output, or the stats */
+/* units (b, h, query tile) [u0, u1) of the forward: the output and the log-sum-exps */
 static void att_query_range(void *ctx, int64_t u0, int64_t u1, int part)
 {
     const att_ctx *c = ctx;
@@ -235,17 +223,41 @@ static void att_query_range(void *ctx, int64_t u0, int64_t u1, int part)
     for (int64_t u = u0; u < u1; u++) {
         int64_t bh = u / nt, i0 = u % nt * ATT_BQ, ni = min64(ATT_BQ, c->Tq - i0);
         int64_t b = bh / c->H, h = bh % c->H, row0 = bh * c->Tq + i0;
-        if (c->node->op == RC_OP_ATTENTION) {
-            att_rows(c, b, h, i0, ni, c->out + row0 * Dv, NULL, NULL);
-            continue;
-        }
-        real lse[ATT_BQ], delta[ATT_BQ];
-        att_rows(c, b, h, i0, ni, NULL, lse, delta);
-        for (int64_t r = 0; r < ni; r++) {
-            c->out[(row0 + r) * 2] = lse[r];
-            c->out[(row0 + r) * 2 + 1] = delta[r];
-        }
+        att_rows(c, b, h, i0, ni, c->out + row0 * Dv, c->lse + row0);
     }
+}
+
+/* ATTENTION_STATS: rows [r0, r1) of [B H Tq, 2], each row's log-sum-exp as the forward kept
+ * it and delta = dO . o, o the unrounded output (an f32 or f64 node's values; for a 16-bit
+ * one the f32 output it keeps, which kernels_half.c hands this kernel as src0) */
+typedef struct {
+    const real *o, *dout, *lse;
+    real *out;
+    int64_t Dv;
+} att_stats_ctx;
+
+static void att_stats_range(void *ctx, int64_t r0, int64_t r1, int part)
+{
+    const att_stats_ctx *c = ctx;
+    (void)part;
+    for (int64_t r = r0; r < r1; r++) {
+        const real *restrict d = c->dout + r * c->Dv, *restrict o = c->o + r * c->Dv;
+        double delta = 0; /* summed in f64, as dsum sums the forward's rows */
+        for (int64_t i = 0; i < c->Dv; i++)
+            delta += (double)d[i] * (double)o[i];
+        c->out[r * 2] = c->lse[r];
+        c->out[r * 2 + 1] = (real)delta;
+    }
+}
+
+static int k_attention_stats(const rci_cpu_args *io)
+{
+    const rc_tensor *att = io->node->src[0];
+    att_stats_ctx c = {io->in[0], io->in[1], (const real *)((const char *)io->kept + rci_attention_lse_at(att)),
+                       io->out, att->shape[3]};
+    int64_t rows = rc_tensor_numel(io->node) / 2;
+    par_range(att_stats_range, &c, rows, rows * (c.Dv + 1));
+    return 0;
 }
 
 /* units (b, h, query tile) [u0, u1) of dq = scale dS K: per key tile S, dP = dO V^T, dS,
@@ -395,7 +407,7 @@ static int k_attention(const rci_cpu_args *io)
     att_ctx c = {node, io->in[0], io->in[1], io->in[2], node->src[3] ? io->in[3] : NULL,
                  NULL, NULL, io->out, q->shape[0], q->shape[1], k->shape[1], q->shape[1] / k->shape[1],
                  q->shape[2], k->shape[2], q->shape[3], v->shape[3], {0}, (real)node->fparam[0],
-                 node->iparam[0] != 0, 0, 0, 0, 0};
+                 node->iparam[0] != 0, 0, 0, 0, 0, NULL};
     if (node->src[3]) {
         int64_t full[4] = {c.B, c.H, c.Tq, c.Tk};
         rci_bcast_strides(node->src[3], 4, full, c.bst);
@@ -410,11 +422,7 @@ static int k_attention(const rci_cpu_args *io)
     int64_t work = c.B * c.H * c.Tq * c.Tk * (c.D + c.Dv);
     int64_t qunits = c.B * c.H * ((c.Tq + ATT_BQ - 1) / ATT_BQ);
     if (node->op == RC_OP_ATTENTION) {
-        par_range(att_query_range, &c, qunits, work);
-        return 0;
-    }
-    if (node->op == RC_OP_ATTENTION_STATS) {
-        c.dout = io->in[4];
+        c.lse = (real *)((char *)io->kept + rci_attention_lse_at(node));
         par_range(att_query_range, &c, qunits, work);
         return 0;
     }

@@ -97,7 +97,7 @@ static int run_piece(const rci_cpu_args *io, int nd, const int64_t *shape, rc_te
     const rc_tensor *node = io->node;
     rc_tensor piece;
     shadow_of(&piece, node, nd, shape);
-    rci_cpu_args a = {&piece, out, {0}, io->run_key, NULL, 0};
+    rci_cpu_args a = {&piece, out, {0}, io->run_key, NULL, 0, NULL};
     for (int k = 0; k < node->nsrc; k++) {
         piece.src[k] = node->src[k] ? &srcs[k] : NULL;
         a.in[k] = in[k];
@@ -107,12 +107,22 @@ static int run_piece(const rci_cpu_args *io, int nd, const int64_t *shape, rc_te
 
 /* ---- the general case: through the f32 kernel ------------------------------------------------ */
 
+/* 1 where the f32 values of a 16-bit node's output (k < 0) or input k are in a kept block,
+ * not in workspace: a 16-bit ATTENTION keeps its output in f32 (rci_kept_bytes), which the
+ * f32 kernel writes there and its ATTENTION_STATS (src0) reads from there. The block is the
+ * f32 node's values, then the f32 node's own kept block. */
+static int f32_in_kept(const rc_tensor *node, int k)
+{
+    return k < 0 ? node->op == RC_OP_ATTENTION : node->op == RC_OP_ATTENTION_STATS && k == 0;
+}
+
 /* The node widened whole: its 16-bit inputs and (16-bit) output in f32. Floats. */
 static size_t whole_need(const rc_tensor *node)
 {
-    size_t need = rci_dtype_is_half(node->dtype) ? (size_t)rc_tensor_numel(node) : 0;
+    int out_work = rci_dtype_is_half(node->dtype) && !f32_in_kept(node, -1);
+    size_t need = out_work ? (size_t)rc_tensor_numel(node) : 0;
     for (int k = 0; k < node->nsrc; k++)
-        if (node->src[k] && rci_dtype_is_half(node->src[k]->dtype))
+        if (node->src[k] && rci_dtype_is_half(node->src[k]->dtype) && !f32_in_kept(node, k))
             need += (size_t)rc_tensor_numel(node->src[k]);
     return need;
 }
@@ -154,7 +164,7 @@ static int through_f32(const rci_cpu_args *io, rc_error *err)
     float *at;
     if (work_get(io, whole_need(node), &at, err))
         return -1;
-    rci_cpu_args a = {&shadow, io->out, {0}, io->run_key, NULL, 0};
+    rci_cpu_args a = {&shadow, io->out, {0}, io->run_key, NULL, 0, io->kept};
     shadow.view_src = NULL;
     for (int k = 0; k < node->nsrc; k++) {
         const rc_tensor *s = node->src[k];
@@ -164,6 +174,11 @@ static int through_f32(const rci_cpu_args *io, rc_error *err)
         srcs[k] = *s;
         srcs[k].dtype = RC_F32;
         shadow.src[k] = &srcs[k];
+        if (f32_in_kept(node, k)) {
+            a.in[k] = io->kept;
+            a.kept = (char *)io->kept + rci_attention_lse_at(s);
+            continue;
+        }
         widen(at, io->in[k], s->dtype, rc_tensor_numel(s));
         a.in[k] = at;
         at += rc_tensor_numel(s);
@@ -171,6 +186,10 @@ static int through_f32(const rci_cpu_args *io, rc_error *err)
     if (out_half) {
         shadow.dtype = RC_F32;
         a.out = at;
+    }
+    if (out_half && f32_in_kept(node, -1)) { /* the f32 output is what the node keeps */
+        a.out = io->kept;
+        a.kept = (char *)io->kept + rci_attention_lse_at(node);
     }
     if (rci_cpu_kernel_f32(&a, err))
         return -1;

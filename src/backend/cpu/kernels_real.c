@@ -1342,9 +1342,10 @@ int RC_KERNEL_FN(const rci_cpu_args *io, rc_error *err)
     case RC_OP_SOFTMAX:
         return k_softmax(io);
     case RC_OP_ATTENTION:
-    case RC_OP_ATTENTION_STATS:
     case RC_OP_ATTENTION_GRAD:
         return k_attention(io);
+    case RC_OP_ATTENTION_STATS:
+        return k_attention_stats(io);
     case RC_OP_LAYER_NORM:
         return k_layer_norm(io);
     case RC_OP_RMS_NORM:

@@ -62,10 +62,10 @@ typedef enum {
     RCI_K_ATTENTION_ROWS_GRAD, /* dS and z p, */
     RCI_K_ATTENTION_DBIAS,   /* the bias's gradient, */
     RCI_K_ATTENTION_FOLD,    /* the parts of the split products' dK, dV summed */
+    RCI_K_ATTENTION_STATS,   /* the stats from what the forward kept */
     RCI_K_REDUCE_ROWS,       /* a reduction of contiguous rows, a work-group a row */
     RCI_K_NORM_GRAD,         /* the norms' gradients, a work-group a row */
     RCI_K_ATTENTION_TILE,    /* bf16 attention in tiles on tensor cores: forward, */
-    RCI_K_ATTENTION_TILE_STATS, /* stats, */
     RCI_K_ATTENTION_TILE_DQ, /* dQ, */
     RCI_K_ATTENTION_TILE_DKV, /* dK and dV */
     RCI_K_BINARY_RUNS,       /* a binary op of contiguous inputs or rows, in runs of 16 bytes */

@@ -1266,10 +1266,11 @@ __kernel void k_pool2d_grad(__global store_t *gx, long xo, __global const store_
 
 /* ---- attention from matrix products (ops_attention.c) -------------------------------------
  * The device's attention is the GPU's matrix products over chunks of (batch, kv head) pairs,
- * scores in f32 scratch a chunk at a time (ops_attention.c): S = Q K^T, k_attention_rows,
- * O = P V; the stats take S and dP = dO V^T into each row's log-sum-exp and
- * delta = sum_j z_j p_j dP_j (the unrounded output's dO . o); the gradients recompute S and
- * dP, and k_attention_rows_grad turns both into dS and z P for dQ = dS K, dK = dS^T Q, dV = (z P)^T dO.
+ * scores in f32 scratch a chunk at a time (ops_attention.c): S = Q K^T, k_attention_rows
+ * (which keeps each row's log-sum-exp), O = P V; the stats read each row's log-sum-exp and
+ * take delta = dO . o of the unrounded output the forward kept (k_attention_stats); the
+ * gradients recompute S and dP = dO V^T, and k_attention_rows_grad turns both into dS and
+ * z P for dQ = dS K, dK = dS^T Q, dV = (z P)^T dO.
  * A pair's G = H / KV query heads' rows are consecutive in q (R = G Tq of them), so row c of
  * a chunk that starts at pair pair0 is q's row pair0 R + c. The row kernels run one
  * work-group of ROW_GROUP per row, its work-items across the row's keys, their maxima and
@@ -1447,16 +1448,14 @@ static long att_extent(const att_dims *a, long i, long qblk)
 /* The chunk's scores s [rows, Tk] (float, from so; keys up to the row's att_extent) into
  * dropped probabilities z_j p_j, 0 past the row's visible keys and for a row that sees no
  * key: in place, or with split, as 16-bit parts into p2 [rows, Tk, ATT_SPLITS] (from p2o;
- * st_split). With want_stats instead, the row's log-sum-exp into stats[row 2] (-INFINITY
- * when it sees no key) and delta = sum_j z_j p_j dP_j into stats[row 2 + 1], dP the chunk's
- * dO . v_j in dp [rows, Tk] (from dpo), nothing stored. One work-group per row; a
- * work-item holds ATT_ROW_PER of a block's keys in registers (keys li + t ls of the
- * block), the row's max and sum go block by block (a sum so far rescaled to a larger max,
- * as an online softmax does), and a row of one block, the usual one, is read once. */
+ * st_split); and the row's log-sum-exp into lse[row] (from lso; -INFINITY when it sees no
+ * key), which the node keeps for its stats. One work-group per row; a work-item
+ * holds ATT_ROW_PER of a block's keys in registers (keys li + t ls of the block), the row's
+ * max and sum go block by block (a sum so far rescaled to a larger max, as an online
+ * softmax does), and a row of one block, the usual one, is read once. */
 enum { ATT_ROW_PER = 8 };   /* keys a work-item holds: a block is ROW_GROUP ATT_ROW_PER keys */
 
-__kernel void k_attention_rows(__global float *s, long so, __global const float *dp, long dpo,
-                               __global float *stats, long sto, int want_stats,
+__kernel void k_attention_rows(__global float *s, long so, __global float *lse, long lso,
                                __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
                                ulong key, ulong thresh, float keep, long pair0, __global store_t *p2, long p2o,
                                int split, long qblk)
@@ -1484,25 +1483,35 @@ __kernel void k_attention_rows(__global float *s, long so, __global const float 
         l = (m == -INFINITY ? 0 : l * rci_fexp(m - bm)) + bl;
         m = bm;
     }
-    acc_t delta = 0;
     for (long j0 = 0; j0 < ext; j0 += blk)
-        for (int t = 0; t < ATT_ROW_PER; t++) { /* keys past ext (sc -INFINITY) store nothing */
+        for (int t = 0; t < ATT_ROW_PER; t++) {
             long j = j0 + li + t * ls;
             float sc = ext <= blk ? v[t] : j < vis ? att_score(&a, bias, r.bias, x[j], j) : -INFINITY;
             float p = l > 0 && sc != -INFINITY ? rci_fexp(sc - m) / l * att_keep(&a, row, j) : 0;
-            if (want_stats)
-                delta += p != 0 ? (acc_t)p * dp[dpo + c * a.Tk + j] : 0;
-            else if (j < ext && split)
+            if (j < ext && split)
                 st_split(p2, p2o + (c * a.Tk + j) * ATT_SPLITS, p);
             else if (j < ext)
                 x[j] = p;
         }
-    if (want_stats) /* the whole work-group's, as its row's */
-        delta = group_reduce(red, delta, 1);
-    if (want_stats && li == 0) {
-        stats[sto + row * 2] = l > 0 ? (float)((att_acc)m + log(l)) : -INFINITY;
-        stats[sto + row * 2 + 1] = (float)delta;
-    }
+    if (li == 0)
+        lse[lso + row] = l > 0 ? (float)((att_acc)m + log(l)) : -INFINITY;
+}
+
+/* ATTENTION_STATS: rows [0, n) of stats [n, 2], each row's log-sum-exp as the forward kept
+ * it in lse and delta = dO . o, o the unrounded output the forward kept (an f32 node's
+ * values, a 16-bit one's f32 copy in its kept block), summed as acc_t. One work-item a row. */
+__kernel void k_attention_stats(__global float *stats, long sto, __global const float *o, long oo,
+                                __global const float *lse, long lso, __global const store_t *dout, long doo,
+                                long dv, long n)
+{
+    long row = (long)get_global_id(0);
+    if (row >= n)
+        return;
+    acc_t delta = 0;
+    for (long d = 0; d < dv; d++)
+        delta += (acc_t)ld(dout, doo + row * dv + d) * o[oo + row * dv + d];
+    stats[sto + row * 2] = lse[lso + row];
+    stats[sto + row * 2 + 1] = (float)delta;
 }
 
 /* The chunk's scores s and dP = dO . v_j (float [rows, Tk], from so and dpo; keys up to the
@@ -2123,10 +2132,12 @@ static void at_keep_tile(const att_dims *a, const at_qrow *x, long j0, int t, fl
 }
 
 /* The forward of a tile of query rows (ATTENTION): S = Q K^T a key tile at a time, the
- * online softmax (at_softmax_step), O += (z p) V; then O / l into o. Work-group: (pair,
- * tile of AT_ROWS rows); the output's columns AT_COLS at a time, the scores recomputed for
- * each. */
-__kernel void k_attention_tile(__global store_t *o, long oo, __global const store_t *q, long qo,
+ * online softmax (at_softmax_step), O += (z p) V; then O / l into o, and what the node
+ * keeps for its stats into its kept block: O / l in f32 from uo, each row's log-sum-exp
+ * from lo (float offsets). Work-group: (pair, tile of AT_ROWS rows); the output's columns
+ * AT_COLS at a time, the scores recomputed for each. */
+__kernel void k_attention_tile(__global store_t *o, long oo, __global float *kept, long uo, long lo,
+                               __global const store_t *q, long qo,
                                __global const store_t *k, long ko, __global const store_t *v, long vo,
                                __global const store_t *bias, long bo, long8 dims, long8 bst, float scale,
                                ulong key, ulong thresh, float keep)
@@ -2141,7 +2152,7 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
     const at_qrow *x = qt.x;
     long R = qt.R, pair = qt.pair, r0 = qt.r0, kend = qt.kend;
     long qp = qo + pair * R * a.D, kp = ko + pair * a.Tk * a.D, vp = vo + pair * a.Tk * a.Dv;
-    float m[2], l[2], s[32], acc[32];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, s[32], acc[32]; /* m, l: no key seen (Dv 0) */
     /* held: one tile holds a head, so Q stays in xs, and K and V have two tiles each: a key
      * tile's step starts with one barrier (its K and V copied in, the last step's reads of
      * the other tiles done), then copies the next key tile's K and V into the other tiles
@@ -2194,80 +2205,18 @@ __kernel void k_attention_tile(__global store_t *o, long oo, __global const stor
         UNROLL
         for (int e = 0; e < 32; e++) {
             const at_qrow *xr = &x[(e >> 1) & 1];
-            long d = d0 + 8 * (e >> 2) + 2 * t + (e & 1);
-            float l1 = l[(e >> 1) & 1];
-            if (xr->rr < R && d < a.Dv)
-                st(o, oo + (pair * R + xr->rr) * a.Dv + d, l1 > 0 ? acc[e] / l1 : 0);
+            long d = d0 + 8 * (e >> 2) + 2 * t + (e & 1), at = (pair * R + xr->rr) * a.Dv + d;
+            float l1 = l[(e >> 1) & 1], y = l1 > 0 ? acc[e] / l1 : 0;
+            if (xr->rr < R && d < a.Dv) {
+                st(o, oo + at, y);
+                kept[uo + at] = y;
+            }
         }
     }
-}
-
-/* The statistics of a tile of query rows (ATTENTION_STATS): each row's log-sum-exp and
- * delta = sum_j z_j p_j dP_j, dP = dO V^T (= dO . o, the unrounded output, as the products'
- * row kernel has it), into stats [R rows, 2]. For each key tile S = Q K^T and dP, two
- * products of bf16 operands as stored (the forward's P V took three, P in three parts), the
- * online softmax's max and sum, and delta's sum rescaled with them. Work-group: (pair, tile
- * of AT_ROWS rows). */
-__kernel void k_attention_tile_stats(__global float *stats, long sto, __global const store_t *q, long qo,
-                                     __global const store_t *k, long ko, __global const store_t *v, long vo,
-                                     __global const store_t *dout, long doo, __global const store_t *bias, long bo,
-                                     long8 dims, long8 bst, float scale, ulong key, ulong thresh, float keep)
-{
-    __local ushort qs[AT_ROWS * AT_LD] __attribute__((aligned(16))), ds[AT_ROWS * AT_LD] __attribute__((aligned(16)));
-    __local ushort ys[AT_KEYS * AT_LD] __attribute__((aligned(16))), vs[AT_KEYS * AT_LD] __attribute__((aligned(16)));
-    __local float red[AT_RED];
-    att_dims a = att_dims_of(dims, bst, scale, key, thresh, keep);
-    int li = (int)get_local_id(0), lane = li & 31, wr = (li >> 5) * 16, t = lane & 3;
-    at_qtile qt = at_qtile_of(&a, bo);
-    const at_qrow *x = qt.x;
-    long R = qt.R, pair = qt.pair, r0 = qt.r0, kend = qt.kend;
-    long qp = qo + pair * R * a.D, op = doo + pair * R * a.Dv, kp = ko + pair * a.Tk * a.D;
-    long vp = vo + pair * a.Tk * a.Dv;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, dl[2] = {0, 0}, s[32], dp[32];
-    /* held: one tile holds a head, so Q and dO stay in qs and ds; a key tile's step waits
-     * for its K and V (one barrier), takes both products, and once every warp has (a
-     * second barrier) copies the next key tile's K and V into ys and vs while the softmax's
-     * and delta's sums run */
-    int held = a.D <= AT_COLS && a.Dv <= AT_COLS;
-    if (held && kend > 0) {
-        at_load(qs, q, qp, r0, R, 0, a.D);
-        at_load(ds, dout, op, r0, R, 0, a.Dv);
-        at_copy_kv(ys, vs, &a, k, kp, v, vp, 0, 1);
-    }
-    for (long j0 = 0; j0 < kend; j0 += AT_KEYS) {
-        int more = j0 + AT_KEYS < kend;
-        if (held) {
-            at_copy_ready(0);
-            UNROLL
-            for (int e = 0; e < 32; e++)
-                s[e] = dp[e] = 0;
-            at_times_rows(s, qs, wr, ys, lane, red + AT_GROUP);
-            at_times_rows(dp, ds, wr, vs, lane, red + AT_GROUP);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            at_copy_kv(ys, vs, &a, k, kp, v, vp, j0 + AT_KEYS, more);
-        } else {
-            at_scores(s, q, qp, r0, R, k, kp, j0, a.Tk, a.D, qs, ys, wr, lane, red + AT_GROUP, 0);
-            at_scores(dp, dout, op, r0, R, v, vp, j0, a.Tk, a.Dv, ds, ys, wr, lane, red + AT_GROUP, 0);
-        }
-        float alpha[2], sum[2], dsum[2] = {0, 0};
-        at_softmax_step(&a, bias, x, j0, t, red, s, m, alpha, sum);
-        at_keep_tile(&a, x, j0, t, s);
-        UNROLL
-        for (int e = 0; e < 32; e++)
-            dsum[(e >> 1) & 1] += s[e] * dp[e];
-        UNROLL
-        for (int h = 0; h < 2; h++) {
-            l[h] = l[h] * alpha[h] + at_quad(red, sum[h], 1);
-            dl[h] = dl[h] * alpha[h] + at_quad(red, dsum[h], 1);
-        }
-    }
-    at_copy_wait(0);
     UNROLL
     for (int h = 0; h < 2; h++)
-        if (x[h].rr < R && t == 0) {
-            stats[sto + x[h].row * 2] = l[h] > 0 ? m[h] + log(l[h]) : -INFINITY;
-            stats[sto + x[h].row * 2 + 1] = l[h] > 0 ? dl[h] / l[h] : 0;
-        }
+        if (x[h].rr < R && t == 0)
+            kept[lo + x[h].row] = l[h] > 0 ? m[h] + log(l[h]) : -INFINITY;
 }
 
 /* dQ of a tile of query rows: for each key tile S = Q K^T, dP = dO V^T, dS (att_grad_at),

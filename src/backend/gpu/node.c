@@ -15,15 +15,14 @@ const char *const rci_gpu_kernel_names[RCI_K_COUNT] = {
     "k_one_hot", "k_ce_rows", "k_ce_mean", "k_ce_scale", "k_ce_grad", "k_rope", "k_reduce_part",
     "k_reduce_finish", "k_cast", "k_matmul_rows", "k_conv2d", "k_conv2d_grad_input",
     "k_conv2d_grad_weight", "k_pool2d", "k_pool2d_grad", "k_normal", "k_attention_rows",
-    "k_attention_rows_grad", "k_attention_dbias", "k_attention_fold",
-    "k_reduce_rows", "k_norm_grad", "k_attention_tile", "k_attention_tile_stats", "k_attention_tile_dq",
+    "k_attention_rows_grad", "k_attention_dbias", "k_attention_fold", "k_attention_stats",
+    "k_reduce_rows", "k_norm_grad", "k_attention_tile", "k_attention_tile_dq",
     "k_attention_tile_dkv", "k_binary_runs", "k_reduce_cols",
 };
 
 int rci_gpu_is_tile_kernel(rci_gpu_kernel k)
 {
-    return k == RCI_K_ATTENTION_TILE || k == RCI_K_ATTENTION_TILE_STATS || k == RCI_K_ATTENTION_TILE_DQ ||
-           k == RCI_K_ATTENTION_TILE_DKV;
+    return k == RCI_K_ATTENTION_TILE || k == RCI_K_ATTENTION_TILE_DQ || k == RCI_K_ATTENTION_TILE_DKV;
 }
 
 int rci_gpu_kernel_absent(const rc_backend *be, rci_gpu_kernel k, rc_error *err)

@@ -5,9 +5,10 @@
  * the backward:
  *
  *   forward   S = Q K^T; P = k_attention_rows(S) (scale, bias, causal mask, softmax,
- *             dropout); O = P V
- *   stats     S = Q K^T, dP = dO V^T; k_attention_rows: each row's log-sum-exp and
- *             delta = sum_j z_j p_j dP_j (dO . O of the unrounded output, as the CPU's)
+ *             dropout; each row's log-sum-exp into the node's kept block); O = P V (a
+ *             16-bit node's f32 O kept there too, then rounded into the output)
+ *   stats     k_attention_stats: each row's log-sum-exp as kept and delta = dO . O of the
+ *             unrounded output (no products: FlashAttention-2's, from the forward)
  *   gradient  S = Q K^T, dP = dO V^T; k_attention_rows_grad: dS = p (z dP - delta) scale and
  *             z p; dQ = dS K, dK = dS^T Q, dV = (z p)^T dO
  *
@@ -21,8 +22,8 @@
  *
  * With rc_set_tiled_attention on a device with mma (CUDA, sm_80 and later), bf16 nodes of at
  * least ATT_TILE_MIN_ROWS query rows a pair take no products and no scratch: kernels.cl's
- * k_attention_tile (forward), k_attention_tile_stats, k_attention_tile_dq and
- * k_attention_tile_dkv keep each tile's scores on chip (FlashAttention-2's loops) and
+ * k_attention_tile (forward, keeping the same as the products' forward), k_attention_tile_dq
+ * and k_attention_tile_dkv keep each tile's scores on chip (FlashAttention-2's loops) and
  * multiply on tensor cores, the probabilities and their gradients rounded to bf16 for their
  * products as FlashAttention does (ATT_TILED, below). */
 #include "node.h"
@@ -144,12 +145,12 @@ static void att_block(const att_shape *s, int64_t b, int64_t *i0, int64_t *ni, i
 }
 
 /* One pair's scratch, in floats, by part: scores, dP; the split parts of P or dS and of
- * z p (16-bit [R, Tk, ATT_SPLITS]); the output's f32 rows; the f32 copies of q, k, v, dO
+ * z p (16-bit [R, Tk, ATT_SPLITS]); the f32 copies of q, k, v, dO
  * (ATT_WIDEN); k and v stacked ATT_SPLITS times (16-bit); the f32 gradients dq and dk, dv
  * ([ATT_SPLITS Tk, .] when split); the widened operands of a split product on a backend
  * without matmul_wide (0 for a part the op has not) */
 enum {
-    PART_S, PART_DP, PART_P2, PART_Z2, PART_O, PART_Q, PART_K, PART_V, PART_DO, PART_K2, PART_V2, PART_DQ,
+    PART_S, PART_DP, PART_P2, PART_Z2, PART_Q, PART_K, PART_V, PART_DO, PART_K2, PART_V2, PART_DQ,
     PART_DK, PART_DV, PART_WA, PART_WB, PARTS
 };
 
@@ -167,20 +168,19 @@ static int64_t att_halves(int64_t n)
 
 static void att_parts(const att_shape *s, rc_op op, int64_t *n)
 {
-    int grad = op == RC_OP_ATTENTION_GRAD, fwd = op == RC_OP_ATTENTION, stats = op == RC_OP_ATTENTION_STATS;
+    int grad = op == RC_OP_ATTENTION_GRAD, fwd = op == RC_OP_ATTENTION;
     int widen = s->mode == ATT_WIDEN;
     int split = s->mode == ATT_SPLIT || s->mode == ATT_SPLIT_WIDENED, half = s->mode != ATT_F32;
     int64_t R = s->R, Tk = s->Tk, D = s->D, Dv = s->Dv, S3 = ATT_SPLITS * Tk;
-    memset(n, 0, PARTS * sizeof *n); /* the stats: S, dP (and q, k, v, dO widened) */
+    memset(n, 0, PARTS * sizeof *n); /* the forward: S (and q, k, v widened) */
     n[PART_S] = R * Tk;
-    n[PART_DP] = !fwd ? R * Tk : 0;
-    n[PART_P2] = split && !stats ? att_halves(R * S3) : 0;
+    n[PART_DP] = grad ? R * Tk : 0;
+    n[PART_P2] = split ? att_halves(R * S3) : 0;
     n[PART_Z2] = split && grad ? att_halves(R * S3) : 0;
-    n[PART_O] = fwd && half ? R * Dv : 0;
     n[PART_Q] = widen ? R * D : 0;
     n[PART_K] = widen ? Tk * D : 0;
     n[PART_V] = widen ? Tk * Dv : 0;
-    n[PART_DO] = widen && !fwd ? R * Dv : 0;
+    n[PART_DO] = widen && grad ? R * Dv : 0;
     n[PART_K2] = split && grad ? att_halves(S3 * D) : 0;
     n[PART_V2] = split && fwd ? att_halves(S3 * Dv) : 0;
     n[PART_DQ] = half && grad ? R * D : 0;
@@ -246,6 +246,8 @@ static int64_t att_layout(const att_shape *s, rc_op op, int64_t np, int64_t *par
 
 size_t rci_gpu_attention_scratch(const rci_gpu *g, const rc_tensor *node)
 {
+    if (node->op == RC_OP_ATTENTION_STATS)
+        return 0;
     att_shape s = att_shape_of(g, node);
     if ((node->op == RC_OP_ATTENTION_GRAD && s.which == 3) || s.mode == ATT_TILED)
         return 0;
@@ -275,6 +277,7 @@ typedef struct {
     att_shape s;
     rc_dtype store;
     rci_gpu_place out, in[3], bias, dout, stats;
+    rci_gpu_place kept_o, kept_lse; /* the forward's: its f32 output and log-sum-exps (att_kept) */
     rci_gpu_long8 dims, bst;
     float scale;
     rci_gpu_mask drop;            /* attention dropout's mask (thresh 0: none) */
@@ -408,20 +411,19 @@ static int att_fold(att_run *a, rci_gpu_place y, int part, int64_t w, int64_t p0
                                "attention_grad (folded parts)", err);
 }
 
-/* k_attention_rows over the chunk's np R rows from pair p0: P (in S, or split into P2), and
- * for the stats each row's log-sum-exp into the node's output */
-static int att_rows(att_run *a, int64_t p0, int64_t np, int want_stats, rc_error *err)
+/* k_attention_rows over the chunk's np R rows from pair p0: P (in S, or split into P2) and
+ * each row's log-sum-exp into the node's kept block */
+static int att_rows(att_run *a, int64_t p0, int64_t np, rc_error *err)
 {
-    rci_gpu_place s = att_part(a, PART_S), dp = att_part(a, PART_DP), p2 = att_part16(a, PART_P2);
-    int32_t ws = want_stats, split = att_is_split(a);
-    rci_gpu_arg args[] = {ARG(s.mem),         ARG(s.off),          ARG(dp.mem),        ARG(dp.off),     ARG(a->out.mem),
-                          ARG(a->out.off),    ARG(ws),             ARG(a->bias.mem),   ARG(a->bias.off), ARG(a->dims),
-                          ARG(a->bst),        ARG(a->scale),       ARG(a->drop.key),   ARG(a->drop.thresh),
-                          ARG(a->drop.keep),  ARG(p0),             ARG(p2.mem),        ARG(p2.off),     ARG(split),
+    rci_gpu_place s = att_part(a, PART_S), p2 = att_part16(a, PART_P2);
+    int32_t split = att_is_split(a);
+    rci_gpu_arg args[] = {ARG(s.mem),          ARG(s.off),          ARG(a->kept_lse.mem), ARG(a->kept_lse.off),
+                          ARG(a->bias.mem),    ARG(a->bias.off),    ARG(a->dims),         ARG(a->bst),
+                          ARG(a->scale),       ARG(a->drop.key),    ARG(a->drop.thresh),  ARG(a->drop.keep),
+                          ARG(p0),             ARG(p2.mem),         ARG(p2.off),          ARG(split),
                           ARG(a->s.qblk)};
-    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS, args, 20, (size_t)(np * a->s.R),
-                                 RCI_GPU_ROW_GROUP, want_stats ? "attention_stats (rows)" : "attention (softmax rows)",
-                                 err);
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_ROWS, args, 17, (size_t)(np * a->s.R),
+                                 RCI_GPU_ROW_GROUP, "attention (softmax rows)", err);
 }
 
 /* A query block's scores [ni, kend] per pair into PART_S (or with dO and v, dP into
@@ -455,30 +457,28 @@ static int att_rows_times(att_run *a, int64_t np, rci_gpu_place y, int ypart, in
     return 0;
 }
 
-/* Forward and stats, a chunk: S = Q K^T (for the stats, dP = dO V^T too), the rows, then
- * for the forward O = P V into the output */
+/* The forward, a chunk: S = Q K^T, the rows, then O = P V into the output (a 16-bit node's
+ * into the f32 output it keeps, then rounded into the output) */
 static int att_forward_chunk(att_run *a, int64_t p0, int64_t np, rc_error *err)
 {
     const att_shape *s = &a->s;
-    int stats = a->node->op == RC_OP_ATTENTION_STATS;
-    rci_gpu_place q, k, v, dout = a->dout;
+    rci_gpu_place q, k, v;
     if (att_operand(a, a->in[0], PART_Q, s->R * s->D, p0, np, &q, err) ||
         att_operand(a, a->in[1], PART_K, s->Tk * s->D, p0, np, &k, err) ||
-        att_operand(a, a->in[2], PART_V, s->Tk * s->Dv, p0, np, &v, err) ||
-        (stats && att_operand(a, a->dout, PART_DO, s->R * s->Dv, p0, np, &dout, err)))
+        att_operand(a, a->in[2], PART_V, s->Tk * s->Dv, p0, np, &v, err))
         return -1;
     for (int64_t b = 0, i0, ni, kend; b < att_blocks(s); b++) {
         att_block(s, b, &i0, &ni, &kend);
-        if (att_scores(a, np, i0, ni, kend, q, k, s->D, PART_S, err) ||
-            (stats && att_scores(a, np, i0, ni, kend, dout, v, s->Dv, PART_DP, err)))
+        if (att_scores(a, np, i0, ni, kend, q, k, s->D, PART_S, err))
             return -1;
     }
-    if (att_rows(a, p0, np, stats, err))
+    if (att_rows(a, p0, np, err))
         return -1;
-    if (stats)
-        return 0;
-    rci_gpu_place o = att_result(a, a->out, PART_O, s->R * s->Dv, p0); /* O = P V */
-    return att_rows_times(a, np, v, PART_V2, s->Dv, o, err) || att_store(a, a->out, PART_O, s->R * s->Dv, p0, np, err);
+    int64_t per = s->R * s->Dv;
+    rci_gpu_place o = {a->kept_o.mem, a->kept_o.off + p0 * per}, y = {a->out.mem, a->out.off + p0 * per};
+    if (att_rows_times(a, np, v, PART_V2, s->Dv, o, err))
+        return -1;
+    return s->mode == ATT_F32 ? 0 : att_cast(a->g, y, a->store, o, RC_F32, np * per, err);
 }
 
 /* 1 when a gradient node computes input i's gradient (0 q, 1 k, 2 v): it is that input's,
@@ -586,7 +586,7 @@ static int att_dbias(att_run *a, rc_error *err)
                                "attention_grad (bias)", err);
 }
 
-/* ---- ATT_TILED: kernels.cl's k_attention_tile (forward), _stats, _dq and _dkv ---- */
+/* ---- ATT_TILED: kernels.cl's k_attention_tile (forward), _dq and _dkv ---- */
 
 enum {
     ATT_TILE_GROUP = 128,   /* work-items of a tile kernel's work-group (kernels.cl's AT_GROUP) */
@@ -608,26 +608,16 @@ static int64_t att_tiles(int64_t n)
     return (n + ATT_TILE - 1) / ATT_TILE;
 }
 
-/* the forward into the output (kernel k_attention_tile) */
+/* the forward into the output and the node's kept block (kernel k_attention_tile) */
 static int att_tile_forward(att_run *a, rc_error *err)
 {
-    rci_gpu_arg args[8 + ATT_TILE_TAIL] = {ARG(a->out.mem),   ARG(a->out.off),   ARG(a->in[0].mem), ARG(a->in[0].off),
-                                           ARG(a->in[1].mem), ARG(a->in[1].off), ARG(a->in[2].mem), ARG(a->in[2].off)};
-    att_tile_tail(a, args + 8);
-    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_TILE, args, 8 + ATT_TILE_TAIL,
+    rci_gpu_arg args[11 + ATT_TILE_TAIL] = {
+        ARG(a->out.mem),   ARG(a->out.off),   ARG(a->kept_o.mem), ARG(a->kept_o.off), ARG(a->kept_lse.off),
+        ARG(a->in[0].mem), ARG(a->in[0].off), ARG(a->in[1].mem),  ARG(a->in[1].off),  ARG(a->in[2].mem),
+        ARG(a->in[2].off)};
+    att_tile_tail(a, args + 11);
+    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_TILE, args, 11 + ATT_TILE_TAIL,
                                  (size_t)(a->s.pairs * att_tiles(a->s.R)), ATT_TILE_GROUP, "attention (tiles)", err);
-}
-
-/* each row's log-sum-exp and delta into the output (kernel _stats) */
-static int att_tile_stats(att_run *a, rc_error *err)
-{
-    rci_gpu_arg args[10 + ATT_TILE_TAIL] = {ARG(a->out.mem),   ARG(a->out.off),   ARG(a->in[0].mem), ARG(a->in[0].off),
-                                            ARG(a->in[1].mem), ARG(a->in[1].off), ARG(a->in[2].mem), ARG(a->in[2].off),
-                                            ARG(a->dout.mem),  ARG(a->dout.off)};
-    att_tile_tail(a, args + 10);
-    return rci_gpu_launch_groups(a->g, a->node, RCI_K_ATTENTION_TILE_STATS, args, 10 + ATT_TILE_TAIL,
-                                 (size_t)(a->s.pairs * att_tiles(a->s.R)), ATT_TILE_GROUP, "attention_stats (tiles)",
-                                 err);
 }
 
 /* dQ (kernel _dq, a work-group a tile of query rows) */
@@ -662,14 +652,40 @@ static int att_tile_run(att_run *a, rc_error *err)
     const att_shape *s = &a->s;
     if (a->node->op == RC_OP_ATTENTION)
         return att_tile_forward(a, err);
-    if (a->node->op == RC_OP_ATTENTION_STATS)
-        return att_tile_stats(a, err);
     rci_gpu_place dq, dk, dv;
     att_grad_places(a, &dq, &dk, &dv);
     int32_t want = att_wants(s, 1) | att_wants(s, 2) << 1;
     if (att_wants(s, 0) && s->D > 0 && att_tile_dq(a, dq, err))
         return -1;
     return want && s->Tk > 0 ? att_tile_dkv(a, want, dk, dv, err) : 0;
+}
+
+/* What an ATTENTION keeps for its stats, from its kept block and its values (rci_kept_bytes),
+ * as float places: its output in f32 (an f32 node's values, a 16-bit one's f32 copy at the
+ * block's start) and each row's log-sum-exp */
+static int att_kept(const rci_mem *kept, const rci_mem *values, const rc_tensor *att, rci_gpu_place *o,
+                    rci_gpu_place *lse, rc_error *err)
+{
+    rci_mem ml = {kept->buf, kept->off + rci_attention_lse_at(att)};
+    if (!kept->buf)
+        return rc_error_set(err, RC_ERR_ARG, "%s: the attention's kept block has no memory", rci_gpu_op_name(att));
+    return rci_gpu_place_of(rci_gpu_storage(att) == RC_F32 ? values : kept, att, RC_F32, o, err) ||
+           rci_gpu_place_of(&ml, att, RC_F32, lse, err);
+}
+
+/* ATTENTION_STATS (k_attention_stats): src0 the ATTENTION, which keeps its f32 output and
+ * log-sum-exps, src1 dO */
+static int att_stats(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node, *att = node->src[0];
+    rci_gpu_place out, o, lse, dout;
+    if (rci_gpu_place_of(&r->out, node, RC_F32, &out, err) || att_kept(&r->kept, &r->in[0], att, &o, &lse, err) ||
+        rci_gpu_place_of(&r->in[1], node, node->src[1]->dtype, &dout, err))
+        return -1;
+    int64_t dv = att->shape[3], n = rc_tensor_numel(node) / 2;
+    rci_gpu_arg args[] = {ARG(out.mem), ARG(out.off), ARG(o.mem),    ARG(o.off), ARG(lse.mem),
+                          ARG(lse.off), ARG(dout.mem), ARG(dout.off), ARG(dv),    ARG(n)};
+    return rci_gpu_launch_node(g, node, RCI_K_ATTENTION_STATS, args, 10, (size_t)n, "attention_stats", err);
 }
 
 /* the node's places, geometry and dropout into a */
@@ -684,9 +700,10 @@ static int att_run_init(att_run *a, rci_gpu *g, const rci_node_run *r, rc_error 
     a->store = rci_gpu_storage(node);
     if (rci_gpu_places(r, 3, &a->out, a->in, err) || rci_gpu_optional_place(r, 3, &a->out, &a->bias, &has_bias, err))
         return -1;
-    if (node->op != RC_OP_ATTENTION && rci_gpu_place_of(&r->in[4], node, node->src[4]->dtype, &a->dout, err))
+    if (node->op == RC_OP_ATTENTION && att_kept(&r->kept, &r->out, node, &a->kept_o, &a->kept_lse, err))
         return -1;
-    if (node->op == RC_OP_ATTENTION_GRAD && rci_gpu_place_of(&r->in[5], node, node->src[5]->dtype, &a->stats, err))
+    if (node->op == RC_OP_ATTENTION_GRAD && (rci_gpu_place_of(&r->in[4], node, node->src[4]->dtype, &a->dout, err) ||
+                                             rci_gpu_place_of(&r->in[5], node, node->src[5]->dtype, &a->stats, err)))
         return -1;
     att_geometry(node, &a->s, &a->dims, &a->bst);
     a->scale = (float)node->fparam[0];
@@ -705,6 +722,8 @@ static int att_scratch(att_run *a, int64_t np, rc_error *err)
 int rci_gpu_run_attention(rci_gpu *g, const rci_node_run *r, rc_error *err)
 {
     att_run a;
+    if (r->node->op == RC_OP_ATTENTION_STATS)
+        return att_stats(g, r, err);
     if (att_run_init(&a, g, r, err))
         return -1;
     if (a.s.which == 3)
