@@ -168,11 +168,12 @@ typedef enum {
                             log-sum-exp and (16-bit) its output unrounded in f32, in a second
                             block the plan places and frees with them */
     RC_OP_ATTENTION_STATS, /* per query row of an ATTENTION, for its backward: src0 the ATTENTION
-                            node itself (not a view: it reads what the forward kept), src1 the upstream gradient dO [B, H, Tq, Dv] -> [B, H, Tq, 2]
-                            in the compute dtype (f32 for 16-bit, f64 for f64): [..., 0] = the
-                            row's log-sum-exp of the scaled, biased, masked scores (-inf when it
-                            sees no key), [..., 1] = delta = dO . o of the unrounded o (a 16-bit
-                            o's rounding would enter every dS; with dropout, o the dropped one's),
+                            node itself (not a view: it reads what the forward kept), src1 the
+                            upstream gradient dO [B, H, Tq, Dv] -> [B, H, Tq, 2] in the compute
+                            dtype (f32 for 16-bit, f64 for f64): [..., 0] = the row's
+                            log-sum-exp of the scaled, biased, masked scores (-inf when it sees
+                            no key), [..., 1] = delta = dO . o of the unrounded o (a 16-bit o's
+                            rounding would enter every dS; with dropout, o the dropped one's),
                             both kept by the forward: no pass over the keys */
     RC_OP_ATTENTION_GRAD, /* one gradient of an ATTENTION, probabilities recomputed tile by tile:
                             src0..3 as ATTENTION, src4 dO, src5 its ATTENTION_STATS; iparam[0],
