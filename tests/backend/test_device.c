@@ -278,6 +278,36 @@ static void test_attention_chunks(void)
     rc_graph_free(g);
 }
 
+/* An attention with no query rows on the device: its forward, stats and gradients run (no
+ * scratch part at all, nothing kept) and k's and v's gradients are zeros. Run before
+ * anything grows the scratch, which a node of no parts once asked for as 0 bytes and got
+ * none, failing with no message. */
+static void test_attention_no_rows(void)
+{
+    rc_graph *g = rc_graph_new();
+    int64_t qs[] = {2, 2, 0, 8}, ks[] = {2, 2, 5, 8};
+    rc_tensor *l[3] = {rc_param(g, "q", RC_F32, 4, qs), rc_param(g, "k", RC_F32, 4, ks),
+                       rc_param(g, "v", RC_F32, 4, ks)};
+    rc_tensor *outs[4] = {rc_attention(g, l[0], l[1], l[2], NULL, 0.3, 0, 0, rc_rng_new(4))};
+    CHECKF(!rc_backward(g, rc_sum_all(g, rc_mul(g, outs[0], outs[0])), l, 3, outs + 1), "attention backward: %s",
+           rc_graph_error(g));
+    rc_error err = {0};
+    rc_plan *p = rc_plan_new_on(gpu, g, outs, 4, &err);
+    static float vals[2 * 2 * 5 * 8], dk[2 * 2 * 5 * 8], dv[2 * 2 * 5 * 8];
+    for (int i = 0; p && i < 3; i++)
+        CHECKF(!rc_plan_set_input(p, l[i], vals, &err), "input %d: %s", i, err.msg);
+    for (int i = 0; i < 2 * 2 * 5 * 8; i++)
+        dk[i] = dv[i] = 1;
+    CHECKF(p && !rc_plan_run(p, &err), "attention of no query rows: %s", err.msg);
+    CHECKF(p && !rc_plan_read(p, outs[2], dk, &err) && !rc_plan_read(p, outs[3], dv, &err), "read: %s", err.msg);
+    int zeros = 1;
+    for (int i = 0; i < 2 * 2 * 5 * 8; i++)
+        zeros &= dk[i] == 0 && dv[i] == 0;
+    CHECKF(zeros, "attention of no query rows: dk and dv are not zeros");
+    rc_plan_free(p);
+    rc_graph_free(g);
+}
+
 /* normal draws: the CPU's values on the device (up to the rounding of log and cos), for
  * either key of the plan; a step key reused gives the same draws */
 static void test_normal(void)
@@ -436,7 +466,8 @@ int main(void)
     rc_set_threads(2);
     if (!(gpu = check_opencl("test_device")))
         return check_summary("device");
-    test_scratch_counted();   /* first: the scratch has not grown yet */
+    test_attention_no_rows(); /* first: the scratch has not grown yet (and it grows none) */
+    test_scratch_counted();   /* before the others: the scratch has not grown yet */
     test_devices();
     test_buffers();
     test_unsupported();

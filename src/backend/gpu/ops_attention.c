@@ -662,14 +662,16 @@ static int att_tile_run(att_run *a, rc_error *err)
 
 /* What an ATTENTION keeps for its stats, from its kept block and its values (rci_kept_bytes),
  * as float places: its output in f32 (an f32 node's values, a 16-bit one's f32 copy at the
- * block's start) and each row's log-sum-exp */
+ * block's start) and each row's log-sum-exp. A node of no rows keeps nothing (no block):
+ * its places are its values', where nothing is written. */
 static int att_kept(const rci_mem *kept, const rci_mem *values, const rc_tensor *att, rci_gpu_place *o,
                     rci_gpu_place *lse, rc_error *err)
 {
-    rci_mem ml = {kept->buf, kept->off + rci_attention_lse_at(att)};
-    if (!kept->buf)
+    if (!kept->buf && rci_kept_bytes(att))
         return rc_error_set(err, RC_ERR_ARG, "%s: the attention's kept block has no memory", rci_gpu_op_name(att));
-    return rci_gpu_place_of(rci_gpu_storage(att) == RC_F32 ? values : kept, att, RC_F32, o, err) ||
+    const rci_mem *k = kept->buf ? kept : values;
+    rci_mem ml = {k->buf, k->off + rci_attention_lse_at(att)};
+    return rci_gpu_place_of(rci_gpu_storage(att) == RC_F32 ? values : k, att, RC_F32, o, err) ||
            rci_gpu_place_of(&ml, att, RC_F32, lse, err);
 }
 
@@ -711,11 +713,12 @@ static int att_run_init(att_run *a, rci_gpu *g, const rci_node_run *r, rc_error 
     return 0;
 }
 
-/* the scratch for chunks of np pairs (att_layout) */
+/* the scratch for chunks of np pairs (att_layout); with no part at all (no query rows) the
+ * kernels run over nothing and their scratch arguments are the output's buffer */
 static int att_scratch(att_run *a, int64_t np, rc_error *err)
 {
     int64_t floats = att_layout(&a->s, a->node->op, np, a->part);
-    a->scratch = rci_gpu_scratch(a->g, (size_t)floats * sizeof(float), err);
+    a->scratch = floats ? rci_gpu_scratch(a->g, (size_t)floats * sizeof(float), err) : a->out.mem;
     return a->scratch ? 0 : -1;
 }
 
