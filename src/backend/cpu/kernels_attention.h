@@ -28,7 +28,7 @@
  * key tile) and loop over the query heads of its group and every query tile; dbias takes
  * the bias's own rows (its non-broadcast axes among batch, head, query) and loops over the
  * broadcast ones. The packed gradient (iparam[1] 4, what rc_backward builds) takes (batch,
- * key/value head) and makes dq, dk and dv in one pass: 2 + 5 tile products for the whole
+ * key/value head) and makes dq, dk and dv in one pass: 5 tile products for the whole
  * backward (S, dP, dv, dk, dq) instead of 3 + 3 + 2 with a node each. */
 
 /* query rows and keys of a tile: a tile of scores and one of dP on a kernel's stack, 32 KB
