@@ -145,6 +145,9 @@ rc_tensor *rci_attention_grad(rc_graph *g, rc_tensor *att, rc_tensor *dout, rc_t
  * the activations around it fits none of their freed gaps (GPT-2's step: 36 MiB of holes). */
 size_t rci_kept_bytes(const rc_tensor *t);
 size_t rci_attention_lse_at(const rc_tensor *att);
+/* the node whose kept block node t's kernel is handed: its src0 for an ATTENTION_STATS,
+ * which reads it, else t itself (its own, if it keeps one) */
+const rc_tensor *rci_kept_of(const rc_tensor *t);
 
 /* m times activation `act`'s derivative of order `order` of a (ops_elementwise.c): an ACT
  * node with m as its second input (redco.h), G f'(x) in one pass for a gradient rule; m of

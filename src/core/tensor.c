@@ -71,6 +71,11 @@ size_t rci_attention_lse_at(const rc_tensor *att)
     return (n + KEPT_ALIGN - 1) / KEPT_ALIGN * KEPT_ALIGN;
 }
 
+const rc_tensor *rci_kept_of(const rc_tensor *t)
+{
+    return t->op == RC_OP_ATTENTION_STATS && t->nsrc > 0 && t->src[0] ? t->src[0] : t;
+}
+
 size_t rci_kept_bytes(const rc_tensor *t)
 {
     if (t->op != RC_OP_ATTENTION || t->ndim != 4)

@@ -156,7 +156,8 @@ static int kept_block_id(const rc_plan *p, int id)
 static void release(const rc_plan *p, block *live, int *nlive, int id)
 {
     release_block(live, nlive, id);
-    release_block(live, nlive, kept_block_id(p, id));
+    if (rci_kept_bytes(p->g->nodes[id]))
+        release_block(live, nlive, kept_block_id(p, id));
 }
 
 static void block_rename(block *live, int nlive, int from, int to)
@@ -841,8 +842,7 @@ static int bind_memory(rc_plan *p, rc_error *err)
 static rci_node_run node_run(const rc_plan *p, const rc_tensor *t)
 {
     int step = t->op == RC_OP_NORMAL && t->iparam[2] == RC_RNG_STEP;
-    const rc_tensor *keeper = t->op == RC_OP_ATTENTION_STATS && t->src[0] ? t->src[0] : t;
-    rci_node_run r = {t, p->mem[t->id], {{0}}, step ? p->step_key : p->run_key, p->kept[keeper->id]};
+    rci_node_run r = {t, p->mem[t->id], {{0}}, step ? p->step_key : p->run_key, p->kept[rci_kept_of(t)->id]};
     for (int s = 0; s < t->nsrc; s++)
         if (t->src[s])
             r.in[s] = p->mem[t->src[s]->id];
