@@ -1626,19 +1626,18 @@ __kernel void k_attention_dbias(__global store_t *o, long oo, __global const sto
  * columns (at_quad: CUDA's shuffles, else local memory).
  *
  * Local tiles: where one tile holds a head (D, Dv at most AT_COLS) a kernel keeps what does
- * not change along its walk (the forward Q, the stats and dQ's kernel Q and dO, dK and dV's
- * K and V) and copies the walk's next tiles while it computes (at_copy: the forward's next
- * K and V, into the other of two K and two V tiles; the stats' and dQ's next K and V; dK
- * and dV's next Q, into the other of two Q tiles, and dO). Under CUDA that is 45, 36, 36
- * and 47 KB of shared memory (ptxas, sm_90; 48 KB is the static limit); under OpenCL and
+ * not change along its walk (the forward Q, dQ's kernel Q and dO, dK and dV's K and V) and
+ * copies the walk's next tiles while it computes (at_copy: the forward's next K and V, into
+ * the other of two K and two V tiles; dQ's next K and V; dK and dV's next Q, into the other
+ * of two Q tiles, and dO). Under CUDA that is 45, 36 and 47 KB of shared memory (ptxas, sm_90; 48 KB is the static limit); under OpenCL and
  * CUDA before sm_80 the emulation's 6.5 KB more, up to dK and dV's 54.5 KB, past OpenCL's
  * 32 KB minimum and NVIDIA's 48 KB, where a program holding them would not build at all. So
  * this section is compiled only with RC_TILES, which the hosts define where the kernels fit
  * (gpu.h's RCI_GPU_TILE_LOCAL_BYTES: CUDA sm_80 and later, OpenCL devices with 56 KB of
- * local memory, as PoCL's 1 MB); elsewhere the programs lack the four kernels and a launch
- * of one is an error. Registers (ptxas, sm_90): 164, 168, 234 and 244, so three work-groups
- * of the forward and the stats fit an SM's 64 K registers (at most 168 each) and two of the
- * others. */
+ * local memory, as PoCL's 1 MB); elsewhere the programs lack the three kernels and a launch
+ * of one is an error. Registers (ptxas, sm_90): 164, 234 and 244, so three work-groups of
+ * the forward fit an SM's 64 K registers (at most 168 each) and two of the others. (The
+ * stats need no tiles: k_attention_stats reads what the forward kept.) */
 #ifdef RC_TILES
 enum {
     AT_GROUP = 128,       /* work-items of a work-group: four warps */
@@ -2015,8 +2014,8 @@ static void at_copy_next(LOCAL_MEM ushort *t, __global const store_t *x, long xo
 }
 
 /* The copies of a key tile's K and V, rows [j0 ..) of k [Tk, D] and v [Tk, Dv], into the
- * local tiles ks and vs (nothing where `more` is 0), one group either way: the forward's and
- * the stats' walks, which read both tiles in the same stretch (the caller's barriers) */
+ * local tiles ks and vs (nothing where `more` is 0), one group either way: the forward's
+ * walk, which reads both tiles in the same stretch (the caller's barriers) */
 static void at_copy_kv(LOCAL_MEM ushort *ks, LOCAL_MEM ushort *vs, const att_dims *a, __global const store_t *k,
                        long kp, __global const store_t *v, long vp, long j0, int more)
 {
