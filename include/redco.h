@@ -190,8 +190,10 @@ typedef enum {
                             of x's dtype; fparam[0] = eps, fparam[1] = the RMS norm's offset.
                             iparam[1] = 0: dx = rstd (g - xhat mean(g xhat) - mean(g)) in x's
                             dtype, g = G (weight + offset) (G without a weight), the mean(g) term
-                            for layer norm alone; 1: G xhat in the compute dtype (f32 for
-                            16-bit), whose sum over the rows is the weight's gradient */
+                            for layer norm alone, plus src3 when given (a gradient of x's
+                            shape and dtype added in the same pass); 1: the weight's gradient,
+                            the rows' sum of G xhat -> [C] in the compute dtype (f32 for
+                            16-bit) */
     RC_OP_COUNT
 } rc_op;
 

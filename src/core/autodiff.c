@@ -118,10 +118,24 @@ static rc_tensor *pads_joined(rc_graph *g, rc_tensor *a, rc_tensor *b)
     return rc_pad(g, c, ax, lo->iparam[1], a->shape[ax]);
 }
 
+/* 1 when gradient gt, just made by its rule, is a norm's dx that can add had in its own
+ * pass (rci_norm_grad_plus): a residual stream's gradient and its norm's, in one node where
+ * an add would read both again */
+static int adds_in_norm_grad(const rc_tensor *gt, const rc_tensor *had)
+{
+    return gt->op == RC_OP_NORM_GRAD && gt->iparam[1] == 0 && gt->nsrc == 3 && had->dtype == gt->dtype &&
+           rci_same_shape(had, gt);
+}
+
 static void accumulate(rc_graph *g, rc_tensor **grad, rc_tensor *t, rc_tensor *gt)
 {
     rc_tensor *had = grad[t->id], *joined = had ? pads_joined(g, had, gt) : NULL;
-    grad[t->id] = joined ? joined : had ? rc_add(g, had, gt) : gt;
+    if (joined)
+        grad[t->id] = joined;
+    else if (had && adds_in_norm_grad(gt, had))
+        grad[t->id] = rci_norm_grad_plus(g, gt, had);
+    else
+        grad[t->id] = had ? rc_add(g, had, gt) : gt;
 }
 
 /* The gradients of node y's inputs through its value written with ops (rci_value_as_ops)

@@ -170,14 +170,14 @@ static int grad_softmax(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 }
 
 /* The norms: x's gradient from one NORM_GRAD node (each row's statistics recomputed in
- * its pass, nothing saved), the weight's the rows' sum of another's G xhat, the bias's
- * the rows' sum of G (a 16-bit sum_to sums in f32 and rounds once, as a widened one); in
- * f32 for 16-bit x, rounded once. */
+ * its pass, nothing saved), the weight's from another, the rows' sum of G xhat (in f32 for
+ * 16-bit x, rounded once), the bias's the rows' sum of G (a 16-bit sum_to sums in f32 and
+ * rounds once, as a widened one). */
 static int grad_norm(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)
 {
     gs[0] = rci_norm_grad(g, y, G, 0);
     if (y->src[1])
-        gs[1] = narrow(g, to_shape_of(g, rci_norm_grad(g, y, G, 1), y->src[1]), y);
+        gs[1] = narrow(g, rci_norm_grad(g, y, G, 1), y->src[1]);
     if (y->op == RC_OP_LAYER_NORM && y->src[2])
         gs[2] = to_shape_of(g, G, y->src[2]);
     return 0;
@@ -190,7 +190,8 @@ int rci_grad_by_value(const rc_tensor *node)
 
 /* A NORM_GRAD node's value written with ops from src (its inputs, or stand-ins), in the
  * compute dtype: xhat and 1/sigma from x, then dx = rstd (g - xhat mean(g xhat) - [mean(g)])
- * (the bracket for layer norm) or G xhat */
+ * (the bracket for layer norm), plus its addend src3 when it has one, or the rows' sum of
+ * G xhat */
 rc_tensor *rci_value_as_ops(rc_graph *g, const rc_tensor *y, rc_tensor *const *src)
 {
     rc_tensor *x = widen(g, src[0]), *w = widen(g, src[1]), *G = widen(g, src[2]);
@@ -200,12 +201,13 @@ rc_tensor *rci_value_as_ops(rc_graph *g, const rc_tensor *y, rc_tensor *const *s
     rc_tensor *rstd = rc_rsqrt(g, rc_add_scalar(g, var, y->fparam[0]));
     rc_tensor *xhat = rc_mul(g, xc, rstd);
     if (y->iparam[1])
-        return rc_mul(g, G, xhat);
+        return rc_sum_to(g, rc_mul(g, G, xhat), 1, y->shape);
     rc_tensor *gxh = w ? rc_mul(g, G, layer ? w : rc_add_scalar(g, w, y->fparam[1])) : G;
     rc_tensor *inner = rc_sub(g, gxh, rc_mul(g, xhat, rc_mean(g, rc_mul(g, gxh, xhat), -1, 1)));
     if (layer)
         inner = rc_sub(g, inner, rc_mean(g, gxh, -1, 1));
-    return rc_mul(g, rstd, inner);
+    rc_tensor *dx = rc_mul(g, rstd, inner);
+    return y->nsrc > 3 && src[3] ? rc_add(g, dx, widen(g, src[3])) : dx;
 }
 
 static int grad_cross_entropy(rc_graph *g, rc_tensor *y, rc_tensor *G, rc_tensor **gs)

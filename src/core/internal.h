@@ -155,8 +155,12 @@ const rc_tensor *rci_kept_of(const rc_tensor *t);
 rc_tensor *rci_act_times(rc_graph *g, rc_tensor *a, rc_act_kind act, int order, rc_tensor *m);
 
 /* The NORM_GRAD node (ops_nn.c; layout in redco.h) of a LAYER_NORM or RMS_NORM node norm
- * given its upstream gradient dout: x's gradient (which 0) or dout xhat (1). */
+ * given its upstream gradient dout: x's gradient (which 0) or the weight's, the rows' sum of
+ * dout xhat ([C], which 1). */
 rc_tensor *rci_norm_grad(rc_graph *g, rc_tensor *norm, rc_tensor *dout, int which);
+/* A norm's dx (a NORM_GRAD node of iparam[1] 0 and no addend) with r, of its shape and
+ * dtype, added in the same pass: a gradient accumulated into it (autodiff.c) */
+rc_tensor *rci_norm_grad_plus(rc_graph *g, rc_tensor *dx, rc_tensor *r);
 
 /* Gradient rule of one node: given the gradient of its output, add the nodes for the
  * gradients of its inputs into gsrc[i] (NULL where an input gets none). In grad.c. */

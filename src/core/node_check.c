@@ -228,8 +228,9 @@ static int check_norm(const rc_tensor *node, rc_error *err)
     return node->op == RC_OP_LAYER_NORM ? feature_vector(node, 2, "bias", err) : 0;
 }
 
-/* NORM_GRAD: x src0 (float), its weight src1 ([C] or NULL) and G src2 of x's dtype, G and
- * the output of x's shape; the output x's dtype (iparam[1] 0) or its compute dtype (1) */
+/* NORM_GRAD: x src0 (float), its weight src1 ([C] or NULL) and G src2 of x's dtype and
+ * shape; the output of x's shape and dtype (iparam[1] 0), with an addend src3 of the same
+ * (or none), or [C] in its compute dtype (1) */
 static int check_norm_grad(const rc_tensor *node, rc_error *err)
 {
     const rc_tensor *x = node->nsrc > 0 ? node->src[0] : NULL, *w = node->nsrc > 1 ? node->src[1] : NULL;
@@ -238,15 +239,24 @@ static int check_norm_grad(const rc_tensor *node, rc_error *err)
     if (need(node, 2, x->dtype, err))
         return -1;
     char sx[96], sg[96], sw[96];
-    if (!rc_dtype_is_float(x->dtype) || !rci_same_shape(node, x) || !rci_same_shape(node->src[2], x) || x->ndim < 1)
-        return bad(err, RC_ERR_SHAPE, node, "x %s %s and G %s must be float arrays of the output's shape",
-                   rc_shape_str(x, sx, sizeof sx), rc_dtype_name(x->dtype), rc_shape_str(node->src[2], sg, sizeof sg));
-    if (w && (w->ndim != 1 || w->shape[0] != x->shape[x->ndim - 1] || w->dtype != x->dtype))
-        return bad(err, RC_ERR_SHAPE, node, "weight %s %s does not fit x %s", rc_shape_str(w, sw, sizeof sw),
-                   rc_dtype_name(w->dtype), rc_shape_str(x, sx, sizeof sx));
     if ((node->iparam[0] != 0 && node->iparam[0] != 1) || (node->iparam[1] != 0 && node->iparam[1] != 1))
         return bad(err, RC_ERR_ARG, node, "norm kind %d and gradient %d (0 or 1 each)", node->iparam[0],
                    node->iparam[1]);
+    if (!rc_dtype_is_float(x->dtype) || !rci_same_shape(node->src[2], x) || x->ndim < 1)
+        return bad(err, RC_ERR_SHAPE, node, "x %s %s and G %s must be float arrays of one shape",
+                   rc_shape_str(x, sx, sizeof sx), rc_dtype_name(x->dtype), rc_shape_str(node->src[2], sg, sizeof sg));
+    int64_t c = x->shape[x->ndim - 1];
+    if (node->iparam[1] ? node->ndim != 1 || node->shape[0] != c : !rci_same_shape(node, x))
+        return bad(err, RC_ERR_SHAPE, node, "output %s for x %s (expected %s)", rc_shape_str(node, sg, sizeof sg),
+                   rc_shape_str(x, sx, sizeof sx), node->iparam[1] ? "[C], the weight's gradient" : "x's shape");
+    if (w && (w->ndim != 1 || w->shape[0] != c || w->dtype != x->dtype))
+        return bad(err, RC_ERR_SHAPE, node, "weight %s %s does not fit x %s", rc_shape_str(w, sw, sizeof sw),
+                   rc_dtype_name(w->dtype), rc_shape_str(x, sx, sizeof sx));
+    const rc_tensor *r = node->nsrc > 3 ? node->src[3] : NULL;
+    if (r && (node->iparam[1] || !rci_same_shape(r, x) || r->dtype != x->dtype))
+        return bad(err, RC_ERR_SHAPE, node, "addend %s %s for x %s %s (dx alone, of x's shape and dtype)",
+                   rc_shape_str(r, sw, sizeof sw), rc_dtype_name(r->dtype), rc_shape_str(x, sx, sizeof sx),
+                   rc_dtype_name(x->dtype));
     rc_dtype want = node->iparam[1] ? rci_compute_dtype(x->dtype) : x->dtype;
     if (node->dtype != want)
         return bad(err, RC_ERR_DTYPE, node, "dtype %s for x of %s (expected %s)", rc_dtype_name(node->dtype),

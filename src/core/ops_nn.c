@@ -69,13 +69,32 @@ rc_tensor *rci_norm_grad(rc_graph *g, rc_tensor *norm, rc_tensor *dout, int whic
     if (norm->op != RC_OP_LAYER_NORM && norm->op != RC_OP_RMS_NORM)
         return rci_fail(g, RC_ERR_ARG, "norm_grad: node %s is no layer or RMS norm", rc_op_name(norm->op));
     rc_tensor *x = norm->src[0], *src[3] = {x, norm->src[1], dout};
+    if (x->ndim < 1)
+        return rci_fail(g, RC_ERR_SHAPE, "norm_grad: x is a scalar");
     rc_dtype t = which ? rci_compute_dtype(x->dtype) : x->dtype;
-    rc_tensor *y = rci_node_new(g, RC_OP_NORM_GRAD, t, x->ndim, x->shape, 3, src);
+    rc_tensor *y = which ? rci_node_new(g, RC_OP_NORM_GRAD, t, 1, &x->shape[x->ndim - 1], 3, src) /* [C] */
+                         : rci_node_new(g, RC_OP_NORM_GRAD, t, x->ndim, x->shape, 3, src);
     if (y) {
         y->iparam[0] = norm->op == RC_OP_LAYER_NORM;
         y->iparam[1] = which;
         y->fparam[0] = norm->fparam[0];
         y->fparam[1] = norm->op == RC_OP_RMS_NORM ? norm->fparam[1] : 0;
+    }
+    return rci_node_checked(g, y);
+}
+
+rc_tensor *rci_norm_grad_plus(rc_graph *g, rc_tensor *dx, rc_tensor *r)
+{
+    if (rci_inputs_bad(g, 1, &dx) || rci_inputs_bad(g, 1, &r))
+        return NULL;
+    if (dx->op != RC_OP_NORM_GRAD || dx->iparam[1] != 0 || dx->nsrc != 3)
+        return rci_fail(g, RC_ERR_ARG, "norm_grad_plus: node %s is no norm's dx without an addend",
+                        rc_op_name(dx->op));
+    rc_tensor *src[4] = {dx->src[0], dx->src[1], dx->src[2], r};
+    rc_tensor *y = rci_node_new(g, RC_OP_NORM_GRAD, dx->dtype, dx->ndim, dx->shape, 4, src);
+    if (y) {
+        memcpy(y->iparam, dx->iparam, sizeof y->iparam);
+        memcpy(y->fparam, dx->fparam, sizeof y->fparam);
     }
     return rci_node_checked(g, y);
 }

@@ -167,35 +167,40 @@ static void block_rename(block *live, int nlive, int from, int to)
             live[i].id = to;
 }
 
-/* Ops whose kernels, on every backend, read element i (or each row) of their first input
- * before writing element i (that row) of the output and nothing else of it after, so the
- * output may take the input's memory: the elementwise binary ops (the gradient sums of a
- * tied weight or the residual stream) and the cross-entropy gradient (it may overwrite the
- * logits, often a language model's largest activation). */
-static int op_may_take_input(rc_op op)
+/* The input (its index) whose memory node t's output may take, or -1: where the kernels, on
+ * every backend, read its element i (or each row) before writing element i (that row) of
+ * the output and nothing else of it after. The elementwise binary ops' first (the gradient
+ * sums of a tied weight or the residual stream), the cross-entropy gradient's logits (often
+ * a language model's largest activation), a norm's dx's addend (the residual stream's
+ * gradient). */
+static int input_may_be_taken(const rc_tensor *t)
 {
-    switch (op) {
+    switch (t->op) {
     case RC_OP_ADD:
     case RC_OP_SUB:
     case RC_OP_MUL:
     case RC_OP_DIV:
     case RC_OP_CROSS_ENTROPY_GRAD:
-        return 1;
-    default:
         return 0;
+    case RC_OP_NORM_GRAD:
+        return t->iparam[1] == 0 && t->nsrc > 3 && t->src[3] ? 3 : -1;
+    default:
+        return -1;
     }
 }
 
 /* The position in order of the owner whose memory node order[i] takes, or -1. It is the
- * storage of the node's first input when: the op allows it; that input is the whole
- * storage element for element (not a part of it: no offset, the same bytes and dtype as the
- * output); nothing reads the storage after this node (so it is no output); it is no output
- * released early (an event right after this node may still read it); it is an
+ * storage of the node's input that input_may_be_taken names when: there is one; that input
+ * is the whole storage element for element (not a part of it: no offset, the same bytes and
+ * dtype as the output); nothing reads the storage after this node (so it is no output); it
+ * is no output released early (an event right after this node may still read it); it is an
  * intermediate of this plan (not a leaf); and no other input shares it. */
 static int input_taken(const rc_plan *p, int i, const int *last, const int *pos_of)
 {
-    rc_tensor *t = p->order[i], *a = t->src[0];
-    if (!op_may_take_input(t->op) || !a)
+    rc_tensor *t = p->order[i];
+    int k = input_may_be_taken(t);
+    rc_tensor *a = k >= 0 ? t->src[k] : NULL;
+    if (!a)
         return -1;
     rc_tensor *r = storage_of(a);
     if (a->view_offset != 0 || a->dtype != t->dtype || rc_tensor_nbytes(a) != rc_tensor_nbytes(t) ||
@@ -203,8 +208,8 @@ static int input_taken(const rc_plan *p, int i, const int *last, const int *pos_
         return -1;
     if (last[r->id] != i || p->rel[r->id] >= 0 || !p->owns[pos_of[r->id]])
         return -1;
-    for (int s = 1; s < t->nsrc; s++)
-        if (t->src[s] && storage_of(t->src[s]) == r)
+    for (int s = 0; s < t->nsrc; s++)
+        if (s != k && t->src[s] && storage_of(t->src[s]) == r)
             return -1;
     return pos_of[r->id];
 }

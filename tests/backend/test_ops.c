@@ -265,13 +265,15 @@ static rc_tensor *b_attention(rc_graph *g, rc_tensor **x, rc_dtype t, const op_c
 }
 
 /* ip[0]: 0 layer_norm (weight x1 when ip[1], bias the next leaf when ip[2]); 1 rms_norm
- * (weight x1 when ip[1], offset fp[0]) */
+ * (weight x1 when ip[1], offset fp[0]); ip[3] 1: x0 added to the norm (a residual stream:
+ * x0's gradient the norm's dx with the stream's added in its pass) */
 static rc_tensor *b_norm(rc_graph *g, rc_tensor **x, rc_dtype t, const op_case *c)
 {
     (void)t;
-    if (c->ip[0] == 0)
-        return rc_layer_norm(g, x[0], c->ip[1] ? x[1] : NULL, c->ip[2] ? x[c->ip[1] ? 2 : 1] : NULL, 1e-5);
-    return rc_rms_norm(g, x[0], c->ip[1] ? x[1] : NULL, 1e-6, c->fp[0]);
+    rc_tensor *y = c->ip[0] == 0
+                       ? rc_layer_norm(g, x[0], c->ip[1] ? x[1] : NULL, c->ip[2] ? x[c->ip[1] ? 2 : 1] : NULL, 1e-5)
+                       : rc_rms_norm(g, x[0], c->ip[1] ? x[1] : NULL, 1e-6, c->fp[0]);
+    return c->ip[3] ? rc_add(g, y, x[0]) : y;
 }
 
 /* ip[0]: 0 embedding; 1 with padding id ip[1]; 2 a shard from ip[1] of ip[2] rows;
@@ -652,6 +654,19 @@ static const op_case cases[] = {
      * a bias's gradient, 300 rows of 40 summed down to 40 (k_reduce_cols' runs of 8) */
     {"sub_row_runs", b_binary, 2, {F(1, -2, 2, 24), F(3, -2, 2, 5, 3, 24)}, D_FLOAT, {1}, .grad = GRAD_FD},
     {"sum_to_cols", b_reduce, 1, {F(3, -2, 2, 3, 100, 40)}, D_FLOAT, {3, 1, 1}, .grad = GRAD},
+    /* a norm's weight gradient (NORM_GRAD's rows' sum) over more rows than the CPU's block
+     * of 256 and a device's work-group of 32 (about 1024 work-groups at most, then more rows
+     * a work-group), the last block and work-group short */
+    {"layer_norm_w_rows", b_norm, 2, {F(2, -3, 5, 2101, 24), F(1, 0.5, 1.5, 24)}, D_FLOAT, {0, 1, 0}, .tol = 10,
+     .grad = GRAD},
+    {"rms_norm_w_rows", b_norm, 2, {F(3, -3, 3, 3, 700, 19), F(1, -0.5, 0.5, 19)}, D_FLOAT, {1, 1}, {1.0}, .tol = 10,
+     .grad = GRAD},
+    /* a residual stream through a norm: x's gradient one NORM_GRAD adding the stream's (the
+     * output, x + norm(x) of x up to 5, rounded twice in 16 bits) */
+    {"layer_norm_residual", b_norm, 3, {F(3, -3, 5, 2, 3, 48), F(1, 0.5, 1.5, 48), F(1, -1, 1, 48)}, D_FLOAT,
+     {0, 1, 1, 1}, .tol = 4, .grad = GRAD_FD},
+    {"rms_norm_residual", b_norm, 2, {F(2, -3, 3, 6, 48), F(1, -0.5, 0.5, 48)}, D_FLOAT, {1, 1, 0, 1}, {1.0},
+     .grad = GRAD},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 

@@ -42,6 +42,15 @@ static rc_tensor *b_layer_norm_plain(rc_graph *g, rc_tensor **x) { return rc_lay
 static rc_tensor *b_rms_norm(rc_graph *g, rc_tensor **x) { return rc_rms_norm(g, x[0], x[1], 1e-6, 0.0); }
 static rc_tensor *b_rms_norm_offset(rc_graph *g, rc_tensor **x) { return rc_rms_norm(g, x[0], x[1], 1e-6, 1.0); }
 static rc_tensor *b_rms_norm_plain(rc_graph *g, rc_tensor **x) { return rc_rms_norm(g, x[0], NULL, 1e-6, 0.0); }
+/* a residual stream x + norm(x): x's gradient one NORM_GRAD node adding the stream's */
+static rc_tensor *b_layer_norm_residual(rc_graph *g, rc_tensor **x)
+{
+    return rc_add(g, rc_layer_norm(g, x[0], x[1], x[2], 1e-5), x[0]);
+}
+static rc_tensor *b_rms_norm_residual(rc_graph *g, rc_tensor **x)
+{
+    return rc_add(g, rc_rms_norm(g, x[0], x[1], 1e-6, 1.0), x[0]);
+}
 static rc_tensor *b_embedding(rc_graph *g, rc_tensor **x) { return rc_embedding(g, x[0], x[1]); }
 static rc_tensor *b_embedding_grad(rc_graph *g, rc_tensor **x) { return rc_embedding_grad(g, x[1], x[0], 7, -1); }
 static rc_tensor *b_embedding_grad_pad(rc_graph *g, rc_tensor **x) { return rc_embedding_grad(g, x[1], x[0], 7, 3); }
@@ -135,6 +144,8 @@ static const gc_case cases[] = {
     {"rms norm", 2, {F64(3, 6), F64(6)}, b_rms_norm, 1, 0, 0},
     {"rms norm offset", 2, {F64(3, 6), F64(6)}, b_rms_norm_offset, 1, 0, 0},
     {"rms norm plain", 1, {F64(4, 5)}, b_rms_norm_plain, 1, 0, 0},
+    {"layer norm residual", 3, {F64(3, 6), F64(6), F64(6)}, b_layer_norm_residual, 1, 0, 0},
+    {"rms norm residual", 2, {F64(2, 2, 5), F64(5)}, b_rms_norm_residual, 1, 0, 0},
     {"embedding", 2, {F64(7, 3), IDS(7, 2, 4)}, b_embedding, 1, 0, 0},
     {"embedding grad", 2, {F64(2, 4, 3), IDS(7, 2, 4)}, b_embedding_grad, 1, 0, 0},
     {"embedding grad skipping padding", 2, {F64(2, 4, 3), IDS(7, 2, 4)}, b_embedding_grad_pad, 1, 0, 0},
@@ -205,10 +216,27 @@ static void test_stop_gradient(void)
     rc_graph_free(g);
 }
 
+/* The nodes of a norm's backward: x's gradient through x + layer_norm(x) one NORM_GRAD with
+ * the stream's gradient as its addend (no add), the weight's a [C] NORM_GRAD of the rows'
+ * sums (no sum_to) */
+static void test_norm_nodes(void)
+{
+    rc_graph *g = rc_graph_new();
+    rc_tensor *x = rc_param(g, "x", RC_F32, 2, (int64_t[]){4, 6}), *w = rc_param(g, "w", RC_F32, 1, (int64_t[]){6});
+    rc_tensor *y = rc_add(g, rc_layer_norm(g, x, w, NULL, 1e-5), x), *wrt[2] = {x, w}, *d[2];
+    CHECK(rc_backward(g, rc_sum_all(g, rc_mul(g, y, y)), wrt, 2, d) == 0);
+    CHECKF(d[0]->op == RC_OP_NORM_GRAD && d[0]->nsrc == 4 && d[0]->src[3] && d[0]->iparam[1] == 0,
+           "dx: %s of %d inputs", rc_op_name(d[0]->op), d[0]->nsrc);
+    CHECKF(d[1]->op == RC_OP_NORM_GRAD && d[1]->iparam[1] == 1 && d[1]->ndim == 1 && d[1]->shape[0] == 6,
+           "dw: %s", rc_op_name(d[1]->op));
+    rc_graph_free(g);
+}
+
 int main(void)
 {
     test_embedding_padding();
     test_stop_gradient();
+    test_norm_nodes();
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
         const gc_case *c = &cases[i];

@@ -130,6 +130,7 @@ static size_t whole_need(const rc_tensor *node)
 /* How a node runs by rows (rows_plan_of) */
 typedef struct {
     int loss, causal;
+    int wsum;                     /* NORM_GRAD's weight gradient: the pieces' sums added */
     int cut[RC_MAX_SRC];          /* 1: src[k] is cut with the rows; 0: taken whole */
     int ncut;                     /* the cut 16-bit inputs and the output, when 16-bit */
     int64_t len, rows, tq, per;   /* row length, rows, rows of a query block, rows a piece */
@@ -140,7 +141,7 @@ static int rows_plan_of(const rc_tensor *node, rows_plan *rp);
 
 static size_t rows_need(const rows_plan *rp)
 {
-    return (size_t)(rp->ncut * rp->per * rp->len) + rp->whole;
+    return (size_t)(rp->ncut * rp->per * rp->len) + rp->whole + (size_t)(rp->wsum ? rp->len : 0);
 }
 
 /* Floats of workspace a node that is not a product or a 16-bit embedding needs: by rows
@@ -230,19 +231,21 @@ static int row_op(const rc_tensor *node)
 
 /* 1 when node runs in pieces of rows (its plan in *rp), 0 when it fits in one piece, its
  * inputs do not cut by rows or its op is not a row op. Each input is cut with the rows (it
- * has the node's shape; the losses' logits and targets) or taken whole (a scalar or a [C]
- * vector along the last axis: biases, norm weights). A causal softmax is cut at whole
- * queries. */
+ * has the node's shape; the losses' logits and targets; x and G of a norm's weight
+ * gradient, a [C] sum over the rows) or taken whole (a scalar or a [C] vector along the
+ * last axis: biases, norm weights). A causal softmax is cut at whole queries. */
 static int rows_plan_of(const rc_tensor *node, rows_plan *rp)
 {
     memset(rp, 0, sizeof *rp);
     if (!row_op(node))
         return 0;
     int loss = node->op == RC_OP_CROSS_ENTROPY || node->op == RC_OP_CROSS_ENTROPY_GRAD;
-    const rc_tensor *lead = loss ? node->src[0] : node; /* the tensor whose rows are cut */
+    int wsum = node->op == RC_OP_NORM_GRAD && node->iparam[1];
+    const rc_tensor *lead = loss || wsum ? node->src[0] : node; /* the tensor whose rows are cut */
     if (lead->ndim < 1)
         return 0;
     rp->loss = loss;
+    rp->wsum = wsum;
     rp->causal = node->op == RC_OP_SOFTMAX && node->iparam[0] && node->ndim >= 2;
     rp->len = lead->shape[lead->ndim - 1];
     rp->rows = rp->len ? rc_tensor_numel(lead) / rp->len : 0;
@@ -254,7 +257,7 @@ static int rows_plan_of(const rc_tensor *node, rows_plan *rp)
             continue;
         if (loss)
             rp->cut[k] = k < 2;
-        else if (rci_same_shape(s, node))
+        else if (rci_same_shape(s, lead))
             rp->cut[k] = 1;
         else if (!(rc_tensor_numel(s) == 1 || (rc_tensor_numel(s) == rp->len && s->shape[s->ndim - 1] == rp->len)))
             return 0;
@@ -300,7 +303,7 @@ static int by_rows(const rci_cpu_args *io, const rows_plan *rp, rc_error *err)
             at += rc_tensor_numel(s);
         }
     }
-    float *piece = at; /* per * len floats for each cut 16-bit input and the output */
+    float *piece = at; /* per * len floats for each cut 16-bit input and the output (len: a sum's) */
     double total = 0;
     float g_piece = 0, loss_piece = 0;
     for (int64_t r0 = 0; r0 < rows; r0 += per) {
@@ -337,7 +340,14 @@ static int by_rows(const rci_cpu_args *io, const rows_plan *rp, rc_error *err)
             total += (double)loss_piece * (double)c;
             continue;
         }
-        if (!rci_dtype_is_half(node->dtype)) { /* an f32 result (NORM_GRAD's G xhat): in place */
+        if (rp->wsum) { /* the piece's [len] sum, added */
+            if (run_piece(io, 1, &len, srcs, in, p, err))
+                return -1;
+            for (int64_t j = 0; j < len; j++)
+                ((float *)io->out)[j] = r0 ? ((float *)io->out)[j] + p[j] : p[j];
+            continue;
+        }
+        if (!rci_dtype_is_half(node->dtype)) { /* an f32 result: in place */
             if (run_piece(io, nd, shape, srcs, in, (float *)io->out + r0 * len, err))
                 return -1;
             continue;

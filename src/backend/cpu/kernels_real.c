@@ -310,7 +310,7 @@ static int k_act(const rci_cpu_args *io)
 /* ---- broadcast binary ops, where, equal ------------------------------------------------------ */
 
 /* o[i] = a[i * sa] op b[i * sb]: strides 1 and 0 get their own loops so they vectorise. o may
- * be a's own memory (plan.c, op_may_take_input). */
+ * be a's own memory (plan.c, input_may_be_taken). */
 static void binary_row(rc_op op, real *o, const real *a, int64_t sa,
                        const real *restrict b, int64_t sb, int64_t n)
 {
@@ -692,30 +692,26 @@ static int k_rms_norm(const rci_cpu_args *io)
     return 0;
 }
 
-/* NORM_GRAD (redco.h), rows [r0, r1): the row's mean (layer norm; 0 for RMS) and 1/sigma as
- * the forward takes them, then G xhat, or g = G (w + offset) summed with and without xhat
- * for dx = rstd (g - xhat mean(g xhat) - mean(g)) (mean(g) for layer norm alone) */
+/* NORM_GRAD's dx (redco.h), rows [r0, r1): the row's mean (layer norm; 0 for RMS) and
+ * 1/sigma as the forward takes them, then g = G (w + offset) summed with and without xhat
+ * for dx = rstd (g - xhat mean(g xhat) - mean(g)) (mean(g) for layer norm alone), plus the
+ * addend R when there is one (which the output may be: each element read, then written) */
 static void norm_grad_range(void *ctx, int64_t r0, int64_t r1, int part)
 {
     const rci_cpu_args *io = ctx;
     const rc_tensor *node = io->node;
-    const real *x = src_data(io, 0), *w = src_data(io, 1), *G = src_data(io, 2);
+    const real *x = src_data(io, 0), *w = src_data(io, 1), *G = src_data(io, 2), *R = src_data(io, 3);
     real *out = io->out;
     int64_t c = last_dim(node);
-    int layer = node->iparam[0], which = node->iparam[1];
+    int layer = node->iparam[0];
     double eps = node->fparam[0];
     real offset = (real)node->fparam[1];
     (void)part;
     for (int64_t r = r0; r < r1; r++) {
-        const real *restrict xr = x + r * c, *restrict gr = G + r * c;
-        real *restrict o = out + r * c;
+        const real *restrict xr = x + r * c, *restrict gr = G + r * c, *rr = R ? R + r * c : NULL;
+        real *o = out + r * c;
         real mu, rstd;
         norm_row_stats(xr, c, layer, eps, &mu, &rstd);
-        if (which) {
-            for (int64_t j = 0; j < c; j++)
-                o[j] = gr[j] * ((xr[j] - mu) * rstd);
-            continue;
-        }
         double sg = 0, sgx = 0;
         for (int64_t j = 0; j < c; j++) {
             real gj = w ? gr[j] * (w[j] + offset) : gr[j];
@@ -724,15 +720,76 @@ static void norm_grad_range(void *ctx, int64_t r0, int64_t r1, int part)
         }
         real a = (real)(sgx / (double)c), b = layer ? (real)(sg / (double)c) : 0;
         for (int64_t j = 0; j < c; j++) {
-            real gj = w ? gr[j] * (w[j] + offset) : gr[j];
-            o[j] = rstd * (gj - (xr[j] - mu) * rstd * a - b);
+            real gj = w ? gr[j] * (w[j] + offset) : gr[j], v = rstd * (gj - (xr[j] - mu) * rstd * a - b);
+            o[j] = rr ? v + rr[j] : v;
         }
     }
+}
+
+/* NORM_GRAD's weight gradient: the rows of x in blocks of WGRAD_ROWS, each block's row
+ * statistics first (rows in parallel), then its sum of G xhat over the rows (columns in
+ * parallel, in double) added to out: each column's sum in the same order however many
+ * threads run it */
+enum { WGRAD_ROWS = 256 };
+
+typedef struct {
+    const rci_cpu_args *io;
+    int64_t r0, n, c;                         /* the block's first row and rows, the row length */
+    real mu[WGRAD_ROWS], rstd[WGRAD_ROWS];    /* the block's rows' statistics */
+} wgrad_block;
+
+static void wgrad_stats_range(void *ctx, int64_t i0, int64_t i1, int part)
+{
+    wgrad_block *b = ctx;
+    const rc_tensor *node = b->io->node;
+    const real *x = src_data(b->io, 0);
+    (void)part;
+    for (int64_t i = i0; i < i1; i++)
+        norm_row_stats(x + (b->r0 + i) * b->c, b->c, node->iparam[0], node->fparam[0], &b->mu[i], &b->rstd[i]);
+}
+
+/* columns [j0, j1), COL_BLOCK at a time: out[j] += the block's sum of G xhat */
+static void wgrad_cols_range(void *ctx, int64_t j0, int64_t j1, int part)
+{
+    const wgrad_block *b = ctx;
+    const real *x = src_data(b->io, 0), *G = src_data(b->io, 2);
+    real *out = b->io->out;
+    (void)part;
+    for (int64_t jb = j0; jb < j1; jb += COL_BLOCK) {
+        int64_t len = min64(COL_BLOCK, j1 - jb);
+        double acc[COL_BLOCK] = {0};
+        for (int64_t i = 0; i < b->n; i++) {
+            const real *restrict xr = x + (b->r0 + i) * b->c + jb, *restrict gr = G + (b->r0 + i) * b->c + jb;
+            real mu = b->mu[i], rstd = b->rstd[i];
+            for (int64_t j = 0; j < len; j++)
+                acc[j] += gr[j] * ((xr[j] - mu) * rstd);
+        }
+        for (int64_t j = 0; j < len; j++)
+            out[jb + j] += (real)acc[j];
+    }
+}
+
+static int k_norm_wgrad(const rci_cpu_args *io)
+{
+    const rc_tensor *x = io->node->src[0];
+    wgrad_block b;
+    b.io = io;
+    b.c = last_dim(x);
+    int64_t rows = lead_rows(x);
+    memset(io->out, 0, (size_t)b.c * sizeof(real));
+    for (b.r0 = 0; b.r0 < rows; b.r0 += WGRAD_ROWS) {
+        b.n = min64(WGRAD_ROWS, rows - b.r0);
+        par_range(wgrad_stats_range, &b, b.n, 2 * b.n * b.c);
+        par_range(wgrad_cols_range, &b, b.c, 2 * b.n * b.c);
+    }
+    return 0;
 }
 
 static int k_norm_grad(const rci_cpu_args *io)
 {
     const rc_tensor *node = io->node;
+    if (node->iparam[1])
+        return k_norm_wgrad(io);
     int64_t c = last_dim(node), total = rc_tensor_numel(node);
     par_range(norm_grad_range, (void *)io, total / c, 4 * total);
     return 0;
@@ -961,7 +1018,7 @@ static void cross_entropy_grad_range(void *ctx, int64_t r0, int64_t r1, int part
     real scale = g->scale;
     (void)part;
     for (int64_t r = r0; r < r1; r++) {
-        real *o = out + r * v; /* may be the logits' own memory (plan.c, op_may_take_input) */
+        real *o = out + r * v; /* may be the logits' own memory (plan.c, input_may_be_taken) */
         const real *xr = x + r * v;
         if (tg[r] == node->iparam[0]) {
             memset(o, 0, (size_t)v * sizeof *o);

@@ -70,6 +70,7 @@ typedef enum {
     RCI_K_ATTENTION_TILE_DKV, /* dK and dV */
     RCI_K_BINARY_RUNS,       /* a binary op of contiguous inputs or rows, in runs of 16 bytes */
     RCI_K_REDUCE_COLS,       /* a reduction's first pass over contiguous columns, in runs */
+    RCI_K_NORM_WGRAD,        /* a norm's weight gradient: column sums of a block of rows */
     RCI_K_COUNT
 } rci_gpu_kernel;
 

@@ -657,9 +657,10 @@ __kernel void k_reduce_rows(__global store_t *o, long oo, __global const store_t
 
 /* k_reduce_part's second pass: out[i] = the chunks' parts of output i combined, a work-group
  * an output (work-item li the parts li, li + ROW_GROUP, ..., then group_reduce: a fixed
- * order) */
-__kernel void k_reduce_finish(__global store_t *o, long oo, __global const acc_t *part, long n,
-                              long chunks, int is_max)
+ * order), stored as the values are (o) or, with to_f32, in f32 (of: a norm's weight
+ * gradient from 16-bit x) */
+__kernel void k_reduce_finish(__global store_t *o, __global float *of, long oo, int to_f32,
+                              __global const acc_t *part, long n, long chunks, int is_max)
 {
     __local acc_t red[ROW_GROUP + ROW_PARTS];
     long i = (long)get_group_id(0), li = (long)get_local_id(0);
@@ -667,7 +668,9 @@ __kernel void k_reduce_finish(__global store_t *o, long oo, __global const acc_t
     for (long c = li; c < chunks; c += ROW_GROUP)
         r = acc_combine(r, part[i * chunks + c], !is_max);
     r = group_reduce(red, r, !is_max);
-    if (li == 0 && i < n)
+    if (li == 0 && i < n && to_f32)
+        of[oo + i] = (float)r;
+    else if (li == 0 && i < n)
         st(o, oo + i, (float)r);
 }
 
@@ -738,34 +741,64 @@ __kernel void k_rms_norm(__global store_t *out, long oo, __global const store_t 
         st(o, j, has_w ? ld(xr, j) * rs * (ld(w, wo + j) + offset) : ld(xr, j) * rs);
 }
 
-/* NORM_GRAD (redco.h) over rows of c, row r work-group r: the row's statistics as the
- * forward takes them (group_norm_stats), then with which 1 G xhat into of (f32), else
- * g = G (w + offset) (G without w) summed with and without xhat and
- * dx = rstd (g - xhat mean(g xhat) - mean(g)) into o (mean(g) for layer norm alone) */
-__kernel void k_norm_grad(__global store_t *o, __global float *of, long oo, __global const store_t *x, long xo,
+/* NORM_GRAD's dx (redco.h) over rows of c, row r work-group r: the row's statistics as the
+ * forward takes them (group_norm_stats), then g = G (w + offset) (G without w) summed with
+ * and without xhat and dx = rstd (g - xhat mean(g xhat) - mean(g)) (mean(g) for layer norm
+ * alone), plus the addend ad when has_ad (which o may be: each element read, then written
+ * by the same work-item) */
+__kernel void k_norm_grad(__global store_t *o, long oo, __global const store_t *x, long xo,
                           __global const store_t *w, long wo, int has_w, __global const store_t *gd, long go,
-                          long c, acc_t eps, float offset, int layer, int which)
+                          __global const store_t *ad, long ao, int has_ad, long c, acc_t eps, float offset,
+                          int layer)
 {
     __local acc_t red[ROW_GROUP + ROW_PARTS];
     long r = (long)get_group_id(0), li = (long)get_local_id(0);
     __global const store_t *xr = x + xo + r * c, *gr = gd + go + r * c;
     float mu, rstd;
     group_norm_stats(red, xr, c, layer, eps, &mu, &rstd);
-    for (long j = li; which && j < c; j += ROW_GROUP)
-        of[oo + r * c + j] = ld(gr, j) * ((ld(xr, j) - mu) * rstd);
     acc_t sg = 0, sgx = 0;
-    for (long j = li; !which && j < c; j += ROW_GROUP) {
+    for (long j = li; j < c; j += ROW_GROUP) {
         float gj = has_w ? ld(gr, j) * (ld(w, wo + j) + offset) : ld(gr, j);
         sg += gj;
         sgx += gj * ((ld(xr, j) - mu) * rstd);
     }
-    if (!which) { /* the whole work-group's, as its row's */
-        sgx = group_reduce(red, sgx, 1) / (acc_t)c;
-        sg = layer ? group_reduce(red, sg, 1) / (acc_t)c : 0;
-    }
-    for (long j = li; !which && j < c; j += ROW_GROUP) {
+    sgx = group_reduce(red, sgx, 1) / (acc_t)c; /* the whole work-group's, as its row's */
+    sg = layer ? group_reduce(red, sg, 1) / (acc_t)c : 0;
+    for (long j = li; j < c; j += ROW_GROUP) {
         float gj = has_w ? ld(gr, j) * (ld(w, wo + j) + offset) : ld(gr, j);
-        st(o, oo + r * c + j, rstd * (gj - (ld(xr, j) - mu) * rstd * (float)sgx - (float)sg));
+        float v = rstd * (gj - (ld(xr, j) - mu) * rstd * (float)sgx - (float)sg);
+        st(o, oo + r * c + j, has_ad ? v + ld(ad, ao + r * c + j) : v);
+    }
+}
+
+/* NORM_GRAD's weight gradient, the rows' sum of G xhat, its first pass: work-group k takes
+ * the rows [k span, (k + 1) span) of c (span at most WGRAD_ROWS, gpu.h's): their statistics
+ * as the forward takes them (group_norm_stats) into local memory, then each work-item its
+ * columns' sums over those rows, into part[j chunks + k] for k_reduce_finish to combine in
+ * order */
+enum { WGRAD_ROWS = 32 };
+
+__kernel void k_norm_wgrad(__global acc_t *part, __global const store_t *x, long xo, __global const store_t *gd,
+                           long go, long rows, long c, long span, long chunks, acc_t eps, int layer)
+{
+    __local acc_t red[ROW_GROUP + ROW_PARTS];
+    __local float mus[WGRAD_ROWS], rss[WGRAD_ROWS];
+    long k = (long)get_group_id(0), li = (long)get_local_id(0), r0 = k * span;
+    long n = rows - r0 < span ? rows - r0 : span;
+    for (long q = 0; q < n; q++) {
+        float mu, rstd;
+        group_norm_stats(red, x + xo + (r0 + q) * c, c, layer, eps, &mu, &rstd);
+        if (li == 0)
+            mus[q] = mu, rss[q] = rstd;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long j = li; j < c; j += ROW_GROUP) {
+        acc_t s = 0;
+        for (long q = 0; q < n; q++) {
+            long e = (r0 + q) * c + j;
+            s += ld(gd, go + e) * ((ld(x, xo + e) - mus[q]) * rss[q]);
+        }
+        part[j * chunks + k] = s;
     }
 }
 

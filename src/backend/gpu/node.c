@@ -17,7 +17,7 @@ const char *const rci_gpu_kernel_names[RCI_K_COUNT] = {
     "k_conv2d_grad_weight", "k_pool2d", "k_pool2d_grad", "k_normal", "k_attention_rows",
     "k_attention_rows_grad", "k_attention_dbias", "k_attention_fold", "k_attention_stats",
     "k_reduce_rows", "k_norm_grad", "k_attention_tile", "k_attention_tile_dq",
-    "k_attention_tile_dkv", "k_binary_runs", "k_reduce_cols",
+    "k_attention_tile_dkv", "k_binary_runs", "k_reduce_cols", "k_norm_wgrad",
 };
 
 int rci_gpu_is_tile_kernel(rci_gpu_kernel k)

@@ -71,6 +71,9 @@ static inline int rci_gpu_launch_node(rci_gpu *g, const rc_tensor *node, rci_gpu
  * kernels.cl's ROW_GROUP */
 enum { RCI_GPU_ROW_GROUP = 128 };
 
+/* the most rows a work-group of a norm's weight gradient takes (kernels.cl's WGRAD_ROWS) */
+enum { RCI_GPU_WGRAD_ROWS = 32 };
+
 /* kernel k of the node's storage over `groups` work-groups of `group` work-items each */
 static inline int rci_gpu_launch_groups(rci_gpu *g, const rc_tensor *node, rci_gpu_kernel k,
                                         const rci_gpu_arg *args, int nargs, size_t groups, size_t group,

@@ -101,7 +101,9 @@ static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, co
         return -1;
     rci_gpu_arg a[] = {ARG(part), ARG(in->mem), ARG(in->off), ARG(n), ARG(m), ARG(chunk), ARG(chunks),
                        ARG(mx), ARG(knd), ARG(ksh), ARG(kst), ARG(snd), ARG(ssh), ARG(sst)};
-    rci_gpu_arg f[] = {ARG(out->mem), ARG(out->off), ARG(part), ARG(n), ARG(chunks), ARG(mx)};
+    int32_t to_f32 = 0;
+    rci_gpu_arg f[] = {ARG(out->mem), ARG(out->mem), ARG(out->off), ARG(to_f32),
+                       ARG(part),     ARG(n),        ARG(chunks),   ARG(mx)};
     if (reduce_cols(kept, summed, n)) { /* a bias's gradient: runs of columns */
         rci_gpu_arg c[] = {ARG(part), ARG(in->mem), ARG(in->off), ARG(n), ARG(m), ARG(chunk), ARG(chunks), ARG(mx)};
         if (g->ops->launch(g, store, RCI_K_REDUCE_COLS, c, 8, (size_t)(n / RCI_GPU_EW_RUN * chunks), 0, what, err))
@@ -109,7 +111,7 @@ static int reduce_boxes(rci_gpu *g, rc_dtype store, const rci_gpu_place *out, co
     } else if (g->ops->launch(g, store, RCI_K_REDUCE_PART, a, 14, (size_t)(n * chunks), 0, what, err)) {
         return -1;
     }
-    return g->ops->launch(g, store, RCI_K_REDUCE_FINISH, f, 6, (size_t)n * RCI_GPU_ROW_GROUP, RCI_GPU_ROW_GROUP,
+    return g->ops->launch(g, store, RCI_K_REDUCE_FINISH, f, 8, (size_t)n * RCI_GPU_ROW_GROUP, RCI_GPU_ROW_GROUP,
                           what, err);
 }
 
@@ -256,21 +258,67 @@ int rci_gpu_run_rms_norm(rci_gpu *g, const rci_node_run *r, rc_error *err)
                                  err);
 }
 
+/* A norm's weight gradient over `rows` rows: the rows a work-group of k_norm_wgrad takes
+ * (*span, at most RCI_GPU_WGRAD_ROWS: about REDUCE_CHUNKS_MAX work-groups), and their count */
+static int64_t wgrad_split(int64_t rows, int64_t *span)
+{
+    int64_t s = (rows + REDUCE_CHUNKS_MAX - 1) / REDUCE_CHUNKS_MAX;
+    *span = s < 1 ? 1 : s > RCI_GPU_WGRAD_ROWS ? RCI_GPU_WGRAD_ROWS : s;
+    return (rows + *span - 1) / *span;
+}
+
+/* bytes of the work-groups' column sums a norm's weight gradient takes */
+static size_t wgrad_scratch(const rci_gpu *g, const rc_tensor *node)
+{
+    const rc_tensor *x = node->src[0];
+    int64_t c = rci_gpu_last_dim(x), span, chunks = wgrad_split(c ? rc_tensor_numel(x) / c : 0, &span);
+    return (size_t)(chunks * c) * (g->fp64 ? sizeof(double) : sizeof(float));
+}
+
+/* out [C] (the compute dtype) = the rows' sum of G xhat: k_norm_wgrad's column sums by
+ * work-group, then k_reduce_finish */
+static int run_norm_wgrad(rci_gpu *g, const rci_node_run *r, rc_error *err)
+{
+    const rc_tensor *node = r->node, *x = node->src[0];
+    rci_gpu_place out = {0}, in[1] = {{0}}, gd = {0};
+    int32_t layer = node->iparam[0], to_f32 = rci_gpu_storage(node) != RC_F32, no_max = 0;
+    int64_t c = rci_gpu_last_dim(x), rows = c ? rc_tensor_numel(x) / c : 0, span, chunks = wgrad_split(rows, &span);
+    if (rows == 0) /* no rows: zeros */
+        return g->be.fill_zero(&g->be, r->out.buf, r->out.off, rc_tensor_nbytes(node), err);
+    if (rci_gpu_places(r, 1, &out, in, err) || rci_gpu_place_of(&r->in[2], node, node->src[2]->dtype, &gd, err))
+        return -1;
+    rci_gpu_mem part = rci_gpu_scratch(g, wgrad_scratch(g, node), err);
+    if (!part)
+        return -1;
+    acc_arg eps = {node->fparam[0], (float)node->fparam[0]};
+    rci_gpu_arg a[] = {ARG(part), ARG(in[0].mem), ARG(in[0].off), ARG(gd.mem), ARG(gd.off), ARG(rows), ARG(c),
+                       ARG(span), ARG(chunks), acc_value(g, &eps), ARG(layer)};
+    rci_gpu_arg f[] = {ARG(out.mem), ARG(out.mem), ARG(out.off), ARG(to_f32), ARG(part), ARG(c), ARG(chunks),
+                       ARG(no_max)};
+    if (rci_gpu_launch_groups(g, node, RCI_K_NORM_WGRAD, a, 11, (size_t)chunks, RCI_GPU_ROW_GROUP, "norm_grad",
+                              err))
+        return -1;
+    return rci_gpu_launch_groups(g, node, RCI_K_REDUCE_FINISH, f, 8, (size_t)c, RCI_GPU_ROW_GROUP, "norm_grad", err);
+}
+
 int rci_gpu_run_norm_grad(rci_gpu *g, const rci_node_run *r, rc_error *err)
 {
     const rc_tensor *node = r->node;
-    rci_gpu_place out = {0}, in[1] = {{0}}, w = {0}, gd = {0};
-    int32_t has_w, layer = node->iparam[0], which = node->iparam[1];
+    if (node->iparam[1])
+        return run_norm_wgrad(g, r, err);
+    rci_gpu_place out = {0}, in[1] = {{0}}, w = {0}, gd = {0}, ad = {0};
+    int32_t has_w, has_ad, layer = node->iparam[0];
     int64_t c = rci_gpu_last_dim(node), rows = rc_tensor_numel(node) / c;
     if (rci_gpu_places(r, 1, &out, in, err) || rci_gpu_optional_place(r, 1, &out, &w, &has_w, err) ||
-        rci_gpu_place_of(&r->in[2], node, node->src[2]->dtype, &gd, err))
+        rci_gpu_place_of(&r->in[2], node, node->src[2]->dtype, &gd, err) ||
+        rci_gpu_optional_place(r, 3, &out, &ad, &has_ad, err))
         return -1;
     acc_arg eps = {node->fparam[0], (float)node->fparam[0]};
     float offset = (float)node->fparam[1];
-    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),
-                       ARG(w.off), ARG(has_w), ARG(gd.mem), ARG(gd.off), ARG(c), acc_value(g, &eps),
-                       ARG(offset), ARG(layer), ARG(which)};
-    return rci_gpu_launch_groups(g, node, RCI_K_NORM_GRAD, a, 15, (size_t)rows, RCI_GPU_ROW_GROUP, "norm_grad",
+    rci_gpu_arg a[] = {ARG(out.mem), ARG(out.off), ARG(in[0].mem), ARG(in[0].off), ARG(w.mem),  ARG(w.off),
+                       ARG(has_w),   ARG(gd.mem),  ARG(gd.off),    ARG(ad.mem),    ARG(ad.off), ARG(has_ad),
+                       ARG(c),       acc_value(g, &eps), ARG(offset), ARG(layer)};
+    return rci_gpu_launch_groups(g, node, RCI_K_NORM_GRAD, a, 16, (size_t)rows, RCI_GPU_ROW_GROUP, "norm_grad",
                                  err);
 }
 
@@ -602,6 +650,8 @@ size_t rci_gpu_node_scratch(const rci_gpu *g, const rc_tensor *node)
     case RC_OP_ATTENTION_STATS:
     case RC_OP_ATTENTION_GRAD:
         return rci_gpu_attention_scratch(g, node);
+    case RC_OP_NORM_GRAD:
+        return node->iparam[1] ? wgrad_scratch(g, node) : 0;
     default:
         return 0;
     }
