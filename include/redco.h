@@ -552,6 +552,8 @@ typedef struct {
     double last_kernel_s;     /* of which inside kernels (BLAS included); with timing on */
     double op_s[RC_OP_COUNT]; /* kernel time of the last run by op; with timing on */
     int64_t op_count[RC_OP_COUNT]; /* kernels run per op in one run */
+    double op_bytes[RC_OP_COUNT];  /* their outputs' and inputs' bytes: about what a run's
+                                    * kernels of each op read and write at the least */
 } rc_plan_stats;
 
 /* Plans the execution of everything `outputs` depend on on the CPU backend: order,

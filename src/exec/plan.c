@@ -189,6 +189,16 @@ static int input_may_be_taken(const rc_tensor *t)
     }
 }
 
+/* The bytes of a node's output (and kept block) and of each of its inputs */
+static double node_bytes(const rc_tensor *t)
+{
+    double b = (double)rc_tensor_nbytes(t) + (double)rci_kept_bytes(t);
+    for (int s = 0; s < t->nsrc; s++)
+        if (t->src[s])
+            b += (double)rc_tensor_nbytes(t->src[s]);
+    return b;
+}
+
 /* The position in order of the owner whose memory node order[i] takes, or -1. It is the
  * storage of the node's input that input_may_be_taken names when: there is one; that input
  * is the whole storage element for element (not a part of it: no offset, the same bytes and
@@ -318,6 +328,7 @@ static int plan_memory(rc_plan *p, rc_tensor *const *outputs, int nout,
         p->owns[i] = t->op != RC_OP_LEAF && !t->view_src;
         if (p->owns[i]) {
             p->stats.op_count[t->op]++;
+            p->stats.op_bytes[t->op] += node_bytes(t);
             p->stats.naive_bytes += align_up(rc_tensor_nbytes(t) ? rc_tensor_nbytes(t) : 1) +
                                     align_up(rci_kept_bytes(t));
         }

@@ -39,8 +39,11 @@ void rci_profile_kernels(rci_profile *p, const rc_plan *plan)
     if (!p->on || p->skip)
         return;
     rc_plan_stats st = rc_plan_get_stats(plan);
-    for (int op = 0; op < RC_OP_COUNT; op++)
+    for (int op = 0; op < RC_OP_COUNT; op++) {
         p->op_s[op] += st.op_s[op];
+        p->op_count[op] = st.op_count[op];
+        p->op_bytes[op] = st.op_bytes[op];
+    }
 }
 
 void rci_profile_done(rci_profile *p)
@@ -95,9 +98,10 @@ int rci_profile_report(const rci_profile *p, rc_deployer *d, int64_t step, rc_er
     for (int ph = 0; ph < RCI_PROF_PHASES; ph++)
         at += snprintf(line + at, sizeof line - (size_t)at, " %s %.2f,", phase_names[ph], p->s[ph] * ms);
     at += snprintf(line + at, sizeof line - (size_t)at, " of the run in kernels %.2f:", kernels * ms);
-    for (int i = 0; i < nops && i < 10 && at < (int)sizeof line - 48; i++)
-        at += snprintf(line + at, sizeof line - (size_t)at, "%s %s %.2f", i ? "," : "", rc_op_name((rc_op)order[i]),
-                       p->op_s[order[i]] * ms);
+    for (int i = 0; i < nops && i < 10 && at < (int)sizeof line - 80; i++)
+        at += snprintf(line + at, sizeof line - (size_t)at, "%s %s %.2f (%lld, %.2f GB)", i ? "," : "",
+                       rc_op_name((rc_op)order[i]), p->op_s[order[i]] * ms, (long long)p->op_count[order[i]],
+                       p->op_bytes[order[i]] / 1e9);
     rci_deployer_note(d, "%s", line);
     return rci_deployer_log(d, step, keys, vals, n, err);
 }

@@ -24,6 +24,8 @@ typedef struct {
     double at;                     /* when the phase in progress began */
     double s[RCI_PROF_PHASES];     /* seconds by phase over the steps counted */
     double op_s[RC_OP_COUNT];      /* the train step's kernel seconds by op, the same steps */
+    int64_t op_count[RC_OP_COUNT]; /* its kernels by op in a step (the plan's) */
+    double op_bytes[RC_OP_COUNT];  /* their inputs' and outputs' bytes in a step */
     int64_t steps;                 /* steps counted */
     int skip;                      /* the step in progress is not counted (the first) */
 } rci_profile;
@@ -39,8 +41,9 @@ void rci_profile_kernels(rci_profile *p, const rc_plan *plan);
 /* A step is done: counted unless it was the first. */
 void rci_profile_done(rci_profile *p);
 /* The mean milliseconds a step of each phase and op, into the log at step (keys
- * profile/PHASE_ms, profile/op/OP_ms) and one note line; nothing when off or no step
- * counted. */
+ * profile/PHASE_ms, profile/op/OP_ms) and one note line, which also gives each op's kernels
+ * a step and the gigabytes they read and write (the rate they reach: bytes / time); nothing
+ * when off or no step counted. */
 int rci_profile_report(const rci_profile *p, rc_deployer *d, int64_t step, rc_error *err);
 
 #endif
