@@ -22,6 +22,7 @@
 #include <cblas.h>
 #include <limits.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 #include <tgmath.h>
 
@@ -726,70 +727,66 @@ static void norm_grad_range(void *ctx, int64_t r0, int64_t r1, int part)
     }
 }
 
-/* NORM_GRAD's weight gradient: the rows of x in blocks of WGRAD_ROWS, each block's row
- * statistics first (rows in parallel), then its sum of G xhat over the rows (columns in
- * parallel, in double) added to out: each column's sum in the same order however many
- * threads run it */
-enum { WGRAD_ROWS = 256 };
+/* NORM_GRAD's weight gradient: the rows of x in blocks of WGRAD_ROWS, the blocks in
+ * parallel, each its rows' statistics and then its columns' sums of G xhat (in double, into
+ * its own part), the parts then added in block order: the same sums for any thread count */
+enum { WGRAD_ROWS = 64 };
 
 typedef struct {
     const rci_cpu_args *io;
-    int64_t r0, n, c;                         /* the block's first row and rows, the row length */
-    real mu[WGRAD_ROWS], rstd[WGRAD_ROWS];    /* the block's rows' statistics */
-} wgrad_block;
+    int64_t rows, c;
+    double *part;   /* [blocks, c] */
+} wgrad_args;
 
-static void wgrad_stats_range(void *ctx, int64_t i0, int64_t i1, int part)
+static void wgrad_blocks_range(void *ctx, int64_t b0, int64_t b1, int part)
 {
-    wgrad_block *b = ctx;
-    const rc_tensor *node = b->io->node;
-    const real *x = src_data(b->io, 0);
+    const wgrad_args *a = ctx;
+    const rc_tensor *node = a->io->node;
+    const real *x = src_data(a->io, 0), *G = src_data(a->io, 2);
+    int64_t c = a->c;
     (void)part;
-    for (int64_t i = i0; i < i1; i++)
-        norm_row_stats(x + (b->r0 + i) * b->c, b->c, node->iparam[0], node->fparam[0], &b->mu[i], &b->rstd[i]);
-}
-
-/* columns [j0, j1), COL_BLOCK at a time: out[j] += the block's sum of G xhat */
-static void wgrad_cols_range(void *ctx, int64_t j0, int64_t j1, int part)
-{
-    const wgrad_block *b = ctx;
-    const real *x = src_data(b->io, 0), *G = src_data(b->io, 2);
-    real *out = b->io->out;
-    (void)part;
-    for (int64_t jb = j0; jb < j1; jb += COL_BLOCK) {
-        int64_t len = min64(COL_BLOCK, j1 - jb);
-        double acc[COL_BLOCK] = {0};
-        for (int64_t i = 0; i < b->n; i++) {
-            const real *restrict xr = x + (b->r0 + i) * b->c + jb, *restrict gr = G + (b->r0 + i) * b->c + jb;
-            real mu = b->mu[i], rstd = b->rstd[i];
-            for (int64_t j = 0; j < len; j++)
+    for (int64_t b = b0; b < b1; b++) {
+        double *restrict acc = a->part + b * c;
+        memset(acc, 0, (size_t)c * sizeof *acc);
+        for (int64_t r = b * WGRAD_ROWS; r < min64((b + 1) * WGRAD_ROWS, a->rows); r++) {
+            const real *restrict xr = x + r * c, *restrict gr = G + r * c;
+            real mu, rstd;
+            norm_row_stats(xr, c, node->iparam[0], node->fparam[0], &mu, &rstd);
+            for (int64_t j = 0; j < c; j++)
                 acc[j] += gr[j] * ((xr[j] - mu) * rstd);
         }
-        for (int64_t j = 0; j < len; j++)
-            out[jb + j] += (real)acc[j];
     }
 }
 
-static int k_norm_wgrad(const rci_cpu_args *io)
+static int k_norm_wgrad(const rci_cpu_args *io, rc_error *err)
 {
     const rc_tensor *x = io->node->src[0];
-    wgrad_block b;
-    b.io = io;
-    b.c = last_dim(x);
-    int64_t rows = lead_rows(x);
-    memset(io->out, 0, (size_t)b.c * sizeof(real));
-    for (b.r0 = 0; b.r0 < rows; b.r0 += WGRAD_ROWS) {
-        b.n = min64(WGRAD_ROWS, rows - b.r0);
-        par_range(wgrad_stats_range, &b, b.n, 2 * b.n * b.c);
-        par_range(wgrad_cols_range, &b, b.c, 2 * b.n * b.c);
+    wgrad_args a = {io, lead_rows(x), last_dim(x), NULL};
+    int64_t blocks = (a.rows + WGRAD_ROWS - 1) / WGRAD_ROWS;
+    real *out = io->out;
+    if (blocks == 0) {
+        memset(out, 0, (size_t)a.c * sizeof *out);
+        return 0;
     }
+    a.part = malloc((size_t)(blocks * a.c) * sizeof *a.part);
+    if (!a.part)
+        return rc_error_set(err, RC_ERR_MEMORY, "norm_grad: no memory for %lld blocks of %lld column sums",
+                            (long long)blocks, (long long)a.c);
+    par_range(wgrad_blocks_range, &a, blocks, 3 * a.rows * a.c);
+    for (int64_t b = 1; b < blocks; b++)
+        for (int64_t j = 0; j < a.c; j++)
+            a.part[j] += a.part[b * a.c + j];
+    for (int64_t j = 0; j < a.c; j++)
+        out[j] = (real)a.part[j];
+    free(a.part);
     return 0;
 }
 
-static int k_norm_grad(const rci_cpu_args *io)
+static int k_norm_grad(const rci_cpu_args *io, rc_error *err)
 {
     const rc_tensor *node = io->node;
     if (node->iparam[1])
-        return k_norm_wgrad(io);
+        return k_norm_wgrad(io, err);
     int64_t c = last_dim(node), total = rc_tensor_numel(node);
     par_range(norm_grad_range, (void *)io, total / c, 4 * total);
     return 0;
@@ -1408,7 +1405,7 @@ int RC_KERNEL_FN(const rci_cpu_args *io, rc_error *err)
     case RC_OP_RMS_NORM:
         return k_rms_norm(io);
     case RC_OP_NORM_GRAD:
-        return k_norm_grad(io);
+        return k_norm_grad(io, err);
     case RC_OP_EMBEDDING:
         return k_embedding(io, err);
     case RC_OP_EMBEDDING_GRAD:
