@@ -654,9 +654,9 @@ static const op_case cases[] = {
      * a bias's gradient, 300 rows of 40 summed down to 40 (k_reduce_cols' runs of 8) */
     {"sub_row_runs", b_binary, 2, {F(1, -2, 2, 24), F(3, -2, 2, 5, 3, 24)}, D_FLOAT, {1}, .grad = GRAD_FD},
     {"sum_to_cols", b_reduce, 1, {F(3, -2, 2, 3, 100, 40)}, D_FLOAT, {3, 1, 1}, .grad = GRAD},
-    /* a norm's weight gradient (NORM_GRAD's rows' sum) over more rows than the CPU's block
-     * of 256 and a device's work-group of 32 (about 1024 work-groups at most, then more rows
-     * a work-group), the last block and work-group short */
+    /* a norm's weight gradient (NORM_GRAD's rows' sum) over many of the CPU's blocks of 64
+     * rows and a device's work-groups of up to 32 (about 1024 work-groups at most, then more
+     * rows a work-group), the last block and work-group short */
     {"layer_norm_w_rows", b_norm, 2, {F(2, -3, 5, 2101, 24), F(1, 0.5, 1.5, 24)}, D_FLOAT, {0, 1, 0}, .tol = 10,
      .grad = GRAD},
     {"rms_norm_w_rows", b_norm, 2, {F(3, -3, 3, 3, 700, 19), F(1, -0.5, 0.5, 19)}, D_FLOAT, {1, 1}, {1.0}, .tol = 10,
