@@ -772,10 +772,10 @@ __kernel void k_norm_grad(__global store_t *o, long oo, __global const store_t *
 }
 
 /* NORM_GRAD's weight gradient, the rows' sum of G xhat, its first pass: work-group k takes
- * the rows [k span, (k + 1) span) of c (span at most WGRAD_ROWS, gpu.h's): their statistics
- * as the forward takes them (group_norm_stats) into local memory, then each work-item its
- * columns' sums over those rows, into part[j chunks + k] for k_reduce_finish to combine in
- * order */
+ * the rows [k span, (k + 1) span) of c (span at most WGRAD_ROWS, node.h's
+ * RCI_GPU_WGRAD_ROWS): their statistics as the forward takes them (group_norm_stats) into
+ * local memory, then each work-item its columns' sums over those rows, into
+ * part[j chunks + k] for k_reduce_finish to combine in order */
 enum { WGRAD_ROWS = 32 };
 
 __kernel void k_norm_wgrad(__global acc_t *part, __global const store_t *x, long xo, __global const store_t *gd,
