@@ -213,7 +213,7 @@ void rci_gpu_table_fill(rci_gpu *g);
 
 /* At least `bytes` of scratch device memory, valid until the next call (a regrowth frees
  * the old memory after the work queued on it); counted in the backend's used and peak
- * bytes. NULL with err set. */
+ * bytes. NULL with err set, also for 0 bytes while none is held (no memory to give). */
 rci_gpu_mem rci_gpu_scratch(rci_gpu *g, size_t bytes, rc_error *err);
 /* The scratch's growth policy: the bytes held after a need of `need` with `held` held. */
 size_t rci_gpu_scratch_grown(size_t held, size_t need);

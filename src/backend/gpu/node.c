@@ -67,8 +67,12 @@ size_t rci_gpu_scratch_grown(size_t held, size_t need)
  * need frees the old memory and allocates exactly as much again. */
 rci_gpu_mem rci_gpu_scratch(rci_gpu *g, size_t bytes, rc_error *err)
 {
-    if (rci_gpu_scratch_grown(g->scratch_bytes, bytes) == g->scratch_bytes)
+    if (rci_gpu_scratch_grown(g->scratch_bytes, bytes) == g->scratch_bytes) {
+        if (!g->scratch) /* 0 bytes, none held: no memory to give */
+            rc_error_set(err, RC_ERR_ARG, "%s: a kernel asked for 0 bytes of scratch before any was held "
+                         "(a kernel with no temporaries takes none)", g->be.name);
         return g->scratch;
+    }
     rci_gpu_scratch_free(g);
     rci_gpu_mem m = NULL;
     if (g->ops->mem_alloc(g, bytes, &m, "scratch memory for a kernel", err))
