@@ -299,8 +299,7 @@ static void test_half(task *k, int dp, int mp, int rank)
          * (each micro-batch's over the ranks, then the two), and a master weight a rounding
          * apart can round into another bf16 weight, which the next steps' forward passes
          * carry on: the master, moments and 16-bit weights within 1e-2 (4e-3 seen); 3 + 2
-         * steps resumed bitwise the 5 straight; with one micro-batch, bitwise the run
-         * without */
+         * steps resumed bitwise the 5 straight; with one micro-batch, the run without (below) */
         char zero2[64], resumed2[64];
         snprintf(zero2, sizeof zero2, "%dx%d-bf16-zero2", dp, mp);
         snprintf(resumed2, sizeof resumed2, "%dx%d-bf16-resume2", dp, mp);
@@ -325,12 +324,17 @@ static void test_half(task *k, int dp, int mp, int rank)
         accum = 1;
         snprintf(plain, sizeof plain, "%dx%d-bf16-micro-plain", dp, mp);
         snprintf(zero2, sizeof zero2, "%dx%d-bf16-micro-zero2", dp, mp);
+        /* one micro-batch: bitwise on 2 ranks, whose gradients add in either order to the same
+         * f32 sum; over more, MPI's all-reduce and the reduce-scatter add them in different
+         * orders, which round apart where a few values' exponents lie more than 16 apart
+         * (one element of tiny-gpt2's at dp 4 where oneDNN's AMX kernels computed them) */
+        double tol = dp > 2 ? 1e-6 : 0;
         if (!train(k, mp, "adamw", 0, STEPS, plain, 0, &wr, NULL) &&
             !train(k, mp, "adamw", 2, STEPS, zero2, 0, &w2, &r2)) {
             double mw = file_diff(zero2, plain, STEPS, "model");
-            CHECKF(mw == 0, "bf16 dp %d x mp %d, one micro-batch: zero 2's master differs from the run without by %.3g",
-                   dp, mp, mw);
-            check_zero2("bf16", dp, mp, rank, n, &wr, &w2, file_diff(zero2, plain, STEPS, "optimizer"), 0, &rz, &r2);
+            CHECKF(tol ? mw < tol : mw == 0, "bf16 dp %d x mp %d, one micro-batch: zero 2's master differs from the "
+                   "run without by %.3g", dp, mp, mw);
+            check_zero2("bf16", dp, mp, rank, n, &wr, &w2, file_diff(zero2, plain, STEPS, "optimizer"), tol, &rz, &r2);
         }
         accum = ACCUM;
         check_weights_free(&wr), check_weights_free(&w2);
@@ -569,10 +573,12 @@ static void test_zero3(task *k, int dp, int mp, int rank, check_weights *dumped)
         snprintf(resumed, sizeof resumed, "%dx%d-%s-zero3-resume", dp, mp, dn);
         check_weights wp = {0}, w3 = {0}, wr = {0};
         rc_train_result r3 = {0};
-        /* (bf16 gradients sum exactly in f32 over a few ranks, in any order; f16's, scaled, need
-         * not: over 4 ranks MPI's all-reduce adds them in another order than the reduce-
-         * scatter's rank order, a rounding apart) */
-        double tol = dtype == RC_F16 ? 1e-6 : 0;
+        /* (two ranks' gradients add in either order to the same f32 sum; over 4 ranks MPI's
+         * all-reduce adds them in another order than the reduce-scatter's rank order, which
+         * may round differently: f16's, scaled, often do, and bf16's too where a few
+         * values' exponents lie more than 16 apart (one element of tiny-gpt2's c_attn
+         * weight where oneDNN's AMX kernels computed the gradients), a rounding apart) */
+        double tol = dtype == RC_F16 || dp > 2 ? 1e-6 : 0;
         if (!train(k, mp, "adamw", 0, STEPS, plain, 0, &wp, NULL) && !train(k, mp, "adamw", 3, STEPS, zero3, 0, &w3, &r3)) {
             check_zero3(dn, dp, mp, rank, plain, zero3, &wp, &w3, tol, NULL, &r3);
             if (dtype == RC_BF16)
