@@ -271,6 +271,9 @@ static void bf16_vs_f32(const rc_model_config *cfg, rci_nn_weights *w, int B, in
     bench_set_int(o, "seq", T);
     bench_set_int(o, "threads", rc_get_threads());
     bench_set_str(o, "bf16_matmul_kernel", kernel);
+    rc_cpu_info cpu;
+    rc_cpu_device_info(&cpu);
+    bench_set_str(o, "f32_matmul_library", cpu.f32_products);
     bench_set_num(o, "f32_step_s", f32_s);
     bench_set_num(o, "bf16_step_s", bf16_s);
     bench_set_num(o, "bf16_speedup", f32_s / bf16_s); /* the goal: >= 1.6 with AVX512_BF16 */

@@ -1,10 +1,13 @@
 /* bench_matmul.c - BLAS matmul through the executor vs cblas_sgemm called directly,
  * on the shapes of a GPT-2 small step, with the same product in bf16 beside it; then
  * one-row products (a decoding step: GPT-2's vocabulary head and MLP) in f32, bf16 and
- * f16, where 16-bit weights are read directly. One JSON line per shape; any failing call
- * prints one line naming it and exits 1. */
+ * f16, where 16-bit weights are read directly. The executor's f32 products run on oneDNN
+ * where OpenBLAS runs kernels that leave out the CPU's AVX2 (executor_f32_library says
+ * which; executor_vs_cblas is then oneDNN against OpenBLAS's own kernels). One JSON line
+ * per shape; any failing call prints one line naming it and exits 1. */
 #include "common.h"
 #include "redco.h"
+#include "redco/device.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -96,6 +99,9 @@ int main(void)
         bench_set_num(o, "executor_gflops", flop / te * 1e-9);
         bench_set_num(o, "cblas_gflops", flop / tc * 1e-9);
         bench_set_num(o, "executor_vs_cblas", tc / te);
+        rc_cpu_info cpu;
+        rc_cpu_device_info(&cpu);
+        bench_set_str(o, "executor_f32_library", cpu.f32_products);
         bench_set_num(o, "bf16_gflops", flop / tbf * 1e-9);
         if (bench_print(o))
             bench_fail(NAME, "writing a JSON line", "jansson or stdout failed");

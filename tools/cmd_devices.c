@@ -12,8 +12,9 @@ static const char *help =
     "largest single buffer, compute units, and whether it has double precision. Then the\n"
     "CUDA devices the NVIDIA driver finds (cuda:N): name, CUDA version, compute capability,\n"
     "memory and multiprocessors. A kind with no device gets one line on stderr saying why\n"
-    "(no OpenCL platform, no NVIDIA driver, a build without CUDA). The CPU (the cpu device)\n"
-    "is always there and is not listed. No device of either kind is an error: install a\n"
+    "(no OpenCL platform, no NVIDIA driver, a build without CUDA). The CPU (the cpu device,\n"
+    "always there) comes first: its threads and the libraries that run its f32 and bf16\n"
+    "matrix products. No OpenCL or CUDA device is an error: install a\n"
     "GPU driver (its OpenCL ICD, or NVIDIA's driver for CUDA), or pocl-opencl-icd for the CPU.\n"
     "\n"
     "  --help        print this message\n";
@@ -32,6 +33,15 @@ static int take_flag(const char *cmd, int c, const cli_args *a, void *user)
 static double gib(size_t bytes)
 {
     return (double)bytes / (1024.0 * 1024.0 * 1024.0);
+}
+
+/* the CPU, one line */
+static void show_cpu(void)
+{
+    rc_cpu_info c;
+    rc_cpu_device_info(&c);
+    printf("cpu       %d threads | f32 products: %s | bf16 products: %s\n", c.threads, c.f32_products,
+           c.bf16_products);
 }
 
 /* the OpenCL devices, one line each: how many, or -1 with err set */
@@ -72,6 +82,7 @@ int cmd_devices(int argc, char **argv)
     if (rc)
         return rc < 0 ? 0 : rc;
     rc_error ocl_err = {0}, cuda_err = {0};
+    show_cpu();
     int n_ocl = list_opencl(&ocl_err);
     int n_cuda = list_cuda(&cuda_err);
     if (n_ocl < 0 && n_cuda < 0) {

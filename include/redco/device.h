@@ -47,6 +47,18 @@ typedef struct {
     int compute_minor;
 } rc_device_info;
 
+/* The CPU device ("cpu"): its threads and which library runs its matrix products, in
+ * words (`redco devices` prints them). f32: "OpenBLAS (SkylakeX kernels)", or oneDNN where
+ * OpenBLAS runs kernels that leave out the CPU's AVX2 (a CPU it does not know: it loads
+ * its Prescott kernels), with the reason; bf16: oneDNN's kernel on the CPU's bf16 units
+ * ("oneDNN brg:avx512_core_amx_bf16"), or the f32 products of widened operands. */
+typedef struct {
+    int threads;                  /* rc_get_threads() */
+    char f32_products[192];
+    char bf16_products[96];
+} rc_cpu_info;
+void rc_cpu_device_info(rc_cpu_info *info);
+
 /* The number of OpenCL devices (>= 1), or -1 with err saying that there is no platform or
  * no device and what to install. */
 int rc_opencl_device_count(rc_error *err);

@@ -1,10 +1,13 @@
 /* cpu.c - the CPU backend: buffers in host memory, nodes run by the kernels in place
  * (data movement first, then the arithmetic kernels of the node's dtype), the workspace
- * the 16-bit kernels are handed, and the thread count shared by OpenMP and OpenBLAS. */
+ * the 16-bit kernels are handed, the thread count shared by OpenMP and OpenBLAS, and what
+ * rc_cpu_device_info says of them. */
 #include "cpu.h"
+#include "redco/device.h"
 
 #include <cblas.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <threads.h>
@@ -233,6 +236,23 @@ rc_backend *rci_backend_cpu(void)
     if (!cpu.total_bytes)
         cpu.total_bytes = physical_bytes();
     return &cpu;
+}
+
+void rc_cpu_device_info(rc_cpu_info *info)
+{
+    if (!info)
+        return;
+    memset(info, 0, sizeof *info);
+    info->threads = rc_get_threads();
+    rci_cpu_sgemm_describe(info->f32_products, sizeof info->f32_products);
+    /* a product of GPT-2's sizes stands for every bf16 product */
+    rci_matmul_dims d = {.m = 512, .n = 768, .k = 768, .kb = 768, .batch = 1, .ba = 1, .bb = 1};
+    const char *k = rci_cpu_dnnl_kernel(RC_BF16, &d);
+    if (k)
+        snprintf(info->bf16_products, sizeof info->bf16_products, "oneDNN %s", k);
+    else
+        snprintf(info->bf16_products, sizeof info->bf16_products,
+                 "f32 products of widened operands (no bf16 dot products here)");
 }
 
 void rc_set_threads(int n)

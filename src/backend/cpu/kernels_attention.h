@@ -77,23 +77,6 @@ static int64_t att_visible(const att_ctx *c, int64_t i)
     return n < 0 ? 0 : n > c->Tk ? c->Tk : n;
 }
 
-/* C[m, n] = alpha op(A) op(B) + beta C, row-major, in one BLAS call (single-threaded inside
- * the kernels' parallel loops) */
-static void att_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const real *a, int64_t lda,
-                     const real *b, int64_t ldb, real beta, real *c, int64_t ldc)
-{
-    enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE opb = tb ? CblasTrans : CblasNoTrans;
-    if (sizeof(real) == sizeof(double))
-        cblas_dgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, (double)alpha,
-                    (const double *)(const void *)a, (blasint)lda, (const double *)(const void *)b,
-                    (blasint)ldb, (double)beta, (double *)(void *)c, (blasint)ldc);
-    else
-        cblas_sgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, (float)alpha,
-                    (const float *)(const void *)a, (blasint)lda, (const float *)(const void *)b,
-                    (blasint)ldb, (float)beta, (float *)(void *)c, (blasint)ldc);
-}
-
 /* s[r * ATT_BK + jj] = q_i . k_j * scale + bias for rows i = i0 + r (r < ni) and keys
  * j = j0 + jj (jj < nj) of batch b, query head h; -INFINITY where the causal mask hides the
  * key. One product of the query tile by the key tile. */
@@ -103,7 +86,7 @@ static void att_scores(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64
     int64_t D = c->D;
     const real *qb = c->q + (b * c->H + h) * c->Tq * D;
     const real *kb = c->k + (b * c->KV + h / c->G) * c->Tk * D;
-    att_gemm(0, 1, ni, nj, D, c->scale, qb + i0 * D, D, kb + j0 * D, D, 0, s, ATT_BK);
+    blas_gemm(0, 1, ni, nj, D, c->scale, qb + i0 * D, D, kb + j0 * D, D, 0, s, ATT_BK);
     for (int64_t r = 0; r < ni; r++) {
         int64_t i = i0 + r, vis = att_visible(c, i);
         real *restrict sr = s + r * ATT_BK;
@@ -130,7 +113,7 @@ static void att_dp(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t n
     int64_t Dv = c->Dv;
     const real *dob = c->dout + (b * c->H + h) * c->Tq * Dv;
     const real *vb = c->v + (b * c->KV + h / c->G) * c->Tk * Dv;
-    att_gemm(0, 1, ni, nj, Dv, 1, dob + i0 * Dv, Dv, vb + j0 * Dv, Dv, 0, dp, ATT_BK);
+    blas_gemm(0, 1, ni, nj, Dv, 1, dob + i0 * Dv, Dv, vb + j0 * Dv, Dv, 0, dp, ATT_BK);
 }
 
 /* p = exp(s - lse) in place over the tile, and with dp: dp = p (dp - delta) * scale (dS
@@ -204,7 +187,7 @@ static void att_rows(const att_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t
             for (int64_t d = 0; corr != 1 && d < Dv; d++)
                 out[r * Dv + d] *= corr;
         }
-        att_gemm(0, 0, ni, Dv, nj, 1, s, ATT_BK, vb + j0 * Dv, Dv, 1, out, Dv);
+        blas_gemm(0, 0, ni, Dv, nj, 1, s, ATT_BK, vb + j0 * Dv, Dv, 1, out, Dv);
     }
     for (int64_t r = 0; r < ni; r++) {
         real inv = l[r] > 0 ? 1 / l[r] : 0;
@@ -281,7 +264,7 @@ static void att_dq_range(void *ctx, int64_t u0, int64_t u1, int part)
             att_scores(c, b, h, i0, ni, j0, nj, s);
             att_dp(c, b, h, i0, ni, j0, nj, dp);
             att_probs(c, row0, ni, j0, nj, s, dp);
-            att_gemm(0, 0, ni, D, nj, 1, dp, ATT_BK, kb + j0 * D, D, 1, dq, D);
+            blas_gemm(0, 0, ni, D, nj, 1, dp, ATT_BK, kb + j0 * D, D, 1, dq, D);
         }
     }
 }
@@ -311,12 +294,12 @@ static void att_dkv_range(void *ctx, int64_t u0, int64_t u1, int part)
                 att_scores(c, b, h, i0, ni, j0, nj, s);
                 if (which == 2) {
                     att_probs(c, row0, ni, j0, nj, s, NULL);
-                    att_gemm(1, 0, nj, Dv, ni, 1, s, ATT_BK, c->dout + row0 * Dv, Dv, 1, o, Dv);
+                    blas_gemm(1, 0, nj, Dv, ni, 1, s, ATT_BK, c->dout + row0 * Dv, Dv, 1, o, Dv);
                     continue;
                 }
                 att_dp(c, b, h, i0, ni, j0, nj, dp);
                 att_probs(c, row0, ni, j0, nj, s, dp);
-                att_gemm(1, 0, nj, D, ni, 1, dp, ATT_BK, c->q + row0 * D, D, 1, o, D);
+                blas_gemm(1, 0, nj, D, ni, 1, dp, ATT_BK, c->q + row0 * D, D, 1, o, D);
             }
     }
 }
@@ -354,9 +337,9 @@ static void att_dqkv_range(void *ctx, int64_t u0, int64_t u1, int part)
                     att_scores(c, b, h, i0, ni, j0, nj, s);
                     att_dp(c, b, h, i0, ni, j0, nj, dp);
                     att_probs(c, row0, ni, j0, nj, s, dp);
-                    att_gemm(1, 0, nj, Dv, ni, 1, s, ATT_BK, c->dout + row0 * Dv, Dv, 1, dv + (key0 + j0) * Dv, Dv);
-                    att_gemm(1, 0, nj, D, ni, 1, dp, ATT_BK, c->q + row0 * D, D, 1, dk + (key0 + j0) * D, D);
-                    att_gemm(0, 0, ni, D, nj, 1, dp, ATT_BK, kb + j0 * D, D, 1, dq + row0 * D, D);
+                    blas_gemm(1, 0, nj, Dv, ni, 1, s, ATT_BK, c->dout + row0 * Dv, Dv, 1, dv + (key0 + j0) * Dv, Dv);
+                    blas_gemm(1, 0, nj, D, ni, 1, dp, ATT_BK, c->q + row0 * D, D, 1, dk + (key0 + j0) * D, D);
+                    blas_gemm(0, 0, ni, D, nj, 1, dp, ATT_BK, kb + j0 * D, D, 1, dq + row0 * D, D);
                 }
         }
     }

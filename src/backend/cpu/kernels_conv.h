@@ -41,22 +41,6 @@ static int conv_is_pointwise(const conv_geom *q)
     return q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->ph == 0 && q->pw == 0;
 }
 
-/* C[m, n] = op(A) op(B) + beta C, row-major */
-static void conv_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const real *a, int64_t lda,
-                      const real *b, int64_t ldb, real beta, real *c, int64_t ldc)
-{
-    enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE opb = tb ? CblasTrans : CblasNoTrans;
-    if (sizeof(real) == sizeof(double))
-        cblas_dgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, 1.0,
-                    (const double *)(const void *)a, (blasint)lda, (const double *)(const void *)b,
-                    (blasint)ldb, (double)beta, (double *)(void *)c, (blasint)ldc);
-    else
-        cblas_sgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, 1.0f,
-                    (const float *)(const void *)a, (blasint)lda, (const float *)(const void *)b,
-                    (blasint)ldb, (float)beta, (float *)(void *)c, (blasint)ldc);
-}
-
 /* the output columns [lo, hi) whose input column x0 + ox * sw lies in [0, W) */
 static void valid_cols(const conv_geom *q, int64_t x0, int64_t *lo, int64_t *hi)
 {
@@ -205,7 +189,7 @@ static int k_conv2d(const rci_cpu_args *io, rc_error *err)
                 real *yg = y + (n * q.o + g * og) * hw + oy0 * q.ow;
                 if (col)
                     im2col(&q, xg, col, oy0, oy1);
-                conv_gemm(0, 0, og, nb, k, w + g * og * k, k, col ? col : xg, nb, 0, yg, hw);
+                blas_gemm(0, 0, og, nb, k, 1, w + g * og * k, k, col ? col : xg, nb, 0, yg, hw);
             }
     free(col);
     if (bias)
@@ -237,7 +221,7 @@ static int k_conv2d_grad_input(const rci_cpu_args *io, rc_error *err)
                 int64_t oy1 = oy0 + rows < q.oh ? oy0 + rows : q.oh, nb = (oy1 - oy0) * q.ow;
                 const real *gyg = gy + (n * q.o + g * og) * hw + oy0 * q.ow;
                 real *gxg = gx + (n * q.c + g * cg) * q.h * q.w;
-                conv_gemm(1, 0, k, nb, og, w + g * og * k, k, gyg, hw, 0, col ? col : gxg, nb);
+                blas_gemm(1, 0, k, nb, og, 1, w + g * og * k, k, gyg, hw, 0, col ? col : gxg, nb);
                 if (col)
                     col2im(&q, col, gxg, oy0, oy1);
             }
@@ -263,7 +247,7 @@ static int k_conv2d_grad_weight(const rci_cpu_args *io, rc_error *err)
                 const real *xg = x + (n * q.c + g * cg) * q.h * q.w;
                 if (col)
                     im2col(&q, xg, col, oy0, oy1);
-                conv_gemm(0, 1, og, k, nb, gy + (n * q.o + g * og) * hw + oy0 * q.ow, hw,
+                blas_gemm(0, 1, og, k, nb, 1, gy + (n * q.o + g * og) * hw + oy0 * q.ow, hw,
                           col ? col : xg, nb, n || oy0 ? 1 : 0, gw + g * og * k, k);
             }
     free(col);

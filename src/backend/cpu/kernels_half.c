@@ -626,8 +626,7 @@ static int matmul_pieces(const rci_cpu_args *io, const rci_matmul_dims *d, const
         int64_t nk = k - p0 < per ? k - p0 : per;
         widen(fa, a + p0 * m, t, nk * m);
         widen(fb, b + p0 * n, t, nk * n);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)nk, 1.0f, fa,
-                    (blasint)m, fb, (blasint)n, p0 ? 1.0f : 0.0f, fo, (blasint)n);
+        rci_cpu_sgemm(1, 0, m, n, nk, 1.0f, fa, m, fb, n, p0 ? 1.0f : 0.0f, fo, n);
     }
     narrow(out, fo, t, m * n);
     return 0;

@@ -471,7 +471,20 @@ static void gemv(int tb, int64_t n, int64_t k, const real *a, int64_t inc, const
                     (const float *)(const void *)a, (blasint)inc, 0.0f, (float *)(void *)c, 1);
 }
 
-/* C[m, n] = op(A) op(B), row-major; the sizeof test is folded by the compiler. */
+/* C[m, n] = alpha op(A) op(B) + beta C, row-major (gemm_f32.c); the sizeof test is
+ * folded by the compiler */
+static void blas_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const real *a, int64_t lda,
+                      const real *b, int64_t ldb, real beta, real *c, int64_t ldc)
+{
+    if (sizeof(real) == sizeof(double))
+        rci_cpu_dgemm(ta, tb, m, n, k, (double)alpha, (const double *)(const void *)a, lda,
+                      (const double *)(const void *)b, ldb, (double)beta, (double *)(void *)c, ldc);
+    else
+        rci_cpu_sgemm(ta, tb, m, n, k, (float)alpha, (const float *)(const void *)a, lda,
+                      (const float *)(const void *)b, ldb, (float)beta, (float *)(void *)c, ldc);
+}
+
+/* C[m, n] = op(A) op(B), row-major */
 static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const real *a, int64_t lda,
                  const real *b, int64_t ldb, real *c, int64_t ldc)
 {
@@ -479,16 +492,7 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const real *a,
         gemv(tb, n, k, a, ta ? lda : 1, b, ldb, c);
         return;
     }
-    enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE opb = tb ? CblasTrans : CblasNoTrans;
-    if (sizeof(real) == sizeof(double))
-        cblas_dgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, 1.0,
-                    (const double *)(const void *)a, (blasint)lda, (const double *)(const void *)b,
-                    (blasint)ldb, 0.0, (double *)(void *)c, (blasint)ldc);
-    else
-        cblas_sgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, 1.0f,
-                    (const float *)(const void *)a, (blasint)lda, (const float *)(const void *)b,
-                    (blasint)ldb, 0.0f, (float *)(void *)c, (blasint)ldc);
+    blas_gemm(ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, ldc);
 }
 
 typedef struct {
