@@ -15,7 +15,8 @@
  * cases small enough.
  *
  * Backends: "cpu" (three threads; it also runs the f64 graphs, against the one-thread
- * reference), "cpu/1" (one thread, 16-bit nodes cut into small pieces), every OpenCL
+ * reference), "cpu/1" (one thread, 16-bit nodes cut into small pieces), "cpu/slots" (bf16
+ * and f16 on three threads, row pieces in slots, several at once), every OpenCL
  * device and every CUDA device. Without OpenCL devices the OpenCL part prints why and
  * passes, unless REDCO_REQUIRE_OPENCL=1 (CI sets it); likewise CUDA with
  * REDCO_REQUIRE_CUDA=1. Arguments "cpu", "opencl", "cuda" run only those backends.
@@ -675,7 +676,8 @@ enum { NCASES = sizeof cases / sizeof cases[0] };
 typedef struct {
     char name[32];
     rc_backend *be;
-    int serial;             /* cpu/1: one thread, 16-bit nodes in small pieces */
+    int serial;             /* cpu/1: one thread, 16-bit nodes in small pieces; 2 (cpu/slots):
+                               three threads, the pieces of rows in slots, one per thread */
     int hidden;             /* the CPU run only for the devices' comparisons (not asked for) */
     unsigned dtypes;
     int cases;              /* cases run (in one dtype or more) */
@@ -997,9 +999,9 @@ static void check_target(const op_case *c, rc_dtype t, target *tg, double *const
 {
     char msg[1024] = "";
     result res;
-    if (tg->serial) {
-        rc_set_threads(1);
-        rci_cpu_half_chunk(40);
+    if (tg->serial) { /* cpu/slots: pieces of a few rows, several in flight at once */
+        rc_set_threads(tg->serial == 1 ? 1 : 3);
+        rci_cpu_half_chunk(tg->serial == 1 ? 40 : 1200);
     }
     int rc = run_graph(c, tg->be, t, t, vals, &res, msg, sizeof msg);
     if (tg->serial) {
@@ -1492,8 +1494,10 @@ int main(int argc, char **argv)
     cpu = rc_device_open("cpu", 0, NULL);
     add_target("cpu", cpu, 0, D_ALL);
     targets[0].hidden = !wanted(argc, argv, "cpu");
-    if (!targets[0].hidden)
+    if (!targets[0].hidden) {
         add_target("cpu/1", cpu, 1, D_FLOAT);
+        add_target("cpu/slots", cpu, 2, D_BF16 | D_F16);
+    }
     if (wanted(argc, argv, "opencl"))
         add_devices("opencl", 0, "REDCO_REQUIRE_OPENCL");
     if (wanted(argc, argv, "cuda"))

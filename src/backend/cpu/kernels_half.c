@@ -14,7 +14,10 @@
  *
  * Large nodes run in pieces so that the workspace stays near 4M floats (16 MB): row-wise ops
  * (arithmetic, where and equal on inputs of the node's shape, a [C] bias or a scalar;
- * unary maths, activations, norms, softmax, the losses) by rows, products by batches, by
+ * unary maths, activations, norms, softmax, the losses) by rows, up to 16 pieces at once,
+ * each widened, computed and rounded by one thread in pieces of at most 32K floats an
+ * array, which stay in its cache (a loss and a norm's weight gradient, whose pieces' results
+ * are summed in order, one piece after another over every thread), products by batches, by
  * rows of A (the shared B widened once), or by slices of the inner dimension (A^T B,
  * summed in f32). Other large nodes (other broadcasts, a broadcast softmax mask, dropout,
  * reductions, the embedding gradient) widen whole. The f32 copies live in the workspace the
@@ -32,6 +35,11 @@
 
 enum {
     PAR_MIN = 32768,  /* elements below which a loop runs on one thread */
+    SLOTS = 16,       /* row pieces in flight at once, each on one thread in its own part
+                         of the workspace */
+    PIECE_FLOATS = 32768, /* floats of a piece's row of each array, at most: a piece's arrays
+                             stay in the thread's cache, and a node has pieces enough to
+                             share evenly among the threads */
     BLOCK = 256,      /* inner elements a decoding product (B stored [n, k]) widens at a time */
     KN_BLOCK = 2048   /* columns a decoding product (B stored [k, n]) sums at a time: long
                          runs of each row of B, read in order */
@@ -133,6 +141,7 @@ typedef struct {
     int wsum;                     /* NORM_GRAD's weight gradient: the pieces' sums added */
     int cut[RC_MAX_SRC];          /* 1: src[k] is cut with the rows; 0: taken whole */
     int ncut;                     /* the cut 16-bit inputs and the output, when 16-bit */
+    int slots;                    /* pieces in flight at once (1: one after another) */
     int64_t len, rows, tq, per;   /* row length, rows, rows of a query block, rows a piece */
     size_t whole;                 /* floats of the 16-bit inputs taken whole */
 } rows_plan;
@@ -141,7 +150,7 @@ static int rows_plan_of(const rc_tensor *node, rows_plan *rp);
 
 static size_t rows_need(const rows_plan *rp)
 {
-    return (size_t)(rp->ncut * rp->per * rp->len) + rp->whole + (size_t)(rp->wsum ? rp->len : 0);
+    return (size_t)(rp->slots * rp->ncut * rp->per * rp->len) + rp->whole + (size_t)(rp->wsum ? rp->len : 0);
 }
 
 /* Floats of workspace a node that is not a product or a 16-bit embedding needs: by rows
@@ -266,9 +275,123 @@ static int rows_plan_of(const rc_tensor *node, rows_plan *rp)
         else if (rci_dtype_is_half(s->dtype))
             rp->whole += (size_t)rc_tensor_numel(s);
     }
-    int64_t per = chunk_floats / ((rp->ncut ? rp->ncut : 1) * (rp->len ? rp->len : 1)) / rp->tq * rp->tq;
+    /* pieces whose results are summed (a loss, a weight gradient) go one after another, each
+     * over the threads; the others up to SLOTS at a time, each widened, computed and rounded
+     * by one thread in its own part of the workspace, in pieces of at most PIECE_FLOATS an
+     * array, which its cache holds (the pieces do not depend on the thread count) */
+    int summed = node->op == RC_OP_CROSS_ENTROPY || wsum;
+    int64_t unit = (rp->ncut ? rp->ncut : 1) * (rp->len ? rp->len : 1); /* floats a row takes */
+    int64_t per = summed ? chunk_floats / unit : chunk_floats / SLOTS / unit;
+    if (!summed && per > PIECE_FLOATS / (rp->len ? rp->len : 1))
+        per = PIECE_FLOATS / (rp->len ? rp->len : 1);
+    per = per / rp->tq * rp->tq;
     rp->per = per < rp->tq ? rp->tq : per;
+    int64_t slots = summed ? 1 : chunk_floats / (unit * rp->per);
+    rp->slots = slots < 1 ? 1 : slots > SLOTS ? SLOTS : (int)slots;
     return rp->per < rp->rows;
+}
+
+/* What every piece of a node's rows shares: the inputs taken whole (widened once), the
+ * count of targets a loss averages over */
+typedef struct {
+    const rci_cpu_args *io;
+    const rows_plan *rp;
+    rc_tensor srcs[RC_MAX_SRC];
+    const void *in[RC_MAX_SRC];
+    int64_t count;
+} rows_run;
+
+/* Rows [r0, r0 + n) of the node through the f32 kernel, its cut 16-bit inputs widened into
+ * p (and its 16-bit result there before it is rounded into the output). A piece of a
+ * CROSS_ENTROPY adds its mean times its count of targets to *total; of a weight gradient,
+ * its [len] sum to the output (pieces in order). 0, or -1 with err set. */
+static int rows_piece(const rows_run *w, int64_t r0, int64_t n, float *p, double *total, rc_error *err)
+{
+    const rci_cpu_args *io = w->io;
+    const rows_plan *rp = w->rp;
+    const rc_tensor *node = io->node;
+    int64_t len = rp->len, tq = rp->tq, c = 0;
+    int64_t cube[3] = {n / tq, tq, len}, flat[2] = {n, len};
+    int nd = rp->causal ? 3 : 2;
+    const int64_t *shape = rp->causal ? cube : flat;
+    rc_tensor srcs[RC_MAX_SRC];
+    const void *in[RC_MAX_SRC];
+    memcpy(srcs, w->srcs, sizeof srcs);
+    memcpy(in, w->in, sizeof in);
+    for (int k = 0; k < node->nsrc; k++) {
+        const rc_tensor *s = node->src[k];
+        if (!s || !rp->cut[k])
+            continue;
+        int targets = rp->loss && k == 1;
+        shadow_of(&srcs[k], s, targets ? 1 : nd, targets ? &n : shape);
+        int64_t off = r0 * (targets ? 1 : len);
+        if (rci_dtype_is_half(s->dtype)) {
+            widen(p, (const uint16_t *)io->in[k] + off, s->dtype, n * len);
+            in[k] = p;
+            p += n * len;
+        } else {
+            in[k] = (const char *)io->in[k] + off * (int64_t)rc_dtype_size(s->dtype);
+        }
+    }
+    const int32_t *tg = rp->loss ? io->in[1] : NULL;
+    for (int64_t r = r0; tg && r < r0 + n; r++)
+        c += tg[r] != node->iparam[0];
+    float g_piece = 0, loss_piece = 0;
+    if (node->op == RC_OP_CROSS_ENTROPY_GRAD) {
+        double g = *(const float *)io->in[2];
+        g_piece = w->count ? (float)(g * (double)c / (double)w->count) : 0.0f;
+        in[2] = &g_piece;
+    }
+    if (node->op == RC_OP_CROSS_ENTROPY) {
+        if (run_piece(io, 0, NULL, srcs, in, &loss_piece, err))
+            return -1;
+        *total += (double)loss_piece * (double)c;
+        return 0;
+    }
+    if (rp->wsum) { /* the piece's [len] sum, added */
+        if (run_piece(io, 1, &len, srcs, in, p, err))
+            return -1;
+        for (int64_t j = 0; j < len; j++)
+            ((float *)io->out)[j] = r0 ? ((float *)io->out)[j] + p[j] : p[j];
+        return 0;
+    }
+    if (!rci_dtype_is_half(node->dtype)) /* an f32 result: in place */
+        return run_piece(io, nd, shape, srcs, in, (float *)io->out + r0 * len, err);
+    if (run_piece(io, nd, shape, srcs, in, p, err))
+        return -1;
+    narrow((uint16_t *)io->out + r0 * len, p, node->dtype, n * len);
+    return 0;
+}
+
+/* The pieces SLOTS at a time: thread t takes pieces t, t + T, ... in slot t of the
+ * workspace. A failing piece's error is the one of the lowest piece that failed. */
+static int pieces_in_slots(const rows_run *w, float *slots, rc_error *err)
+{
+    const rows_plan *rp = w->rp;
+    int64_t npieces = (rp->rows + rp->per - 1) / rp->per, slot_floats = rp->ncut * rp->per * rp->len;
+    int64_t threads = omp_get_max_threads(), failed = npieces;
+    threads = threads < rp->slots ? threads : rp->slots;
+    threads = threads < npieces ? threads : npieces;
+    rc_error first = {0};
+    #pragma omp parallel num_threads((int)threads) if (threads > 1 && !omp_in_parallel())
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        rc_error e = {0};
+        for (int64_t i = t; i < npieces; i += nt) {
+            int64_t r0 = i * rp->per, n = rp->rows - r0 < rp->per ? rp->rows - r0 : rp->per;
+            if (rows_piece(w, r0, n, slots + t * slot_floats, NULL, &e)) {
+                #pragma omp critical(rci_half_rows_error)
+                if (i < failed)
+                    failed = i, first = e;
+                break;
+            }
+        }
+    }
+    if (failed == npieces)
+        return 0;
+    if (err)
+        *err = first;
+    return -1;
 }
 
 /* The node in pieces of rows, as rp plans (0, or -1 on error). The losses' means are over
@@ -277,87 +400,37 @@ static int rows_plan_of(const rc_tensor *node, rows_plan *rp)
 static int by_rows(const rci_cpu_args *io, const rows_plan *rp, rc_error *err)
 {
     const rc_tensor *node = io->node;
-    int loss = rp->loss, causal = rp->causal;
-    const int *cut = rp->cut;
-    int64_t len = rp->len, rows = rp->rows, tq = rp->tq, per = rp->per;
-    const int32_t *tg = loss ? io->in[1] : NULL;
-    int64_t count = 0;
-    for (int64_t r = 0; loss && r < rows; r++)
-        count += tg[r] != node->iparam[0];
+    rows_run w = {.io = io, .rp = rp};
+    const int32_t *tg = rp->loss ? io->in[1] : NULL;
+    for (int64_t r = 0; tg && r < rp->rows; r++)
+        w.count += tg[r] != node->iparam[0];
     float *buf;
     if (work_get(io, rows_need(rp), &buf, err))
         return -1;
-    rc_tensor srcs[RC_MAX_SRC];
-    const void *in[RC_MAX_SRC] = {0};
     float *at = buf;
     for (int k = 0; k < node->nsrc; k++) { /* the whole inputs, widened once */
         const rc_tensor *s = node->src[k];
-        if (!s || cut[k])
+        if (!s || rp->cut[k])
             continue;
         int64_t one[1] = {rc_tensor_numel(s)};
-        shadow_of(&srcs[k], s, rc_tensor_numel(s) == 1 && !loss ? 0 : loss ? s->ndim : 1, loss ? s->shape : one);
-        in[k] = io->in[k];
+        shadow_of(&w.srcs[k], s, rc_tensor_numel(s) == 1 && !rp->loss ? 0 : rp->loss ? s->ndim : 1,
+                  rp->loss ? s->shape : one);
+        w.in[k] = io->in[k];
         if (rci_dtype_is_half(s->dtype)) {
             rci_half_widen_run(at, io->in[k], s->dtype, rc_tensor_numel(s));
-            in[k] = at;
+            w.in[k] = at;
             at += rc_tensor_numel(s);
         }
     }
-    float *piece = at; /* per * len floats for each cut 16-bit input and the output (len: a sum's) */
+    if (rp->slots > 1)
+        return pieces_in_slots(&w, at, err);
     double total = 0;
-    float g_piece = 0, loss_piece = 0;
-    for (int64_t r0 = 0; r0 < rows; r0 += per) {
-        int64_t n = rows - r0 < per ? rows - r0 : per, c = 0;
-        int64_t cube[3] = {n / tq, tq, len}, flat[2] = {n, len};
-        int nd = causal ? 3 : 2;
-        const int64_t *shape = causal ? cube : flat;
-        float *p = piece;
-        for (int k = 0; k < node->nsrc; k++) {
-            const rc_tensor *s = node->src[k];
-            if (!s || !cut[k])
-                continue;
-            int targets = loss && k == 1;
-            shadow_of(&srcs[k], s, targets ? 1 : nd, targets ? &n : shape);
-            int64_t off = r0 * (targets ? 1 : len);
-            if (rci_dtype_is_half(s->dtype)) {
-                widen(p, (const uint16_t *)io->in[k] + off, s->dtype, n * len);
-                in[k] = p;
-                p += n * len;
-            } else {
-                in[k] = (const char *)io->in[k] + off * (int64_t)rc_dtype_size(s->dtype);
-            }
-        }
-        for (int64_t r = r0; loss && r < r0 + n; r++)
-            c += tg[r] != node->iparam[0];
-        if (node->op == RC_OP_CROSS_ENTROPY_GRAD) {
-            double g = *(const float *)io->in[2];
-            g_piece = count ? (float)(g * (double)c / (double)count) : 0.0f;
-            in[2] = &g_piece;
-        }
-        if (node->op == RC_OP_CROSS_ENTROPY) {
-            if (run_piece(io, 0, NULL, srcs, in, &loss_piece, err))
-                return -1;
-            total += (double)loss_piece * (double)c;
-            continue;
-        }
-        if (rp->wsum) { /* the piece's [len] sum, added */
-            if (run_piece(io, 1, &len, srcs, in, p, err))
-                return -1;
-            for (int64_t j = 0; j < len; j++)
-                ((float *)io->out)[j] = r0 ? ((float *)io->out)[j] + p[j] : p[j];
-            continue;
-        }
-        if (!rci_dtype_is_half(node->dtype)) { /* an f32 result: in place */
-            if (run_piece(io, nd, shape, srcs, in, (float *)io->out + r0 * len, err))
-                return -1;
-            continue;
-        }
-        if (run_piece(io, nd, shape, srcs, in, p, err))
+    for (int64_t r0 = 0; r0 < rp->rows; r0 += rp->per) /* at: per * len floats for each cut 16-bit
+                                                          input and the output (len: a sum's) */
+        if (rows_piece(&w, r0, rp->rows - r0 < rp->per ? rp->rows - r0 : rp->per, at, &total, err))
             return -1;
-        narrow((uint16_t *)io->out + r0 * len, p, node->dtype, n * len);
-    }
     if (node->op == RC_OP_CROSS_ENTROPY)
-        *(float *)io->out = count ? (float)(total / (double)count) : 0.0f;
+        *(float *)io->out = w.count ? (float)(total / (double)w.count) : 0.0f;
     return 0;
 }
 
