@@ -369,28 +369,32 @@ static int pieces_in_slots(const rows_run *w, float *slots, rc_error *err)
 {
     const rows_plan *rp = w->rp;
     int64_t npieces = (rp->rows + rp->per - 1) / rp->per, slot_floats = rp->ncut * rp->per * rp->len;
-    int64_t threads = omp_get_max_threads(), failed = npieces;
+    int64_t threads = omp_get_max_threads();
     threads = threads < rp->slots ? threads : rp->slots;
     threads = threads < npieces ? threads : npieces;
-    rc_error first = {0};
+    int64_t failed[SLOTS];        /* by thread: the piece that failed (npieces: none) */
+    rc_error why[SLOTS];
+    for (int t = 0; t < SLOTS; t++)
+        failed[t] = npieces;
     #pragma omp parallel num_threads((int)threads) if (threads > 1 && !omp_in_parallel())
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        rc_error e = {0};
         for (int64_t i = t; i < npieces; i += nt) {
             int64_t r0 = i * rp->per, n = rp->rows - r0 < rp->per ? rp->rows - r0 : rp->per;
-            if (rows_piece(w, r0, n, slots + t * slot_floats, NULL, &e)) {
-                #pragma omp critical(rci_half_rows_error)
-                if (i < failed)
-                    failed = i, first = e;
+            why[t] = (rc_error){0};
+            if (rows_piece(w, r0, n, slots + t * slot_floats, NULL, &why[t])) {
+                failed[t] = i;
                 break;
             }
         }
     }
-    if (failed == npieces)
+    int first = 0;
+    for (int t = 1; t < SLOTS; t++)
+        first = failed[t] < failed[first] ? t : first;
+    if (failed[first] == npieces)
         return 0;
     if (err)
-        *err = first;
+        *err = why[first];
     return -1;
 }
 
