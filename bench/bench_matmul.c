@@ -1,10 +1,9 @@
 /* bench_matmul.c - BLAS matmul through the executor vs cblas_sgemm called directly,
  * on the shapes of a GPT-2 small step, with the same product in bf16 beside it; then
  * one-row products (a decoding step: GPT-2's vocabulary head and MLP) in f32, bf16 and
- * f16, where 16-bit weights are read directly. The executor's f32 products run on oneDNN
- * where OpenBLAS runs kernels that leave out the CPU's AVX2 (executor_f32_library says
- * which; executor_vs_cblas is then oneDNN against OpenBLAS's own kernels). One JSON line
- * per shape; any failing call prints one line naming it and exits 1. */
+ * f16, where 16-bit weights are read directly. executor_f32_library names OpenBLAS's
+ * kernels (`OPENBLAS_CORETYPE` picks others). One JSON line per shape; any failing call
+ * prints one line naming it and exits 1. */
 #include "common.h"
 #include "redco.h"
 #include "redco/device.h"

@@ -47,11 +47,12 @@ typedef struct {
     int compute_minor;
 } rc_device_info;
 
-/* The CPU device ("cpu"): its threads and which library runs its matrix products, in
- * words (`redco devices` prints them). f32: "OpenBLAS (SkylakeX kernels)", or oneDNN where
- * OpenBLAS runs kernels that leave out the CPU's AVX2 (a CPU it does not know: it loads
- * its Prescott kernels), with the reason; bf16: oneDNN's kernel on the CPU's bf16 units
- * ("oneDNN brg:avx512_core_amx_bf16"), or the f32 products of widened operands. */
+/* The CPU device ("cpu"): its threads and what runs its matrix products, in words
+ * (`redco devices` prints them). f32: OpenBLAS and its kernels ("OpenBLAS (SkylakeX
+ * kernels)"); where they leave out the CPU's AVX2 (a CPU Debian's OpenBLAS does not know:
+ * it loads its Prescott kernels) the text says so and what to set; bf16: oneDNN's kernel on
+ * the CPU's bf16 units ("oneDNN brg:avx512_core_amx_bf16"), or the f32 products of widened
+ * operands. */
 typedef struct {
     int threads;                  /* rc_get_threads() */
     char f32_products[192];

@@ -1,11 +1,9 @@
-/* test_gemm_f32.c - the CPU's f32 products on either library (src/backend/cpu/gemm_f32.c):
- * OpenBLAS's sgemm and oneDNN's, the route chosen where OpenBLAS runs kernels that leave
- * out the CPU's AVX2. Each route, forced, runs every form the kernels call it in against an
- * f64 reference computed here: MATMUL nodes of odd sizes (each transpose, batches, a shared
- * operand, long inner sizes, one row, on one and two threads), alpha and beta (the
- * attention's and convolution's accumulating calls), products inside a parallel region
- * (the attention's per-head tiles), and the fused attention and a convolution of the two
- * routes against each other. The route's description names the library that runs it. */
+/* test_gemm_f32.c - the CPU's f32 products through their one way to BLAS
+ * (src/backend/cpu/gemm_f32.c) against an f64 reference computed here: MATMUL nodes of odd
+ * sizes (each transpose, batches, a shared operand, long inner sizes, one row, on one and
+ * two threads), and alpha, beta and leading dimensions called from the threads of a
+ * parallel region at once (the attention's per-head tiles, the convolutions' accumulating
+ * calls). The description names OpenBLAS and its kernels. */
 #include "check.h"
 #include "cpu/cpu.h"
 
@@ -79,13 +77,11 @@ static void reference(const mm_case *c, const float *a, const float *b, double *
             }
 }
 
-static void check_case(const mm_case *c, int onednn)
+static void check_case(const mm_case *c)
 {
     char what[128];
-    snprintf(what, sizeof what, "%s: [%lld,%lld%s] x [%lld,%lld%s] ta %d tb %d, %d threads",
-             onednn ? "oneDNN" : "OpenBLAS", (long long)c->a[0], (long long)c->a[1], c->nda == 3 ? ",..." : "",
+    snprintf(what, sizeof what, "[%lld,%lld%s] x [%lld,%lld%s] ta %d tb %d, %d threads", (long long)c->a[0], (long long)c->a[1], c->nda == 3 ? ",..." : "",
              (long long)c->b[0], (long long)c->b[1], c->ndb == 3 ? ",..." : "", c->ta, c->tb, c->threads);
-    rci_cpu_sgemm_onednn(onednn);
     rc_set_threads(c->threads);
     rc_error err = {0};
     rc_graph *g = rc_graph_new();
@@ -113,10 +109,9 @@ static void check_case(const mm_case *c, int onednn)
 
 /* alpha, beta and the leading dimensions of a sub-matrix, called directly, on this thread
  * and from the threads of a parallel region at once (each its own C) */
-static void check_direct(int onednn)
+static void check_direct(void)
 {
     enum { M = 13, N = 29, K = 37, LDA = 41, LDB = 33, LDC = 31, PARTS = 4 };
-    rci_cpu_sgemm_onednn(onednn);
     rc_set_threads(2);
     float *a = values(M * LDA, 3), *b = values(K * LDB, 4), *c0 = values(PARTS * M * LDC, 5);
     float *c = malloc(PARTS * M * LDC * sizeof *c);
@@ -135,84 +130,19 @@ static void check_direct(int onednn)
                 double want = j >= N ? old : 0.5 * s + (q ? 2.0 * old : 0.0);
                 bad += !(fabs(c[(q * M + i) * LDC + j] - want) <= 8 * 1.2e-7 * (0.5 * abs_s + 2 * fabs(old)) + 1e-30);
             }
-    CHECKF(bad == 0, "%s: alpha, beta and leading dimensions inside a parallel region: %lld values wrong",
-           onednn ? "oneDNN" : "OpenBLAS", (long long)bad);
+    CHECKF(bad == 0, "alpha, beta and leading dimensions inside a parallel region: %lld values wrong",
+           (long long)bad);
     free(a), free(b), free(c0), free(c);
-}
-
-/* the fused attention's forward and gradients and a convolution on route `onednn`:
- * their values, concatenated (malloc'ed) */
-static float *run_layers(int onednn, int64_t *n)
-{
-    rci_cpu_sgemm_onednn(onednn);
-    rc_set_threads(2);
-    rc_error err = {0};
-    rc_graph *g = rc_graph_new();
-    int64_t qs[4] = {2, 3, 37, 16}, xs[4] = {2, 3, 9, 11}, ws[4] = {4, 3, 3, 3};
-    rc_tensor *q = rc_param(g, "q", RC_F32, 4, qs), *k = rc_param(g, "k", RC_F32, 4, qs),
-              *v = rc_param(g, "v", RC_F32, 4, qs);
-    rc_tensor *x = rc_param(g, "x", RC_F32, 4, xs), *w = rc_param(g, "w", RC_F32, 4, ws);
-    rc_conv2d_params cp = {.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
-    rc_tensor *att = rc_attention(g, q, k, v, NULL, 0.25, 1, 0, (rc_rng){0, 0});
-    rc_tensor *conv = rc_conv2d(g, x, w, NULL, &cp);
-    rc_tensor *loss = rc_add(g, rc_sum_all(g, rc_mul(g, att, att)), rc_sum_all(g, rc_mul(g, conv, conv)));
-    rc_tensor *wrt[5] = {q, k, v, x, w}, *grads[5];
-    int ok = !rc_backward(g, loss, wrt, 5, grads);
-    rc_tensor *outs[7] = {att, conv, grads[0], grads[1], grads[2], grads[3], grads[4]};
-    rc_plan *p = ok ? rc_plan_new(g, outs, 7, &err) : NULL;
-    for (int i = 0; p && i < 5; i++) {
-        float *vals = values(rc_tensor_numel(wrt[i]), 10 + i);
-        if (rc_plan_set_input(p, wrt[i], vals, &err))
-            ok = 0;
-        free(vals);
-    }
-    *n = 0;
-    for (int i = 0; i < 7; i++)
-        *n += outs[i] ? rc_tensor_numel(outs[i]) : 0;
-    float *all = malloc((size_t)*n * sizeof *all);
-    ok = ok && p && all && !rc_plan_run(p, &err);
-    for (int i = 0, at = 0; ok && i < 7; at += (int)rc_tensor_numel(outs[i]), i++)
-        ok = !rc_plan_read(p, outs[i], all + at, &err);
-    CHECKF(ok, "attention and convolution on %s: %s %s", onednn ? "oneDNN" : "OpenBLAS", err.msg,
-           rc_graph_error(g) ? rc_graph_error(g) : "");
-    rc_plan_free(p);
-    rc_graph_free(g);
-    if (!ok)
-        free(all), all = NULL;
-    return all;
-}
-
-static void check_layers(void)
-{
-    int64_t n1 = 0, n2 = 0;
-    float *blas = run_layers(0, &n1), *dnnl = run_layers(1, &n2);
-    if (blas && dnnl && n1 == n2) {
-        double worst = 0, scale = 0;
-        for (int64_t i = 0; i < n1; i++) {
-            double d = fabs((double)blas[i] - dnnl[i]);
-            worst = d > worst ? d : worst;
-            scale = fabs(blas[i]) > scale ? fabs(blas[i]) : scale;
-        }
-        CHECKF(worst <= 1e-5 * scale, "attention and convolution: the routes differ by %g (largest value %g)",
-               worst, scale);
-    }
-    free(blas), free(dnnl);
 }
 
 int main(void)
 {
-    int chosen = rci_cpu_sgemm_onednn(-1);
     char how[256];
     rci_cpu_sgemm_describe(how, sizeof how);
     printf("test_gemm_f32: f32 products on %s\n", how);
-    CHECKF(strstr(how, chosen ? "oneDNN" : "OpenBLAS") == how, "the description names the route: %s", how);
-    for (int onednn = 0; onednn < 2; onednn++) {
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            check_case(&cases[i], onednn);
-        check_direct(onednn);
-    }
-    check_layers();
-    rci_cpu_sgemm_describe(how, sizeof how);
-    CHECKF(strstr(how, "oneDNN (chosen by the caller)") != NULL, "a forced route says so: %s", how);
+    CHECKF(strstr(how, "OpenBLAS (") == how, "the description names OpenBLAS and its kernels: %s", how);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_case(&cases[i]);
+    check_direct();
     return check_summary("test_gemm_f32");
 }

@@ -49,16 +49,14 @@ int rci_cpu_dnnl_matmul(const rci_cpu_args *io, const rci_matmul_dims *d, rc_err
 const char *rci_cpu_dnnl_kernel(rc_dtype t, const rci_matmul_dims *d);
 int rci_cpu_dnnl_use(int on);
 /* C[m, n] = alpha op(A) op(B) + beta C, row-major (cblas_sgemm's and cblas_dgemm's
- * arguments; ta, tb: A, B stored transposed), the kernels' one way to BLAS (gemm_f32.c):
- * f64 on OpenBLAS, f32 on OpenBLAS or, where OpenBLAS runs kernels that leave out the CPU's
- * AVX2, on oneDNN. Single-threaded when called inside a parallel region. sgemm_onednn:
- * turns the oneDNN route on (1) or off (0; < 0 only asks) and returns whether it was on:
- * tests run both. describe: which library runs the f32 products and why, in words. */
+ * arguments; ta, tb: A, B stored transposed), the kernels' one way to BLAS (gemm_f32.c), on
+ * OpenBLAS. Single-threaded when called inside a parallel region. describe: which kernels
+ * OpenBLAS runs the f32 products with, in words, and what to set where they leave out the
+ * CPU's AVX2. */
 void rci_cpu_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                    const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 void rci_cpu_dgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const double *a, int64_t lda,
                    const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
-int rci_cpu_sgemm_onednn(int on);
 void rci_cpu_sgemm_describe(char *buf, size_t size);
 /* Dtype-agnostic data movement: PERMUTE, SLICE (copying form), PAD, CONCAT, EXPAND, CAST.
  * Returns 1 when it handled the op, 0 when the op is not one of its (it cannot fail). */

@@ -1,31 +1,25 @@
-/* gemm_f32.c - the CPU's f32 and f64 matrix products (BLAS's gemm), one home for the
- * kernels' calls: the products of MATMUL nodes, the attention's tiles, the convolutions and
- * the widening path of 16-bit products.
+/* gemm_f32.c - the CPU's f32 and f64 matrix products (BLAS's gemm) on OpenBLAS, one home for
+ * the kernels' calls: the products of MATMUL nodes, the attention's tiles, the convolutions
+ * and the widening path of 16-bit products.
  *
- * f64 runs on OpenBLAS's dgemm. f32 runs on OpenBLAS's sgemm, except where OpenBLAS runs
- * kernels that leave out the CPU's vector units: Debian's OpenBLAS picks its kernels when it
- * loads (before any of redco's code), from the CPU's model number, and on a CPU it does not
- * know (a newer Xeon, or a virtual machine's model) it falls back to its Prescott kernels
- * (SSE3): 35-60 GFLOP/s on 2 cores of a Xeon with AVX-512 where its SkylakeX kernels give
- * 170-290. There f32 runs on oneDNN's sgemm, which picks its kernels from the CPU's
- * features: 130-190 GFLOP/s on the same cores. The test: the CPU has AVX2 and FMA (x86)
- * and OpenBLAS's core (openblas_get_corename) is none of those whose kernels use them.
- * OPENBLAS_CORETYPE (OpenBLAS's own variable, read when it loads) names the right core and
- * so keeps OpenBLAS; rci_cpu_sgemm_describe says which library runs the products and why
- * (`redco devices`). Either library sums in f32 in its own order: the results agree to
- * f32 rounding (tests/backend/test_gemm_dnnl.c runs both against f64). */
+ * Debian's OpenBLAS picks its kernels when it loads (before any of redco's code), from the
+ * CPU's model number; on a CPU it does not know (a newer Xeon, or a virtual machine's model)
+ * it falls back to its Prescott kernels (SSE3): 35-65 GFLOP/s on 2 cores of a Xeon with
+ * AVX-512 and AMX, where its SkylakeX kernels (OPENBLAS_CORETYPE=SkylakeX, OpenBLAS's own
+ * variable, read when it loads) give 165-294. rci_cpu_sgemm_describe says which kernels run
+ * and, where they leave out the CPU's AVX2, what to set (`redco devices`). oneDNN's sgemm
+ * (280-330 GFLOP/s there) is not used: with two OpenMP threads it corrupts the heap when a
+ * signal arrives during a product (Debian's oneDNN 2.7; a loop of products with SIGTERM
+ * every 0.5 ms aborts in "corrupted size vs. prev_size"), and redco's runs stop on signals. */
 #include "cpu.h"
 
 #include <cblas.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
-#include <string.h>
 #include <strings.h>
 #include <threads.h>
 
 static struct {
-    int onednn;                   /* 1: f32 products on oneDNN */
-    int forced;                   /* 1: rci_cpu_sgemm_onednn chose, not the test */
+    int narrow;                   /* 1: OpenBLAS's kernels leave out the CPU's AVX2 */
     char core[32];                /* OpenBLAS's core */
 } g;
 
@@ -56,32 +50,16 @@ static void choose(void)
 {
     const char *core = openblas_get_corename();
     snprintf(g.core, sizeof g.core, "%s", core ? core : "unknown");
-    g.onednn = cpu_has_avx2() && !core_vectorized(g.core);
-}
-
-static void ready(void)
-{
-    call_once(&g_once, choose);
-}
-
-int rci_cpu_sgemm_onednn(int on)
-{
-    ready();
-    int was = g.onednn;
-    if (on >= 0)
-        g.onednn = on != 0, g.forced = 1;
-    return was;
+    g.narrow = cpu_has_avx2() && !core_vectorized(g.core);
 }
 
 void rci_cpu_sgemm_describe(char *buf, size_t size)
 {
-    ready();
-    if (g.forced)
-        snprintf(buf, size, "%s (chosen by the caller)", g.onednn ? "oneDNN" : "OpenBLAS");
-    else if (g.onednn)
+    call_once(&g_once, choose);
+    if (g.narrow)
         snprintf(buf, size,
-                 "oneDNN (OpenBLAS chose its %s kernels, which leave out this CPU's AVX2; "
-                 "OPENBLAS_CORETYPE=Haswell or SkylakeX would give it ones that use them)",
+                 "OpenBLAS (%s kernels, which leave out this CPU's AVX2: several times slower; "
+                 "OPENBLAS_CORETYPE=Haswell or SkylakeX gives it ones that use them)",
                  g.core);
     else
         snprintf(buf, size, "OpenBLAS (%s kernels)", g.core);
@@ -90,12 +68,6 @@ void rci_cpu_sgemm_describe(char *buf, size_t size)
 void rci_cpu_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                    const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    ready();
-    /* oneDNN refuses nothing cblas_sgemm takes: on an error (none is expected) the same
-     * product on OpenBLAS, which gives the same result to rounding */
-    if (g.onednn && dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) ==
-                        dnnl_success)
-        return;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m,
                 (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
 }
