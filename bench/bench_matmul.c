@@ -75,6 +75,8 @@ int main(void)
         {1024, 1024, 1024, 0, 0},
     };
     rc_rng r = rc_rng_new(1);
+    rc_cpu_info cpu;
+    rc_cpu_device_info(&cpu);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int m = shapes[s][0], k = shapes[s][1], n = shapes[s][2], ta = shapes[s][3], tb = shapes[s][4];
         float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * k * n);
@@ -98,8 +100,6 @@ int main(void)
         bench_set_num(o, "executor_gflops", flop / te * 1e-9);
         bench_set_num(o, "cblas_gflops", flop / tc * 1e-9);
         bench_set_num(o, "executor_vs_cblas", tc / te);
-        rc_cpu_info cpu;
-        rc_cpu_device_info(&cpu);
         bench_set_str(o, "executor_f32_library", cpu.f32_products);
         bench_set_num(o, "bf16_gflops", flop / tbf * 1e-9);
         if (bench_print(o))

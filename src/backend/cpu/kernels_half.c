@@ -280,10 +280,10 @@ static int rows_plan_of(const rc_tensor *node, rows_plan *rp)
      * by one thread in its own part of the workspace, in pieces of at most PIECE_FLOATS an
      * array, which its cache holds (the pieces do not depend on the thread count) */
     int summed = node->op == RC_OP_CROSS_ENTROPY || wsum;
-    int64_t unit = (rp->ncut ? rp->ncut : 1) * (rp->len ? rp->len : 1); /* floats a row takes */
+    int64_t len = rp->len ? rp->len : 1, unit = (rp->ncut ? rp->ncut : 1) * len; /* floats a row takes */
     int64_t per = summed ? chunk_floats / unit : chunk_floats / SLOTS / unit;
-    if (!summed && per > PIECE_FLOATS / (rp->len ? rp->len : 1))
-        per = PIECE_FLOATS / (rp->len ? rp->len : 1);
+    if (!summed && per > PIECE_FLOATS / len)
+        per = PIECE_FLOATS / len;
     per = per / rp->tq * rp->tq;
     rp->per = per < rp->tq ? rp->tq : per;
     int64_t slots = summed ? 1 : chunk_floats / (unit * rp->per);
@@ -379,9 +379,9 @@ static int pieces_in_slots(const rows_run *w, float *slots, rc_error *err)
     #pragma omp parallel num_threads((int)threads) if (threads > 1 && !omp_in_parallel())
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        why[t] = (rc_error){0};
         for (int64_t i = t; i < npieces; i += nt) {
             int64_t r0 = i * rp->per, n = rp->rows - r0 < rp->per ? rp->rows - r0 : rp->per;
-            why[t] = (rc_error){0};
             if (rows_piece(w, r0, n, slots + t * slot_floats, NULL, &why[t])) {
                 failed[t] = i;
                 break;
